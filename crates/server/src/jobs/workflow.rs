@@ -45,6 +45,10 @@
 //!   heartbeat; a running instance books its cores, memory and
 //!   devices in the shared [`SchedulerView`](hetsched_core::SchedulerView) (batch tasks are not
 //!   placed over it), and waits on its node until they are free;
+//! - **accelerator sharing** (spec 01): a node's mask is the node as the view sees it, so a bound
+//!   NNode offers its ANode's devices (and `gpu`) and takes GPU instances, which the accelerator
+//!   part of the heartbeat offloads to the ANode (`Assignment.offload_anode`), while the ANode's
+//!   queue has room; an unbound NNode offers no device;
 //! - **restart**: jobs and instances are rows of `wf_jobs` / `wf_instances`; the graph is rebuilt
 //!   by replaying the successes, and ready instances not running are placed again;
 //! - **waiting** ([`waiting`]): a workflow submitted `--after` other jobs, `--hold` or `--begin`
@@ -867,22 +871,29 @@ impl Workflows {
         Ok(masks)
     }
 
-    /// A node's attributes: those its agent declares, and `gpu` with accelerators.
+    /// Node `n` as the scheduler's view sees it: a bound NNode (accelerator sharing, spec 01)
+    /// with the devices of the ANodes it reaches, as the batch policy sees it, so a GPU instance
+    /// placed there is offloaded to its ANode; an unbound NNode with none.
+    fn seen<'a>(cx: &'a Ctx, n: u32) -> Option<&'a hetsched_core::model::cluster::Node> {
+        cx.view.nodes().get(n as usize).map(|s| &s.node)
+    }
+
+    /// A node's attributes: those its agent declares, and `gpu` with accelerators (a bound
+    /// NNode's included, as for batch jobs' `requires`).
     fn attributes_of(&self, cx: &Ctx, n: u32) -> Vec<String> {
-        cx.nodes
-            .get(n)
-            .map(|r| r.spec.all_attributes())
+        Self::seen(cx, n)
+            .map(hetsched_core::model::cluster::Node::all_attributes)
             .unwrap_or_default()
     }
 
-    /// Node `n`'s mask: the attributes it has, every instance size it can hold, and every
-    /// time limit it has time left for now.
+    /// Node `n`'s mask: the attributes it has, every instance size it can hold (a bound NNode's
+    /// with its ANodes' devices: [`Self::seen`]), and every time limit it has time left for now.
     fn node_mask(&self, cx: &Ctx, n: u32, now: std::time::Instant) -> AttrMask {
-        let Some(rec) = cx.nodes.get(n) else {
+        let (Some(rec), Some(seen)) = (cx.nodes.get(n), Self::seen(cx, n)) else {
             return 0;
         };
         let attrs = self.attributes_of(cx, n);
-        let capacity = rec.spec.capacity();
+        let capacity = seen.capacity();
         let left = rec
             .ends_at
             .map(|e| e.saturating_duration_since(now).as_nanos());
@@ -1120,7 +1131,7 @@ impl Workflows {
             rt.parsed.check_requirements(&offered)?;
             let capacities: Vec<Resources> = live
                 .iter()
-                .filter_map(|&n| cx.nodes.get(n).map(|r| r.spec.capacity()))
+                .filter_map(|&n| Self::seen(cx, n).map(|s| s.capacity()))
                 .collect();
             rt.check_fits(&capacities)?;
         }
@@ -2267,7 +2278,11 @@ impl JobKind for Workflows {
                         || auto
                             .as_mut()
                             .is_none_or(|q| q.admit(run_times, request.cores));
+                    // A bound NNode whose ANode's queue is full takes no GPU instance for
+                    // now, as no batch GPU task (`SchedulerView::set_accelerator_held`).
+                    let held = request.gpus > 0 && cx.view.node(node).accel_held;
                     if !queueable
+                        || held
                         || !cx.view.can_book(node, request)
                         || !cx.view.group_room_for(job.group, &request)
                     {

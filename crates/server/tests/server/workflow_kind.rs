@@ -1852,3 +1852,164 @@ fn a_restart_books_each_running_instance_as_it_was_queued_ones_and_devices_inclu
         "the batch task took one"
     );
 }
+
+/// Accelerator sharing (spec 01): an ANode `anode` (one device, announcing its service) and the
+/// NNodes `n1` (rack A, bound to it) and `nb` (rack B, no ANode: unbound), both with attribute
+/// `side`, which the ANode lacks; the NNodes' agents are `Agents`.
+fn anode_and_nnodes(s: &mut State, agents: &mut Agents) -> (u32, u32, u32) {
+    let anode = common::register_with_gpus(s, "anode", 4, 1);
+    s.note_peer(anode, Some(std::net::Ipv4Addr::LOCALHOST.into()));
+    let n1 = common::register_with(s, "n1", 4, &["side"]);
+    let nb = common::register_with(s, "nb", 4, &["side"]);
+    for (n, rack) in [(anode, "A"), (n1, "A"), (nb, "B")] {
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.rack = rack.into();
+        if n == anode {
+            req.accel_port = 7000;
+            req.accel = Some(pb::AccelState {
+                process_capacity: 16,
+                ..Default::default()
+            });
+        }
+        s.heartbeat(req).expect("heartbeat");
+    }
+    agents.beat(s, n1);
+    agents.beat(s, nb);
+    (anode, n1, nb)
+}
+
+/// A workflow's GPU task (`gpus = 1`) that only the NNodes may run (`requires = ["side"]`,
+/// and `requires`).
+fn gpu_on_nnodes(balancer: &str, requires: &str) -> String {
+    format!(
+        "balancer = \"{balancer}\"\n[[task]]\nname = \"g\"\ninstances = 3\ngpus = 1\n\
+         requires = [\"side\"{requires}]\noutputs = [\"o\"]\ncommand = \"echo > {{output:o}}\"\n"
+    )
+}
+
+/// Runs `gpu_on_nnodes` under `balancer`: every instance goes to the bound NNode `n1`, as an
+/// offload to its ANode (the assignment names it, the listing says it ran there), and none to
+/// the unbound `nb`, whose mask lacks the device the task asks for (found by a hands-on review:
+/// a workflow's GPU task never matched an NNode, as the mask held the node's own devices).
+/// `requires` adds requirements: `gpu`, which a bound NNode has, as for a batch job.
+fn gpu_instances_go_to_the_bound_nnode(balancer: &str, requires: &str) {
+    let dir = scratch(&format!("accel-{balancer}"));
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let (_anode, n1, nb) = anode_and_nnodes(&mut s, &mut agents);
+    let job = s
+        .submit("gpu.toml", &gpu_on_nnodes(balancer, requires), "/")
+        .expect("a bound NNode reaches a device")
+        .job_id;
+    let mut offloads = Vec::new();
+    for _ in 0..30 {
+        for n in [n1, nb] {
+            agents.self_check(n);
+            let r = agents.beat(&mut s, n);
+            for a in &r.assignments {
+                assert_eq!(n, n1, "only the bound NNode takes a GPU instance: {a:?}");
+                assert_eq!(a.devices, [0], "{a:?}");
+                offloads.push((a.offload_anode.clone(), a.offload_address.clone()));
+            }
+            agents.finish_all(n, true);
+        }
+        if s.job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    assert_eq!(
+        offloads,
+        vec![("anode".to_string(), "http://127.0.0.1:7000".to_string()); 3],
+        "each instance is offloaded to the ANode"
+    );
+    let listed: Vec<(String, String, String)> = s
+        .tasks(job)
+        .expect("instances")
+        .tasks
+        .into_iter()
+        .map(|t| (t.node, t.executed_node, t.state))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (
+                "n1".to_string(),
+                "anode".to_string(),
+                "succeeded".to_string()
+            );
+            3
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_centralised_workflows_gpu_instances_run_on_a_bound_nnode_offloaded_to_its_anode() {
+    gpu_instances_go_to_the_bound_nnode("centralised", ", \"gpu\"");
+}
+
+#[test]
+fn a_pcddb_workflows_gpu_instances_run_on_a_bound_nnode_offloaded_to_its_anode() {
+    gpu_instances_go_to_the_bound_nnode("pcddb", "");
+}
+
+/// With no ANode bound to them, the NNodes reach no device: a GPU task only they may run is
+/// refused at submission, as no live node could hold one instance (its `gpus`).
+#[test]
+fn a_workflows_gpu_task_that_only_unbound_nnodes_may_run_is_refused() {
+    let dir = scratch("accel-unbound");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let (anode, n1, nb) = anode_and_nnodes(&mut s, &mut agents);
+    // The ANode is gone: `n1` is unbound too.
+    std::thread::sleep(Duration::from_millis(30));
+    agents.beat(&mut s, n1);
+    agents.beat(&mut s, nb);
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    assert!(
+        !s.nodes(false)
+            .nodes
+            .iter()
+            .any(|n| n.id == anode && n.alive)
+    );
+    let e = s
+        .submit("gpu.toml", &gpu_on_nnodes("centralised", ""), "/")
+        .expect_err("no live node reaches a device")
+        .to_string();
+    assert!(e.contains("task[0].gpus"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An ANode whose process queue is full takes no more offloads: its NNodes get no GPU instance
+/// until it reports room, as for batch GPU tasks (`SchedulerView::set_accelerator_held`).
+#[test]
+fn a_bound_nnode_gets_no_gpu_instance_while_its_anodes_queue_is_full() {
+    let dir = scratch("accel-held");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let (anode, n1, _nb) = anode_and_nnodes(&mut s, &mut agents);
+    let reports = |s: &mut State, queued: u32| {
+        let mut req = heartbeat_request(anode, &[], &[]);
+        req.rack = "A".into();
+        req.accel_port = 7000;
+        req.accel = Some(pb::AccelState {
+            devices: vec![pb::DeviceState::default()],
+            process_queue: queued,
+            process_capacity: 16,
+            ..Default::default()
+        });
+        s.heartbeat(req).expect("heartbeat");
+    };
+    s.submit("gpu.toml", &gpu_on_nnodes("centralised", ""), "/")
+        .expect("submit");
+    reports(&mut s, 16);
+    for _ in 0..3 {
+        assert!(agents.beat(&mut s, n1).assignments.is_empty(), "held");
+    }
+    reports(&mut s, 3);
+    let given = agents.beat(&mut s, n1).assignments;
+    assert_eq!(given.len(), 1, "room again: one instance on its one device");
+    assert_eq!(given[0].offload_anode, "anode");
+    let _ = std::fs::remove_dir_all(&dir);
+}
