@@ -1603,6 +1603,9 @@ enum PcddbStep {
     Resubmit,
     /// `resubmit JOB --cancelled`.
     ResubmitCancelled,
+    /// Every agent is declared dead (silent past a zero timeout: the server stalled, or the
+    /// agents did) and comes back at its next heartbeat, its balancing machine as it was.
+    AllDeclaredDead,
 }
 
 fn pcddb_step() -> impl proptest::strategy::Strategy<Value = PcddbStep> {
@@ -1614,6 +1617,7 @@ fn pcddb_step() -> impl proptest::strategy::Strategy<Value = PcddbStep> {
         1 => (0..4usize, 1..=5u32).prop_map(|(t, v)| PcddbStep::Cancel(t, v)),
         1 => Just(PcddbStep::Resubmit),
         1 => Just(PcddbStep::ResubmitCancelled),
+        1 => Just(PcddbStep::AllDeclaredDead),
     ]
 }
 
@@ -1642,7 +1646,8 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
 
     /// Under pcddb between real balancing machines, with failed attempts, server restarts,
-    /// cancels of single instances and resubmits of failed or cancelled ones at any point: no
+    /// agents declared dead that come back, cancels of single instances and resubmits of
+    /// failed or cancelled ones at any point: no
     /// instance runs
     /// twice at once, none starts once cancelled, and — resubmitting whatever failed for good
     /// — the workflow ends with every instance succeeded or cancelled, all succeeded unless
@@ -1709,6 +1714,9 @@ proptest::proptest! {
                     // Each failed instance runs again, or reads cancelled (downstream of one).
                     prop_assert!(n <= failed);
                     prop_assert!(!s.tasks(id).expect("tasks").tasks.iter().any(|t| t.state == "failed"));
+                }
+                PcddbStep::AllDeclaredDead => {
+                    s.check_dead(Duration::ZERO).expect("nodes declared dead");
                 }
                 PcddbStep::ResubmitCancelled => {
                     let before = cancelled_now(&s).len() as u64;
