@@ -318,10 +318,29 @@ async fn fetch(address: &str, auth: &PeerAuth, rel: &str, to: &Path) -> Result<u
     Ok(n)
 }
 
+/// An empty file in an offloaded instance's `out/`, shipped with its inputs so that the ANode's
+/// temporary directory has `out/` for the command to write its outputs in. No output is named
+/// so: a data name never starts with `.` (and [`crate::launch::component`] keeps it so).
+pub const OUT_MARKER: &str = "out/.hetsched-out";
+
+/// Whether workflow instance `a` runs on an ANode (accelerator sharing, spec 01): the server
+/// placed it on this NNode with a device this node reaches through its binding, and named the
+/// ANode (`offload_anode`). Such an instance is offloaded as a GPU task is ([`prepare`]).
+pub fn offloaded(a: &pb::Assignment) -> bool {
+    !a.instance_dir.is_empty() && !a.offload_anode.is_empty()
+}
+
 /// Prepares workflow instance `a`: its directory, its inputs fetched from their producers'
 /// agents, and the command with its placeholders filled. Errors say which input failed. An
 /// instance that runs as `account` (`run_as_owner`) gets a new directory, the account's once
 /// its inputs are in.
+///
+/// An instance that runs on an ANode ([`offloaded`]) has its placeholders filled with paths
+/// relative to its directory (`in/NAME/K`, `out/NAME`), and the spec returned runs there
+/// (`workdir`), lists those inputs (and [`OUT_MARKER`]) as its `inputs` and its outputs as its
+/// `outputs`: the offload ships the inputs into a temporary directory on the ANode, runs the
+/// command in it, and writes the outputs back into the instance's `out/`, where a local run
+/// leaves them.
 pub async fn prepare(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
@@ -336,6 +355,16 @@ pub async fn prepare(
         return Err(format!("bad instance directory `{}`", a.instance_dir));
     }
     let dir = work_dir.join(&rel);
+    let remote = offloaded(a);
+    // A path the command reads or writes: absolute here, relative to the instance's directory
+    // (the ANode's temporary one) when it runs on an ANode.
+    let named = |relative: PathBuf| {
+        if remote {
+            relative.display().to_string()
+        } else {
+            dir.join(relative).display().to_string()
+        }
+    };
     if account.is_some() {
         // A previous attempt's directory was the account's: nothing of it is trusted (the
         // removal follows no link).
@@ -361,6 +390,20 @@ pub async fn prepare(
             .await
             .map_err(|e| format!("{}: {e}", dir.join("out").display()))?;
     }
+    // What an instance run on an ANode ships there: its inputs, and the marker that makes its
+    // `out/` there (the outputs' directory need not exist on the ANode otherwise).
+    let mut shipped = Vec::new();
+    if remote {
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        if !a.outputs.is_empty() {
+            tokio::fs::write(dir.join(OUT_MARKER), b"")
+                .await
+                .map_err(|e| format!("{}: {e}", dir.join(OUT_MARKER).display()))?;
+            shipped.push(OUT_MARKER.to_string());
+        }
+    }
     let mut inputs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (k, input) in a.inputs.iter().enumerate() {
         let name = crate::launch::component(&input.name);
@@ -377,22 +420,18 @@ pub async fn prepare(
                     input.node_id, input.path, input.name
                 )
             })?;
-        inputs
-            .entry(input.name.clone())
-            .or_default()
-            .push(to.display().to_string());
+        let path = named(Path::new("in").join(&name).join(k.to_string()));
+        if remote {
+            shipped.push(path.clone());
+        }
+        inputs.entry(input.name.clone()).or_default().push(path);
     }
     let outputs: BTreeMap<String, String> = a
         .outputs
         .iter()
         .map(|o| {
-            (
-                o.clone(),
-                dir.join("out")
-                    .join(crate::launch::component(o))
-                    .display()
-                    .to_string(),
-            )
+            let path = named(Path::new("out").join(crate::launch::component(o)));
+            (o.clone(), path)
         })
         .collect();
     if let Some(account) = account {
@@ -406,6 +445,18 @@ pub async fn prepare(
     }
     let mut s = spec.clone();
     s.argv = expand(&spec.argv, &a.index.to_string(), &inputs, &outputs);
+    if remote {
+        // The offload ships `inputs` from, and writes `outputs` back into, the task's directory.
+        s.workdir = dir.display().to_string();
+        s.inputs = shipped;
+        s.outputs = outputs.into_values().collect();
+        // The ANode runs it from its spec alone: its rank among its index's processes goes
+        // with it (a local run gets it from the assignment).
+        if a.process > 0 {
+            s.env
+                .insert("HETSCHED_PROCESS".into(), a.process.to_string());
+        }
+    }
     Ok(s)
 }
 
@@ -550,6 +601,52 @@ mod tests {
         std::os::unix::fs::symlink(&secret, dir.join("out")).expect("link");
         let e = open_output(&work, "wf/7/make-0/out/res").expect_err("root's file");
         assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    /// An instance that runs on an ANode (its assignment names one) gets paths relative to its
+    /// directory and a spec the offload ships from it: that directory as `workdir`, its inputs
+    /// (with the marker that makes `out/` there) and its declared outputs; a local one keeps
+    /// absolute paths and its spec's own directory.
+    #[tokio::test]
+    async fn an_offloaded_instance_gets_relative_paths_and_ships_from_its_directory() {
+        let work = std::env::temp_dir().join(format!("hetsched-offload-wf-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        let mut a = pb::Assignment {
+            instance_dir: "7/G-0".into(),
+            index: 3,
+            outputs: vec!["o".into()],
+            process: 2,
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            argv: vec!["sh".into(), "-c".into(), "echo {index} > {output:o}".into()],
+            workdir: "/submitted/here".into(),
+            ..Default::default()
+        };
+        let dir = work.join("wf/7/G-0");
+        let local = prepare(&a, &spec, &work, &PeerAuth::default(), None)
+            .await
+            .expect("local");
+        assert_eq!(
+            local.argv[2],
+            format!("echo 3 > {}", dir.join("out/o").display())
+        );
+        assert_eq!(local.workdir, "/submitted/here");
+        assert!(local.inputs.is_empty() && local.outputs.is_empty());
+        assert!(!dir.join(OUT_MARKER).exists());
+        a.offload_anode = "anode".into();
+        let remote = prepare(&a, &spec, &work, &PeerAuth::default(), None)
+            .await
+            .expect("offloaded");
+        assert_eq!(remote.argv[2], "echo 3 > out/o");
+        assert_eq!(remote.workdir, dir.display().to_string());
+        assert_eq!(remote.inputs, [OUT_MARKER]);
+        assert_eq!(remote.outputs, ["out/o"]);
+        assert_eq!(
+            remote.env.get("HETSCHED_PROCESS").map(String::as_str),
+            Some("2")
+        );
+        assert!(dir.join(OUT_MARKER).is_file());
         let _ = std::fs::remove_dir_all(&work);
     }
 }

@@ -1266,7 +1266,13 @@ impl Launcher<'_> {
         if let Some(tx) = old.and_then(|mut o| o.kill.take()) {
             let _ = tx.send(launch::Kill::Server);
         }
-        let route = accel::route(&spec, self.opts, self.pipeline, sh.binding.as_ref());
+        // A workflow instance placed here with a device of the ANode this NNode is bound to
+        // runs there, as a GPU task does (a workflow task's spec says `cpu` whatever its size).
+        let route = if dataflow::offloaded(&a) {
+            accel::Route::Offload(sh.binding.clone().map(Box::new))
+        } else {
+            accel::route(&spec, self.opts, self.pipeline, sh.binding.as_ref())
+        };
         // A pinned task run here gets CPUs of its own while enough are free (a task that starts
         // beyond the node's CPUs, or holds no cores, runs unbound); an offloaded one is its
         // ANode's to place.

@@ -22,4 +22,5 @@ mod simgrid;
 mod stream_cli;
 mod support;
 mod topology_runtime;
+mod workflow_accel;
 mod workflow_runtime;
