@@ -75,6 +75,8 @@ struct Agents {
     dropped: Vec<(u32, u32)>,
     /// How many of `assigned` a test has looked at.
     checked: usize,
+    /// The rack each node's agent names in its heartbeats (none: the default rack).
+    racks: HashMap<u32, String>,
 }
 
 /// Task id of instance 0 of workflow `job`.
@@ -94,6 +96,7 @@ impl Agents {
         req.results
             .extend(self.special.remove(&n).unwrap_or_default());
         req.balance = self.outbox.remove(&n).unwrap_or_default();
+        req.rack = self.racks.get(&n).cloned().unwrap_or_default();
         req.rtt_ns = self
             .rtt
             .get(&n)
@@ -1866,24 +1869,28 @@ fn a_restart_books_each_running_instance_as_it_was_queued_ones_and_devices_inclu
 /// `side`, which the ANode lacks; the NNodes' agents are `Agents`.
 fn anode_and_nnodes(s: &mut State, agents: &mut Agents) -> (u32, u32, u32) {
     let anode = common::register_with_gpus(s, "anode", 4, 1);
-    s.note_peer(anode, Some(std::net::Ipv4Addr::LOCALHOST.into()));
     let n1 = common::register_with(s, "n1", 4, &["side"]);
     let nb = common::register_with(s, "nb", 4, &["side"]);
-    for (n, rack) in [(anode, "A"), (n1, "A"), (nb, "B")] {
-        let mut req = heartbeat_request(n, &[], &[]);
-        req.rack = rack.into();
-        if n == anode {
-            req.accel_port = 7000;
-            req.accel = Some(pb::AccelState {
-                process_capacity: 16,
-                ..Default::default()
-            });
-        }
-        s.heartbeat(req).expect("heartbeat");
-    }
+    anode_beats(s, anode, "A");
+    agents.racks.insert(n1, "A".into());
+    agents.racks.insert(nb, "B".into());
     agents.beat(s, n1);
     agents.beat(s, nb);
     (anode, n1, nb)
+}
+
+/// ANode `anode` of rack `rack` beats: its accelerator service (port 7000, on the loopback
+/// address its calls come from) has room.
+fn anode_beats(s: &mut State, anode: u32, rack: &str) {
+    s.note_peer(anode, Some(std::net::Ipv4Addr::LOCALHOST.into()));
+    let mut req = heartbeat_request(anode, &[], &[]);
+    req.rack = rack.into();
+    req.accel_port = 7000;
+    req.accel = Some(pb::AccelState {
+        process_capacity: 16,
+        ..Default::default()
+    });
+    s.heartbeat(req).expect("heartbeat");
 }
 
 /// A workflow's GPU task (`gpus = 1`) that only the NNodes may run (`requires = ["side"]`,
