@@ -48,7 +48,10 @@
 //! - **accelerator sharing** (spec 01): a node's mask is the node as the view sees it, so a bound
 //!   NNode offers its ANode's devices (and `gpu`) and takes GPU instances, which the accelerator
 //!   part of the heartbeat offloads to the ANode (`Assignment.offload_anode`), while the ANode's
-//!   queue has room; an unbound NNode offers no device;
+//!   queue has room; an unbound NNode offers no device. The ANode an attempt was offloaded to
+//!   is stored in the instance's row with the dispatch (`wf_instances.executed_node`,
+//!   [`JobKind::offloaded`]), as a batch task's is: listings name it after a restart, and the
+//!   state reads back the offloads still running, which the ANode's loss re-runs;
 //! - **restart**: jobs and instances are rows of `wf_jobs` / `wf_instances`; the graph is rebuilt
 //!   by replaying the successes, and ready instances not running are placed again;
 //! - **waiting** ([`waiting`]): a workflow submitted `--after` other jobs, `--hold` or `--begin`
@@ -180,6 +183,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("wf_jobs", "cancel_reason", "TEXT NOT NULL DEFAULT ''"),
     // The devices of its latest attempt (empty: none, or stored before they were kept).
     ("wf_instances", "devices", "TEXT NOT NULL DEFAULT ''"),
+    // The ANode its latest attempt was offloaded to (NULL: run where it was placed, or stored
+    // before offloads were kept), as `tasks.executed_node` for a batch task.
+    ("wf_instances", "executed_node", "INTEGER"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,6 +256,10 @@ struct Inst {
     usage: Option<TaskUsage>,
     /// The devices (GPU indices) its latest attempt was given: a restart books them again.
     devices: Vec<u32>,
+    /// The ANode its latest attempt was offloaded to (accelerator sharing, spec 01), stored
+    /// with the dispatch: listings name it after a restart, and the state reads back the
+    /// offloads still running ([`JobKind::offloaded_to`]) so that the ANode's loss re-runs them.
+    executed: Option<u32>,
 }
 
 enum Machine {
@@ -653,7 +663,7 @@ impl Workflows {
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
-                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices FROM wf_instances WHERE job=?1")
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node FROM wf_instances WHERE job=?1")
                     .map_err(StoreError::from)?;
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
@@ -691,6 +701,10 @@ impl Workflows {
                         &r.get::<_, String>(13).map_err(StoreError::from)?,
                         "devices",
                     )?;
+                    x.executed = r
+                        .get::<_, Option<i64>>(14)
+                        .map_err(StoreError::from)?
+                        .and_then(|n| u32::try_from(n).ok());
                     // Its run time counts again for `prefetch = "auto"`, as it did before the
                     // restart: a task measured short is queued at once, not measured anew.
                     if x.st == St::Done
@@ -1048,6 +1062,7 @@ impl Workflows {
                     produced: false,
                     usage: None,
                     devices: Vec::new(),
+                    executed: None,
                 };
                 total as usize
             ],
@@ -2006,6 +2021,27 @@ impl JobKind for Workflows {
         j.booked.get(&i).map(|&(_, r, _)| (j.group, r))
     }
 
+    fn offloaded(&mut self, task: u64, attempt: u32, anode: u32) {
+        let (seq, i) = job_of(task);
+        if let Some(x) = self
+            .jobs
+            .get_mut(&seq)
+            .and_then(|j| j.insts.get_mut(i as usize))
+            && x.st == St::Running
+            && x.attempt == attempt
+            && x.executed != Some(anode)
+        {
+            x.executed = Some(anode);
+            self.dirty.insert((seq, i));
+        }
+    }
+
+    fn offloaded_to(&self, task: u64) -> Option<(u32, u32)> {
+        let (seq, i) = job_of(task);
+        let x = self.jobs.get(&seq)?.insts.get(i as usize)?;
+        Some((x.attempt, x.executed?))
+    }
+
     fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError> {
         let (seq, i) = job_of(task);
         let Some(mut job) = self.jobs.remove(&seq) else {
@@ -2322,6 +2358,9 @@ impl JobKind for Workflows {
                     x.devices = devices;
                     x.st = St::Running;
                     x.attempt += 1;
+                    // A new attempt: where it is offloaded to, if it is, is noted once the
+                    // state knows ([`JobKind::offloaded`]).
+                    x.executed = None;
                     x.node = Some(node.0);
                     x.started_ns = cx.now;
                     cx.metrics.dispatched(if x.devices.is_empty() {
@@ -2436,7 +2475,7 @@ impl JobKind for Workflows {
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
-            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
+            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
         )?;
         for &(seq, i) in &self.dirty {
             let Some(x) = self.jobs.get(&seq).and_then(|j| j.insts.get(i as usize)) else {
@@ -2457,7 +2496,8 @@ impl JobKind for Workflows {
                 x.usage.map(|u| u.cpu_user_ms as i64),
                 x.usage.map(|u| u.cpu_system_ms as i64),
                 x.usage.map(|u| u.max_rss_bytes as i64),
-                crate::store::list_text(&x.devices)
+                crate::store::list_text(&x.devices),
+                x.executed.map(i64::from)
             ])?;
         }
         for &seq in &self.dirty_jobs {
@@ -2671,7 +2711,11 @@ impl JobKind for Workflows {
                     failed_attempts: x.failures,
                     preemptions: 0,
                     queued: false,
-                    executed_node: String::new(),
+                    // The ANode it was offloaded to, as stored (the state fills in the others).
+                    executed_node: x
+                        .executed
+                        .and_then(|n| rd.nodes.get(n))
+                        .map_or(String::new(), |n| n.spec.name.clone()),
                     process: j.process_of(i as u32),
                     // A finished attempt's; one running (again) or waiting shows none yet.
                     usage: x

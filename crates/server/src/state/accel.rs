@@ -30,11 +30,13 @@
 //!   as any dead node's; the ANode drops their results when the NNode's calls break.
 //! - **Where a task ran.** The ANode an offloaded attempt was sent to is remembered here and
 //!   handed to the task's kind ([`JobKind::offloaded`](crate::jobs::JobKind::offloaded)); the
-//!   batch kind stores it in the task's row (`tasks.executed_node`) with the dispatch, in the
-//!   event's one transaction, so `hetsched tasks` shows it as the executed node after a restart
-//!   or a rollback too, and the attempts still running are remembered here again
-//!   ([`State::restore_offloads`]). The ANode's devices and its start there come with the
-//!   result (`offload_devices`, `offload_started_ns`) and replace the dispatch's in the row.
+//!   batch kind stores it in the task's row (`tasks.executed_node`), the workflow kind in the
+//!   instance's (`wf_instances.executed_node`), with the dispatch, in the event's one
+//!   transaction, so `hetsched tasks` shows it as the executed node after a restart or a
+//!   rollback too, and the attempts still running are remembered here again
+//!   ([`State::restore_offloads`]): the ANode's loss re-queues them as before. For a batch task
+//!   the ANode's devices and its start there come with the result (`offload_devices`,
+//!   `offload_started_ns`) and replace the dispatch's in the row.
 
 use super::State;
 use super::StateError;
@@ -129,8 +131,8 @@ pub(crate) struct Sharing {
     /// Nodes in the binding (alive), by id.
     members: HashMap<u32, Role>,
     services: HashMap<u32, Service>,
-    /// Offloaded attempts: task → (attempt, ANode id). The batch kind's are also in their
-    /// rows; those still running are read back from there at a restart or a rollback.
+    /// Offloaded attempts: task → (attempt, ANode id). The batch and workflow kinds' are also
+    /// in their rows; those still running are read back from there at a restart or a rollback.
     executed: HashMap<u64, (u32, u32)>,
     /// Per ANode: accelerator tasks sent to its NNodes since its last heartbeat (not yet in its
     /// reported queues).
@@ -255,9 +257,9 @@ impl State {
     }
 
     /// Attempt `attempt` of `task` ended (its result was handed to its kind): a kind that stores
-    /// where it was offloaded (the batch kind, in the task's row) lists it from there, so its
-    /// entry leaves memory — else every offloaded batch task of a server's life stayed in
-    /// [`Sharing::executed`]. A kind that does not (workflows) keeps it for its listings.
+    /// where it was offloaded (batch and workflows, in the task's or instance's row) lists it
+    /// from there, so its entry leaves memory — else every offloaded task of a server's life
+    /// stayed in [`Sharing::executed`]. A kind that does not keeps it for its listings.
     pub(super) fn offload_ended(&mut self, task: u64, attempt: u32) {
         let stored = self
             .jobs
@@ -276,7 +278,7 @@ impl State {
     }
 
     /// How many offloaded attempts memory remembers ([`Sharing::executed`]): those running, and
-    /// workflows' (their kind stores none).
+    /// those of kinds that store none.
     pub fn offloads_in_memory(&self) -> usize {
         self.sharing.executed.len()
     }

@@ -7,8 +7,10 @@
 //! travels within one cluster first; instances that run again go through the balancer; a
 //! task's `requires` and size decide where its instances may run, and a running instance
 //! books its cores in the view shared with batch jobs; cancelling some instances kills or drops
-//! them and skips only their dependants; a full-disk rollback keeps the stored workflows; and, over random workflows, failed attempts and server restarts never make an
-//! instance run twice at once, and every workflow completes.
+//! them and skips only their dependants; a full-disk rollback keeps the stored workflows; GPU
+//! instances run on a bound NNode offloaded to its ANode, which listings name after a rollback
+//! and a restart, and whose death runs them again; and, over random workflows, failed attempts
+//! and server restarts never make an instance run twice at once, and every workflow completes.
 
 use crate::common;
 
@@ -2027,4 +2029,183 @@ fn a_bound_nnode_gets_no_gpu_instance_while_its_anodes_queue_is_full() {
     assert_eq!(given.len(), 1, "room again: one instance on its one device");
     assert_eq!(given[0].offload_anode, "anode");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every instance of `job` that was placed somewhere, as listed: (state, node, executed node).
+fn ran_on(s: &State, job: u64) -> Vec<(String, String, String)> {
+    s.tasks(job)
+        .expect("instances")
+        .tasks
+        .into_iter()
+        .filter(|t| !t.node.is_empty())
+        .map(|t| (t.state, t.node, t.executed_node))
+        .collect()
+}
+
+/// The ANode a workflow instance was offloaded to is stored with the dispatch
+/// (`wf_instances.executed_node`), as a batch task's is: `hetsched tasks` names it after a
+/// rollback (a full disk) and after a restart. It was memory only: both listed the instances
+/// as run on their NNode.
+#[test]
+fn the_anode_a_workflow_instance_ran_on_is_listed_after_a_rollback_and_a_restart() {
+    let dir = scratch("accel-stored");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let (anode, n1, _nb) = anode_and_nnodes(&mut s, &mut agents);
+    let job = s
+        .submit("gpu.toml", &gpu_on_nnodes("centralised", ""), "/")
+        .expect("submit")
+        .job_id;
+    agents.task_base = agents_base(&s, job);
+    assert_eq!(agents.beat(&mut s, n1).assignments.len(), 1, "one device");
+    agents.finish_all(n1, true);
+    // The first's result; the same reply offloads the second.
+    assert_eq!(agents.beat(&mut s, n1).assignments.len(), 1);
+    let row = |state: &str| ("n1".to_string(), "anode".to_string(), state.to_string());
+    let shown = |s: &State| -> Vec<(String, String, String)> {
+        let mut v: Vec<_> = ran_on(s, job)
+            .into_iter()
+            .map(|(state, node, executed)| (node, executed, state))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(shown(&s), [row("running"), row("succeeded")]);
+
+    // The disk fills: the commit of the second's result is refused and memory is rolled back
+    // to the store, which names the ANode of both.
+    let (task, attempt) = agents.running[&n1][0];
+    s.simulate_full_disk(true);
+    s.heartbeat(heartbeat_request(n1, &[], &[(task, attempt, true)]))
+        .expect_err("the store refuses the commit");
+    assert!(s.is_paused());
+    assert_eq!(
+        shown(&s),
+        [row("running"), row("succeeded")],
+        "after the rollback"
+    );
+    // The store takes writes again; once the rebuilt binding has both nodes again (from their
+    // heartbeats), the second's result is recorded and the third is offloaded.
+    s.simulate_full_disk(false);
+    std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+    anode_beats(&mut s, anode, "A");
+    agents.finish_all(n1, true);
+    agents.beat(&mut s, n1);
+    assert!(!s.is_paused());
+    let given = agents.beat(&mut s, n1).assignments;
+    assert_eq!(given.len(), 1, "the third");
+    assert_eq!(given[0].offload_anode, "anode");
+
+    // A restart: the stored ANode of every attempt is read back.
+    drop(s);
+    let mut s = open(&dir, WorkflowConfig::default());
+    assert_eq!(
+        shown(&s),
+        [row("running"), row("succeeded"), row("succeeded")],
+        "after the restart"
+    );
+    anode_beats(&mut s, anode, "A");
+    agents.finish_all(n1, true);
+    agents.beat(&mut s, n1);
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    assert_eq!(
+        shown(&s),
+        [row("succeeded"), row("succeeded"), row("succeeded")]
+    );
+    assert_eq!(
+        s.offloads_in_memory(),
+        0,
+        "an ended offload is listed from its row, not kept in memory"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Rack A: ANodes `anode` and `anode2` (one device each) and the NNode `n1`, bound to
+/// `anode`; a GPU instance only `n1` may run (`requires = ["side"]`) is offloaded to `anode`.
+/// Then `anode` dies (after a server restart, when `restart`): the instance is lost, `n1` is
+/// told to kill it, and it runs again, offloaded to `anode2`, to which `n1` is bound now; the
+/// workflow completes. Before the workflow kind stored its offloads, a restart forgot where
+/// the instance ran: the ANode's death left it running for ever.
+fn anode_dies_under_an_offloaded_instance(restart: bool) {
+    let dir = scratch(&format!("accel-lost-{restart}"));
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let anode = common::register_with_gpus(&mut s, "anode", 4, 1);
+    let anode2 = common::register_with_gpus(&mut s, "anode2", 4, 1);
+    let n1 = common::register_with(&mut s, "n1", 4, &["side"]);
+    agents.racks.insert(n1, "A".into());
+    anode_beats(&mut s, anode, "A");
+    anode_beats(&mut s, anode2, "A");
+    agents.beat(&mut s, n1);
+    let job = s
+        .submit(
+            "gpu.toml",
+            "balancer = \"centralised\"\n[[task]]\nname = \"g\"\ninstances = 1\ngpus = 1\n\
+             requires = [\"side\"]\noutputs = [\"o\"]\ncommand = \"echo > {output:o}\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    agents.task_base = agents_base(&s, job);
+    let given = agents.beat(&mut s, n1).assignments;
+    assert_eq!(given.len(), 1);
+    assert_eq!(
+        (given[0].offload_anode.as_str(), given[0].attempt),
+        ("anode", 1)
+    );
+    if restart {
+        drop(s);
+        s = open(&dir, WorkflowConfig::default());
+        anode_beats(&mut s, anode, "A");
+        anode_beats(&mut s, anode2, "A");
+        agents.beat(&mut s, n1);
+    }
+    // `anode` falls silent and is declared dead.
+    std::thread::sleep(Duration::from_millis(30));
+    anode_beats(&mut s, anode2, "A");
+    agents.beat(&mut s, n1);
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    let t = &s.tasks(job).expect("instances").tasks[0];
+    assert_eq!(
+        (t.state.as_str(), t.attempt),
+        ("ready", 1),
+        "lost with its ANode: {t:?}"
+    );
+    let reply = agents.beat(&mut s, n1);
+    assert_eq!(
+        reply.kill.iter().map(|k| k.attempt).collect::<Vec<_>>(),
+        [1],
+        "n1 is told to kill the lost attempt"
+    );
+    assert_eq!(
+        reply
+            .assignments
+            .iter()
+            .map(|a| (a.offload_anode.as_str(), a.attempt))
+            .collect::<Vec<_>>(),
+        [("anode2", 2)],
+        "it runs again through the other ANode"
+    );
+    agents.finish_all(n1, true);
+    agents.beat(&mut s, n1);
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    assert_eq!(
+        ran_on(&s, job),
+        [(
+            "succeeded".to_string(),
+            "n1".to_string(),
+            "anode2".to_string()
+        )]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_anodes_death_reruns_the_workflow_instance_offloaded_to_it() {
+    anode_dies_under_an_offloaded_instance(false);
+}
+
+#[test]
+fn an_anodes_death_after_a_restart_reruns_the_workflow_instance_offloaded_to_it() {
+    anode_dies_under_an_offloaded_instance(true);
 }
