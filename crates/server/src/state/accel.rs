@@ -26,7 +26,9 @@
 //!   binding rules, and every
 //!   GPU task they had offloaded (running on the NNode as the server sees it) is lost and
 //!   re-queued with the next attempt; the NNode is told to kill the old attempt, whose late result
-//!   is ignored, so no success is recorded twice. When an NNode leaves, its tasks are re-queued
+//!   is ignored, so no success is recorded twice; so is an offload read back after a restart
+//!   whose ANode is declared dead before it was heard from (and so never rejoined the binding).
+//!   When an NNode leaves, its tasks are re-queued
 //!   as any dead node's; the ANode drops their results when the NNode's calls break.
 //! - **Where a task ran.** The ANode an offloaded attempt was sent to is remembered here and
 //!   handed to the task's kind ([`JobKind::offloaded`](crate::jobs::JobKind::offloaded)); the
@@ -574,6 +576,32 @@ impl State {
             }
             let lost_anode = (role == Some(Role::ANode)).then_some(name);
             self.apply_binding_events(&events, lost_anode.as_deref())?;
+        }
+        self.lose_orphaned_offloads()
+    }
+
+    /// Loses the offloads still running whose ANode is dead or removed but not in the binding:
+    /// one declared dead before it was heard from after a restart never rejoined it, so
+    /// [`State::accel_left`] does not see it leave, while the offloads read back from the store
+    /// ([`State::restore_offloads`]) still name it. Without this they stayed running until their
+    /// NNode's agent reported them interrupted.
+    fn lose_orphaned_offloads(&mut self) -> Result<(), StateError> {
+        let mut orphaned: Vec<(u64, u32)> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.running.iter().copied())
+            .filter_map(|t| {
+                let &(_, anode) = self.sharing.executed.get(&t)?;
+                let gone = self.nodes.get(anode).is_none_or(|n| !n.alive || n.removed);
+                (gone && !self.sharing.members.contains_key(&anode)).then_some((t, anode))
+            })
+            .collect();
+        orphaned.sort_unstable_by(|a, b| b.cmp(a));
+        orphaned.dedup();
+        for (t, anode) in orphaned {
+            let name = self.nodes.name(anode).to_string();
+            warn!(anode = %name, task = t, "an offload's ANode was lost before it was heard from again: re-queued");
+            self.lose(t, &format!("its ANode `{name}` was lost"))?;
         }
         Ok(())
     }

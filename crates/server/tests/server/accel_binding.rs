@@ -703,3 +703,38 @@ fn an_ended_offloaded_batch_task_is_listed_from_its_row_not_memory() {
         ("succeeded", "n1", "anode")
     );
 }
+
+/// An ANode that dies while the server is down, and so is never heard from after its restart,
+/// never rejoins the binding; the offloads read back that name it are still lost with it when
+/// it is declared dead, as they are when it is heard from first. Before, they stayed running
+/// until the NNode's agent reported the offload interrupted (an agent that never did, never).
+#[test]
+fn an_anode_never_heard_from_after_a_restart_still_loses_the_offloads_it_was_running() {
+    let (mut s, d) = open("silent", BindingKind::Plain);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[]);
+    s.submit_named("job.toml", &on_n1(1), "/tmp", "", "")
+        .expect("submit");
+    let given = beat(&mut s, n1, "A", false, &[]).assignments;
+    assert_eq!(given.len(), 1, "n1 reaches one device");
+    let t = (given[0].task_id, given[0].attempt);
+    drop(s);
+    let mut s = reopen(&d, BindingKind::Plain);
+    // Only the NNode is heard from; the ANode is declared dead once its restart grace (at
+    // least 5 s) is over.
+    beat(&mut s, n1, "A", false, &[t]);
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    assert_eq!(ran_on(&s)[0].1, "running", "within the ANode's grace");
+    std::thread::sleep(Duration::from_millis(5_100));
+    beat(&mut s, n1, "A", false, &[t]);
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    let nodes = s.nodes(true).nodes;
+    let anode = nodes.iter().find(|n| n.name == "anode").expect("anode");
+    assert!(!anode.alive, "{anode:?}");
+    let tasks = s.tasks(1).expect("tasks").tasks;
+    let listed = tasks.iter().find(|x| x.id == t.0).expect("task");
+    assert_eq!(listed.state, "pending", "{listed:?}");
+    assert!(listed.message.contains("anode"), "{listed:?}");
+}
