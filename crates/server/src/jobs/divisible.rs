@@ -788,8 +788,10 @@ impl Divisible {
                     // them their `retries` afresh.
                     ChunkState::Failed => job.master.restore_failed(order),
                     // Lost and stopped chunks' units are in the pool; such a chunk still takes
-                    // its number.
-                    ChunkState::Lost | ChunkState::Stopped => job.master.restore_lost(order),
+                    // its number, and a lost one's units count the loss again (a restart does
+                    // not give them their losses afresh).
+                    ChunkState::Lost => job.master.restore_lost(order),
+                    ChunkState::Stopped => job.master.restore_stopped(order),
                 }
                 job.insert(ChunkRec {
                     order,
@@ -1122,7 +1124,7 @@ impl Divisible {
                 // Not a worker of this job (it lacks an attribute, or cannot hold one unit); one
                 // that was (its node lost an attribute when its agent re-registered) leaves the
                 // plan, its chunks planned again elsewhere.
-                leave_plan(&mut self.dirty_chunks, id, job, &name);
+                leave_plan(&mut self.dirty_chunks, &mut self.dirty_jobs, id, job, &name);
                 continue;
             }
             let w = job
@@ -1173,6 +1175,11 @@ impl Divisible {
                         0,
                     );
                 }
+            }
+            // A loss that took some unit to its limit fails the job (its chunks out stopped).
+            fail_if_the_master_failed(&mut self.dirty_chunks, &mut self.dirty_jobs, id, job);
+            if job.state != "running" {
+                continue;
             }
             if req.room
                 && orders.is_empty()
@@ -1317,12 +1324,7 @@ impl Divisible {
                 h.message
             );
             job.master.fail(h.chunk, &h.message);
-            if let Some(why) = job.master.failure() {
-                let why = why.to_string();
-                finish_job(h.job_id, job, "failed", &why);
-                stop_out_chunks(&mut self.dirty_chunks, h.job_id, job);
-                self.dirty_jobs.insert(h.job_id);
-            }
+            fail_if_the_master_failed(&mut self.dirty_chunks, &mut self.dirty_jobs, h.job_id, job);
         }
         Ok(true)
     }
@@ -1346,7 +1348,7 @@ impl Divisible {
     pub fn lose_agent(&mut self, name: &str) {
         self.agents.remove(name);
         for (&id, job) in self.jobs.iter_mut() {
-            leave_plan(&mut self.dirty_chunks, id, job, name);
+            leave_plan(&mut self.dirty_chunks, &mut self.dirty_jobs, id, job, name);
         }
     }
 
@@ -2079,8 +2081,16 @@ impl JobKind for Divisible {
 }
 
 /// Worker `name` leaves job `id`'s plan (if it is an alive worker of it): its chunks out are
-/// lost and their units planned again onto the others.
-fn leave_plan(dirty: &mut BTreeSet<(u64, u64)>, id: u64, job: &mut Job, name: &str) {
+/// lost and their units planned again onto the others, unless a loss took some unit to
+/// [`MAX_UNIT_LOSSES`](hetsched_core::policy::divisible::online::MAX_UNIT_LOSSES): then the job
+/// fails.
+fn leave_plan(
+    dirty: &mut BTreeSet<(u64, u64)>,
+    dirty_jobs: &mut BTreeSet<u64>,
+    id: u64,
+    job: &mut Job,
+    name: &str,
+) {
     let Some(w) = job.master.workers().iter().position(|w| w.name == name) else {
         return;
     };
@@ -2093,6 +2103,27 @@ fn leave_plan(dirty: &mut BTreeSet<(u64, u64)>, id: u64, job: &mut Job, name: &s
     }
     for o in lost {
         set_chunk(dirty, id, job, o.chunk, ChunkState::Lost, 0, 0);
+    }
+    fail_if_the_master_failed(dirty, dirty_jobs, id, job);
+}
+
+/// A running job whose master failed it (a unit failed past `retries`, or was lost
+/// `MAX_UNIT_LOSSES` times) ends failed with the master's reason; its chunks still out are
+/// stopped.
+fn fail_if_the_master_failed(
+    dirty: &mut BTreeSet<(u64, u64)>,
+    dirty_jobs: &mut BTreeSet<u64>,
+    id: u64,
+    job: &mut Job,
+) {
+    if job.state != "running" {
+        return;
+    }
+    if let Some(why) = job.master.failure() {
+        let why = why.to_string();
+        finish_job(id, job, "failed", &why);
+        stop_out_chunks(dirty, id, job);
+        dirty_jobs.insert(id);
     }
 }
 

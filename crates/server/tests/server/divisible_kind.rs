@@ -843,3 +843,47 @@ fn a_registered_agent_that_has_not_asked_yet_is_planned_for() {
         "b is one of the two workers of the static split"
     );
 }
+
+/// A chunk whose command takes its agent down (the agent restarts, another process, holding
+/// nothing) is lost, and its units are planned again — onto the same restarted agent here. A
+/// loss is not a failure (`retries` is 0, and an agent's restart fails no job), but the third
+/// loss of a unit fails the job, naming the chunk and its worker; the losses stored before a
+/// server restart still count after it. Before, such a chunk ran again for ever.
+#[test]
+fn a_unit_lost_with_its_agent_three_times_fails_the_job_across_a_server_restart() {
+    let d = crate::common::scratch("divisible-kind", "losses");
+    // Agent `a`'s process `n` asks holding nothing: the chunks it gets.
+    let restarted = |s: &mut State, n: u32| ask_holding(s, "a", &format!("a-{n}"), &[]);
+    let id = {
+        let mut s = open(&d.0);
+        join_agents(&mut s, &["a"]);
+        let id = s.on_submit(rows()).expect("submitted").job_id;
+        assert_eq!(restarted(&mut s, 1), vec![(id, 0)]);
+        // Twice, the agent comes back as a new process: chunk 0's units are lost, and go
+        // out again.
+        assert_eq!(restarted(&mut s, 2), vec![(id, 1)]);
+        assert_eq!(restarted(&mut s, 3), vec![(id, 2)]);
+        let states: Vec<String> = chunks(&s, id).into_iter().map(|(_, st)| st).collect();
+        assert_eq!(states, ["lost", "lost", "out"]);
+        assert_eq!(s.get_job(id).expect("job").state, "running", "two losses");
+        id
+    };
+    // After a server restart, the agent restarts once more: unit 0's third loss.
+    let mut s = open(&d.0);
+    let (start, end) = {
+        let j = s.get_job(id).expect("job");
+        let c = &j.divisible.expect("divisible").chunks[2];
+        (c.start, c.end)
+    };
+    assert_eq!(start, 0, "the lowest units go out first");
+    assert!(restarted(&mut s, 4).is_empty(), "the job failed");
+    let j = s.get_job(id).expect("job");
+    assert_eq!(j.state, "failed");
+    let why = j.divisible.expect("divisible").message;
+    assert!(
+        why.starts_with(&format!(
+            "chunk 2 (units {start}..{end}) was lost with its worker `a`: some of its units have been lost 3 times"
+        )),
+        "{why}"
+    );
+}

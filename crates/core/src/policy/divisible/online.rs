@@ -52,6 +52,14 @@
 //! counts the failed chunks that held it, and the failure that takes some unit past `retries`
 //! fails the job ([`OnlineMaster::fail`]); a restart counts the stored failed chunks again
 //! ([`OnlineMaster::restore_failed`]).
+//!
+//! A chunk lost with its worker (the agent silent for the dead timeout, restarted, or no longer
+//! holding it) is not a failure: its units go back to the pool whatever `retries` says, so an
+//! agent's restart fails no job. Losses are counted per unit all the same, and the loss that
+//! takes some unit to [`MAX_UNIT_LOSSES`] fails the job ([`OnlineMaster::lose`],
+//! [`OnlineMaster::lose_chunk`]): a chunk whose command takes its agent or node down would
+//! otherwise be planned again for ever, each time onto the next worker. A restart counts the
+//! stored lost chunks again ([`OnlineMaster::restore_lost`]).
 
 use super::estimate::WorkerEstimate;
 use super::{Algo, Chunk, PlanOptions, StarPlatform, StarWorker, TailChunk, plan};
@@ -63,6 +71,11 @@ pub const CALIBRATION_SHARE: f64 = 0.1;
 
 /// The relative error RUMR is planned for in the runtime (its tail is `φ = 0.2` of the load).
 pub const RUMR_ERROR: f64 = 0.2;
+
+/// A job fails once some unit has been in this many chunks lost with their workers
+/// ([`OnlineMaster::lose`]). Losses are not bounded by `retries`, which counts failures: a unit
+/// lost once or twice (an agent restarted, a node that died of its own accord) runs again.
+pub const MAX_UNIT_LOSSES: u32 = 3;
 
 /// A fresh plan replaces the rest of the current one when a worker's measured speed has moved
 /// this much (relative) from the speed the current plan was made with.
@@ -157,6 +170,8 @@ pub struct OnlineMaster {
     /// units in no range have none ([`OnlineMaster::fail`]). Ranges, not units: their bounds
     /// are failed chunks' bounds, so there are at most two per failed chunk, whatever the load.
     failures: BTreeMap<u64, (u64, u32)>,
+    /// Per unit, how many chunks holding it were lost with their workers, as `failures`.
+    losses: BTreeMap<u64, (u64, u32)>,
     failed: Option<String>,
     plans: u32,
     /// Highest round sent so far.
@@ -199,6 +214,7 @@ impl OnlineMaster {
             tail_round: 0,
             rumr_planned: false,
             failures: BTreeMap::new(),
+            losses: BTreeMap::new(),
             failed: None,
             plans: 0,
             sent_round: None,
@@ -231,7 +247,8 @@ impl OnlineMaster {
         self.done == self.cfg.units
     }
 
-    /// Why the job failed (a chunk failed more than `retries` times).
+    /// Why the job failed (a unit failed more than `retries` times, or was lost
+    /// [`MAX_UNIT_LOSSES`] times).
     pub fn failure(&self) -> Option<&str> {
         self.failed.as_deref()
     }
@@ -285,7 +302,9 @@ impl OnlineMaster {
         self.workers.len() - 1
     }
 
-    /// Worker `i` is gone: its chunks' units go back to the pool and are re-planned.
+    /// Worker `i` is gone: its chunks' units go back to the pool and are re-planned. Each of
+    /// their units counts a loss; the loss that takes one to [`MAX_UNIT_LOSSES`] fails the job
+    /// ([`OnlineMaster::failure`]).
     pub fn lose(&mut self, i: usize) -> Vec<Order> {
         let Some(w) = self.workers.get_mut(i) else {
             return Vec::new();
@@ -301,9 +320,24 @@ impl OnlineMaster {
             .collect();
         for o in &lost {
             self.out.remove(&o.chunk);
+            self.count_loss(o);
             self.give_back(o.start, o.end);
         }
         lost
+    }
+
+    /// Counts a loss for each unit of `o`, failing the job at [`MAX_UNIT_LOSSES`].
+    fn count_loss(&mut self, o: &Order) {
+        let most = count_in(&mut self.losses, o.start, o.end);
+        if most >= MAX_UNIT_LOSSES && self.failed.is_none() {
+            let worker = self.workers.get(o.worker).map_or("", |w| w.name.as_str());
+            self.failed = Some(format!(
+                "chunk {} (units {}..{}) was lost with its worker `{worker}`: some of its units \
+                 have been lost {most} times (at most {MAX_UNIT_LOSSES}; a chunk that takes its \
+                 agent or node down would otherwise run again for ever)",
+                o.chunk, o.start, o.end
+            ));
+        }
     }
 
     /// Worker `i` takes no more chunks (its node is drained): it leaves the plan, and the units
@@ -320,10 +354,12 @@ impl OnlineMaster {
         self.queue.retain(|it| it.worker != i);
     }
 
-    /// One chunk is lost (its worker no longer has it): its units go back to the pool.
+    /// One chunk is lost (its worker no longer has it): its units go back to the pool, each
+    /// counting a loss as in [`OnlineMaster::lose`].
     pub fn lose_chunk(&mut self, chunk: u64) -> Recorded {
         match self.out.remove(&chunk) {
             Some(o) => {
+                self.count_loss(&o);
                 self.give_back(o.start, o.end);
                 Recorded::Yes
             }
@@ -356,7 +392,7 @@ impl OnlineMaster {
         let Some(o) = self.out.remove(&chunk) else {
             return Recorded::Ignored;
         };
-        if self.count_failure(o.start, o.end) > self.cfg.retries {
+        if count_in(&mut self.failures, o.start, o.end) > self.cfg.retries {
             self.failed = Some(format!(
                 "chunk {} (units {}..{}) failed: {why}",
                 o.chunk, o.start, o.end
@@ -364,47 +400,6 @@ impl OnlineMaster {
         }
         self.give_back(o.start, o.end);
         Recorded::Yes
-    }
-
-    /// Counts one more failure for every unit of `[start, end)`: the most any of them has now.
-    fn count_failure(&mut self, start: u64, end: u64) -> u32 {
-        // The ranges that overlap [start, end), cut at its bounds: the parts outside keep
-        // their count, the parts inside gain one, and the gaps inside start at one.
-        let overlapping: Vec<(u64, u64, u32)> = self
-            .failures
-            .range(..end)
-            .rev()
-            .take_while(|&(_, &(e, _))| e > start)
-            .map(|(&s, &(e, n))| (s, e, n))
-            .collect();
-        let mut inside = Vec::new();
-        for (s, e, n) in overlapping {
-            self.failures.remove(&s);
-            if s < start {
-                self.failures.insert(s, (start, n));
-            }
-            if e > end {
-                self.failures.insert(end, (e, n));
-            }
-            inside.push((s.max(start), e.min(end), n + 1));
-        }
-        inside.sort_unstable();
-        let mut at = start;
-        let mut most = 0;
-        for (s, e, n) in inside {
-            if at < s {
-                self.failures.insert(at, (s, 1));
-                most = most.max(1);
-            }
-            self.failures.insert(s, (e, n));
-            most = most.max(n);
-            at = e;
-        }
-        if at < end {
-            self.failures.insert(at, (end, 1));
-            most = most.max(1);
-        }
-        most
     }
 
     /// Rebuilds a finished chunk after a restart (its units leave the pool; its times are
@@ -424,8 +419,16 @@ impl OnlineMaster {
     }
 
     /// Rebuilds a chunk that was lost before a restart: its units stay in the pool; only its
-    /// number and round are used up.
+    /// number and round are used up, and its units count the loss again (a restart gives no
+    /// unit its losses afresh; the job is not failed here, as in
+    /// [`OnlineMaster::restore_failed`]).
     pub fn restore_lost(&mut self, o: Order) {
+        self.restore_counters(&o);
+        count_in(&mut self.losses, o.start, o.end);
+    }
+
+    /// Rebuilds a chunk that was stopped when its job ended: its number and round are used up.
+    pub fn restore_stopped(&mut self, o: Order) {
         self.restore_counters(&o);
     }
 
@@ -434,7 +437,7 @@ impl OnlineMaster {
     /// is not failed here: the store holds a job that a failure failed as failed already.)
     pub fn restore_failed(&mut self, o: Order) {
         self.restore_counters(&o);
-        self.count_failure(o.start, o.end);
+        count_in(&mut self.failures, o.start, o.end);
     }
 
     fn restore_counters(&mut self, o: &Order) {
@@ -821,6 +824,47 @@ impl OnlineMaster {
             None => false,
         }
     }
+}
+
+/// Counts one more for every unit of `[start, end)` in `counts` (disjoint ranges, start → (end,
+/// count); units in no range have none): the most any of them has now.
+fn count_in(counts: &mut BTreeMap<u64, (u64, u32)>, start: u64, end: u64) -> u32 {
+    // The ranges that overlap [start, end), cut at its bounds: the parts outside keep
+    // their count, the parts inside gain one, and the gaps inside start at one.
+    let overlapping: Vec<(u64, u64, u32)> = counts
+        .range(..end)
+        .rev()
+        .take_while(|&(_, &(e, _))| e > start)
+        .map(|(&s, &(e, n))| (s, e, n))
+        .collect();
+    let mut inside = Vec::new();
+    for (s, e, n) in overlapping {
+        counts.remove(&s);
+        if s < start {
+            counts.insert(s, (start, n));
+        }
+        if e > end {
+            counts.insert(end, (e, n));
+        }
+        inside.push((s.max(start), e.min(end), n + 1));
+    }
+    inside.sort_unstable();
+    let mut at = start;
+    let mut most = 0;
+    for (s, e, n) in inside {
+        if at < s {
+            counts.insert(at, (s, 1));
+            most = most.max(1);
+        }
+        counts.insert(s, (e, n));
+        most = most.max(n);
+        at = e;
+    }
+    if at < end {
+        counts.insert(at, (end, 1));
+        most = most.max(1);
+    }
+    most
 }
 
 #[cfg(test)]
@@ -1290,10 +1334,10 @@ mod tests {
         let ranges = |m: &OnlineMaster| -> Vec<(u64, u64, u32)> {
             m.failures.iter().map(|(&s, &(e, n))| (s, e, n)).collect()
         };
-        assert_eq!(m.count_failure(100, 200), 1);
-        assert_eq!(m.count_failure(300, 400), 1);
+        assert_eq!(count_in(&mut m.failures, 100, 200), 1);
+        assert_eq!(count_in(&mut m.failures, 300, 400), 1);
         // Over both, the gap between them and past them: the gaps count their first failure.
-        assert_eq!(m.count_failure(150, 350), 2);
+        assert_eq!(count_in(&mut m.failures, 150, 350), 2);
         assert_eq!(
             ranges(&m),
             vec![
@@ -1305,10 +1349,10 @@ mod tests {
             ]
         );
         // Disjoint from every failure so far: one, whatever failed next to it.
-        assert_eq!(m.count_failure(400, 500), 1);
-        assert_eq!(m.count_failure(0, 100), 1);
+        assert_eq!(count_in(&mut m.failures, 400, 500), 1);
+        assert_eq!(count_in(&mut m.failures, 0, 100), 1);
         // Within one range.
-        assert_eq!(m.count_failure(160, 170), 3);
+        assert_eq!(count_in(&mut m.failures, 160, 170), 3);
         assert_eq!(
             ranges(&m)[..4],
             [(0, 100, 1), (100, 150, 1), (150, 160, 2), (160, 170, 3)]
@@ -1366,5 +1410,59 @@ mod tests {
         });
         m.fail(1, "exited with exit status: 3");
         assert_eq!(m.failure(), None);
+    }
+
+    /// A chunk lost with its worker does not spend `retries` (an agent's restart fails no
+    /// job, even with the default `retries = 0`), but the loss that takes a unit to
+    /// `MAX_UNIT_LOSSES` fails the job, naming the chunk and its worker; a restart counts the
+    /// stored losses again. Before, a chunk that took its agent down ran again for ever.
+    #[test]
+    fn a_unit_lost_with_its_workers_max_unit_losses_times_fails_the_job_and_fewer_do_not() {
+        let cfg = OnlineConfig {
+            algo: Algo::Umr,
+            units: 600,
+            retries: 0,
+        };
+        let order = |chunk, worker, start, end| Order {
+            chunk,
+            worker,
+            round: 0,
+            start,
+            end,
+        };
+        let mut m = OnlineMaster::new(cfg.clone());
+        let names = ["a", "b", "c"];
+        let w: Vec<usize> = names.iter().map(|n| m.join(n, None)).collect();
+        // Unit 150 is lost twice: with its worker, then dropped by the next one.
+        m.restore_out(order(0, w[0], 140, 160));
+        m.lose(w[0]);
+        m.restore_out(order(1, w[1], 145, 155));
+        assert_eq!(m.lose_chunk(1), Recorded::Yes);
+        assert_eq!(m.failure(), None, "two losses run again");
+        // Other units lost twice more do not add up with unit 150's.
+        m.restore_out(order(2, w[1], 155, 170));
+        m.lose_chunk(2);
+        assert_eq!(m.failure(), None);
+        // The third loss of unit 150.
+        m.join("a", None);
+        m.restore_out(order(3, w[2], 150, 151));
+        m.lose(w[2]);
+        let why = m.failure().expect("the third loss fails the job");
+        assert!(
+            why.starts_with("chunk 3 (units 150..151) was lost with its worker `c`")
+                && why.contains("lost 3 times"),
+            "{why}"
+        );
+        // After a restart: the two stored losses of unit 150 still count, so its next loss is
+        // its third; a stopped chunk counts none.
+        let mut m = OnlineMaster::new(cfg);
+        let a = m.join("a", None);
+        m.restore_lost(order(0, a, 140, 160));
+        m.restore_lost(order(1, a, 145, 155));
+        m.restore_stopped(order(2, a, 150, 151));
+        assert_eq!(m.failure(), None, "a restart fails nothing by itself");
+        m.restore_out(order(3, a, 150, 152));
+        m.lose_chunk(3);
+        assert!(m.failure().is_some_and(|w| w.contains("lost 3 times")));
     }
 }
