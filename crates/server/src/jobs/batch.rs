@@ -2417,19 +2417,15 @@ impl JobKind for Batch {
             t.started_ns = r.started_ns;
         }
         // Offloaded: it ran on its ANode's devices from its start there (the view's booking,
-        // released above, was the NNode's; agents that predate them say neither).
+        // released above, was the NNode's; what the result does not say, or says wrong, stays
+        // the dispatch's).
         if let Some(anode) = t.executed {
-            if r.offload_started_ns > 0 {
-                t.started_ns = r.offload_started_ns;
+            let ran = super::offload_run(cx.nodes, anode, t.devices.len(), r);
+            if let Some(started) = ran.started_ns {
+                t.started_ns = started;
             }
-            // No more devices than it asked for (the ANode gives at least one), each one the
-            // ANode has: else the report is not believed and the dispatch's stay.
-            let has = cx.nodes.get(anode).map_or(0, |n| n.spec.accelerators.len());
-            if !r.offload_devices.is_empty()
-                && r.offload_devices.len() <= t.devices.len().max(1)
-                && r.offload_devices.iter().all(|&d| (d as usize) < has)
-            {
-                t.devices = r.offload_devices.as_slice().into();
+            if let Some(devices) = ran.devices {
+                t.devices = devices.into();
             }
         }
         t.finished_ns = r.finished_ns.max(t.started_ns);

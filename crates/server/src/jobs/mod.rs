@@ -114,6 +114,40 @@ pub(crate) fn check_indices_seen(
     }
 }
 
+/// Where and when an attempt offloaded to an ANode really ran, as its result says (spec 01):
+/// [`offload_run`]. `None`: not said (an agent that predates the fields), or not believed; the
+/// kind then keeps what it had (the dispatch's devices, the NNode's start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OffloadRun<'r> {
+    /// Its start on the ANode (the ANode's clock).
+    pub started_ns: Option<u64>,
+    /// The ANode's devices it ran on.
+    pub devices: Option<&'r [u32]>,
+}
+
+/// What result `r` of an attempt offloaded to ANode `anode`, dispatched with `booked` devices,
+/// says of where and when it ran there. The batch and workflow kinds both list it, so the one
+/// check lives here: the devices are taken only when there are some, no more than it booked
+/// (the ANode gives at least one, so one even when it booked none) and each is a device the
+/// ANode has — the result comes from the NNode's agent, and a confused or forged report must
+/// not put devices the ANode lacks into the listings and the store.
+pub(crate) fn offload_run<'r>(
+    nodes: &Nodes,
+    anode: u32,
+    booked: usize,
+    r: &'r TaskResult,
+) -> OffloadRun<'r> {
+    let has = nodes.get(anode).map_or(0, |n| n.spec.accelerators.len());
+    let d = &r.offload_devices;
+    OffloadRun {
+        started_ns: (r.offload_started_ns > 0).then_some(r.offload_started_ns),
+        devices: (!d.is_empty()
+            && d.len() <= booked.max(1)
+            && d.iter().all(|&x| (x as usize) < has))
+        .then_some(d.as_slice()),
+    }
+}
+
 /// A kind's change counter, which calls held open on the kind wait on
 /// ([`crate::service::held_event`]). Cloned into the kind rebuilt after a rollback, so nothing
 /// waiting on it is stranded.
