@@ -51,7 +51,8 @@
 //!   queue has room; an unbound NNode offers no device. The ANode an attempt was offloaded to
 //!   is stored in the instance's row with the dispatch (`wf_instances.executed_node`,
 //!   [`JobKind::offloaded`]), as a batch task's is: listings name it after a restart, and the
-//!   state reads back the offloads still running, which the ANode's loss re-runs;
+//!   state reads back the offloads still running, which the ANode's loss re-runs. Its result's
+//!   ANode devices and start there replace the dispatch's ([`super::offload_run`]);
 //! - **restart**: jobs and instances are rows of `wf_jobs` / `wf_instances`; the graph is rebuilt
 //!   by replaying the successes, and ready instances not running are placed again;
 //! - **waiting** ([`waiting`]): a workflow submitted `--after` other jobs, `--hold` or `--begin`
@@ -1868,7 +1869,20 @@ impl JobKind for Workflows {
             Self::unbook(cx, &mut job, i);
             let x = &mut job.insts[i as usize];
             x.started_ns = r.started_ns;
-            x.finished_ns = r.finished_ns;
+            // Offloaded: it ran on its ANode's devices from its start there, as a batch task
+            // (the booking, released above, was the NNode's; what the result does not say, or
+            // says wrong, stays the dispatch's). Stored with the row, so a restart lists them.
+            if let Some(anode) = x.executed {
+                let ran = super::offload_run(cx.nodes, anode, x.devices.len(), r);
+                if let Some(started) = ran.started_ns {
+                    x.started_ns = started;
+                }
+                if let Some(devices) = ran.devices {
+                    x.devices = devices.to_vec();
+                }
+            }
+            // Two clocks (the ANode's start, the NNode's end): a run never ends before it began.
+            x.finished_ns = r.finished_ns.max(x.started_ns);
             x.exit_code = r.exit_code;
             x.usage = r.usage;
             cx.metrics.used(r.usage.as_ref());
@@ -1876,8 +1890,12 @@ impl JobKind for Workflows {
             if r.success {
                 cx.metrics.result(crate::metrics::Outcome::Succeeded);
                 let t = job.task_of(i).0;
+                // The run time as listed and stored (from the start on the ANode when
+                // offloaded), so a restart, which records it from the row, counts the same.
+                let x = &job.insts[i as usize];
+                let took = x.finished_ns.saturating_sub(x.started_ns);
                 if let Some(o) = job.observed.get_mut(t) {
-                    o.record(r.finished_ns.saturating_sub(r.started_ns));
+                    o.record(took);
                 }
                 let x = &mut job.insts[i as usize];
                 x.st = St::Done;

@@ -37,8 +37,9 @@
 //!   transaction, so `hetsched tasks` shows it as the executed node after a restart or a
 //!   rollback too, and the attempts still running are remembered here again
 //!   ([`State::restore_offloads`]): the ANode's loss re-queues them as before. For a batch task
-//!   the ANode's devices and its start there come with the result (`offload_devices`,
-//!   `offload_started_ns`) and replace the dispatch's in the row.
+//!   and a workflow instance alike the ANode's devices and its start there come with the result
+//!   (`offload_devices`, `offload_started_ns`) and replace the dispatch's in the row, once the
+//!   one check, [`crate::jobs::offload_run`], believes them.
 
 use super::State;
 use super::StateError;

@@ -2209,3 +2209,143 @@ fn an_anodes_death_reruns_the_workflow_instance_offloaded_to_it() {
 fn an_anodes_death_after_a_restart_reruns_the_workflow_instance_offloaded_to_it() {
     anode_dies_under_an_offloaded_instance(true);
 }
+
+/// Rack A: the ANode `anode` with two devices and the NNode `n1` bound to it; a workflow of
+/// `instances` GPU instances only `n1` may run, submitted. Returns (anode, n1, job).
+fn two_device_anode(s: &mut State, agents: &mut Agents, instances: u32) -> (u32, u32, u64) {
+    let anode = common::register_with_gpus(s, "anode", 4, 2);
+    let n1 = common::register_with(s, "n1", 4, &["side"]);
+    agents.racks.insert(n1, "A".into());
+    anode_beats(s, anode, "A");
+    agents.beat(s, n1);
+    let job = s
+        .submit(
+            "gpu.toml",
+            &format!(
+                "balancer = \"centralised\"\n[[task]]\nname = \"g\"\ninstances = {instances}\n\
+                 gpus = 1\nrequires = [\"side\"]\noutputs = [\"o\"]\n\
+                 command = \"echo > {{output:o}}\"\n"
+            ),
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    agents.task_base = agents_base(s, job);
+    (anode, n1, job)
+}
+
+/// `n1`'s running instance `task` succeeded, as its agent reports it: `result` filled in.
+fn offload_succeeded(agents: &mut Agents, n1: u32, task: u64, result: pb::TaskResult) {
+    let attempt = agents.running[&n1]
+        .iter()
+        .find(|&&(t, _)| t == task)
+        .map(|&(_, a)| a)
+        .expect("running");
+    if let Some(r) = agents.running.get_mut(&n1) {
+        r.retain(|&(t, _)| t != task);
+    }
+    agents.special.entry(n1).or_default().push(pb::TaskResult {
+        task_id: task,
+        attempt,
+        success: true,
+        ..result
+    });
+    agents.ended(n1, task);
+}
+
+/// A workflow instance offloaded to an ANode is listed with the ANode's device it ran on and
+/// its start there (the result's `offload_devices`, `offload_started_ns`), as a batch task is,
+/// and so after a restart (the instance's row); the device the NNode was seen with at dispatch
+/// and the NNode's start were listed before. A device the ANode lacks, or more devices than
+/// the instance booked, are not believed: it keeps the dispatch's (its start there is taken).
+#[test]
+fn an_offloaded_workflow_instance_is_listed_with_the_anodes_device_and_its_start_there() {
+    let dir = scratch("accel-device");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let (_anode, n1, job) = two_device_anode(&mut s, &mut agents, 3);
+    let given = agents.beat(&mut s, n1).assignments;
+    let mut on: Vec<(u32, u64)> = given.iter().map(|a| (a.devices[0], a.task_id)).collect();
+    on.sort();
+    assert_eq!(
+        on.iter().map(|&(d, _)| d).collect::<Vec<_>>(),
+        [0, 1],
+        "n1 reaches the ANode's two devices: {given:?}"
+    );
+    let (told, forged) = (on[0].1, on[1].1);
+    // The one dispatched with device 0 ran on the ANode's device 1 (the ANode picks its free
+    // devices); the other's report names a device the ANode does not have.
+    offload_succeeded(
+        &mut agents,
+        n1,
+        told,
+        pb::TaskResult {
+            started_ns: 1_000,
+            finished_ns: 9_000,
+            offload_started_ns: 5_000,
+            offload_devices: vec![1],
+            ..Default::default()
+        },
+    );
+    offload_succeeded(
+        &mut agents,
+        n1,
+        forged,
+        pb::TaskResult {
+            started_ns: 2_000,
+            finished_ns: 8_000,
+            offload_started_ns: 6_000,
+            offload_devices: vec![7],
+            ..Default::default()
+        },
+    );
+    // Their results; the same reply offloads the third, whose report names more devices than
+    // it booked.
+    let third = agents.beat(&mut s, n1).assignments;
+    assert_eq!(third.len(), 1, "{third:?}");
+    let (greedy, greedy_device) = (third[0].task_id, third[0].devices.clone());
+    offload_succeeded(
+        &mut agents,
+        n1,
+        greedy,
+        pb::TaskResult {
+            started_ns: 3_000,
+            finished_ns: 7_000,
+            offload_started_ns: 4_000,
+            offload_devices: vec![0, 1],
+            ..Default::default()
+        },
+    );
+    agents.beat(&mut s, n1);
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    let shown = |s: &State| {
+        let mut v: Vec<(u64, Vec<u32>, u64, u64, String)> = s
+            .tasks(job)
+            .expect("instances")
+            .tasks
+            .into_iter()
+            .map(|t| {
+                (
+                    t.id,
+                    t.devices,
+                    t.started_ns,
+                    t.finished_ns,
+                    t.executed_node,
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let mut want = vec![
+        (told, vec![1], 5_000, 9_000, "anode".to_string()),
+        (forged, vec![1], 6_000, 8_000, "anode".to_string()),
+        (greedy, greedy_device, 4_000, 7_000, "anode".to_string()),
+    ];
+    want.sort();
+    assert_eq!(shown(&s), want);
+    drop(s);
+    let s = open(&dir, WorkflowConfig::default());
+    assert_eq!(shown(&s), want, "after a restart");
+    let _ = std::fs::remove_dir_all(&dir);
+}
