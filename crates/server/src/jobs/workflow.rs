@@ -26,7 +26,8 @@
 //!   each input's node and path, and its agent fetches them first. Before a consumer is sent,
 //!   every input's node must be alive; an output whose node died is produced again (its
 //!   producer runs again), and the consumer waits for it on the node that took it;
-//! - **losses**: an instance lost with its node (or its agent) runs again;
+//! - **losses**: an instance lost with its node (or its agent, or the ANode it was offloaded
+//!   to) runs again, listed as `attempt N lost: REASON` until that attempt ends;
 //! - every run again (a retry, a loss, a ready instance after a restart) is placed by the
 //!   machine like a ready instance ([`LaunchNode::resubmit`], [`Dispatcher::resubmit`]): under
 //!   `pcddb` it travels in the next allocation request. A re-production that a consumer already
@@ -2079,6 +2080,8 @@ impl JobKind for Workflows {
             );
             x.st = St::Ready;
             x.node = None;
+            // Listed until the attempt that runs it again ends, as a batch task's.
+            x.message = format!("attempt {} lost: {reason}", x.attempt);
             Self::unbook(cx, &mut job, i);
             job.rerun.push(i);
             self.dirty.insert((seq, i));

@@ -2167,9 +2167,9 @@ fn anode_dies_under_an_offloaded_instance(restart: bool) {
     s.check_dead(Duration::from_millis(20)).expect("check");
     let t = &s.tasks(job).expect("instances").tasks[0];
     assert_eq!(
-        (t.state.as_str(), t.attempt),
-        ("ready", 1),
-        "lost with its ANode: {t:?}"
+        (t.state.as_str(), t.attempt, t.message.as_str()),
+        ("ready", 1, "attempt 1 lost: its ANode `anode` was lost"),
+        "lost with its ANode, and listed so, as a batch task is: {t:?}"
     );
     let reply = agents.beat(&mut s, n1);
     assert_eq!(
@@ -2347,5 +2347,35 @@ fn an_offloaded_workflow_instance_is_listed_with_the_anodes_device_and_its_start
     drop(s);
     let s = open(&dir, WorkflowConfig::default());
     assert_eq!(shown(&s), want, "after a restart");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A workflow instance lost with its ANode is listed as the lost attempt (`attempt 1 lost:
+/// its ANode … was lost`), as a batch task is, also after a restart (its row); before, its
+/// message said nothing of the loss.
+#[test]
+fn a_workflow_instance_lost_with_its_anode_is_listed_so_after_a_restart() {
+    let dir = scratch("accel-lost-message");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let (_anode, n1, job) = two_device_anode(&mut s, &mut agents, 1);
+    assert_eq!(agents.beat(&mut s, n1).assignments.len(), 1);
+    // `anode` falls silent and is declared dead.
+    std::thread::sleep(Duration::from_millis(30));
+    agents.beat(&mut s, n1);
+    s.check_dead(Duration::from_millis(20)).expect("check");
+    let listed = |s: &State| {
+        let t = &s.tasks(job).expect("instances").tasks[0];
+        (t.state.clone(), t.attempt, t.message.clone())
+    };
+    let want = (
+        "ready".to_string(),
+        1,
+        "attempt 1 lost: its ANode `anode` was lost".to_string(),
+    );
+    assert_eq!(listed(&s), want);
+    drop(s);
+    let s = open(&dir, WorkflowConfig::default());
+    assert_eq!(listed(&s), want, "after a restart");
     let _ = std::fs::remove_dir_all(&dir);
 }
