@@ -296,13 +296,16 @@ fn kill_group(pid: u32) -> bool {
 
 /// The record at `path` (empty if there is none). O_NOFOLLOW: a symlink planted as the record is
 /// an error, never followed (the agent would truncate its target, or kill the process groups it
-/// lists).
+/// lists). Bytes that are not UTF-8 (a write cut inside a character, a full disk's short
+/// write, a damaged block) spoil only their own line: the record was read as one string, and
+/// one such byte anywhere kept the agent from starting ("stream did not contain valid UTF-8"),
+/// its tasks left running and its results unsent.
 fn read_record(path: &Path) -> std::io::Result<String> {
     match open_no_follow(path, false) {
         Ok(mut f) => {
-            let mut t = String::new();
-            std::io::Read::read_to_string(&mut f, &mut t)?;
-            Ok(t)
+            let mut t = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut t)?;
+            Ok(String::from_utf8_lossy(&t).into_owned())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
         Err(e) => Err(e),
@@ -503,6 +506,29 @@ mod tests {
         let live = parse("start 1 1 100 5\nstart 2 1 101 6\nend 1 1\nstart 3 2 10");
         assert_eq!(live.len(), 1);
         assert_eq!(live[&(2, 1)].pid, 101);
+    }
+
+    /// A record with bytes that are not UTF-8 is read line by line as any other: the lines
+    /// around them count (before, the agent refused to start).
+    #[test]
+    fn a_record_with_bytes_that_are_not_utf8_is_still_recovered() {
+        let dir = std::env::temp_dir().join(format!("hetsched-ledger-utf8-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut text = b"result 7 1 1 0 10 20 d\xe9j\xe0 vu\n".to_vec();
+        text.extend_from_slice(b"offload 8 1 15 0,1\nresult 8 1 1 0 10 20 ok\nresult 9 1 0 1 1");
+        text.extend_from_slice(&[0xc3]);
+        std::fs::write(dir.join(FILE_NAME), &text).expect("write");
+        let (_ledger, found) = Ledger::recover(&dir).expect("recovered");
+        let ids: Vec<(u64, &str)> = found
+            .results
+            .iter()
+            .map(|r| (r.task_id, r.message.as_str()))
+            .collect();
+        assert_eq!(ids, [(7, "d\u{fffd}j\u{fffd} vu"), (8, "ok")]);
+        assert_eq!(found.results[1].offload_devices, [0, 1]);
+        assert!(kill_left_running(&dir, FILE_NAME).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
