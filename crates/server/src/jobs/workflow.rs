@@ -2168,15 +2168,48 @@ impl JobKind for Workflows {
             // The node's messages to this launch node.
             let jid = job.id();
             for env in report.balance.iter().filter(|e| e.job_id == jid) {
-                let Ok(m) = serde_json::from_str::<Message>(&env.message_json) else {
+                let Ok(mut m) = serde_json::from_str::<Message>(&env.message_json) else {
                     continue;
                 };
                 job.received += 1;
-                match &m.body {
+                // What the node says is checked before the launch node acts on it: a node
+                // speaks for itself only (a `return` may name the node a request could not
+                // reach), and names instances of this workflow only (an index past the
+                // instance table panicked, holding the state's lock).
+                let n_insts = job.insts.len();
+                let known = |i: &InstanceId| (i.0 as usize) < n_insts;
+                if m.from != node && !matches!(m.body, Body::Return(_)) {
+                    warn!(
+                        job = jid,
+                        node = node.0,
+                        from = m.from.0,
+                        "a PCDDB message in a node's heartbeat speaks for another node: ignored"
+                    );
+                    continue;
+                }
+                match &mut m.body {
                     Body::Reply { taken, .. } => {
-                        let q = job.assigned.entry(m.from.0).or_default();
-                        q.extend(taken.iter().map(|t| t.0));
+                        // Instances the workflow lacks: not run, and the node's machine is
+                        // told to forget them (it counts them in its instance table).
+                        let (ours, unknown): (Vec<InstanceId>, Vec<InstanceId>) =
+                            taken.iter().copied().partition(|i| known(i));
+                        if !unknown.is_empty() {
+                            warn!(
+                                job = jid,
+                                node = node.0,
+                                instances = unknown.len(),
+                                "a PCDDB reply names instances the workflow lacks: dropped"
+                            );
+                            let d = job.dropped.entry(node.0).or_default();
+                            for i in unknown {
+                                d.insert(i.0, DROPPED_REPLIES);
+                            }
+                        }
+                        let q = job.assigned.entry(node.0).or_default();
+                        q.extend(ours.iter().map(|t| t.0));
+                        *taken = ours;
                     }
+                    Body::Return(r) => r.instances.retain(|w| known(&w.instance)),
                     // Results come from the heartbeat's own (durable) results, not from here.
                     Body::Result { .. } => continue,
                     // A status for a cluster the node is no longer in (sent before the

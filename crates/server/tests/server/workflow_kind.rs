@@ -2379,3 +2379,104 @@ fn a_workflow_instance_lost_with_its_anode_is_listed_so_after_a_restart() {
     assert_eq!(listed(&s), want, "after a restart");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What an agent's heartbeat says for PCDDB is checked before the launch node acts on it: a
+/// `reply` or `return` naming instances the workflow does not have is ignored (it indexed the
+/// instance table with them and panicked holding the state's lock, which every later call then
+/// found poisoned: one agent's bad message stopped the server), and the workflow goes on.
+#[test]
+fn pcddb_messages_naming_instances_the_workflow_lacks_are_ignored() {
+    use hetsched_core::policy::graph::{AllocationRequest, Wanted};
+    let dir = scratch("forged-pcddb");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    agents.round(&mut s, &[n]);
+    let launch = NodeId(u32::MAX - 1);
+    let forged = |body: Body| pb::BalanceMessage {
+        job_id: job,
+        message_json: serde_json::to_string(&Message {
+            from: NodeId(n),
+            to: launch,
+            body,
+        })
+        .expect("json"),
+        peers: Default::default(),
+    };
+    let bad = InstanceId(1_000_000);
+    let returned = AllocationRequest {
+        cluster: ClusterId(0),
+        launch,
+        sent_at: 0,
+        instances: [Wanted {
+            instance: bad,
+            requires: 0,
+        }]
+        .into(),
+        table: vec![NodeId(n)].into(),
+    };
+    for body in [
+        Body::Reply {
+            cluster: ClusterId(0),
+            taken: vec![bad, InstanceId(u32::MAX)],
+            remaining: 0,
+        },
+        Body::Return(returned),
+    ] {
+        agents.outbox.entry(n).or_default().push(forged(body));
+        agents.beat(&mut s, n);
+        agents.round(&mut s, &[n]);
+    }
+    // Everything completes.
+    for _ in 0..40 {
+        agents.finish_all(n, true);
+        agents.round(&mut s, &[n]);
+    }
+    let info = s.get_job(job).expect("job");
+    assert_eq!(info.state, "completed", "{agents:?}");
+    assert!(
+        agents.assigned.iter().all(|a| a.1 <= 20),
+        "only the workflow's instances ran: {agents:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A node's heartbeat speaks for that node only: a `reply` (or `status`) in it naming another
+/// node as its sender is ignored, so no agent makes the server run instances on a node whose
+/// machine never took them (the node identity rule of runtime.md's Security section).
+#[test]
+fn a_pcddb_reply_in_one_nodes_heartbeat_cannot_speak_for_another_node() {
+    let dir = scratch("pcddb-from");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n0 = common::register(&mut s, "n0", 2);
+    let n1 = common::register(&mut s, "n1", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n0);
+    agents.beat(&mut s, n1);
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    // n0's heartbeat says n1 took the seed; n1's machine never did.
+    let forged = pb::BalanceMessage {
+        job_id: job,
+        message_json: serde_json::to_string(&Message {
+            from: NodeId(n1),
+            to: NodeId(u32::MAX - 1),
+            body: Body::Reply {
+                cluster: ClusterId(0),
+                taken: vec![InstanceId(0)],
+                remaining: 0,
+            },
+        })
+        .expect("json"),
+        peers: Default::default(),
+    };
+    agents.outbox.entry(n0).or_default().push(forged);
+    agents.beat(&mut s, n0);
+    agents.beat(&mut s, n1);
+    assert!(
+        !agents.assigned.iter().any(|a| a.0 == n1),
+        "n1 ran what n0 said it took: {agents:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
