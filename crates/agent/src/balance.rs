@@ -189,8 +189,43 @@ impl Balancer {
         out
     }
 
+    /// Whether `env`, from another agent (`AgentData.Deliver`), may be acted on: only an
+    /// allocation request passes between agents, and one of a workflow balanced here must be
+    /// addressed to this node and come from the workflow's launch node (a request naming
+    /// another made the machine hold its instances for ever: their reply went nowhere, so the
+    /// server never told it to forget them). One of a workflow not balanced here goes home, as
+    /// before ([`Balancer::deliver`]).
+    pub fn check_peer(&self, env: &pb::BalanceMessage) -> Result<(), String> {
+        let msg = serde_json::from_str::<Message>(&env.message_json)
+            .map_err(|e| format!("an undecodable PCDDB message: {e}"))?;
+        let Body::Request(r) = &msg.body else {
+            return Err(format!(
+                "a PCDDB `{}` message: only allocation requests pass between agents",
+                msg.body.kind()
+            ));
+        };
+        let Some(m) = self.jobs.get(&env.job_id) else {
+            return Ok(());
+        };
+        if self.me.is_some_and(|me| msg.to.0 != me) {
+            return Err(format!(
+                "a PCDDB request for node {}, not this one ({})",
+                msg.to.0,
+                self.me.unwrap_or_default()
+            ));
+        }
+        if r.launch != m.launch {
+            return Err(format!(
+                "a PCDDB request of workflow {} from launch node {}, not the workflow's ({})",
+                env.job_id, r.launch.0, m.launch.0
+            ));
+        }
+        Ok(())
+    }
+
     /// A message for one of this agent's machines (`from_peer`: from another agent, counted in
-    /// `received`; the launch node counts its own messages).
+    /// `received`, checked by [`Balancer::check_peer`] first, and the addresses it carries only
+    /// add nodes the server's list lacks; the launch node counts its own messages).
     pub fn deliver(&mut self, env: pb::BalanceMessage, now: u64, from_peer: bool) -> Vec<Forward> {
         if from_peer {
             self.received += 1;
@@ -218,7 +253,13 @@ impl Balancer {
             return Vec::new();
         };
         for (k, v) in env.peers {
-            m.peers.insert(k, v);
+            if from_peer {
+                // The server's address of a node stands: another agent's cannot redirect
+                // this node's requests (and the agent token they carry).
+                m.peers.entry(k).or_insert(v);
+            } else {
+                m.peers.insert(k, v);
+            }
         }
         let o = m.node.handle(NodeEvent::Deliver(msg), now);
         self.route(env.job_id, o)
@@ -531,6 +572,69 @@ mod tests {
         b.deliver(request(1, 2), 0, false);
         assert_eq!(kinds(&mut b), ["reply"]);
         assert_eq!(b.held(), 1);
+    }
+
+    /// Another agent's message is checked before the machine acts on it: a request naming a
+    /// launch node other than the workflow's, or addressed to another node, or anything but a
+    /// request, is refused naming the problem, and the machine takes nothing (a request from
+    /// another launch node made it hold instances whose reply went nowhere, for ever); the
+    /// addresses another agent sends do not replace the server's.
+    #[test]
+    fn a_peers_forged_pcddb_message_is_refused_and_takes_nothing_here() {
+        let mut b = Balancer::default();
+        let mut server = job(vec![0], 0);
+        server.peers.insert(2, "10.0.0.2:7000".into());
+        b.sync(1, 2, &[server]);
+        let forged = |launch: u32, to: u32| {
+            let mut m = request(0, 0);
+            let mut msg: Message = serde_json::from_str(&m.message_json).expect("json");
+            msg.to = NodeId(to);
+            if let Body::Request(r) = &mut msg.body {
+                r.launch = NodeId(launch);
+            }
+            m.message_json = serde_json::to_string(&msg).expect("json");
+            m
+        };
+        let e = b
+            .check_peer(&forged(5, 1))
+            .expect_err("another launch node");
+        assert!(
+            e.contains("from launch node 5, not the workflow's (99)"),
+            "{e}"
+        );
+        let e = b.check_peer(&forged(99, 3)).expect_err("another node");
+        assert!(e.contains("for node 3, not this one (1)"), "{e}");
+        let status = pb::BalanceMessage {
+            message_json: serde_json::to_string(&Message {
+                from: NodeId(2),
+                to: NodeId(1),
+                body: Body::Status {
+                    cluster: ClusterId(0),
+                },
+            })
+            .expect("json"),
+            ..request(0, 0)
+        };
+        let e = b.check_peer(&status).expect_err("not a request");
+        assert!(e.contains("`status` message"), "{e}");
+        let e = b
+            .check_peer(&pb::BalanceMessage {
+                message_json: "{".into(),
+                ..request(0, 0)
+            })
+            .expect_err("not JSON");
+        assert!(e.starts_with("an undecodable PCDDB message"), "{e}");
+        assert_eq!(b.held(), 0);
+        // A genuine one is taken; its addresses add nodes but do not replace the server's.
+        let mut genuine = request(0, 0);
+        genuine.peers.insert(2, "evil:1".into());
+        genuine.peers.insert(3, "10.0.0.3:7000".into());
+        assert_eq!(b.check_peer(&genuine), Ok(()));
+        b.deliver(genuine, 0, true);
+        assert_eq!(b.held(), 1);
+        let peers = &b.jobs[&7].peers;
+        assert_eq!(peers.get(&2).map(String::as_str), Some("10.0.0.2:7000"));
+        assert_eq!(peers.get(&3).map(String::as_str), Some("10.0.0.3:7000"));
     }
 
     /// An instance the machine took and the server then cancelled is listed in `dropped`: the

@@ -269,11 +269,12 @@ impl AgentData for DataService {
         &self,
         req: Request<pb::BalanceMessage>,
     ) -> Result<Response<pb::BalanceAck>, Status> {
-        let fwd = self
-            .balance
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .deliver(req.into_inner(), crate::launch::now_ns(), true);
+        let env = req.into_inner();
+        let fwd = {
+            let mut b = self.balance.lock().unwrap_or_else(|p| p.into_inner());
+            b.check_peer(&env).map_err(Status::invalid_argument)?;
+            b.deliver(env, crate::launch::now_ns(), true)
+        };
         balance::send(&self.balance, &self.auth, fwd, self.wake.clone());
         self.wake.notify_one();
         Ok(Response::new(pb::BalanceAck {}))
@@ -603,6 +604,76 @@ mod tests {
         assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
         let _ = std::fs::remove_dir_all(&work);
     }
+    /// `AgentData.Deliver` refuses, naming the problem, another agent's allocation request
+    /// that names a launch node other than the workflow's, and the machine takes nothing from
+    /// it; before, it took the instances and its reply went nowhere, so it held them for ever
+    /// (and, held up to MT × cores, took no more work).
+    #[tokio::test]
+    async fn a_pcddb_request_from_another_launch_node_is_refused_and_nothing_is_taken() {
+        use hetsched_core::NodeId;
+        use hetsched_core::policy::graph::{
+            AllocationRequest, Body, ClusterId, InstanceId, Message, Wanted,
+        };
+        let handle: balance::Handle = std::sync::Arc::default();
+        let job = pb::PcddbJob {
+            job_id: 7,
+            lt: 2,
+            mt: 3,
+            launch: 99,
+            task_base: 1000,
+            epoch: 1,
+            clusters: vec![0],
+            ..Default::default()
+        };
+        handle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sync(1, 2, &[job]);
+        let service = DataService {
+            work_dir: std::env::temp_dir(),
+            balance: handle.clone(),
+            auth: PeerAuth::default(),
+            wake: std::sync::Arc::default(),
+        };
+        let request = |launch: u32| pb::BalanceMessage {
+            job_id: 7,
+            message_json: serde_json::to_string(&Message {
+                from: NodeId(2),
+                to: NodeId(1),
+                body: Body::Request(AllocationRequest {
+                    cluster: ClusterId(0),
+                    launch: NodeId(launch),
+                    sent_at: 0,
+                    instances: [Wanted {
+                        instance: InstanceId(0),
+                        requires: 0,
+                    }]
+                    .into(),
+                    table: vec![NodeId(1)].into(),
+                }),
+            })
+            .expect("json"),
+            peers: Default::default(),
+        };
+        let held = || handle.lock().unwrap_or_else(|p| p.into_inner()).held();
+        let e = service
+            .deliver(Request::new(request(5)))
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(
+            e.message()
+                .contains("from launch node 5, not the workflow's (99)"),
+            "{e:?}"
+        );
+        assert_eq!(held(), 0, "nothing taken");
+        service
+            .deliver(Request::new(request(99)))
+            .await
+            .expect("the launch node's");
+        assert_eq!(held(), 1);
+    }
+
     /// An instance that runs on an ANode (its assignment names one) gets paths relative to its
     /// directory and a spec the offload ships from it: that directory as `workdir`, its inputs
     /// (with the marker that makes `out/` there) and its declared outputs; a local one keeps
