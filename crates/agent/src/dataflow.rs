@@ -288,26 +288,51 @@ impl AgentData for DataService {
     }
 }
 
+/// Longest a fetch waits for the producer's agent to answer, or for its next chunk: an agent
+/// that takes the connection and then says nothing (stopped, its disk hung) fails the fetch
+/// as an unreachable one, instead of holding the consumer in its preparation for ever.
+pub const FETCH_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Fetches one file from another agent into `to`.
 async fn fetch(address: &str, auth: &PeerAuth, rel: &str, to: &Path) -> Result<u64, String> {
-    let mut c = auth
-        .connect(address)
+    fetch_within(address, auth, rel, to, FETCH_IDLE).await
+}
+
+/// [`fetch`], waiting at most `idle` for each step (connection, answer, next chunk).
+async fn fetch_within(
+    address: &str,
+    auth: &PeerAuth,
+    rel: &str,
+    to: &Path,
+    idle: std::time::Duration,
+) -> Result<u64, String> {
+    let silent = || {
+        format!(
+            "{PRODUCER_UNREACHABLE}{address} said nothing for {} s",
+            idle.as_secs_f64()
+        )
+    };
+    let mut c = tokio::time::timeout(idle, auth.connect(address))
         .await
+        .map_err(|_| silent())?
         .map_err(|e| format!("{PRODUCER_UNREACHABLE}{e}"))?;
-    let mut stream = c
-        .fetch(pb::FetchRequest {
+    let mut stream = tokio::time::timeout(
+        idle,
+        c.fetch(pb::FetchRequest {
             path: rel.to_string(),
-        })
-        .await
-        .map_err(|s| s.message().to_string())?
-        .into_inner();
+        }),
+    )
+    .await
+    .map_err(|_| silent())?
+    .map_err(|s| s.message().to_string())?
+    .into_inner();
     let mut file = tokio::fs::File::create(to)
         .await
         .map_err(|e| format!("{}: {e}", to.display()))?;
     let mut n = 0u64;
-    while let Some(chunk) = stream
-        .message()
+    while let Some(chunk) = tokio::time::timeout(idle, stream.message())
         .await
+        .map_err(|_| silent())?
         .map_err(|s| s.message().to_string())?
     {
         n += chunk.data.len() as u64;
@@ -672,6 +697,46 @@ mod tests {
             .await
             .expect("the launch node's");
         assert_eq!(held(), 1);
+    }
+
+    /// A producer's agent that takes the connection and says nothing (stopped, say) fails the
+    /// fetch after the idle time as an unreachable producer; before, the consumer waited in its
+    /// preparation for ever, where neither its time limit nor a cancel reaches it.
+    #[tokio::test]
+    async fn a_producer_that_says_nothing_fails_the_fetch_as_unreachable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("addr").to_string();
+        // Takes connections and holds them, silent.
+        let held = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                kept.push(c);
+            }
+        });
+        let dir = std::env::temp_dir().join(format!("hetsched-silent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let idle = std::time::Duration::from_millis(300);
+        let fetched = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            fetch_within(
+                &address,
+                &PeerAuth::default(),
+                "wf/1/P-0/out/o",
+                &dir.join("o"),
+                idle,
+            ),
+        )
+        .await
+        .expect("the fetch gave up within its idle time");
+        let e = fetched.expect_err("nothing fetched");
+        assert!(
+            e.starts_with(PRODUCER_UNREACHABLE) && e.contains("said nothing for 0.3 s"),
+            "{e}"
+        );
+        held.abort();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// An instance that runs on an ANode (its assignment names one) gets paths relative to its
