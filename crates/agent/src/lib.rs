@@ -1199,6 +1199,29 @@ pub async fn run(
 
 /// Starts tasks on this node: assignments at once, prefetched ones from the queue as their
 /// cores free up.
+/// Runs `work` unless `kill` answers first (`Err` with why). A kill sender dropped unused is
+/// no kill: `work` goes on, and `kill` is replaced by a receiver that answers the same, since a
+/// oneshot that answered must not be polled again (the task's run polls it next).
+async fn unless_killed<T>(
+    work: impl std::future::Future<Output = T>,
+    kill: &mut oneshot::Receiver<launch::Kill>,
+) -> Result<T, launch::Kill> {
+    tokio::pin!(work);
+    let mut kill_open = true;
+    loop {
+        tokio::select! {
+            done = &mut work => return Ok(done),
+            why = &mut *kill, if kill_open => match why {
+                Ok(why) => return Err(why),
+                Err(_) => {
+                    kill_open = false;
+                    *kill = oneshot::channel().1;
+                }
+            },
+        }
+    }
+}
+
 struct Launcher<'a> {
     shared: &'a Arc<Mutex<Shared>>,
     notify: &'a Arc<Notify>,
@@ -1317,26 +1340,49 @@ impl Launcher<'_> {
             // A workflow instance: its inputs first, from their producers' agents (into a
             // directory of its account's, when it runs as one: a refused account is a failure
             // to start).
+            // A kill (a cancel, the attempt no longer this node's, the agent shutting down)
+            // stops the preparation too: fetching a large input may take long, and the
+            // instance's time limit only starts with its command.
+            let mut control = control;
             let spec = if a.instance_dir.is_empty() {
                 Ok(spec)
             } else {
-                match run_as::resolve(opts.run_as_owner, &spec.run_as, &opts.name).await {
-                    Err(e) => Err((e.to_string(), true)),
-                    Ok(account) => {
-                        dataflow::prepare(&a, &spec, &opts.work_dir, &auth, account.as_ref())
-                            .await
-                            .map(Arc::new)
-                            .map_err(|m| (m, false))
+                let prepared = async {
+                    match run_as::resolve(opts.run_as_owner, &spec.run_as, &opts.name).await {
+                        Err(e) => Err((e.to_string(), true, false)),
+                        Ok(account) => {
+                            dataflow::prepare(&a, &spec, &opts.work_dir, &auth, account.as_ref())
+                                .await
+                                .map(Arc::new)
+                                // Not the instance's failure: the server produces the input
+                                // again.
+                                .map_err(|m| {
+                                    let again = m.starts_with(dataflow::INPUT_UNAVAILABLE);
+                                    (m, false, again)
+                                })
+                        }
                     }
+                };
+                match unless_killed(prepared, &mut control.kill).await {
+                    Ok(prepared) => prepared,
+                    Err(launch::Kill::Shutdown) => Err((
+                        "killed while its inputs were fetched: its agent shut down".into(),
+                        false,
+                        true,
+                    )),
+                    Err(launch::Kill::Server) => Err((
+                        "killed at the server's request while its inputs were fetched".into(),
+                        false,
+                        false,
+                    )),
                 }
             };
             let result = match spec {
-                Err((m, start_failed)) => pb::TaskResult {
+                Err((m, start_failed, interrupted)) => pb::TaskResult {
                     task_id: a.task_id,
                     attempt: a.attempt,
                     exit_code: -1,
-                    // Not the instance's failure: the server produces the input again.
-                    interrupted: m.starts_with(dataflow::INPUT_UNAVAILABLE),
+                    interrupted,
                     start_failed,
                     message: m,
                     started_ns: launch::now_ns(),
@@ -1762,5 +1808,46 @@ mod tests {
                 "{why:?}, --drain {drain}"
             );
         }
+    }
+
+    /// A workflow instance's preparation (its inputs fetched from producers' agents, which may
+    /// take long) ends at a kill — a cancel, or the agent shutting down — instead of running to
+    /// its end first, where neither its time limit nor a cancel reached it; a kill sender
+    /// dropped unused lets it finish, and the run after it may still poll the receiver.
+    #[tokio::test]
+    async fn a_kill_ends_a_workflow_instances_preparation_and_a_dropped_sender_does_not() {
+        // A fetch that never ends, killed by the server, then by a shutdown.
+        for why in [launch::Kill::Server, launch::Kill::Shutdown] {
+            let (tx, mut rx) = oneshot::channel();
+            let waited =
+                tokio::spawn(
+                    async move { unless_killed(std::future::pending::<()>(), &mut rx).await },
+                );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = tx.send(why);
+            let ended = tokio::time::timeout(Duration::from_secs(5), waited)
+                .await
+                .expect("the kill ended the preparation")
+                .expect("joined");
+            assert_eq!(ended, Err(why));
+        }
+        // The sender dropped while it prepares: no kill; the receiver answers the same after.
+        let (tx, mut rx) = oneshot::channel::<launch::Kill>();
+        drop(tx);
+        let done = unless_killed(
+            async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                7
+            },
+            &mut rx,
+        )
+        .await;
+        assert_eq!(done, Ok(7));
+        assert!(rx.await.is_err(), "polled again without a panic: no kill");
+        // Prepared before any kill: the receiver still gets a later kill.
+        let (tx, mut rx) = oneshot::channel();
+        assert_eq!(unless_killed(async { 1 }, &mut rx).await, Ok(1));
+        let _ = tx.send(launch::Kill::Server);
+        assert!(matches!(rx.await, Ok(launch::Kill::Server)));
     }
 }
