@@ -13,6 +13,7 @@
 //! with their `ca`. Every call carries the agent token either way.
 
 use crate::balance;
+use hetsched_core::input::workflow::data_name_problem;
 use hetsched_core::input::workflow_runtime::expand;
 use hetsched_proto as pb;
 use hetsched_proto::agent_data_server::AgentData;
@@ -346,7 +347,8 @@ async fn fetch_within(
 
 /// An empty file in an offloaded instance's `out/`, shipped with its inputs so that the ANode's
 /// temporary directory has `out/` for the command to write its outputs in. No output is named
-/// so: a data name never starts with `.` (and [`crate::launch::component`] keeps it so).
+/// so: a data name never starts with `.` (the workflow parser's `data_name_problem`, which
+/// [`prepare`] applies too).
 pub const OUT_MARKER: &str = "out/.hetsched-out";
 
 /// Whether workflow instance `a` runs on an ANode (accelerator sharing, spec 01): the server
@@ -379,6 +381,15 @@ pub async fn prepare(
     let account = account.filter(|_| !a.inputs.is_empty() || !a.outputs.is_empty());
     if !safe_rel(&rel) || (account.is_some() && Path::new(&rel).components().count() != 3) {
         return Err(format!("bad instance directory `{}`", a.instance_dir));
+    }
+    // The names the core's parser accepts, and only those: each is one file name kept as it is
+    // and a placeholder `expand` can fill. A name outside the rule (a workflow stored before the
+    // rule, a server that does not check) would be renamed by [`crate::launch::component`] onto
+    // another item's file, or its placeholder left unfilled.
+    for name in a.inputs.iter().map(|i| &i.name).chain(&a.outputs) {
+        if let Some(problem) = data_name_problem(name) {
+            return Err(format!("data name `{}`: {problem}", name.escape_debug()));
+        }
     }
     let dir = work_dir.join(&rel);
     let remote = offloaded(a);
@@ -783,6 +794,55 @@ mod tests {
             Some("2")
         );
         assert!(dir.join(OUT_MARKER).is_file());
+        let _ = std::fs::remove_dir_all(&work);
+    }
+
+    /// A data name outside the parser's rule (`x{index}`, a workflow stored before it) fails
+    /// the instance naming it, before anything is made or fetched, locally and offloaded: its
+    /// placeholder would be left unfilled (`{index}` is filled first), and an empty name or
+    /// one starting with `.` was renamed onto another item's file (`""` → `_`).
+    #[tokio::test]
+    async fn an_instance_whose_data_name_breaks_placeholders_or_paths_is_refused() {
+        let work = std::env::temp_dir().join(format!("hetsched-wf-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        let spec = pb::TaskSpec {
+            argv: vec!["sh".into(), "-c".into(), "echo > {output:x{index}}".into()],
+            ..Default::default()
+        };
+        for anode in ["", "anode"] {
+            for (outputs, input, says) in [
+                (
+                    vec!["x{index}"],
+                    "",
+                    "data name `x{index}`: `x{index}` holds a `{` or `}`",
+                ),
+                (vec![""], "", "data name ``: must not be empty"),
+                (vec!["o"], ".x", "data name `.x`: `.x` starts with `.`"),
+            ] {
+                let a = pb::Assignment {
+                    instance_dir: "7/G-0".into(),
+                    index: 3,
+                    outputs: outputs.into_iter().map(String::from).collect(),
+                    inputs: if input.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![pb::WorkflowInput {
+                            name: input.into(),
+                            address: "127.0.0.1:1".into(),
+                            path: "wf/7/P-0/out/x".into(),
+                            ..Default::default()
+                        }]
+                    },
+                    offload_anode: anode.into(),
+                    ..Default::default()
+                };
+                let e = prepare(&a, &spec, &work, &PeerAuth::default(), None)
+                    .await
+                    .expect_err("refused");
+                assert!(e.starts_with(says), "{anode}: {e}");
+                assert!(!work.join("wf/7/G-0").exists(), "nothing made");
+            }
+        }
         let _ = std::fs::remove_dir_all(&work);
     }
 }

@@ -133,6 +133,52 @@ pub struct ParsedWorkflow {
     pub name: Option<String>,
 }
 
+/// Why `name` cannot name a data item (an entry of a task's `inputs` or `outputs`), if it
+/// cannot. The simulator and the runtime accept the same names (one parser), and the rule is
+/// what an agent needs of them:
+///
+/// - a command names the item in a placeholder, `{input:NAME}` or `{output:NAME}`, that the
+///   agent fills after `{index}`: a `{` or `}` in the name would break the placeholder (in
+///   `{output:x{index}}` the agent's `expand` first makes `{output:x3}`, which names nothing,
+///   locally and offloaded alike, and the submission's check of the placeholders misreads it);
+/// - the agent keeps the item in a file of that name (`out/NAME`, `in/NAME/K`), so it is one
+///   path component that does not start with `.` (`..` would leave the instance's directory, and
+///   `out/.hetsched-out` is the agent's own marker) and is not empty; the agent refuses
+///   anything else, so it never has to rename an item (`component` mapped `""` to `_`, the
+///   name of another item);
+/// - a control character would act on the terminal that shows an error quoting the name.
+///
+/// Its length is bounded for the runtime with an application name's
+/// ([`super::limits::check_workflow`]).
+pub fn data_name_problem(name: &str) -> Option<String> {
+    if name.trim().is_empty() {
+        return Some("must not be empty".into());
+    }
+    // Before the messages that quote the name.
+    if name.chars().any(char::is_control) {
+        return Some("holds a control character".into());
+    }
+    if name.contains(['{', '}']) {
+        return Some(format!(
+            "`{name}` holds a `{{` or `}}`; a command names the item in `{{input:NAME}}` or \
+             `{{output:NAME}}`, which braces in the name would break"
+        ));
+    }
+    if name.contains(['/', '\\']) {
+        return Some(format!(
+            "`{name}` holds a `/` or `\\`; an agent keeps the item in a file of that name, so it \
+             must be one path component"
+        ));
+    }
+    if name.starts_with('.') {
+        return Some(format!(
+            "`{name}` starts with `.`; an agent keeps the item in a file of that name (`..` would \
+             leave the instance's directory, and names starting with `.` are the agent's own)"
+        ));
+    }
+    None
+}
+
 /// Whether a task must state its cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Costs {
@@ -242,6 +288,14 @@ pub fn parse_workflow_with(
                          `node:NAME` are for batch, divisible and stream jobs)"
                     ),
                 ));
+            }
+        }
+        let data = [("inputs", &t.inputs), ("outputs", &t.outputs)];
+        for (list, names) in data {
+            for (j, n) in names.iter().enumerate() {
+                if let Some(problem) = data_name_problem(n.get_ref()) {
+                    return Err(src.error(at(n), field(&format!("{list}[{j}]")), problem));
+                }
             }
         }
         tasks.push(WorkflowTask {
@@ -686,6 +740,72 @@ outputs = ["c"]
             e,
             "wf.toml:5:11: task[0].inputs[0]: input `x` has no producer: no task lists it in `outputs`"
         );
+    }
+
+    /// A data name is written into `{input:NAME}`/`{output:NAME}` and is a file name on the
+    /// agents: braces, a path, a leading `.`, nothing at all or a control character are refused
+    /// where they are written, for the simulator and the runtime alike (before, `x{index}` was
+    /// accepted and its placeholder, filled after `{index}`, named nothing).
+    #[test]
+    fn data_names_that_break_placeholders_or_paths_are_refused_where_written() {
+        let wf = |outputs: &str, inputs: &str| {
+            format!(
+                "[[task]]\nname = \"A\"\ninstances = 3\ncost = \"1s\"\noutputs = [{outputs}]\n\
+                 [[task]]\nname = \"B\"\ninstances = 3\ncost = \"1s\"\ninputs = [{inputs}]\n"
+            )
+        };
+        for (outputs, says) in [
+            (
+                r#""m", "x{index}""#,
+                "wf.toml:5:17: task[0].outputs[1]: `x{index}` holds a `{` or `}`",
+            ),
+            (
+                r#""a}b""#,
+                "wf.toml:5:12: task[0].outputs[0]: `a}b` holds a `{` or `}`",
+            ),
+            (
+                r#""{m""#,
+                "wf.toml:5:12: task[0].outputs[0]: `{m` holds a `{` or `}`",
+            ),
+            (
+                r#""a/b""#,
+                "wf.toml:5:12: task[0].outputs[0]: `a/b` holds a `/`",
+            ),
+            (
+                r#""../up""#,
+                "wf.toml:5:12: task[0].outputs[0]: `../up` holds a `/`",
+            ),
+            (
+                r#""a\\b""#,
+                "wf.toml:5:12: task[0].outputs[0]: `a\\b` holds a `/`",
+            ),
+            (
+                r#"".x""#,
+                "wf.toml:5:12: task[0].outputs[0]: `.x` starts with `.`",
+            ),
+            (
+                r#""""#,
+                "wf.toml:5:12: task[0].outputs[0]: must not be empty",
+            ),
+            (
+                r#"" ""#,
+                "wf.toml:5:12: task[0].outputs[0]: must not be empty",
+            ),
+            (
+                r#""a\u001bb""#,
+                "wf.toml:5:12: task[0].outputs[0]: holds a control character",
+            ),
+        ] {
+            let e = error(&wf(outputs, r#""m""#));
+            assert!(e.starts_with(says), "{outputs}: {e}");
+        }
+        let e = error(&wf(r#""m""#, r#""m{index}""#));
+        assert!(
+            e.starts_with("wf.toml:10:11: task[1].inputs[0]: `m{index}` holds a `{` or `}`"),
+            "{e}"
+        );
+        // What an agent takes as it is: one path component, with `:`, spaces or dots inside.
+        assert!(parse(&wf(r#""m", "a:b", "a b.dat", "_x""#, r#""m", "a b.dat""#)).is_ok());
     }
 
     #[test]
