@@ -20,6 +20,7 @@
 //! time_limit = "11h 50m"            # how long the agent runs (its batch allocation, less a margin)
 //! idle_timeout = "5m"               # exit once nothing has run here for this long
 //! run_as_owner = true               # a user's tasks run as its Unix account (agent as root)
+//! max_input_bytes = "64GiB"         # the most written for one fetched workflow input
 //! [tls]                             # optional: workflow data and PCDDB between agents over TLS
 //! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
 //! key = "agent.key"
@@ -85,6 +86,11 @@ pub struct AgentConfig {
     pub run_as_owner: bool,
     /// TLS between agents (workflow data, PCDDB): the same options as the server's `[tls]`.
     pub tls: Option<TlsFiles>,
+    /// The most the agent writes for one workflow input it fetches from a producer's agent
+    /// (default [`crate::dataflow::DEFAULT_MAX_INPUT_BYTES`]): a producer's agent that sends
+    /// more (misbehaving, or any holder of the agent token) fails the fetch instead of filling
+    /// this node's disk.
+    pub max_input_bytes: Option<serde_spanned::Spanned<ByteSize>>,
     /// Declared accelerators (replace detected ones).
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,
@@ -117,7 +123,25 @@ impl AgentConfig {
                 ),
             ));
         }
+        if let Some(m) = &config.max_input_bytes
+            && m.get_ref().as_u64() == 0
+        {
+            return Err(src.error(
+                Some(m.span().start),
+                Some("max_input_bytes".into()),
+                "must be at least 1 byte (leave it out for the default, 64 GiB)",
+            ));
+        }
         Ok(config)
+    }
+
+    /// The most written for one fetched workflow input: `max_input_bytes`, or the default.
+    pub fn max_input_bytes(&self) -> u64 {
+        self.max_input_bytes
+            .as_ref()
+            .map_or(crate::dataflow::DEFAULT_MAX_INPUT_BYTES, |m| {
+                m.get_ref().as_u64()
+            })
     }
 
     /// The time limit written, if any.
@@ -170,6 +194,23 @@ mod tests {
             e.to_string().starts_with("agent.toml:2:16: run_as_owner"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn max_input_bytes_is_read_defaults_to_64_gib_and_zero_is_refused_at_its_line() {
+        assert_eq!(AgentConfig::default().max_input_bytes(), 64 << 30);
+        let c = AgentConfig::parse("agent.toml", "max_input_bytes = \"2GiB\"\n").expect("valid");
+        assert_eq!(c.max_input_bytes(), 2 << 30);
+        let e =
+            AgentConfig::parse("agent.toml", "cores = 2\nmax_input_bytes = 0\n").expect_err("zero");
+        assert!(
+            e.to_string()
+                .starts_with("agent.toml:2:19: max_input_bytes: must be at least 1 byte"),
+            "{e}"
+        );
+        let e = AgentConfig::parse("agent.toml", "max_input_bytes = \"lots\"\n")
+            .expect_err("not a size");
+        assert!(e.to_string().starts_with("agent.toml:1:19"), "{e}");
     }
 
     #[test]

@@ -37,13 +37,31 @@ pub const PRODUCER_UNREACHABLE: &str = "the producer's agent: ";
 /// Bytes per streamed chunk.
 pub const CHUNK: usize = 256 << 10;
 
+/// The most an agent writes for one fetched input unless its configuration says otherwise
+/// (`max_input_bytes`): generous for real workflow data, and a bound on what one producer's
+/// agent (any holder of the agent token, misbehaving or hostile) can put on this agent's disk.
+pub const DEFAULT_MAX_INPUT_BYTES: u64 = 64 << 30;
+
 /// An agent's workflow settings (issue 13).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct DataOptions {
     /// Attributes workflow tasks may `require` (`attributes = [...]` in the configuration).
     pub attributes: Vec<String>,
     /// (certificate, key) in PEM: serve `AgentData` over TLS on its own listener.
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
+    /// The most bytes written for one fetched input (`max_input_bytes`): a producer's agent
+    /// that sends more fails the fetch, and the consumer with it.
+    pub max_input_bytes: u64,
+}
+
+impl Default for DataOptions {
+    fn default() -> Self {
+        Self {
+            attributes: Vec::new(),
+            tls: None,
+            max_input_bytes: DEFAULT_MAX_INPUT_BYTES,
+        }
+    }
 }
 
 /// What a call to another agent carries: the agent token, and the CA that signed the other
@@ -294,29 +312,58 @@ impl AgentData for DataService {
 /// as an unreachable one, instead of holding the consumer in its preparation for ever.
 pub const FETCH_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Fetches one file from another agent into `to`.
-async fn fetch(address: &str, auth: &PeerAuth, rel: &str, to: &Path) -> Result<u64, String> {
-    fetch_within(address, auth, rel, to, FETCH_IDLE).await
+/// Why an input could not be fetched.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    /// It could not be had (the producer's agent, the network, this agent's disk): the server
+    /// produces it again ([`INPUT_UNAVAILABLE`]).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The producer's agent sent more than `limit` bytes (`max_input_bytes`). Not a lost
+    /// output: producing it again would send as much again, so the consumer fails.
+    #[error(
+        "the producer's agent sent more than this agent's `max_input_bytes` ({}) for it",
+        bytesize::ByteSize(*.limit)
+    )]
+    TooLarge {
+        /// `max_input_bytes`.
+        limit: u64,
+    },
 }
 
-/// [`fetch`], waiting at most `idle` for each step (connection, answer, next chunk).
+/// Fetches one file from another agent into `to`, at most `limit` bytes.
+async fn fetch(
+    address: &str,
+    auth: &PeerAuth,
+    rel: &str,
+    to: &Path,
+    limit: u64,
+) -> Result<u64, FetchError> {
+    fetch_within(address, auth, rel, to, FETCH_IDLE, limit).await
+}
+
+/// [`fetch`], waiting at most `idle` for each step (connection, answer, next chunk). A fetch
+/// that fails leaves no file at `to`: a partial copy is never read as the input, and one cut
+/// at `limit` is exactly what the bound keeps off the disk.
 async fn fetch_within(
     address: &str,
     auth: &PeerAuth,
     rel: &str,
     to: &Path,
     idle: std::time::Duration,
-) -> Result<u64, String> {
+    limit: u64,
+) -> Result<u64, FetchError> {
+    use FetchError::Unavailable;
     let silent = || {
-        format!(
+        Unavailable(format!(
             "{PRODUCER_UNREACHABLE}{address} said nothing for {} s",
             idle.as_secs_f64()
-        )
+        ))
     };
     let mut c = tokio::time::timeout(idle, auth.connect(address))
         .await
         .map_err(|_| silent())?
-        .map_err(|e| format!("{PRODUCER_UNREACHABLE}{e}"))?;
+        .map_err(|e| Unavailable(format!("{PRODUCER_UNREACHABLE}{e}")))?;
     let mut stream = tokio::time::timeout(
         idle,
         c.fetch(pb::FetchRequest {
@@ -325,24 +372,40 @@ async fn fetch_within(
     )
     .await
     .map_err(|_| silent())?
-    .map_err(|s| s.message().to_string())?
+    .map_err(|s| Unavailable(s.message().to_string()))?
     .into_inner();
     let mut file = tokio::fs::File::create(to)
         .await
-        .map_err(|e| format!("{}: {e}", to.display()))?;
-    let mut n = 0u64;
-    while let Some(chunk) = tokio::time::timeout(idle, stream.message())
-        .await
-        .map_err(|_| silent())?
-        .map_err(|s| s.message().to_string())?
-    {
-        n += chunk.data.len() as u64;
-        file.write_all(&chunk.data)
+        .map_err(|e| Unavailable(format!("{}: {e}", to.display())))?;
+    let copied = async {
+        let mut n = 0u64;
+        while let Some(chunk) = tokio::time::timeout(idle, stream.message())
             .await
-            .map_err(|e| format!("{}: {e}", to.display()))?;
+            .map_err(|_| silent())?
+            .map_err(|s| Unavailable(s.message().to_string()))?
+        {
+            // Checked before the chunk is written: the file never holds more than `limit`.
+            n = n.saturating_add(chunk.data.len() as u64);
+            if n > limit {
+                return Err(FetchError::TooLarge { limit });
+            }
+            file.write_all(&chunk.data)
+                .await
+                .map_err(|e| Unavailable(format!("{}: {e}", to.display())))?;
+        }
+        file.flush()
+            .await
+            .map_err(|e| Unavailable(format!("{}: {e}", to.display())))?;
+        Ok(n)
     }
-    file.flush().await.map_err(|e| e.to_string())?;
-    Ok(n)
+    .await;
+    if copied.is_err() {
+        drop(file);
+        if let Err(e) = tokio::fs::remove_file(to).await {
+            tracing::warn!("removing the partial input {}: {e}", to.display());
+        }
+    }
+    copied
 }
 
 /// An empty file in an offloaded instance's `out/`, shipped with its inputs so that the ANode's
@@ -359,7 +422,8 @@ pub fn offloaded(a: &pb::Assignment) -> bool {
 }
 
 /// Prepares workflow instance `a`: its directory, its inputs fetched from their producers'
-/// agents, and the command with its placeholders filled. Errors say which input failed. An
+/// agents (at most `max_input_bytes` each), and the command with its placeholders filled.
+/// Errors say which input failed. An
 /// instance that runs as `account` (`run_as_owner`) gets a new directory, the account's once
 /// its inputs are in.
 ///
@@ -375,6 +439,7 @@ pub async fn prepare(
     work_dir: &Path,
     auth: &PeerAuth,
     account: Option<&crate::run_as::Account>,
+    max_input_bytes: u64,
 ) -> Result<pb::TaskSpec, String> {
     let rel = format!("wf/{}", a.instance_dir);
     // An account's is `JOB/TASK-I`, as the server names them: [`open_output`] finds its owner.
@@ -449,14 +514,30 @@ pub async fn prepare(
             .await
             .map_err(|e| format!("{}: {e}", into.display()))?;
         let to = into.join(k.to_string());
-        fetch(&input.address, auth, &input.path, &to)
-            .await
-            .map_err(|e| {
-                format!(
+        if let Err(e) = fetch(&input.address, auth, &input.path, &to, max_input_bytes).await {
+            // The copies fetched so far go too: the next attempt fetches them again, and an
+            // instance that failed should not keep up to `max_input_bytes` per input here.
+            let _ = tokio::fs::remove_dir_all(dir.join("in")).await;
+            return Err(match e {
+                FetchError::Unavailable(e) => format!(
                     "{INPUT_UNAVAILABLE}{} {}: input `{}`: {e}",
                     input.node_id, input.path, input.name
-                )
-            })?;
+                ),
+                FetchError::TooLarge { .. } => format!(
+                    "input `{}` from node {} ({} at {}): {e}; the partial copy was removed \
+                     (raise `max_input_bytes` in this agent's configuration for inputs that \
+                     large)",
+                    input.name,
+                    input.node_id,
+                    input.path,
+                    if input.address.is_empty() {
+                        "no address"
+                    } else {
+                        &input.address
+                    }
+                ),
+            });
+        }
         let path = named(Path::new("in").join(&name).join(k.to_string()));
         if remote {
             shipped.push(path.clone());
@@ -598,9 +679,16 @@ mod tests {
         // A previous attempt's leftovers (the account's) go.
         let dir = work.join("wf/7/make-0");
         std::fs::create_dir_all(dir.join("old")).expect("old");
-        let ready = prepare(&a, &spec, &work, &PeerAuth::default(), Some(&nobody))
-            .await
-            .expect("prepared");
+        let ready = prepare(
+            &a,
+            &spec,
+            &work,
+            &PeerAuth::default(),
+            Some(&nobody),
+            DEFAULT_MAX_INPUT_BYTES,
+        )
+        .await
+        .expect("prepared");
         assert!(!dir.join("old").exists());
         for d in [dir.clone(), dir.join("out")] {
             let m = std::fs::metadata(&d).expect("meta");
@@ -737,11 +825,12 @@ mod tests {
                 "wf/1/P-0/out/o",
                 &dir.join("o"),
                 idle,
+                DEFAULT_MAX_INPUT_BYTES,
             ),
         )
         .await
         .expect("the fetch gave up within its idle time");
-        let e = fetched.expect_err("nothing fetched");
+        let e = fetched.expect_err("nothing fetched").to_string();
         assert!(
             e.starts_with(PRODUCER_UNREACHABLE) && e.contains("said nothing for 0.3 s"),
             "{e}"
@@ -771,9 +860,16 @@ mod tests {
             ..Default::default()
         };
         let dir = work.join("wf/7/G-0");
-        let local = prepare(&a, &spec, &work, &PeerAuth::default(), None)
-            .await
-            .expect("local");
+        let local = prepare(
+            &a,
+            &spec,
+            &work,
+            &PeerAuth::default(),
+            None,
+            DEFAULT_MAX_INPUT_BYTES,
+        )
+        .await
+        .expect("local");
         assert_eq!(
             local.argv[2],
             format!("echo 3 > {}", dir.join("out/o").display())
@@ -782,9 +878,16 @@ mod tests {
         assert!(local.inputs.is_empty() && local.outputs.is_empty());
         assert!(!dir.join(OUT_MARKER).exists());
         a.offload_anode = "anode".into();
-        let remote = prepare(&a, &spec, &work, &PeerAuth::default(), None)
-            .await
-            .expect("offloaded");
+        let remote = prepare(
+            &a,
+            &spec,
+            &work,
+            &PeerAuth::default(),
+            None,
+            DEFAULT_MAX_INPUT_BYTES,
+        )
+        .await
+        .expect("offloaded");
         assert_eq!(remote.argv[2], "echo 3 > out/o");
         assert_eq!(remote.workdir, dir.display().to_string());
         assert_eq!(remote.inputs, [OUT_MARKER]);
@@ -836,13 +939,108 @@ mod tests {
                     offload_anode: anode.into(),
                     ..Default::default()
                 };
-                let e = prepare(&a, &spec, &work, &PeerAuth::default(), None)
-                    .await
-                    .expect_err("refused");
+                let e = prepare(
+                    &a,
+                    &spec,
+                    &work,
+                    &PeerAuth::default(),
+                    None,
+                    DEFAULT_MAX_INPUT_BYTES,
+                )
+                .await
+                .expect_err("refused");
                 assert!(e.starts_with(says), "{anode}: {e}");
                 assert!(!work.join("wf/7/G-0").exists(), "nothing made");
             }
         }
         let _ = std::fs::remove_dir_all(&work);
+    }
+
+    /// A producer's agent that streams more than `max_input_bytes` for one input (misbehaving,
+    /// or any holder of the agent token) fails the consumer's preparation naming the input, the
+    /// producer and the limit, and leaves nothing of it on the disk: no partial copy, nor the
+    /// inputs fetched before it. Not as an unavailable input (producing it again would send as
+    /// much again). Before, the agent wrote whatever came, until its disk was full.
+    #[tokio::test]
+    async fn an_input_larger_than_max_input_bytes_fails_the_fetch_and_leaves_nothing() {
+        let root = std::env::temp_dir().join(format!("hetsched-wf-big-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (producer, consumer) = (root.join("producer"), root.join("consumer"));
+        let out = producer.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::write(out.join("small"), vec![b's'; 1000]).expect("small");
+        // Four and a half chunks.
+        std::fs::write(out.join("big"), vec![b'b'; 4 * CHUNK + CHUNK / 2]).expect("big");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("addr").to_string();
+        let service = DataService {
+            work_dir: producer.clone(),
+            balance: std::sync::Arc::default(),
+            auth: PeerAuth::default(),
+            wake: std::sync::Arc::default(),
+        };
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::agent_data_server::AgentDataServer::with_interceptor(
+                    service,
+                    crate::logs::check_token("t"),
+                ))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let auth = PeerAuth {
+            token: "t".into(),
+            ca: None,
+        };
+        let input = |name: &str| pb::WorkflowInput {
+            name: name.into(),
+            node_id: 3,
+            address: address.clone(),
+            path: format!("wf/7/P-0/out/{name}"),
+        };
+        let a = pb::Assignment {
+            instance_dir: "7/C-0".into(),
+            inputs: vec![input("small"), input("big")],
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            argv: vec!["cat".into(), "{input:small}".into(), "{input:big}".into()],
+            ..Default::default()
+        };
+        let limit = 2 * CHUNK as u64;
+        let e = prepare(&a, &spec, &consumer, &auth, None, limit)
+            .await
+            .expect_err("too large");
+        assert_eq!(
+            e,
+            format!(
+                "input `big` from node 3 (wf/7/P-0/out/big at {address}): the producer's agent \
+                 sent more than this agent's `max_input_bytes` (512.0 KiB) for it; the partial \
+                 copy was removed (raise `max_input_bytes` in this agent's configuration for \
+                 inputs that large)"
+            )
+        );
+        assert!(!e.starts_with(INPUT_UNAVAILABLE), "not produced again");
+        let dir = consumer.join("wf/7/C-0");
+        assert!(dir.is_dir() || !dir.exists());
+        assert!(!dir.join("in").exists(), "nothing of the inputs is left");
+        // At the limit exactly, it is fetched whole.
+        let ready = prepare(
+            &a,
+            &spec,
+            &consumer,
+            &auth,
+            None,
+            4 * CHUNK as u64 + CHUNK as u64 / 2,
+        )
+        .await
+        .expect("at the limit");
+        assert_eq!(
+            std::fs::metadata(&ready.argv[2]).expect("big").len(),
+            4 * CHUNK as u64 + CHUNK as u64 / 2
+        );
+        server.abort();
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

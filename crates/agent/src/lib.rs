@@ -1351,15 +1351,22 @@ impl Launcher<'_> {
                     match run_as::resolve(opts.run_as_owner, &spec.run_as, &opts.name).await {
                         Err(e) => Err((e.to_string(), true, false)),
                         Ok(account) => {
-                            dataflow::prepare(&a, &spec, &opts.work_dir, &auth, account.as_ref())
-                                .await
-                                .map(Arc::new)
-                                // Not the instance's failure: the server produces the input
-                                // again.
-                                .map_err(|m| {
-                                    let again = m.starts_with(dataflow::INPUT_UNAVAILABLE);
-                                    (m, false, again)
-                                })
+                            dataflow::prepare(
+                                &a,
+                                &spec,
+                                &opts.work_dir,
+                                &auth,
+                                account.as_ref(),
+                                opts.data.max_input_bytes,
+                            )
+                            .await
+                            .map(Arc::new)
+                            // Not the instance's failure: the server produces the input
+                            // again.
+                            .map_err(|m| {
+                                let again = m.starts_with(dataflow::INPUT_UNAVAILABLE);
+                                (m, false, again)
+                            })
                         }
                     }
                 };
