@@ -30,6 +30,16 @@
 //! If the group leader is gone, its group may still hold the task's children; the pid cannot have
 //! been given to a new process while that group exists, so the group is killed too.
 //!
+//! A write that fails is logged and the agent carries on. One cut short (a full disk) leaves a
+//! line without its newline, so the next record begins on a line of its own: only the damaged
+//! line is lost, not the record after it. A damaged line that still reads as a record is possible
+//! only for a `start` line cut inside its start time (recovery then takes its pid for another
+//! process's and leaves it alone, as if the line were lost), or an `end`/`acked` line cut inside
+//! its attempt number; a `result` line without all its fields is refused. Once a write finds room
+//! again, the file is rewritten from what the agent holds (as a compaction), which puts the
+//! damaged record back whole. The agent's own record is opened empty at start, so a torn last
+//! line of its predecessor's is never glued to.
+//!
 //! The file is written without `fsync` (a write reaches the kernel's page cache, which outlives the
 //! agent's process; only a crash of the whole machine loses it, and that kills the tasks too) and
 //! compacted — rewritten with the live entries only — when it grows, so it stays small and costs
@@ -82,14 +92,36 @@ pub struct Recovered {
     pub results: Vec<pb::TaskResult>,
 }
 
+/// Where the record's lines are written: its file (a test puts a disk that fills up in its
+/// place).
+struct Sink(Box<dyn Write + Send>);
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sink")
+    }
+}
+
+impl From<File> for Sink {
+    fn from(f: File) -> Self {
+        Self(Box::new(f))
+    }
+}
+
 /// The durable record of running tasks.
 #[derive(Debug)]
 pub struct Ledger {
     path: PathBuf,
-    file: Option<File>,
+    file: Option<Sink>,
     live: HashMap<(u64, u32), Entry>,
     unacked: Unacked,
     lines: usize,
+    /// A write failed, maybe part-way (a full disk): the file may end inside a line, so the
+    /// next record begins with a newline.
+    torn: bool,
+    /// A record is missing from the file or damaged there: the file is rewritten from what the
+    /// ledger holds ([`Ledger::compact`]) at the next write that finds room.
+    damaged: bool,
 }
 
 /// Field 22 (`starttime`) of `/proc/PID/stat`, `None` if the process does not exist.
@@ -135,7 +167,9 @@ fn parse_result(line: &str) -> Option<pb::TaskResult> {
         exit_code: f.next()?.parse().ok()?,
         started_ns: f.next()?.parse().ok()?,
         finished_ns: f.next()?.parse().ok()?,
-        message: f.next().unwrap_or("").to_string(),
+        // Always written, after a space even when empty: a line without it was cut short
+        // (inside FINISHED, perhaps), not a result without a message.
+        message: f.next()?.to_string(),
         usage: None,
         offload_started_ns: 0,
         offload_devices: Vec::new(),
@@ -371,12 +405,16 @@ impl Ledger {
         let (live, unacked) = parse_all(&text);
         let mut found = kill_recorded(live);
         let file = open_no_follow(&path, true)?;
+        // Opened empty (truncated), so a torn last line of the previous agent's record, read
+        // above, is never followed by this agent's lines.
         let mut ledger = Self {
             path,
-            file: Some(file),
+            file: Some(file.into()),
             live: HashMap::new(),
             unacked: HashMap::new(),
             lines: 0,
+            torn: false,
+            damaged: false,
         };
         // The new record starts with the results still awaiting their acknowledgement.
         let mut results: Vec<pb::TaskResult> = unacked.into_values().collect();
@@ -402,16 +440,41 @@ impl Ledger {
             live: HashMap::new(),
             unacked: HashMap::new(),
             lines: 0,
+            torn: false,
+            damaged: false,
         }
     }
 
+    /// Appends `line` (one record, its lines ending in `\n`). A write that fails is logged and
+    /// the agent carries on (its tasks matter more than their record), but a failure part-way
+    /// (a full disk's short write) leaves a line without its newline: the next record would be
+    /// glued to it and both lost at recovery — a `start` line, say, so that its task would not
+    /// be killed. So the next record begins on a line of its own (only the damaged line is
+    /// lost), and once a write finds room again the file is rewritten from memory, the damaged
+    /// record whole again.
     fn append(&mut self, line: &str) {
-        if let Some(f) = &mut self.file
-            && let Err(e) = f.write_all(line.as_bytes())
-        {
-            warn!("{}: {e}", self.path.display());
-        }
         self.lines += 1;
+        let Some(f) = &mut self.file else {
+            return;
+        };
+        let written = if self.torn {
+            f.0.write_all(format!("\n{line}").as_bytes())
+        } else {
+            f.0.write_all(line.as_bytes())
+        };
+        match written {
+            Err(e) => {
+                warn!("{}: {e}", self.path.display());
+                self.torn = true;
+                self.damaged = true;
+            }
+            Ok(()) => {
+                self.torn = false;
+                if self.damaged {
+                    self.compact();
+                }
+            }
+        }
     }
 
     /// Records that a task's process started.
@@ -455,7 +518,8 @@ impl Ledger {
         }
     }
 
-    /// Rewrites the file with the live entries only (a temporary file renamed over it).
+    /// Rewrites the file with the live entries and unacknowledged results only (a temporary
+    /// file renamed over it); on success the file holds every record whole.
     fn compact(&mut self) {
         if self.file.is_none() {
             self.lines = self.live.len();
@@ -484,8 +548,10 @@ impl Ledger {
             });
         match done {
             Ok(f) => {
-                self.file = Some(f);
+                self.file = Some(f.into());
                 self.lines = self.live.len() + self.unacked.len();
+                self.torn = false;
+                self.damaged = false;
             }
             Err(e) => warn!("compacting {}: {e}", self.path.display()),
         }
@@ -785,6 +851,94 @@ mod tests {
             "precious",
             "the link's target was not truncated"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A disk with `room` bytes left: a write takes what fits and fails once none is left, as
+    /// a full disk's short write does.
+    struct FillingDisk {
+        file: File,
+        room: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Write for FillingDisk {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let room = self.room.load(SeqCst);
+            if room == 0 && !buf.is_empty() {
+                return Err(std::io::Error::from_raw_os_error(nix::libc::ENOSPC));
+            }
+            let n = self.file.write(&buf[..buf.len().min(room)])?;
+            self.room.fetch_sub(n, SeqCst);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.file.flush()
+        }
+    }
+
+    /// A write cut short by a full disk damages its own line only: the next record starts on a
+    /// line of its own (before, it was glued to the torn one and both were lost at recovery — a
+    /// `start` line, so that its task would not have been killed), and once a write finds room
+    /// and the file can be rewritten, the damaged record is whole again.
+    #[test]
+    fn a_short_write_loses_only_its_own_line_and_the_record_is_whole_once_there_is_room() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let dir = test_dir("short");
+        let (mut l, _) = Ledger::recover(&dir).expect("recover");
+        let room = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join(FILE_NAME))
+            .expect("record");
+        l.file = Some(Sink(Box::new(FillingDisk {
+            file,
+            room: room.clone(),
+        })));
+        // The rewrite cannot happen yet: its temporary file's name is taken by a directory.
+        let tmp = dir.join(FILE_NAME).with_extension("tmp");
+        std::fs::create_dir(&tmp).expect("block the rewrite");
+        let live = || {
+            let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("record");
+            let mut ids: Vec<(u64, u32)> = parse(&text).into_keys().collect();
+            ids.sort_unstable();
+            (ids, text)
+        };
+        l.started(1, 1, 9_000_001);
+        room.store(7, SeqCst);
+        l.started(2, 1, 9_000_002); // "start 2" and no more
+        room.store(usize::MAX, SeqCst);
+        l.started(3, 1, 9_000_003);
+        let (ids, text) = live();
+        assert_eq!(
+            ids,
+            [(1, 1), (3, 1)],
+            "only the torn line is lost: {text:?}"
+        );
+        assert!(text.contains("\nstart 2\nstart 3 1 9000003 "), "{text:?}");
+        // A write that fails whole (no room at all) is damage too: the next one starts afresh.
+        room.store(0, SeqCst);
+        l.finished(&pb::TaskResult {
+            task_id: 4,
+            attempt: 1,
+            message: "m".into(),
+            ..Default::default()
+        });
+        room.store(usize::MAX, SeqCst);
+        std::fs::remove_dir(&tmp).expect("unblock the rewrite");
+        l.ended(1, 1);
+        let (ids, text) = live();
+        assert_eq!(ids, [(2, 1), (3, 1)], "the damaged start is back: {text:?}");
+        assert!(text.contains("result 4 1 "), "and the result: {text:?}");
+        assert!(!l.torn && !l.damaged);
+        drop(l);
+        // A result line cut inside its numbers, then ended by the next record's newline, is not
+        // read as a result (its FINISHED would be wrong, and it has no message field).
+        let (_, unacked) = parse_all("result 7 1 1 0 10 2\nresult 8 1 1 0 10 20 \n");
+        let mut ids: Vec<u64> = unacked.keys().map(|k| k.0).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [8]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
