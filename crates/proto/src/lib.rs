@@ -3,7 +3,8 @@
 //! the server and agent convert to and from the core's types at their edges.
 //!
 //! Also holds the authentication convention shared by every party: the server's token travels as
-//! `authorization: Bearer <token>` metadata ([`AUTH_HEADER`], [`bearer`]).
+//! `authorization: Bearer <token>` metadata ([`AUTH_HEADER`], [`bearer`]); and the one rule of
+//! offload tickets ([`ticket`]), which the server signs and an ANode's agent verifies.
 
 #[allow(missing_docs, clippy::all)]
 mod generated {
@@ -11,6 +12,8 @@ mod generated {
 }
 
 pub use generated::*;
+
+pub mod ticket;
 
 /// The longest the server holds an agent's call open while the agent is idle (`AwaitWork`, and
 /// `NextChunk` / `SyncWorkers` asked to be held): the agent calls again at once, so an idle agent
