@@ -265,9 +265,12 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
                 .iter()
                 .map(|d| {
                     let mut a = assignment(d);
-                    if let Some((_, b)) = r.offload_to.iter().find(|(t, _)| *t == d.task_id) {
+                    if let Some((_, b, ticket)) =
+                        r.offload_to.iter().find(|(t, _, _)| *t == d.task_id)
+                    {
                         a.offload_anode = b.anode.clone();
                         a.offload_address = b.address.clone();
+                        a.offload_ticket = ticket.clone();
                     }
                     a
                 })
@@ -290,6 +293,7 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             signals: r.signals.iter().map(task_signal).collect(),
             member_of: r.member_of.iter().map(task_ref).collect(),
             gathering: r.gathering,
+            offload_key: r.offload_key,
         }
     }
 }
@@ -344,6 +348,10 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         signals: r.signals.iter().map(task_signal).collect(),
         member_of: r.member_of.iter().map(task_ref).collect(),
         gathering: r.gathering,
+        // Set after the kinds filled the reply, to an ANode only: 34 bytes. (Each offloaded
+        // assignment's ANode, address and 34-byte ticket come then too: an NNode is sent as
+        // many offloads at once as it reaches devices.)
+        offload_key: Vec::new(),
     }
     .encoded_len()
 }

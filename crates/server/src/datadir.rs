@@ -4,7 +4,9 @@
 //! directory.
 //!
 //! - `token` — the **client** token: `submit`, `jobs`, `tasks`, `cancel` … (users);
-//! - `agent-token` — the **agent** token: `Register` and `Heartbeat` (agents only).
+//! - `agent-token` — the **agent** token: `Register` and `Heartbeat` (agents only);
+//! - `offload-secret` — the secret the ANodes' offload keys are derived from
+//!   ([`crate::tickets`]); never sent anywhere.
 //!
 //! Each is 256 random bits in hex, created once with `O_EXCL` and mode 0600. A file that exists
 //! but is empty is refused (it was truncated by something; silently replacing it would lock every
@@ -24,6 +26,8 @@ use tracing::warn;
 pub const CLIENT_TOKEN: &str = "token";
 /// File name of the agent token.
 pub const AGENT_TOKEN: &str = "agent-token";
+/// File name of the offload secret.
+pub const OFFLOAD_SECRET: &str = "offload-secret";
 /// File name of the lock.
 pub const LOCK: &str = "server.lock";
 /// File name of the store.
@@ -167,12 +171,16 @@ pub fn read_token(path: &Path) -> Result<String, DataDirError> {
 }
 
 fn load_or_create(path: &Path) -> Result<String, DataDirError> {
+    load_or_create_with(path, rand::random())
+}
+
+/// [`load_or_create`], writing `bytes` in hex when the file does not exist.
+fn load_or_create_with(path: &Path, bytes: [u8; 32]) -> Result<String, DataDirError> {
     match std::fs::symlink_metadata(path) {
         Ok(_) => return read_token(path),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(path)(e)),
     }
-    let bytes: [u8; 32] = rand::random();
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     // O_EXCL: never write through a file (or symlink) someone else put there meanwhile.
     let mut f = OpenOptions::new()
@@ -199,6 +207,37 @@ pub fn credentials(dir: &Path) -> Result<Credentials, DataDirError> {
         });
     }
     Ok(Credentials { client, agent })
+}
+
+/// Reads `DATA_DIR/offload-secret`, creating it (32 bytes from the system's generator) if it
+/// does not exist: kept across restarts, so tickets the server signed before a restart still
+/// verify with the keys it gives the ANodes after. A file that is not 64 hex digits is refused
+/// (replacing it would silently change every ANode's key).
+pub fn offload_secret(dir: &Path) -> Result<[u8; 32], DataDirError> {
+    let path = dir.join(OFFLOAD_SECRET);
+    let mut fresh = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh).map_err(|_| {
+        DataDirError::Refused {
+            path: path.clone(),
+            message: "the system's random generator failed".into(),
+        }
+    })?;
+    let text = load_or_create_with(&path, fresh)?;
+    let refused = || DataDirError::Refused {
+        path: path.clone(),
+        message: "is not 64 hexadecimal digits; restore it, or delete it to have the server \
+                  create a new secret (offloads assigned before then are refused by their ANodes \
+                  and run again)"
+            .into(),
+    };
+    if text.len() != 64 || !text.is_ascii() {
+        return Err(refused());
+    }
+    let mut secret = [0u8; 32];
+    for (i, b) in secret.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| refused())?;
+    }
+    Ok(secret)
 }
 
 /// The held lock on a data directory; released when dropped (or when the process dies).
@@ -271,6 +310,24 @@ mod tests {
         let db = protect_store(&d).expect("store file");
         assert_eq!(std::fs::metadata(db).expect("db").mode() & 0o777, 0o600);
         let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
+    }
+
+    #[test]
+    fn the_offload_secret_is_private_and_kept_and_a_mangled_one_is_refused() {
+        let d = scratch("offload");
+        prepare(&d).expect("prepare");
+        let s = offload_secret(&d).expect("created");
+        let path = d.join(OFFLOAD_SECRET);
+        assert_eq!(
+            std::fs::metadata(&path).expect("meta").mode() & 0o777,
+            0o600
+        );
+        assert_eq!(offload_secret(&d).expect("again"), s, "kept across starts");
+        std::fs::write(&path, "zz").expect("mangle");
+        let e = offload_secret(&d).expect_err("refused");
+        assert!(e.to_string().contains("64 hexadecimal digits"), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).expect("kept"), "zz");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

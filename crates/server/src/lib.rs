@@ -10,7 +10,9 @@
 //!   master, its rows in the store's transaction, chunk input and output files;
 //! - [`divisible_service`]: the gRPC edge of divisible jobs (chunks for agents, outputs for
 //!   users);
-//! - [`datadir`]: the private data directory, the client and agent tokens, the directory lock;
+//! - [`datadir`]: the private data directory, the client and agent tokens, the offload secret,
+//!   the directory lock;
+//! - [`tickets`]: the ANodes' offload keys and the tickets that authorise each offload;
 //! - [`limits`]: bounds on what an agent may claim at registration;
 //! - [`store`]: durable state (SQLite, WAL, `synchronous=NORMAL`);
 //! - [`durable`]: group commit — replies wait for one shared `fdatasync` of the WAL;
@@ -46,6 +48,7 @@ pub mod metrics;
 pub mod service;
 pub mod state;
 pub mod store;
+pub mod tickets;
 pub mod topology_service;
 pub mod users;
 
@@ -173,7 +176,9 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let lock = datadir::lock(&dir)?;
     let creds = datadir::credentials(&dir)?;
     let db = store::Store::open(&datadir::protect_store(&dir)?)?;
-    let state = state::State::open(&config, db)?;
+    let mut state = state::State::open(&config, db)?;
+    // Kept across restarts: tickets sent before one still verify with the keys given after.
+    state.set_offload_keys(tickets::OffloadKeys::new(&datadir::offload_secret(&dir)?));
     let metrics = state.metrics();
     let durable = state.durable();
     let shared = Arc::new(Mutex::new(state));

@@ -2489,6 +2489,12 @@ impl JobKind for Batch {
         }
     }
 
+    fn job_of_task(&self, task: u64) -> Option<u64> {
+        let app = self.apps.get(self.tasks.get(task as usize)?.app as usize)?;
+        // As its task spec names it (`task_spec`), whose `job_id` gives its `run_as`.
+        Some(self.job_rec(app.job).map_or(app.job, |j| j.row.id))
+    }
+
     fn offloaded_to(&self, task: u64) -> Option<(u32, u32)> {
         let t = self.tasks.get(task as usize)?;
         Some((t.attempt, t.executed?))

@@ -576,6 +576,14 @@ pub trait JobKind: Send {
     /// the state's memory.
     fn offloaded(&mut self, _task: u64, _attempt: u32, _anode: u32) {}
 
+    /// The job task `task` belongs to, if this kind knows it: its owner's account is what an
+    /// offload of the task runs as, and what the offload's ticket names ([`crate::tickets`]).
+    /// A kind that offloads none answers `None` (a ticket then names the admin's account, which
+    /// a user's task would not run as: the ANode refuses it).
+    fn job_of_task(&self, _task: u64) -> Option<u64> {
+        None
+    }
+
     /// The offload this kind stored for task `task`'s latest attempt: (attempt, ANode), read
     /// back by the state after a restart or a rollback.
     fn offloaded_to(&self, _task: u64) -> Option<(u32, u32)> {

@@ -2055,6 +2055,11 @@ impl JobKind for Workflows {
         }
     }
 
+    fn job_of_task(&self, task: u64) -> Option<u64> {
+        let (seq, _) = job_of(task);
+        self.jobs.get(&seq).map(WfJob::id)
+    }
+
     fn offloaded_to(&self, task: u64) -> Option<(u32, u32)> {
         let (seq, i) = job_of(task);
         let x = self.jobs.get(&seq)?.insts.get(i as usize)?;

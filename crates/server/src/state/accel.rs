@@ -228,6 +228,9 @@ impl State {
                     info!(anode = %self.nodes.name(id), "the ANode is heard from again: its NNodes may offload to it");
                 }
                 self.hold_if_full(id)?;
+                // Its key, in every reply: an agent that restarted, or missed a reply, has it
+                // again at its next beat.
+                reply.offload_key = self.offload_key(id);
             }
             Some(Role::NNode) => {
                 // The NNode runs no GPU task itself: each of its devices is one of its ANodes'
@@ -243,7 +246,10 @@ impl State {
                     if let Some(kind) = self.jobs.owner_mut(a.task_id) {
                         kind.offloaded(a.task_id, a.attempt, anode);
                     }
-                    reply.offload_to.push((a.task_id, self.service_of(anode)));
+                    let ticket = self.offload_ticket(a.task_id, a.attempt, id, anode);
+                    reply
+                        .offload_to
+                        .push((a.task_id, self.service_of(anode), ticket));
                     *self.sharing.sent_since_report.entry(anode).or_default() += 1;
                     if !touched.contains(&anode) {
                         touched.push(anode);
@@ -257,6 +263,42 @@ impl State {
         }
         reply.binding = Some(self.binding_of(id));
         Ok(())
+    }
+
+    /// Replaces the keys offloads are signed with: the data directory's secret
+    /// ([`crate::datadir::offload_secret`]), given once at start, before any heartbeat.
+    pub fn set_offload_keys(&mut self, keys: crate::tickets::OffloadKeys) {
+        self.offload_keys = keys;
+    }
+
+    /// The offload key of ANode `anode` ([`crate::tickets`]): from its name and the identity
+    /// its agent registered with.
+    pub(super) fn offload_key(&self, anode: u32) -> Vec<u8> {
+        let identity = self.nodes.get(anode).map_or("", |n| n.identity.as_str());
+        self.offload_keys.key(self.nodes.name(anode), identity)
+    }
+
+    /// The ticket of attempt `attempt` of `task`, sent to NNode `nnode` to be offloaded to
+    /// ANode `anode`: it names the account the task runs as, its job's owner's (as its spec
+    /// says, [`crate::users::Users::run_as`]).
+    fn offload_ticket(&self, task: u64, attempt: u32, nnode: u32, anode: u32) -> Vec<u8> {
+        let run_as = self
+            .jobs
+            .owner(task)
+            .and_then(|k| k.job_of_task(task))
+            .map(|job| self.users.run_as(job))
+            .unwrap_or_default();
+        let identity = self.nodes.get(anode).map_or("", |n| n.identity.as_str());
+        self.offload_keys.ticket(
+            identity,
+            &hetsched_proto::ticket::Offload {
+                task_id: task,
+                attempt,
+                run_as: &run_as,
+                nnode: self.nodes.name(nnode),
+                anode: self.nodes.name(anode),
+            },
+        )
     }
 
     /// Attempt `attempt` of `task` ended (its result was handed to its kind): a kind that stores

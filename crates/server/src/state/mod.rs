@@ -273,6 +273,9 @@ pub struct State {
     downtime: Option<crate::accounting::Downtime>,
     /// Accelerator sharing: the node binding (memory only; see [`accel`]).
     sharing: accel::Sharing,
+    /// The ANodes' offload keys and the tickets of offloads ([`crate::tickets`]): the data
+    /// directory's secret once [`State::set_offload_keys`] gave it, else one drawn at start.
+    offload_keys: crate::tickets::OffloadKeys,
     /// Which kind owns each job id; the next id ([`job_ids`]).
     ids: job_ids::JobIds,
     /// Bumped after every commit that changed something (and after a rollback): what a client
@@ -418,6 +421,7 @@ impl State {
             ledger: Default::default(),
             downtime: None,
             sharing: accel::Sharing::new(config.binding, config.binding_slots),
+            offload_keys: crate::tickets::OffloadKeys::ephemeral(),
             commits: Arc::new(tokio::sync::watch::Sender::new(0)),
             alarm: alarm::Alarm::default(),
             // With a rule, its first pass comes at once: restored jobs may be past it.
@@ -1145,6 +1149,8 @@ impl State {
         fresh.alarm = std::mem::take(&mut self.alarm);
         fresh.allocations = self.allocations.take();
         fresh.paused_queues = std::mem::take(&mut self.paused_queues);
+        // The ANodes keep their keys, and tickets already sent stay good.
+        fresh.offload_keys = self.offload_keys.clone();
         *self = fresh;
         Ok(())
     }

@@ -260,8 +260,11 @@ pub struct HeartbeatReply {
     pub more: bool,
     /// The node's accelerator binding (spec 01); `None` leaves the agent's as it is.
     pub binding: Option<crate::state::accel::NodeBinding>,
-    /// The ANode each accelerator task of this reply is shipped to, by task id (spec 01).
-    pub offload_to: Vec<(u64, crate::state::accel::NodeBinding)>,
+    /// The ANode each accelerator task of this reply is shipped to, by task id (spec 01), with
+    /// the offload's ticket under that ANode's key ([`crate::tickets`]).
+    pub offload_to: Vec<(u64, crate::state::accel::NodeBinding, Vec<u8>)>,
+    /// To an ANode: its offload key ([`crate::tickets`]); empty for any other node.
+    pub offload_key: Vec<u8>,
     /// PCDDB messages from a workflow's launch node to this node.
     pub balance: Vec<BalanceEnvelope>,
     /// The PCDDB workflows this node balances.

@@ -535,7 +535,7 @@ fn the_anode_an_offloaded_task_ran_on_is_stored_through_a_rollback_and_a_restart
     let (mut s, d) = open("stored", BindingKind::Plain);
     let a = node(&mut s, "anode", 1, 1.0);
     let n1 = node(&mut s, "n1", 0, 1.0);
-    beat(&mut s, a, "A", true, &[]);
+    let key = beat(&mut s, a, "A", true, &[]).offload_key;
     beat(&mut s, n1, "A", false, &[]);
     s.submit_named("job.toml", &on_n1(3), "/tmp", "", "")
         .expect("submit");
@@ -573,7 +573,11 @@ fn the_anode_an_offloaded_task_ran_on_is_stored_through_a_rollback_and_a_restart
     // has both nodes again (from their heartbeats), the last task is offloaded.
     s.simulate_full_disk(false);
     std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
-    beat(&mut s, a, "A", true, &[]);
+    assert_eq!(
+        beat(&mut s, a, "A", true, &[]).offload_key,
+        key,
+        "the rebuilt state keeps the ANode's key: tickets already sent stay good"
+    );
     nnode_reports(&mut s, n1, &[], vec![succeeded(t2.0, t2.1)]).expect("heartbeat");
     assert!(!s.is_paused());
     let given = beat(&mut s, n1, "A", false, &[]).assignments;
@@ -737,4 +741,86 @@ fn an_anode_never_heard_from_after_a_restart_still_loses_the_offloads_it_was_run
     let listed = tasks.iter().find(|x| x.id == t.0).expect("task");
     assert_eq!(listed.state, "pending", "{listed:?}");
     assert!(listed.message.contains("anode"), "{listed:?}");
+}
+
+/// Offload tickets: only the ANode is told its offload key (NNodes and unbound nodes never
+/// are), and every offload an NNode is sent carries a ticket that key verifies for exactly
+/// that task, attempt, account (its job's owner's, as its spec says), NNode and ANode — no
+/// other. Without tickets any holder of the agent token could run any command as any account
+/// on an ANode (found by a security review).
+#[test]
+fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_gets_a_key() {
+    use hetsched_proto::ticket::{self, Offload};
+    let (mut s, _d) = open("tickets", BindingKind::Plain);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    let nb = node(&mut s, "nb", 0, 1.0);
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[]);
+    beat(&mut s, nb, "B", false, &[]);
+    let key = beat(&mut s, a, "A", true, &[]).offload_key;
+    assert_eq!(key.len(), ticket::LEN, "the ANode is told its key");
+    assert_eq!(
+        beat(&mut s, a, "A", true, &[]).offload_key,
+        key,
+        "the same key at every beat"
+    );
+    s.on_add_user("alice", false).expect("alice");
+    s.on_submit_as(
+        hetsched_server::state::types::Submission {
+            origin: "job.toml".into(),
+            text: on_n1(1),
+            workdir: "/tmp".into(),
+            ..Default::default()
+        },
+        "alice",
+    )
+    .expect("submit");
+    let r = beat(&mut s, n1, "A", false, &[]);
+    assert!(r.offload_key.is_empty(), "an NNode is never told a key");
+    assert!(beat(&mut s, nb, "B", false, &[]).offload_key.is_empty());
+    assert_eq!(r.assignments.len(), 1, "{r:?}");
+    let t = &r.assignments[0];
+    assert_eq!(t.offload_anode, "anode");
+    let spec = r.specs.iter().find(|x| x.key == t.spec).expect("spec sent");
+    assert_eq!(spec.run_as, "alice");
+    let offload = Offload {
+        task_id: t.task_id,
+        attempt: t.attempt,
+        run_as: &spec.run_as,
+        nnode: "n1",
+        anode: "anode",
+    };
+    assert!(
+        ticket::verify(&key, &offload, &t.offload_ticket),
+        "the ANode's key verifies the ticket: {:?}",
+        t.offload_ticket
+    );
+    for other in [
+        Offload {
+            run_as: "",
+            ..offload
+        },
+        Offload {
+            run_as: "bob",
+            ..offload
+        },
+        Offload {
+            attempt: t.attempt + 1,
+            ..offload
+        },
+        Offload {
+            task_id: t.task_id + 1,
+            ..offload
+        },
+        Offload {
+            nnode: "nb",
+            ..offload
+        },
+    ] {
+        assert!(
+            !ticket::verify(&key, &other, &t.offload_ticket),
+            "{other:?}"
+        );
+    }
 }

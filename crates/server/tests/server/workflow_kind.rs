@@ -1882,8 +1882,8 @@ fn anode_and_nnodes(s: &mut State, agents: &mut Agents) -> (u32, u32, u32) {
 }
 
 /// ANode `anode` of rack `rack` beats: its accelerator service (port 7000, on the loopback
-/// address its calls come from) has room.
-fn anode_beats(s: &mut State, anode: u32, rack: &str) {
+/// address its calls come from) has room. Returns the offload key its reply carries.
+fn anode_beats(s: &mut State, anode: u32, rack: &str) -> Vec<u8> {
     s.note_peer(anode, Some(std::net::Ipv4Addr::LOCALHOST.into()));
     let mut req = heartbeat_request(anode, &[], &[]);
     req.rack = rack.into();
@@ -1892,7 +1892,7 @@ fn anode_beats(s: &mut State, anode: u32, rack: &str) {
         process_capacity: 16,
         ..Default::default()
     });
-    s.heartbeat(req).expect("heartbeat");
+    s.heartbeat(req).expect("heartbeat").offload_key
 }
 
 /// A workflow's GPU task (`gpus = 1`) that only the NNodes may run (`requires = ["side"]`,
@@ -1913,7 +1913,8 @@ fn gpu_instances_go_to_the_bound_nnode(balancer: &str, requires: &str) {
     let dir = scratch(&format!("accel-{balancer}"));
     let mut s = open(&dir, WorkflowConfig::default());
     let mut agents = Agents::default();
-    let (_anode, n1, nb) = anode_and_nnodes(&mut s, &mut agents);
+    let (anode, n1, nb) = anode_and_nnodes(&mut s, &mut agents);
+    let key = anode_beats(&mut s, anode, "A");
     let job = s
         .submit("gpu.toml", &gpu_on_nnodes(balancer, requires), "/")
         .expect("a bound NNode reaches a device")
@@ -1927,6 +1928,18 @@ fn gpu_instances_go_to_the_bound_nnode(balancer: &str, requires: &str) {
                 assert_eq!(n, n1, "only the bound NNode takes a GPU instance: {a:?}");
                 assert_eq!(a.devices, [0], "{a:?}");
                 offloads.push((a.offload_anode.clone(), a.offload_address.clone()));
+                // The admin's workflow: its instances run as the agent's own account.
+                let offload = hetsched_proto::ticket::Offload {
+                    task_id: a.task_id,
+                    attempt: a.attempt,
+                    run_as: "",
+                    nnode: "n1",
+                    anode: "anode",
+                };
+                assert!(
+                    hetsched_proto::ticket::verify(&key, &offload, &a.offload_ticket),
+                    "each instance carries the ANode's ticket: {a:?}"
+                );
             }
             agents.finish_all(n, true);
         }
@@ -1995,6 +2008,54 @@ fn a_workflows_gpu_task_that_only_unbound_nnodes_may_run_is_refused() {
         .expect_err("no live node reaches a device")
         .to_string();
     assert!(e.contains("task[0].gpus"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A user's workflow instance offloaded to an ANode carries a ticket naming the user's account
+/// (what its spec runs as), which the ANode's key verifies; the admin's account does not pass.
+#[test]
+fn a_users_offloaded_instance_carries_a_ticket_for_the_users_account() {
+    let dir = scratch("accel-ticket");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let (anode, n1, _nb) = anode_and_nnodes(&mut s, &mut agents);
+    let key = anode_beats(&mut s, anode, "A");
+    s.on_add_user("alice", false).expect("alice");
+    s.on_submit_as(
+        hetsched_server::state::types::Submission {
+            origin: "gpu.toml".into(),
+            text: gpu_on_nnodes("centralised", ""),
+            workdir: "/".into(),
+            ..Default::default()
+        },
+        "alice",
+    )
+    .expect("submit");
+    let r = agents.beat(&mut s, n1);
+    let a = r.assignments.first().expect("an instance offloaded");
+    let spec = r.specs.iter().find(|x| x.key == a.spec).expect("its spec");
+    assert_eq!(spec.run_as, "alice");
+    let offload = hetsched_proto::ticket::Offload {
+        task_id: a.task_id,
+        attempt: a.attempt,
+        run_as: "alice",
+        nnode: "n1",
+        anode: "anode",
+    };
+    assert!(hetsched_proto::ticket::verify(
+        &key,
+        &offload,
+        &a.offload_ticket
+    ));
+    let as_admin = hetsched_proto::ticket::Offload {
+        run_as: "",
+        ..offload
+    };
+    assert!(!hetsched_proto::ticket::verify(
+        &key,
+        &as_admin,
+        &a.offload_ticket
+    ));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
