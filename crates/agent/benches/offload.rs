@@ -26,6 +26,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 const TOKEN: &str = "bench-token";
+/// The ANode's offload key, as its server would give it: every offload carries its ticket.
+const KEY: [u8; 32] = [5; 32];
 /// Input per task in the overlap group, MB (`HETSCHED_OVERLAP_MB`, default 24).
 fn overlap_mb() -> usize {
     std::env::var("HETSCHED_OVERLAP_MB")
@@ -60,13 +62,25 @@ fn spec(dir: &Path, shell: &str, inputs: &[&str], outputs: &[&str]) -> pb::TaskS
     }
 }
 
+/// Attempt 1 of `task`, from `nnode` to `anode`, with the ticket its server would sign.
 fn assignment(task: u64) -> pb::Assignment {
+    let ticket = pb::ticket::sign(
+        &KEY,
+        &pb::ticket::Offload {
+            task_id: task,
+            attempt: 1,
+            run_as: "",
+            nnode: "nnode",
+            anode: "anode",
+        },
+    );
     pb::Assignment {
         task_id: task,
         attempt: 1,
         index: 0,
         devices: vec![0],
         spec: 1,
+        offload_ticket: ticket,
         ..Default::default()
     }
 }
@@ -97,6 +111,7 @@ fn setup() -> Setup {
             false,
         )
         .expect("pipeline");
+        p.set_offload_key(&KEY);
         let l = AccelListener::bind("127.0.0.1:0".parse().expect("addr"), p, TOKEN, None)
             .await
             .expect("listener");

@@ -771,6 +771,16 @@ pub async fn run(
             if let Some(b) = &reply.binding {
                 accel::apply_binding(&mut sh.binding, b, &opts);
             }
+            // An ANode's offload key: from now on it runs the offloads whose tickets it
+            // verifies (until the first, it refuses every offload).
+            if let Some(p) = &pipeline
+                && !reply.offload_key.is_empty()
+                && p.set_offload_key(&reply.offload_key)
+            {
+                info!(
+                    "the server gave this ANode its offload key: it runs the offloads the server assigned"
+                );
+            }
             for spec in reply.specs {
                 sh.specs.insert(spec.key, Arc::new(spec));
             }

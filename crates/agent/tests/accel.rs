@@ -7,11 +7,14 @@ use hetsched_agent::accel::offload::{self, Client, Target};
 use hetsched_agent::accel::{Pipeline, service::AccelListener};
 use hetsched_agent::launch::{Control, DEFAULT_KILL_GRACE, Kill};
 use hetsched_proto as pb;
+use hetsched_proto::ticket;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
 const TOKEN: &str = "agent-token";
+/// The offload key the test ANodes hold, as their server would give it.
+const KEY: [u8; 32] = [9; 32];
 
 fn temp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
@@ -35,9 +38,10 @@ async fn anode(devices: u32) -> (Pipeline, AccelListener, PathBuf) {
     anode_with(devices, false).await
 }
 
-/// A one-device pipeline of ANode `anode-1` staging in `work`, as the agent's own user.
+/// A one-device pipeline of ANode `anode-1` staging in `work`, as the agent's own user, holding
+/// its offload key.
 fn pipeline(work: &Path) -> Pipeline {
-    Pipeline::start(
+    let p = Pipeline::start(
         "anode-1",
         1,
         work,
@@ -45,7 +49,9 @@ fn pipeline(work: &Path) -> Pipeline {
         DEFAULT_KILL_GRACE,
         false,
     )
-    .unwrap()
+    .unwrap();
+    p.set_offload_key(&KEY);
+    p
 }
 
 /// [`anode`], with `run_as_owner` as given.
@@ -60,6 +66,7 @@ async fn anode_with(devices: u32, run_as_owner: bool) -> (Pipeline, AccelListene
         run_as_owner,
     )
     .expect("pipeline");
+    p.set_offload_key(&KEY);
     let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
         .await
         .expect("listener");
@@ -93,15 +100,35 @@ fn spec(dir: &Path, shell: &str, inputs: &[&str], outputs: &[&str]) -> pb::TaskS
     }
 }
 
+/// Attempt `attempt` of `task` (index `index`), with the ticket the server would sign for it
+/// from `nnode-1` to `anode-1` as the agent's own account.
 fn assignment(task: u64, index: u32, attempt: u32) -> pb::Assignment {
-    pb::Assignment {
-        task_id: task,
-        attempt,
-        index,
-        devices: vec![0],
-        spec: 3,
-        ..Default::default()
-    }
+    ticketed(
+        pb::Assignment {
+            task_id: task,
+            attempt,
+            index,
+            devices: vec![0],
+            spec: 3,
+            ..Default::default()
+        },
+        "",
+    )
+}
+
+/// `a` with the server's ticket for it from `nnode-1` to `anode-1` as `run_as`.
+fn ticketed(mut a: pb::Assignment, run_as: &str) -> pb::Assignment {
+    a.offload_ticket = ticket::sign(
+        &KEY,
+        &ticket::Offload {
+            task_id: a.task_id,
+            attempt: a.attempt,
+            run_as,
+            nnode: "nnode-1",
+            anode: "anode-1",
+        },
+    );
+    a
 }
 
 /// Offloads `a` of `s` from `nnode-1`, whose work directory is `dir`, never killed, as the
@@ -610,7 +637,7 @@ async fn with_run_as_owner_an_offloaded_task_runs_and_moves_its_files_as_its_acc
         async move {
             offload::run(
                 &c,
-                &assignment(7, 4, 1),
+                &ticketed(assignment(7, 4, 1), &s.run_as),
                 &s,
                 "nnode-1",
                 &nnode_work,
@@ -668,4 +695,146 @@ async fn with_run_as_owner_an_offloaded_task_runs_and_moves_its_files_as_its_acc
         "{}",
         r.message
     );
+}
+
+/// Offload tickets (found by a security review: any holder of the agent token could run any
+/// command as any account on an ANode): an offload runs only with the server's ticket for its
+/// task, attempt, account, NNode and ANode. Without one, with a forged one, or with one for
+/// another account, attempt or NNode, the ANode refuses it before staging anything — the
+/// command never runs, and the first offload it does take is its first staging (`-0`) — and
+/// the NNode reports the attempt interrupted (run again elsewhere, not failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_staged_without() {
+    let (p, l, work) = anode(1).await;
+    let dir = temp("tickets");
+    let marker = dir.join("ran");
+    let s = spec(
+        &dir,
+        &format!("touch {} && pwd", marker.display()),
+        &[],
+        &[],
+    );
+    let c = client(l.addr, TOKEN);
+    let refused = |r: &pb::TaskResult, why: &str| {
+        assert!(!r.success && r.interrupted, "{r:?}");
+        assert!(
+            r.message
+                .contains(&format!("offload of task 3 attempt 1 from nnode-1: {why}")),
+            "{}",
+            r.message
+        );
+    };
+    // No ticket at all.
+    let mut bare = assignment(3, 0, 1);
+    bare.offload_ticket.clear();
+    refused(
+        &ship_plain(&c, &bare, &s, &dir).await,
+        "no ticket from the server",
+    );
+    // A forged ticket: the right fields under another key.
+    let mut forged = assignment(3, 0, 1);
+    forged.offload_ticket = ticket::sign(
+        &[1; 32],
+        &ticket::Offload {
+            task_id: 3,
+            attempt: 1,
+            run_as: "",
+            nnode: "nnode-1",
+            anode: "anode-1",
+        },
+    );
+    refused(
+        &ship_plain(&c, &forged, &s, &dir).await,
+        "ticket does not match",
+    );
+    // The server's ticket for the agent's own account, shipped to run as another one.
+    let mut as_root = s.clone();
+    as_root.run_as = "root".into();
+    refused(
+        &ship_plain(&c, &assignment(3, 0, 1), &as_root, &dir).await,
+        "ticket does not match",
+    );
+    // A ticket for another attempt of the task.
+    let mut other_attempt = assignment(3, 0, 1);
+    other_attempt.offload_ticket = assignment(3, 0, 2).offload_ticket;
+    refused(
+        &ship_plain(&c, &other_attempt, &s, &dir).await,
+        "ticket does not match",
+    );
+    // The ticket of `nnode-1`, shipped by another NNode.
+    let r = offload::run(
+        &c,
+        &assignment(3, 0, 1),
+        &s,
+        "nnode-2",
+        &dir,
+        false,
+        never(),
+    )
+    .await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    assert!(
+        r.message.contains("from nnode-2: ticket does not match"),
+        "{}",
+        r.message
+    );
+    assert!(!marker.exists(), "no refused offload ran");
+    assert_eq!(std::fs::read_dir(work.join("accel")).unwrap().count(), 0);
+    assert!(p.is_idle());
+
+    // The server's ticket: it runs, in the first staging directory the ANode made.
+    let r = ship_plain(&c, &assignment(3, 0, 1), &s, &dir).await;
+    assert!(r.success, "{r:?}");
+    assert!(marker.exists());
+    let out = std::fs::read_to_string(dir.join("job-1/solve-0.1.out")).unwrap();
+    assert!(
+        out.trim_end().ends_with("/nnode-1-3-1-0"),
+        "the refused calls staged nothing: {out}"
+    );
+}
+
+/// An ANode that holds no offload key (its agent has not heard from its server since it
+/// started, or the server predates tickets) runs no offload: it answers `Unavailable`, the
+/// NNode tries again and, if the ANode still holds none, reports the attempt interrupted. A key
+/// that arrives meanwhile lets the next try through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anode_without_a_key_from_its_server_runs_no_offload_until_it_gets_one() {
+    let work = temp("keyless");
+    let p = Pipeline::start(
+        "anode-1",
+        1,
+        &work,
+        Default::default(),
+        DEFAULT_KILL_GRACE,
+        false,
+    )
+    .unwrap();
+    let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
+        .await
+        .unwrap();
+    let dir = temp("keyless-nnode");
+    let marker = dir.join("ran");
+    let s = spec(&dir, &format!("touch {}", marker.display()), &[], &[]);
+    let c = client(l.addr, TOKEN);
+    let r = ship_plain(&c, &assignment(4, 0, 1), &s, &dir).await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    assert!(
+        r.message.contains("holds no offload key from its server"),
+        "{}",
+        r.message
+    );
+    assert!(!marker.exists());
+    assert_eq!(std::fs::read_dir(work.join("accel")).unwrap().count(), 0);
+
+    // The key arrives while the NNode tries again.
+    let shipping = tokio::spawn({
+        let (c, s, dir) = (c.clone(), s.clone(), dir.clone());
+        async move { ship_plain(&c, &assignment(4, 0, 2), &s, &dir).await }
+    });
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(p.set_offload_key(&KEY), "a new key");
+    assert!(!p.set_offload_key(&KEY), "the same key again");
+    let r = shipping.await.unwrap();
+    assert!(r.success, "{r:?}");
+    assert!(marker.exists());
 }

@@ -21,6 +21,11 @@ pub const LEN: usize = 32;
 /// offload key can pass for a ticket.
 pub const TICKET_LABEL: &[u8] = b"hetsched offload ticket v1";
 
+/// Metadata an ANode puts on the `PermissionDenied` that refuses an offload for its ticket
+/// (none, or one that does not match): the NNode then reports the attempt interrupted, not
+/// failed — the task is not at fault, and the server runs it again with a fresh ticket.
+pub const REFUSED_HEADER: &str = "x-hetsched-ticket-refused";
+
 /// The offload a ticket authorises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Offload<'a> {

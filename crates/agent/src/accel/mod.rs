@@ -110,6 +110,10 @@ pub struct Pipeline {
     /// `run_as_owner`: its own GPU tasks and users' offloaded tasks run as their owners'
     /// accounts (an offloaded task staged in the account's directory, [`service`]).
     pub(crate) run_as_owner: bool,
+    /// The offload key the server gave this ANode (its heartbeat replies' `offload_key`), which
+    /// verifies each offload's ticket ([`hetsched_proto::ticket`]); `None` until the first
+    /// reply that carries one — every offload is refused until then.
+    pub(crate) offload_key: Arc<std::sync::RwLock<Option<Arc<[u8]>>>>,
 }
 
 impl Pipeline {
@@ -162,9 +166,30 @@ impl Pipeline {
             seq: Arc::default(),
             node,
             run_as_owner,
+            offload_key: Arc::default(),
         };
         tokio::spawn(service::read_stage(read_rx, pipeline.clone()));
         Ok(pipeline)
+    }
+
+    /// Takes `key` as this ANode's offload key (what the server's heartbeat reply said):
+    /// offloads are run only with a ticket it verifies. Whether it is new (the first, or
+    /// another after the server changed it).
+    pub fn set_offload_key(&self, key: &[u8]) -> bool {
+        let mut held = self.offload_key.write().unwrap_or_else(|p| p.into_inner());
+        if held.as_deref() == Some(key) {
+            return false;
+        }
+        *held = Some(key.into());
+        true
+    }
+
+    /// The offload key the server gave, if it gave one.
+    pub(crate) fn offload_key(&self) -> Option<Arc<[u8]>> {
+        self.offload_key
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Number of devices the pipeline owns.

@@ -8,6 +8,10 @@
 //! - A transfer that breaks (the call fails before the result arrives) is tried again, with the
 //!   same attempt number, up to [`TRANSFER_TRIES`] times; then the attempt is reported
 //!   `interrupted`, so the server runs the task again (as a lost one, not a failure).
+//! - Each offload carries the server's ticket for it (`Assignment.offload_ticket`), which the
+//!   ANode checks before it takes anything. An ANode that refuses the ticket ends the attempt
+//!   `interrupted` (run again with a fresh ticket); one that holds no key from its server yet
+//!   answers `Unavailable`, which is tried again as a broken transfer.
 //! - Output files are written under a temporary name and renamed once the result has arrived, so
 //!   a broken transfer never leaves a half-written output in the task's directory.
 //! - With `run_as_owner` a user's task's files are the account's business: its inputs are read,
@@ -304,6 +308,8 @@ async fn once(
             node: node.to_string(),
             gpus: (a.devices.len() as u32).max(1),
             entry: a.entry.clone(),
+            // The server's authorisation: the ANode runs nothing without it.
+            ticket: a.offload_ticket.clone(),
         })),
     };
     // The inputs are sent once the ANode's remote-read stage takes the call (`OffloadReady`),
@@ -505,9 +511,26 @@ async fn once(
     })
 }
 
-/// Whether a failed call is worth another try of the same attempt.
+/// Whether a failed call is worth another try of the same attempt. An ANode that refuses the
+/// offload's ticket ends the attempt `interrupted`: the task is not at fault (a ticket signed
+/// before the ANode's key changed, say), and the server runs it again with a fresh ticket.
 fn classify(s: tonic::Status) -> Transfer {
     match s.code() {
+        tonic::Code::PermissionDenied
+            if s.metadata()
+                .get(hetsched_proto::ticket::REFUSED_HEADER)
+                .is_some() =>
+        {
+            let mut r = pb::TaskResult {
+                exit_code: -1,
+                message: format!("the ANode refused the offload: {}", s.message()),
+                interrupted: true,
+                ..Default::default()
+            };
+            r.finished_ns = launch::now_ns();
+            r.started_ns = r.finished_ns;
+            Transfer::Final(r)
+        }
         tonic::Code::InvalidArgument
         | tonic::Code::Unauthenticated
         | tonic::Code::PermissionDenied => {

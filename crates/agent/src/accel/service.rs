@@ -8,6 +8,16 @@
 //! and its declared outputs are read back as the account; its captured stdout and stderr stay
 //! in the agent's private staging directory (`WORK_DIR/accel/…`). An owner with no account here
 //! is refused (`PermissionDenied`, naming node and account).
+//!
+//! The agent token admits any agent, so it does not say which offloads the server assigned. An
+//! offload runs only with the server's ticket for it ([`hetsched_proto::ticket`]): checked
+//! against the offload key the server gave this ANode, for the call's task, attempt, account
+//! (`spec.run_as`), NNode and this ANode, before anything is staged. Without a ticket, or with
+//! one that does not match, the call is refused (`PermissionDenied`, marked
+//! [`REFUSED_HEADER`](hetsched_proto::ticket::REFUSED_HEADER)); while the ANode holds no key —
+//! it has not heard from its server since it started, or its server predates tickets — every
+//! offload is refused (`Unavailable`: the NNode tries again, then reports the attempt
+//! interrupted).
 
 use super::files::{self, Sink};
 use super::{Job, Origin, Pipeline};
@@ -81,10 +91,15 @@ impl Accel for AccelService {
             .spec
             .clone()
             .ok_or_else(|| Status::invalid_argument("the offloaded task has no spec"))?;
+        let p = &self.pipeline;
+        // Before anything is looked at or staged: only the offloads the server assigned run.
+        check_ticket(p, &task, &spec).inspect_err(|s| {
+            warn!(task = task.task_id, attempt = task.attempt, nnode = %task.node,
+                "offload refused: {}", s.message());
+        })?;
         for name in spec.inputs.iter().chain(&spec.outputs) {
             files::resolve(name, task.index).map_err(Status::invalid_argument)?;
         }
-        let p = &self.pipeline;
         let account = crate::run_as::resolve(p.run_as_owner, &spec.run_as, &p.node)
             .await
             .map_err(|e| Status::permission_denied(e.to_string()))?;
@@ -131,6 +146,54 @@ impl Accel for AccelService {
         }
         Ok(Response::new(ReceiverStream::new(rx)))
     }
+}
+
+/// Whether `task` (of `spec`) may run here: the server's ticket for it, checked with the
+/// offload key the server gave this ANode (the module's doc).
+fn check_ticket(p: &Pipeline, task: &pb::OffloadTask, spec: &pb::TaskSpec) -> Result<(), Status> {
+    use hetsched_proto::ticket;
+    let what = format!(
+        "offload of task {} attempt {} from {}",
+        task.task_id, task.attempt, task.node
+    );
+    let Some(key) = p.offload_key() else {
+        return Err(Status::unavailable(format!(
+            "{what}: ANode {} holds no offload key from its server yet (it has not heard from \
+             the server since it started, or the server predates offload tickets): no offload \
+             runs here until it does",
+            p.node
+        )));
+    };
+    let refused = |why: &str| {
+        let mut s = Status::permission_denied(format!("{what}: {why}"));
+        s.metadata_mut().insert(
+            ticket::REFUSED_HEADER,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        s
+    };
+    if task.ticket.is_empty() {
+        return Err(refused("no ticket from the server"));
+    }
+    let offload = ticket::Offload {
+        task_id: task.task_id,
+        attempt: task.attempt,
+        run_as: &spec.run_as,
+        nnode: &task.node,
+        anode: &p.node,
+    };
+    if !ticket::verify(&key, &offload, &task.ticket) {
+        return Err(refused(&format!(
+            "ticket does not match (the server's ticket names another task, attempt, NNode, \
+             ANode or account than `{}`)",
+            if spec.run_as.is_empty() {
+                "the agent's own"
+            } else {
+                &spec.run_as
+            }
+        )));
+    }
+    Ok(())
 }
 
 /// An offload call waiting for the remote-read stage: its task has arrived, its inputs have not
