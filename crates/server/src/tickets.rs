@@ -18,6 +18,10 @@
 use hetsched_proto::ticket;
 use ring::hmac;
 
+/// The offload a ticket authorises: the proto crate's, whose encoding both sides share (this
+/// module is the server's one edge to it).
+pub use hetsched_proto::ticket::Offload;
+
 /// Domain separation for the derived keys: nothing else the server computes with its secret
 /// can pass for an ANode's key.
 pub const KEY_LABEL: &[u8] = b"hetsched anode offload key v1";
@@ -66,7 +70,7 @@ impl OffloadKeys {
 
     /// The ticket of `offload` under its ANode's key (the ANode's agent registered with
     /// `identity`).
-    pub fn ticket(&self, identity: &str, offload: &ticket::Offload) -> Vec<u8> {
+    pub fn ticket(&self, identity: &str, offload: &Offload) -> Vec<u8> {
         ticket::sign(&self.key(offload.anode, identity), offload)
     }
 }
@@ -88,7 +92,7 @@ mod tests {
         assert_ne!(k, keys.key("anode-2", "id-a"));
         assert_ne!(k, keys.key("anode-1", "id-b"));
         assert_ne!(k, OffloadKeys::new(&[2; 32]).key("anode-1", "id-a"));
-        let o = ticket::Offload {
+        let o = Offload {
             task_id: 5,
             attempt: 1,
             run_as: "",

@@ -291,7 +291,7 @@ impl State {
         let identity = self.nodes.get(anode).map_or("", |n| n.identity.as_str());
         self.offload_keys.ticket(
             identity,
-            &hetsched_proto::ticket::Offload {
+            &crate::tickets::Offload {
                 task_id: task,
                 attempt,
                 run_as: &run_as,
