@@ -24,6 +24,18 @@ fn start_rack_agent_with(c: &mut Cluster, name: &str, rack: &str, gpu: bool, ext
     } else {
         ""
     };
+    start_configured_rack_agent(c, name, rack, text, extra);
+}
+
+/// An agent with 2 cores in `rack`, the agent configuration `text` (an ANode when it declares
+/// an accelerator) and `extra` flags; it serves the accelerator service.
+pub(crate) fn start_configured_rack_agent(
+    c: &mut Cluster,
+    name: &str,
+    rack: &str,
+    text: &str,
+    extra: &[&str],
+) {
     let config = c.write(&format!("agent-{name}.toml"), text);
     let config = config.display().to_string();
     let mut flags = vec![
@@ -54,7 +66,8 @@ fn bindings(c: &Cluster) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn wait_bound(c: &Cluster, expected: &[(&str, &str)]) {
+/// Waits until the live nodes' binding map is `expected` (node, ANode or "").
+pub(crate) fn wait_bound(c: &Cluster, expected: &[(&str, &str)]) {
     let want: BTreeMap<String, String> = expected
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))

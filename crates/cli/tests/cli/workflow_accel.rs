@@ -6,68 +6,12 @@
 //! shipped there, it runs in a temporary directory there, and its output comes back into the
 //! instance's directory on the NNode, where a CPU consumer fetches it.
 
-use crate::support;
+use crate::runtime_accel::{start_configured_rack_agent, wait_bound};
+use crate::support::Cluster;
+use crate::workflow_runtime::wait_done;
 
 use serde_json::Value;
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-use support::{Cluster, wait_until};
-
-/// An agent with 2 cores in `rack` and the configuration `config`; it serves the accelerator
-/// service (an ANode when `config` declares an accelerator).
-fn start_rack_agent(c: &mut Cluster, name: &str, rack: &str, config: &str) {
-    let config = c.write(&format!("agent-{name}.toml"), config);
-    let config = config.display().to_string();
-    c.start_agent(
-        name,
-        2,
-        &[
-            "--rack",
-            rack,
-            "--accel-listen",
-            "127.0.0.1:0",
-            "--config",
-            &config,
-        ],
-    );
-}
-
-/// Node name → the ANode it is bound to ("" = unbound), for live nodes.
-fn bindings(c: &Cluster) -> BTreeMap<String, String> {
-    c.json(&["nodes"])
-        .as_array()
-        .expect("nodes")
-        .iter()
-        .filter(|n| n["alive"] == true)
-        .map(|n| {
-            (
-                n["name"].as_str().unwrap_or("").to_string(),
-                n["bound_to"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect()
-}
-
-fn wait_done(c: &Cluster, job: u64, timeout: Duration) -> Value {
-    let start = Instant::now();
-    let mut last = Value::Null;
-    loop {
-        let out = c.cli(&["job", &job.to_string(), "--output", "json"]);
-        if out.status.success()
-            && let Ok(v) = serde_json::from_slice::<Value>(&out.stdout)
-        {
-            if ["completed", "failed", "cancelled"].contains(&v["state"].as_str().unwrap_or("")) {
-                return v;
-            }
-            last = v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "workflow {job} not finished in {timeout:?}: {last}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use std::time::Duration;
 
 /// Three stages: `make` ×2 (CPU) writes a_k = 10·k; `gpu` ×2 (one device each, only on nodes
 /// with `side`) writes b_k = a_k + 1 and logs where it ran; `sum` (CPU) writes Σb = 32.
@@ -157,21 +101,16 @@ fn run_on_shared_accelerators(c: &Cluster, balancer: &str) {
 #[test]
 fn a_workflows_gpu_task_runs_on_a_bound_nnode_through_its_anode_and_passes_its_data_on() {
     let mut c = Cluster::start("wf-accel", false);
-    start_rack_agent(
+    start_configured_rack_agent(
         &mut c,
         "anode",
         "A",
         "[[accelerator]]\nkind = \"sim\"\ncount = 1\n",
+        &[],
     );
-    start_rack_agent(&mut c, "nnode-a", "A", "attributes = [\"side\"]\n");
-    start_rack_agent(&mut c, "nnode-b", "B", "attributes = [\"side\"]\n");
-    let want: BTreeMap<String, String> = [("anode", ""), ("nnode-a", "anode"), ("nnode-b", "")]
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
-    wait_until("the binding map", Duration::from_secs(20), || {
-        bindings(&c) == want
-    });
+    start_configured_rack_agent(&mut c, "nnode-a", "A", "attributes = [\"side\"]\n", &[]);
+    start_configured_rack_agent(&mut c, "nnode-b", "B", "attributes = [\"side\"]\n", &[]);
+    wait_bound(&c, &[("anode", ""), ("nnode-a", "anode"), ("nnode-b", "")]);
     for balancer in ["centralised", "pcddb"] {
         run_on_shared_accelerators(&c, balancer);
     }

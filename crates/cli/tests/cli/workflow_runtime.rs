@@ -86,7 +86,7 @@ fn submit(c: &Cluster, file: &Path) -> u64 {
         .unwrap_or_else(|| panic!("no job id in {v}"))
 }
 
-fn wait_done(c: &Cluster, job: u64, timeout: Duration) -> serde_json::Value {
+pub(crate) fn wait_done(c: &Cluster, job: u64, timeout: Duration) -> serde_json::Value {
     let mut last = serde_json::Value::Null;
     let start = Instant::now();
     loop {
