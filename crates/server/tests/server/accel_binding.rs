@@ -503,6 +503,20 @@ fn nnode_reports(
     s.heartbeat(req)
 }
 
+/// A fresh state with ANode `anode` (`gpus` devices) and NNode `n1`, both in rack A and heard
+/// from (so n1 is bound to the ANode), and [`on_n1`]`(tasks)` submitted: the state, its
+/// directory and n1's id.
+fn anode_and_n1(name: &str, gpus: u32, tasks: u32) -> (State, Scratch, u32) {
+    let (mut s, d) = open(name, BindingKind::Plain);
+    let a = node(&mut s, "anode", gpus, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[]);
+    s.submit_named("job.toml", &on_n1(tasks), "/tmp", "", "")
+        .expect("submit");
+    (s, d, n1)
+}
+
 /// Attempt `attempt` of `task` succeeded, as an agent that says nothing of an ANode reports it.
 fn succeeded(task: u64, attempt: u32) -> pb::TaskResult {
     pb::TaskResult {
@@ -614,13 +628,7 @@ fn the_anode_an_offloaded_task_ran_on_is_stored_through_a_rollback_and_a_restart
 /// leaves the dispatch's device and the NNode's start, as before.
 #[test]
 fn an_offloaded_task_is_listed_with_the_anodes_device_and_its_start_there() {
-    let (mut s, d) = open("device", BindingKind::Plain);
-    let a = node(&mut s, "anode", 2, 1.0);
-    let n1 = node(&mut s, "n1", 0, 1.0);
-    beat(&mut s, a, "A", true, &[]);
-    beat(&mut s, n1, "A", false, &[]);
-    s.submit_named("job.toml", &on_n1(2), "/tmp", "", "")
-        .expect("submit");
+    let (mut s, d, n1) = anode_and_n1("device", 2, 2);
     let given = beat(&mut s, n1, "A", false, &[]).assignments;
     let on = |device: u32| {
         given
@@ -714,13 +722,7 @@ fn an_ended_offloaded_batch_task_is_listed_from_its_row_not_memory() {
 /// until the NNode's agent reported the offload interrupted (an agent that never did, never).
 #[test]
 fn an_anode_never_heard_from_after_a_restart_still_loses_the_offloads_it_was_running() {
-    let (mut s, d) = open("silent", BindingKind::Plain);
-    let a = node(&mut s, "anode", 1, 1.0);
-    let n1 = node(&mut s, "n1", 0, 1.0);
-    beat(&mut s, a, "A", true, &[]);
-    beat(&mut s, n1, "A", false, &[]);
-    s.submit_named("job.toml", &on_n1(1), "/tmp", "", "")
-        .expect("submit");
+    let (mut s, d, n1) = anode_and_n1("silent", 1, 1);
     let given = beat(&mut s, n1, "A", false, &[]).assignments;
     assert_eq!(given.len(), 1, "n1 reaches one device");
     let t = (given[0].task_id, given[0].attempt);
