@@ -368,6 +368,7 @@ async fn fetch_within(
         idle,
         c.fetch(pb::FetchRequest {
             path: rel.to_string(),
+            ..Default::default()
         }),
     )
     .await
@@ -998,6 +999,7 @@ mod tests {
             node_id: 3,
             address: address.clone(),
             path: format!("wf/7/P-0/out/{name}"),
+            ..Default::default()
         };
         let a = pb::Assignment {
             instance_dir: "7/C-0".into(),
