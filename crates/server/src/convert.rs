@@ -181,6 +181,7 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
                     node_id: i.node_id,
                     address: i.address.clone(),
                     path: i.path.clone(),
+                    ticket: i.ticket.clone(),
                 })
                 .collect()
         }),
@@ -294,6 +295,7 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             member_of: r.member_of.iter().map(task_ref).collect(),
             gathering: r.gathering,
             offload_key: r.offload_key,
+            data_key: r.data_key,
         }
     }
 }
@@ -316,9 +318,14 @@ fn respec(r: &crate::state::types::Respec) -> pb::Respec {
     }
 }
 
-/// Encoded size of `d` as an `Assignment` (without its field tag and length prefix).
+/// Encoded size of `d` as an `Assignment` (without its field tag and length prefix): with
+/// each input's fetch ticket, which the state signs after the kinds filled the reply (34 bytes
+/// each: tag, length, 32 bytes — a wide consumer's many inputs are counted within the budget).
 pub fn dispatch_wire_len(d: &Dispatch) -> usize {
-    assignment(d).encoded_len()
+    let unsigned = d.workflow.as_ref().map_or(0, |w| {
+        w.inputs.iter().filter(|i| i.ticket.is_empty()).count()
+    });
+    assignment(d).encoded_len() + unsigned * (2 + hetsched_proto::ticket::LEN)
 }
 
 /// Encoded size of `s` as a `TaskSpec` (without its field tag and length prefix).
@@ -352,6 +359,8 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         // assignment's ANode, address and 34-byte ticket come then too: an NNode is sent as
         // many offloads at once as it reaches devices.)
         offload_key: Vec::new(),
+        // Set after the kinds filled the reply, to every node: 34 bytes.
+        data_key: Vec::new(),
     }
     .encoded_len()
 }

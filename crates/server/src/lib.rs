@@ -12,7 +12,8 @@
 //!   users);
 //! - [`datadir`]: the private data directory, the client and agent tokens, the offload secret,
 //!   the directory lock;
-//! - [`tickets`]: the ANodes' offload keys and the tickets that authorise each offload;
+//! - [`tickets`]: the ANodes' offload keys, the nodes' data keys, and the tickets that
+//!   authorise each offload and each fetch of a workflow input;
 //! - [`limits`]: bounds on what an agent may claim at registration;
 //! - [`store`]: durable state (SQLite, WAL, `synchronous=NORMAL`);
 //! - [`durable`]: group commit — replies wait for one shared `fdatasync` of the WAL;

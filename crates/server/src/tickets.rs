@@ -1,5 +1,5 @@
-//! Offload tickets, the server's side (spec 01's accelerator sharing; the encoding is
-//! [`hetsched_proto::ticket`]'s).
+//! Offload and fetch tickets, the server's side (spec 01's accelerator sharing, workflow data;
+//! the encoding is [`hetsched_proto::ticket`]'s).
 //!
 //! Every agent holds the agent token, so an ANode's accelerator service cannot tell from it
 //! whether the server assigned the offload a caller asks for. The server keeps a secret of its
@@ -10,7 +10,14 @@
 //! attempt under that ANode's key ([`OffloadKeys::ticket`]); the ANode runs only offloads whose
 //! ticket its key verifies.
 //!
-//! The identity is part of the key so that an agent that takes a dead ANode's name over (a new
+//! Fetch tickets (workflow data) work alike from the same secret: every node — not only ANodes
+//! — gets a data key of its own (HMAC-SHA256 over [`DATA_KEY_LABEL`], its name and identity;
+//! its heartbeat replies' `data_key`), and each input an assignment names carries the ticket of
+//! that fetch under the producer's data key ([`OffloadKeys::fetch_ticket`]): the producer's
+//! agent serves an output only to a fetch whose ticket its key verifies. The labels keep the
+//! two kinds of keys apart: an ANode's offload key is not its data key.
+//!
+//! The identity is part of the key so that an agent that takes a dead node's name over (a new
 //! identity) does not get the key tickets for the old one were signed with. The secret
 //! persists, so a server restart changes no key: tickets of assignments sent before it still
 //! verify.
@@ -18,13 +25,17 @@
 use hetsched_proto::ticket;
 use ring::hmac;
 
-/// The offload a ticket authorises: the proto crate's, whose encoding both sides share (this
+/// The call a ticket authorises: the proto crate's, whose encoding both sides share (this
 /// module is the server's one edge to it).
-pub use hetsched_proto::ticket::Offload;
+pub use hetsched_proto::ticket::{Fetch, Offload};
 
 /// Domain separation for the derived keys: nothing else the server computes with its secret
 /// can pass for an ANode's key.
 pub const KEY_LABEL: &[u8] = b"hetsched anode offload key v1";
+
+/// Domain separation for the nodes' data keys: a node's data key is neither its offload key
+/// (an ANode's) nor anything else derived from the secret.
+pub const DATA_KEY_LABEL: &[u8] = b"hetsched node data key v1";
 
 /// The server's offload secret, and the keys and tickets derived from it.
 #[derive(Clone)]
@@ -57,21 +68,37 @@ impl OffloadKeys {
         Self::new(&secret)
     }
 
-    /// The offload key of the ANode called `anode` whose agent registered with `identity`.
-    pub fn key(&self, anode: &str, identity: &str) -> Vec<u8> {
-        let mut m = Vec::with_capacity(KEY_LABEL.len() + 16 + anode.len() + identity.len());
-        m.extend_from_slice(KEY_LABEL);
-        for s in [anode, identity] {
+    /// The key `label` gives the node called `node` whose agent registered with `identity`.
+    fn derive(&self, label: &[u8], node: &str, identity: &str) -> Vec<u8> {
+        let mut m = Vec::with_capacity(label.len() + 16 + node.len() + identity.len());
+        m.extend_from_slice(label);
+        for s in [node, identity] {
             m.extend_from_slice(&(s.len() as u64).to_be_bytes());
             m.extend_from_slice(s.as_bytes());
         }
         hmac::sign(&self.secret, &m).as_ref().to_vec()
     }
 
+    /// The offload key of the ANode called `anode` whose agent registered with `identity`.
+    pub fn key(&self, anode: &str, identity: &str) -> Vec<u8> {
+        self.derive(KEY_LABEL, anode, identity)
+    }
+
     /// The ticket of `offload` under its ANode's key (the ANode's agent registered with
     /// `identity`).
     pub fn ticket(&self, identity: &str, offload: &Offload) -> Vec<u8> {
         ticket::sign(&self.key(offload.anode, identity), offload)
+    }
+
+    /// The data key of the node called `node` whose agent registered with `identity`.
+    pub fn data_key(&self, node: &str, identity: &str) -> Vec<u8> {
+        self.derive(DATA_KEY_LABEL, node, identity)
+    }
+
+    /// The ticket of `fetch` under its producer's data key (the producer's agent registered
+    /// with `identity`).
+    pub fn fetch_ticket(&self, identity: &str, fetch: &Fetch) -> Vec<u8> {
+        ticket::sign(&self.data_key(fetch.producer, identity), fetch)
     }
 }
 
@@ -102,5 +129,30 @@ mod tests {
         let t = keys.ticket("id-a", &o);
         assert!(ticket::verify(&k, &o, &t));
         assert!(!ticket::verify(&keys.key("anode-1", "id-b"), &o, &t));
+    }
+
+    #[test]
+    fn each_node_has_its_own_data_key_apart_from_its_offload_key() {
+        let keys = OffloadKeys::new(&[1; 32]);
+        let k = keys.data_key("a", "id-a");
+        assert_eq!(k.len(), ticket::LEN);
+        assert_eq!(
+            k,
+            OffloadKeys::new(&[1; 32]).data_key("a", "id-a"),
+            "stable"
+        );
+        assert_ne!(k, keys.data_key("b", "id-a"));
+        assert_ne!(k, keys.data_key("a", "id-b"));
+        assert_ne!(k, keys.key("a", "id-a"), "not the node's offload key");
+        let f = Fetch {
+            path: "wf/1/P-0/out/x",
+            producer: "a",
+            consumer: "b",
+            task_id: 9,
+            attempt: 1,
+        };
+        let t = keys.fetch_ticket("id-a", &f);
+        assert!(ticket::verify(&k, &f, &t));
+        assert!(!ticket::verify(&keys.data_key("b", "id-b"), &f, &t));
     }
 }

@@ -1493,6 +1493,8 @@ impl Workflows {
                     node_id: node,
                     address: self.addresses.get(&node).cloned().unwrap_or_default(),
                     path: format!("wf/{}/out/{}", job.dir(p), name),
+                    // Signed by the state, which holds the keys, before the reply goes out.
+                    ticket: Vec::new(),
                 });
             }
         }

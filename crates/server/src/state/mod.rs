@@ -57,6 +57,7 @@ use tracing::{info, warn};
 pub mod accel;
 pub mod alarm;
 mod divisible;
+mod fetch_tickets;
 pub mod job_ids;
 pub mod nodes;
 pub mod prefetch;
@@ -273,8 +274,9 @@ pub struct State {
     downtime: Option<crate::accounting::Downtime>,
     /// Accelerator sharing: the node binding (memory only; see [`accel`]).
     sharing: accel::Sharing,
-    /// The ANodes' offload keys and the tickets of offloads ([`crate::tickets`]): the data
-    /// directory's secret once [`State::set_offload_keys`] gave it, else one drawn at start.
+    /// The ANodes' offload keys, the nodes' data keys, and the tickets of offloads and input
+    /// fetches ([`crate::tickets`]): the data directory's secret once
+    /// [`State::set_offload_keys`] gave it, else one drawn at start.
     offload_keys: crate::tickets::OffloadKeys,
     /// Which kind owns each job id; the next id ([`job_ids`]).
     ids: job_ids::JobIds,
@@ -640,6 +642,9 @@ impl State {
             return Ok(HeartbeatReply {
                 member_of: self.jobs.batch.multi_node_member_of(nid.0),
                 gathering: self.jobs.batch.held_for_gathering(nid),
+                // Its agent (started meanwhile, say) serves the outputs it holds to the fetches
+                // sent before the pause.
+                data_key: self.data_key(nid.0),
                 ..Default::default()
             });
         }
@@ -740,6 +745,7 @@ impl State {
             }
         }
         self.accel_heartbeat(nid, &req, &mut reply)?;
+        self.sign_fetches(nid.0, &mut reply);
         self.signal_heartbeat(nid, &req.signalled, &mut reply);
         // Every kind's tasks run as their job's owner (on agents that switch accounts).
         for spec in &mut reply.specs {

@@ -265,6 +265,9 @@ pub struct HeartbeatReply {
     pub offload_to: Vec<(u64, crate::state::accel::NodeBinding, Vec<u8>)>,
     /// To an ANode: its offload key ([`crate::tickets`]); empty for any other node.
     pub offload_key: Vec<u8>,
+    /// To every node: its data key ([`crate::tickets`]), which verifies the tickets of the
+    /// fetches of its workflow outputs.
+    pub data_key: Vec<u8>,
     /// PCDDB messages from a workflow's launch node to this node.
     pub balance: Vec<BalanceEnvelope>,
     /// The PCDDB workflows this node balances.
@@ -796,6 +799,9 @@ pub struct WorkflowInput {
     pub address: String,
     /// The file there, relative to its work directory.
     pub path: String,
+    /// The server's ticket for this fetch under the producer's data key ([`crate::tickets`]):
+    /// empty as a kind makes the dispatch, signed by the state before the reply goes out.
+    pub ticket: Vec<u8>,
 }
 
 /// What a workflow instance needs beyond a batch task.

@@ -700,6 +700,98 @@ command = "cat {input:x}"
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Every node is told a data key of its own (its heartbeat replies' `data_key`), and each
+/// input an assignment names carries the server's fetch ticket, which the producer's key
+/// verifies for that path, producer, consumer, task and attempt only — the consumer's own key
+/// does not, nor another path or consumer. Without it any holder of the agent token could read
+/// any agent's workflow outputs.
+#[test]
+fn inputs_carry_fetch_tickets_only_the_producers_data_key_verifies() {
+    use hetsched_proto::ticket::{self, Fetch};
+    let dir = scratch("fetch-tickets");
+    let wf = r#"
+balancer = "centralised"
+[[task]]
+name = "gen"
+instances = 1
+cost = "1s"
+outputs = ["x"]
+requires = ["pa"]
+command = "echo > {output:x}"
+[[task]]
+name = "use"
+instances = 1
+cost = "1s"
+inputs = ["x"]
+requires = ["pb"]
+command = "cat {input:x}"
+"#;
+    let mut s = open(&dir, WorkflowConfig::default());
+    let a = common::register_with(&mut s, "a", 4, &["pa"]);
+    let b = common::register_with(&mut s, "b", 4, &["pb"]);
+    let mut agents = Agents::default();
+    let key_a = agents.beat(&mut s, a).data_key;
+    let key_b = agents.beat(&mut s, b).data_key;
+    assert_eq!(key_a.len(), ticket::LEN, "every node gets a key");
+    assert_eq!(key_b.len(), ticket::LEN);
+    assert_ne!(key_a, key_b, "each its own");
+    assert_eq!(
+        agents.beat(&mut s, a).data_key,
+        key_a,
+        "the same at every beat"
+    );
+    let job = s.submit("wf.toml", wf, "/").expect("submit").job_id;
+    let mut consumer = None;
+    for _ in 0..20 {
+        let r = agents.beat(&mut s, a);
+        assert_eq!(r.data_key, key_a, "a is never told b's key");
+        agents.finish_all(a, true);
+        let r = agents.beat(&mut s, b);
+        assert_eq!(r.data_key, key_b);
+        if let Some(x) = r.assignments.into_iter().find(|x| !x.inputs.is_empty()) {
+            consumer = Some(x);
+            break;
+        }
+    }
+    let c = consumer.expect("use is sent to b");
+    let input = &c.inputs[0];
+    assert_eq!(input.node_id, a);
+    let fetch = Fetch {
+        path: &input.path,
+        producer: "a",
+        consumer: "b",
+        task_id: c.task_id,
+        attempt: c.attempt,
+    };
+    assert!(
+        ticket::verify(&key_a, &fetch, &input.ticket),
+        "the producer's key verifies the ticket: {input:?}"
+    );
+    assert!(
+        !ticket::verify(&key_b, &fetch, &input.ticket),
+        "not b's own key"
+    );
+    let other_path = format!("{}y", input.path);
+    for other in [
+        Fetch {
+            path: &other_path,
+            ..fetch
+        },
+        Fetch {
+            consumer: "a",
+            ..fetch
+        },
+        Fetch {
+            attempt: c.attempt + 1,
+            ..fetch
+        },
+    ] {
+        assert!(!ticket::verify(&key_a, &other, &input.ticket), "{other:?}");
+    }
+    assert_eq!(s.get_job(job).expect("job").state, "running");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Under pcddb a node declared dead while its machine held instances waiting there, whose
 /// agent then comes back (it was only slow), is told to forget those instances once another
 /// node's machine took them: else its machine counted them for ever, never reported itself
