@@ -11,12 +11,27 @@
 //! `key`: the same options as the server's), over TLS on a listener of its own
 //! ([`DataListener`]), announced as `https://HOST:PORT`; other agents then verify its certificate
 //! with their `ca`. Every call carries the agent token either way.
+//!
+//! The agent token admits any agent, so it does not say which outputs the server sent a
+//! consumer to fetch. A fetch is served only with the server's ticket for it
+//! ([`hetsched_proto::ticket::Fetch`]): each input an assignment names carries one, signed with
+//! the producer's data key over the output's path, the producer's and consumer's node names and
+//! the consumer's task and attempt; the consumer's agent sends it with the request, and the
+//! producer's agent verifies it with the data key its server gave it (heartbeat replies'
+//! `data_key`) before it opens anything ([`check_ticket`]). No ticket, or one that does not
+//! match: `PermissionDenied`, naming the problem — the consumer reports the input unavailable
+//! and the server produces it again with fresh tickets (bounded by its `MAX_INPUT_LOSSES`).
+//! While the agent holds no key (it started moments ago and its server has not answered yet)
+//! every fetch is refused `Unavailable`, marked [`NO_KEY_HEADER`]: the consumer's agent asks
+//! again for up to [`KEY_WAIT`] — a restart's window costs no output — and then reports the
+//! producer's agent unreachable.
 
 use crate::balance;
 use hetsched_core::input::workflow::data_name_problem;
 use hetsched_core::input::workflow_runtime::expand;
 use hetsched_proto as pb;
 use hetsched_proto::agent_data_server::AgentData;
+use hetsched_proto::ticket::NO_KEY_HEADER;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -64,14 +79,41 @@ impl Default for DataOptions {
     }
 }
 
-/// What a call to another agent carries: the agent token, and the CA that signed the other
-/// agents' certificates (for `https://` peers).
+/// What a call to another agent carries: the agent token, the CA that signed the other
+/// agents' certificates (for `https://` peers), and this agent's node name (the consumer a
+/// fetch ticket names).
 #[derive(Clone, Debug, Default)]
 pub struct PeerAuth {
     /// The agent token.
     pub token: String,
     /// CA certificate (PEM), the agent's `ca`.
     pub ca: Option<Vec<u8>>,
+    /// This agent's node name: the consumer its fetches name, as the server's tickets do.
+    pub node: String,
+}
+
+/// The data key this agent's server gave it (heartbeat replies' `data_key`), shared between the
+/// heartbeat loop that takes it and the data service that verifies fetch tickets with it.
+/// Memory only: an agent that starts holds none until its server's first reply.
+#[derive(Clone, Debug, Default)]
+pub struct DataKey(std::sync::Arc<std::sync::RwLock<Option<std::sync::Arc<[u8]>>>>);
+
+impl DataKey {
+    /// Takes `key` (what the server's reply said); whether it is new (the first, or another
+    /// after the server's secret changed).
+    pub fn set(&self, key: &[u8]) -> bool {
+        let mut held = self.0.write().unwrap_or_else(|p| p.into_inner());
+        if held.as_deref() == Some(key) {
+            return false;
+        }
+        *held = Some(key.into());
+        true
+    }
+
+    /// The key, if the server gave one.
+    pub fn get(&self) -> Option<std::sync::Arc<[u8]>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 impl PeerAuth {
@@ -235,6 +277,53 @@ pub struct DataService {
     pub auth: PeerAuth,
     /// Woken when a message waits for the next heartbeat.
     pub wake: std::sync::Arc<tokio::sync::Notify>,
+    /// This agent's node name: the producer its outputs' fetch tickets name.
+    pub node: String,
+    /// The data key fetch tickets are verified with (none yet: every fetch is refused).
+    pub key: DataKey,
+}
+
+/// Whether `req` may read what it asks for: the server's ticket for it, checked with the data
+/// key the server gave this agent (`node`), before anything is opened (the module's doc).
+fn check_ticket(node: &str, key: &DataKey, req: &pb::FetchRequest) -> Result<(), Status> {
+    use hetsched_proto::ticket;
+    let what = format!(
+        "fetch of {:?} by node {:?} (task {} attempt {})",
+        req.path, req.consumer, req.task_id, req.attempt
+    );
+    let Some(key) = key.get() else {
+        let mut s = Status::unavailable(format!(
+            "{what}: node {node:?} holds no data key from its server yet (it has not heard from \
+             the server since it started, or the server predates fetch tickets): it serves no \
+             workflow output until it does"
+        ));
+        s.metadata_mut().insert(
+            NO_KEY_HEADER,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        return Err(s);
+    };
+    if req.ticket.is_empty() {
+        return Err(Status::permission_denied(format!(
+            "{what}: no ticket from the server (the consumer's agent or the server predates \
+             fetch tickets)"
+        )));
+    }
+    let fetch = ticket::Fetch {
+        path: &req.path,
+        producer: node,
+        consumer: &req.consumer,
+        task_id: req.task_id,
+        attempt: req.attempt,
+    };
+    if !ticket::verify(&key, &fetch, &req.ticket) {
+        return Err(Status::permission_denied(format!(
+            "{what}: the ticket does not match (the server's ticket is for another output, \
+             producer, consumer, task or attempt, or was signed before this node's data key \
+             changed)"
+        )));
+    }
+    Ok(())
 }
 
 type ChunkStream =
@@ -248,7 +337,12 @@ impl AgentData for DataService {
         &self,
         req: Request<pb::FetchRequest>,
     ) -> Result<Response<Self::FetchStream>, Status> {
-        let rel = req.into_inner().path;
+        let req = req.into_inner();
+        // Before the path is looked at: only the fetches the server sent a consumer on.
+        check_ticket(&self.node, &self.key, &req).inspect_err(|s| {
+            tracing::warn!("workflow output refused: {}", s.message());
+        })?;
+        let rel = req.path;
         if !safe_rel(&rel) {
             return Err(Status::invalid_argument(format!(
                 "`{rel}` is not a workflow output path"
@@ -331,26 +425,35 @@ enum FetchError {
     },
 }
 
-/// Fetches one file from another agent into `to`, at most `limit` bytes.
+/// How long a consumer's agent asks again a producer's agent that holds no data key yet
+/// ([`NO_KEY_HEADER`]: it started moments ago, and its server's first reply gives it one)
+/// before it reports that agent unreachable: the window of an agent's restart costs no output
+/// (the server would produce it again), while an agent whose server never answers it is, for
+/// the consumer, out of reach.
+pub const KEY_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Fetches one file from another agent into `to`, at most `limit` bytes; `req` names it and
+/// carries the server's ticket.
 async fn fetch(
     address: &str,
     auth: &PeerAuth,
-    rel: &str,
+    req: pb::FetchRequest,
     to: &Path,
     limit: u64,
 ) -> Result<u64, FetchError> {
-    fetch_within(address, auth, rel, to, FETCH_IDLE, limit).await
+    fetch_within(address, auth, req, to, (FETCH_IDLE, KEY_WAIT), limit).await
 }
 
-/// [`fetch`], waiting at most `idle` for each step (connection, answer, next chunk). A fetch
+/// [`fetch`], waiting at most `idle` for each step (connection, answer, next chunk), and
+/// asking again for at most `key_wait` while the producer's agent holds no data key. A fetch
 /// that fails leaves no file at `to`: a partial copy is never read as the input, and one cut
 /// at `limit` is exactly what the bound keeps off the disk.
 async fn fetch_within(
     address: &str,
     auth: &PeerAuth,
-    rel: &str,
+    req: pb::FetchRequest,
     to: &Path,
-    idle: std::time::Duration,
+    (idle, key_wait): (std::time::Duration, std::time::Duration),
     limit: u64,
 ) -> Result<u64, FetchError> {
     use FetchError::Unavailable;
@@ -364,17 +467,30 @@ async fn fetch_within(
         .await
         .map_err(|_| silent())?
         .map_err(|e| Unavailable(format!("{PRODUCER_UNREACHABLE}{e}")))?;
-    let mut stream = tokio::time::timeout(
-        idle,
-        c.fetch(pb::FetchRequest {
-            path: rel.to_string(),
-            ..Default::default()
-        }),
-    )
-    .await
-    .map_err(|_| silent())?
-    .map_err(|s| Unavailable(s.message().to_string()))?
-    .into_inner();
+    let asked = tokio::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(100);
+    let mut stream = loop {
+        let answer = tokio::time::timeout(idle, c.fetch(req.clone()))
+            .await
+            .map_err(|_| silent())?;
+        match answer {
+            Ok(r) => break r.into_inner(),
+            // Its agent has not heard from its server yet: it will soon (or never, and is
+            // then as good as unreachable: its outputs are produced again elsewhere).
+            Err(s) if s.metadata().get(NO_KEY_HEADER).is_some() => {
+                if asked.elapsed() + pause > key_wait {
+                    return Err(Unavailable(format!(
+                        "{PRODUCER_UNREACHABLE}{} (still after {} s)",
+                        s.message(),
+                        asked.elapsed().as_secs()
+                    )));
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(1));
+            }
+            Err(s) => return Err(Unavailable(s.message().to_string())),
+        }
+    };
     let mut file = tokio::fs::File::create(to)
         .await
         .map_err(|e| Unavailable(format!("{}: {e}", to.display())))?;
@@ -515,7 +631,15 @@ pub async fn prepare(
             .await
             .map_err(|e| format!("{}: {e}", into.display()))?;
         let to = into.join(k.to_string());
-        if let Err(e) = fetch(&input.address, auth, &input.path, &to, max_input_bytes).await {
+        // What the server's ticket was signed for: the producer's agent checks it.
+        let req = pb::FetchRequest {
+            path: input.path.clone(),
+            ticket: input.ticket.clone(),
+            consumer: auth.node.clone(),
+            task_id: a.task_id,
+            attempt: a.attempt,
+        };
+        if let Err(e) = fetch(&input.address, auth, req, &to, max_input_bytes).await {
             // The copies fetched so far go too: the next attempt fetches them again, and an
             // instance that failed should not keep up to `max_input_bytes` per input here.
             let _ = tokio::fs::remove_dir_all(dir.join("in")).await;
@@ -759,6 +883,8 @@ mod tests {
             balance: handle.clone(),
             auth: PeerAuth::default(),
             wake: std::sync::Arc::default(),
+            node: "n1".into(),
+            key: DataKey::default(),
         };
         let request = |launch: u32| pb::BalanceMessage {
             job_id: 7,
@@ -823,9 +949,12 @@ mod tests {
             fetch_within(
                 &address,
                 &PeerAuth::default(),
-                "wf/1/P-0/out/o",
+                pb::FetchRequest {
+                    path: "wf/1/P-0/out/o".into(),
+                    ..Default::default()
+                },
                 &dir.join("o"),
-                idle,
+                (idle, KEY_WAIT),
                 DEFAULT_MAX_INPUT_BYTES,
             ),
         )
@@ -972,36 +1101,12 @@ mod tests {
         std::fs::write(out.join("small"), vec![b's'; 1000]).expect("small");
         // Four and a half chunks.
         std::fs::write(out.join("big"), vec![b'b'; 4 * CHUNK + CHUNK / 2]).expect("big");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let address = listener.local_addr().expect("addr").to_string();
-        let service = DataService {
-            work_dir: producer.clone(),
-            balance: std::sync::Arc::default(),
-            auth: PeerAuth::default(),
-            wake: std::sync::Arc::default(),
-        };
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(pb::agent_data_server::AgentDataServer::with_interceptor(
-                    service,
-                    crate::logs::check_token("t"),
-                ))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
-        let auth = PeerAuth {
-            token: "t".into(),
-            ca: None,
-        };
-        let input = |name: &str| pb::WorkflowInput {
-            name: name.into(),
-            node_id: 3,
-            address: address.clone(),
-            path: format!("wf/7/P-0/out/{name}"),
-            ..Default::default()
-        };
+        let (address, _key, server) = serve_producer(&producer, Some(&KEY)).await;
+        let auth = consumer_auth();
+        let input = |name: &str| signed_input(&address, name, "b", 5, 1);
         let a = pb::Assignment {
+            task_id: 5,
+            attempt: 1,
             instance_dir: "7/C-0".into(),
             inputs: vec![input("small"), input("big")],
             ..Default::default()
@@ -1042,6 +1147,310 @@ mod tests {
             std::fs::metadata(&ready.argv[2]).expect("big").len(),
             4 * CHUNK as u64 + CHUNK as u64 / 2
         );
+        server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// The data key the test producers' server gave them.
+    const KEY: [u8; 32] = [7; 32];
+
+    /// A producer's agent (node `a`) on loopback: its data service over `work_dir`, holding
+    /// `key` (none: its server has not answered yet), for callers with the agent token `t`.
+    /// Returns its address, its key (to give one later) and the serving task.
+    async fn serve_producer(
+        work_dir: &Path,
+        key: Option<&[u8]>,
+    ) -> (
+        String,
+        DataKey,
+        tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("addr").to_string();
+        let held = DataKey::default();
+        if let Some(k) = key {
+            held.set(k);
+        }
+        let service = DataService {
+            work_dir: work_dir.to_path_buf(),
+            balance: std::sync::Arc::default(),
+            auth: PeerAuth::default(),
+            wake: std::sync::Arc::default(),
+            node: "a".into(),
+            key: held.clone(),
+        };
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::agent_data_server::AgentDataServer::with_interceptor(
+                    service,
+                    crate::logs::check_token("t"),
+                ))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        (address, held, server)
+    }
+
+    /// The consumer's agent (node `b`): the agent token every agent holds.
+    fn consumer_auth() -> PeerAuth {
+        PeerAuth {
+            token: "t".into(),
+            ca: None,
+            node: "b".into(),
+        }
+    }
+
+    /// The server's ticket for `consumer`'s task `task` attempt `attempt` to fetch `path` from
+    /// node `a`, under [`KEY`].
+    fn ticket_for(path: &str, consumer: &str, task: u64, attempt: u32) -> Vec<u8> {
+        hetsched_proto::ticket::sign(
+            &KEY,
+            &hetsched_proto::ticket::Fetch {
+                path,
+                producer: "a",
+                consumer,
+                task_id: task,
+                attempt,
+            },
+        )
+    }
+
+    /// Output `name` of instance `wf/7/P-0` on node `a` (id 3), as the server names it for
+    /// `consumer`'s task `task` attempt `attempt`, with its ticket.
+    fn signed_input(
+        address: &str,
+        name: &str,
+        consumer: &str,
+        task: u64,
+        attempt: u32,
+    ) -> pb::WorkflowInput {
+        let path = format!("wf/7/P-0/out/{name}");
+        pb::WorkflowInput {
+            name: name.into(),
+            node_id: 3,
+            address: address.into(),
+            ticket: ticket_for(&path, consumer, task, attempt),
+            path,
+        }
+    }
+
+    /// What the producer's agent answers `req`: the bytes it streams, or its refusal.
+    async fn ask(address: &str, req: pb::FetchRequest) -> Result<Vec<u8>, Status> {
+        let mut c = consumer_auth().connect(address).await.expect("connect");
+        let mut stream = c.fetch(req).await?.into_inner();
+        let mut got = Vec::new();
+        while let Some(chunk) = stream.message().await? {
+            got.extend(chunk.data);
+        }
+        Ok(got)
+    }
+
+    /// The agent token, which every agent holds, no longer reads another agent's workflow
+    /// outputs: a fetch is served only with the server's ticket for that output, producer,
+    /// consumer, task and attempt, checked before anything is opened (a refused fetch of a
+    /// file that does not exist, or of a path outside `wf/`, is refused for its ticket, not
+    /// found missing or bad). Before, any holder of the token read any output by its path.
+    #[tokio::test]
+    async fn a_fetch_is_served_only_with_the_servers_ticket_for_it_and_nothing_is_opened_without() {
+        let root = std::env::temp_dir().join(format!("hetsched-wf-ticket-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let out = root.join("producer/wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::write(out.join("x"), "x's data").expect("x");
+        std::fs::write(out.join("y"), "y's data").expect("y");
+        let (address, _key, server) = serve_producer(&root.join("producer"), Some(&KEY)).await;
+        let x = "wf/7/P-0/out/x";
+        let valid = pb::FetchRequest {
+            path: x.into(),
+            ticket: ticket_for(x, "b", 5, 1),
+            consumer: "b".into(),
+            task_id: 5,
+            attempt: 1,
+        };
+        let another_key = hetsched_proto::ticket::sign(
+            &[8; 32],
+            &hetsched_proto::ticket::Fetch {
+                path: x,
+                producer: "a",
+                consumer: "b",
+                task_id: 5,
+                attempt: 1,
+            },
+        );
+        for (case, req, says) in [
+            (
+                "no ticket",
+                pb::FetchRequest {
+                    ticket: Vec::new(),
+                    ..valid.clone()
+                },
+                "no ticket from the server",
+            ),
+            (
+                "forged",
+                pb::FetchRequest {
+                    ticket: vec![0; 32],
+                    ..valid.clone()
+                },
+                "the ticket does not match",
+            ),
+            (
+                "another output's path",
+                pb::FetchRequest {
+                    path: "wf/7/P-0/out/y".into(),
+                    ..valid.clone()
+                },
+                "the ticket does not match",
+            ),
+            (
+                "another consumer",
+                pb::FetchRequest {
+                    consumer: "c".into(),
+                    ..valid.clone()
+                },
+                "the ticket does not match",
+            ),
+            (
+                "another attempt",
+                pb::FetchRequest {
+                    attempt: 2,
+                    ..valid.clone()
+                },
+                "the ticket does not match",
+            ),
+            (
+                "another node's key",
+                pb::FetchRequest {
+                    ticket: another_key,
+                    ..valid.clone()
+                },
+                "the ticket does not match",
+            ),
+            (
+                "a missing file, no ticket",
+                pb::FetchRequest {
+                    path: "wf/7/P-0/out/none".into(),
+                    ticket: Vec::new(),
+                    ..valid.clone()
+                },
+                "no ticket from the server",
+            ),
+            (
+                "outside wf/, no ticket",
+                pb::FetchRequest {
+                    path: "../secret".into(),
+                    ticket: Vec::new(),
+                    ..valid.clone()
+                },
+                "no ticket from the server",
+            ),
+        ] {
+            let e = ask(&address, req).await.expect_err(case);
+            assert_eq!(e.code(), tonic::Code::PermissionDenied, "{case}: {e:?}");
+            assert!(e.message().contains(says), "{case}: {e:?}");
+        }
+        assert_eq!(ask(&address, valid).await.expect("valid"), b"x's data");
+        // Through a consumer's preparation: a refused input is unavailable (the server
+        // produces it again with fresh tickets), and nothing of it is left.
+        let consumer = root.join("consumer");
+        let mut forged = signed_input(&address, "x", "b", 5, 1);
+        forged.ticket[0] ^= 1;
+        let mut a = pb::Assignment {
+            task_id: 5,
+            attempt: 1,
+            instance_dir: "7/C-0".into(),
+            inputs: vec![forged],
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            argv: vec!["cat".into(), "{input:x}".into()],
+            ..Default::default()
+        };
+        let auth = consumer_auth();
+        let e = prepare(&a, &spec, &consumer, &auth, None, DEFAULT_MAX_INPUT_BYTES)
+            .await
+            .expect_err("refused");
+        assert!(
+            e.starts_with(&format!("{INPUT_UNAVAILABLE}3 {x}: input `x`: "))
+                && e.contains("the ticket does not match")
+                && !e.contains(PRODUCER_UNREACHABLE),
+            "{e}"
+        );
+        assert!(!consumer.join("wf/7/C-0/in").exists(), "nothing fetched");
+        a.inputs = vec![signed_input(&address, "x", "b", 5, 1)];
+        let ready = prepare(&a, &spec, &consumer, &auth, None, DEFAULT_MAX_INPUT_BYTES)
+            .await
+            .expect("the server's ticket");
+        assert_eq!(
+            std::fs::read_to_string(&ready.argv[1]).expect("fetched"),
+            "x's data"
+        );
+        server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// An agent that holds no data key yet (its server has not answered since it started)
+    /// serves nothing, saying so (`Unavailable`, marked): a consumer's agent asks again while
+    /// it waits for its key, and fetches once it has one; one that never gets a key is reported
+    /// unreachable after the wait (the server produces its outputs again elsewhere), not
+    /// failed.
+    #[tokio::test]
+    async fn an_agent_without_a_data_key_serves_nothing_and_a_consumer_waits_for_its_key() {
+        let root = std::env::temp_dir().join(format!("hetsched-wf-nokey-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let out = root.join("producer/wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::write(out.join("x"), "x's data").expect("x");
+        let (address, key, server) = serve_producer(&root.join("producer"), None).await;
+        let x = "wf/7/P-0/out/x";
+        let req = pb::FetchRequest {
+            path: x.into(),
+            ticket: ticket_for(x, "b", 5, 1),
+            consumer: "b".into(),
+            task_id: 5,
+            attempt: 1,
+        };
+        let e = ask(&address, req.clone()).await.expect_err("no key");
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        assert!(e.metadata().get(NO_KEY_HEADER).is_some(), "{e:?}");
+        assert!(e.message().contains("holds no data key"), "{e:?}");
+        let to = root.join("x");
+        let idle = std::time::Duration::from_secs(5);
+        let e = fetch_within(
+            &address,
+            &consumer_auth(),
+            req.clone(),
+            &to,
+            (idle, std::time::Duration::from_millis(300)),
+            DEFAULT_MAX_INPUT_BYTES,
+        )
+        .await
+        .expect_err("still no key")
+        .to_string();
+        assert!(
+            e.starts_with(PRODUCER_UNREACHABLE) && e.contains("holds no data key"),
+            "{e}"
+        );
+        assert!(!to.exists());
+        // Its server answers while the consumer asks again.
+        let later = key.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            later.set(&KEY);
+        });
+        let n = fetch_within(
+            &address,
+            &consumer_auth(),
+            req,
+            &to,
+            (idle, std::time::Duration::from_secs(10)),
+            DEFAULT_MAX_INPUT_BYTES,
+        )
+        .await
+        .expect("fetched once the producer has its key");
+        assert_eq!(n, 8);
+        assert_eq!(std::fs::read_to_string(&to).expect("x"), "x's data");
         server.abort();
         let _ = std::fs::remove_dir_all(&root);
     }

@@ -439,12 +439,18 @@ pub async fn run(
             Some(i) if opts.data.tls.is_none() => Some(i.ca_pem.clone().into_bytes()),
             _ => opts.ca_pem.clone(),
         },
+        node: opts.name.clone(),
     };
+    // The key this agent's outputs are served with (fetch tickets): none until the server's
+    // first heartbeat reply, so every fetch is refused until then.
+    let data_key = dataflow::DataKey::default();
     let data_service = dataflow::DataService {
         work_dir: opts.work_dir.clone(),
         balance: balance.clone(),
         auth: auth.clone(),
         wake: notify.clone(),
+        node: opts.name.clone(),
+        key: data_key.clone(),
     };
     // Workflow data and PCDDB between agents: on the (plain) log listener, or over TLS on a
     // listener of their own — with the configuration's `[tls]`, else with the log listener's
@@ -779,6 +785,13 @@ pub async fn run(
             {
                 info!(
                     "the server gave this ANode its offload key: it runs the offloads the server assigned"
+                );
+            }
+            // The node's data key: from now on its workflow outputs are served to the fetches
+            // whose tickets it verifies (until the first, it serves none).
+            if !reply.data_key.is_empty() && data_key.set(&reply.data_key) {
+                info!(
+                    "the server gave this node its data key: it serves its workflow outputs to the consumers the server sends"
                 );
             }
             for spec in reply.specs {
