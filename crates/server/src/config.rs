@@ -125,6 +125,14 @@ pub struct ServerConfig {
     /// server memory (about 120 bytes) and store rows, so one user's loop of submissions does
     /// not exhaust the server. Default [`MAX_UNFINISHED_TASKS_PER_USER`]; at least 1.
     pub max_unfinished_tasks_per_user: u64,
+    /// Jobs to set aside at this start (`hetsched server --set-aside JOB`, see
+    /// [`crate::set_aside`]): flags only, not configuration keys, for a set-aside is one act of
+    /// an operator, not a setting that holds at every start.
+    #[serde(skip)]
+    pub set_aside: Vec<u64>,
+    /// Topologies to set aside at this start (`hetsched server --set-aside-topology NAME`).
+    #[serde(skip)]
+    pub set_aside_topologies: Vec<String>,
 }
 
 /// The default of `max_unfinished_tasks_per_user`: ten jobs of the most tasks a job may have.
@@ -299,6 +307,8 @@ impl Default for ServerConfig {
             preemption: PreemptionMode::Off,
             preempt_exempt_time: Duration(0),
             max_unfinished_tasks_per_user: MAX_UNFINISHED_TASKS_PER_USER,
+            set_aside: Vec::new(),
+            set_aside_topologies: Vec::new(),
         }
     }
 }

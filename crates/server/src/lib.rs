@@ -47,6 +47,7 @@ pub mod limits;
 pub mod logs;
 pub mod metrics;
 pub mod service;
+pub mod set_aside;
 pub mod state;
 pub mod store;
 pub mod tickets;

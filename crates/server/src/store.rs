@@ -73,7 +73,7 @@ impl TaskState {
         .find(|s| s.as_str() == name)
     }
 
-    fn from_code(c: i64) -> Result<Self, StoreError> {
+    pub(crate) fn from_code(c: i64) -> Result<Self, StoreError> {
         Ok(match c {
             0 => TaskState::Pending,
             1 => TaskState::Running,
@@ -319,6 +319,9 @@ pub struct PurgedJob {
     pub first_app: u32,
     /// Its first task's id.
     pub first_task: u64,
+    /// Where its application and task ids end when no next job says so: kept for a job set
+    /// aside at a start (`crate::set_aside`), whose file is not read again.
+    pub end: Option<(u32, u64)>,
 }
 
 /// The batch job a submission key names ([`Store::job_with_key`]).
@@ -438,6 +441,11 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("users", "max_priority", "INTEGER"),
     // The ANode its latest attempt was offloaded to (node id; NULL: it ran where placed).
     ("tasks", "executed_node", "INTEGER"),
+    // Where a job set aside at a start (`hetsched server --set-aside`) ended its application
+    // and task ids, for when it is the newest job: a restart cannot learn that from its file,
+    // which no longer reads (NULL: any other job, whose file or next job says).
+    ("jobs", "apps_end", "INTEGER"),
+    ("jobs", "tasks_end", "INTEGER"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -608,16 +616,21 @@ impl Store {
             snap.nodes.push(r?);
         }
         // Of a purged job only its first ids are read (a restart does not parse its file), but
-        // the last job is read whole: its sizes say which ids are taken.
+        // the last job is read whole: its sizes say which ids are taken. A job set aside (its
+        // file no longer reads) is never read whole: its row says where its ids end.
         let mut stmt = self.conn.prepare(
-            "SELECT id, first_app, first_task FROM jobs
-             WHERE purged != 0 AND id != (SELECT MAX(id) FROM jobs) ORDER BY id",
+            "SELECT id, first_app, first_task, apps_end, tasks_end FROM jobs
+             WHERE purged != 0 AND (id != (SELECT MAX(id) FROM jobs) OR tasks_end IS NOT NULL)
+             ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
+            let apps_end: Option<u32> = r.get(3)?;
+            let tasks_end: Option<i64> = r.get(4)?;
             Ok(PurgedJob {
                 id: r.get::<_, i64>(0)? as u64,
                 first_app: r.get(1)?,
                 first_task: r.get::<_, i64>(2)? as u64,
+                end: apps_end.zip(tasks_end.map(|t| t as u64)),
             })
         })?;
         for r in rows {
@@ -626,7 +639,8 @@ impl Store {
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
                     submission_key, name, after, after_any, held, begin_ms, after_notok, after_corr, after_start FROM jobs
-             WHERE purged = 0 OR id = (SELECT MAX(id) FROM jobs) ORDER BY id",
+             WHERE purged = 0 OR (id = (SELECT MAX(id) FROM jobs) AND tasks_end IS NULL)
+             ORDER BY id",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(StoredJobRow {

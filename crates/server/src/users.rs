@@ -351,7 +351,7 @@ impl Users {
         }
         if let Some((name, owner)) = &self.staged {
             if &**owner == ADMIN {
-                tx.execute("DELETE FROM topology_owners WHERE name = ?1", params![name])?;
+                Self::delete_topology_owner(tx, name)?;
             } else {
                 tx.execute(
                     "INSERT INTO topology_owners(name, owner) VALUES (?1, ?2)
@@ -611,6 +611,13 @@ impl Users {
         for &job in jobs {
             stmt.execute(params![job as i64])?;
         }
+        Ok(())
+    }
+
+    /// Deletes topology `name`'s owner row inside `tx` (the admin's is no row): its purge, and
+    /// its set-aside at a start (`crate::set_aside`).
+    pub fn delete_topology_owner(tx: &rusqlite::Transaction, name: &str) -> Result<(), StoreError> {
+        tx.execute("DELETE FROM topology_owners WHERE name = ?1", params![name])?;
         Ok(())
     }
 

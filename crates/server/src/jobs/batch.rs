@@ -42,6 +42,8 @@ mod reason;
 mod retention;
 mod update;
 
+pub(crate) use retention::delete_job_rows;
+
 pub use crate::jobs::gate::MAX_AFTER;
 pub use reason::Capable;
 pub use retention::RETENTION_INTERVAL;
@@ -388,6 +390,20 @@ pub struct Batch {
     sent_queued: HashMap<u32, VecDeque<(u64, u32)>>,
 }
 
+/// Reads a stored batch job's file as a restart does: the file, then its applications (ids from
+/// `first_app`; `estimate` ns for a missing profile). A restart and `crate::set_aside` (which
+/// sets aside only a job this refuses) share it, so both agree on what no longer reads.
+pub(crate) fn read_stored(
+    origin: &str,
+    text: &str,
+    first_app: u32,
+    estimate: u64,
+) -> Result<(Workload, Vec<Application>), hetsched_core::input::InputError> {
+    let w = parse_workload(origin, text)?;
+    let apps = w.to_applications(first_app, MissingProfile::Estimate(estimate))?;
+    Ok((w, apps))
+}
+
 impl Batch {
     /// Rebuilds the batch jobs from the store's snapshot: tasks recorded as running are put back
     /// on their nodes (in the view and the registry) until those nodes' heartbeats confirm or
@@ -424,16 +440,14 @@ impl Batch {
                     (None, Some(q)) => Some((q.first_app, q.first_task)),
                     (None, None) => None,
                 };
-                // The store reads the newest job whole, so a purged one always has a next.
-                let end = next.unwrap_or((p.first_app, p.first_task));
+                // The store reads the newest job whole, so a purged one has a next, or (set
+                // aside, its file unread) its row says where its ids end.
+                let end = next.or(p.end).unwrap_or((p.first_app, p.first_task));
                 parsed.push(Install::Retired(p, end));
                 continue;
             };
-            let unreadable = |error| StateError::StoredJobUnreadable { job: row.id, error };
-            let w = parse_workload(&row.origin, &row.text).map_err(unreadable)?;
-            let mut apps = w
-                .to_applications(row.first_app, MissingProfile::Estimate(estimate))
-                .map_err(unreadable)?;
+            let (w, mut apps) = read_stored(&row.origin, &row.text, row.first_app, estimate)
+                .map_err(|error| StateError::StoredJobUnreadable { job: row.id, error })?;
             for a in &mut apps {
                 a.submit_time = row.submitted_ns;
             }

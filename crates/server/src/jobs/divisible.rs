@@ -356,10 +356,42 @@ fn job_name(given: &str, file_name: Option<String>, origin: &str) -> String {
 }
 
 /// A purged job's row state.
-const PURGED: &str = "purged";
+pub(crate) const PURGED: &str = "purged";
 
 /// Deletes a purged job's files (its input, chunk outputs and gathered output); a failure only
 /// leaves disk space taken, so it is logged.
+/// Reads a stored divisible job's file as a restart does: its load and the file's name. A
+/// restart and `crate::set_aside` (which sets aside only a job this refuses) share it.
+pub(crate) fn read_stored(
+    origin: &str,
+    text: &str,
+) -> Result<(DivisibleSpec, Option<String>), hetsched_core::input::InputError> {
+    let w = parse_workload(origin, text)?;
+    let name = w.name;
+    match w.divisible.into_iter().next() {
+        Some(spec) => Ok((spec, name)),
+        None => Err(hetsched_core::input::InputError {
+            origin: origin.to_string(),
+            line: None,
+            column: None,
+            field: None,
+            message: "the file has no [[divisible]] section any more".into(),
+        }),
+    }
+}
+
+/// Deletes divisible job `id`'s chunk rows and marks its job row purged (a tombstone: its id
+/// and submission key stay taken), inside `tx`. The one way a divisible job's rows go: a purge
+/// ([`JobKind::purge_rows`]) and a job set aside at a start (`crate::set_aside`). Its files
+/// (under [`job_dir`]) go after the commit, or before it to the set-aside directory.
+pub(crate) fn delete_job_rows(tx: &rusqlite::Transaction, id: u64) -> Result<(), StoreError> {
+    tx.prepare_cached("DELETE FROM div_chunks WHERE job = ?1")?
+        .execute(params![id as i64])?;
+    tx.prepare_cached("UPDATE div_jobs SET state = ?2 WHERE id = ?1")?
+        .execute(params![id as i64, PURGED])?;
+    Ok(())
+}
+
 fn remove_job_dir(dir: &Path, id: u64) {
     let jd = job_dir(dir, id);
     match std::fs::remove_dir_all(&jd) {
@@ -373,7 +405,7 @@ fn remove_job_dir(dir: &Path, id: u64) {
     }
 }
 
-fn job_dir(dir: &Path, id: u64) -> PathBuf {
+pub(crate) fn job_dir(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("job-{id}"))
 }
 
@@ -730,19 +762,7 @@ impl Divisible {
             short: false,
         };
         for row in rows {
-            let parsed = parse_workload(&row.origin, &row.text).and_then(|w| {
-                let name = w.name;
-                match w.divisible.into_iter().next() {
-                    Some(spec) => Ok((spec, name)),
-                    None => Err(hetsched_core::input::InputError {
-                        origin: row.origin.clone(),
-                        line: None,
-                        column: None,
-                        field: None,
-                        message: "the file has no [[divisible]] section any more".into(),
-                    }),
-                }
-            });
+            let parsed = read_stored(&row.origin, &row.text);
             if row.state == PURGED {
                 d.purged.insert(
                     row.id,
@@ -1954,15 +1974,12 @@ impl JobKind for Divisible {
     }
 
     fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
-        let mut chunks = tx.prepare_cached("DELETE FROM div_chunks WHERE job = ?1")?;
-        let mut mark = tx.prepare_cached("UPDATE div_jobs SET state = ?2 WHERE id = ?1")?;
         let mut units = 0;
         for &id in ids {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
-            chunks.execute(params![id as i64])?;
-            mark.execute(params![id as i64, PURGED])?;
+            delete_job_rows(tx, id)?;
             units += job.spec.units();
         }
         Ok(units)

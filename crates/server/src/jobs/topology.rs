@@ -508,6 +508,23 @@ CREATE TABLE IF NOT EXISTS topology_traffic(
     node_loads TEXT NOT NULL);
 ";
 
+/// Deletes topology `name`'s record and measured traffic inside `tx`. The one way a topology's
+/// rows go: a purge (committed with its event) and a set-aside at a start (`crate::set_aside`).
+pub(crate) fn delete_rows(tx: &rusqlite::Transaction, name: &str) -> Result<(), StoreError> {
+    tx.execute("DELETE FROM topologies WHERE name = ?1", [name])?;
+    tx.execute("DELETE FROM topology_traffic WHERE name = ?1", [name])?;
+    Ok(())
+}
+
+/// Whether a stored topology's file reads under this version, as a restart reads it: a
+/// restart and `crate::set_aside` (which sets aside only a topology this refuses) share it.
+pub(crate) fn read_stored(
+    origin: &str,
+    text: &str,
+) -> Result<(), hetsched_core::input::InputError> {
+    parse_runnable_topology(origin, text).map(|_| ())
+}
+
 /// Reads every stored topology record (for [`crate::store::Snapshot`]).
 pub fn load(conn: &rusqlite::Connection) -> Result<Vec<Record>, StoreError> {
     let mut stmt = conn.prepare("SELECT name, record FROM topologies ORDER BY name")?;
@@ -2224,8 +2241,7 @@ impl JobKind for Topology {
             )?;
         }
         for name in &self.inner.purged {
-            tx.execute("DELETE FROM topologies WHERE name = ?1", [name])?;
-            tx.execute("DELETE FROM topology_traffic WHERE name = ?1", [name])?;
+            delete_rows(tx, name)?;
         }
         Ok(())
     }

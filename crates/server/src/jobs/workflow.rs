@@ -154,6 +154,26 @@ enum Word {
     Lasts(u64),
 }
 
+/// Reads a stored workflow's file as a restart does: a restart and `crate::set_aside` (which
+/// sets aside only a workflow this refuses) share it.
+pub(crate) fn read_stored(
+    origin: &str,
+    text: &str,
+) -> Result<RuntimeWorkflow, hetsched_core::input::InputError> {
+    parse_runtime_workflow(origin, text)
+}
+
+/// Deletes workflow `seq`'s instance rows and marks its job row purged (a tombstone: its id
+/// stays taken), inside `tx`. The one way a workflow's rows go: a purge
+/// ([`JobKind::purge_rows`]) and a job set aside at a start (`crate::set_aside`).
+pub(crate) fn delete_job_rows(tx: &rusqlite::Transaction, seq: u64) -> Result<(), StoreError> {
+    tx.prepare_cached("DELETE FROM wf_instances WHERE job = ?1")?
+        .execute(params![seq as i64])?;
+    tx.prepare_cached("UPDATE wf_jobs SET purged = 1 WHERE id = ?1")?
+        .execute(params![seq as i64])?;
+    Ok(())
+}
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS wf_jobs(id INTEGER PRIMARY KEY, name TEXT NOT NULL, origin TEXT NOT NULL,
   text TEXT NOT NULL, workdir TEXT NOT NULL, balancer TEXT NOT NULL, submitted_ns INTEGER NOT NULL,
@@ -645,7 +665,7 @@ impl Workflows {
             g,
         ) in rows
         {
-            let rt = parse_runtime_workflow(&origin, &text)
+            let rt = read_stored(&origin, &text)
                 .map_err(|error| StateError::StoredJobUnreadable { job: seq, error })?;
             let balancer = balancer.parse().unwrap_or(BalancerKind::Centralised);
             let mut job = me.new_job(cx, seq, rt, balancer, name, origin, text, workdir)?;
@@ -2636,16 +2656,13 @@ impl JobKind for Workflows {
     }
 
     fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
-        let mut rows = tx.prepare_cached("DELETE FROM wf_instances WHERE job = ?1")?;
-        let mut mark = tx.prepare_cached("UPDATE wf_jobs SET purged = 1 WHERE id = ?1")?;
         let mut instances = 0;
         for &id in ids {
             let seq = id & ((1 << super::KIND_SHIFT) - 1);
             let Some(j) = self.jobs.get(&seq) else {
                 continue;
             };
-            rows.execute(params![seq as i64])?;
-            mark.execute(params![seq as i64])?;
+            delete_job_rows(tx, seq)?;
             instances += j.insts.len() as u64;
         }
         Ok(instances)

@@ -138,7 +138,9 @@ pub enum StateError {
     #[error(
         "the store holds job {job}, whose file no longer reads under this version of hetsched: \
          {error}. Nothing was changed: run the version that accepted the job until it ends and \
-         purge it (`hetsched purge {job}`), then start this one"
+         purge it (`hetsched purge {job}`), then start this one; or, to start this one now \
+         without the job, `hetsched server --set-aside {job}` keeps its file and a record of it \
+         in DATA_DIR/set-aside and drops its rows as a purge does"
     )]
     StoredJobUnreadable {
         /// The job's id.
@@ -150,7 +152,9 @@ pub enum StateError {
     #[error(
         "the store holds topology `{name}`, whose file no longer reads under this version of \
          hetsched: {error}. Nothing was changed: run the version that accepted it, kill it if it \
-         runs and purge it (`hetsched topology purge {name}`), then start this one"
+         runs and purge it (`hetsched topology purge {name}`), then start this one; or, to \
+         start this one now without it, `hetsched server --set-aside-topology {name}` keeps its \
+         file and a record of it in DATA_DIR/set-aside and drops its rows as a purge does"
     )]
     StoredTopologyUnreadable {
         /// The topology's name.
@@ -325,7 +329,9 @@ impl State {
     /// Opens the store in `config.data_dir` and rebuilds the state from it: finished tasks stay
     /// finished; tasks recorded as running stay assigned to their nodes until those nodes'
     /// heartbeats confirm or deny them (or the nodes are declared dead).
-    pub fn open(config: &ServerConfig, store: Store) -> Result<Self, StateError> {
+    pub fn open(config: &ServerConfig, mut store: Store) -> Result<Self, StateError> {
+        // What the operator set aside (`--set-aside`) leaves the store before anything reads it.
+        crate::set_aside::apply(config, &mut store)?;
         job_ids::check_store(&store)?;
         let snap = store.load()?;
         let div = crate::jobs::divisible::load(store.conn())?;

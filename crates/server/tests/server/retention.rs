@@ -539,6 +539,269 @@ fn a_stored_divisible_job_or_topology_that_no_longer_reads_stops_the_start_too()
     );
 }
 
+/// Opens `d` with `--set-aside` of `jobs` and `--set-aside-topology` of `topologies`.
+fn open_setting_aside(d: &Path, jobs: &[u64], topologies: &[&str]) -> Result<State, StateError> {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        set_aside: jobs.to_vec(),
+        set_aside_topologies: topologies.iter().map(|t| t.to_string()).collect(),
+        ..Default::default()
+    };
+    State::open(&config, Store::open(&d.join("state.db")).expect("store"))
+}
+
+/// A file's permission bits.
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777
+}
+
+/// What `set-aside/NAME.json` says.
+fn record(d: &Path, name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(d.join("set-aside").join(name)).expect("record");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// The way out for an operator who will not run the older version: `--set-aside JOB` takes the
+/// unreadable job out of the store at the start — its file and a record of it kept in
+/// DATA_DIR/set-aside, mode 0600, its rows dropped as a purge drops them — and the server
+/// starts with every other job as it was. The newest job set aside still holds its ids.
+#[test]
+fn an_unreadable_job_set_aside_at_the_start_is_kept_in_the_data_directory_and_the_rest_starts() {
+    let d = dir("set-aside");
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 3);
+        run_job(&mut s, n, "k-1");
+        // Job 2, the newest, never ran: its three tasks are pending.
+        s.submit_keyed("job.toml", JOB, "/", "k-2").expect("submit");
+    }
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let bad = JOB.replace("name = \"a\"", "name = \"a/b\"");
+    conn.execute("UPDATE jobs SET text = ?1 WHERE id = 2", [&bad])
+        .expect("rewrite");
+    drop(conn);
+    // Refused as before, the message naming the new way out beside the old one.
+    let e = match open_setting_aside(&d, &[], &[]) {
+        Ok(_) => panic!("a job that no longer reads was installed"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.starts_with("the store holds job 2, whose file no longer reads under this version")
+            && e.contains("`hetsched purge 2`")
+            && e.contains("`hetsched server --set-aside 2`"),
+        "{e}"
+    );
+    let mut s = open_setting_aside(&d, &[2], &[]).expect("starts without job 2");
+    assert_eq!(listed(&s), vec![(1, "completed".into())]);
+    assert!(matches!(
+        s.explain(s.job(2).expect_err("set aside")),
+        StateError::Purged(2)
+    ));
+    let aside = d.join("set-aside");
+    assert_eq!(mode(&aside), 0o700);
+    let file = aside.join("job-2.toml");
+    assert_eq!(std::fs::read_to_string(&file).expect("file"), bad);
+    assert_eq!(mode(&file), 0o600);
+    assert_eq!(mode(&aside.join("job-2.json")), 0o600);
+    let r = record(&d, "job-2.json");
+    assert_eq!(r["id"], 2);
+    assert_eq!(r["kind"], "batch");
+    assert_eq!(r["owner"], "admin");
+    assert_eq!(r["origin"], "job.toml");
+    assert_eq!(r["submission_key"], "k-2");
+    assert_eq!(r["state"], "pending");
+    assert_eq!(r["tasks"]["pending"], 3);
+    assert!(r["submitted_ns"].as_u64().is_some_and(|t| t > 0), "{r}");
+    assert!(
+        r["why"].as_str().is_some_and(|w| w.contains("job.toml:2")),
+        "{r}"
+    );
+    assert_eq!(r["file"], file.display().to_string());
+    // Job 1's rows are intact; job 2's tasks are gone.
+    assert_eq!(stored_tasks(&d), 3);
+    assert_eq!(s.job(1).expect("job 1").state, "completed");
+    // Its key still names it, as a purged job's does, and its ids stay taken.
+    let again = s
+        .submit_keyed("job.toml", JOB, "/", "k-2")
+        .expect_err("a key names its job")
+        .to_string();
+    assert!(again.contains("`k-2` already names job 2"), "{again}");
+    drop(s);
+    // Restarts: with the flag left in (nothing to do), and without it.
+    for jobs in [&[2][..], &[]] {
+        let s = open_setting_aside(&d, jobs, &[]).expect("restarts");
+        assert_eq!(listed(&s), vec![(1, "completed".into())]);
+        assert!(s.job(2).is_err());
+        drop(s.jobs());
+    }
+    let mut s = open(&d);
+    let next = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    assert_eq!(next, 3, "job 2's id is never handed out again");
+    drop(s);
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let first: i64 = conn
+        .query_row("SELECT first_task FROM jobs WHERE id = 3", [], |r| r.get(0))
+        .expect("job 3");
+    assert_eq!(first, 6, "job 2's task ids (3..6) are not handed out again");
+    // A second copy never overwrites the first.
+    assert!(!aside.join("job-2.2.toml").exists());
+}
+
+/// `--set-aside` takes only what this version refuses: a job whose file reads, or one that does
+/// not exist, refuses the start, and nothing is changed or written.
+#[test]
+fn setting_aside_a_job_that_still_reads_or_does_not_exist_is_refused() {
+    let d = dir("set-aside-readable");
+    {
+        let mut s = open(&d);
+        s.submit("job.toml", JOB, "/").expect("submit");
+    }
+    let refused = |jobs: &[u64], topologies: &[&str]| match open_setting_aside(&d, jobs, topologies)
+    {
+        Ok(_) => panic!("started"),
+        Err(e) => e.to_string(),
+    };
+    let e = refused(&[1], &[]);
+    assert!(
+        e.starts_with("--set-aside 1: job 1 still reads under this version of hetsched")
+            && e.contains("nothing was set aside")
+            && e.contains("`hetsched cancel 1`"),
+        "{e}"
+    );
+    let e = refused(&[9], &[]);
+    assert!(e.starts_with("--set-aside 9: no job 9 in the store"), "{e}");
+    let e = refused(&[], &["pipe"]);
+    assert!(
+        e.starts_with("--set-aside-topology pipe: no topology `pipe` in the store"),
+        "{e}"
+    );
+    assert!(!d.join("set-aside").exists(), "nothing was written");
+    let s = open(&d);
+    assert_eq!(listed(&s), vec![(1, "pending".into())]);
+}
+
+/// A divisible job and a topology are set aside the same way; a divisible job's files move to
+/// the set-aside directory beside its file (a tombstone's would be deleted at the next start),
+/// and a topology that still reads is refused.
+#[test]
+fn an_unreadable_divisible_job_or_topology_is_set_aside_too() {
+    const DIV: &str =
+        "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n";
+    const TOPO: &str = "name = \"pipe\"\n\n[[component]]\nname = \"numbers\"\nkind = \"spout\"\n\
+        parallelism = 1\ncpu = 10.0\nbuiltin = \"sequence-spout\"\n";
+    let d = dir("set-aside-divisible-topology");
+    let div = {
+        let mut s = open(&d);
+        let sub = hetsched_server::state::types::Submission {
+            origin: "rows.toml".into(),
+            text: DIV.into(),
+            workdir: "/".into(),
+            ..Default::default()
+        };
+        let div = s.on_submit(sub).expect("submit").job_id;
+        for name in ["pipe", "other"] {
+            let sub = hetsched_server::jobs::topology::TopologySubmission {
+                origin: format!("{name}.toml"),
+                text: TOPO.replace("\"pipe\"", &format!("\"{name}\"")),
+                base_dir: "/".into(),
+                placer: "even".into(),
+                max_utilisation: 0.9,
+                ..Default::default()
+            };
+            s.topology_submit(sub).expect("submit");
+            s.topology_kill(name).expect("kill");
+        }
+        div
+    };
+    // What a divisible job keeps on disk (its inputs, its chunks' outputs).
+    let files = d.join("divisible").join(format!("job-{div}"));
+    std::fs::create_dir_all(&files).expect("job dir");
+    std::fs::write(files.join("out-0"), "kept").expect("output");
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    conn.execute(
+        "UPDATE div_jobs SET text = ?1",
+        [DIV.replace("units = 100", "units = \"many\"")],
+    )
+    .expect("rewrite");
+    conn.execute(
+        "UPDATE topologies SET record = json_set(record, '$.text', ?1) WHERE name = 'pipe'",
+        [TOPO.replace("kind = \"spout\"", "kind = \"fountain\"")],
+    )
+    .expect("rewrite");
+    drop(conn);
+    let e = match open_setting_aside(&d, &[], &[]) {
+        Ok(_) => panic!("an unreadable topology was installed"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.starts_with("the store holds topology `pipe`, whose file no longer reads")
+            && e.contains("`hetsched topology purge pipe`")
+            && e.contains("`hetsched server --set-aside-topology pipe`"),
+        "{e}"
+    );
+    assert!(files.is_dir(), "a refused start changes nothing");
+    // `other` still reads: refused, and nothing set aside.
+    let e = match open_setting_aside(&d, &[div], &["pipe", "other"]) {
+        Ok(_) => panic!("a readable topology was set aside"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.starts_with("--set-aside-topology other: topology `other` still reads"),
+        "{e}"
+    );
+    assert!(!d.join("set-aside").exists());
+    let s = open_setting_aside(&d, &[div], &["pipe"]).expect("starts");
+    assert!(s.job(div).is_err(), "the divisible job is gone");
+    let names: Vec<String> = s
+        .topology_list()
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| t["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(names, vec!["other".to_string()], "{}", s.topology_list());
+    let aside = d.join("set-aside");
+    let r = record(&d, &format!("job-{div}.json"));
+    assert_eq!(
+        (r["kind"].as_str(), r["id"].as_u64()),
+        (Some("divisible"), Some(div))
+    );
+    assert_eq!(r["state"], "running");
+    let moved = aside.join(format!("job-{div}.files"));
+    assert_eq!(r["files"], moved.display().to_string());
+    assert_eq!(
+        std::fs::read_to_string(moved.join("out-0")).expect("moved"),
+        "kept"
+    );
+    assert!(!files.exists());
+    let t = record(&d, "topology-pipe.json");
+    assert_eq!(
+        (t["name"].as_str(), t["state"].as_str()),
+        (Some("pipe"), Some("killed"))
+    );
+    assert!(
+        t["why"].as_str().is_some_and(|w| w.contains("pipe.toml:5")),
+        "{t}"
+    );
+    for f in ["topology-pipe.toml", "topology-pipe.json"] {
+        assert_eq!(mode(&aside.join(f)), 0o600, "{f}");
+    }
+    assert!(
+        std::fs::read_to_string(aside.join("topology-pipe.toml"))
+            .expect("file")
+            .contains("fountain")
+    );
+    drop(s);
+    // The next start has nothing to refuse, the flags left in or not; the files stay.
+    drop(open_setting_aside(&d, &[div], &["pipe"]).expect("restarts"));
+    let s = open(&d);
+    assert!(s.job(div).is_err());
+    assert!(moved.join("out-0").exists());
+}
+
 /// A purged job's file is neither read nor parsed at a restart (a server that purged a million
 /// jobs restarts as fast as one that ran none); its ids stay taken and its key still names it.
 #[test]
