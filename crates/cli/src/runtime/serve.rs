@@ -51,6 +51,18 @@ pub struct ServerArgs {
     /// any free port, the bound address goes to DATA_DIR/http-address).
     #[arg(long)]
     pub http_listen: Option<SocketAddr>,
+    /// Set aside stored job JOB, whose file this version no longer reads (the start refuses
+    /// it, naming it): before the state is restored, its file and a record of it (owner,
+    /// origin, state, tasks) go to DATA_DIR/set-aside and its rows are dropped as `hetsched
+    /// purge` drops them (its running tasks are killed when their agents report). A job whose
+    /// file still reads is refused. Repeat for more jobs; one start only (a job set aside
+    /// already is passed over).
+    #[arg(long, value_name = "JOB")]
+    pub set_aside: Vec<u64>,
+    /// Set aside stored topology NAME, whose file this version no longer reads, as
+    /// `--set-aside` does a job. Repeat for more.
+    #[arg(long, value_name = "NAME")]
+    pub set_aside_topology: Vec<String>,
 }
 
 /// `hetsched agent`.
@@ -205,6 +217,8 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     if let Some(h) = a.http_listen {
         config.http_listen = Some(h);
     }
+    config.set_aside = a.set_aside;
+    config.set_aside_topologies = a.set_aside_topology;
     let handle = hetsched_server::start(config.clone()).await?;
     println!(
         "hetsched server listening on {} (policy {}, data in {}, client token in {}, agent token in {})",

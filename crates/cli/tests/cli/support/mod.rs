@@ -27,6 +27,8 @@ pub struct Cluster {
     pub server_config: Option<String>,
     /// The server's `--heartbeat-interval` and `--dead-timeout`.
     pub beat: (&'static str, &'static str),
+    /// More flags for `hetsched server` (its next start).
+    pub server_args: Vec<String>,
 }
 
 /// A file of the test TLS material (`crates/cli/tests/tls`).
@@ -176,6 +178,7 @@ impl Cluster {
             certifies_agents: false,
             server_config,
             beat: ("100ms", "1s"),
+            server_args: Vec::new(),
         }
     }
 
@@ -227,6 +230,7 @@ impl Cluster {
             } else {
                 vec![]
             })
+            .args(&self.server_args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
