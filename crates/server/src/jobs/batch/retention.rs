@@ -642,6 +642,24 @@ impl Batch {
     }
 }
 
+/// Deletes batch job `id`'s task rows (`tasks`, its task ids) and summary and marks its job row
+/// purged (a tombstone: its id and submission key stay taken), inside `tx`. Returns how many
+/// task ids it had. The one way a batch job's rows go: a purge ([`Batch::delete_purged_rows`],
+/// from memory) and a job set aside at a start (`crate::set_aside`, from the store's rows).
+pub(crate) fn delete_job_rows(
+    tx: &rusqlite::Transaction,
+    id: u64,
+    tasks: std::ops::Range<u64>,
+) -> Result<u64, StoreError> {
+    tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?
+        .execute(rusqlite::params![tasks.start as i64, tasks.end as i64])?;
+    tx.prepare_cached("UPDATE jobs SET purged = 1 WHERE id = ?1")?
+        .execute(rusqlite::params![id as i64])?;
+    tx.prepare_cached("DELETE FROM finished WHERE job = ?1")?
+        .execute(rusqlite::params![id as i64])?;
+    Ok(tasks.end.saturating_sub(tasks.start))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -726,22 +744,4 @@ mod tests {
             Err(StoreError::Corrupt(_))
         ));
     }
-}
-
-/// Deletes batch job `id`'s task rows (`tasks`, its task ids) and summary and marks its job row
-/// purged (a tombstone: its id and submission key stay taken), inside `tx`. Returns how many
-/// task ids it had. The one way a batch job's rows go: a purge ([`Batch::delete_purged_rows`],
-/// from memory) and a job set aside at a start (`crate::set_aside`, from the store's rows).
-pub(crate) fn delete_job_rows(
-    tx: &rusqlite::Transaction,
-    id: u64,
-    tasks: std::ops::Range<u64>,
-) -> Result<u64, StoreError> {
-    tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?
-        .execute(rusqlite::params![tasks.start as i64, tasks.end as i64])?;
-    tx.prepare_cached("UPDATE jobs SET purged = 1 WHERE id = ?1")?
-        .execute(rusqlite::params![id as i64])?;
-    tx.prepare_cached("DELETE FROM finished WHERE job = ?1")?
-        .execute(rusqlite::params![id as i64])?;
-    Ok(tasks.end.saturating_sub(tasks.start))
 }
