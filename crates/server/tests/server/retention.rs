@@ -802,6 +802,50 @@ fn an_unreadable_divisible_job_or_topology_is_set_aside_too() {
     assert!(moved.join("out-0").exists());
 }
 
+/// A workflow whose data name a later rule refuses (the last such change: data names must be
+/// fit for placeholders and agents' paths) is set aside as a batch job is; the batch job beside
+/// it is kept.
+#[test]
+fn an_unreadable_workflow_is_set_aside_too() {
+    const WF: &str = "[[task]]\nname = \"gen\"\ninstances = \"1..=2\"\ncost = \"1s\"\n\
+        outputs = [\"m\"]\ncommand = \"echo {index} > {output:m}\"\n";
+    let d = dir("set-aside-workflow");
+    let wf = {
+        let mut s = open(&d);
+        let wf = s.submit("wf.toml", WF, "/").expect("workflow").job_id;
+        s.submit("job.toml", JOB, "/").expect("batch");
+        wf
+    };
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    conn.execute(
+        "UPDATE wf_jobs SET text = ?1",
+        [WF.replace("\"m\"", "\"m/x\"").replace(":m}", ":m/x}")],
+    )
+    .expect("rewrite");
+    drop(conn);
+    let e = match open_setting_aside(&d, &[], &[]) {
+        Ok(_) => panic!("an unreadable workflow was installed"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains(&format!("`hetsched server --set-aside {wf}`")),
+        "{e}"
+    );
+    let s = open_setting_aside(&d, &[wf], &[]).expect("starts");
+    assert!(s.job(wf).is_err(), "the workflow is gone");
+    assert_eq!(listed(&s), vec![(wf + 1, "pending".into())]);
+    let r = record(&d, &format!("job-{wf}.json"));
+    assert_eq!(
+        (r["kind"].as_str(), r["origin"].as_str()),
+        (Some("workflow"), Some("wf.toml"))
+    );
+    assert_eq!(r["state"], "unfinished");
+    assert!(
+        r["why"].as_str().is_some_and(|w| w.contains("wf.toml:")),
+        "{r}"
+    );
+}
+
 /// A purged job's file is neither read nor parsed at a restart (a server that purged a million
 /// jobs restarts as fast as one that ran none); its ids stay taken and its key still names it.
 #[test]
