@@ -18,8 +18,17 @@
 //!   consumer, task and attempt the request names: a ticket seen elsewhere reads that one file
 //!   and nothing else.
 //!
-//! The keys are different (the server derives them with different labels), and so are the
-//! labels the MACs start with: no offload ticket passes for a fetch ticket or the reverse.
+//! - **Log tickets** (`hetsched log`, `hetsched topology log`). The server relays a user's read
+//!   of task output to the agent that holds it (`AgentLogs.ReadLog`), and signs each relayed
+//!   request with that agent's data key (`AgentLogRequest.ticket`): HMAC-SHA256 over
+//!   [`LOG_LABEL`], the file the request names ([`LogFile`]: a task's attempt, a divisible
+//!   chunk, or a stream worker), the stream, and the agent's node name ([`Log`]). The agent
+//!   serves a page only when its key verifies the ticket for exactly what the request names and
+//!   itself: the agent token alone (every agent holds it) reads no one's output.
+//!
+//! The keys are different (the server derives them with different labels; fetch and log
+//! tickets share a node's data key), and so are the labels the MACs start with: no ticket of one
+//! kind passes for a ticket of another.
 //!
 //! This module is the one encoding both sides use: [`sign`] on the server, [`verify`] (constant
 //! time) on the agent that serves.
@@ -75,6 +84,93 @@ pub struct Fetch<'a> {
     pub task_id: u64,
     /// Its attempt.
     pub attempt: u32,
+}
+
+/// Domain separation for log tickets: what a log ticket's MAC covers starts with this (a log
+/// ticket and a fetch ticket are made with the same data key).
+pub const LOG_LABEL: &[u8] = b"hetsched log ticket v1";
+
+/// The file a log read names, as the agent's log listener picks it from an
+/// [`AgentLogRequest`](crate::AgentLogRequest) ([`Log::of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFile<'a> {
+    /// A task attempt's capture file (or the file its application named instead).
+    Task {
+        /// The job.
+        job_id: u64,
+        /// The task's application.
+        app: &'a str,
+        /// Its index.
+        index: u32,
+        /// Which process of a multi-process workflow instance (0: none).
+        process: u32,
+        /// The attempt.
+        attempt: u32,
+    },
+    /// A divisible job's chunk.
+    Chunk {
+        /// The divisible job.
+        job_id: u64,
+        /// The chunk's number.
+        chunk: u64,
+    },
+    /// A stream worker's stderr.
+    Worker {
+        /// The topology.
+        topology: &'a str,
+        /// The placement's generation.
+        generation: u64,
+        /// The worker's index in it.
+        worker: u32,
+        /// The account it runs as (empty: the agent's own).
+        run_as: &'a str,
+    },
+}
+
+/// The read of task output a log ticket authorises: any page of one file on one node's agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Log<'a> {
+    /// The file.
+    pub file: LogFile<'a>,
+    /// Its stderr (else its stdout).
+    pub stderr: bool,
+    /// The node whose agent serves it.
+    pub node: &'a str,
+}
+
+impl<'a> Log<'a> {
+    /// What `req` asks node `node`'s agent to read. The one reading of a request: the agent's
+    /// listener serves the file this names (a stream worker when `topology` is set, else a
+    /// chunk when `divisible` is, else a task), so the fields a ticket covers are the fields
+    /// that choose the file; the others (offset, limit) only page it.
+    pub fn of(req: &'a crate::AgentLogRequest, node: &'a str) -> Self {
+        let file = if !req.topology.is_empty() {
+            LogFile::Worker {
+                topology: &req.topology,
+                generation: req.generation,
+                worker: req.worker,
+                run_as: &req.run_as,
+            }
+        } else if req.divisible {
+            LogFile::Chunk {
+                job_id: req.job_id,
+                chunk: req.chunk,
+            }
+        } else {
+            LogFile::Task {
+                job_id: req.job_id,
+                app: &req.app,
+                index: req.index,
+                process: req.process,
+                attempt: req.attempt,
+            }
+        };
+        Self {
+            file,
+            stderr: req.stderr,
+            node,
+        }
+    }
 }
 
 /// What a ticket's MAC covers. Each kind starts with its own label, then its fields with a
@@ -140,6 +236,52 @@ impl Ticketed for Fetch<'_> {
         .u64(self.task_id)
         .u32(self.attempt)
         .0
+    }
+}
+
+impl Ticketed for Log<'_> {
+    fn message(&self) -> Vec<u8> {
+        // A tag says which kind of file the fields that follow name: no task's fields encode
+        // as a chunk's or a worker's.
+        let m = match self.file {
+            LogFile::Task {
+                job_id,
+                app,
+                index,
+                process,
+                attempt,
+            } => Message::new(
+                LOG_LABEL,
+                4 + 8 + 8 + app.len() + 12 + 4 + 8 + self.node.len(),
+            )
+            .u32(1)
+            .u64(job_id)
+            .str(app)
+            .u32(index)
+            .u32(process)
+            .u32(attempt),
+            LogFile::Chunk { job_id, chunk } => {
+                Message::new(LOG_LABEL, 4 + 16 + 4 + 8 + self.node.len())
+                    .u32(2)
+                    .u64(job_id)
+                    .u64(chunk)
+            }
+            LogFile::Worker {
+                topology,
+                generation,
+                worker,
+                run_as,
+            } => Message::new(
+                LOG_LABEL,
+                4 + 8 + topology.len() + 12 + 8 + run_as.len() + 4 + 8 + self.node.len(),
+            )
+            .u32(3)
+            .str(topology)
+            .u64(generation)
+            .u32(worker)
+            .str(run_as),
+        };
+        m.u32(u32::from(self.stderr)).str(self.node).0
     }
 }
 
@@ -277,12 +419,97 @@ mod tests {
         assert!(!verify(&KEY, &fetch(), &[]), "none");
     }
 
-    /// The labels keep the kinds apart: no message of one kind is a message of the other.
+    /// The labels keep the kinds apart: no message of one kind is a message of another.
     #[test]
     fn no_offload_ticket_passes_for_a_fetch_ticket() {
         let o = offload().message();
         let f = fetch().message();
+        let l = Log::of(&task_read(), "a").message();
         assert!(o.starts_with(TICKET_LABEL) && f.starts_with(FETCH_LABEL));
-        assert!(!TICKET_LABEL.starts_with(FETCH_LABEL) && !FETCH_LABEL.starts_with(TICKET_LABEL));
+        assert!(l.starts_with(LOG_LABEL));
+        let labels = [TICKET_LABEL, FETCH_LABEL, LOG_LABEL];
+        for (i, a) in labels.iter().enumerate() {
+            for (j, b) in labels.iter().enumerate() {
+                assert!(i == j || !a.starts_with(b), "{i} {j}");
+            }
+        }
+    }
+
+    fn task_read() -> crate::AgentLogRequest {
+        crate::AgentLogRequest {
+            job_id: 7,
+            app: "sim".into(),
+            index: 3,
+            attempt: 2,
+            stderr: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_log_ticket_verifies_for_its_file_and_node_only_and_any_page_of_it() {
+        let req = task_read();
+        let t = sign(&KEY, &Log::of(&req, "a"));
+        assert_eq!(t.len(), LEN);
+        let mut paged = req.clone();
+        (paged.offset, paged.limit) = (-100, 10);
+        assert!(verify(&KEY, &Log::of(&paged, "a"), &t), "another page");
+        assert!(!verify(&KEY, &Log::of(&req, "b"), &t), "another node");
+        assert!(!verify(&[8; LEN], &Log::of(&req, "a"), &t), "another key");
+        let changes: [fn(&mut crate::AgentLogRequest); 12] = [
+            |r| r.job_id = 8,
+            |r| r.app = "simx".into(),
+            |r| r.index = 4,
+            |r| r.process = 1,
+            |r| r.attempt = 1,
+            |r| r.stderr = false,
+            // The same job as a divisible one's chunk, or a worker's stderr.
+            |r| r.divisible = true,
+            |r| r.topology = "sim".into(),
+            // Fields the task's file is not chosen by do not choose another file, but a
+            // request that sets them is read as another kind (above) and verified as such.
+            |r| {
+                r.divisible = true;
+                r.chunk = 3;
+            },
+            |r| {
+                r.topology = "t".into();
+                r.worker = 3;
+            },
+            |r| {
+                r.topology = "t".into();
+                r.run_as = "alice".into();
+            },
+            |r| r.app = "si".into(),
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut other = req.clone();
+            change(&mut other);
+            assert!(!verify(&KEY, &Log::of(&other, "a"), &t), "change {i}");
+        }
+        // Each kind only covers its own fields: a chunk's ticket stands whatever the request's
+        // unused task fields say, and is another chunk's nothing.
+        let chunk = crate::AgentLogRequest {
+            job_id: 7,
+            divisible: true,
+            chunk: 3,
+            ..Default::default()
+        };
+        let c = sign(&KEY, &Log::of(&chunk, "a"));
+        let mut noisy = chunk.clone();
+        noisy.app = "x".into();
+        assert!(verify(&KEY, &Log::of(&noisy, "a"), &c));
+        let mut next = chunk.clone();
+        next.chunk = 4;
+        assert!(!verify(&KEY, &Log::of(&next, "a"), &c));
+        // The same bytes split differently between a worker's fields.
+        let w = |topology: &str, run_as: &str| crate::AgentLogRequest {
+            topology: topology.into(),
+            run_as: run_as.into(),
+            ..Default::default()
+        };
+        let (ab, a) = (w("ab", ""), w("a", "b"));
+        assert_ne!(Log::of(&ab, "n").message(), Log::of(&a, "n").message());
+        assert!(!verify(&KEY, &Log::of(&req, "a"), &[]), "none");
     }
 }
