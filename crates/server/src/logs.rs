@@ -8,6 +8,12 @@
 //! `ListTasks` shows as the place of each task's output. This is memory only: nothing here is
 //! needed to schedule, and every live agent repeats it on each heartbeat.
 //!
+//! Every agent holds the agent token, so the token alone cannot tell an agent that the server
+//! checked the caller's right to the output (`State::authorize`): each request relayed carries
+//! a log ticket ([`hetsched_proto::ticket::Log`]) under the node's data key — the key its
+//! heartbeat replies give it, which the relay records from those replies ([`LogRelay::keyed`])
+//! — over the file the request names and the node's name. The agent serves nothing else.
+//!
 //! With `[tls]`, every call to an agent goes over TLS and the agent's certificate must be signed
 //! by the `agent_ca` configured, else by the server's own agent CA ([`crate::agent_ca`]), and
 //! name the address the server calls; there is no fallback to plain text (it would hand the
@@ -31,11 +37,14 @@ pub const MAX_PAGE: u32 = pb::LOG_MAX_PAGE;
 /// How long the server waits for an agent's answer.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(5);
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 struct AgentAt {
     name: String,
     addr: Option<SocketAddr>,
     work_dir: String,
+    /// The data key its latest heartbeat reply gave the node (none since it registered, until
+    /// its first heartbeat: its agent holds none either).
+    data_key: Option<Arc<[u8]>>,
 }
 
 /// Where each node's log listener and work directory are.
@@ -82,6 +91,32 @@ impl LogRelay {
         };
         if e.work_dir != work_dir {
             e.work_dir = work_dir.to_string();
+        }
+    }
+
+    /// Node `id`'s agent registered (again): it holds no data key until its first heartbeat
+    /// reply, so no ticket is signed for it until then.
+    pub fn registered(&self, id: u32) {
+        if let Some(e) = self
+            .nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&id)
+        {
+            e.data_key = None;
+        }
+    }
+
+    /// Node `id` was given `data_key` in a heartbeat reply: log reads relayed to it are signed
+    /// with it (an empty one, from no state that signs, is ignored).
+    pub fn keyed(&self, id: u32, data_key: &[u8]) {
+        if data_key.is_empty() {
+            return;
+        }
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        let e = nodes.entry(id).or_default();
+        if e.data_key.as_deref() != Some(data_key) {
+            e.data_key = Some(data_key.into());
         }
     }
 
@@ -190,6 +225,21 @@ impl LogRelay {
         Ok(reply)
     }
 
+    /// `req` with the log ticket of node `at` for what it names ([`hetsched_proto::ticket`]).
+    fn signed(at: &AgentAt, mut req: pb::AgentLogRequest) -> Result<pb::AgentLogRequest, Status> {
+        let Some(key) = &at.data_key else {
+            return Err(Status::unavailable(format!(
+                "node `{}`: its agent has not heartbeated since it registered, so it holds no \
+                 data key to check the server's ticket with: its output is not available yet; \
+                 try again in a few seconds",
+                at.name
+            )));
+        };
+        req.ticket =
+            hetsched_proto::ticket::sign(key, &hetsched_proto::ticket::Log::of(&req, &at.name));
+        Ok(req)
+    }
+
     async fn ask(
         &self,
         at: &AgentAt,
@@ -202,6 +252,7 @@ impl LogRelay {
                 at.name, at.work_dir
             )));
         };
+        let req = Self::signed(at, req)?;
         let unreachable = |e: String| {
             Status::unavailable(format!(
                 "node `{}` ({addr}) did not answer for the task's output: {e}",
@@ -225,6 +276,19 @@ impl LogRelay {
             .max_decoding_message_size(2 * MAX_PAGE as usize);
         match tokio::time::timeout(AGENT_TIMEOUT, client.read_log(req)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
+            // The agent answered: it holds no data key yet (it started moments ago; its next
+            // heartbeat reply gives it one). Not a network problem: its words, and when to ask.
+            Ok(Err(s))
+                if s.metadata()
+                    .get(hetsched_proto::ticket::NO_KEY_HEADER)
+                    .is_some() =>
+            {
+                Err(Status::unavailable(format!(
+                    "node `{}`: its output is not available yet ({}); try again in a few seconds",
+                    at.name,
+                    s.message()
+                )))
+            }
             // The agent answered, and refused: its reason stands (no hint about transport).
             Ok(Err(s))
                 if matches!(
@@ -630,5 +694,134 @@ pub async fn read_log(
         (Some(reply), _) => Ok(reply),
         (None, Some(e)) => Err(e),
         (None, None) => Err(Status::unavailable("no agent serves task outputs")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsched_proto::agent_logs_server::{AgentLogs, AgentLogsServer};
+    use hetsched_proto::ticket;
+
+    /// An agent's log listener as far as tickets go: it answers with what the ticket was
+    /// verified as, under the key given (none: the agent's no-key refusal).
+    struct Agent {
+        node: &'static str,
+        key: Option<Vec<u8>>,
+    }
+
+    #[tonic::async_trait]
+    impl AgentLogs for Agent {
+        async fn read_log(
+            &self,
+            req: tonic::Request<pb::AgentLogRequest>,
+        ) -> Result<tonic::Response<pb::ReadLogReply>, Status> {
+            let r = req.into_inner();
+            let Some(key) = &self.key else {
+                let mut s = Status::unavailable("node \"a\" holds no data key from its server yet");
+                s.metadata_mut().insert(
+                    ticket::NO_KEY_HEADER,
+                    tonic::metadata::MetadataValue::from_static("1"),
+                );
+                return Err(s);
+            };
+            let ok = ticket::verify(key, &ticket::Log::of(&r, self.node), &r.ticket);
+            Ok(tonic::Response::new(pb::ReadLogReply {
+                data: if ok {
+                    b"verified".to_vec()
+                } else {
+                    b"refused".to_vec()
+                },
+                exists: true,
+                ..Default::default()
+            }))
+        }
+    }
+
+    async fn agent(a: Agent) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(AgentLogsServer::new(a))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        addr
+    }
+
+    /// Every read the relay sends an agent carries the log ticket of what it names under the
+    /// data key the node's heartbeat reply gave it (the key its agent verifies with); before
+    /// the first heartbeat since its registration none is sent, and an agent without a key
+    /// yet is said to be not ready, not unreachable.
+    #[tokio::test]
+    async fn a_relayed_read_carries_the_ticket_the_nodes_data_key_verifies() {
+        let keys = crate::tickets::OffloadKeys::new(&[3; 32]);
+        let key = keys.data_key("a", "id-a");
+        let addr = agent(Agent {
+            node: "a",
+            key: Some(key.clone()),
+        })
+        .await;
+        let relay = LogRelay::new("agent-token");
+        relay.seen(1, Some("a"), Some(addr.ip()), u32::from(addr.port()), "/w");
+        let task = pb::AgentLogRequest {
+            job_id: 4,
+            app: "sim".into(),
+            index: 2,
+            attempt: 1,
+            ..Default::default()
+        };
+        let e = relay
+            .read_from("a", task.clone())
+            .await
+            .expect_err("no heartbeat yet");
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+        assert!(e.message().contains("not available yet"), "{}", e.message());
+
+        relay.keyed(1, &key);
+        let worker = pb::AgentLogRequest {
+            topology: "t".into(),
+            generation: 2,
+            worker: 1,
+            run_as: "alice".into(),
+            ..Default::default()
+        };
+        let chunk = pb::AgentLogRequest {
+            job_id: 5,
+            divisible: true,
+            chunk: 3,
+            stderr: true,
+            ..Default::default()
+        };
+        for req in [task.clone(), worker, chunk] {
+            let r = relay.read_from("a", req.clone()).await.expect("read");
+            assert_eq!(r.data, b"verified", "{req:?}");
+        }
+        // Another node's key (the relay's record of it changed): the agent's key refuses it.
+        relay.keyed(1, &keys.data_key("b", "id-a"));
+        let r = relay.read_from("a", task.clone()).await.expect("read");
+        assert_eq!(r.data, b"refused");
+        // A new registration forgets the key until the next heartbeat.
+        relay.registered(1);
+        assert!(relay.read_from("a", task.clone()).await.is_err());
+
+        let addr = agent(Agent {
+            node: "a",
+            key: None,
+        })
+        .await;
+        relay.seen(1, Some("a"), Some(addr.ip()), u32::from(addr.port()), "/w");
+        relay.keyed(1, &key);
+        let e = relay.read_from("a", task).await.expect_err("no key there");
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+        assert!(
+            e.message()
+                .starts_with("node `a`: its output is not available yet")
+                && !e.message().contains("did not answer"),
+            "{}",
+            e.message()
+        );
     }
 }

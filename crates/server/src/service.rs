@@ -216,6 +216,8 @@ impl Agent for AgentService {
         let reply = with_state(&self.0, &self.3, Run::Blocking, move |s| s.register(r)).await?;
         self.2
             .seen(reply.get_ref().node_id, Some(&name), ip, port, &work_dir);
+        // A registering agent holds no data key (until its first heartbeat reply).
+        self.2.registered(reply.get_ref().node_id);
         Ok(reply)
     }
 
@@ -258,6 +260,8 @@ impl Agent for AgentService {
                     .and_then(Response::into_inner)
             };
             self.2.seen(id, name.as_deref(), ip, port, &work_dir);
+            // The key this reply gives the agent signs the log reads relayed to it.
+            self.2.keyed(id, &rep.get_ref().data_key);
         }
         reply
     }
