@@ -441,8 +441,9 @@ pub async fn run(
         },
         node: opts.name.clone(),
     };
-    // The key this agent's outputs are served with (fetch tickets): none until the server's
-    // first heartbeat reply, so every fetch is refused until then.
+    // The key this agent's outputs are served with (fetch tickets, and log tickets for task
+    // output): none until the server's first heartbeat reply, so every fetch and every read of
+    // task output is refused until then.
     let data_key = dataflow::DataKey::default();
     let data_service = dataflow::DataService {
         work_dir: opts.work_dir.clone(),
@@ -465,6 +466,12 @@ pub async fn run(
                 at,
                 &opts.work_dir,
                 &opts.token,
+                // Task output is read with the server's log tickets, under the same data key as
+                // the fetches (set by the heartbeat loop).
+                logs::LogKey {
+                    node: opts.name.clone(),
+                    key: data_key.clone(),
+                },
                 log_tls.clone(),
                 plain,
             )
@@ -787,11 +794,12 @@ pub async fn run(
                     "the server gave this ANode its offload key: it runs the offloads the server assigned"
                 );
             }
-            // The node's data key: from now on its workflow outputs are served to the fetches
-            // whose tickets it verifies (until the first, it serves none).
+            // The node's data key: from now on its workflow outputs are served to the fetches,
+            // and its task output to the server's reads, whose tickets it verifies (until the
+            // first, it serves none).
             if !reply.data_key.is_empty() && data_key.set(&reply.data_key) {
                 info!(
-                    "the server gave this node its data key: it serves its workflow outputs to the consumers the server sends"
+                    "the server gave this node its data key: it serves its workflow outputs to the consumers the server sends, and task output to the server's reads"
                 );
             }
             for spec in reply.specs {

@@ -4,7 +4,15 @@
 //! server over gRPC (`AgentLogs.ReadLog`), which relays them to `hetsched log`.
 //!
 //! Calls must carry the agent token (the server holds it; users never talk to agents directly, so
-//! the client token is not needed here). A read is one page: at most [`MAX_PAGE`] bytes from an
+//! the client token is not needed here) and the server's log ticket for the file they name
+//! ([`hetsched_proto::ticket::Log`]). Every agent holds the agent token, so the token alone
+//! would let any agent node read any other's task output, other users' included, past the
+//! server's owner check: the server signs each read it relays with this node's data key (the
+//! one its heartbeat replies give, shared with fetch tickets, [`crate::dataflow::DataKey`]), and
+//! the listener verifies the ticket against what the request names and its own node name
+//! before it opens anything ([`check_ticket`]): `PermissionDenied` naming the problem
+//! otherwise. While it holds no key (it started moments ago) it serves nothing: `Unavailable`,
+//! marked [`NO_KEY_HEADER`], which the server passes on as "not available yet". A read is one page: at most [`MAX_PAGE`] bytes from an
 //! offset, or the last bytes of the file (negative offset). Files are opened with `O_NOFOLLOW`
 //! and paths are built from sanitised components only, so a request cannot name a file outside
 //! the work directory. A task whose application sent a stream to a file of its own
@@ -20,8 +28,10 @@
 //! With a certificate and key (`hetsched agent --log-cert --log-key`) the listener speaks TLS, and
 //! the server checks the certificate against its `[tls] agent_ca`; the token check is the same.
 
+use crate::dataflow::DataKey;
 use hetsched_proto as pb;
 use hetsched_proto::agent_logs_server::{AgentLogs, AgentLogsServer};
+use hetsched_proto::ticket::{self, Log, LogFile, NO_KEY_HEADER};
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -125,9 +135,88 @@ pub fn read_page_as(
         .map_err(std::io::Error::other)?
 }
 
+/// What a log ticket is checked with: this node's name (the node the server's tickets name)
+/// and the data key its server gave it.
+#[derive(Clone, Debug, Default)]
+pub struct LogKey {
+    /// This agent's node name.
+    pub node: String,
+    /// Its data key (none yet: every read is refused `Unavailable`).
+    pub key: DataKey,
+}
+
 /// The `AgentLogs` service of one work directory.
 pub struct LogService {
     work_dir: PathBuf,
+    key: LogKey,
+}
+
+/// `read` in words, for a refusal.
+fn described(read: &Log) -> String {
+    let stream = if read.stderr { "stderr" } else { "stdout" };
+    match read.file {
+        LogFile::Task {
+            job_id,
+            app,
+            index,
+            process,
+            attempt,
+        } => {
+            let process = match process {
+                0 => String::new(),
+                p => format!(" process {p}"),
+            };
+            format!(
+                "read of the {stream} of job {job_id}'s task {app:?}:{index}{process} attempt {attempt}"
+            )
+        }
+        LogFile::Chunk { job_id, chunk } => {
+            format!("read of the {stream} of chunk {chunk} of divisible job {job_id}")
+        }
+        LogFile::Worker {
+            topology,
+            generation,
+            worker,
+            ..
+        } => format!(
+            "read of the stderr of worker {worker} of topology {topology:?} (generation {generation})"
+        ),
+    }
+}
+
+/// Whether `req` may read what it names: the server's log ticket for it, checked with the data
+/// key the server gave this node, before anything is opened (the module's doc).
+fn check_ticket(key: &LogKey, req: &pb::AgentLogRequest) -> Result<(), Status> {
+    let read = Log::of(req, &key.node);
+    let Some(k) = key.key.get() else {
+        let mut s = Status::unavailable(format!(
+            "{}: node {:?} holds no data key from its server yet (it has not heard from the \
+             server since it started, or the server predates log tickets): it serves no task \
+             output until it does",
+            described(&read),
+            key.node
+        ));
+        s.metadata_mut().insert(
+            NO_KEY_HEADER,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        return Err(s);
+    };
+    if req.ticket.is_empty() {
+        return Err(Status::permission_denied(format!(
+            "{}: no ticket from the server (the caller is not the server, or the server \
+             predates log tickets)",
+            described(&read)
+        )));
+    }
+    if !ticket::verify(&k, &read, &req.ticket) {
+        return Err(Status::permission_denied(format!(
+            "{}: the ticket does not match (it is the server's for another file or node, or \
+             was signed before this node's data key changed)",
+            described(&read)
+        )));
+    }
+    Ok(())
 }
 
 #[tonic::async_trait]
@@ -137,20 +226,36 @@ impl AgentLogs for LogService {
         req: Request<pb::AgentLogRequest>,
     ) -> Result<Response<pb::ReadLogReply>, Status> {
         let r = req.into_inner();
-        if !r.topology.is_empty() {
-            return self.worker_log(r).await.map(Response::new);
-        }
-        let path = if r.divisible {
-            crate::divisible::chunk_output_path(&self.work_dir, r.job_id, r.chunk, r.stderr)
-        } else {
-            output_path(
+        // Before any name in it is looked at: only the reads the server relayed.
+        check_ticket(&self.key, &r).inspect_err(|s| {
+            tracing::warn!("task output refused: {}", s.message());
+        })?;
+        // The file is chosen from the fields the ticket covers, as `Log::of` reads them.
+        let path = match Log::of(&r, &self.key.node).file {
+            LogFile::Worker { .. } => None,
+            LogFile::Chunk { job_id, chunk } => Some(crate::divisible::chunk_output_path(
                 &self.work_dir,
-                r.job_id,
-                &r.app,
-                (r.index, r.process),
-                r.attempt,
+                job_id,
+                chunk,
                 r.stderr,
-            )
+            )),
+            LogFile::Task {
+                job_id,
+                app,
+                index,
+                process,
+                attempt,
+            } => Some(output_path(
+                &self.work_dir,
+                job_id,
+                app,
+                (index, process),
+                attempt,
+                r.stderr,
+            )),
+        };
+        let Some(path) = path else {
+            return self.worker_log(r).await.map(Response::new);
         };
         tokio::task::spawn_blocking(move || {
             let (path, owner) = match redirected_owned(&path) {
@@ -278,27 +383,15 @@ pub struct LogListener {
 }
 
 impl LogListener {
-    /// Binds `at` and serves `work_dir`'s task outputs to callers holding `token`.
-    pub async fn bind(at: SocketAddr, work_dir: &Path, token: &str) -> std::io::Result<Self> {
-        Self::bind_with(at, work_dir, token, None).await
-    }
-
-    /// As [`LogListener::bind`], also serving workflow outputs and PCDDB messages to other
-    /// agents (`AgentData`, issue 13) when `data` is given.
-    pub async fn bind_with(
-        at: SocketAddr,
-        work_dir: &Path,
-        token: &str,
-        data: Option<crate::dataflow::DataService>,
-    ) -> std::io::Result<Self> {
-        Self::bind_tls(at, work_dir, token, None, data).await
-    }
-
-    /// As [`LogListener::bind_with`], over TLS when `tls` = (certificate, key) in PEM is given.
+    /// Binds `at` and serves `work_dir`'s task outputs to callers holding `token` and the
+    /// server's log ticket, checked with `key` — over TLS when `tls` = (certificate, key) in PEM
+    /// is given — and also workflow outputs and PCDDB messages to other agents (`AgentData`,
+    /// issue 13) when `data` is given.
     pub async fn bind_tls(
         at: SocketAddr,
         work_dir: &Path,
         token: &str,
+        key: LogKey,
         tls: Option<(Vec<u8>, Vec<u8>)>,
         data: Option<crate::dataflow::DataService>,
     ) -> std::io::Result<Self> {
@@ -316,6 +409,7 @@ impl LogListener {
         let service = AgentLogsServer::with_interceptor(
             LogService {
                 work_dir: work_dir.to_path_buf(),
+                key,
             },
             CheckToken(pb::bearer(token).into()),
         );
@@ -377,6 +471,7 @@ mod tests {
         std::fs::write(wd.join("worker.err"), "a warning\n").expect("err");
         let service = LogService {
             work_dir: dir.clone(),
+            key: LogKey::default(),
         };
         let ask = |run_as: &str| pb::AgentLogRequest {
             topology: key.0.clone(),
@@ -398,6 +493,143 @@ mod tests {
         other.worker = 1;
         let e = service.worker_log(other).await.expect_err("no such worker");
         assert!(e.message().contains("does not run here"), "{}", e.message());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The agent token alone reads no one's output (log tickets): a read is served only with
+    /// the server's ticket for that file on this node, checked before anything is opened — a
+    /// refused read of a link is refused for its ticket, not as a link, and a refused read of
+    /// a worker or chunk that does not exist is refused, not found missing. Before, any holder
+    /// of the agent token read any task's output here.
+    #[tokio::test]
+    async fn a_read_is_served_only_with_the_servers_ticket_for_it_and_nothing_is_opened_without() {
+        const KEY: [u8; 32] = [7; 32];
+        let dir = std::env::temp_dir().join(format!("hetsched-logs-ticket-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = output_path(&dir, 4, "sim", (2, 0), 1, false);
+        std::fs::create_dir_all(out.parent().expect("job dir")).expect("job dir");
+        std::fs::write(&out, "alice's result\n").expect("out");
+        // Another attempt's capture file is a link: opening it would answer "symbolic link".
+        let linked = output_path(&dir, 4, "sim", (2, 0), 2, false);
+        std::os::unix::fs::symlink(&out, &linked).expect("link");
+        let key = LogKey {
+            node: "a".into(),
+            key: DataKey::default(),
+        };
+        let service = LogService {
+            work_dir: dir.clone(),
+            key: key.clone(),
+        };
+        let ask = |r: pb::AgentLogRequest| service.read_log(Request::new(r));
+        let valid_for = |r: &pb::AgentLogRequest| pb::AgentLogRequest {
+            ticket: ticket::sign(&KEY, &Log::of(r, "a")),
+            ..r.clone()
+        };
+        let task = pb::AgentLogRequest {
+            job_id: 4,
+            app: "sim".into(),
+            index: 2,
+            attempt: 1,
+            ..Default::default()
+        };
+
+        // No key from the server yet: nothing is served, even with a valid ticket.
+        let e = ask(valid_for(&task)).await.expect_err("no key");
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{}", e.message());
+        assert!(e.metadata().get(NO_KEY_HEADER).is_some(), "{e:?}");
+        assert!(e.message().contains("holds no data key"), "{}", e.message());
+        assert!(key.key.set(&KEY));
+
+        let attempt_2 = pb::AgentLogRequest {
+            attempt: 2,
+            ..task.clone()
+        };
+        let worker = pb::AgentLogRequest {
+            topology: "t".into(),
+            worker: 9,
+            ..Default::default()
+        };
+        let chunk = pb::AgentLogRequest {
+            job_id: 5,
+            divisible: true,
+            chunk: 1,
+            ..Default::default()
+        };
+        let with = |r: &pb::AgentLogRequest, ticket: Vec<u8>| pb::AgentLogRequest {
+            ticket,
+            ..r.clone()
+        };
+        let other_node = ticket::sign(&KEY, &Log::of(&task, "b"));
+        let other_key = ticket::sign(&[8; 32], &Log::of(&task, "a"));
+        let valid = valid_for(&task).ticket;
+        for (case, req, says) in [
+            ("no ticket", task.clone(), "no ticket from the server"),
+            ("forged", with(&task, vec![0; 32]), "does not match"),
+            ("another node's", with(&task, other_node), "does not match"),
+            (
+                "under another key",
+                with(&task, other_key),
+                "does not match",
+            ),
+            // The ticket of attempt 1, for attempt 2 (a link: had it been opened, the answer
+            // would say so), for another task's, for its stderr.
+            (
+                "another attempt's",
+                with(&attempt_2, valid.clone()),
+                "does not match",
+            ),
+            (
+                "another task's",
+                with(
+                    &pb::AgentLogRequest {
+                        index: 3,
+                        ..task.clone()
+                    },
+                    valid.clone(),
+                ),
+                "does not match",
+            ),
+            (
+                "the other stream's",
+                with(
+                    &pb::AgentLogRequest {
+                        stderr: true,
+                        ..task.clone()
+                    },
+                    valid.clone(),
+                ),
+                "does not match",
+            ),
+            ("a worker's, none", worker.clone(), "no ticket"),
+            (
+                "a chunk's, a task's",
+                with(&chunk, valid.clone()),
+                "does not match",
+            ),
+        ] {
+            let e = ask(req).await.expect_err(case);
+            assert_eq!(e.code(), tonic::Code::PermissionDenied, "{case}: {e:?}");
+            assert!(e.message().contains(says), "{case}: {}", e.message());
+        }
+
+        // With its ticket: served, any page of it; the link is reached (and refused as one)
+        // only with attempt 2's own ticket.
+        let r = ask(valid_for(&task)).await.expect("served").into_inner();
+        assert_eq!(r.data, b"alice's result\n");
+        let r = ask(valid_for(&pb::AgentLogRequest {
+            offset: -7,
+            ..task.clone()
+        }))
+        .await
+        .expect("a page")
+        .into_inner();
+        assert_eq!(r.data, b"result\n");
+        let e = ask(valid_for(&attempt_2)).await.expect_err("a link");
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        let e = ask(valid_for(&worker)).await.expect_err("no such worker");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        let r = ask(valid_for(&chunk)).await.expect("a chunk").into_inner();
+        assert!(!r.exists);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

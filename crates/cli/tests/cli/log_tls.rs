@@ -1,5 +1,6 @@
 //! The agent's log listener over TLS: an agent started with `--log-cert`/`--log-key` serves task
-//! output only over TLS, still only to callers with the agent token, and a server with
+//! output only over TLS, still only to callers with the agent token and the server's log ticket
+//! (the agent token alone reads nothing: every agent holds it), and a server with
 //! `[tls] agent_ca` reads it through there for `hetsched log` and `submit --wait`. The test CA
 //! and certificate of `tests/tls` (for `127.0.0.1`) play both the server's and the agent's part.
 
@@ -95,15 +96,18 @@ fn the_log_listener_speaks_tls_with_a_certificate_and_still_checks_the_token() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "through-tls-stderr\n");
 
-    // Directly: TLS with the agent token reads; TLS with another token is refused; plain text
-    // gets nothing.
+    // Directly: TLS with the agent token but no ticket from the server is refused (any agent
+    // node holds that token); TLS with another token is refused; plain text gets nothing.
     let addr = listener_addr(&c, "a");
     let ca = std::fs::read(tls_file("ca.pem")).expect("ca");
     let agent_token = std::fs::read_to_string(c.data().join("agent-token")).expect("agent token");
     let client_token = std::fs::read_to_string(c.data().join("token")).expect("token");
     let https = format!("https://{addr}");
-    let ok = read_log(&https, Some(&ca), agent_token.trim()).expect("read over TLS");
-    assert_eq!(ok.data, b"through-tls-stderr\n");
+    let refused = read_log(&https, Some(&ca), agent_token.trim()).expect_err("no ticket");
+    assert!(
+        refused.starts_with("PermissionDenied") && refused.contains("no ticket from the server"),
+        "{refused}"
+    );
     let refused = read_log(&https, Some(&ca), client_token.trim()).expect_err("the client token");
     assert!(refused.starts_with("Unauthenticated"), "{refused}");
     let plain = read_log(&format!("http://{addr}"), None, agent_token.trim());
