@@ -42,7 +42,7 @@ pub async fn log(
                 limit: PAGE,
             })
             .await
-            .map_err(refused)?
+            .map_err(read_refused)?
             .into_inner();
         pinned.get_or_insert(page.attempt);
         if !announced {
@@ -83,6 +83,17 @@ pub async fn log(
         tokio::time::sleep(FOLLOW_EVERY).await;
     }
     Ok(())
+}
+
+/// A refused read as users read it. The server's `Unavailable` that names a node (`node `a`:
+/// …`: its agent did not answer, or holds no data key to check the server's log ticket with
+/// yet) is the server's own word about that agent: printed as it is, not as "the server is
+/// unavailable" (a transport's `Unavailable` never starts so).
+fn read_refused(s: tonic::Status) -> anyhow::Error {
+    if s.code() == tonic::Code::Unavailable && s.message().starts_with("node `") {
+        return anyhow::anyhow!("{}", s.message());
+    }
+    refused(s)
 }
 
 /// Lines kept from the end of each failing task's stderr.
