@@ -12,6 +12,16 @@
 //! own purge code ([`crate::jobs::batch::delete_job_rows`] and its kin), leaving the tombstone a
 //! purge leaves: its id and submission key are never handed out again.
 //!
+//! The jobs that run after a set-aside job (`submit --after`, `--after-any`, `--after-notok`,
+//! `--after-corr`) read it as it stood: the same transaction records its end in
+//! `set_aside_ends` — `unfinished` for one pending or running, else `completed`, `failed` or
+//! `cancelled` — and the purged check answers that end for it
+//! ([`crate::jobs::Batch::purged_end`]) rather than "purged" (which counts as completed, as
+//! only finished jobs are purged). One set aside unfinished counts as cancelled
+//! ([`crate::jobs::JobEnd::SetAside`]): the jobs waiting `--after` it are cancelled saying it
+//! was set aside, those waiting `--after-any` or `--after-notok` it are released — a warning
+//! names each at the set-aside. One set aside finished keeps counting as it ended.
+//!
 //! Only what really fails to read is set aside: a named job or topology whose file still reads
 //! refuses the start, saying so, so the flag cannot delete live work. A job named again at a
 //! later start (the flag left in a service file) is already a tombstone: it is passed over with
@@ -19,11 +29,12 @@
 
 use crate::config::ServerConfig;
 use crate::jobs;
+use crate::jobs::JobEnd;
 use crate::state::StateError;
 use crate::store::{Store, StoreError, TaskState};
 use rusqlite::{OptionalExtension, params};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -70,6 +81,131 @@ struct Chosen {
     rows: Rows,
     /// A divisible job's file directory, when it has one.
     files: Option<PathBuf>,
+    /// A job's id and how it stood, as `set_aside_ends` keeps it ([`end_text`]); `None`: a
+    /// topology (no job runs after one).
+    end: Option<(u64, JobEnd)>,
+}
+
+/// How a job set aside stood, as `set_aside_ends` stores it: [`JobEnd::SetAside`] for one
+/// pending or running (`unfinished`), else its end.
+fn end_text(end: JobEnd) -> &'static str {
+    match end {
+        JobEnd::Completed => "completed",
+        JobEnd::Failed => "failed",
+        JobEnd::Cancelled => "cancelled",
+        // (Purged is never recorded: a purged job is not set aside.)
+        JobEnd::Unfinished | JobEnd::SetAside | JobEnd::Purged => "unfinished",
+    }
+}
+
+/// The jobs set aside at earlier starts, each with the end it is read as by the jobs that run
+/// after it (see the module documentation): read at every start.
+///
+/// # Errors
+/// [`StoreError`] when the table cannot be read, or holds an end this version does not know.
+pub fn ends(conn: &rusqlite::Connection) -> Result<HashMap<u64, JobEnd>, StoreError> {
+    let mut q = conn.prepare("SELECT job, end FROM set_aside_ends")?;
+    let rows = q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+    let mut out = HashMap::new();
+    for row in rows {
+        let (job, end) = row?;
+        let end = match end.as_str() {
+            "unfinished" => JobEnd::SetAside,
+            "completed" => JobEnd::Completed,
+            "failed" => JobEnd::Failed,
+            "cancelled" => JobEnd::Cancelled,
+            other => {
+                return Err(StoreError::Corrupt(format!(
+                    "set_aside_ends: job {job} has the end `{other}`"
+                )));
+            }
+        };
+        out.insert(job.max(0) as u64, end);
+    }
+    Ok(out)
+}
+
+/// The unfinished jobs stored that wait for job `id` (`--after`, `--after-any`,
+/// `--after-notok`, `--after-corr`), each with how its tasks will read it, for the warning
+/// when `id` is set aside unfinished. A job waits for one named only until that one ended,
+/// and ids only grow: only later jobs, not cancelled, that have not started are looked at.
+fn waiting_on(conn: &rusqlite::Connection, id: u64) -> Result<Vec<(u64, String)>, StoreError> {
+    let key = id as i64;
+    let named = |lists: [&str; 4]| -> Result<Vec<&'static str>, StoreError> {
+        let mut how = Vec::new();
+        for (list, flag) in
+            lists
+                .iter()
+                .zip(["--after", "--after-any", "--after-notok", "--after-corr"])
+        {
+            if crate::store::parse_list::<u64>(list, "a job list")?.contains(&id) {
+                how.push(flag);
+            }
+        }
+        Ok(how)
+    };
+    let mut out = Vec::new();
+    let mut found = |job: i64, how: Vec<&'static str>| {
+        if how.is_empty() {
+            return;
+        }
+        // What the gates will do, the strongest first (`--after` cancels the whole job).
+        let then = if how.contains(&"--after") {
+            "it is cancelled, as after a cancelled job"
+        } else if how.contains(&"--after-corr") {
+            "its tasks waiting for that job's are cancelled, as after a cancelled job"
+        } else {
+            "it no longer waits for that job"
+        };
+        out.push((job.max(0) as u64, format!("{}: {then}", how.join(", "))));
+    };
+    {
+        let mut q = conn.prepare(
+            "SELECT j.id, j.after, j.after_any, j.after_notok, j.after_corr FROM jobs j
+             WHERE j.id > ?1 AND j.purged = 0 AND j.cancelled = 0 AND EXISTS (
+                 SELECT 1 FROM tasks t JOIN apps a ON t.app = a.id
+                 WHERE a.job = j.id AND t.state = ?2)",
+        )?;
+        let rows = q.query_map(params![key, TaskState::Pending as i64], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                [
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ],
+            ))
+        })?;
+        for row in rows {
+            let (job, lists) = row?;
+            found(job, named([&lists[0], &lists[1], &lists[2], &lists[3]])?);
+        }
+    }
+    for sql in [
+        "SELECT id, after, after_any, after_notok FROM wf_jobs
+         WHERE id > ?1 AND purged = 0 AND cancelled = 0 AND started = 0",
+        "SELECT id, after, after_any, after_notok FROM div_jobs
+         WHERE id > ?1 AND started = 0 AND state NOT IN ('completed', 'failed', 'cancelled', 'purged')",
+    ] {
+        let mut q = conn.prepare(sql)?;
+        let rows = q.query_map(params![key], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                [
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ],
+            ))
+        })?;
+        for row in rows {
+            let (job, lists) = row?;
+            found(job, named([&lists[0], &lists[1], &lists[2], ""])?);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
 }
 
 fn invalid(msg: String) -> StateError {
@@ -126,6 +262,21 @@ pub fn apply(config: &ServerConfig, store: &mut Store) -> Result<Vec<SetAside>, 
             .create(&dir)
             .map_err(|e| io(&dir, e))?;
     }
+    // The jobs that wait for one set aside unfinished, read while its rows are there: each is
+    // named in a warning once the set-aside is stored.
+    let mut waiters = Vec::new();
+    for c in &chosen {
+        if let Some((id, JobEnd::SetAside)) = c.end {
+            // Only for a log line: a row it cannot read does not stop the start.
+            match waiting_on(store.conn(), id) {
+                Ok(found) => waiters.extend(found.into_iter().map(|(job, how)| (id, job, how))),
+                Err(e) => warn!(
+                    job = id,
+                    "setting aside job {id}: the jobs waiting for it could not be listed: {e}"
+                ),
+            }
+        }
+    }
     let mut done = Vec::with_capacity(chosen.len());
     for c in &mut chosen {
         let (file, record) = write_pair(&dir, c)?;
@@ -153,6 +304,13 @@ pub fn apply(config: &ServerConfig, store: &mut Store) -> Result<Vec<SetAside>, 
     store.transaction(|tx| {
         for c in &chosen {
             delete_rows(tx, &c.rows)?;
+            // With its rows gone, this is what the jobs after it read ([`ends`]).
+            if let Some((id, end)) = c.end {
+                tx.execute(
+                    "INSERT OR REPLACE INTO set_aside_ends(job, end) VALUES (?1, ?2)",
+                    params![id as i64, end_text(end)],
+                )?;
+            }
         }
         Ok(())
     })?;
@@ -164,6 +322,14 @@ pub fn apply(config: &ServerConfig, store: &mut Store) -> Result<Vec<SetAside>, 
             "{} set aside: its file no longer reads under this version; its rows left the store \
              (as a purge's), its file and a record of it are kept",
             s.what
+        );
+    }
+    for (id, job, how) in waiters {
+        warn!(
+            job,
+            set_aside = id,
+            "job {job} runs after job {id}, set aside unfinished, which counts as cancelled for \
+             the jobs after it: {how}"
         );
     }
     Ok(done)
@@ -396,16 +562,16 @@ fn check_job(
         }
         let tasks = counts(by_state);
         let n = |s: &str| tasks.get(s).copied().unwrap_or(0);
-        let state = if n("running") > 0 {
-            "running"
+        let (state, end) = if n("running") > 0 {
+            ("running", JobEnd::SetAside)
         } else if n("pending") > 0 {
-            "pending"
+            ("pending", JobEnd::SetAside)
         } else if cancelled || n("cancelled") > 0 {
-            "cancelled"
+            ("cancelled", JobEnd::Cancelled)
         } else if n("failed") > 0 {
-            "failed"
+            ("failed", JobEnd::Failed)
         } else {
-            "completed"
+            ("completed", JobEnd::Completed)
         };
         return Ok(Some(Chosen {
             what: format!("job {id}"),
@@ -433,6 +599,7 @@ fn check_job(
                 apps_end,
             },
             files: None,
+            end: Some((id, end)),
         }));
     }
     // A workflow.
@@ -494,6 +661,26 @@ fn check_job(
         } else {
             "unfinished"
         };
+        // As the workflow kind reads its end: finished (its finish time set once every
+        // instance ended; a resubmission clears it), then cancelled if an instance was, failed
+        // if one failed, else completed. (Instances that never ran may have no row: the counts
+        // say nothing of an unfinished one.)
+        let count = |s: &str| {
+            by_state
+                .iter()
+                .filter(|(st, _)| st == s)
+                .map(|(_, n)| *n)
+                .sum::<u64>()
+        };
+        let end = if finished <= 0 {
+            JobEnd::SetAside
+        } else if cancelled != 0 || count("cancelled") > 0 {
+            JobEnd::Cancelled
+        } else if count("failed") > 0 {
+            JobEnd::Failed
+        } else {
+            JobEnd::Completed
+        };
         return Ok(Some(Chosen {
             what: format!("job {id}"),
             stem: format!("job-{id}"),
@@ -517,6 +704,7 @@ fn check_job(
             text,
             rows: Rows::Workflow(id),
             files: None,
+            end: Some((id, end)),
         }));
     }
     // A divisible job.
@@ -571,6 +759,13 @@ fn check_job(
             }
         }
         let files = jobs::divisible::job_dir(&config.data_dir.join("divisible"), id);
+        // As the divisible kind reads its end.
+        let end = match state.as_str() {
+            "completed" => JobEnd::Completed,
+            "failed" => JobEnd::Failed,
+            "cancelled" => JobEnd::Cancelled,
+            _ => JobEnd::SetAside,
+        };
         return Ok(Some(Chosen {
             what: format!("job {id}"),
             stem: format!("job-{id}"),
@@ -594,6 +789,7 @@ fn check_job(
             text,
             rows: Rows::Divisible(id),
             files: files.is_dir().then_some(files),
+            end: Some((id, end)),
         }));
     }
     Err(invalid(format!(
@@ -693,5 +889,68 @@ fn check_topology(
         text,
         rows: Rows::Topology(name.to_string()),
         files: None,
+        end: None,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::State;
+    use crate::state::types::Submission;
+
+    /// The warning at a set-aside names each job still waiting for the job, with what the
+    /// gates will do to it; a job that no longer waits (cancelled) is not named.
+    #[test]
+    fn the_jobs_waiting_for_a_job_are_listed_with_what_befalls_them() {
+        let dir =
+            std::env::temp_dir().join(format!("hetsched-set-aside-waiting-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        const JOB: &str =
+            "[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\n";
+        let sub = |after: &[u64], after_any: &[u64], after_notok: &[u64]| Submission {
+            origin: "job.toml".into(),
+            text: JOB.into(),
+            workdir: "/".into(),
+            after: after.to_vec(),
+            after_any: after_any.to_vec(),
+            after_notok: after_notok.to_vec(),
+            ..Default::default()
+        };
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let (a, after, any, notok, gone) = {
+            let mut s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
+                .expect("state");
+            let a = s.on_submit(sub(&[], &[], &[])).expect("a").job_id;
+            let after = s.on_submit(sub(&[a], &[], &[])).expect("after").job_id;
+            let any = s.on_submit(sub(&[], &[a], &[])).expect("any").job_id;
+            let notok = s.on_submit(sub(&[], &[], &[a])).expect("notok").job_id;
+            let gone = s.on_submit(sub(&[a], &[], &[])).expect("gone").job_id;
+            s.on_cancel(gone).expect("cancel");
+            (a, after, any, notok, gone)
+        };
+        let store = Store::open(&dir.join("state.db")).expect("store");
+        let found = waiting_on(store.conn(), a).expect("listed");
+        let ids: Vec<u64> = found.iter().map(|(j, _)| *j).collect();
+        assert_eq!(ids, vec![after, any, notok], "not {gone}: {found:?}");
+        assert!(
+            found[0].1.starts_with("--after: it is cancelled"),
+            "{found:?}"
+        );
+        assert!(
+            found[1].1.starts_with("--after-any: it no longer waits"),
+            "{found:?}"
+        );
+        assert!(
+            found[2].1.starts_with("--after-notok: it no longer waits"),
+            "{found:?}"
+        );
+        assert!(waiting_on(store.conn(), after).expect("none").is_empty());
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -373,6 +373,9 @@ CREATE TABLE IF NOT EXISTS job_owners(job INTEGER PRIMARY KEY, owner TEXT NOT NU
 CREATE TABLE IF NOT EXISTS topology_owners(name TEXT PRIMARY KEY, owner TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS fair_usage(
     owner TEXT PRIMARY KEY, usage REAL NOT NULL, at_ms INTEGER NOT NULL);
+-- Jobs set aside at a start (`hetsched server --set-aside`, `crate::set_aside`): how each
+-- stood then (`unfinished`, `completed`, `failed`, `cancelled`), for the jobs that run after it.
+CREATE TABLE IF NOT EXISTS set_aside_ends(job INTEGER PRIMARY KEY, end TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS task_signals(
     seq INTEGER PRIMARY KEY, node INTEGER NOT NULL, task INTEGER NOT NULL,
     attempt INTEGER NOT NULL, signal TEXT NOT NULL);

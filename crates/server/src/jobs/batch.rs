@@ -356,6 +356,12 @@ pub struct Batch {
     /// Jobs of other kinds (workflows, divisible jobs) that unfinished batch jobs run after, as
     /// the state last told how they stand ([`Batch::foreign_end`]).
     foreign: BTreeMap<u64, after::Foreign>,
+    /// The jobs of every kind set aside at a start (`hetsched server --set-aside`), each with
+    /// the end the set-aside recorded ([`crate::set_aside::ends`]; read at each start, never
+    /// changed while running): what [`Batch::purged_end`] answers for them. The batch kind
+    /// keeps them for all kinds since it already answers, for its waiting jobs, how jobs of
+    /// every kind stand.
+    set_aside: HashMap<u64, super::JobEnd>,
     /// Jobs held or released since the last commit.
     held_changed: Vec<(u64, bool)>,
     /// Jobs whose begin time `hetsched update --begin` moved since the last commit.
@@ -478,6 +484,7 @@ impl Batch {
             waiting: after::Waiting::default(),
             corr: corr::CorrWaits::default(),
             foreign: BTreeMap::new(),
+            set_aside: crate::set_aside::ends(cx.store.conn())?,
             held_changed: Vec::new(),
             begin_changed: Vec::new(),
             multi: multi_node::MultiNode::default(),

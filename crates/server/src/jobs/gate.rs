@@ -45,11 +45,16 @@ pub fn rfc3339(ms: u64) -> String {
     }
 }
 
-/// The state's name of an ended job's end (`failed`, `cancelled`).
-fn ended_as(end: JobEnd) -> &'static str {
+/// How a job that a job after it no longer allows ended, as messages say it (`ended failed`,
+/// `ended cancelled`; a job set aside unfinished says so, since no `hetsched job` shows it).
+fn how_ended(end: JobEnd) -> &'static str {
     match end {
-        JobEnd::Cancelled => "cancelled",
-        _ => "failed",
+        JobEnd::Cancelled => "ended cancelled",
+        JobEnd::SetAside => {
+            "was set aside unfinished at a server start (its file no longer reads under this \
+             version), which counts as cancelled"
+        }
+        _ => "ended failed",
     }
 }
 
@@ -103,7 +108,7 @@ pub fn check_named(
                      start"
                 )));
             }
-            Some(JobEnd::Failed | JobEnd::Cancelled | JobEnd::Unfinished) => {}
+            Some(JobEnd::Failed | JobEnd::Cancelled | JobEnd::SetAside | JobEnd::Unfinished) => {}
         }
     }
     if let Some(&id) = any.iter().find(|&&id| end_of(id).is_none()) {
@@ -114,9 +119,17 @@ pub fn check_named(
             None => return Err(StateError::Invalid(format!("--after: no job {id}"))),
             Some(end @ (JobEnd::Failed | JobEnd::Cancelled)) => {
                 return Err(StateError::Invalid(format!(
-                    "--after: job {id} ended {}, so a job after it could never start \
+                    "--after: job {id} {}, so a job after it could never start \
                      (`hetsched resubmit {id}` runs its failed tasks again)",
-                    ended_as(end)
+                    how_ended(end)
+                )));
+            }
+            // Nothing of it is left to run again.
+            Some(JobEnd::SetAside) => {
+                return Err(StateError::Invalid(format!(
+                    "--after: job {id} {}, so a job after it could never start (`--after-any \
+                     {id}` runs after it all the same)",
+                    how_ended(JobEnd::SetAside)
                 )));
             }
             // A job waiting before its dependency was purged runs (it completed, or the purge
@@ -154,8 +167,9 @@ pub enum Verdict {
 /// `waits_otherwise` (a begin time still to come) keeps a job that would be released waiting,
 /// but not one that can never start. A purged job counts as completed for `after` and
 /// `after_any` and as failed for `after_notok`: only finished jobs are purged, and a job's end
-/// settled, in the event that recorded it, each waiting job it no longer allows. A job `end_of`
-/// does not know counts as unfinished.
+/// settled, in the event that recorded it, each waiting job it no longer allows. A job set
+/// aside unfinished ([`JobEnd::SetAside`]) never ended so: it counts as cancelled. A job
+/// `end_of` does not know counts as unfinished.
 pub fn verdict(
     after: &[u64],
     after_any: &[u64],
@@ -167,12 +181,12 @@ pub fn verdict(
     for &d in after {
         match end_of(d) {
             Some(JobEnd::Completed | JobEnd::Purged) => {}
-            Some(end @ (JobEnd::Failed | JobEnd::Cancelled)) => {
+            Some(end @ (JobEnd::Failed | JobEnd::Cancelled | JobEnd::SetAside)) => {
                 return Verdict::Cancel {
                     job: d,
                     why: format!(
-                        "cancelled: job {d}, which this job runs after, ended {}",
-                        ended_as(end)
+                        "cancelled: job {d}, which this job runs after, {}",
+                        how_ended(end)
                     ),
                 };
             }
@@ -181,7 +195,7 @@ pub fn verdict(
     }
     for &d in after_notok {
         match end_of(d) {
-            Some(JobEnd::Failed | JobEnd::Cancelled | JobEnd::Purged) => {}
+            Some(JobEnd::Failed | JobEnd::Cancelled | JobEnd::SetAside | JobEnd::Purged) => {}
             Some(JobEnd::Completed) => {
                 return Verdict::Cancel {
                     job: d,
@@ -338,6 +352,7 @@ mod tests {
             3 => JobEnd::Cancelled,
             4 => JobEnd::Unfinished,
             5 => JobEnd::Purged,
+            6 => JobEnd::SetAside,
             _ => return None,
         })
     }
@@ -382,6 +397,19 @@ mod tests {
             }
         );
         assert_eq!(first_unfinished([1, 2, 4, 9].into_iter(), ends), Some(4));
+        // Set aside unfinished: as cancelled, saying so.
+        assert_eq!(verdict(&[], &[6], &[6], false, ends), Verdict::Release);
+        assert_eq!(
+            verdict(&[6], &[], &[], false, ends),
+            Verdict::Cancel {
+                job: 6,
+                why: "cancelled: job 6, which this job runs after, was set aside unfinished at a \
+                      server start (its file no longer reads under this version), which counts \
+                      as cancelled"
+                    .into()
+            }
+        );
+        assert_eq!(first_unfinished([6, 4].into_iter(), ends), Some(4));
     }
 
     #[test]
@@ -397,6 +425,8 @@ mod tests {
         assert!(err(&[], &[], &[5]).contains("--after-notok: job 5 was purged"));
         assert!(err(&[5], &[], &[]).contains("--after: job 5 was purged"));
         assert!(err(&[], &[9], &[]).contains("--after-any: no job 9"));
+        assert!(err(&[6], &[], &[]).contains("--after: job 6 was set aside unfinished"));
+        assert!(check_named(&[], &[6], &[6], ends).is_ok());
         assert!(err(&[4], &[], &[4]).contains("named by both --after and --after-notok"));
         let many: Vec<u64> = (100..165).collect();
         assert!(err(&[], &many, &[]).contains("name 65 jobs; at most 64"));

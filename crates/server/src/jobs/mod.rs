@@ -405,6 +405,10 @@ pub enum JobEnd {
     Cancelled,
     /// Purged: it had finished, and how is not kept.
     Purged,
+    /// Set aside unfinished at a start (`hetsched server --set-aside`, [`crate::set_aside`]):
+    /// it will never end, so it counts as cancelled, and messages say it was set aside. (One
+    /// set aside finished answers the end it had.)
+    SetAside,
 }
 
 /// What the state asks of every job kind (see the module documentation for the whole contract).
@@ -752,6 +756,18 @@ impl Jobs {
             &mut self.topology,
             &mut self.workflow,
         ]
+    }
+
+    /// How job `id` of kind `kind` stands for the jobs that run after it
+    /// ([`JobKind::job_end`]), except that a job set aside at a start answers the end the
+    /// set-aside recorded ([`Batch::purged_end`]), not [`JobEnd::Purged`]: its rows went as a
+    /// purge's, but an unfinished one never finished. `None`: no such job, or one no job may
+    /// run after.
+    pub fn job_end(&self, kind: Kind, id: u64) -> Option<JobEnd> {
+        match self.of_kind(kind).job_end(id)? {
+            JobEnd::Purged => Some(self.batch.purged_end(id)),
+            end => Some(end),
+        }
     }
 
     /// The kind `kind`.

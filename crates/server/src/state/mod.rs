@@ -981,7 +981,7 @@ impl State {
     /// after).
     fn job_end(&self, id: u64) -> Option<JobEnd> {
         let k = self.ids.kind(id)?;
-        self.jobs.of_kind(k).job_end(id)
+        self.jobs.job_end(k, id)
     }
 
     /// Settles every job that waits for others across kinds, until nothing more changes (a
@@ -1359,7 +1359,7 @@ impl State {
         for (flag, job) in named {
             match self.ids.kind(job) {
                 Some(Kind::Batch) => {}
-                Some(k) => match self.jobs.of_kind(k).job_end(job) {
+                Some(k) => match self.jobs.job_end(k, job) {
                     Some(end) => self.jobs.batch.note_foreign(job, end),
                     None => {
                         return Err(StateError::Invalid(format!(

@@ -846,6 +846,140 @@ fn an_unreadable_workflow_is_set_aside_too() {
     );
 }
 
+/// A job set aside while pending never ends, so the jobs waiting for it read it as cancelled,
+/// not as purged (which reads as completed): the one `--after` it is cancelled naming it, the
+/// ones `--after-any` and `--after-notok` it are released and run — at the start that sets it
+/// aside and at every later one.
+#[test]
+fn the_jobs_waiting_for_a_job_set_aside_unfinished_read_it_as_cancelled() {
+    use hetsched_server::state::types::Submission;
+    let d = dir("set-aside-waiters");
+    let sub = |after: &[u64], after_any: &[u64], after_notok: &[u64]| Submission {
+        origin: "job.toml".into(),
+        text: JOB.into(),
+        workdir: "/".into(),
+        after: after.to_vec(),
+        after_any: after_any.to_vec(),
+        after_notok: after_notok.to_vec(),
+        ..Default::default()
+    };
+    let (a, after, any, notok, wf, corr) = {
+        let mut s = open(&d);
+        // No node: job `a` stays pending.
+        let a = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+        let after = s.on_submit(sub(&[a], &[], &[])).expect("after").job_id;
+        let any = s.on_submit(sub(&[], &[a], &[])).expect("after-any").job_id;
+        let notok = s
+            .on_submit(sub(&[], &[], &[a]))
+            .expect("after-notok")
+            .job_id;
+        // A workflow reads it through the state, as every kind does.
+        let wf = s
+            .on_submit(Submission {
+                origin: "wf.toml".into(),
+                text: "[[task]]\nname = \"t\"\ninstances = \"1..=1\"\ncost = \"1s\"\ncommand = \"true\"\n"
+                    .into(),
+                ..sub(&[a], &[], &[])
+            })
+            .expect("workflow after")
+            .job_id;
+        for j in [after, any, notok, wf] {
+            assert!(s.job(j).expect("job").waiting, "job {j} waits for job {a}");
+        }
+        // Its tasks wait for job `a`'s of the same index.
+        let corr = s
+            .on_submit(Submission {
+                after_corr: vec![a],
+                ..sub(&[], &[], &[])
+            })
+            .expect("after-corr")
+            .job_id;
+        (a, after, any, notok, wf, corr)
+    };
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    conn.execute(
+        "UPDATE jobs SET text = ?1 WHERE id = ?2",
+        rusqlite::params![JOB.replace("name = \"a\"", "name = \"a/b\""), a as i64],
+    )
+    .expect("rewrite");
+    drop(conn);
+    let why = format!(
+        "cancelled: job {a}, which this job runs after, was set aside unfinished at a server \
+         start (its file no longer reads under this version), which counts as cancelled"
+    );
+    let check = |s: &State| {
+        let info = s.job(after).expect("job");
+        assert_eq!((info.state.as_str(), info.waiting), ("cancelled", false));
+        for t in s.tasks(after).expect("tasks").tasks {
+            assert_eq!(
+                (t.state.as_str(), t.message.as_str()),
+                ("cancelled", why.as_str())
+            );
+        }
+        for j in [any, notok] {
+            let info = s.job(j).expect("job");
+            assert_eq!(
+                (info.state.as_str(), info.waiting),
+                ("pending", false),
+                "job {j} is released"
+            );
+        }
+        let info = s.job(wf).expect("workflow");
+        assert_eq!((info.state.as_str(), info.waiting), ("cancelled", false));
+        assert_eq!(s.job(corr).expect("job").state, "cancelled");
+        for t in s.tasks(corr).expect("tasks").tasks {
+            assert!(
+                t.message.contains(&format!(
+                    "job {a}, which this task runs after index by index, was set aside unfinished"
+                )),
+                "{}",
+                t.message
+            );
+        }
+    };
+    let s = open_setting_aside(&d, &[a], &[]).expect("starts without job a");
+    assert_eq!(record(&d, &format!("job-{a}.json"))["state"], "pending");
+    check(&s);
+    drop(s);
+    // A restart reads it the same way (the flag left in, and without it).
+    for jobs in [&[a][..], &[]] {
+        let s = open_setting_aside(&d, jobs, &[]).expect("restarts");
+        check(&s);
+    }
+    let mut s = open(&d);
+    check(&s);
+    // The released jobs run (one node, six cores: both at once); the cancelled one does not.
+    let n = common::register(&mut s, "n", 6);
+    assert_eq!(common::run_assigned(&mut s, n), 6);
+    for j in [any, notok] {
+        assert_eq!(s.job(j).expect("job").state, "completed");
+    }
+    assert_eq!(s.job(after).expect("job").state, "cancelled");
+    // The cancellation reached the store with the first commit.
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let cancelled: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM tasks t JOIN apps p ON t.app = p.id
+             WHERE p.job = ?1 AND t.message = ?2",
+            rusqlite::params![after as i64, why],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(cancelled, 3);
+    drop(conn);
+    // A new job can wait for it only as for a cancelled one.
+    let e = s
+        .on_submit(sub(&[a], &[], &[]))
+        .expect_err("never starts")
+        .to_string();
+    assert!(
+        e.contains(&format!("--after: job {a} was set aside unfinished")),
+        "{e}"
+    );
+    let late = s.on_submit(sub(&[], &[a], &[])).expect("after-any").job_id;
+    assert!(!s.job(late).expect("job").waiting);
+}
+
 /// A purged job's file is neither read nor parsed at a restart (a server that purged a million
 /// jobs restarts as fast as one that ran none); its ids stay taken and its key still names it.
 #[test]

@@ -32,7 +32,9 @@
 //! wait for its new end ([`Batch::wait_again_on`]), as a restart would. A purged job counts as
 //! completed for `--after` and `--after-any`, and as failed for `--after-notok`: only finished
 //! jobs are purged, and a job's end cancelled, in the transaction that recorded it, each waiting
-//! job it can no longer satisfy.
+//! job it can no longer satisfy. A job set aside at a start (`crate::set_aside`) is a tombstone
+//! too but may not have finished: it answers the end the set-aside recorded
+//! ([`Batch::purged_end`]), cancelled for one set aside unfinished.
 //!
 //! **Jobs of other kinds.** A batch job may run after a workflow or a divisible job (a
 //! post-processing step after a workflow, say). The batch kind never sees another kind's jobs:
@@ -293,7 +295,7 @@ impl Batch {
     /// (`None`: neither).
     pub(super) fn end_of(&self, id: u64) -> Option<JobEnd> {
         if self.retention.is_purged(id) {
-            return Some(JobEnd::Purged);
+            return Some(self.purged_end(id));
         }
         let Some(j) = self.job_rec(id) else {
             return self.foreign.get(&id).map(|f| f.end);
@@ -304,6 +306,15 @@ impl Batch {
             "cancelled" => JobEnd::Cancelled,
             _ => JobEnd::Unfinished,
         })
+    }
+
+    /// How purged job `id` (of any kind) stands for the jobs after it: [`JobEnd::Purged`],
+    /// unless it was set aside at a start (`hetsched server --set-aside`), whose rows went as
+    /// a purge's: then the end the set-aside recorded — [`JobEnd::SetAside`] (as cancelled)
+    /// for one set aside unfinished, which a purge never takes. The one place a set-aside job's
+    /// end is answered ([`crate::jobs::Jobs::job_end`] asks it for the other kinds).
+    pub fn purged_end(&self, id: u64) -> JobEnd {
+        self.set_aside.get(&id).copied().unwrap_or(JobEnd::Purged)
     }
 
     /// A submission names job `id` of another kind, which stands at `end`: its checks read it

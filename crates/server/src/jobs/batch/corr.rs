@@ -16,7 +16,8 @@
 //! index). Nothing is stored beyond the job row's `after_corr` list: which tasks wait is derived
 //! from the task states of the jobs named, after a restart as at any other time. A named job
 //! that was purged counts as succeeded: only finished jobs are purged, and each of its task
-//! ends was acted on in the event that recorded it.
+//! ends was acted on in the event that recorded it. One set aside unfinished at a start
+//! (`hetsched server --set-aside`) counts as cancelled: the tasks waiting on it are cancelled.
 
 use super::{Batch, Ctx, TaskId};
 use crate::state::StateError;
@@ -267,6 +268,15 @@ impl Batch {
         let mut wait = false;
         for &d in &j.row.after_corr {
             if self.retention.is_purged(d) {
+                // A job set aside unfinished kept no task ends and will have none: as though
+                // cancelled, its correspondents can never succeed.
+                if self.purged_end(d) == crate::jobs::JobEnd::SetAside {
+                    return Corr::Cancel(format!(
+                        "cancelled: job {d}, which this task runs after index by index, was set \
+                         aside unfinished at a server start (its file no longer reads under this \
+                         version), which counts as cancelled"
+                    ));
+                }
                 continue;
             }
             let ids = self

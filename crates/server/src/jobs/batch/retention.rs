@@ -420,6 +420,12 @@ impl Batch {
             if range.is_empty() || self.retention.finished.contains_key(&id) {
                 continue;
             }
+            // Rows changed since the last commit stay until it writes them (an evicted row is
+            // never written): a restart's own settling changes some before any commit — the
+            // jobs after a job set aside unfinished, cancelled (`crate::set_aside`).
+            if self.dirty.iter().any(|t| range.contains(t)) {
+                continue;
+            }
             // Unfinished (by its counts): its rows need not be looked at.
             let c = self.job_counts(&self.jobs[i]);
             if c.pending + c.running > 0 {
