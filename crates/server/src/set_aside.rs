@@ -424,6 +424,22 @@ fn create_new(path: &Path, data: &[u8]) -> std::io::Result<()> {
     f.sync_all()
 }
 
+/// How many rows of `table` (`wf_instances` or `div_chunks`, whose `state` is text) job `key`
+/// has in each state, for a set-aside record.
+fn count_by_state(
+    conn: &rusqlite::Connection,
+    table: &str,
+    key: i64,
+) -> Result<Vec<(String, u64)>, StoreError> {
+    let mut q = conn.prepare(&format!(
+        "SELECT state, COUNT(*) FROM {table} WHERE job = ?1 GROUP BY state"
+    ))?;
+    let rows = q.query_map(params![key], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// The owner of job `id` as its row names it (no row: the admin's).
 fn job_owner(conn: &rusqlite::Connection, id: u64) -> Result<String, StoreError> {
     Ok(conn
@@ -640,20 +656,7 @@ fn check_job(
             }
             Err(e) => e.to_string(),
         };
-        let mut by_state = Vec::new();
-        {
-            let mut q = conn
-                .prepare("SELECT state, COUNT(*) FROM wf_instances WHERE job = ?1 GROUP BY state")
-                .map_err(db)?;
-            let rows = q
-                .query_map(params![key], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
-                })
-                .map_err(db)?;
-            for row in rows {
-                by_state.push(row.map_err(db)?);
-            }
-        }
+        let by_state = count_by_state(conn, "wf_instances", key)?;
         let state = if cancelled != 0 {
             "cancelled"
         } else if finished > 0 {
@@ -744,20 +747,7 @@ fn check_job(
             }
             Err(e) => e.to_string(),
         };
-        let mut by_state = Vec::new();
-        {
-            let mut q = conn
-                .prepare("SELECT state, COUNT(*) FROM div_chunks WHERE job = ?1 GROUP BY state")
-                .map_err(db)?;
-            let rows = q
-                .query_map(params![key], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
-                })
-                .map_err(db)?;
-            for row in rows {
-                by_state.push(row.map_err(db)?);
-            }
-        }
+        let by_state = count_by_state(conn, "div_chunks", key)?;
         let files = jobs::divisible::job_dir(&config.data_dir.join("divisible"), id);
         // As the divisible kind reads its end.
         let end = match state.as_str() {
