@@ -597,6 +597,70 @@ fn the_server_starts_past_an_unreadable_stored_job_set_aside_by_its_flag() {
     );
 }
 
+/// A job set aside while its task runs on a live agent: the server that starts past it no longer
+/// knows the task, so the agent is told to stop it (the heartbeat's rule for tasks the server
+/// did not assign) — its process ends, nothing of it is reported back as a job, and the agent
+/// goes on running new work.
+#[test]
+fn a_running_job_set_aside_has_its_task_stopped_by_its_live_agent() {
+    let mut c = Cluster::start("set-aside-running", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let pid_file = c.dir.join("pid");
+    let script = format!("echo $$ > {}; exec sleep 300", pid_file.display());
+    c.ok(&["submit", "--name", "long", "--", "sh", "-c", &script]);
+    let mut pid = None;
+    wait_until("the task's process", Duration::from_secs(30), || {
+        pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        pid.is_some()
+    });
+    let pid = pid.expect("a pid");
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|f| !f.trim_start().starts_with('Z'))
+        })
+    };
+    assert!(alive(pid), "the task runs");
+    c.kill_server();
+    let db = rusqlite::Connection::open(c.data().join("state.db")).expect("db");
+    // The job's stored file no longer reads (an application name the parser now refuses).
+    let changed = db
+        .execute(
+            "UPDATE jobs SET text = replace(text, 'name = \"', 'name = \"x/') WHERE id = 1",
+            [],
+        )
+        .expect("rewrite");
+    assert_eq!(changed, 1);
+    drop(db);
+    c.server_args = vec!["--set-aside".into(), "1".into()];
+    c.start_server();
+    wait_until(
+        "the agent to stop the set-aside task",
+        Duration::from_secs(30),
+        || !alive(pid),
+    );
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(c.data().join("set-aside").join("job-1.json")).expect("record"),
+    )
+    .expect("json");
+    assert_eq!(record["state"].as_str(), Some("running"), "{record}");
+    assert!(c.json(&["jobs"]).as_array().is_some_and(|a| a.is_empty()));
+    // The agent is still the server's and runs new work; the new job's id is not job 1's.
+    c.ok(&["submit", "--wait", "--", "true"]);
+    let jobs = c.json(&["jobs"]);
+    let done: Vec<(u64, String)> = jobs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| Some((j["id"].as_u64()?, j["state"].as_str()?.to_string())))
+        .collect();
+    assert_eq!(done, vec![(2, "completed".to_string())], "{jobs}");
+}
+
 /// `submit --wait` and `wait` wait through a server restart (SIGKILL, started again on the same
 /// data directory a second later): the job completes, so they succeed, having said that the
 /// server stopped answering.
