@@ -15,7 +15,7 @@ use std::path::PathBuf;
 /// Options of `sim divisible`.
 #[derive(Debug, Args)]
 pub struct DivisibleArgs {
-    /// Star platform (TOML, one [[worker]] table per worker), e.g.
+    /// Star platform (TOML, one `[[worker]]` table per worker), e.g.
     /// examples/platform-divisible-paper.toml.
     #[arg(long, value_name = "FILE")]
     pub platform: PathBuf,

@@ -694,7 +694,7 @@ struct Demand {
     waiting: u32,
     /// All the queue's allocations.
     total: u32,
-    /// The cores of one of its agents ([`QueueRun::node_cores`]), if known.
+    /// The cores of one of its agents, if known.
     node_cores: Option<u32>,
 }
 

@@ -1,5 +1,5 @@
 //! Divisible loads on a one-port star (spec 03): the simulator that runs a core
-//! [`Plan`](hetsched_core::policy::divisible::Plan) on a [`StarPlatform`] in integer
+//! [`Plan`](hetsched_core::policy::divisible::Plan) on a [`StarPlatform`](hetsched_core::policy::divisible::StarPlatform) in integer
 //! nanoseconds, with memory accounting and optional seeded prediction errors.
 //!
 //! - [`star`]: the simulation ([`simulate`]) and its result ([`StarRun`]);

@@ -12,7 +12,7 @@
 //! - [`net`]: TCP between workers;
 //! - [`auth`]: the worker key every connection between workers proves first;
 //! - [`channel`]: plain TCP or TLS 1.3 under those connections;
-//! - [`tuple`]: tuples and frames;
+//! - [`tuple`](mod@tuple): tuples and frames;
 //! - [`metrics`]: counters, latency histogram, the report;
 //! - [`process`]: the worker as a process driven over stdin/stdout.
 

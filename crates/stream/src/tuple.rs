@@ -2,7 +2,7 @@
 //!
 //! A [`Tuple`] names its sender and receiver executors (so the receiver can count the pair, spec
 //! 04's tuple-received record), the tuple tree it belongs to (`root`, 0 = untracked) and its own
-//! edge id (for the XOR acker, see [`crate::acker`]), and the time its spout emitted the tree's
+//! edge id (for the XOR acker, see [`crate::worker::Tracker`]), and the time its spout emitted the tree's
 //! root (nanoseconds since the Unix epoch, for end-to-end latency).
 //!
 //! Between workers, tuples travel in length-delimited frames: a 4-byte big-endian length, then a

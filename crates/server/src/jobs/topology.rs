@@ -25,9 +25,9 @@
 //!   read back from the store; agents' workers keep running and are adopted when the agents sync
 //!   (nodes get `dead_timeout` from the restart to show up).
 //!
-//! **A [`JobKind`](super::JobKind)** ([`Kind::Topology`](super::Kind::Topology), a field of
+//! **A [`JobKind`]** ([`Kind::Topology`], a field of
 //! [`Jobs`](super::Jobs)). Its records live in the server's one store and every change is
-//! written by [`JobKind::persist`](super::JobKind::persist) inside the state's one transaction
+//! written by [`JobKind::persist`] inside the state's one transaction
 //! per event, so the full-disk rollback and pause cover topologies as they cover batch jobs
 //! (after a rollback, [`Topology::carry_over`] keeps what the store does not hold: the workers
 //! seen, the monitors). A topology hands out no tasks on heartbeats: its workers are

@@ -8,7 +8,7 @@
 //!   Nothing here is stored: a restarted server rebuilds the map from the heartbeats, in the order
 //!   the nodes are heard from.
 //! - **What the policy sees.** A bound NNode is seen by the scheduler with its ANode's devices
-//!   ([`SchedulerView::set_attached_accelerators`]), so the one batch policy places accelerator
+//!   ([`SchedulerView::set_attached_accelerators`](hetsched_core::model::view::SchedulerView::set_attached_accelerators)), so the one batch policy places accelerator
 //!   work on it exactly as on an ANode; an unbound NNode has none and gets no GPU task. (As in the
 //!   paper, the resource manager's view counts a shared device once per node that reaches it; the
 //!   ANode's process queue serialises the real contention.)

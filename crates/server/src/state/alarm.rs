@@ -1,5 +1,5 @@
 //! When the server's housekeeping — the dead-node check and each kind's upkeep
-//! ([`State::housekeep`](super::State::housekeep)) — must run next. The reaper task (`lib.rs`)
+//! ([`State::check_dead`](super::State::check_dead), [`State::plan_housekeeping`](super::State::plan_housekeeping)) — must run next. The reaper task (`lib.rs`)
 //! sleeps until the planned instant. An event that may make something fall due before that
 //! instant — an agent's open call ending, a node registering, a beat from a node running tasks,
 //! a divisible agent asking without a hold — moves the plan earlier and wakes the reaper to

@@ -53,7 +53,7 @@ impl State {
             .collect()
     }
 
-    /// Books the cores of the agents computing chunks ([`Divisible::rebook`]) when a chunk or
+    /// Books the cores of the agents computing chunks ([`Divisible::rebook`](crate::jobs::divisible::Divisible::rebook)) when a chunk or
     /// job changed (or an agent waits for its core): each counts against its job's owner's
     /// cap and as its fair-share usage, as a batch task's does.
     pub(super) fn rebook_chunks(&mut self) {
@@ -67,7 +67,7 @@ impl State {
     }
 
     /// What an ask held open by the chunk service waits on: a receiver of every later change
-    /// of divisible jobs, and how long it may go without a look ([`Divisible::hold`]).
+    /// of divisible jobs, and how long it may go without a look ([`Divisible::hold`](crate::jobs::divisible::Divisible::hold)).
     pub fn divisible_changes(&self) -> (tokio::sync::watch::Receiver<u64>, std::time::Duration) {
         (self.jobs.divisible.changes(), self.jobs.divisible.hold())
     }

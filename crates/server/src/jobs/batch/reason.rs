@@ -14,7 +14,7 @@
 //! - `every node that can run \`APP\` is leaving: …` — they are live, but their agents are shutting
 //!   down (a signal, or the end of their `time_limit`);
 //! - `no live node can run \`APP\` yet: waiting for an allocation of queue \`Q\`` — as the next,
-//!   but an `[[allocation]]` queue's agents could run it (not blocked: the server allocates);
+//!   but the agents of a queue the server allocates for could run it (not blocked);
 //! - `no live node can run \`APP\` (…)` — no live node has the attributes and the capacity (cores,
 //!   memory, devices of the kind) one of its variants needs: it waits until such a node joins
 //!   (the submission check passed while one was live, or none had registered yet);
