@@ -21,6 +21,7 @@
 //! idle_timeout = "5m"               # exit once nothing has run here for this long
 //! run_as_owner = true               # a user's tasks run as its Unix account (agent as root)
 //! max_input_bytes = "64GiB"         # the most written for one fetched workflow input
+//! min_free_disk = "1GiB"            # fetched workflow inputs leave this free on work_dir's disk (0: off)
 //! [tls]                             # optional: workflow data and PCDDB between agents over TLS
 //! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
 //! key = "agent.key"
@@ -30,6 +31,37 @@
 //! memory = "40GiB"
 //! speed = 3.0
 //! ```
+//!
+//! **Workflow inputs and the node's disk.** A workflow instance's inputs are fetched from their
+//! producers' agents into `work_dir` ([`crate::dataflow`]). Two settings bound what that writes:
+//!
+//! - `max_input_bytes` (default 64 GiB, at least 1 byte) bounds **one** input: a producer's
+//!   agent that sends more (misbehaving, or any holder of the agent token) fails the fetch as
+//!   soon as it goes over. It is per input, and stays so.
+//! - `min_free_disk` (default 1 GiB; `0` turns it off) is the free space fetches leave on the
+//!   filesystem holding `work_dir`: read with `statvfs` (the space an unprivileged process may
+//!   still use) before each input is asked for, and again every 16 MiB written and before any
+//!   refusal, the fetch counting its own writes in between. A fetch that would take the disk
+//!   below it stops before writing the chunk that would, and the instance's attempt fails with
+//!   the input, the producer, the free space and the floor named; its input copies, the partial
+//!   one and those fetched before it, are removed. A write the disk refuses for want of space
+//!   (a floor of 0, or other writers faster than the checks) fails the same way.
+//!
+//! There is no third bound on the total of one instance's inputs: a full disk is what breaks a
+//! node (its ledger, task logs, other tasks' outputs), and the floor protects against it
+//! whatever fills it — one instance with many inputs, many instances fetching at once, or
+//! both — which a per-instance total would not (many instances, each under it, still fill the
+//! disk), while it would refuse an instance whose inputs the disk holds with room to spare.
+//! The number and size of an instance's inputs are its workflow's, which its submitter wrote
+//! (and `core::input::limits` bounds); only one input's size is up to another node's agent,
+//! which `max_input_bytes` bounds. Concurrent fetches each count only their own writes between
+//! two readings, so together they may go below the floor by up to 16 MiB each before the next
+//! reading stops them: set the floor with that margin.
+//!
+//! A fetch stopped by the floor is the node's condition, not the task's fault, yet it is
+//! reported as a failure of the attempt (the task's `retries` apply, and the message says why),
+//! not as interrupted: the server runs an interrupted workflow instance again without counting,
+//! and as nothing steers it off the node whose disk is full, it could come back there for ever.
 
 use bytesize::ByteSize;
 use hetsched_core::input::Bandwidth;
@@ -91,6 +123,10 @@ pub struct AgentConfig {
     /// more (misbehaving, or any holder of the agent token) fails the fetch instead of filling
     /// this node's disk.
     pub max_input_bytes: Option<serde_spanned::Spanned<ByteSize>>,
+    /// The free space fetched workflow inputs leave on the filesystem of `work_dir` (default
+    /// [`crate::dataflow::DEFAULT_MIN_FREE_DISK`]; 0 turns the check off): a fetch that would
+    /// go below fails the instance's attempt instead of filling the node's disk.
+    pub min_free_disk: Option<ByteSize>,
     /// Declared accelerators (replace detected ones).
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,
@@ -142,6 +178,13 @@ impl AgentConfig {
             .map_or(crate::dataflow::DEFAULT_MAX_INPUT_BYTES, |m| {
                 m.get_ref().as_u64()
             })
+    }
+
+    /// The free space fetched workflow inputs leave on the work directory's filesystem:
+    /// `min_free_disk`, or the default (0: not checked).
+    pub fn min_free_disk(&self) -> u64 {
+        self.min_free_disk
+            .map_or(crate::dataflow::DEFAULT_MIN_FREE_DISK, |m| m.as_u64())
     }
 
     /// The time limit written, if any.
@@ -211,6 +254,30 @@ mod tests {
         let e = AgentConfig::parse("agent.toml", "max_input_bytes = \"lots\"\n")
             .expect_err("not a size");
         assert!(e.to_string().starts_with("agent.toml:1:19"), "{e}");
+    }
+
+    #[test]
+    fn min_free_disk_is_read_defaults_to_1_gib_zero_turns_it_off_and_a_bad_one_names_its_line() {
+        assert_eq!(AgentConfig::default().min_free_disk(), 1 << 30);
+        assert_eq!(
+            AgentConfig::parse("agent.toml", "cores = 2\n")
+                .expect("valid")
+                .min_free_disk(),
+            1 << 30
+        );
+        let c = AgentConfig::parse("agent.toml", "min_free_disk = \"20GiB\"\n").expect("valid");
+        assert_eq!(c.min_free_disk(), 20 << 30);
+        let c = AgentConfig::parse("agent.toml", "min_free_disk = 0\n").expect("valid");
+        assert_eq!(c.min_free_disk(), 0, "0 turns the floor off");
+        for bad in ["\"lots\"", "-1", "true"] {
+            let e =
+                AgentConfig::parse("agent.toml", &format!("cores = 2\nmin_free_disk = {bad}\n"))
+                    .expect_err(bad);
+            assert!(
+                e.to_string().starts_with("agent.toml:2:17: min_free_disk"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

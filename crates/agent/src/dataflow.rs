@@ -57,6 +57,85 @@ pub const CHUNK: usize = 256 << 10;
 /// agent (any holder of the agent token, misbehaving or hostile) can put on this agent's disk.
 pub const DEFAULT_MAX_INPUT_BYTES: u64 = 64 << 30;
 
+/// The free space an agent keeps on the filesystem of its work directory unless its
+/// configuration says otherwise (`min_free_disk`): fetched inputs never take it below this, so
+/// that the ledger, task logs and other tasks' outputs on the node still have room.
+pub const DEFAULT_MIN_FREE_DISK: u64 = 1 << 30;
+
+/// How many bytes a fetch writes between two looks at its filesystem's free space. Between
+/// looks it counts its own writes off the last look, so it never crosses the floor by itself;
+/// what other writers on the disk (concurrent fetches, tasks) write meanwhile is seen at the
+/// next look, so they overshoot the floor by at most this much each. One `statvfs` per 256 KiB
+/// chunk (through `spawn_blocking`, as the agent's other file calls) would cost a measurable
+/// share of a fast local copy for nothing a 16 MiB step does not already give.
+pub const FREE_RECHECK: u64 = 16 << 20;
+
+/// Where a fetch reads how much its filesystem has free: `statvfs` ([`statvfs_free`]) unless
+/// a test gives a stand-in (a disk it cannot fill for real).
+#[derive(Clone)]
+pub struct FreeSpace(std::sync::Arc<FreeSpaceFn>);
+
+/// What [`FreeSpace`] calls: the free bytes of the filesystem holding a directory.
+type FreeSpaceFn = dyn Fn(&Path) -> std::io::Result<u64> + Send + Sync;
+
+impl FreeSpace {
+    /// Free space read through `f` (given the directory a fetch writes in).
+    pub fn with(f: impl Fn(&Path) -> std::io::Result<u64> + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(f))
+    }
+
+    /// The free bytes of the filesystem holding `dir`, read off the async runtime's threads
+    /// (`statvfs` on a hung network filesystem blocks).
+    async fn of(&self, dir: &Path) -> std::io::Result<u64> {
+        let (f, dir) = (self.0.clone(), dir.to_path_buf());
+        tokio::task::spawn_blocking(move || f(&dir))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+}
+
+impl Default for FreeSpace {
+    fn default() -> Self {
+        Self::with(statvfs_free)
+    }
+}
+
+impl std::fmt::Debug for FreeSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FreeSpace")
+    }
+}
+
+/// The bytes an unprivileged process may still write on the filesystem holding `path`
+/// (`f_bavail`, not `f_bfree`: the blocks reserved for root are not counted, as tasks that run
+/// as their owner's account cannot use them).
+pub fn statvfs_free(path: &Path) -> std::io::Result<u64> {
+    let s = rustix::fs::statvfs(path)?;
+    Ok(s.f_bavail.saturating_mul(s.f_frsize))
+}
+
+/// What fetching a workflow instance's inputs may write on this node.
+#[derive(Clone, Debug)]
+pub struct InputLimits {
+    /// The most bytes written for one fetched input (`max_input_bytes`).
+    pub max_input_bytes: u64,
+    /// The free space no fetch takes the work directory's filesystem below (`min_free_disk`;
+    /// 0: not checked).
+    pub min_free_disk: u64,
+    /// Where the free space is read.
+    pub free_space: FreeSpace,
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        Self {
+            max_input_bytes: DEFAULT_MAX_INPUT_BYTES,
+            min_free_disk: DEFAULT_MIN_FREE_DISK,
+            free_space: FreeSpace::default(),
+        }
+    }
+}
+
 /// An agent's workflow settings (issue 13).
 #[derive(Clone, Debug)]
 pub struct DataOptions {
@@ -67,6 +146,9 @@ pub struct DataOptions {
     /// The most bytes written for one fetched input (`max_input_bytes`): a producer's agent
     /// that sends more fails the fetch, and the consumer with it.
     pub max_input_bytes: u64,
+    /// The free space fetched inputs leave on the work directory's filesystem
+    /// (`min_free_disk`; 0: not checked): a fetch that would go below fails the consumer.
+    pub min_free_disk: u64,
 }
 
 impl Default for DataOptions {
@@ -75,6 +157,18 @@ impl Default for DataOptions {
             attributes: Vec::new(),
             tls: None,
             max_input_bytes: DEFAULT_MAX_INPUT_BYTES,
+            min_free_disk: DEFAULT_MIN_FREE_DISK,
+        }
+    }
+}
+
+impl DataOptions {
+    /// The limits [`prepare`] fetches an instance's inputs under, free space read by `statvfs`.
+    pub fn input_limits(&self) -> InputLimits {
+        InputLimits {
+            max_input_bytes: self.max_input_bytes,
+            min_free_disk: self.min_free_disk,
+            free_space: FreeSpace::default(),
         }
     }
 }
@@ -423,6 +517,108 @@ enum FetchError {
         /// `max_input_bytes`.
         limit: u64,
     },
+    /// Writing (more of) it would take this node's disk below `min_free_disk`. The node's
+    /// condition, not a lost output: producing it again would not make room here.
+    #[error(
+        "this node's disk is too full for it: the filesystem of {} has {} free, and this \
+         agent keeps `min_free_disk` ({}) free",
+        .dir.display(),
+        bytesize::ByteSize(*.free),
+        bytesize::ByteSize(*.floor)
+    )]
+    LowDisk {
+        /// The directory the input was written in.
+        dir: PathBuf,
+        /// Its filesystem's free bytes, as last read, less what the fetch wrote since.
+        free: u64,
+        /// `min_free_disk`.
+        floor: u64,
+    },
+    /// The disk refused a write for want of space (`ENOSPC`, `EDQUOT`), or its free space
+    /// could not be read: the node's condition, as [`Self::LowDisk`].
+    #[error("this node's disk: {0}")]
+    Disk(String),
+}
+
+/// What a fetch may still write before its filesystem's free space goes below the floor: the
+/// free space last read, less what the fetch wrote since ([`FREE_RECHECK`]).
+struct Room<'a> {
+    limits: &'a InputLimits,
+    dir: &'a Path,
+    free: u64,
+    since: u64,
+}
+
+impl<'a> Room<'a> {
+    /// Reads the free space of `dir`'s filesystem; fails if it is already below the floor.
+    async fn new(limits: &'a InputLimits, dir: &'a Path) -> Result<Self, FetchError> {
+        let mut room = Self {
+            limits,
+            dir,
+            free: u64::MAX,
+            since: 0,
+        };
+        if limits.min_free_disk > 0 {
+            room.measure().await?;
+            if room.free < limits.min_free_disk {
+                return Err(room.low());
+            }
+        }
+        Ok(room)
+    }
+
+    async fn measure(&mut self) -> Result<(), FetchError> {
+        self.free = self.limits.free_space.of(self.dir).await.map_err(|e| {
+            FetchError::Disk(format!(
+                "its free space could not be read at {}: {e}",
+                self.dir.display()
+            ))
+        })?;
+        self.since = 0;
+        Ok(())
+    }
+
+    /// Whether `len` more bytes may be written into `file`: read again every [`FREE_RECHECK`]
+    /// bytes, and before a refusal, so that a fetch fails on a fresh reading only (another
+    /// writer may have freed space since the last). `file` is flushed first: a write still in
+    /// flight (tokio writes in the background) would be in neither the reading nor the count.
+    async fn take(&mut self, len: u64, file: &mut tokio::fs::File) -> Result<(), FetchError> {
+        let floor = self.limits.min_free_disk;
+        if floor == 0 {
+            return Ok(());
+        }
+        let left = |r: &Self| r.free.saturating_sub(r.since.saturating_add(len));
+        if self.since.saturating_add(len) > FREE_RECHECK || left(self) < floor {
+            file.flush().await.map_err(|e| write_error(self.dir, &e))?;
+            self.measure().await?;
+        }
+        if left(self) < floor {
+            return Err(self.low());
+        }
+        self.since = self.since.saturating_add(len);
+        Ok(())
+    }
+
+    /// The refusal: the free space as last read (less what was written since).
+    fn low(&self) -> FetchError {
+        FetchError::LowDisk {
+            dir: self.dir.to_path_buf(),
+            free: self.free.saturating_sub(self.since),
+            floor: self.limits.min_free_disk,
+        }
+    }
+}
+
+/// A write into `to` that failed: for want of space, the node's disk ([`FetchError::Disk`]);
+/// otherwise unavailable, as before.
+fn write_error(to: &Path, e: &std::io::Error) -> FetchError {
+    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+    let what = format!("{}: {e}", to.display());
+    if matches!(e.kind(), StorageFull | QuotaExceeded) {
+        FetchError::Disk(what)
+    } else {
+        FetchError::Unavailable(what)
+    }
 }
 
 /// How long a consumer's agent asks again a producer's agent that holds no data key yet
@@ -432,31 +628,35 @@ enum FetchError {
 /// the consumer, out of reach.
 pub const KEY_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// Fetches one file from another agent into `to`, at most `limit` bytes; `req` names it and
-/// carries the server's ticket.
+/// Fetches one file from another agent into `to`, at most `limits.max_input_bytes` bytes and
+/// never below `limits.min_free_disk` free; `req` names it and carries the server's ticket.
 async fn fetch(
     address: &str,
     auth: &PeerAuth,
     req: pb::FetchRequest,
     to: &Path,
-    limit: u64,
+    limits: &InputLimits,
 ) -> Result<u64, FetchError> {
-    fetch_within(address, auth, req, to, (FETCH_IDLE, KEY_WAIT), limit).await
+    fetch_within(address, auth, req, to, (FETCH_IDLE, KEY_WAIT), limits).await
 }
 
 /// [`fetch`], waiting at most `idle` for each step (connection, answer, next chunk), and
 /// asking again for at most `key_wait` while the producer's agent holds no data key. A fetch
 /// that fails leaves no file at `to`: a partial copy is never read as the input, and one cut
-/// at `limit` is exactly what the bound keeps off the disk.
+/// at `max_input_bytes` or at the free-space floor is exactly what the bound keeps off the
+/// disk. `to`'s directory must exist: its filesystem's free space is read before the producer
+/// is asked anything (a node already below the floor costs the producer nothing).
 async fn fetch_within(
     address: &str,
     auth: &PeerAuth,
     req: pb::FetchRequest,
     to: &Path,
     (idle, key_wait): (std::time::Duration, std::time::Duration),
-    limit: u64,
+    limits: &InputLimits,
 ) -> Result<u64, FetchError> {
     use FetchError::Unavailable;
+    let limit = limits.max_input_bytes;
+    let mut room = Room::new(limits, to.parent().unwrap_or(Path::new("."))).await?;
     let silent = || {
         Unavailable(format!(
             "{PRODUCER_UNREACHABLE}{address} said nothing for {} s",
@@ -493,7 +693,7 @@ async fn fetch_within(
     };
     let mut file = tokio::fs::File::create(to)
         .await
-        .map_err(|e| Unavailable(format!("{}: {e}", to.display())))?;
+        .map_err(|e| write_error(to, &e))?;
     let copied = async {
         let mut n = 0u64;
         while let Some(chunk) = tokio::time::timeout(idle, stream.message())
@@ -501,18 +701,18 @@ async fn fetch_within(
             .map_err(|_| silent())?
             .map_err(|s| Unavailable(s.message().to_string()))?
         {
-            // Checked before the chunk is written: the file never holds more than `limit`.
+            // Both checked before the chunk is written: the file never holds more than
+            // `limit`, nor does it take the disk below the floor.
             n = n.saturating_add(chunk.data.len() as u64);
             if n > limit {
                 return Err(FetchError::TooLarge { limit });
             }
+            room.take(chunk.data.len() as u64, &mut file).await?;
             file.write_all(&chunk.data)
                 .await
-                .map_err(|e| Unavailable(format!("{}: {e}", to.display())))?;
+                .map_err(|e| write_error(to, &e))?;
         }
-        file.flush()
-            .await
-            .map_err(|e| Unavailable(format!("{}: {e}", to.display())))?;
+        file.flush().await.map_err(|e| write_error(to, &e))?;
         Ok(n)
     }
     .await;
@@ -539,8 +739,8 @@ pub fn offloaded(a: &pb::Assignment) -> bool {
 }
 
 /// Prepares workflow instance `a`: its directory, its inputs fetched from their producers'
-/// agents (at most `max_input_bytes` each), and the command with its placeholders filled.
-/// Errors say which input failed. An
+/// agents (at most `max_input_bytes` each, none taking the disk below `min_free_disk`: the
+/// `limits`), and the command with its placeholders filled. Errors say which input failed. An
 /// instance that runs as `account` (`run_as_owner`) gets a new directory, the account's once
 /// its inputs are in.
 ///
@@ -556,7 +756,7 @@ pub async fn prepare(
     work_dir: &Path,
     auth: &PeerAuth,
     account: Option<&crate::run_as::Account>,
-    max_input_bytes: u64,
+    limits: &InputLimits,
 ) -> Result<pb::TaskSpec, String> {
     let rel = format!("wf/{}", a.instance_dir);
     // An account's is `JOB/TASK-I`, as the server names them: [`open_output`] finds its owner.
@@ -639,19 +839,14 @@ pub async fn prepare(
             task_id: a.task_id,
             attempt: a.attempt,
         };
-        if let Err(e) = fetch(&input.address, auth, req, &to, max_input_bytes).await {
+        if let Err(e) = fetch(&input.address, auth, req, &to, limits).await {
             // The copies fetched so far go too: the next attempt fetches them again, and an
-            // instance that failed should not keep up to `max_input_bytes` per input here.
+            // instance that failed should not keep up to `max_input_bytes` per input here (nor
+            // hold the space a full disk lacks).
             let _ = tokio::fs::remove_dir_all(dir.join("in")).await;
-            return Err(match e {
-                FetchError::Unavailable(e) => format!(
-                    "{INPUT_UNAVAILABLE}{} {}: input `{}`: {e}",
-                    input.node_id, input.path, input.name
-                ),
-                FetchError::TooLarge { .. } => format!(
-                    "input `{}` from node {} ({} at {}): {e}; the partial copy was removed \
-                     (raise `max_input_bytes` in this agent's configuration for inputs that \
-                     large)",
+            let from = || {
+                format!(
+                    "input `{}` from node {} ({} at {})",
                     input.name,
                     input.node_id,
                     input.path,
@@ -660,6 +855,26 @@ pub async fn prepare(
                     } else {
                         &input.address
                     }
+                )
+            };
+            // Neither a too large input nor a full disk is a lost output: producing it again
+            // would send as much again, or find the disk as full. They fail the attempt (the
+            // server's retries apply), saying what to change.
+            return Err(match e {
+                FetchError::Unavailable(e) => format!(
+                    "{INPUT_UNAVAILABLE}{} {}: input `{}`: {e}",
+                    input.node_id, input.path, input.name
+                ),
+                FetchError::TooLarge { .. } => format!(
+                    "{}: {e}; the partial copy was removed (raise `max_input_bytes` in this \
+                     agent's configuration for inputs that large)",
+                    from()
+                ),
+                FetchError::LowDisk { .. } | FetchError::Disk(_) => format!(
+                    "{}: {e}; this instance's input copies were removed (free space on this \
+                     node's disk, or lower `min_free_disk` in this agent's configuration; 0 \
+                     turns the floor off)",
+                    from()
                 ),
             });
         }
@@ -810,7 +1025,7 @@ mod tests {
             &work,
             &PeerAuth::default(),
             Some(&nobody),
-            DEFAULT_MAX_INPUT_BYTES,
+            &InputLimits::default(),
         )
         .await
         .expect("prepared");
@@ -955,7 +1170,7 @@ mod tests {
                 },
                 &dir.join("o"),
                 (idle, KEY_WAIT),
-                DEFAULT_MAX_INPUT_BYTES,
+                &InputLimits::default(),
             ),
         )
         .await
@@ -996,7 +1211,7 @@ mod tests {
             &work,
             &PeerAuth::default(),
             None,
-            DEFAULT_MAX_INPUT_BYTES,
+            &InputLimits::default(),
         )
         .await
         .expect("local");
@@ -1014,7 +1229,7 @@ mod tests {
             &work,
             &PeerAuth::default(),
             None,
-            DEFAULT_MAX_INPUT_BYTES,
+            &InputLimits::default(),
         )
         .await
         .expect("offloaded");
@@ -1075,7 +1290,7 @@ mod tests {
                     &work,
                     &PeerAuth::default(),
                     None,
-                    DEFAULT_MAX_INPUT_BYTES,
+                    &InputLimits::default(),
                 )
                 .await
                 .expect_err("refused");
@@ -1115,8 +1330,11 @@ mod tests {
             argv: vec!["cat".into(), "{input:small}".into(), "{input:big}".into()],
             ..Default::default()
         };
-        let limit = 2 * CHUNK as u64;
-        let e = prepare(&a, &spec, &consumer, &auth, None, limit)
+        let limits = |max_input_bytes| InputLimits {
+            max_input_bytes,
+            ..InputLimits::default()
+        };
+        let e = prepare(&a, &spec, &consumer, &auth, None, &limits(2 * CHUNK as u64))
             .await
             .expect_err("too large");
         assert_eq!(
@@ -1139,7 +1357,7 @@ mod tests {
             &consumer,
             &auth,
             None,
-            4 * CHUNK as u64 + CHUNK as u64 / 2,
+            &limits(4 * CHUNK as u64 + CHUNK as u64 / 2),
         )
         .await
         .expect("at the limit");
@@ -1149,6 +1367,250 @@ mod tests {
         );
         server.abort();
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A node whose disk has less free than the agent's `min_free_disk` (read for real, with
+    /// `statvfs`: the floor set above what the test's disk has) fetches nothing: the instance's
+    /// attempt fails before the producer is asked, naming the input, the producer, the free
+    /// space, the floor and the setting, and nothing of its inputs is on the disk. Not as an
+    /// unavailable input (producing it again would not make room here). Before, free space was
+    /// never read, and fetches wrote until the disk was full.
+    #[tokio::test]
+    async fn a_node_below_min_free_disk_fetches_nothing_and_says_why() {
+        let root = std::env::temp_dir().join(format!("hetsched-wf-floor-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (producer, consumer) = (root.join("producer"), root.join("consumer"));
+        let out = producer.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::create_dir_all(&consumer).expect("consumer");
+        std::fs::write(out.join("x"), "x's data").expect("x");
+        let (address, _key, server) = serve_producer(&producer, Some(&KEY)).await;
+        let a = pb::Assignment {
+            task_id: 5,
+            attempt: 1,
+            instance_dir: "7/C-0".into(),
+            inputs: vec![signed_input(&address, "x", "b", 5, 1)],
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            argv: vec!["cat".into(), "{input:x}".into()],
+            ..Default::default()
+        };
+        let free = statvfs_free(&consumer).expect("statvfs");
+        let limits = InputLimits {
+            min_free_disk: free + (1 << 40),
+            ..InputLimits::default()
+        };
+        let e = prepare(&a, &spec, &consumer, &consumer_auth(), None, &limits)
+            .await
+            .expect_err("below the floor");
+        let dir = consumer.join("wf/7/C-0/in/x");
+        let head = format!(
+            "input `x` from node 3 (wf/7/P-0/out/x at {address}): this node's disk is too full \
+             for it: the filesystem of {} has ",
+            dir.display()
+        );
+        let tail = format!(
+            " free, and this agent keeps `min_free_disk` ({}) free; this instance's input copies \
+             were removed (free space on this node's disk, or lower `min_free_disk` in this \
+             agent's configuration; 0 turns the floor off)",
+            bytesize::ByteSize(limits.min_free_disk)
+        );
+        assert!(e.starts_with(&head) && e.ends_with(&tail), "{e}");
+        assert!(!e.starts_with(INPUT_UNAVAILABLE), "not produced again");
+        assert!(!consumer.join("wf/7/C-0/in").exists(), "nothing fetched");
+        // Turned off, the same node fetches it.
+        let off = InputLimits {
+            min_free_disk: 0,
+            ..limits
+        };
+        let ready = prepare(&a, &spec, &consumer, &consumer_auth(), None, &off)
+            .await
+            .expect("no floor");
+        assert_eq!(
+            std::fs::read_to_string(&ready.argv[1]).expect("x"),
+            "x's data"
+        );
+        server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A fetch that would take the disk below `min_free_disk` while it streams stops before
+    /// the chunk that would, and leaves nothing of the instance's inputs: neither its partial
+    /// copy nor the input fetched before it. The disk is a stand-in (the test cannot fill a
+    /// real one): its free space is a budget less what the consumer's instance holds, as a
+    /// real disk's would be, so the fetch's own writes must be counted, or read again, for it
+    /// to stop. The floor is never crossed; with exactly enough room, everything is fetched.
+    #[tokio::test]
+    async fn a_fetch_that_would_go_below_min_free_disk_stops_and_leaves_nothing() {
+        let root = std::env::temp_dir().join(format!("hetsched-wf-fill-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (producer, consumer) = (root.join("producer"), root.join("consumer"));
+        let out = producer.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::write(out.join("small"), vec![b's'; 1000]).expect("small");
+        let big = 4 * CHUNK as u64 + CHUNK as u64 / 2;
+        std::fs::write(out.join("big"), vec![b'b'; big as usize]).expect("big");
+        let (address, _key, server) = serve_producer(&producer, Some(&KEY)).await;
+        let input = |name: &str| signed_input(&address, name, "b", 5, 1);
+        let a = pb::Assignment {
+            task_id: 5,
+            attempt: 1,
+            instance_dir: "7/C-0".into(),
+            inputs: vec![input("small"), input("big")],
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            argv: vec!["cat".into(), "{input:small}".into(), "{input:big}".into()],
+            ..Default::default()
+        };
+        /// The bytes of the files below `dir`.
+        fn used(dir: &Path) -> u64 {
+            std::fs::read_dir(dir).map_or(0, |entries| {
+                entries
+                    .flatten()
+                    .map(|e| match e.file_type() {
+                        Ok(t) if t.is_dir() => used(&e.path()),
+                        _ => e.metadata().map_or(0, |m| m.len()),
+                    })
+                    .sum()
+            })
+        }
+        let floor = 1 << 20;
+        // The most the instance's inputs ever held when the disk was read.
+        let most = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let disk = |budget: u64| {
+            let (instance, most) = (consumer.join("wf/7/C-0"), most.clone());
+            InputLimits {
+                min_free_disk: floor,
+                free_space: FreeSpace::with(move |_| {
+                    let held = used(&instance);
+                    most.fetch_max(held, std::sync::atomic::Ordering::Relaxed);
+                    Ok(budget.saturating_sub(held))
+                }),
+                ..InputLimits::default()
+            }
+        };
+        // Room for `small` and two and a half chunks of `big` above the floor.
+        let budget = floor + 1000 + 2 * CHUNK as u64 + CHUNK as u64 / 2;
+        let e = prepare(&a, &spec, &consumer, &consumer_auth(), None, &disk(budget))
+            .await
+            .expect_err("the disk fills");
+        let dir = consumer.join("wf/7/C-0/in/big");
+        assert_eq!(
+            e,
+            format!(
+                "input `big` from node 3 (wf/7/P-0/out/big at {address}): this node's disk is \
+                 too full for it: the filesystem of {} has {} free, and this agent keeps \
+                 `min_free_disk` (1.0 MiB) free; this instance's input copies were removed \
+                 (free space on this node's disk, or lower `min_free_disk` in this agent's \
+                 configuration; 0 turns the floor off)",
+                dir.display(),
+                bytesize::ByteSize(floor + CHUNK as u64 / 2)
+            )
+        );
+        assert!(!e.starts_with(INPUT_UNAVAILABLE), "not produced again");
+        assert_eq!(
+            most.load(std::sync::atomic::Ordering::Relaxed),
+            1000 + 2 * CHUNK as u64,
+            "stopped before the chunk that would cross the floor"
+        );
+        assert!(
+            !consumer.join("wf/7/C-0/in").exists(),
+            "nothing of the inputs is left"
+        );
+        // With room for both exactly, both are fetched.
+        let ready = prepare(
+            &a,
+            &spec,
+            &consumer,
+            &consumer_auth(),
+            None,
+            &disk(floor + 1000 + big),
+        )
+        .await
+        .expect("room enough");
+        assert_eq!(std::fs::metadata(&ready.argv[2]).expect("big").len(), big);
+        server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Between two readings of the disk a fetch counts its own writes, and it reads again every
+    /// `FREE_RECHECK` bytes: what another writer takes meanwhile (a concurrent fetch, a task)
+    /// stops it within that much. A write the disk refuses for want of space is the node's
+    /// disk too, not an unavailable input.
+    #[tokio::test]
+    async fn free_space_is_read_again_every_free_recheck_bytes_and_enospc_is_the_disk() {
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        let dir = std::env::temp_dir().join(format!("hetsched-wf-room-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut file = tokio::fs::File::create(dir.join("x")).await.expect("file");
+        let (free, reads) = (
+            std::sync::Arc::new(AtomicU64::new(1 << 30)),
+            std::sync::Arc::new(AtomicU64::new(0)),
+        );
+        let (f, r) = (free.clone(), reads.clone());
+        let limits = InputLimits {
+            min_free_disk: 100 << 20,
+            free_space: FreeSpace::with(move |_| {
+                r.fetch_add(1, Relaxed);
+                Ok(f.load(Relaxed))
+            }),
+            ..InputLimits::default()
+        };
+        let mut room = Room::new(&limits, &dir).await.expect("room");
+        let chunk = CHUNK as u64;
+        // 64 MiB in chunks: one reading to start, then one as each 16 MiB step is passed (at
+        // 16, 32 and 48 MiB; the last step ends exactly at 64), not one per chunk.
+        for _ in 0..(64 << 20) / chunk {
+            room.take(chunk, &mut file).await.expect("room enough");
+        }
+        assert_eq!(reads.load(Relaxed), 4);
+        // Another writer leaves the disk at the floor: noticed at the next reading, within
+        // `FREE_RECHECK`.
+        free.store(100 << 20, Relaxed);
+        let mut taken = 0;
+        let e = loop {
+            match room.take(chunk, &mut file).await {
+                Ok(()) => taken += chunk,
+                Err(e) => break e,
+            }
+        };
+        assert!(taken <= FREE_RECHECK, "{taken}");
+        assert!(
+            matches!(e, FetchError::LowDisk { free, floor, .. } if free == 100 << 20 && floor == 100 << 20),
+            "{e:?}"
+        );
+        // No floor: never read.
+        let off = InputLimits {
+            min_free_disk: 0,
+            ..limits.clone()
+        };
+        let before = reads.load(Relaxed);
+        let mut room = Room::new(&off, &dir).await.expect("room");
+        room.take(1 << 40, &mut file).await.expect("not checked");
+        assert_eq!(reads.load(Relaxed), before);
+        // A disk whose free space cannot be read is not written on (the floor is the
+        // operator's: 0 turns it off), and says so.
+        let missing = dir.join("none");
+        let e = Room::new(&InputLimits::default(), &missing)
+            .await
+            .err()
+            .expect("unreadable");
+        assert!(
+            matches!(&e, FetchError::Disk(m) if m.starts_with(&format!(
+                "its free space could not be read at {}: ",
+                missing.display()
+            ))),
+            "{e:?}"
+        );
+        for (errno, disk) in [(28, true), (122, true), (5, false)] {
+            let e = write_error(&dir, &std::io::Error::from_raw_os_error(errno));
+            assert_eq!(matches!(e, FetchError::Disk(_)), disk, "{errno}: {e:?}");
+            assert_eq!(matches!(e, FetchError::Unavailable(_)), !disk, "{errno}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The data key the test producers' server gave them.
@@ -1368,7 +1830,7 @@ mod tests {
             ..Default::default()
         };
         let auth = consumer_auth();
-        let e = prepare(&a, &spec, &consumer, &auth, None, DEFAULT_MAX_INPUT_BYTES)
+        let e = prepare(&a, &spec, &consumer, &auth, None, &InputLimits::default())
             .await
             .expect_err("refused");
         assert!(
@@ -1379,7 +1841,7 @@ mod tests {
         );
         assert!(!consumer.join("wf/7/C-0/in").exists(), "nothing fetched");
         a.inputs = vec![signed_input(&address, "x", "b", 5, 1)];
-        let ready = prepare(&a, &spec, &consumer, &auth, None, DEFAULT_MAX_INPUT_BYTES)
+        let ready = prepare(&a, &spec, &consumer, &auth, None, &InputLimits::default())
             .await
             .expect("the server's ticket");
         assert_eq!(
@@ -1423,7 +1885,7 @@ mod tests {
             req.clone(),
             &to,
             (idle, std::time::Duration::from_millis(300)),
-            DEFAULT_MAX_INPUT_BYTES,
+            &InputLimits::default(),
         )
         .await
         .expect_err("still no key")
@@ -1445,7 +1907,7 @@ mod tests {
             req,
             &to,
             (idle, std::time::Duration::from_secs(10)),
-            DEFAULT_MAX_INPUT_BYTES,
+            &InputLimits::default(),
         )
         .await
         .expect("fetched once the producer has its key");

@@ -1388,7 +1388,7 @@ impl Launcher<'_> {
                                 &opts.work_dir,
                                 &auth,
                                 account.as_ref(),
-                                opts.data.max_input_bytes,
+                                &opts.data.input_limits(),
                             )
                             .await
                             .map(Arc::new)

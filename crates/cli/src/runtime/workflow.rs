@@ -125,9 +125,9 @@ pub async fn graph(args: &super::ClientArgs, id: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The agent's workflow settings from its configuration: `attributes`, `max_input_bytes`, and
-/// `[tls]` (the certificate and key files are read now, so a missing file stops the agent at
-/// start).
+/// The agent's workflow settings from its configuration: `attributes`, `max_input_bytes`,
+/// `min_free_disk`, and `[tls]` (the certificate and key files are read now, so a missing file
+/// stops the agent at start).
 pub fn agent_data_options(
     config: &hetsched_agent::config::AgentConfig,
 ) -> anyhow::Result<hetsched_agent::dataflow::DataOptions> {
@@ -145,6 +145,7 @@ pub fn agent_data_options(
         attributes: config.attributes.clone(),
         tls,
         max_input_bytes: config.max_input_bytes(),
+        min_free_disk: config.min_free_disk(),
     })
 }
 
