@@ -4,8 +4,8 @@
 //!
 //! Also holds the authentication convention shared by every party: the server's token travels as
 //! `authorization: Bearer <token>` metadata ([`AUTH_HEADER`], [`bearer`]); and the one rule of
-//! tickets ([`ticket`]: offloads and workflow data fetches), which the server signs and the
-//! agent that serves the call verifies.
+//! tickets ([`ticket`]: offloads, workflow data fetches, log reads and PCDDB allocation
+//! grants), which the server signs and the agent that serves the call verifies.
 
 #[allow(missing_docs, clippy::all)]
 mod generated {

@@ -1,5 +1,5 @@
 //! Tickets: the server's authorisation of one call between agents, which the agent token
-//! (every agent holds it) cannot give. Two kinds, one encoding, domain-separated by label:
+//! (every agent holds it) cannot give. Four kinds, one encoding, domain-separated by label:
 //!
 //! - **Offload tickets** (spec 01's accelerator sharing). The server gives each ANode a key of
 //!   its own (its heartbeat reply's `offload_key`) and signs every offload it assigns to an
@@ -26,12 +26,24 @@
 //!   serves a page only when its key verifies the ticket for exactly what the request names and
 //!   itself: the agent token alone (every agent holds it) reads no one's output.
 //!
+//! - **Grants** (PCDDB allocation requests, spec 05 §4). The server, every workflow's launch
+//!   node, signs each allocation request it sends out (`BalanceMessage.grant`): an Ed25519
+//!   signature over [`GRANT_LABEL`], the workflow, the launch node's epoch, a serial, the
+//!   request's launch node, cluster and send time, and the instances it grants with their
+//!   requirements ([`Grant`]). The request hops from agent to agent (`AgentData.Deliver`) with
+//!   its grant and the list originally granted; an agent takes a request from another agent
+//!   only when the workflow's public balancing key (`PcddbJob.balance_key`) verifies the grant
+//!   and every instance offered, with its requirements, is in it. A grant is a signature, not
+//!   a MAC: every balancing agent must verify it, and with a shared MAC key every one of them
+//!   could grant too; with Ed25519 only the server, which holds the private half
+//!   ([`GrantKey`]), can.
+//!
 //! The keys are different (the server derives them with different labels; fetch and log
-//! tickets share a node's data key), and so are the labels the MACs start with: no ticket of one
-//! kind passes for a ticket of another.
+//! tickets share a node's data key), and so are the labels the messages start with: no ticket
+//! of one kind passes for a ticket of another.
 //!
 //! This module is the one encoding both sides use: [`sign`] on the server, [`verify`] (constant
-//! time) on the agent that serves.
+//! time) on the agent that serves; for grants [`GrantKey::sign`] and [`verify_grant`].
 
 use ring::hmac;
 
@@ -173,6 +185,98 @@ impl<'a> Log<'a> {
     }
 }
 
+/// Domain separation for grants: what a grant's signature covers starts with this.
+pub const GRANT_LABEL: &[u8] = b"hetsched pcddb grant v1";
+
+/// Length of a grant (an Ed25519 signature) and of a balancing key's public half.
+pub const GRANT_LEN: usize = 64;
+
+/// An allocation request a launch node granted: the fields that never change while the request
+/// hops, and the instances it was sent with (the agents take them from its front; a hop offers
+/// a subset). `instances` is in ascending order and `requires[k]` is `instances[k]`'s required
+/// attribute mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Grant<'a> {
+    /// The workflow.
+    pub job_id: u64,
+    /// When its launch node was built (the server's start, or its last rollback).
+    pub epoch: u64,
+    /// The grant's number among the workflow's.
+    pub serial: u64,
+    /// The request's launch node.
+    pub launch: u32,
+    /// The request's proximity cluster.
+    pub cluster: u32,
+    /// When the launch node sent it.
+    pub sent_at: u64,
+    /// The instances granted, ascending.
+    pub instances: &'a [u32],
+    /// Their requirements, in the same order.
+    pub requires: &'a [u64],
+}
+
+impl Grant<'_> {
+    /// Whether it granted `instance` with exactly `requires` (a request that strips an
+    /// instance's requirements is not the one granted).
+    pub fn covers(&self, instance: u32, requires: u64) -> bool {
+        self.instances
+            .binary_search(&instance)
+            .ok()
+            .and_then(|k| self.requires.get(k))
+            .is_some_and(|&r| r == requires)
+    }
+
+    /// Whether its lists are well formed: as many requirements as instances, instances
+    /// strictly ascending (so [`Grant::covers`] finds each once).
+    pub fn well_formed(&self) -> bool {
+        self.instances.len() == self.requires.len()
+            && self.instances.windows(2).all(|w| w[0] < w[1])
+    }
+}
+
+/// A workflow's balancing key, the private half: only the server holds it. Derived from a
+/// 32-byte seed (the server's, from its secret, the workflow and the epoch), so a restarted
+/// server with the same secret and epoch would derive it again; its public half
+/// ([`GrantKey::public`]) goes to the agents.
+pub struct GrantKey(ring::signature::Ed25519KeyPair);
+
+impl std::fmt::Debug for GrantKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GrantKey(…)")
+    }
+}
+
+impl GrantKey {
+    /// The key pair of `seed`.
+    pub fn from_seed(seed: &[u8; 32]) -> Option<Self> {
+        // Only a seed of another length is rejected; one of 32 bytes never is.
+        ring::signature::Ed25519KeyPair::from_seed_unchecked(seed)
+            .ok()
+            .map(Self)
+    }
+
+    /// The public half, which verifies its grants ([`verify_grant`]).
+    pub fn public(&self) -> Vec<u8> {
+        ring::signature::KeyPair::public_key(&self.0)
+            .as_ref()
+            .to_vec()
+    }
+
+    /// The grant of `what` (a signature of [`GRANT_LEN`] bytes).
+    pub fn sign(&self, what: &Grant) -> Vec<u8> {
+        self.0.sign(&what.message()).as_ref().to_vec()
+    }
+}
+
+/// Whether `grant` is the grant of `what` under the balancing key whose public half is
+/// `public`. (A signature check: nothing secret is compared, so timing tells nothing.)
+pub fn verify_grant(public: &[u8], what: &Grant, grant: &[u8]) -> bool {
+    what.well_formed()
+        && ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, public)
+            .verify(&what.message(), grant)
+            .is_ok()
+}
+
 /// What a ticket's MAC covers. Each kind starts with its own label, then its fields with a
 /// fixed width or a length prefix, so that no two different calls encode alike
 /// (`run_as = "ab", nnode = "c"` is not `run_as = "a", nnode = "bc"`).
@@ -282,6 +386,27 @@ impl Ticketed for Log<'_> {
             .str(run_as),
         };
         m.u32(u32::from(self.stderr)).str(self.node).0
+    }
+}
+
+impl Ticketed for Grant<'_> {
+    fn message(&self) -> Vec<u8> {
+        let mut m = Message::new(GRANT_LABEL, 56 + 12 * self.instances.len())
+            .u64(self.job_id)
+            .u64(self.epoch)
+            .u64(self.serial)
+            .u32(self.launch)
+            .u32(self.cluster)
+            .u64(self.sent_at)
+            .u64(self.instances.len() as u64);
+        for &i in self.instances {
+            m = m.u32(i);
+        }
+        m = m.u64(self.requires.len() as u64);
+        for &r in self.requires {
+            m = m.u64(r);
+        }
+        m.0
     }
 }
 
@@ -427,12 +552,88 @@ mod tests {
         let l = Log::of(&task_read(), "a").message();
         assert!(o.starts_with(TICKET_LABEL) && f.starts_with(FETCH_LABEL));
         assert!(l.starts_with(LOG_LABEL));
-        let labels = [TICKET_LABEL, FETCH_LABEL, LOG_LABEL];
+        let g = grant_fixture();
+        assert!(g.0.message().starts_with(GRANT_LABEL));
+        let labels = [TICKET_LABEL, FETCH_LABEL, LOG_LABEL, GRANT_LABEL];
         for (i, a) in labels.iter().enumerate() {
             for (j, b) in labels.iter().enumerate() {
                 assert!(i == j || !a.starts_with(b), "{i} {j}");
             }
         }
+    }
+
+    const INSTANCES: [u32; 3] = [2, 5, 9];
+    const REQUIRES: [u64; 3] = [0, 4, 0];
+
+    fn grant_fixture() -> (Grant<'static>, GrantKey) {
+        let g = Grant {
+            job_id: 7,
+            epoch: 11,
+            serial: 3,
+            launch: u32::MAX,
+            cluster: 0,
+            sent_at: 123,
+            instances: &INSTANCES,
+            requires: &REQUIRES,
+        };
+        (g, GrantKey::from_seed(&[5; 32]).expect("a 32-byte seed"))
+    }
+
+    #[test]
+    fn a_grant_verifies_for_its_request_only_and_covers_its_instances_with_their_requirements() {
+        let (g, key) = grant_fixture();
+        let public = key.public();
+        assert_eq!(public.len(), 32);
+        let t = key.sign(&g);
+        assert_eq!(t.len(), GRANT_LEN);
+        assert!(verify_grant(&public, &g, &t));
+        let fewer = [2, 5];
+        let more = [2, 5, 9, 10];
+        let others = [
+            Grant { job_id: 8, ..g },
+            Grant { epoch: 12, ..g },
+            Grant { serial: 4, ..g },
+            Grant { launch: 1, ..g },
+            Grant { cluster: 1, ..g },
+            Grant { sent_at: 124, ..g },
+            Grant {
+                instances: &more,
+                requires: &[0, 4, 0, 0],
+                ..g
+            },
+            Grant {
+                instances: &fewer,
+                requires: &[0, 4],
+                ..g
+            },
+            Grant {
+                requires: &[0, 0, 0],
+                ..g
+            },
+        ];
+        for o in others {
+            assert!(!verify_grant(&public, &o, &t), "{o:?}");
+        }
+        let other_key = GrantKey::from_seed(&[6; 32]).expect("seed");
+        assert!(!verify_grant(&other_key.public(), &g, &t), "another key");
+        assert!(!verify_grant(&public, &g, &t[..GRANT_LEN - 1]), "truncated");
+        assert!(!verify_grant(&public, &g, &[]), "none");
+        assert!(!verify_grant(&[], &g, &t), "no key");
+        // The instances granted, each with its own requirements only.
+        assert!(g.covers(5, 4) && g.covers(2, 0) && g.covers(9, 0));
+        assert!(!g.covers(5, 0), "requirements stripped");
+        assert!(!g.covers(3, 0), "not granted");
+        // Unsorted or ragged lists are not a grant, whatever signs them.
+        let unsorted = Grant {
+            instances: &[5, 2, 9],
+            ..g
+        };
+        assert!(!verify_grant(&public, &unsorted, &key.sign(&unsorted)));
+        let ragged = Grant {
+            requires: &[0, 4],
+            ..g
+        };
+        assert!(!verify_grant(&public, &ragged, &key.sign(&ragged)));
     }
 
     fn task_read() -> crate::AgentLogRequest {
