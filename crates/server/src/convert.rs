@@ -205,14 +205,21 @@ fn envelope_in(e: pb::BalanceMessage) -> crate::state::types::BalanceEnvelope {
         job_id: e.job_id,
         message_json: e.message_json,
         peers: e.peers.into_iter().collect(),
+        // What an agent sends the launch node is not acted on for a grant.
+        grant: None,
     }
 }
 
 fn envelope_out(e: &crate::state::types::BalanceEnvelope) -> pb::BalanceMessage {
+    let g = e.grant.clone().unwrap_or_default();
     pb::BalanceMessage {
         job_id: e.job_id,
         message_json: e.message_json.clone(),
         peers: e.peers.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        grant_serial: g.serial,
+        granted_instances: g.instances,
+        granted_requires: g.requires,
+        grant: g.signature,
     }
 }
 
@@ -229,6 +236,7 @@ fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
         attributes: j.attributes,
         check_interval_ms: j.check_interval_ms,
         dropped: j.dropped.clone(),
+        balance_key: j.balance_key.clone(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! Offload and fetch tickets, the server's side (spec 01's accelerator sharing, workflow data;
-//! the encoding is [`hetsched_proto::ticket`]'s).
+//! Offload, fetch and log tickets and PCDDB grants, the server's side (spec 01's accelerator
+//! sharing, workflow data, task output, spec 05's allocation requests; the encoding is
+//! [`hetsched_proto::ticket`]'s).
 //!
 //! Every agent holds the agent token, so an ANode's accelerator service cannot tell from it
 //! whether the server assigned the offload a caller asks for. The server keeps a secret of its
@@ -17,6 +18,18 @@
 //! agent serves an output only to a fetch whose ticket its key verifies. The labels keep the
 //! two kinds of keys apart: an ANode's offload key is not its data key.
 //!
+//! Log tickets (`hetsched log`) are signed with the same data keys ([`crate::logs`]).
+//!
+//! Grants (PCDDB) come from the same secret too, but are signatures: for each workflow and
+//! launch-node epoch the server derives an Ed25519 key pair from a seed — HMAC-SHA256 over
+//! [`BALANCE_KEY_LABEL`], the workflow's id and the epoch ([`OffloadKeys::balance_key`]) — signs
+//! every allocation request it sends out with the private half, and tells the nodes balancing
+//! the workflow the public half (`PcddbJob.balance_key`). An agent takes a request hopping from
+//! another agent only when that key verifies its grant, so no agent — every one holds the agent
+//! token, and every balancing one the public key — can make another take instances the launch
+//! node did not grant. A key of another workflow or epoch (a restart, a rollback) verifies none
+//! of this one's grants.
+//!
 //! The identity is part of the key so that an agent that takes a dead node's name over (a new
 //! identity) does not get the key tickets for the old one were signed with. The secret
 //! persists, so a server restart changes no key: tickets of assignments sent before it still
@@ -24,10 +37,12 @@
 
 use hetsched_proto::ticket;
 use ring::hmac;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// The call a ticket authorises: the proto crate's, whose encoding both sides share (this
 /// module is the server's one edge to it).
-pub use hetsched_proto::ticket::{Fetch, Offload};
+pub use hetsched_proto::ticket::{Fetch, Grant, GrantKey, Offload};
 
 /// Domain separation for the derived keys: nothing else the server computes with its secret
 /// can pass for an ANode's key.
@@ -37,10 +52,21 @@ pub const KEY_LABEL: &[u8] = b"hetsched anode offload key v1";
 /// (an ANode's) nor anything else derived from the secret.
 pub const DATA_KEY_LABEL: &[u8] = b"hetsched node data key v1";
 
+/// Domain separation for the workflows' balancing keys (their Ed25519 seeds): no node's key,
+/// nor anything else derived from the secret, is a balancing key's seed.
+pub const BALANCE_KEY_LABEL: &[u8] = b"hetsched pcddb balance key v1";
+
+/// Most balancing keys kept derived (one per running PCDDB workflow and epoch): past it the
+/// cache starts over, and keys are derived again as they are used.
+const BALANCE_KEYS_KEPT: usize = 256;
+
 /// The server's offload secret, and the keys and tickets derived from it.
 #[derive(Clone)]
 pub struct OffloadKeys {
     secret: hmac::Key,
+    /// Balancing keys derived so far, by (workflow, epoch): a key pair costs a scalar
+    /// multiplication, and every heartbeat names the key of each running PCDDB workflow.
+    balance: Arc<Mutex<HashMap<(u64, u64), Arc<GrantKey>>>>,
 }
 
 impl std::fmt::Debug for OffloadKeys {
@@ -54,6 +80,7 @@ impl OffloadKeys {
     pub fn new(secret: &[u8; 32]) -> Self {
         Self {
             secret: hmac::Key::new(hmac::HMAC_SHA256, secret),
+            balance: Arc::default(),
         }
     }
 
@@ -99,6 +126,36 @@ impl OffloadKeys {
     /// with `identity`).
     pub fn fetch_ticket(&self, identity: &str, fetch: &Fetch) -> Vec<u8> {
         ticket::sign(&self.data_key(fetch.producer, identity), fetch)
+    }
+
+    /// The balancing key of workflow `job_id` under the launch node built at `epoch`: an
+    /// Ed25519 key pair whose seed is the HMAC of the secret over [`BALANCE_KEY_LABEL`], the
+    /// workflow and the epoch. `None` never happens with a 32-byte seed; a caller then signs
+    /// nothing, and agents refuse the requests of that workflow from other agents.
+    pub fn balance_key(&self, job_id: u64, epoch: u64) -> Option<Arc<GrantKey>> {
+        let mut kept = self.balance.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = kept.get(&(job_id, epoch)) {
+            return Some(k.clone());
+        }
+        let mut m = Vec::with_capacity(BALANCE_KEY_LABEL.len() + 16);
+        m.extend_from_slice(BALANCE_KEY_LABEL);
+        m.extend_from_slice(&job_id.to_be_bytes());
+        m.extend_from_slice(&epoch.to_be_bytes());
+        let tag = hmac::sign(&self.secret, &m);
+        let seed: &[u8; 32] = tag.as_ref().try_into().ok()?;
+        let key = Arc::new(GrantKey::from_seed(seed)?);
+        if kept.len() >= BALANCE_KEYS_KEPT {
+            kept.clear();
+        }
+        kept.insert((job_id, epoch), key.clone());
+        Some(key)
+    }
+
+    /// The grant of `grant` under its workflow's balancing key (empty in the impossible case
+    /// that the key cannot be made: the agents refuse it).
+    pub fn grant(&self, grant: &Grant) -> Vec<u8> {
+        self.balance_key(grant.job_id, grant.epoch)
+            .map_or_else(Vec::new, |k| k.sign(grant))
     }
 }
 
@@ -154,5 +211,34 @@ mod tests {
         let t = keys.fetch_ticket("id-a", &f);
         assert!(ticket::verify(&k, &f, &t));
         assert!(!ticket::verify(&keys.data_key("b", "id-b"), &f, &t));
+    }
+
+    #[test]
+    fn each_workflow_and_epoch_has_its_own_balancing_key_and_its_grants_verify_with_it() {
+        let keys = OffloadKeys::new(&[1; 32]);
+        let public = |k: &OffloadKeys, job, epoch| {
+            k.balance_key(job, epoch).map(|k| k.public()).expect("key")
+        };
+        let p = public(&keys, 7, 100);
+        assert_eq!(p, public(&OffloadKeys::new(&[1; 32]), 7, 100), "stable");
+        assert_eq!(p, public(&keys, 7, 100), "the cached one");
+        assert_ne!(p, public(&keys, 8, 100));
+        assert_ne!(p, public(&keys, 7, 101));
+        assert_ne!(p, public(&OffloadKeys::new(&[2; 32]), 7, 100));
+        let g = Grant {
+            job_id: 7,
+            epoch: 100,
+            serial: 1,
+            launch: u32::MAX,
+            cluster: 0,
+            sent_at: 5,
+            instances: &[0, 3],
+            requires: &[0, 0],
+        };
+        let t = keys.grant(&g);
+        assert!(ticket::verify_grant(&p, &g, &t));
+        assert!(!ticket::verify_grant(&public(&keys, 8, 100), &g, &t));
+        // The key pair is not a node's data key over the same bytes.
+        assert_ne!(p, keys.data_key("7", "100"));
     }
 }

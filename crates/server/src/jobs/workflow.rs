@@ -525,6 +525,8 @@ pub struct Workflows {
     counters: BTreeMap<u32, (u64, u64, u32)>,
     /// When these launch nodes were built (this server's start, or the last rollback).
     epoch: u64,
+    /// Allocation requests granted since then ([`Workflows::grant_of`]): each grant's serial.
+    grants: u64,
     /// Round trips the agents measured: (from, to) → ns.
     rtt: BTreeMap<(u32, u32), u64>,
     /// Proximity clusters of the live nodes from those round trips (spec 05 §2): Sc1, Sc2, …
@@ -602,6 +604,7 @@ impl Workflows {
             unreachable: BTreeSet::new(),
             counters: BTreeMap::new(),
             epoch: cx.now,
+            grants: 0,
             rtt: BTreeMap::new(),
             clusters: Vec::new(),
             clustered: Vec::new(),
@@ -1026,6 +1029,37 @@ impl Workflows {
             job.dropped.remove(&node);
         }
         listed
+    }
+
+    /// The grant of an allocation request the launch node sends (`None` for any other
+    /// message): what it covers — the request's fixed fields and its instances, ascending, with
+    /// their requirements — under the next serial; the state signs it ([`crate::tickets`]).
+    /// Agents pass the request on with it, and another agent takes from it only instances it
+    /// lists.
+    fn grant_of(&mut self, body: &Body) -> Option<crate::state::types::Granted> {
+        let Body::Request(r) = body else {
+            return None;
+        };
+        let mut granted: Vec<(u32, u64)> = r
+            .instances
+            .iter()
+            .map(|w| (w.instance.0, w.requires))
+            .collect();
+        granted.sort_unstable();
+        // An instance listed twice is granted once (its requirements are the graph's, the same
+        // each time).
+        granted.dedup_by_key(|&mut (i, _)| i);
+        self.grants += 1;
+        Some(crate::state::types::Granted {
+            epoch: self.epoch,
+            serial: self.grants,
+            launch: r.launch.0,
+            cluster: r.cluster.0,
+            sent_at: r.sent_at,
+            instances: granted.iter().map(|&(i, _)| i).collect(),
+            requires: granted.iter().map(|&(_, q)| q).collect(),
+            signature: Vec::new(),
+        })
     }
 
     /// Gives back what instance `i` booked in the view.
@@ -2475,10 +2509,12 @@ impl JobKind for Workflows {
             if let Some(ms) = job.to_node.remove(&node.0) {
                 for m in ms {
                     if let Ok(json) = serde_json::to_string(&m) {
+                        let grant = self.grant_of(&m.body);
                         out.balance(BalanceEnvelope {
                             job_id: job.id(),
                             message_json: json,
                             peers: peers.clone(),
+                            grant,
                         });
                     }
                 }
@@ -2499,6 +2535,8 @@ impl JobKind for Workflows {
                         .map_or(0, |g| g.attributes),
                     check_interval_ms: self.check_interval_ms,
                     dropped: Self::take_dropped(&mut job, node.0),
+                    // The state adds the key: the kinds hold none.
+                    balance_key: Vec::new(),
                 });
             }
             self.jobs.insert(seq, job);

@@ -1,6 +1,8 @@
 //! Fetch tickets (workflow data): every node's data key in its heartbeat replies, and the
 //! ticket of each input an assignment names, signed with its producer's data key
 //! ([`crate::tickets`]). The kinds make the dispatches without tickets: the keys stay here.
+//! Likewise PCDDB grants: each allocation request a reply carries is signed here with its
+//! workflow's balancing key, whose public half goes with the workflow's `PcddbJob`.
 
 use super::State;
 use crate::state::types::HeartbeatReply;
@@ -36,6 +38,33 @@ impl State {
                         attempt: d.attempt,
                     },
                 );
+            }
+        }
+    }
+
+    /// Signs the grant of every allocation request in `reply` with its workflow's balancing
+    /// key, and gives the node the public half of the key of each PCDDB workflow it balances
+    /// (the workflow kind sends a `PcddbJob` only to those nodes).
+    pub(super) fn sign_grants(&self, reply: &mut HeartbeatReply) {
+        for j in &mut reply.pcddb {
+            j.balance_key = self
+                .offload_keys
+                .balance_key(j.job_id, j.epoch)
+                .map_or_else(Vec::new, |k| k.public());
+        }
+        for env in &mut reply.balance {
+            let job_id = env.job_id;
+            if let Some(g) = env.grant.as_mut() {
+                g.signature = self.offload_keys.grant(&crate::tickets::Grant {
+                    job_id,
+                    epoch: g.epoch,
+                    serial: g.serial,
+                    launch: g.launch,
+                    cluster: g.cluster,
+                    sent_at: g.sent_at,
+                    instances: &g.instances,
+                    requires: &g.requires,
+                });
             }
         }
     }

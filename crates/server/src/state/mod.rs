@@ -752,6 +752,7 @@ impl State {
         }
         self.accel_heartbeat(nid, &req, &mut reply)?;
         self.sign_fetches(nid.0, &mut reply);
+        self.sign_grants(&mut reply);
         self.signal_heartbeat(nid, &req.signalled, &mut reply);
         // Every kind's tasks run as their job's owner (on agents that switch accounts).
         for spec in &mut reply.specs {

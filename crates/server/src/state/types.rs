@@ -826,6 +826,32 @@ pub struct BalanceEnvelope {
     pub message_json: String,
     /// Node id → `AgentData` address.
     pub peers: BTreeMap<u32, String>,
+    /// The launch node's grant of the allocation request it carries (`None`: not a request
+    /// of the launch node's, or a message from an agent).
+    pub grant: Option<Granted>,
+}
+
+/// The grant of an allocation request the launch node sends ([`crate::tickets`]): what it
+/// covers, as the kind that makes the request knows it, and the signature, which the state adds
+/// before the reply goes out (the kinds hold no keys).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Granted {
+    /// When the launch node was built.
+    pub epoch: u64,
+    /// The grant's number among the workflow's.
+    pub serial: u64,
+    /// The request's launch node, cluster and send time.
+    pub launch: u32,
+    /// See `launch`.
+    pub cluster: u32,
+    /// See `launch`.
+    pub sent_at: u64,
+    /// The instances granted, ascending.
+    pub instances: Vec<u32>,
+    /// Their requirements, in the same order.
+    pub requires: Vec<u64>,
+    /// The Ed25519 signature under the workflow's balancing key (empty until signed).
+    pub signature: Vec<u8>,
 }
 
 /// A PCDDB workflow a node balances.
@@ -853,6 +879,9 @@ pub struct PcddbJob {
     pub check_interval_ms: u64,
     /// Instances the node's machine took that will not run: it forgets them.
     pub dropped: Vec<u32>,
+    /// The public half of the workflow's balancing key (the state adds it before the reply
+    /// goes out).
+    pub balance_key: Vec<u8>,
 }
 
 /// The task states a listing keeps (`hetsched tasks --state`; empty: every state).

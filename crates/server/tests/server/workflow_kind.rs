@@ -18,9 +18,11 @@ use common::heartbeat_request;
 use hetsched_core::NodeId;
 use hetsched_core::policy::graph::pcddb::PcddbNode;
 use hetsched_core::policy::graph::{
-    Body, ClusterId, GraphNode, InstanceId, Message, NodeEvent, Outgoing, Thresholds,
+    AllocationRequest, Body, ClusterId, GraphNode, InstanceId, Message, NodeEvent, Outgoing,
+    Thresholds,
 };
 use hetsched_proto as pb;
+use hetsched_proto::ticket;
 use hetsched_server::ServerConfig;
 use hetsched_server::config::WorkflowConfig;
 use hetsched_server::convert::Wire;
@@ -79,6 +81,38 @@ struct Agents {
     checked: usize,
     /// The rack each node's agent names in its heartbeats (none: the default rack).
     racks: HashMap<u32, String>,
+}
+
+/// Whether `env` carries a grant of request `r` that the balancing key of `j` (the workflow's
+/// `PcddbJob` in the same reply) verifies, granting exactly the instances `r` offers.
+fn granted(env: &pb::BalanceMessage, r: &AllocationRequest, j: &pb::PcddbJob) -> bool {
+    let g = grant_of(env, r, j.epoch);
+    let mut offered: Vec<u32> = r.instances.iter().map(|w| w.instance.0).collect();
+    offered.sort_unstable();
+    offered.dedup();
+    ticket::verify_grant(&j.balance_key, &g, &env.grant)
+        && offered == env.granted_instances
+        && r.instances
+            .iter()
+            .all(|w| g.covers(w.instance.0, w.requires))
+}
+
+/// The grant `env` claims for request `r` under the launch node built at `epoch`.
+fn grant_of<'a>(
+    env: &'a pb::BalanceMessage,
+    r: &AllocationRequest,
+    epoch: u64,
+) -> ticket::Grant<'a> {
+    ticket::Grant {
+        job_id: env.job_id,
+        epoch,
+        serial: env.grant_serial,
+        launch: r.launch.0,
+        cluster: r.cluster.0,
+        sent_at: r.sent_at,
+        instances: &env.granted_instances,
+        requires: &env.granted_requires,
+    }
 }
 
 /// Task id of instance 0 of workflow `job`.
@@ -168,6 +202,13 @@ impl Agents {
         }
         for env in reply.balance.clone() {
             let msg: Message = serde_json::from_str(&env.message_json).expect("a core message");
+            // As the agent passes it on: every request the launch node sends carries the grant
+            // its workflow's balancing key verifies, for exactly the instances it offers.
+            if let Body::Request(r) = &msg.body {
+                let j = reply.pcddb.iter().find(|j| j.job_id == env.job_id);
+                let j = j.expect("a request comes with its workflow's PcddbJob");
+                assert!(granted(&env, r, j), "a request without its grant: {env:?}");
+            }
             self.deliver(n, msg);
         }
         for a in &reply.assignments {
@@ -215,7 +256,7 @@ impl Agents {
                     self.outbox.entry(n).or_default().push(pb::BalanceMessage {
                         job_id: self.job,
                         message_json: serde_json::to_string(&m).expect("json"),
-                        peers: Default::default(),
+                        ..Default::default()
                     });
                 }
                 Outgoing::Run { instance, core } => {
@@ -2539,7 +2580,7 @@ fn a_workflow_instance_lost_with_its_anode_is_listed_so_after_a_restart() {
 /// found poisoned: one agent's bad message stopped the server), and the workflow goes on.
 #[test]
 fn pcddb_messages_naming_instances_the_workflow_lacks_are_ignored() {
-    use hetsched_core::policy::graph::{AllocationRequest, Wanted};
+    use hetsched_core::policy::graph::Wanted;
     let dir = scratch("forged-pcddb");
     let mut s = open(&dir, WorkflowConfig::default());
     let n = common::register(&mut s, "n0", 2);
@@ -2556,7 +2597,7 @@ fn pcddb_messages_naming_instances_the_workflow_lacks_are_ignored() {
             body,
         })
         .expect("json"),
-        peers: Default::default(),
+        ..Default::default()
     };
     let bad = InstanceId(1_000_000);
     let returned = AllocationRequest {
@@ -2622,7 +2663,7 @@ fn a_pcddb_reply_in_one_nodes_heartbeat_cannot_speak_for_another_node() {
             },
         })
         .expect("json"),
-        peers: Default::default(),
+        ..Default::default()
     };
     agents.outbox.entry(n0).or_default().push(forged);
     agents.beat(&mut s, n0);
@@ -2631,5 +2672,134 @@ fn a_pcddb_reply_in_one_nodes_heartbeat_cannot_speak_for_another_node() {
         !agents.assigned.iter().any(|a| a.0 == n1),
         "n1 ran what n0 said it took: {agents:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The launch node grants every allocation request it sends (an agent takes a request from
+/// another agent only with it, `AgentData.Deliver`): each carries a grant, for exactly its
+/// instances with their requirements, that its workflow's balancing key verifies and no other
+/// workflow's does; that key goes to the nodes balancing the workflow, with its `PcddbJob`,
+/// and to no node for a workflow it does not balance by PCDDB; and what a grant covers cannot
+/// be changed (another instance, stripped requirements, another cluster) without it failing.
+#[test]
+fn allocation_requests_carry_a_grant_only_their_workflows_balancing_key_verifies() {
+    let dir = scratch("grants");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let nodes = [
+        common::register(&mut s, "n0", 2),
+        common::register(&mut s, "n1", 2),
+    ];
+    for &n in &nodes {
+        s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    }
+    let submit =
+        |s: &mut State, text: &str| s.submit("fan.toml", text, "/").expect("submit").job_id;
+    let a = submit(&mut s, FAN_OUT);
+    let b = submit(&mut s, FAN_OUT);
+    let c = submit(
+        &mut s,
+        &FAN_OUT.replace("balancer = \"pcddb\"", "balancer = \"centralised\""),
+    );
+    // Each node learns the PCDDB workflows it balances, each with its own key.
+    let mut keys: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut jobs: BTreeMap<(u32, u64), pb::PcddbJob> = BTreeMap::new();
+    for &n in &nodes {
+        let reply = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+        let balanced: Vec<u64> = reply.pcddb.iter().map(|j| j.job_id).collect();
+        assert_eq!(
+            balanced,
+            [a, b],
+            "a centralised workflow has no balancing key"
+        );
+        for j in reply.pcddb {
+            assert_eq!(j.balance_key.len(), 32, "{j:?}");
+            let key = keys
+                .entry(j.job_id)
+                .or_insert_with(|| j.balance_key.clone());
+            assert_eq!(
+                *key, j.balance_key,
+                "one key per workflow, the same to every node"
+            );
+            jobs.insert((n, j.job_id), j);
+        }
+    }
+    assert_ne!(keys[&a], keys[&b], "each workflow its own key");
+    assert!(!keys.contains_key(&c));
+    // The nodes report themselves underloaded: the launch nodes send their ready instances.
+    let mut requests = Vec::new();
+    for round in 0..2 {
+        for &n in &nodes {
+            let mut req = heartbeat_request(n, &[], &[]);
+            for job in [a, b] {
+                for &cluster in &jobs[&(n, job)].clusters {
+                    req.balance.push(pb::BalanceMessage {
+                        job_id: job,
+                        message_json: serde_json::to_string(&Message {
+                            from: NodeId(n),
+                            to: NodeId(jobs[&(n, job)].launch),
+                            body: Body::Status {
+                                cluster: ClusterId(cluster),
+                            },
+                        })
+                        .expect("json"),
+                        ..Default::default()
+                    });
+                }
+            }
+            let reply = s.heartbeat(req).expect("beat");
+            for env in reply.balance {
+                let msg: Message = serde_json::from_str(&env.message_json).expect("json");
+                let Body::Request(r) = msg.body else {
+                    panic!("only requests come from the launch node: {msg:?}");
+                };
+                requests.push((round, n, env, r));
+            }
+        }
+    }
+    let sent: Vec<u64> = requests.iter().map(|(_, _, e, _)| e.job_id).collect();
+    assert!(sent.contains(&a) && sent.contains(&b), "{sent:?}");
+    let mut serials = Vec::new();
+    for (_, n, env, r) in &requests {
+        let job = env.job_id;
+        let other = if job == a { b } else { a };
+        let j = &jobs[&(*n, job)];
+        assert!(granted(env, r, j), "{env:?}");
+        assert_eq!(env.grant.len(), ticket::GRANT_LEN);
+        let g = grant_of(env, r, j.epoch);
+        assert!(
+            !ticket::verify_grant(&keys[&other], &g, &env.grant),
+            "another workflow's key"
+        );
+        assert!(
+            !ticket::verify_grant(&j.balance_key, &grant_of(env, r, j.epoch + 1), &env.grant),
+            "another epoch"
+        );
+        let mut more = env.granted_instances.clone();
+        more.push(1_000);
+        let mut more_req = env.granted_requires.clone();
+        more_req.push(0);
+        let widened = ticket::Grant {
+            instances: &more,
+            requires: &more_req,
+            ..g
+        };
+        assert!(!ticket::verify_grant(&j.balance_key, &widened, &env.grant));
+        let stripped = vec![u64::MAX; env.granted_requires.len()];
+        let stripped = ticket::Grant {
+            requires: &stripped,
+            ..g
+        };
+        assert!(!ticket::verify_grant(&j.balance_key, &stripped, &env.grant));
+        let moved = ticket::Grant {
+            cluster: g.cluster + 1,
+            ..g
+        };
+        assert!(!ticket::verify_grant(&j.balance_key, &moved, &env.grant));
+        serials.push(env.grant_serial);
+    }
+    let n = serials.len();
+    serials.sort_unstable();
+    serials.dedup();
+    assert_eq!(serials.len(), n, "each grant its own serial");
     let _ = std::fs::remove_dir_all(&dir);
 }
