@@ -60,13 +60,16 @@ pub const BALANCE_KEY_LABEL: &[u8] = b"hetsched pcddb balance key v1";
 /// cache starts over, and keys are derived again as they are used.
 const BALANCE_KEYS_KEPT: usize = 256;
 
+/// Balancing keys derived so far, by (workflow, epoch), shared by every clone of the keys.
+type BalanceKeys = Arc<Mutex<HashMap<(u64, u64), Arc<GrantKey>>>>;
+
 /// The server's offload secret, and the keys and tickets derived from it.
 #[derive(Clone)]
 pub struct OffloadKeys {
     secret: hmac::Key,
     /// Balancing keys derived so far, by (workflow, epoch): a key pair costs a scalar
     /// multiplication, and every heartbeat names the key of each running PCDDB workflow.
-    balance: Arc<Mutex<HashMap<(u64, u64), Arc<GrantKey>>>>,
+    balance: BalanceKeys,
 }
 
 impl std::fmt::Debug for OffloadKeys {
