@@ -14,6 +14,18 @@
 //!
 //! Messages to the launch node (the server) ride the next heartbeat ([`Balancer::take_outbox`]).
 //! Counters of messages sent and received go with every heartbeat (`hetsched nodes`).
+//!
+//! **Grants.** Every agent holds the agent token, so `AgentData.Deliver` cannot tell from it
+//! that the launch node sent a request: any holder could make this machine take instances it
+//! invented or moved. The server signs each request it sends out (`BalanceMessage.grant`, see
+//! [`hetsched_proto::ticket::Grant`]) and gives this node the workflow's public balancing key
+//! (`PcddbJob.balance_key`); a request keeps its grant from hop to hop ([`Granted`]), and this
+//! agent acts on a request from another agent only when the key verifies the grant and every
+//! instance offered, with its requirements, was granted ([`Balancer::check_peer`]). A refused
+//! request goes back to the launch node from the agent that sent it (event e), so nothing is
+//! lost.
+
+use thiserror::Error;
 
 use crate::dataflow::PeerAuth;
 use hetsched_core::NodeId;
@@ -28,6 +40,67 @@ use std::time::Duration;
 
 /// How often each machine checks itself against LT when the server does not say.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The launch node's grant a request travels with, as its envelope carries it: kept from the
+/// request a machine was handed to the request it passes on or returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Granted {
+    serial: u64,
+    instances: Vec<u32>,
+    requires: Vec<u64>,
+    grant: Vec<u8>,
+}
+
+impl Granted {
+    fn of(env: &pb::BalanceMessage) -> Self {
+        Self {
+            serial: env.grant_serial,
+            instances: env.granted_instances.clone(),
+            requires: env.granted_requires.clone(),
+            grant: env.grant.clone(),
+        }
+    }
+
+    /// The envelope of `message_json` for workflow `job_id` with this grant.
+    fn envelope(
+        &self,
+        job_id: u64,
+        message_json: String,
+        peers: std::collections::HashMap<u32, String>,
+    ) -> pb::BalanceMessage {
+        pb::BalanceMessage {
+            job_id,
+            message_json,
+            peers,
+            grant_serial: self.serial,
+            granted_instances: self.instances.clone(),
+            granted_requires: self.requires.clone(),
+            grant: self.grant.clone(),
+        }
+    }
+}
+
+/// Why another agent's PCDDB message is not acted on ([`Balancer::check_peer`]).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PeerRefusal {
+    /// Not a request this node could act on whoever sent it (undecodable, not a request, for
+    /// another node, naming another launch node): `InvalidArgument`.
+    #[error("{0}")]
+    Malformed(String),
+    /// A request the launch node did not grant as it stands (no key to check it with, no
+    /// grant, a grant that does not verify, an instance outside it): `PermissionDenied`.
+    #[error("{0}")]
+    Ungranted(String),
+}
+
+impl From<PeerRefusal> for tonic::Status {
+    fn from(r: PeerRefusal) -> Self {
+        match r {
+            PeerRefusal::Malformed(m) => tonic::Status::invalid_argument(m),
+            PeerRefusal::Ungranted(m) => tonic::Status::permission_denied(m),
+        }
+    }
+}
 
 /// A message for another agent: its `AgentData` address and the envelope.
 pub struct Forward {
@@ -47,6 +120,8 @@ struct JobMachine {
     cores: HashMap<u32, u32>,
     /// The self-check period the server set for this workflow.
     check_interval: Duration,
+    /// The public half of the workflow's balancing key (empty: a server before grants).
+    key: Vec<u8>,
 }
 
 /// Every PCDDB machine of this agent.
@@ -102,7 +177,9 @@ impl Balancer {
                 peers: BTreeMap::new(),
                 cores: HashMap::new(),
                 check_interval: CHECK_INTERVAL,
+                key: Vec::new(),
             });
+            m.key.clone_from(&j.balance_key);
             m.check_interval = match j.check_interval_ms {
                 0 => CHECK_INTERVAL,
                 ms => Duration::from_millis(ms),
@@ -183,42 +260,96 @@ impl Balancer {
         for id in ids {
             if let Some(m) = self.jobs.get_mut(&id) {
                 let o = m.node.handle(NodeEvent::SelfCheck, now);
-                out.extend(self.route(id, o));
+                out.extend(self.route(id, o, None));
             }
         }
         out
     }
 
     /// Whether `env`, from another agent (`AgentData.Deliver`), may be acted on: only an
-    /// allocation request passes between agents, and one of a workflow balanced here must be
-    /// addressed to this node and come from the workflow's launch node (a request naming
-    /// another made the machine hold its instances for ever: their reply went nowhere, so the
-    /// server never told it to forget them). One of a workflow not balanced here goes home, as
-    /// before ([`Balancer::deliver`]).
-    pub fn check_peer(&self, env: &pb::BalanceMessage) -> Result<(), String> {
+    /// allocation request passes between agents; it must be of a workflow balanced here,
+    /// addressed to this node, and from the workflow's launch node (a request naming another
+    /// made the machine hold its instances for ever: their reply went nowhere, so the server
+    /// never told it to forget them) — else [`PeerRefusal::Malformed`] — and carry the launch
+    /// node's grant, which the workflow's balancing key verifies and which lists every
+    /// instance it offers with its requirements — else [`PeerRefusal::Ungranted`]. A request
+    /// of a workflow not balanced here (this agent has not heard of it yet, or no longer runs
+    /// it) is refused too: with no key its grant cannot be checked, and the sender returns it
+    /// to the launch node as it would have been from here.
+    pub fn check_peer(&self, env: &pb::BalanceMessage) -> Result<(), PeerRefusal> {
+        use hetsched_proto::ticket;
         let msg = serde_json::from_str::<Message>(&env.message_json)
-            .map_err(|e| format!("an undecodable PCDDB message: {e}"))?;
+            .map_err(|e| PeerRefusal::Malformed(format!("an undecodable PCDDB message: {e}")))?;
         let Body::Request(r) = &msg.body else {
-            return Err(format!(
+            return Err(PeerRefusal::Malformed(format!(
                 "a PCDDB `{}` message: only allocation requests pass between agents",
                 msg.body.kind()
-            ));
+            )));
         };
+        let what = format!(
+            "a PCDDB request of workflow {} from node {}",
+            env.job_id, msg.from.0
+        );
         let Some(m) = self.jobs.get(&env.job_id) else {
-            return Ok(());
+            return Err(PeerRefusal::Ungranted(format!(
+                "{what}: this node does not balance the workflow (not yet, or no longer), so \
+                 it holds no balancing key to check the request's grant with; the sender \
+                 returns it to the launch node"
+            )));
         };
         if self.me.is_some_and(|me| msg.to.0 != me) {
-            return Err(format!(
+            return Err(PeerRefusal::Malformed(format!(
                 "a PCDDB request for node {}, not this one ({})",
                 msg.to.0,
                 self.me.unwrap_or_default()
-            ));
+            )));
         }
         if r.launch != m.launch {
-            return Err(format!(
+            return Err(PeerRefusal::Malformed(format!(
                 "a PCDDB request of workflow {} from launch node {}, not the workflow's ({})",
                 env.job_id, r.launch.0, m.launch.0
-            ));
+            )));
+        }
+        if m.key.is_empty() {
+            return Err(PeerRefusal::Ungranted(format!(
+                "{what}: this node holds no balancing key for the workflow (its server \
+                 predates PCDDB grants), so it takes requests from the launch node only"
+            )));
+        }
+        if env.grant.is_empty() {
+            return Err(PeerRefusal::Ungranted(format!(
+                "{what}: no grant from the launch node (the sending agent predates PCDDB \
+                 grants, or the request was not the launch node's)"
+            )));
+        }
+        let grant = ticket::Grant {
+            job_id: env.job_id,
+            epoch: m.epoch,
+            serial: env.grant_serial,
+            launch: r.launch.0,
+            cluster: r.cluster.0,
+            sent_at: r.sent_at,
+            instances: &env.granted_instances,
+            requires: &env.granted_requires,
+        };
+        if !ticket::verify_grant(&m.key, &grant, &env.grant) {
+            return Err(PeerRefusal::Ungranted(format!(
+                "{what}: the grant does not match (forged, or for another workflow, launch \
+                 node epoch or request)"
+            )));
+        }
+        if let Some(w) = r
+            .instances
+            .iter()
+            .find(|w| !grant.covers(w.instance.0, w.requires))
+        {
+            return Err(PeerRefusal::Ungranted(format!(
+                "{what}: instance {} (requirements {:#x}) is not among the {} the launch node \
+                 granted",
+                w.instance.0,
+                w.requires,
+                grant.instances.len()
+            )));
         }
         Ok(())
     }
@@ -234,21 +365,25 @@ impl Balancer {
             tracing::warn!("undecodable PCDDB message dropped");
             return Vec::new();
         };
+        // The request's grant goes on with whatever the machine passes on or returns.
+        let granted = Granted::of(&env);
         let Some(m) = self.jobs.get_mut(&env.job_id) else {
             // Not (or no longer) balancing this workflow: hand a request back to its launch
             // node so its instances are not lost.
             if let Body::Request(r) = msg.body {
                 self.sent += 1;
-                self.to_launch.push(pb::BalanceMessage {
-                    job_id: env.job_id,
-                    message_json: serde_json::to_string(&Message {
-                        from: msg.to,
-                        to: r.launch,
-                        body: Body::Return(r),
-                    })
-                    .unwrap_or_default(),
-                    peers: Default::default(),
-                });
+                self.to_launch.push(
+                    granted.envelope(
+                        env.job_id,
+                        serde_json::to_string(&Message {
+                            from: msg.to,
+                            to: r.launch,
+                            body: Body::Return(r),
+                        })
+                        .unwrap_or_default(),
+                        Default::default(),
+                    ),
+                );
             }
             return Vec::new();
         };
@@ -262,7 +397,7 @@ impl Balancer {
             }
         }
         let o = m.node.handle(NodeEvent::Deliver(msg), now);
-        self.route(env.job_id, o)
+        self.route(env.job_id, o, Some(&granted))
     }
 
     /// Task `task_id` ended here: if a machine accepted it, its core is free again.
@@ -297,20 +432,25 @@ impl Balancer {
         }) = serde_json::from_str::<Message>(&env.message_json)
         {
             self.sent += 1;
-            self.to_launch.push(pb::BalanceMessage {
-                job_id: job,
-                message_json: serde_json::to_string(&Message {
-                    from: to,
-                    to: r.launch,
-                    body: Body::Return(r),
-                })
-                .unwrap_or_default(),
-                peers: Default::default(),
-            });
+            self.to_launch.push(
+                Granted::of(env).envelope(
+                    job,
+                    serde_json::to_string(&Message {
+                        from: to,
+                        to: r.launch,
+                        body: Body::Return(r),
+                    })
+                    .unwrap_or_default(),
+                    Default::default(),
+                ),
+            );
         }
     }
 
-    fn route(&mut self, job: u64, out: Vec<Outgoing>) -> Vec<Forward> {
+    /// Carries out what workflow `job`'s machine answered; a request it passes on or returns
+    /// keeps `granted`, the grant of the request it was handed (none for a self-check, which
+    /// sends only `status`).
+    fn route(&mut self, job: u64, out: Vec<Outgoing>, granted: Option<&Granted>) -> Vec<Forward> {
         let Some(m) = self.jobs.get_mut(&job) else {
             return Vec::new();
         };
@@ -323,21 +463,22 @@ impl Balancer {
                 Outgoing::Send(msg) => {
                     let json = serde_json::to_string(&msg).unwrap_or_default();
                     self.sent += 1;
+                    let grant = match (&msg.body, granted) {
+                        (Body::Request(_) | Body::Return(_), Some(g)) => g.clone(),
+                        _ => Granted::default(),
+                    };
                     if msg.to == m.launch {
-                        self.to_launch.push(pb::BalanceMessage {
-                            job_id: job,
-                            message_json: json,
-                            peers: Default::default(),
-                        });
+                        self.to_launch
+                            .push(grant.envelope(job, json, Default::default()));
                     } else {
                         let address = m.peers.get(&msg.to.0).cloned().unwrap_or_default();
                         fwd.push(Forward {
                             address,
-                            message: pb::BalanceMessage {
-                                job_id: job,
-                                message_json: json,
-                                peers: m.peers.clone().into_iter().collect(),
-                            },
+                            message: grant.envelope(
+                                job,
+                                json,
+                                m.peers.clone().into_iter().collect(),
+                            ),
                         });
                     }
                 }
@@ -473,12 +614,22 @@ async fn probe(address: &str, auth: &PeerAuth) -> Option<u64> {
     Some(best)
 }
 
+/// What the tests of this crate sign and send as the server does: the workflows' balancing
+/// keys and the grants of the requests they make.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
     use hetsched_core::policy::graph::{AllocationRequest, Wanted};
+    use hetsched_proto::ticket::{Grant, GrantKey};
 
-    fn job(clusters: Vec<u32>, attributes: u64) -> pb::PcddbJob {
+    /// The balancing key of a workflow as the server would derive it, here from a test seed.
+    pub fn key(seed: u8) -> GrantKey {
+        GrantKey::from_seed(&[seed; 32]).expect("a 32-byte seed")
+    }
+
+    /// The server's `PcddbJob` for workflow 7 of launch node 99 (epoch 1) with `key`'s public
+    /// half.
+    pub fn job(clusters: Vec<u32>, attributes: u64, key: &GrantKey) -> pb::PcddbJob {
         pb::PcddbJob {
             job_id: 7,
             lt: 2,
@@ -488,8 +639,85 @@ mod tests {
             epoch: 1,
             clusters,
             attributes,
+            balance_key: key.public(),
             ..Default::default()
         }
+    }
+
+    /// A request of workflow 7 from `from` to `to` in cluster 0, offering `instances`
+    /// (instance, requirements) with table `table`, and no grant.
+    pub fn request(
+        from: u32,
+        to: u32,
+        instances: &[(u32, u64)],
+        table: &[u32],
+    ) -> pb::BalanceMessage {
+        let r = AllocationRequest {
+            cluster: ClusterId(0),
+            launch: NodeId(99),
+            sent_at: 0,
+            instances: instances
+                .iter()
+                .map(|&(i, requires)| Wanted {
+                    instance: InstanceId(i),
+                    requires,
+                })
+                .collect(),
+            table: table.iter().map(|&n| NodeId(n)).collect(),
+        };
+        pb::BalanceMessage {
+            job_id: 7,
+            message_json: serde_json::to_string(&Message {
+                from: NodeId(from),
+                to: NodeId(to),
+                body: Body::Request(r),
+            })
+            .unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+
+    /// `env` with the grant of `granted` (instance, requirements; ascending) under `key` for
+    /// workflow `job_id`, launch-node epoch `epoch`, serial 1, over the request's fixed fields.
+    pub fn granted(
+        mut env: pb::BalanceMessage,
+        key: &GrantKey,
+        job_id: u64,
+        epoch: u64,
+        granted: &[(u32, u64)],
+    ) -> pb::BalanceMessage {
+        let Ok(Message {
+            body: Body::Request(r),
+            ..
+        }) = serde_json::from_str::<Message>(&env.message_json)
+        else {
+            panic!("not a request: {env:?}");
+        };
+        env.grant_serial = 1;
+        env.granted_instances = granted.iter().map(|g| g.0).collect();
+        env.granted_requires = granted.iter().map(|g| g.1).collect();
+        env.grant = key.sign(&Grant {
+            job_id,
+            epoch,
+            serial: 1,
+            launch: r.launch.0,
+            cluster: r.cluster.0,
+            sent_at: r.sent_at,
+            instances: &env.granted_instances,
+            requires: &env.granted_requires,
+        });
+        env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{granted, key};
+    use super::*;
+    use hetsched_core::policy::graph::{AllocationRequest, Wanted};
+
+    fn job(clusters: Vec<u32>, attributes: u64) -> pb::PcddbJob {
+        testing::job(clusters, attributes, &key(1))
     }
 
     fn request(cluster: u32, requires: u64) -> pb::BalanceMessage {
@@ -512,7 +740,7 @@ mod tests {
                 body: Body::Request(r),
             })
             .unwrap_or_default(),
-            peers: Default::default(),
+            ..Default::default()
         }
     }
 
@@ -597,12 +825,16 @@ mod tests {
         };
         let e = b
             .check_peer(&forged(5, 1))
-            .expect_err("another launch node");
+            .expect_err("another launch node")
+            .to_string();
         assert!(
             e.contains("from launch node 5, not the workflow's (99)"),
             "{e}"
         );
-        let e = b.check_peer(&forged(99, 3)).expect_err("another node");
+        let e = b
+            .check_peer(&forged(99, 3))
+            .expect_err("another node")
+            .to_string();
         assert!(e.contains("for node 3, not this one (1)"), "{e}");
         let status = pb::BalanceMessage {
             message_json: serde_json::to_string(&Message {
@@ -615,18 +847,23 @@ mod tests {
             .expect("json"),
             ..request(0, 0)
         };
-        let e = b.check_peer(&status).expect_err("not a request");
+        let e = b
+            .check_peer(&status)
+            .expect_err("not a request")
+            .to_string();
         assert!(e.contains("`status` message"), "{e}");
         let e = b
             .check_peer(&pb::BalanceMessage {
                 message_json: "{".into(),
                 ..request(0, 0)
             })
-            .expect_err("not JSON");
+            .expect_err("not JSON")
+            .to_string();
         assert!(e.starts_with("an undecodable PCDDB message"), "{e}");
         assert_eq!(b.held(), 0);
-        // A genuine one is taken; its addresses add nodes but do not replace the server's.
-        let mut genuine = request(0, 0);
+        // A genuine one (granted by the launch node) is taken; its addresses add nodes but do
+        // not replace the server's.
+        let mut genuine = granted(request(0, 0), &key(1), 7, 1, &[(0, 0)]);
         genuine.peers.insert(2, "evil:1".into());
         genuine.peers.insert(3, "10.0.0.3:7000".into());
         assert_eq!(b.check_peer(&genuine), Ok(()));

@@ -479,7 +479,10 @@ impl AgentData for DataService {
         let env = req.into_inner();
         let fwd = {
             let mut b = self.balance.lock().unwrap_or_else(|p| p.into_inner());
-            b.check_peer(&env).map_err(Status::invalid_argument)?;
+            if let Err(e) = b.check_peer(&env) {
+                tracing::warn!("PCDDB request from another agent refused: {e}");
+                return Err(e.into());
+            }
             b.deliver(env, crate::launch::now_ns(), true)
         };
         balance::send(&self.balance, &self.auth, fwd, self.wake.clone());
@@ -1074,56 +1077,28 @@ mod tests {
     /// (and, held up to MT × cores, took no more work).
     #[tokio::test]
     async fn a_pcddb_request_from_another_launch_node_is_refused_and_nothing_is_taken() {
+        use balance::testing::{granted, job, key, request};
         use hetsched_core::NodeId;
-        use hetsched_core::policy::graph::{
-            AllocationRequest, Body, ClusterId, InstanceId, Message, Wanted,
-        };
+        use hetsched_core::policy::graph::{Body, Message};
         let handle: balance::Handle = std::sync::Arc::default();
-        let job = pb::PcddbJob {
-            job_id: 7,
-            lt: 2,
-            mt: 3,
-            launch: 99,
-            task_base: 1000,
-            epoch: 1,
-            clusters: vec![0],
-            ..Default::default()
-        };
+        let k = key(1);
         handle
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .sync(1, 2, &[job]);
-        let service = DataService {
-            work_dir: std::env::temp_dir(),
-            balance: handle.clone(),
-            auth: PeerAuth::default(),
-            wake: std::sync::Arc::default(),
-            node: "n1".into(),
-            key: DataKey::default(),
-        };
-        let request = |launch: u32| pb::BalanceMessage {
-            job_id: 7,
-            message_json: serde_json::to_string(&Message {
-                from: NodeId(2),
-                to: NodeId(1),
-                body: Body::Request(AllocationRequest {
-                    cluster: ClusterId(0),
-                    launch: NodeId(launch),
-                    sent_at: 0,
-                    instances: [Wanted {
-                        instance: InstanceId(0),
-                        requires: 0,
-                    }]
-                    .into(),
-                    table: vec![NodeId(1)].into(),
-                }),
-            })
-            .expect("json"),
-            peers: Default::default(),
+            .sync(1, 2, &[job(vec![0], 0, &k)]);
+        let service = balance_service(&handle);
+        let from_launch = |launch: u32| {
+            let mut env = request(2, 1, &[(0, 0)], &[1]);
+            let mut msg: Message = serde_json::from_str(&env.message_json).expect("json");
+            if let Body::Request(r) = &mut msg.body {
+                r.launch = NodeId(launch);
+            }
+            env.message_json = serde_json::to_string(&msg).expect("json");
+            granted(env, &k, 7, 1, &[(0, 0)])
         };
         let held = || handle.lock().unwrap_or_else(|p| p.into_inner()).held();
         let e = service
-            .deliver(Request::new(request(5)))
+            .deliver(Request::new(from_launch(5)))
             .await
             .expect_err("refused");
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
@@ -1134,10 +1109,245 @@ mod tests {
         );
         assert_eq!(held(), 0, "nothing taken");
         service
-            .deliver(Request::new(request(99)))
+            .deliver(Request::new(from_launch(99)))
             .await
             .expect("the launch node's");
         assert_eq!(held(), 1);
+    }
+
+    /// The data service of an agent (node 1) whose PCDDB machines are `handle`'s.
+    fn balance_service(handle: &balance::Handle) -> DataService {
+        DataService {
+            work_dir: std::env::temp_dir(),
+            balance: handle.clone(),
+            auth: PeerAuth::default(),
+            wake: std::sync::Arc::default(),
+            node: "n1".into(),
+            key: DataKey::default(),
+        }
+    }
+
+    /// Every agent holds the agent token, so `AgentData.Deliver` takes another agent's
+    /// allocation request only with the launch node's grant for exactly the instances it
+    /// offers: a request with no grant, one offering an instance the grant lacks (invented) or
+    /// with its requirements stripped, a grant whose list was widened, a grant of another
+    /// workflow or launch-node epoch, one signed with a key an agent made up, and any request
+    /// while this node holds no balancing key (an older server) or does not balance the
+    /// workflow are refused with `PermissionDenied` naming the problem, and the machine takes
+    /// nothing. A genuine hop — the grant of the launch node's request, offering what the
+    /// agents before took none of — is taken.
+    #[tokio::test]
+    async fn a_pcddb_request_without_the_launch_nodes_grant_for_its_instances_is_refused_and_nothing_is_taken()
+     {
+        use balance::testing::{granted, job, key, request};
+        let handle: balance::Handle = std::sync::Arc::default();
+        let k = key(1);
+        let sync = |j: pb::PcddbJob| {
+            handle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .sync(1, 2, &[j]);
+        };
+        sync(job(vec![0], 0, &k));
+        let service = balance_service(&handle);
+        let held = || handle.lock().unwrap_or_else(|p| p.into_inner()).held();
+        let received = || handle.lock().unwrap_or_else(|p| p.into_inner()).received;
+        // The launch node granted instances 0, 3 and 4 (none requiring an attribute).
+        let grant = [(0, 0), (3, 0), (4, 0)];
+        let hop = |offered: &[(u32, u64)]| request(2, 1, offered, &[1]);
+        let forged_key = key(66);
+        let refused: Vec<(&str, pb::BalanceMessage, &str)> = vec![
+            ("no grant", hop(&[(0, 0)]), "no grant from the launch node"),
+            (
+                "an invented instance",
+                granted(hop(&[(0, 0), (9, 0)]), &k, 7, 1, &grant),
+                "instance 9 (requirements 0x0) is not among the 3 the launch node granted",
+            ),
+            (
+                "requirements stripped",
+                granted(hop(&[(3, 0)]), &k, 7, 1, &[(0, 0), (3, 2), (4, 0)]),
+                "instance 3 (requirements 0x0) is not among",
+            ),
+            (
+                "the granted list widened",
+                {
+                    let mut e = granted(hop(&[(9, 0)]), &k, 7, 1, &grant);
+                    e.granted_instances.push(9);
+                    e.granted_requires.push(0);
+                    e
+                },
+                "the grant does not match",
+            ),
+            (
+                "another workflow's grant",
+                granted(hop(&[(0, 0)]), &k, 8, 1, &grant),
+                "the grant does not match",
+            ),
+            (
+                "another epoch's grant",
+                granted(hop(&[(0, 0)]), &k, 7, 2, &grant),
+                "the grant does not match",
+            ),
+            (
+                "a key an agent made up",
+                granted(hop(&[(0, 0)]), &forged_key, 7, 1, &grant),
+                "the grant does not match",
+            ),
+        ];
+        for (case, env, says) in refused {
+            let e = service.deliver(Request::new(env)).await.expect_err(case);
+            assert_eq!(e.code(), tonic::Code::PermissionDenied, "{case}: {e:?}");
+            assert!(
+                e.message()
+                    .contains("a PCDDB request of workflow 7 from node 2: "),
+                "{case}: {e:?}"
+            );
+            assert!(e.message().contains(says), "{case}: {e:?}");
+            assert_eq!((held(), received()), (0, 0), "{case}: nothing taken");
+        }
+        // A workflow this node does not balance, and one it balances under an older server
+        // (no key): nothing to check a grant with, so nothing from another agent.
+        let other = pb::BalanceMessage {
+            job_id: 8,
+            ..granted(hop(&[(0, 0)]), &k, 8, 1, &grant)
+        };
+        let e = service
+            .deliver(Request::new(other))
+            .await
+            .expect_err("not balanced here");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+        assert!(
+            e.message().contains("does not balance the workflow"),
+            "{e:?}"
+        );
+        sync(pb::PcddbJob {
+            balance_key: Vec::new(),
+            ..job(vec![0], 0, &k)
+        });
+        let e = service
+            .deliver(Request::new(granted(hop(&[(0, 0)]), &k, 7, 1, &grant)))
+            .await
+            .expect_err("no key");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("holds no balancing key"), "{e:?}");
+        assert_eq!(held(), 0);
+        // A genuine hop: what the agents before left of the grant.
+        sync(job(vec![0], 0, &k));
+        service
+            .deliver(Request::new(granted(
+                hop(&[(3, 0), (4, 0)]),
+                &k,
+                7,
+                1,
+                &grant,
+            )))
+            .await
+            .expect("a genuine hop");
+        assert_eq!((held(), received()), (2, 1));
+    }
+
+    /// A request this agent passes on keeps the launch node's grant, and the next agent takes
+    /// it; a next agent that refuses it (here: it holds another key, as it would for a forged
+    /// grant) makes this agent return the request, with its grant and every instance it did not
+    /// take, to the launch node (event e), so nothing is lost.
+    #[tokio::test]
+    async fn a_request_passed_on_keeps_its_grant_and_one_the_next_agent_refuses_returns_home() {
+        use balance::testing::{granted, job, key, request};
+        use hetsched_core::policy::graph::{Body, Message};
+        let k = key(1);
+        // Node 2's agent, on loopback.
+        let serve_node2 = |node2_key: hetsched_proto::ticket::GrantKey| async move {
+            let h2: balance::Handle = std::sync::Arc::default();
+            h2.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .sync(2, 2, &[job(vec![0], 0, &node2_key)]);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let address = listener.local_addr().expect("addr").to_string();
+            let server = tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(pb::agent_data_server::AgentDataServer::with_interceptor(
+                        balance_service(&h2),
+                        crate::logs::check_token("t"),
+                    ))
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+            );
+            (h2, address, server)
+        };
+        for node2_key in [key(1), key(2)] {
+            let accepts = node2_key.public() == k.public();
+            let (h2, address, server) = serve_node2(node2_key).await;
+            // Node 1's agent: the launch node hands it 8 instances (it takes MT × cores = 6)
+            // in a heartbeat reply, table [1, 2].
+            let h1: balance::Handle = std::sync::Arc::default();
+            let mut j = job(vec![0], 0, &k);
+            j.peers.insert(2, address.clone());
+            h1.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .sync(1, 2, &[j]);
+            let all: Vec<(u32, u64)> = (0..8).map(|i| (i, 0)).collect();
+            let env = granted(request(99, 1, &all, &[1, 2]), &k, 7, 1, &all);
+            let original = env.grant.clone();
+            let fwd = h1
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .deliver(env, 0, false);
+            assert_eq!(fwd.len(), 1, "passed on to node 2");
+            assert_eq!(fwd[0].message.grant_serial, 1);
+            assert_eq!(
+                fwd[0].message.granted_instances,
+                (0..8).collect::<Vec<u32>>()
+            );
+            let auth = PeerAuth {
+                token: "t".into(),
+                ca: None,
+                node: "n1".into(),
+            };
+            let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+            balance::send(&h1, &auth, fwd, wake.clone());
+            // Node 1's messages for the launch node until node 2 took the rest, or node 1
+            // returned it.
+            let mut returned = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                returned.extend(h1.lock().unwrap_or_else(|p| p.into_inner()).take_outbox());
+                let h2_held = h2.lock().unwrap_or_else(|p| p.into_inner()).held();
+                if accepts && h2_held == 2 || !accepts && returned.len() >= 2 {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "node 2 answers within 10 s: {returned:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            let bodies: Vec<Body> = returned
+                .iter()
+                .map(|m| {
+                    serde_json::from_str::<Message>(&m.message_json)
+                        .expect("json")
+                        .body
+                })
+                .collect();
+            assert!(
+                matches!(&bodies[0], Body::Reply { taken, remaining: 2, .. } if taken.len() == 6),
+                "{bodies:?}"
+            );
+            if accepts {
+                assert_eq!(bodies.len(), 1, "{bodies:?}");
+                assert_eq!(h2.lock().unwrap_or_else(|p| p.into_inner()).received, 1);
+            } else {
+                let Body::Return(r) = &bodies[1] else {
+                    panic!("returned home: {bodies:?}");
+                };
+                let back: Vec<u32> = r.instances.iter().map(|w| w.instance.0).collect();
+                assert_eq!(back, [6, 7], "what node 1 did not take goes home");
+                assert_eq!(returned[1].grant, original, "with its grant");
+                assert_eq!(h2.lock().unwrap_or_else(|p| p.into_inner()).held(), 0);
+            }
+            server.abort();
+        }
     }
 
     /// A producer's agent that takes the connection and says nothing (stopped, say) fails the
