@@ -2803,3 +2803,106 @@ fn allocation_requests_carry_a_grant_only_their_workflows_balancing_key_verifies
     assert_eq!(serials.len(), n, "each grant its own serial");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What a grant leaves an insider (a node balancing the workflow, which sees grants pass):
+/// replaying a genuine request to another node of the workflow, which verifies it and takes its
+/// instances. That shifts where they run, no more: an instance placed twice runs once (the
+/// first node to start it does; the other's machine is told to forget it, `dropped`), no
+/// machine holds an instance for ever, and the workflow completes.
+#[test]
+fn a_replayed_grant_runs_no_instance_twice_and_leaves_no_machine_holding_one() {
+    let dir = scratch("replayed-grant");
+    // One cluster of both nodes, so a request may hop from one to the other.
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            cluster_size: Some(2),
+            ..Default::default()
+        },
+    );
+    let n0 = common::register(&mut s, "n0", 2);
+    let n1 = common::register(&mut s, "n1", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n0);
+    agents.beat(&mut s, n1);
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    // Only n0 reports itself underloaded: it takes the seed, then the 20 spread instances in
+    // one request, which the insider keeps.
+    let mut captured = None;
+    for _ in 0..20 {
+        agents.self_check(n0);
+        let reply = agents.beat(&mut s, n0);
+        agents.finish_all(n0, true);
+        for env in reply.balance {
+            let msg: Message = serde_json::from_str(&env.message_json).expect("json");
+            if let Body::Request(r) = &msg.body
+                && r.instances.len() == 20
+            {
+                captured = Some((env, msg));
+            }
+        }
+        if captured.is_some() {
+            break;
+        }
+    }
+    let (env, mut msg) = captured.expect("the request of the 20 spread instances");
+    assert_eq!(agents.machines[&n0].held(), 20, "{agents:?}");
+    // n1 balances the workflow too, and n1's agent would take the replay: its key verifies
+    // the grant, and it offers only instances granted.
+    let reply = agents.beat(&mut s, n1);
+    let j = reply
+        .pcddb
+        .iter()
+        .find(|j| j.job_id == job)
+        .expect("n1 balances it");
+    let Body::Request(r) = &msg.body else {
+        unreachable!("captured a request");
+    };
+    assert!(granted(&env, r, j), "a genuine grant");
+    msg.from = NodeId(n0);
+    msg.to = NodeId(n1);
+    agents.deliver(n1, msg);
+    assert!(
+        agents.machines[&n1].held() > 0,
+        "n1's machine took the replayed instances: {agents:?}"
+    );
+    for _ in 0..60 {
+        agents.round(&mut s, &[n0, n1]);
+        agents.finish_all(n0, true);
+        agents.finish_all(n1, true);
+        if s.get_job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    for _ in 0..5 {
+        agents.round(&mut s, &[n0, n1]);
+    }
+    assert_eq!(
+        s.get_job(job).expect("job").state,
+        "completed",
+        "{agents:?}"
+    );
+    let mut runs: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for &(node, i, _) in &agents.assigned {
+        runs.entry(i).or_default().push(node);
+    }
+    assert_eq!(runs.len(), 21, "every instance ran: {runs:?}");
+    assert!(
+        runs.values().all(|nodes| nodes.len() == 1),
+        "no instance ran twice: {runs:?}"
+    );
+    assert!(
+        runs.values().any(|nodes| nodes == &[n1]),
+        "the replay shifted some to n1: {runs:?}"
+    );
+    assert!(
+        agents.dropped.iter().any(|&(node, _)| node == n1),
+        "n1's machine was told to forget what ran on n0: {agents:?}"
+    );
+    assert_eq!(
+        (agents.machines[&n0].held(), agents.machines[&n1].held()),
+        (0, 0),
+        "no machine holds an instance: {agents:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
