@@ -449,6 +449,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // which no longer reads (NULL: any other job, whose file or next job says).
     ("jobs", "apps_end", "INTEGER"),
     ("jobs", "tasks_end", "INTEGER"),
+    // The order a divisible job's chunks' successes were recorded in (0: before the column), so
+    // that a restart replays their times into the estimates in the order they were measured.
+    ("div_chunks", "done_seq", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a

@@ -458,6 +458,11 @@ struct ChunkRec {
     state: ChunkState,
     transfer_ns: u64,
     compute_ns: u64,
+    /// Its place among the job's chunks in the order their successes were recorded (1, 2, …;
+    /// 0: not done, or done in a store from before the column). A restart replays the done
+    /// chunks' times into the workers' estimates in this order: the estimates weigh recent
+    /// chunks most, and an agent computes two chunks at once, so chunks end out of number order.
+    done_seq: u64,
     /// When it was sent (by this server; a restored chunk: when it was rebuilt), which orders
     /// an agent's chunks ([`Divisible::rebook`]).
     sent: Instant,
@@ -499,6 +504,8 @@ struct Job {
     finished_ns: u64,
     output_bytes: u64,
     chunks: BTreeMap<u64, ChunkRec>,
+    /// The last [`ChunkRec::done_seq`] given.
+    done_seq: u64,
     /// The chunks of `chunks` that are out, by number: what every ask, result and event looks
     /// at, so that none scans the finished ones (a job of 100,000 units went out in 9,737
     /// chunks, and each ask scanned them all, twice: O(chunks²)). Kept by [`Job::insert`] and
@@ -630,8 +637,9 @@ pub struct StoredJob {
     gate: Gate,
 }
 
-/// A stored chunk: number, round, worker, start, end, state, transfer ns, compute ns.
-type ChunkRow = (u64, u32, String, u64, u64, String, u64, u64);
+/// A stored chunk: number, round, worker, start, end, state, transfer ns, compute ns, and
+/// [`ChunkRec::done_seq`].
+type ChunkRow = (u64, u32, String, u64, u64, String, u64, u64, u64);
 
 /// Reads this kind's rows from the store (at start and for a rollback).
 pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
@@ -669,8 +677,8 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
         })?
         .collect::<Result<_, _>>()?;
     let mut st = conn.prepare(
-        "SELECT chunk, round, worker, start, stop, state, transfer_ns, compute_ns FROM div_chunks \
-         WHERE job = ?1 ORDER BY chunk",
+        "SELECT chunk, round, worker, start, stop, state, transfer_ns, compute_ns, done_seq \
+         FROM div_chunks WHERE job = ?1 ORDER BY chunk",
     )?;
     for j in &mut jobs {
         j.chunks = st
@@ -684,6 +692,7 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
                     r.get(5)?,
                     r.get::<_, i64>(6)? as u64,
                     r.get::<_, i64>(7)? as u64,
+                    r.get::<_, i64>(8)? as u64,
                 ))
             })?
             .collect::<Result<_, _>>()?;
@@ -722,6 +731,7 @@ fn new_job(spec: DivisibleSpec, name: String, key: String, submitted_ns: u64) ->
         finished_ns: 0,
         output_bytes: 0,
         chunks: BTreeMap::new(),
+        done_seq: 0,
         out: BTreeSet::new(),
         gate: Gate::started(),
     }
@@ -788,7 +798,9 @@ impl Divisible {
             if !job.gate.started {
                 d.maybe_unstarted.insert(row.id);
             }
-            for (chunk, round, worker, start, end, state, t, c) in row.chunks {
+            // Done chunks are replayed once the rest is rebuilt, in the order they ended.
+            let mut done = Vec::new();
+            for (chunk, round, worker, start, end, state, t, c, seq) in row.chunks {
                 let w = job.master.join(&worker, None);
                 let order = Order {
                     chunk,
@@ -799,10 +811,7 @@ impl Divisible {
                 };
                 let state = ChunkState::parse(&state);
                 match state {
-                    ChunkState::Done => {
-                        job.master
-                            .restore_done(order, t as f64 / 1e9, c as f64 / 1e9)
-                    }
+                    ChunkState::Done => done.push((seq, order, t, c)),
                     ChunkState::Out => job.master.restore_out(order),
                     // A failed chunk's units count its failure again: a restart does not give
                     // them their `retries` afresh.
@@ -819,6 +828,7 @@ impl Divisible {
                     state,
                     transfer_ns: t,
                     compute_ns: c,
+                    done_seq: seq,
                     sent: Instant::now(),
                     // Sent by the server before this one: the reply that carried it reached
                     // its agent or died with the old server's connections, so the agent's
@@ -828,6 +838,13 @@ impl Divisible {
                     grace_until: None,
                     recheck_planned: false,
                 });
+            }
+            // Chunks done before the column (sequence 0) first, in number order, as before it.
+            done.sort_by_key(|(seq, order, _, _)| (*seq, order.chunk));
+            for (seq, order, t, c) in done {
+                job.master
+                    .restore_done(order, t as f64 / 1e9, c as f64 / 1e9);
+                job.done_seq = job.done_seq.max(seq);
             }
             d.jobs.insert(row.id, job);
         }
@@ -1212,6 +1229,7 @@ impl Divisible {
                     state: ChunkState::Out,
                     transfer_ns: 0,
                     compute_ns: 0,
+                    done_seq: 0,
                     sent: now,
                     grace_until: Some(now + GRACE),
                     recheck_planned: false,
@@ -1318,6 +1336,10 @@ impl Divisible {
                 h.transfer_ns,
                 h.compute_ns,
             );
+            job.done_seq += 1;
+            if let Some(c) = job.chunks.get_mut(&h.chunk) {
+                c.done_seq = job.done_seq;
+            }
             job.master.finish(
                 h.chunk,
                 h.transfer_ns as f64 / 1e9,
@@ -1811,8 +1833,8 @@ impl JobKind for Divisible {
                 continue;
             };
             tx.execute(
-                "INSERT OR REPLACE INTO div_chunks(job, chunk, round, worker, start, stop, state, transfer_ns, compute_ns) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                "INSERT OR REPLACE INTO div_chunks(job, chunk, round, worker, start, stop, state, \
+                 transfer_ns, compute_ns, done_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     *id as i64,
                     *chunk as i64,
@@ -1822,7 +1844,8 @@ impl JobKind for Divisible {
                     c.order.end as i64,
                     c.state.as_str(),
                     c.transfer_ns as i64,
-                    c.compute_ns as i64
+                    c.compute_ns as i64,
+                    c.done_seq as i64
                 ],
             )?;
         }
@@ -2245,6 +2268,8 @@ mod tests {
                 state.to_string(),
                 1_000,
                 1_000_000 + (k % 7) * 10_000,
+                // Ended in number order.
+                if state == "done" { k + 1 } else { 0 },
             )
         };
         StoredJob {

@@ -887,3 +887,67 @@ fn a_unit_lost_with_its_agent_three_times_fails_the_job_across_a_server_restart(
         "{why}"
     );
 }
+
+/// An agent computes two chunks at once, so its chunks end out of number order, and the workers'
+/// estimates weigh the latest chunks most: a restart replays the finished chunks' times in the
+/// order their successes were recorded, so the estimates (and the plans made with them) are
+/// those before it. Before, they were replayed in chunk-number order and a worker's speed and
+/// latency read otherwise after every restart (the CLI chaos test saw it).
+#[test]
+fn a_restart_rebuilds_the_workers_estimates_from_chunks_in_the_order_they_ended() {
+    let d = crate::common::scratch("divisible-kind", "estimate-order");
+    let estimates = |s: &State, id: u64| -> Vec<(String, f64, f64, f64)> {
+        let j = s.get_job(id).expect("job");
+        let v = j.divisible.expect("divisible");
+        v.workers
+            .iter()
+            .map(|w| (w.name.clone(), w.speed, w.compute_latency, v.lower_bound_s))
+            .collect()
+    };
+    let (id, before) = {
+        let mut s = open(&d.0);
+        join_agents(&mut s, &["a"]);
+        let id = s.on_submit(rows()).expect("submitted").job_id;
+        // Up to two chunks out at once (the calibration's are two), reported in reverse number
+        // order, in a time that is not a line in their sizes (so that the order shows in the
+        // fit).
+        let mut reported = 0;
+        for _ in 0..4 {
+            let mut got = ask(&mut s, "a").expect("a chunk");
+            got.extend(ask(&mut s, "a").expect("a second chunk"));
+            for &(job, chunk) in got.iter().rev() {
+                let c = s
+                    .get_job(job)
+                    .expect("job")
+                    .divisible
+                    .expect("divisible")
+                    .chunks[chunk as usize]
+                    .clone();
+                let units = c.end - c.start;
+                let tmp =
+                    d.0.join("divisible")
+                        .join(format!("job-{job}"))
+                        .join(format!("chunk-{chunk}.part"));
+                std::fs::write(&tmp, b"x\n").expect("output");
+                let result = ChunkResult {
+                    job_id: job,
+                    chunk,
+                    success: true,
+                    message: String::new(),
+                    transfer_ns: 1_000,
+                    compute_ns: 2_000_000 + units * 1_000_000 * (1 + chunk % 3),
+                };
+                assert!(s.on_chunk_done(&result, Some(&tmp)).expect("recorded"));
+                reported += 1;
+            }
+        }
+        assert!(reported >= 3, "{reported}");
+        (id, estimates(&s, id))
+    };
+    let s = open(&d.0);
+    assert_eq!(
+        estimates(&s, id),
+        before,
+        "the estimates read the same after a restart"
+    );
+}
