@@ -1,6 +1,7 @@
 //! End-to-end tests through the real `hetsched` binary, gathered in one test binary (one link instead of one per file).
 
 mod binding_cli;
+mod chaos;
 mod dashboard;
 mod demo_cli;
 mod divisible_cli;
