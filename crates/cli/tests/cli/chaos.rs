@@ -698,6 +698,14 @@ fn run(seed: u64) -> Duration {
     ));
     r.wait_all(Duration::from_secs(90));
     r.check();
+    // The agents and their guards gone before the cluster's directory is removed: a guard
+    // still cleaning up after its agent raced the removal and left half the directory.
+    for (name, _) in AGENTS {
+        r.c.kill_agent(name);
+        support::wait_until("the guard to end", Duration::from_secs(10), || {
+            r.c.guards(name).is_empty()
+        });
+    }
     let took = t0.elapsed();
     eprintln!("chaos: seed {seed} passed in {:.1}s", took.as_secs_f64());
     took
