@@ -23,11 +23,14 @@ pub fn registration(req: &pb::RegisterRequest) -> Result<Registration, StateErro
     let spec = crate::limits::node_spec(req).map_err(StateError::Invalid)?;
     crate::limits::identity(&req.identity).map_err(StateError::Invalid)?;
     crate::limits::hostname(&req.hostname).map_err(StateError::Invalid)?;
+    crate::limits::workdir("the agent's work directory", &req.work_dir)
+        .map_err(StateError::Invalid)?;
     Ok(Registration {
         name: req.name.clone(),
         spec,
         identity: req.identity.clone(),
         hostname: req.hostname.clone(),
+        work_dir: req.work_dir.clone(),
     })
 }
 

@@ -192,6 +192,13 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         })?;
     let addr = listener.local_addr().map_err(io_err(&dir))?;
     let mut relay = logs::LogRelay::new(&creds.agent);
+    for (id, name, work_dir) in shared
+        .lock()
+        .map_err(|_| ServerError::Poisoned)?
+        .node_work_dirs()
+    {
+        relay.restored(id, &name, &work_dir);
+    }
     match config.tls.as_ref().map(|t| t.agent_ca.as_ref()) {
         Some(Some(ca)) => {
             relay.agent_ca = Some(std::fs::read(ca).map_err(|e| ServerError::Io {

@@ -42,6 +42,9 @@ struct AgentAt {
     name: String,
     addr: Option<SocketAddr>,
     work_dir: String,
+    /// Its agent has called since this server started (registered or heartbeated): `addr` says
+    /// where it listens. A node known only from the store ([`LogRelay::restored`]) has not.
+    heard: bool,
     /// The data key its latest heartbeat reply gave the node (none since it registered, until
     /// its first heartbeat: its agent holds none either).
     data_key: Option<Arc<[u8]>>,
@@ -74,6 +77,18 @@ impl LogRelay {
     /// Node `id` (named `name`, when known) registered or heartbeated from `ip`, announcing its
     /// listener's `port` (0 = none) and its work directory.
     pub fn seen(&self, id: u32, name: Option<&str>, ip: Option<IpAddr>, port: u32, work_dir: &str) {
+        self.learn(id, name, work_dir, Some((ip, port)));
+    }
+
+    /// Records node `id`'s name and work directory, and where it listens when its agent
+    /// called (`Some((ip, port))`).
+    fn learn(
+        &self,
+        id: u32,
+        name: Option<&str>,
+        work_dir: &str,
+        called: Option<(Option<IpAddr>, u32)>,
+    ) {
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         let e = nodes.entry(id).or_default();
         if let Some(name) = name
@@ -85,13 +100,24 @@ impl LogRelay {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(name.to_string(), id);
         }
-        e.addr = match (ip, u16::try_from(port)) {
-            (Some(ip), Ok(port)) if port != 0 => Some(SocketAddr::new(ip, port)),
-            _ => None,
-        };
+        if let Some((ip, port)) = called {
+            e.heard = true;
+            e.addr = match (ip, u16::try_from(port)) {
+                (Some(ip), Ok(port)) if port != 0 => Some(SocketAddr::new(ip, port)),
+                _ => None,
+            };
+        }
         if e.work_dir != work_dir {
             e.work_dir = work_dir.to_string();
         }
+    }
+
+    /// Node `id`, named `name`, as the store recorded it at the agent's last registration: its
+    /// work directory, so a restarted server lists its tasks' output files before that agent
+    /// is heard from again — and for good if it never is. Where it listens is learnt from its
+    /// next call ([`LogRelay::seen`]).
+    pub fn restored(&self, id: u32, name: &str, work_dir: &str) {
+        self.learn(id, Some(name), work_dir, None);
     }
 
     /// Node `id`'s agent registered (again): it holds no data key until its first heartbeat
@@ -130,6 +156,8 @@ impl LogRelay {
             .is_some_and(|e| !e.name.is_empty())
     }
 
+    /// Node `name`'s agent, once it has called since this server started (before, where it
+    /// listens is unknown).
     fn by_name(&self, name: &str) -> Option<AgentAt> {
         let id = *self
             .by_name
@@ -140,6 +168,7 @@ impl LogRelay {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&id)
+            .filter(|at| at.heard)
             .cloned()
     }
 

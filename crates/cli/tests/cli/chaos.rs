@@ -535,17 +535,6 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
         for v in &mut all {
             forget_worker_liveness(v);
         }
-        // OPEN BUG (soak seed 1024, and seed 1 once): a task's `output` (where its capture files
-        // are) is filled from what the server holds in memory of its node's work directory
-        // (`logs::Relay::fill_outputs`, learned at a registration or heartbeat), so it reads
-        // null or a path depending on what the server process has heard since it started,
-        // and in one listing some tasks of a node had it and others of the same node did not.
-        // Left out until that is fixed.
-        for tasks in all.iter_mut().skip(1).filter_map(|v| v.as_array_mut()) {
-            for t in tasks.iter_mut().filter_map(|t| t.as_object_mut()) {
-                t.remove("output");
-            }
-        }
         all
     }
 

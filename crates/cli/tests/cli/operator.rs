@@ -85,6 +85,22 @@ fn a_failing_tasks_stderr_is_shown_by_submit_wait_and_by_log() {
         "{}",
         text(&out.stderr)
     );
+    // A restarted server still names where the output is, from the node's stored description,
+    // though the agent is not heard from again; reading it says why it cannot be reached.
+    c.kill_server();
+    c.start_server();
+    assert_eq!(
+        c.tasks(1)[0]["output"].as_str(),
+        Some(output),
+        "after a restart"
+    );
+    let out = c.cli(&["log", "1", "0", "--stderr"]);
+    assert!(
+        !out.status.success()
+            && text(&out.stderr).contains("node `a` has not heartbeated since the server started"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -61,6 +61,10 @@ pub struct NodeRec {
     /// The agent's host name (a multi-node task's node file lists it); empty: the node's name.
     /// Stored with its description.
     pub hostname: String,
+    /// The agent's work directory, as it registered (empty: not said). Stored with its
+    /// description, so a restarted server names its tasks' output files before it hears from
+    /// it again, and for good once it is dead.
+    pub work_dir: String,
 }
 
 impl NodeRec {
@@ -117,6 +121,7 @@ impl NodeRec {
             ends_at: None,
             left: None,
             hostname: String::new(),
+            work_dir: String::new(),
         }
     }
 }
@@ -252,7 +257,11 @@ impl Nodes {
 
     /// Rebuilds a node from its stored row.
     pub(super) fn restore(&mut self, row: NodeRow) -> Result<&NodeRec, StoreError> {
-        let StoredNode { spec, hostname } = serde_json::from_str(&row.spec)
+        let StoredNode {
+            spec,
+            hostname,
+            work_dir,
+        } = serde_json::from_str(&row.spec)
             .map_err(|e| StoreError::Corrupt(format!("node {}: {e}", row.id)))?;
         if spec.id != NodeId(row.id) || row.id as usize != self.recs.len() {
             return Err(StoreError::Corrupt(format!(
@@ -265,6 +274,7 @@ impl Nodes {
         }
         let mut rec = NodeRec::new(spec, row.identity, row.removed, false);
         rec.hostname = hostname;
+        rec.work_dir = work_dir;
         self.recs.push(rec);
         Ok(&self.recs[self.recs.len() - 1])
     }
@@ -430,12 +440,31 @@ struct StoredNode {
     spec: Node,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     hostname: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    work_dir: String,
 }
 
-fn node_json(spec: &Node, hostname: &str) -> Result<String, StateError> {
+/// Where a node's agent is, as stored beside its description: its host name and work directory.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    hostname: &'a str,
+    work_dir: &'a str,
+}
+
+impl NodeRec {
+    fn place(&self) -> Place<'_> {
+        Place {
+            hostname: &self.hostname,
+            work_dir: &self.work_dir,
+        }
+    }
+}
+
+fn node_json(spec: &Node, at: Place<'_>) -> Result<String, StateError> {
     serde_json::to_string(&StoredNode {
         spec: spec.clone(),
-        hostname: hostname.to_string(),
+        hostname: at.hostname.to_string(),
+        work_dir: at.work_dir.to_string(),
     })
     .map_err(|e| StateError::Invalid(format!("node description: {e}")))
 }
@@ -451,7 +480,12 @@ impl State {
             mut spec,
             identity,
             hostname,
+            work_dir,
         } = req;
+        let at = Place {
+            hostname: &hostname,
+            work_dir: &work_dir,
+        };
         // What the agent is told about its description, if the server kept another.
         let mut note = String::new();
         let id = if let Some(id) = self.nodes.by_name(&name) {
@@ -468,7 +502,7 @@ impl State {
                 self.store.put_node(&NodeRow {
                     id,
                     name: name.clone(),
-                    spec: node_json(&rec.spec, &hostname)?,
+                    spec: node_json(&rec.spec, at)?,
                     identity: identity.clone(),
                     removed: false,
                 })?;
@@ -478,27 +512,31 @@ impl State {
             rec.identity = identity;
             // Attributes are labels, not resources: an agent restarted with new ones has them.
             // Stored first: a failed write changes nothing in memory.
-            if rec.spec.attributes != spec.attributes || rec.hostname != hostname {
-                info!(node = %name, attributes = ?spec.attributes, %hostname, "node attributes or host name changed");
+            if rec.spec.attributes != spec.attributes
+                || rec.hostname != hostname
+                || rec.work_dir != work_dir
+            {
+                info!(node = %name, attributes = ?spec.attributes, %hostname, %work_dir, "node attributes, host name or work directory changed");
                 let mut relabelled = rec.spec.clone();
                 relabelled.attributes = std::mem::take(&mut spec.attributes);
                 self.store.put_node(&NodeRow {
                     id,
                     name: name.clone(),
-                    spec: node_json(&relabelled, &hostname)?,
+                    spec: node_json(&relabelled, at)?,
                     identity: rec.identity.clone(),
                     removed: false,
                 })?;
                 self.view
                     .set_node_attributes(NodeId(id), relabelled.attributes.clone())?;
-                self.nodes.recs[id as usize].spec = relabelled;
-                self.nodes.recs[id as usize].hostname = hostname;
+                let rec = &mut self.nodes.recs[id as usize];
+                rec.spec = relabelled;
+                rec.hostname = hostname;
+                rec.work_dir = work_dir;
             }
             let rec = &self.nodes.recs[id as usize];
             spec.attributes.clone_from(&rec.spec.attributes);
             if rec.spec != spec {
-                let hostname = rec.hostname.clone();
-                note = self.redescribe(id, &name, &spec, &hostname)?;
+                note = self.redescribe(id, &name, &spec)?;
             }
             let rec = &mut self.nodes.recs[id as usize];
             rec.last_seen = Instant::now();
@@ -522,7 +560,7 @@ impl State {
             self.store.put_node(&NodeRow {
                 id,
                 name: name.clone(),
-                spec: node_json(&spec, &hostname)?,
+                spec: node_json(&spec, at)?,
                 identity: identity.clone(),
                 removed: false,
             })?;
@@ -531,6 +569,7 @@ impl State {
             self.nodes.by_name.insert(name, id);
             let mut rec = NodeRec::new(spec, identity, false, true);
             rec.hostname = hostname;
+            rec.work_dir = work_dir;
             self.nodes.recs.push(rec);
             id
         };
@@ -558,13 +597,7 @@ impl State {
     /// runs: the accelerator binding and the tasks placed on them follow the first; nor is
     /// anything changed while work holds part of the node. Returns what the agent is told
     /// (empty: taken as given).
-    fn redescribe(
-        &mut self,
-        id: u32,
-        name: &str,
-        spec: &Node,
-        hostname: &str,
-    ) -> Result<String, StateError> {
+    fn redescribe(&mut self, id: u32, name: &str, spec: &Node) -> Result<String, StateError> {
         let rec = &self.nodes.recs[id as usize];
         let kept = |why: &str| {
             warn!(node = %name, why, "node registered again with different resources; the server keeps its description");
@@ -599,7 +632,7 @@ impl State {
         self.store.put_node(&NodeRow {
             id,
             name: name.to_string(),
-            spec: node_json(&new, hostname)?,
+            spec: node_json(&new, rec.place())?,
             identity: rec.identity.clone(),
             removed: false,
         })?;
@@ -629,7 +662,7 @@ impl State {
             // The name is UNIQUE in the store: a removed node's row gives it up (`#` is not
             // allowed in node names).
             name: format!("#removed-{id}"),
-            spec: node_json(&rec.spec, &rec.hostname)?,
+            spec: node_json(&rec.spec, rec.place())?,
             identity: String::new(),
             removed: true,
         })?;
@@ -838,6 +871,19 @@ impl State {
             .get(id)
             .filter(|n| !n.removed)
             .map(|n| n.spec.name.clone())
+    }
+
+    /// Every node not removed, as stored: (id, name, its agent's work directory). A starting
+    /// server gives them to its log relay, so listings name tasks' output files before the
+    /// agents are heard from again (a dead node's, for good).
+    pub fn node_work_dirs(&self) -> Vec<(u32, String, String)> {
+        self.nodes
+            .recs
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.removed)
+            .map(|(id, n)| (id as u32, n.spec.name.clone(), n.work_dir.clone()))
+            .collect()
     }
 
     /// Declares dead every live node silent for longer than `timeout` and hands its tasks to

@@ -18,6 +18,9 @@ pub struct Registration {
     pub identity: String,
     /// The agent's host name (empty: the node's name).
     pub hostname: String,
+    /// The agent's work directory (absolute; empty from agents that do not say): where its
+    /// tasks' captured output is, which listings name.
+    pub work_dir: String,
 }
 
 /// What a registration is answered with.
