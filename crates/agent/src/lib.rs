@@ -568,6 +568,7 @@ pub async fn run(
     let mut read_bps = 0.0;
     let mut memory_sampled: Option<Instant> = None;
     let mut available_memory = 0;
+    let mut disk_free = None;
     let mut first_failure: Option<Instant> = None;
     // The last reply said it was cut at its size cap: beat again at once.
     let mut more = false;
@@ -647,9 +648,10 @@ pub async fn run(
                     read_bps = delta as f64 / elapsed.as_secs_f64();
                     io_sampled = Instant::now();
                 }
-                // Available memory changes slowly; once a second is plenty.
+                // Available memory and free disk change slowly; once a second is plenty.
                 if memory_sampled.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                     available_memory = detect::available_memory_bytes();
+                    disk_free = dataflow::statvfs_free(&opts.work_dir).ok();
                     memory_sampled = Some(Instant::now());
                 }
                 pb::HeartbeatRequest {
@@ -677,6 +679,8 @@ pub async fn run(
                     results: sh.results.clone(),
                     read_bytes_per_sec: read_bps,
                     available_memory_bytes: available_memory,
+                    disk_free_bytes: disk_free,
+                    min_free_disk: opts.data.min_free_disk,
                     gpus: gpus.utilisation(),
                     identity: identity.clone(),
                     known_specs: sh.specs.keys().copied().collect(),

@@ -83,6 +83,10 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                 })
                 .collect(),
             available_memory_bytes: r.available_memory_bytes,
+            disk: crate::state::types::DiskReport {
+                free_bytes: r.disk_free_bytes,
+                min_free: r.min_free_disk,
+            },
             known_specs: r.known_specs,
             draining: r.draining,
             accel: crate::state::accel::AccelReport {
@@ -575,6 +579,8 @@ impl From<NodeInfo> for pb::NodeInfo {
                 })
                 .collect(),
             available_memory_bytes: n.available_memory_bytes,
+            disk_free_bytes: n.disk.free_bytes,
+            min_free_disk: n.disk.min_free,
             drained: n.drained,
             drain_reason: n.drain_note.reason,
             drained_since_ms: n.drain_note.since_ms,

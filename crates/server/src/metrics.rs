@@ -378,6 +378,20 @@ impl Collector for StateCollector {
         )?;
         gauge(
             e,
+            "node_disk_free_bytes",
+            "Free space on the filesystem of the node's agent's work directory (what an unprivileged process may still write), as its last heartbeat reported; nodes that did not report it are left out.",
+            nodes
+                .iter()
+                .filter_map(|n| Some((node(n), n.disk_free_bytes? as f64))),
+        )?;
+        gauge(
+            e,
+            "node_min_free_disk_bytes",
+            "The node's agent's `min_free_disk`: the free space fetched workflow inputs never take its work directory's filesystem below (0: no floor).",
+            nodes.iter().map(|n| (node(n), n.min_free_disk as f64)),
+        )?;
+        gauge(
+            e,
             "node_backed_off_applications",
             "Applications kept off the node for a while after consecutive start failures there.",
             nodes.iter().map(|n| (node(n), n.backed_off.len() as i64)),

@@ -1111,6 +1111,7 @@ pub async fn nodes(
         "time left",
         "disk read/s",
         "mem available",
+        "disk free",
         "backed off",
         "rack",
         "attributes",
@@ -1165,6 +1166,7 @@ pub async fn nodes(
             },
             format!("{:.1} MB/s", n.read_bytes_per_sec / 1e6),
             super::human::memory(n.available_memory_bytes),
+            super::human::disk_free(n),
             if n.backed_off.is_empty() {
                 "-".to_string()
             } else {

@@ -99,6 +99,20 @@ pub fn memory(bytes: u64) -> String {
     }
 }
 
+/// The free space on a node's work directory's disk, marked when it is below its agent's
+/// `min_free_disk` (fetched workflow inputs then fail there); `-` when not reported.
+pub fn disk_free(n: &pb::NodeInfo) -> String {
+    match n.disk_free_bytes {
+        None => "-".into(),
+        Some(free) if free < n.min_free_disk => format!(
+            "{} (below min_free_disk {})",
+            bytesize::ByteSize(free),
+            bytesize::ByteSize(n.min_free_disk)
+        ),
+        Some(free) => bytesize::ByteSize(free).to_string(),
+    }
+}
+
 /// `3m 10s ago`.
 pub fn ago(d: Duration) -> String {
     format!("{} ago", duration(d))

@@ -277,6 +277,51 @@ fn an_agent_killed_mid_job_loses_its_tasks_to_the_others() {
             .is_some_and(|b| b > 0),
         "a live agent reports the memory it measures: {survivor}"
     );
+    assert!(
+        survivor["disk_free_bytes"].as_u64().is_some_and(|b| b > 0)
+            && survivor["min_free_disk"].as_u64() == Some(1 << 30),
+        "and its work directory's free disk, with its floor (1 GiB by default): {survivor}"
+    );
+}
+
+/// `hetsched nodes` marks a node whose work directory's disk is below its agent's
+/// `min_free_disk` (fetched workflow inputs fail there), and shows the others' free space.
+#[test]
+fn nodes_marks_a_node_whose_disk_is_below_its_agents_floor() {
+    let mut c = Cluster::start("disk-floor", false);
+    c.start_agent("roomy", 1, &[]);
+    // No disk has this much free.
+    c.start_agent_with_config("full", "min_free_disk = \"1000PiB\"\n");
+    c.wait_for_nodes(2);
+    wait_until(
+        "both nodes' disks reported",
+        Duration::from_secs(20),
+        || {
+            c.json(&["nodes"])
+                .as_array()
+                .is_some_and(|ns| ns.iter().all(|n| n["disk_free_bytes"].as_u64().is_some()))
+        },
+    );
+    let table = c.ok(&["nodes"]);
+    let full = table
+        .lines()
+        .find(|l| l.contains("full"))
+        .expect("full's row");
+    assert!(full.contains("(below min_free_disk 1000.0 PiB)"), "{table}");
+    let roomy = table
+        .lines()
+        .find(|l| l.contains("roomy"))
+        .expect("roomy's row");
+    assert!(!roomy.contains("below min_free_disk"), "{table}");
+    let nodes = c.json(&["nodes"]);
+    let full = nodes
+        .as_array()
+        .and_then(|ns| ns.iter().find(|n| n["name"] == "full"))
+        .expect("full");
+    assert!(
+        full["disk_free_bytes"].as_u64() < full["min_free_disk"].as_u64(),
+        "{full}"
+    );
 }
 
 /// Whether process `pid` is gone (no `/proc/PID`, or a zombie nobody has reaped yet).

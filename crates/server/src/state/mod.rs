@@ -631,6 +631,7 @@ impl State {
         rec.seen = true;
         rec.read_bps = req.read_bytes_per_sec;
         rec.available_memory = req.available_memory_bytes;
+        rec.disk = req.disk;
         rec.gpus = req.gpus.clone();
         if rec.draining != req.draining {
             info!(node = %rec.spec.name, draining = req.draining, "the agent is shutting down: no new work for it");

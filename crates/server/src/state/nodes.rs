@@ -34,6 +34,8 @@ pub struct NodeRec {
     pub read_bps: f64,
     /// Its last reported free memory.
     pub available_memory: u64,
+    /// Free space on its work directory's disk, and its agent's floor, as last reported.
+    pub disk: super::types::DiskReport,
     /// Its last reported device utilisation.
     pub gpus: Vec<GpuUtilisation>,
     /// The identity of the agent that registered the node (empty: restored from a store written
@@ -111,6 +113,7 @@ impl NodeRec {
             running: HashSet::new(),
             read_bps: 0.0,
             available_memory: 0,
+            disk: Default::default(),
             gpus: Vec::new(),
             identity,
             removed,
@@ -322,6 +325,7 @@ impl Nodes {
             new.awaiting = old.awaiting;
             new.read_bps = old.read_bps;
             new.available_memory = old.available_memory;
+            new.disk = old.disk;
             new.gpus = old.gpus.clone();
             new.drained = old.drained;
             new.drain_note = old.drain_note.clone();
@@ -993,6 +997,7 @@ impl State {
                         },
                         read_bytes_per_sec: n.read_bps,
                         available_memory_bytes: n.available_memory,
+                        disk: n.disk,
                         gpus: n.gpus.clone(),
                         drained: n.drained,
                         drain_note: n.drain_note.clone(),

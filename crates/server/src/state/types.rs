@@ -23,6 +23,15 @@ pub struct Registration {
     pub work_dir: String,
 }
 
+/// The free space of an agent's work directory's filesystem, as its heartbeat reported it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskReport {
+    /// Bytes an unprivileged process may still write there (`None`: not reported).
+    pub free_bytes: Option<u64>,
+    /// The agent's `min_free_disk` (0: no floor).
+    pub min_free: u64,
+}
+
 /// What a registration is answered with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Registered {
@@ -133,6 +142,9 @@ pub struct HeartbeatReport {
     pub gpus: Vec<GpuUtilisation>,
     /// Memory the node has free.
     pub available_memory_bytes: u64,
+    /// Free space on the agent's work directory's filesystem, and its floor for fetched
+    /// workflow inputs (`min_free_disk`).
+    pub disk: DiskReport,
     /// Keys of the task specs the agent holds (it need not be sent them again).
     pub known_specs: Vec<u64>,
     /// The agent is shutting down: no new work for it.
@@ -658,6 +670,8 @@ pub struct NodeInfo {
     pub gpus: Vec<GpuUtilisation>,
     /// Memory it reported free.
     pub available_memory_bytes: u64,
+    /// Free space on its work directory's disk, and its agent's floor, as it reported them.
+    pub disk: DiskReport,
     /// Drained by an operator.
     pub drained: bool,
     /// Why and since when, if drained.

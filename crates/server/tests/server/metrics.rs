@@ -22,6 +22,8 @@ fn beat(
     s.heartbeat(pb::HeartbeatRequest {
         read_bytes_per_sec: 1.5e6,
         available_memory_bytes: 3 << 30,
+        disk_free_bytes: Some(5 << 30),
+        min_free_disk: 1 << 30,
         gpus: vec![pb::GpuUtilisation {
             device: 0,
             percent: 50,
@@ -96,6 +98,8 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
         "hetsched_node_running_tasks{node=\"n\"} 0",
         "hetsched_node_disk_read_bytes_per_second{node=\"n\"} 1500000.0",
         "hetsched_node_available_memory_bytes{node=\"n\"} 3221225472.0",
+        "hetsched_node_disk_free_bytes{node=\"n\"} 5368709120.0",
+        "hetsched_node_min_free_disk_bytes{node=\"n\"} 1073741824.0",
         "hetsched_node_gpu_utilisation_ratio{node=\"n\",device=\"0\"} 0.5",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
