@@ -145,13 +145,25 @@ pub const LAUNCH: NodeId = NodeId(u32::MAX - 1);
 pub const RTT_RESOLUTION: u64 = 250_000;
 
 /// One bit of the attribute vocabulary: a node attribute, "can hold this much" (the capacity
-/// one instance of some task needs), or "has this long left" (some task's time limit, in ns;
-/// a node whose agent has no end has any). Only attributes are names, so they cannot collide.
+/// one instance of some task needs), "has this long left" (some task's time limit, in ns;
+/// a node whose agent has no end has any), or "has room for inputs" (its agent's last
+/// heartbeat did not report its work directory's disk below its `min_free_disk`, where every
+/// fetched input would fail; required by the tasks that have inputs). Only attributes are
+/// names, so they cannot collide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Word {
     Attr(String),
     Fits(Resources),
     Lasts(u64),
+    Room,
+}
+
+/// Whether node `rec`'s disk has room for fetched inputs, as its agent last reported (an agent
+/// that did not report has, as far as the server knows).
+fn has_room(rec: &crate::state::nodes::NodeRec) -> bool {
+    rec.disk
+        .free_bytes
+        .is_none_or(|free| free >= rec.disk.min_free)
 }
 
 /// Reads a stored workflow's file as a restart does: a restart and `crate::set_aside` (which
@@ -895,6 +907,9 @@ impl Workflows {
             if t.time_limit_ns > 0 {
                 words.push(Word::Lasts(t.time_limit_ns));
             }
+            if !task.inputs.is_empty() {
+                words.push(Word::Room);
+            }
             let mut m = 0;
             for w in words {
                 m |= self.bit(w).ok_or_else(|| {
@@ -943,6 +958,7 @@ impl Workflows {
                 Word::Attr(a) => attrs.contains(a),
                 Word::Fits(r) => capacity.fits(r),
                 Word::Lasts(limit) => left.is_none_or(|l| l >= u128::from(*limit)),
+                Word::Room => has_room(rec),
             })
             .fold(0, |m, (k, _)| m | (1 << k))
     }
@@ -1711,6 +1727,8 @@ impl Workflows {
             let mut drained = Vec::new();
             // The most time left among the open nodes too short for the task's time limit.
             let mut short: Option<std::time::Duration> = None;
+            // The open nodes whose disk is below their agent's floor (a task with inputs).
+            let mut full = Vec::new();
             let mut open = false;
             for n in rd.nodes.iter() {
                 let able = n.alive
@@ -1725,6 +1743,8 @@ impl Workflows {
                     drained.push(n.spec.name.as_str());
                 } else if let Some(l) = left.filter(|l| !limit.is_zero() && *l < limit) {
                     short = Some(short.map_or(l, |s| s.max(l)));
+                } else if !task.inputs.is_empty() && !has_room(n) {
+                    full.push(n.spec.name.as_str());
                 } else {
                     open = true;
                     break;
@@ -1734,6 +1754,15 @@ impl Workflows {
                 continue;
             }
             let name = &task.name;
+            if !full.is_empty() {
+                full.sort_unstable();
+                return format!(
+                    "task `{name}` fetches inputs, and every open node that can run it has its \
+                     work directory's disk below its agent's `min_free_disk`: {} (`hetsched \
+                     nodes` shows their free space)",
+                    full.join(", ")
+                );
+            }
             if let (Some(most), true) = (short, drained.is_empty()) {
                 let words = |d: std::time::Duration| {
                     humantime::format_duration(std::time::Duration::from_secs(d.as_secs()))

@@ -81,6 +81,8 @@ struct Agents {
     checked: usize,
     /// The rack each node's agent names in its heartbeats (none: the default rack).
     racks: HashMap<u32, String>,
+    /// The free disk and `min_free_disk` each node's agent reports (none: not reported).
+    disks: HashMap<u32, (u64, u64)>,
 }
 
 /// Whether `env` carries a grant of request `r` that the balancing key of `j` (the workflow's
@@ -133,6 +135,10 @@ impl Agents {
             .extend(self.special.remove(&n).unwrap_or_default());
         req.balance = self.outbox.remove(&n).unwrap_or_default();
         req.rack = self.racks.get(&n).cloned().unwrap_or_default();
+        if let Some(&(free, floor)) = self.disks.get(&n) {
+            req.disk_free_bytes = Some(free);
+            req.min_free_disk = floor;
+        }
         req.rtt_ns = self
             .rtt
             .get(&n)
@@ -165,6 +171,7 @@ impl Agents {
                 )
             });
             m.set_memberships(clusters);
+            m.set_attributes(j.attributes);
             // As the agent does: instances taken here that will not run are forgotten.
             for &i in &j.dropped {
                 if let Some(core) = self.cores.remove(&(n, i)) {
@@ -1008,6 +1015,130 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
     let done: Vec<(u64, u32, bool)> = running.iter().map(|&(t, a)| (t, a, true)).collect();
     let r = beat(&mut s, fpga, &[], &done);
     assert!(!r.assignments.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A task with inputs is not placed on a node whose agent reports its work directory's disk
+/// below its `min_free_disk` (every fetched input would fail there); one without inputs is.
+/// When every node that could run it is so, the job says why its instances wait.
+#[test]
+fn instances_with_inputs_keep_off_a_node_whose_disk_is_below_its_floor() {
+    const GIB: u64 = 1 << 30;
+    for balancer in ["centralised", "pcddb"] {
+        let dir = scratch(&format!("disk-floor-{balancer}"));
+        let mut s = open(&dir, WorkflowConfig::default());
+        let mut agents = Agents::default();
+        let roomy = common::register(&mut s, "roomy", 2);
+        let full = common::register(&mut s, "full", 2);
+        agents.disks.insert(roomy, (10 * GIB, GIB));
+        agents.disks.insert(full, (GIB - 1, GIB));
+        for n in [roomy, full] {
+            agents.beat(&mut s, n);
+        }
+        let job = s
+            .submit(
+                "wf.toml",
+                &format!(
+                    "balancer = \"{balancer}\"\n\
+                     [[task]]\nname = \"P\"\ninstances = 4\ncost = \"1s\"\noutputs = [\"m\"]\n\
+                     command = \"true\"\n\
+                     [[task]]\nname = \"C\"\ninstances = 8\ncost = \"1s\"\ninputs = [\"m\"]\n\
+                     command = \"true\"\n"
+                ),
+                "/",
+            )
+            .expect("submit")
+            .job_id;
+        for _ in 0..60 {
+            for n in [roomy, full] {
+                agents.self_check(n);
+                agents.beat(&mut s, n);
+                agents.finish_all(n, true);
+            }
+            if s.job(job).expect("job").state == "completed" {
+                break;
+            }
+        }
+        assert_eq!(s.job(job).expect("job").state, "completed", "{balancer}");
+        // Instances 0–3 are the producers, 4–11 the consumers.
+        let consumers: Vec<u32> = agents
+            .assigned
+            .iter()
+            .filter(|&&(_, i, _)| i >= 4)
+            .map(|&(n, _, _)| n)
+            .collect();
+        assert_eq!(consumers.len(), 8, "{balancer}: {:?}", agents.assigned);
+        assert!(
+            consumers.iter().all(|&n| n == roomy),
+            "{balancer}: no consumer on `full`: {:?}",
+            agents.assigned
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// When every node that could run a task with inputs has its disk below its agent's floor, its
+/// ready instances wait, and the job says why; once a node reports room, they run there.
+#[test]
+fn a_task_with_inputs_waits_saying_so_while_every_nodes_disk_is_below_its_floor() {
+    let dir = scratch("disk-floor-reason");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let a = common::register(&mut s, "a", 2);
+    const GIB: u64 = 1 << 30;
+    let beat = |s: &mut State, free: u64, running: &[(u64, u32)], done: &[(u64, u32, bool)]| {
+        s.heartbeat(pb::HeartbeatRequest {
+            disk_free_bytes: Some(free),
+            min_free_disk: GIB,
+            ..heartbeat_request(a, running, done)
+        })
+        .expect("heartbeat")
+    };
+    beat(&mut s, 10 * GIB, &[], &[]);
+    let job = s
+        .submit(
+            "wf.toml",
+            "[[task]]\nname = \"P\"\ninstances = 1\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             command = \"true\"\n\
+             [[task]]\nname = \"C\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"m\"]\n\
+             command = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    let r = beat(&mut s, 10 * GIB, &[], &[]);
+    let p: Vec<(u64, u32)> = r
+        .assignments
+        .iter()
+        .map(|x| (x.task_id, x.attempt))
+        .collect();
+    assert_eq!(p.len(), 1, "the producer runs");
+    // The disk fills below the floor while the producer runs (the agent reads it once a
+    // second), then the producer ends: the consumer waits, and says why.
+    let r = beat(&mut s, GIB / 2, &p, &[]);
+    assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+    let done: Vec<(u64, u32, bool)> = p.iter().map(|&(t, at)| (t, at, true)).collect();
+    let r = beat(&mut s, GIB / 2, &[], &done);
+    assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+    let r = beat(&mut s, GIB / 2, &[], &[]);
+    assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+    let j = s.job(job).expect("job");
+    assert_eq!(
+        (j.pending_reason.as_str(), j.blocked),
+        (
+            "task `C` fetches inputs, and every open node that can run it has its work \
+             directory's disk below its agent's `min_free_disk`: a (`hetsched nodes` shows \
+             their free space)",
+            true
+        )
+    );
+    // Room again: the consumer runs.
+    let mut got: Vec<(u64, u32)> = Vec::new();
+    for _ in 0..5 {
+        let r = beat(&mut s, 2 * GIB, &got, &[]);
+        got.extend(r.assignments.iter().map(|x| (x.task_id, x.attempt)));
+    }
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(s.job(job).expect("job").pending_reason.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
