@@ -15,8 +15,8 @@
 //! UNIQUE index); `ListJobs`/`GetJob`/`ListTasks`/`Cancel` are answered by [`JobKind`]; every
 //! change of a job or chunk row is a dirty row written by [`JobKind::persist`] inside the
 //! state's one transaction per event, so the full-disk pause and rollback cover it (a rollback
-//! rebuilds this kind from the store's `div_jobs`/`div_chunks` tables, keeping only the agents'
-//! liveness, which the store never held). Agents silent for the dead timeout are declared lost
+//! rebuilds this kind from the store's `div_jobs`/`div_chunks`/`div_workers` tables, keeping
+//! only the agents' liveness, which the store never held). Agents silent for the dead timeout are declared lost
 //! in [`JobKind::housekeeping`] (every reaper tick), and an agent whose node the state declares
 //! dead loses its chunks there ([`Divisible::lose_agent`]): their chunks are re-planned. An agent
 //! computing a chunk holds one core of its node in the shared view ([`Divisible::rebook`]),
@@ -35,7 +35,8 @@
 //! no longer allow is cancelled, saying why. Only a job that has not started is held or has its
 //! begin time moved.
 //!
-//! After a restart the master is rebuilt from the chunk rows: finished chunks are measurements
+//! After a restart the master is rebuilt from the worker rows (`div_workers`: the workers in the
+//! order they joined, with their memory, as listings showed them) and the chunk rows: finished chunks are measurements
 //! again, failed chunks count their units' failures again (a restart gives no unit its
 //! `retries` afresh), and chunks that were out stay their agents' (an agent keeps computing
 //! while the server is away and uploads when it is back) until their agent says it no longer
@@ -86,6 +87,9 @@ CREATE TABLE IF NOT EXISTS div_chunks(
     start INTEGER NOT NULL, stop INTEGER NOT NULL, state TEXT NOT NULL,
     transfer_ns INTEGER NOT NULL DEFAULT 0, compute_ns INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(job, chunk));
+CREATE TABLE IF NOT EXISTS div_workers(
+    job INTEGER NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL, memory_units INTEGER,
+    PRIMARY KEY(job, idx));
 ";
 
 /// Why a divisible-job call was refused.
@@ -387,6 +391,8 @@ pub(crate) fn read_stored(
 pub(crate) fn delete_job_rows(tx: &rusqlite::Transaction, id: u64) -> Result<(), StoreError> {
     tx.prepare_cached("DELETE FROM div_chunks WHERE job = ?1")?
         .execute(params![id as i64])?;
+    tx.prepare_cached("DELETE FROM div_workers WHERE job = ?1")?
+        .execute(params![id as i64])?;
     tx.prepare_cached("UPDATE div_jobs SET state = ?2 WHERE id = ?1")?
         .execute(params![id as i64, PURGED])?;
     Ok(())
@@ -568,6 +574,8 @@ pub struct Divisible {
     dirty_jobs: BTreeSet<u64>,
     /// Chunks whose row changed since the last commit.
     dirty_chunks: BTreeSet<(u64, u64)>,
+    /// Jobs a worker joined (or whose worker's memory changed) since the last commit.
+    dirty_workers: BTreeSet<u64>,
     /// Bumped when what decides an agent's next chunk changed — a committed row, a new job, a
     /// job's turn moving to another worker — so that asks held open by
     /// [`crate::divisible_service`] are answered then, not at the next poll.
@@ -634,6 +642,9 @@ pub struct StoredJob {
     finished_ns: u64,
     output_bytes: u64,
     chunks: Vec<ChunkRow>,
+    /// Its workers in the order they joined: name and the units its memory holds (`None`: no
+    /// limit). Empty in a store from before the table: the chunks' workers are taken then.
+    workers: Vec<(String, Option<u64>)>,
     gate: Gate,
 }
 
@@ -664,6 +675,7 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
                 finished_ns: r.get::<_, i64>(8)? as u64,
                 output_bytes: r.get::<_, i64>(9)? as u64,
                 chunks: Vec::new(),
+                workers: Vec::new(),
                 gate: Gate {
                     after: list(r.get(10)?).unwrap_or_default(),
                     after_any: list(r.get(11)?).unwrap_or_default(),
@@ -694,6 +706,15 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
                     r.get::<_, i64>(7)? as u64,
                     r.get::<_, i64>(8)? as u64,
                 ))
+            })?
+            .collect::<Result<_, _>>()?;
+    }
+    let mut st =
+        conn.prepare("SELECT name, memory_units FROM div_workers WHERE job = ?1 ORDER BY idx")?;
+    for j in &mut jobs {
+        j.workers = st
+            .query_map([j.id as i64], |r| {
+                Ok((r.get(0)?, r.get::<_, Option<i64>>(1)?.map(|u| u as u64)))
             })?
             .collect::<Result<_, _>>()?;
     }
@@ -765,6 +786,7 @@ impl Divisible {
             agents: HashMap::new(),
             dirty_jobs: BTreeSet::new(),
             dirty_chunks: BTreeSet::new(),
+            dirty_workers: BTreeSet::new(),
             changes: super::Changes::default(),
             purged: BTreeMap::new(),
             maybe_unstarted: BTreeSet::new(),
@@ -798,10 +820,20 @@ impl Divisible {
             if !job.gate.started {
                 d.maybe_unstarted.insert(row.id);
             }
+            // The workers in the order they joined, each with its memory, as listings showed
+            // them: a worker that never got a chunk is one of them too.
+            for (worker, memory_units) in &row.workers {
+                job.master.join(worker, *memory_units);
+            }
             // Done chunks are replayed once the rest is rebuilt, in the order they ended.
             let mut done = Vec::new();
             for (chunk, round, worker, start, end, state, t, c, seq) in row.chunks {
-                let w = job.master.join(&worker, None);
+                // (A stored worker keeps its memory; a chunk's worker missing from the stored
+                // ones — a store from before the table — joins in chunk order, as before it.)
+                let w = match job.master.workers().iter().position(|w| w.name == worker) {
+                    Some(w) => w,
+                    None => job.master.join(&worker, None),
+                };
                 let order = Order {
                     chunk,
                     worker: w,
@@ -1053,6 +1085,7 @@ impl Divisible {
             let units = memory_units(&job.spec, mem);
             job.master.join(&name, units);
         }
+        self.dirty_workers.insert(id);
         info!(job = id, units = job.spec.units(), algo = %job.spec.algo(), "divisible job accepted");
         let job_units = job.spec.units();
         self.jobs.insert(id, job);
@@ -1164,9 +1197,16 @@ impl Divisible {
                 leave_plan(&mut self.dirty_chunks, &mut self.dirty_jobs, id, job, &name);
                 continue;
             }
-            let w = job
+            let units = memory_units(&job.spec, req.memory_bytes);
+            let known = job
                 .master
-                .join(&name, memory_units(&job.spec, req.memory_bytes));
+                .workers()
+                .iter()
+                .any(|w| w.name == name && w.memory_units == units);
+            let w = job.master.join(&name, units);
+            if !known {
+                self.dirty_workers.insert(id);
+            }
             // Reconcile: chunks out on this agent that it does not hold are lost — unless the
             // reply carrying one may still be on its way (its grace).
             let unlisted = |c: &ChunkRec| {
@@ -1807,7 +1847,7 @@ impl JobKind for Divisible {
     }
 
     fn has_changes(&self) -> bool {
-        !self.dirty_jobs.is_empty() || !self.dirty_chunks.is_empty()
+        !self.dirty_jobs.is_empty() || !self.dirty_chunks.is_empty() || !self.dirty_workers.is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
@@ -1849,6 +1889,22 @@ impl JobKind for Divisible {
                 ],
             )?;
         }
+        // A job's workers are few (its nodes): all of them are written again.
+        for id in &self.dirty_workers {
+            let Some(j) = self.jobs.get(id) else { continue };
+            for (idx, w) in j.master.workers().iter().enumerate() {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO div_workers(job, idx, name, memory_units) \
+                     VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![
+                    *id as i64,
+                    idx as i64,
+                    w.name,
+                    w.memory_units.map(|u| u as i64)
+                ])?;
+            }
+        }
         Ok(())
     }
 
@@ -1858,6 +1914,7 @@ impl JobKind for Divisible {
         }
         self.dirty_jobs.clear();
         self.dirty_chunks.clear();
+        self.dirty_workers.clear();
     }
 
     fn housekeeping(&mut self, _cx: &mut Ctx) -> Result<(), StateError> {
@@ -2290,6 +2347,7 @@ mod tests {
                 .map(|k| row(k, "a", "done"))
                 .chain((done..done + out).map(|k| row(k, "b", "out")))
                 .collect(),
+            workers: Vec::new(),
             gate: Gate::started(),
         }
     }

@@ -951,3 +951,66 @@ fn a_restart_rebuilds_the_workers_estimates_from_chunks_in_the_order_they_ended(
         "the estimates read the same after a restart"
     );
 }
+
+/// A job's workers as `hetsched job N` lists them, but for whether each is alive now (a
+/// restart takes a worker that holds nothing for gone until it asks again).
+fn listed_workers(s: &State, id: u64) -> Vec<(String, u64, u64, u32)> {
+    let j = s.get_job(id).expect("job");
+    j.divisible
+        .expect("divisible")
+        .workers
+        .iter()
+        .map(|w| (w.name.clone(), w.memory_units, w.units_done, w.chunks_done))
+        .collect()
+}
+
+/// A job's workers are listed in the order they joined it, each with the units its memory
+/// holds, and a restart lists the same: before, the rebuilt master took its workers from the
+/// chunk rows alone, so a worker that joined but never got a chunk went missing, the others
+/// came back in the order of their first chunks, and every one without its `memory_units`.
+#[test]
+fn a_restart_lists_a_divisible_jobs_workers_as_before_it_chunk_or_none() {
+    let d = crate::common::scratch("divisible-kind", "workers-restart");
+    let (id, before) = {
+        let mut s = open(&d.0);
+        join_agents(&mut s, &["a", "b", "c"]);
+        let sub = Submission {
+            text: format!("{JOB}memory_per_unit = \"4KiB\"\n"),
+            ..rows()
+        };
+        let id = s.on_submit(sub).expect("submitted").job_id;
+        // `c` asks first, then `a`; `b` asks with no room (it holds two chunks of some other
+        // work) and gets nothing.
+        let mut got = ask(&mut s, "c").expect("c asks");
+        got.extend(ask(&mut s, "a").expect("a asks"));
+        assert!(!got.is_empty(), "chunks went out");
+        let full = s
+            .on_next_chunk(ChunkRequest {
+                name: "b".into(),
+                memory_bytes: 1 << 30,
+                incarnation: "i1".into(),
+                holding: Vec::new(),
+                room: false,
+                attributes: Vec::new(),
+                drained: false,
+                time_left: None,
+                capped: Vec::new(),
+            })
+            .expect("b asks");
+        assert!(full.orders.is_empty(), "b has no room");
+        for (job, chunk) in got {
+            assert!(chunk_done(&mut s, &d.0, job, chunk));
+        }
+        let before = listed_workers(&s, id);
+        let names: Vec<&str> = before.iter().map(|w| w.0.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"], "{before:?}");
+        assert!(before.iter().all(|w| w.1 == (1 << 30) / 4096), "{before:?}");
+        (id, before)
+    };
+    let s = open(&d.0);
+    assert_eq!(
+        listed_workers(&s, id),
+        before,
+        "the workers read the same after a restart"
+    );
+}
