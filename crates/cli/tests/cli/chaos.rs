@@ -6,9 +6,23 @@
 //! batch task's recorded attempt must be the one that ran to its end, the listings must read the
 //! same across one more restart, no task process may be left running, and nothing panicked.
 //!
+//! Two more scenarios share that machinery ([`Scenario`]):
+//! - **Accel** (`accel_seed_1`, `accel_soak`): rack A holds an ANode (two declared GPUs) and two
+//!   NNodes bound to it; GPU-only arrays (their tasks placed on the NNodes are offloaded to the
+//!   ANode) and a workflow whose GPU instances only the NNodes may run (so each is offloaded,
+//!   its input shipped and its output brought back), under SIGKILLs of the ANode's agent, the
+//!   NNodes' and the server. Checked as above, and every GPU task's recorded attempt ran on the
+//!   ANode (`executed_node`, compared across the last restart with the rest of the listings).
+//! - **Topology** (`topology_seed_1`, `topology_soak`): a word count on three agents (2 s dead
+//!   timeout) under SIGKILLs of the agents (their workers stop with them) and the server (its
+//!   workers run on). At the end it runs with every executor placed on a live node and running
+//!   in its worker, tuples flowing; one more restarted server adopts the same worker processes,
+//!   and the topology's record reads the same (what its workers report live is left out).
+//!
 //! The seed fixes the workload and the faults (kinds, victims, pauses), not the timing, so a
 //! failure prints its seed for a replay: `HETSCHED_CHAOS_SEED=N cargo test -p hetsched-cli
-//! --test cli chaos::soak -- --ignored --nocapture` (or `HETSCHED_CHAOS_SEEDS=K` for K seeds).
+//! --test cli chaos::soak -- --ignored --nocapture` (or `HETSCHED_CHAOS_SEEDS=K` for K seeds;
+//! `chaos::accel_soak` and `chaos::topology_soak` the same for the other scenarios).
 //!
 //! What the rules allow to fail is kept out of reach, since those are not bugs:
 //! - a batch task lost `max_attempts` times fails: the server here allows 20 losses, against the
@@ -16,7 +30,12 @@
 //! - a divisible unit lost `MAX_UNIT_LOSSES` (3) times fails its job, and a workflow consumer
 //!   whose input could not be fetched 3 times (`MAX_INPUT_LOSSES`) fails: so at most two agents
 //!   are killed while a workflow or a divisible job is unfinished (the server's restarts lose
-//!   neither: its agents keep their chunks and outputs).
+//!   neither: its agents keep their chunks and outputs);
+//! - a GPU-only job is refused at submission while no live node reaches a device (the ANode's
+//!   agent down): submitted again once agents are back;
+//! - an offload whose ANode or NNode dies is a lost attempt, re-run (counted against
+//!   `max_attempts`, far away), and a workflow instance lost with its ANode runs again: the
+//!   accelerator scenario needs no rationing beyond the workflows' above.
 //!
 //! No task fails of its own accord, so `retries` stays 0: a failed attempt is a finding.
 
@@ -32,8 +51,27 @@ use support::{Cluster, group_members};
 /// Losses a batch task may take before it fails: far more than a run's faults.
 const SERVER_CONFIG: &str = "max_attempts = 20\n[workflow]\ncluster_size = 3\n";
 
-/// The agents and their cores.
+/// The mixed scenario's agents and their cores.
 const AGENTS: [(&str, u32); 3] = [("a", 1), ("b", 2), ("c", 3)];
+
+/// An agent of a scenario: started again with the same flags after each kill.
+#[derive(Clone, Debug)]
+struct Agent {
+    name: String,
+    cores: u32,
+    flags: Vec<String>,
+}
+
+/// What a seeded run submits and kills.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Scenario {
+    /// Batch arrays, both workflow balancers and a divisible job on three plain agents.
+    Mixed,
+    /// GPU batch arrays and a workflow's GPU task on NNodes, offloaded to their ANode.
+    Accel,
+    /// A word-count stream topology on three agents.
+    Topology,
+}
 
 /// Agent kills allowed while a workflow or a divisible job is unfinished (see the module's
 /// comment: three would reach `MAX_UNIT_LOSSES` or `MAX_INPUT_LOSSES`).
@@ -45,15 +83,22 @@ const WORKFLOW_SUM: u64 = 42;
 
 #[derive(Clone, Debug)]
 enum Kind {
-    /// A batch array: task `i` appends `start ATTEMPT PID` and `end ATTEMPT PID` to `DIR/i`.
-    Batch { dir: PathBuf, tasks: u64 },
-    /// A workflow whose final task appends `SUM ATTEMPT` to `sums`.
+    /// A batch array: task `i` appends `start ATTEMPT PID` and `end ATTEMPT PID` to `DIR/i`;
+    /// with `gpu`, a GPU-only array, every task run on the ANode (offloaded or its own).
+    Batch { dir: PathBuf, tasks: u64, gpu: bool },
+    /// A workflow whose final task appends `SUM INPUTS ATTEMPT` to `sums`: it must read `sum`
+    /// from `inputs` inputs, and the workflow has `tasks` instances.
     Workflow {
         balancer: &'static str,
         sums: PathBuf,
+        sum: u64,
+        inputs: u64,
+        tasks: usize,
     },
     /// A divisible job of `units` units, each chunk printing `START END`.
     Divisible { units: u64 },
+    /// A stream topology (never finishes; checked running, placed and flowing).
+    Topology { name: String },
 }
 
 #[derive(Clone, Debug)]
@@ -64,8 +109,10 @@ struct Job {
 
 struct Run {
     seed: u64,
+    scenario: Scenario,
     rng: StdRng,
     c: Cluster,
+    agents: Vec<Agent>,
     jobs: Vec<Job>,
     /// Where every task process writes its PID (its process group's id).
     pids: PathBuf,
@@ -98,16 +145,32 @@ impl Drop for SeedOnFailure {
 
 impl Run {
     fn new(seed: u64) -> Run {
-        let mut c = Cluster::start_configured(&format!("chaos-{seed}"), false, SERVER_CONFIG);
-        for (name, cores) in AGENTS {
-            c.start_agent(name, cores, &[]);
+        let c = Cluster::start_configured(&format!("chaos-{seed}"), false, SERVER_CONFIG);
+        let agents = AGENTS
+            .iter()
+            .map(|(name, cores)| Agent {
+                name: name.to_string(),
+                cores: *cores,
+                flags: Vec::new(),
+            })
+            .collect();
+        Run::with(seed, Scenario::Mixed, c, agents)
+    }
+
+    /// A run of `scenario` on cluster `c`, whose `agents` it starts.
+    fn with(seed: u64, scenario: Scenario, mut c: Cluster, agents: Vec<Agent>) -> Run {
+        for a in &agents {
+            let flags: Vec<&str> = a.flags.iter().map(String::as_str).collect();
+            c.start_agent(&a.name, a.cores, &flags);
         }
-        c.wait_for_nodes(AGENTS.len());
+        c.wait_for_nodes(agents.len());
         let pids = c.dir.join("pids");
         Run {
             seed,
+            scenario,
             rng: StdRng::seed_from_u64(seed),
             c,
+            agents,
             jobs: Vec::new(),
             pids,
             down: BTreeMap::new(),
@@ -132,7 +195,30 @@ impl Run {
 
     fn submit(&mut self, file: &str, text: &str, kind: Kind) {
         let path = self.c.write(file, text);
-        let v = self.c.json(&["submit", path.to_str().expect("utf-8 path")]);
+        let args = [
+            "submit",
+            path.to_str().expect("utf-8 path"),
+            "--output",
+            "json",
+        ];
+        // A GPU-only job is refused while no live node reaches a device (the ANode's agent is
+        // down, or not heard from yet by a restarted server): submitted again, as a user
+        // would, once the agents that are due are back.
+        let refused = Instant::now();
+        let v = loop {
+            let out = self.c.cli(&args);
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            if out.status.success() {
+                break serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json");
+            }
+            assert!(
+                err.contains("runs only on GPUs") && refused.elapsed() < Duration::from_secs(30),
+                "seed {}: {args:?}: {err}",
+                self.seed
+            );
+            self.note(format!("{file} refused for now: {}", err.trim()));
+            self.pass(Duration::from_millis(300));
+        };
         let id = v["job_id"]
             .as_u64()
             .unwrap_or_else(|| panic!("no job id in {v}"));
@@ -159,8 +245,109 @@ impl Run {
             Kind::Batch {
                 dir,
                 tasks: tasks as u64,
+                gpu: false,
             },
         );
+    }
+
+    /// A GPU-only array (`accelerator = "required"`): its tasks run on the ANode, those placed
+    /// on NNodes offloaded there; each appends its lines as [`Run::submit_batch`]'s do.
+    fn submit_gpu_batch(&mut self, label: &str) {
+        let tasks = self.rng.random_range(6..=12);
+        // Longer than the CPU arrays' tasks: the ANode's two devices run every one of them, and
+        // they should be running (some offloaded) when faults come.
+        let ms = self.rng.random_range(300..=800);
+        let dir = self.c.dir.join(label);
+        std::fs::create_dir_all(&dir).expect("batch dir");
+        let text = format!(
+            "name = \"{label}\"\n[[application]]\nname = \"solve\"\ntasks = {tasks}\n\
+             accelerator = \"required\"\n[application.gpu]\n\
+             command = \"echo $$ >> {pids}; echo start $HETSCHED_ATTEMPT $$ >> {dir}/{{index}}; \
+             sleep 0.{ms:03}; echo end $HETSCHED_ATTEMPT $$ >> {dir}/{{index}}\"\n",
+            pids = self.pids.display(),
+            dir = dir.display(),
+        );
+        self.submit(
+            &format!("{label}.toml"),
+            &text,
+            Kind::Batch {
+                dir,
+                tasks: tasks as u64,
+                gpu: true,
+            },
+        );
+    }
+
+    /// A workflow whose GPU task only the NNodes may run (`requires = ["side"]`, which the
+    /// ANode lacks), so its instances are offloaded: `make` ×2 writes 10·k, `gpu` ×2 adds 1,
+    /// `sum` adds them up: 32.
+    fn submit_accel_workflow(&mut self, label: &str, balancer: &'static str) {
+        let sums = self.c.dir.join(format!("{label}.sums"));
+        let pids = self.pids.display();
+        let text = format!(
+            r#"name = "{label}"
+balancer = "{balancer}"
+
+[[task]]
+name = "make"
+instances = "1..=2"
+outputs = ["a"]
+command = "echo $$ >> {pids}; sleep 0.2; echo $(({{index}} * 10)) > {{output:a}}"
+
+[[task]]
+name = "gpu"
+instances = "1..=2"
+gpus = 1
+requires = ["side"]
+inputs = ["a"]
+outputs = ["b"]
+command = "echo $$ >> {pids}; sleep 0.3; echo $(( $(cat {{input:a}}) + 1 )) > {{output:b}}"
+
+[[task]]
+name = "sum"
+instances = 1
+inputs = ["b"]
+outputs = ["c"]
+command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:b}}; do n=$((n + 1)); s=$((s + $(cat $f))); done; echo $s $n $HETSCHED_ATTEMPT >> {sums}; echo $s > {{output:c}}; [ $s = 32 ] && [ $n = 2 ]"
+"#,
+            sums = sums.display(),
+        );
+        self.submit(
+            &format!("{label}.toml"),
+            &text,
+            Kind::Workflow {
+                balancer,
+                sums,
+                sum: 32,
+                inputs: 2,
+                tasks: 5,
+            },
+        );
+    }
+
+    /// The word count of `topology_runtime` (8 executors of 40 % of a core, endless spouts)
+    /// on three workers, placed `even` with no rate controller.
+    fn submit_topology(&mut self, name: &str) {
+        let file = self.c.write(
+            &format!("{name}.toml"),
+            &crate::topology_runtime::wordcount(name, 0, 200),
+        );
+        self.c.ok(&[
+            "topology",
+            "submit",
+            file.to_str().expect("utf-8 path"),
+            "--placer",
+            "even",
+            "--workers",
+            "3",
+            "--interval",
+            "0s",
+        ]);
+        self.note(format!("submitted topology {name}"));
+        self.jobs.push(Job {
+            id: 0,
+            kind: Kind::Topology { name: name.into() },
+        });
     }
 
     fn submit_workflow(&mut self, label: &str, balancer: &'static str) {
@@ -195,7 +382,13 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
         self.submit(
             &format!("{label}.toml"),
             &text,
-            Kind::Workflow { balancer, sums },
+            Kind::Workflow {
+                balancer,
+                sums,
+                sum: WORKFLOW_SUM,
+                inputs: 6,
+                tasks: 13,
+            },
         );
     }
 
@@ -225,23 +418,31 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
 
     /// Whether a workflow or a divisible job is unfinished (agent kills are rationed then).
     fn fragile(&self) -> bool {
-        self.jobs
-            .iter()
-            .any(|j| !matches!(j.kind, Kind::Batch { .. }) && !Run::finished(&self.state(j.id)))
+        self.jobs.iter().any(|j| {
+            matches!(j.kind, Kind::Workflow { .. } | Kind::Divisible { .. })
+                && !Run::finished(&self.state(j.id))
+        })
     }
 
     fn kill_agent(&mut self) {
-        let up: Vec<&str> = AGENTS
+        let up: Vec<&str> = self
+            .agents
             .iter()
-            .map(|(n, _)| *n)
+            .map(|a| a.name.as_str())
             .filter(|n| !self.down.contains_key(*n))
             .collect();
         if up.is_empty() {
             return;
         }
         let name = up[self.rng.random_range(0..up.len())].to_string();
-        // Shorter and longer than the 1 s dead timeout: restarted as alive, or after its death.
-        let pause = Duration::from_millis(self.rng.random_range(50..=2000));
+        // Shorter and longer than the dead timeout (1 s; 2 s for topologies): restarted as
+        // alive, or after its death.
+        let most = if self.scenario == Scenario::Topology {
+            4000
+        } else {
+            2000
+        };
+        let pause = Duration::from_millis(self.rng.random_range(50..=most));
         let fragile = self.fragile();
         self.c.kill_agent(&name);
         self.agent_kills += 1;
@@ -262,7 +463,7 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
         self.note("server started again".into());
         // Cheap on the way: every accepted job is there again, and none has failed.
         let listed = self.c.json(&["jobs"]);
-        for j in &self.jobs {
+        for j in self.jobs.iter().filter(|j| j.id != 0) {
             let row = listed
                 .as_array()
                 .and_then(|a| a.iter().find(|r| r["id"].as_u64() == Some(j.id)));
@@ -291,12 +492,14 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
                 std::thread::sleep(at.saturating_duration_since(Instant::now()));
             }
             self.down.remove(&name);
-            let cores = AGENTS
+            let a = self
+                .agents
                 .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, c)| *c)
+                .find(|a| a.name == name)
+                .cloned()
                 .expect("an agent");
-            self.c.start_agent(&name, cores, &[]);
+            let flags: Vec<&str> = a.flags.iter().map(String::as_str).collect();
+            self.c.start_agent(&name, a.cores, &flags);
             self.note(format!("agent {name} started again"));
         }
     }
@@ -330,14 +533,21 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
         for k in 0..events {
             let gap = Duration::from_millis(self.rng.random_range(200..=1200));
             self.pass(gap);
-            if k == 2 {
-                self.submit_batch("b2");
-                let other = if self.first_balancer == "pcddb" {
-                    "centralised"
-                } else {
-                    "pcddb"
-                };
-                self.submit_workflow("w2", other);
+            let other = if self.first_balancer == "pcddb" {
+                "centralised"
+            } else {
+                "pcddb"
+            };
+            match self.scenario {
+                Scenario::Mixed if k == 2 => {
+                    self.submit_batch("b2");
+                    self.submit_workflow("w2", other);
+                }
+                Scenario::Accel if k == 2 => {
+                    self.submit_gpu_batch("g2");
+                    self.submit_accel_workflow("w2", other);
+                }
+                _ => {}
             }
             let agent = self.rng.random_bool(0.6);
             let may_kill_agent = self.agent_kills < max_agent_kills
@@ -354,8 +564,12 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
     fn wait_all(&self, timeout: Duration) {
         let start = Instant::now();
         loop {
-            let states: Vec<(u64, String)> =
-                self.jobs.iter().map(|j| (j.id, self.state(j.id))).collect();
+            let states: Vec<(u64, String)> = self
+                .jobs
+                .iter()
+                .filter(|j| j.id != 0)
+                .map(|j| (j.id, self.state(j.id)))
+                .collect();
             if states.iter().all(|(_, s)| Run::finished(s)) {
                 for (id, s) in &states {
                     assert_eq!(
@@ -380,7 +594,7 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
         }
     }
 
-    fn check_batch(&self, job: &Job, dir: &Path, tasks: u64) {
+    fn check_batch(&self, job: &Job, dir: &Path, tasks: u64, gpu: bool) {
         let listed = self.c.tasks(job.id);
         assert_eq!(
             listed.len() as u64,
@@ -390,8 +604,23 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
             job.id
         );
         let faults = self.agent_kills + self.server_kills;
+        let mut offloaded = 0;
         for t in &listed {
             assert_eq!(t["state"], "succeeded", "seed {}: {t}", self.seed);
+            if gpu {
+                // The rack's devices are all the ANode's: wherever a task was placed, its
+                // recorded attempt ran there.
+                assert_eq!(
+                    t["executed_node"],
+                    "anode",
+                    "seed {}: a GPU task's recorded attempt ran on the ANode: {t}\nevents:\n{}",
+                    self.seed,
+                    self.events.join("\n")
+                );
+                if t["node"] != "anode" {
+                    offloaded += 1;
+                }
+            }
             let index = t["index"].as_u64().expect("index");
             let attempt = t["attempt"].as_u64().expect("attempt");
             let lines = support::lines(&dir.join(index.to_string()));
@@ -433,9 +662,21 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
                 self.events.join("\n")
             );
         }
+        if gpu {
+            eprintln!(
+                "chaos: seed {}: job {}: {offloaded} of {tasks} GPU tasks offloaded",
+                self.seed, job.id
+            );
+        }
     }
 
-    fn check_workflow(&self, job: &Job, balancer: &str, sums: &Path) {
+    fn check_workflow(
+        &self,
+        job: &Job,
+        balancer: &str,
+        sums: &Path,
+        (sum, inputs, tasks): (u64, u64, usize),
+    ) {
         let lines = support::lines(sums);
         assert!(
             !lines.is_empty(),
@@ -447,7 +688,7 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
             let f: Vec<&str> = l.split_whitespace().collect();
             assert_eq!(
                 (f[0], f[1]),
-                (WORKFLOW_SUM.to_string().as_str(), "6"),
+                (sum.to_string().as_str(), inputs.to_string().as_str()),
                 "seed {}: workflow {} ({balancer}): its final task saw wrong data: {lines:?}\nevents:\n{}",
                 self.seed,
                 job.id,
@@ -455,12 +696,23 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
             );
         }
         let listed = self.c.tasks(job.id);
-        assert_eq!(listed.len(), 13, "seed {}: {listed:?}", self.seed);
+        assert_eq!(listed.len(), tasks, "seed {}: {listed:?}", self.seed);
         assert!(
             listed.iter().all(|t| t["state"] == "succeeded"),
             "seed {}: {listed:?}",
             self.seed
         );
+        // A GPU instance could only be placed on a bound NNode, and ran on its ANode.
+        for t in listed.iter().filter(|t| t["app"] == "gpu") {
+            assert!(
+                t["node"] != "anode" && t["executed_node"] == "anode",
+                "seed {}: workflow {}: a GPU instance placed on an NNode, run on the ANode: \
+                 {t}\nevents:\n{}",
+                self.seed,
+                job.id,
+                self.events.join("\n")
+            );
+        }
     }
 
     fn check_divisible(&self, job: &Job, units: u64) {
@@ -512,6 +764,79 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
         assert_eq!(gathered, done, "seed {}: the gathered output", self.seed);
     }
 
+    fn show(&self, name: &str) -> serde_json::Value {
+        self.c.json(&["topology", "show", name])
+    }
+
+    /// Each topology's worker pids, in worker order.
+    fn topology_pids(&self) -> Vec<(String, Vec<u64>)> {
+        self.jobs
+            .iter()
+            .filter_map(|j| match &j.kind {
+                Kind::Topology { name } => Some((name.clone(), worker_pids(&self.show(name)))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Waits until topology `name` runs again as it should: every executor placed on a live
+    /// node and running in the worker the placement gives it, every worker's process up, and
+    /// tuples flowing (its total grows by a few hundred).
+    fn wait_topology(&self, name: &str, timeout: Duration) {
+        let start = Instant::now();
+        let mut flowing_from: Option<u64> = None;
+        let mut last = serde_json::Value::Null;
+        while start.elapsed() < timeout {
+            let s = self.show(name);
+            let alive: Vec<String> = self
+                .c
+                .json(&["nodes"])
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|n| n["alive"] == true)
+                .filter_map(|n| n["name"].as_str().map(str::to_string))
+                .collect();
+            let workers = s["workers"].as_array().cloned().unwrap_or_default();
+            let executors = s["executors"].as_array().cloned().unwrap_or_default();
+            let placed = s["state"] == "running"
+                && !workers.is_empty()
+                && workers.iter().all(|w| {
+                    w["pid"].as_u64().is_some()
+                        && w["node"]
+                            .as_str()
+                            .is_some_and(|n| alive.iter().any(|a| a == n))
+                })
+                && s["workers_running"].as_u64() == Some(workers.len() as u64)
+                && executors.len() == 8
+                && executors.iter().all(|e| {
+                    e["node"]
+                        .as_str()
+                        .is_some_and(|n| alive.iter().any(|a| a == n))
+                        && e["running_in_worker"].as_u64().is_some()
+                });
+            let total = s["tuples_total"].as_u64().unwrap_or(0);
+            if placed {
+                match flowing_from {
+                    Some(t0) if total >= t0 + 300 => return,
+                    Some(_) => {}
+                    None => flowing_from = Some(total),
+                }
+            } else {
+                flowing_from = None;
+            }
+            last = s;
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        panic!(
+            "seed {}: topology {name} not running, placed and flowing after {timeout:?}: {last}\n\
+             events:\n{}\nserver log tail:\n{}",
+            self.seed,
+            self.events.join("\n"),
+            tail(&self.c.dir.join("server.log"), 60)
+        );
+    }
+
     /// What the listings say about every job (compared across a restart).
     fn listings(&self) -> Vec<serde_json::Value> {
         let mut jobs = self.c.json(&["jobs"]);
@@ -525,8 +850,9 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
         }
         let mut all = vec![jobs];
         for j in &self.jobs {
-            match j.kind {
+            match &j.kind {
                 Kind::Divisible { .. } => all.push(self.c.json(&["job", &j.id.to_string()])),
+                Kind::Topology { name } => all.push(topology_record(&self.show(name))),
                 _ => all.push(self.c.json(&["tasks", "--job", &j.id.to_string()])),
             }
         }
@@ -541,9 +867,18 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
     fn check(&mut self) {
         for job in self.jobs.clone() {
             match &job.kind {
-                Kind::Batch { dir, tasks } => self.check_batch(&job, dir, *tasks),
-                Kind::Workflow { sums, balancer } => self.check_workflow(&job, balancer, sums),
+                Kind::Batch { dir, tasks, gpu } => self.check_batch(&job, dir, *tasks, *gpu),
+                Kind::Workflow {
+                    sums,
+                    balancer,
+                    sum,
+                    inputs,
+                    tasks,
+                } => self.check_workflow(&job, balancer, sums, (*sum, *inputs, *tasks)),
                 Kind::Divisible { units } => self.check_divisible(&job, *units),
+                Kind::Topology { name } => {
+                    self.wait_topology(name, Duration::from_secs(60));
+                }
             }
         }
         // No task process outlives its job: the guards of killed agents and the restarted
@@ -552,7 +887,10 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
             .iter()
             .map(|l| l.trim().parse().expect("a pid"))
             .collect();
-        assert!(!pids.is_empty(), "the tasks wrote their pids");
+        assert!(
+            !pids.is_empty() || self.scenario == Scenario::Topology,
+            "the tasks wrote their pids"
+        );
         let mut left = Vec::new();
         let waited = Instant::now();
         while waited.elapsed() < Duration::from_secs(10) {
@@ -574,9 +912,31 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
         );
         // One more restart reads the same.
         let before = self.listings();
+        let workers_before = self.topology_pids();
         self.c.kill_server();
         self.c.start_server();
-        self.c.wait_for_nodes(AGENTS.len());
+        self.c.wait_for_nodes(self.agents.len());
+        // A topology's workers run on through the server's restart and are adopted, not
+        // started again: the same processes.
+        for (name, pids) in &workers_before {
+            let mut now = Vec::new();
+            let waited = Instant::now();
+            while waited.elapsed() < Duration::from_secs(30) {
+                now = worker_pids(&self.show(name));
+                if now.len() == pids.len() && !now.contains(&0) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            assert_eq!(
+                &now,
+                pids,
+                "seed {}: topology {name}: the restarted server adopts the same workers\n\
+                 events:\n{}",
+                self.seed,
+                self.events.join("\n")
+            );
+        }
         let after = self.listings();
         let mut changed = Vec::new();
         diff(
@@ -605,6 +965,74 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
             }
         }
     }
+}
+
+/// A topology's worker pids (0 for a worker not running), in worker order.
+fn worker_pids(s: &serde_json::Value) -> Vec<u64> {
+    s["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| w["pid"].as_u64().unwrap_or(0))
+        .collect()
+}
+
+/// What `topology show` says of a topology's record — its placement, generation and
+/// reschedules — without what its running workers report, which is live: their addresses and
+/// pids (compared on their own: adopted, not restarted), the counters and rates of the current
+/// window (a restarted server starts a new window, and tuples flow meanwhile), the latencies,
+/// CPU and memory the workers measure, and how many nodes are alive now.
+fn topology_record(s: &serde_json::Value) -> serde_json::Value {
+    let mut s = s.clone();
+    if let Some(o) = s.as_object_mut() {
+        for live in [
+            "nodes_alive",
+            "workers_running",
+            "traffic",
+            "node_loads",
+            "window_s",
+            "throughput_tuples_per_s",
+            "inter_node_tuples_per_s",
+            "inter_process_tuples_per_s",
+            "tuples_total",
+            "inter_node_tuples_total",
+            "latency_p50_us",
+            "latency_p99_us",
+            "latency_count",
+            "spouts_done",
+        ] {
+            o.remove(live);
+        }
+    }
+    for w in s["workers"].as_array_mut().into_iter().flatten() {
+        if let Some(w) = w.as_object_mut() {
+            for live in [
+                "addr",
+                "pid",
+                "remote_out",
+                "rss_bytes",
+                "encrypted",
+                "refused_connections",
+            ] {
+                w.remove(live);
+            }
+        }
+    }
+    for e in s["executors"].as_array_mut().into_iter().flatten() {
+        if let Some(e) = e.as_object_mut() {
+            for live in [
+                "received_per_s",
+                "emitted_per_s",
+                "cpu_percent",
+                "running_in_worker",
+                "pid",
+                "started_ns",
+            ] {
+                e.remove(live);
+            }
+        }
+    }
+    s
 }
 
 fn forget_worker_liveness(v: &mut serde_json::Value) {
@@ -687,17 +1115,140 @@ fn run(seed: u64) -> Duration {
     ));
     r.wait_all(Duration::from_secs(90));
     r.check();
-    // The agents and their guards gone before the cluster's directory is removed: a guard
-    // still cleaning up after its agent raced the removal and left half the directory.
-    for (name, _) in AGENTS {
-        r.c.kill_agent(name);
-        support::wait_until("the guard to end", Duration::from_secs(10), || {
-            r.c.guards(name).is_empty()
-        });
+    r.finish(t0)
+}
+
+impl Run {
+    /// Ends the run: the agents and their guards gone before the cluster's directory is
+    /// removed (a guard still cleaning up after its agent raced the removal and left half the
+    /// directory), and with them every stream worker (a worker stops when its agent is gone).
+    fn finish(mut self, t0: Instant) -> Duration {
+        let workers: Vec<u64> = self
+            .topology_pids()
+            .into_iter()
+            .flat_map(|(_, p)| p)
+            .collect();
+        for a in self.agents.clone() {
+            self.c.kill_agent(&a.name);
+            support::wait_until("the guard to end", Duration::from_secs(10), || {
+                self.c.guards(&a.name).is_empty()
+            });
+        }
+        support::wait_until(
+            "the stream workers to end with their agents",
+            Duration::from_secs(10),
+            || {
+                workers
+                    .iter()
+                    .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+            },
+        );
+        let took = t0.elapsed();
+        eprintln!(
+            "chaos: {:?} seed {} passed in {:.1}s",
+            self.scenario,
+            self.seed,
+            took.as_secs_f64()
+        );
+        took
     }
-    let took = t0.elapsed();
-    eprintln!("chaos: seed {seed} passed in {:.1}s", took.as_secs_f64());
-    took
+}
+
+/// The accelerator scenario's agents: in rack A an ANode (`anode`, two declared GPUs) and two
+/// NNodes bound to it (`n1`, `n2`, with the `side` attribute the ANode lacks), each serving the
+/// accelerator service.
+fn accel_agents(c: &Cluster) -> Vec<Agent> {
+    [
+        ("anode", "[[accelerator]]\nkind = \"sim\"\ncount = 2\n"),
+        ("n1", "attributes = [\"side\"]\n"),
+        ("n2", "attributes = [\"side\"]\n"),
+    ]
+    .iter()
+    .map(|(name, config)| {
+        let config = c.write(&format!("agent-{name}.toml"), config);
+        Agent {
+            name: name.to_string(),
+            cores: 2,
+            flags: vec![
+                "--rack".into(),
+                "A".into(),
+                "--accel-listen".into(),
+                "127.0.0.1:0".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ],
+        }
+    })
+    .collect()
+}
+
+/// One seeded run of the accelerator scenario: GPU-only arrays, whose tasks placed on the
+/// NNodes are offloaded to the ANode, and a workflow whose GPU instances only the NNodes may
+/// run, under SIGKILLs of the ANode's agent, the NNodes' and the server. Checked as the mixed
+/// scenario is, and every GPU task's recorded attempt ran on the ANode.
+fn accel_run(seed: u64) -> Duration {
+    let (events, agent_kills) = if seed < 1000 {
+        (4 + (seed % 3) as u32, 3)
+    } else {
+        (5 + (seed % 4) as u32, 6)
+    };
+    let _report = SeedOnFailure(seed);
+    let t0 = Instant::now();
+    let c = Cluster::start_configured(&format!("chaos-accel-{seed}"), false, SERVER_CONFIG);
+    let agents = accel_agents(&c);
+    let mut r = Run::with(seed, Scenario::Accel, c, agents);
+    crate::runtime_accel::wait_bound(&r.c, &[("anode", ""), ("n1", "anode"), ("n2", "anode")]);
+    let first = if r.rng.random_bool(0.5) {
+        "centralised"
+    } else {
+        "pcddb"
+    };
+    r.first_balancer = first;
+    r.submit_gpu_batch("g1");
+    r.submit_accel_workflow("w1", first);
+    r.chaos(events, agent_kills);
+    r.note(format!(
+        "{} agent kills, {} server kills; waiting for the jobs",
+        r.agent_kills, r.server_kills
+    ));
+    r.wait_all(Duration::from_secs(90));
+    r.check();
+    r.finish(t0)
+}
+
+/// One seeded run of the topology scenario: a word count on three agents (2 s dead timeout, as
+/// in `topology_runtime`, for the workers' 500 ms syncs), under SIGKILLs of the agents (whose
+/// workers stop with them) and the server (whose workers run on, to be adopted). At the end it
+/// runs placed on live nodes with tuples flowing, its workers are adopted by one more
+/// restarted server, and its record reads the same.
+fn topology_run(seed: u64) -> Duration {
+    let (events, agent_kills) = if seed < 1000 {
+        (3 + (seed % 2) as u32, 2)
+    } else {
+        (4 + (seed % 4) as u32, 5)
+    };
+    let _report = SeedOnFailure(seed);
+    let t0 = Instant::now();
+    let c = Cluster::start_beating(&format!("chaos-topo-{seed}"), "100ms", "2s");
+    let agents = ["t1", "t2", "t3"]
+        .iter()
+        .map(|n| Agent {
+            name: n.to_string(),
+            cores: 2,
+            flags: Vec::new(),
+        })
+        .collect();
+    let mut r = Run::with(seed, Scenario::Topology, c, agents);
+    r.submit_topology("wc");
+    r.wait_topology("wc", Duration::from_secs(30));
+    r.chaos(events, agent_kills);
+    r.note(format!(
+        "{} agent kills, {} server kills; waiting for the topology",
+        r.agent_kills, r.server_kills
+    ));
+    r.c.wait_for_nodes(r.agents.len());
+    r.check();
+    r.finish(t0)
 }
 
 #[test]
@@ -710,11 +1261,46 @@ fn seed_2() {
     run(2);
 }
 
+#[test]
+fn accel_seed_1() {
+    accel_run(1);
+}
+
+#[test]
+fn topology_seed_1() {
+    topology_run(1);
+}
+
 /// `HETSCHED_CHAOS_SEEDS=K` seeds from 1000, or the one `HETSCHED_CHAOS_SEED` (a replay).
 #[test]
 #[ignore = "a soak: HETSCHED_CHAOS_SEEDS=K (default 20) or HETSCHED_CHAOS_SEED=N"]
 fn soak() {
-    let seeds: Vec<u64> = match std::env::var("HETSCHED_CHAOS_SEED") {
+    for seed in soak_seeds() {
+        run(seed);
+    }
+}
+
+/// The accelerator scenario's soak, seeded as [`soak`].
+#[test]
+#[ignore = "a soak: HETSCHED_CHAOS_SEEDS=K (default 20) or HETSCHED_CHAOS_SEED=N"]
+fn accel_soak() {
+    for seed in soak_seeds() {
+        accel_run(seed);
+    }
+}
+
+/// The topology scenario's soak, seeded as [`soak`].
+#[test]
+#[ignore = "a soak: HETSCHED_CHAOS_SEEDS=K (default 20) or HETSCHED_CHAOS_SEED=N"]
+fn topology_soak() {
+    for seed in soak_seeds() {
+        topology_run(seed);
+    }
+}
+
+/// `HETSCHED_CHAOS_SEEDS=K` seeds from 1000 (default 20), or the one `HETSCHED_CHAOS_SEED`.
+fn soak_seeds() -> Vec<u64> {
+    match std::env::var("HETSCHED_CHAOS_SEED") {
         Ok(s) => vec![s.trim().parse().expect("HETSCHED_CHAOS_SEED: a number")],
         Err(_) => {
             let k: u64 = std::env::var("HETSCHED_CHAOS_SEEDS")
@@ -723,8 +1309,5 @@ fn soak() {
                 .unwrap_or(20);
             (1000..1000 + k).collect()
         }
-    };
-    for seed in seeds {
-        run(seed);
     }
 }
