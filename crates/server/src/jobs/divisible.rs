@@ -1847,7 +1847,9 @@ impl JobKind for Divisible {
     }
 
     fn has_changes(&self) -> bool {
-        !self.dirty_jobs.is_empty() || !self.dirty_chunks.is_empty() || !self.dirty_workers.is_empty()
+        !self.dirty_jobs.is_empty()
+            || !self.dirty_chunks.is_empty()
+            || !self.dirty_workers.is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
