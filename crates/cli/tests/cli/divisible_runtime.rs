@@ -148,8 +148,8 @@ fn check_exactly_once(j: &serde_json::Value) {
     check_tiles(j, ROWS);
 }
 
-/// Done chunks cover the `units` units exactly once.
-fn check_tiles(j: &serde_json::Value, units: u64) {
+/// Done chunks cover the `units` units exactly once; returns them, `(start, end)` in order.
+pub(crate) fn check_tiles(j: &serde_json::Value, units: u64) -> Vec<(u64, u64)> {
     let mut done: Vec<(u64, u64)> = j["divisible"]["chunks"]
         .as_array()
         .expect("chunks")
@@ -164,7 +164,7 @@ fn check_tiles(j: &serde_json::Value, units: u64) {
         .collect();
     done.sort();
     let mut at = 0;
-    for (s, e) in done {
+    for &(s, e) in &done {
         assert_eq!(
             s, at,
             "done chunks must tile the units: {s}..{e} after {at}"
@@ -172,6 +172,7 @@ fn check_tiles(j: &serde_json::Value, units: u64) {
         at = e;
     }
     assert_eq!(at, units);
+    done
 }
 
 fn units_of(j: &serde_json::Value) -> BTreeMap<String, u64> {
