@@ -23,6 +23,7 @@ pub fn registration(req: &pb::RegisterRequest) -> Result<Registration, StateErro
     let spec = crate::limits::node_spec(req).map_err(StateError::Invalid)?;
     crate::limits::identity(&req.identity).map_err(StateError::Invalid)?;
     crate::limits::hostname(&req.hostname).map_err(StateError::Invalid)?;
+    crate::limits::version(&req.version).map_err(StateError::Invalid)?;
     crate::limits::workdir("the agent's work directory", &req.work_dir)
         .map_err(StateError::Invalid)?;
     Ok(Registration {
@@ -31,6 +32,7 @@ pub fn registration(req: &pb::RegisterRequest) -> Result<Registration, StateErro
         identity: req.identity.clone(),
         hostname: req.hostname.clone(),
         work_dir: req.work_dir.clone(),
+        version: req.version.clone(),
     })
 }
 
@@ -387,6 +389,8 @@ impl From<Registered> for pb::RegisterReply {
             heartbeat_interval_ms: r.heartbeat_interval_ms,
             idle_heartbeat_interval_ms: r.idle_heartbeat_interval_ms,
             note: r.note,
+            // Every reply: the agent compares it with its own version.
+            version: crate::VERSION.to_string(),
         }
     }
 }
@@ -602,6 +606,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             time_left_ms: n.time_left_ms,
             left: n.left.map(|l| l.as_str().to_string()).unwrap_or_default(),
             held_for: n.held_for,
+            version: n.version,
         }
     }
 }

@@ -56,6 +56,11 @@ pub mod users;
 
 pub use config::{ServerConfig, TlsConfig};
 
+/// This server's hetsched version: said to each agent at registration and to clients
+/// (`hetsched user whoami`), and compared with each agent's to warn of a mixed-version cluster.
+/// The build exposes no commit, so the package version alone.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -212,6 +212,22 @@ pub fn hostname(host: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest version string an agent may register with (a package version and a commit fit).
+pub const MAX_VERSION: usize = 64;
+
+/// Checks a registration's version: empty (an agent that predates the field), or at most
+/// [`MAX_VERSION`] bytes of printable ASCII without spaces (listings show it in a table column
+/// and `/metrics` in a label).
+pub fn version(v: &str) -> Result<(), String> {
+    if v.len() > MAX_VERSION || !v.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "the agent's version must be at most {MAX_VERSION} printable ASCII characters \
+             without spaces"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks an agent identity: present, short, printable ASCII.
 pub fn identity(id: &str) -> Result<(), String> {
     if id.is_empty() {
@@ -295,5 +311,21 @@ mod tests {
         }
         let ok = node_spec(&req()).expect("a plain node");
         assert_eq!((ok.cores, ok.core_speed), (4, 1.0));
+    }
+
+    #[test]
+    fn a_version_is_short_printable_and_may_be_absent() {
+        for ok in ["", "0.1.0", "0.1.0+g1a2b3c4"] {
+            assert_eq!(version(ok), Ok(()), "{ok:?}");
+        }
+        for bad in [
+            "0.1.0\n",
+            "0.1.0 beta",
+            "\u{1b}[31m",
+            &"9".repeat(MAX_VERSION + 1),
+        ] {
+            let e = version(bad).expect_err(bad);
+            assert!(e.contains("at most 64 printable"), "{e}");
+        }
     }
 }

@@ -203,6 +203,11 @@ pub fn registry(metrics: &Metrics, state: Arc<Mutex<State>>, policy: &str) -> Re
         "The batch policy in use",
         Info::new([("policy", policy.to_string())]),
     );
+    r.register(
+        "server",
+        "The server's hetsched version",
+        Info::new([("version", crate::VERSION.to_string())]),
+    );
     r.register_collector(Box::new(StateCollector(state)));
     r
 }
@@ -319,6 +324,20 @@ impl Collector for StateCollector {
             "node_up",
             "1 if the node is alive, 0 if declared dead.",
             nodes.iter().map(|n| (node(n), i64::from(n.alive))),
+        )?;
+        gauge(
+            e,
+            "node_agent_info",
+            "The hetsched version of the node's agent, as it last registered (version=\"unknown\": \
+             an agent that predates saying it); compare with hetsched_server_info.",
+            nodes.iter().map(|n| {
+                let version = if n.version.is_empty() {
+                    "unknown".to_string()
+                } else {
+                    n.version.clone()
+                };
+                (vec![("node", n.name.clone()), ("version", version)], 1i64)
+            }),
         )?;
         gauge(
             e,

@@ -1075,6 +1075,7 @@ impl Client for ClientService {
         Ok(Response::new(pb::WhoAmIReply {
             name: who.name.to_string(),
             admin: who.admin,
+            server_version: crate::VERSION.to_string(),
         }))
     }
 

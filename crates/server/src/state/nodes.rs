@@ -67,6 +67,10 @@ pub struct NodeRec {
     /// description, so a restarted server names its tasks' output files before it hears from
     /// it again, and for good once it is dead.
     pub work_dir: String,
+    /// The agent's hetsched version, as it last registered (empty: unknown, an agent that
+    /// predates saying it). Stored with its description: an agent registers again only when
+    /// it restarts, so a restarted server would otherwise list every node as unknown.
+    pub version: String,
 }
 
 impl NodeRec {
@@ -125,6 +129,7 @@ impl NodeRec {
             left: None,
             hostname: String::new(),
             work_dir: String::new(),
+            version: String::new(),
         }
     }
 }
@@ -264,6 +269,7 @@ impl Nodes {
             spec,
             hostname,
             work_dir,
+            agent_version,
         } = serde_json::from_str(&row.spec)
             .map_err(|e| StoreError::Corrupt(format!("node {}: {e}", row.id)))?;
         if spec.id != NodeId(row.id) || row.id as usize != self.recs.len() {
@@ -278,6 +284,7 @@ impl Nodes {
         let mut rec = NodeRec::new(spec, row.identity, row.removed, false);
         rec.hostname = hostname;
         rec.work_dir = work_dir;
+        rec.version = agent_version;
         self.recs.push(rec);
         Ok(&self.recs[self.recs.len() - 1])
     }
@@ -427,6 +434,25 @@ impl Nodes {
     }
 }
 
+/// What the server logs when node `node`'s agent registers with version `agent` (empty: an
+/// agent that predates saying it) under this server's `server`; `None` when they agree.
+pub fn agent_version_warning(node: &str, agent: &str, server: &str) -> Option<String> {
+    if agent == server {
+        return None;
+    }
+    let agent = if agent.is_empty() {
+        "an unknown version (older than version reporting)"
+    } else {
+        agent
+    };
+    Some(format!(
+        "node `{node}`'s agent runs hetsched {agent}, this server {server}: across versions \
+         some requests are refused (workflow fetches and log reads, PCDDB requests between \
+         agents, offloads; docs/runtime.md, \"Upgrading\"). Run one version: upgrade the server \
+         first, then the agents"
+    ))
+}
+
 /// Compares two secrets without an early exit.
 pub(super) fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len()
@@ -436,8 +462,9 @@ pub(super) fn same_secret(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// A node's stored description: the core's [`Node`] and the agent's host name (absent in rows
-/// written before host names were kept).
+/// A node's stored description: the core's [`Node`], the agent's host name, work directory and
+/// version (each absent in rows written before it was kept; an older server reading a newer row
+/// ignores the fields it does not know).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StoredNode {
     #[serde(flatten)]
@@ -446,13 +473,17 @@ struct StoredNode {
     hostname: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     work_dir: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    agent_version: String,
 }
 
-/// Where a node's agent is, as stored beside its description: its host name and work directory.
+/// Where a node's agent is, and what it runs, as stored beside its description: its host
+/// name, work directory and version.
 #[derive(Clone, Copy)]
 struct Place<'a> {
     hostname: &'a str,
     work_dir: &'a str,
+    version: &'a str,
 }
 
 impl NodeRec {
@@ -460,6 +491,7 @@ impl NodeRec {
         Place {
             hostname: &self.hostname,
             work_dir: &self.work_dir,
+            version: &self.version,
         }
     }
 }
@@ -469,6 +501,7 @@ fn node_json(spec: &Node, at: Place<'_>) -> Result<String, StateError> {
         spec: spec.clone(),
         hostname: at.hostname.to_string(),
         work_dir: at.work_dir.to_string(),
+        agent_version: at.version.to_string(),
     })
     .map_err(|e| StateError::Invalid(format!("node description: {e}")))
 }
@@ -485,10 +518,17 @@ impl State {
             identity,
             hostname,
             work_dir,
+            version,
         } = req;
+        // Once per registration: a mixed-version cluster behaves differently (docs/runtime.md,
+        // "Upgrading"), and the operator should hear which node lags.
+        if let Some(w) = agent_version_warning(&name, &version, crate::VERSION) {
+            warn!("{w}");
+        }
         let at = Place {
             hostname: &hostname,
             work_dir: &work_dir,
+            version: &version,
         };
         // What the agent is told about its description, if the server kept another.
         let mut note = String::new();
@@ -519,8 +559,9 @@ impl State {
             if rec.spec.attributes != spec.attributes
                 || rec.hostname != hostname
                 || rec.work_dir != work_dir
+                || rec.version != version
             {
-                info!(node = %name, attributes = ?spec.attributes, %hostname, %work_dir, "node attributes, host name or work directory changed");
+                info!(node = %name, attributes = ?spec.attributes, %hostname, %work_dir, %version, "node attributes, host name, work directory or agent version changed");
                 let mut relabelled = rec.spec.clone();
                 relabelled.attributes = std::mem::take(&mut spec.attributes);
                 self.store.put_node(&NodeRow {
@@ -536,6 +577,7 @@ impl State {
                 rec.spec = relabelled;
                 rec.hostname = hostname;
                 rec.work_dir = work_dir;
+                rec.version = version;
             }
             let rec = &self.nodes.recs[id as usize];
             spec.attributes.clone_from(&rec.spec.attributes);
@@ -574,6 +616,7 @@ impl State {
             let mut rec = NodeRec::new(spec, identity, false, true);
             rec.hostname = hostname;
             rec.work_dir = work_dir;
+            rec.version = version;
             self.nodes.recs.push(rec);
             id
         };
@@ -1022,6 +1065,7 @@ impl State {
                             .map(|k| k.held_for(i as u32))
                             .find(|h| !h.is_empty())
                             .unwrap_or_default(),
+                        version: n.version.clone(),
                         ..Default::default()
                     };
                     self.jobs.workflow.annotate(&mut info);

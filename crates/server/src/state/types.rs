@@ -21,6 +21,8 @@ pub struct Registration {
     /// The agent's work directory (absolute; empty from agents that do not say): where its
     /// tasks' captured output is, which listings name.
     pub work_dir: String,
+    /// The agent's hetsched version (empty: an agent that predates saying it).
+    pub version: String,
 }
 
 /// The free space of an agent's work directory's filesystem, as its heartbeat reported it.
@@ -712,6 +714,8 @@ pub struct NodeInfo {
     pub left: Option<Leave>,
     /// The multi-node task it is held for, running or gathering its nodes (empty: none).
     pub held_for: String,
+    /// Its agent's hetsched version, as it last registered (empty: unknown).
+    pub version: String,
 }
 
 /// Why an agent left on purpose: its last heartbeat says so, and the server records that its

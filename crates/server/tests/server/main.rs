@@ -29,4 +29,5 @@ mod state;
 mod topology_kind;
 mod update;
 mod users;
+mod versions;
 mod workflow_kind;

@@ -104,6 +104,17 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
+    // Which version each agent runs (these registered without saying: older agents), and the
+    // server's own.
+    for line in [
+        format!(
+            "hetsched_server_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "hetsched_node_agent_info{node=\"n\",version=\"unknown\"} 1".to_string(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 
