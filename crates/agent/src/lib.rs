@@ -23,7 +23,8 @@
 //! - [`logs`]: the log listener that serves task outputs to the server (`hetsched log`);
 //! - [`run_as`]: tasks and divisible chunks run as their owners' Unix accounts
 //!   (`run_as_owner`);
-//! - [`shutdown`]: graceful shutdown on SIGTERM/SIGINT (stop taking work, kill or drain, report).
+//! - [`shutdown`]: graceful shutdown on SIGTERM/SIGINT (stop taking work, kill or drain, report);
+//! - [`version`]: this agent's version, and the warning when its server runs another.
 
 pub mod accel;
 pub mod balance;
@@ -43,6 +44,7 @@ pub mod shutdown;
 pub mod stream_workers;
 pub mod sweep;
 pub mod usage;
+pub mod version;
 
 /// The connection to the server that the agent's calls go over now: its heartbeats replace it
 /// when a beat times out (the old one may be dead — a hung relay keeps it open), and every loop
@@ -555,6 +557,7 @@ pub async fn run(
         advertise: advertise.clone(),
         attributes: opts.data.attributes.clone(),
         hostname: detect::host_name(),
+        version: version::VERSION.to_string(),
     };
     let checks = balance::spawn_checks(balance.clone(), auth.clone(), notify.clone());
     let probes = balance::spawn_probes(balance.clone(), auth.clone());
@@ -624,6 +627,11 @@ pub async fn run(
                         info!(node = %opts.name, id = r.node_id, "registered");
                         if !r.note.is_empty() {
                             warn!(node = %opts.name, "{}", r.note);
+                        }
+                        if let Some(w) =
+                            version::server_version_warning(version::VERSION, &r.version)
+                        {
+                            warn!(node = %opts.name, "{w}");
                         }
                         continue 'main;
                     }
