@@ -1118,6 +1118,9 @@ pub async fn nodes(
         "role",
         "binding",
         "queues r/p/w",
+        // Always shown, not only when the nodes differ: a rolling upgrade that has reached no
+        // agent yet lists equal versions that still differ from the server's.
+        "version",
     ]);
     for n in &reply.nodes {
         t.add_row(vec![
@@ -1193,6 +1196,12 @@ pub async fn nodes(
             super::accel_cli::role(n).to_string(),
             super::accel_cli::binding_cell(n),
             super::accel_cli::queues_cell(n),
+            // `-`: an agent (or a server) that predates saying it.
+            if n.version.is_empty() {
+                "-".to_string()
+            } else {
+                n.version.clone()
+            },
         ]);
     }
     println!("{t}");

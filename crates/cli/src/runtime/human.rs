@@ -287,6 +287,10 @@ pub fn node_json(n: &pb::NodeInfo) -> Value {
     if n.available_memory_bytes == 0 {
         v["available_memory_bytes"] = Value::Null;
     }
+    // Unknown: an agent, or a server, that predates saying it.
+    if n.version.is_empty() {
+        v["version"] = Value::Null;
+    }
     v
 }
 

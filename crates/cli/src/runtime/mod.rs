@@ -211,7 +211,7 @@ pub enum RuntimeCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// List nodes (agents) with their free resources.
+    /// List nodes (agents) with their free resources and the hetsched version of each agent.
     Nodes {
         /// Only these nodes: names separated by commas or in brackets, `gpu[01-04]` (Slurm's
         /// `sinfo --nodes`).
@@ -534,7 +534,8 @@ pub enum UserCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Print who the token says you are (`admin` for the admin token).
+    /// Print who the token says you are (`admin` for the admin token), and which hetsched
+    /// version the server runs (beside this client's).
     Whoami {
         #[command(flatten)]
         client: ClientArgs,

@@ -264,14 +264,36 @@ pub async fn whoami_name(args: &ClientArgs) -> anyhow::Result<pb::WhoAmIReply> {
         .into_inner())
 }
 
-/// `hetsched user whoami`.
+/// `hetsched user whoami`: who the token is, and which hetsched version the server runs (the
+/// call every user may make; this client's own is `hetsched --version`).
 pub async fn whoami(args: &ClientArgs) -> anyhow::Result<()> {
     let reply = whoami_name(args).await?;
-    answer(args, &reply, |r| {
-        if r.admin {
-            format!("{} (the admin token)", r.name)
-        } else {
-            r.name.clone()
+    if args.output == super::Output::Json {
+        let mut v = serde_json::to_value(&reply)?;
+        // Unknown: a server that predates saying it.
+        if reply.server_version.is_empty() {
+            v["server_version"] = serde_json::Value::Null;
         }
-    })
+        return json(&v);
+    }
+    answer(args, &reply, whoami_lines)
+}
+
+/// `whoami`'s table output: the name on the first line, as before this version, the
+/// server's version and this client's on the second.
+fn whoami_lines(r: &pb::WhoAmIReply) -> String {
+    let name = if r.admin {
+        format!("{} (the admin token)", r.name)
+    } else {
+        r.name.clone()
+    };
+    let server = if r.server_version.is_empty() {
+        "of an unknown version (older than version reporting)"
+    } else {
+        &r.server_version
+    };
+    format!(
+        "{name}\nserver: hetsched {server} (this client: {})",
+        env!("CARGO_PKG_VERSION")
+    )
 }

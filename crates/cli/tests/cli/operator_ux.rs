@@ -190,3 +190,36 @@ fn a_bad_max_memory_is_refused_once_with_the_accepted_forms() {
     assert_eq!(err.matches("lots").count(), 1, "{err}");
     assert!(!err.contains("parse"), "{err}");
 }
+
+/// A rolling upgrade needs to see what runs where: `hetsched nodes` lists each agent's version
+/// (JSON and table), `hetsched user whoami` the server's, and an agent of the server's own
+/// version logs no version warning.
+#[test]
+fn nodes_list_each_agents_version_and_whoami_the_servers() {
+    let version = env!("CARGO_PKG_VERSION");
+    let mut c = Cluster::start("ux-versions", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let nodes = c.json(&["nodes"]);
+    assert_eq!(nodes[0]["version"], version, "{nodes}");
+    let table = c.ok(&["nodes"]);
+    let header = table.lines().find(|l| l.contains("node")).expect("header");
+    let row = table.lines().find(|l| l.contains(" a ")).expect("a's row");
+    assert!(
+        header.contains("version") && row.contains(version),
+        "{table}"
+    );
+    let me = c.json(&["user", "whoami"]);
+    assert_eq!(me["server_version"], version, "{me}");
+    let said = c.ok(&["user", "whoami"]);
+    assert_eq!(
+        said.lines().nth(1),
+        Some(format!("server: hetsched {version} (this client: {version})").as_str()),
+        "{said}"
+    );
+    assert!(
+        !c.agent_log("a").contains("the server runs hetsched"),
+        "{}",
+        c.agent_log("a")
+    );
+}
