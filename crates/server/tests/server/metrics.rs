@@ -67,7 +67,18 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
     // 0 fails for good (retries spent), 2 succeeds; 1's result again is not counted again.
     assert!(beat(&mut s, n, &[], &[(0, 3, false), (2, 1, true), (1, 1, true)]).is_empty());
 
-    let drained = common::register(&mut s, "d", 1);
+    // An agent that says its version (`n` is an older one that does not).
+    let drained = s
+        .register(pb::RegisterRequest {
+            identity: common::IDENTITY.into(),
+            name: "d".into(),
+            cores: 1,
+            memory_bytes: 1 << 30,
+            version: "0.9.1".into(),
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
     s.heartbeat(common::heartbeat_request(drained, &[], &[]))
         .expect("beat");
     s.on_drain("d", true).expect("drained");
@@ -104,7 +115,7 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
-    // Which version each agent runs (these registered without saying: older agents), and the
+    // Which version each agent runs (`unknown`: an agent that predates saying it), and the
     // server's own.
     for line in [
         format!(
@@ -112,6 +123,7 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
             env!("CARGO_PKG_VERSION")
         ),
         "hetsched_node_agent_info{node=\"n\",version=\"unknown\"} 1".to_string(),
+        "hetsched_node_agent_info{node=\"d\",version=\"0.9.1\"} 1".to_string(),
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
