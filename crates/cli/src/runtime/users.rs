@@ -276,24 +276,30 @@ pub async fn whoami(args: &ClientArgs) -> anyhow::Result<()> {
         }
         return json(&v);
     }
-    answer(args, &reply, whoami_lines)
+    // Standard output stays the one line scripts read (`me=$(hetsched user whoami)`); the
+    // versions are for the person at the terminal, on standard error.
+    eprintln!("{}", versions_line(&reply));
+    answer(args, &reply, whoami_line)
 }
 
-/// `whoami`'s table output: the name on the first line, as before this version, the
-/// server's version and this client's on the second.
-fn whoami_lines(r: &pb::WhoAmIReply) -> String {
-    let name = if r.admin {
+/// `whoami`'s table output: who the token is.
+fn whoami_line(r: &pb::WhoAmIReply) -> String {
+    if r.admin {
         format!("{} (the admin token)", r.name)
     } else {
         r.name.clone()
-    };
+    }
+}
+
+/// The server's version and this client's, as `whoami` says them on standard error.
+fn versions_line(r: &pb::WhoAmIReply) -> String {
     let server = if r.server_version.is_empty() {
         "of an unknown version (older than version reporting)"
     } else {
         &r.server_version
     };
     format!(
-        "{name}\nserver: hetsched {server} (this client: {})",
+        "server: hetsched {server} (this client: {})",
         env!("CARGO_PKG_VERSION")
     )
 }

@@ -2492,11 +2492,7 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
             "{args:?}: {err}"
         );
     };
-    // The name on the first line; the server's version follows.
-    assert_eq!(
-        ok(&alice, &["user", "whoami"]).lines().next(),
-        Some("alice")
-    );
+    assert_eq!(ok(&alice, &["user", "whoami"]).trim(), "alice");
     // Without --token-file or HETSCHED_TOKEN_FILE (and no hetsched-data here), a user's own
     // token is read from ~/.config/hetsched/token.
     let home = c.dir.join("home-alice");
@@ -2511,7 +2507,7 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
         .output()
         .expect("run hetsched");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).lines().next(), Some("alice"));
+    assert_eq!(text(&out.stdout).trim(), "alice");
     let d = c.dir.display().to_string();
     // Each submits a held job named `nightly` that leaves a file named after its user.
     for (token, who) in [(&alice, "alice"), (&bob, "bob")] {

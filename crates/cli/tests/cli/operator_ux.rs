@@ -211,11 +211,19 @@ fn nodes_list_each_agents_version_and_whoami_the_servers() {
     );
     let me = c.json(&["user", "whoami"]);
     assert_eq!(me["server_version"], version, "{me}");
-    let said = c.ok(&["user", "whoami"]);
-    assert_eq!(
-        said.lines().nth(1),
-        Some(format!("server: hetsched {version} (this client: {version})").as_str()),
-        "{said}"
+    // The name alone on standard output, as scripts read it; the versions on standard error.
+    let out = c.cli(&["user", "whoami"]);
+    let (said, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    assert_eq!(said.trim(), "admin (the admin token)", "{said}");
+    assert!(
+        err.contains(&format!(
+            "server: hetsched {version} (this client: {version})"
+        )),
+        "{err}"
     );
     assert!(
         !c.agent_log("a").contains("the server runs hetsched"),
