@@ -1559,16 +1559,27 @@ impl Topology {
                 "every node alive that may run it is drained (hetsched node resume NAME)".into()
             }));
         }
-        let mut traffic = run.monitor.flush(now);
-        if traffic.is_empty() {
-            traffic = run.traffic.clone();
-        }
-        run.traffic = traffic.clone();
         let current = run
             .rec
             .placement
             .as_ref()
             .and_then(|p| as_placement(p, &nodes));
+        // As the controller's pass does: after a restart the nodes get the dead timeout to sync
+        // before a placement on them counts as lost. Placing now on the nodes heard from so far
+        // would move executors off nodes whose workers run on, which no handover knows of
+        // (their state would be lost).
+        if run.rec.placement.is_some() && current.is_none() && self.cfg.in_grace() {
+            return Err(TopologyError::Precondition(
+                "the server restarted moments ago and has not heard yet from every node the \
+                 topology runs on (they have the dead timeout to sync): try again in a moment"
+                    .into(),
+            ));
+        }
+        let mut traffic = run.monitor.flush(now);
+        if traffic.is_empty() {
+            traffic = run.traffic.clone();
+        }
+        run.traffic = traffic.clone();
         let mut problem = if traffic.is_empty() {
             PlacementProblem::declared(&run.topo.topology, &nodes)
         } else {

@@ -704,6 +704,41 @@ fn no_placement_uses_a_drained_node_and_a_topology_with_nowhere_else_to_go_stays
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A restarted server gives nodes its dead timeout to sync again before a placement on them
+/// counts as lost, and `topology rebalance` keeps to that as the controller does. Found by
+/// `chaos::streams_soak` (seed 1007): a rebalance in that window placed the topology on the
+/// nodes heard from so far, moving every executor off a live node whose agent had not synced
+/// yet (their state lost: no running worker of theirs was known to hand it over).
+#[test]
+fn a_rebalance_right_after_a_restart_waits_for_the_nodes_the_topology_runs_on() {
+    let dir = scratch("restart-rebalance");
+    {
+        let mut s = short_grace(&dir, &["a", "b"]);
+        let shown = s.topology_submit(submission()).expect("submit");
+        assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
+        sync_node(&mut s, "a", vec![running_worker(1)]);
+    } // the server dies; the worker on a runs on
+    let mut s = short_grace(&dir, &[]);
+    // b's agent syncs first; a's has not yet, though its worker runs.
+    sync_node(&mut s, "b", vec![]);
+    let refused = s
+        .topology_rebalance("pipe")
+        .expect_err("a is not lost: its agent has its dead timeout to sync");
+    assert!(
+        refused.to_string().contains("restarted"),
+        "the refusal says why: {refused}"
+    );
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["generation"], 1, "not moved: {shown}");
+    assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
+    // a's agent syncs: the rebalance works again, and the topology stays where it runs.
+    sync_node(&mut s, "a", vec![running_worker(1)]);
+    let shown = s.topology_rebalance("pipe").expect("rebalance");
+    assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A worker its agent cannot start (`start_errors` in the sync): `show` says why until the
 /// worker runs; what another node says of it, or of a worker of an older generation, is ignored,
 /// and a long message is cut.
