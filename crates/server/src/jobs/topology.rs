@@ -154,6 +154,12 @@ pub struct Record {
     /// A worker not listed started as (`generation`, its index).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub started_as: BTreeMap<u32, (u64, u32)>,
+    /// Running workers the latest placement keeps: worker index → the (generation, index) its
+    /// agent runs it as until it takes the new placement. Stored, so that a server restarted
+    /// before that agent's sync still hands the running worker the new placement instead of
+    /// having it stopped and another started (its executors' state lost).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub kept: BTreeMap<u32, (u64, u32)>,
 }
 
 /// A placement by node name.
@@ -548,6 +554,8 @@ fn now_ns() -> u64 {
 
 impl Run {
     fn new(rec: Record, topo: RunnableTopology, start: u64) -> Self {
+        // The workers the stored placement keeps, for agents that have not taken it yet.
+        let kept = rec.kept.iter().map(|(&w, &k)| (w, k)).collect();
         let controller = (rec.interval_ms > 0).then(|| {
             RescheduleController::new(
                 RescheduleSettings {
@@ -584,7 +592,7 @@ impl Run {
             controller,
             last_compute: Instant::now(),
             asked: None,
-            kept: HashMap::new(),
+            kept,
             await_state: HashMap::new(),
             draining: BTreeMap::new(),
             start_errors: HashMap::new(),
@@ -774,6 +782,7 @@ impl Run {
         self.rec.generation += 1;
         let workers_kept = kept.len() - draining.len();
         self.rec.placement = Some(placed);
+        self.rec.kept = kept.iter().map(|(&w, &k)| (w, k)).collect();
         self.kept = kept;
         self.await_state = await_state;
         self.draining = draining;
@@ -1375,6 +1384,7 @@ impl Topology {
             final_tuples: None,
             killed_ns: None,
             started_as: BTreeMap::new(),
+            kept: BTreeMap::new(),
         };
         let mut run = Run::new(rec, topo, self.cfg.core_now());
         let live = self.cfg.alive(inner);

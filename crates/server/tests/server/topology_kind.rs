@@ -739,6 +739,59 @@ fn a_rebalance_right_after_a_restart_waits_for_the_nodes_the_topology_runs_on() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A new placement that keeps a running worker tells its agent which running worker to hand
+/// the new routes to (`keep_generation`/`keep_worker`); a server restarted before that agent's
+/// next sync tells it the same, instead of having it stop the worker and start another (its
+/// executors' state lost). Found by `chaos::streams_soak` (seed 1002): a server killed moments
+/// after a reschedule restarted every worker the reschedule kept.
+#[test]
+fn a_server_restarted_before_the_agents_sync_still_hands_a_kept_worker_its_new_placement() {
+    let dir = scratch("restart-kept");
+    let keep_order = |s: &mut State| {
+        s.topology_sync(
+            WorkersSeen {
+                start_errors: Vec::new(),
+                node: "a".into(),
+                cores: 4,
+                attributes: Vec::new(),
+                workers: vec![running_worker(1)],
+            },
+            None,
+        )
+        .expect("sync")
+        .workers
+        .iter()
+        .map(|o| (o.generation, o.worker, o.keep_generation, o.keep_worker))
+        .collect::<Vec<_>>()
+    };
+    {
+        let mut s = short_grace(&dir, &["a", "b", "c"]);
+        let mut sub = submission();
+        sub.placer = "even".into();
+        sub.workers = 2;
+        let shown = s.topology_submit(sub).expect("submit");
+        assert_eq!(nodes_used(&shown), vec!["a".to_string(), "b".to_string()]);
+        // Past the restart grace; b is drained: its worker moves to c, a's is kept.
+        std::thread::sleep(std::time::Duration::from_millis(1050));
+        sync_node(&mut s, "b", vec![]);
+        sync_node(&mut s, "c", vec![]);
+        assert_eq!(keep_order(&mut s), vec![(1, 0, 0, 0)]);
+        s.on_drain("b", true).expect("drain");
+        s.topology_tick().expect("tick");
+        let shown = s.topology_show("pipe").expect("show");
+        assert_eq!(shown["generation"], 2, "{shown}");
+        assert_eq!(shown["reschedules"][0]["workers_kept"], 1, "{shown}");
+    } // the server dies before a's agent syncs: its worker still runs as (generation 1, 0)
+    let mut s = short_grace(&dir, &[]);
+    assert_eq!(
+        keep_order(&mut s),
+        vec![(2, 0, 1, 0)],
+        "the restarted server hands a's running worker the new placement"
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A worker its agent cannot start (`start_errors` in the sync): `show` says why until the
 /// worker runs; what another node says of it, or of a worker of an older generation, is ignored,
 /// and a long message is cut.
