@@ -160,6 +160,18 @@ pub struct Record {
     /// having it stopped and another started (its executors' state lost).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub kept: BTreeMap<u32, (u64, u32)>,
+    /// Workers of an earlier placement draining (handing their executors' state over): worker
+    /// index (beyond the placement's workers) → (its node, since when, wall-clock ms). Stored,
+    /// so that a server restarted during a move still orders them until their executors have
+    /// handed over (or [`DRAIN_LIMIT`] from when they began) instead of having them stopped,
+    /// their executors' state lost.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub draining: BTreeMap<u32, (String, u64)>,
+    /// Executors each worker of this generation waits for the state of (they move from a
+    /// running worker), until the worker first reports. Stored, so that a new worker ordered
+    /// by a restarted server still waits for the state its executors' earlier workers hand over.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub await_state: BTreeMap<u32, Vec<u32>>,
 }
 
 /// A placement by node name.
@@ -239,11 +251,10 @@ struct Run {
     /// Workers of this generation that are running workers of an earlier one (new index →
     /// (old generation, old index)).
     kept: HashMap<u32, (u64, u32)>,
-    /// Executors each worker of this generation waits for the state of (they move from a
-    /// running worker), until the worker first reports.
-    await_state: HashMap<u32, Vec<u32>>,
     /// Workers of an earlier placement on nodes this one does not use, kept (index beyond the
-    /// placement's workers) until their executors have handed over: node, since when.
+    /// placement's workers) until their executors have handed over: node, since when. What
+    /// the store keeps of it is `Record::draining` (an `Instant` does not outlive the process).
+    /// Which executors each new worker waits for the state of is `Record::await_state`.
     draining: BTreeMap<u32, (String, Instant)>,
     /// Why workers of this generation could not start, as their agents said at their latest
     /// sync (until the worker runs; not stored: the agent says it again).
@@ -552,10 +563,28 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Wall-clock ms since the Unix epoch (what the store keeps of a drain's start).
+fn now_ms() -> u64 {
+    now_ns() / 1_000_000
+}
+
 impl Run {
     fn new(rec: Record, topo: RunnableTopology, start: u64) -> Self {
         // The workers the stored placement keeps, for agents that have not taken it yet.
         let kept = rec.kept.iter().map(|(&w, &k)| (w, k)).collect();
+        // The workers still draining from the stored move, measured from when they began (by
+        // the wall clock: the time the server was down counts), so that a handover that never
+        // completes still ends within [`DRAIN_LIMIT`]. A clock set back counts from now.
+        let (now_ms, now) = (now_ms(), Instant::now());
+        let draining = rec
+            .draining
+            .iter()
+            .map(|(&w, (node, since_ms))| {
+                let past = Duration::from_millis(now_ms.saturating_sub(*since_ms))
+                    .min(DRAIN_LIMIT + Duration::from_secs(1));
+                (w, (node.clone(), now.checked_sub(past).unwrap_or(now)))
+            })
+            .collect();
         let controller = (rec.interval_ms > 0).then(|| {
             RescheduleController::new(
                 RescheduleSettings {
@@ -593,8 +622,7 @@ impl Run {
             last_compute: Instant::now(),
             asked: None,
             kept,
-            await_state: HashMap::new(),
-            draining: BTreeMap::new(),
+            draining,
             start_errors: HashMap::new(),
             computations: std::collections::VecDeque::new(),
         }
@@ -710,7 +738,7 @@ impl Run {
         let alive: BTreeSet<&str> = alive.iter().map(|(n, _)| n.as_str()).collect();
         let mut kept: HashMap<u32, (u64, u32)> = HashMap::new();
         let mut renumber: HashMap<u32, u32> = HashMap::new();
-        let mut await_state: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut await_state: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         let mut draining: BTreeMap<u32, (String, Instant)> = BTreeMap::new();
         let mut moved = 0;
         if let Some(old) = &self.rec.placement {
@@ -784,14 +812,19 @@ impl Run {
         self.rec.placement = Some(placed);
         self.rec.kept = kept.iter().map(|(&w, &k)| (w, k)).collect();
         self.kept = kept;
-        self.await_state = await_state;
+        self.rec.await_state = await_state;
+        let since_ms = now_ms();
+        self.rec.draining = draining
+            .iter()
+            .map(|(&w, (node, _))| (w, (node.clone(), since_ms)))
+            .collect();
         self.draining = draining;
         (workers_kept, moved)
     }
 
     /// Stops ordering draining workers once they host nothing (their last report lists no
-    /// executor) or after [`DRAIN_LIMIT`].
-    fn retire_drained(&mut self) {
+    /// executor) or after [`DRAIN_LIMIT`]. Returns whether the record changed (to be stored).
+    fn retire_drained(&mut self) -> bool {
         let live = &self.live;
         self.draining.retain(|w, (_, since)| {
             let empty = live
@@ -808,6 +841,11 @@ impl Run {
         );
         self.live
             .retain(|w, _| *w < placed || draining.contains_key(w));
+        let stored = self.rec.draining.len();
+        self.rec
+            .draining
+            .retain(|w, _| self.draining.contains_key(w));
+        self.rec.draining.len() != stored
     }
 }
 
@@ -1385,6 +1423,8 @@ impl Topology {
             killed_ns: None,
             started_as: BTreeMap::new(),
             kept: BTreeMap::new(),
+            draining: BTreeMap::new(),
+            await_state: BTreeMap::new(),
         };
         let mut run = Run::new(rec, topo, self.cfg.core_now());
         let live = self.cfg.alive(inner);
@@ -1674,7 +1714,9 @@ impl Topology {
                 run.feed(w.worker, w.pid, r, now);
                 // It runs (and has taken what was handed over, or stopped waiting): a restart
                 // from now on starts its executors without waiting.
-                run.await_state.remove(&w.worker);
+                if run.rec.await_state.remove(&w.worker).is_some() {
+                    inner.dirty.insert(run.rec.name.clone());
+                }
             }
             let entry = run.live.entry(w.worker).or_insert(Live {
                 addr: addr.clone(),
@@ -1727,7 +1769,9 @@ impl Topology {
         }
         let mut out = Vec::new();
         for run in inner.runs.values_mut() {
-            run.retire_drained();
+            if run.retire_drained() {
+                inner.dirty.insert(run.rec.name.clone());
+            }
         }
         for run in inner.runs.values() {
             if run.rec.state != "running" {
@@ -1755,7 +1799,7 @@ impl Topology {
                     work_dir: PathBuf::new(),
                     listen: String::new(),
                     started_ns: run.rec.submitted_ns,
-                    await_state: run.await_state.get(&idx).cloned().unwrap_or_default(),
+                    await_state: run.rec.await_state.get(&idx).cloned().unwrap_or_default(),
                     // Each agent derives the worker key from the agent token: it never travels.
                     key: String::new(),
                     // Each agent decides: TLS when it reaches the server over TLS.

@@ -792,6 +792,111 @@ fn a_server_restarted_before_the_agents_sync_still_hands_a_kept_worker_its_new_p
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A move hands executors' state over: the worker left behind drains (it is still ordered, as a
+/// worker beyond the placement's, until its executors have handed over) and the new worker
+/// waits for the state (`await_state`). Both are stored with the topology, so a server
+/// restarted before the handover completes still orders the draining worker (its agent does
+/// not stop it, its executors' state with it) and has the new worker wait for that state.
+#[test]
+fn a_server_restarted_during_a_move_still_drains_the_old_worker_and_the_new_one_awaits_its_state() {
+    let dir = scratch("restart-draining");
+    // (generation, worker, keep_generation, keep_worker, await_state) of the orders `node` gets.
+    let orders = |s: &mut State, node: &str, workers: Vec<WorkerSeen>| {
+        s.topology_sync(
+            WorkersSeen {
+                start_errors: Vec::new(),
+                node: node.into(),
+                cores: 4,
+                attributes: Vec::new(),
+                workers,
+            },
+            None,
+        )
+        .expect("sync")
+        .workers
+        .iter()
+        .map(|o| {
+            (
+                o.generation,
+                o.worker,
+                o.keep_generation,
+                o.keep_worker,
+                o.config.await_state.clone(),
+            )
+        })
+        .collect::<Vec<_>>()
+    };
+    {
+        let mut s = short_grace(&dir, &["a", "b"]);
+        let shown = s.topology_submit(submission()).expect("submit");
+        assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
+        // Past the restart grace, with the worker running on a; a is drained: it moves to b.
+        std::thread::sleep(std::time::Duration::from_millis(1050));
+        sync_node(&mut s, "a", vec![running_worker(1)]);
+        sync_node(&mut s, "b", vec![]);
+        s.on_drain("a", true).expect("drain");
+        s.topology_tick().expect("tick");
+        let shown = s.topology_show("pipe").expect("show");
+        assert_eq!(shown["generation"], 2, "{shown}");
+        assert_eq!(shown["workers_draining"], 1, "{shown}");
+    } // the server dies before either agent syncs: a's worker still runs as (generation 1, 0)
+    let mut s = short_grace(&dir, &[]);
+    assert_eq!(
+        orders(&mut s, "a", vec![running_worker(1)]),
+        vec![(2, 1, 1, 0, vec![])],
+        "the restarted server has a's running worker drain (hand over), not stop"
+    );
+    assert_eq!(
+        orders(&mut s, "b", vec![]),
+        vec![(2, 0, 0, 0, vec![0, 1, 2, 3])],
+        "the new worker waits for the state of every executor that moves to it"
+    );
+    assert_eq!(
+        s.topology_show("pipe").expect("show")["workers_draining"],
+        1
+    );
+    // The new worker runs and reports: it has taken what was handed over (stored too).
+    let mut reported = running_worker(2);
+    reported.report = Some(worker_report(&[], 0));
+    sync_node(&mut s, "b", vec![reported]);
+    drop(s);
+    // A handover that never completes still ends: the drain is measured from when it began,
+    // which the store keeps (here set back past the drain limit while the server is down).
+    {
+        let db = rusqlite::Connection::open(dir.join("state.db")).expect("db");
+        let text: String = db
+            .query_row(
+                "SELECT record FROM topologies WHERE name = 'pipe'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("record");
+        let mut rec: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(rec["draining"]["1"][0], "a", "{rec}");
+        assert!(rec.get("await_state").is_none(), "{rec}");
+        let began = rec["draining"]["1"][1].as_u64().expect("since_ms");
+        rec["draining"]["1"][1] = (began - 60_000).into();
+        db.execute(
+            "UPDATE topologies SET record = ?1 WHERE name = 'pipe'",
+            [rec.to_string()],
+        )
+        .expect("update");
+    }
+    let mut s = short_grace(&dir, &[]);
+    assert_eq!(
+        orders(&mut s, "a", vec![running_worker(1)]),
+        vec![],
+        "past the drain limit: a's worker is no longer ordered (its agent stops it)"
+    );
+    assert_eq!(
+        orders(&mut s, "b", vec![]),
+        vec![(2, 0, 0, 0, vec![])],
+        "the new worker took the state already: a restart of it waits for none"
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A worker its agent cannot start (`start_errors` in the sync): `show` says why until the
 /// worker runs; what another node says of it, or of a worker of an older generation, is ignored,
 /// and a long message is cut.
