@@ -27,7 +27,8 @@
 //!
 //! The seed fixes the workload and the faults (kinds, victims, pauses), not the timing, so a
 //! failure prints its seed for a replay: `HETSCHED_CHAOS_SEED=N cargo test -p hetsched-cli
-//! --test cli chaos::soak -- --ignored --nocapture` (or `HETSCHED_CHAOS_SEEDS=K` for K seeds;
+//! --test cli chaos::soak -- --ignored --nocapture` (or `HETSCHED_CHAOS_SEEDS=K` for K seeds,
+//! from `HETSCHED_CHAOS_FROM` (default 1000);
 //! `chaos::accel_soak`, `chaos::topology_soak` and `chaos::streams_soak` the same for the other
 //! scenarios).
 //!
@@ -1595,7 +1596,8 @@ fn streams_soak() {
     }
 }
 
-/// `HETSCHED_CHAOS_SEEDS=K` seeds from 1000 (default 20), or the one `HETSCHED_CHAOS_SEED`.
+/// `HETSCHED_CHAOS_SEEDS=K` seeds (default 20) from `HETSCHED_CHAOS_FROM` (default 1000; at
+/// least 1000, the soaks' range), or the one `HETSCHED_CHAOS_SEED`.
 fn soak_seeds() -> Vec<u64> {
     match std::env::var("HETSCHED_CHAOS_SEED") {
         Ok(s) => vec![s.trim().parse().expect("HETSCHED_CHAOS_SEED: a number")],
@@ -1604,7 +1606,12 @@ fn soak_seeds() -> Vec<u64> {
                 .ok()
                 .and_then(|s| s.trim().parse().ok())
                 .unwrap_or(20);
-            (1000..1000 + k).collect()
+            let from: u64 = std::env::var("HETSCHED_CHAOS_FROM")
+                .ok()
+                .map(|s| s.trim().parse().expect("HETSCHED_CHAOS_FROM: a number"))
+                .unwrap_or(1000)
+                .max(1000);
+            (from..from + k).collect()
         }
     }
 }
