@@ -9,9 +9,9 @@
 //! Two more scenarios share that machinery ([`Scenario`]):
 //! - **Accel** (`accel_seed_1`, `accel_soak`): rack A holds an ANode (two declared GPUs) and two
 //!   NNodes bound to it; GPU-only arrays (their tasks placed on the NNodes are offloaded to the
-//!   ANode) and a workflow whose GPU instances only the NNodes may run (so each is offloaded,
-//!   its input shipped and its output brought back), under SIGKILLs of the ANode's agent, the
-//!   NNodes' and the server. Checked as above, and every GPU task's recorded attempt ran on the
+//!   ANode), a workflow whose GPU instances only the NNodes may run (so each is offloaded, its
+//!   input shipped and its output brought back) and a divisible job on all three, under
+//!   SIGKILLs of the ANode's agent, the NNodes' and the server. Checked as above, and every GPU task's recorded attempt ran on the
 //!   ANode (`executed_node`, compared across the last restart with the rest of the listings).
 //! - **Topology** (`topology_seed_1`, `topology_soak`): a word count on three agents (2 s dead
 //!   timeout) under SIGKILLs of the agents (their workers stop with them) and the server (its
@@ -1408,8 +1408,8 @@ fn accel_agents(c: &Cluster) -> Vec<Agent> {
 }
 
 /// One seeded run of the accelerator scenario: GPU-only arrays, whose tasks placed on the
-/// NNodes are offloaded to the ANode, and a workflow whose GPU instances only the NNodes may
-/// run, under SIGKILLs of the ANode's agent, the NNodes' and the server. Checked as the mixed
+/// NNodes are offloaded to the ANode, a workflow whose GPU instances only the NNodes may run,
+/// and a divisible job on all three nodes, under SIGKILLs of the ANode's agent, the NNodes' and the server. Checked as the mixed
 /// scenario is, and every GPU task's recorded attempt ran on the ANode.
 fn accel_run(seed: u64) -> Duration {
     let (events, agent_kills) = if seed < 1000 {
@@ -1431,6 +1431,9 @@ fn accel_run(seed: u64) -> Duration {
     r.first_balancer = first;
     r.submit_gpu_batch("g1");
     r.submit_accel_workflow("w1", first);
+    // A divisible job beside them: its chunks run on every node (the ANode and the NNodes
+    // alike), so the ANode's kills also lose chunks, which must be re-planned.
+    r.submit_divisible("d1");
     r.chaos(events, agent_kills);
     r.note(format!(
         "{} agent kills, {} server kills; waiting for the jobs",
