@@ -44,6 +44,22 @@ use tonic::{Request, Response, Status};
 /// node and path that follow, and produces that output again).
 pub const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 
+/// How the result of an instance whose inputs found no room on this node's disk begins: a fetch
+/// would have taken the work directory's filesystem below `min_free_disk`, or the disk refused a
+/// write for want of space. Reported `interrupted`, as an unavailable input is: the disk filled
+/// between two of the agent's reports, which is the node's condition, not the instance's fault,
+/// so the server runs it again — elsewhere while this node has no room — counting a lost
+/// attempt, not a failure (the server reads this prefix).
+pub const NO_ROOM: &str = "no room for inputs: ";
+
+/// Whether a failed preparation ([`prepare`]'s error) is not the instance's failure: an input
+/// that could not be had ([`INPUT_UNAVAILABLE`]: its producer runs again) or no room for the
+/// inputs on this node's disk ([`NO_ROOM`]: the instance runs again). Such an attempt is
+/// reported `interrupted`.
+pub fn interrupts(message: &str) -> bool {
+    message.starts_with(INPUT_UNAVAILABLE) || message.starts_with(NO_ROOM)
+}
+
 /// How the cause in such a result begins when the producer's agent could not be reached at all:
 /// the server then counts every output on that node as lost until the node beats again, not
 /// only the one named.
@@ -743,7 +759,9 @@ pub fn offloaded(a: &pb::Assignment) -> bool {
 
 /// Prepares workflow instance `a`: its directory, its inputs fetched from their producers'
 /// agents (at most `max_input_bytes` each, none taking the disk below `min_free_disk`: the
-/// `limits`), and the command with its placeholders filled. Errors say which input failed. An
+/// `limits`), and the command with its placeholders filled. Errors say which input failed; one
+/// for which [`interrupts`] holds is not the instance's failure (its attempt is reported
+/// `interrupted`: an input lost, or no room for the inputs on this node's disk). An
 /// instance that runs as `account` (`run_as_owner`) gets a new directory, the account's once
 /// its inputs are in.
 ///
@@ -861,8 +879,10 @@ pub async fn prepare(
                 )
             };
             // Neither a too large input nor a full disk is a lost output: producing it again
-            // would send as much again, or find the disk as full. They fail the attempt (the
-            // server's retries apply), saying what to change.
+            // would send as much again, or find the disk as full. A too large input fails the
+            // attempt (the server's retries apply), saying what to change. A full disk is this
+            // node's condition, which its next report tells the server: the attempt is
+            // interrupted ([`NO_ROOM`]), and the instance runs again where there is room.
             return Err(match e {
                 FetchError::Unavailable(e) => format!(
                     "{INPUT_UNAVAILABLE}{} {}: input `{}`: {e}",
@@ -874,9 +894,9 @@ pub async fn prepare(
                     from()
                 ),
                 FetchError::LowDisk { .. } | FetchError::Disk(_) => format!(
-                    "{}: {e}; this instance's input copies were removed (free space on this \
-                     node's disk, or lower `min_free_disk` in this agent's configuration; 0 \
-                     turns the floor off)",
+                    "{NO_ROOM}{}: {e}; this instance's input copies were removed, and it runs \
+                     again where there is room (free space on this node's disk, or lower \
+                     `min_free_disk` in this agent's configuration; 0 turns the floor off)",
                     from()
                 ),
             });
@@ -1557,6 +1577,7 @@ mod tests {
             )
         );
         assert!(!e.starts_with(INPUT_UNAVAILABLE), "not produced again");
+        assert!(!interrupts(&e), "the attempt fails: {e}");
         let dir = consumer.join("wf/7/C-0");
         assert!(dir.is_dir() || !dir.exists());
         assert!(!dir.join("in").exists(), "nothing of the inputs is left");
@@ -1581,10 +1602,12 @@ mod tests {
 
     /// A node whose disk has less free than the agent's `min_free_disk` (read for real, with
     /// `statvfs`: the floor set above what the test's disk has) fetches nothing: the instance's
-    /// attempt fails before the producer is asked, naming the input, the producer, the free
-    /// space, the floor and the setting, and nothing of its inputs is on the disk. Not as an
-    /// unavailable input (producing it again would not make room here). Before, free space was
-    /// never read, and fetches wrote until the disk was full.
+    /// attempt ends before the producer is asked, naming the input, the producer, the
+    /// directory, the free space, the floor and the setting, and nothing of its inputs is on the
+    /// disk. Not as an unavailable input (producing it again would not make room here), and not
+    /// as the instance's failure: interrupted for want of room ([`NO_ROOM`]), so the server
+    /// runs it again elsewhere without counting it against its `retries`. Before, free space
+    /// was never read, and fetches wrote until the disk was full; then such an attempt failed.
     #[tokio::test]
     async fn a_node_below_min_free_disk_fetches_nothing_and_says_why() {
         let root = std::env::temp_dir().join(format!("hetsched-wf-floor-{}", std::process::id()));
@@ -1616,18 +1639,20 @@ mod tests {
             .expect_err("below the floor");
         let dir = consumer.join("wf/7/C-0/in/x");
         let head = format!(
-            "input `x` from node 3 (wf/7/P-0/out/x at {address}): this node's disk is too full \
-             for it: the filesystem of {} has ",
+            "{NO_ROOM}input `x` from node 3 (wf/7/P-0/out/x at {address}): this node's disk is \
+             too full for it: the filesystem of {} has ",
             dir.display()
         );
         let tail = format!(
             " free, and this agent keeps `min_free_disk` ({}) free; this instance's input copies \
-             were removed (free space on this node's disk, or lower `min_free_disk` in this \
-             agent's configuration; 0 turns the floor off)",
+             were removed, and it runs again where there is room (free space on this node's \
+             disk, or lower `min_free_disk` in this agent's configuration; 0 turns the floor \
+             off)",
             bytesize::ByteSize(limits.min_free_disk)
         );
         assert!(e.starts_with(&head) && e.ends_with(&tail), "{e}");
         assert!(!e.starts_with(INPUT_UNAVAILABLE), "not produced again");
+        assert!(interrupts(&e), "interrupted, not failed: {e}");
         assert!(!consumer.join("wf/7/C-0/in").exists(), "nothing fetched");
         // Turned off, the same node fetches it.
         let off = InputLimits {
@@ -1650,7 +1675,8 @@ mod tests {
     /// copy nor the input fetched before it. The disk is a stand-in (the test cannot fill a
     /// real one): its free space is a budget less what the consumer's instance holds, as a
     /// real disk's would be, so the fetch's own writes must be counted, or read again, for it
-    /// to stop. The floor is never crossed; with exactly enough room, everything is fetched.
+    /// to stop. The floor is never crossed, and the attempt is interrupted for want of room
+    /// ([`NO_ROOM`]), not failed; with exactly enough room, everything is fetched.
     #[tokio::test]
     async fn a_fetch_that_would_go_below_min_free_disk_stops_and_leaves_nothing() {
         let root = std::env::temp_dir().join(format!("hetsched-wf-fill-{}", std::process::id()));
@@ -1710,16 +1736,17 @@ mod tests {
         assert_eq!(
             e,
             format!(
-                "input `big` from node 3 (wf/7/P-0/out/big at {address}): this node's disk is \
-                 too full for it: the filesystem of {} has {} free, and this agent keeps \
-                 `min_free_disk` (1.0 MiB) free; this instance's input copies were removed \
-                 (free space on this node's disk, or lower `min_free_disk` in this agent's \
-                 configuration; 0 turns the floor off)",
+                "{NO_ROOM}input `big` from node 3 (wf/7/P-0/out/big at {address}): this node's \
+                 disk is too full for it: the filesystem of {} has {} free, and this agent keeps \
+                 `min_free_disk` (1.0 MiB) free; this instance's input copies were removed, and \
+                 it runs again where there is room (free space on this node's disk, or lower \
+                 `min_free_disk` in this agent's configuration; 0 turns the floor off)",
                 dir.display(),
                 bytesize::ByteSize(floor + CHUNK as u64 / 2)
             )
         );
         assert!(!e.starts_with(INPUT_UNAVAILABLE), "not produced again");
+        assert!(interrupts(&e), "interrupted, not failed: {e}");
         assert_eq!(
             most.load(std::sync::atomic::Ordering::Relaxed),
             1000 + 2 * CHUNK as u64,
@@ -1741,6 +1768,24 @@ mod tests {
         .await
         .expect("room enough");
         assert_eq!(std::fs::metadata(&ready.argv[2]).expect("big").len(), big);
+        // A disk whose free space cannot be read is the node's disk too: interrupted, as one
+        // that refuses a write for want of space (`FetchError::Disk`, the same arm).
+        let unreadable = InputLimits {
+            min_free_disk: floor,
+            free_space: FreeSpace::with(|_| Err(std::io::Error::from_raw_os_error(5))),
+            ..InputLimits::default()
+        };
+        let e = prepare(&a, &spec, &consumer, &consumer_auth(), None, &unreadable)
+            .await
+            .expect_err("unreadable");
+        assert!(
+            e.starts_with(&format!(
+                "{NO_ROOM}input `small` from node 3 (wf/7/P-0/out/small at {address}): this \
+                 node's disk: its free space could not be read at "
+            )) && interrupts(&e),
+            "{e}"
+        );
+        assert!(!consumer.join("wf/7/C-0/in").exists(), "nothing fetched");
         server.abort();
         let _ = std::fs::remove_dir_all(&root);
     }

@@ -656,8 +656,16 @@ pub async fn run(
                     read_bps = delta as f64 / elapsed.as_secs_f64();
                     io_sampled = Instant::now();
                 }
-                // Available memory and free disk change slowly; once a second is plenty.
-                if memory_sampled.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                // Available memory and free disk change slowly; once a second is plenty. But a
+                // beat that reports an instance interrupted for want of disk reads the disk
+                // afresh: the server keeps work with inputs off this node until a later beat
+                // says it has room, and a reading from before the fetch filled it would say so
+                // too soon.
+                let no_room = sh
+                    .results
+                    .iter()
+                    .any(|r| r.interrupted && r.message.starts_with(dataflow::NO_ROOM));
+                if no_room || memory_sampled.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                     available_memory = detect::available_memory_bytes();
                     disk_free = dataflow::statvfs_free(&opts.work_dir).ok();
                     memory_sampled = Some(Instant::now());
@@ -1404,10 +1412,12 @@ impl Launcher<'_> {
                             )
                             .await
                             .map(Arc::new)
-                            // Not the instance's failure: the server produces the input
-                            // again.
+                            // Not the instance's failure when an input was lost (the server
+                            // produces it again) or this node's disk had no room for it (the
+                            // server runs the instance again, elsewhere while this node has
+                            // none): interrupted.
                             .map_err(|m| {
-                                let again = m.starts_with(dataflow::INPUT_UNAVAILABLE);
+                                let again = dataflow::interrupts(&m);
                                 (m, false, again)
                             })
                         }
