@@ -78,7 +78,9 @@ pub struct ServerConfig {
     pub idle_heartbeat_interval: Option<Duration>,
     /// Silence after which a node is declared dead.
     pub dead_timeout: Duration,
-    /// How many times a task may be lost (its node died, or it vanished) before it fails.
+    /// How many times a task may be lost (its node died, or it vanished) before it fails; and
+    /// how many times a workflow instance may be lost for want of room for its inputs on its
+    /// node's disk (`min_free_disk`).
     pub max_attempts: u32,
     /// Compute-time estimate for variants without a declared profile, until one is learned.
     pub profile_estimate: Duration,

@@ -27,7 +27,11 @@
 //!   every input's node must be alive; an output whose node died is produced again (its
 //!   producer runs again), and the consumer waits for it on the node that took it;
 //! - **losses**: an instance lost with its node (or its agent, or the ANode it was offloaded
-//!   to) runs again, listed as `attempt N lost: REASON` until that attempt ends;
+//!   to) runs again, listed as `attempt N lost: REASON` until that attempt ends; so does one
+//!   whose agent found no room for its inputs on the node's disk (`min_free_disk`, the agent's
+//!   [`NO_ROOM`]: the disk filled since the node's last report), kept off that node until a
+//!   later heartbeat reports room, and failed once it was lost so `max_attempts` times (stored,
+//!   `wf_instances.disk_losses`): a cluster whose every disk is full ends the job, saying why;
 //! - every run again (a retry, a loss, a ready instance after a restart) is placed by the
 //!   machine like a ready instance ([`LaunchNode::resubmit`], [`Dispatcher::resubmit`]): under
 //!   `pcddb` it travels in the next allocation request. A re-production that a consumer already
@@ -107,6 +111,10 @@ const DROPPED_REPLIES: u8 = 3;
 /// How an agent's result begins when an input could not be fetched (see the agent's
 /// `dataflow::INPUT_UNAVAILABLE`).
 const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
+
+/// How an agent's result begins when the instance's inputs found no room on its node's disk
+/// (see the agent's `dataflow::NO_ROOM`): reported interrupted, a lost attempt.
+const NO_ROOM: &str = "no room for inputs: ";
 
 /// What follows the input's name in such a result when the producer's agent could not be
 /// reached at all (see the agent's `dataflow::PRODUCER_UNREACHABLE`): every output on that
@@ -220,6 +228,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // The ANode its latest attempt was offloaded to (NULL: run where it was placed, or stored
     // before offloads were kept), as `tasks.executed_node` for a batch task.
     ("wf_instances", "executed_node", "INTEGER"),
+    // Its attempts lost for want of room for its inputs on a node's disk, bounded by
+    // `max_attempts` (0: none, or stored before they were counted).
+    ("wf_instances", "disk_losses", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,6 +293,10 @@ struct Inst {
     /// How many times it was produced again because its output could not be fetched (memory
     /// only); at [`MAX_INPUT_LOSSES`] the next consumer that cannot fetch it fails instead.
     reproduced: u32,
+    /// Attempts lost because its agent found no room for its inputs on the node's disk (the
+    /// agent's [`NO_ROOM`]); at the server's `max_attempts` it fails. Stored: a restart must
+    /// not give a cluster of full disks its bound afresh.
+    disk_losses: u32,
     /// Produced again (its output was lost), outside the machine.
     reproducing: bool,
     /// Succeeded at least once (the graph counts it finished, even while it is produced again).
@@ -533,6 +548,15 @@ pub struct Workflows {
     /// consumer of four outputs of a killed agent failed for good at its third (issue 9's CLI
     /// kill test, 1 run in 4).
     unreachable: BTreeSet<u32>,
+    /// Nodes whose agent reported an instance interrupted for want of room for its inputs on
+    /// its disk (memory only), with the node's `last_seen` at that heartbeat: each counts as
+    /// below its floor ([`Word::Room`] unset) until a later heartbeat, whose disk report then
+    /// decides. The report that came with the result may predate the fetch that filled the
+    /// disk; without this the instance could go straight back to the same node.
+    no_room: BTreeMap<u32, std::time::Instant>,
+    /// The server's `max_attempts`: an instance lost this many times for want of disk room
+    /// fails.
+    max_attempts: u32,
     /// Each node's PCDDB figures, from its heartbeats: (sent, received, held).
     counters: BTreeMap<u32, (u64, u64, u32)>,
     /// When these launch nodes were built (this server's start, or the last rollback).
@@ -591,6 +615,7 @@ impl Workflows {
         self.addresses = old.addresses.clone();
         self.heard = old.heard.clone();
         self.unreachable = old.unreachable.clone();
+        self.no_room = old.no_room.clone();
     }
 
     /// Builds the kind from its tables (creating them on a fresh store), putting running
@@ -614,6 +639,8 @@ impl Workflows {
             addresses: BTreeMap::new(),
             heard: BTreeSet::new(),
             unreachable: BTreeSet::new(),
+            no_room: BTreeMap::new(),
+            max_attempts: config.max_attempts.max(1),
             counters: BTreeMap::new(),
             epoch: cx.now,
             grants: 0,
@@ -700,7 +727,7 @@ impl Workflows {
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
-                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node FROM wf_instances WHERE job=?1")
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses FROM wf_instances WHERE job=?1")
                     .map_err(StoreError::from)?;
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
@@ -742,6 +769,8 @@ impl Workflows {
                         .get::<_, Option<i64>>(14)
                         .map_err(StoreError::from)?
                         .and_then(|n| u32::try_from(n).ok());
+                    x.disk_losses =
+                        u32::try_from(r.get::<_, i64>(15).map_err(StoreError::from)?).unwrap_or(0);
                     // Its run time counts again for `prefetch = "auto"`, as it did before the
                     // restart: a task measured short is queued at once, not measured anew.
                     if x.st == St::Done
@@ -958,7 +987,8 @@ impl Workflows {
                 Word::Attr(a) => attrs.contains(a),
                 Word::Fits(r) => capacity.fits(r),
                 Word::Lasts(limit) => left.is_none_or(|l| l >= u128::from(*limit)),
-                Word::Room => has_room(rec),
+                // Below its floor as reported, or since an instance found no room there.
+                Word::Room => has_room(rec) && !self.no_room.contains_key(&n),
             })
             .fold(0, |m, (k, _)| m | (1 << k))
     }
@@ -976,6 +1006,20 @@ impl Workflows {
                 attributes: self.node_mask(cx, n, now),
             })
             .collect()
+    }
+
+    /// Centralised: the dispatcher's members follow the live nodes and their masks now (also
+    /// done at every heartbeat; instances nobody could run are tried again).
+    fn refresh_members(&mut self, cx: &Ctx, job: &mut WfJob) {
+        let Machine::Centralised(d) = &mut job.machine else {
+            return;
+        };
+        let nodes = self.graph_nodes(cx);
+        if job.members != nodes {
+            job.members = nodes.clone();
+            let o = d.set_members(nodes);
+            self.apply(job, o);
+        }
     }
 
     /// Hands the instances to run again to the job's machine — except a lost output's producer
@@ -1130,6 +1174,7 @@ impl Workflows {
                     failures: 0,
                     inputs_lost: 0,
                     reproduced: 0,
+                    disk_losses: 0,
                     reproducing: false,
                     produced: false,
                     usage: None,
@@ -1440,7 +1485,7 @@ impl Workflows {
             let x = &mut j.insts[i as usize];
             // Cancelled by a user (not as a dependant): started (an attempt) or not.
             let cancelled_itself = ended == St::Cancelled && x.message == CANCELLED;
-            x.message = if ended == St::Failed && x.failures > 0 {
+            x.message = if ended == St::Failed && (x.failures > 0 || x.disk_losses > 0) {
                 format!("resubmitted after attempt {} failed", x.attempt)
             } else if cancelled_itself && x.attempt > 0 {
                 format!("resubmitted after attempt {} was cancelled", x.attempt)
@@ -1450,6 +1495,7 @@ impl Workflows {
                 "resubmitted: waits for its producers again".into()
             };
             x.failures = 0;
+            x.disk_losses = 0;
             x.finished_ns = 0;
             self.dirty.insert((j.seq, i));
             if x.produced {
@@ -2012,6 +2058,49 @@ impl JobKind for Workflows {
                         .filter(|(n, q)| **n != node.0 && !q.is_empty())
                         .map(|(n, _)| *n),
                 );
+            } else if r.interrupted
+                && let Some(cause) = r.message.strip_prefix(NO_ROOM)
+            {
+                // Its inputs found no room on this node's disk: it filled since the node's
+                // last report. Neither the instance's failure (its `retries` are for that) nor a
+                // lost output: it runs again, kept off this node until a later heartbeat says
+                // it has room, and counts a lost attempt against `max_attempts`, so that a
+                // cluster whose every disk is full ends the job rather than looping.
+                x.disk_losses += 1;
+                let (attempt, losses) = (x.attempt, x.disk_losses);
+                let lost = format!(
+                    "attempt {attempt} lost: no room for inputs on node `{}`: {cause}",
+                    cx.nodes.name(node.0)
+                );
+                if let Some(rec) = cx.nodes.get(node.0) {
+                    self.no_room.insert(node.0, rec.last_seen);
+                }
+                warn!(
+                    job = seq,
+                    instance = i,
+                    node = %cx.nodes.name(node.0),
+                    "no room for a workflow instance's inputs on the node's disk: it runs again \
+                     elsewhere"
+                );
+                if losses >= self.max_attempts {
+                    cx.metrics.result(crate::metrics::Outcome::Failed);
+                    let why = format!(
+                        "{lost}; gave up after {} lost for want of disk room (the server's \
+                         `max_attempts`)",
+                        hetsched_core::text::count(losses, "attempt")
+                    );
+                    self.fail(&mut job, i, &why, cx.now);
+                    break 'r;
+                }
+                let x = &mut job.insts[i as usize];
+                x.st = St::Ready;
+                x.node = None;
+                x.message = lost;
+                // The centralised dispatcher places it at once: it must see the node's mask
+                // without room now, not at the next heartbeat (a PCDDB node's machine is told
+                // its mask in this heartbeat's reply, before any request reaches it).
+                self.refresh_members(cx, &mut job);
+                job.rerun.push(i);
             } else if r.interrupted {
                 x.st = St::Ready;
                 x.message = r.message.clone();
@@ -2195,6 +2284,14 @@ impl JobKind for Workflows {
         // It answers again: its outputs may be fetched (those produced again meanwhile stay
         // where they were produced again).
         self.unreachable.remove(&node.0);
+        // A heartbeat after the one that said its disk had no room for an instance's inputs:
+        // its disk report decides again (read after that fetch: the agent reads its disk
+        // afresh for a beat that carries such a result).
+        if let Some(&at) = self.no_room.get(&node.0)
+            && cx.nodes.get(node.0).is_some_and(|rec| rec.last_seen > at)
+        {
+            self.no_room.remove(&node.0);
+        }
         if self.heard.insert(node.0) {
             // Its outputs can be fetched from now on: the nodes holding instances that waited
             // for them look again at once, not at their next beat (an idle agent's may be a
@@ -2623,7 +2720,7 @@ impl JobKind for Workflows {
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
-            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
+            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)",
         )?;
         for &(seq, i) in &self.dirty {
             let Some(x) = self.jobs.get(&seq).and_then(|j| j.insts.get(i as usize)) else {
@@ -2645,7 +2742,8 @@ impl JobKind for Workflows {
                 x.usage.map(|u| u.cpu_system_ms as i64),
                 x.usage.map(|u| u.max_rss_bytes as i64),
                 crate::store::list_text(&x.devices),
-                x.executed.map(i64::from)
+                x.executed.map(i64::from),
+                i64::from(x.disk_losses)
             ])?;
         }
         for &seq in &self.dirty_jobs {

@@ -7,7 +7,9 @@
 //! travels within one cluster first; instances that run again go through the balancer; a
 //! task's `requires` and size decide where its instances may run, and a running instance
 //! books its cores in the view shared with batch jobs; cancelling some instances kills or drops
-//! them and skips only their dependants; a full-disk rollback keeps the stored workflows; GPU
+//! them and skips only their dependants; an instance whose inputs found no room on its node's
+//! disk runs again elsewhere, a lost attempt bounded by `max_attempts` across a restart, not a
+//! failure; a full-disk rollback keeps the stored workflows; GPU
 //! instances run on a bound NNode offloaded to its ANode, which listings name after a rollback
 //! and a restart, and whose death runs them again; and, over random workflows, failed attempts
 //! and server restarts never make an instance run twice at once, and every workflow completes.
@@ -1139,6 +1141,241 @@ fn a_task_with_inputs_waits_saying_so_while_every_nodes_disk_is_below_its_floor(
     }
     assert_eq!(got.len(), 1, "{got:?}");
     assert!(s.job(job).expect("job").pending_reason.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What an agent reports for an attempt whose inputs found no room on its node's disk: the
+/// agent's `dataflow::NO_ROOM`, interrupted (not the instance's failure).
+fn no_room(task_id: u64, attempt: u32) -> pb::TaskResult {
+    pb::TaskResult {
+        task_id,
+        attempt,
+        exit_code: -1,
+        interrupted: true,
+        message: "no room for inputs: input `m` from node 0 (wf/1/P-0/out/m at 127.0.0.1:1): \
+                  this node's disk is too full for it: the filesystem of /w/wf/1/C-0/in/m has \
+                  812.4 MiB free, and this agent keeps `min_free_disk` (1.0 GiB) free; this \
+                  instance's input copies were removed, and it runs again where there is room \
+                  (…)"
+        .into(),
+        started_ns: 1,
+        finished_ns: 2,
+        ..Default::default()
+    }
+}
+
+/// A producer `P` and its consumer `C` (instances 0 and 1), `retries = 0`.
+fn producer_and_consumer(balancer: &str) -> String {
+    format!(
+        "balancer = \"{balancer}\"\n\
+         [[task]]\nname = \"P\"\ninstances = 1\ncost = \"1s\"\noutputs = [\"m\"]\n\
+         command = \"true\"\n\
+         [[task]]\nname = \"C\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"m\"]\n\
+         command = \"true\"\n"
+    )
+}
+
+/// An instance whose agent found no room for its inputs on its node's disk (the disk filled
+/// between two of its reports: the beat that says so still reports room) is not failed: its
+/// attempt is lost, listed naming the node, its free space and floor; it runs again at once
+/// on another node with room — not back on the full one, whose report the server no longer
+/// trusts — and the workflow completes with `retries = 0`, no failed attempt counted. Before,
+/// the attempt failed, and the job with it.
+#[test]
+fn an_instance_whose_inputs_find_no_room_runs_again_on_another_node_and_the_job_completes() {
+    const GIB: u64 = 1 << 30;
+    for balancer in ["centralised", "pcddb"] {
+        let dir = scratch(&format!("no-room-{balancer}"));
+        let mut s = open(&dir, WorkflowConfig::default());
+        let mut agents = Agents::default();
+        let (a, b) = (
+            common::register(&mut s, "a", 2),
+            common::register(&mut s, "b", 2),
+        );
+        for n in [a, b] {
+            agents.disks.insert(n, (10 * GIB, GIB));
+            agents.beat(&mut s, n);
+        }
+        let job = s
+            .submit("wf.toml", &producer_and_consumer(balancer), "/")
+            .expect("submit")
+            .job_id;
+        agents.task_base = agents_base(&s, job);
+        let consumer = |agents: &Agents| agents.assigned.iter().find(|x| x.1 == 1).copied();
+        for _ in 0..60 {
+            for n in [a, b] {
+                agents.self_check(n);
+                agents.beat(&mut s, n);
+            }
+            if consumer(&agents).is_some() {
+                break;
+            }
+            for n in [a, b] {
+                agents.finish_all(n, true);
+            }
+        }
+        let (full, _, attempt) = consumer(&agents).expect("C is placed");
+        assert_eq!(attempt, 1, "{balancer}");
+        let other = if full == a { b } else { a };
+        let (full_name, task) = (if full == a { "a" } else { "b" }, agents.task_base + 1);
+        // Its fetch finds the disk full; the beat that says so carries a reading from before.
+        agents.running.remove(&full);
+        agents.ended(full, task);
+        agents
+            .special
+            .entry(full)
+            .or_default()
+            .push(no_room(task, 1));
+        agents.beat(&mut s, full);
+        let c = s.tasks(job).expect("tasks").tasks[1].clone();
+        assert_eq!(c.failed_attempts, 0, "{balancer}: not a failure: {c:?}");
+        assert!(
+            c.message.starts_with(&format!(
+                "attempt 1 lost: no room for inputs on node `{full_name}`: input `m` from node 0"
+            )) && c.message.contains(
+                "has 812.4 MiB free, and this agent keeps `min_free_disk` (1.0 GiB) free"
+            ),
+            "{balancer}: {c:?}"
+        );
+        // From now on its agent reads the disk below the floor, as it is.
+        agents.disks.insert(full, (GIB / 2, GIB));
+        for _ in 0..60 {
+            for n in [full, other] {
+                agents.self_check(n);
+                agents.beat(&mut s, n);
+                agents.finish_all(n, true);
+            }
+            if s.job(job).expect("job").state == "completed" {
+                break;
+            }
+        }
+        assert_eq!(s.job(job).expect("job").state, "completed", "{balancer}");
+        let runs: Vec<(u32, u32)> = agents
+            .assigned
+            .iter()
+            .filter(|x| x.1 == 1)
+            .map(|&(n, _, at)| (n, at))
+            .collect();
+        assert_eq!(
+            runs,
+            [(full, 1), (other, 2)],
+            "{balancer}: run again once, on the node with room"
+        );
+        let c = s.tasks(job).expect("tasks").tasks[1].clone();
+        assert_eq!(
+            (c.state.as_str(), c.attempt, c.failed_attempts),
+            ("succeeded", 2, 0),
+            "{balancer}: {c:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// A node whose agent found no room for an instance's inputs counts as below its floor until
+/// a later heartbeat (the one that said so may carry a reading from before the fetch filled
+/// the disk); then its report decides again, and with room the instance runs there again.
+/// Each such loss counts against the server's `max_attempts`, across a restart too (the count
+/// is stored): on a cluster whose every disk keeps filling the instance fails at the bound,
+/// saying why, and the job with it, instead of running again for ever. Failed attempts
+/// (`retries`) are not touched.
+#[test]
+fn disk_losses_keep_the_instance_off_the_node_until_its_next_beat_and_fail_it_at_max_attempts() {
+    const GIB: u64 = 1 << 30;
+    let dir = scratch("no-room-bound");
+    let beat = |s: &mut State,
+                a: u32,
+                running: &[(u64, u32)],
+                done: &[(u64, u32, bool)],
+                lost: Option<(u64, u32)>| {
+        let mut req = pb::HeartbeatRequest {
+            disk_free_bytes: Some(10 * GIB),
+            min_free_disk: GIB,
+            ..heartbeat_request(a, running, done)
+        };
+        req.results.extend(lost.map(|(t, at)| no_room(t, at)));
+        s.heartbeat(req).expect("heartbeat")
+    };
+    let assigned = |r: &pb::HeartbeatReply| -> Vec<(u64, u32)> {
+        r.assignments
+            .iter()
+            .map(|x| (x.task_id, x.attempt))
+            .collect()
+    };
+    let (a, job, c) = {
+        let mut s = open(&dir, WorkflowConfig::default());
+        let a = common::register(&mut s, "a", 2);
+        beat(&mut s, a, &[], &[], None);
+        let job = s
+            .submit("wf.toml", &producer_and_consumer("centralised"), "/")
+            .expect("submit")
+            .job_id;
+        let p = assigned(&beat(&mut s, a, &[], &[], None));
+        assert_eq!(p.len(), 1, "the producer runs");
+        let done: Vec<(u64, u32, bool)> = p.iter().map(|&(t, at)| (t, at, true)).collect();
+        let mut c = assigned(&beat(&mut s, a, &[], &done, None));
+        if c.is_empty() {
+            c = assigned(&beat(&mut s, a, &[], &[], None));
+        }
+        assert_eq!(c.len(), 1, "the consumer runs");
+        let c = c[0].0;
+        assert_eq!(c, p[0].0 + 1);
+        for attempt in 1..=2 {
+            // The beat that reports no room says the disk has room (an older reading): nothing
+            // with inputs goes to the node in its reply.
+            let r = beat(&mut s, a, &[], &[], Some((c, attempt)));
+            assert!(
+                assigned(&r).is_empty(),
+                "attempt {attempt}: {:?}",
+                r.assignments
+            );
+            let t = s.tasks(job).expect("tasks").tasks[1].clone();
+            assert!(
+                t.state == "ready"
+                    && t.message.starts_with(&format!(
+                        "attempt {attempt} lost: no room for inputs on node `a`: "
+                    )),
+                "{t:?}"
+            );
+            assert_eq!(
+                s.job(job).expect("job").state,
+                "running",
+                "a disk loss is not the job's failure"
+            );
+            if attempt == 1 {
+                // The next beat's report decides again: room, so it runs there again.
+                let r = beat(&mut s, a, &[], &[], None);
+                assert_eq!(assigned(&r), [(c, 2)]);
+            }
+        }
+        (a, job, c)
+    };
+    // The server restarts with two disk losses counted: the third is the last.
+    let mut s = open(&dir, WorkflowConfig::default());
+    let r = beat(&mut s, a, &[], &[], None);
+    assert_eq!(assigned(&r), [(c, 3)], "it runs again after the restart");
+    beat(&mut s, a, &[], &[], Some((c, 3)));
+    let t = s.tasks(job).expect("tasks").tasks[1].clone();
+    assert_eq!(
+        (t.state.as_str(), t.failed_attempts),
+        ("failed", 0),
+        "{t:?}"
+    );
+    assert!(
+        t.message
+            .starts_with("attempt 3 lost: no room for inputs on node `a`: input `m`")
+            && t.message.ends_with(
+                "; gave up after 3 attempts lost for want of disk room (the server's \
+                 `max_attempts`)"
+            ),
+        "{t:?}"
+    );
+    assert_eq!(s.job(job).expect("job").state, "failed");
+    let r = beat(&mut s, a, &[], &[], None);
+    assert!(
+        assigned(&r).is_empty(),
+        "nothing runs again: {:?}",
+        r.assignments
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
