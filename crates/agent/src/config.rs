@@ -42,10 +42,12 @@
 //!   filesystem holding `work_dir`: read with `statvfs` (the space an unprivileged process may
 //!   still use) before each input is asked for, and again every 16 MiB written and before any
 //!   refusal, the fetch counting its own writes in between. A fetch that would take the disk
-//!   below it stops before writing the chunk that would, and the instance's attempt fails with
-//!   the input, the producer, the free space and the floor named; its input copies, the partial
-//!   one and those fetched before it, are removed. A write the disk refuses for want of space
-//!   (a floor of 0, or other writers faster than the checks) fails the same way.
+//!   below it stops before writing the chunk that would, and the instance's attempt is
+//!   reported interrupted (`dataflow::NO_ROOM`: the server runs it again elsewhere, a lost
+//!   attempt, not a failure) with the input, the producer, the directory, the free space and the
+//!   floor named; its input copies, the partial one and those fetched before it, are removed. A
+//!   write the disk refuses for want of space (a floor of 0, or other writers faster than the
+//!   checks) ends the same way.
 //!
 //! There is no third bound on the total of one instance's inputs: a full disk is what breaks a
 //! node (its ledger, task logs, other tasks' outputs), and the floor protects against it

@@ -100,7 +100,7 @@ pub fn memory(bytes: u64) -> String {
 }
 
 /// The free space on a node's work directory's disk, marked when it is below its agent's
-/// `min_free_disk` (fetched workflow inputs then fail there); `-` when not reported.
+/// `min_free_disk` (fetched workflow inputs find no room there); `-` when not reported.
 pub fn disk_free(n: &pb::NodeInfo) -> String {
     match n.disk_free_bytes {
         None => "-".into(),
