@@ -124,10 +124,10 @@ fn nnodes_of_a_rack_with_an_anode_are_bound_to_it_and_get_gpu_work_the_other_rac
 
     // The ANode stops heartbeating: it is declared dead, n1 waits unbound, and the task it had
     // offloaded goes back to the queue; n1 is told to kill the old attempt.
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(crate::common::SILENCE);
     beat(&mut s, n1, "A", false, &[(t.task_id, t.attempt)]);
     beat(&mut s, nb, "B", false, &[]);
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     let listed = s.tasks(1).expect("tasks").tasks;
     let again = listed.iter().find(|x| x.id == t.task_id).expect("task");
     assert_eq!(again.state, "pending", "{again:?}");
@@ -614,9 +614,9 @@ fn the_anode_an_offloaded_task_ran_on_is_stored_through_a_rollback_and_a_restart
     // task it was running for n1 goes back to the queue.
     beat(&mut s, a, "A", true, &[]);
     beat(&mut s, n1, "A", false, &[t3]);
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(crate::common::SILENCE);
     beat(&mut s, n1, "A", false, &[t3]);
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     let tasks = s.tasks(1).expect("tasks").tasks;
     let t = tasks.iter().find(|t| t.id == t3.0).expect("task");
     assert_eq!(t.state, "pending", "{t:?}");
@@ -731,11 +731,11 @@ fn an_anode_never_heard_from_after_a_restart_still_loses_the_offloads_it_was_run
     // Only the NNode is heard from; the ANode is declared dead once its restart grace (at
     // least 5 s) is over.
     beat(&mut s, n1, "A", false, &[t]);
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     assert_eq!(ran_on(&s)[0].1, "running", "within the ANode's grace");
     std::thread::sleep(Duration::from_millis(5_100));
     beat(&mut s, n1, "A", false, &[t]);
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     let nodes = s.nodes(true).nodes;
     let anode = nodes.iter().find(|n| n.name == "anode").expect("anode");
     assert!(!anode.alive, "{anode:?}");

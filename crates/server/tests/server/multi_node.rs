@@ -11,7 +11,6 @@ use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
 use std::path::Path;
-use std::time::Duration;
 
 fn open(d: &Path) -> State {
     open_with(d, hetsched_server::state::prefetch::Setting::default())
@@ -230,10 +229,10 @@ fn a_free_node_replaces_a_busy_member_and_a_task_whose_other_node_dies_runs_agai
     assert_eq!(r.assignments[0].node_names, ["c", "b"]);
     // b falls silent and is declared dead: the task is lost, c's agent is told to kill it, and
     // it runs again (a lost attempt is not a failure).
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(crate::common::SILENCE);
     beat(&mut s, c, &[(1, 1)], &[]);
     beat(&mut s, a, &[(0, 1)], &[]);
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     let r = beat(&mut s, c, &[(1, 1)], &[]);
     assert_eq!(
         r.kill

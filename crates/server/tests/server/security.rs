@@ -15,7 +15,6 @@ use hetsched_server::state::{State, StateError};
 use hetsched_server::store::Store;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::time::Duration;
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("hetsched-security-{name}-{}", std::process::id()));
@@ -189,8 +188,8 @@ fn a_live_nodes_name_is_refused_to_another_identity_and_given_over_once_it_is_de
         0
     );
     // Once the first is declared dead, a replacement takes the name over.
-    std::thread::sleep(Duration::from_millis(30));
-    s.check_dead(Duration::from_millis(10)).expect("check");
+    std::thread::sleep(crate::common::SILENCE);
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     assert_eq!(
         s.register(registration("host", "second"))
             .expect("replacement")
@@ -218,9 +217,9 @@ fn a_dead_node_counts_for_nothing_at_submission_and_can_be_removed() {
         speed: 1.0,
     }];
     s.register(gpu).expect("gpu node");
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(crate::common::SILENCE);
     s.register(registration("cpu-box", "c")).expect("cpu node");
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     let gpu_only =
         "[[application]]\nname = \"g\"\ntasks = 1\n[application.gpu]\ncommand = \"true\"\n";
     let e = s

@@ -10,7 +10,6 @@ use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
 use std::path::Path;
-use std::time::Duration;
 
 fn dir(name: &str) -> Scratch {
     common::scratch("state", name)
@@ -128,9 +127,9 @@ fn a_silent_node_is_declared_dead_and_its_tasks_run_elsewhere() {
     s.submit("job.toml", JOB, "/").expect("submit");
     assert_eq!(beat(&mut s, a, &[], &[]).assignments.len(), 3);
     let b = common::register(&mut s, "b", 3);
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(crate::common::SILENCE);
     beat(&mut s, b, &[], &[]);
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     let nodes = s.nodes(true).nodes;
     assert!(!nodes[a as usize].alive && nodes[b as usize].alive);
     let r = beat(&mut s, b, &[], &[]);

@@ -729,10 +729,11 @@ command = "cat {input:x}"
         s.tasks(job).expect("tasks").tasks
     );
     // a is declared dead once silent past the timeout; b runs everything that is left.
-    std::thread::sleep(Duration::from_millis(60));
+    std::thread::sleep(crate::common::SILENCE);
     for _ in 0..40 {
         agents.round(&mut s, &[b]);
-        s.check_dead(Duration::from_millis(40)).expect("check dead");
+        s.check_dead(crate::common::DEAD_TIMEOUT)
+            .expect("check dead");
         agents.finish_all(b, true);
         if s.get_job(job).expect("job").state == "completed" {
             break;
@@ -876,9 +877,10 @@ fn a_node_declared_dead_and_back_forgets_the_instances_its_machine_held_that_wen
         "n0 took all 20: {agents:?}"
     );
     // n0 falls silent past the timeout; n1 beats on and takes what n0 held.
-    std::thread::sleep(Duration::from_millis(60));
+    std::thread::sleep(crate::common::SILENCE);
     agents.beat(&mut s, n1);
-    s.check_dead(Duration::from_millis(40)).expect("check dead");
+    s.check_dead(crate::common::DEAD_TIMEOUT)
+        .expect("check dead");
     for _ in 0..10 {
         agents.round(&mut s, &[n1]);
     }
@@ -2494,10 +2496,10 @@ fn a_workflows_gpu_task_that_only_unbound_nnodes_may_run_is_refused() {
     let mut agents = Agents::default();
     let (anode, n1, nb) = anode_and_nnodes(&mut s, &mut agents);
     // The ANode is gone: `n1` is unbound too.
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(crate::common::SILENCE);
     agents.beat(&mut s, n1);
     agents.beat(&mut s, nb);
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     assert!(
         !s.nodes(false)
             .nodes
@@ -2723,10 +2725,10 @@ fn anode_dies_under_an_offloaded_instance(restart: bool) {
         agents.beat(&mut s, n1);
     }
     // `anode` falls silent and is declared dead.
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(crate::common::SILENCE);
     anode_beats(&mut s, anode2, "A");
     agents.beat(&mut s, n1);
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     let t = &s.tasks(job).expect("instances").tasks[0];
     assert_eq!(
         (t.state.as_str(), t.attempt, t.message.as_str()),
@@ -2923,9 +2925,9 @@ fn a_workflow_instance_lost_with_its_anode_is_listed_so_after_a_restart() {
     let (_anode, n1, job) = two_device_anode(&mut s, &mut agents, 1);
     assert_eq!(agents.beat(&mut s, n1).assignments.len(), 1);
     // `anode` falls silent and is declared dead.
-    std::thread::sleep(Duration::from_millis(30));
+    std::thread::sleep(crate::common::SILENCE);
     agents.beat(&mut s, n1);
-    s.check_dead(Duration::from_millis(20)).expect("check");
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     let listed = |s: &State| {
         let t = &s.tasks(job).expect("instances").tasks[0];
         (t.state.clone(), t.attempt, t.message.clone())

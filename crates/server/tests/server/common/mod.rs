@@ -8,6 +8,15 @@ use std::path::{Path, PathBuf};
 /// The identity every test agent registers and heartbeats with (unless a test forges another).
 pub const IDENTITY: &str = "test-agent-identity";
 
+/// The dead timeout a test declares silent nodes dead with (`State::check_dead`): long enough
+/// that a node which beat just before is never declared dead by it, even on a loaded machine,
+/// where a heartbeat's commit alone can take tens of milliseconds (20 ms made the tests that
+/// beat two nodes before the check flaky).
+pub const DEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// How long a node stays silent for [`DEAD_TIMEOUT`] to declare it dead.
+pub const SILENCE: std::time::Duration = std::time::Duration::from_millis(400);
+
 /// The agent of node `name` (1 GiB) asks for divisible chunks, with room: the server's answer.
 pub fn ask_chunk(s: &mut State, name: &str) -> hetsched_server::jobs::divisible::ChunkReply {
     s.on_next_chunk(hetsched_server::jobs::divisible::ChunkRequest {
