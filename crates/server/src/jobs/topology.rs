@@ -693,6 +693,18 @@ impl Run {
         }
     }
 
+    /// The node worker `w` of the current generation runs on: the placement's, or, beyond the
+    /// placement's workers, the node it drains from. `None`: no such worker.
+    fn node_of(&self, w: u32) -> Option<&str> {
+        let placed = self
+            .rec
+            .placement
+            .as_ref()
+            .and_then(|p| p.workers.get(w as usize))
+            .map(|(node, _)| node.as_str());
+        placed.or_else(|| self.draining.get(&w).map(|(node, _)| node.as_str()))
+    }
+
     /// Whether a stream joins executor `from` to executor `to` (both of this topology).
     fn joins(&self, from: u32, to: u32) -> bool {
         let component = |e: u32| self.executor_component.get(e as usize).copied();
@@ -1701,6 +1713,13 @@ impl Topology {
                 continue;
             };
             if run.rec.generation != w.generation || run.rec.state != "running" {
+                continue;
+            }
+            // An agent speaks for its own node's workers only: those the placement puts there
+            // and those draining from there. Another node's worker taken from it would have
+            // its address handed to every peer and its cores booked on a node that runs
+            // nothing of it (as `start_errors` below, checked the same way).
+            if run.node_of(w.worker) != Some(req.node.as_str()) {
                 continue;
             }
             let mut addr = w.addr.clone();

@@ -1194,3 +1194,63 @@ fn worker_report(pairs: &[(u32, u32)], tuples: u64) -> hetsched_stream::WorkerRe
         refused_connections: 0,
     }
 }
+
+/// A sync speaks only for the workers placed on (or draining from) its own node: node `a`
+/// reporting the worker the placement puts on `b` is not taken. Before, it was: `a`'s address
+/// replaced the worker's, every other worker was sent there for its peer, and the cores it
+/// declares were booked on `b`, which ran nothing of it.
+#[test]
+fn a_sync_does_not_speak_for_a_worker_placed_on_another_node() {
+    let dir = scratch("other-node");
+    let mut s = open(&dir);
+    let ids: Vec<u32> = ["a", "b"]
+        .iter()
+        .map(|name| join(&mut s, name, Vec::new()))
+        .collect();
+    let mut sub = submission();
+    sub.placer = "even".into();
+    sub.workers = 2;
+    let shown = s.topology_submit(sub).expect("submit");
+    assert_eq!(shown["workers"][0]["node"], "a", "{shown}");
+    assert_eq!(shown["workers"][1]["node"], "b", "{shown}");
+    // a's agent runs its own worker 0, and says it runs b's worker 1 too.
+    let mut own = running_worker(1);
+    own.report = Some(worker_report(&[(0, 2)], 10));
+    let mut other = running_worker(1);
+    other.worker = 1;
+    other.addr = "10.9.9.9:9".into();
+    other.pid = 666;
+    other.report = Some(worker_report(&[(1, 3)], 10));
+    sync_node(&mut s, "a", vec![own, other]);
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["workers"][0]["addr"], "127.0.0.1:1", "{shown}");
+    assert!(
+        shown["workers"][1]["addr"].is_null() && shown["workers"][1]["pid"].is_null(),
+        "b's worker does not run until b says so: {shown}"
+    );
+    assert_eq!(shown["workers_running"], 1, "{shown}");
+    assert_eq!(s.topology_held_cores(ids[1]), 0, "nothing of it runs on b");
+    // b's agent is told no peer at a's false address.
+    let told = s
+        .topology_sync(
+            WorkersSeen {
+                start_errors: Vec::new(),
+                node: "b".into(),
+                cores: 4,
+                attributes: Vec::new(),
+                workers: vec![],
+            },
+            None,
+        )
+        .expect("sync");
+    assert_eq!(told.workers.len(), 1);
+    assert!(
+        told.workers[0]
+            .peers
+            .values()
+            .all(|addr| addr != "10.9.9.9:9"),
+        "{:?}",
+        told.workers[0].peers
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
