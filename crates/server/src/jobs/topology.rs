@@ -659,6 +659,14 @@ impl Run {
             }
             keep
         });
+        // Executors' figures likewise: only the topology's executors, each once. The counters
+        // below are kept from report to report by executor, so numbers an agent makes up would
+        // otherwise grow them for ever (and every status walks the report's list).
+        let executors = self.executor_component.len();
+        let mut listed = HashSet::new();
+        report
+            .executors
+            .retain(|e| (e.executor as usize) < executors && listed.insert(e.executor));
         if refused_before == 0 && self.pairs_refused > 0 {
             tracing::warn!(
                 topology = %self.rec.name,
@@ -2367,5 +2375,96 @@ impl JobKind for Topology {
 
     fn cancel(&mut self, _cx: &mut Ctx, job: u64, _why: &str) -> Result<u64, StateError> {
         Err(StateError::NoJob(job))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsched_stream::metrics::{ExecutorReport, LatencySummary};
+
+    const PIPE: &str = "name = \"pipe\"\n\
+        [[component]]\nname = \"numbers\"\nkind = \"spout\"\nparallelism = 2\ncpu = 50.0\nbuiltin = \"sequence-spout\"\n\
+        [[component]]\nname = \"keep\"\nkind = \"bolt\"\nparallelism = 2\ncpu = 50.0\nbuiltin = \"filter\"\n\
+        [[stream]]\nfrom = \"numbers\"\nto = \"keep\"\ngrouping = \"shuffle\"\nrate = 10.0\n";
+
+    fn seen(workers: Vec<WorkerSeen>) -> WorkersSeen {
+        WorkersSeen {
+            node: "n".into(),
+            cores: 4,
+            attributes: Vec::new(),
+            workers,
+            start_errors: Vec::new(),
+        }
+    }
+
+    fn executor(executor: u32, count: u64) -> ExecutorReport {
+        ExecutorReport {
+            executor,
+            name: String::new(),
+            cpu_ns: count,
+            emitted: count,
+            received: 0,
+            acked: 0,
+            failed: 0,
+            done: false,
+            started_ns: 0,
+        }
+    }
+
+    /// What a worker's report says of executors is kept only for the topology's executors,
+    /// once each: the per-executor counters kept from report to report no longer grow with
+    /// whatever executor numbers an agent sends. Before, each report naming new numbers added
+    /// entries that were never dropped (and every status walked the report's list once per
+    /// spout, under the state's lock, every controller tick).
+    #[test]
+    fn executor_counters_are_kept_only_for_the_topologys_executors() {
+        let mut t = Topology::restore(Vec::new(), Duration::from_secs(60)).expect("empty");
+        t.sync(seen(Vec::new()), None);
+        t.submit(TopologySubmission {
+            origin: "pipe.toml".into(),
+            text: PIPE.into(),
+            base_dir: "/".into(),
+            placer: "one-phase".into(),
+            max_utilisation: 0.9,
+            ..Default::default()
+        })
+        .expect("submit");
+        for round in 0..3u32 {
+            let report = WorkerReport {
+                worker: 0,
+                at_ns: 0,
+                pairs: Vec::new(),
+                // Executor 1 listed three times, and numbers the topology (4 executors) lacks.
+                executors: (0..3)
+                    .map(|_| executor(1, 1_000))
+                    .chain((4 + round * 10_000..4 + (round + 1) * 10_000).map(|e| executor(e, 1)))
+                    .collect(),
+                remote_out: 0,
+                remote_in: 0,
+                dropped: 0,
+                latency: LatencySummary::default(),
+                rss_bytes: 0,
+                encrypted: false,
+                refused_connections: 0,
+            };
+            t.sync(
+                seen(vec![WorkerSeen {
+                    topology: "pipe".into(),
+                    generation: 1,
+                    worker: 0,
+                    addr: "127.0.0.1:1".into(),
+                    pid: 1,
+                    report: Some(report),
+                }]),
+                None,
+            );
+        }
+        let run = &t.inner.runs["pipe"];
+        assert_eq!(run.prev_cpu.len(), 1, "executor 1's CPU only");
+        assert_eq!(run.prev_emitted.len(), 1, "executor 1's emitted count only");
+        assert!(run.window_cpu.len() <= 1 && run.window_emitted.len() <= 1);
+        let kept = run.live[&0].report.as_ref().expect("report");
+        assert_eq!(kept.executors.len(), 1, "kept once");
     }
 }
