@@ -259,8 +259,8 @@ pub struct Snapshot {
     pub purged: Vec<u64>,
     /// Summaries of finished jobs whose task rows were not read (job id, summary).
     pub finished: Vec<(u64, String)>,
-    /// Stream topologies' records ([`crate::jobs::topology`]).
-    pub topologies: Vec<crate::jobs::topology::Record>,
+    /// Stream topologies' records with their measured traffic ([`crate::jobs::topology`]).
+    pub topologies: Vec<crate::jobs::topology::Stored>,
     /// The nodes of each running multi-node task, by task id, the first (`node`) first.
     pub multi_node: std::collections::HashMap<u64, Vec<u32>>,
     /// Applications whose settings `hetsched update` changed.

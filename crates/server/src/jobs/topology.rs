@@ -542,17 +542,42 @@ pub(crate) fn read_stored(
     parse_runnable_topology(origin, text).map(|_| ())
 }
 
-/// Reads every stored topology record (for [`crate::store::Snapshot`]).
-pub fn load(conn: &rusqlite::Connection) -> Result<Vec<Record>, StoreError> {
-    let mut stmt = conn.prepare("SELECT name, record FROM topologies ORDER BY name")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+/// A stored topology, as a restart reads it back.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    /// Its record.
+    pub record: Record,
+    /// The latest executor traffic list its controller measured (table `topology_traffic`;
+    /// empty before its first computation): what a placement made after the restart starts
+    /// from, as it would have without the restart.
+    pub traffic: Vec<ExecutorPair>,
+}
+
+/// Reads every stored topology record with its latest measured traffic (for
+/// [`crate::store::Snapshot`]).
+pub fn load(conn: &rusqlite::Connection) -> Result<Vec<Stored>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT t.name, t.record, f.traffic FROM topologies t \
+         LEFT JOIN topology_traffic f ON f.name = t.name ORDER BY t.name",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Option<String>>(2)?,
+        ))
+    })?;
     let mut out = Vec::new();
     for row in rows {
-        let (name, text) = row?;
-        out.push(
-            serde_json::from_str(&text)
-                .map_err(|e| StoreError::Corrupt(format!("topology {name}: {e}")))?,
-        );
+        let (name, text, traffic) = row?;
+        let record = serde_json::from_str(&text)
+            .map_err(|e| StoreError::Corrupt(format!("topology {name}: {e}")))?;
+        let traffic = match traffic {
+            Some(t) => serde_json::from_str(&t)
+                .map_err(|e| StoreError::Corrupt(format!("traffic of topology {name}: {e}")))?,
+            None => Vec::new(),
+        };
+        out.push(Stored { record, traffic });
     }
     Ok(out)
 }
@@ -1035,6 +1060,18 @@ fn as_placement(p: &Placed, nodes: &[StreamNode]) -> Option<Placement> {
     })
 }
 
+/// The node loads stored beside a traffic list: each node's load under the running placement
+/// (`loads`, by node of `nodes`) and its capacity.
+fn node_loads_json(nodes: &[StreamNode], loads: &[f64]) -> serde_json::Value {
+    json!(
+        nodes
+            .iter()
+            .zip(loads)
+            .map(|(n, l)| json!({"node": n.name, "load": l, "capacity": n.capacity}))
+            .collect::<Vec<_>>()
+    )
+}
+
 fn invalid(e: impl std::fmt::Display) -> TopologyError {
     TopologyError::Invalid(e.to_string())
 }
@@ -1045,10 +1082,14 @@ impl Topology {
     /// # Errors
     /// [`StateError::StoredTopologyUnreadable`] when a record's file no longer reads under this
     /// version: the server does not start rather than lose the topology, as for jobs.
-    pub fn restore(records: Vec<Record>, dead_timeout: Duration) -> Result<Self, StateError> {
+    pub fn restore(stored: Vec<Stored>, dead_timeout: Duration) -> Result<Self, StateError> {
         let mut runs = BTreeMap::new();
         let mut unsynced = HashSet::new();
-        for rec in records {
+        for Stored {
+            record: rec,
+            traffic,
+        } in stored
+        {
             let topo = parse_runnable_topology(&rec.origin, &rec.text).map_err(|error| {
                 StateError::StoredTopologyUnreadable {
                     name: rec.name.clone(),
@@ -1060,7 +1101,17 @@ impl Topology {
             {
                 unsynced.extend(p.workers.iter().map(|(node, _)| node.clone()));
             }
-            runs.insert(rec.name.clone(), Run::new(rec, topo, 0));
+            let mut run = Run::new(rec, topo, 0);
+            // What the controller measured last: a placement made before the workers report
+            // again (a node lost or drained, a rebalance) starts from it, not from the declared
+            // rates.
+            // (Only pairs a stream of this topology joins: a store from before a replaced
+            // topology's list was cleared may hold the list of an earlier one of its name.)
+            run.traffic = traffic
+                .into_iter()
+                .filter(|p| run.joins(p.from.0, p.to.0))
+                .collect();
+            runs.insert(run.rec.name.clone(), run);
         }
         Ok(Topology {
             metrics: TopologyMetrics::default(),
@@ -1483,9 +1534,14 @@ impl Topology {
         }
         inner.dirty.insert(name.clone());
         let mut status = self.cfg.status(inner, &run);
-        // A killed topology of this name (its owner's, or the admin's doing) gives its record up.
-        if inner.runs.insert(name, run).is_some() {
+        // A killed topology of this name (its owner's, or the admin's doing) gives its record up,
+        // and its measured traffic: an empty list replaces it, so a restart does not place the
+        // new topology by what the old one's workers passed.
+        if inner.runs.insert(name.clone(), run).is_some() {
             status["replaced_killed"] = serde_json::Value::Bool(true);
+            inner
+                .traffic_dirty
+                .insert(name, (now_ns(), Vec::new(), json!([])));
         }
         Ok(status)
     }
@@ -1646,17 +1702,30 @@ impl Topology {
             ));
         }
         let mut traffic = run.monitor.flush(now);
-        if traffic.is_empty() {
+        let fresh = !traffic.is_empty();
+        if !fresh {
             traffic = run.traffic.clone();
         }
         run.traffic = traffic.clone();
         let mut problem = if traffic.is_empty() {
             PlacementProblem::declared(&run.topo.topology, &nodes)
         } else {
-            PlacementProblem::measured(&run.topo.topology, &nodes, traffic)
+            PlacementProblem::measured(&run.topo.topology, &nodes, traffic.clone())
         };
         problem.workers = run.rec.workers;
         problem.previous = current.as_ref();
+        if fresh {
+            // The traffic measured since the last computation is the latest now (the
+            // monitor's period is spent): stored as the controller's is, so that a restart
+            // places from it too.
+            let loads = current
+                .as_ref()
+                .map_or_else(Vec::new, |c| c.node_loads(nodes.len(), &problem.loads));
+            inner.traffic_dirty.insert(
+                name.to_string(),
+                (now_ns(), traffic, node_loads_json(&nodes, &loads)),
+            );
+        }
         let p = run.placer().place(&problem).map_err(invalid)?;
         let gain = current.as_ref().map_or(0.0, |c| {
             let before = evaluate(&problem, c).inter_node_traffic;
@@ -1976,13 +2045,7 @@ impl Topology {
                 PlacementProblem::measured(&run.topo.topology, &nodes, traffic.clone());
             problem.workers = run.rec.workers;
             let loads = current.node_loads(nodes.len(), &problem.loads);
-            let node_loads = json!(
-                nodes
-                    .iter()
-                    .zip(&loads)
-                    .map(|(n, l)| json!({"node": n.name, "load": l, "capacity": n.capacity}))
-                    .collect::<Vec<_>>()
-            );
+            let node_loads = node_loads_json(&nodes, &loads);
             traffic_saves.push((run.rec.name.clone(), traffic, node_loads));
             let placer = run.placer();
             let overloaded_nodes = evaluate(&problem, &current).overloaded_nodes;

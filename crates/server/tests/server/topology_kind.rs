@@ -1254,3 +1254,116 @@ fn a_sync_does_not_speak_for_a_worker_placed_on_another_node() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The executor traffic the controller measured is stored with each computation and read back
+/// at a restart, so a restarted server places by what it measured, as the running one did.
+/// Before, the stored list was never read: a `topology rebalance` (or a node's loss or drain)
+/// right after a restart placed by the declared rates instead, and moved a topology measured
+/// onto one node back over two.
+#[test]
+fn a_restarted_server_places_by_the_traffic_measured_before_the_restart() {
+    let dir = scratch("restart-traffic");
+    // Each of the 4 executors declares a whole core: over two 4-core nodes as declared (one
+    // holds 360 % at most), on one as measured (the spouts run at a fraction of the declared
+    // rate).
+    let sub = || TopologySubmission {
+        text: TOPOLOGY.replace("cpu = 50.0", "cpu = 100.0"),
+        interval_ms: 200,
+        gain_threshold: 0.1,
+        ..submission()
+    };
+    let sync_all = |s: &mut State, running: &[(String, u64, u32)]| {
+        for node in ["a", "b", "c"] {
+            let workers = running
+                .iter()
+                .filter(|(n, _, _)| n == node)
+                .map(|(_, generation, worker)| WorkerSeen {
+                    worker: *worker,
+                    report: Some(worker_report(&[(0, 2), (0, 3), (1, 2), (1, 3)], 1)),
+                    ..running_worker(*generation)
+                })
+                .collect();
+            sync_node(s, node, workers);
+        }
+    };
+    let workers = |shown: &serde_json::Value, generation: u64| -> Vec<(String, u64, u32)> {
+        shown["workers"]
+            .as_array()
+            .expect("workers")
+            .iter()
+            .map(|w| {
+                (
+                    w["node"].as_str().expect("node").to_string(),
+                    generation,
+                    w["worker"].as_u64().expect("index") as u32,
+                )
+            })
+            .collect()
+    };
+    {
+        let mut s = short_grace(&dir, &["a", "b", "c"]);
+        let shown = s.topology_submit(sub()).expect("submit");
+        assert_eq!(nodes_used(&shown).len(), 2, "as declared: {shown}");
+        let running = workers(&shown, 1);
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        sync_all(&mut s, &running);
+        // The controller asks for fresh reports, gets them, and computes from them.
+        s.topology_tick().expect("tick");
+        sync_all(&mut s, &running);
+        s.topology_tick().expect("tick");
+        let shown = s.topology_show("pipe").expect("show");
+        assert_eq!(shown["reschedules"][0]["cause"], "traffic", "{shown}");
+        assert_eq!(nodes_used(&shown).len(), 1, "as measured: {shown}");
+    } // the server dies
+    let mut s = short_grace(&dir, &[]);
+    let shown = s.topology_show("pipe").expect("show");
+    let running = workers(&shown, 2);
+    // Past the restart grace, every node synced; no worker has reported since the restart.
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    for node in ["a", "b", "c"] {
+        let mine = running
+            .iter()
+            .filter(|(n, _, _)| n == node)
+            .map(|(_, generation, worker)| WorkerSeen {
+                worker: *worker,
+                ..running_worker(*generation)
+            })
+            .collect();
+        sync_node(&mut s, node, mine);
+    }
+    let shown = s.topology_rebalance("pipe").expect("rebalance");
+    assert_eq!(
+        nodes_used(&shown).len(),
+        1,
+        "placed by the traffic measured before the restart: {shown}"
+    );
+    // Killed and submitted again, it is a new topology: what the old one measured is not its
+    // traffic, before a restart or after.
+    s.topology_kill("pipe").expect("kill");
+    let shown = s.topology_submit(sub()).expect("submit again");
+    assert_eq!(shown["replaced_killed"], true);
+    assert_eq!(nodes_used(&shown).len(), 2, "as declared: {shown}");
+    let running = workers(&shown, 1);
+    drop(s);
+    let mut s = short_grace(&dir, &[]);
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    for node in ["a", "b", "c"] {
+        let mine = running
+            .iter()
+            .filter(|(n, _, _)| n == node)
+            .map(|(_, generation, worker)| WorkerSeen {
+                worker: *worker,
+                ..running_worker(*generation)
+            })
+            .collect();
+        sync_node(&mut s, node, mine);
+    }
+    let shown = s.topology_rebalance("pipe").expect("rebalance");
+    assert_eq!(
+        nodes_used(&shown).len(),
+        2,
+        "placed as declared, not by the killed topology's traffic: {shown}"
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
