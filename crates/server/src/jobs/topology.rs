@@ -1799,12 +1799,18 @@ impl Topology {
             if run.node_of(w.worker) != Some(req.node.as_str()) {
                 continue;
             }
-            let mut addr = w.addr.clone();
-            if let (Some(ip), Ok(sa)) = (from, w.addr.parse::<std::net::SocketAddr>())
-                && sa.ip().is_unspecified()
-            {
-                addr = std::net::SocketAddr::new(ip, sa.port()).to_string();
-            }
+            // A worker says where it listens as a socket address (empty until it listens):
+            // anything else is no address its peers could use, and it would be sent to each
+            // of them at every sync, so it is kept as none.
+            let addr = match w.addr.parse::<std::net::SocketAddr>() {
+                Ok(sa) => match from {
+                    Some(ip) if sa.ip().is_unspecified() => {
+                        std::net::SocketAddr::new(ip, sa.port()).to_string()
+                    }
+                    _ => sa.to_string(),
+                },
+                Err(_) => String::new(),
+            };
             let mut report = w.report;
             if let Some(r) = &mut report {
                 run.feed(w.worker, w.pid, r, now);
@@ -2529,5 +2535,53 @@ mod tests {
         assert!(run.window_cpu.len() <= 1 && run.window_emitted.len() <= 1);
         let kept = run.live[&0].report.as_ref().expect("report");
         assert_eq!(kept.executors.len(), 1, "kept once");
+    }
+
+    /// A worker's address is what its peers are sent at every sync: one that is not a socket
+    /// address (what a worker listening says) is not kept nor passed on. Before, any string was,
+    /// a megabyte included, and went to every other agent of the topology twice a second.
+    #[test]
+    fn a_worker_address_that_is_not_a_socket_address_is_not_passed_on() {
+        let mut t = Topology::restore(Vec::new(), Duration::from_secs(60)).expect("empty");
+        t.sync(seen(Vec::new()), None);
+        t.submit(TopologySubmission {
+            origin: "pipe.toml".into(),
+            text: PIPE.into(),
+            base_dir: "/".into(),
+            placer: "even".into(),
+            workers: 2,
+            max_utilisation: 0.9,
+            ..Default::default()
+        })
+        .expect("submit");
+        let worker = |worker: u32, addr: String| WorkerSeen {
+            topology: "pipe".into(),
+            generation: 1,
+            worker,
+            addr,
+            pid: 1,
+            report: None,
+        };
+        let told = t.sync(
+            seen(vec![
+                worker(0, "x".repeat(1 << 20)),
+                worker(1, "127.0.0.1:7".into()),
+            ]),
+            None,
+        );
+        let run = &t.inner.runs["pipe"];
+        assert_eq!(run.live[&0].addr, "", "running, but not reachable at that");
+        assert_eq!(run.live[&1].addr, "127.0.0.1:7");
+        assert!(
+            told.workers
+                .iter()
+                .flat_map(|w| w.peers.values())
+                .all(|a| a.len() < 64),
+            "{:?}",
+            told.workers
+                .iter()
+                .map(|w| w.peers.len())
+                .collect::<Vec<_>>()
+        );
     }
 }
