@@ -101,9 +101,10 @@ fn tuples_passed(run: &Run) -> (u64, u64) {
     for l in run.live.values() {
         let Some(r) = &l.report else { continue };
         for pc in &r.pairs {
-            total += pc.tuples;
+            // Agents' counts: summed without overflow, whatever they say.
+            total = u64::saturating_add(total, pc.tuples);
             if p.nodes.get(pc.from as usize) != p.nodes.get(pc.to as usize) {
-                inter_node += pc.tuples;
+                inter_node = u64::saturating_add(inter_node, pc.tuples);
             }
         }
     }
@@ -717,12 +718,16 @@ impl Run {
                 .prev_cpu
                 .insert((worker, e.executor), e.cpu_ns)
                 .unwrap_or(0);
-            *self.window_cpu.entry(e.executor).or_default() += e.cpu_ns.saturating_sub(prev);
+            // (Two workers may report one executor while it moves: their agents' counts are
+            // summed without overflow.)
+            let cpu = self.window_cpu.entry(e.executor).or_default();
+            *cpu = cpu.saturating_add(e.cpu_ns.saturating_sub(prev));
             let prev = self
                 .prev_emitted
                 .insert((worker, e.executor), e.emitted)
                 .unwrap_or(0);
-            *self.window_emitted.entry(e.executor).or_default() += e.emitted.saturating_sub(prev);
+            let emitted = self.window_emitted.entry(e.executor).or_default();
+            *emitted = emitted.saturating_add(e.emitted.saturating_sub(prev));
         }
     }
 
@@ -2215,7 +2220,7 @@ impl Cfg {
                 if r.latency.count > 0 {
                     p50 = p50.max(r.latency.p50_us);
                     p99 = p99.max(r.latency.p99_us);
-                    latency_count += r.latency.count;
+                    latency_count = latency_count.saturating_add(r.latency.count);
                 }
             }
             spouts_done &= seen_spouts == spouts.len();
@@ -2535,6 +2540,65 @@ mod tests {
         assert!(run.window_cpu.len() <= 1 && run.window_emitted.len() <= 1);
         let kept = run.live[&0].report.as_ref().expect("report");
         assert_eq!(kept.executors.len(), 1, "kept once");
+    }
+
+    /// Counters in reports are the agents' numbers: their sums over workers (tuples passed,
+    /// latency samples, an executor's CPU while two workers hand it over) saturate rather than
+    /// overflow. Before, two workers' counts near `u64::MAX` overflowed under the state's lock
+    /// — a panic that poisoned it in a debug build (every controller tick computes the sums),
+    /// a wrapped total in a release one.
+    #[test]
+    fn counters_near_the_top_of_u64_saturate_when_summed_over_workers() {
+        let mut t = Topology::restore(Vec::new(), Duration::from_secs(60)).expect("empty");
+        t.sync(seen(Vec::new()), None);
+        t.submit(TopologySubmission {
+            origin: "pipe.toml".into(),
+            text: PIPE.into(),
+            base_dir: "/".into(),
+            placer: "even".into(),
+            workers: 2,
+            max_utilisation: 0.9,
+            ..Default::default()
+        })
+        .expect("submit");
+        let big = u64::MAX - 1;
+        let report = |worker: u32| WorkerReport {
+            worker,
+            at_ns: 0,
+            pairs: vec![hetsched_stream::metrics::PairCount {
+                from: worker,
+                to: 2 + worker,
+                tuples: big,
+            }],
+            executors: vec![executor(0, big)],
+            remote_out: 0,
+            remote_in: 0,
+            dropped: 0,
+            latency: LatencySummary {
+                count: big,
+                p50_us: 1,
+                p99_us: 1,
+                max_us: 1,
+            },
+            rss_bytes: 0,
+            encrypted: false,
+            refused_connections: 0,
+        };
+        let worker = |worker: u32| WorkerSeen {
+            topology: "pipe".into(),
+            generation: 1,
+            worker,
+            addr: "127.0.0.1:7".into(),
+            pid: 1,
+            report: Some(report(worker)),
+        };
+        t.sync(seen(vec![worker(0), worker(1)]), None);
+        let shown = t.show("pipe").expect("show");
+        assert_eq!(shown["tuples_total"], u64::MAX, "{shown}");
+        assert_eq!(shown["latency_count"], u64::MAX, "{shown}");
+        t.tick();
+        let killed = t.kill("pipe").expect("kill");
+        assert_eq!(killed["tuples_total"], u64::MAX, "{killed}");
     }
 
     /// A worker's address is what its peers are sent at every sync: one that is not a socket
