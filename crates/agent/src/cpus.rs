@@ -221,18 +221,62 @@ mod tests {
         assert_eq!(p.env["OMP_NUM_THREADS"], "1");
     }
 
+    /// Set in the child process [`pin_exec_refuses_a_bad_list_and_a_missing_program`] starts:
+    /// the child runs the failing `exec`.
+    const EXEC_CHILD: &str = "HETSCHED_TEST_PIN_EXEC_CHILD";
+
+    /// Whether this process ignores SIGPIPE (bit 13 of `SigIgn` in `/proc/self/status`), as the
+    /// test harness sets it up to: with it back at its default, a write to a closed pipe or
+    /// socket (an `writev` by a gRPC connection whose peer went away) kills the whole test
+    /// process.
+    fn sigpipe_ignored() -> bool {
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .expect("SigIgn");
+        mask & (1 << (nix::sys::signal::Signal::SIGPIPE as u64 - 1)) != 0
+    }
+
+    /// A failed `exec` leaves its process changed: std's `CommandExt::exec` sets the child's
+    /// state up in the calling process before `execvp` — SIGPIPE back to its default among it —
+    /// and nothing undoes that when `execvp` fails. Run in the test process, this test left
+    /// every later test of the binary to die of SIGPIPE at the first write to a connection
+    /// whose peer had gone (seen in CI after `dataflow`'s silent-producer test). So the failing
+    /// `exec` runs in a child process: this test binary, running only this test.
     #[test]
     fn pin_exec_refuses_a_bad_list_and_a_missing_program() {
         assert!(matches!(pin_exec("0,x", &[]), PinError::BadList(_)));
-        // On a thread of its own, which the binding leaves bound: bound to a CPU this process
-        // may use, the program cannot be found: 127.
+        // Bound to a CPU this process may use, the program cannot be found: 127.
         let cpu = CpuPool::of_this_process(1).take(1).expect("a CPU")[0];
-        let e = std::thread::spawn(move || {
-            pin_exec(&cpu.to_string(), &[OsString::from("/nonexistent/program")])
-        })
-        .join()
-        .expect("thread");
-        assert!(matches!(e, PinError::Exec { .. }), "{e}");
-        assert_eq!(e.exit_code(), 127);
+        if std::env::var_os(EXEC_CHILD).is_some() {
+            let e = pin_exec(&cpu.to_string(), &[OsString::from("/nonexistent/program")]);
+            let exec = matches!(e, PinError::Exec { .. });
+            println!("pin-exec: exec error {exec}: {e}");
+            std::process::exit(e.exit_code());
+        }
+        assert!(sigpipe_ignored(), "the harness ignores SIGPIPE");
+        let name = concat!(
+            module_path!(),
+            "::pin_exec_refuses_a_bad_list_and_a_missing_program"
+        );
+        let name = name.split_once("::").map_or(name, |(_crate, path)| path);
+        let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(EXEC_CHILD, "1")
+            .output()
+            .expect("the test binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(127), "{out:?}");
+        assert!(
+            stdout.contains("pin-exec: exec error true: ")
+                && stdout.contains("/nonexistent/program"),
+            "{stdout}"
+        );
+        assert!(
+            sigpipe_ignored(),
+            "this process still ignores SIGPIPE: the failed exec was the child's"
+        );
     }
 }
