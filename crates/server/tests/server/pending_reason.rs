@@ -10,7 +10,6 @@ use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::state::types::Submission;
 use hetsched_server::store::Store;
-use std::time::Duration;
 
 fn submit(s: &mut State, app: &str, extra: &str, hold: bool, after: &[u64]) -> u64 {
     s.on_submit(Submission {
@@ -82,9 +81,9 @@ fn a_pending_job_says_why_as_the_cluster_changes_under_it() {
     s.on_drain("big", false).expect("resume");
     // The node dies (its heartbeats stop): no live node can run it, and the reason says what
     // it needs.
-    std::thread::sleep(Duration::from_millis(120));
+    std::thread::sleep(crate::common::SILENCE);
     beat(&mut s, small, &[]);
-    s.check_dead(Duration::from_millis(100))
+    s.check_dead(crate::common::DEAD_TIMEOUT)
         .expect("dead check");
     assert_eq!(
         reason(&s, job),

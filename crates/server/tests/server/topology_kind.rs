@@ -251,10 +251,10 @@ fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left(
     sync_both(&mut s);
     s.heartbeat(heartbeat_request(ids[&placed], &[], &[]))
         .expect("beat");
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    std::thread::sleep(crate::common::SILENCE);
     s.heartbeat(heartbeat_request(ids[other], &[], &[]))
         .expect("beat");
-    s.check_dead(std::time::Duration::from_millis(100))
+    s.check_dead(crate::common::DEAD_TIMEOUT)
         .expect("dead check");
     s.topology_tick().expect("tick");
     let shown = s.topology_show("pipe").expect("show");

@@ -1518,12 +1518,12 @@ fn a_produced_input_wakes_the_idle_node_whose_placed_consumer_waits_for_it() {
         agents.round(&mut s, &nodes);
     }
     // The seed's node goes silent and is declared dead: its output is lost.
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    std::thread::sleep(crate::common::SILENCE);
     let live: Vec<u32> = nodes.iter().copied().filter(|&n| n != seed_node).collect();
     for &n in &live {
         agents.beat(&mut s, n);
     }
-    s.check_dead(std::time::Duration::from_millis(200))
+    s.check_dead(crate::common::DEAD_TIMEOUT)
         .expect("dead check");
     agents.running.remove(&seed_node);
     for &n in &live {
