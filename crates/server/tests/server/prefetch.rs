@@ -128,12 +128,18 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
     let d = scratch("accounts");
     let mut s = open(&d.0, 3);
     s.on_add_user("alice", false).expect("user");
+    // The nodes offer their cores from their registration on, each owner holds one from its
+    // task's dispatch on: the split below is off by at most the time between the two, which on
+    // a loaded machine (a commit each) can be more than the 5 % of the ~0.3 s of capacity it
+    // allowed at the first check.
+    let setup = std::time::Instant::now();
     let a = register(&mut s, "a", 1);
     let b = register(&mut s, "b", 1);
     submit(&mut s, 4);
     let mut on_a = beat(&mut s, a, Vec::new(), Vec::new());
     submit_as(&mut s, "alice", 4);
     let mut on_b = beat(&mut s, b, Vec::new(), Vec::new());
+    let setup_s = setup.elapsed().as_secs_f64();
     assert_eq!(
         (on_a.len(), on_b.len()),
         (4, 4),
@@ -172,9 +178,10 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
         );
         for (who, held) in [("admin", admin), ("alice", alice)] {
             assert!(
-                (held - capacity / 2.0).abs() <= capacity * 0.05,
+                (held - capacity / 2.0).abs() <= capacity * 0.05 + setup_s,
                 "{who} held one of the two cores throughout, and was charged {held} of \
-                 {capacity} core-seconds"
+                 {capacity} core-seconds ({setup_s:.3} s from the registrations to the \
+                 dispatches)"
             );
         }
     };

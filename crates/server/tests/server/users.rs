@@ -921,9 +921,12 @@ fn under_fair_share_a_task_is_charged_up_to_its_result() {
         .into();
     sub.hold = false;
     s.on_submit_as(sub, "alice").expect("alice's");
+    // Before the dispatch: her usage grows from the dispatching beat's settle on, which comes
+    // before that beat's commit; timed from after it, `ran` could fall short of what was
+    // charged by more than the 5 % below whenever a commit took tens of milliseconds.
+    let start = std::time::Instant::now();
     let sent = common::beat(&mut s, agent.node, &[], &[]).assignments;
     assert_eq!(sent.len(), 1);
-    let start = std::time::Instant::now();
     let before = s.fair_usage_of("alice");
     std::thread::sleep(std::time::Duration::from_millis(300));
     common::beat(
