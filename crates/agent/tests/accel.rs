@@ -439,8 +439,10 @@ async fn when_the_requester_goes_away_the_anode_kills_the_task_and_drops_its_res
         }
     });
     let gpus = hetsched_agent::detect::Gpus::init();
-    // Wait until the task holds the device, then the NNode gives up (its task was killed).
-    for _ in 0..200 {
+    // Wait until the task holds the device, then the NNode gives up (its task was killed). The
+    // offload call and the task's start take well under a second, but more on a loaded machine:
+    // up to 10 s.
+    for _ in 0..1_000 {
         if p.state(&gpus).devices[0].busy {
             break;
         }
