@@ -1054,18 +1054,27 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
         &["wait", "2", "4", "--timeout", "1s"],
         "job 4 not finished after",
     );
-    // `--timeout 0s` looks once: it answers at once, the time in plain words.
-    let asked = std::time::Instant::now();
-    let out = c.cli(&["wait", "4", "--timeout", "0s"]);
-    assert!(!out.status.success());
-    let err = text(&out.stderr);
+    // `--timeout 0s` looks once: it answers at once, the time in plain words. "At once" is
+    // told from waiting a step (500 ms held by the server, after a first look) by the
+    // fastest of three tries: one process start on a loaded machine may take longer alone.
+    let mut fastest = std::time::Duration::MAX;
+    for _ in 0..3 {
+        let asked = std::time::Instant::now();
+        let out = c.cli(&["wait", "4", "--timeout", "0s"]);
+        fastest = fastest.min(asked.elapsed());
+        assert!(!out.status.success());
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("job 4 not finished after") && !err.contains('.'),
+            "{err}"
+        );
+        if fastest < std::time::Duration::from_millis(400) {
+            break;
+        }
+    }
     assert!(
-        err.contains("job 4 not finished after") && !err.contains('.'),
-        "{err}"
-    );
-    assert!(
-        asked.elapsed() < std::time::Duration::from_millis(400),
-        "{err}"
+        fastest < std::time::Duration::from_millis(400),
+        "`wait --timeout 0s` took {fastest:?} at the fastest of three"
     );
     // An unknown id among others: the rest are done, the refusal is named, the status fails.
     let out = c.cli(&["hold", "4", "99"]);
