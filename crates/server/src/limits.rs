@@ -138,20 +138,8 @@ pub const MAX_ORIGIN: usize = 4096;
 /// every kind of job, so checked once, before any kind parses the file.
 pub fn submission(sub: &crate::state::types::Submission) -> Result<(), String> {
     use crate::jobs::batch::MAX_SUBMISSION_KEY;
-    use hetsched_core::input::limits::MAX_JOB_FILE_BYTES;
     use hetsched_core::input::workload::MAX_JOB_NAME;
-    if sub.origin.len() > MAX_ORIGIN || sub.origin.chars().any(char::is_control) {
-        return Err(format!(
-            "the file's name must be at most {MAX_ORIGIN} bytes without control characters"
-        ));
-    }
-    if sub.text.len() > MAX_JOB_FILE_BYTES {
-        return Err(format!(
-            "{}: the job file is {} bytes; at most {MAX_JOB_FILE_BYTES} (2 MiB)",
-            sub.origin,
-            sub.text.len()
-        ));
-    }
+    file("job", &sub.origin, &sub.text)?;
     let name = &sub.name;
     if !name.is_empty()
         && (name.trim().is_empty()
@@ -169,6 +157,25 @@ pub fn submission(sub: &crate::state::types::Submission) -> Result<(), String> {
         ));
     }
     workdir("the working directory", &sub.workdir)
+}
+
+/// Checks a submitted file's name (`origin`, shown in every listing and status: at most
+/// [`MAX_ORIGIN`] bytes without control characters) and size (at most 2 MiB: the text is stored
+/// and goes to agents); `what` names its kind in the error (`job`, `topology`).
+pub fn file(what: &str, origin: &str, text: &str) -> Result<(), String> {
+    use hetsched_core::input::limits::MAX_JOB_FILE_BYTES;
+    if origin.len() > MAX_ORIGIN || origin.chars().any(char::is_control) {
+        return Err(format!(
+            "the file's name must be at most {MAX_ORIGIN} bytes without control characters"
+        ));
+    }
+    if text.len() > MAX_JOB_FILE_BYTES {
+        return Err(format!(
+            "{origin}: the {what} file is {} bytes; at most {MAX_JOB_FILE_BYTES} (2 MiB)",
+            text.len()
+        ));
+    }
+    Ok(())
 }
 
 /// The submitter's directory a submission carries (a job's working directory, a topology's base

@@ -614,7 +614,8 @@ impl Run {
         let controller = (rec.interval_ms > 0).then(|| {
             RescheduleController::new(
                 RescheduleSettings {
-                    interval: rec.interval_ms * 1_000_000,
+                    // Saturating: a record stored before submissions bounded the interval.
+                    interval: rec.interval_ms.saturating_mul(1_000_000),
                     gain_threshold: rec.gain_threshold,
                 },
                 start,
@@ -1444,6 +1445,18 @@ impl Topology {
 
     /// Submits a topology.
     pub fn submit(&mut self, req: TopologySubmission) -> Result<serde_json::Value, TopologyError> {
+        // Before parsing: the text is stored and sent to every agent that runs one of its
+        // workers, and the origin is shown in every status, as a job's are.
+        crate::limits::file("topology", &req.origin, &req.text).map_err(invalid)?;
+        // Counted in ns by the reschedule controller: a longer interval would overflow there.
+        let max_ms = hetsched_core::input::MAX_DURATION / 1_000_000;
+        if req.interval_ms > max_ms {
+            return Err(invalid(format!(
+                "interval: {} ms is longer than the longest accepted, {max_ms} ms (10 years); \
+                 0 turns rescheduling off",
+                req.interval_ms
+            )));
+        }
         let topo = parse_runnable_topology(&req.origin, &req.text).map_err(invalid)?;
         let placer: StreamPlacerKind = req.placer.parse().map_err(invalid)?;
         // A placer that walks every executor pair refuses too many of them: said now, not at

@@ -273,3 +273,57 @@ fn a_working_or_base_directory_with_control_characters_or_relative_is_refused() 
     assert_eq!(s.topology_list().as_array().map_or(1, Vec::len), 0);
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// A topology's envelope is bounded as a job's is: its file at most 2 MiB (its text goes to
+/// every agent that runs one of its workers, at every sync), its origin at most 4,096 bytes
+/// without control characters (shown in every status), and its reschedule interval at most
+/// the longest duration a file may give (10 years) — an interval in ms is counted in ns, and
+/// `u64::MAX` ms overflowed there: a panic under the state's lock in a debug build, a
+/// meaningless interval in a release one.
+#[test]
+fn a_topologys_file_origin_and_interval_are_bounded_at_submission() {
+    let (mut s, d) = open("topology-envelope");
+    let text = "name = \"t\"\n\n[[component]]\nname = \"s\"\nkind = \"spout\"\nparallelism = 1\n\
+                cpu = 10.0\nbuiltin = \"sequence-spout\"\n";
+    let topo = |origin: &str, text: String, interval_ms: u64| {
+        hetsched_server::jobs::topology::TopologySubmission {
+            origin: origin.into(),
+            text,
+            base_dir: "/".into(),
+            placer: "even".into(),
+            interval_ms,
+            max_utilisation: 0.9,
+            ..Default::default()
+        }
+    };
+    let huge = format!("{text}# {}\n", "x".repeat(3 << 20));
+    let origin_nl = "t.toml\n\u{1b}[31mred";
+    let long_origin = "o".repeat(5000);
+    for (sub, says) in [
+        (
+            topo("t.toml", text.into(), u64::MAX),
+            "interval: 18446744073709551615 ms is longer than the longest accepted",
+        ),
+        (
+            topo("t.toml", huge, 0),
+            "t.toml: the topology file is 3145837 bytes; at most 2097152 (2 MiB)",
+        ),
+        (
+            topo(origin_nl, text.into(), 0),
+            "the file's name must be at most 4096 bytes without control characters",
+        ),
+        (
+            topo(&long_origin, text.into(), 0),
+            "the file's name must be at most 4096 bytes without control characters",
+        ),
+    ] {
+        let e = s.topology_submit(sub).expect_err("refused").to_string();
+        assert!(e.contains(says), "{e}");
+    }
+    assert_eq!(s.topology_list().as_array().map_or(1, Vec::len), 0);
+    // The longest interval accepted is taken.
+    let ten_years_ms = hetsched_core::input::MAX_DURATION / 1_000_000;
+    s.topology_submit(topo("t.toml", text.into(), ten_years_ms))
+        .expect("ten years is accepted");
+    let _ = std::fs::remove_dir_all(d);
+}
