@@ -1561,6 +1561,23 @@ impl State {
             Some(Kind::Topology) | None => return Err(StateError::NoJob(job)),
             Some(k) => k,
         };
+        // Tasks brought back are unfinished again: a user's count against its cap as a
+        // submission's do, checked before anything changes. From the job's counts: exact for
+        // a batch job; a workflow's instances not run because of a failure are left out, so
+        // this never refuses more than it should.
+        let owner = self.users.owner(job).to_string();
+        if owner != crate::users::ADMIN && matches!(k, Kind::Batch | Kind::Workflow) {
+            let c = self.get_job(job)?.counts;
+            let again = [(failed, c.failed), (cancelled, c.cancelled)]
+                .iter()
+                .filter(|(asked, _)| *asked)
+                .fold(0u64, |n, (_, count)| n.saturating_add(*count));
+            if again > 0 {
+                self.task_room(&owner)
+                    .check_resubmit(job, again)
+                    .map_err(StateError::Invalid)?;
+            }
+        }
         // Cancelled first: a kind that has none refuses before anything changed, and a batch
         // job that takes them takes its failed ones too.
         let mut n = 0;
@@ -1581,7 +1598,6 @@ impl State {
         self.commit()?;
         // A job brought back into memory (it had left it finished) counts against its
         // owner's cap again.
-        let owner = self.users.owner(job).to_string();
         self.group_job(job, &owner);
         self.wake(None);
         info!(job, tasks = n, failed, cancelled, "ended tasks resubmitted");

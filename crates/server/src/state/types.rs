@@ -399,14 +399,30 @@ pub struct TaskRoom {
 impl TaskRoom {
     /// Refuses `tasks` more (of a job from `origin`) when they would pass the cap.
     pub fn check(&self, origin: &str, tasks: u64) -> Result<(), String> {
+        self.check_as(tasks, || format!("{origin}: the job has {tasks} tasks"))
+    }
+
+    /// Refuses `resubmit JOB` bringing `tasks` ended tasks of job `job` back to pending when
+    /// they would pass the cap: they are unfinished again, as a submission's are.
+    pub fn check_resubmit(&self, job: u64, tasks: u64) -> Result<(), String> {
+        self.check_as(tasks, || {
+            format!("resubmit job {job}: {tasks} tasks would run again")
+        })
+    }
+
+    /// Refuses `tasks` more, the message starting with what `said` says they are.
+    fn check_as(&self, tasks: u64, said: impl FnOnce() -> String) -> Result<(), String> {
         if self.unfinished.saturating_add(tasks) <= self.cap {
             return Ok(());
         }
         Err(format!(
-            "{origin}: the job has {tasks} tasks, and user `{}` has {} unfinished: together \
-             above the {} unfinished tasks a user may have at once (the server's \
-             `max_unfinished_tasks_per_user`); wait for some to end, or cancel some",
-            self.user, self.unfinished, self.cap
+            "{}, and user `{}` has {} unfinished: together above the {} unfinished tasks a \
+             user may have at once (the server's `max_unfinished_tasks_per_user`); wait for \
+             some to end, or cancel some",
+            said(),
+            self.user,
+            self.unfinished,
+            self.cap
         ))
     }
 }

@@ -1648,3 +1648,51 @@ fn a_user_past_its_unfinished_tasks_is_refused_and_others_are_not() {
             .contains("max_unfinished_tasks_per_user must be at least 1")
     );
 }
+
+/// `resubmit` brings a job's ended tasks back to pending, so it is bounded by
+/// `max_unfinished_tasks_per_user` as a submission is: before, a user at its cap could
+/// resubmit tasks it had cancelled (or that failed) and hold any number unfinished at once.
+/// Nothing changes when refused; the admin is not bound.
+#[test]
+fn a_resubmission_past_the_users_unfinished_tasks_is_refused() {
+    let d = common::scratch("users", "resubmit-cap");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        max_unfinished_tasks_per_user: 15,
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    s.on_add_user("alice", false).expect("user");
+    let all: Vec<u32> = (0..10).collect();
+    let first = s.on_submit_as(sweep(10), "alice").expect("10 of 15").job_id;
+    s.on_cancel_tasks(first, None, &all)
+        .expect("its 10 cancelled");
+    s.on_submit_as(sweep(10), "alice").expect("10 of 15 again");
+    let e = s
+        .on_resubmit_ended(first, true, true)
+        .expect_err("20 of 15")
+        .to_string();
+    assert!(
+        e.contains(&format!("resubmit job {first}: 10 tasks would run again"))
+            && e.contains("user `alice` has 10 unfinished")
+            && e.contains("max_unfinished_tasks_per_user"),
+        "{e}"
+    );
+    let counts = s.job(first).expect("job").counts.expect("counts");
+    assert_eq!(
+        (counts.pending, counts.cancelled),
+        (0, 10),
+        "nothing changed"
+    );
+    // The admin's own jobs are not bound.
+    let admins = s.on_submit(sweep(20)).expect("the admin's").job_id;
+    s.on_cancel_tasks(admins, None, &(0..20).collect::<Vec<_>>())
+        .expect("cancelled");
+    s.on_submit(sweep(20)).expect("the admin's");
+    assert_eq!(
+        s.on_resubmit_ended(admins, false, true)
+            .expect("resubmitted"),
+        20
+    );
+}
