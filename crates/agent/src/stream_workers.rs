@@ -195,6 +195,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// How often an agent running stream workers syncs (their reports ride on it).
 const SYNC_INTERVAL: Duration = Duration::from_millis(500);
 
+/// Largest sync reply the agent decodes. Every worker the reply assigns carries its
+/// topology's whole text (up to `MAX_JOB_FILE_BYTES`, 2 MiB), so a node running workers of a
+/// few large topologies is sent more than gRPC's default 4 MiB: with that default the agent
+/// decoded no sync at all and started none of its workers.
+const MAX_SYNC_REPLY_BYTES: usize = 256 << 20;
+
 /// The longest the server may hold the sync of an agent running no worker (the open call keeps
 /// the node seen meanwhile): the longest it holds any.
 const IDLE_HOLD: Duration = pb::MAX_HOLD;
@@ -234,6 +240,7 @@ pub fn spawn(
     tokio::spawn(async move {
         let on = |c: &crate::Connection| {
             TopologyAgentClient::with_interceptor(c.borrow().clone(), interceptor.clone())
+                .max_decoding_message_size(MAX_SYNC_REPLY_BYTES)
         };
         let mut client = on(&connection);
         let mut workers: HashMap<Key, WorkerProc> = HashMap::new();

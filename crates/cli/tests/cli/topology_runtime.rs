@@ -1251,3 +1251,38 @@ rate = 5.0
     );
     assert!(!c.ok(&["topology", "list"]).contains("talk"));
 }
+
+/// Every worker in an agent's sync reply comes with its topology's whole text (up to the
+/// 2 MiB a topology file may have), so a node running workers of a few large topologies is
+/// sent a reply past gRPC's default 4 MiB: the agent reads it and runs them all. With the
+/// default limit it could decode no sync at all, and none of its workers started.
+#[test]
+fn an_agent_runs_the_workers_of_topologies_whose_texts_together_pass_4_mib() {
+    let c = Cluster::start_with_cores("big-texts", &["a"], 16);
+    // A comment of 1.5 MB in front of each: three of them make a reply of about 4.5 MB.
+    let pad = format!("# {}\n", "x".repeat(1_500_000));
+    let names = ["big1", "big2", "big3"];
+    for name in names {
+        let file = c.write(
+            &format!("{name}.toml"),
+            &format!("{pad}{}", wordcount(name, 1, 10)),
+        );
+        c.ok(&[
+            "topology",
+            "submit",
+            file.to_str().expect("path"),
+            "--workers",
+            "1",
+        ]);
+    }
+    support::wait_until(
+        "every topology's worker to run",
+        Duration::from_secs(60),
+        || names.iter().all(|n| worker_pids(&c.show(n)).len() == 1),
+    );
+    for name in names {
+        support::wait_until("tuples to flow", Duration::from_secs(30), || {
+            total(&c.show(name)) > 0
+        });
+    }
+}
