@@ -1994,7 +1994,9 @@ impl JobKind for Workflows {
             let Some(x) = job.insts.get_mut(i as usize) else {
                 break 'r;
             };
-            if x.st != St::Running || x.attempt != r.attempt {
+            // Only the agent of the node the attempt runs on speaks for it: another node's
+            // agent (confused, or forging) must not end it there, nor claim its output.
+            if x.st != St::Running || x.attempt != r.attempt || x.node != Some(node.0) {
                 break 'r;
             }
             cx.nodes.ended(node, r.task_id);

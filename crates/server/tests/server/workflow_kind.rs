@@ -3276,3 +3276,63 @@ fn a_replayed_grant_runs_no_instance_twice_and_leaves_no_machine_holding_one() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Only the agent of the node an attempt runs on speaks for it: a success another node's
+/// agent reports for it (right task, right attempt) ends nothing — the instance runs on, its
+/// node is not told to kill it, and no consumer is sent to fetch an output from the node that
+/// claimed it. Before, the claim was taken: the producer read succeeded with its output on the
+/// claiming node, its consumer went there for it, and the node really running it was told to
+/// kill it.
+#[test]
+fn a_result_from_another_nodes_agent_does_not_end_an_instance() {
+    let dir = scratch("result-other-node");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let (a, b) = (
+        common::register(&mut s, "a", 2),
+        common::register(&mut s, "b", 2),
+    );
+    let mut agents = Agents::default();
+    agents.beat(&mut s, a);
+    agents.beat(&mut s, b);
+    let job = s
+        .submit("wf.toml", &producer_and_consumer("centralised"), "/")
+        .expect("submit")
+        .job_id;
+    agents.task_base = agents_base(&s, job);
+    for _ in 0..5 {
+        agents.round(&mut s, &[a, b]);
+        if !agents.assigned.is_empty() {
+            break;
+        }
+    }
+    let (on, instance, attempt) = agents.assigned[0];
+    assert_eq!(instance, 0, "the producer runs first");
+    let other = if on == a { b } else { a };
+    agents
+        .results
+        .entry(other)
+        .or_default()
+        .push((agents.task_base, attempt, true));
+    agents.beat(&mut s, other);
+    let p = s.tasks(job).expect("tasks").tasks[0].clone();
+    assert_eq!(p.state, "running", "{p:?}");
+    let reply = agents.beat(&mut s, on);
+    assert!(reply.kill.is_empty(), "{:?}", reply.kill);
+    agents.round(&mut s, &[a, b]);
+    assert!(
+        !agents.assigned.iter().any(|x| x.1 == 1),
+        "no consumer before its producer's own node reports it: {agents:?}"
+    );
+    // Its own node's report ends it, and the consumer follows.
+    agents.finish_all(on, true);
+    for _ in 0..5 {
+        agents.round(&mut s, &[a, b]);
+    }
+    assert_eq!(
+        s.tasks(job).expect("tasks").tasks[0].state,
+        "succeeded",
+        "{agents:?}"
+    );
+    assert!(agents.assigned.iter().any(|x| x.1 == 1), "{agents:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
