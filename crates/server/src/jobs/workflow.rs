@@ -148,6 +148,10 @@ pub const UNMEASURED: u64 = 1_000_000_000;
 /// The launch node's id in the core's messages (the server is no node).
 pub const LAUNCH: NodeId = NodeId(u32::MAX - 1);
 
+/// The longest round trip kept (ns): an agent's measurement above it reads as this (it
+/// clusters as "far" all the same, and sums of two stay far from overflowing).
+pub const MAX_RTT: u64 = 60_000_000_000;
+
 /// Measured round trips are compared at this resolution (ns) when clustering, so the jitter of
 /// a few microseconds between two probes does not reshuffle the clusters every second.
 pub const RTT_RESOLUTION: u64 = 250_000;
@@ -1694,6 +1698,11 @@ impl Workflows {
         }
     }
 
+    /// How many measured round trips are kept ([`crate::state::State::workflow_round_trips`]).
+    pub fn round_trips(&self) -> usize {
+        self.rtt.len()
+    }
+
     /// The clusters node `n` is in (ids of the launch node's tables).
     fn clusters_of(&self, n: u32) -> Vec<u32> {
         self.clusters
@@ -2316,8 +2325,16 @@ impl JobKind for Workflows {
             ),
         );
         if !report.rtt_ns.is_empty() {
-            for (&peer, &ns) in &report.rtt_ns {
-                let q = ns.div_ceil(RTT_RESOLUTION).max(1) * RTT_RESOLUTION;
+            // Round trips to registered nodes only (any u32 an agent names would otherwise be
+            // kept, for ever), at most `MAX_RTT`: the agent's u64 near its top overflowed the
+            // rounding below under the state's lock.
+            let known = cx.nodes.len() as u32;
+            for (&peer, &ns) in report
+                .rtt_ns
+                .iter()
+                .filter(|&(&peer, _)| peer < known && peer != node.0)
+            {
+                let q = ns.min(MAX_RTT).div_ceil(RTT_RESOLUTION).max(1) * RTT_RESOLUTION;
                 if self.rtt.insert((node.0, peer), q) != Some(q) {
                     // Computed again below, once per heartbeat at most.
                     self.clustered.clear();

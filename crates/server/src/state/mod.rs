@@ -2184,4 +2184,11 @@ impl State {
         }
         self.jobs.workflow.dot(job).ok_or(StateError::NoJob(job))
     }
+
+    /// How many round trips between nodes the workflow kind keeps (one per ordered pair
+    /// measured): for the tests that bound what agents' reports make it hold.
+    #[doc(hidden)]
+    pub fn workflow_round_trips(&self) -> usize {
+        self.jobs.workflow.round_trips()
+    }
 }

@@ -3336,3 +3336,36 @@ fn a_result_from_another_nodes_agent_does_not_end_an_instance() {
     assert!(agents.assigned.iter().any(|x| x.1 == 1), "{agents:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The round trips an agent reports are kept only to other registered nodes, and a figure
+/// near the top of u64 is taken as the longest kept (`MAX_RTT`). Before, any u32 an agent
+/// named as a peer was kept for good (a report of a million made-up peers, a million entries,
+/// again at every beat), and `u64::MAX` overflowed the rounding under the state's lock (a
+/// panic in a debug build).
+#[test]
+fn round_trips_are_kept_only_to_registered_nodes_and_near_the_top_of_u64_do_not_overflow() {
+    let dir = scratch("rtt-bounds");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let (a, b) = (
+        common::register(&mut s, "a", 2),
+        common::register(&mut s, "b", 2),
+    );
+    let mut agents = Agents::default();
+    let mut far: BTreeMap<u32, u64> = (1_000..11_000).map(|peer| (peer, 1)).collect();
+    far.insert(a, 1);
+    far.insert(b, u64::MAX);
+    agents.rtt.insert(a, far);
+    agents.rtt.insert(b, [(a, u64::MAX - 1)].into());
+    agents.beat(&mut s, a);
+    agents.beat(&mut s, b);
+    assert_eq!(s.workflow_round_trips(), 2, "a → b and b → a only");
+    // The workflow still runs over them.
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    for _ in 0..40 {
+        agents.round(&mut s, &[a, b]);
+        agents.finish_all(a, true);
+        agents.finish_all(b, true);
+    }
+    assert_eq!(s.job(job).expect("job").state, "completed", "{agents:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
