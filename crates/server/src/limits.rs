@@ -130,6 +130,37 @@ pub fn attributes(node: &str, list: &[String]) -> Result<Vec<String>, String> {
         .map_err(|(_, e)| format!("node `{node}`: {e}"))
 }
 
+/// Longest address an agent may advertise to its peers (`https://`, a DNS name's 253 bytes and
+/// a port).
+pub const MAX_PEER_ADDRESS: usize = 8 + 253 + 6;
+
+/// Whether `address`, what an agent says other agents reach it at (its heartbeat's
+/// `advertise`), has the form agents dial: `host:port`, or `https://host:port` for a TLS
+/// listener, the host an IP address (IPv6 in brackets) or a DNS name. The server relays it to
+/// every agent balancing a workflow and names it in every fetch of that node's outputs, so
+/// anything else (a megabyte of text, a URL to elsewhere) is not passed on.
+pub fn peer_address(address: &str) -> bool {
+    if address.len() > MAX_PEER_ADDRESS {
+        return false;
+    }
+    let at = address.strip_prefix("https://").unwrap_or(address);
+    if at.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = at.rsplit_once(':') else {
+        return false;
+    };
+    port.parse::<u16>().is_ok_and(|p| p != 0)
+        && !host.is_empty()
+        && host.len() <= MAX_NODE_NAME
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+        })
+}
+
 /// Longest origin (the submitted file's path as the client names it).
 pub const MAX_ORIGIN: usize = 4096;
 

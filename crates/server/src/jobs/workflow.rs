@@ -2289,8 +2289,20 @@ impl JobKind for Workflows {
         open: bool,
         out: &mut Outbox,
     ) -> Result<(), StateError> {
-        if !report.advertise.is_empty() {
+        if crate::limits::peer_address(&report.advertise) {
             self.addresses.insert(node.0, report.advertise.clone());
+        } else if !report.advertise.is_empty() {
+            // Relayed to every agent balancing a workflow and named in every fetch of this
+            // node's outputs: only an address agents can dial is. The node serves none then,
+            // as one without a listener.
+            // Said once: at its first beat, or when a good address turns bad.
+            if self.addresses.remove(&node.0).is_some() || !self.heard.contains(&node.0) {
+                warn!(
+                    node = %cx.nodes.name(node.0),
+                    "the agent advertises an address that is not host:port: its workflow outputs \
+                     are not fetched from it"
+                );
+            }
         }
         // It answers again: its outputs may be fetched (those produced again meanwhile stay
         // where they were produced again).

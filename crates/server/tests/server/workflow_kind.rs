@@ -3369,3 +3369,48 @@ fn round_trips_are_kept_only_to_registered_nodes_and_near_the_top_of_u64_do_not_
     assert_eq!(s.job(job).expect("job").state, "completed", "{agents:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What an agent advertises as its address is relayed to every agent balancing a workflow
+/// (`PcddbJob.peers`) and named in every fetch of its outputs: only `host:port` or
+/// `https://host:port` is. Before, a megabyte of text was kept and sent to every node in every
+/// heartbeat reply.
+#[test]
+fn an_advertised_address_that_is_not_host_port_is_not_relayed() {
+    let dir = scratch("advertise");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let names = ["a", "b", "c", "d"];
+    let nodes: Vec<u32> = names
+        .iter()
+        .map(|n| common::register(&mut s, n, 2))
+        .collect();
+    let advertised = [
+        "x".repeat(1 << 20),
+        "10.0.0.2:7431".to_string(),
+        "https://d.example.org:7431".to_string(),
+        "http://evil.example.org/path".to_string(),
+    ];
+    s.submit("fan.toml", FAN_OUT, "/").expect("submit");
+    let mut peers = BTreeMap::new();
+    for _ in 0..2 {
+        for (&n, address) in nodes.iter().zip(&advertised) {
+            let mut req = heartbeat_request(n, &[], &[]);
+            req.advertise = address.clone();
+            let reply = s.heartbeat(req).expect("heartbeat");
+            if let Some(j) = reply.pcddb.first() {
+                peers = j.peers.clone().into_iter().collect();
+            }
+        }
+    }
+    // (Compared by length first: a failure must not print the megabyte.)
+    let lengths: Vec<(u32, usize)> = peers.iter().map(|(&n, a)| (n, a.len())).collect();
+    assert_eq!(
+        lengths,
+        [
+            (nodes[1], advertised[1].len()),
+            (nodes[2], advertised[2].len())
+        ]
+    );
+    assert_eq!(peers[&nodes[1]], advertised[1]);
+    assert_eq!(peers[&nodes[2]], advertised[2]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
