@@ -130,6 +130,25 @@ pub fn attributes(node: &str, list: &[String]) -> Result<Vec<String>, String> {
         .map_err(|(_, e)| format!("node `{node}`: {e}"))
 }
 
+/// Longest message of a task's result kept (bytes): what an agent says of an attempt (why it
+/// failed, was interrupted or could not fetch an input) is a line or two, and it is kept with
+/// the task, in memory and in the store, until the job is purged.
+pub const MAX_RESULT_MESSAGE: usize = 4096;
+
+/// Cuts `message` (an agent's, for a task's result) to [`MAX_RESULT_MESSAGE`] bytes, on a
+/// character boundary, marking the cut.
+pub fn clip_result_message(message: &mut String) {
+    if message.len() <= MAX_RESULT_MESSAGE {
+        return;
+    }
+    let mut cut = MAX_RESULT_MESSAGE - '…'.len_utf8();
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    message.truncate(cut);
+    message.push('…');
+}
+
 /// Longest address an agent may advertise to its peers (`https://`, a DNS name's 253 bytes and
 /// a port).
 pub const MAX_PEER_ADDRESS: usize = 8 + 253 + 6;

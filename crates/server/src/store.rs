@@ -104,6 +104,15 @@ pub struct TaskUsage {
     pub max_rss_bytes: u64,
 }
 
+impl TaskUsage {
+    /// Its CPU time, user + system, ms. The figures are an agent's u64s: the sum saturates
+    /// (a plain addition of two near the top panicked under the state's lock in a debug
+    /// build), as every sum of them over tasks must.
+    pub fn cpu_ms(&self) -> u64 {
+        self.cpu_user_ms.saturating_add(self.cpu_system_ms)
+    }
+}
+
 /// One task row.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TaskRow {

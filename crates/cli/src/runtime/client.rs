@@ -1053,7 +1053,9 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
             },
             x.usage.map_or("-".into(), |u| {
                 // A measured 0 ms (a sleeping task) is shown as such.
-                super::human::duration(Duration::from_millis(u.cpu_user_ms + u.cpu_system_ms))
+                super::human::duration(Duration::from_millis(
+                    u.cpu_user_ms.saturating_add(u.cpu_system_ms),
+                ))
             }),
             x.usage
                 .map_or("-".into(), |u| super::human::memory(u.max_rss_bytes)),

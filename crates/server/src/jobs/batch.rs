@@ -273,7 +273,7 @@ impl Used {
     fn of(rows: &[TaskRow]) -> Used {
         let mut u = Used::default();
         for r in rows.iter().filter_map(|t| t.usage.as_deref()) {
-            u.cpu_ms += r.cpu_user_ms + r.cpu_system_ms;
+            u.cpu_ms = u.cpu_ms.saturating_add(r.cpu_ms());
             u.max_rss_bytes = u.max_rss_bytes.max(r.max_rss_bytes);
         }
         u
@@ -1202,8 +1202,13 @@ impl Batch {
         let Some(r) = self.apps.get_mut(app as usize) else {
             return;
         };
-        let cpu = |u: Option<&TaskUsage>| u.map_or(0, |u| u.cpu_user_ms + u.cpu_system_ms);
-        r.used.cpu_ms = r.used.cpu_ms.saturating_sub(cpu(old)) + cpu(new);
+        // Agents' figures: saturating, as [`TaskUsage::cpu_ms`] (a saturated sum stays so).
+        let cpu = |u: Option<&TaskUsage>| u.map_or(0, TaskUsage::cpu_ms);
+        r.used.cpu_ms = r
+            .used
+            .cpu_ms
+            .saturating_sub(cpu(old))
+            .saturating_add(cpu(new));
         let (old_rss, new_rss) = (
             old.map_or(0, |u| u.max_rss_bytes),
             new.map_or(0, |u| u.max_rss_bytes),
@@ -1613,7 +1618,7 @@ impl Batch {
         // The job's usage: its applications' added up (one addition each, as the counts).
         let mut used = Used::default();
         for r in j.apps.clone().filter_map(|a| self.apps.get(a as usize)) {
-            used.cpu_ms += r.used.cpu_ms;
+            used.cpu_ms = used.cpu_ms.saturating_add(r.used.cpu_ms);
             used.max_rss_bytes = used.max_rss_bytes.max(r.used.max_rss_bytes);
         }
         let apps = if with_apps {

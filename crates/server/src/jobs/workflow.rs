@@ -1872,7 +1872,9 @@ impl Workflows {
         };
         let used = j.insts.iter().filter_map(|x| x.usage);
         let mut info = JobInfo {
-            cpu_ms: used.clone().map(|u| u.cpu_user_ms + u.cpu_system_ms).sum(),
+            cpu_ms: used
+                .clone()
+                .fold(0, |sum, u| sum.saturating_add(u.cpu_ms())),
             max_rss_bytes: used.map(|u| u.max_rss_bytes).max().unwrap_or(0),
             id: j.id(),
             name: j.name.clone(),
@@ -1917,7 +1919,9 @@ impl Workflows {
                                 [request, None]
                             },
                             ready,
-                            cpu_ms: used.clone().map(|u| u.cpu_user_ms + u.cpu_system_ms).sum(),
+                            cpu_ms: used
+                                .clone()
+                                .fold(0, |sum, u| sum.saturating_add(u.cpu_ms())),
                             max_rss_bytes: used.map(|u| u.max_rss_bytes).max().unwrap_or(0),
                             requires: task.requires.clone(),
                             ..Default::default()

@@ -606,7 +606,7 @@ impl State {
         reply
     }
 
-    fn beat(&mut self, req: HeartbeatReport) -> Result<HeartbeatReply, StateError> {
+    fn beat(&mut self, mut req: HeartbeatReport) -> Result<HeartbeatReply, StateError> {
         let nid = NodeId(req.node_id);
         let paused = self.paused();
         let Some(rec) = self.nodes.get_mut(nid.0) else {
@@ -674,6 +674,10 @@ impl State {
         // last settle was charged at the holdings left: a user of short tasks was charged about
         // half their use).
         self.begin_event();
+        // An agent's messages are kept with their tasks until the jobs are purged: bounded.
+        for r in &mut req.results {
+            crate::limits::clip_result_message(&mut r.message);
+        }
         for r in &req.results {
             reply.acked.push(TaskRef {
                 task_id: r.task_id,

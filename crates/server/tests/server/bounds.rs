@@ -327,3 +327,56 @@ fn a_topologys_file_origin_and_interval_are_bounded_at_submission() {
         .expect("ten years is accepted");
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// What an agent says of a task's attempt stays with the task until its job is purged: a
+/// result's message is cut to `MAX_RESULT_MESSAGE` bytes (on a character boundary, marked);
+/// its usage figures, an agent's u64s, add up saturating in the application's and the job's
+/// totals. Before, a 2 MiB message was kept whole for every task, and two tasks' CPU times
+/// near the top of u64 overflowed their sum under the state's lock (a panic in a debug build).
+#[test]
+fn a_results_message_is_cut_and_its_usage_adds_up_saturating() {
+    use hetsched_server::limits::MAX_RESULT_MESSAGE;
+    let (mut s, d) = open("result-bounds");
+    let n = register(&mut s, 2);
+    let job = s
+        .submit("job.toml", &app("a", 2, 1, 0), "/")
+        .expect("submit")
+        .job_id;
+    let r = s
+        .heartbeat(heartbeat_request(n, &[], &[]))
+        .expect("heartbeat");
+    assert_eq!(r.assignments.len(), 2);
+    let failed: Vec<(u64, u32, bool)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt, false))
+        .collect();
+    let mut beat = heartbeat_request(n, &[], &failed);
+    for res in &mut beat.results {
+        res.message = "é".repeat(1 << 20);
+        res.usage = Some(pb::TaskUsage {
+            cpu_user_ms: u64::MAX - 1,
+            cpu_system_ms: 7,
+            max_rss_bytes: 1,
+        });
+    }
+    s.heartbeat(beat).expect("heartbeat");
+    let tasks = s.tasks(job).expect("tasks").tasks;
+    assert_eq!(tasks.len(), 2);
+    for t in &tasks {
+        assert_eq!(t.state, "failed", "{}", t.state);
+        assert!(
+            t.message.len() <= MAX_RESULT_MESSAGE && t.message.ends_with("é…"),
+            "{} bytes",
+            t.message.len()
+        );
+    }
+    let info = s.job(job).expect("job");
+    assert_eq!(info.cpu_ms, u64::MAX);
+    assert!(
+        info.apps.iter().all(|a| a.cpu_ms == u64::MAX),
+        "{:?}",
+        info.apps
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

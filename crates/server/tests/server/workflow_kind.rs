@@ -3414,3 +3414,48 @@ fn an_advertised_address_that_is_not_host_port_is_not_relayed() {
     assert_eq!(peers[&nodes[2]], advertised[2]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A workflow's usage, its instances' CPU times as their agents report them (u64s), adds up
+/// saturating in its listing. Before, two near the top overflowed the sum while the state's
+/// lock was held (a panic in a debug build, at every `job N`).
+#[test]
+fn a_workflows_usage_adds_up_saturating() {
+    let dir = scratch("usage-saturates");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n", 2);
+    let text = FAN_OUT
+        .replace("balancer = \"pcddb\"", "balancer = \"centralised\"")
+        .replace("1..=20", "1..=1");
+    let job = s.submit("fan.toml", &text, "/").expect("submit").job_id;
+    let mut agents = Agents {
+        task_base: agents_base(&s, job),
+        ..Default::default()
+    };
+    for _ in 0..10 {
+        agents.beat(&mut s, n);
+        for (task, attempt) in agents.running.remove(&n).unwrap_or_default() {
+            agents.special.entry(n).or_default().push(pb::TaskResult {
+                task_id: task,
+                attempt,
+                success: true,
+                started_ns: 1,
+                finished_ns: 2,
+                usage: Some(pb::TaskUsage {
+                    cpu_user_ms: u64::MAX - 1,
+                    cpu_system_ms: 7,
+                    max_rss_bytes: 1,
+                }),
+                ..Default::default()
+            });
+        }
+    }
+    let info = s.job(job).expect("job");
+    assert_eq!(info.state, "completed", "{agents:?}");
+    assert_eq!(info.cpu_ms, u64::MAX);
+    assert!(
+        info.apps.iter().all(|a| a.cpu_ms == u64::MAX),
+        "{:?}",
+        info.apps
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
