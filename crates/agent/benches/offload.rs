@@ -62,8 +62,9 @@ fn spec(dir: &Path, shell: &str, inputs: &[&str], outputs: &[&str]) -> pb::TaskS
     }
 }
 
-/// Attempt 1 of `task`, from `nnode` to `anode`, with the ticket its server would sign.
-fn assignment(task: u64) -> pb::Assignment {
+/// Attempt 1 of `task` of spec `sp`, from `nnode` to `anode`, with the ticket its server would
+/// sign.
+fn assignment(task: u64, sp: &pb::TaskSpec) -> pb::Assignment {
     let ticket = pb::ticket::sign(
         &KEY,
         &pb::ticket::Offload {
@@ -72,6 +73,7 @@ fn assignment(task: u64) -> pb::Assignment {
             run_as: "",
             nnode: "nnode",
             anode: "anode",
+            runs: pb::ticket::offload_digest(sp, 0, None, 1),
         },
     );
     pb::Assignment {
@@ -139,7 +141,7 @@ fn setup() -> Setup {
 fn run_one(s: &Setup, sp: &pb::TaskSpec, task: u64) {
     let r = s.rt.block_on(offload::run(
         &s.client,
-        &assignment(task),
+        &assignment(task, sp),
         sp,
         "nnode",
         &s.dir.join("nnode"),
@@ -156,7 +158,7 @@ fn run_many(s: &Setup, sp: &pb::TaskSpec, n: u64, concurrent: bool) {
             for t in 0..n {
                 let (c, sp, dir) = (s.client.clone(), sp.clone(), s.dir.join("nnode"));
                 h.push(tokio::spawn(async move {
-                    offload::run(&c, &assignment(t), &sp, "nnode", &dir, false, never()).await
+                    offload::run(&c, &assignment(t, &sp), &sp, "nnode", &dir, false, never()).await
                 }));
             }
             for x in h {
@@ -166,7 +168,7 @@ fn run_many(s: &Setup, sp: &pb::TaskSpec, n: u64, concurrent: bool) {
             for t in 0..n {
                 let r = offload::run(
                     &s.client,
-                    &assignment(t),
+                    &assignment(t, sp),
                     sp,
                     "nnode",
                     &s.dir.join("nnode"),
@@ -189,7 +191,7 @@ fn overhead(c: &mut Criterion) {
     g.bench_function("local_true", |b| {
         b.iter(|| {
             let r = s.rt.block_on(launch::run(
-                &assignment(0),
+                &assignment(0, &local),
                 &local,
                 "anode",
                 &work,

@@ -28,7 +28,7 @@
 
 use crate::balance;
 use hetsched_core::input::workflow::data_name_problem;
-use hetsched_core::input::workflow_runtime::expand;
+use hetsched_core::input::workflow_runtime::{expand, offloaded_instance};
 use hetsched_proto as pb;
 use hetsched_proto::agent_data_server::AgentData;
 use hetsched_proto::ticket::NO_KEY_HEADER;
@@ -745,10 +745,9 @@ async fn fetch_within(
 }
 
 /// An empty file in an offloaded instance's `out/`, shipped with its inputs so that the ANode's
-/// temporary directory has `out/` for the command to write its outputs in. No output is named
-/// so: a data name never starts with `.` (the workflow parser's `data_name_problem`, which
-/// [`prepare`] applies too).
-pub const OUT_MARKER: &str = "out/.hetsched-out";
+/// temporary directory has `out/` for the command to write its outputs in (the core's, whose
+/// `offloaded_instance` lists it: what the server signs the offload's ticket over).
+pub use hetsched_core::input::workflow_runtime::OUT_MARKER;
 
 /// Whether workflow instance `a` runs on an ANode (accelerator sharing, spec 01): the server
 /// placed it on this NNode with a device this node reaches through its binding, and named the
@@ -830,9 +829,8 @@ pub async fn prepare(
             .await
             .map_err(|e| format!("{}: {e}", dir.join("out").display()))?;
     }
-    // What an instance run on an ANode ships there: its inputs, and the marker that makes its
-    // `out/` there (the outputs' directory need not exist on the ANode otherwise).
-    let mut shipped = Vec::new();
+    // An instance run on an ANode ships the marker that makes its `out/` there (the outputs'
+    // directory need not exist on the ANode otherwise) with its inputs.
     if remote {
         tokio::fs::create_dir_all(&dir)
             .await
@@ -841,7 +839,6 @@ pub async fn prepare(
             tokio::fs::write(dir.join(OUT_MARKER), b"")
                 .await
                 .map_err(|e| format!("{}: {e}", dir.join(OUT_MARKER).display()))?;
-            shipped.push(OUT_MARKER.to_string());
         }
     }
     let mut inputs: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -902,9 +899,6 @@ pub async fn prepare(
             });
         }
         let path = named(Path::new("in").join(&name).join(k.to_string()));
-        if remote {
-            shipped.push(path.clone());
-        }
         inputs.entry(input.name.clone()).or_default().push(path);
     }
     let outputs: BTreeMap<String, String> = a
@@ -925,18 +919,23 @@ pub async fn prepare(
         })?;
     }
     let mut s = spec.clone();
-    s.argv = expand(&spec.argv, &a.index.to_string(), &inputs, &outputs);
     if remote {
+        // What it ships is the core's rule, which the server signs the offload's ticket over:
+        // the paths above, relative (the names were checked above, so `component` kept them).
+        let names: Vec<&str> = a.inputs.iter().map(|i| i.name.as_str()).collect();
+        let x = offloaded_instance(&spec.argv, a.index, a.process, &names, &a.outputs);
+        s.argv = x.argv;
         // The offload ships `inputs` from, and writes `outputs` back into, the task's directory.
         s.workdir = dir.display().to_string();
-        s.inputs = shipped;
-        s.outputs = outputs.into_values().collect();
+        s.inputs = x.inputs;
+        s.outputs = x.outputs;
         // The ANode runs it from its spec alone: its rank among its index's processes goes
         // with it (a local run gets it from the assignment).
-        if a.process > 0 {
-            s.env
-                .insert("HETSCHED_PROCESS".into(), a.process.to_string());
+        if let Some(p) = x.process {
+            s.env.insert("HETSCHED_PROCESS".into(), p);
         }
+    } else {
+        s.argv = expand(&spec.argv, &a.index.to_string(), &inputs, &outputs);
     }
     Ok(s)
 }

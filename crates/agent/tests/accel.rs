@@ -100,9 +100,9 @@ fn spec(dir: &Path, shell: &str, inputs: &[&str], outputs: &[&str]) -> pb::TaskS
     }
 }
 
-/// Attempt `attempt` of `task` (index `index`), with the ticket the server would sign for it
-/// from `nnode-1` to `anode-1` as the agent's own account.
-fn assignment(task: u64, index: u32, attempt: u32) -> pb::Assignment {
+/// Attempt `attempt` of `task` (index `index`) of spec `s`, with the ticket the server would
+/// sign for it from `nnode-1` to `anode-1`.
+fn assignment(task: u64, index: u32, attempt: u32, s: &pb::TaskSpec) -> pb::Assignment {
     ticketed(
         pb::Assignment {
             task_id: task,
@@ -112,20 +112,22 @@ fn assignment(task: u64, index: u32, attempt: u32) -> pb::Assignment {
             spec: 3,
             ..Default::default()
         },
-        "",
+        s,
     )
 }
 
-/// `a` with the server's ticket for it from `nnode-1` to `anode-1` as `run_as`.
-fn ticketed(mut a: pb::Assignment, run_as: &str) -> pb::Assignment {
+/// `a` with the server's ticket for it from `nnode-1` to `anode-1`, for what `s` runs (as
+/// `s.run_as`).
+fn ticketed(mut a: pb::Assignment, s: &pb::TaskSpec) -> pb::Assignment {
     a.offload_ticket = ticket::sign(
         &KEY,
         &ticket::Offload {
             task_id: a.task_id,
             attempt: a.attempt,
-            run_as,
+            run_as: &s.run_as,
             nnode: "nnode-1",
             anode: "anode-1",
+            runs: ticket::offload_digest(s, a.index, a.entry.as_deref(), a.devices.len() as u32),
         },
     );
     a
@@ -168,7 +170,7 @@ async fn an_offloaded_task_reads_its_input_and_its_output_lands_as_if_it_ran_her
         &["in/{index}.dat"],
         &["out/{index}.dat"],
     );
-    let a = assignment(7, 4, 2);
+    let a = assignment(7, 4, 2, &s);
     let r = ship_plain(&client(l.addr, TOKEN), &a, &s, &nnode_work).await;
     assert!(r.success, "{r:?}");
     assert_eq!((r.task_id, r.attempt), (7, 2));
@@ -225,7 +227,7 @@ async fn an_offloaded_task_gets_its_signal_and_its_new_time_limit_on_the_anode()
         limit: Some(limit),
         signals: Some(signals),
     };
-    let (to, a) = (client(l.addr, TOKEN), assignment(5, 0, 1));
+    let (to, a) = (client(l.addr, TOKEN), assignment(5, 0, 1, &s));
     let began = std::time::Instant::now();
     let running = offload::run(&to, &a, &s, "nnode-1", &dir, false, control);
     let saved = || std::fs::read_to_string(marks.join("saved")).unwrap_or_default();
@@ -269,7 +271,7 @@ async fn a_missing_input_fails_the_attempt_naming_the_file_and_a_wrong_token_is_
     let (_p, l, _w) = anode(1).await;
     let dir = temp("missing");
     let s = spec(&dir, TRANSFORM, &["in/{index}.dat"], &["out/{index}.dat"]);
-    let r = ship_plain(&client(l.addr, TOKEN), &assignment(1, 9, 1), &s, &dir).await;
+    let r = ship_plain(&client(l.addr, TOKEN), &assignment(1, 9, 1, &s), &s, &dir).await;
     assert!(!r.success && !r.interrupted);
     assert!(
         r.message.contains("input file `in/9.dat` is missing"),
@@ -281,7 +283,7 @@ async fn a_missing_input_fails_the_attempt_naming_the_file_and_a_wrong_token_is_
     std::fs::write(dir.join("in/9.dat"), b"x").unwrap();
     let r = ship_plain(
         &client(l.addr, "not-the-token"),
-        &assignment(1, 9, 1),
+        &assignment(1, 9, 1, &s),
         &s,
         &dir,
     )
@@ -296,7 +298,7 @@ async fn a_missing_declared_output_fails_the_task() {
     let (_p, l, _w) = anode(1).await;
     let dir = temp("no-output");
     let s = spec(&dir, "true", &[], &["result.bin"]);
-    let r = ship_plain(&client(l.addr, TOKEN), &assignment(2, 0, 1), &s, &dir).await;
+    let r = ship_plain(&client(l.addr, TOKEN), &assignment(2, 0, 1, &s), &s, &dir).await;
     assert!(!r.success);
     assert!(r.message.contains("`result.bin`"), "{}", r.message);
 }
@@ -317,14 +319,14 @@ async fn one_task_per_device_at_a_time_offloaded_and_local_alike() {
         let (c, dir, shell) = (c.clone(), temp("nn"), shell.clone());
         handles.push(tokio::spawn(async move {
             let s = spec(&dir, &shell, &[], &[]);
-            ship_plain(&c, &assignment(t, t as u32, 1), &s, &dir).await
+            ship_plain(&c, &assignment(t, t as u32, 1, &s), &s, &dir).await
         }));
     }
     let local = {
         let (p, w, shell) = (p.clone(), w.clone(), shell.clone());
         tokio::spawn(async move {
             let s = spec(&w, &shell, &[], &[]);
-            p.run_local(&assignment(10, 0, 1), &s, &w, never(), |_| {})
+            p.run_local(&assignment(10, 0, 1, &s), &s, &w, never(), |_| {})
                 .await
         })
     };
@@ -364,7 +366,7 @@ async fn an_offloaded_result_names_the_anodes_device_and_its_start_there() {
     let local = {
         let (p, w, s) = (p.clone(), w.clone(), spec(&w, &hold, &[], &[]));
         tokio::spawn(async move {
-            p.run_local(&assignment(10, 0, 1), &s, &w, never(), |_| {})
+            p.run_local(&assignment(10, 0, 1, &s), &s, &w, never(), |_| {})
                 .await
         })
     };
@@ -374,7 +376,7 @@ async fn an_offloaded_result_names_the_anodes_device_and_its_start_there() {
     // The NNode was given its device 0; the ANode runs the task on its free device 1.
     let dir = temp("offload-device");
     let s = spec(&dir, "echo \"devices=$CUDA_VISIBLE_DEVICES\"", &[], &[]);
-    let a = assignment(7, 0, 1);
+    let a = assignment(7, 0, 1, &s);
     let r = ship_plain(&client(l.addr, TOKEN), &a, &s, &dir).await;
     std::fs::write(marks.join("go"), b"").unwrap();
     assert!(r.success, "{r:?}");
@@ -403,7 +405,7 @@ async fn a_broken_transfer_is_retried_with_the_same_attempt() {
     let c = client(port, TOKEN);
     let shipped = tokio::spawn({
         let (s, dir) = (s.clone(), dir.clone());
-        async move { ship_plain(&c, &assignment(5, 0, 3), &s, &dir).await }
+        async move { ship_plain(&c, &assignment(5, 0, 3, &s), &s, &dir).await }
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
     let p = pipeline(&temp("late-anode"));
@@ -412,7 +414,7 @@ async fn a_broken_transfer_is_retried_with_the_same_attempt() {
     assert!(r.success, "{r:?}");
     assert_eq!(r.attempt, 3);
     assert_eq!(std::fs::read(dir.join("out/0.dat")).unwrap(), b"HELLO");
-    let (out, _) = hetsched_agent::launch::output_paths(&dir, &s, &assignment(5, 0, 3));
+    let (out, _) = hetsched_agent::launch::output_paths(&dir, &s, &assignment(5, 0, 3, &s));
     assert!(std::fs::read_to_string(out).unwrap().contains("attempt=3"));
 }
 
@@ -428,7 +430,7 @@ async fn when_the_requester_goes_away_the_anode_kills_the_task_and_drops_its_res
         async move {
             offload::run(
                 &c,
-                &assignment(8, 0, 1),
+                &assignment(8, 0, 1, &s),
                 &s,
                 "nnode-1",
                 &dir,
@@ -491,7 +493,7 @@ async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
     std::fs::create_dir_all(dir.join("in")).unwrap();
     std::fs::write(dir.join("in/0.dat"), b"secret").unwrap();
     let s = spec(&dir, TRANSFORM, &["in/{index}.dat"], &["out/{index}.dat"]);
-    let r = ship_plain(&c, &assignment(1, 0, 1), &s, &dir).await;
+    let r = ship_plain(&c, &assignment(1, 0, 1, &s), &s, &dir).await;
     assert!(r.success, "{r:?}");
     assert_eq!(std::fs::read(dir.join("out/0.dat")).unwrap(), b"SECRET");
 }
@@ -505,7 +507,7 @@ async fn ship(c: &Client, s: &pb::TaskSpec, dir: &Path, n: u64, concurrent: bool
         for t in 0..n {
             let (c, s, dir) = (c.clone(), s.clone(), dir.to_path_buf());
             h.push(tokio::spawn(async move {
-                ship_plain(&c, &assignment(t, 0, 1), &s, &dir).await
+                ship_plain(&c, &assignment(t, 0, 1, &s), &s, &dir).await
             }));
         }
         for x in h {
@@ -514,7 +516,16 @@ async fn ship(c: &Client, s: &pb::TaskSpec, dir: &Path, n: u64, concurrent: bool
         }
     } else {
         for t in 0..n {
-            let r = offload::run(c, &assignment(t, 0, 1), s, "nnode-1", dir, false, never()).await;
+            let r = offload::run(
+                c,
+                &assignment(t, 0, 1, &s),
+                s,
+                "nnode-1",
+                dir,
+                false,
+                never(),
+            )
+            .await;
             assert!(r.success, "{r:?}");
         }
     }
@@ -639,7 +650,7 @@ async fn with_run_as_owner_an_offloaded_task_runs_and_moves_its_files_as_its_acc
         async move {
             offload::run(
                 &c,
-                &ticketed(assignment(7, 4, 1), &s.run_as),
+                &assignment(7, 4, 1, &s),
                 &s,
                 "nnode-1",
                 &nnode_work,
@@ -727,14 +738,14 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
         );
     };
     // No ticket at all.
-    let mut bare = assignment(3, 0, 1);
+    let mut bare = assignment(3, 0, 1, &s);
     bare.offload_ticket.clear();
     refused(
         &ship_plain(&c, &bare, &s, &dir).await,
         "no ticket from the server",
     );
     // A forged ticket: the right fields under another key.
-    let mut forged = assignment(3, 0, 1);
+    let mut forged = assignment(3, 0, 1, &s);
     forged.offload_ticket = ticket::sign(
         &[1; 32],
         &ticket::Offload {
@@ -743,6 +754,7 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
             run_as: "",
             nnode: "nnode-1",
             anode: "anode-1",
+            runs: ticket::offload_digest(&s, 0, None, 1),
         },
     );
     refused(
@@ -753,12 +765,12 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
     let mut as_root = s.clone();
     as_root.run_as = "root".into();
     refused(
-        &ship_plain(&c, &assignment(3, 0, 1), &as_root, &dir).await,
+        &ship_plain(&c, &assignment(3, 0, 1, &s), &as_root, &dir).await,
         "ticket does not match",
     );
     // A ticket for another attempt of the task.
-    let mut other_attempt = assignment(3, 0, 1);
-    other_attempt.offload_ticket = assignment(3, 0, 2).offload_ticket;
+    let mut other_attempt = assignment(3, 0, 1, &s);
+    other_attempt.offload_ticket = assignment(3, 0, 2, &s).offload_ticket;
     refused(
         &ship_plain(&c, &other_attempt, &s, &dir).await,
         "ticket does not match",
@@ -766,7 +778,7 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
     // The ticket of `nnode-1`, shipped by another NNode.
     let r = offload::run(
         &c,
-        &assignment(3, 0, 1),
+        &assignment(3, 0, 1, &s),
         &s,
         "nnode-2",
         &dir,
@@ -785,7 +797,7 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
     assert!(p.is_idle());
 
     // The server's ticket: it runs, in the first staging directory the ANode made.
-    let r = ship_plain(&c, &assignment(3, 0, 1), &s, &dir).await;
+    let r = ship_plain(&c, &assignment(3, 0, 1, &s), &s, &dir).await;
     assert!(r.success, "{r:?}");
     assert!(marker.exists());
     let out = std::fs::read_to_string(dir.join("job-1/solve-0.1.out")).unwrap();
@@ -793,6 +805,44 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
         out.trim_end().ends_with("/nnode-1-3-1-0"),
         "the refused calls staged nothing: {out}"
     );
+}
+
+/// The ticket covers what runs (found by a security review: an NNode holding a genuine ticket
+/// could ship any command with it, to run as that attempt's account): the server's ticket for
+/// one command, shipped with another command, another environment or other files, is refused
+/// before anything is staged — neither command runs — and the NNode reports the attempt
+/// interrupted (the server runs it again with a fresh ticket). The command it was made for runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_for_one_command_runs_no_other_command_on_the_anode() {
+    let (p, l, work) = anode(1).await;
+    let dir = temp("ticket-command");
+    let (genuine, other) = (dir.join("genuine"), dir.join("other"));
+    let s = spec(&dir, &format!("touch {}", genuine.display()), &[], &[]);
+    let a = assignment(6, 0, 1, &s);
+    let c = client(l.addr, TOKEN);
+    let mut command = s.clone();
+    command.argv[2] = format!("touch {}", other.display());
+    let mut env = s.clone();
+    env.env.insert("LD_PRELOAD".into(), "/tmp/evil.so".into());
+    let mut files = s.clone();
+    files.inputs.push("in/extra".into());
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/extra"), b"x").unwrap();
+    for (what, shipped) in [("command", command), ("env", env), ("inputs", files)] {
+        let r = ship_plain(&c, &a, &shipped, &dir).await;
+        assert!(!r.success && r.interrupted, "{what}: {r:?}");
+        assert!(
+            r.message.contains("ticket does not match"),
+            "{what}: {}",
+            r.message
+        );
+    }
+    assert!(!other.exists() && !genuine.exists(), "nothing ran");
+    assert_eq!(std::fs::read_dir(work.join("accel")).unwrap().count(), 0);
+    assert!(p.is_idle());
+    let r = ship_plain(&c, &a, &s, &dir).await;
+    assert!(r.success, "{r:?}");
+    assert!(genuine.exists() && !other.exists());
 }
 
 /// An ANode that holds no offload key (its agent has not heard from its server since it
@@ -818,7 +868,7 @@ async fn an_anode_without_a_key_from_its_server_runs_no_offload_until_it_gets_on
     let marker = dir.join("ran");
     let s = spec(&dir, &format!("touch {}", marker.display()), &[], &[]);
     let c = client(l.addr, TOKEN);
-    let r = ship_plain(&c, &assignment(4, 0, 1), &s, &dir).await;
+    let r = ship_plain(&c, &assignment(4, 0, 1, &s), &s, &dir).await;
     assert!(!r.success && r.interrupted, "{r:?}");
     assert!(
         r.message.contains("holds no offload key from its server"),
@@ -831,7 +881,7 @@ async fn an_anode_without_a_key_from_its_server_runs_no_offload_until_it_gets_on
     // The key arrives while the NNode tries again.
     let shipping = tokio::spawn({
         let (c, s, dir) = (c.clone(), s.clone(), dir.clone());
-        async move { ship_plain(&c, &assignment(4, 0, 2), &s, &dir).await }
+        async move { ship_plain(&c, &assignment(4, 0, 2, &s), &s, &dir).await }
     });
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert!(p.set_offload_key(&KEY), "a new key");

@@ -5,10 +5,18 @@
 //!   its own (its heartbeat reply's `offload_key`) and signs every offload it assigns to an
 //!   NNode with that ANode's key: the ticket (`Assignment.offload_ticket`, passed on as
 //!   `OffloadTask.ticket`) is HMAC-SHA256 over [`TICKET_LABEL`], the task, the attempt, the
-//!   account it runs as, the NNode's name and the ANode's name ([`Offload`]). An ANode runs an
-//!   offload only when its key verifies the ticket for exactly what the call asks, so a ticket
-//!   seen elsewhere runs nothing but that attempt, as that account, from that NNode, on that
-//!   ANode.
+//!   account it runs as, the NNode's name, the ANode's name and the digest of what it runs
+//!   ([`Offload`], [`offload_digest`]: the command and its arguments, the environment, the
+//!   account, the declared input and output files, the index, entry and device count). An
+//!   ANode runs an offload only when its key verifies the ticket for exactly what the call asks
+//!   and the task it ships, so a ticket seen elsewhere runs nothing but that attempt's command,
+//!   as that account, from that NNode, on that ANode: an NNode that changes the command, the
+//!   environment or the files of the spec it ships is refused like one without a ticket.
+//!   Not covered: the working directory (an ANode runs every offload in a staging directory
+//!   of its own, whatever the shipped spec says), where stdout and stderr go (the ANode
+//!   captures them and ships them back), and the limits (the time limit changes while the task
+//!   runs — `hetsched update --time-limit`, passed on by the NNode — and the others bound the
+//!   covered command, they do not choose it).
 //! - **Fetch tickets** (workflow data, issue 13). The server gives every node a data key of its
 //!   own (`HeartbeatReply.data_key`) and signs each input it names in an assignment
 //!   (`WorkflowInput.ticket`) with the producer's data key: HMAC-SHA256 over [`FETCH_LABEL`],
@@ -51,8 +59,15 @@ use ring::hmac;
 pub const LEN: usize = 32;
 
 /// Domain separation: what a ticket's MAC covers starts with this, so no other MAC made with an
-/// offload key can pass for a ticket.
-pub const TICKET_LABEL: &[u8] = b"hetsched offload ticket v1";
+/// offload key can pass for a ticket. v2 added the digest of what runs ([`Offload::runs`]): a
+/// v1 ticket (which covered no command) never verifies as a v2 one, nor the reverse.
+pub const TICKET_LABEL: &[u8] = b"hetsched offload ticket v2";
+
+/// Domain separation for the digest of what an offload runs ([`offload_digest`]).
+pub const RUNS_LABEL: &[u8] = b"hetsched offload runs v1";
+
+/// Length of [`offload_digest`] (SHA-256).
+pub const DIGEST_LEN: usize = 32;
 
 /// Metadata an ANode puts on the `PermissionDenied` that refuses an offload for its ticket
 /// (none, or one that does not match): the NNode then reports the attempt interrupted, not
@@ -72,6 +87,58 @@ pub struct Offload<'a> {
     pub nnode: &'a str,
     /// The ANode that runs it.
     pub anode: &'a str,
+    /// What it runs ([`offload_digest`] of the spec the NNode ships, with the task's index,
+    /// entry and device count): the server's from the spec it sent, the ANode's from the spec
+    /// the call brings.
+    pub runs: [u8; DIGEST_LEN],
+}
+
+/// The digest of what an offloaded task runs: SHA-256 over [`RUNS_LABEL`] and the fields of
+/// `spec` that decide what runs and as whom — job, application and variant (the task's
+/// `HETSCHED_*` environment), the command and its arguments, the environment (sorted by key:
+/// protobuf's map order is not fixed), the account (`run_as`), the declared input and output
+/// files — and the task's `index` and `entry` (which fill `{index}` and `{entry}` in the
+/// arguments) and `gpus` (the devices it takes, at least 1). Each field has a fixed width or a
+/// length prefix, each list its length, so no two different tasks encode alike.
+///
+/// The one function both sides call: the server over the spec it sends the NNode (a workflow
+/// instance's as the NNode ships it: `hetsched_core::input::workflow_runtime::offloaded_instance`),
+/// the ANode over the spec the call brings. A field added here must be one the NNode ships as
+/// the server sent it, or every offload is refused.
+pub fn offload_digest(
+    spec: &crate::TaskSpec,
+    index: u32,
+    entry: Option<&str>,
+    gpus: u32,
+) -> [u8; DIGEST_LEN] {
+    let list = |m: Message, items: &[String]| {
+        items
+            .iter()
+            .fold(m.u64(items.len() as u64), |m, s| m.str(s))
+    };
+    let mut env: Vec<(&String, &String)> = spec.env.iter().collect();
+    env.sort_unstable();
+    let mut m = Message::new(RUNS_LABEL, 256)
+        .u64(spec.job_id)
+        .str(&spec.app)
+        .str(&spec.variant);
+    m = list(m, &spec.argv).u64(env.len() as u64);
+    for (k, v) in env {
+        m = m.str(k).str(v);
+    }
+    m = m.str(&spec.run_as);
+    m = list(m, &spec.inputs);
+    m = list(m, &spec.outputs).u32(index);
+    m = match entry {
+        None => m.u32(0),
+        Some(e) => m.u32(1).str(e),
+    };
+    let m = m.u32(gpus.max(1));
+    let d = ring::digest::digest(&ring::digest::SHA256, &m.0);
+    let mut out = [0u8; DIGEST_LEN];
+    // SHA-256 is always DIGEST_LEN bytes.
+    out.copy_from_slice(d.as_ref());
+    out
 }
 
 /// Domain separation for fetch tickets: what a fetch ticket's MAC covers starts with this.
@@ -315,16 +382,17 @@ impl Message {
 
 impl Ticketed for Offload<'_> {
     fn message(&self) -> Vec<u8> {
-        Message::new(
+        let mut m = Message::new(
             TICKET_LABEL,
-            12 + 24 + self.run_as.len() + self.nnode.len() + self.anode.len(),
+            12 + 24 + self.run_as.len() + self.nnode.len() + self.anode.len() + DIGEST_LEN,
         )
         .u64(self.task_id)
         .u32(self.attempt)
         .str(self.run_as)
         .str(self.nnode)
-        .str(self.anode)
-        .0
+        .str(self.anode);
+        m.0.extend_from_slice(&self.runs);
+        m.0
     }
 }
 
@@ -435,7 +503,96 @@ mod tests {
             run_as: "alice",
             nnode: "nnode-1",
             anode: "anode-1",
+            runs: offload_digest(&task_spec(), 4, None, 1),
         }
+    }
+
+    fn task_spec() -> crate::TaskSpec {
+        crate::TaskSpec {
+            key: 3,
+            job_id: 7,
+            app: "solve".into(),
+            variant: "gpu".into(),
+            argv: vec!["sh".into(), "-c".into(), "solve {index}".into()],
+            env: [("A".to_string(), "1".to_string()), ("B".into(), "2".into())].into(),
+            workdir: "/data/job".into(),
+            inputs: vec!["in/{index}.dat".into()],
+            outputs: vec!["out/{index}.dat".into()],
+            run_as: "alice".into(),
+            time_limit_ms: 60_000,
+            ..Default::default()
+        }
+    }
+
+    /// A ticket names what its offload runs: the ticket of one spec verifies for no spec that
+    /// runs another command, with another environment, as another account, with other files,
+    /// for another index, entry or device count. The fields that do not choose what runs on the
+    /// ANode (its working directory, the limits, where its output goes) change nothing.
+    #[test]
+    fn a_ticket_verifies_only_for_the_spec_it_was_made_for() {
+        let t = sign(&KEY, &offload());
+        let with = |spec: &crate::TaskSpec, index, entry, gpus| Offload {
+            runs: offload_digest(spec, index, entry, gpus),
+            ..offload()
+        };
+        assert!(verify(&KEY, &with(&task_spec(), 4, None, 1), &t));
+        let changes: [(&str, fn(&mut crate::TaskSpec)); 14] = [
+            ("command", |s| s.argv[2] = "rm -rf ~".into()),
+            ("another argument", |s| s.argv.push("--force".into())),
+            ("arguments split otherwise", |s| {
+                s.argv = vec!["sh".into(), "-c solve".into(), " {index}".into()];
+            }),
+            ("env value", |s| {
+                s.env.insert("A".into(), "2".into());
+            }),
+            ("env added", |s| {
+                s.env.insert("LD_PRELOAD".into(), "/tmp/x.so".into());
+            }),
+            ("env key and value split otherwise", |s| {
+                s.env.remove("A");
+                s.env.insert("A1".into(), String::new());
+            }),
+            ("account", |s| s.run_as = "root".into()),
+            ("no account", |s| s.run_as.clear()),
+            ("input", |s| s.inputs.push("../../etc/shadow".into())),
+            ("output", |s| s.outputs = vec!["out/x".into()]),
+            ("input as output", |s| {
+                s.outputs.append(&mut s.inputs);
+            }),
+            ("app", |s| s.app = "other".into()),
+            ("variant", |s| s.variant = "cpu".into()),
+            ("job", |s| s.job_id = 8),
+        ];
+        for (what, change) in changes {
+            let mut s = task_spec();
+            change(&mut s);
+            assert!(!verify(&KEY, &with(&s, 4, None, 1), &t), "{what}");
+        }
+        assert!(!verify(&KEY, &with(&task_spec(), 5, None, 1), &t), "index");
+        assert!(
+            !verify(&KEY, &with(&task_spec(), 4, Some(""), 1), &t),
+            "entry"
+        );
+        assert!(!verify(&KEY, &with(&task_spec(), 4, None, 2), &t), "gpus");
+        // Not what runs: the ANode runs it in its own directory, captures its output, and is
+        // told its time limit as it changes.
+        let unchanged: [fn(&mut crate::TaskSpec); 5] = [
+            |s| s.workdir = "/elsewhere".into(),
+            |s| s.time_limit_ms = 1,
+            |s| s.stdout = "x.out".into(),
+            |s| s.key = 5,
+            |s| s.env = [("B".to_string(), "2".to_string()), ("A".into(), "1".into())].into(),
+        ];
+        for (i, change) in unchanged.iter().enumerate() {
+            let mut s = task_spec();
+            change(&mut s);
+            assert!(verify(&KEY, &with(&s, 4, None, 1), &t), "unchanged {i}");
+        }
+        // No device is one device: the NNode and the server both ship at least 1.
+        assert_eq!(
+            offload_digest(&task_spec(), 4, None, 0),
+            offload_digest(&task_spec(), 4, None, 1)
+        );
     }
 
     #[test]
@@ -479,18 +636,28 @@ mod tests {
         assert!(!verify(&KEY, &offload(), &[]), "none");
     }
 
-    /// The offload encoding is what it was before fetch tickets shared it: tickets signed by a
-    /// server before the change still verify on agents after it, and the reverse.
+    /// The offload encoding (v2): v1's fields, then the digest of what runs. A v1 ticket (the
+    /// same fields without the digest, under the v1 label) is not a v2 one.
     #[test]
-    fn the_offload_encoding_is_unchanged() {
-        let mut m = TICKET_LABEL.to_vec();
-        m.extend_from_slice(&42u64.to_be_bytes());
-        m.extend_from_slice(&2u32.to_be_bytes());
-        for s in ["alice", "nnode-1", "anode-1"] {
-            m.extend_from_slice(&(s.len() as u64).to_be_bytes());
-            m.extend_from_slice(s.as_bytes());
-        }
+    fn the_offload_encoding_is_v1s_with_the_digest_under_a_new_label() {
+        let v1 = |label: &[u8]| {
+            let mut m = label.to_vec();
+            m.extend_from_slice(&42u64.to_be_bytes());
+            m.extend_from_slice(&2u32.to_be_bytes());
+            for s in ["alice", "nnode-1", "anode-1"] {
+                m.extend_from_slice(&(s.len() as u64).to_be_bytes());
+                m.extend_from_slice(s.as_bytes());
+            }
+            m
+        };
+        let mut m = v1(b"hetsched offload ticket v2");
+        m.extend_from_slice(&offload().runs);
         assert_eq!(offload().message(), m);
+        let old = hmac::sign(
+            &hmac::Key::new(hmac::HMAC_SHA256, &KEY),
+            &v1(b"hetsched offload ticket v1"),
+        );
+        assert!(!verify(&KEY, &offload(), old.as_ref()), "a v1 ticket");
     }
 
     fn fetch() -> Fetch<'static> {

@@ -249,7 +249,8 @@ fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
     }
 }
 
-fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
+/// The wire form of a spec (also what an offload's ticket covers: `state::accel`).
+pub(crate) fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
     pb::TaskSpec {
         key: s.key,
         job_id: s.job_id,

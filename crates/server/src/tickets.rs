@@ -8,8 +8,9 @@
 //! key per ANode — HMAC-SHA256 over [`KEY_LABEL`], the ANode's name and the identity its agent
 //! registered with — which only that ANode is told (its heartbeat replies' `offload_key`).
 //! Every assignment it sends an NNode with `offload_anode` set carries the ticket of that
-//! attempt under that ANode's key ([`OffloadKeys::ticket`]); the ANode runs only offloads whose
-//! ticket its key verifies.
+//! attempt under that ANode's key ([`OffloadKeys::ticket`]), which covers what it runs as the
+//! NNode ships it ([`offload_runs`]); the ANode runs only offloads whose ticket its key verifies
+//! for the spec the call brings.
 //!
 //! Fetch tickets (workflow data) work alike from the same secret: every node — not only ANodes
 //! — gets a data key of its own (HMAC-SHA256 over [`DATA_KEY_LABEL`], its name and identity;
@@ -35,6 +36,8 @@
 //! persists, so a server restart changes no key: tickets of assignments sent before it still
 //! verify.
 
+use crate::state::types::{Dispatch, TaskSpec};
+use hetsched_core::input::workflow_runtime::offloaded_instance;
 use hetsched_proto::ticket;
 use ring::hmac;
 use std::collections::HashMap;
@@ -43,6 +46,35 @@ use std::sync::{Arc, Mutex};
 /// The call a ticket authorises: the proto crate's, whose encoding both sides share (this
 /// module is the server's one edge to it).
 pub use hetsched_proto::ticket::{Fetch, Grant, GrantKey, Offload};
+
+/// The digest of what an offload runs, which its ticket covers ([`Offload::runs`]).
+pub type Runs = [u8; ticket::DIGEST_LEN];
+
+/// What dispatch `d` of `spec` (its kind's, as made for the dispatch) runs on its ANode, run as
+/// `run_as`: [`ticket::offload_digest`] over the spec as the NNode's agent ships it. A batch
+/// task's is the spec as sent; a workflow instance's command and files are rewritten by the
+/// NNode for the ANode (paths relative to the instance's directory), by the core's one rule
+/// (`offloaded_instance`), applied here the same way.
+pub fn offload_runs(spec: TaskSpec, run_as: &str, d: &Dispatch) -> Runs {
+    let mut spec = crate::convert::task_spec(&spec);
+    spec.run_as = run_as.to_string();
+    if let Some(w) = &d.workflow {
+        let names: Vec<&str> = w.inputs.iter().map(|i| i.name.as_str()).collect();
+        let x = offloaded_instance(&spec.argv, d.index, w.process, &names, &w.outputs);
+        spec.argv = x.argv;
+        spec.inputs = x.inputs;
+        spec.outputs = x.outputs;
+        if let Some(p) = x.process {
+            spec.env.insert("HETSCHED_PROCESS".into(), p);
+        }
+    }
+    ticket::offload_digest(
+        &spec,
+        d.index,
+        d.entry.as_deref(),
+        u32::try_from(d.devices.len()).unwrap_or(u32::MAX),
+    )
+}
 
 /// Domain separation for the derived keys: nothing else the server computes with its secret
 /// can pass for an ANode's key.
@@ -185,6 +217,7 @@ mod tests {
             run_as: "",
             nnode: "nnode-1",
             anode: "anode-1",
+            runs: [3; ticket::DIGEST_LEN],
         };
         let t = keys.ticket("id-a", &o);
         assert!(ticket::verify(&k, &o, &t));

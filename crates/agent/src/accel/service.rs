@@ -12,7 +12,9 @@
 //! The agent token admits any agent, so it does not say which offloads the server assigned. An
 //! offload runs only with the server's ticket for it ([`hetsched_proto::ticket`]): checked
 //! against the offload key the server gave this ANode, for the call's task, attempt, account
-//! (`spec.run_as`), NNode and this ANode, before anything is staged. Without a ticket, or with
+//! (`spec.run_as`), NNode and this ANode, and what the shipped spec runs (its command,
+//! environment, declared files, index, entry and device count:
+//! [`offload_digest`](hetsched_proto::ticket::offload_digest)), before anything is staged. Without a ticket, or with
 //! one that does not match, the call is refused (`PermissionDenied`, marked
 //! [`REFUSED_HEADER`](hetsched_proto::ticket::REFUSED_HEADER)); while the ANode holds no key —
 //! it has not heard from its server since it started, or its server predates tickets — every
@@ -181,11 +183,14 @@ fn check_ticket(p: &Pipeline, task: &pb::OffloadTask, spec: &pb::TaskSpec) -> Re
         run_as: &spec.run_as,
         nnode: &task.node,
         anode: &p.node,
+        // What the call asks to run, from the spec it brings: a ticket for another command,
+        // environment or files does not verify.
+        runs: ticket::offload_digest(spec, task.index, task.entry.as_deref(), task.gpus),
     };
     if !ticket::verify(&key, &offload, &task.ticket) {
         return Err(refused(&format!(
             "ticket does not match (the server's ticket names another task, attempt, NNode, \
-             ANode or account than `{}`)",
+             ANode, command, environment, files or account than `{}`)",
             if spec.run_as.is_empty() {
                 "the agent's own"
             } else {

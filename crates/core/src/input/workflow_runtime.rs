@@ -290,9 +290,97 @@ pub fn expand(
     out
 }
 
+/// An empty file in an instance's `out/` that runs on an ANode, shipped with its inputs so that
+/// the ANode's temporary directory has `out/` for the command to write its outputs in. No output
+/// is named so: a data name never starts with `.` (the parser's `data_name_problem`).
+pub const OUT_MARKER: &str = "out/.hetsched-out";
+
+/// What a workflow instance that runs on an ANode (accelerator sharing) is shipped with, in
+/// place of its task's command and files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffloadedInstance {
+    /// The command, its placeholders filled with paths relative to the instance's directory:
+    /// `{input:NAME}` → `in/NAME/K` (`K`: the input's position among the instance's inputs),
+    /// `{output:NAME}` → `out/NAME`, `{index}` → the index.
+    pub argv: Vec<String>,
+    /// The files shipped: [`OUT_MARKER`] when it has outputs, then every input, in order.
+    pub inputs: Vec<String>,
+    /// The outputs written back, by name.
+    pub outputs: Vec<String>,
+    /// `HETSCHED_PROCESS`: its rank among its index's processes (none for a single process),
+    /// which the ANode cannot take from an assignment.
+    pub process: Option<String>,
+}
+
+/// What instance `index` (rank `process`, 0: none) of a task whose command is `argv` ships to an
+/// ANode, given the names of its inputs (in the assignment's order) and of its outputs. The one
+/// rule the NNode's agent ships by and the server signs the offload's ticket over (the ticket
+/// covers the command the ANode runs): names are data names the parser accepted, each one path
+/// component kept as it is.
+pub fn offloaded_instance(
+    argv: &[String],
+    index: u32,
+    process: u32,
+    inputs: &[&str],
+    outputs: &[String],
+) -> OffloadedInstance {
+    let mut paths: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut shipped = Vec::with_capacity(inputs.len() + 1);
+    if !outputs.is_empty() {
+        shipped.push(OUT_MARKER.to_string());
+    }
+    for (k, name) in inputs.iter().enumerate() {
+        let path = format!("in/{name}/{k}");
+        shipped.push(path.clone());
+        paths.entry((*name).to_string()).or_default().push(path);
+    }
+    let outs: BTreeMap<String, String> = outputs
+        .iter()
+        .map(|o| (o.clone(), format!("out/{o}")))
+        .collect();
+    OffloadedInstance {
+        argv: expand(argv, &index.to_string(), &paths, &outs),
+        inputs: shipped,
+        outputs: outs.into_values().collect(),
+        process: (process > 0).then(|| process.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_offloaded_instance_names_its_files_relative_to_its_directory() {
+        let argv = vec![
+            "sh".to_string(),
+            "-c".into(),
+            "cat {input:a} {input:b} > {output:r}; echo {index}".into(),
+            "{input:a}".into(),
+        ];
+        let x = offloaded_instance(
+            &argv,
+            7,
+            2,
+            &["a", "b", "a"],
+            &["r".to_string(), "q".to_string()],
+        );
+        assert_eq!(
+            x.argv,
+            [
+                "sh",
+                "-c",
+                "cat in/a/0 in/a/2 in/b/1 > out/r; echo 7",
+                "in/a/0",
+                "in/a/2"
+            ]
+        );
+        assert_eq!(x.inputs, [OUT_MARKER, "in/a/0", "in/b/1", "in/a/2"]);
+        assert_eq!(x.outputs, ["out/q", "out/r"]);
+        assert_eq!(x.process.as_deref(), Some("2"));
+        let none = offloaded_instance(&argv, 0, 0, &[], &[]);
+        assert!(none.inputs.is_empty() && none.outputs.is_empty() && none.process.is_none());
+    }
 
     const GOOD: &str = r#"balancer = "pcddb"
 [[task]]

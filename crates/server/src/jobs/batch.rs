@@ -2526,6 +2526,15 @@ impl JobKind for Batch {
         Some((t.attempt, t.executed?))
     }
 
+    fn dispatched_spec(&self, task: u64, key: u64) -> Option<TaskSpec> {
+        let app = self.tasks.get(task as usize)?.app;
+        // The variant whose current key the dispatch named (it was made in this heartbeat).
+        [Variant::Gpu, Variant::Cpu]
+            .into_iter()
+            .find(|&v| self.spec_key_of(app, v) == key)
+            .map(|v| self.task_spec(app, v))
+    }
+
     fn expects(&self, nid: NodeId, rt: &RunningTask) -> bool {
         self.tasks.get(rt.task_id as usize).is_some_and(|t| {
             t.state == TaskState::Running && t.attempt == rt.attempt && t.node == Some(nid.0)

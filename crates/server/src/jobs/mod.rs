@@ -588,6 +588,14 @@ pub trait JobKind: Send {
         None
     }
 
+    /// The spec of key `key` that task `task` was just dispatched with, as this kind made it
+    /// (its `run_as` not filled in yet): what an offload's ticket covers ([`crate::tickets`]).
+    /// A kind that offloads none answers `None` (the ticket then covers an empty spec, which
+    /// no shipped task matches: the ANode refuses it).
+    fn dispatched_spec(&self, _task: u64, _key: u64) -> Option<TaskSpec> {
+        None
+    }
+
     /// The offload this kind stored for task `task`'s latest attempt: (attempt, ANode), read
     /// back by the state after a restart or a rollback.
     fn offloaded_to(&self, _task: u64) -> Option<(u32, u32)> {

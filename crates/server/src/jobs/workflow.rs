@@ -2249,6 +2249,13 @@ impl JobKind for Workflows {
         self.jobs.get(&seq).map(WfJob::id)
     }
 
+    fn dispatched_spec(&self, task: u64, key: u64) -> Option<TaskSpec> {
+        let (seq, i) = job_of(task);
+        let job = self.jobs.get(&seq)?;
+        let spec = Self::spec(job, job.task_of(i).0);
+        (spec.key == key).then_some(spec)
+    }
+
     fn offloaded_to(&self, task: u64) -> Option<(u32, u32)> {
         let (seq, i) = job_of(task);
         let x = self.jobs.get(&seq)?.insts.get(i as usize)?;

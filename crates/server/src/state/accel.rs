@@ -43,7 +43,7 @@
 
 use super::State;
 use super::StateError;
-use super::types::{HeartbeatReply, HeartbeatReport, NodeInfo, TasksPage};
+use super::types::{Dispatch, HeartbeatReply, HeartbeatReport, NodeInfo, TasksPage};
 use crate::config::BindingKind;
 use hetsched_core::NodeId;
 use hetsched_core::model::cluster::Accelerator;
@@ -246,7 +246,7 @@ impl State {
                     if let Some(kind) = self.jobs.owner_mut(a.task_id) {
                         kind.offloaded(a.task_id, a.attempt, anode);
                     }
-                    let ticket = self.offload_ticket(a.task_id, a.attempt, id, anode);
+                    let ticket = self.offload_ticket(a, id, anode);
                     reply
                         .offload_to
                         .push((a.task_id, self.service_of(anode), ticket));
@@ -278,27 +278,39 @@ impl State {
         self.offload_keys.key(self.nodes.name(anode), identity)
     }
 
-    /// The ticket of attempt `attempt` of `task`, sent to NNode `nnode` to be offloaded to
-    /// ANode `anode`: it names the account the task runs as, its job's owner's (as its spec
-    /// says, [`crate::users::Users::run_as`]).
-    fn offload_ticket(&self, task: u64, attempt: u32, nnode: u32, anode: u32) -> Vec<u8> {
+    /// The ticket of dispatch `d`, sent to NNode `nnode` to be offloaded to ANode `anode`: it
+    /// names the account the task runs as, its job's owner's (as its spec says,
+    /// [`crate::users::Users::run_as`]), and covers what it runs ([`Self::offload_runs`]).
+    fn offload_ticket(&self, d: &Dispatch, nnode: u32, anode: u32) -> Vec<u8> {
         let run_as = self
             .jobs
-            .owner(task)
-            .and_then(|k| k.job_of_task(task))
+            .owner(d.task_id)
+            .and_then(|k| k.job_of_task(d.task_id))
             .map(|job| self.users.run_as(job))
             .unwrap_or_default();
         let identity = self.nodes.get(anode).map_or("", |n| n.identity.as_str());
         self.offload_keys.ticket(
             identity,
             &crate::tickets::Offload {
-                task_id: task,
-                attempt,
+                task_id: d.task_id,
+                attempt: d.attempt,
                 run_as: &run_as,
                 nnode: self.nodes.name(nnode),
                 anode: self.nodes.name(anode),
+                runs: self.offload_runs(d, &run_as),
             },
         )
+    }
+
+    /// What dispatch `d` runs on its ANode, as its ticket covers it
+    /// ([`crate::tickets::offload_runs`]): its kind's spec, run as `run_as`.
+    fn offload_runs(&self, d: &Dispatch, run_as: &str) -> crate::tickets::Runs {
+        let spec = self
+            .jobs
+            .owner(d.task_id)
+            .and_then(|k| k.dispatched_spec(d.task_id, d.spec))
+            .unwrap_or_default();
+        crate::tickets::offload_runs(spec, run_as, d)
     }
 
     /// Attempt `attempt` of `task` ended (its result was handed to its kind): a kind that stores

@@ -798,12 +798,15 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
         run_as: &spec.run_as,
         nnode: "n1",
         anode: "anode",
+        runs: ticket::offload_digest(spec, t.index, t.entry.as_deref(), t.devices.len() as u32),
     };
     assert!(
         ticket::verify(&key, &offload, &t.offload_ticket),
         "the ANode's key verifies the ticket: {:?}",
         t.offload_ticket
     );
+    let mut other_command = spec.clone();
+    other_command.argv = vec!["sh".into(), "-c".into(), "id".into()];
     for other in [
         Offload {
             run_as: "",
@@ -823,6 +826,11 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
         },
         Offload {
             nnode: "nb",
+            ..offload
+        },
+        // The ticket covers the command the server sent: another one does not pass.
+        Offload {
+            runs: ticket::offload_digest(&other_command, t.index, None, 1),
             ..offload
         },
     ] {

@@ -2398,6 +2398,20 @@ fn anode_beats(s: &mut State, anode: u32, rack: &str) -> Vec<u8> {
     s.heartbeat(req).expect("heartbeat").offload_key
 }
 
+/// The digest an offload ticket of instance `a` (of `spec`) covers: what the NNode's agent ships,
+/// its command and files rewritten for the ANode by the core's rule (`dataflow::prepare`).
+fn shipped_runs(spec: &pb::TaskSpec, a: &pb::Assignment) -> [u8; 32] {
+    use hetsched_core::input::workflow_runtime::offloaded_instance;
+    let names: Vec<&str> = a.inputs.iter().map(|i| i.name.as_str()).collect();
+    let x = offloaded_instance(&spec.argv, a.index, a.process, &names, &a.outputs);
+    let mut s = spec.clone();
+    (s.argv, s.inputs, s.outputs) = (x.argv, x.inputs, x.outputs);
+    if let Some(p) = x.process {
+        s.env.insert("HETSCHED_PROCESS".into(), p);
+    }
+    hetsched_proto::ticket::offload_digest(&s, a.index, a.entry.as_deref(), a.devices.len() as u32)
+}
+
 /// A workflow's GPU task (`gpus = 1`) that only the NNodes may run (`requires = ["side"]`,
 /// and `requires`).
 fn gpu_on_nnodes(balancer: &str, requires: &str) -> String {
@@ -2423,26 +2437,43 @@ fn gpu_instances_go_to_the_bound_nnode(balancer: &str, requires: &str) {
         .expect("a bound NNode reaches a device")
         .job_id;
     let mut offloads = Vec::new();
+    let mut specs = HashMap::new();
     for _ in 0..30 {
         for n in [n1, nb] {
             agents.self_check(n);
             let r = agents.beat(&mut s, n);
+            for sp in &r.specs {
+                specs.insert(sp.key, sp.clone());
+            }
             for a in &r.assignments {
                 assert_eq!(n, n1, "only the bound NNode takes a GPU instance: {a:?}");
                 assert_eq!(a.devices, [0], "{a:?}");
                 offloads.push((a.offload_anode.clone(), a.offload_address.clone()));
-                // The admin's workflow: its instances run as the agent's own account.
+                // The admin's workflow: its instances run as the agent's own account, and the
+                // ticket covers the command as the NNode ships it (paths relative to the
+                // instance's directory), not the task's command with its placeholders.
+                let spec = specs.get(&a.spec).expect("its spec");
                 let offload = hetsched_proto::ticket::Offload {
                     task_id: a.task_id,
                     attempt: a.attempt,
                     run_as: "",
                     nnode: "n1",
                     anode: "anode",
+                    runs: shipped_runs(spec, a),
                 };
                 assert!(
                     hetsched_proto::ticket::verify(&key, &offload, &a.offload_ticket),
                     "each instance carries the ANode's ticket: {a:?}"
                 );
+                let unshipped = hetsched_proto::ticket::Offload {
+                    runs: hetsched_proto::ticket::offload_digest(spec, a.index, None, 1),
+                    ..offload
+                };
+                assert!(!hetsched_proto::ticket::verify(
+                    &key,
+                    &unshipped,
+                    &a.offload_ticket
+                ));
             }
             agents.finish_all(n, true);
         }
@@ -2544,6 +2575,7 @@ fn a_users_offloaded_instance_carries_a_ticket_for_the_users_account() {
         run_as: "alice",
         nnode: "n1",
         anode: "anode",
+        runs: shipped_runs(spec, a),
     };
     assert!(hetsched_proto::ticket::verify(
         &key,
