@@ -111,6 +111,7 @@ fn setup() -> Setup {
             Default::default(),
             launch::DEFAULT_KILL_GRACE,
             false,
+            Default::default(),
         )
         .expect("pipeline");
         p.set_offload_key(&KEY);

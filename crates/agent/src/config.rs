@@ -60,6 +60,11 @@
 //! two readings, so together they may go below the floor by up to 16 MiB each before the next
 //! reading stops them: set the floor with that margin.
 //!
+//! On an ANode the same two settings bound the input files NNodes ship with their offloads
+//! (`accel::service`): each file at most `max_input_bytes`, and none taking `work_dir`'s disk
+//! below `min_free_disk`; such an offload is refused, its files removed, and the NNode reports
+//! the attempt interrupted.
+//!
 //! A fetch stopped by the floor is the node's condition, not the task's fault, yet it is
 //! reported as a failure of the attempt (the task's `retries` apply, and the message says why),
 //! not as interrupted: the server runs an interrupted workflow instance again without counting,

@@ -519,9 +519,9 @@ impl AgentData for DataService {
 /// as an unreachable one, instead of holding the consumer in its preparation for ever.
 pub const FETCH_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Why an input could not be fetched.
+/// Why an input could not be fetched (or, on an ANode, received: [`Room`]).
 #[derive(Debug, thiserror::Error)]
-enum FetchError {
+pub(crate) enum FetchError {
     /// It could not be had (the producer's agent, the network, this agent's disk): the server
     /// produces it again ([`INPUT_UNAVAILABLE`]).
     #[error("{0}")]
@@ -560,8 +560,9 @@ enum FetchError {
 }
 
 /// What a fetch may still write before its filesystem's free space goes below the floor: the
-/// free space last read, less what the fetch wrote since ([`FREE_RECHECK`]).
-struct Room<'a> {
+/// free space last read, less what the fetch wrote since ([`FREE_RECHECK`]). An ANode receiving
+/// an offload's inputs keeps the same floor with it (`accel::service`).
+pub(crate) struct Room<'a> {
     limits: &'a InputLimits,
     dir: &'a Path,
     free: u64,
@@ -570,7 +571,7 @@ struct Room<'a> {
 
 impl<'a> Room<'a> {
     /// Reads the free space of `dir`'s filesystem; fails if it is already below the floor.
-    async fn new(limits: &'a InputLimits, dir: &'a Path) -> Result<Self, FetchError> {
+    pub(crate) async fn new(limits: &'a InputLimits, dir: &'a Path) -> Result<Self, FetchError> {
         let mut room = Self {
             limits,
             dir,
@@ -597,18 +598,25 @@ impl<'a> Room<'a> {
         Ok(())
     }
 
-    /// Whether `len` more bytes may be written into `file`: read again every [`FREE_RECHECK`]
-    /// bytes, and before a refusal, so that a fetch fails on a fresh reading only (another
-    /// writer may have freed space since the last). `file` is flushed first: a write still in
-    /// flight (tokio writes in the background) would be in neither the reading nor the count.
-    async fn take(&mut self, len: u64, file: &mut tokio::fs::File) -> Result<(), FetchError> {
+    /// Whether `len` more bytes may be written into `file` (the file being written, if any):
+    /// read again every [`FREE_RECHECK`] bytes, and before a refusal, so that a fetch fails on a
+    /// fresh reading only (another writer may have freed space since the last). `file` is
+    /// flushed first: a write still in flight (tokio writes in the background) would be in
+    /// neither the reading nor the count.
+    pub(crate) async fn take(
+        &mut self,
+        len: u64,
+        file: Option<&mut tokio::fs::File>,
+    ) -> Result<(), FetchError> {
         let floor = self.limits.min_free_disk;
         if floor == 0 {
             return Ok(());
         }
         let left = |r: &Self| r.free.saturating_sub(r.since.saturating_add(len));
         if self.since.saturating_add(len) > FREE_RECHECK || left(self) < floor {
-            file.flush().await.map_err(|e| write_error(self.dir, &e))?;
+            if let Some(file) = file {
+                file.flush().await.map_err(|e| write_error(self.dir, &e))?;
+            }
             self.measure().await?;
         }
         if left(self) < floor {
@@ -726,7 +734,7 @@ async fn fetch_within(
             if n > limit {
                 return Err(FetchError::TooLarge { limit });
             }
-            room.take(chunk.data.len() as u64, &mut file).await?;
+            room.take(chunk.data.len() as u64, Some(&mut file)).await?;
             file.write_all(&chunk.data)
                 .await
                 .map_err(|e| write_error(to, &e))?;
@@ -1818,7 +1826,9 @@ mod tests {
         // 64 MiB in chunks: one reading to start, then one as each 16 MiB step is passed (at
         // 16, 32 and 48 MiB; the last step ends exactly at 64), not one per chunk.
         for _ in 0..(64 << 20) / chunk {
-            room.take(chunk, &mut file).await.expect("room enough");
+            room.take(chunk, Some(&mut file))
+                .await
+                .expect("room enough");
         }
         assert_eq!(reads.load(Relaxed), 4);
         // Another writer leaves the disk at the floor: noticed at the next reading, within
@@ -1826,7 +1836,7 @@ mod tests {
         free.store(100 << 20, Relaxed);
         let mut taken = 0;
         let e = loop {
-            match room.take(chunk, &mut file).await {
+            match room.take(chunk, Some(&mut file)).await {
                 Ok(()) => taken += chunk,
                 Err(e) => break e,
             }
@@ -1843,7 +1853,9 @@ mod tests {
         };
         let before = reads.load(Relaxed);
         let mut room = Room::new(&off, &dir).await.expect("room");
-        room.take(1 << 40, &mut file).await.expect("not checked");
+        room.take(1 << 40, Some(&mut file))
+            .await
+            .expect("not checked");
         assert_eq!(reads.load(Relaxed), before);
         // A disk whose free space cannot be read is not written on (the floor is the
         // operator's: 0 turns it off), and says so.

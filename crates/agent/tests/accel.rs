@@ -48,6 +48,7 @@ fn pipeline(work: &Path) -> Pipeline {
         Default::default(),
         DEFAULT_KILL_GRACE,
         false,
+        Default::default(),
     )
     .unwrap();
     p.set_offload_key(&KEY);
@@ -64,6 +65,7 @@ async fn anode_with(devices: u32, run_as_owner: bool) -> (Pipeline, AccelListene
         Default::default(),
         DEFAULT_KILL_GRACE,
         run_as_owner,
+        Default::default(),
     )
     .expect("pipeline");
     p.set_offload_key(&KEY);
@@ -518,7 +520,7 @@ async fn ship(c: &Client, s: &pb::TaskSpec, dir: &Path, n: u64, concurrent: bool
         for t in 0..n {
             let r = offload::run(
                 c,
-                &assignment(t, 0, 1, &s),
+                &assignment(t, 0, 1, s),
                 s,
                 "nnode-1",
                 dir,
@@ -859,6 +861,7 @@ async fn an_anode_without_a_key_from_its_server_runs_no_offload_until_it_gets_on
         Default::default(),
         DEFAULT_KILL_GRACE,
         false,
+        Default::default(),
     )
     .unwrap();
     let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
@@ -889,4 +892,186 @@ async fn an_anode_without_a_key_from_its_server_runs_no_offload_until_it_gets_on
     let r = shipping.await.unwrap();
     assert!(r.success, "{r:?}");
     assert!(marker.exists());
+}
+
+/// An ANode serving on loopback whose offloads' inputs are received within `limits`.
+async fn anode_limited(
+    limits: hetsched_agent::dataflow::InputLimits,
+) -> (Pipeline, AccelListener, PathBuf) {
+    let work = temp("anode-limited");
+    let p = Pipeline::start(
+        "anode-1",
+        1,
+        &work,
+        Default::default(),
+        DEFAULT_KILL_GRACE,
+        false,
+        limits,
+    )
+    .unwrap();
+    p.set_offload_key(&KEY);
+    let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
+        .await
+        .unwrap();
+    (p, l, work)
+}
+
+/// Waits (up to 5 s) until the ANode's staging directory `WORK/accel` is empty: a refused
+/// call's directory goes right after its refusal is sent.
+async fn staging_emptied(work: &Path) -> bool {
+    for _ in 0..500 {
+        if std::fs::read_dir(work.join("accel")).unwrap().count() == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// Shipped inputs are bounded on the ANode as workflow fetches are on every agent (found by a
+/// security review: an NNode, any holder of the agent token, could fill the ANode's disk): an
+/// input larger than the ANode's `max_input_bytes`, or one that would take its disk below
+/// `min_free_disk`, is refused before it is written whole; what was received is removed,
+/// nothing runs, and the NNode reports the attempt interrupted (it runs again), not failed.
+/// Inputs within the bounds go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_over_max_input_bytes_or_past_min_free_disk_is_refused_and_leaves_nothing() {
+    use hetsched_agent::dataflow::{FreeSpace, InputLimits};
+    let dir = temp("input-bounds");
+    let marker = dir.join("ran");
+    std::fs::write(dir.join("big.dat"), vec![b'x'; 600_000]).unwrap();
+    std::fs::write(dir.join("small.dat"), vec![b'x'; 100_000]).unwrap();
+    let s = |input: &str| spec(&dir, &format!("touch {}", marker.display()), &[input], &[]);
+    let refused = |r: &pb::TaskResult, why: &str| {
+        assert!(!r.success && r.interrupted, "{r:?}");
+        assert!(r.message.contains(why), "{}", r.message);
+        assert!(!marker.exists(), "the command ran");
+    };
+
+    // `max_input_bytes`: 512 KiB per file.
+    let (_p, l, work) = anode_limited(InputLimits {
+        max_input_bytes: 512 << 10,
+        min_free_disk: 0,
+        free_space: FreeSpace::default(),
+    })
+    .await;
+    let c = client(l.addr, TOKEN);
+    let big = s("big.dat");
+    refused(
+        &ship_plain(&c, &assignment(1, 0, 1, &big), &big, &dir).await,
+        "larger than this ANode's `max_input_bytes` (512.0 KiB)",
+    );
+    assert!(
+        staging_emptied(&work).await,
+        "the partial input was removed"
+    );
+    let small = s("small.dat");
+    let r = ship_plain(&c, &assignment(2, 0, 1, &small), &small, &dir).await;
+    assert!(r.success, "{r:?}");
+    std::fs::remove_file(&marker).unwrap();
+
+    // `min_free_disk`: 1 GiB kept, 300 kB above it free before the inputs, less what they
+    // wrote (a stand-in: the test's disk is not filled for real).
+    let floor = 1 << 30;
+    let (_p, l, work) = anode_limited(InputLimits {
+        max_input_bytes: u64::MAX,
+        min_free_disk: floor,
+        free_space: FreeSpace::with(move |staging| {
+            let written: u64 = std::fs::read_dir(staging)?
+                .map(|e| e.and_then(|e| e.metadata()).map_or(0, |m| m.len()))
+                .sum();
+            Ok((floor + 300_000).saturating_sub(written))
+        }),
+    })
+    .await;
+    let c = client(l.addr, TOKEN);
+    refused(
+        &ship_plain(&c, &assignment(3, 0, 1, &big), &big, &dir).await,
+        "this ANode's disk has no room for the offload's inputs",
+    );
+    assert!(
+        staging_emptied(&work).await,
+        "the partial input was removed"
+    );
+    let r = ship_plain(&c, &assignment(4, 0, 1, &small), &small, &dir).await;
+    assert!(r.success, "{r:?}");
+}
+
+/// Only the files a task declares are received (an NNode shipping its own client can send
+/// any chunk after a genuine ticket): an undeclared one is refused before it is written, the
+/// task does not run, and the refusal is marked so the NNode reports the attempt interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undeclared_input_file_is_refused_and_nothing_is_left() {
+    use hetsched_proto::offload_reply::Part as Reply;
+    use hetsched_proto::offload_request::Part as Request;
+    let (p, l, work) = anode(1).await;
+    let dir = temp("undeclared");
+    let marker = dir.join("ran");
+    let s = spec(
+        &dir,
+        &format!("touch {}", marker.display()),
+        &["in.dat"],
+        &[],
+    );
+    let a = assignment(5, 0, 1, &s);
+    let endpoint = pb::endpoint(&format!("http://{}", l.addr), None).unwrap();
+    let mut raw = pb::accel_client::AccelClient::with_interceptor(
+        endpoint.connect_lazy(),
+        pb::TokenInterceptor::new(TOKEN).unwrap(),
+    );
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let send = |part| pb::OffloadRequest { part: Some(part) };
+    tx.send(send(Request::Task(pb::OffloadTask {
+        task_id: 5,
+        attempt: 1,
+        index: 0,
+        spec: Some(s.clone()),
+        node: "nnode-1".into(),
+        gpus: 1,
+        entry: None,
+        ticket: a.offload_ticket.clone(),
+    })))
+    .await
+    .unwrap();
+    let mut replies = raw
+        .offload(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("the ticket is the server's")
+        .into_inner();
+    let ready = replies.message().await.unwrap().and_then(|m| m.part);
+    assert!(matches!(ready, Some(Reply::Ready(_))), "{ready:?}");
+    for (path, data) in [("in.dat", b"ok".to_vec()), ("evil.bin", vec![1; 1000])] {
+        tx.send(send(Request::Chunk(pb::FileChunk {
+            path: path.into(),
+            data,
+            stream: 0,
+        })))
+        .await
+        .unwrap();
+    }
+    let _ = tx
+        .send(send(Request::InputsDone(pb::OffloadInputsDone {})))
+        .await;
+    let status = loop {
+        match replies.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the call ended without a refusal"),
+            Err(s) => break s,
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.metadata().get(ticket::REFUSED_HEADER).is_some(),
+        "marked: the NNode reports it interrupted"
+    );
+    assert!(
+        status
+            .message()
+            .contains("`evil.bin` is not an input file the task declares"),
+        "{}",
+        status.message()
+    );
+    assert!(staging_emptied(&work).await, "the declared input went too");
+    assert!(!marker.exists());
+    assert!(p.is_idle());
 }

@@ -70,8 +70,10 @@ pub const RUNS_LABEL: &[u8] = b"hetsched offload runs v1";
 pub const DIGEST_LEN: usize = 32;
 
 /// Metadata an ANode puts on the `PermissionDenied` that refuses an offload for its ticket
-/// (none, or one that does not match): the NNode then reports the attempt interrupted, not
-/// failed — the task is not at fault, and the server runs it again with a fresh ticket.
+/// (none, or one that does not match) or for its inputs (a file the task does not declare, one
+/// over the ANode's `max_input_bytes`, or no room above its `min_free_disk`): the NNode then
+/// reports the attempt interrupted, not failed — the task is not at fault, and the server runs
+/// it again with a fresh ticket.
 pub const REFUSED_HEADER: &str = "x-hetsched-ticket-refused";
 
 /// The offload a ticket authorises.

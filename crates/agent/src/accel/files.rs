@@ -133,6 +133,12 @@ impl Sink {
         Ok(())
     }
 
+    /// The file being written, if any (to flush it before the free space is read:
+    /// [`crate::dataflow::Room::take`]).
+    pub(crate) fn file_mut(&mut self) -> Option<&mut tokio::fs::File> {
+        self.open.as_mut().map(|(_, _, f)| f)
+    }
+
     /// Flushes and closes the file being written.
     pub async fn finish(&mut self) -> std::io::Result<()> {
         use tokio::io::AsyncWriteExt;

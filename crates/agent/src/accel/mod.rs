@@ -114,13 +114,18 @@ pub struct Pipeline {
     /// verifies each offload's ticket ([`hetsched_proto::ticket`]); `None` until the first
     /// reply that carries one — every offload is refused until then.
     pub(crate) offload_key: Arc<std::sync::RwLock<Option<Arc<[u8]>>>>,
+    /// What an offload's inputs may take here (the agent's `max_input_bytes` per file and
+    /// `min_free_disk` floor, as for workflow fetches): an NNode holds the agent token, so it
+    /// must not be able to fill this node's disk.
+    pub(crate) input_limits: crate::dataflow::InputLimits,
 }
 
 impl Pipeline {
     /// Starts the process and remote-write stages for an ANode called `node` with `devices`
     /// devices; offloaded tasks are staged under `work_dir/accel`; a task asked to stop has
     /// `kill_grace` between SIGTERM and SIGKILL; `run_as_owner` as the agent's
-    /// ([`crate::run_as`]). Must run inside a Tokio runtime.
+    /// ([`crate::run_as`]); offloads' inputs are received within `input_limits` (the agent's
+    /// `max_input_bytes` and `min_free_disk`). Must run inside a Tokio runtime.
     pub fn start(
         node: &str,
         devices: u32,
@@ -128,6 +133,7 @@ impl Pipeline {
         processes: crate::shutdown::Processes,
         kill_grace: std::time::Duration,
         run_as_owner: bool,
+        input_limits: crate::dataflow::InputLimits,
     ) -> std::io::Result<Self> {
         let staging = work_dir.join("accel");
         // Leftovers of a previous agent (its calls are gone with it), in the accounts'
@@ -167,6 +173,7 @@ impl Pipeline {
             node,
             run_as_owner,
             offload_key: Arc::default(),
+            input_limits,
         };
         tokio::spawn(service::read_stage(read_rx, pipeline.clone()));
         Ok(pipeline)
@@ -517,6 +524,7 @@ pub(crate) async fn start(
         opts.processes.clone(),
         opts.kill_grace,
         opts.run_as_owner,
+        opts.data.input_limits(),
     )
     .map_err(|e| crate::AgentError::Config(format!("accelerator service staging: {e}")))?;
     let listener =

@@ -9,9 +9,11 @@
 //!   same attempt number, up to [`TRANSFER_TRIES`] times; then the attempt is reported
 //!   `interrupted`, so the server runs the task again (as a lost one, not a failure).
 //! - Each offload carries the server's ticket for it (`Assignment.offload_ticket`), which the
-//!   ANode checks before it takes anything. An ANode that refuses the ticket ends the attempt
-//!   `interrupted` (run again with a fresh ticket); one that holds no key from its server yet
-//!   answers `Unavailable`, which is tried again as a broken transfer.
+//!   ANode checks, with what the shipped spec runs, before it takes anything. An ANode that
+//!   refuses the ticket, or the inputs (an undeclared file, one over its `max_input_bytes`, no
+//!   room above its `min_free_disk`), ends the attempt `interrupted` (run again with a fresh
+//!   ticket); one that holds no key from its server yet answers `Unavailable`, which is tried
+//!   again as a broken transfer.
 //! - Output files are written under a temporary name and renamed once the result has arrived, so
 //!   a broken transfer never leaves a half-written output in the task's directory.
 //! - With `run_as_owner` a user's task's files are the account's business: its inputs are read,
@@ -512,8 +514,9 @@ async fn once(
 }
 
 /// Whether a failed call is worth another try of the same attempt. An ANode that refuses the
-/// offload's ticket ends the attempt `interrupted`: the task is not at fault (a ticket signed
-/// before the ANode's key changed, say), and the server runs it again with a fresh ticket.
+/// offload's ticket or its inputs ends the attempt `interrupted`: the task is not at fault (a
+/// ticket signed before the ANode's key changed, the ANode's disk full), and the server runs it
+/// again with a fresh ticket.
 fn classify(s: tonic::Status) -> Transfer {
     match s.code() {
         tonic::Code::PermissionDenied

@@ -14,12 +14,17 @@
 //! against the offload key the server gave this ANode, for the call's task, attempt, account
 //! (`spec.run_as`), NNode and this ANode, and what the shipped spec runs (its command,
 //! environment, declared files, index, entry and device count:
-//! [`offload_digest`](hetsched_proto::ticket::offload_digest)), before anything is staged. Without a ticket, or with
-//! one that does not match, the call is refused (`PermissionDenied`, marked
-//! [`REFUSED_HEADER`](hetsched_proto::ticket::REFUSED_HEADER)); while the ANode holds no key —
-//! it has not heard from its server since it started, or its server predates tickets — every
-//! offload is refused (`Unavailable`: the NNode tries again, then reports the attempt
+//! [`offload_digest`](hetsched_proto::ticket::offload_digest)), before anything is staged.
+//! Without a ticket, or with one that does not match, the call is refused (`PermissionDenied`,
+//! marked [`REFUSED_HEADER`](hetsched_proto::ticket::REFUSED_HEADER)); while the ANode holds no
+//! key — it has not heard from its server since it started, or its server predates tickets —
+//! every offload is refused (`Unavailable`: the NNode tries again, then reports the attempt
 //! interrupted).
+//!
+//! Its inputs are bounded as workflow fetches are: only the files the spec declares, each up to
+//! the agent's `max_input_bytes`, none taking the work directory's disk below its
+//! `min_free_disk` ([`crate::dataflow::Room`]); a call past a bound is refused, marked as a
+//! refused ticket is, and its staging directory removed.
 
 use super::files::{self, Sink};
 use super::{Job, Origin, Pipeline};
@@ -262,7 +267,9 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             // The requester went away while it waited.
             Err(Status::cancelled("the requester went away"))
         } else {
-            receive(&mut inbound, &task_dir, account.clone(), task.index).await
+            let declared = Declared::of(&spec, task.index);
+            let limits = &pipeline.input_limits;
+            receive(&mut inbound, &task_dir, account.clone(), &declared, limits).await
         };
         pipeline.counters.reading.fetch_sub(1, Ordering::SeqCst);
         let open = match received {
@@ -346,15 +353,76 @@ async fn controls(
     }
 }
 
+/// The input files an offloaded task declares (`spec.inputs`, `{index}` filled): the only files
+/// its call may send.
+struct Declared {
+    files: Vec<PathBuf>,
+    index: u32,
+}
+
+impl Declared {
+    fn of(spec: &pb::TaskSpec, index: u32) -> Self {
+        // Checked when the call arrived (`offload`): a name that does not resolve names nothing.
+        let files = spec
+            .inputs
+            .iter()
+            .filter_map(|n| files::resolve(n, index).ok())
+            .collect();
+        Self { files, index }
+    }
+
+    /// Where a chunk for `path` goes, if `path` is a declared input.
+    fn target(&self, path: &str) -> Result<PathBuf, Status> {
+        let target = files::resolve(path, self.index).map_err(Status::invalid_argument)?;
+        if !self.files.contains(&target) {
+            return Err(refused_input(format!(
+                "`{}` is not an input file the task declares",
+                path.escape_debug()
+            )));
+        }
+        Ok(target)
+    }
+}
+
+/// A refusal of an offload's inputs: the staging directory goes (with every file received),
+/// and the NNode reports the attempt interrupted, as for a ticket it refused (the server runs
+/// it again: not the task's failure). `PermissionDenied` with [`REFUSED_HEADER`], which NNodes
+/// of every version with tickets report so.
+///
+/// [`REFUSED_HEADER`]: hetsched_proto::ticket::REFUSED_HEADER
+fn refused_input(message: String) -> Status {
+    let mut s = Status::permission_denied(message);
+    s.metadata_mut().insert(
+        hetsched_proto::ticket::REFUSED_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    s
+}
+
 /// Receives the input chunks of one call into `staging` (as `account`, when given): whether
 /// the call stays open for controls (the NNode said `inputs_done`; an older one ends its stream
-/// instead).
+/// instead). Only `declared` files are taken, each up to `limits.max_input_bytes`, none taking
+/// the disk below `limits.min_free_disk` (the agent's settings for workflow fetches): an NNode
+/// (any holder of the agent token) could otherwise fill this node's disk. Such a chunk is
+/// refused ([`refused_input`]) before a byte of it is written.
 async fn receive(
     inbound: &mut Streaming<pb::OffloadRequest>,
     staging: &Path,
     account: Option<crate::run_as::Account>,
-    index: u32,
+    declared: &Declared,
+    limits: &crate::dataflow::InputLimits,
 ) -> Result<bool, Status> {
+    let no_room = |e: &dyn std::fmt::Display| {
+        refused_input(format!(
+            "this ANode's disk has no room for the offload's inputs: {e}; they were removed, and \
+             the task runs again"
+        ))
+    };
+    // Read at the first byte to write: an offload that ships nothing (or only empty files)
+    // takes no room, as a workflow instance without inputs fetches nothing.
+    let mut room = None;
+    // Bytes taken per file, over the whole call: a file sent again (after another) counts on.
+    let mut taken: std::collections::HashMap<PathBuf, u64> = std::collections::HashMap::new();
     let mut sink = Sink::as_account(staging, account);
     let mut open = false;
     loop {
@@ -383,10 +451,39 @@ async fn receive(
                 ));
             }
         };
-        let target = files::resolve(&c.path, index).map_err(Status::invalid_argument)?;
-        sink.write(&target, &c)
-            .await
-            .map_err(|e| Status::internal(format!("staging {}: {e}", c.path)))?;
+        let target = declared.target(&c.path)?;
+        let len = c.data.len() as u64;
+        let n = taken.entry(target.clone()).or_default();
+        *n = n.saturating_add(len);
+        if *n > limits.max_input_bytes {
+            return Err(refused_input(format!(
+                "input file `{}` is larger than this ANode's `max_input_bytes` ({}); it was \
+                 removed, and the task runs again",
+                c.path.escape_debug(),
+                bytesize::ByteSize(limits.max_input_bytes)
+            )));
+        }
+        if len > 0 {
+            let room = match &mut room {
+                Some(room) => room,
+                None => room.insert(
+                    crate::dataflow::Room::new(limits, staging)
+                        .await
+                        .map_err(|e| no_room(&e))?,
+                ),
+            };
+            room.take(len, sink.file_mut())
+                .await
+                .map_err(|e| no_room(&e))?;
+        }
+        sink.write(&target, &c).await.map_err(|e| {
+            use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+            if matches!(e.kind(), StorageFull | QuotaExceeded) {
+                no_room(&format!("staging {}: {e}", c.path))
+            } else {
+                Status::internal(format!("staging {}: {e}", c.path))
+            }
+        })?;
     }
     sink.finish()
         .await
