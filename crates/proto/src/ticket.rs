@@ -538,7 +538,8 @@ mod tests {
             ..offload()
         };
         assert!(verify(&KEY, &with(&task_spec(), 4, None, 1), &t));
-        let changes: [(&str, fn(&mut crate::TaskSpec)); 14] = [
+        type Change = (&'static str, fn(&mut crate::TaskSpec));
+        let changes: [Change; 14] = [
             ("command", |s| s.argv[2] = "rm -rf ~".into()),
             ("another argument", |s| s.argv.push("--force".into())),
             ("arguments split otherwise", |s| {
