@@ -130,9 +130,11 @@ pub struct AgentConfig {
     /// more (misbehaving, or any holder of the agent token) fails the fetch instead of filling
     /// this node's disk.
     pub max_input_bytes: Option<serde_spanned::Spanned<ByteSize>>,
-    /// The free space fetched workflow inputs leave on the filesystem of `work_dir` (default
-    /// [`crate::dataflow::DEFAULT_MIN_FREE_DISK`]; 0 turns the check off): a fetch that would
-    /// go below fails the instance's attempt instead of filling the node's disk.
+    /// The free space fetched workflow inputs, divisible chunks' inputs and (on an ANode) the
+    /// input files NNodes ship with offloads leave on the filesystem of `work_dir` (default
+    /// [`crate::room::DEFAULT_MIN_FREE_DISK`]; 0 turns the check off): a fetch that would go
+    /// below stops, and the instance's attempt, the chunk or the offload runs again where there
+    /// is room, instead of filling the node's disk.
     pub min_free_disk: Option<ByteSize>,
     /// Declared accelerators (replace detected ones).
     #[serde(default)]

@@ -44,13 +44,10 @@ use tonic::{Request, Response, Status};
 /// node and path that follow, and produces that output again).
 pub const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 
-/// How the result of an instance whose inputs found no room on this node's disk begins: a fetch
-/// would have taken the work directory's filesystem below `min_free_disk`, or the disk refused a
-/// write for want of space. Reported `interrupted`, as an unavailable input is: the disk filled
-/// between two of the agent's reports, which is the node's condition, not the instance's fault,
-/// so the server runs it again — elsewhere while this node has no room — counting a lost
-/// attempt, not a failure (the server reads this prefix).
-pub const NO_ROOM: &str = "no room for inputs: ";
+/// How the result of an instance whose inputs found no room on this node's disk begins (the
+/// one prefix for workflow inputs and divisible chunks' inputs: [`crate::room::NO_ROOM`]).
+/// Reported `interrupted`, as an unavailable input is.
+pub use crate::room::NO_ROOM;
 
 /// Whether a failed preparation ([`prepare`]'s error) is not the instance's failure: an input
 /// that could not be had ([`INPUT_UNAVAILABLE`]: its producer runs again) or no room for the
@@ -73,62 +70,10 @@ pub const CHUNK: usize = 256 << 10;
 /// agent (any holder of the agent token, misbehaving or hostile) can put on this agent's disk.
 pub const DEFAULT_MAX_INPUT_BYTES: u64 = 64 << 30;
 
-/// The free space an agent keeps on the filesystem of its work directory unless its
-/// configuration says otherwise (`min_free_disk`): fetched inputs never take it below this, so
-/// that the ledger, task logs and other tasks' outputs on the node still have room.
-pub const DEFAULT_MIN_FREE_DISK: u64 = 1 << 30;
-
-/// How many bytes a fetch writes between two looks at its filesystem's free space. Between
-/// looks it counts its own writes off the last look, so it never crosses the floor by itself;
-/// what other writers on the disk (concurrent fetches, tasks) write meanwhile is seen at the
-/// next look, so they overshoot the floor by at most this much each. One `statvfs` per 256 KiB
-/// chunk (through `spawn_blocking`, as the agent's other file calls) would cost a measurable
-/// share of a fast local copy for nothing a 16 MiB step does not already give.
-pub const FREE_RECHECK: u64 = 16 << 20;
-
-/// Where a fetch reads how much its filesystem has free: `statvfs` ([`statvfs_free`]) unless
-/// a test gives a stand-in (a disk it cannot fill for real).
-#[derive(Clone)]
-pub struct FreeSpace(std::sync::Arc<FreeSpaceFn>);
-
-/// What [`FreeSpace`] calls: the free bytes of the filesystem holding a directory.
-type FreeSpaceFn = dyn Fn(&Path) -> std::io::Result<u64> + Send + Sync;
-
-impl FreeSpace {
-    /// Free space read through `f` (given the directory a fetch writes in).
-    pub fn with(f: impl Fn(&Path) -> std::io::Result<u64> + Send + Sync + 'static) -> Self {
-        Self(std::sync::Arc::new(f))
-    }
-
-    /// The free bytes of the filesystem holding `dir`, read off the async runtime's threads
-    /// (`statvfs` on a hung network filesystem blocks).
-    async fn of(&self, dir: &Path) -> std::io::Result<u64> {
-        let (f, dir) = (self.0.clone(), dir.to_path_buf());
-        tokio::task::spawn_blocking(move || f(&dir))
-            .await
-            .map_err(std::io::Error::other)?
-    }
-}
-
-impl Default for FreeSpace {
-    fn default() -> Self {
-        Self::with(statvfs_free)
-    }
-}
-
-impl std::fmt::Debug for FreeSpace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("FreeSpace")
-    }
-}
-
-/// The bytes an unprivileged process may still write on the filesystem holding `path`
-/// (`f_bavail`, not `f_bfree`: the blocks reserved for root are not counted, as tasks that run
-/// as their owner's account cannot use them).
-pub fn statvfs_free(path: &Path) -> std::io::Result<u64> {
-    let s = rustix::fs::statvfs(path)?;
-    Ok(s.f_bavail.saturating_mul(s.f_frsize))
-}
+// The disk floor's helpers are shared with divisible chunks' inputs ([`crate::room`]); they
+// keep their names here for the agent's configuration and tests.
+pub use crate::room::{DEFAULT_MIN_FREE_DISK, FREE_RECHECK, FreeSpace, statvfs_free};
+use crate::room::{NoRoom, Room, TakeError};
 
 /// What fetching a workflow instance's inputs may write on this node.
 #[derive(Clone, Debug)]
@@ -519,9 +464,9 @@ impl AgentData for DataService {
 /// as an unreachable one, instead of holding the consumer in its preparation for ever.
 pub const FETCH_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Why an input could not be fetched (or, on an ANode, received: [`Room`]).
+/// Why an input could not be fetched.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum FetchError {
+enum FetchError {
     /// It could not be had (the producer's agent, the network, this agent's disk): the server
     /// produces it again ([`INPUT_UNAVAILABLE`]).
     #[error("{0}")]
@@ -536,113 +481,19 @@ pub(crate) enum FetchError {
         /// `max_input_bytes`.
         limit: u64,
     },
-    /// Writing (more of) it would take this node's disk below `min_free_disk`. The node's
-    /// condition, not a lost output: producing it again would not make room here.
-    #[error(
-        "this node's disk is too full for it: the filesystem of {} has {} free, and this \
-         agent keeps `min_free_disk` ({}) free",
-        .dir.display(),
-        bytesize::ByteSize(*.free),
-        bytesize::ByteSize(*.floor)
-    )]
-    LowDisk {
-        /// The directory the input was written in.
-        dir: PathBuf,
-        /// Its filesystem's free bytes, as last read, less what the fetch wrote since.
-        free: u64,
-        /// `min_free_disk`.
-        floor: u64,
-    },
-    /// The disk refused a write for want of space (`ENOSPC`, `EDQUOT`), or its free space
-    /// could not be read: the node's condition, as [`Self::LowDisk`].
-    #[error("this node's disk: {0}")]
-    Disk(String),
+    /// No room on this node's disk for (more of) it: below `min_free_disk`, or the disk
+    /// refused a write for want of space. The node's condition, not a lost output: producing
+    /// it again would not make room here.
+    #[error(transparent)]
+    NoRoom(#[from] NoRoom),
 }
 
-/// What a fetch may still write before its filesystem's free space goes below the floor: the
-/// free space last read, less what the fetch wrote since ([`FREE_RECHECK`]). An ANode receiving
-/// an offload's inputs keeps the same floor with it (`accel::service`).
-pub(crate) struct Room<'a> {
-    limits: &'a InputLimits,
-    dir: &'a Path,
-    free: u64,
-    since: u64,
-}
-
-impl<'a> Room<'a> {
-    /// Reads the free space of `dir`'s filesystem; fails if it is already below the floor.
-    pub(crate) async fn new(limits: &'a InputLimits, dir: &'a Path) -> Result<Self, FetchError> {
-        let mut room = Self {
-            limits,
-            dir,
-            free: u64::MAX,
-            since: 0,
-        };
-        if limits.min_free_disk > 0 {
-            room.measure().await?;
-            if room.free < limits.min_free_disk {
-                return Err(room.low());
-            }
-        }
-        Ok(room)
-    }
-
-    async fn measure(&mut self) -> Result<(), FetchError> {
-        self.free = self.limits.free_space.of(self.dir).await.map_err(|e| {
-            FetchError::Disk(format!(
-                "its free space could not be read at {}: {e}",
-                self.dir.display()
-            ))
-        })?;
-        self.since = 0;
-        Ok(())
-    }
-
-    /// Whether `len` more bytes may be written into `file` (the file being written, if any):
-    /// read again every [`FREE_RECHECK`] bytes, and before a refusal, so that a fetch fails on a
-    /// fresh reading only (another writer may have freed space since the last). `file` is
-    /// flushed first: a write still in flight (tokio writes in the background) would be in
-    /// neither the reading nor the count.
-    pub(crate) async fn take(
-        &mut self,
-        len: u64,
-        file: Option<&mut tokio::fs::File>,
-    ) -> Result<(), FetchError> {
-        let floor = self.limits.min_free_disk;
-        if floor == 0 {
-            return Ok(());
-        }
-        let left = |r: &Self| r.free.saturating_sub(r.since.saturating_add(len));
-        if self.since.saturating_add(len) > FREE_RECHECK || left(self) < floor {
-            if let Some(file) = file {
-                file.flush().await.map_err(|e| write_error(self.dir, &e))?;
-            }
-            self.measure().await?;
-        }
-        if left(self) < floor {
-            return Err(self.low());
-        }
-        self.since = self.since.saturating_add(len);
-        Ok(())
-    }
-
-    /// The refusal: the free space as last read (less what was written since).
-    fn low(&self) -> FetchError {
-        FetchError::LowDisk {
-            dir: self.dir.to_path_buf(),
-            free: self.free.saturating_sub(self.since),
-            floor: self.limits.min_free_disk,
-        }
-    }
-}
-
-/// A write into `to` that failed: for want of space, the node's disk ([`FetchError::Disk`]);
+/// A write into `to` that failed: for want of space, the node's disk ([`NoRoom::Disk`]);
 /// otherwise unavailable, as before.
 fn write_error(to: &Path, e: &std::io::Error) -> FetchError {
-    use std::io::ErrorKind::{QuotaExceeded, StorageFull};
     let what = format!("{}: {e}", to.display());
-    if matches!(e.kind(), StorageFull | QuotaExceeded) {
-        FetchError::Disk(what)
+    if crate::room::is_full(e) {
+        FetchError::NoRoom(NoRoom::Disk(what))
     } else {
         FetchError::Unavailable(what)
     }
@@ -683,7 +534,8 @@ async fn fetch_within(
 ) -> Result<u64, FetchError> {
     use FetchError::Unavailable;
     let limit = limits.max_input_bytes;
-    let mut room = Room::new(limits, to.parent().unwrap_or(Path::new("."))).await?;
+    let dir = to.parent().unwrap_or(Path::new("."));
+    let mut room = Room::new(limits.min_free_disk, &limits.free_space, dir).await?;
     let silent = || {
         Unavailable(format!(
             "{PRODUCER_UNREACHABLE}{address} said nothing for {} s",
@@ -734,7 +586,12 @@ async fn fetch_within(
             if n > limit {
                 return Err(FetchError::TooLarge { limit });
             }
-            room.take(chunk.data.len() as u64, Some(&mut file)).await?;
+            room.take(chunk.data.len() as u64, Some(&mut file))
+                .await
+                .map_err(|e| match e {
+                    TakeError::NoRoom(e) => FetchError::NoRoom(e),
+                    TakeError::Write(e) => write_error(to, &e),
+                })?;
             file.write_all(&chunk.data)
                 .await
                 .map_err(|e| write_error(to, &e))?;
@@ -898,7 +755,7 @@ pub async fn prepare(
                      agent's configuration for inputs that large)",
                     from()
                 ),
-                FetchError::LowDisk { .. } | FetchError::Disk(_) => format!(
+                FetchError::NoRoom(_) => format!(
                     "{NO_ROOM}{}: {e}; this instance's input copies were removed, and it runs \
                      again where there is room (free space on this node's disk, or lower \
                      `min_free_disk` in this agent's configuration; 0 turns the floor off)",
@@ -1776,7 +1633,7 @@ mod tests {
         .expect("room enough");
         assert_eq!(std::fs::metadata(&ready.argv[2]).expect("big").len(), big);
         // A disk whose free space cannot be read is the node's disk too: interrupted, as one
-        // that refuses a write for want of space (`FetchError::Disk`, the same arm).
+        // that refuses a write for want of space (`NoRoom::Disk`, the same arm).
         let unreadable = InputLimits {
             min_free_disk: floor,
             free_space: FreeSpace::with(|_| Err(std::io::Error::from_raw_os_error(5))),
@@ -1797,86 +1654,20 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
-    /// Between two readings of the disk a fetch counts its own writes, and it reads again every
-    /// `FREE_RECHECK` bytes: what another writer takes meanwhile (a concurrent fetch, a task)
-    /// stops it within that much. A write the disk refuses for want of space is the node's
-    /// disk too, not an unavailable input.
-    #[tokio::test]
-    async fn free_space_is_read_again_every_free_recheck_bytes_and_enospc_is_the_disk() {
-        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-        let dir = std::env::temp_dir().join(format!("hetsched-wf-room-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        let mut file = tokio::fs::File::create(dir.join("x")).await.expect("file");
-        let (free, reads) = (
-            std::sync::Arc::new(AtomicU64::new(1 << 30)),
-            std::sync::Arc::new(AtomicU64::new(0)),
-        );
-        let (f, r) = (free.clone(), reads.clone());
-        let limits = InputLimits {
-            min_free_disk: 100 << 20,
-            free_space: FreeSpace::with(move |_| {
-                r.fetch_add(1, Relaxed);
-                Ok(f.load(Relaxed))
-            }),
-            ..InputLimits::default()
-        };
-        let mut room = Room::new(&limits, &dir).await.expect("room");
-        let chunk = CHUNK as u64;
-        // 64 MiB in chunks: one reading to start, then one as each 16 MiB step is passed (at
-        // 16, 32 and 48 MiB; the last step ends exactly at 64), not one per chunk.
-        for _ in 0..(64 << 20) / chunk {
-            room.take(chunk, Some(&mut file))
-                .await
-                .expect("room enough");
-        }
-        assert_eq!(reads.load(Relaxed), 4);
-        // Another writer leaves the disk at the floor: noticed at the next reading, within
-        // `FREE_RECHECK`.
-        free.store(100 << 20, Relaxed);
-        let mut taken = 0;
-        let e = loop {
-            match room.take(chunk, Some(&mut file)).await {
-                Ok(()) => taken += chunk,
-                Err(e) => break e,
-            }
-        };
-        assert!(taken <= FREE_RECHECK, "{taken}");
-        assert!(
-            matches!(e, FetchError::LowDisk { free, floor, .. } if free == 100 << 20 && floor == 100 << 20),
-            "{e:?}"
-        );
-        // No floor: never read.
-        let off = InputLimits {
-            min_free_disk: 0,
-            ..limits.clone()
-        };
-        let before = reads.load(Relaxed);
-        let mut room = Room::new(&off, &dir).await.expect("room");
-        room.take(1 << 40, Some(&mut file))
-            .await
-            .expect("not checked");
-        assert_eq!(reads.load(Relaxed), before);
-        // A disk whose free space cannot be read is not written on (the floor is the
-        // operator's: 0 turns it off), and says so.
-        let missing = dir.join("none");
-        let e = Room::new(&InputLimits::default(), &missing)
-            .await
-            .err()
-            .expect("unreadable");
-        assert!(
-            matches!(&e, FetchError::Disk(m) if m.starts_with(&format!(
-                "its free space could not be read at {}: ",
-                missing.display()
-            ))),
-            "{e:?}"
-        );
+    /// A write the disk refuses for want of space is the node's disk, not an unavailable
+    /// input. (How a fetch reads the disk between writes is [`crate::room`]'s test.)
+    #[test]
+    fn enospc_is_the_disk() {
+        let dir = std::env::temp_dir();
         for (errno, disk) in [(28, true), (122, true), (5, false)] {
             let e = write_error(&dir, &std::io::Error::from_raw_os_error(errno));
-            assert_eq!(matches!(e, FetchError::Disk(_)), disk, "{errno}: {e:?}");
+            assert_eq!(
+                matches!(e, FetchError::NoRoom(NoRoom::Disk(_))),
+                disk,
+                "{errno}: {e:?}"
+            );
             assert_eq!(matches!(e, FetchError::Unavailable(_)), !disk, "{errno}");
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The data key the test producers' server gave them.

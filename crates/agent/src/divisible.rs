@@ -10,10 +10,19 @@
 //! result is uploaded until the server answers (it may be restarting); chunks are run in the order
 //! they were received, one at a time.
 //!
+//! A chunk's input keeps the work directory's disk at least `min_free_disk` free, as a workflow
+//! instance's inputs do ([`crate::room`]): a chunk whose input finds no room there (below the
+//! floor before or while it is fetched, or a write refused for want of space) is not run; its
+//! partial input is removed and it is reported with the [`NO_ROOM`] prefix, which the server
+//! counts as a loss (bounded, as other chunk losses), not a failure, and re-plans elsewhere.
+//! Every ask with room says whether the disk is below the floor (`disk_short`): the server hands
+//! such an agent no chunk that carries input until it has room again.
+//!
 //! An operator's signal for a chunk (`hetsched signal JOB` on a divisible job) arrives in a
 //! heartbeat reply (`TaskSignal.chunk_of`); [`Computing`] sends it to the chunk's process group,
 //! once, if the chunk is being computed.
 
+use crate::room::{FreeSpace, NO_ROOM, NoRoom, Room};
 use hetsched_core::input::divisible::substitute;
 use hetsched_proto as pb;
 use hetsched_proto::divisible_client::DivisibleClient;
@@ -102,6 +111,11 @@ pub struct DivisibleAgent {
     pub run_as_owner: bool,
     /// The chunks being computed, for operators' signals.
     pub computing: Computing,
+    /// The free space chunk inputs leave on the work directory's filesystem (`min_free_disk`,
+    /// as for workflow inputs; 0: not checked).
+    pub min_free_disk: u64,
+    /// Where that free space is read (`statvfs`, or a test's stand-in).
+    pub free_space: FreeSpace,
 }
 
 /// Publishes how many chunks the agent holds.
@@ -249,6 +263,8 @@ pub async fn run(
         });
     }
     let mut client = client;
+    // Whether this node's disk was below the floor at the last ask with room.
+    let mut short = false;
     loop {
         if connection.has_changed().unwrap_or(false) {
             connection.mark_unchanged();
@@ -264,9 +280,16 @@ pub async fn run(
                 h.slots < 2,
             )
         };
+        // Read for every ask with room (one `statvfs`), so that the ask after a chunk found no
+        // room says so: the server hands an agent whose disk is below the floor no chunk that
+        // carries input (it would find no room either), and re-plans them onto the others.
+        if room {
+            short = disk_short(&me).await;
+        }
         // Holding no chunk, the agent may wait long for one: the open ask keeps it present
-        // there, and the server answers when it has a chunk (or when the hold ends).
-        let hold_ms = if room && holding.is_empty() {
+        // there, and the server answers when it has a chunk (or when the hold ends). Below the
+        // floor it asks again within the server's look period, to say when it has room again.
+        let hold_ms = if room && holding.is_empty() && !short {
             IDLE_HOLD.as_millis() as u64
         } else {
             0
@@ -279,6 +302,7 @@ pub async fn run(
             holding,
             room,
             hold_ms,
+            disk_short: short,
         };
         let reply = tokio::select! {
             r = client.next_chunk(req) => r,
@@ -312,6 +336,30 @@ pub async fn run(
                     match fetch(&mut client, &me, &order).await {
                         Ok(r) => {
                             let _ = tx.send(r);
+                        }
+                        Err(InputError::NoRoom(e)) => {
+                            // Reported, so that the server re-plans it at once (a loss for this
+                            // node's disk, not a failure); listed as held until the server has
+                            // the report, so that it is not also found lost meanwhile.
+                            warn!(
+                                job = order.job_id,
+                                chunk = order.chunk,
+                                "no room for the chunk's input: {e}"
+                            );
+                            short = true;
+                            if let Ok(mut h) = shared.held.lock() {
+                                h.slots = h.slots.saturating_sub(1);
+                            }
+                            let header = no_room_header(&me, &order, &e);
+                            let (shared, counter) = (shared.clone(), me.held.clone());
+                            let client = client.clone();
+                            tokio::spawn(async move {
+                                upload(client, header, None).await;
+                                if let Ok(mut g) = shared.held.lock() {
+                                    g.all.remove(&key);
+                                    count(&g, &counter);
+                                }
+                            });
                         }
                         Err(e) => {
                             warn!(job = order.job_id, chunk = order.chunk, "chunk input: {e}");
@@ -375,28 +423,62 @@ pub fn chunk_output_path(work_dir: &Path, job: u64, chunk: u64, stderr: bool) ->
     ))
 }
 
+/// Why a chunk's input could not be had.
+#[derive(Debug, thiserror::Error)]
+enum InputError {
+    /// No room for it on this node's disk (below `min_free_disk`, or a write refused for want
+    /// of space): the node's condition, reported to the server ([`no_room_header`]).
+    #[error(transparent)]
+    NoRoom(#[from] NoRoom),
+    /// Anything else (the server, the connection, the work directory): the chunk is dropped
+    /// here, and the server finds it lost when this agent's asks no longer list it.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A failed write into `path`: for want of space, the node's disk ([`NoRoom::Disk`]).
+fn write_error(path: &Path, e: &std::io::Error) -> InputError {
+    let what = format!("{}: {e}", path.display());
+    if crate::room::is_full(e) {
+        NoRoom::Disk(what).into()
+    } else {
+        InputError::Other(what)
+    }
+}
+
 /// Fetches a chunk's input into `chunk-K.in` (the transfer the estimator measures), as the
 /// node's agent (its name and identity: the server hands a chunk's input only to the agent it
-/// is out to).
+/// is out to), keeping the disk at least `min_free_disk` free. A fetch that fails leaves no
+/// file: a partial input is never computed on, and one cut at the floor is what the floor keeps
+/// off the disk.
 async fn fetch(
     client: &mut Client,
     me: &DivisibleAgent,
     o: &pb::ChunkOrder,
-) -> Result<Ready, String> {
+) -> Result<Ready, InputError> {
     let dir = chunk_dir(&me.work_dir, o.job_id);
     tokio::fs::create_dir_all(&dir)
         .await
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+        .map_err(|e| write_error(&dir, &e))?;
     let input = dir.join(format!("chunk-{}.in", o.chunk));
     let mut f = tokio::fs::File::create(&input)
         .await
-        .map_err(|e| format!("{}: {e}", input.display()))?;
-    let mut got = 0u64;
-    // The transfer is timed from the first piece to the last: waiting for the server's one port
-    // (another agent's transfer) and the call's set-up are the master's queue, not this link.
-    let mut first: Option<Instant> = None;
-    if o.input_bytes > 0 {
-        let mut s = client
+        .map_err(|e| write_error(&input, &e))?;
+    let fetched = async {
+        if o.input_bytes == 0 {
+            return Ok((0, None));
+        }
+        // Read before the server is asked: a node already below the floor, or one the whole
+        // input cannot fit on, costs the server's one port nothing. The pieces are then counted
+        // as they come, as a workflow input's are, so that what other writers take meanwhile
+        // stops the fetch too.
+        let mut whole = Room::new(me.min_free_disk, &me.free_space, &dir).await?;
+        whole
+            .take(o.input_bytes, Some(&mut f))
+            .await
+            .map_err(|e| taken(&input, e))?;
+        let room = Room::new(me.min_free_disk, &me.free_space, &dir).await?;
+        let pieces = client
             .chunk_input(pb::ChunkInputRequest {
                 job_id: o.job_id,
                 chunk: o.chunk,
@@ -404,25 +486,108 @@ async fn fetch(
                 identity: me.identity.clone(),
             })
             .await
-            .map_err(|e| e.message().to_string())?
+            .map_err(|e| InputError::Other(e.message().to_string()))?
             .into_inner();
-        while let Some(piece) = s.message().await.map_err(|e| e.message().to_string())? {
-            first.get_or_insert_with(Instant::now);
-            got += piece.data.len() as u64;
-            f.write_all(&piece.data)
-                .await
-                .map_err(|e| format!("{}: {e}", input.display()))?;
+        write_pieces(pieces, &mut f, room, &input).await
+    }
+    .await;
+    let fetched = match fetched {
+        Ok((got, first)) => match f.flush().await {
+            Err(e) => Err(write_error(&input, &e)),
+            Ok(()) if got != o.input_bytes => Err(InputError::Other(format!(
+                "got {got} input bytes of {}",
+                o.input_bytes
+            ))),
+            Ok(()) => Ok(first),
+        },
+        Err(e) => Err(e),
+    };
+    match fetched {
+        Ok(first) => Ok(Ready {
+            order: o.clone(),
+            input,
+            transfer_ns: first.map_or(0, |t: Instant| t.elapsed().as_nanos() as u64),
+        }),
+        Err(e) => {
+            drop(f);
+            if let Err(e) = tokio::fs::remove_file(&input).await {
+                warn!("removing the partial chunk input {}: {e}", input.display());
+            }
+            Err(e)
         }
     }
-    f.flush().await.map_err(|e| e.to_string())?;
-    if got != o.input_bytes {
-        return Err(format!("got {got} input bytes of {}", o.input_bytes));
+}
+
+/// [`Room::take`]'s refusal as the fetch's error.
+fn taken(input: &Path, e: crate::room::TakeError) -> InputError {
+    match e {
+        crate::room::TakeError::NoRoom(e) => e.into(),
+        crate::room::TakeError::Write(e) => write_error(input, &e),
     }
-    Ok(Ready {
-        order: o.clone(),
-        input,
-        transfer_ns: first.map_or(0, |t| t.elapsed().as_nanos() as u64),
-    })
+}
+
+/// Writes a chunk's input `pieces` into `f` (at `input`), each only once `room` has room for
+/// it: the bytes written and when the first piece came. The transfer is timed from the first
+/// piece to the last: waiting for the server's one port (another agent's transfer) and the
+/// call's set-up are the master's queue, not this link.
+async fn write_pieces(
+    mut pieces: impl tokio_stream::Stream<Item = Result<pb::ChunkData, tonic::Status>> + Unpin,
+    f: &mut tokio::fs::File,
+    mut room: Room<'_>,
+    input: &Path,
+) -> Result<(u64, Option<Instant>), InputError> {
+    use tokio_stream::StreamExt;
+    let mut got = 0u64;
+    let mut first: Option<Instant> = None;
+    while let Some(piece) = pieces.next().await {
+        let piece = piece.map_err(|e| InputError::Other(e.message().to_string()))?;
+        first.get_or_insert_with(Instant::now);
+        let len = piece.data.len() as u64;
+        // Checked before the piece is written: the file never takes the disk below the floor.
+        room.take(len, Some(&mut *f))
+            .await
+            .map_err(|e| taken(input, e))?;
+        f.write_all(&piece.data)
+            .await
+            .map_err(|e| write_error(input, &e))?;
+        got = got.saturating_add(len);
+    }
+    Ok((got, first))
+}
+
+/// What an agent reports for chunk `o` whose input found no room on its disk (`e`): not a
+/// success, its message beginning with [`NO_ROOM`], which the server counts as a loss of the
+/// chunk for this node's disk (re-planned, bounded as other losses), not a failure.
+fn no_room_header(me: &DivisibleAgent, o: &pb::ChunkOrder, e: &NoRoom) -> pb::ChunkResultHeader {
+    pb::ChunkResultHeader {
+        job_id: o.job_id,
+        chunk: o.chunk,
+        success: false,
+        message: format!(
+            "{NO_ROOM}chunk {} of job {} ({} of input) on node {}: {e}; its partial input was \
+             removed, and it runs again where there is room (free space on this node's disk, \
+             or lower `min_free_disk` in this agent's configuration; 0 turns the floor off)",
+            o.chunk,
+            o.job_id,
+            bytesize::ByteSize(o.input_bytes),
+            me.name
+        ),
+        exit_code: -1,
+        name: me.name.clone(),
+        identity: me.identity.clone(),
+        ..Default::default()
+    }
+}
+
+/// Whether this node's disk is below the floor (`min_free_disk`), read now: a disk whose free
+/// space cannot be read counts as below, as a fetch would refuse to write on it.
+async fn disk_short(me: &DivisibleAgent) -> bool {
+    me.min_free_disk > 0
+        && !me
+            .free_space
+            .of(&me.work_dir)
+            .await
+            .is_ok_and(|free| free >= me.min_free_disk)
 }
 
 /// Runs one chunk: its result header and its output file (on success). Its process is in the
@@ -730,6 +895,8 @@ mod tests {
             held: crate::outside::Outside::default(),
             run_as_owner,
             computing: Computing::default(),
+            min_free_disk: crate::room::DEFAULT_MIN_FREE_DISK,
+            free_space: FreeSpace::default(),
         };
         let (ledger, _) = crate::ledger::Ledger::recover_file(dir, crate::ledger::CHUNKS_FILE_NAME)
             .expect("ledger");
@@ -768,6 +935,233 @@ mod tests {
         let (header, out) = run_chunk(me, &ready, shared).await;
         let out = out.map(|p| std::fs::read_to_string(p).expect("output"));
         (header, out.unwrap_or_default())
+    }
+
+    /// What the fake divisible service below was told.
+    #[derive(Default)]
+    struct Told {
+        asks: Vec<pb::NextChunkRequest>,
+        inputs: u32,
+        done: Vec<pb::ChunkResultHeader>,
+    }
+
+    /// A divisible service that hands chunk 4 of job 2 (`input` bytes of input, sent in 256 KiB
+    /// pieces) to the first ask with room, whatever the ask says of its disk, as a server
+    /// whose ask crossed the disk's filling would; `on_input` runs as the input is asked for.
+    #[derive(Clone)]
+    struct Fake {
+        told: Arc<Mutex<Told>>,
+        input: u64,
+        on_input: Arc<dyn Fn() + Send + Sync>,
+    }
+
+    type Pieces = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<pb::ChunkData, tonic::Status>> + Send>,
+    >;
+
+    #[tonic::async_trait]
+    impl pb::divisible_server::Divisible for Fake {
+        async fn next_chunk(
+            &self,
+            req: tonic::Request<pb::NextChunkRequest>,
+        ) -> Result<tonic::Response<pb::NextChunkReply>, tonic::Status> {
+            let mut told = self.told.lock().expect("told");
+            let req = req.into_inner();
+            let first = req.room && told.asks.iter().all(|a| !a.room);
+            told.asks.push(req);
+            let orders = if first {
+                vec![pb::ChunkOrder {
+                    job_id: 2,
+                    chunk: 4,
+                    start: 0,
+                    end: 1,
+                    argv: vec!["true".into()],
+                    input_bytes: self.input,
+                    ..Default::default()
+                }]
+            } else {
+                Vec::new()
+            };
+            Ok(tonic::Response::new(pb::NextChunkReply {
+                orders,
+                drop: Vec::new(),
+            }))
+        }
+
+        type ChunkInputStream = Pieces;
+
+        async fn chunk_input(
+            &self,
+            _req: tonic::Request<pb::ChunkInputRequest>,
+        ) -> Result<tonic::Response<Pieces>, tonic::Status> {
+            self.told.lock().expect("told").inputs += 1;
+            (self.on_input)();
+            let pieces = (0..self.input.div_ceil(PIECE as u64)).map(move |_| {
+                Ok(pb::ChunkData {
+                    data: vec![7; PIECE],
+                })
+            });
+            Ok(tonic::Response::new(Box::pin(tokio_stream::iter(pieces))))
+        }
+
+        async fn chunk_done(
+            &self,
+            req: tonic::Request<tonic::Streaming<pb::ChunkDonePiece>>,
+        ) -> Result<tonic::Response<pb::ChunkDoneReply>, tonic::Status> {
+            let mut pieces = req.into_inner();
+            while let Some(p) = pieces.message().await? {
+                if let Some(pb::chunk_done_piece::Piece::Header(h)) = p.piece {
+                    self.told.lock().expect("told").done.push(h);
+                }
+            }
+            Ok(tonic::Response::new(pb::ChunkDoneReply { recorded: true }))
+        }
+    }
+
+    /// Runs the divisible loop of `me` against `fake` until it reported a chunk done (at most
+    /// 10 s): what the service was told.
+    async fn run_against(me: DivisibleAgent, fake: Fake) -> Arc<Mutex<Told>> {
+        let told = fake.told.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::divisible_server::DivisibleServer::new(fake))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .expect("endpoint")
+            .connect_lazy();
+        let (_keep, connection) = tokio::sync::watch::channel(channel);
+        let agent = Running(tokio::spawn(run(
+            connection,
+            pb::TokenInterceptor::new("t").expect("token"),
+            me,
+        )));
+        for _ in 0..1000 {
+            if !told.lock().expect("told").done.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A few more asks, after the report.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(agent);
+        server.abort();
+        told
+    }
+
+    /// A chunk's input keeps the disk's floor (`min_free_disk`) as a workflow input does. A
+    /// node already below it (read for real, with `statvfs`: the floor set above what the
+    /// test's disk has) asks nothing of the server's port for a chunk it was handed: no file
+    /// is left, and the chunk is reported with the `NO_ROOM` prefix, not as a success, for the
+    /// server to count as a loss for this node's disk. Its asks say the disk is short.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_chunk_whose_input_finds_the_disk_below_min_free_disk_is_not_fetched_and_reported_no_room()
+     {
+        let dir = std::env::temp_dir().join(format!("hetsched-chunk-room-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (mut me, _) = agent(&dir, false);
+        let free = crate::room::statvfs_free(&dir).expect("statvfs");
+        me.min_free_disk = free + (1 << 40);
+        let fake = Fake {
+            told: Arc::default(),
+            input: 1 << 20,
+            on_input: Arc::new(|| {}),
+        };
+        let told = run_against(me, fake).await;
+        let told = told.lock().expect("told");
+        assert_eq!(told.inputs, 0, "the server's port was not asked");
+        let [h] = &told.done[..] else {
+            panic!("one report: {:?}", told.done);
+        };
+        assert!(!h.success && h.chunk == 4 && h.job_id == 2, "{h:?}");
+        assert!(
+            h.message.starts_with(&format!(
+                "{NO_ROOM}chunk 4 of job 2 (1.0 MiB of input) on node n1: this node's disk is \
+                 too full for it: the filesystem of {} has ",
+                chunk_dir(&dir, 2).display()
+            )) && h.message.ends_with("0 turns the floor off)"),
+            "{}",
+            h.message
+        );
+        assert!(
+            told.asks.iter().filter(|a| a.room).all(|a| a.disk_short),
+            "every ask with room says the disk is short: {:?}",
+            told.asks
+        );
+        assert!(
+            !chunk_dir(&dir, 2).join("chunk-4.in").exists(),
+            "no input file is left"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Another writer fills the disk while a chunk's input is being fetched: the fetch stops
+    /// at its next look at the disk (within `FREE_RECHECK`), before crossing the floor; the
+    /// partial input is removed and the chunk reported `NO_ROOM`. Asks say whether the disk is
+    /// below the floor: not at first, and so after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_chunk_input_that_would_cross_min_free_disk_stops_and_leaves_nothing() {
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        let dir = std::env::temp_dir().join(format!("hetsched-chunk-fill-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (mut me, _) = agent(&dir, false);
+        let floor = 1 << 20;
+        let input = crate::room::FREE_RECHECK + (4 << 20);
+        // Room for the whole input, until the transfer starts: then another writer takes the
+        // disk just below the floor. What the chunk's file holds is counted off, as a disk
+        // would.
+        let (base, most) = (
+            Arc::new(AtomicU64::new(floor + input)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let file = chunk_dir(&dir, 2).join("chunk-4.in");
+        let (b, m, f) = (base.clone(), most.clone(), file.clone());
+        me.min_free_disk = floor;
+        me.free_space = FreeSpace::with(move |_| {
+            let held = std::fs::metadata(&f).map_or(0, |x| x.len());
+            m.fetch_max(held, Relaxed);
+            Ok(b.load(Relaxed).saturating_sub(held))
+        });
+        let fills = base.clone();
+        let fake = Fake {
+            told: Arc::default(),
+            input,
+            on_input: Arc::new(move || fills.store(floor - 1, Relaxed)),
+        };
+        let told = run_against(me, fake).await;
+        let told = told.lock().expect("told");
+        assert_eq!(told.inputs, 1);
+        let [h] = &told.done[..] else {
+            panic!("one report: {:?}", told.done);
+        };
+        assert!(
+            !h.success && h.message.starts_with(NO_ROOM),
+            "{}",
+            h.message
+        );
+        assert!(
+            most.load(Relaxed) <= crate::room::FREE_RECHECK,
+            "stopped at its first look after the disk filled: {}",
+            most.load(Relaxed)
+        );
+        assert!(!file.exists(), "the partial input was removed");
+        assert!(
+            !told.asks[0].disk_short,
+            "room at first: {:?}",
+            told.asks[0]
+        );
+        assert!(
+            told.asks.last().is_some_and(|a| a.disk_short),
+            "short after: {:?}",
+            told.asks.last()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// An operator's signal reaches the chunk being computed, once per seq; one for a chunk

@@ -39,6 +39,7 @@ pub mod ledger;
 pub mod logs;
 pub mod outside;
 pub mod probe;
+pub mod room;
 pub mod run_as;
 pub mod shutdown;
 pub mod stream_workers;
@@ -383,6 +384,8 @@ pub async fn run(
             held: outside.clone(),
             run_as_owner: opts.run_as_owner,
             computing: computing.clone(),
+            min_free_disk: opts.data.min_free_disk,
+            free_space: room::FreeSpace::default(),
         },
     )));
     // Before registering: kill what a previous agent with this work directory left running

@@ -184,6 +184,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
                 })
                 .collect(),
             room: r.room,
+            disk_short: r.disk_short,
             // Set by the state from the agent's registration, its node's drain and heartbeats.
             attributes: Vec::new(),
             drained: false,

@@ -134,7 +134,7 @@ impl Sink {
     }
 
     /// The file being written, if any (to flush it before the free space is read:
-    /// [`crate::dataflow::Room::take`]).
+    /// [`crate::room::Room::take`]).
     pub(crate) fn file_mut(&mut self) -> Option<&mut tokio::fs::File> {
         self.open.as_mut().map(|(_, _, f)| f)
     }

@@ -23,11 +23,12 @@
 //!
 //! Its inputs are bounded as workflow fetches are: only the files the spec declares, each up to
 //! the agent's `max_input_bytes`, none taking the work directory's disk below its
-//! `min_free_disk` ([`crate::dataflow::Room`]); a call past a bound is refused, marked as a
+//! `min_free_disk` ([`crate::room::Room`]); a call past a bound is refused, marked as a
 //! refused ticket is, and its staging directory removed.
 
 use super::files::{self, Sink};
 use super::{Job, Origin, Pipeline};
+use crate::room::{Room, TakeError};
 use hetsched_proto as pb;
 use hetsched_proto::accel_server::{Accel, AccelServer};
 use hetsched_proto::offload_reply::Part as ReplyPart;
@@ -467,18 +468,19 @@ async fn receive(
             let room = match &mut room {
                 Some(room) => room,
                 None => room.insert(
-                    crate::dataflow::Room::new(limits, staging)
+                    Room::new(limits.min_free_disk, &limits.free_space, staging)
                         .await
                         .map_err(|e| no_room(&e))?,
                 ),
             };
-            room.take(len, sink.file_mut())
-                .await
-                .map_err(|e| no_room(&e))?;
+            room.take(len, sink.file_mut()).await.map_err(|e| match e {
+                TakeError::NoRoom(e) => no_room(&e),
+                // The flush before the reading failed otherwise: as a failed write.
+                TakeError::Write(e) => Status::internal(format!("staging {}: {e}", c.path)),
+            })?;
         }
         sink.write(&target, &c).await.map_err(|e| {
-            use std::io::ErrorKind::{QuotaExceeded, StorageFull};
-            if matches!(e.kind(), StorageFull | QuotaExceeded) {
+            if crate::room::is_full(&e) {
                 no_room(&format!("staging {}: {e}", c.path))
             } else {
                 Status::internal(format!("staging {}: {e}", c.path))

@@ -35,6 +35,15 @@
 //! no longer allow is cancelled, saying why. Only a job that has not started is held or has its
 //! begin time moved.
 //!
+//! **No room on an agent's disk.** An agent keeps `min_free_disk` free on its work directory's
+//! disk, chunk inputs included. A chunk whose input found no room there is reported with the
+//! agent's `NO_ROOM` prefix ([`NO_ROOM`]): a loss for that node's disk, not a failure (a full
+//! disk says nothing of the chunk's command, so `retries` does not count it), counted against
+//! [`MAX_UNIT_LOSSES`](hetsched_core::policy::divisible::online::MAX_UNIT_LOSSES) as every
+//! loss is; its units are re-planned and its worker leaves the job's plan. An agent whose asks
+//! say its disk is below its floor ([`ChunkRequest::disk_short`]) stays out of the plans of
+//! jobs with input, and is handed none of their chunks, until an ask says it has room again.
+//!
 //! After a restart the master is rebuilt from the worker rows (`div_workers`: the workers in the
 //! order they joined, with their memory, as listings showed them) and the chunk rows: finished chunks are measurements
 //! again, failed chunks count their units' failures again (a restart gives no unit its
@@ -44,6 +53,7 @@
 //! declared dead.
 
 use super::gate::Gate;
+use super::workflow::NO_ROOM;
 use super::{Ctx, JobKind, Kind, Read};
 use crate::state::StateError;
 use crate::state::nodes::Nodes;
@@ -150,6 +160,10 @@ pub struct ChunkRequest {
     /// whose chunk would take another core on this agent: they hand it no chunk now (its
     /// chunks out stay its own). Set by the state.
     pub capped: Vec<u64>,
+    /// Its disk is below its agent's `min_free_disk`, as the agent read it for this ask: it
+    /// gets no chunk that carries input (its input would find no room), and leaves the plans of
+    /// jobs whose chunks do until an ask says it has room again.
+    pub disk_short: bool,
 }
 
 /// One chunk sent to an agent.
@@ -554,6 +568,8 @@ struct AgentSeen {
     /// Whether it has asked since it was noted (false: noted at its node's registration only,
     /// [`Divisible::agent_registered`]).
     asked: bool,
+    /// Its last ask said its disk is below its floor ([`ChunkRequest::disk_short`]).
+    disk_short: bool,
 }
 
 impl AgentSeen {
@@ -908,6 +924,7 @@ impl Divisible {
                     held: 0,
                     // Reaped if silent, as one that asked: it held chunks before the restart.
                     asked: true,
+                    disk_short: false,
                 },
             );
         }
@@ -1132,6 +1149,7 @@ impl Divisible {
             attributes,
             held: 0,
             asked: false,
+            disk_short: false,
         });
         a.last_seen = Instant::now();
     }
@@ -1155,6 +1173,7 @@ impl Divisible {
                 attributes: req.attributes.clone(),
                 held,
                 asked: true,
+                disk_short: req.disk_short,
             },
         );
         let holding: HashSet<(u64, u64)> =
@@ -1197,14 +1216,17 @@ impl Divisible {
                 leave_plan(&mut self.dirty_chunks, &mut self.dirty_jobs, id, job, &name);
                 continue;
             }
+            // Its disk is below its floor: its chunks out are reconciled below, but it does not
+            // join the plan of a job whose chunks carry input, nor get one of them.
+            let short = req.disk_short && job.spec.unit_bytes() > 0;
             let units = memory_units(&job.spec, req.memory_bytes);
             let known = job
                 .master
                 .workers()
                 .iter()
                 .any(|w| w.name == name && w.memory_units == units);
-            let w = job.master.join(&name, units);
-            if !known {
+            let w = (!short).then(|| job.master.join(&name, units));
+            if !known && !short {
                 self.dirty_workers.insert(id);
             }
             // Reconcile: chunks out on this agent that it does not hold are lost — unless the
@@ -1258,9 +1280,18 @@ impl Divisible {
             if job.state != "running" {
                 continue;
             }
+            if short {
+                // Out of the plan (as a drained node): its turns go to the others, once, not
+                // at every ask (`retire` of a retired worker changes nothing).
+                if let Some(w) = job.master.workers().iter().position(|w| w.name == name) {
+                    job.master.retire(w);
+                }
+                continue;
+            }
             if req.room
                 && orders.is_empty()
                 && !req.capped.contains(&id)
+                && let Some(w) = w
                 && let Some(o) = job.master.next(w)
             {
                 job.insert(ChunkRec {
@@ -1387,6 +1418,46 @@ impl Divisible {
             );
             if job.master.is_done() {
                 gather(&jd, h.job_id, job);
+                self.dirty_jobs.insert(h.job_id);
+            }
+        } else if let Some(cause) = h.message.strip_prefix(NO_ROOM) {
+            // Its input found no room on its node's disk: the node's condition, not the
+            // chunk's failure (`retries` counts those). Lost, as a chunk lost with its agent:
+            // its units are re-planned and count a loss against `MAX_UNIT_LOSSES`, so a cluster
+            // whose every disk stays full ends the job rather than looping. Its worker leaves
+            // the plan, so the units go elsewhere; its next ask with room rejoins it.
+            let worker = job
+                .chunks
+                .get(&h.chunk)
+                .map(|c| c.worker.clone())
+                .unwrap_or_default();
+            warn!(
+                job = h.job_id,
+                chunk = h.chunk,
+                node = %worker,
+                "no room for a chunk's input on its node's disk: it is re-planned elsewhere"
+            );
+            if job.master.lose_chunk(h.chunk) == Recorded::Yes {
+                set_chunk(
+                    &mut self.dirty_chunks,
+                    h.job_id,
+                    job,
+                    h.chunk,
+                    ChunkState::Lost,
+                    0,
+                    0,
+                );
+            }
+            if let Some(w) = job.master.workers().iter().position(|w| w.name == worker) {
+                job.master.retire(w);
+            }
+            if let Some(why) = job.master.failure() {
+                // The master names a loss with its worker; say this one was the disk's.
+                let why = format!(
+                    "{why}; the last loss: no room for its input on node `{worker}`: {cause}"
+                );
+                finish_job(h.job_id, job, "failed", &why);
+                stop_out_chunks(&mut self.dirty_chunks, h.job_id, job);
                 self.dirty_jobs.insert(h.job_id);
             }
         } else {
@@ -1530,8 +1601,25 @@ impl Divisible {
             .copied()
             .filter(|n| !rd.nodes.is_drained(n))
             .collect();
+        // An agent whose last ask said its disk is below its floor takes no chunk that carries
+        // input.
+        let roomy = |n: &str| {
+            job.spec.unit_bytes() == 0 || !self.agents.get(n).is_some_and(|a| a.disk_short)
+        };
+        if !open.is_empty() && !open.iter().any(|n| roomy(n)) {
+            let mut short = open.clone();
+            short.sort_unstable();
+            return format!(
+                "every agent that can take its chunks has its disk below its `min_free_disk`, \
+                 with no room for their input: {} (it goes on once one has room)",
+                short.join(", ")
+            );
+        }
         let time_left = |n: &str| rd.nodes.time_left(n);
-        if open.iter().any(|n| !job.spec.outlasts(time_left(n))) {
+        if open
+            .iter()
+            .any(|n| roomy(n) && !job.spec.outlasts(time_left(n)))
+        {
             return String::new();
         }
         if let (Some(limit), Some(most)) = (
@@ -2368,6 +2456,7 @@ mod tests {
             drained: false,
             time_left: None,
             capped: Vec::new(),
+            disk_short: false,
         }
     }
 
@@ -2437,6 +2526,7 @@ mod tests {
                 attributes: Vec::new(),
                 held: 0,
                 asked: true,
+                disk_short: false,
             },
         );
         let mut held: HashMap<&str, Vec<u64>> = HashMap::new();

@@ -113,8 +113,9 @@ const DROPPED_REPLIES: u8 = 3;
 const INPUT_UNAVAILABLE: &str = "input unavailable: node ";
 
 /// How an agent's result begins when the instance's inputs found no room on its node's disk
-/// (see the agent's `dataflow::NO_ROOM`): reported interrupted, a lost attempt.
-const NO_ROOM: &str = "no room for inputs: ";
+/// (see the agent's `room::NO_ROOM`): reported interrupted, a lost attempt. A divisible chunk's
+/// result begins so for its input ([`super::divisible`]): a lost chunk.
+pub(crate) const NO_ROOM: &str = "no room for inputs: ";
 
 /// What follows the input's name in such a result when the producer's agent could not be
 /// reached at all (see the agent's `dataflow::PRODUCER_UNREACHABLE`): every output on that

@@ -974,6 +974,7 @@ fn ask_chunks(s: &mut State, w: &str) -> Vec<(u64, u64)> {
         drained: false,
         time_left: None,
         capped: Vec::new(),
+        disk_short: false,
     })
     .expect("next chunk")
     .orders

@@ -41,6 +41,7 @@ fn ask_with(s: &mut State, name: &str, memory_bytes: u64) -> Result<Vec<(u64, u6
         drained: false,
         time_left: None,
         capped: Vec::new(),
+        disk_short: false,
     })
     .map(|r| r.orders.iter().map(|o| (o.job_id, o.chunk)).collect())
     .map_err(|e| e.to_string())
@@ -377,6 +378,154 @@ fn a_drained_node_gets_no_new_chunk_and_finishes_the_one_it_holds() {
     );
 }
 
+/// A job whose chunks carry input (100 units of 8 bytes) and that fails at its first failed
+/// chunk (`retries = 0`).
+fn with_input() -> Submission {
+    Submission {
+        origin: "rows.toml".into(),
+        text: "[[divisible]]\nname = \"rows\"\nunits = 100\nunit_bytes = 8\nretries = 0\n\
+               input = \"rows.txt\"\ncommand = \"cat {input} # {start} {end}\"\n"
+            .into(),
+        workdir: "/".into(),
+        divisible_input: vec![b'x'; 800],
+        ..Default::default()
+    }
+}
+
+/// What agent `name` asks with room, saying whether its disk is below its floor: the chunks
+/// it gets.
+fn ask_short(s: &mut State, name: &str, disk_short: bool) -> Vec<(u64, u64)> {
+    s.on_next_chunk(ChunkRequest {
+        name: name.into(),
+        memory_bytes: 1 << 30,
+        incarnation: "i1".into(),
+        room: true,
+        disk_short,
+        ..Default::default()
+    })
+    .expect("asked")
+    .orders
+    .iter()
+    .map(|o| (o.job_id, o.chunk))
+    .collect()
+}
+
+/// The agent's report of chunk `chunk` of job `id` whose input found no room on its disk (its
+/// `NO_ROOM` prefix).
+fn no_room(id: u64, chunk: u64) -> ChunkResult {
+    ChunkResult {
+        job_id: id,
+        chunk,
+        success: false,
+        message: format!(
+            "no room for inputs: chunk {chunk} of job {id} (400 B of input) on node a: this \
+             node's disk is too full for it"
+        ),
+        transfer_ns: 0,
+        compute_ns: 0,
+    }
+}
+
+/// A chunk whose input found no room on its agent's disk (`min_free_disk`) is lost for that
+/// node's disk, not failed: a job with `retries = 0` goes on, the chunk's units are re-planned
+/// onto the agent with room, and the agent whose asks say its disk is below its floor gets
+/// none of the job's chunks until an ask says it has room again. With every agent short, the
+/// job says why it waits. Before, the agent wrote a chunk's input with no floor at all.
+#[test]
+fn a_chunk_whose_input_finds_no_room_is_lost_for_the_nodes_disk_and_goes_elsewhere() {
+    let d = crate::common::scratch("divisible-kind", "no-room");
+    let mut s = open(&d.0);
+    join_agents(&mut s, &["a", "b"]);
+    let id = s.on_submit(with_input()).expect("submitted").job_id;
+    let first = ask_short(&mut s, "a", false);
+    assert_eq!(first, vec![(id, 0)], "a calibrates first");
+    assert!(
+        s.on_chunk_done(&no_room(id, 0), None).expect("reported"),
+        "the report counts"
+    );
+    let j = s.get_job(id).expect("job");
+    assert_eq!(
+        j.state,
+        "running",
+        "not a failure: {}",
+        j.divisible.expect("d").message
+    );
+    assert_eq!(chunks(&s, id), vec![(0, "lost".to_string())]);
+    // Short, a gets nothing; b gets every chunk, chunk 0's units among them.
+    let jd = d.0.join("divisible").join(format!("job-{id}"));
+    for _ in 0..200 {
+        assert!(
+            ask_short(&mut s, "a", true).is_empty(),
+            "a is below its floor"
+        );
+        let got = ask_short(&mut s, "b", false);
+        for (_, chunk) in got {
+            let tmp = jd.join(format!("chunk-{chunk}.part"));
+            std::fs::write(&tmp, b"x\n").expect("output");
+            assert!(
+                s.on_chunk_done(&success(id, chunk), Some(&tmp))
+                    .expect("recorded")
+            );
+        }
+        if s.get_job(id).expect("job").state != "running" {
+            break;
+        }
+    }
+    let j = s.get_job(id).expect("job");
+    let view = j.divisible.expect("divisible");
+    assert_eq!(j.state, "completed", "{}", view.message);
+    assert_eq!(view.units_done, 100);
+    assert!(
+        view.chunks
+            .iter()
+            .all(|c| c.worker == "b" || c.state == "lost"),
+        "{:?}",
+        view.chunks
+    );
+    // Another job while both disks are short: it says why it waits, and goes on once one has
+    // room.
+    let id = s.on_submit(with_input()).expect("submitted").job_id;
+    assert!(ask_short(&mut s, "a", true).is_empty());
+    assert!(ask_short(&mut s, "b", true).is_empty());
+    assert_eq!(
+        s.get_job(id).expect("job").pending_reason,
+        "every agent that can take its chunks has its disk below its `min_free_disk`, with no \
+         room for their input: a, b (it goes on once one has room)"
+    );
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.extend(ask_short(&mut s, "b", false));
+    }
+    assert!(!got.is_empty(), "b has room again");
+    assert_eq!(s.get_job(id).expect("job").pending_reason, "");
+}
+
+/// No room is a loss, bounded as every chunk loss is (`MAX_UNIT_LOSSES`): an agent whose disk
+/// keeps filling as each chunk's input comes (its asks say it has room) does not hold the job
+/// for ever; the job fails at the third loss of a unit, saying it was the disk.
+#[test]
+fn a_unit_whose_input_finds_no_room_three_times_fails_the_job_saying_so() {
+    let d = crate::common::scratch("divisible-kind", "no-room-thrice");
+    let mut s = open(&d.0);
+    join_agents(&mut s, &["a"]);
+    let id = s.on_submit(with_input()).expect("submitted").job_id;
+    for n in 0..3 {
+        let got = ask_short(&mut s, "a", false);
+        assert_eq!(got.len(), 1, "loss {n}: {got:?}");
+        assert_eq!(s.get_job(id).expect("job").state, "running", "loss {n}");
+        s.on_chunk_done(&no_room(id, got[0].1), None)
+            .expect("reported");
+    }
+    let j = s.get_job(id).expect("job");
+    assert_eq!(j.state, "failed");
+    let why = j.divisible.expect("divisible").message;
+    assert!(
+        why.contains("have been lost 3 times")
+            && why.contains("the last loss: no room for its input on node `a`: chunk 2 of job"),
+        "{why}"
+    );
+}
+
 /// Agents started with a `time_limit` (inside a batch allocation): one whose time left is
 /// shorter than the chunks' `time_limit` gets none of the job's chunks (it leaves the plan, as a
 /// drained one), one without an end gets them; with only such agents, the job says why.
@@ -613,6 +762,7 @@ fn ask_holding(
         drained: false,
         time_left: None,
         capped: Vec::new(),
+        disk_short: false,
     })
     .expect("asked")
     .orders
@@ -995,6 +1145,7 @@ fn a_restart_lists_a_divisible_jobs_workers_as_before_it_chunk_or_none() {
                 drained: false,
                 time_left: None,
                 capped: Vec::new(),
+                disk_short: false,
             })
             .expect("b asks");
         assert!(full.orders.is_empty(), "b has no room");

@@ -970,6 +970,7 @@ impl DivAgent {
             drained: false,
             time_left: None,
             capped: Vec::new(),
+            disk_short: false,
         });
         let reply = match reply {
             Ok(r) => r,
