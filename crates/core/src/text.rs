@@ -18,9 +18,40 @@ pub fn agree<'a>(n: impl Into<u64>, one: &'a str, many: &'a str) -> &'a str {
     if n.into() == 1 { one } else { many }
 }
 
+/// How many characters of a string a message quotes ([`clip`]).
+pub const QUOTED: usize = 64;
+
+/// A string someone else supplied (a request's field, a file's value) as a message quotes it:
+/// at most its first [`QUOTED`] characters (cut on a character boundary), then `…` if there was
+/// more, with control characters escaped (an ANSI escape would act on the terminal that shows
+/// the message). A refusal that echoed a whole field would send back whatever the client sent,
+/// up to the gRPC limit (4 MiB), and write as much into the server's logs.
+pub fn clip(s: &str) -> String {
+    let mut shown: String = s
+        .chars()
+        .take(QUOTED)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
+    if s.chars().nth(QUOTED).is_some() {
+        shown.push('…');
+    }
+    shown
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{agree, count};
+    use super::{agree, clip, count};
+
+    #[test]
+    fn a_quoted_string_is_cut_after_64_characters_on_a_char_boundary_and_escaped() {
+        assert_eq!(clip("queued"), "queued");
+        let long = "é".repeat(1 << 20);
+        let shown = clip(&long);
+        assert_eq!(shown, format!("{}…", "é".repeat(64)));
+        assert_eq!(clip(&"x".repeat(64)), "x".repeat(64), "64 fit whole");
+        assert_eq!(clip("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+    }
 
     #[test]
     fn one_is_singular_and_every_other_count_plural() {

@@ -595,6 +595,8 @@ pub fn date(day: u32) -> String {
 /// it: `YYYY-MM-DD` (UTC), `today`, or `Nd` (N days before `today`), as days since 1970-01-01.
 /// The error says what was wrong with `s`, quoting it (the caller names its field).
 pub fn parse_day(s: &str, today: u32) -> Result<u32, String> {
+    // A client's field: quoted cut short.
+    let shown = hetsched_core::text::clip(s);
     if s == "today" {
         return Ok(today);
     }
@@ -603,16 +605,16 @@ pub fn parse_day(s: &str, today: u32) -> Result<u32, String> {
     {
         return today
             .checked_sub(n)
-            .ok_or_else(|| format!("`{s}`: before 1970"));
+            .ok_or_else(|| format!("`{shown}`: before 1970"));
     }
     let t = humantime::parse_rfc3339(&format!("{s}T00:00:00Z")).map_err(|_| {
-        format!("`{s}`: a day is YYYY-MM-DD (UTC), `today`, or Nd for N days ago (`30d`)")
+        format!("`{shown}`: a day is YYYY-MM-DD (UTC), `today`, or Nd for N days ago (`30d`)")
     })?;
     let secs = t
         .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|_| format!("`{s}`: before 1970"))?
+        .map_err(|_| format!("`{shown}`: before 1970"))?
         .as_secs();
-    u32::try_from(secs / 86_400).map_err(|_| format!("`{s}`: too far ahead"))
+    u32::try_from(secs / 86_400).map_err(|_| format!("`{shown}`: too far ahead"))
 }
 
 /// Refuses a span of days (`since` to `until`, both included) that ends before it starts or

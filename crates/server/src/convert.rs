@@ -811,7 +811,8 @@ impl Wire for State {
                 "gpu" => Some(hetsched_core::Variant::Gpu),
                 v => {
                     return Err(StateError::Invalid(format!(
-                        "variant `{v}`: expected cpu or gpu"
+                        "variant `{}`: expected cpu or gpu",
+                        hetsched_core::text::clip(v)
                     )));
                 }
             },

@@ -244,11 +244,14 @@ pub fn workdir(what: &str, dir: &str) -> Result<(), String> {
     if dir.chars().any(char::is_control) {
         return Err(format!(
             "{what} \"{}\" holds a control character",
-            dir.escape_debug()
+            hetsched_core::text::clip(dir)
         ));
     }
     if !dir.is_empty() && !dir.starts_with('/') {
-        return Err(format!("{what} `{dir}` is not an absolute path"));
+        return Err(format!(
+            "{what} `{}` is not an absolute path",
+            hetsched_core::text::clip(dir)
+        ));
     }
     Ok(())
 }

@@ -393,7 +393,10 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
         id
     } else if let Some((app, index)) = task.rsplit_once(':') {
         let index: u32 = index.parse().map_err(|_| {
-            Status::invalid_argument(format!("task `{task}`: expected a task id or APP:INDEX"))
+            Status::invalid_argument(format!(
+                "task `{}`: expected a task id or APP:INDEX",
+                hetsched_core::text::clip(task)
+            ))
         })?;
         let mut start = first;
         let mut found = None;
@@ -427,7 +430,8 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
                         _ => String::new(),
                     };
                     Status::not_found(format!(
-                        "application `{app}` of job {job} has {} task{}{span}, none with index {index}",
+                        "application `{}` of job {job} has {} task{}{span}, none with index {index}",
+                        hetsched_core::text::clip(app),
                         a.tasks,
                         if a.tasks == 1 { "" } else { "s" }
                     ))
@@ -436,10 +440,16 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
             }
             start += a.tasks;
         }
-        found.ok_or_else(|| Status::not_found(format!("job {job} has no application `{app}`")))?
+        found.ok_or_else(|| {
+            Status::not_found(format!(
+                "job {job} has no application `{}`",
+                hetsched_core::text::clip(app)
+            ))
+        })?
     } else {
         return Err(Status::invalid_argument(format!(
-            "task `{task}`: expected a task id (as `hetsched tasks` lists it) or APP:INDEX"
+            "task `{}`: expected a task id (as `hetsched tasks` lists it) or APP:INDEX",
+            hetsched_core::text::clip(task)
         )));
     };
     let page = state
@@ -476,8 +486,9 @@ fn chunk_number(job: u64, task: &str) -> Result<u64, Status> {
         .unwrap_or(task);
     number.parse().map_err(|_| {
         Status::invalid_argument(format!(
-            "`{task}`: job {job} is a divisible job: name one of its chunks by number (`3` or \
-             `chunk:3`, as `hetsched job {job} --output json` and its failure message give it)"
+            "`{}`: job {job} is a divisible job: name one of its chunks by number (`3` or \
+             `chunk:3`, as `hetsched job {job} --output json` and its failure message give it)",
+            hetsched_core::text::clip(task)
         ))
     })
 }

@@ -790,7 +790,8 @@ impl Client for ClientService {
         let names: Vec<&str> = queues.iter().map(|q| q.config.name.as_str()).collect();
         if !name.is_empty() && !names.contains(&name.as_str()) {
             return Err(Status::not_found(format!(
-                "no allocation queue `{name}`: the server's queues are {}",
+                "no allocation queue `{}`: the server's queues are {}",
+                hetsched_core::text::clip(&name),
                 names.join(", ")
             )));
         }

@@ -126,7 +126,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > MAX_NAME {
         return Err(format!(
             "user name `{}`: 1 to {MAX_NAME} characters",
-            name.escape_debug()
+            hetsched_core::text::clip(name)
         ));
     }
     let mut chars = name.chars();
@@ -136,7 +136,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if !first_ok || !rest_ok {
         return Err(format!(
             "user name `{}`: lower-case letters, digits, `.`, `_` and `-`, starting with a letter",
-            name.escape_debug()
+            hetsched_core::text::clip(name)
         ));
     }
     if name == ADMIN {

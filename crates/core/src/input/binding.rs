@@ -95,7 +95,10 @@ pub fn parse_binding_events(origin: &str, text: &str) -> Result<Vec<BindingLine>
                 return Err(src.error(
                     Some(verb_at),
                     None,
-                    format!("unknown event `{verb}`: expected add-nnode, add-anode or remove"),
+                    format!(
+                        "unknown event `{}`: expected add-nnode, add-anode or remove",
+                        crate::text::clip(verb)
+                    ),
                 ));
             }
         };
@@ -116,7 +119,10 @@ pub fn parse_binding_events(origin: &str, text: &str) -> Result<Vec<BindingLine>
             return Err(src.error(
                 Some(fields[max].0),
                 None,
-                format!("unexpected `{}`: expected `{usage}`", fields[max].1),
+                format!(
+                    "unexpected `{}`: expected `{usage}`",
+                    crate::text::clip(fields[max].1)
+                ),
             ));
         }
         let name = fields[1].1.to_string();
@@ -134,7 +140,10 @@ pub fn parse_binding_events(origin: &str, text: &str) -> Result<Vec<BindingLine>
                             return Err(src.error(
                                 Some(at),
                                 None,
-                                format!("invalid WEIGHT `{w}`: expected a positive number"),
+                                format!(
+                                    "invalid WEIGHT `{}`: expected a positive number",
+                                    crate::text::clip(w)
+                                ),
                             ));
                         }
                     },

@@ -182,14 +182,20 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
             return Err(src.error(
                 at(&c.name),
                 field("name"),
-                format!("duplicate name: component `{name}` is declared twice"),
+                format!(
+                    "duplicate name: component `{}` is declared twice",
+                    crate::text::clip(name)
+                ),
             ));
         }
         if *c.parallelism.get_ref() == 0 {
             return Err(src.error(
                 at(&c.parallelism),
                 field("parallelism"),
-                format!("zero parallelism: component `{name}` needs at least 1 executor"),
+                format!(
+                    "zero parallelism: component `{}` needs at least 1 executor",
+                    crate::text::clip(name)
+                ),
             ));
         }
         executors += u64::from(*c.parallelism.get_ref());
@@ -401,7 +407,10 @@ pub fn parse_traffic(
             src.error(
                 Some(start),
                 Some("tuples_per_s".into()),
-                format!("`{}` is not a non-negative number", cols[2]),
+                format!(
+                    "`{}` is not a non-negative number",
+                    crate::text::clip(cols[2])
+                ),
             )
         })?;
         if let Some(problem) = rate_problem(t) {

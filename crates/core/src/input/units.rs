@@ -1,6 +1,7 @@
 //! Human units in submitted files: sizes (`"1GiB"`, `4194304`), durations (`"23.6s"`, `"100ms"`)
 //! and bandwidths (`"128MB/s"`, or bytes per second as a number).
 
+use crate::text::clip;
 use crate::time::Time;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -49,7 +50,10 @@ impl std::str::FromStr for Duration {
 pub const MAX_DURATION: Time = 10 * 365 * 24 * 3600 * crate::time::NANOS_PER_SEC;
 
 fn parse_duration(text: &str) -> Result<Time, String> {
-    bounded(parse_any_duration(text)?, &format!("`{}`", text.trim()))
+    bounded(
+        parse_any_duration(text)?,
+        &format!("`{}`", clip(text.trim())),
+    )
 }
 
 /// `t` if it is at most [`MAX_DURATION`], else the error naming it as `shown`.
@@ -87,8 +91,9 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
             "d" | "day" | "days" => 86_400.0,
             _ => {
                 return Err(format!(
-                    "invalid duration `{text}`: unknown unit `{unit}` (use ns, us, ms, s, m, h \
-                     or d)"
+                    "invalid duration `{}`: unknown unit `{}` (use ns, us, ms, s, m, h or d)",
+                    clip(text),
+                    clip(unit)
                 ));
             }
         };
@@ -103,7 +108,12 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
     humantime::parse_duration(t)
         .map(|d| d.as_nanos().min(u64::MAX as u128) as Time)
         .map_err(|e| {
-            format!("invalid duration `{text}`: {e} (expected e.g. \"1.5s\" or \"250ms\")")
+            // humantime's error quotes the part it could not read, which may be all of it.
+            format!(
+                "invalid duration `{}`: {} (expected e.g. \"1.5s\" or \"250ms\")",
+                clip(text),
+                clip(&e.to_string())
+            )
         })
 }
 
@@ -152,8 +162,13 @@ pub fn optional_byte_size<'de, D: Deserializer<'de>>(
 /// became all the memory there is, or none: both are refused here.
 fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let invalid = || format!("invalid size `{t}`: {SIZE_HOW}");
-    let over = || format!("invalid size `{t}`: over 16 EiB, the most a size can be");
+    let invalid = || format!("invalid size `{}`: {SIZE_HOW}", clip(t));
+    let over = || {
+        format!(
+            "invalid size `{}`: over 16 EiB, the most a size can be",
+            clip(t)
+        )
+    };
     let digits = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
@@ -179,7 +194,8 @@ fn parse_size(text: &str) -> Result<u64, String> {
     }
     if bytes > 0.0 && bytes < 1.0 {
         return Err(format!(
-            "invalid size `{t}`: below 1 byte (write 0 for none, or a whole byte or more)"
+            "invalid size `{}`: below 1 byte (write 0 for none, or a whole byte or more)",
+            clip(t)
         ));
     }
     Ok(bytes as u64)
@@ -195,19 +211,9 @@ pub(crate) fn shown(x: f64) -> String {
     }
 }
 
-/// A name taken from a file as a message quotes it: control characters escaped (an ANSI escape
-/// would act on the terminal that shows the message) and at most 64 characters of it.
+/// A name taken from a file as a message quotes it: [`crate::text::clip`].
 pub(crate) fn name_shown(name: &str) -> String {
-    let mut shown: String = name
-        .chars()
-        .take(64)
-        .collect::<String>()
-        .escape_debug()
-        .to_string();
-    if name.chars().nth(64).is_some() {
-        shown.push('…');
-    }
-    shown
+    crate::text::clip(name)
 }
 
 /// The slowest bandwidth a file may give, in bytes per second.
@@ -231,12 +237,13 @@ impl<'de> Deserialize<'de> for Bandwidth {
             Raw::Text(t) => {
                 let size = t.trim().strip_suffix("/s").ok_or_else(|| {
                     D::Error::custom(format!(
-                        "invalid bandwidth `{t}`: expected a size per second such as \"128MB/s\""
+                        "invalid bandwidth `{}`: expected a size per second such as \"128MB/s\"",
+                        clip(&t)
                     ))
                 })?;
-                parse_size(size)
-                    .map_err(|e| D::Error::custom(format!("invalid bandwidth `{t}`: {e}")))?
-                    as f64
+                parse_size(size).map_err(|e| {
+                    D::Error::custom(format!("invalid bandwidth `{}`: {e}", clip(&t)))
+                })? as f64
             }
         };
         // A rate below a byte per second is a typo, and one as small as 1e-300 made every read
@@ -300,7 +307,7 @@ pub fn task_signal(name: &str) -> Result<&'static str, String> {
     signal_named(name, &TASK_SIGNALS).ok_or_else(|| {
         format!(
             "invalid signal `{}`: expected one of {} (with or without SIG)",
-            name.trim(),
+            clip(name.trim()),
             TASK_SIGNALS.join(", ")
         )
     })
@@ -319,14 +326,15 @@ impl std::str::FromStr for WarnSignal {
         if before < crate::time::NANOS_PER_SEC / 1_000 {
             return Err(format!(
                 "`{}`: a warning at the time limit comes too late: give at least 1ms (`USR1@2m`)",
-                text.trim()
+                clip(text.trim())
             ));
         }
         let signal = signal_named(name, &WARN_SIGNALS).ok_or_else(|| {
             format!(
-                "invalid signal `{name}` in `{}`: expected one of {} (as `USR1@2m`: the \
+                "invalid signal `{}` in `{}`: expected one of {} (as `USR1@2m`: the \
                      signal, then how long before the time limit)",
-                text.trim(),
+                clip(name),
+                clip(text.trim()),
                 WARN_SIGNALS.join(", ")
             )
         })?;

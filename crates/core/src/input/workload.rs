@@ -305,7 +305,8 @@ pub fn task_file(name: &str) -> Result<(), String> {
         && p.components().any(|c| matches!(c, Component::Normal(_)));
     if !inside {
         return Err(format!(
-            "`{name}` must be a relative path inside the task's directory (no leading `/`, no `..`)"
+            "`{}` must be a relative path inside the task's directory (no leading `/`, no `..`)",
+            crate::text::clip(name)
         ));
     }
     Ok(())
@@ -364,7 +365,8 @@ pub fn parse_indices(text: &str) -> Result<Vec<u32>, String> {
     let number = |s: &str, item: &str| -> Result<u32, String> {
         s.trim().parse::<u32>().map_err(|_| {
             format!(
-                "`{item}`: expected an index N, a range A-B or A-B:STEP (indices 0 to {})",
+                "`{}`: expected an index N, a range A-B or A-B:STEP (indices 0 to {})",
+                crate::text::clip(item),
                 u32::MAX
             )
         })
@@ -380,18 +382,29 @@ pub fn parse_indices(text: &str) -> Result<Vec<u32>, String> {
             None => (item, 1),
         };
         if step == 0 {
-            return Err(format!("`{item}`: the step must be at least 1"));
+            return Err(format!(
+                "`{}`: the step must be at least 1",
+                crate::text::clip(item)
+            ));
         }
         let (first, last) = match range.split_once('-') {
             Some((a, b)) => (number(a, item)?, number(b, item)?),
-            None if step != 1 => return Err(format!("`{item}`: a step needs a range A-B:STEP")),
+            None if step != 1 => {
+                return Err(format!(
+                    "`{}`: a step needs a range A-B:STEP",
+                    crate::text::clip(item)
+                ));
+            }
             None => {
                 let n = number(range, item)?;
                 (n, n)
             }
         };
         if last < first {
-            return Err(format!("`{item}`: the range ends before it starts"));
+            return Err(format!(
+                "`{}`: the range ends before it starts",
+                crate::text::clip(item)
+            ));
         }
         let count = ((last - first) / step) as usize + 1;
         if out.len() + count > MAX_INDICES {
@@ -558,7 +571,10 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
             return Err(src.error(
                 at(&a.name),
                 field("name"),
-                format!("application `{name}` is declared twice"),
+                format!(
+                    "application `{}` is declared twice",
+                    crate::text::clip(name)
+                ),
             ));
         }
         let indices = match &a.indices {
@@ -671,7 +687,7 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
             return Err(src.error(
                 at(&a.name),
                 Some(format!("application[{i}]")),
-                format!("application `{name}` has neither a [application.cpu] nor a [application.gpu] variant"),
+                format!("application `{}` has neither a [application.cpu] nor a [application.gpu] variant", crate::text::clip(name)),
             ));
         }
         if let Some(need) = &a.accelerator
@@ -758,7 +774,10 @@ fn check_users(src: &Source<'_>, users: &[UserSpec]) -> Result<(), InputError> {
             return Err(src.error(
                 at(&u.name),
                 field("name"),
-                format!("user `{name}` has two [[user]] tables: give its shares and caps in one"),
+                format!(
+                    "user `{}` has two [[user]] tables: give its shares and caps in one",
+                    crate::text::clip(name)
+                ),
             ));
         }
         if let Some(s) = &u.shares

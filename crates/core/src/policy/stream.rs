@@ -584,7 +584,7 @@ impl FromStr for StreamPlacerKind {
         Self::ALL
             .into_iter()
             .find(|k| k.as_str() == s)
-            .ok_or_else(|| UnknownPlacer(s.to_string()))
+            .ok_or_else(|| UnknownPlacer(crate::text::clip(s)))
     }
 }
 

@@ -209,7 +209,7 @@ fn num<T: std::str::FromStr>(uri: &Uri, key: &str) -> Result<Option<T>, String> 
         Some(v) => v.parse().map(Some).map_err(|_| {
             format!(
                 "{key}: `{}` is not a number of the right size (a whole number, at least 0)",
-                v.chars().take(64).collect::<String>()
+                hetsched_core::text::clip(&v)
             )
         }),
     }
@@ -248,7 +248,12 @@ fn usage_span(uri: &Uri, today: u32) -> Result<(u32, u32, bool), String> {
     let by_day = match query(uri, "by_day").as_deref() {
         None | Some("false" | "0") => false,
         Some("true" | "1") => true,
-        Some(other) => return Err(format!("by_day: `{other}` is not true, false, 1 or 0")),
+        Some(other) => {
+            return Err(format!(
+                "by_day: `{}` is not true, false, 1 or 0",
+                hetsched_core::text::clip(other)
+            ));
+        }
     };
     Ok((since, until, by_day))
 }
@@ -931,7 +936,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 Some(other) => {
                     return bad_parameter(format!(
                         "stream: `{}` is neither stdout nor stderr",
-                        other.chars().take(64).collect::<String>()
+                        hetsched_core::text::clip(other)
                     ));
                 }
             };

@@ -958,7 +958,8 @@ impl Batch {
             let tasks = end.saturating_sub(k.first_task);
             if cx.store.job_text(id)?.is_none_or(|stored| stored != text) {
                 return Err(StateError::Invalid(format!(
-                    "submission key `{key}` already names job {id}, submitted with another file"
+                    "submission key `{}` already names job {id}, submitted with another file",
+                    hetsched_core::text::clip(&key)
                 )));
             }
             info!(
@@ -1391,7 +1392,8 @@ impl Batch {
             && apps.is_empty()
         {
             return Err(StateError::Invalid(format!(
-                "job {job} has no application `{name}`"
+                "job {job} has no application `{}`",
+                hetsched_core::text::clip(name)
             )));
         }
         let wanted: Option<HashSet<u32>> = indices.map(|i| i.iter().copied().collect());

@@ -2346,7 +2346,8 @@ impl Cfg {
 
 fn not_found(name: &str) -> TopologyError {
     TopologyError::NotFound(format!(
-        "no topology named `{name}` (hetsched topology list)"
+        "no topology named `{}` (hetsched topology list)",
+        hetsched_core::text::clip(name)
     ))
 }
 

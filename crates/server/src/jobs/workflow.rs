@@ -3179,7 +3179,8 @@ impl Workflows {
                 Some(t) => vec![t],
                 None => {
                     return Err(StateError::Invalid(format!(
-                        "job {job} has no task `{name}`"
+                        "job {job} has no task `{}`",
+                        hetsched_core::text::clip(name)
                     )));
                 }
             },

@@ -483,7 +483,8 @@ impl State {
                     .into()
             } else {
                 format!(
-                    "no allocation queue `{queue}`: the server's queues are {}",
+                    "no allocation queue `{}`: the server's queues are {}",
+                    hetsched_core::text::clip(queue),
                     names.join(", ")
                 )
             }));

@@ -958,7 +958,7 @@ impl StateFilter {
             if !Self::NAMES.contains(&s.as_str()) {
                 return Err(super::StateError::Invalid(format!(
                     "unknown task state `{}`: one of {}",
-                    s.escape_debug(),
+                    hetsched_core::text::clip(s),
                     Self::NAMES.join(", ")
                 )));
             }

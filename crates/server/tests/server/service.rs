@@ -87,6 +87,59 @@ async fn health_is_open_and_everything_else_needs_the_token() {
     server.stop().await.expect("stops");
 }
 
+/// A refusal quotes at most a short prefix of a string the client sent (64 characters and `…`,
+/// `hetsched_core::text::clip`), naming the field: before, a 1 MiB task-state filter or placer
+/// came back whole in the error (and into the server's logs), up to the gRPC limit.
+#[tokio::test]
+async fn a_refusal_quotes_only_a_short_prefix_of_what_the_client_sent() {
+    use hetsched_proto::topology_client_client::TopologyClientClient;
+    let dir = scratch("service", "clipped");
+    let (server, channel) = serve(ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    })
+    .await;
+    let big = "z".repeat(1 << 20);
+    let short = |e: tonic::Status, field: &str| {
+        let m = e.message().to_string();
+        assert!(
+            m.len() < 1024 && m.contains(field) && m.contains(&format!("{}…", "z".repeat(64))),
+            "{} bytes: {}",
+            m.len(),
+            m.chars().take(300).collect::<String>()
+        );
+    };
+    let e = ClientClient::with_interceptor(channel.clone(), client_token(&server))
+        .list_tasks(pb::ListTasksRequest {
+            states: vec![big.clone()],
+            ..Default::default()
+        })
+        .await
+        .expect_err("no such state");
+    short(e, "unknown task state `");
+    let mut topologies = TopologyClientClient::with_interceptor(channel, client_token(&server));
+    let e = topologies
+        .submit_topology(pb::SubmitTopologyRequest {
+            origin: "pipe.toml".into(),
+            text: "name = \"pipe\"\n[[component]]\nname = \"numbers\"\nkind = \"spout\"\n\
+                   parallelism = 1\ncpu = 50.0\nbuiltin = \"sequence-spout\"\n"
+                .into(),
+            base_dir: "/".into(),
+            placer: big.clone(),
+            max_utilisation: 0.9,
+            ..Default::default()
+        })
+        .await
+        .expect_err("no such placer");
+    short(e, "unknown placer `");
+    let e = topologies
+        .kill_topology(pb::TopologyName { name: big.clone() })
+        .await
+        .expect_err("no such topology");
+    short(e, "no topology named `");
+    server.stop().await.expect("stops");
+}
+
 /// An agent with room for a chunk and nothing to take is not answered at once (it would poll):
 /// its `NextChunk` is held open, answered the moment a divisible job gives it a chunk, and
 /// answered at once when the server stops.

@@ -246,7 +246,8 @@ impl Batch {
                         .filter_map(|a| self.apps.get(a as usize).map(|r| r.name.as_str()))
                         .collect();
                     return Err(StateError::Invalid(format!(
-                        "job {job} has no application `{name}` (it has: {})",
+                        "job {job} has no application `{}` (it has: {})",
+                        hetsched_core::text::clip(name),
                         names.join(", ")
                     )));
                 };
