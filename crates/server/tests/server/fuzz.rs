@@ -205,7 +205,8 @@ enum Op {
     UpdateRequest(u64, u32, u64, Option<u32>),
     /// `hetsched update` of job `0`: the attributes its tasks require, `1`.
     UpdateRequires(u64, &'static str),
-    /// `hetsched update --begin` of job `0`: `1` ms from now (0: now, its tasks queue at once).
+    /// `hetsched update --begin` of job `0`: `1` ms from now (0: now, its tasks queue at once;
+    /// saturating at `u64::MAX`: the far edges too).
     UpdateBegin(u64, u64),
     Resubmit(u64),
     Purge(u64),
@@ -238,13 +239,18 @@ fn op(disk: bool) -> BoxedStrategy<Op> {
         1 => (1..5u64, prop::sample::select(vec!["0", "1-3", "5,8", "7", "2-11:3"]))
             .prop_map(|(j, i)| Op::CancelTasks(j, i)),
         1 => (1..5u64, any::<bool>()).prop_map(|(j, h)| Op::Hold(j, h)),
-        1 => (1..5u64, -2..3i32, prop::sample::select(vec![0u64, 1_000, 3_600_000]))
+        1 => (
+            1..5u64,
+            prop_oneof![4 => -2..3i32, 1 => prop::sample::select(vec![i32::MIN, i32::MAX])],
+            // The edges too: refused or taken, never an overflow.
+            prop::sample::select(vec![0u64, 1_000, 3_600_000, 1, u64::MAX / 2, u64::MAX]),
+        )
             .prop_map(|(j, p, t)| Op::Update(j, p, t)),
         2 => (1..5u64, 1..4u32, prop::sample::select(vec![0u64, 64, 512]), prop::option::weighted(0.2, 1..3u32))
             .prop_map(|(j, c, m, g)| Op::UpdateRequest(j, c, m, g)),
         1 => (1..5u64, prop::sample::select(vec!["", "bigmem", "ssd,bigmem"]))
             .prop_map(|(j, r)| Op::UpdateRequires(j, r)),
-        1 => (1..5u64, prop::sample::select(vec![0u64, 3_600_000]))
+        1 => (1..5u64, prop::sample::select(vec![0u64, 3_600_000, u64::MAX / 2, u64::MAX]))
             .prop_map(|(j, ahead)| Op::UpdateBegin(j, ahead)),
         1 => (1..5u64).prop_map(Op::Resubmit),
         1 => (1..5u64).prop_map(Op::Purge),
@@ -760,7 +766,9 @@ fn day(dir: &Path, ops: Vec<Op>, preemption: bool) -> Result<(), TestCaseError> 
             Op::UpdateBegin(j, ahead) => {
                 let _ = s.update(&pb::UpdateRequest {
                     job_id: j,
-                    begin_ms: Some(hetsched_server::state::now_ns() / 1_000_000 + ahead),
+                    begin_ms: Some(
+                        (hetsched_server::state::now_ns() / 1_000_000).saturating_add(ahead),
+                    ),
                     ..Default::default()
                 });
             }
@@ -1249,10 +1257,71 @@ grouping = "shuffle"
 rate = 10.0
 "#;
 
+/// A topology submission's numbers: usually what `topology submit` sends by default, sometimes
+/// the edges of each field's type (0, 1, large, the maximum; for the ratios also negative, NaN
+/// and infinite). The server refuses or takes each, never panics, and reads the same after a
+/// restart; a `u64::MAX` interval once overflowed where every submission sent 0.
+#[derive(Clone, Debug)]
+struct Knobs {
+    workers: u32,
+    interval_ms: u64,
+    gain_threshold: f64,
+    max_utilisation: f64,
+}
+
+fn knobs() -> BoxedStrategy<Knobs> {
+    let usual = Knobs {
+        workers: 0,
+        interval_ms: 0,
+        gain_threshold: 0.0,
+        max_utilisation: 0.9,
+    };
+    let edges = (
+        prop::sample::select(vec![0u32, 1, 2, 1 << 20, u32::MAX]),
+        prop::sample::select(vec![
+            0u64,
+            1,
+            1_000,
+            u64::MAX / 1_000_000,
+            u64::MAX / 2,
+            u64::MAX - 1,
+            u64::MAX,
+        ]),
+        prop::sample::select(vec![
+            0.0f64,
+            0.05,
+            1.0,
+            -1.0,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NAN,
+        ]),
+        prop::sample::select(vec![
+            0.9f64,
+            1.0,
+            0.0,
+            1e-300,
+            -0.5,
+            2.0,
+            f64::INFINITY,
+            f64::NAN,
+        ]),
+    )
+        .prop_map(
+            |(workers, interval_ms, gain_threshold, max_utilisation)| Knobs {
+                workers,
+                interval_ms,
+                gain_threshold,
+                max_utilisation,
+            },
+        );
+    prop_oneof![2 => Just(usual), 1 => edges].boxed()
+}
+
 #[derive(Clone, Debug)]
 enum TopoOp {
-    /// Topology `t0` or `t1` under a placer.
-    Submit(usize, &'static str),
+    /// Topology `t0` or `t1` under a placer, with these numbers.
+    Submit(usize, &'static str, Knobs),
     /// Node `0`'s agent syncs, running what it was last told to.
     Sync(usize),
     /// Node `0`'s agent restarts: it runs no worker.
@@ -1270,8 +1339,8 @@ enum TopoOp {
 /// The stream day's operations; with `disk`, the disk also fills up and empties.
 fn topo_op(disk: bool) -> BoxedStrategy<TopoOp> {
     let day = prop_oneof![
-        1 => (0..2usize, prop::sample::select(vec!["one-phase", "even", "resource-aware", "two-phase"]))
-            .prop_map(|(t, p)| TopoOp::Submit(t, p)),
+        1 => (0..2usize, prop::sample::select(vec!["one-phase", "even", "resource-aware", "two-phase"]), knobs())
+            .prop_map(|(t, p, k)| TopoOp::Submit(t, p, k)),
         5 => (0..2usize).prop_map(TopoOp::Sync),
         1 => (0..2usize).prop_map(TopoOp::AgentRestart),
         1 => (0..2usize).prop_map(TopoOp::Kill),
@@ -1341,16 +1410,21 @@ fn stream_day(dir: &Path, ops: Vec<TopoOp>) -> Result<(), TestCaseError> {
     let mut runs: Vec<Vec<(String, u64, u32)>> = vec![Vec::new(); 2];
     for op in ops {
         match op {
-            TopoOp::Submit(t, placer) => {
+            TopoOp::Submit(t, placer, k) => {
+                // Refused or taken; either way the server goes on (the next ops sync, tick and
+                // restart it).
                 let _ = s.topology_submit(TopologySubmission {
                     origin: "t.toml".into(),
                     text: format!("name = \"t{t}\"\n{DAY_TOPOLOGY}"),
                     base_dir: "/".into(),
                     placer: placer.into(),
-                    interval_ms: 0,
-                    max_utilisation: 0.9,
-                    ..Default::default()
+                    workers: k.workers,
+                    interval_ms: k.interval_ms,
+                    gain_threshold: k.gain_threshold,
+                    max_utilisation: k.max_utilisation,
                 });
+                // Usable at once: it lists and shows what it holds.
+                let _ = topology_view(&s);
             }
             TopoOp::Sync(n) => {
                 let workers = runs[n]
