@@ -19,6 +19,7 @@ use rustls::{
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The exporter label of the value the worker key's proofs cover.
 const EXPORTER_LABEL: &[u8] = b"EXPORTER-hetsched-stream-worker-key";
@@ -119,21 +120,75 @@ impl ServerCertVerifier for AnyCertificate {
     }
 }
 
+/// The TCP connection under a [`Conn`], with an optional deadline for every read and write.
+///
+/// A socket's read timeout bounds one read, not a handshake: a peer that sends a byte now and
+/// then (a TLS record, or the worker key's hello, a byte at a time) would hold its handshake
+/// slot for minutes. Before each read or write the socket's timeout is cut to what is left
+/// until the deadline, under TLS's reads as under the frames' own.
+#[derive(Debug)]
+pub struct Sock {
+    tcp: TcpStream,
+    deadline: Option<Instant>,
+}
+
+impl Sock {
+    /// Sets the socket's timeout (`set`) to what is left until the deadline, if there is one.
+    fn arm(
+        &self,
+        set: fn(&TcpStream, Option<std::time::Duration>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let Some(d) = self.deadline else {
+            return Ok(());
+        };
+        let left = d.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the handshake took too long",
+            ));
+        }
+        set(&self.tcp, Some(left))
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.arm(TcpStream::set_read_timeout)?;
+        self.tcp.read(buf)
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.arm(TcpStream::set_write_timeout)?;
+        self.tcp.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tcp.flush()
+    }
+}
+
 /// One connection between workers.
 #[derive(Debug)]
 pub enum Conn {
     /// Plain TCP.
-    Plain(TcpStream),
+    Plain(Sock),
     /// TLS, this worker connecting.
-    Client(Box<StreamOwned<ClientConnection, TcpStream>>),
+    Client(Box<StreamOwned<ClientConnection, Sock>>),
     /// TLS, this worker accepting.
-    Server(Box<StreamOwned<ServerConnection, TcpStream>>),
+    Server(Box<StreamOwned<ServerConnection, Sock>>),
 }
 
 impl Conn {
     /// The connecting side over `s`: TLS with `tls`, else plain. The TLS handshake runs with
     /// the first read or write.
     pub fn connecting(tls: Option<&Tls>, s: TcpStream) -> io::Result<Conn> {
+        let s = Sock {
+            tcp: s,
+            deadline: None,
+        };
         let Some(tls) = tls else {
             return Ok(Conn::Plain(s));
         };
@@ -144,6 +199,10 @@ impl Conn {
 
     /// The accepting side over `s`: TLS with `tls`, else plain.
     pub fn accepting(tls: Option<&Tls>, s: TcpStream) -> io::Result<Conn> {
+        let s = Sock {
+            tcp: s,
+            deadline: None,
+        };
         let Some(tls) = tls else {
             return Ok(Conn::Plain(s));
         };
@@ -154,10 +213,26 @@ impl Conn {
     /// The TCP connection under it (for time-outs).
     pub fn tcp(&self) -> &TcpStream {
         match self {
-            Conn::Plain(s) => s,
-            Conn::Client(t) => t.get_ref(),
-            Conn::Server(t) => t.get_ref(),
+            Conn::Plain(s) => &s.tcp,
+            Conn::Client(t) => &t.get_ref().tcp,
+            Conn::Server(t) => &t.get_ref().tcp,
         }
+    }
+
+    /// Every read and write from now on fails with `TimedOut` once `deadline` has passed
+    /// (the handshake's, [`Sock`]); `None` lifts it and clears the socket's timeouts.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) -> io::Result<()> {
+        let sock = match self {
+            Conn::Plain(s) => s,
+            Conn::Client(t) => t.get_mut(),
+            Conn::Server(t) => t.get_mut(),
+        };
+        sock.deadline = deadline;
+        if deadline.is_none() {
+            sock.tcp.set_read_timeout(None)?;
+            sock.tcp.set_write_timeout(None)?;
+        }
+        Ok(())
     }
 
     /// The value the worker key's proofs cover on this channel (once its TLS handshake is

@@ -9,8 +9,8 @@
 //! re-established, to the peer's current address.
 //!
 //! Every connection opens with the handshake of [`crate::auth`]: the listener reads nothing but a
-//! `Hello` proving the topology's worker key (at most [`MAX_HANDSHAKE_FRAME`] bytes, within
-//! [`HANDSHAKE_TIMEOUT`]), and the connecting worker sends nothing before the listener proved the
+//! `Hello` proving the topology's worker key (at most [`MAX_HANDSHAKE_FRAME`] bytes, the whole
+//! handshake within [`HANDSHAKE_TIMEOUT`] however the peer paces its bytes), and the connecting worker sends nothing before the listener proved the
 //! key back. At most [`MAX_HANDSHAKING`] accepted connections may be in their handshake at once;
 //! more are closed at once, so unauthenticated connections cannot pile up threads.
 
@@ -23,11 +23,12 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Batches queued per peer before emitters block.
 pub const PEER_QUEUE: usize = 64;
-/// How long either side of a connection waits for the other's handshake frame.
+/// How long either side of a connection gives the whole handshake (TLS's included), however
+/// the other side paces its bytes.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Accepted connections that may be in their handshake at once (a handshake takes a round trip
 /// or two, so even every worker of a large topology connecting at its start rarely meets it; a
@@ -163,7 +164,7 @@ fn connect(shared: &Shared, peer: u32, generation: u64) -> Result<Conn, NoConn> 
 /// The connecting side of the handshake: answers the listener's challenge with this worker's
 /// proof and checks the listener's.
 fn prove(shared: &Shared, s: &mut Conn) -> io::Result<()> {
-    s.tcp().set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    s.set_deadline(Some(Instant::now() + HANDSHAKE_TIMEOUT))?;
     let mut scratch = Vec::new();
     let listener = match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
         Some(Frame::Challenge(n)) => n,
@@ -187,7 +188,7 @@ fn prove(shared: &Shared, s: &mut Conn) -> io::Result<()> {
     .write(s, &mut scratch)?;
     match Frame::read_at_most(s, &mut scratch, MAX_HANDSHAKE_FRAME)? {
         Some(Frame::Welcome(p)) if shared.handshake.check_welcome(&t, &p) => {
-            s.tcp().set_read_timeout(None)?;
+            s.set_deadline(None)?;
             Ok(())
         }
         _ => Err(io::Error::new(
@@ -206,8 +207,9 @@ fn admit(shared: &Shared, s: &mut Conn) -> bool {
         .map_or_else(|_| "an unknown address".to_string(), |a| a.to_string());
     let outcome = (|| -> io::Result<bool> {
         s.tcp().set_nonblocking(false)?;
-        s.tcp().set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-        s.tcp().set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        // The whole handshake, TLS's included, within HANDSHAKE_TIMEOUT: a per-read timeout
+        // alone would let a peer that sends a byte now and then hold its slot for minutes.
+        s.set_deadline(Some(Instant::now() + HANDSHAKE_TIMEOUT))?;
         let listener = auth::nonce()?;
         let mut scratch = Vec::new();
         Frame::Challenge(listener).write(s, &mut scratch)?;
@@ -229,7 +231,7 @@ fn admit(shared: &Shared, s: &mut Conn) -> bool {
                 }
                 Frame::Welcome(shared.handshake.welcome(&t)).write(s, &mut scratch)?;
                 s.flush()?;
-                s.tcp().set_write_timeout(None)?;
+                s.set_deadline(None)?;
                 Ok(true)
             }
             _ => Ok(false),

@@ -740,3 +740,56 @@ fn an_encrypted_worker_refuses_a_plain_connection_and_a_plain_one_an_encrypted_p
     b.stop();
     assert_eq!(ra.remote_in + rb.remote_in, 0, "{ra:?} {rb:?}");
 }
+
+#[test]
+fn a_connection_that_drips_its_hello_is_closed_within_the_handshake_time() {
+    // A peer that sends its hello one byte at a time, each within the per-read timeout, must
+    // not hold a handshake slot past `HANDSHAKE_TIMEOUT` (256 such peers would otherwise shut
+    // every real worker out for minutes).
+    use std::io::{Read, Write};
+    let dir = scratch("drip");
+    let w = Worker::start(config(
+        &dir,
+        &wordcount("builtin = \"split\""),
+        0,
+        vec![0; 8],
+    ))
+    .expect("starts");
+    let (mut s, nl) = challenged(&w);
+    let mut frame = Vec::new();
+    hello(
+        &hetsched_stream::auth::Handshake::new(&"k".repeat(64)),
+        &nl,
+        &[7; 32],
+    )
+    .encode(&mut frame);
+    let mut drip = s.try_clone().expect("clone");
+    let dripper = std::thread::spawn(move || {
+        for b in frame {
+            if drip.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(700));
+        }
+    });
+    let limit = hetsched_stream::net::HANDSHAKE_TIMEOUT + Duration::from_secs(3);
+    s.set_read_timeout(Some(limit)).expect("timeout");
+    let start = Instant::now();
+    let mut byte = [0u8; 1];
+    let ended = match s.read(&mut byte) {
+        Ok(0) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        Ok(_) => false,
+    };
+    assert!(
+        ended && start.elapsed() < limit,
+        "the dripping connection was still open after {:?}",
+        start.elapsed()
+    );
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    dripper.join().expect("dripper");
+    w.stop();
+}
