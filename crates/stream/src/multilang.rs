@@ -16,6 +16,14 @@
 //! - **spouts**: sends `{"command": "next"}`, then `ack`/`fail` with the message `id` the
 //!   program gave its emit, and reads until the program's `sync`.
 //!
+//! What a program writes is bounded: a message is at most [`MAX_MESSAGE`] bytes (more without a
+//! line `end` — a program printing to stdout — ends the executor, logged), and at most
+//! `MESSAGE_QUEUE` messages are read ahead of the executor, so a program emitting faster than
+//! the topology takes its tuples blocks on its output. The executor writes to the program
+//! through a thread of its own, so it keeps reading the program's output while the program is
+//! not reading its input; a bolt takes no more input while `MAX_QUEUED_INPUT` messages wait
+//! to be written.
+//!
 //! Task ids are executor ids. Deviations: one output stream (`stream` in an emit is ignored,
 //! every outgoing stream of the component gets the tuple); `direct` emits are sent as normal
 //! emits; a tuple anchored to inputs of several different trees joins the first anchor's tree
@@ -24,14 +32,23 @@
 use crate::metrics::{Histogram, bump, now_ns};
 use crate::tuple::{AckMsg, Tuple, Value};
 use crate::worker::{Emitter, Pending, Shared, Tracker};
-use crossbeam_channel::{Receiver, RecvTimeoutError, select, unbounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, never, select, unbounded};
 use hetsched_core::model::topology::ExecutorId;
 use serde_json::{Value as Json, json};
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Largest message a program may send (its JSON text before the line `end`).
+pub const MAX_MESSAGE: usize = 16 << 20;
+
+/// Program messages read ahead of its executor.
+const MESSAGE_QUEUE: usize = 1024;
+/// Bolts: messages queued for the program beyond which no more input is taken from the inbox
+/// (the inbox then fills and its senders block, as for a built-in bolt).
+const MAX_QUEUED_INPUT: usize = 512;
 
 /// How long a program may take to answer the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,7 +63,8 @@ const SHELL_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct Shell {
     child: Child,
-    stdin: BufWriter<ChildStdin>,
+    /// Messages for the program, written by its writer thread (`spawn_writer`).
+    stdin: Sender<Vec<u8>>,
     msgs: Receiver<Json>,
     name: String,
     /// The program's pid, from the handshake.
@@ -81,42 +99,13 @@ impl Shell {
             .map_err(|err| format!("cannot start `{}`: {err}", argv.join(" ")))?;
         let stdout = child.stdout.take().ok_or("no stdout pipe")?;
         let stdin = child.stdin.take().ok_or("no stdin pipe")?;
-        let (tx, msgs) = unbounded();
-        let reader_name = name.clone();
-        std::thread::Builder::new()
-            .name(format!("{name}-stdout"))
-            .spawn(move || {
-                let mut r = BufReader::new(stdout);
-                let mut text = String::new();
-                let mut line = String::new();
-                loop {
-                    line.clear();
-                    match r.read_line(&mut line) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    }
-                    if line.trim_end_matches(['\n', '\r']) == "end" {
-                        match serde_json::from_str::<Json>(&text) {
-                            Ok(v) => {
-                                if tx.send(v).is_err() {
-                                    return;
-                                }
-                            }
-                            Err(err) => tracing::warn!(
-                                "{reader_name}: not a multi-lang message ({err}): {}",
-                                text.trim()
-                            ),
-                        }
-                        text.clear();
-                    } else {
-                        text.push_str(&line);
-                    }
-                }
-            })
+        let msgs = spawn_reader(stdout, name.clone(), MAX_MESSAGE)
             .map_err(|err| format!("cannot start the reader thread: {err}"))?;
+        let stdin = spawn_writer(stdin, &name)
+            .map_err(|err| format!("cannot start the writer thread: {err}"))?;
         let mut shell = Shell {
             child,
-            stdin: BufWriter::new(stdin),
+            stdin,
             msgs,
             name: name.clone(),
             pid: 0,
@@ -162,16 +151,105 @@ impl Shell {
         Ok(shell)
     }
 
-    /// Sends one message (JSON, then `end`).
+    /// Queues one message (JSON, then `end`) for the program; an error once the program's
+    /// input is closed (it exited).
     pub fn send(&mut self, v: &Json) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.stdin, v)?;
-        self.stdin.write_all(b"\nend\n")?;
-        self.stdin.flush()
+        let mut m = serde_json::to_vec(v)?;
+        m.extend_from_slice(b"\nend\n");
+        self.stdin.send(m).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the program's input is closed",
+            )
+        })
+    }
+
+    /// Messages queued for the program and not yet written to it.
+    fn queued(&self) -> usize {
+        self.stdin.len()
     }
 
     fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+}
+
+/// Starts the thread that reads the program's messages from `stdout`, into a queue of at most
+/// [`MESSAGE_QUEUE`]: once it is full the thread stops reading, the pipe fills and the program
+/// blocks on its writes, so a program emitting faster than its executor passes tuples on is
+/// slowed down rather than queued in memory without bound. A message longer than `max` bytes
+/// ends the reading (and so the executor): no line, nor the text before `end`, is kept past it.
+fn spawn_reader(
+    stdout: impl std::io::Read + Send + 'static,
+    name: String,
+    max: usize,
+) -> std::io::Result<Receiver<Json>> {
+    let (tx, msgs) = bounded(MESSAGE_QUEUE);
+    std::thread::Builder::new()
+        .name(format!("{name}-stdout"))
+        .spawn(move || {
+            let mut r = BufReader::new(stdout);
+            let mut text = String::new();
+            let mut line = String::new();
+            loop {
+                line.clear();
+                // Room for the rest of the message and an `end` line after it.
+                let left = max.saturating_sub(text.len()) + "end\r\n".len();
+                match (&mut r).take(left as u64).read_line(&mut line) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(err) => {
+                        tracing::error!("{name}: cannot read the program's output: {err}");
+                        return;
+                    }
+                }
+                if line.trim_end_matches(['\n', '\r']) == "end" {
+                    match serde_json::from_str::<Json>(&text) {
+                        Ok(v) => {
+                            if tx.send(v).is_err() {
+                                return;
+                            }
+                        }
+                        Err(err) => tracing::warn!(
+                            "{name}: not a multi-lang message ({err}): {}",
+                            text.trim()
+                        ),
+                    }
+                    text.clear();
+                } else if text.len() + line.len() > max {
+                    tracing::error!(
+                        "{name}: the program wrote more than {max} bytes without a line `end` \
+                         (a multi-lang message at most; anything else on stdout breaks the \
+                         protocol): stopped"
+                    );
+                    return;
+                } else {
+                    text.push_str(&line);
+                }
+            }
+        })?;
+    Ok(msgs)
+}
+
+/// Starts the thread that writes the executor's messages to the program's `stdin`, so the
+/// executor never blocks on a program that is not reading (it would then not read the program's
+/// output either, and the two would wait on each other once the output queue is full).
+fn spawn_writer(stdin: ChildStdin, name: &str) -> std::io::Result<Sender<Vec<u8>>> {
+    let (tx, rx) = unbounded::<Vec<u8>>();
+    std::thread::Builder::new()
+        .name(format!("{name}-stdin"))
+        .spawn(move || {
+            let mut w = BufWriter::new(stdin);
+            while let Ok(m) = rx.recv() {
+                if w.write_all(&m).is_err() {
+                    return;
+                }
+                if rx.is_empty() && w.flush().is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(tx)
 }
 
 fn values(v: Option<&Json>) -> Vec<Value> {
@@ -207,6 +285,7 @@ pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Rec
     let mut last_heartbeat = Instant::now();
     let mut last_sync = Instant::now();
     let msgs = shell.msgs.clone();
+    let no_input = never();
     let mut warned = false;
     while !shared.stopping() {
         if inbox.is_empty() && msgs.is_empty() {
@@ -229,8 +308,15 @@ pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Rec
                 return;
             }
         }
+        // Input only while the program keeps up with what it was given, so the writer's queue
+        // stays bounded and back-pressure reaches the senders.
+        let input = if shell.queued() < MAX_QUEUED_INPUT {
+            &inbox
+        } else {
+            &no_input
+        };
         select! {
-            recv(inbox) -> b => {
+            recv(input) -> b => {
                 let Ok(batch) = b else { break };
                 let now = if terminal { now_ns() } else { 0 };
                 for t in batch {
@@ -474,5 +560,78 @@ fn read_until_sync(
             Some("metrics") => {}
             other => tracing::warn!("{}: unknown command {other:?}", shell.name),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A program's stdout: `pattern` over and over, `total` bytes in all, counting what was read.
+    struct Endless {
+        pattern: &'static [u8],
+        total: u64,
+        read: Arc<AtomicU64>,
+    }
+
+    impl std::io::Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let at = self.read.load(Ordering::Relaxed);
+            let n = (self.total.saturating_sub(at) as usize).min(buf.len());
+            for (i, b) in buf[..n].iter_mut().enumerate() {
+                *b = self.pattern[(at as usize + i) % self.pattern.len()];
+            }
+            self.read.fetch_add(n as u64, Ordering::Relaxed);
+            Ok(n)
+        }
+    }
+
+    /// What `reader` had read once it stopped reading (or read everything), with its messages.
+    fn read_until_still(pattern: &'static [u8], total: u64, max: usize) -> (u64, Receiver<Json>) {
+        let read = Arc::new(AtomicU64::new(0));
+        let out = Endless {
+            pattern,
+            total,
+            read: read.clone(),
+        };
+        let msgs = spawn_reader(out, "test".into(), max).expect("reader");
+        let mut last = u64::MAX;
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = read.load(Ordering::Relaxed);
+            if now == last || now == total {
+                return (now, msgs);
+            }
+            last = now;
+        }
+    }
+
+    #[test]
+    fn a_program_that_writes_without_end_is_not_read_past_the_largest_message() {
+        let max = 64 << 10;
+        // Lines that never end a message (a program printing to stdout), then one endless line.
+        for pattern in [&b"debug output\n"[..], b"x"] {
+            let (read, msgs) = read_until_still(pattern, 8 << 20, max);
+            assert!(
+                read <= (max + (16 << 10)) as u64,
+                "{read} bytes read into one message"
+            );
+            assert!(msgs.try_recv().is_err(), "no message from it");
+        }
+        // Messages up to the largest pass.
+        let (_, msgs) = read_until_still(b"{\"command\": \"sync\"}\nend\n", 1 << 10, max);
+        assert_eq!(msgs.try_recv().ok(), Some(json!({"command": "sync"})));
+    }
+
+    #[test]
+    fn a_program_whose_messages_are_not_taken_is_not_read_ahead_without_bound() {
+        let (read, msgs) = read_until_still(
+            b"{\"command\": \"emit\", \"tuple\": [\"w\"], \"need_task_ids\": false}\nend\n",
+            16 << 20,
+            MAX_MESSAGE,
+        );
+        assert!(read < 1 << 20, "{read} bytes of messages read ahead");
+        assert!(msgs.try_recv().is_ok());
     }
 }

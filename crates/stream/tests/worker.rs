@@ -793,3 +793,66 @@ fn a_connection_that_drips_its_hello_is_closed_within_the_handshake_time() {
     dripper.join().expect("dripper");
     w.stop();
 }
+
+#[test]
+fn a_python_bolt_emitting_thousands_per_input_neither_stalls_nor_loses_a_count() {
+    // Each input makes the program write 3,000 emits without waiting for anything: more than
+    // the worker reads ahead of the executor (multilang's MESSAGE_QUEUE), so the program blocks
+    // on its output while its input is still being written. The executor must keep reading.
+    if !python_has("python3", "json") {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+        return;
+    }
+    let dir = scratch("multilang-flood");
+    let words = 3000;
+    let line: Vec<String> = (0..words).map(|i| format!("w{}", i % 100)).collect();
+    let text = format!(
+        r#"name = "wc"
+[[component]]
+name = "sentences"
+kind = "spout"
+parallelism = 1
+cpu = 10.0
+builtin = "corpus-spout"
+params = {{ lines = ["{}"], repeat = 40 }}
+[[component]]
+name = "split"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+command = ["python3", "{}"]
+[[component]]
+name = "count"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+builtin = "count"
+params = {{ output = "counts-{{index}}.tsv", every = "50ms" }}
+[[stream]]
+from = "sentences"
+to = "split"
+rate = 10.0
+[[stream]]
+from = "split"
+to = "count"
+grouping = "fields"
+rate = 20.0
+"#,
+        line.join(" "),
+        fixture("split_bolt.py")
+    );
+    let w = Worker::start(config(&dir, &text, 0, vec![0; 3])).expect("starts");
+    let expected: BTreeMap<String, u64> = (0..100).map(|i| (format!("w{i}"), 40 * 30)).collect();
+    let start = Instant::now();
+    while read_counts(&dir) != expected {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "counts after 60 s: {} words of {}",
+            read_counts(&dir).values().sum::<u64>(),
+            40 * words
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    w.stop();
+    assert_eq!(read_counts(&dir), expected);
+}
