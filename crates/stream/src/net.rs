@@ -320,8 +320,16 @@ fn sender_loop(
         buf.clear();
         let mut n = 0u64;
         for b in batches {
-            n += b.len() as u64;
-            Frame::Tuples(b).encode(&mut buf);
+            let len = b.len() as u64;
+            let left_out = crate::tuple::encode_tuples(b, &mut buf);
+            if left_out > 0 {
+                tracing::warn!(
+                    "{left_out} tuples for worker {peer} dropped: each is larger than a frame ({} bytes)",
+                    crate::tuple::MAX_FRAME
+                );
+                shared.dropped.fetch_add(left_out, Ordering::Relaxed);
+            }
+            n += len - left_out;
         }
         if !acks.is_empty() {
             Frame::Acks(acks).encode(&mut buf);

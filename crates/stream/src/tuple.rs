@@ -340,6 +340,53 @@ impl Frame {
     }
 }
 
+/// Bytes of a `Tuples` frame's body before its tuples (kind, count).
+const TUPLES_HEAD: usize = 1 + 4;
+
+impl Tuple {
+    /// Bytes this tuple takes in a `Tuples` frame ([`Frame::encode`]).
+    pub fn encoded_len(&self) -> usize {
+        let values: usize = self
+            .values
+            .iter()
+            .map(|v| match v {
+                Value::Int(_) | Value::Float(_) => 1 + 8,
+                Value::Str(s) => 1 + 4 + s.len(),
+            })
+            .sum();
+        4 + 4 + 8 + 8 + 8 + 2 + values
+    }
+}
+
+/// Appends `ts` to `out` as `Tuples` frames of at most [`MAX_FRAME`] bytes each, in order: a
+/// receiver refuses a larger frame, so a batch of large tuples (each well below it) would
+/// otherwise be lost whole, and replayed into the same loss. A tuple that no frame can hold, or
+/// with more than 65,535 fields, is left out (it could never be delivered); the number left out.
+pub fn encode_tuples(ts: Vec<Tuple>, out: &mut Vec<u8>) -> u64 {
+    let mut left_out = 0;
+    let mut frame: Vec<Tuple> = Vec::new();
+    let mut size = TUPLES_HEAD;
+    for t in ts {
+        let n = t.encoded_len();
+        // A frame counts a tuple's fields in 16 bits: more would be written as fewer, and the
+        // receiver would read the rest as other tuples.
+        if TUPLES_HEAD.saturating_add(n) > MAX_FRAME || t.values.len() > usize::from(u16::MAX) {
+            left_out += 1;
+            continue;
+        }
+        if size + n > MAX_FRAME {
+            Frame::Tuples(std::mem::take(&mut frame)).encode(out);
+            size = TUPLES_HEAD;
+        }
+        size += n;
+        frame.push(t);
+    }
+    if !frame.is_empty() {
+        Frame::Tuples(frame).encode(out);
+    }
+    left_out
+}
+
 fn bad(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
@@ -458,6 +505,66 @@ mod tests {
             .expect_err("too large for a handshake");
         assert!(err.to_string().contains("frame of 4105 bytes"), "{err}");
         assert!(scratch.len() < 4096, "nothing of it was read");
+    }
+
+    #[test]
+    fn a_batch_of_large_tuples_goes_in_frames_a_receiver_takes() {
+        // 256 tuples of 300 KiB: each far below MAX_FRAME, together above it.
+        let big = |i: u32| Tuple {
+            src: 0,
+            dst: i,
+            root: 0,
+            edge: 0,
+            emitted_ns: 0,
+            values: vec![Value::Str("x".repeat(300 << 10)), Value::Int(i.into())],
+        };
+        let mut out = Vec::new();
+        assert_eq!(encode_tuples((0..256).map(big).collect(), &mut out), 0);
+        let mut r = &out[..];
+        let mut scratch = Vec::new();
+        let mut got = Vec::new();
+        loop {
+            match Frame::read(&mut r, &mut scratch) {
+                Ok(Some(Frame::Tuples(ts))) => got.extend(ts.into_iter().map(|t| t.dst)),
+                Ok(None) => break,
+                other => panic!("a receiver refuses it: {other:?}"),
+            }
+        }
+        assert_eq!(got, (0..256).collect::<Vec<_>>(), "every tuple, in order");
+        // One tuple that no frame holds is left out, the others still go.
+        let mut too_big = big(1);
+        too_big.values = vec![Value::Str("y".repeat(MAX_FRAME))];
+        let mut out = Vec::new();
+        assert_eq!(encode_tuples(vec![big(0), too_big, big(2)], &mut out), 1);
+        let mut r = &out[..];
+        let mut got = Vec::new();
+        while let Some(f) = Frame::read(&mut r, &mut scratch).expect("frames a receiver takes") {
+            let Frame::Tuples(ts) = f else {
+                panic!("tuples")
+            };
+            got.extend(ts.into_iter().map(|t| t.dst));
+        }
+        assert_eq!(got, vec![0, 2]);
+        // Nor does one with more fields than a frame counts (a program's emit may have any).
+        let mut wide = big(1);
+        wide.values = vec![Value::Int(7); 70_000];
+        let mut out = Vec::new();
+        assert_eq!(encode_tuples(vec![big(0), wide, big(2)], &mut out), 1);
+        let mut r = &out[..];
+        let mut got = Vec::new();
+        while let Some(f) = Frame::read(&mut r, &mut scratch).expect("frames a receiver takes") {
+            let Frame::Tuples(ts) = f else {
+                panic!("tuples")
+            };
+            got.extend(ts.into_iter().map(|t| t.dst));
+        }
+        assert_eq!(got, vec![0, 2]);
+        // The size counted is the size encoded.
+        let t = big(3);
+        let mut one = Vec::new();
+        let n = t.encoded_len();
+        Frame::Tuples(vec![t]).encode(&mut one);
+        assert_eq!(one.len(), 4 + TUPLES_HEAD + n);
     }
 
     #[test]
