@@ -16,7 +16,7 @@
 
 use crate::auth::{self, Transcript};
 use crate::channel::Conn;
-use crate::tuple::{AckMsg, Frame, MAX_HANDSHAKE_FRAME, Tuple};
+use crate::tuple::{AckMsg, Frame, MAX_HANDSHAKE_FRAME, StateParts, Tuple};
 use crate::worker::Shared;
 use crossbeam_channel::{Receiver, Sender, bounded, select, unbounded};
 use std::io::{self, Read, Write};
@@ -335,7 +335,13 @@ fn sender_loop(
             Frame::Acks(acks).encode(&mut buf);
         }
         for (executor, bytes) in states {
-            Frame::State { executor, bytes }.encode(&mut buf);
+            let len = bytes.len();
+            if !crate::tuple::encode_state(executor, bytes, &mut buf) {
+                tracing::error!(
+                    "executor {executor}'s state ({len} bytes) is over {} bytes: not handed over",
+                    crate::tuple::MAX_STATE
+                );
+            }
         }
         let Some(s) = conn.as_mut() else { return };
         match s.write_all(&buf) {
@@ -435,6 +441,9 @@ fn receive(shared: &Arc<Shared>, s: TcpStream) {
         },
     );
     let mut scratch = Vec::new();
+    // States larger than a frame come in parts; a connection that ends mid-state (its worker
+    // died) takes the parts with it, and the new executor starts without that state.
+    let mut parts = StateParts::default();
     loop {
         match Frame::read(&mut r, &mut scratch) {
             Ok(Some(Frame::Challenge(_) | Frame::Hello { .. } | Frame::Welcome(_))) => {
@@ -452,9 +461,14 @@ fn receive(shared: &Arc<Shared>, s: TcpStream) {
                     shared.route_ack(a, true);
                 }
             }
-            Ok(Some(Frame::State { executor, bytes })) => {
-                shared.receive_state(executor, bytes);
-            }
+            Ok(Some(f @ (Frame::State { .. } | Frame::StatePart { .. }))) => match parts.take(f) {
+                Ok(Some((executor, bytes))) => shared.receive_state(executor, bytes),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!("a peer's connection closed: {e}");
+                    return;
+                }
+            },
             Ok(None) => return,
             Err(e) => {
                 if !shared.stopping() {

@@ -137,6 +137,14 @@ pub enum Frame {
         /// Its state.
         bytes: Vec<u8>,
     },
+    /// A part of a state larger than a frame; the `State` frame after the parts ends it
+    /// ([`encode_state`], [`StateParts`]).
+    StatePart {
+        /// The executor.
+        executor: u32,
+        /// The part.
+        bytes: Vec<u8>,
+    },
 }
 
 /// Largest frame accepted (a batch is far smaller; this bounds a corrupt length).
@@ -148,6 +156,7 @@ const KIND_ACKS: u8 = 2;
 const KIND_STATE: u8 = 3;
 const KIND_CHALLENGE: u8 = 4;
 const KIND_WELCOME: u8 = 5;
+const KIND_STATE_PART: u8 = 6;
 
 /// Largest handshake frame accepted (a `Hello`), so a connection that has not proved the key
 /// cannot make a worker allocate [`MAX_FRAME`].
@@ -222,8 +231,12 @@ impl Frame {
                     out.push(u8::from(a.fail));
                 }
             }
-            Frame::State { executor, bytes } => {
-                out.push(KIND_STATE);
+            Frame::State { executor, bytes } | Frame::StatePart { executor, bytes } => {
+                out.push(if matches!(self, Frame::State { .. }) {
+                    KIND_STATE
+                } else {
+                    KIND_STATE_PART
+                });
                 put_u32(out, *executor);
                 put_u32(out, bytes.len() as u32);
                 out.extend_from_slice(bytes);
@@ -320,12 +333,14 @@ impl Frame {
                 }
                 Ok(Frame::Acks(acks))
             }
-            KIND_STATE => {
+            kind @ (KIND_STATE | KIND_STATE_PART) => {
                 let executor = c.u32()?;
                 let l = c.u32()? as usize;
-                Ok(Frame::State {
-                    executor,
-                    bytes: c.take(l)?.to_vec(),
+                let bytes = c.take(l)?.to_vec();
+                Ok(if kind == KIND_STATE {
+                    Frame::State { executor, bytes }
+                } else {
+                    Frame::StatePart { executor, bytes }
                 })
             }
             k => Err(bad(format!("unknown frame kind {k}"))),
@@ -385,6 +400,76 @@ pub fn encode_tuples(ts: Vec<Tuple>, out: &mut Vec<u8>) -> u64 {
         Frame::Tuples(frame).encode(out);
     }
     left_out
+}
+
+/// Largest handed-over state a worker sends or takes: far above any count's table that a worker
+/// could keep, and a bound on what a corrupt stream of parts makes a receiver hold.
+pub const MAX_STATE: usize = 1 << 30;
+/// Bytes of a state in one frame (the frame's kind, executor and length take the rest).
+const STATE_PIECE: usize = MAX_FRAME - (1 + 4 + 4);
+
+/// Appends executor `executor`'s handed-over state to `out`: one `State` frame, or when it is
+/// larger than a frame (a count's table of millions of keys) `StatePart` frames then a last
+/// `State` — a receiver refuses a frame over [`MAX_FRAME`], and the state would be lost. False
+/// (nothing appended) for a state over [`MAX_STATE`].
+pub fn encode_state(executor: u32, bytes: Vec<u8>, out: &mut Vec<u8>) -> bool {
+    if bytes.len() > MAX_STATE {
+        return false;
+    }
+    if bytes.len() <= STATE_PIECE {
+        Frame::State { executor, bytes }.encode(out);
+        return true;
+    }
+    let mut pieces = bytes.chunks(STATE_PIECE).peekable();
+    while let Some(piece) = pieces.next() {
+        let kind = if pieces.peek().is_some() {
+            KIND_STATE_PART
+        } else {
+            KIND_STATE
+        };
+        put_u32(out, (1 + 4 + 4 + piece.len()) as u32);
+        out.push(kind);
+        put_u32(out, executor);
+        put_u32(out, piece.len() as u32);
+        out.extend_from_slice(piece);
+    }
+    true
+}
+
+/// What one connection has received of states sent in parts ([`encode_state`]).
+#[derive(Debug, Default)]
+pub struct StateParts {
+    parts: std::collections::HashMap<u32, Vec<u8>>,
+}
+
+impl StateParts {
+    /// Takes a `State` or `StatePart` frame: `Some((executor, state))` once a state is whole,
+    /// `None` for a part (or another frame). An error for a state over [`MAX_STATE`].
+    pub fn take(&mut self, f: Frame) -> io::Result<Option<(u32, Vec<u8>)>> {
+        let (executor, bytes, last) = match f {
+            Frame::State { executor, bytes } => (executor, bytes, true),
+            Frame::StatePart { executor, bytes } => (executor, bytes, false),
+            _ => return Ok(None),
+        };
+        let whole = match self.parts.remove(&executor) {
+            Some(mut so_far) => {
+                if so_far.len().saturating_add(bytes.len()) > MAX_STATE {
+                    return Err(bad(format!(
+                        "executor {executor}'s state is over {MAX_STATE} bytes"
+                    )));
+                }
+                so_far.extend_from_slice(&bytes);
+                so_far
+            }
+            None => bytes,
+        };
+        if last {
+            Ok(Some((executor, whole)))
+        } else {
+            self.parts.insert(executor, whole);
+            Ok(None)
+        }
+    }
 }
 
 fn bad(message: String) -> io::Error {
@@ -565,6 +650,28 @@ mod tests {
         let n = t.encoded_len();
         Frame::Tuples(vec![t]).encode(&mut one);
         assert_eq!(one.len(), 4 + TUPLES_HEAD + n);
+    }
+
+    #[test]
+    fn a_state_larger_than_a_frame_is_handed_over_whole() {
+        let state: Vec<u8> = (0..MAX_FRAME + (MAX_FRAME >> 1)).map(|i| i as u8).collect();
+        let mut out = Vec::new();
+        assert!(encode_state(7, state.clone(), &mut out));
+        assert!(encode_state(8, b"{}".to_vec(), &mut out));
+        let mut r = &out[..];
+        let mut scratch = Vec::new();
+        let mut parts = StateParts::default();
+        let mut got = Vec::new();
+        loop {
+            match Frame::read(&mut r, &mut scratch) {
+                Ok(Some(f)) => got.extend(parts.take(f).expect("a part in order")),
+                Ok(None) => break,
+                Err(e) => panic!("a receiver refuses it: {e}"),
+            }
+        }
+        assert_eq!(got.len(), 2);
+        assert!(got[0].0 == 7 && got[0].1 == state, "the large state, whole");
+        assert_eq!(got[1], (8, b"{}".to_vec()));
     }
 
     #[test]
