@@ -3,7 +3,9 @@
 //! `command = [...]` components. As Storm's ShellBolt and ShellSpout do, the worker:
 //!
 //! - starts the program (working directory: the submitting directory) with pipes on stdin and
-//!   stdout; its stderr goes to the worker's;
+//!   stdout; its stderr goes to the worker's, at most `LOG_BUDGET` bytes a minute with its `log`
+//!   messages (what is over is counted and said, so a program printing in a loop cannot fill the
+//!   disk the worker's log is on);
 //! - exchanges JSON messages, each followed by a line `end`;
 //! - **handshake**: sends `{"conf": {...params}, "pidDir": DIR, "context": {"task->component":
 //!   {...}, "taskid": T, "componentid": C, "stormid": TOPOLOGY}}` and waits for `{"pid": N}`
@@ -44,6 +46,11 @@ use std::time::{Duration, Instant};
 /// Largest message a program may send (its JSON text before the line `end`).
 pub const MAX_MESSAGE: usize = 16 << 20;
 
+/// Bytes of a program's stderr (and `log` messages) the worker's log takes per [`LOG_WINDOW`].
+const LOG_BUDGET: u64 = 1 << 20;
+/// See [`LOG_BUDGET`].
+const LOG_WINDOW: Duration = Duration::from_secs(60);
+
 /// Program messages read ahead of its executor.
 const MESSAGE_QUEUE: usize = 1024;
 /// Bolts: messages queued for the program beyond which no more input is taken from the inbox
@@ -66,6 +73,8 @@ pub struct Shell {
     /// Messages for the program, written by its writer thread (`spawn_writer`).
     stdin: Sender<Vec<u8>>,
     msgs: Receiver<Json>,
+    /// What it may write to the worker's log ([`LogBudget`]).
+    budget: Arc<LogBudget>,
     name: String,
     /// The program's pid, from the handshake.
     pub pid: u64,
@@ -94,19 +103,25 @@ impl Shell {
             .current_dir(&shared.base_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|err| format!("cannot start `{}`: {err}", argv.join(" ")))?;
         let stdout = child.stdout.take().ok_or("no stdout pipe")?;
-        let stdin = child.stdin.take().ok_or("no stdin pipe")?;
-        let msgs = spawn_reader(stdout, name.clone(), MAX_MESSAGE)
+        let budget = Arc::new(LogBudget::default());
+        let stderr = child.stderr.take().ok_or("no stderr pipe")?;
+        spawn_stderr_relay(stderr, &name, budget.clone(), std::io::stderr())
+            .map_err(|err| format!("cannot start the stderr thread: {err}"))?;
+        let msgs = spawn_reader(stdout, name.clone(), MAX_MESSAGE, budget.clone())
             .map_err(|err| format!("cannot start the reader thread: {err}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin pipe")?;
+
         let stdin = spawn_writer(stdin, &name)
             .map_err(|err| format!("cannot start the writer thread: {err}"))?;
         let mut shell = Shell {
             child,
             stdin,
             msgs,
+            budget,
             name: name.clone(),
             pid: 0,
         };
@@ -183,6 +198,7 @@ fn spawn_reader(
     stdout: impl std::io::Read + Send + 'static,
     name: String,
     max: usize,
+    budget: Arc<LogBudget>,
 ) -> std::io::Result<Receiver<Json>> {
     let (tx, msgs) = bounded(MESSAGE_QUEUE);
     std::thread::Builder::new()
@@ -210,10 +226,18 @@ fn spawn_reader(
                                 return;
                             }
                         }
-                        Err(err) => tracing::warn!(
-                            "{name}: not a multi-lang message ({err}): {}",
-                            text.trim()
-                        ),
+                        Err(err) => {
+                            // Said within the program's log budget, and only its start: a
+                            // program printing to stdout must not copy it all to the log.
+                            let (pass, left_out) = budget.take(text.len().min(200));
+                            if left_out > 0 {
+                                tracing::warn!("{}", LogBudget::notice(&name, left_out));
+                            }
+                            if pass {
+                                let head: String = text.trim().chars().take(200).collect();
+                                tracing::warn!("{name}: not a multi-lang message ({err}): {head}");
+                            }
+                        }
                     }
                     text.clear();
                 } else if text.len() + line.len() > max {
@@ -229,6 +253,96 @@ fn spawn_reader(
             }
         })?;
     Ok(msgs)
+}
+
+/// Longest piece of a program's stderr line read at once (a longer line goes on in pieces, each
+/// counted against the budget), so a line without an end cannot grow the relay's memory.
+const MAX_LOG_LINE: usize = 16 << 10;
+
+/// Starts the thread that passes the program's stderr on to `out` (the worker's stderr, which
+/// its agent keeps in a file), within `budget`: a program printing in a loop must not fill the
+/// node's disk. It reads on past the budget, dropping, so the program never blocks on stderr.
+fn spawn_stderr_relay(
+    stderr: impl std::io::Read + Send + 'static,
+    name: &str,
+    budget: Arc<LogBudget>,
+    mut out: impl Write + Send + 'static,
+) -> std::io::Result<()> {
+    let name = name.to_string();
+    std::thread::Builder::new()
+        .name(format!("{name}-stderr"))
+        .spawn(move || {
+            let mut r = BufReader::new(stderr);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match (&mut r)
+                    .take(MAX_LOG_LINE as u64)
+                    .read_until(b'\n', &mut line)
+                {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let (pass, left_out) = budget.take(line.len());
+                if left_out > 0 {
+                    let _ = writeln!(out, "{}", LogBudget::notice(&name, left_out));
+                }
+                if pass {
+                    if !line.ends_with(b"\n") {
+                        line.push(b'\n');
+                    }
+                    let _ = out.write_all(&line);
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// What a program may write to the worker's log: [`LOG_BUDGET`] bytes per [`LOG_WINDOW`], its
+/// stderr and its `log` messages together; what is over is counted and said once the next
+/// window opens.
+#[derive(Debug)]
+pub struct LogBudget {
+    /// (window start, bytes written in it, bytes left out in it).
+    state: std::sync::Mutex<(Instant, u64, u64)>,
+}
+
+impl Default for LogBudget {
+    fn default() -> Self {
+        Self {
+            state: std::sync::Mutex::new((Instant::now(), 0, 0)),
+        }
+    }
+}
+
+impl LogBudget {
+    /// Whether `n` more bytes may be written now, and the bytes left out in the window that just
+    /// ended (to be said), if one did.
+    fn take(&self, n: usize) -> (bool, u64) {
+        let Ok(mut s) = self.state.lock() else {
+            return (false, 0);
+        };
+        let mut left_out = 0;
+        if s.0.elapsed() >= LOG_WINDOW {
+            left_out = s.2;
+            *s = (Instant::now(), 0, 0);
+        }
+        let n = n as u64;
+        if s.1.saturating_add(n) <= LOG_BUDGET {
+            s.1 += n;
+            (true, left_out)
+        } else {
+            s.2 = s.2.saturating_add(n);
+            (false, left_out)
+        }
+    }
+
+    fn notice(name: &str, left_out: u64) -> String {
+        format!(
+            "{name}: {left_out} bytes of the program's stderr and log left out (over {LOG_BUDGET} bytes per {}s)",
+            LOG_WINDOW.as_secs()
+        )
+    }
 }
 
 /// Starts the thread that writes the executor's messages to the program's `stdin`, so the
@@ -258,9 +372,15 @@ fn values(v: Option<&Json>) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-fn log(name: &str, m: &Json) {
+fn log(shell: &Shell, m: &Json) {
     let text = m.get("msg").and_then(Json::as_str).unwrap_or("");
-    tracing::info!(target: "multilang", "{name}: {text}");
+    let (pass, left_out) = shell.budget.take(text.len());
+    if left_out > 0 {
+        tracing::warn!("{}", LogBudget::notice(&shell.name, left_out));
+    }
+    if pass {
+        tracing::info!(target: "multilang", "{}: {text}", shell.name);
+    }
 }
 
 /// A bolt input handed to the program and not yet acked.
@@ -367,7 +487,7 @@ pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Rec
                         }
                     }
                     Some("sync") => { last_sync = Instant::now(); warned = false; }
-                    Some("log") => log(&shell.name, &m),
+                    Some("log") => log(&shell, &m),
                     Some("error") => tracing::warn!("{}: error: {}", shell.name, m.get("msg").and_then(Json::as_str).unwrap_or("")),
                     Some("metrics") => {}
                     other => tracing::warn!("{}: unknown command {other:?}", shell.name),
@@ -551,7 +671,7 @@ fn read_until_sync(
                     let _ = shell.send(&json!(targets));
                 }
             }
-            Some("log") => log(&shell.name, &m),
+            Some("log") => log(shell, &m),
             Some("error") => tracing::warn!(
                 "{}: error: {}",
                 shell.name,
@@ -595,7 +715,8 @@ mod tests {
             total,
             read: read.clone(),
         };
-        let msgs = spawn_reader(out, "test".into(), max).expect("reader");
+        let msgs =
+            spawn_reader(out, "test".into(), max, Arc::new(LogBudget::default())).expect("reader");
         let mut last = u64::MAX;
         loop {
             std::thread::sleep(Duration::from_millis(300));
@@ -622,6 +743,51 @@ mod tests {
         // Messages up to the largest pass.
         let (_, msgs) = read_until_still(b"{\"command\": \"sync\"}\nend\n", 1 << 10, max);
         assert_eq!(msgs.try_recv().ok(), Some(json!({"command": "sync"})));
+    }
+
+    /// A writer counting what it was given.
+    #[derive(Clone, Default)]
+    struct Counted(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Counted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if let Ok(mut v) = self.0.lock() {
+                v.extend_from_slice(buf);
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_program_flooding_its_stderr_writes_at_most_its_budget_to_the_worker_log() {
+        let read = Arc::new(AtomicU64::new(0));
+        let total = 64 << 20;
+        let flood = Endless {
+            pattern: b"Traceback (most recent call last): something went wrong\n",
+            total,
+            read: read.clone(),
+        };
+        let out = Counted::default();
+        spawn_stderr_relay(flood, "b#0", Arc::new(LogBudget::default()), out.clone())
+            .expect("relay");
+        let start = Instant::now();
+        while read.load(Ordering::Relaxed) < total {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the relay stopped reading: the program would block on its stderr"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let written = out.0.lock().map(|v| v.len()).unwrap_or(usize::MAX);
+        assert!(
+            written as u64 <= LOG_BUDGET + 4096,
+            "{written} bytes of a {total}-byte flood reached the worker's log"
+        );
+        assert!(written > 0, "the first lines are passed on");
     }
 
     #[test]
