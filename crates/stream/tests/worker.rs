@@ -856,3 +856,55 @@ rate = 20.0
     w.stop();
     assert_eq!(read_counts(&dir), expected);
 }
+
+#[test]
+fn an_encrypted_worker_closes_a_connection_that_drips_its_tls_hello_within_the_handshake_time() {
+    // The deadline covers TLS's handshake too: a ClientHello sent a byte at a time is closed at
+    // `HANDSHAKE_TIMEOUT`, not when its last byte comes.
+    use std::io::{Read, Write};
+    let dir = scratch("drip-tls");
+    let mut c = config(&dir, &wordcount("builtin = \"split\""), 0, vec![0; 8]);
+    c.encrypt = true;
+    let w = Worker::start(c).expect("starts");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("hetsched-stream-worker").expect("name");
+    let mut tls = rustls::ClientConnection::new(std::sync::Arc::new(client), name).expect("client");
+    let mut hello = Vec::new();
+    tls.write_tls(&mut hello).expect("a ClientHello");
+    assert!(hello.len() > 20, "{} bytes", hello.len());
+    let mut s = std::net::TcpStream::connect(w.local_addr()).expect("connects");
+    let mut drip = s.try_clone().expect("clone");
+    let dripper = std::thread::spawn(move || {
+        for b in hello {
+            if drip.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(700));
+        }
+    });
+    let limit = hetsched_stream::net::HANDSHAKE_TIMEOUT + Duration::from_secs(3);
+    s.set_read_timeout(Some(limit)).expect("timeout");
+    let start = Instant::now();
+    let mut byte = [0u8; 1];
+    let ended = match s.read(&mut byte) {
+        Ok(0) => true,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        Ok(_) => false,
+    };
+    assert!(
+        ended && start.elapsed() < limit,
+        "the dripping TLS connection was still open after {:?}",
+        start.elapsed()
+    );
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    dripper.join().expect("dripper");
+    w.stop();
+}
