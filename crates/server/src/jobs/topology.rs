@@ -2500,6 +2500,24 @@ mod tests {
         }
     }
 
+    /// A server with no node, running `PIPE` placed by `placer` on `workers` workers (0: the
+    /// placer's choice).
+    fn pipe(placer: &str, workers: u32) -> Topology {
+        let mut t = Topology::restore(Vec::new(), Duration::from_secs(60)).expect("empty");
+        t.sync(seen(Vec::new()), None);
+        t.submit(TopologySubmission {
+            origin: "pipe.toml".into(),
+            text: PIPE.into(),
+            base_dir: "/".into(),
+            placer: placer.into(),
+            workers,
+            max_utilisation: 0.9,
+            ..Default::default()
+        })
+        .expect("submit");
+        t
+    }
+
     /// What a worker's report says of executors is kept only for the topology's executors,
     /// once each: the per-executor counters kept from report to report no longer grow with
     /// whatever executor numbers an agent sends. Before, each report naming new numbers added
@@ -2507,17 +2525,7 @@ mod tests {
     /// spout, under the state's lock, every controller tick).
     #[test]
     fn executor_counters_are_kept_only_for_the_topologys_executors() {
-        let mut t = Topology::restore(Vec::new(), Duration::from_secs(60)).expect("empty");
-        t.sync(seen(Vec::new()), None);
-        t.submit(TopologySubmission {
-            origin: "pipe.toml".into(),
-            text: PIPE.into(),
-            base_dir: "/".into(),
-            placer: "one-phase".into(),
-            max_utilisation: 0.9,
-            ..Default::default()
-        })
-        .expect("submit");
+        let mut t = pipe("one-phase", 0);
         for round in 0..3u32 {
             let report = WorkerReport {
                 worker: 0,
@@ -2563,18 +2571,7 @@ mod tests {
     /// a wrapped total in a release one.
     #[test]
     fn counters_near_the_top_of_u64_saturate_when_summed_over_workers() {
-        let mut t = Topology::restore(Vec::new(), Duration::from_secs(60)).expect("empty");
-        t.sync(seen(Vec::new()), None);
-        t.submit(TopologySubmission {
-            origin: "pipe.toml".into(),
-            text: PIPE.into(),
-            base_dir: "/".into(),
-            placer: "even".into(),
-            workers: 2,
-            max_utilisation: 0.9,
-            ..Default::default()
-        })
-        .expect("submit");
+        let mut t = pipe("even", 2);
         let big = u64::MAX - 1;
         let report = |worker: u32| WorkerReport {
             worker,
@@ -2620,18 +2617,7 @@ mod tests {
     /// a megabyte included, and went to every other agent of the topology twice a second.
     #[test]
     fn a_worker_address_that_is_not_a_socket_address_is_not_passed_on() {
-        let mut t = Topology::restore(Vec::new(), Duration::from_secs(60)).expect("empty");
-        t.sync(seen(Vec::new()), None);
-        t.submit(TopologySubmission {
-            origin: "pipe.toml".into(),
-            text: PIPE.into(),
-            base_dir: "/".into(),
-            placer: "even".into(),
-            workers: 2,
-            max_utilisation: 0.9,
-            ..Default::default()
-        })
-        .expect("submit");
+        let mut t = pipe("even", 2);
         let worker = |worker: u32, addr: String| WorkerSeen {
             topology: "pipe".into(),
             generation: 1,
