@@ -746,7 +746,6 @@ fn a_connection_that_drips_its_hello_is_closed_within_the_handshake_time() {
     // A peer that sends its hello one byte at a time, each within the per-read timeout, must
     // not hold a handshake slot past `HANDSHAKE_TIMEOUT` (256 such peers would otherwise shut
     // every real worker out for minutes).
-    use std::io::{Read, Write};
     let dir = scratch("drip");
     let w = Worker::start(config(
         &dir,
@@ -755,7 +754,7 @@ fn a_connection_that_drips_its_hello_is_closed_within_the_handshake_time() {
         vec![0; 8],
     ))
     .expect("starts");
-    let (mut s, nl) = challenged(&w);
+    let (s, nl) = challenged(&w);
     let mut frame = Vec::new();
     hello(
         &hetsched_stream::auth::Handshake::new(&"k".repeat(64)),
@@ -763,34 +762,7 @@ fn a_connection_that_drips_its_hello_is_closed_within_the_handshake_time() {
         &[7; 32],
     )
     .encode(&mut frame);
-    let mut drip = s.try_clone().expect("clone");
-    let dripper = std::thread::spawn(move || {
-        for b in frame {
-            if drip.write_all(&[b]).is_err() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(700));
-        }
-    });
-    let limit = hetsched_stream::net::HANDSHAKE_TIMEOUT + Duration::from_secs(3);
-    s.set_read_timeout(Some(limit)).expect("timeout");
-    let start = Instant::now();
-    let mut byte = [0u8; 1];
-    let ended = match s.read(&mut byte) {
-        Ok(0) => true,
-        Err(e) => !matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        ),
-        Ok(_) => false,
-    };
-    assert!(
-        ended && start.elapsed() < limit,
-        "the dripping connection was still open after {:?}",
-        start.elapsed()
-    );
-    let _ = s.shutdown(std::net::Shutdown::Both);
-    dripper.join().expect("dripper");
+    drip_until_closed(s, frame);
     w.stop();
 }
 
@@ -861,7 +833,6 @@ rate = 20.0
 fn an_encrypted_worker_closes_a_connection_that_drips_its_tls_hello_within_the_handshake_time() {
     // The deadline covers TLS's handshake too: a ClientHello sent a byte at a time is closed at
     // `HANDSHAKE_TIMEOUT`, not when its last byte comes.
-    use std::io::{Read, Write};
     let dir = scratch("drip-tls");
     let mut c = config(&dir, &wordcount("builtin = \"split\""), 0, vec![0; 8]);
     c.encrypt = true;
@@ -877,10 +848,19 @@ fn an_encrypted_worker_closes_a_connection_that_drips_its_tls_hello_within_the_h
     let mut hello = Vec::new();
     tls.write_tls(&mut hello).expect("a ClientHello");
     assert!(hello.len() > 20, "{} bytes", hello.len());
-    let mut s = std::net::TcpStream::connect(w.local_addr()).expect("connects");
+    let s = std::net::TcpStream::connect(w.local_addr()).expect("connects");
+    drip_until_closed(s, hello);
+    w.stop();
+}
+
+/// Writes `bytes` to the worker on `s` one every 700 ms (a hello paced to outlast any per-read
+/// timeout) and checks that the worker closes the connection within its handshake time (plus
+/// a margin), not after the last byte.
+fn drip_until_closed(mut s: std::net::TcpStream, bytes: Vec<u8>) {
+    use std::io::{Read, Write};
     let mut drip = s.try_clone().expect("clone");
     let dripper = std::thread::spawn(move || {
-        for b in hello {
+        for b in bytes {
             if drip.write_all(&[b]).is_err() {
                 return;
             }
@@ -901,10 +881,9 @@ fn an_encrypted_worker_closes_a_connection_that_drips_its_tls_hello_within_the_h
     };
     assert!(
         ended && start.elapsed() < limit,
-        "the dripping TLS connection was still open after {:?}",
+        "the dripping connection was still open after {:?}",
         start.elapsed()
     );
     let _ = s.shutdown(std::net::Shutdown::Both);
     dripper.join().expect("dripper");
-    w.stop();
 }
