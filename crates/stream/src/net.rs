@@ -13,6 +13,11 @@
 //! handshake within [`HANDSHAKE_TIMEOUT`] however the peer paces its bytes), and the connecting worker sends nothing before the listener proved the
 //! key back. At most [`MAX_HANDSHAKING`] accepted connections may be in their handshake at once;
 //! more are closed at once, so unauthenticated connections cannot pile up threads.
+//!
+//! Every connection between workers, accepted or dialled, has TCP keepalive with short timings
+//! ([`KEEPALIVE_IDLE`]), and an authenticated one a write timeout ([`WRITE_TIMEOUT`]): a peer
+//! whose host vanished without a FIN or RST would otherwise hold a receiver thread for good and
+//! block its sender's writes for the kernel's retransmission time (about 15 minutes).
 
 use crate::auth::{self, Transcript};
 use crate::channel::Conn;
@@ -34,6 +39,23 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// or two, so even every worker of a large topology connecting at its start rarely meets it; a
 /// worker turned away tries again a second later).
 pub const MAX_HANDSHAKING: usize = 256;
+/// TCP keepalive's idle time before the first probe, on every connection between workers. A quiet
+/// stream is normal, so reads have no timeout; keepalive is what notices a peer whose host
+/// vanished (no FIN, no RST). With [`KEEPALIVE_INTERVAL`] and [`KEEPALIVE_RETRIES`] such a
+/// connection is given up after about 10 + 3 × 5 = 25 s, against the kernel's default of two
+/// hours, while a live peer costs one small probe per 10 s of silence.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// Time between keepalive probes that get no answer.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// Keepalive probes unanswered before the connection is given up.
+pub const KEEPALIVE_RETRIES: u32 = 3;
+/// How long one write on an authenticated connection may block before the connection counts as
+/// broken (what it carried is `dropped`, reliable spouts replay, and it is dialled again). A
+/// peer that reads slowly only slows the write down (back-pressure), so this fires only when it
+/// read nothing for that long: its host vanished (keepalive cannot tell while data is unacked;
+/// the kernel would retry for about 15 minutes), it stopped reading, or its executors took
+/// nothing for that long (then the trees are replayed, as after any break).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause before connecting again to a peer that failed the handshake.
 const REFUSED_PAUSE: Duration = Duration::from_secs(1);
 /// At most one warning about refused connections per this long.
@@ -80,6 +102,41 @@ impl Refusals {
             None => {}
         }
     }
+}
+
+/// Turns TCP keepalive on `s` with [`KEEPALIVE_IDLE`], [`KEEPALIVE_INTERVAL`] and
+/// [`KEEPALIVE_RETRIES`].
+pub fn keep_alive(s: &TcpStream) -> io::Result<()> {
+    let k = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL);
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
+    let k = k.with_retries(KEEPALIVE_RETRIES);
+    socket2::SockRef::from(s).set_tcp_keepalive(&k)
+}
+
+/// Dials `addr` for a connection to another worker: no Nagle delay (a batch is one write), and
+/// keepalive on.
+pub fn dial(addr: &SocketAddr) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(addr, Duration::from_secs(2))?;
+    s.set_nodelay(true)?;
+    keep_alive(&s)?;
+    Ok(s)
+}
+
+/// Prepares a connection another worker dialled: blocking (the listener is not), keepalive on
+/// from the start, so that even a handshake whose peer vanished is noticed.
+pub fn accepted(s: TcpStream) -> io::Result<TcpStream> {
+    s.set_nonblocking(false)?;
+    keep_alive(&s)?;
+    Ok(s)
+}
+
+/// What an authenticated connection gets: writes that block longer than `write_timeout` fail,
+/// and the connection counts as broken. Reads keep no timeout of their own (the receiver's short
+/// one only lets it see the worker stop): keepalive covers them.
+pub fn authenticated(c: &Conn, write_timeout: Duration) -> io::Result<()> {
+    c.tcp().set_write_timeout(Some(write_timeout))
 }
 
 /// The sending ends towards one peer worker.
@@ -141,12 +198,13 @@ fn connect(shared: &Shared, peer: u32, generation: u64) -> Result<Conn, NoConn> 
             m.get(&peer).copied()
         };
         if let Some(addr) = addr {
-            match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            match dial(&addr) {
                 Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    match Conn::connecting(shared.tls.as_ref(), s)
-                        .and_then(|mut c| prove(shared, &mut c).map(|()| c))
-                    {
+                    match Conn::connecting(shared.tls.as_ref(), s).and_then(|mut c| {
+                        prove(shared, &mut c)?;
+                        authenticated(&c, WRITE_TIMEOUT)?;
+                        Ok(c)
+                    }) {
                         Ok(c) => return Ok(c),
                         Err(e) => {
                             tracing::warn!("worker {peer} at {addr}: {e}");
@@ -367,12 +425,7 @@ impl Read for Patient<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             match self.s.read(buf) {
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if read_timed_out(&e) => {
                     if self.shared.stopping() {
                         return Err(io::Error::other("worker stopping"));
                     }
@@ -380,6 +433,17 @@ impl Read for Patient<'_> {
                 r => return r,
             }
         }
+    }
+}
+
+/// Whether a read failed only because the socket's read timeout passed. On Unix that is
+/// `EAGAIN` (`WouldBlock`); `ETIMEDOUT` (`TimedOut`) there is keepalive giving the peer up, which
+/// ends the connection. Windows reports a read timeout as `TimedOut`.
+fn read_timed_out(e: &io::Error) -> bool {
+    match e.kind() {
+        io::ErrorKind::WouldBlock => true,
+        io::ErrorKind::TimedOut => cfg!(not(unix)),
+        _ => false,
     }
 }
 
@@ -424,13 +488,17 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: TcpListener) {
 /// Serves one accepted connection (counted in `handshaking` by the listener): the handshake,
 /// then frames until it ends.
 fn receive(shared: &Arc<Shared>, s: TcpStream) {
-    let admitted = Conn::accepting(shared.tls.as_ref(), s)
+    let admitted = accepted(s)
+        .and_then(|s| Conn::accepting(shared.tls.as_ref(), s))
         .ok()
         .and_then(|mut c| admit(shared, &mut c).then_some(c));
     shared.handshaking.fetch_sub(1, Ordering::AcqRel);
     let Some(s) = admitted else {
         return;
     };
+    // This side writes nothing after the handshake today; the timeout keeps it so if it ever
+    // does.
+    let _ = authenticated(&s, WRITE_TIMEOUT);
     let _ = s.tcp().set_read_timeout(Some(Duration::from_millis(200)));
     let _ = s.tcp().set_nodelay(true);
     let mut r = io::BufReader::with_capacity(
@@ -499,5 +567,73 @@ mod tests {
         );
         assert_eq!(r.record(2_000 + every), None);
         assert_eq!(r.total(), 503, "every refusal is counted");
+    }
+
+    /// A connected pair on loopback: (dialled, accepted).
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binds");
+        let addr = listener.local_addr().expect("addr");
+        let dialled = dial(&addr).expect("dials");
+        let (s, _) = listener.accept().expect("accepts");
+        (dialled, accepted(s).expect("accepted"))
+    }
+
+    #[test]
+    fn dialled_and_accepted_connections_have_keepalive_with_short_timings() {
+        let (dialled, accepted) = pair();
+        for s in [&dialled, &accepted] {
+            let r = socket2::SockRef::from(s);
+            assert!(r.keepalive().expect("reads SO_KEEPALIVE"));
+            #[cfg(target_os = "linux")]
+            {
+                assert_eq!(r.tcp_keepalive_time().expect("idle"), KEEPALIVE_IDLE);
+                assert_eq!(
+                    r.tcp_keepalive_interval().expect("interval"),
+                    KEEPALIVE_INTERVAL
+                );
+                assert_eq!(
+                    r.tcp_keepalive_retries().expect("retries"),
+                    KEEPALIVE_RETRIES
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_write_to_a_peer_that_stopped_reading_fails_within_the_write_timeout() {
+        let (dialled, _never_read) = pair();
+        let mut c = Conn::connecting(None, dialled).expect("conn");
+        let timeout = Duration::from_millis(500);
+        authenticated(&c, timeout).expect("write timeout");
+        // Far more than both sockets' buffers hold: the write blocks once they are full.
+        let buf = vec![0u8; 256 << 20];
+        let start = Instant::now();
+        let written = c.write_all(&buf);
+        let took = start.elapsed();
+        let Err(e) = written else {
+            panic!("the whole buffer was written")
+        };
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        );
+        // The sender takes any write error as a broken connection (sender_loop).
+        assert!(
+            took >= timeout && took < timeout + Duration::from_secs(5),
+            "the write failed after {took:?}"
+        );
+    }
+
+    #[test]
+    fn only_wouldblock_is_a_read_timeout_on_unix() {
+        assert!(read_timed_out(&io::ErrorKind::WouldBlock.into()));
+        assert_eq!(
+            read_timed_out(&io::ErrorKind::TimedOut.into()),
+            cfg!(not(unix))
+        );
+        assert!(!read_timed_out(&io::ErrorKind::ConnectionReset.into()));
     }
 }
