@@ -11,8 +11,9 @@
 //! Every connection opens with the handshake of [`crate::auth`]: the listener reads nothing but a
 //! `Hello` proving the topology's worker key (at most [`MAX_HANDSHAKE_FRAME`] bytes, the whole
 //! handshake within [`HANDSHAKE_TIMEOUT`] however the peer paces its bytes), and the connecting worker sends nothing before the listener proved the
-//! key back. At most [`MAX_HANDSHAKING`] accepted connections may be in their handshake at once;
-//! more are closed at once, so unauthenticated connections cannot pile up threads.
+//! key back. At most [`MAX_HANDSHAKING`] accepted connections may be in their handshake at once,
+//! and at most [`MAX_HANDSHAKING_PER_IP`] from one source address; more are closed at once, so
+//! unauthenticated connections cannot pile up threads, nor one address crowd out the workers.
 //!
 //! Every connection between workers, accepted or dialled, has TCP keepalive with short timings
 //! ([`KEEPALIVE_IDLE`]), and an authenticated one a write timeout ([`WRITE_TIMEOUT`]): a peer
@@ -24,10 +25,11 @@ use crate::channel::Conn;
 use crate::tuple::{AckMsg, Frame, MAX_HANDSHAKE_FRAME, StateParts, Tuple};
 use crate::worker::Shared;
 use crossbeam_channel::{Receiver, Sender, bounded, select, unbounded};
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Batches queued per peer before emitters block.
@@ -39,6 +41,12 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// or two, so even every worker of a large topology connecting at its start rarely meets it; a
 /// worker turned away tries again a second later).
 pub const MAX_HANDSHAKING: usize = 256;
+/// Accepted connections from one source address that may be in their handshake at once. One
+/// host runs a handful of workers, each dialling a peer once per link (again only after a break),
+/// so 16 is well above what genuine workers on one host need at once, and one that meets it
+/// retries a second later; yet one address opening connections as fast as it can holds at most
+/// 16 of the [`MAX_HANDSHAKING`] slots, and the other hosts' workers still get through.
+pub const MAX_HANDSHAKING_PER_IP: usize = 16;
 /// TCP keepalive's idle time before the first probe, on every connection between workers. A quiet
 /// stream is normal, so reads have no timeout; keepalive is what notices a peer whose host
 /// vanished (no FIN, no RST). With [`KEEPALIVE_INTERVAL`] and [`KEEPALIVE_RETRIES`] such a
@@ -101,6 +109,74 @@ impl Refusals {
             Some(n) => tracing::warn!("{message} ({n} more refused since the last warning)"),
             None => {}
         }
+    }
+}
+
+/// Why an accepted connection gets no handshake slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Crowded {
+    /// [`MAX_HANDSHAKING`] connections are in their handshake.
+    #[error("{MAX_HANDSHAKING} others are in their handshake")]
+    Everywhere,
+    /// [`MAX_HANDSHAKING_PER_IP`] connections from this address are in their handshake.
+    #[error("{MAX_HANDSHAKING_PER_IP} others from its address are in their handshake")]
+    FromThere,
+}
+
+/// The handshake slots of a worker's accepted connections: at most [`MAX_HANDSHAKING`] in all
+/// and [`MAX_HANDSHAKING_PER_IP`] per source address.
+#[derive(Debug, Default)]
+pub struct HandshakeSlots {
+    /// Slots taken in all, and per address (an address with none taken has no entry).
+    taken: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+impl HandshakeSlots {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, HashMap<IpAddr, usize>)> {
+        // The counts are updated whole under the lock: a panic elsewhere leaves them sound.
+        self.taken.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a slot for a connection from `ip` (give it back with [`HandshakeSlots::release`]).
+    pub fn take(&self, ip: IpAddr) -> Result<(), Crowded> {
+        // An IPv4 peer reaching an IPv6 listener shows as ::ffff:a.b.c.d: the same address.
+        let ip = ip.to_canonical();
+        let mut t = self.lock();
+        if t.0 >= MAX_HANDSHAKING {
+            return Err(Crowded::Everywhere);
+        }
+        let from = t.1.entry(ip).or_insert(0);
+        if *from >= MAX_HANDSHAKING_PER_IP {
+            return Err(Crowded::FromThere);
+        }
+        *from += 1;
+        t.0 += 1;
+        Ok(())
+    }
+
+    /// Gives back a slot taken for `ip`.
+    pub fn release(&self, ip: IpAddr) {
+        let ip = ip.to_canonical();
+        let mut t = self.lock();
+        if let Some(from) = t.1.get_mut(&ip) {
+            *from = from.saturating_sub(1);
+            if *from == 0 {
+                // No entry for an address with nothing in its handshake: a scan from many
+                // addresses must not grow the map for good.
+                t.1.remove(&ip);
+            }
+            t.0 = t.0.saturating_sub(1);
+        }
+    }
+
+    /// Slots taken in all.
+    pub fn taken(&self) -> usize {
+        self.lock().0
+    }
+
+    /// Slots taken by connections from `ip`.
+    pub fn taken_by(&self, ip: IpAddr) -> usize {
+        self.lock().1.get(&ip.to_canonical()).copied().unwrap_or(0)
     }
 }
 
@@ -456,19 +532,18 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: TcpListener) {
             while !shared.stopping() {
                 match listener.accept() {
                     Ok((s, from)) => {
-                        if shared.handshaking.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKING {
-                            shared.handshaking.fetch_sub(1, Ordering::AcqRel);
-                            shared.refusals.warn(format_args!(
-                                "closed a connection from {from}: {MAX_HANDSHAKING} others are in their handshake"
-                            ));
+                        if let Err(why) = shared.handshakes.take(from.ip()) {
+                            shared
+                                .refusals
+                                .warn(format_args!("closed a connection from {from}: {why}"));
                             continue;
                         }
                         let receiver = shared.clone();
                         let spawned = std::thread::Builder::new()
                             .name("receiver".into())
-                            .spawn(move || receive(&receiver, s));
+                            .spawn(move || receive(&receiver, s, from.ip()));
                         if spawned.is_err() {
-                            shared.handshaking.fetch_sub(1, Ordering::AcqRel);
+                            shared.handshakes.release(from.ip());
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -485,14 +560,14 @@ pub fn spawn_listener(shared: Arc<Shared>, listener: TcpListener) {
         .ok();
 }
 
-/// Serves one accepted connection (counted in `handshaking` by the listener): the handshake,
-/// then frames until it ends.
-fn receive(shared: &Arc<Shared>, s: TcpStream) {
+/// Serves one accepted connection from `ip` (holding a handshake slot the listener took): the
+/// handshake, then frames until it ends.
+fn receive(shared: &Arc<Shared>, s: TcpStream, ip: IpAddr) {
     let admitted = accepted(s)
         .and_then(|s| Conn::accepting(shared.tls.as_ref(), s))
         .ok()
         .and_then(|mut c| admit(shared, &mut c).then_some(c));
-    shared.handshaking.fetch_sub(1, Ordering::AcqRel);
+    shared.handshakes.release(ip);
     let Some(s) = admitted else {
         return;
     };
@@ -567,6 +642,53 @@ mod tests {
         );
         assert_eq!(r.record(2_000 + every), None);
         assert_eq!(r.total(), 503, "every refusal is counted");
+    }
+
+    #[test]
+    fn handshake_slots_are_capped_per_address_and_in_all_and_given_back() {
+        let slots = HandshakeSlots::default();
+        let one: IpAddr = [10, 0, 0, 1].into();
+        for _ in 0..MAX_HANDSHAKING_PER_IP {
+            assert_eq!(slots.take(one), Ok(()));
+        }
+        assert_eq!(slots.take(one), Err(Crowded::FromThere), "one too many");
+        // The same address over an IPv6 listener is the same address.
+        let mapped: IpAddr = std::net::Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped().into();
+        assert_eq!(slots.take(mapped), Err(Crowded::FromThere));
+        assert_eq!(slots.taken_by(one), MAX_HANDSHAKING_PER_IP);
+        assert_eq!(
+            slots.taken(),
+            MAX_HANDSHAKING_PER_IP,
+            "refusals take nothing"
+        );
+        let other: IpAddr = [10, 0, 0, 2].into();
+        assert_eq!(slots.take(other), Ok(()), "another address still gets in");
+        slots.release(one);
+        assert_eq!(slots.take(one), Ok(()), "a released slot is free again");
+        for _ in 0..MAX_HANDSHAKING_PER_IP {
+            slots.release(one);
+        }
+        slots.release(other);
+        assert_eq!((slots.taken(), slots.taken_by(one)), (0, 0));
+        assert!(
+            slots.lock().1.is_empty(),
+            "no entry is left for idle addresses"
+        );
+        slots.release(one);
+        assert_eq!(
+            slots.taken(),
+            0,
+            "a release too many takes nothing below zero"
+        );
+
+        // The global cap: from many addresses, MAX_HANDSHAKING and no more.
+        let ips = (0..MAX_HANDSHAKING).map(|i| IpAddr::from([10, 1, (i / 256) as u8, i as u8]));
+        for ip in ips {
+            assert_eq!(slots.take(ip), Ok(()));
+        }
+        assert_eq!(slots.take(one), Err(Crowded::Everywhere));
+        slots.release([10, 1, 0, 0].into());
+        assert_eq!(slots.take(one), Ok(()));
     }
 
     /// A connected pair on loopback: (dialled, accepted).

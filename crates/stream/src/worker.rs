@@ -229,8 +229,9 @@ pub struct Shared {
     pub handshake: crate::auth::Handshake,
     /// TLS for connections between workers, when [`WorkerConfig::encrypt`].
     pub tls: Option<crate::channel::Tls>,
-    /// Connections accepted that have not finished their handshake.
-    pub handshaking: std::sync::atomic::AtomicUsize,
+    /// Connections accepted that have not finished their handshake, in all and per source
+    /// address.
+    pub handshakes: crate::net::HandshakeSlots,
     /// Refused connections, warned about at a bounded rate.
     pub refusals: crate::net::Refusals,
 }
@@ -968,7 +969,7 @@ impl Worker {
             work_dir: config.work_dir.clone(),
             handshake: crate::auth::Handshake::new(&config.key),
             tls,
-            handshaking: std::sync::atomic::AtomicUsize::new(0),
+            handshakes: crate::net::HandshakeSlots::default(),
             refusals: crate::net::Refusals::default(),
             topo,
         });

@@ -583,9 +583,11 @@ fn a_worker_without_a_key_does_not_start_and_idle_handshakes_are_bounded() {
     };
     assert!(err.to_string().contains("worker key has 5 bytes"), "{err}");
     let w = Worker::start(config(&dir, &text, 0, vec![0; 8])).expect("starts");
-    // Connect them all first (a handshake gives up after 5 s), then take their challenges.
+    // Connect them all first (a handshake gives up after 5 s), then take their challenges;
+    // from as many loopback addresses as the cap per address asks.
+    let per_ip = hetsched_stream::net::MAX_HANDSHAKING_PER_IP;
     let mut idle: Vec<_> = (0..hetsched_stream::net::MAX_HANDSHAKING)
-        .map(|_| std::net::TcpStream::connect(w.local_addr()).expect("connects"))
+        .map(|i| connect_from([127, 0, 1, (i / per_ip) as u8], w.local_addr()))
         .collect();
     for s in &mut idle {
         use hetsched_stream::tuple::{Frame, MAX_HANDSHAKE_FRAME};
@@ -594,7 +596,7 @@ fn a_worker_without_a_key_does_not_start_and_idle_handshakes_are_bounded() {
         let first = Frame::read_at_most(s, &mut Vec::new(), MAX_HANDSHAKE_FRAME);
         assert!(matches!(first, Ok(Some(Frame::Challenge(_)))), "{first:?}");
     }
-    let mut one_more = std::net::TcpStream::connect(w.local_addr()).expect("connects");
+    let mut one_more = connect_from([127, 0, 2, 1], w.local_addr());
     one_more
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
@@ -615,6 +617,45 @@ fn a_worker_without_a_key_does_not_start_and_idle_handshakes_are_bounded() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    w.stop();
+}
+
+/// A connection to `to` from loopback address `from` (Linux answers the whole of 127.0.0.0/8),
+/// so that a test can open connections from several source addresses.
+fn connect_from(from: [u8; 4], to: std::net::SocketAddr) -> std::net::TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    let local = std::net::SocketAddr::from((from, 0));
+    s.bind(&local.into()).expect("binds to a loopback address");
+    s.connect(&to.into()).expect("connects");
+    s.into()
+}
+
+#[test]
+fn one_address_cannot_take_more_than_its_share_of_the_handshake_slots() {
+    use hetsched_stream::tuple::{Frame, MAX_HANDSHAKE_FRAME};
+    let dir = scratch("per-ip");
+    let text = wordcount("builtin = \"split\"");
+    let w = Worker::start(config(&dir, &text, 0, vec![0; 8])).expect("starts");
+    let flood = [127, 0, 3, 1];
+    let mut idle: Vec<_> = (0..hetsched_stream::net::MAX_HANDSHAKING_PER_IP)
+        .map(|_| connect_from(flood, w.local_addr()))
+        .collect();
+    for s in &mut idle {
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let first = Frame::read_at_most(s, &mut Vec::new(), MAX_HANDSHAKE_FRAME);
+        assert!(matches!(first, Ok(Some(Frame::Challenge(_)))), "{first:?}");
+    }
+    let mut one_more = connect_from(flood, w.local_addr());
+    one_more
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    assert!(closed(&mut one_more), "its address is over its share");
+    // Another address is still challenged, while the flood's connections hold their slots.
+    let (_s, _nonce) = challenged(&w);
+    assert!(w.report().refused_connections >= 1);
+    drop(idle);
     w.stop();
 }
 
