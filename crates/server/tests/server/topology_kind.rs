@@ -1272,14 +1272,16 @@ fn a_restarted_server_places_by_the_traffic_measured_before_the_restart() {
         gain_threshold: 0.1,
         ..submission()
     };
-    let sync_all = |s: &mut State, running: &[(String, u64, u32)]| {
+    // Every node syncs the workers `running` places on it, each with a report of measured
+    // traffic if `reporting` (none, as right after a restart, if not).
+    let sync_all = |s: &mut State, running: &[(String, u64, u32)], reporting: bool| {
         for node in ["a", "b", "c"] {
             let workers = running
                 .iter()
                 .filter(|(n, _, _)| n == node)
                 .map(|(_, generation, worker)| WorkerSeen {
                     worker: *worker,
-                    report: Some(worker_report(&[(0, 2), (0, 3), (1, 2), (1, 3)], 1)),
+                    report: reporting.then(|| worker_report(&[(0, 2), (0, 3), (1, 2), (1, 3)], 1)),
                     ..running_worker(*generation)
                 })
                 .collect();
@@ -1306,10 +1308,10 @@ fn a_restarted_server_places_by_the_traffic_measured_before_the_restart() {
         assert_eq!(nodes_used(&shown).len(), 2, "as declared: {shown}");
         let running = workers(&shown, 1);
         std::thread::sleep(std::time::Duration::from_millis(600));
-        sync_all(&mut s, &running);
+        sync_all(&mut s, &running, true);
         // The controller asks for fresh reports, gets them, and computes from them.
         s.topology_tick().expect("tick");
-        sync_all(&mut s, &running);
+        sync_all(&mut s, &running, true);
         s.topology_tick().expect("tick");
         let shown = s.topology_show("pipe").expect("show");
         assert_eq!(shown["reschedules"][0]["cause"], "traffic", "{shown}");
@@ -1320,17 +1322,7 @@ fn a_restarted_server_places_by_the_traffic_measured_before_the_restart() {
     let running = workers(&shown, 2);
     // Past the restart grace, every node synced; no worker has reported since the restart.
     std::thread::sleep(std::time::Duration::from_millis(1050));
-    for node in ["a", "b", "c"] {
-        let mine = running
-            .iter()
-            .filter(|(n, _, _)| n == node)
-            .map(|(_, generation, worker)| WorkerSeen {
-                worker: *worker,
-                ..running_worker(*generation)
-            })
-            .collect();
-        sync_node(&mut s, node, mine);
-    }
+    sync_all(&mut s, &running, false);
     let shown = s.topology_rebalance("pipe").expect("rebalance");
     assert_eq!(
         nodes_used(&shown).len(),
@@ -1347,17 +1339,7 @@ fn a_restarted_server_places_by_the_traffic_measured_before_the_restart() {
     drop(s);
     let mut s = short_grace(&dir, &[]);
     std::thread::sleep(std::time::Duration::from_millis(1050));
-    for node in ["a", "b", "c"] {
-        let mine = running
-            .iter()
-            .filter(|(n, _, _)| n == node)
-            .map(|(_, generation, worker)| WorkerSeen {
-                worker: *worker,
-                ..running_worker(*generation)
-            })
-            .collect();
-        sync_node(&mut s, node, mine);
-    }
+    sync_all(&mut s, &running, false);
     let shown = s.topology_rebalance("pipe").expect("rebalance");
     assert_eq!(
         nodes_used(&shown).len(),
