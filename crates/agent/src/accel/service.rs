@@ -499,18 +499,30 @@ pub(crate) async fn write_stage(
     counters: std::sync::Arc<super::Counters>,
 ) {
     while let Some(f) = rx.recv().await {
-        if let Err(e) = send_back(&f).await {
+        let sent = send_back(&f).await;
+        // Cleaned up before the result goes: a requester that has its result finds nothing of
+        // its task left here.
+        cleanup_task(&f.staging, Path::new(&f.spec.workdir));
+        let sent = match sent {
+            Ok(done) => match tokio::time::timeout(SEND_TIMEOUT, f.reply.send(Ok(done))).await {
+                Ok(Ok(())) => Ok(()),
+                _ => Err("the requester went away".to_string()),
+            },
+            Err(e) => Err(e),
+        };
+        counters.write_queue.fetch_sub(1, Ordering::SeqCst);
+        if let Err(e) = sent {
             warn!(
                 task = f.assignment.task_id,
                 "offload: sending the result back failed: {e}"
             );
         }
-        counters.write_queue.fetch_sub(1, Ordering::SeqCst);
-        cleanup_task(&f.staging, Path::new(&f.spec.workdir));
     }
 }
 
-async fn send_back(f: &Finished) -> Result<(), String> {
+/// Sends a finished task's logs and declared outputs back; returns the reply that ends the
+/// call (its result), for [`write_stage`] to send once the task's directories are gone.
+async fn send_back(f: &Finished) -> Result<pb::OffloadReply, String> {
     let send = |chunk: pb::FileChunk| {
         let reply = f.reply.clone();
         async move {
@@ -560,16 +572,12 @@ async fn send_back(f: &Finished) -> Result<(), String> {
             Err(e) => return Err(format!("{rel}: {e}")),
         }
     }
-    let done = pb::OffloadReply {
+    Ok(pb::OffloadReply {
         part: Some(ReplyPart::Done(pb::OffloadDone {
             result: Some(result),
             anode: f.anode.clone(),
         })),
-    };
-    match tokio::time::timeout(SEND_TIMEOUT, f.reply.send(Ok(done))).await {
-        Ok(Ok(())) => Ok(()),
-        _ => Err("the requester went away".into()),
-    }
+    })
 }
 
 /// Admits calls carrying `authorization: Bearer <agent token>` only.
