@@ -236,6 +236,7 @@ mod tests {
             "the record, with its unacknowledged result, is left for the next agent"
         );
         crate::launch::signal_group(ended, nix::sys::signal::Signal::SIGKILL);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -253,6 +254,8 @@ mod tests {
         assert!(start.elapsed() >= wait, "it waited for the lock");
         assert!(alive(new_agents_task));
         crate::launch::signal_group(new_agents_task, nix::sys::signal::Signal::SIGKILL);
+        drop(_new_agent);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -282,5 +285,7 @@ mod tests {
                 && e.contains("--work-dir"),
             "{e}"
         );
+        drop(_first);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -16,7 +16,9 @@ const TOKEN: &str = "agent-token";
 /// The offload key the test ANodes hold, as their server would give it.
 const KEY: [u8; 32] = [9; 32];
 
-fn temp(name: &str) -> PathBuf {
+/// A fresh directory under the system's temporary one, removed when the test that made it
+/// ends well (kept after a failure, to be looked at).
+fn temp(name: &str) -> Temp {
     let d = std::env::temp_dir().join(format!(
         "hetsched-accel-{}-{name}-{}",
         std::process::id(),
@@ -24,7 +26,31 @@ fn temp(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    Temp(d)
+}
+
+/// See [`temp`].
+struct Temp(PathBuf);
+
+impl std::ops::Deref for Temp {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Temp {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 fn rand_suffix() -> u64 {
@@ -34,7 +60,7 @@ fn rand_suffix() -> u64 {
 }
 
 /// An ANode with `devices` devices serving on loopback.
-async fn anode(devices: u32) -> (Pipeline, AccelListener, PathBuf) {
+async fn anode(devices: u32) -> (Pipeline, AccelListener, Temp) {
     anode_with(devices, false).await
 }
 
@@ -56,7 +82,7 @@ fn pipeline(work: &Path) -> Pipeline {
 }
 
 /// [`anode`], with `run_as_owner` as given.
-async fn anode_with(devices: u32, run_as_owner: bool) -> (Pipeline, AccelListener, PathBuf) {
+async fn anode_with(devices: u32, run_as_owner: bool) -> (Pipeline, AccelListener, Temp) {
     let work = temp("anode");
     let p = Pipeline::start(
         "anode-1",
@@ -410,7 +436,8 @@ async fn a_broken_transfer_is_retried_with_the_same_attempt() {
         async move { ship_plain(&c, &assignment(5, 0, 3, &s), &s, &dir).await }
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let p = pipeline(&temp("late-anode"));
+    let late_work = temp("late-anode");
+    let p = pipeline(&late_work);
     let _l = AccelListener::bind(port, p, TOKEN, None).await.unwrap();
     let r = shipped.await.unwrap();
     assert!(r.success, "{r:?}");
@@ -472,7 +499,8 @@ async fn when_the_requester_goes_away_the_anode_kills_the_task_and_drops_its_res
 async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
     let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/tls");
     let read = |f: &str| std::fs::read(tls.join(f)).unwrap();
-    let p = pipeline(&temp("tls-anode"));
+    let tls_work = temp("tls-anode");
+    let p = pipeline(&tls_work);
     let l = AccelListener::bind(
         "127.0.0.1:0".parse().unwrap(),
         p,
@@ -684,7 +712,8 @@ async fn with_run_as_owner_an_offloaded_task_runs_and_moves_its_files_as_its_acc
     assert_eq!(std::fs::read_dir(work.join("accel")).unwrap().count(), 0);
 
     // An input the account may not read (a link to a file of root's) is never shipped.
-    let secret = temp("secret").join("secret");
+    let secret_dir = temp("secret");
+    let secret = secret_dir.join("secret");
     std::fs::write(&secret, b"root only").unwrap();
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     std::fs::remove_file(dir.join("in/4.dat")).unwrap();
@@ -897,7 +926,7 @@ async fn an_anode_without_a_key_from_its_server_runs_no_offload_until_it_gets_on
 /// An ANode serving on loopback whose offloads' inputs are received within `limits`.
 async fn anode_limited(
     limits: hetsched_agent::dataflow::InputLimits,
-) -> (Pipeline, AccelListener, PathBuf) {
+) -> (Pipeline, AccelListener, Temp) {
     let work = temp("anode-limited");
     let p = Pipeline::start(
         "anode-1",

@@ -161,6 +161,7 @@ fn the_exported_schedule_has_the_documented_keys_and_replays_to_the_makespan() {
         "{replayed} vs {makespan} over {sends} sends"
     );
     assert_eq!(v["makespan"], e["makespan"]);
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -201,6 +202,7 @@ fn umr_past_its_memory_is_reported_infeasible_naming_worker_round_and_overflow()
         "UMRLM runs it: {}",
         String::from_utf8_lossy(&ok.stderr)
     );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -510,4 +512,5 @@ fn divisible_paper_writes_its_tables_and_plots() {
     ] {
         assert!(dir.join(f).exists(), "{f}");
     }
+    std::fs::remove_dir_all(&dir).ok();
 }
