@@ -32,13 +32,16 @@
 //! Refused with `file:line:column: field: message`: both or neither of `builtin` and `command`
 //! (the runtime needs code for every component), an unknown builtin, a spout builtin on a bolt or
 //! the reverse, unknown or mistyped params, an empty command, a `join` without exactly two input
-//! components, a corpus spout without lines.
+//! components, a corpus spout without lines, a command's `"topology.subprocess.timeout.secs"`
+//! (Storm's key, how long its program may go without answering before the worker kills it)
+//! that is not whole seconds from 1 to a day, or written unquoted (a nested TOML table).
 
 use super::cluster::at;
 use super::topology::parse_topology;
 use super::{Duration, InputError, Source};
 use crate::model::stream_code::{
-    BUILTIN_NAMES, Builtin, ComponentCode, RateStep, RunnableTopology, SpoutSettings,
+    BUILTIN_NAMES, Builtin, ComponentCode, RateStep, RunnableTopology, SUBPROCESS_TIMEOUT_KEY,
+    SpoutSettings, subprocess_timeout_secs,
 };
 use crate::model::topology::ComponentKind;
 use serde::Deserialize;
@@ -260,7 +263,32 @@ pub fn parse_runnable_topology(origin: &str, text: &str) -> Result<RunnableTopol
                         };
                         conf.insert(k.clone(), text);
                     }
+                    // Storm's key written unquoted is a TOML dotted key, i.e. nested tables:
+                    // it would reach the program as one `topology` entry and the worker would
+                    // not see it, so the user is told to quote it.
+                    let nested = SUBPROCESS_TIMEOUT_KEY
+                        .rsplit_once('.')
+                        .and_then(|(path, last)| {
+                            path.split('.')
+                                .try_fold(p.get_ref(), |t, k| match t.get(k) {
+                                    Some(toml::Value::Table(inner)) => Some(inner),
+                                    _ => None,
+                                })
+                                .map(|t| t.contains_key(last))
+                        })
+                        .unwrap_or(false);
+                    if nested {
+                        return Err(src.error(
+                            params_at,
+                            field("params"),
+                            format!(
+                                "`{SUBPROCESS_TIMEOUT_KEY}` unquoted is a nested TOML table: quote the key (`\"{SUBPROCESS_TIMEOUT_KEY}\" = 30`)"
+                            ),
+                        ));
+                    }
                 }
+                subprocess_timeout_secs(&conf)
+                    .map_err(|message| src.error(params_at, field("params"), message))?;
                 ComponentCode::Command {
                     argv: cmd.get_ref().clone(),
                     conf,
@@ -593,6 +621,53 @@ rate = 20.0
         assert!(e.contains("a corpus spout needs `lines"), "{e}");
         let e = err(&WORDCOUNT.replace("[\"python3\", \"split.py\"]", "[]"));
         assert!(e.contains("component[1].command: empty command"), "{e}");
+    }
+
+    /// Storm's `topology.subprocess.timeout.secs` in a command's params reaches the program's
+    /// conf and the worker; a value the worker could not use, or the key unquoted (a nested
+    /// TOML table the worker would never see), is refused at the params.
+    #[test]
+    fn a_commands_subprocess_timeout_is_checked_where_it_is_written() {
+        let with = |v: &str| {
+            WORDCOUNT.replace(
+                "params = { lowercase = true, n = 2 }",
+                &format!("params = {{ lowercase = true, {v} }}"),
+            )
+        };
+        let r =
+            parse_runnable_topology("t.toml", &with("\"topology.subprocess.timeout.secs\" = 5"))
+                .expect("parses");
+        match &r.code[1] {
+            ComponentCode::Command { conf, .. } => {
+                assert_eq!(subprocess_timeout_secs(conf), Ok(5));
+                assert_eq!(conf[SUBPROCESS_TIMEOUT_KEY], "5");
+            }
+            other => panic!("{other:?}"),
+        }
+        match &parse_runnable_topology("t.toml", WORDCOUNT)
+            .expect("parses")
+            .code[1]
+        {
+            ComponentCode::Command { conf, .. } => {
+                assert_eq!(subprocess_timeout_secs(conf), Ok(30))
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in ["0", "-1", "2.5", "\"soon\"", "86401"] {
+            let e = err(&with(&format!(
+                "\"topology.subprocess.timeout.secs\" = {bad}"
+            )));
+            assert!(
+                e.starts_with(
+                    "t.toml:15:10: component[1].params: `topology.subprocess.timeout.secs`"
+                ),
+                "{bad}: {e}"
+            );
+            assert!(e.contains("whole seconds from 1 to 86400"), "{e}");
+        }
+        let e = err(&with("topology.subprocess.timeout.secs = 5"));
+        assert!(e.starts_with("t.toml:15:10: component[1].params:"), "{e}");
+        assert!(e.contains("quote the key"), "{e}");
     }
 
     #[test]

@@ -32,6 +32,36 @@ pub enum ComponentCode {
     },
 }
 
+/// The `params` key of a `command` component that bounds how long its program may leave the
+/// worker without a message while the worker waits for one (bolts: heartbeats unanswered;
+/// spouts: `next`, `ack` or `fail` without its `sync`), after which the worker kills it. Storm's
+/// own name for it, so it reaches the program in the handshake's `conf` as Storm's topology
+/// conf would carry it.
+pub const SUBPROCESS_TIMEOUT_KEY: &str = "topology.subprocess.timeout.secs";
+/// [`SUBPROCESS_TIMEOUT_KEY`]'s default, seconds: what Storm falls back to
+/// (`supervisor.worker.timeout.secs`).
+pub const DEFAULT_SUBPROCESS_TIMEOUT_SECS: u64 = 30;
+/// [`SUBPROCESS_TIMEOUT_KEY`]'s largest value, seconds (a day): longer is a hung program kept
+/// for ever in practice.
+pub const MAX_SUBPROCESS_TIMEOUT_SECS: u64 = 86_400;
+
+/// A `command` component's [`SUBPROCESS_TIMEOUT_KEY`] in seconds, from its `conf`: the default
+/// when absent; an error naming the key when it is not a whole number of seconds from 1 to
+/// [`MAX_SUBPROCESS_TIMEOUT_SECS`].
+pub fn subprocess_timeout_secs(conf: &BTreeMap<String, String>) -> Result<u64, String> {
+    let Some(text) = conf.get(SUBPROCESS_TIMEOUT_KEY) else {
+        return Ok(DEFAULT_SUBPROCESS_TIMEOUT_SECS);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(s) if (1..=MAX_SUBPROCESS_TIMEOUT_SECS).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "`{SUBPROCESS_TIMEOUT_KEY}` = {text}: expected whole seconds from 1 to \
+             {MAX_SUBPROCESS_TIMEOUT_SECS} (how long the program may go without answering \
+             before the worker kills it; default {DEFAULT_SUBPROCESS_TIMEOUT_SECS})"
+        )),
+    }
+}
+
 /// Settings shared by the built-in spouts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SpoutSettings {
