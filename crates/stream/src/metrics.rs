@@ -30,6 +30,16 @@ pub struct ExecutorCounters {
     pub moved: AtomicBool,
     /// When its thread started, nanoseconds since the Unix epoch (0 until it starts).
     pub started_ns: AtomicU64,
+    /// Multi-lang bolts: inputs handed to the program that it has neither acked nor failed yet
+    /// (and the worker has not expired), now.
+    pub unacked: AtomicU64,
+    /// Multi-lang bolts: inputs the worker stopped waiting on the program's ack for, in all:
+    /// those of a reliable tree failed once their tree had timed out, those of an untracked
+    /// tree forgotten (`multilang`'s module doc).
+    pub expired: AtomicU64,
+    /// Why the executor's thread ended on its own, if it did (a multi-lang program that
+    /// exited or was killed for its silence): what the worker's log says.
+    pub ended: Mutex<Option<String>>,
 }
 
 impl ExecutorCounters {
@@ -44,6 +54,9 @@ impl ExecutorCounters {
             done: AtomicBool::new(false),
             moved: AtomicBool::new(false),
             started_ns: AtomicU64::new(0),
+            unacked: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            ended: Mutex::new(None),
         }
     }
 }

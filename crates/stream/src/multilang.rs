@@ -26,22 +26,57 @@
 //! not reading its input; a bolt takes no more input while `MAX_QUEUED_INPUT` messages wait
 //! to be written.
 //!
+//! **A silent program is killed.** As Storm's ShellBolt and ShellSpout, the worker gives a
+//! program `topology.subprocess.timeout.secs` (a `command` component's `params`, quoted in
+//! TOML; default 30 s, Storm's `supervisor.worker.timeout.secs`) to say anything while the
+//! worker waits on it: a bolt from the first heartbeat it has not answered (any message
+//! answers, as in Storm), a spout from its `next`, `ack` or `fail` (or its last message since)
+//! until its `sync`. Time the executor itself spends blocked on the topology does not count.
+//! Past it the executor ends as it does when its program exits: [`ShellError`] in the worker's
+//! log (naming the executor, the pid, how long it was silent and the limit) and in the
+//! executor's counters (`ended`), the program killed and reaped (its [`Program`] drops; only
+//! the process the worker started, as Storm's ShellProcess). The executor is not started
+//! again: Storm ends the whole worker, which its supervisor restarts; here the worker and its
+//! other executors run on (a reliable spout replays the trees it had sent the dead executor
+//! once they time out).
+//!
+//! **A bolt's unacked inputs are bounded.** The worker keeps each input it hands a program
+//! until the program acks or fails it, for its anchored emits and the ack it owes the tree.
+//! A program that never acks would grow that without bound, so the worker stops waiting on it
+//! at the input's tree's timeout (the `timeout` of the spout that began the tree — Storm's
+//! `topology.message.timeout.secs` — counted from when the input reached the bolt, 30 s for an
+//! untracked tree): by then the spout has failed and replayed the tree, so the input is failed
+//! (a no-op for a tree the spout already ended) and forgotten, counted in the executor's
+//! `expired`. An ack, fail or anchor naming it later is ignored (its emits go out untracked;
+//! Storm would end the bolt instead). And at most `MAX_UNACKED` inputs are held
+//! (`ExecutorCounters::unacked`, plus at most one batch): past it the oldest inputs of
+//! untracked trees are forgotten (no spout waits on them; stalling an unreliable stream on a
+//! program that never acks would serve no one), and while the oldest is a reliable tree's the
+//! bolt takes no more input — back-pressure, as under Storm's `max.spout.pending` — until the
+//! program acks or the tree times out. What was failed and forgotten is said in the worker's
+//! log at most once a minute.
+//!
 //! Task ids are executor ids. Deviations: one output stream (`stream` in an emit is ignored,
 //! every outgoing stream of the component gets the tuple); `direct` emits are sent as normal
 //! emits; a tuple anchored to inputs of several different trees joins the first anchor's tree
 //! only (the others are acked without it).
 
-use crate::metrics::{Histogram, bump, now_ns};
+use crate::metrics::{ExecutorCounters, Histogram, bump, now_ns};
 use crate::tuple::{AckMsg, Tuple, Value};
 use crate::worker::{Emitter, Pending, Shared, Tracker};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, never, select, unbounded};
+use hetsched_core::model::stream_code::{
+    ComponentCode, SUBPROCESS_TIMEOUT_KEY, subprocess_timeout_secs,
+};
 use hetsched_core::model::topology::ExecutorId;
 use serde_json::{Value as Json, json};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use thiserror::Error;
 
 /// Largest message a program may send (its JSON text before the line `end`).
 pub const MAX_MESSAGE: usize = 16 << 20;
@@ -65,11 +100,72 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 const SHELL_MAX_PENDING: usize = 1000;
 /// Spouts: a tree not acked after this fails.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bolts: inputs the program may hold neither acked nor failed; past it the oldest inputs of
+/// untracked trees are forgotten, and while the oldest belongs to a reliable tree the bolt
+/// takes no more input (back-pressure) until the program acks or the tree times out.
+const MAX_UNACKED: usize = 20_000;
+/// Bolts: how long an input of an untracked tree (an unreliable spout's) is kept for the
+/// program's ack or anchored emits: Storm's default message timeout.
+const UNTRACKED_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a multi-lang executor ended on its own. Said in the worker's log (the agent keeps it in
+/// the worker's `worker.err`) and kept in the executor's counters
+/// ([`ExecutorCounters::ended`](crate::metrics::ExecutorCounters::ended)).
+#[derive(Debug, Error)]
+pub enum ShellError {
+    /// The program exited.
+    #[error("{name}: the program exited{status}")]
+    Exited {
+        /// The executor, `<component>#<index>`.
+        name: String,
+        /// `" (exit status: 1)"`, or empty when it is not known yet.
+        status: String,
+    },
+    /// The program runs on but closed its input or its output, or wrote more than a message
+    /// may hold (the reader stopped, and said so).
+    #[error(
+        "{name}: the program closed its input or output, or wrote more than a message may hold: killed"
+    )]
+    Closed {
+        /// The executor, `<component>#<index>`.
+        name: String,
+    },
+    /// The program wrote nothing for longer than its timeout while the worker waited on it.
+    #[error(
+        "{name}: the program (pid {pid}) sent nothing for {silent_s:.1} s while the worker waited for {waited} (at most {limit_s} s, `{SUBPROCESS_TIMEOUT_KEY}`): killed"
+    )]
+    Silent {
+        /// The executor, `<component>#<index>`.
+        name: String,
+        /// The program's pid.
+        pid: u32,
+        /// How long it had been silent, seconds.
+        silent_s: f64,
+        /// Its timeout, seconds.
+        limit_s: u64,
+        /// What the worker waited for (`an answer to its heartbeats`, `its sync after next`).
+        waited: &'static str,
+    },
+}
+
+/// A program's process, killed and reaped when dropped: however its executor ends (it returns,
+/// it fails to start, the worker stops), no program outlives it. Only the process the worker
+/// started: a program's own children are its own to end, as under Storm's ShellProcess.
+#[derive(Debug)]
+struct Program(Child);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // `kill` signals nothing once `try_wait` has reaped the child (its pid may be reused).
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 /// A running multi-lang program.
 #[derive(Debug)]
 pub struct Shell {
-    child: Child,
+    program: Program,
     /// Messages for the program, written by its writer thread (`spawn_writer`).
     stdin: Sender<Vec<u8>>,
     msgs: Receiver<Json>,
@@ -78,13 +174,9 @@ pub struct Shell {
     name: String,
     /// The program's pid, from the handshake.
     pub pid: u64,
-}
-
-impl Drop for Shell {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    /// How long the program may go without a message while the worker waits on it
+    /// ([`SUBPROCESS_TIMEOUT_KEY`]).
+    timeout: Duration,
 }
 
 impl Shell {
@@ -98,7 +190,9 @@ impl Shell {
         let topo = &shared.topo.topology;
         let name = topo.executor_name(ExecutorId(e));
         let (program, args) = argv.split_first().ok_or("empty command")?;
-        let mut child = Command::new(program)
+        // Checked by the topology's parser; a worker given an unchecked text refuses it here.
+        let timeout = Duration::from_secs(subprocess_timeout_secs(conf)?);
+        let child = Command::new(program)
             .args(args)
             .current_dir(&shared.base_dir)
             .stdin(Stdio::piped())
@@ -106,6 +200,9 @@ impl Shell {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|err| format!("cannot start `{}`: {err}", argv.join(" ")))?;
+        // From here on every early return kills it.
+        let mut program = Program(child);
+        let child = &mut program.0;
         let stdout = child.stdout.take().ok_or("no stdout pipe")?;
         let budget = Arc::new(LogBudget::default());
         let stderr = child.stderr.take().ok_or("no stderr pipe")?;
@@ -118,12 +215,13 @@ impl Shell {
         let stdin = spawn_writer(stdin, &name)
             .map_err(|err| format!("cannot start the writer thread: {err}"))?;
         let mut shell = Shell {
-            child,
+            program,
             stdin,
             msgs,
             budget,
             name: name.clone(),
             pid: 0,
+            timeout,
         };
         let pid_dir = shared.work_dir.join("pids").join(e.to_string());
         std::fs::create_dir_all(&pid_dir)
@@ -185,7 +283,49 @@ impl Shell {
     }
 
     fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        matches!(self.program.0.try_wait(), Ok(None))
+    }
+
+    /// What ended the program's side of the protocol: its exit, or (still running) a pipe
+    /// it closed.
+    fn gone(&mut self) -> ShellError {
+        match self.program.0.try_wait() {
+            Ok(None) => ShellError::Closed {
+                name: self.name.clone(),
+            },
+            Ok(Some(status)) => ShellError::Exited {
+                name: self.name.clone(),
+                status: format!(" ({status})"),
+            },
+            Err(_) => ShellError::Exited {
+                name: self.name.clone(),
+                status: String::new(),
+            },
+        }
+    }
+
+    /// The error for a program silent for `silent` while the worker waited for `waited`.
+    fn silent(&self, silent: Duration, waited: &'static str) -> ShellError {
+        ShellError::Silent {
+            name: self.name.clone(),
+            pid: self.program.0.id(),
+            // Rounded up to the tenth it is written with, so a program killed just past its
+            // limit does not read as silent for exactly the limit.
+            silent_s: (silent.as_secs_f64() * 10.0).ceil() / 10.0,
+            limit_s: self.timeout.as_secs(),
+            waited,
+        }
+    }
+}
+
+/// Ends executor `me` for `err`: said in the worker's log and kept in its counters. Its
+/// program is killed when its [`Shell`] drops, right after.
+fn end(shared: &Shared, me: u32, err: &ShellError) {
+    tracing::error!("{err}");
+    if let Some(c) = shared.counter(me)
+        && let Ok(mut ended) = c.ended.lock()
+    {
+        *ended = Some(err.to_string());
     }
 }
 
@@ -383,31 +523,172 @@ fn log(shell: &Shell, m: &Json) {
     }
 }
 
-/// A bolt input handed to the program and not yet acked.
+/// A bolt input handed to the program and not yet acked or failed by it.
+#[derive(Debug)]
 struct InFlight {
     root: u64,
     edge: u64,
     emitted_ns: u64,
+    /// XOR of the edges the program emitted anchored to it.
     xor: u64,
+    /// When the worker stops waiting on the program's ack: its tree's timeout after the input
+    /// reached the bolt ([`TreeTimeouts`]).
+    deadline: Instant,
 }
 
-/// Runs a multi-lang bolt: inputs go to the program, its commands come back.
-pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Receiver<Vec<Tuple>>) {
+/// A bolt's inputs handed to its program and not yet acked or failed by it, by id: ids
+/// increase, so the first is the oldest.
+#[derive(Debug, Default)]
+struct Unacked(BTreeMap<u64, InFlight>);
+
+impl Unacked {
+    /// Whether the bolt may take more input now: fewer than `max` inputs are unacked, after
+    /// forgetting the oldest ones while they belong to untracked trees (no spout waits on
+    /// them, so holding up the topology for them would stall an unreliable stream for a
+    /// program that never acks). Forgotten inputs are appended to `gone`.
+    fn room(&mut self, max: usize, gone: &mut Vec<InFlight>) -> bool {
+        while self.0.len() >= max {
+            match self.0.first_entry() {
+                Some(e) if e.get().root == 0 => gone.push(e.remove()),
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Removes the inputs whose deadline is not after `now`, into `gone`.
+    fn expire(&mut self, now: Instant, gone: &mut Vec<InFlight>) {
+        if !self.0.values().any(|f| f.deadline <= now) {
+            return;
+        }
+        let (old, keep) = std::mem::take(&mut self.0)
+            .into_iter()
+            .partition(|(_, f)| f.deadline <= now);
+        self.0 = keep;
+        gone.extend(old.into_values());
+    }
+}
+
+/// How long each spout's trees live before the spout fails them (its `timeout`), so a bolt
+/// knows when the tree of an input it holds has timed out.
+struct TreeTimeouts(Vec<Duration>);
+
+impl TreeTimeouts {
+    fn new(shared: &Shared) -> Self {
+        let topo = &shared.topo;
+        TreeTimeouts(
+            topo.code
+                .iter()
+                .map(|code| match code {
+                    ComponentCode::Builtin(b) => {
+                        Duration::from_nanos(crate::worker::spout_settings(b).timeout_ns)
+                    }
+                    ComponentCode::Command { .. } => SHELL_TIMEOUT,
+                })
+                .collect(),
+        )
+    }
+
+    /// The timeout of tree `root`'s spout; [`UNTRACKED_TIMEOUT`] for an untracked tree (0).
+    fn of(&self, shared: &Shared, root: u64) -> Duration {
+        AckMsg::spout_of(root)
+            .and_then(|spout| shared.components.get(spout as usize))
+            .and_then(|&c| self.0.get(c))
+            .copied()
+            .unwrap_or(UNTRACKED_TIMEOUT)
+    }
+}
+
+/// A message id the worker gave an input (`"17"`), as the program sends it back (a string,
+/// or a number from a library that converted it).
+fn input_id(v: &Json) -> Option<u64> {
+    match v {
+        Json::String(s) => s.parse().ok(),
+        other => other.as_u64(),
+    }
+}
+
+/// A bolt's figures that it says to the worker's log at most once a [`LOG_WINDOW`].
+struct ExpiryNotice {
+    said: Option<Instant>,
+    failed: u64,
+    forgotten: u64,
+}
+
+impl ExpiryNotice {
+    fn say(&mut self, name: &str, force: bool) {
+        if self.failed + self.forgotten == 0
+            || (!force && self.said.is_some_and(|t| t.elapsed() < LOG_WINDOW))
+        {
+            return;
+        }
+        self.said = Some(Instant::now());
+        tracing::warn!(
+            "{name}: the program neither acked nor failed {} inputs in time: {} failed at \
+             their tuple tree's timeout (their spouts replay them), {} of untracked trees \
+             forgotten past {MAX_UNACKED} unacked",
+            self.failed + self.forgotten,
+            self.failed,
+            self.forgotten
+        );
+        self.failed = 0;
+        self.forgotten = 0;
+    }
+}
+
+/// Runs a multi-lang bolt: inputs go to the program, its commands come back. Ends, killing
+/// the program, when the program exits or stays silent past its timeout ([`ShellError`]).
+pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, shell: Shell, inbox: Receiver<Vec<Tuple>>) {
     let Some(counters) = shared.counter(me) else {
         return;
     };
-    let topo = &shared.topo.topology;
+    let mut shell = shell;
     let mut em = Emitter::new(shared.clone(), me);
-    let terminal = !em.has_outputs();
     let mut hist = Histogram::default();
-    let mut inflight: HashMap<String, InFlight> = HashMap::new();
+    let result = bolt_loop(&shared, &counters, &mut shell, &inbox, &mut em, &mut hist);
+    if let Err(err) = &result {
+        end(&shared, me, err);
+    }
+    // Killed before the flush, which may wait on the topology.
+    drop(shell);
+    counters.unacked.store(0, Ordering::Relaxed);
+    em.flush();
+    if let Ok(mut h) = shared.latency.lock() {
+        hist.drain_into(&mut h);
+    }
+}
+
+fn bolt_loop(
+    shared: &Arc<Shared>,
+    counters: &ExecutorCounters,
+    shell: &mut Shell,
+    inbox: &Receiver<Vec<Tuple>>,
+    em: &mut Emitter,
+    hist: &mut Histogram,
+) -> Result<(), ShellError> {
+    let topo = &shared.topo.topology;
+    let terminal = !em.has_outputs();
+    let timeouts = TreeTimeouts::new(shared);
+    let mut unacked = Unacked::default();
+    let mut gone: Vec<InFlight> = Vec::new();
+    let mut notice = ExpiryNotice {
+        said: None,
+        failed: 0,
+        forgotten: 0,
+    };
     let mut next_id: u64 = 0;
     let mut last_heartbeat = Instant::now();
-    let mut last_sync = Instant::now();
+    // When the oldest heartbeat the program has not answered was sent. Any message answers
+    // (as in Storm's ShellBolt), so a program busy emitting and acking is never silent; and
+    // silence counts from a question only, so time the executor itself spent blocked (on a
+    // full downstream inbox, sending no heartbeat) is not held against the program.
+    let mut asked: Option<Instant> = None;
     let msgs = shell.msgs.clone();
     let no_input = never();
-    let mut warned = false;
     while !shared.stopping() {
+        counters
+            .unacked
+            .store(unacked.0.len() as u64, Ordering::Relaxed);
         if inbox.is_empty() && msgs.is_empty() {
             em.flush();
             if let Ok(mut h) = shared.latency.lock() {
@@ -416,29 +697,54 @@ pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Rec
         }
         if last_heartbeat.elapsed() >= HEARTBEAT {
             last_heartbeat = Instant::now();
-            let _ = shell.send(&json!({
+            let sent = shell.send(&json!({
                 "id": "-1", "comp": Json::Null, "stream": "__heartbeat", "task": -1, "tuple": []
             }));
-            if last_sync.elapsed() > 10 * HEARTBEAT && !warned {
-                tracing::warn!("{}: no heartbeat answer for 10 s", shell.name);
-                warned = true;
+            if sent.is_err() || !shell.alive() {
+                return Err(shell.gone());
             }
-            if !shell.alive() {
-                tracing::error!("{}: the program exited", shell.name);
-                return;
+            let since = *asked.get_or_insert(last_heartbeat);
+            // A message waiting to be handled answers too: then the executor was slow, not
+            // the program.
+            if msgs.is_empty() && since.elapsed() > shell.timeout {
+                return Err(shell.silent(since.elapsed(), "an answer to its heartbeats"));
             }
+            unacked.expire(Instant::now(), &mut gone);
         }
         // Input only while the program keeps up with what it was given, so the writer's queue
-        // stays bounded and back-pressure reaches the senders.
-        let input = if shell.queued() < MAX_QUEUED_INPUT {
-            &inbox
+        // stays bounded and back-pressure reaches the senders; and while it holds fewer than
+        // MAX_UNACKED inputs unacked, so a program that never acks cannot grow the worker.
+        let input = if shell.queued() < MAX_QUEUED_INPUT && unacked.room(MAX_UNACKED, &mut gone) {
+            inbox
         } else {
             &no_input
         };
+        for f in gone.drain(..) {
+            // Its tree has timed out at its spout (the input reached this bolt after the
+            // tree began, and waited the tree's whole timeout here), which replays it: the
+            // fail only ends it at once where the spout's clock started later (a tree handed
+            // over with its spout). A fail for a tree the spout no longer holds is ignored.
+            if f.root != 0 {
+                shared.route_ack(
+                    AckMsg {
+                        root: f.root,
+                        xor: f.edge ^ f.xor,
+                        fail: true,
+                    },
+                    false,
+                );
+                notice.failed += 1;
+            } else {
+                notice.forgotten += 1;
+            }
+            bump(&counters.expired, 1);
+        }
+        notice.say(&shell.name, false);
         select! {
             recv(input) -> b => {
                 let Ok(batch) = b else { break };
                 let now = if terminal { now_ns() } else { 0 };
+                let received = Instant::now();
                 for t in batch {
                     if let Some(c) = counters.received_from.get(t.src as usize) {
                         bump(c, 1);
@@ -447,32 +753,33 @@ pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Rec
                         hist.record(now.saturating_sub(t.emitted_ns) / 1000);
                     }
                     next_id += 1;
-                    let id = next_id.to_string();
                     let comp = topo.locate(ExecutorId(t.src)).map(|(c, _)| topo.components[c].name.clone());
                     let tuple: Vec<Json> = t.values.iter().map(Value::to_json).collect();
-                    let msg = json!({"id": id, "comp": comp, "stream": "default", "task": t.src, "tuple": tuple});
-                    inflight.insert(id, InFlight { root: t.root, edge: t.edge, emitted_ns: t.emitted_ns, xor: 0 });
-                    if let Err(err) = shell.send(&msg) {
-                        tracing::error!("{}: cannot write to the program: {err}", shell.name);
-                        return;
+                    let msg = json!({"id": next_id.to_string(), "comp": comp, "stream": "default", "task": t.src, "tuple": tuple});
+                    let deadline = received + timeouts.of(shared, t.root);
+                    unacked.0.insert(next_id, InFlight { root: t.root, edge: t.edge, emitted_ns: t.emitted_ns, xor: 0, deadline });
+                    if shell.send(&msg).is_err() {
+                        return Err(shell.gone());
                     }
                 }
             }
             recv(msgs) -> m => {
                 let Ok(m) = m else {
-                    tracing::error!("{}: the program closed its output", shell.name);
-                    return;
+                    return Err(shell.gone());
                 };
                 match m.get("command").and_then(Json::as_str) {
                     Some("emit") => {
-                        let anchors: Vec<String> = m.get("anchors").and_then(Json::as_array).map(|a| {
-                            a.iter().map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned)).collect()
-                        }).unwrap_or_default();
-                        let anchor = anchors.iter().find_map(|a| inflight.get(a).map(|f| (a.clone(), f.root, f.emitted_ns)));
-                        let (root, ts) = anchor.as_ref().map_or((0, now_ns()), |(_, r, ts)| (*r, *ts));
+                        // An anchor the worker no longer holds (acked, failed or expired)
+                        // anchors nothing: the tuple goes out in no tree, as an unreliable one.
+                        let anchor = m.get("anchors").and_then(Json::as_array).and_then(|a| {
+                            a.iter().filter_map(input_id).find(|id| unacked.0.contains_key(id))
+                        });
+                        let (root, ts) = anchor
+                            .and_then(|id| unacked.0.get(&id))
+                            .map_or((0, now_ns()), |f| (f.root, f.emitted_ns));
                         let mut targets = Vec::new();
                         let xor = em.emit(values(m.get("tuple")), root, ts, Some(&mut targets));
-                        if let Some((a, _, _)) = anchor && let Some(f) = inflight.get_mut(&a) {
+                        if let Some(f) = anchor.and_then(|id| unacked.0.get_mut(&id)) {
                             f.xor ^= xor;
                         }
                         if m.get("need_task_ids").and_then(Json::as_bool) != Some(false) {
@@ -481,186 +788,203 @@ pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, mut shell: Shell, inbox: Rec
                     }
                     Some("ack") | Some("fail") => {
                         let fail = m.get("command").and_then(Json::as_str) == Some("fail");
-                        let id = m.get("id").map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_owned)).unwrap_or_default();
-                        if let Some(f) = inflight.remove(&id) && f.root != 0 {
+                        if let Some(f) = m.get("id").and_then(input_id).and_then(|id| unacked.0.remove(&id))
+                            && f.root != 0
+                        {
                             shared.route_ack(AckMsg { root: f.root, xor: f.edge ^ f.xor, fail }, false);
                         }
                     }
-                    Some("sync") => { last_sync = Instant::now(); warned = false; }
-                    Some("log") => log(&shell, &m),
+                    Some("sync") => {}
+                    Some("log") => log(shell, &m),
                     Some("error") => tracing::warn!("{}: error: {}", shell.name, m.get("msg").and_then(Json::as_str).unwrap_or("")),
                     Some("metrics") => {}
                     other => tracing::warn!("{}: unknown command {other:?}", shell.name),
                 }
+                // Answered, once handled (an emit may have waited on the topology meanwhile).
+                asked = None;
             }
             default(Duration::from_millis(100)) => {}
         }
     }
-    em.flush();
-    if let Ok(mut h) = shared.latency.lock() {
-        hist.drain_into(&mut h);
-    }
+    notice.say(&shell.name, true);
+    Ok(())
 }
 
 /// Runs a multi-lang spout: `next`, `ack` and `fail` go to the program; it emits and syncs.
-pub fn run_shell_spout(shared: Arc<Shared>, me: u32, mut shell: Shell, acks: Receiver<AckMsg>) {
+/// Ends, killing the program, when the program exits or stays silent past its timeout
+/// ([`ShellError`]).
+pub fn run_shell_spout(shared: Arc<Shared>, me: u32, shell: Shell, acks: Receiver<AckMsg>) {
     let Some(counters) = shared.counter(me) else {
         return;
     };
+    let mut shell = shell;
     let mut em = Emitter::new(shared.clone(), me);
-    let mut tracker = Tracker::default();
-    let mut ids: HashMap<u64, Json> = HashMap::new();
-    let mut next_msg: u64 = 0;
+    let result = spout_loop(&shared, me, &counters, &mut shell, &acks, &mut em);
+    if let Err(err) = &result {
+        end(&shared, me, err);
+    }
+    drop(shell);
+    em.flush();
+}
+
+/// A multi-lang spout's trees in flight and the message ids its program gave them.
+struct SpoutTrees {
+    tracker: Tracker,
+    ids: HashMap<u64, Json>,
+    next_msg: u64,
+}
+
+fn spout_loop(
+    shared: &Arc<Shared>,
+    me: u32,
+    counters: &ExecutorCounters,
+    shell: &mut Shell,
+    acks: &Receiver<AckMsg>,
+    em: &mut Emitter,
+) -> Result<(), ShellError> {
+    let mut trees = SpoutTrees {
+        tracker: Tracker::default(),
+        ids: HashMap::new(),
+        next_msg: 0,
+    };
     let mut last_expire = Instant::now();
-    while !shared.stopping() && !counters.moved.load(std::sync::atomic::Ordering::Acquire) {
+    while !shared.stopping() && !counters.moved.load(Ordering::Acquire) {
         let mut done: Vec<(u64, bool)> = Vec::new();
         while let Ok(a) = acks.try_recv() {
-            if let Some(d) = tracker.apply(a) {
+            if let Some(d) = trees.tracker.apply(a) {
                 done.push(d);
             }
         }
         if last_expire.elapsed() >= Duration::from_millis(100) {
             last_expire = Instant::now();
             done.extend(
-                tracker
+                trees
+                    .tracker
                     .expire(SHELL_TIMEOUT)
                     .into_iter()
                     .map(|m| (m, false)),
             );
         }
         for (msg, ok) in done {
-            bump(
-                if ok {
-                    &counters.acked
-                } else {
-                    &counters.failed
-                },
-                1,
-            );
-            if let Some(id) = ids.remove(&msg) {
-                let command = if ok { "ack" } else { "fail" };
-                if shell.send(&json!({"command": command, "id": id})).is_err()
-                    || !read_until_sync(
-                        &shared,
-                        &mut shell,
-                        &mut em,
-                        &mut tracker,
-                        &mut ids,
-                        &mut next_msg,
-                        me,
-                    )
-                    .0
-                {
-                    return;
-                }
-            }
+            settle(shared, me, counters, shell, em, &mut trees, msg, ok)?;
         }
-        if tracker.pending.len() >= SHELL_MAX_PENDING {
+        if trees.tracker.pending.len() >= SHELL_MAX_PENDING {
             em.flush();
             match acks.recv_timeout(Duration::from_millis(20)) {
                 Ok(a) => {
-                    if let Some((msg, ok)) = tracker.apply(a) {
-                        bump(
-                            if ok {
-                                &counters.acked
-                            } else {
-                                &counters.failed
-                            },
-                            1,
-                        );
-                        if let Some(id) = ids.remove(&msg) {
-                            let command = if ok { "ack" } else { "fail" };
-                            let _ = shell.send(&json!({"command": command, "id": id}));
-                            read_until_sync(
-                                &shared,
-                                &mut shell,
-                                &mut em,
-                                &mut tracker,
-                                &mut ids,
-                                &mut next_msg,
-                                me,
-                            );
-                        }
+                    if let Some((msg, ok)) = trees.tracker.apply(a) {
+                        settle(shared, me, counters, shell, em, &mut trees, msg, ok)?;
                     }
                 }
-                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
                 Err(RecvTimeoutError::Timeout) => {}
             }
             continue;
         }
         if shell.send(&json!({"command": "next"})).is_err() {
-            tracing::error!("{}: the program exited", shell.name);
-            return;
+            return Err(shell.gone());
         }
-        let (alive, emitted) = read_until_sync(
-            &shared,
-            &mut shell,
-            &mut em,
-            &mut tracker,
-            &mut ids,
-            &mut next_msg,
-            me,
-        );
-        if !alive {
-            return;
-        }
+        let emitted = read_until_sync(shared, shell, em, &mut trees, me, "its sync after next")?;
         if emitted == 0 {
             // Storm sleeps a little when `next` emitted nothing.
             em.flush();
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-    em.flush();
+    Ok(())
 }
 
-/// Reads the program's messages up to its `sync`; returns (still alive, tuples emitted).
+/// Counts tree `msg` done (`ok`) or failed and tells the program, then reads its answer.
+#[allow(clippy::too_many_arguments)]
+fn settle(
+    shared: &Shared,
+    me: u32,
+    counters: &ExecutorCounters,
+    shell: &mut Shell,
+    em: &mut Emitter,
+    trees: &mut SpoutTrees,
+    msg: u64,
+    ok: bool,
+) -> Result<(), ShellError> {
+    bump(
+        if ok {
+            &counters.acked
+        } else {
+            &counters.failed
+        },
+        1,
+    );
+    let Some(id) = trees.ids.remove(&msg) else {
+        return Ok(());
+    };
+    let (command, waited) = if ok {
+        ("ack", "its sync after ack")
+    } else {
+        ("fail", "its sync after fail")
+    };
+    if shell.send(&json!({"command": command, "id": id})).is_err() {
+        return Err(shell.gone());
+    }
+    read_until_sync(shared, shell, em, trees, me, waited).map(|_| ())
+}
+
+/// Reads the program's messages up to its `sync`; returns the tuples it emitted (or those so
+/// far when the worker stops). An error when the program exits, or writes nothing for longer
+/// than its timeout while the worker waits (`waited` says for what).
 fn read_until_sync(
     shared: &Shared,
     shell: &mut Shell,
     em: &mut Emitter,
-    tracker: &mut Tracker,
-    ids: &mut HashMap<u64, Json>,
-    next_msg: &mut u64,
+    trees: &mut SpoutTrees,
     me: u32,
-) -> (bool, u64) {
+    waited: &'static str,
+) -> Result<u64, ShellError> {
     let mut emitted = 0;
+    // Since the command, or the last message once handled (an emit may have waited on the
+    // topology meanwhile, which is not the program's silence).
+    let mut since = Instant::now();
     loop {
         let m = match shell.msgs.recv_timeout(Duration::from_millis(200)) {
             Ok(m) => m,
             Err(RecvTimeoutError::Timeout) => {
-                if shared.stopping() || !shell.alive() {
-                    return (false, emitted);
+                if shared.stopping() {
+                    return Ok(emitted);
+                }
+                if !shell.alive() {
+                    return Err(shell.gone());
+                }
+                if since.elapsed() > shell.timeout {
+                    return Err(shell.silent(since.elapsed(), waited));
                 }
                 continue;
             }
-            Err(RecvTimeoutError::Disconnected) => return (false, emitted),
+            Err(RecvTimeoutError::Disconnected) => return Err(shell.gone()),
         };
         match m.get("command").and_then(Json::as_str) {
-            Some("sync") => return (true, emitted),
+            Some("sync") => return Ok(emitted),
             Some("emit") => {
                 let vals = values(m.get("tuple"));
                 let mut targets = Vec::new();
                 let ts = now_ns();
                 match m.get("id").filter(|id| !id.is_null()) {
                     Some(id) => {
-                        let root = tracker.new_root(me);
+                        let root = trees.tracker.new_root(me);
                         let xor = em.emit(vals, root, ts, Some(&mut targets));
-                        *next_msg += 1;
-                        ids.insert(*next_msg, id.clone());
+                        trees.next_msg += 1;
+                        let msg = trees.next_msg;
                         if xor != 0 {
-                            tracker.pending.insert(
+                            trees.ids.insert(msg, id.clone());
+                            trees.tracker.pending.insert(
                                 root,
                                 Pending {
                                     xor,
                                     at: Instant::now(),
-                                    msg: *next_msg,
+                                    msg,
                                 },
                             );
-                        } else {
-                            // No receiver: nothing to track (an ack now would interleave with
-                            // this read's `sync`).
-                            ids.remove(next_msg);
                         }
+                        // Else no receiver: nothing to track (an ack now would interleave with
+                        // this read's `sync`).
                     }
                     None => {
                         em.emit(vals, 0, ts, Some(&mut targets));
@@ -680,6 +1004,7 @@ fn read_until_sync(
             Some("metrics") => {}
             other => tracing::warn!("{}: unknown command {other:?}", shell.name),
         }
+        since = Instant::now();
     }
 }
 
@@ -799,5 +1124,69 @@ mod tests {
         );
         assert!(read < 1 << 20, "{read} bytes of messages read ahead");
         assert!(msgs.try_recv().is_ok());
+    }
+
+    fn in_flight(root: u64, deadline: Instant) -> InFlight {
+        InFlight {
+            root,
+            edge: 1,
+            emitted_ns: 0,
+            xor: 0,
+            deadline,
+        }
+    }
+
+    #[test]
+    fn past_the_most_unacked_inputs_untracked_ones_are_forgotten_and_a_reliable_one_holds_input_back()
+     {
+        let later = Instant::now() + Duration::from_secs(60);
+        let reliable = (7 << 48) | 1;
+        let mut u = Unacked::default();
+        for id in 1..=4 {
+            u.0.insert(id, in_flight(0, later));
+        }
+        u.0.insert(5, in_flight(reliable, later));
+        u.0.insert(6, in_flight(0, later));
+        let mut gone = Vec::new();
+        assert!(u.room(10, &mut gone));
+        assert!(gone.is_empty());
+        // Six held, room for input below two: the four oldest (untracked) are forgotten,
+        // then the oldest is a reliable tree's, which a spout waits on: no more input.
+        assert!(!u.room(2, &mut gone));
+        assert_eq!(gone.len(), 4);
+        assert!(gone.iter().all(|f| f.root == 0));
+        assert_eq!(u.0.keys().copied().collect::<Vec<_>>(), [5, 6]);
+        assert!(!u.room(2, &mut gone), "still held back");
+        // The program acks it: input again.
+        u.0.remove(&5);
+        assert!(u.room(2, &mut gone));
+        assert_eq!(gone.len(), 4);
+    }
+
+    #[test]
+    fn inputs_past_their_deadline_expire_and_the_others_stay() {
+        let now = Instant::now();
+        let mut u = Unacked::default();
+        u.0.insert(1, in_flight(1 << 48, now + Duration::from_secs(5)));
+        u.0.insert(2, in_flight(1 << 48, now));
+        u.0.insert(3, in_flight(0, now - Duration::from_secs(1)));
+        u.0.insert(4, in_flight(2 << 48, now + Duration::from_secs(1)));
+        let mut gone = Vec::new();
+        u.expire(now, &mut gone);
+        assert_eq!(gone.len(), 2);
+        assert_eq!(u.0.keys().copied().collect::<Vec<_>>(), [1, 4]);
+        u.expire(now, &mut gone);
+        assert_eq!(gone.len(), 2, "nothing more");
+        u.expire(now + Duration::from_secs(5), &mut gone);
+        assert!(u.0.is_empty());
+        assert_eq!(gone.len(), 4);
+    }
+
+    #[test]
+    fn an_input_id_is_read_as_the_worker_wrote_it_or_as_a_number() {
+        assert_eq!(input_id(&json!("17")), Some(17));
+        assert_eq!(input_id(&json!(17)), Some(17));
+        assert_eq!(input_id(&json!("-1")), None);
+        assert_eq!(input_id(&json!(["17"])), None);
     }
 }

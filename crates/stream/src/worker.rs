@@ -828,6 +828,11 @@ impl Shared {
                 .entry(e)
                 .or_insert_with(|| Arc::new(ExecutorCounters::new(n)));
             c.moved.store(false, Ordering::Relaxed);
+            // An executor started again here (a placement moved it back) ends afresh.
+            c.unacked.store(0, Ordering::Relaxed);
+            if let Ok(mut ended) = c.ended.lock() {
+                *ended = None;
+            }
             c.clone()
         };
         let _ = counters;
@@ -1087,6 +1092,12 @@ impl Worker {
         Ok((arriving, leaving))
     }
 
+    /// Executor `e`'s live counters, if it ever ran here (what reports are made of, and
+    /// figures reports leave out: a multi-lang bolt's unacked inputs, why an executor ended).
+    pub fn counter(&self, e: u32) -> Option<Arc<ExecutorCounters>> {
+        self.shared.counter(e)
+    }
+
     /// The counters now.
     pub fn report(&self) -> WorkerReport {
         report(&self.shared)
@@ -1142,7 +1153,7 @@ impl Shared {
     }
 }
 
-fn spout_settings(b: &hetsched_core::model::stream_code::Builtin) -> SpoutSettings {
+pub(crate) fn spout_settings(b: &hetsched_core::model::stream_code::Builtin) -> SpoutSettings {
     use hetsched_core::model::stream_code::Builtin;
     match b {
         Builtin::CorpusSpout { spout, .. } | Builtin::SequenceSpout { spout, .. } => spout.clone(),

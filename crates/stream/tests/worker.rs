@@ -928,3 +928,232 @@ fn drip_until_closed(mut s: std::net::TcpStream, bytes: Vec<u8>) {
     let _ = s.shutdown(std::net::Shutdown::Both);
     dripper.join().expect("dripper");
 }
+
+/// A spout and a bolt of one executor each (executor 0 `source`, executor 1 `sink`), their
+/// code lines `spout` and `bolt`.
+fn spout_to_bolt(spout: &str, bolt: &str) -> String {
+    format!(
+        r#"name = "wc"
+[[component]]
+name = "source"
+kind = "spout"
+parallelism = 1
+cpu = 10.0
+{spout}
+[[component]]
+name = "sink"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+{bolt}
+[[stream]]
+from = "source"
+to = "sink"
+rate = 10.0
+"#
+    )
+}
+
+/// `misbehaving.py` as a component's code, with its params.
+fn misbehaving(params: &str) -> String {
+    format!(
+        "command = [\"python3\", \"{}\"]\nparams = {{ {params} }}",
+        fixture("misbehaving.py")
+    )
+}
+
+/// The pid executor `e`'s program wrote in worker 0's pidDir (there once the worker started:
+/// the handshake is over).
+fn program_pid(dir: &Path, e: u32) -> u32 {
+    let pids = dir.join("worker-0/pids").join(e.to_string());
+    let entry = std::fs::read_dir(&pids)
+        .expect("the pid dir")
+        .next()
+        .expect("a pid file")
+        .expect("a pid file");
+    entry
+        .file_name()
+        .to_string_lossy()
+        .parse()
+        .expect("a pid file named after the pid")
+}
+
+/// Whether process `pid` runs (a zombie, dead and not reaped, does not).
+fn runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            != Some("Z")
+    })
+}
+
+/// Why executor `e` of `w` ended, if it did.
+fn ended(w: &Worker, e: u32) -> Option<String> {
+    let c = w.counter(e).expect("the executor's counters");
+    c.ended.lock().expect("ended").clone()
+}
+
+/// Waits until executor `e`'s program (`pid`) is gone, at most `bound`; returns how long it
+/// took from `since`.
+fn wait_killed(w: &Worker, e: u32, pid: u32, since: Instant, bound: Duration) -> Duration {
+    while runs(pid) {
+        assert!(
+            since.elapsed() < bound,
+            "the silent program (pid {pid}) still runs after {bound:?}; executor: {:?}",
+            ended(w, e)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    since.elapsed()
+}
+
+#[test]
+fn a_multilang_bolt_that_stops_answering_is_killed_after_its_timeout_and_says_so() {
+    if !python_has("python3", "json") {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+        return;
+    }
+    let dir = scratch("multilang-hung-bolt");
+    // The program acks a few inputs, then sleeps for ever: alive, reading nothing, answering
+    // no heartbeat.
+    let text = spout_to_bolt(
+        "builtin = \"sequence-spout\"\nparams = { rate = 20.0 }",
+        &misbehaving("mode = \"hang\", after = 5, \"topology.subprocess.timeout.secs\" = 2"),
+    );
+    let w = Worker::start(config(&dir, &text, 0, vec![0, 0])).expect("starts");
+    let started = Instant::now();
+    let pid = program_pid(&dir, 1);
+    assert!(runs(pid), "the program runs once the worker started");
+    // Within its 2 s timeout plus a heartbeat or two; 30 s leaves room for a loaded machine.
+    let took = wait_killed(&w, 1, pid, started, Duration::from_secs(30));
+    assert!(
+        took >= Duration::from_secs(2),
+        "killed after {took:?}, before its 2 s timeout"
+    );
+    let why = ended(&w, 1).expect("the executor says why it ended");
+    assert!(
+        why.starts_with(&format!(
+            "sink#0: the program (pid {pid}) sent nothing for "
+        )),
+        "{why}"
+    );
+    let silent: f64 = why
+        .split("sent nothing for ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .expect("how long it was silent");
+    assert!(silent > 2.0, "silent past its 2 s: {why}");
+    assert!(
+        why.contains(
+            "while the worker waited for an answer to its heartbeats (at most 2 s, `topology.subprocess.timeout.secs`): killed"
+        ),
+        "{why}"
+    );
+    // The spout runs on: the worker itself still works.
+    let before = w
+        .counter(0)
+        .expect("spout")
+        .emitted
+        .load(std::sync::atomic::Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = w
+        .counter(0)
+        .expect("spout")
+        .emitted
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(after > before, "the spout stopped with its bolt");
+    w.stop();
+}
+
+#[test]
+fn a_multilang_spout_that_stops_answering_is_killed_after_its_timeout_and_says_so() {
+    if !python_has("python3", "json") {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang spout test needs it");
+        return;
+    }
+    let dir = scratch("multilang-hung-spout");
+    // The program answers a few `next`s and acks, then sleeps for ever: the worker waits on
+    // its `sync`.
+    let text = spout_to_bolt(
+        &misbehaving("mode = \"hang\", after = 3, \"topology.subprocess.timeout.secs\" = 2"),
+        "builtin = \"count\"",
+    );
+    let w = Worker::start(config(&dir, &text, 0, vec![0, 0])).expect("starts");
+    let started = Instant::now();
+    let pid = program_pid(&dir, 0);
+    let took = wait_killed(&w, 0, pid, started, Duration::from_secs(30));
+    assert!(
+        took >= Duration::from_secs(2),
+        "killed after {took:?}, before its 2 s timeout"
+    );
+    let why = ended(&w, 0).expect("the executor says why it ended");
+    assert!(
+        why.starts_with(&format!(
+            "source#0: the program (pid {pid}) sent nothing for "
+        )),
+        "{why}"
+    );
+    assert!(
+        why.contains("while the worker waited for its sync after "),
+        "{why}"
+    );
+    assert!(
+        why.ends_with("(at most 2 s, `topology.subprocess.timeout.secs`): killed"),
+        "{why}"
+    );
+    w.stop();
+}
+
+#[test]
+fn a_multilang_bolt_that_never_acks_holds_its_unacked_inputs_only_until_their_trees_time_out() {
+    if !python_has("python3", "json") {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+        return;
+    }
+    use std::sync::atomic::Ordering;
+    let dir = scratch("multilang-no-ack");
+    // 50 trees in flight at most, each failed and replayed after 1 s: the spout sends on and
+    // on, and the bolt would keep every input it ever got.
+    let text = spout_to_bolt(
+        "builtin = \"sequence-spout\"\nparams = { reliable = true, timeout = \"1s\", max_pending = 50 }",
+        &misbehaving("mode = \"no-ack\", \"topology.subprocess.timeout.secs\" = 3"),
+    );
+    let w = Worker::start(config(&dir, &text, 0, vec![0, 0])).expect("starts");
+    let spout = w.counter(0).expect("the spout's counters");
+    let bolt = w.counter(1).expect("the bolt's counters");
+    let received = || bolt.received_from[0].load(Ordering::Relaxed);
+    let started = Instant::now();
+    let mut most = 0;
+    while received() < 400 {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the bolt received {} inputs in 90 s",
+            received()
+        );
+        most = most.max(bolt.unacked.load(Ordering::Relaxed));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // An input is kept its tree's timeout (1 s) plus at most a heartbeat (1 s): about 100
+    // inputs at the spout's pace, never the 400 received.
+    assert!(
+        most <= 250,
+        "the bolt held {most} unacked inputs of {} received",
+        received()
+    );
+    assert!(
+        bolt.expired.load(Ordering::Relaxed) >= 100,
+        "{} inputs expired",
+        bolt.expired.load(Ordering::Relaxed)
+    );
+    assert!(
+        spout.failed.load(Ordering::Relaxed) > 0,
+        "trees are replayed"
+    );
+    assert_eq!(
+        ended(&w, 1),
+        None,
+        "a program answering its heartbeats runs on"
+    );
+    w.stop();
+}
