@@ -126,6 +126,11 @@ pub const MAX_CLUSTER_NODES: u64 = 100_000;
 /// Most accelerators on one node, all its entries together (the runtime's bound on an agent's
 /// registration too).
 pub const MAX_NODE_ACCELERATORS: u64 = 256;
+/// Most cores one node may have: the runtime's bound on an agent's registration. A cluster's
+/// cores in all are at most `u32::MAX` besides ([`Cluster::totals`](crate::model::Cluster::totals)
+/// holds them), as its memory in all is at most 16 EiB: two nodes of 4294967295 cores, or of
+/// 15 EiB, made every simulation panic on the overflow of their sum.
+pub const MAX_NODE_CORES: u32 = 65_536;
 /// The range of a core's or an accelerator's `speed` relative to the reference: wide enough for
 /// any real pair of machines, narrow enough that run times stay within the simulator's clock and
 /// the makespan bound's LP stays well conditioned.
@@ -351,6 +356,7 @@ pub fn parse_cluster_with_slots(
     }
     let mut nodes: Vec<Node> = Vec::new();
     let mut names = HashMap::new();
+    let (mut total_cores, mut total_memory) = (0u64, 0u128);
     for (i, spec) in file.node.iter().enumerate() {
         let field = |f: &str| Some(format!("node[{i}].{f}"));
         let rack = match &spec.rack {
@@ -387,14 +393,52 @@ pub fn parse_cluster_with_slots(
                 ),
             ));
         }
-        if *spec.cores.get_ref() == 0 {
+        let cores = *spec.cores.get_ref();
+        if cores == 0 {
             return Err(src.error(at(&spec.cores), field("cores"), "must be at least 1"));
         }
-        if spec.memory.get_ref().0.as_u64() == 0 {
+        if cores > MAX_NODE_CORES {
+            return Err(src.error(
+                at(&spec.cores),
+                field("cores"),
+                format!("{cores} cores; a node has at most {MAX_NODE_CORES}"),
+            ));
+        }
+        let memory = spec.memory.get_ref().0.as_u64();
+        if memory == 0 {
             return Err(src.error(
                 at(&spec.memory),
                 field("memory"),
                 "must be more than 0 (e.g. \"16GiB\"; 16 GiB when left out)",
+            ));
+        }
+        // What the model's totals hold (`Resources`: cores in a u32, memory in a u64).
+        total_cores += u64::from(count) * u64::from(cores);
+        if total_cores > u64::from(u32::MAX) {
+            return Err(src.error(
+                at(&spec.cores),
+                field("cores"),
+                format!(
+                    "{} of {cores} cores {} the cluster to {total_cores} cores; at most {} \
+                     in all",
+                    crate::text::count(u64::from(count), "node"),
+                    crate::text::agree(count, "brings", "bring"),
+                    u32::MAX
+                ),
+            ));
+        }
+        total_memory += u128::from(count) * u128::from(memory);
+        if total_memory > u128::from(u64::MAX) {
+            return Err(src.error(
+                at(&spec.memory),
+                field("memory"),
+                format!(
+                    "{} of {} {} the cluster past 16 EiB of memory, the most it may have in \
+                     all",
+                    crate::text::count(u64::from(count), "node"),
+                    ByteSize(memory),
+                    crate::text::agree(count, "brings", "bring")
+                ),
             ));
         }
         let speed = *spec.core_speed.get_ref();
@@ -434,9 +478,9 @@ pub fn parse_cluster_with_slots(
                 id: NodeId(nodes.len() as u32),
                 name,
                 rack,
-                cores: *spec.cores.get_ref(),
+                cores,
                 core_speed: speed,
-                memory_bytes: spec.memory.get_ref().0.as_u64(),
+                memory_bytes: memory,
                 disk_read_bw: spec.disk_read.0,
                 net_bw: spec.network.0,
                 net_latency: spec.latency.0,

@@ -509,3 +509,47 @@ fn a_latency_group_names_at_least_two_nodes_each_once() {
         )
     );
 }
+
+/// A cluster's cores and memory are summed into the model's totals (`Cluster::totals`, the
+/// scheduler view's): two nodes of 4294967295 cores, or of 15 EiB, were accepted and every
+/// `sim run` then panicked with "attempt to add with overflow" (and wrapped in a release build).
+#[test]
+fn a_clusters_cores_are_bounded_per_node_and_its_cores_and_memory_in_all() {
+    let node = |name: &str, count: u32, cores: u32, memory: &str| {
+        format!(
+            "[[node]]\nname = \"{name}\"\ncount = {count}\ncores = {cores}\nmemory = \"{memory}\"\n"
+        )
+    };
+    assert_eq!(
+        cluster_error(&node("n", 2, u32::MAX, "1GiB")),
+        "c.toml:4:9: node[0].cores: 4294967295 cores; a node has at most 65536"
+    );
+    assert_eq!(
+        cluster_error(&node("n", 2, 4, "15EiB")),
+        "c.toml:5:10: node[0].memory: 2 nodes of 15.0 EiB bring the cluster past 16 EiB of \
+         memory, the most it may have in all"
+    );
+    let two = format!(
+        "{}{}",
+        node("a", 50_000, 65_536, "1GiB"),
+        node("b", 50_000, 65_536, "1GiB")
+    );
+    assert_eq!(
+        cluster_error(&two),
+        "c.toml:9:9: node[1].cores: 50000 nodes of 65536 cores bring the cluster to 6553600000 \
+         cores; at most 4294967295 in all"
+    );
+    // At the bounds, the totals hold what was declared.
+    let c = hetsched_core::input::cluster::parse_cluster(
+        "c.toml",
+        &format!(
+            "{}{}",
+            node("a", 1, 65_536, "15EiB"),
+            node("b", 65_535, 65_535, "16GiB")
+        ),
+    )
+    .expect("at the bounds");
+    let t = c.totals();
+    assert_eq!(t.cores, 65_536 + 65_535 * 65_535);
+    assert_eq!(t.memory_bytes, (15 << 60) + 65_535 * (16 << 30));
+}
