@@ -97,7 +97,7 @@ pub struct DivisibleSpec {
     /// Times a failed chunk runs again (at most [`MAX_RETRIES`]).
     #[serde(default)]
     pub retries: Option<Spanned<u32>>,
-    /// Wall-clock limit of one chunk.
+    /// Wall-clock limit of one chunk: at least 1 ms (agents count it in milliseconds).
     #[serde(default)]
     pub time_limit: Option<Duration>,
     /// Node attributes a worker needs (`requires = ["bigmem"]`): only agents whose `attributes`
@@ -295,12 +295,36 @@ pub fn check(src: &Source<'_>, index: usize, d: &DivisibleSpec) -> Result<(), In
         && m.as_u64() == 0
     {
         return Err(src.error(
-            at(&d.name),
+            value_at(src, index, "memory_per_unit").or_else(|| at(&d.name)),
             field("memory_per_unit"),
             "must be at least 1 byte (leave it out when a unit needs no memory worth counting)",
         ));
     }
+    // Agents count a chunk's time limit in whole milliseconds, 0 meaning none: a shorter one
+    // (`"500us"`, `"0s"`) was accepted and ran every chunk without a limit.
+    if d.time_limit
+        .is_some_and(|t| t.0 < crate::time::NANOS_PER_SEC / 1000)
+    {
+        return Err(src.error(
+            value_at(src, index, "time_limit").or_else(|| at(&d.name)),
+            field("time_limit"),
+            "must be at least 1ms (leave it out for no limit)",
+        ));
+    }
     Ok(())
+}
+
+/// Where the value of `key` in the `index`th `[[divisible]]` table is written: for the fields
+/// kept without their place (a `time_limit`, a `memory_per_unit`), read again from the text
+/// when one of them is refused.
+fn value_at(src: &Source<'_>, index: usize, key: &str) -> Option<usize> {
+    #[derive(Deserialize)]
+    struct Places {
+        #[serde(default)]
+        divisible: Vec<std::collections::HashMap<String, Spanned<serde::de::IgnoredAny>>>,
+    }
+    let places: Places = toml::from_str(src.text).ok()?;
+    places.divisible.get(index)?.get(key).and_then(at)
 }
 
 /// Replaces `{start}`, `{end}`, `{chunk}` and `{input}` in one word of a chunk's command.

@@ -553,3 +553,31 @@ fn a_clusters_cores_are_bounded_per_node_and_its_cores_and_memory_in_all() {
     assert_eq!(t.cores, 65_536 + 65_535 * 65_535);
     assert_eq!(t.memory_bytes, (15 << 60) + 65_535 * (16 << 30));
 }
+
+/// Agents count a divisible load's `time_limit` in whole milliseconds, 0 meaning none (the
+/// server sends `limit / 1_000_000`): `"500us"` or `"0s"` was accepted and every chunk then ran
+/// without a limit, as applications' and workflow tasks' were refused already. And a
+/// `memory_per_unit` of 0 was refused at the load's `name`, not its own line.
+#[test]
+fn a_divisible_loads_time_limit_under_a_millisecond_is_refused_at_its_line() {
+    let job = |extra: &str| {
+        format!(
+            "[[divisible]]\nname = \"rows\"\nunits = 10\ncommand = \"mm {{start}} {{end}}\"\n{extra}\n"
+        )
+    };
+    for limit in ["\"500us\"", "\"0s\"", "0", "0.0001"] {
+        assert_eq!(
+            workload_error(&job(&format!("retries = 1\ntime_limit = {limit}"))),
+            "w.toml:6:14: divisible[0].time_limit: must be at least 1ms (leave it out for no limit)",
+            "{limit}"
+        );
+    }
+    let w = hetsched_core::input::workload::parse_workload("w.toml", &job("time_limit = \"1ms\""))
+        .expect("a millisecond is a limit");
+    assert_eq!(w.divisible[0].time_limit.map(|d| d.0), Some(1_000_000));
+    assert_eq!(
+        workload_error(&job("algo = \"umr\"\n\nmemory_per_unit = 0")),
+        "w.toml:7:19: divisible[0].memory_per_unit: must be at least 1 byte (leave it out when a \
+         unit needs no memory worth counting)"
+    );
+}
