@@ -284,12 +284,17 @@ pub fn parse_workflow_with(
                     at(r),
                     field(&format!("requires[{j}]")),
                     format!(
-                        "`{name}`: a workflow task requires node attributes only (`!ATTR` and \
-                         `node:NAME` are for batch, divisible and stream jobs)"
+                        "`{}`: a workflow task requires node attributes only (`!ATTR` and \
+                         `node:NAME` are for batch, divisible and stream jobs)",
+                        crate::text::clip(name)
                     ),
                 ));
             }
         }
+        // Named as a node's attributes are (at most 64, each at most 64 bytes without blanks
+        // or control characters), as every other kind's `requires`: one that no node can have
+        // was stored by the runtime until a node came, and quoted as written in its messages.
+        super::cluster::requirement_list(&src, &t.requires, &format!("task[{i}].requires"))?;
         let data = [("inputs", &t.inputs), ("outputs", &t.outputs)];
         for (list, names) in data {
             for (j, n) in names.iter().enumerate() {

@@ -581,3 +581,56 @@ fn a_divisible_loads_time_limit_under_a_millisecond_is_refused_at_its_line() {
          unit needs no memory worth counting)"
     );
 }
+
+/// A workflow task's `requires` is named as every other kind's (a batch application's, a
+/// divisible load's, a topology's): at most 64 attributes of at most 64 bytes, without blanks or
+/// control characters. A workflow took any string, of any length and in any number, so the
+/// runtime stored requirements no node can have (`"has space"`, a megabyte-long name) until a
+/// node came, and a simulator's or the server's message quoted an ANSI escape as written.
+#[test]
+fn a_workflow_tasks_requirements_are_named_as_node_attributes_are() {
+    let wf = |requires: &str| {
+        format!("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\nrequires = {requires}\n")
+    };
+    for (requires, says) in [
+        (
+            "[\"gpu\", \"has space\"]",
+            "wf.toml:5:20: task[0].requires[1]: attribute `has space` has whitespace or a \
+             control character",
+        ),
+        (
+            "[\"a\\u001b[2J\"]",
+            "wf.toml:5:13: task[0].requires[0]: attribute `a\\u{1b}[2J` has whitespace or a \
+             control character",
+        ),
+        (
+            "[\"!\\u001b[2J\"]",
+            "wf.toml:5:13: task[0].requires[0]: `!\\u{1b}[2J`: a workflow task requires node \
+             attributes only",
+        ),
+    ] {
+        let e = workflow_error(&wf(requires));
+        assert!(e.starts_with(says), "{requires}: {e}");
+        assert!(!e.contains('\u{1b}'), "{e}");
+    }
+    let long = format!("[\"{}\"]", "x".repeat(100_000));
+    assert!(workflow_error(&wf(&long)).starts_with(
+        "wf.toml:5:13: task[0].requires[0]: attribute `xxxxxxxxxxxxxxxx…` is longer than 64 bytes"
+    ));
+    let many = format!(
+        "[{}]",
+        (0..65)
+            .map(|k| format!("\"a{k}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    assert_eq!(
+        workflow_error(&wf(&many)),
+        "wf.toml:5:13: task[0].requires: at most 64 requirements"
+    );
+    // A repeat is accepted, as elsewhere.
+    assert!(
+        hetsched_core::input::workflow::parse_workflow("wf.toml", &wf("[\"gpu\", \"gpu\"]"))
+            .is_ok()
+    );
+}
