@@ -12,7 +12,8 @@
 //! ```
 //!
 //! A pair names two different nodes (a node's latency to itself is 0); a group names at least two,
-//! each once. Entries apply in file order, so a later `group` or `pair` overrides an earlier one. Without
+//! each once; a file sets at most [`MAX_LATENCY_PAIRS`] pairs (a group of `n` nodes sets
+//! `n(n−1)/2`). Entries apply in file order, so a later `group` or `pair` overrides an earlier one. Without
 //! `default`, unlisted pairs keep the cluster's own figures ([`LatencyMatrix::from_cluster`]:
 //! same rack = mean of the two nodes' `latency`, different racks = their sum).
 
@@ -24,6 +25,14 @@ use crate::model::latency::LatencyMatrix;
 use serde::Deserialize;
 use serde_spanned::Spanned;
 use std::collections::{HashMap, HashSet};
+
+/// Most pairs of nodes one latency file may set, its groups' pairs and its `pair`s together: the
+/// matrix keeps every pair set explicitly (a cluster's own figures and `default` cost nothing per
+/// pair), and a group of `n` nodes sets `n(n−1)/2`, so a group of a 100,000-node cluster's nodes
+/// would have set five billion (hundreds of GB) before anything was said. At this bound (a
+/// group of about 2,900 nodes) the pairs take about 150 MB; a latency most pairs share is a
+/// `default`.
+pub const MAX_LATENCY_PAIRS: u64 = 1 << 22;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,6 +87,8 @@ pub fn parse_latency(
         Some(d) => LatencyMatrix::uniform(cluster.nodes.len(), d.0),
         None => LatencyMatrix::from_cluster(cluster),
     };
+    // Pairs set so far (a pair set twice counted twice: a bound, not a count).
+    let mut pairs = 0u64;
     for (g, group) in file.group.iter().enumerate() {
         let names = group.nodes.get_ref();
         // A group of fewer than two nodes sets nothing: a typo, not a latency.
@@ -88,6 +99,20 @@ pub fn parse_latency(
                 format!(
                     "a group sets the latency between its nodes: name at least two, found {}",
                     names.len()
+                ),
+            ));
+        }
+        let n = names.len() as u64;
+        pairs += n * (n - 1) / 2;
+        if pairs > MAX_LATENCY_PAIRS {
+            return Err(src.error(
+                at(&group.nodes),
+                Some(format!("group[{g}].nodes")),
+                format!(
+                    "a group of {n} nodes sets {} pairs, which brings the file to {pairs}; at \
+                     most {MAX_LATENCY_PAIRS} pairs in all (give the latency most pairs share as \
+                     `default`)",
+                    n * (n - 1) / 2
                 ),
             ));
         }
@@ -121,6 +146,14 @@ pub fn parse_latency(
                 at(&pair.between),
                 Some(format!("pair[{p}].between")),
                 format!("expected two node names, found {}", names.len()),
+            ));
+        }
+        pairs += 1;
+        if pairs > MAX_LATENCY_PAIRS {
+            return Err(src.error(
+                at(&pair.between),
+                Some(format!("pair[{p}].between")),
+                format!("the file sets more than {MAX_LATENCY_PAIRS} pairs of nodes"),
             ));
         }
         let a = lookup(&names[0], format!("pair[{p}].between[0]"))?;

@@ -634,3 +634,33 @@ fn a_workflow_tasks_requirements_are_named_as_node_attributes_are() {
             .is_ok()
     );
 }
+
+/// The latency matrix keeps every pair a file sets, and a group of `n` nodes sets `n(n−1)/2`:
+/// a group of a 100,000-node cluster's nodes (both within the bounds) set five billion pairs,
+/// hundreds of GB, before anything was said. A group of 3,000 sets 4.5 million, past the bound.
+#[test]
+fn a_latency_file_sets_a_bounded_number_of_pairs() {
+    use hetsched_core::input::latency::{MAX_LATENCY_PAIRS, parse_latency};
+    let c = hetsched_core::input::cluster::parse_cluster("c.toml", &cluster("count = 3000"))
+        .expect("3000 nodes");
+    let names = (1..=3000)
+        .map(|k| format!("\"n-{k}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let e = match parse_latency(
+        "l.toml",
+        &format!("default = \"1ms\"\n[[group]]\nnodes = [{names}]\nlatency = \"50us\"\n"),
+        &c,
+    ) {
+        Ok(_) => panic!("a group of 3000 nodes was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert_eq!(
+        e,
+        format!(
+            "l.toml:3:9: group[0].nodes: a group of 3000 nodes sets 4498500 pairs, which brings \
+             the file to 4498500; at most {MAX_LATENCY_PAIRS} pairs in all (give the latency most \
+             pairs share as `default`)"
+        )
+    );
+}
