@@ -249,11 +249,11 @@ pub fn check_workflow(w: &ParsedWorkflow) -> Result<(), InputError> {
                 }
             }
         }
-        if t.time_limit
-            .is_some_and(|d| d.0 < crate::time::NANOS_PER_SEC / 1000)
+        if let Some(limit) = &t.time_limit
+            && limit.get_ref().0 < crate::time::NANOS_PER_SEC / 1000
         {
             return Err(src.error(
-                at(&t.name),
+                at(limit).or_else(|| at(&t.name)),
                 Some(format!("task[{i}].time_limit")),
                 "must be at least 1ms (leave it out for no limit)",
             ));
@@ -472,7 +472,7 @@ mod tests {
             ),
             (
                 "instances = 1\ncommand = \"true\"\ntime_limit = \"10us\"",
-                "wf.toml:2:8: task[0].time_limit: must be at least 1ms",
+                "wf.toml:5:14: task[0].time_limit: must be at least 1ms",
             ),
             (
                 "instances = 1\ncommand = \"true\"\nenv = { \"A=B\" = \"1\" }",

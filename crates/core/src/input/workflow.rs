@@ -94,9 +94,10 @@ pub struct TaskSpec {
     /// Runtime: environment added to the agent's.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Runtime: wall-clock limit of one instance.
+    /// Runtime: wall-clock limit of one instance (at least 1 ms), kept with where it is
+    /// written so that a refusal names its line.
     #[serde(default)]
-    pub time_limit: Option<Duration>,
+    pub time_limit: Option<Spanned<Duration>>,
     /// Runtime: failed attempts run again this many times.
     #[serde(default)]
     pub retries: Option<Spanned<u32>>,

@@ -154,7 +154,7 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
         tasks.push(RuntimeTask {
             argv,
             env: t.env.clone(),
-            time_limit_ns: t.time_limit.map_or(0, |d| d.0),
+            time_limit_ns: t.time_limit.as_ref().map_or(0, |d| d.get_ref().0),
             retries: t.retries.as_ref().map_or(0, |r| *r.get_ref()),
             cores,
             memory_bytes: t.memory.as_ref().map_or(0, |m| m.get_ref().as_u64()),
