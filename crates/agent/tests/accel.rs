@@ -6,6 +6,7 @@
 use hetsched_agent::accel::offload::{self, Client, Target};
 use hetsched_agent::accel::{Pipeline, service::AccelListener};
 use hetsched_agent::launch::{Control, DEFAULT_KILL_GRACE, Kill};
+use hetsched_core::testkit::ScratchDir as Temp;
 use hetsched_proto as pb;
 use hetsched_proto::ticket;
 use std::path::{Path, PathBuf};
@@ -16,41 +17,9 @@ const TOKEN: &str = "agent-token";
 /// The offload key the test ANodes hold, as their server would give it.
 const KEY: [u8; 32] = [9; 32];
 
-/// A fresh directory under the system's temporary one, removed when the test that made it
-/// ends well (kept after a failure, to be looked at).
+/// A fresh directory for this test (removed when it passes).
 fn temp(name: &str) -> Temp {
-    let d = std::env::temp_dir().join(format!(
-        "hetsched-accel-{}-{name}-{}",
-        std::process::id(),
-        rand_suffix()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    Temp(d)
-}
-
-/// See [`temp`].
-struct Temp(PathBuf);
-
-impl std::ops::Deref for Temp {
-    type Target = PathBuf;
-    fn deref(&self) -> &PathBuf {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for Temp {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    Temp::new("accel", &format!("{name}-{}", rand_suffix()))
 }
 
 fn rand_suffix() -> u64 {

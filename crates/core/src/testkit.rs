@@ -301,3 +301,44 @@ pub mod mangle {
         lines.join("\n") + "\n"
     }
 }
+
+/// A fresh directory under the system's temporary one for a test, removed when it drops —
+/// unless a panic is unwinding (a failing test keeps its files to be looked at). Derefs to its
+/// path.
+#[derive(Debug)]
+pub struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    /// `TMP/hetsched-{what}-{pid}-{name}`, made afresh.
+    ///
+    /// # Panics
+    /// When the directory cannot be made (a test's setup).
+    #[allow(clippy::expect_used)] // a test's setup: it should stop with the error
+    pub fn new(what: &str, name: &str) -> Self {
+        let d = std::env::temp_dir().join(format!("hetsched-{what}-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        Self(d)
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = std::path::PathBuf;
+    fn deref(&self) -> &std::path::PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for ScratchDir {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

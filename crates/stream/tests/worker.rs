@@ -2,9 +2,10 @@
 //! worker (in-memory path) and across two workers (TCP path); a multi-lang bolt in Python runs
 //! inside the topology; a worker that dies mid-stream loses nothing a reliable spout sent.
 
+use hetsched_core::testkit::ScratchDir;
 use hetsched_stream::{Worker, WorkerConfig};
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const CORPUS: [&str; 6] = [
@@ -32,11 +33,9 @@ fn expected(upper: bool) -> BTreeMap<String, u64> {
     m
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hetsched-stream-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+/// A fresh directory for this test (removed when it passes).
+fn scratch(name: &str) -> ScratchDir {
+    ScratchDir::new("stream", name)
 }
 
 fn lines() -> String {
