@@ -31,7 +31,11 @@
 //!   whose agent found no room for its inputs on the node's disk (`min_free_disk`, the agent's
 //!   [`NO_ROOM`]: the disk filled since the node's last report), kept off that node until a
 //!   later heartbeat reports room, and failed once it was lost so `max_attempts` times (stored,
-//!   `wf_instances.disk_losses`): a cluster whose every disk is full ends the job, saying why;
+//!   `wf_instances.disk_losses`): a cluster whose every disk is full ends the job, saying why.
+//!   When a node runs short of room (such a result, or its report below its floor), the
+//!   instances with inputs placed there and not started — waiting for it here, or in its
+//!   agent's queue — go elsewhere at once, no attempt lost (`Workflows::take_back`), and none
+//!   is sent there while it stays short;
 //! - every run again (a retry, a loss, a ready instance after a restart) is placed by the
 //!   machine like a ready instance ([`LaunchNode::resubmit`], [`Dispatcher::resubmit`]): under
 //!   `pcddb` it travels in the next allocation request. A re-production that a consumer already
@@ -559,6 +563,12 @@ pub struct Workflows {
     /// decides. The report that came with the result may predate the fetch that filled the
     /// disk; without this the instance could go straight back to the same node.
     no_room: BTreeMap<u32, std::time::Instant>,
+    /// Nodes without room for inputs ([`Workflows::room_for_inputs`]) at their latest
+    /// heartbeat, whose instances with inputs placed there and not started were taken back
+    /// then ([`Workflows::take_back`]) — memory only: after a restart or a rollback every node
+    /// is looked at again at its next beat. A node that enters this set is swept once; while it
+    /// stays, nothing with inputs is placed or sent there.
+    short_of_room: BTreeSet<u32>,
     /// The server's `max_attempts`: an instance lost this many times for want of disk room
     /// fails.
     max_attempts: u32,
@@ -645,6 +655,7 @@ impl Workflows {
             heard: BTreeSet::new(),
             unreachable: BTreeSet::new(),
             no_room: BTreeMap::new(),
+            short_of_room: BTreeSet::new(),
             max_attempts: config.max_attempts.max(1),
             counters: BTreeMap::new(),
             epoch: cx.now,
@@ -992,10 +1003,29 @@ impl Workflows {
                 Word::Attr(a) => attrs.contains(a),
                 Word::Fits(r) => capacity.fits(r),
                 Word::Lasts(limit) => left.is_none_or(|l| l >= u128::from(*limit)),
-                // Below its floor as reported, or since an instance found no room there.
-                Word::Room => has_room(rec) && !self.no_room.contains_key(&n),
+                Word::Room => self.room_for_inputs(rec, n),
             })
             .fold(0, |m, (k, _)| m | (1 << k))
+    }
+
+    /// Whether node `n` (registry record `rec`) takes instances that fetch inputs: its agent's
+    /// last report has its disk at or above its floor, and no instance found no room there
+    /// since ([`Workflows::no_room`]). The one rule of the masks' [`Word::Room`] bit, of the
+    /// dispatch to a node and of taking work back from one.
+    fn room_for_inputs(&self, rec: &crate::state::nodes::NodeRec, n: u32) -> bool {
+        has_room(rec) && !self.no_room.contains_key(&n)
+    }
+
+    /// Whether instance `i` fetches inputs before it starts (its task has some): it needs a
+    /// node with room for them ([`Word::Room`]).
+    fn fetches_inputs(job: &WfJob, i: u32) -> bool {
+        let t = job.task_of(i).0;
+        job.rt
+            .parsed
+            .workflow
+            .tasks
+            .get(t)
+            .is_some_and(|task| !task.inputs.is_empty())
     }
 
     /// The live nodes as the balancers see them (cores and attribute masks).
@@ -1041,7 +1071,7 @@ impl Workflows {
                 continue;
             }
             if x.reproducing
-                && let Some(n) = Self::waiting_for(cx, job, i)
+                && let Some(n) = self.waiting_for(cx, job, i)
             {
                 job.assigned.entry(n).or_default().push_front(i);
                 cx.nodes.wakes.node(n);
@@ -1067,12 +1097,22 @@ impl Workflows {
     /// while an agent died: every live node held consumers of outputs the dead one had.) It
     /// is recovery, not balancing — spec 05 has no lost outputs — and it costs no fetch: the
     /// output is made where it is read. The node's instance table does not count it, so it
-    /// may run above MT × cores.
-    fn waiting_for(cx: &Ctx, job: &WfJob, p: u32) -> Option<u32> {
+    /// may run above MT × cores. A producer that fetches inputs itself goes only to a node
+    /// with room for them ([`Self::room_for_inputs`]): on another the dispatch would hand it
+    /// back to the balancer at once, and this would put it there again.
+    fn waiting_for(&self, cx: &Ctx, job: &WfJob, p: u32) -> Option<u32> {
         let consumers: HashSet<u32> = job.consumers(p).into_iter().collect();
+        let fetches = Self::fetches_inputs(job, p);
         job.assigned
             .iter()
             .filter(|(n, _)| Self::alive(cx, **n))
+            .filter(|(n, _)| {
+                !fetches
+                    || cx
+                        .nodes
+                        .get(**n)
+                        .is_some_and(|rec| self.room_for_inputs(rec, **n))
+            })
             .map(|(&n, q)| (q.iter().filter(|i| consumers.contains(i)).count(), n))
             .filter(|&(k, _)| k > 0)
             .max_by_key(|&(k, n)| (k, std::cmp::Reverse(n)))
@@ -1094,6 +1134,71 @@ impl Workflows {
             job.dropped.remove(&node);
         }
         listed
+    }
+
+    /// Node `n` has no room for inputs on its disk ([`Self::room_for_inputs`]): every instance
+    /// of `job` that fetches inputs, was placed there and has not started goes back to the
+    /// job's machine, which places it on a node with room (`n`'s mask lacks [`Word::Room`]
+    /// now). Those are the instances waiting on the server for the node (`assigned`) and those
+    /// sent beyond its free cores that wait in its agent's queue (`prefetch`), which `out`
+    /// tells the agent to drop (it never started them, so it reports nothing for them). None
+    /// counts a lost attempt: none found the disk full, and each would otherwise start there
+    /// in turn, find no room and count a disk loss against `max_attempts`. An instance already
+    /// started (fetching, or running) is left to end as it will, and one offloaded to an ANode
+    /// is left to the offload's own bookkeeping. Returns how many went back.
+    fn take_back(&mut self, cx: &mut Ctx, job: &mut WfJob, n: u32, out: &mut Outbox) -> usize {
+        let mut back = Vec::new();
+        if let Some(q) = job.assigned.remove(&n) {
+            let (leave, stay): (VecDeque<u32>, VecDeque<u32>) =
+                q.into_iter().partition(|&i| Self::fetches_inputs(job, i));
+            if !stay.is_empty() {
+                job.assigned.insert(n, stay);
+            }
+            back.extend(leave);
+        }
+        let mut queued: Vec<u32> = job
+            .booked
+            .iter()
+            .filter(|&(&i, &(at, _, _))| {
+                at == n
+                    && Self::fetches_inputs(job, i)
+                    && cx.nodes.prefetch.queued.contains(job.task_id(i))
+            })
+            .map(|(&i, _)| i)
+            .collect();
+        // In instance order, whatever the map's: the kills and the machine's placements are
+        // the same from run to run.
+        queued.sort_unstable();
+        for i in queued {
+            let tid = job.task_id(i);
+            let x = &mut job.insts[i as usize];
+            if x.st != St::Running || x.node != Some(n) || x.executed.is_some() {
+                continue;
+            }
+            out.kill(crate::state::types::TaskRef {
+                task_id: tid,
+                attempt: x.attempt,
+            });
+            x.st = St::Ready;
+            x.node = None;
+            // Stored ready: a restart must not restore it as running on `n`, where its agent
+            // no longer holds it.
+            self.dirty.insert((job.seq, i));
+            cx.nodes.ended(NodeId(n), tid);
+            Self::unbook(cx, job, i);
+            back.push(i);
+        }
+        if job.balancer == BalancerKind::Pcddb {
+            // The node's machine took them and counts them in its instance table: it is told
+            // to forget them, as for instances cancelled there.
+            let d = job.dropped.entry(n).or_default();
+            for &i in &back {
+                d.insert(i, DROPPED_REPLIES);
+            }
+        }
+        let k = back.len();
+        job.rerun.extend(back);
+        k
     }
 
     /// The grant of an allocation request the launch node sends (`None` for any other
@@ -2091,6 +2196,11 @@ impl JobKind for Workflows {
                 if let Some(rec) = cx.nodes.get(node.0) {
                     self.no_room.insert(node.0, rec.last_seen);
                 }
+                // This heartbeat takes back what else waits for the node with inputs to fetch
+                // ([`Self::take_back`]), even if the node was already short: an instance placed
+                // there before (a PCDDB node's machine that took it on an older mask) would
+                // find no room in its turn.
+                self.short_of_room.remove(&node.0);
                 warn!(
                     job = seq,
                     instance = i,
@@ -2381,6 +2491,20 @@ impl JobKind for Workflows {
         } else {
             self.graph_nodes(cx)
         };
+        // Whether this node has no room for inputs now, and whether it just ran short (its
+        // report, or a result that found no room): then what waits for it with inputs to
+        // fetch goes elsewhere ([`Self::take_back`]), once, not at every beat while it stays
+        // short (a node may hold most of a wide workflow's instances).
+        let short = cx
+            .nodes
+            .get(node.0)
+            .is_some_and(|rec| !self.room_for_inputs(rec, node.0));
+        let sweep = if short {
+            self.short_of_room.insert(node.0)
+        } else {
+            self.short_of_room.remove(&node.0);
+            false
+        };
         let seqs: Vec<u64> = self.maybe_running.iter().copied().collect();
         for seq in seqs {
             let Some(mut job) = self.jobs.remove(&seq) else {
@@ -2525,6 +2649,18 @@ impl JobKind for Workflows {
                     job.rerun.extend(q);
                 }
             }
+            if sweep {
+                let k = self.take_back(cx, &mut job, node.0, out);
+                if k > 0 {
+                    info!(
+                        job = seq,
+                        instances = k,
+                        node = %cx.nodes.name(node.0),
+                        "the node's disk has no room for inputs: the instances with inputs \
+                         waiting for it go elsewhere"
+                    );
+                }
+            }
             // Consumers whose input could not be fetched go back to the machine once every
             // input is on a live node again (a lost one is produced again meanwhile).
             let blocked = std::mem::take(&mut job.blocked);
@@ -2574,6 +2710,20 @@ impl JobKind for Workflows {
                                 .or_default()
                                 .insert(i, DROPPED_REPLIES);
                         }
+                        continue;
+                    }
+                    // Never sent to a node without room for its inputs, however it came to be
+                    // placed here (a PCDDB node's machine that took it before its mask said
+                    // so): back to the machine, which places it where there is room. It did not
+                    // start, so no attempt is lost.
+                    if short && Self::fetches_inputs(&job, i) {
+                        if job.balancer == BalancerKind::Pcddb {
+                            job.dropped
+                                .entry(node.0)
+                                .or_default()
+                                .insert(i, DROPPED_REPLIES);
+                        }
+                        job.rerun.push(i);
                         continue;
                     }
                     // What cannot start here now (an input not on a live node, too large for

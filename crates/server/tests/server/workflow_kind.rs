@@ -1381,6 +1381,295 @@ fn disk_losses_keep_the_instance_off_the_node_until_its_next_beat_and_fail_it_at
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A producer `P` and eight consumers `C` of its output (instances 0 and 1–8).
+fn one_producer_eight_consumers(balancer: &str) -> String {
+    format!(
+        "balancer = \"{balancer}\"\n\
+         [[task]]\nname = \"P\"\ninstances = 1\ncost = \"1s\"\noutputs = [\"m\"]\n\
+         command = \"true\"\n\
+         [[task]]\nname = \"C\"\ninstances = 8\ncost = \"1s\"\ninputs = [\"m\"]\n\
+         command = \"true\"\n"
+    )
+}
+
+/// When the instances that started on a node report that their inputs found no room on its
+/// disk, the other instances with inputs the server had placed there — waiting for its cores,
+/// not started — go to a node with room at once, under either balancer, and none of them
+/// counts a lost attempt: only those that really found no room do. Before, each started there
+/// in turn (the first in the very reply to the beat that said the disk was full), found no
+/// room and counted a disk loss against `max_attempts`.
+#[test]
+fn instances_placed_on_a_node_whose_disk_filled_move_elsewhere_without_a_lost_attempt() {
+    const GIB: u64 = 1 << 30;
+    for balancer in ["centralised", "pcddb"] {
+        let dir = scratch(&format!("no-room-placed-{balancer}"));
+        let mut s = open(&dir, WorkflowConfig::default());
+        let mut agents = Agents::default();
+        let (a, b) = (
+            common::register(&mut s, "a", 2),
+            common::register(&mut s, "b", 2),
+        );
+        for n in [a, b] {
+            agents.disks.insert(n, (10 * GIB, GIB));
+            agents.beat(&mut s, n);
+        }
+        let job = s
+            .submit("wf.toml", &one_producer_eight_consumers(balancer), "/")
+            .expect("submit")
+            .job_id;
+        agents.task_base = agents_base(&s, job);
+        let base = agents.task_base;
+        let consumers_on = |agents: &Agents, n: u32| -> Vec<(u64, u32)> {
+            agents
+                .running
+                .get(&n)
+                .map(|r| r.iter().copied().filter(|&(t, _)| t > base).collect())
+                .unwrap_or_default()
+        };
+        // The producer runs and succeeds; then consumers start on a node (a round more lets
+        // the other node take its share).
+        for _ in 0..60 {
+            agents.round(&mut s, &[a, b]);
+            if [a, b].iter().any(|&n| !consumers_on(&agents, n).is_empty()) {
+                break;
+            }
+            for n in [a, b] {
+                agents.finish_all(n, true);
+            }
+        }
+        agents.round(&mut s, &[a, b]);
+        let full = *[a, b]
+            .iter()
+            .max_by_key(|&&n| consumers_on(&agents, n).len())
+            .expect("two nodes");
+        let other = if full == a { b } else { a };
+        let started = consumers_on(&agents, full);
+        let waiting = s
+            .tasks(job)
+            .expect("tasks")
+            .tasks
+            .iter()
+            .filter(|t| t.state != "running" && t.state != "succeeded")
+            .count();
+        assert!(
+            !started.is_empty() && waiting > 0,
+            "{balancer}: consumers started on a node, others wait: {:?}",
+            agents.assigned
+        );
+        // Every consumer that started there finds no room; the beat that says so still carries
+        // an older reading with room.
+        for &(task, attempt) in &started {
+            agents
+                .special
+                .entry(full)
+                .or_default()
+                .push(no_room(task, attempt));
+            agents.ended(full, task);
+        }
+        agents.running.remove(&full);
+        let sent = agents.assigned.len();
+        let r = agents.beat(&mut s, full);
+        assert!(
+            r.assignments.is_empty(),
+            "{balancer}: nothing with inputs goes to the full node: {:?}",
+            r.assignments
+        );
+        agents.disks.insert(full, (GIB / 2, GIB));
+        // The rest runs; on the full node anything with inputs would find no room too.
+        for _ in 0..60 {
+            for n in [full, other] {
+                agents.self_check(n);
+                agents.beat(&mut s, n);
+            }
+            for (task, attempt) in agents.running.remove(&full).unwrap_or_default() {
+                agents
+                    .special
+                    .entry(full)
+                    .or_default()
+                    .push(no_room(task, attempt));
+                agents.ended(full, task);
+            }
+            agents.finish_all(other, true);
+            if s.job(job).expect("job").state == "completed" {
+                break;
+            }
+        }
+        assert_eq!(s.job(job).expect("job").state, "completed", "{balancer}");
+        let later: Vec<(u32, u32, u32)> = agents.assigned[sent..].to_vec();
+        assert!(
+            later.iter().all(|&(n, _, _)| n == other),
+            "{balancer}: after the full disk, every consumer runs on the node with room: {later:?}"
+        );
+        let lost: Vec<u64> = started.iter().map(|&(t, _)| t).collect();
+        for t in &s.tasks(job).expect("tasks").tasks[1..] {
+            let expected = if lost.contains(&t.id) { 2 } else { 1 };
+            assert_eq!(
+                (t.state.as_str(), t.attempt, t.failed_attempts),
+                ("succeeded", expected, 0),
+                "{balancer}: only the consumers that found no room lost an attempt: {t:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// The same for instances already sent to the node beyond its free cores (`prefetch`), which
+/// wait in its agent's queue: the reply to the beat that says the disk is full tells the agent
+/// to drop them, and they run elsewhere, none counting a lost attempt. It holds across a server
+/// restart: the instances taken back are stored ready, not running there, and instances the
+/// restarted server placed on the node before its first beat (its disk unknown until then)
+/// go elsewhere when that beat reports the disk below its floor, before any is sent there.
+#[test]
+fn instances_queued_on_a_node_whose_disk_filled_are_taken_back_and_stay_off_it_across_a_restart() {
+    const GIB: u64 = 1 << 30;
+    let dir = scratch("no-room-queued");
+    let config = ServerConfig {
+        data_dir: dir.clone(),
+        workflow: Some(WorkflowConfig::default()),
+        prefetch: hetsched_server::state::prefetch::Setting::Cores(2),
+        ..Default::default()
+    };
+    let open =
+        || State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    // (task, attempt, queued) running on the node; results; its disk's free space.
+    let beat = |s: &mut State,
+                n: u32,
+                running: &[(u64, u32, bool)],
+                results: Vec<pb::TaskResult>,
+                free: u64| {
+        let mut req = pb::HeartbeatRequest {
+            disk_free_bytes: Some(free),
+            min_free_disk: GIB,
+            ..heartbeat_request(n, &[], &[])
+        };
+        req.running = running
+            .iter()
+            .map(|&(task_id, attempt, queued)| pb::RunningTask {
+                task_id,
+                attempt,
+                queued,
+                ..Default::default()
+            })
+            .collect();
+        req.results = results;
+        s.heartbeat(req).expect("heartbeat")
+    };
+    let ok = |task_id: u64, attempt: u32| pb::TaskResult {
+        task_id,
+        attempt,
+        success: true,
+        started_ns: 1,
+        finished_ns: 2,
+        ..Default::default()
+    };
+    let (a, job, lost, queued) = {
+        let mut s = open();
+        let a = common::register(&mut s, "a", 2);
+        beat(&mut s, a, &[], Vec::new(), 10 * GIB);
+        let job = s
+            .submit("wf.toml", &one_producer_eight_consumers("centralised"), "/")
+            .expect("submit")
+            .job_id;
+        let r = beat(&mut s, a, &[], Vec::new(), 10 * GIB);
+        assert_eq!(r.assignments.len(), 1, "the producer runs");
+        let p = (r.assignments[0].task_id, r.assignments[0].attempt);
+        // Its success readies the eight consumers, all placed on `a`: two start on its cores,
+        // two more wait in its agent's queue, the rest wait on the server.
+        let r = beat(&mut s, a, &[], vec![ok(p.0, p.1)], 10 * GIB);
+        let sent: Vec<(u64, u32, bool)> = r
+            .assignments
+            .iter()
+            .map(|x| (x.task_id, x.attempt, x.prefetched))
+            .collect();
+        assert_eq!(sent.iter().filter(|x| !x.2).count(), 2, "{sent:?}");
+        assert_eq!(sent.iter().filter(|x| x.2).count(), 2, "{sent:?}");
+        let lost: Vec<(u64, u32)> = sent.iter().filter(|x| !x.2).map(|x| (x.0, x.1)).collect();
+        let queued: Vec<(u64, u32)> = sent.iter().filter(|x| x.2).map(|x| (x.0, x.1)).collect();
+        // Both started ones find no room; the disk is below its floor from now on.
+        let r = beat(
+            &mut s,
+            a,
+            &queued
+                .iter()
+                .map(|&(t, at)| (t, at, true))
+                .collect::<Vec<_>>(),
+            lost.iter().map(|&(t, at)| no_room(t, at)).collect(),
+            GIB / 2,
+        );
+        assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+        let mut killed: Vec<(u64, u32)> = r.kill.iter().map(|k| (k.task_id, k.attempt)).collect();
+        killed.sort_unstable();
+        assert_eq!(killed, queued, "the queued consumers are taken back");
+        for t in &s.tasks(job).expect("tasks").tasks[1..] {
+            assert_eq!(t.state, "ready", "{t:?}");
+            assert_eq!(
+                t.message.contains("lost"),
+                lost.iter().any(|&(id, _)| id == t.id),
+                "only those that found no room lost an attempt: {t:?}"
+            );
+        }
+        (a, job, lost, queued)
+    };
+    // The server restarts; its disk is still full. A node with room joins.
+    let mut s = open();
+    let r = beat(&mut s, a, &[], Vec::new(), GIB / 2);
+    assert!(
+        r.assignments.is_empty() && r.kill.is_empty(),
+        "nothing runs on the full node, nothing it held is lost: {r:?}"
+    );
+    for t in &s.tasks(job).expect("tasks").tasks[1..] {
+        assert_eq!(
+            (t.state.as_str(), t.message.contains("lost")),
+            ("ready", lost.iter().any(|&(id, _)| id == t.id)),
+            "stored ready, not running on the full node: {t:?}"
+        );
+    }
+    let b = common::register(&mut s, "b", 2);
+    let mut running: Vec<(u64, u32, bool)> = Vec::new();
+    for _ in 0..20 {
+        let r = beat(&mut s, a, &[], Vec::new(), GIB / 2);
+        assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+        let done: Vec<pb::TaskResult> = running.drain(..).map(|(t, at, _)| ok(t, at)).collect();
+        let r = beat(&mut s, b, &[], done, 10 * GIB);
+        running.extend(r.assignments.iter().map(|x| (x.task_id, x.attempt, false)));
+        if s.job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    for t in &s.tasks(job).expect("tasks").tasks[1..] {
+        let (was_lost, was_queued) = (
+            lost.iter().any(|&(id, _)| id == t.id),
+            queued.iter().any(|&(id, _)| id == t.id),
+        );
+        let attempt = if was_lost || was_queued { 2 } else { 1 };
+        assert_eq!(
+            (t.state.as_str(), t.attempt, t.failed_attempts),
+            ("succeeded", attempt, 0),
+            "{t:?}"
+        );
+    }
+    // What is stored: a disk loss for each consumer that found no room, none for the others.
+    let db = rusqlite::Connection::open(dir.join("state.db")).expect("db");
+    let mut q = db
+        .prepare("SELECT instance, disk_losses FROM wf_instances WHERE job = ?1 ORDER BY instance")
+        .expect("query");
+    let losses: Vec<(i64, i64)> = q
+        .query_map([job as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    let base = agents_base(&s, job);
+    let expected: Vec<(i64, i64)> = (0..9)
+        .map(|i| {
+            let lost = lost.iter().any(|&(t, _)| t == base + i as u64);
+            (i, i64::from(lost))
+        })
+        .collect();
+    assert_eq!(losses, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_server_configuration_refuses_an_unknown_balancer_and_an_mt_of_zero_naming_the_line() {
     let ok = ServerConfig::parse("s.toml", "[workflow]\nbalancer = \"pcddb\"\nmt = 4\n")
