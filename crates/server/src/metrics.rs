@@ -42,6 +42,18 @@ pub enum Outcome {
     Failed,
 }
 
+/// Why a running task was lost (`hetsched_tasks_lost_total`'s `cause`): both are the node's
+/// condition, not the task's fault, so neither counts against its `retries`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// Its node lost it: declared dead, removed or left, its agent no longer listing it, or
+    /// the ANode it was offloaded to lost.
+    Node,
+    /// Its inputs found no room on its node's disk (a workflow instance whose agent reported
+    /// `no room for inputs: `): the disk filled below the agent's `min_free_disk`.
+    Disk,
+}
+
 /// The event metrics: shared handles to atomics, updated on the hot path.
 #[derive(Debug)]
 pub struct Metrics {
@@ -49,7 +61,8 @@ pub struct Metrics {
     dispatched: [Counter; 2],
     results_family: Family<Label, Counter>,
     results: [Counter; 3],
-    lost: Counter,
+    lost_family: Family<Label, Counter>,
+    lost: [Counter; 2],
     preempted: Counter,
     cpu_family: Family<Label, Counter<f64, AtomicU64>>,
     cpu: [Counter<f64, AtomicU64>; 2],
@@ -67,6 +80,9 @@ impl Default for Metrics {
         let results_family = Family::<Label, Counter>::default();
         let results = ["succeeded", "retried", "failed"]
             .map(|o| results_family.get_or_create(&[("outcome", o)]).clone());
+        // In the order of [`Lost`]'s variants.
+        let lost_family = Family::<Label, Counter>::default();
+        let lost = ["node", "disk"].map(|c| lost_family.get_or_create(&[("cause", c)]).clone());
         let cpu_family = Family::<Label, Counter<f64, AtomicU64>>::default();
         let cpu = ["user", "system"].map(|m| cpu_family.get_or_create(&[("mode", m)]).clone());
         Self {
@@ -74,7 +90,8 @@ impl Default for Metrics {
             dispatched,
             results_family,
             results,
-            lost: Counter::default(),
+            lost_family,
+            lost,
             preempted: Counter::default(),
             cpu_family,
             cpu,
@@ -116,9 +133,9 @@ impl Metrics {
         self.dispatched.iter().map(Counter::get).sum()
     }
 
-    /// A running task was lost (its node died, or it vanished from its node).
-    pub fn lost(&self) {
-        self.lost.inc();
+    /// A running task was lost, for `cause`, and re-queued or failed at `max_attempts`.
+    pub fn lost(&self, cause: Lost) {
+        self.lost[cause as usize].inc();
     }
 
     /// A running task was preempted (stopped for work of a higher priority) and re-queued.
@@ -167,8 +184,9 @@ pub fn registry(metrics: &Metrics, state: Arc<Mutex<State>>, policy: &str) -> Re
     );
     r.register(
         "tasks_lost",
-        "Running tasks lost (their node died, or they vanished from it) and re-queued or failed",
-        metrics.lost.clone(),
+        "Running tasks lost and re-queued or failed, by cause (node: their node died or left, or \
+         they vanished from it; disk: their inputs found no room on its disk)",
+        metrics.lost_family.clone(),
     );
     r.register(
         "tasks_preempted",

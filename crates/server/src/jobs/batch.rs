@@ -2570,7 +2570,7 @@ impl JobKind for Batch {
         let max = self.max_attempts;
         let t = &mut self.tasks[task as usize];
         self.dirty.push(task);
-        cx.metrics.lost();
+        cx.metrics.lost(crate::metrics::Lost::Node);
         // Failed attempts were retried on purpose and preempted ones were stopped for other
         // work; only lost ones count against `max_attempts`.
         if t.attempt

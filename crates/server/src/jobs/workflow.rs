@@ -2188,6 +2188,7 @@ impl JobKind for Workflows {
                 // it has room, and counts a lost attempt against `max_attempts`, so that a
                 // cluster whose every disk is full ends the job rather than looping.
                 x.disk_losses += 1;
+                cx.metrics.lost(crate::metrics::Lost::Disk);
                 let (attempt, losses) = (x.attempt, x.disk_losses);
                 let lost = format!(
                     "attempt {attempt} lost: no room for inputs on node `{}`: {cause}",
@@ -2390,6 +2391,7 @@ impl JobKind for Workflows {
                 reason,
                 "workflow instance lost: it runs again"
             );
+            cx.metrics.lost(crate::metrics::Lost::Node);
             x.st = St::Ready;
             x.node = None;
             // Listed until the attempt that runs it again ends, as a batch task's.

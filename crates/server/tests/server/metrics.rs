@@ -92,7 +92,8 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
         "hetsched_task_results_total{outcome=\"succeeded\"} 2",
         "hetsched_task_results_total{outcome=\"retried\"} 1",
         "hetsched_task_results_total{outcome=\"failed\"} 1",
-        "hetsched_tasks_lost_total 1",
+        "hetsched_tasks_lost_total{cause=\"node\"} 1",
+        "hetsched_tasks_lost_total{cause=\"disk\"} 0",
         "hetsched_jobs_submitted_total 1",
         "hetsched_scheduler_decision_duration_seconds_count 3",
         "hetsched_policy_info{policy=\"fifo\"} 1",
@@ -160,6 +161,86 @@ fn queued_tasks_are_gauged_among_the_running_and_apart() {
         "hetsched_tasks_queued 2",
         "hetsched_node_running_tasks{node=\"n\"} 3",
         "hetsched_node_queued_tasks{node=\"n\"} 2",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Lost workflow instances are counted as batch tasks are, by cause: one whose inputs found no
+/// room on its node's disk (its agent's `no room for inputs: `) under `cause="disk"`, one that
+/// vanished from its node under `cause="node"`. Before, neither was counted at all.
+#[test]
+fn lost_workflow_instances_are_counted_by_cause() {
+    let d = std::env::temp_dir().join(format!("hetsched-metrics-lost-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let n = common::register(&mut s, "n", 2);
+    let beat = |s: &mut State, running: &[(u64, u32)], results: Vec<pb::TaskResult>| {
+        let mut req = pb::HeartbeatRequest {
+            disk_free_bytes: Some(5 << 30),
+            min_free_disk: 1 << 30,
+            ..heartbeat_request(n, running, &[])
+        };
+        req.results = results;
+        s.heartbeat(req)
+            .expect("heartbeat")
+            .assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt))
+            .collect::<Vec<_>>()
+    };
+    beat(&mut s, &[], Vec::new());
+    s.submit(
+        "wf.toml",
+        "[[task]]\nname = \"P\"\ninstances = 1\ncost = \"1s\"\noutputs = [\"m\"]\n\
+         command = \"true\"\n\
+         [[task]]\nname = \"C\"\ninstances = 2\ncost = \"1s\"\ninputs = [\"m\"]\n\
+         command = \"true\"\n",
+        "/",
+    )
+    .expect("submit");
+    let p = beat(&mut s, &[], Vec::new());
+    assert_eq!(p.len(), 1, "the producer runs");
+    let done = pb::TaskResult {
+        task_id: p[0].0,
+        attempt: p[0].1,
+        success: true,
+        started_ns: 1,
+        finished_ns: 2,
+        ..Default::default()
+    };
+    let c = beat(&mut s, &[], vec![done]);
+    assert_eq!(c.len(), 2, "both consumers run");
+    // The first finds no room for its input; the second runs on.
+    let no_room = pb::TaskResult {
+        task_id: c[0].0,
+        attempt: c[0].1,
+        exit_code: -1,
+        interrupted: true,
+        message: "no room for inputs: input `m` from node 0 (wf/1/P-0/out/m at 127.0.0.1:1): \
+                  this node's disk is too full for it"
+            .into(),
+        started_ns: 1,
+        finished_ns: 2,
+        ..Default::default()
+    };
+    beat(&mut s, &c[1..], vec![no_room]);
+    // Then the second vanishes from its node.
+    beat(&mut s, &[], Vec::new());
+    let metrics = s.metrics();
+    let reg = registry(&metrics, Arc::new(Mutex::new(s)), "fifo");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+    for line in [
+        "hetsched_tasks_lost_total{cause=\"disk\"} 1",
+        "hetsched_tasks_lost_total{cause=\"node\"} 1",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
