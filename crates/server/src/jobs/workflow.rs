@@ -1188,17 +1188,27 @@ impl Workflows {
             Self::unbook(cx, job, i);
             back.push(i);
         }
-        if job.balancer == BalancerKind::Pcddb {
-            // The node's machine took them and counts them in its instance table: it is told
-            // to forget them, as for instances cancelled there.
-            let d = job.dropped.entry(n).or_default();
-            for &i in &back {
-                d.insert(i, DROPPED_REPLIES);
-            }
-        }
         let k = back.len();
-        job.rerun.extend(back);
+        Self::hand_back(job, n, back);
         k
+    }
+
+    /// Instances placed on node `n` that will not run there (the node is gone or takes no more
+    /// work, or has no room for their inputs) go back to the machine, which places them again.
+    /// Under `pcddb` the node's machine took them and counts them in its instance table: it is
+    /// told to forget them — should the node come back, too (declared dead while its agent was
+    /// slow, say). Else it never reported itself underloaded again, and with every live node in
+    /// that state nothing was placed any more (the CLI kill test stalled, 1 run in 12). (An
+    /// instance placed there by the server, [`Self::waiting_for`], is unknown to it: listing it
+    /// costs nothing.)
+    fn hand_back(job: &mut WfJob, n: u32, ids: impl IntoIterator<Item = u32>) {
+        let pcddb = job.balancer == BalancerKind::Pcddb;
+        for i in ids {
+            if pcddb {
+                job.dropped.entry(n).or_default().insert(i, DROPPED_REPLIES);
+            }
+            job.rerun.push(i);
+        }
     }
 
     /// The grant of an allocation request the launch node sends (`None` for any other
@@ -2637,18 +2647,7 @@ impl JobKind for Workflows {
                 .collect();
             for n in dead {
                 if let Some(q) = job.assigned.remove(&n) {
-                    if job.balancer == BalancerKind::Pcddb {
-                        // The node's machine took them and counts them in its instance table:
-                        // should the node come back (declared dead while its agent was slow,
-                        // say), it is told to forget them. Else it never reported itself
-                        // underloaded again, and with every live node in that state nothing
-                        // was placed any more (the CLI kill test stalled, 1 run in 12).
-                        let d = job.dropped.entry(n).or_default();
-                        for &i in &q {
-                            d.insert(i, DROPPED_REPLIES);
-                        }
-                    }
-                    job.rerun.extend(q);
+                    Self::hand_back(&mut job, n, q);
                 }
             }
             if sweep {
@@ -2719,13 +2718,7 @@ impl JobKind for Workflows {
                     // so): back to the machine, which places it where there is room. It did not
                     // start, so no attempt is lost.
                     if short && Self::fetches_inputs(&job, i) {
-                        if job.balancer == BalancerKind::Pcddb {
-                            job.dropped
-                                .entry(node.0)
-                                .or_default()
-                                .insert(i, DROPPED_REPLIES);
-                        }
-                        job.rerun.push(i);
+                        Self::hand_back(&mut job, node.0, [i]);
                         continue;
                     }
                     // What cannot start here now (an input not on a live node, too large for
