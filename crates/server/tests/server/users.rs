@@ -1513,6 +1513,9 @@ async fn a_stopping_server_stores_the_accounts() {
 #[test]
 fn the_accounts_credit_what_ran_while_the_server_was_down() {
     use hetsched_server::state::now_ns;
+    // How much later than `dispatched` the server may have dispatched (and the node have
+    // registered) on a busy machine: the accounts start there, the test's spans here.
+    const SLACK_S: f64 = 0.5;
     let d = common::scratch("users", "accounts-down");
     let today = hetsched_server::accounting::day_of(now_ns());
     let dispatched = now_ns();
@@ -1574,18 +1577,18 @@ fn the_accounts_credit_what_ran_while_the_server_was_down() {
     };
     let alice = sum("alice");
     assert!(
-        alice >= 2.0 * (span - 0.1) && alice <= 2.0 * span,
+        alice >= 2.0 * (span - SLACK_S) && alice <= 2.0 * span,
         "alice's two cores all along ({span:.2} s): {alice:.3} core-seconds: {rows:?}"
     );
     let admin = sum(ADMIN);
     let ran = (crashed + 500_000_000 - dispatched) as f64 / 1e9;
     assert!(
-        admin >= ran - 0.1 && admin <= ran + 1e-6,
+        admin >= ran - SLACK_S && admin <= ran + 1e-6,
         "the admin's core until 0.5 s into the downtime ({ran:.2} s): {admin:.3}: {rows:?}"
     );
     let offered = sum(hetsched_server::accounting::CAPACITY);
     assert!(
-        offered >= 8.0 * (span - 0.1) && offered <= 8.0 * span,
+        offered >= 8.0 * (span - SLACK_S) && offered <= 8.0 * span,
         "the node's 8 cores all along ({span:.2} s): {offered:.3}"
     );
 }
