@@ -153,7 +153,12 @@ impl WorkerProc {
 
 /// Worker `k`'s directory below `base` (the work directory, or its account's): `stream/` and
 /// the topology's name with every character but ASCII letters, digits, `-` and `_` made `_`,
-/// then the placement's generation and the worker's index.
+/// then the placement's generation and the worker's index. A name that had to be changed so
+/// also carries `.` and the first 16 hex digits of its SHA-256, so two topologies never share
+/// a directory (`wc.a` and `wc_a` would both be `wc_a`: the second worker would overwrite the
+/// first's configuration, its key included, `hetsched topology log` of one would read the
+/// other's stderr, and stopping either would remove both's directory). No name kept as it is
+/// holds a `.`, so it meets no changed one.
 pub fn worker_dir(base: &std::path::Path, k: &(String, u64, u32)) -> PathBuf {
     let safe: String =
         k.0.chars()
@@ -165,8 +170,18 @@ pub fn worker_dir(base: &std::path::Path, k: &(String, u64, u32)) -> PathBuf {
                 }
             })
             .collect();
+    let name = if safe == k.0 {
+        safe
+    } else {
+        let digest = ring::digest::digest(&ring::digest::SHA256, k.0.as_bytes());
+        let hex: String = digest.as_ref()[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{safe}.{hex}")
+    };
     base.join("stream")
-        .join(format!("{safe}-g{}-w{}", k.1, k.2))
+        .join(format!("{name}-g{}-w{}", k.1, k.2))
 }
 
 /// The longest wait before a worker that keeps exiting before it listens is started again (the
@@ -597,6 +612,31 @@ fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two topologies whose names differ only in characters a directory name does not keep
+    /// (`wc.a`, `wc a`, `wc_a`, `wcé`, `wc_`) never share a worker's directory: each keeps its
+    /// own configuration and stderr. A name kept as it is keeps its directory's name.
+    #[test]
+    fn topologies_whose_names_differ_only_in_unsafe_characters_get_distinct_directories() {
+        let base = std::path::Path::new("/work");
+        let dir = |name: &str| worker_dir(base, &(name.to_string(), 1, 0));
+        let names = ["wc.a", "wc a", "wc_a", "wc/a", "wcé", "wc_", "wc__"];
+        let dirs: std::collections::BTreeSet<PathBuf> = names.iter().map(|n| dir(n)).collect();
+        assert_eq!(dirs.len(), names.len(), "{dirs:?}");
+        assert_eq!(dir("wc_a"), base.join("stream/wc_a-g1-w0"));
+        for name in names {
+            let d = dir(name);
+            assert_eq!(
+                d.parent(),
+                Some(base.join("stream").as_path()),
+                "{}",
+                d.display()
+            );
+            assert!(d.file_name().is_some_and(|f| f.len() < 255));
+        }
+        let longest = "é".repeat(64);
+        assert!(dir(&longest).file_name().is_some_and(|f| f.len() < 255));
+    }
 
     /// What workers of an earlier agent left is removed, in the accounts' directories too, and
     /// a link an account put in their place is removed, not followed.
