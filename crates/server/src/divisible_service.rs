@@ -278,11 +278,15 @@ impl pb::divisible_server::Divisible for DivisibleService {
             return Err(Status::invalid_argument("ChunkDone starts with its header"));
         };
         let (node, identity) = (h.name, h.identity);
+        // An agent's words, kept with the job and shown to every user: bounded and without
+        // terminal escapes, as a task's result's.
+        let mut message = h.message;
+        crate::limits::clip_result_message(&mut message);
         let h = ChunkResult {
             job_id: h.job_id,
             chunk: h.chunk,
             success: h.success,
-            message: h.message,
+            message,
             transfer_ns: h.transfer_ns,
             compute_ns: h.compute_ns,
         };

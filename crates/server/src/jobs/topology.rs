@@ -1877,14 +1877,12 @@ impl Topology {
             {
                 continue;
             }
+            // The worker's last words: what the owner's components wrote, shown to every
+            // user (`hetsched topology show`), so with no terminal escape in it.
             let mut message = e.message;
-            if message.len() > MAX_START_ERROR {
-                let mut cut = MAX_START_ERROR;
-                while !message.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                message.truncate(cut);
-            }
+            crate::limits::truncate(&mut message, MAX_START_ERROR);
+            crate::limits::escape_controls(&mut message);
+            crate::limits::truncate(&mut message, MAX_START_ERROR);
             run.start_errors.insert(e.worker, message);
         }
         let mut out = Vec::new();

@@ -380,3 +380,61 @@ fn a_results_message_is_cut_and_its_usage_adds_up_saturating() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// What an agent says of an attempt may quote what the task's owner wrote (its command, in
+/// "cannot start `…`"), and every user's `hetsched tasks` prints it: its control characters
+/// but `\n` are kept escaped (`\u{1b}`), so no ANSI escape reaches another user's terminal (an
+/// OSC 52 sets its clipboard, a `\r` or a cursor move hides what the line said), and a long
+/// run of them is still cut to `MAX_RESULT_MESSAGE` bytes. Before, the message was kept and
+/// listed byte for byte.
+#[test]
+fn a_results_message_keeps_no_terminal_escape_and_stays_bounded_once_escaped() {
+    use hetsched_server::limits::MAX_RESULT_MESSAGE;
+    let (mut s, d) = open("result-escapes");
+    let n = register(&mut s, 2);
+    let job = s
+        .submit("job.toml", &app("a", 2, 1, 0), "/")
+        .expect("submit")
+        .job_id;
+    let r = s
+        .heartbeat(heartbeat_request(n, &[], &[]))
+        .expect("heartbeat");
+    assert_eq!(r.assignments.len(), 2);
+    let failed: Vec<(u64, u32, bool)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt, false))
+        .collect();
+    let mut beat = heartbeat_request(n, &[], &failed);
+    beat.results[0].message =
+        "cannot start `\u{1b}]52;c;Y3VybCBldmlsIHwgc2g=\u{7}x\u{9b}2J`: No such file\r\nok\tthen"
+            .into();
+    beat.results[1].message = "\u{1b}".repeat(1 << 20);
+    s.heartbeat(beat).expect("heartbeat");
+    let tasks = s.tasks(job).expect("tasks").tasks;
+    let message = |task: u64| {
+        tasks
+            .iter()
+            .find(|t| t.id == task)
+            .map(|t| t.message.clone())
+            .expect("the task")
+    };
+    assert_eq!(
+        message(failed[0].0),
+        "cannot start `\\u{1b}]52;c;Y3VybCBldmlsIHwgc2g=\\u{7}x\\u{9b}2J`: No such file\\r\nok\\tthen"
+    );
+    let long = message(failed[1].0);
+    assert!(long.len() <= MAX_RESULT_MESSAGE, "{} bytes", long.len());
+    assert!(
+        long.starts_with("\\u{1b}\\u{1b}") && long.ends_with('…'),
+        "{long}"
+    );
+    for t in &tasks {
+        assert!(
+            !t.message.chars().any(|c| c.is_control() && c != '\n'),
+            "{:?}",
+            t.message
+        );
+    }
+    let _ = std::fs::remove_dir_all(d);
+}

@@ -939,6 +939,24 @@ fn a_worker_its_agent_cannot_start_shows_why_until_it_runs() {
         "{}",
         cut.len()
     );
+    // The worker's last words are the owner's components' stderr, shown to every user by
+    // `hetsched topology show`: no terminal escape in them, and still bounded once escaped.
+    s.topology_sync(
+        error("n", 1, "exited: \u{1b}[2J\u{1b}]0;owned\u{7}\r"),
+        None,
+    )
+    .expect("sync");
+    assert_eq!(shown(&s), "exited: \\u{1b}[2J\\u{1b}]0;owned\\u{7}\\r");
+    let escapes = "\u{1b}".repeat(MAX_START_ERROR);
+    s.topology_sync(error("n", 1, &escapes), None)
+        .expect("sync");
+    let cut = shown(&s);
+    let cut = cut.as_str().expect("a message");
+    assert!(
+        cut.len() <= MAX_START_ERROR && cut.starts_with("\\u{1b}"),
+        "{cut}"
+    );
+    assert!(!cut.chars().any(char::is_control), "{cut:?}");
     // Said no more: gone.
     sync(&mut s, vec![]);
     assert!(shown(&s).is_null());
