@@ -1168,13 +1168,37 @@ fn no_room(task_id: u64, attempt: u32) -> pb::TaskResult {
 
 /// A producer `P` and its consumer `C` (instances 0 and 1), `retries = 0`.
 fn producer_and_consumer(balancer: &str) -> String {
+    producer_and_consumers(balancer, 1)
+}
+
+/// A producer `P` (instance 0) and `n` consumers `C` of its output (instances 1 to n).
+fn producer_and_consumers(balancer: &str, n: u32) -> String {
     format!(
         "balancer = \"{balancer}\"\n\
          [[task]]\nname = \"P\"\ninstances = 1\ncost = \"1s\"\noutputs = [\"m\"]\n\
          command = \"true\"\n\
-         [[task]]\nname = \"C\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"m\"]\n\
+         [[task]]\nname = \"C\"\ninstances = {n}\ncost = \"1s\"\ninputs = [\"m\"]\n\
          command = \"true\"\n"
     )
+}
+
+/// A server in `dir` with two 2-core nodes `a` and `b`, each reporting 10 GiB free over a
+/// 1 GiB floor, running `workflow` (submitted after their first beats) as job `job`.
+fn two_nodes_with_room(dir: &Path, workflow: &str) -> (State, Agents, [u32; 2], u64) {
+    const GIB: u64 = 1 << 30;
+    let mut s = open(dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let nodes = [
+        common::register(&mut s, "a", 2),
+        common::register(&mut s, "b", 2),
+    ];
+    for n in nodes {
+        agents.disks.insert(n, (10 * GIB, GIB));
+        agents.beat(&mut s, n);
+    }
+    let job = s.submit("wf.toml", workflow, "/").expect("submit").job_id;
+    agents.task_base = agents_base(&s, job);
+    (s, agents, nodes, job)
 }
 
 /// An instance whose agent found no room for its inputs on its node's disk (the disk filled
@@ -1188,21 +1212,8 @@ fn an_instance_whose_inputs_find_no_room_runs_again_on_another_node_and_the_job_
     const GIB: u64 = 1 << 30;
     for balancer in ["centralised", "pcddb"] {
         let dir = scratch(&format!("no-room-{balancer}"));
-        let mut s = open(&dir, WorkflowConfig::default());
-        let mut agents = Agents::default();
-        let (a, b) = (
-            common::register(&mut s, "a", 2),
-            common::register(&mut s, "b", 2),
-        );
-        for n in [a, b] {
-            agents.disks.insert(n, (10 * GIB, GIB));
-            agents.beat(&mut s, n);
-        }
-        let job = s
-            .submit("wf.toml", &producer_and_consumer(balancer), "/")
-            .expect("submit")
-            .job_id;
-        agents.task_base = agents_base(&s, job);
+        let (mut s, mut agents, [a, b], job) =
+            two_nodes_with_room(&dir, &producer_and_consumer(balancer));
         let consumer = |agents: &Agents| agents.assigned.iter().find(|x| x.1 == 1).copied();
         for _ in 0..60 {
             for n in [a, b] {
@@ -1381,17 +1392,6 @@ fn disk_losses_keep_the_instance_off_the_node_until_its_next_beat_and_fail_it_at
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A producer `P` and eight consumers `C` of its output (instances 0 and 1–8).
-fn one_producer_eight_consumers(balancer: &str) -> String {
-    format!(
-        "balancer = \"{balancer}\"\n\
-         [[task]]\nname = \"P\"\ninstances = 1\ncost = \"1s\"\noutputs = [\"m\"]\n\
-         command = \"true\"\n\
-         [[task]]\nname = \"C\"\ninstances = 8\ncost = \"1s\"\ninputs = [\"m\"]\n\
-         command = \"true\"\n"
-    )
-}
-
 /// When the instances that started on a node report that their inputs found no room on its
 /// disk, the other instances with inputs the server had placed there — waiting for its cores,
 /// not started — go to a node with room at once, under either balancer, and none of them
@@ -1403,21 +1403,8 @@ fn instances_placed_on_a_node_whose_disk_filled_move_elsewhere_without_a_lost_at
     const GIB: u64 = 1 << 30;
     for balancer in ["centralised", "pcddb"] {
         let dir = scratch(&format!("no-room-placed-{balancer}"));
-        let mut s = open(&dir, WorkflowConfig::default());
-        let mut agents = Agents::default();
-        let (a, b) = (
-            common::register(&mut s, "a", 2),
-            common::register(&mut s, "b", 2),
-        );
-        for n in [a, b] {
-            agents.disks.insert(n, (10 * GIB, GIB));
-            agents.beat(&mut s, n);
-        }
-        let job = s
-            .submit("wf.toml", &one_producer_eight_consumers(balancer), "/")
-            .expect("submit")
-            .job_id;
-        agents.task_base = agents_base(&s, job);
+        let (mut s, mut agents, [a, b], job) =
+            two_nodes_with_room(&dir, &producer_and_consumers(balancer, 8));
         let base = agents.task_base;
         let consumers_on = |agents: &Agents, n: u32| -> Vec<(u64, u32)> {
             agents
@@ -1567,7 +1554,7 @@ fn instances_queued_on_a_node_whose_disk_filled_are_taken_back_and_stay_off_it_a
         let a = common::register(&mut s, "a", 2);
         beat(&mut s, a, &[], Vec::new(), 10 * GIB);
         let job = s
-            .submit("wf.toml", &one_producer_eight_consumers("centralised"), "/")
+            .submit("wf.toml", &producer_and_consumers("centralised", 8), "/")
             .expect("submit")
             .job_id;
         let r = beat(&mut s, a, &[], Vec::new(), 10 * GIB);
