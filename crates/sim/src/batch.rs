@@ -1008,7 +1008,9 @@ impl BatchSim<'_> {
         if running.reads_left > 0 {
             let n = &mut self.nodes[running.assignment.node.index()];
             n.io_tasks += 1;
-            n.unissued_bytes += running.split;
+            // Saturating: a split is at most 1 TiB from a workload file
+            // (`input::workload::MAX_SPLIT`), but a model built by hand is not bounded.
+            n.unissued_bytes = n.unissued_bytes.saturating_add(running.split);
         }
         let stats = &mut self.app_stats[running.assignment.app.index()];
         stats.first_start.get_or_insert(now);

@@ -116,8 +116,9 @@ pub struct ApplicationSpec {
     /// [`MAX_ENTRY_BYTES`], without NUL.
     #[serde(default)]
     pub entries: Option<Spanned<Vec<String>>>,
-    /// Input split size V of each task, e.g. `"1GiB"` (0 when tasks read nothing).
-    #[serde(default, deserialize_with = "super::units::byte_size")]
+    /// Input split size V of each task, e.g. `"1GiB"` (0 when tasks read nothing); at most
+    /// [`MAX_SPLIT`].
+    #[serde(default, deserialize_with = "split_size")]
     pub split: ByteSize,
     /// Priority: higher levels are served first.
     #[serde(default)]
@@ -326,6 +327,25 @@ pub const MAX_WORKLOAD_TASKS: u64 = 10_000_000;
 
 /// Longest entry of an application's `entries` (one task's argument).
 pub const MAX_ENTRY_BYTES: usize = 16 * 1024;
+
+/// The largest input split of one task (1 TiB): with at most [`MAX_WORKLOAD_TASKS`] tasks, the
+/// splits of every task of a workload together stay below `u64::MAX`, so no sum of the bytes
+/// tasks read (a node's outstanding reads in the simulator) can overflow. A split near 16 EiB was
+/// accepted, and two such tasks on one node overflowed the simulator's sum.
+pub const MAX_SPLIT: u64 = 1 << 40;
+const _: () = assert!(MAX_SPLIT.checked_mul(MAX_WORKLOAD_TASKS).is_some());
+
+/// An application's `split`: a size ([`super::units::byte_size`]) of at most [`MAX_SPLIT`].
+fn split_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ByteSize, D::Error> {
+    let size = super::units::byte_size(d)?;
+    if size.as_u64() > MAX_SPLIT {
+        return Err(serde::de::Error::custom(format!(
+            "is {} bytes; a task's split is at most {MAX_SPLIT} (1 TiB)",
+            size.as_u64()
+        )));
+    }
+    Ok(size)
+}
 
 impl ApplicationSpec {
     /// How many tasks it has: `tasks`, else one per entry, else one per index.

@@ -664,3 +664,26 @@ fn a_latency_file_sets_a_bounded_number_of_pairs() {
         )
     );
 }
+
+#[test]
+fn a_tasks_split_is_at_most_one_tib_at_its_line() {
+    let app = |split: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 2\nsplit = {split}\n[application.cpu]\n\
+             compute = \"1s\"\nread = \"1s\"\n"
+        )
+    };
+    // 15 EiB was accepted, and two such tasks on one node overflowed the simulator's sum of
+    // outstanding reads.
+    for split in ["\"15EiB\"", "\"1.5TiB\"", "1099511627777"] {
+        let e = workload_error(&app(split));
+        assert!(
+            e.starts_with("w.toml:4:9: application[0].split: is ")
+                && e.contains("a task's split is at most 1099511627776 (1 TiB)"),
+            "{split}: {e}"
+        );
+    }
+    let w = hetsched_core::input::workload::parse_workload("w.toml", &app("\"1TiB\""))
+        .expect("1 TiB is a split");
+    assert_eq!(w.applications[0].split.as_u64(), 1 << 40);
+}

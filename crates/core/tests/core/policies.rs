@@ -541,3 +541,16 @@ fn retired_applications_change_no_placement() {
         assert_eq!(runs[0], runs[1], "{kind:?}");
     }
 }
+
+#[test]
+fn the_gpu_read_of_k_tasks_of_a_huge_split_saturates_instead_of_overflowing() {
+    use hetsched_core::policy::batch::predict::gpu_time_with_k;
+    // A hand-made model is not bounded by the parser's 1 TiB split: k·V overflowed u64.
+    let n = node("g").cores(4).gpus(2, "c2050").build(NodeId(0));
+    let a = app("big")
+        .gpu(1.0, 0.0, 1.0)
+        .split_mib(15 << 40)
+        .build(AppId(0));
+    let t = gpu_time_with_k(&a, 2, &n).expect("a GPU variant");
+    assert!(t.is_finite() && t > 0.0, "{t}");
+}

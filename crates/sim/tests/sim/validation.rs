@@ -194,3 +194,26 @@ fn billions_of_tasks_are_refused_before_anything_is_allocated() {
         "{e}"
     );
 }
+
+#[test]
+fn tasks_of_huge_splits_on_one_node_do_not_overflow_its_outstanding_reads() {
+    // A model built by hand is not bounded by the workload parser's 1 TiB: two tasks of a
+    // 15 EiB split on one node overflowed the node's unissued bytes (a panic in debug builds).
+    let c = cluster(vec![
+        node("n")
+            .cores(4)
+            .gpus(2, "c2050")
+            .disk_mib_s(1e12)
+            .build(NodeId(0)),
+    ]);
+    let apps = [app("big")
+        .cpu(1.0, 1.0)
+        .gpu(0.5, 0.0, 1.0)
+        .tasks(2)
+        .split_mib(15 << 40)
+        .build(AppId(0))];
+    for kind in BatchPolicyKind::ALL {
+        let r = run(&c, &apps, kind, &aligned());
+        assert!(r.is_ok(), "{kind:?}: {:?}", r.err());
+    }
+}

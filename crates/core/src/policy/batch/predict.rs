@@ -93,7 +93,7 @@ pub fn gpu_time_with_k(app: &Application, k: u32, node: &Node) -> Option<f64> {
     let read = read_time(
         gpu.read as f64,
         0.0,
-        app.split_bytes * k.max(1) as u64,
+        app.split_bytes.saturating_mul(u64::from(k.max(1))),
         node.disk_read_bw,
     );
     Some(gpu.compute as f64 / speed + gpu.copy as f64 + read)
