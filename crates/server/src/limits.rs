@@ -10,8 +10,8 @@ use hetsched_proto as pb;
 
 /// Longest node name (a DNS host name's limit).
 pub const MAX_NODE_NAME: usize = 253;
-/// Most cores one node may offer.
-pub const MAX_CORES: u32 = 65_536;
+/// Most cores one node may offer: a cluster file's bound on a node, the one constant.
+pub const MAX_CORES: u32 = hetsched_core::input::cluster::MAX_NODE_CORES;
 /// Most accelerators one node may offer.
 pub const MAX_ACCELERATORS: usize = hetsched_core::input::cluster::MAX_NODE_ACCELERATORS as usize;
 /// Longest accelerator kind.

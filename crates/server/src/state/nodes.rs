@@ -159,6 +159,43 @@ pub struct Nodes {
     pub wakes: super::wakes::Wakes,
     /// The scheduler view's clock: nanoseconds since this instant ([`Nodes::set_now`]).
     clock: Clock,
+    /// What the nodes not removed offer in all ([`Nodes::room_for`]).
+    offered: Offered,
+}
+
+/// Cores, memory and devices summed over nodes, wider than the scheduler view's totals so that
+/// a sum past them is seen, not wrapped.
+#[derive(Clone, Copy, Debug, Default)]
+struct Offered {
+    cores: u64,
+    memory: u128,
+    devices: u64,
+}
+
+impl Offered {
+    fn of(spec: &Node) -> Self {
+        Offered {
+            cores: u64::from(spec.cores),
+            memory: u128::from(spec.memory_bytes),
+            devices: spec.accelerators.len() as u64,
+        }
+    }
+
+    fn plus(self, o: Offered) -> Self {
+        Offered {
+            cores: self.cores + o.cores,
+            memory: self.memory + o.memory,
+            devices: self.devices + o.devices,
+        }
+    }
+
+    fn minus(self, o: Offered) -> Self {
+        Offered {
+            cores: self.cores.saturating_sub(o.cores),
+            memory: self.memory.saturating_sub(o.memory),
+            devices: self.devices.saturating_sub(o.devices),
+        }
+    }
 }
 
 /// The origin of the scheduler view's clock ([`SchedulerView::now`]), so the nodes' ends are
@@ -202,6 +239,47 @@ impl Nodes {
     /// Every node, by id.
     pub fn iter(&self) -> impl Iterator<Item = &NodeRec> {
         self.recs.iter()
+    }
+
+    /// Refuses node `name` described as `spec` (in place of node `except`'s description, if
+    /// given) if the cluster's cores, memory or devices in all would pass what the scheduler's
+    /// totals hold (`u32` cores and devices, `u64` bytes): 65,537 agents of 65,536 cores
+    /// overflowed the view's sum. Every node not removed counts, alive or not: a dead one may
+    /// come back.
+    pub fn room_for(&self, name: &str, except: Option<u32>, spec: &Node) -> Result<(), StateError> {
+        let mut all = self.offered.plus(Offered::of(spec));
+        if let Some(old) = except.and_then(|id| self.recs.get(id as usize)) {
+            all = all.minus(Offered::of(&old.spec));
+        }
+        let over = if all.cores > u64::from(u32::MAX) {
+            Some(format!("{} cores; at most {} in all", all.cores, u32::MAX))
+        } else if all.memory > u128::from(u64::MAX) {
+            Some(format!(
+                "{} bytes of memory; at most {} (16 EiB) in all",
+                all.memory,
+                u64::MAX
+            ))
+        } else if all.devices > u64::from(u32::MAX) {
+            Some(format!(
+                "{} accelerators; at most {} in all",
+                all.devices,
+                u32::MAX
+            ))
+        } else {
+            None
+        };
+        match over {
+            Some(over) => Err(StateError::Invalid(format!(
+                "node `{name}` would bring the cluster to {over} (`hetsched node remove` \
+                 removes dead nodes)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts a new node (or one read back from the store) in what the nodes offer in all.
+    fn offer(&mut self, spec: &Node) {
+        self.offered = self.offered.plus(Offered::of(spec));
     }
 
     /// The id of the node named `name` (removed nodes give their names up).
@@ -280,6 +358,9 @@ impl Nodes {
         }
         if !row.removed {
             self.by_name.insert(row.name, row.id);
+        }
+        if !row.removed {
+            self.offer(&spec);
         }
         let mut rec = NodeRec::new(spec, row.identity, row.removed, false);
         rec.hostname = hostname;
@@ -603,6 +684,7 @@ impl State {
         } else {
             let id = self.nodes.len() as u32;
             spec.id = NodeId(id);
+            self.nodes.room_for(&name, None, &spec)?;
             self.store.put_node(&NodeRow {
                 id,
                 name: name.clone(),
@@ -613,6 +695,7 @@ impl State {
             self.view.add_node(spec.clone())?;
             info!(node = %name, id, cores = spec.cores, gpus = spec.accelerators.len(), "node registered");
             self.nodes.by_name.insert(name, id);
+            self.nodes.offer(&spec);
             let mut rec = NodeRec::new(spec, identity, false, true);
             rec.hostname = hostname;
             rec.work_dir = work_dir;
@@ -676,6 +759,9 @@ impl State {
                 "work still holds part of it; register again once it is idle (restart the agent)",
             ));
         }
+        if let Err(StateError::Invalid(why)) = self.nodes.room_for(name, Some(id), &new) {
+            return Ok(kept(&why));
+        }
         self.store.put_node(&NodeRow {
             id,
             name: name.to_string(),
@@ -685,6 +771,8 @@ impl State {
         })?;
         self.view.set_node_resources(NodeId(id), &new)?;
         info!(node = %name, cores = new.cores, memory = new.memory_bytes, "node registered again with new resources: they hold from now on");
+        let old = Offered::of(&self.nodes.recs[id as usize].spec);
+        self.nodes.offered = self.nodes.offered.minus(old).plus(Offered::of(&new));
         self.nodes.recs[id as usize].spec = new;
         Ok(String::new())
     }
@@ -718,6 +806,8 @@ impl State {
         if rec.left.take().is_some() {
             self.store.put_left(id, None)?;
         }
+        let gone = Offered::of(&self.nodes.recs[id as usize].spec);
+        self.nodes.offered = self.nodes.offered.minus(gone);
         let rec = &mut self.nodes.recs[id as usize];
         rec.removed = true;
         rec.identity.clear();

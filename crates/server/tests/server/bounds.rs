@@ -438,3 +438,44 @@ fn a_results_message_keeps_no_terminal_escape_and_stays_bounded_once_escaped() {
     }
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// The cluster's cores, memory and devices in all are bounded at registration: each node is
+/// bounded (65,536 cores, 1 PiB), but 65,536 such agents overflowed the scheduler's `u32` sum of
+/// cores (a panic in debug builds), and 16,384 its `u64` sum of memory. The registration that
+/// would pass is refused naming the node; a dead node removed gives its share back.
+#[test]
+fn the_clusters_resources_in_all_are_bounded_at_registration() {
+    let (mut s, d) = open("in-all");
+    const PIB: u64 = 1 << 50;
+    let node = |i: u32, cores: u32, memory_bytes: u64| pb::RegisterRequest {
+        name: format!("n{i}"),
+        cores,
+        memory_bytes,
+        identity: IDENTITY.into(),
+        ..Default::default()
+    };
+    for i in 0..16_383 {
+        s.register(node(i, 1, PIB)).expect("under 16 EiB in all");
+    }
+    let e = s.register(node(16_383, 1, PIB)).expect_err("16 EiB in all");
+    assert_eq!(
+        e.to_string(),
+        "node `n16383` would bring the cluster to 18446744073709551616 bytes of memory; at most \
+         18446744073709551615 (16 EiB) in all (`hetsched node remove` removes dead nodes)"
+    );
+    assert_eq!(s.nodes(true).nodes.len(), 16_383);
+    // One node less memory, and it fits.
+    s.register(node(16_383, 1, PIB - 1)).expect("just under");
+    // A node registered again with more keeps its description, and its agent is told why.
+    let reply = s.register(node(16_383, 1, PIB)).expect("registered again");
+    assert!(
+        reply.note.contains("keeps this node's earlier description")
+            && reply
+                .note
+                .contains("node `n16383` would bring the cluster to 18446744073709551616"),
+        "{}",
+        reply.note
+    );
+    assert_eq!(s.nodes(true).nodes[16_383].memory_bytes, PIB - 1);
+    let _ = std::fs::remove_dir_all(d);
+}
