@@ -144,7 +144,7 @@ fn check_name(name: &str) -> Result<(), String> {
     if name.len() > MAX_ATTRIBUTE_BYTES {
         return Err(format!(
             "attribute `{}…` is longer than {MAX_ATTRIBUTE_BYTES} bytes",
-            name.chars().take(16).collect::<String>()
+            name.chars().take(16).collect::<String>().escape_debug()
         ));
     }
     if name.chars().any(|c| c.is_whitespace() || c.is_control()) {

@@ -687,3 +687,17 @@ fn a_tasks_split_is_at_most_one_tib_at_its_line() {
         .expect("1 TiB is a split");
     assert_eq!(w.applications[0].split.as_u64(), 1 << 40);
 }
+
+#[test]
+fn a_long_attributes_quoted_start_is_escaped() {
+    // Its first 16 characters were quoted raw: an escape sequence reached the terminal.
+    let e = cluster_error(&cluster(&format!(
+        "attributes = [\"\\u001b[2J{}\"]",
+        "x".repeat(70)
+    )));
+    assert!(
+        e.contains("attribute `\\u{1b}[2Jxxxxxxxxxxxx…` is longer than 64 bytes")
+            && !e.contains('\u{1b}'),
+        "{e}"
+    );
+}
