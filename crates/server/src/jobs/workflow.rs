@@ -53,7 +53,18 @@
 //!   (`--time-limit`) offers it only while it has that long left, its mask recomputed at every
 //!   heartbeat; a running instance books its cores, memory and
 //!   devices in the shared [`SchedulerView`](hetsched_core::SchedulerView) (batch tasks are not
-//!   placed over it), and waits on its node until they are free;
+//!   placed over it), and waits on its node until they are free. The vocabulary of those bits
+//!   is each workflow's own (`WfJob::vocab`, from its file alone, at most 64 words: more is
+//!   refused at submission, naming the task and field of the first word too many). Masks are
+//!   only ever matched within one workflow — its machine, its agents' `PcddbNode`s (the node's
+//!   mask in its `PcddbJob`), its allocation requests and grants — so no workflow's words take
+//!   a bit from another (one global, append-only vocabulary let a user's workflows use up the
+//!   64 bits and have every later workflow with a requirement refused until a restart, and a
+//!   restart kept the words of every workflow not purged). A workflow's bits never change while
+//!   messages carrying them are in flight, and a restart rebuilds the same ones; nothing of the
+//!   vocabulary is stored. Each heartbeat reads what the live nodes offer once
+//!   (`Workflows::offers`) and matches it against each distinct vocabulary of the running
+//!   workflows once;
 //! - **accelerator sharing** (spec 01): a node's mask is the node as the view sees it, so a bound
 //!   NNode offers its ANode's devices (and `gpu`) and takes GPU instances, which the accelerator
 //!   part of the heartbeat offloads to the ANode (`Assignment.offload_anode`), while the ANode's
@@ -161,18 +172,165 @@ pub const MAX_RTT: u64 = 60_000_000_000;
 /// a few microseconds between two probes does not reshuffle the clusters every second.
 pub const RTT_RESOLUTION: u64 = 250_000;
 
-/// One bit of the attribute vocabulary: a node attribute, "can hold this much" (the capacity
-/// one instance of some task needs), "has this long left" (some task's time limit, in ns;
-/// a node whose agent has no end has any), or "has room for inputs" (its agent's last
-/// heartbeat did not report its work directory's disk below its `min_free_disk`, where every
-/// fetched input would fail; required by the tasks that have inputs). Only attributes are
-/// names, so they cannot collide.
+/// One bit of a workflow's attribute vocabulary ([`WfJob::vocab`]): a node attribute, "can
+/// hold this much" (the capacity one instance of some task needs), "has this long left" (some
+/// task's time limit, in ns; a node whose agent has no end has any), or "has room for inputs"
+/// (its agent's last heartbeat did not report its work directory's disk below its
+/// `min_free_disk`, where every fetched input would fail; required by the tasks that have
+/// inputs). Only attributes are names, so they cannot collide.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Word {
     Attr(String),
     Fits(Resources),
     Lasts(u64),
     Room,
+}
+
+/// The most words one workflow's vocabulary holds: its masks are 64-bit.
+const MAX_WORDS: usize = AttrMask::BITS as usize;
+
+/// A workflow's attribute vocabulary and each task's mask over it: the words of its
+/// `requires`, of the capacity one instance needs when above one core, of its time limit, and
+/// of its inputs (room for them), numbered in the order the file first names them. A function
+/// of the file alone, so a restart rebuilds the same bits. Refused past [`MAX_WORDS`] words,
+/// naming where the first word too many is written.
+fn task_masks(rt: &RuntimeWorkflow) -> Result<(Vec<Word>, Vec<AttrMask>), StateError> {
+    let src = hetsched_core::input::Source::new(&rt.parsed.origin, &rt.parsed.text);
+    // Where a field is written, if it is (a default is not).
+    fn at<T>(s: &toml::Spanned<T>) -> Option<usize> {
+        let span = s.span();
+        (span.end > span.start).then_some(span.start)
+    }
+    let mut vocab: Vec<Word> = Vec::new();
+    let mut masks = Vec::with_capacity(rt.tasks.len());
+    for (i, ((t, task), spec)) in rt
+        .tasks
+        .iter()
+        .zip(&rt.parsed.workflow.tasks)
+        .zip(&rt.parsed.specs)
+        .enumerate()
+    {
+        // Each word with the field that brings it and where that is written.
+        let mut words: Vec<(Word, String, Option<usize>)> = task
+            .requires
+            .iter()
+            .enumerate()
+            .map(|(j, a)| {
+                (
+                    Word::Attr(a.clone()),
+                    format!("requires[{j}]"),
+                    spec.requires.get(j).and_then(at),
+                )
+            })
+            .collect();
+        let r = t.request();
+        if r != Resources::new(1, 0, 0) {
+            // The first field that makes the size.
+            let (field, span) = if r.cores != 1 {
+                ("cores", spec.cores.as_ref().and_then(at))
+            } else if r.memory_bytes != 0 {
+                ("memory", spec.memory.as_ref().and_then(at))
+            } else {
+                ("gpus", spec.gpus.as_ref().and_then(at))
+            };
+            words.push((Word::Fits(r), field.to_string(), span));
+        }
+        if t.time_limit_ns > 0 {
+            words.push((
+                Word::Lasts(t.time_limit_ns),
+                "time_limit".to_string(),
+                spec.time_limit.as_ref().and_then(at),
+            ));
+        }
+        if !task.inputs.is_empty() {
+            words.push((
+                Word::Room,
+                "inputs".to_string(),
+                spec.inputs.first().and_then(at),
+            ));
+        }
+        let mut m: AttrMask = 0;
+        for (w, field, span) in words {
+            let k = match vocab.iter().position(|x| *x == w) {
+                Some(k) => k,
+                None if vocab.len() < MAX_WORDS => {
+                    vocab.push(w);
+                    vocab.len() - 1
+                }
+                None => {
+                    return Err(src
+                        .error(
+                            span.or_else(|| at(&spec.name)),
+                            Some(format!("task[{i}].{field}")),
+                            format!(
+                                "task `{}` takes the workflow past {MAX_WORDS} distinct \
+                                 placement requirements (the node attributes its tasks require, \
+                                 their instance sizes other than one core, their time limits \
+                                 and having inputs, each counted once)",
+                                task.name
+                            ),
+                        )
+                        .into());
+                }
+            };
+            m |= 1 << k;
+        }
+        masks.push(m);
+    }
+    Ok((vocab, masks))
+}
+
+/// What one live node offers, read once per pass over the nodes; each workflow matches its
+/// own vocabulary against it ([`Offer::mask`]).
+struct Offer {
+    id: u32,
+    cores: u32,
+    /// None: the node is not in the registry or the view (it offers no word).
+    facts: Option<Facts>,
+}
+
+struct Facts {
+    /// The attributes it has ([`Workflows::attributes_of`]).
+    attrs: Vec<String>,
+    /// The instance sizes it can hold (a bound NNode's with its ANodes' devices:
+    /// [`Workflows::seen`]).
+    capacity: Resources,
+    /// Its time left, ns (None: its agent has no end).
+    left: Option<u128>,
+    /// [`Workflows::room_for_inputs`].
+    room: bool,
+}
+
+impl Offer {
+    /// Its mask over `vocab`: the attributes it has, every instance size it can hold, every
+    /// time limit it has time left for now, and room for inputs.
+    fn mask(&self, vocab: &[Word]) -> AttrMask {
+        let Some(f) = &self.facts else {
+            return 0;
+        };
+        vocab
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| match w {
+                Word::Attr(a) => f.attrs.contains(a),
+                Word::Fits(r) => f.capacity.fits(r),
+                Word::Lasts(limit) => f.left.is_none_or(|l| l >= u128::from(*limit)),
+                Word::Room => f.room,
+            })
+            .fold(0, |m, (k, _)| m | (1 << k))
+    }
+}
+
+/// The nodes of `offers` as a workflow of vocabulary `vocab` sees them.
+fn members_over(offers: &[Offer], vocab: &[Word]) -> Vec<GraphNode> {
+    offers
+        .iter()
+        .map(|o| GraphNode {
+            id: NodeId(o.id),
+            cores: o.cores,
+            attributes: o.mask(vocab),
+        })
+        .collect()
 }
 
 /// Whether node `rec`'s disk has room for fetched inputs, as its agent last reported (an agent
@@ -391,6 +549,11 @@ struct WfJob {
     /// Its owner's group in the view (a user's cap on cores; [`Workflows::set_group`]): what
     /// its running instances book counts against it.
     group: Option<u32>,
+    /// Its attribute vocabulary: bit k of its masks — its tasks', its nodes' as its machine and
+    /// its agents' machines see them, its allocation requests' and grants' — is `vocab[k]`. Its
+    /// own, from its file alone ([`task_masks`]): fixed for its life, the same after a restart,
+    /// and never a bit of another workflow's.
+    vocab: Vec<Word>,
     /// Required attribute mask of each task.
     masks: Vec<AttrMask>,
     /// The members its dispatcher knows (centralised).
@@ -588,8 +751,6 @@ pub struct Workflows {
     cluster_size: Option<u32>,
     /// `[workflow] check_interval`: the agents' self-check period, ms.
     check_interval_ms: u64,
-    /// The attribute vocabulary: bit k is `vocab[k]` (append-only, at most 64 words).
-    vocab: Vec<Word>,
     dirty: HashSet<(u64, u32)>,
     dirty_jobs: HashSet<u64>,
     /// Nodes the machines queued an instance or a message for in this event (woken at its end,
@@ -665,7 +826,6 @@ impl Workflows {
             clustered: Vec::new(),
             cluster_size,
             check_interval_ms,
-            vocab: Vec::new(),
             dirty: HashSet::new(),
             dirty_jobs: HashSet::new(),
             woken: BTreeSet::new(),
@@ -833,7 +993,7 @@ impl Workflows {
                     ready.extend(more);
                 }
             }
-            let (machine, members) = me.machine(cx, balancer, graph);
+            let (machine, members) = me.machine(cx, balancer, graph, &job.vocab);
             job.machine = machine;
             job.members = members;
             // What ended without succeeding is never placed again, even when its producers
@@ -894,12 +1054,14 @@ impl Workflows {
     }
 
     /// A machine for a new or restored job: a launch node with the current clusters (pcddb), or
-    /// a dispatcher over the live nodes (centralised, with the members it was given).
+    /// a dispatcher over the live nodes, their masks over the job's vocabulary `vocab`
+    /// (centralised, with the members it was given).
     fn machine(
         &mut self,
         cx: &Ctx,
         balancer: BalancerKind,
         graph: InstanceGraph,
+        vocab: &[Word],
     ) -> (Machine, Vec<GraphNode>) {
         match balancer {
             BalancerKind::Pcddb => {
@@ -908,7 +1070,7 @@ impl Workflows {
                 (Machine::Pcddb(launch), Vec::new())
             }
             _ => {
-                let members = self.graph_nodes(cx);
+                let members = self.graph_nodes(cx, vocab);
                 (
                     Machine::Centralised(Dispatcher::new(LAUNCH, members.clone(), graph)),
                     members,
@@ -926,50 +1088,6 @@ impl Workflows {
             .collect()
     }
 
-    /// The bit of `w`, added to the vocabulary if new (None: the 64 bits are taken).
-    fn bit(&mut self, w: Word) -> Option<AttrMask> {
-        let k = match self.vocab.iter().position(|x| *x == w) {
-            Some(k) => k,
-            None if self.vocab.len() < 64 => {
-                self.vocab.push(w);
-                self.vocab.len() - 1
-            }
-            None => return None,
-        };
-        Some(1 << k)
-    }
-
-    /// Per task: the mask of its `requires` and, when one instance needs more than one core,
-    /// memory or a device, of the capacity it needs.
-    fn task_masks(&mut self, rt: &RuntimeWorkflow) -> Result<Vec<AttrMask>, StateError> {
-        let mut masks = Vec::with_capacity(rt.tasks.len());
-        for (t, task) in rt.tasks.iter().zip(&rt.parsed.workflow.tasks) {
-            let r = t.request();
-            let mut words: Vec<Word> = task.requires.iter().cloned().map(Word::Attr).collect();
-            if r != Resources::new(1, 0, 0) {
-                words.push(Word::Fits(r));
-            }
-            if t.time_limit_ns > 0 {
-                words.push(Word::Lasts(t.time_limit_ns));
-            }
-            if !task.inputs.is_empty() {
-                words.push(Word::Room);
-            }
-            let mut m = 0;
-            for w in words {
-                m |= self.bit(w).ok_or_else(|| {
-                    StateError::Invalid(format!(
-                        "{}: more than 64 distinct requirements, instance sizes and time \
-                         limits across the workflows of this server",
-                        rt.parsed.origin
-                    ))
-                })?;
-            }
-            masks.push(m);
-        }
-        Ok(masks)
-    }
-
     /// Node `n` as the scheduler's view sees it: a bound NNode (accelerator sharing, spec 01)
     /// with the devices of the ANodes it reaches, as the batch policy sees it, so a GPU instance
     /// placed there is offloaded to its ANode; an unbound NNode with none.
@@ -985,27 +1103,30 @@ impl Workflows {
             .unwrap_or_default()
     }
 
-    /// Node `n`'s mask: the attributes it has, every instance size it can hold (a bound NNode's
-    /// with its ANodes' devices: [`Self::seen`]), and every time limit it has time left for now.
-    fn node_mask(&self, cx: &Ctx, n: u32, now: std::time::Instant) -> AttrMask {
-        let (Some(rec), Some(seen)) = (cx.nodes.get(n), Self::seen(cx, n)) else {
-            return 0;
-        };
-        let attrs = self.attributes_of(cx, n);
-        let capacity = seen.capacity();
-        let left = rec
-            .ends_at
-            .map(|e| e.saturating_duration_since(now).as_nanos());
-        self.vocab
-            .iter()
-            .enumerate()
-            .filter(|(_, w)| match w {
-                Word::Attr(a) => attrs.contains(a),
-                Word::Fits(r) => capacity.fits(r),
-                Word::Lasts(limit) => left.is_none_or(|l| l >= u128::from(*limit)),
-                Word::Room => self.room_for_inputs(rec, n),
+    /// What every live node offers the workflows' words: one pass over the registry, which
+    /// each workflow's own vocabulary is then matched against ([`Offer::mask`]). One clock read
+    /// for every node's time left (a read per node cost a heartbeat on 1,000 time-limited
+    /// agents 24 µs).
+    fn offers(&self, cx: &Ctx) -> Vec<Offer> {
+        let now = std::time::Instant::now();
+        (0..cx.nodes.len() as u32)
+            .filter(|&n| Self::alive(cx, n))
+            .map(|n| {
+                let rec = cx.nodes.get(n);
+                Offer {
+                    id: n,
+                    cores: rec.map_or(1, |r| r.spec.cores.max(1)),
+                    facts: rec.zip(Self::seen(cx, n)).map(|(rec, seen)| Facts {
+                        attrs: self.attributes_of(cx, n),
+                        capacity: seen.capacity(),
+                        left: rec
+                            .ends_at
+                            .map(|e| e.saturating_duration_since(now).as_nanos()),
+                        room: self.room_for_inputs(rec, n),
+                    }),
+                }
             })
-            .fold(0, |m, (k, _)| m | (1 << k))
+            .collect()
     }
 
     /// Whether node `n` (registry record `rec`) takes instances that fetch inputs: its agent's
@@ -1028,19 +1149,10 @@ impl Workflows {
             .is_some_and(|task| !task.inputs.is_empty())
     }
 
-    /// The live nodes as the balancers see them (cores and attribute masks).
-    fn graph_nodes(&self, cx: &Ctx) -> Vec<GraphNode> {
-        // One clock read for every node's time left (a read per node cost a heartbeat on 1,000
-        // time-limited agents 24 µs).
-        let now = std::time::Instant::now();
-        (0..cx.nodes.len() as u32)
-            .filter(|&n| Self::alive(cx, n))
-            .map(|n| GraphNode {
-                id: NodeId(n),
-                cores: cx.nodes.get(n).map_or(1, |r| r.spec.cores.max(1)),
-                attributes: self.node_mask(cx, n, now),
-            })
-            .collect()
+    /// The live nodes as a workflow's balancer sees them: cores, and attribute masks over its
+    /// vocabulary `vocab`.
+    fn graph_nodes(&self, cx: &Ctx, vocab: &[Word]) -> Vec<GraphNode> {
+        members_over(&self.offers(cx), vocab)
     }
 
     /// Centralised: the dispatcher's members follow the live nodes and their masks now (also
@@ -1049,7 +1161,7 @@ impl Workflows {
         let Machine::Centralised(d) = &mut job.machine else {
             return;
         };
-        let nodes = self.graph_nodes(cx);
+        let nodes = self.graph_nodes(cx, &job.vocab);
         if job.members != nodes {
             job.members = nodes.clone();
             let o = d.set_members(nodes);
@@ -1269,9 +1381,9 @@ impl Workflows {
             total += t.instances() as u32;
         }
         offset.push(total);
-        let masks = self.task_masks(&rt)?;
+        let (vocab, masks) = task_masks(&rt)?;
         let graph = InstanceGraph::new(&rt.parsed.workflow, &masks);
-        let (machine, members) = self.machine(cx, balancer, graph);
+        let (machine, members) = self.machine(cx, balancer, graph, &vocab);
         let observed = vec![Observed::default(); rt.parsed.workflow.tasks.len()];
         Ok(WfJob {
             seq,
@@ -1314,6 +1426,7 @@ impl Workflows {
             blocked: Vec::new(),
             booked: HashMap::new(),
             group: None,
+            vocab,
             masks,
             members,
             to_node: HashMap::new(),
@@ -2497,12 +2610,16 @@ impl JobKind for Workflows {
         let jobs = &self.jobs;
         self.maybe_running
             .retain(|seq| jobs.get(seq).is_some_and(|j| j.finished_ns == 0));
-        // Every live node's mask: only while a workflow runs (it is a pass over the registry).
-        let graph_nodes = if self.maybe_running.is_empty() {
+        // What every live node offers: only while a workflow runs (it is a pass over the
+        // registry).
+        let offers = if self.maybe_running.is_empty() {
             Vec::new()
         } else {
-            self.graph_nodes(cx)
+            self.offers(cx)
         };
+        // The live nodes with their masks over each vocabulary, once per vocabulary in this
+        // beat: workflows submitted from one file share theirs, and most have none.
+        let mut seen_by: Vec<(Vec<Word>, Vec<GraphNode>)> = Vec::new();
         // Whether this node has no room for inputs now, and whether it just ran short (its
         // report, or a result that found no room): then what waits for it with inputs to
         // fetch goes elsewhere ([`Self::take_back`]), once, not at every beat while it stays
@@ -2522,10 +2639,18 @@ impl JobKind for Workflows {
             let Some(mut job) = self.jobs.remove(&seq) else {
                 continue;
             };
+            let v = match seen_by.iter().position(|(v, _)| *v == job.vocab) {
+                Some(v) => v,
+                None => {
+                    seen_by.push((job.vocab.clone(), members_over(&offers, &job.vocab)));
+                    seen_by.len() - 1
+                }
+            };
+            let graph_nodes = &seen_by[v].1;
             // Centralised: the dispatcher's members follow the live nodes and their masks
             // (instances nobody could run are tried again).
             if let Machine::Centralised(d) = &mut job.machine
-                && job.members != graph_nodes
+                && job.members != *graph_nodes
             {
                 job.members = graph_nodes.clone();
                 let o = d.set_members(graph_nodes.clone());

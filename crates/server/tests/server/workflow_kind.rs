@@ -11,8 +11,10 @@
 //! disk runs again elsewhere, a lost attempt bounded by `max_attempts` across a restart, not a
 //! failure; a full-disk rollback keeps the stored workflows; GPU
 //! instances run on a bound NNode offloaded to its ANode, which listings name after a rollback
-//! and a restart, and whose death runs them again; and, over random workflows, failed attempts
-//! and server restarts never make an instance run twice at once, and every workflow completes.
+//! and a restart, and whose death runs them again; each workflow's requirements are bits of its
+//! own vocabulary, which no other user's workflows can use up; and, over random workflows,
+//! failed attempts and server restarts never make an instance run twice at once, and every
+//! workflow completes.
 
 use crate::common;
 
@@ -3765,5 +3767,195 @@ fn a_workflows_usage_adds_up_saturating() {
         "{:?}",
         info.apps
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A workflow of `n` tasks of one instance each, task `k` holding `first + k` bytes of memory:
+/// `n` distinct instance sizes, each a word of the workflow's attribute vocabulary.
+fn sizes(balancer: &str, first: u64, n: u64) -> String {
+    let mut text = format!("balancer = \"{balancer}\"\n");
+    for k in 0..n {
+        text.push_str(&format!(
+            "[[task]]\nname = \"s{k}\"\ninstances = 1\nmemory = \"{}B\"\noutputs = [\"o{k}\"]\n\
+             command = \"true\"\n",
+            first + k
+        ));
+    }
+    text
+}
+
+/// Alice's workflow: `accel` needs the attribute `fpga` and an instance size no other
+/// workflow has, `timed` a time limit.
+fn fpga_workflow(balancer: &str) -> String {
+    format!(
+        "balancer = \"{balancer}\"\n\
+         [[task]]\nname = \"accel\"\ninstances = 3\nrequires = [\"fpga\"]\nmemory = \"1000B\"\n\
+         outputs = [\"a\"]\ncommand = \"true\"\n\
+         [[task]]\nname = \"timed\"\ninstances = 1\ntime_limit = \"1h\"\noutputs = [\"t\"]\n\
+         command = \"true\"\n"
+    )
+}
+
+/// Nodes beating as agents do: each reports what it runs; `done` ends all of it, successfully.
+struct Beats {
+    running: HashMap<u32, Vec<(u64, u32)>>,
+}
+
+impl Beats {
+    fn beat(&mut self, s: &mut State, n: u32, done: bool) {
+        let mine = self.running.remove(&n).unwrap_or_default();
+        let results: Vec<(u64, u32, bool)> = if done {
+            mine.iter().map(|&(t, a)| (t, a, true)).collect()
+        } else {
+            Vec::new()
+        };
+        let running = if done { Vec::new() } else { mine };
+        let r = common::beat(s, n, &running, &results);
+        let now = self.running.entry(n).or_default();
+        now.extend(running);
+        now.extend(r.assignments.iter().map(|a| (a.task_id, a.attempt)));
+    }
+}
+
+/// The node each instance of task `app` of `job` last ran on.
+fn nodes_of(s: &State, job: u64, app: &str) -> Vec<String> {
+    s.tasks(job)
+        .expect("tasks")
+        .tasks
+        .into_iter()
+        .filter(|t| t.app == app)
+        .map(|t| t.node)
+        .collect()
+}
+
+/// The attribute vocabulary is each workflow's own: a user whose workflows — finished or
+/// running — hold 64 distinct instance sizes between them takes no bit from another user's
+/// workflow, which is accepted with new requirements and placed only on the nodes that meet
+/// them, before and after a restart. One workflow with more than 64 distinct words is still
+/// refused, naming the task and field of the 65th.
+#[test]
+fn one_users_workflows_leave_another_users_requirements_their_bits() {
+    let dir = scratch("vocab");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let plain = common::register(&mut s, "plain", 64);
+    let fpga = common::register_with(&mut s, "fpga", 4, &["fpga"]);
+    let nodes = [plain, fpga];
+    let mut b = Beats {
+        running: HashMap::new(),
+    };
+    for &n in &nodes {
+        b.beat(&mut s, n, false);
+    }
+    s.on_add_user("mallory", false).expect("mallory");
+    s.on_add_user("alice", false).expect("alice");
+    let submit = |s: &mut State, who: &str, origin: &str, text: String| {
+        s.on_submit_as(
+            hetsched_server::state::types::Submission {
+                origin: origin.into(),
+                text,
+                workdir: "/".into(),
+                ..Default::default()
+            },
+            who,
+        )
+        .map(|x| x.job_id)
+    };
+    // 32 sizes in a workflow that runs to its end, 32 more in one left running.
+    let done = submit(&mut s, "mallory", "a.toml", sizes("centralised", 1, 32)).expect("a");
+    for _ in 0..40 {
+        for &n in &nodes {
+            b.beat(&mut s, n, true);
+        }
+        if s.get_job(done).expect("a").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.get_job(done).expect("a").state, "completed");
+    let running = submit(&mut s, "mallory", "b.toml", sizes("centralised", 33, 32)).expect("b");
+    for &n in &nodes {
+        b.beat(&mut s, n, false);
+    }
+    assert_eq!(s.get_job(running).expect("b").state, "running");
+    // Alice's requirement, size and time limit are words none of those has.
+    let job = submit(&mut s, "alice", "fpga.toml", fpga_workflow("centralised"))
+        .expect("another user's workflow is not refused for want of bits");
+    for _ in 0..2 {
+        for &n in &nodes {
+            b.beat(&mut s, n, false);
+        }
+    }
+    let placed = nodes_of(&s, job, "accel");
+    assert!(
+        placed.iter().all(|n| n.is_empty() || n == "fpga"),
+        "{placed:?}"
+    );
+    assert!(placed.iter().any(|n| n == "fpga"), "{placed:?}");
+    // A restart rebuilds each workflow's words from its own file: the same placement.
+    drop(s);
+    let mut s = open(&dir, WorkflowConfig::default());
+    for _ in 0..40 {
+        for &n in &nodes {
+            b.beat(&mut s, n, true);
+        }
+        if s.get_job(job).expect("alice's").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.get_job(job).expect("alice's").state, "completed");
+    assert_eq!(nodes_of(&s, job, "accel"), ["fpga", "fpga", "fpga"]);
+    assert_eq!(s.get_job(running).expect("b").state, "completed");
+    // The limit is per workflow: 64 words are accepted, a 65th is refused where it is written.
+    submit(&mut s, "alice", "c64.toml", sizes("pcddb", 2000, 64)).expect("64 words");
+    let bad = submit(&mut s, "alice", "c65.toml", sizes("pcddb", 3000, 65))
+        .expect_err("65 words")
+        .to_string();
+    assert!(
+        bad.contains("c65.toml:389:10: task[64].memory") && bad.contains("`s64`"),
+        "{bad}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Under `pcddb` the masks go to the agents (`PcddbJob.attributes`, the requests' and grants'
+/// `requires`): each workflow's are over its own vocabulary. A held workflow of one user with
+/// 64 distinct instance sizes leaves another user's workflow its bits, and the agents' machines
+/// place its instances only on the node that meets them.
+#[test]
+fn a_held_workflow_of_64_sizes_leaves_another_users_pcddb_workflow_its_bits() {
+    let dir = scratch("vocab-pcddb");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let mut agents = Agents::default();
+    let plain = common::register(&mut s, "plain", 2);
+    let fpga = common::register_with(&mut s, "fpga", 2, &["fpga"]);
+    s.on_add_user("mallory", false).expect("mallory");
+    s.on_add_user("alice", false).expect("alice");
+    let sub = |origin: &str, text: String, hold: bool| hetsched_server::state::types::Submission {
+        origin: origin.into(),
+        text,
+        workdir: "/".into(),
+        hold,
+        ..Default::default()
+    };
+    let held = s
+        .on_submit_as(sub("a.toml", sizes("pcddb", 1, 64), true), "mallory")
+        .expect("64 words in one workflow")
+        .job_id;
+    let job = s
+        .on_submit_as(sub("fpga.toml", fpga_workflow("pcddb"), false), "alice")
+        .expect("another user's workflow is not refused for want of bits")
+        .job_id;
+    for _ in 0..40 {
+        for n in [plain, fpga] {
+            agents.self_check(n);
+            agents.beat(&mut s, n);
+            agents.finish_all(n, true);
+        }
+        if s.get_job(job).expect("alice's").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.get_job(job).expect("alice's").state, "completed");
+    assert_eq!(nodes_of(&s, job, "accel"), ["fpga", "fpga", "fpga"]);
+    assert_eq!(s.get_job(held).expect("held").state, "pending");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -85,7 +85,7 @@ impl Workflows {
             return;
         };
         let graph = InstanceGraph::new(&job.rt.parsed.workflow, &job.masks);
-        let (machine, members) = self.machine(cx, job.balancer, graph);
+        let (machine, members) = self.machine(cx, job.balancer, graph, &job.vocab);
         job.machine = machine;
         job.members = members;
         // Instances cancelled while it waited (`cancel JOB --tasks`), and those not run because
