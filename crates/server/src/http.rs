@@ -7,6 +7,11 @@
 //! (then also `Secure`) and everything the dashboard shows never travel in clear. Both ways it
 //! is served by axum-server, which closes a connection whose request headers have not arrived
 //! within [`HEADER_READ_TIMEOUT`].
+//!
+//! Every response it sends, whatever route or refusal made it (a handler's error, the 404 of an
+//! unknown path, `/healthz`), carries `X-Content-Type-Options: nosniff` ([`nosniff`], one layer
+//! over the whole router): a refusal's text may repeat what the request said, and a browser
+//! must never read it as a page or a script.
 
 use crate::config::TlsConfig;
 use axum_server::tls_rustls::RustlsConfig;
@@ -96,6 +101,16 @@ pub async fn bind(addr: SocketAddr, tls: Option<&TlsConfig>) -> Result<HttpServe
     })
 }
 
+/// Marks `response` `X-Content-Type-Options: nosniff`: the browser takes its `Content-Type` as
+/// said (a `text/plain` refusal that quotes the request is never sniffed into HTML or script).
+async fn nosniff(mut response: axum::response::Response) -> axum::response::Response {
+    response.headers_mut().insert(
+        axum::http::header::X_CONTENT_TYPE_OPTIONS,
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
 impl HttpServer {
     /// Adds `routes` to the listener.
     pub fn with_routes(mut self, routes: axum::Router) -> Self {
@@ -120,7 +135,11 @@ impl HttpServer {
             stopper.graceful_shutdown(Some(DRAIN));
         });
         let listener = self.listener.into_std()?;
-        let service = self.router.into_make_service();
+        // Over everything, the fallback (404) included.
+        let service = self
+            .router
+            .layer(axum::middleware::map_response(nosniff))
+            .into_make_service();
         match self.tls {
             Some(tls) => {
                 let mut server = axum_server::from_tcp_rustls(listener, tls)?.handle(handle);

@@ -278,15 +278,15 @@ fn topology_name(uri: &Uri) -> Result<String, String> {
     }
 }
 
-/// A refused request: `code` with `message` as plain text (never sniffed as a page: it may
-/// repeat what the request said).
+/// A refused request: `code` with `message` as plain text (never sniffed as a page, though it
+/// may repeat what the request said: the listener marks every response `nosniff`,
+/// [`crate::http`]).
 fn refused(code: StatusCode, message: String) -> Response {
     (
         code,
         [
             (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
             (header::CACHE_CONTROL, "no-store"),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         ],
         message,
     )
@@ -955,7 +955,6 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                     [
                         (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
                         (header::CACHE_CONTROL, "no-store"),
-                        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
                     ],
                     if r.exists {
                         r.data

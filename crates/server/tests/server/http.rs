@@ -197,3 +197,42 @@ async fn a_malformed_api_parameter_is_refused_naming_it() {
     server.stop().await.expect("stops");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every response of the listener — a page, JSON, a refusal that quotes the request, the 404 of
+/// an unknown path, `/healthz` — says `X-Content-Type-Options: nosniff`, so a browser never
+/// reads a `text/plain` refusal as a page (one layer over the router, not each handler's care).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_response_of_the_http_listener_says_nosniff() {
+    let (server, dir) = with_http("http-nosniff").await;
+    let addr = server.http_addr.expect("an HTTP listener");
+    let token = std::fs::read_to_string(dir.join("token")).expect("token");
+    let auth = format!("Authorization: Bearer {}\r\n", token.trim());
+    for (path, headers, code) in [
+        ("/healthz", "", "200"),
+        ("/nothing", "", "404"),
+        ("/", "", "401"),
+        ("/metrics", "", "401"),
+        ("/login", "", "200"),
+        ("/api/jobs", auth.as_str(), "200"),
+        ("/", auth.as_str(), "200"),
+        ("/assets/app.js", auth.as_str(), "200"),
+        ("/api/job?id=%3Cscript%3E", auth.as_str(), "400"),
+        // The state's words, as plain text.
+        ("/api/job?id=99", auth.as_str(), "404"),
+        ("/api/log?job=99&task=0", auth.as_str(), "404"),
+    ] {
+        let raw = get_with(addr, path, headers).await;
+        assert!(
+            raw.starts_with(&format!("HTTP/1.1 {code}")),
+            "{path}: {raw}"
+        );
+        let head = raw.split_once("\r\n\r\n").map_or(raw.as_str(), |(h, _)| h);
+        assert!(
+            head.lines()
+                .any(|l| l.eq_ignore_ascii_case("x-content-type-options: nosniff")),
+            "{path}: no nosniff in\n{head}"
+        );
+    }
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
