@@ -88,6 +88,12 @@ const SCAN_CHUNK: u32 = 1000;
 const MAX_ROWS: u32 = 1000;
 /// Newest jobs whose counts ride on each event.
 const EVENT_JOBS: u64 = 50;
+/// Most event streams (`/api/events`) one caller holds open at once (a user, the client token's
+/// admin, the read-only token: a browser tab each): one more answers 429. Each stream reads the
+/// state under its lock twice a second.
+pub const MAX_EVENT_STREAMS_PER_CALLER: usize = 8;
+/// Most event streams open at once in all: one more answers 503.
+pub const MAX_EVENT_STREAMS: usize = 64;
 
 const INDEX: &str = include_str!("index.html");
 const APP_JS: &str = include_str!("app.js");
@@ -115,6 +121,9 @@ pub struct Dashboard {
     /// clear), else empty.
     secure: &'static str,
     tick: Duration,
+    /// Open event streams by caller (name), bounded ([`MAX_EVENT_STREAMS`],
+    /// [`MAX_EVENT_STREAMS_PER_CALLER`]): each holds an [`EventSlot`] until its client goes.
+    streams: Mutex<std::collections::HashMap<Arc<str>, usize>>,
     /// A read-only store connection (opened on first use): finished jobs' task pages are read
     /// through it without the state's lock.
     reader: std::sync::OnceLock<Option<Arc<crate::store::StoreReader>>>,
@@ -387,6 +396,7 @@ impl Dashboard {
             tickets: Mutex::new(Grants::new(TICKET, MAX_TICKETS_PER_CALLER, MAX_TICKETS)),
             secure: "",
             tick: Duration::from_millis(500),
+            streams: Mutex::new(std::collections::HashMap::new()),
             reader: std::sync::OnceLock::new(),
         }
     }
@@ -524,6 +534,42 @@ impl Dashboard {
             .flatten()
     }
 
+    /// A slot for one more event stream of `who`, or the refusal: 429 past
+    /// [`MAX_EVENT_STREAMS_PER_CALLER`] of its own, 503 past [`MAX_EVENT_STREAMS`] in all.
+    fn event_slot(self: &Arc<Self>, who: &Caller) -> Result<EventSlot, Box<Response>> {
+        let mut open = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = open.get(&who.name).copied().unwrap_or(0);
+        if mine >= MAX_EVENT_STREAMS_PER_CALLER {
+            return Err(Box::new(refused(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "{} already open under these credentials, the most one caller holds: close \
+                     a dashboard tab (its live updates end with it), or try again once one has \
+                     gone",
+                    hetsched_core::text::count(MAX_EVENT_STREAMS_PER_CALLER as u64, "event stream")
+                ),
+            )));
+        }
+        if open.values().sum::<usize>() >= MAX_EVENT_STREAMS {
+            let mut r = refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the server holds {MAX_EVENT_STREAMS} event streams open, the most it keeps: \
+                     try again once some dashboard tabs have closed (the JSON API answers \
+                     meanwhile)"
+                ),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(10u32));
+            return Err(Box::new(r));
+        }
+        *open.entry(who.name.clone()).or_insert(0) += 1;
+        Ok(EventSlot {
+            d: self.clone(),
+            who: who.name.clone(),
+        })
+    }
+
     /// One event of the live stream.
     fn snapshot(&self, s: &State) -> serde_json::Value {
         let counts = s.task_counts();
@@ -554,6 +600,25 @@ impl Dashboard {
                 },
             })).collect::<Vec<_>>(),
         })
+    }
+}
+
+/// One open event stream of a caller, counted until it is dropped: when its stream ends (its
+/// client went away: the next event cannot be sent) or the server stops.
+struct EventSlot {
+    d: Arc<Dashboard>,
+    who: Arc<str>,
+}
+
+impl Drop for EventSlot {
+    fn drop(&mut self) {
+        let mut open = self.d.streams.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.who) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.who);
+            }
+        }
     }
 }
 
@@ -973,12 +1038,18 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     let events = {
         let d = d.clone();
         move |headers: HeaderMap| async move {
-            if d.authed(&headers).is_none() {
+            let Some(who) = d.authed(&headers) else {
                 return unauthorized();
-            }
+            };
+            let slot = match d.event_slot(&who) {
+                Ok(slot) => slot,
+                Err(refusal) => return *refusal,
+            };
             let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, std::convert::Infallible>>(4);
             let d = d.clone();
             tokio::spawn(async move {
+                // Counted while this runs: dropped when the browser goes.
+                let _slot = slot;
                 let mut tick = tokio::time::interval(d.tick);
                 loop {
                     tick.tick().await;

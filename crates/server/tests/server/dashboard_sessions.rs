@@ -4,14 +4,18 @@
 //! and those from a login link — and its unused login links (401, and dropped); the admin's
 //! and the read-only token's sessions go on. A caller holds at most
 //! `MAX_SESSIONS_PER_CALLER` sessions and `MAX_TICKETS_PER_CALLER` login links: a new one
-//! evicts its oldest, and no one else's.
+//! evicts its oldest, and no one else's. Event streams (`/api/events`) are bounded per caller
+//! and in all, and a stream's slot comes back once its client goes.
 
 use crate::common;
 use crate::http::get_with;
 use hetsched_proto as pb;
 use hetsched_proto::client_client::ClientClient;
 use hetsched_server::ServerConfig;
-use hetsched_server::dashboard::{MAX_SESSIONS_PER_CALLER, MAX_TICKETS_PER_CALLER};
+use hetsched_server::dashboard::{
+    MAX_EVENT_STREAMS, MAX_EVENT_STREAMS_PER_CALLER, MAX_SESSIONS_PER_CALLER,
+    MAX_TICKETS_PER_CALLER,
+};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -281,5 +285,127 @@ async fn a_new_session_or_login_link_past_a_callers_bound_evicts_its_oldest_only
     assert_eq!(redeem(http, &tickets[1]).await.0, 303);
     assert_eq!(redeem(http, &tickets[MAX_TICKETS_PER_CALLER]).await.0, 303);
     assert_eq!(redeem(http, &bobs).await.0, 303, "bob's stays");
+    server.stop().await.expect("stops");
+}
+
+/// Opens `/api/events` with `token`: the status code, and the connection while it streams
+/// (200) or the whole refusal (else).
+async fn open_events(addr: SocketAddr, token: &str) -> (u16, tokio::net::TcpStream, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(
+        format!(
+            "GET /api/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .expect("send");
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed before its headers");
+            raw.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("headers within 10 s");
+    let code = status(&String::from_utf8_lossy(&raw));
+    if code != 200 {
+        // A refusal: its body (the connection stays open for more requests).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await
+        {
+            raw.extend_from_slice(&buf[..n]);
+        }
+    }
+    (code, s, String::from_utf8_lossy(&raw).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_are_bounded_per_caller_and_in_all_and_a_closed_ones_slot_comes_back() {
+    let (server, channel, http, read_token, _dir) = server("events").await;
+    let mut admin = ClientClient::with_interceptor(
+        channel.clone(),
+        pb::TokenInterceptor::new(&server.token).expect("ascii token"),
+    );
+    let mut tokens = vec![server.token.clone(), read_token];
+    // With the admin and the read-only token: callers enough to fill the server's bound.
+    for i in 0..MAX_EVENT_STREAMS / MAX_EVENT_STREAMS_PER_CALLER - 2 {
+        tokens.push(
+            admin
+                .add_user(add(&format!("u{i}"), false))
+                .await
+                .expect("user")
+                .into_inner()
+                .token,
+        );
+    }
+    let alice = tokens[2].clone();
+    let mut open = Vec::new();
+    for _ in 0..MAX_EVENT_STREAMS_PER_CALLER {
+        let (code, s, raw) = open_events(http, &alice).await;
+        assert_eq!(code, 200, "{raw}");
+        open.push(s);
+    }
+    // One more of alice's: 429, saying why; another caller's still opens.
+    let (code, _, raw) = open_events(http, &alice).await;
+    assert_eq!(code, 429, "{raw}");
+    assert!(raw.contains("8 event streams already open"), "{raw}");
+    // Alice closes a tab: its slot comes back once the server notices (its next tick).
+    drop(open.remove(0));
+    let back = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (code, s, _) = open_events(http, &alice).await;
+            if code == 200 {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("a closed stream's slot comes back");
+    open.push(back);
+
+    // Everyone else up to the server's bound: then 503, whoever asks.
+    for t in &tokens {
+        if *t == alice {
+            continue;
+        }
+        for _ in 0..MAX_EVENT_STREAMS_PER_CALLER {
+            let (code, s, raw) = open_events(http, t).await;
+            assert_eq!(code, 200, "{raw}");
+            open.push(s);
+        }
+    }
+    assert_eq!(open.len(), MAX_EVENT_STREAMS);
+    let late = admin
+        .add_user(add("late", false))
+        .await
+        .expect("late")
+        .into_inner()
+        .token;
+    let (code, _, raw) = open_events(http, &late).await;
+    assert_eq!(code, 503, "{raw}");
+    assert!(raw.contains("the most it keeps"), "{raw}");
+    assert!(
+        raw.to_ascii_lowercase().contains("retry-after: 10"),
+        "{raw}"
+    );
+    // The rest of the API still answers.
+    assert_eq!(with_token(http, "/api/jobs", &late).await, 200);
+    open.clear();
+    let freed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if open_events(http, &late).await.0 == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(freed.is_ok(), "closed streams give their slots back");
     server.stop().await.expect("stops");
 }
