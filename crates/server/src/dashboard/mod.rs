@@ -174,6 +174,63 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Whether a request that signs in or out comes from a page of another site (a form or a
+/// script there): the browser says so in `Sec-Fetch-Site` (anything but `same-origin`, or
+/// `none` — typed, a bookmark, a program opening the URL) or, where it sends no such header,
+/// in an `Origin` that is not this listener's own (`null` included). A request with neither
+/// comes from no browser's page (curl, a script): nothing to forge then.
+fn cross_site(headers: &HeaderMap) -> bool {
+    let text = |name| headers.get(name).map(|v| v.to_str().unwrap_or("?"));
+    if let Some(site) = text("sec-fetch-site") {
+        return !matches!(site, "same-origin" | "none");
+    }
+    match text(header::ORIGIN.as_str()) {
+        None => false,
+        Some(origin) => {
+            let at = origin
+                .strip_prefix("https://")
+                .or_else(|| origin.strip_prefix("http://"));
+            at.is_none() || at != text(header::HOST.as_str())
+        }
+    }
+}
+
+/// The answer to a sign-in or sign-out from another site's page: nothing changes.
+fn cross_site_refused(what: &str) -> Response {
+    login_page(
+        StatusCode::FORBIDDEN,
+        &format!(
+            "Refused: that {what} came from another site's page. Sign in here, with this form."
+        ),
+    )
+}
+
+/// A page asking to go on with the login link `ticket` (a navigation from another site's
+/// page): its button posts the ticket from this page, so another site cannot sign a browser in
+/// under a ticket of its own without the person's click here. `ticket` is hex (checked).
+fn ticket_page(ticket: &str) -> Response {
+    let body = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>hetsched — sign in</title>\
+         <style>body{{font:15px system-ui,sans-serif;margin:15vh auto;max-width:28em;color:#223}}\
+         button{{padding:.5em 1.2em;font:inherit}}</style></head><body><h1>hetsched</h1>\
+         <p>This login link was opened from another site. Sign in to this dashboard with it only \
+         if you asked for it yourself: whoever made the link is whom you will act as.</p>\
+         <form method=\"post\" action=\"/login\"><input type=\"hidden\" name=\"ticket\" \
+         value=\"{ticket}\"><button type=\"submit\">Sign in with this link</button></form>\
+         </body></html>"
+    );
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 /// The query string's `key`, percent-decoded.
 fn query(uri: &Uri, key: &str) -> Option<String> {
     form_value(uri.query()?, key)
@@ -501,7 +558,7 @@ impl Dashboard {
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
                     "the server holds {MAX_SESSIONS} dashboard sessions, the most it keeps: try \
-                     again once some end (sign out with /logout), or send the token with each \
+                     again once some end (sign out: POST /logout), or send the token with each \
                      request (Authorization: Bearer)"
                 ),
             );
@@ -520,6 +577,20 @@ impl Dashboard {
             ],
         )
             .into_response()
+    }
+
+    /// Trades the login link's `ticket` for a session (once: the ticket is gone either way).
+    fn redeem(&self, ticket: &str) -> Response {
+        // Single use: removed whether or not its token still works.
+        let credential = self.tickets().take(Instant::now(), &token_hash(ticket));
+        // The session is bound to the token the ticket was asked for with.
+        match credential.and_then(|c| Some((self.caller_of_credential(&c)?, c))) {
+            Some((who, credential)) => self.new_session(who, credential),
+            None => login_page(
+                StatusCode::UNAUTHORIZED,
+                "That login link has expired, was used already, or its token was replaced.",
+            ),
+        }
     }
 
     /// Runs `f` on the state under its lock, off the async workers.
@@ -689,26 +760,35 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     };
     let login_get = {
         let d = d.clone();
-        move |uri: Uri| async move {
+        move |headers: HeaderMap, uri: Uri| async move {
             let Some(ticket) = query(&uri, "ticket") else {
                 return login_page(StatusCode::OK, "");
             };
-            // Single use: removed whether or not its token still works.
-            let credential = d.tickets().take(Instant::now(), &token_hash(&ticket));
-            // The session is bound to the token the ticket was asked for with.
-            match credential.and_then(|c| Some((d.caller_of_credential(&c)?, c))) {
-                Some((who, credential)) => d.new_session(who, credential),
-                None => login_page(
-                    StatusCode::UNAUTHORIZED,
-                    "That login link has expired, was used already, or its token was replaced.",
-                ),
+            if cross_site(&headers) {
+                // Not used yet: the person confirms on this site's page (a POST from it).
+                if !ticket.is_empty()
+                    && ticket.len() <= 64
+                    && ticket.bytes().all(|b| b.is_ascii_hexdigit())
+                {
+                    return ticket_page(&ticket);
+                }
+                return login_page(StatusCode::UNAUTHORIZED, "That is no login link.");
             }
+            d.redeem(&ticket)
         }
     };
     let login_post = {
         let d = d.clone();
-        move |body: Bytes| async move {
+        move |headers: HeaderMap, body: Bytes| async move {
+            // Login CSRF: another site's form would sign this browser in as the token (or the
+            // ticket) of that site's choosing.
+            if cross_site(&headers) {
+                return cross_site_refused("sign-in");
+            }
             let body = String::from_utf8_lossy(&body).into_owned();
+            if let Some(ticket) = form_value(&body, "ticket") {
+                return d.redeem(&ticket);
+            }
             match form_value(&body, "token") {
                 Some(t) => match d.token_ok(&t) {
                     Some((who, credential)) => d.new_session(who, credential),
@@ -718,9 +798,27 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             }
         }
     };
+    // Signing out changes what the browser holds: a POST from this site's page only (the
+    // page's button); a GET shows that button.
+    let logout_get = move || async move {
+        (
+            [
+                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (header::CACHE_CONTROL, "no-store"),
+                (header::X_FRAME_OPTIONS, "DENY"),
+            ],
+            "<!doctype html><html><head><meta charset=\"utf-8\"><title>hetsched — sign out</title>\
+             </head><body><form method=\"post\" action=\"/logout\">\
+             <button type=\"submit\">Sign out</button></form></body></html>",
+        )
+            .into_response()
+    };
     let logout = {
         let d = d.clone();
         move |headers: HeaderMap| async move {
+            if cross_site(&headers) {
+                return cross_site_refused("sign-out");
+            }
             if let Some(id) = Dashboard::session_of(&headers) {
                 d.sessions().remove(&token_hash(&id));
             }
@@ -1071,7 +1169,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     axum::Router::new()
         .route("/", get(page))
         .route("/login", get(login_get).post(login_post))
-        .route("/logout", get(logout))
+        .route("/logout", get(logout_get).post(logout))
         .route("/api/ticket", post(ticket))
         .route("/api/jobs", get(jobs))
         .route("/api/job", get(job))

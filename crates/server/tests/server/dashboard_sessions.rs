@@ -5,7 +5,8 @@
 //! and the read-only token's sessions go on. A caller holds at most
 //! `MAX_SESSIONS_PER_CALLER` sessions and `MAX_TICKETS_PER_CALLER` login links: a new one
 //! evicts its oldest, and no one else's. Event streams (`/api/events`) are bounded per caller
-//! and in all, and a stream's slot comes back once its client goes.
+//! and in all, and a stream's slot comes back once its client goes. Signing in and out from
+//! another site's page (login CSRF, a forced sign-out) changes nothing.
 
 use crate::common;
 use crate::http::get_with;
@@ -266,7 +267,7 @@ async fn a_new_session_or_login_link_past_a_callers_bound_evicts_its_oldest_only
     // A signed-out session makes room: the next login evicts nothing.
     let (code, _) = request(
         http,
-        &format!("GET /logout HTTP/1.1\r\nCookie: {}\r\n", sessions[5]),
+        &format!("POST /logout HTTP/1.1\r\nCookie: {}\r\n", sessions[5]),
         "",
     )
     .await;
@@ -407,5 +408,122 @@ async fn event_streams_are_bounded_per_caller_and_in_all_and_a_closed_ones_slot_
     })
     .await;
     assert!(freed.is_ok(), "closed streams give their slots back");
+    server.stop().await.expect("stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_sites_page_can_neither_sign_a_browser_in_nor_out() {
+    let (server, _channel, http, _read_token, _dir) = server("csrf").await;
+    let form = "POST /login HTTP/1.1\r\nContent-Type: application/x-www-form-urlencoded\r\n";
+    let body = format!("token={}", server.token);
+    // A form on another site posting the attacker's token: refused, no cookie.
+    for from in [
+        "Origin: https://evil.example\r\n",
+        "Origin: null\r\n",
+        "Sec-Fetch-Site: cross-site\r\n",
+        "Sec-Fetch-Site: same-site\r\nOrigin: http://{addr}\r\n",
+    ] {
+        let from = from.replace("{addr}", &http.to_string());
+        let (code, raw) = request(http, &format!("{form}{from}"), &body).await;
+        assert_eq!(code, 403, "{from}: {raw}");
+        assert_eq!(cookie(&raw), None, "{from}: {raw}");
+        assert!(raw.contains("came from another site"), "{raw}");
+    }
+    // The dashboard's own form (a browser says same-origin, or sends its own origin), and a
+    // program sending neither: signed in.
+    let mut sessions = Vec::new();
+    for from in [
+        "Sec-Fetch-Site: same-origin\r\nOrigin: http://{addr}\r\n".to_string(),
+        format!("Origin: http://{http}\r\n"),
+        String::new(),
+    ] {
+        let from = from.replace("{addr}", &http.to_string());
+        let (code, raw) = request(http, &format!("{form}{from}"), &body).await;
+        assert_eq!(code, 303, "{from}: {raw}");
+        sessions.push(cookie(&raw).expect("a session cookie"));
+    }
+
+    // Signing out: a GET only shows the button; another site's POST changes nothing.
+    let (code, raw) = request(
+        http,
+        &format!("GET /logout HTTP/1.1\r\nCookie: {}\r\n", sessions[0]),
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{raw}");
+    assert!(raw.contains("action=\"/logout\""), "{raw}");
+    assert!(!raw.to_ascii_lowercase().contains("set-cookie"), "{raw}");
+    assert_eq!(with_cookie(http, "/api/jobs", &sessions[0]).await, 200);
+    let (code, raw) = request(
+        http,
+        &format!(
+            "POST /logout HTTP/1.1\r\nSec-Fetch-Site: cross-site\r\nCookie: {}\r\n",
+            sessions[0]
+        ),
+        "",
+    )
+    .await;
+    assert_eq!(code, 403, "{raw}");
+    assert!(!raw.to_ascii_lowercase().contains("set-cookie"), "{raw}");
+    assert_eq!(with_cookie(http, "/api/jobs", &sessions[0]).await, 200);
+    let (code, _) = request(
+        http,
+        &format!(
+            "POST /logout HTTP/1.1\r\nSec-Fetch-Site: same-origin\r\nCookie: {}\r\n",
+            sessions[0]
+        ),
+        "",
+    )
+    .await;
+    assert_eq!(code, 303);
+    assert_eq!(with_cookie(http, "/api/jobs", &sessions[0]).await, 401);
+    assert_eq!(with_cookie(http, "/api/jobs", &sessions[1]).await, 200);
+
+    // A login link followed from another site's page is not used until the person confirms
+    // on this site's page.
+    let t = ticket(http, &server.token).await;
+    let (code, raw) = request(
+        http,
+        &format!("GET /login?ticket={t} HTTP/1.1\r\nSec-Fetch-Site: cross-site\r\n"),
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{raw}");
+    assert_eq!(cookie(&raw), None, "{raw}");
+    assert!(raw.contains(&format!("value=\"{t}\"")), "{raw}");
+    let (code, raw) = request(
+        http,
+        &format!("{form}Sec-Fetch-Site: cross-site\r\n"),
+        &format!("ticket={t}"),
+    )
+    .await;
+    assert_eq!(code, 403, "{raw}");
+    let (code, raw) = request(
+        http,
+        &format!("{form}Sec-Fetch-Site: same-origin\r\n"),
+        &format!("ticket={t}"),
+    )
+    .await;
+    assert_eq!(code, 303, "{raw}");
+    let linked = cookie(&raw).expect("a session cookie");
+    assert_eq!(with_cookie(http, "/api/jobs", &linked).await, 200);
+    // Whatever else the query says is never put in the page.
+    let (code, raw) = request(
+        http,
+        "GET /login?ticket=%22%3E%3Cscript%3E HTTP/1.1\r\nSec-Fetch-Site: cross-site\r\n",
+        "",
+    )
+    .await;
+    assert_eq!(code, 401, "{raw}");
+    assert!(!raw.contains("<script>"), "{raw}");
+    // A link opened by a program or typed (no site): signs in at once, as before.
+    let t = ticket(http, &server.token).await;
+    let (code, raw) = request(
+        http,
+        &format!("GET /login?ticket={t} HTTP/1.1\r\nSec-Fetch-Site: none\r\n"),
+        "",
+    )
+    .await;
+    assert_eq!(code, 303, "{raw}");
     server.stop().await.expect("stops");
 }
