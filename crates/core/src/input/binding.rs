@@ -7,8 +7,11 @@
 //! remove NAME
 //! ```
 //!
-//! Parsing checks each line's shape; what only the sequence can tell (a duplicate name, removing a
-//! node that is not there) is checked when the lines are applied
+//! A NAME is a node name ([`super::cluster::node_name_problem`]), a RACK a rack name
+//! ([`crate::model::cluster::rack_name_problem`]).
+//!
+//! Parsing checks each line's shape and names; what only the sequence can tell (a duplicate
+//! name, removing a node that is not there) is checked when the lines are applied
 //! ([`crate::policy::binding::replay`]). Both kinds of error name the line.
 
 use super::{InputError, Source};
@@ -125,7 +128,17 @@ pub fn parse_binding_events(origin: &str, text: &str) -> Result<Vec<BindingLine>
                 ),
             ));
         }
-        let name = fields[1].1.to_string();
+        // Names as a cluster file's: the trace prints them as written.
+        let (name_at, name) = fields[1];
+        if let Some(problem) = super::cluster::node_name_problem(name) {
+            return Err(src.error(Some(name_at), Some("NAME".into()), problem));
+        }
+        if let Some(&(rack_at, rack)) = fields.get(2)
+            && let Some(problem) = crate::model::cluster::rack_name_problem(rack)
+        {
+            return Err(src.error(Some(rack_at), Some("RACK".into()), problem));
+        }
+        let name = name.to_string();
         let command = match verb {
             "add-nnode" => BindingCommand::AddNNode {
                 name,

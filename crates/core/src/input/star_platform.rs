@@ -79,6 +79,11 @@ pub fn parse_star_platform(origin: &str, text: &str) -> Result<StarPlatform, Inp
             }
         };
         let name = w.name.get_ref().clone();
+        // A worker is a machine, named as a node is: the simulator's tables print the name as
+        // written, so a control character would act on the terminal.
+        if let Some(problem) = super::cluster::node_name_problem(&name) {
+            return Err(src.error(at(&w.name), field("name"), problem));
+        }
         if let Some(first) = names.insert(name.clone(), i) {
             return Err(src.error(
                 at(&w.name),

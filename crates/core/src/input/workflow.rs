@@ -219,6 +219,11 @@ pub fn parse_workflow_with(
         if name.trim().is_empty() {
             return Err(src.error(at(&t.name), field("name"), "must not be empty"));
         }
+        // The runtime's rule for a task name, for the simulator too, before the messages that
+        // quote the name (declared twice, a cycle, a missing cost).
+        if let Some(problem) = super::limits::app_name_problem(name) {
+            return Err(src.error(at(&t.name), field("name"), problem));
+        }
         if let Some(first) = names.insert(name, i) {
             return Err(src.error(
                 at(&t.name),

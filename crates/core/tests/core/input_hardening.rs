@@ -701,3 +701,71 @@ fn a_long_attributes_quoted_start_is_escaped() {
         "{e}"
     );
 }
+
+/// Names a parser took as written and a table or message later printed raw: a star platform's
+/// worker names (`hetsched sim divisible`'s tables), a binding event file's node and rack names
+/// (`hetsched binding replay`'s trace) and a simulator workflow's task names (quoted in the
+/// "declared twice", cycle and missing-cost messages) took control characters, and the first
+/// two an empty name. Each is refused at its line and field by the rule its kind already has
+/// elsewhere: a node's ([`node_name_problem`]), a rack's, an application's (the runtime's rule
+/// for a workflow's task names).
+///
+/// [`node_name_problem`]: hetsched_core::input::cluster::node_name_problem
+#[test]
+fn worker_binding_and_workflow_task_names_hold_no_control_character() {
+    use hetsched_core::input::star_platform::parse_star_platform;
+    let platform = |name: &str| {
+        format!(
+            "[[worker]]\nname = \"{name}\"\nspeed = 1.0\ncompute_latency = 0.0\nbandwidth = 1.0\n\
+             network_latency = 0.0\n"
+        )
+    };
+    let platform_error = |name: &str| {
+        parse_star_platform("p.toml", &platform(name))
+            .expect_err(name)
+            .to_string()
+    };
+    assert_eq!(
+        platform_error("w\\u001b[31m"),
+        "p.toml:2:8: worker[0].name: node name `w\\u{1b}[31m` may hold only letters, digits, `.`, \
+         `-` and `_`"
+    );
+    assert_eq!(
+        platform_error(""),
+        "p.toml:2:8: worker[0].name: a node name must not be empty"
+    );
+    assert!(parse_star_platform("p.toml", &platform("p4-3.0a")).is_ok());
+
+    assert_eq!(
+        binding_error("add-anode a r\nadd-nnode n\u{1b}[2J r\n"),
+        "b.txt:2:11: NAME: node name `n\\u{1b}[2J` may hold only letters, digits, `.`, `-` and `_`"
+    );
+    assert_eq!(
+        binding_error("remove \u{7}\n"),
+        "b.txt:1:8: NAME: node name `\\u{7}` may hold only letters, digits, `.`, `-` and `_`"
+    );
+    assert_eq!(
+        binding_error("add-anode a r\u{1b}[31m 2\n"),
+        "b.txt:1:13: RACK: rack name `r\\u{1b}[31m` holds a control character"
+    );
+
+    let task =
+        |name: &str, extra: &str| format!("[[task]]\nname = \"{name}\"\ninstances = 1\n{extra}\n");
+    assert_eq!(
+        workflow_error(&task("t\\u001b[2J", "cost = \"1s\"")),
+        "wf.toml:2:8: task[0].name: holds a control character"
+    );
+    // Refused before the messages that quote it: declared twice, or without a cost.
+    assert_eq!(
+        workflow_error(&format!(
+            "{}{}",
+            task("t\\u001b[2J", "cost = \"1s\""),
+            task("t\\u001b[2J", "cost = \"1s\"")
+        )),
+        "wf.toml:2:8: task[0].name: holds a control character"
+    );
+    assert_eq!(
+        workflow_error(&task("t\\u0007", "")),
+        "wf.toml:2:8: task[0].name: holds a control character"
+    );
+}
