@@ -141,14 +141,14 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
             // here, so a job stored before the check still loads.)
             if limit.is_some_and(|t| t.0 < crate::time::NANOS_PER_SEC / 1000) {
                 return Err(src.error(
-                    Some(at),
+                    variant_value_at(&src, i, variant, "time_limit").or(Some(at)),
                     Some(format!("application[{i}].{variant}.time_limit")),
                     "must be at least 1ms (leave it out for no limit)",
                 ));
             }
             if grace.is_some_and(|g| g.0 > MAX_KILL_GRACE) {
                 return Err(src.error(
-                    Some(at),
+                    variant_value_at(&src, i, variant, "kill_grace").or(Some(at)),
                     Some(format!("application[{i}].{variant}.kill_grace")),
                     "must be at most 1h",
                 ));
@@ -192,6 +192,33 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
         }
     }
     Ok(())
+}
+
+/// Where the value of `key` in the `index`th application's `variant` table (`cpu` or `gpu`) is
+/// written: the variants keep their time limit and kill grace without their place (the runtime
+/// reads those fields as plain durations), so the text is read again when one is refused, as a
+/// divisible load's are ([`super::divisible`]).
+fn variant_value_at(
+    src: &super::Source<'_>,
+    index: usize,
+    variant: &str,
+    key: &str,
+) -> Option<usize> {
+    type Table = std::collections::HashMap<String, serde_spanned::Spanned<serde::de::IgnoredAny>>;
+    #[derive(serde::Deserialize)]
+    struct Variants {
+        cpu: Option<Table>,
+        gpu: Option<Table>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Places {
+        #[serde(default)]
+        application: Vec<Variants>,
+    }
+    let places: Places = toml::from_str(src.text).ok()?;
+    let app = places.application.get(index)?;
+    let table = if variant == "gpu" { &app.gpu } else { &app.cpu };
+    table.as_ref()?.get(key).and_then(at)
 }
 
 /// Most instances one workflow may have (a batch job's bound on tasks).

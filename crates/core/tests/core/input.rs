@@ -586,9 +586,10 @@ fn a_time_limit_under_a_millisecond_is_refused_not_dropped() {
         let w = parse_workload("j.toml", &job(variant, limit)).expect(limit);
         let e = hetsched_core::input::limits::check(&w).expect_err(limit);
         assert_eq!(
-            (e.line, e.field.as_deref()),
+            (e.line, e.column, e.field.as_deref()),
             (
-                Some(4),
+                Some(6),
+                Some(14),
                 Some(format!("application[0].{variant}.time_limit").as_str())
             ),
             "{e}"

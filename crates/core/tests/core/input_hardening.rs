@@ -769,3 +769,47 @@ fn worker_binding_and_workflow_task_names_hold_no_control_character() {
         "wf.toml:2:8: task[0].name: holds a control character"
     );
 }
+
+/// An application variant's `time_limit` under a millisecond and its `kill_grace` over an hour
+/// were refused at the variant's `[application.cpu]` (or gpu) header, lines away from the value
+/// at fault: they are refused at the value, as a divisible load's and a workflow task's are.
+#[test]
+fn a_variants_time_limit_and_kill_grace_are_refused_at_their_own_line() {
+    let job = |variant: &str, fields: &str| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n[application.{variant}]\ncommand = \"true\"\n\
+             {fields}\n"
+        )
+    };
+    let submit_error = |text: &str| {
+        let w = hetsched_core::input::workload::parse_workload("w.toml", text).expect("parses");
+        hetsched_core::input::limits::check(&w)
+            .expect_err("refused at submission")
+            .to_string()
+    };
+    for variant in ["cpu", "gpu"] {
+        assert_eq!(
+            submit_error(&job(variant, "time_limit = \"500us\"")),
+            format!(
+                "w.toml:6:14: application[0].{variant}.time_limit: must be at least 1ms (leave it \
+                 out for no limit)"
+            )
+        );
+        assert_eq!(
+            submit_error(&job(variant, "memory = \"1GiB\"\n\nkill_grace = \"2h\"")),
+            format!("w.toml:8:14: application[0].{variant}.kill_grace: must be at most 1h")
+        );
+    }
+    // The second application's variant, its fields in another order.
+    let two = format!(
+        "{}{}",
+        job("cpu", "time_limit = \"1s\""),
+        job("gpu", "kill_grace = \"1s\"\ntime_limit = \"0s\"")
+            .replace("name = \"a\"", "name = \"b\"")
+    );
+    assert_eq!(
+        submit_error(&two),
+        "w.toml:13:14: application[1].gpu.time_limit: must be at least 1ms (leave it out for no \
+         limit)"
+    );
+}
