@@ -179,14 +179,14 @@ fn measured_traffic_replaces_the_declared_rates() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("traffic.csv:1:1: to: unknown executor `split#99`"),
+        stderr.contains("traffic.csv:1:13: to: unknown executor `split#99`"),
         "{stderr}"
     );
     // A pair no stream joins, and a pair given twice (once summed silently), name their line.
     for (text, expected) in [
         (
             "from,to,tuples_per_s\ncount#0,split#1,5\n",
-            "traffic.csv:2:1: to: no stream of topology `wordcount` goes from `count` to `split`",
+            "traffic.csv:2:9: to: no stream of topology `wordcount` goes from `count` to `split`",
         ),
         (
             "sentences#0,split#0,5\nsplit#0,count#3,1\nsentences#0,split#0,5\n",

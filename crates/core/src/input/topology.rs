@@ -363,24 +363,35 @@ pub fn parse_traffic(
         let start = offset;
         offset += line.len();
         // A byte-order mark is no part of the first column (the header was not recognised).
-        let l = if n == 0 {
+        let body = if n == 0 {
             line.trim_start_matches('\u{feff}')
         } else {
             line
-        }
-        .trim();
+        };
+        let l = body.trim();
         if l.is_empty() || l.starts_with('#') {
             continue;
         }
-        let cols: Vec<&str> = l.split(',').map(str::trim).collect();
+        // Each column, trimmed, with where it starts: an error names the column at fault.
+        let mut cols: Vec<&str> = Vec::new();
+        let mut col_at: Vec<usize> = Vec::new();
+        let mut pos = start + (line.len() - body.trim_start().len());
+        for c in l.split(',') {
+            let t = c.trim_start();
+            cols.push(t.trim_end());
+            col_at.push(pos + (c.len() - t.len()));
+            pos += c.len() + 1;
+        }
         let first_row = !seen_row;
         seen_row = true;
         if first_row && cols.first() == Some(&"from") {
             continue;
         }
         if cols.len() != 3 {
+            // At the first column too many, or past the last one written.
+            let at = col_at.get(3).copied().unwrap_or(pos - 1);
             return Err(src.error(
-                Some(start),
+                Some(at),
                 None,
                 format!(
                     "expected 3 columns `from,to,tuples_per_s`, found {}",
@@ -388,10 +399,11 @@ pub fn parse_traffic(
                 ),
             ));
         }
-        let exec = |name: &str, col: &str| {
+        let exec = |k: usize, col: &str| {
+            let name = cols[k];
             topology.executor_by_name(name).ok_or_else(|| {
                 src.error(
-                    Some(start),
+                    Some(col_at[k]),
                     Some(col.into()),
                     format!(
                         "unknown executor `{}`: write <component>#<index> with a component of topology `{}` and an index below its parallelism",
@@ -401,11 +413,11 @@ pub fn parse_traffic(
                 )
             })
         };
-        let from = exec(cols[0], "from")?;
-        let to = exec(cols[1], "to")?;
+        let from = exec(0, "from")?;
+        let to = exec(1, "to")?;
         let t: f64 = cols[2].parse().map_err(|_| {
             src.error(
-                Some(start),
+                Some(col_at[2]),
                 Some("tuples_per_s".into()),
                 format!(
                     "`{}` is not a non-negative number",
@@ -414,7 +426,7 @@ pub fn parse_traffic(
             )
         })?;
         if let Some(problem) = rate_problem(t) {
-            return Err(src.error(Some(start), Some("tuples_per_s".into()), problem));
+            return Err(src.error(Some(col_at[2]), Some("tuples_per_s".into()), problem));
         }
         let component = |e: ExecutorId| topology.locate(e).map(|(c, _)| c);
         let (cf, ct) = (component(from), component(to));
@@ -428,7 +440,7 @@ pub fn parse_traffic(
                     .map_or("?", |c| c.name.as_str())
             };
             return Err(src.error(
-                Some(start),
+                Some(col_at[1]),
                 Some("to".into()),
                 format!(
                     "no stream of topology `{}` goes from `{}` to `{}`, so `{}` sends nothing to \
@@ -443,7 +455,7 @@ pub fn parse_traffic(
         }
         if let Some(first) = given.insert((from, to), n + 1) {
             return Err(src.error(
-                Some(start),
+                Some(col_at[0]),
                 Some("from".into()),
                 format!(
                     "the pair `{}` → `{}` is already given on line {first}: give each pair once",
@@ -610,13 +622,13 @@ rate = 1000.0
         let e = parse_traffic("m.csv", "split#0,sentences#1,10\n", &t).expect_err("refused");
         assert_eq!(
             e.to_string(),
-            "m.csv:1:1: to: no stream of topology `wordcount` goes from `split` to `sentences`, \
+            "m.csv:1:9: to: no stream of topology `wordcount` goes from `split` to `sentences`, \
              so `split#0` sends nothing to `sentences#1`"
         );
         let e = parse_traffic("m.csv", "sentences#0,split#9,1\n", &t).expect_err("refused");
         assert!(
             e.to_string()
-                .starts_with("m.csv:1:1: to: unknown executor `split#9`"),
+                .starts_with("m.csv:1:13: to: unknown executor `split#9`"),
             "{e}"
         );
     }

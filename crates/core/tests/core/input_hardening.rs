@@ -291,7 +291,7 @@ fn measured_traffic_needs_rows_in_range_and_reads_past_a_byte_order_mark() {
         ))
         .expect_err(bad);
         assert!(
-            e.starts_with("m.csv:2:1: tuples_per_s: must be a number of tuples/s from 0 to 1e12"),
+            e.starts_with("m.csv:2:21: tuples_per_s: must be a number of tuples/s from 0 to 1e12"),
             "{bad}: {e}"
         );
     }
@@ -811,5 +811,46 @@ fn a_variants_time_limit_and_kill_grace_are_refused_at_their_own_line() {
         submit_error(&two),
         "w.toml:13:14: application[1].gpu.time_limit: must be at least 1ms (leave it out for no \
          limit)"
+    );
+}
+
+/// Measured traffic's errors named column 1 of their line whichever column was at fault; they
+/// name the column of the field at fault, past blanks around it.
+#[test]
+fn measured_traffic_errors_name_the_column_at_fault() {
+    use hetsched_core::input::topology::{parse_topology, parse_traffic};
+    let t = parse_topology("t.toml", WORDCOUNT).expect("parses");
+    let traffic = |csv: &str| {
+        parse_traffic("m.csv", csv, &t)
+            .expect_err("refused")
+            .to_string()
+    };
+    assert!(
+        traffic("sentences#9,split#1,1\n")
+            .starts_with("m.csv:1:1: from: unknown executor `sentences#9`"),
+    );
+    assert!(
+        traffic("sentences#0,split#1,1\n  sentences#0 ,  split#9,1\n")
+            .starts_with("m.csv:2:18: to: unknown executor `split#9`"),
+    );
+    assert_eq!(
+        traffic("sentences#0, split#1 , many\n"),
+        "m.csv:1:24: tuples_per_s: `many` is not a non-negative number"
+    );
+    assert!(
+        traffic("sentences#0,split#1,-1\n")
+            .starts_with("m.csv:1:21: tuples_per_s: must be a number of tuples/s"),
+    );
+    assert!(
+        traffic("split#0,sentences#1,10\n")
+            .starts_with("m.csv:1:9: to: no stream of topology `wordcount`"),
+    );
+    assert!(
+        traffic("sentences#0,split#1,1,2\n")
+            .starts_with("m.csv:1:23: expected 3 columns `from,to,tuples_per_s`, found 4"),
+    );
+    assert!(
+        traffic("sentences#0,split#1\n")
+            .starts_with("m.csv:1:20: expected 3 columns `from,to,tuples_per_s`, found 2"),
     );
 }
