@@ -272,23 +272,34 @@ fn safe_rel(rel: &str) -> bool {
 /// as its owner, `run_as_owner`), as that account, so that a link the account put in the way
 /// leads only where the account may read.
 fn open_output(work_dir: &Path, rel: &str) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::MetadataExt;
     let path = work_dir.join(rel);
-    let open = || {
+    as_instance_owner(work_dir, rel, || {
         std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(crate::workdir::no_follow())
             .open(&path)
-    };
+    })
+}
+
+/// Runs `f` as the owner of the workflow instance directory `rel` (`wf/JOB/TASK-I…`) is in:
+/// directly when it is the agent's, else on a thread that has become the account it was given
+/// to ([`give_instance`]), so that what `f` looks at there, links included, it sees with the
+/// account's rights only.
+fn as_instance_owner<T: Send>(
+    work_dir: &Path,
+    rel: &str,
+    f: impl FnOnce() -> std::io::Result<T> + Send,
+) -> std::io::Result<T> {
+    use std::os::unix::fs::MetadataExt;
     // `wf/JOB/TASK-I`: only the agent writes in `wf/JOB`, so the instance directory is what
     // the agent made (and gave, [`give_instance`]).
     let instance: PathBuf = Path::new(rel).components().take(3).collect();
     let owner = std::fs::symlink_metadata(work_dir.join(instance))?.uid();
     if owner == crate::workdir::euid() {
-        return open();
+        return f();
     }
     let account = crate::run_as::Account::of_uid(owner).map_err(std::io::Error::other)?;
-    crate::run_as::hop(Some(&account), open).map_err(std::io::Error::other)?
+    crate::run_as::hop(Some(&account), f).map_err(std::io::Error::other)?
 }
 
 /// Gives workflow instance directory `dir` (`WORK_DIR/wf/JOB/TASK-I`, made afresh by the agent
@@ -808,13 +819,27 @@ pub async fn prepare(
 /// The outputs workflow instance `a` declared that it did not write (no file at
 /// `WORK_DIR/wf/JOB/TASK-I/out/NAME` once it exited): an instance that exits 0 without them has
 /// failed — else it would succeed, and each consumer fail later fetching what was never there.
+///
+/// It looks as [`open_output`] serves them, so "written" means "a consumer can fetch it": as
+/// the instance directory's owner (the account an instance that ran as its owner was given it
+/// to), and without following a link at the output's own place. The instance's account
+/// controls that directory: looked at with root's rights, a link it planted there (`out/NAME`,
+/// or `out` itself) would tell it whether a file exists where it cannot look (under `/root`),
+/// through whether its instance is said to miss the output. A link at `out/NAME` is missing
+/// even when it leads to a file the account may read: serving does not follow it, so every
+/// consumer's fetch would fail; what a user expects is to hear so now, naming the output (the
+/// command is to write the file itself, `{output:NAME}`, not a link to it).
 pub fn missing_outputs(a: &pb::Assignment, work_dir: &Path) -> Vec<String> {
-    let out = work_dir.join("wf").join(&a.instance_dir).join("out");
-    a.outputs
-        .iter()
-        .filter(|o| !out.join(crate::launch::component(o)).is_file())
-        .cloned()
-        .collect()
+    let rel = Path::new("wf").join(&a.instance_dir);
+    let out = work_dir.join(&rel).join("out");
+    let written = |o: &String| {
+        std::fs::symlink_metadata(out.join(crate::launch::component(o))).is_ok_and(|m| m.is_file())
+    };
+    // An instance directory gone, or an owner that is no account here: none can be served.
+    as_instance_owner(work_dir, &rel.to_string_lossy(), || {
+        Ok(a.outputs.iter().filter(|o| !written(o)).cloned().collect())
+    })
+    .unwrap_or_else(|_| a.outputs.clone())
 }
 
 /// [`missing_outputs`] applied to a successful instance's `result`: it fails, naming them.
@@ -829,7 +854,7 @@ pub fn check_outputs(a: &pb::Assignment, work_dir: &Path, result: &mut pb::TaskR
     result.success = false;
     result.message = format!(
         "it exited 0 but did not write its declared output{} {} (`{{output:NAME}}` in its command \
-         is the file to write)",
+         is the file to write, not a link to one)",
         if missing.len() == 1 { "" } else { "s" },
         missing
             .iter()
@@ -877,6 +902,97 @@ mod tests {
             "an empty output is written: {r:?}"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An instance that runs as its account and leaves, as its output, a link to a file of
+    /// root's the account cannot read (at the output's place, or as its `out` directory) is
+    /// told it did not write it, naming it, exactly as if no file were there: whether the agent
+    /// (root) finds a file through the account's link tells the account nothing. A link to a
+    /// file the account may read is not an output either (serving would not follow it).
+    #[tokio::test]
+    async fn an_output_an_account_links_to_a_file_it_cannot_read_is_missing_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        if !crate::run_as::tests::root() {
+            return;
+        }
+        let work = std::env::temp_dir().join(format!("hetsched-wf-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work).expect("work dir");
+        let nobody = crate::run_as::Account::lookup("n1", "nobody").expect("nobody");
+        // Root's: a directory only root may enter, with a file in it; and a file anyone reads.
+        let secret = work.join("secret");
+        std::fs::create_dir_all(&secret).expect("secret dir");
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        std::fs::write(secret.join("res"), "root's").expect("secret");
+        let public = work.join("public");
+        std::fs::write(&public, "anyone's").expect("public");
+        let a = pb::Assignment {
+            task_id: 1,
+            attempt: 1,
+            instance_dir: "7/make-0".into(),
+            outputs: vec!["res".into()],
+            ..Default::default()
+        };
+        let run_it = |script: String| {
+            let (a, work, nobody) = (a.clone(), work.clone(), nobody.clone());
+            async move {
+                let spec = pb::TaskSpec {
+                    job_id: 7,
+                    app: "make".into(),
+                    argv: vec!["sh".into(), "-c".into(), script],
+                    run_as: "nobody".into(),
+                    ..Default::default()
+                };
+                let ready = prepare(
+                    &a,
+                    &spec,
+                    &work,
+                    &PeerAuth::default(),
+                    Some(&nobody),
+                    &InputLimits::default(),
+                )
+                .await
+                .expect("prepared");
+                let (_tx, rx) = tokio::sync::oneshot::channel();
+                let mut r = crate::launch::run(
+                    &a,
+                    &ready,
+                    "n1",
+                    &work,
+                    rx,
+                    std::time::Duration::from_secs(5),
+                    true,
+                    |_| {},
+                )
+                .await;
+                assert!(r.success, "{script:?}: {r:?}", script = spec.argv[2]);
+                check_outputs(&a, &work, &mut r);
+                r
+            }
+        };
+        let missing = |r: &pb::TaskResult, what: &str| {
+            assert!(!r.success, "{what}: {r:?}");
+            assert!(
+                r.message
+                    .starts_with("it exited 0 but did not write its declared output `res`"),
+                "{what}: {r:?}"
+            );
+        };
+        let secret_file = secret.join("res").display().to_string();
+        let r = run_it(format!("ln -s {secret_file} {{output:res}}")).await;
+        missing(&r, "a link to root's file");
+        let r = run_it(format!(
+            "rmdir $(dirname {{output:res}}) && ln -s {} $(dirname {{output:res}})",
+            secret.display()
+        ))
+        .await;
+        missing(&r, "`out`, a link to root's directory");
+        let r = run_it(format!("ln -s {} {{output:res}}", public.display())).await;
+        missing(&r, "a link to a file the account may read");
+        // The file itself, written by the account, is its output.
+        let r = run_it("echo made > {output:res}".into()).await;
+        assert!(r.success && r.message.is_empty(), "{r:?}");
+        let _ = std::fs::remove_dir_all(&work);
     }
 
     #[tokio::test]
