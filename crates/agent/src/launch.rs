@@ -94,10 +94,16 @@ fn node_file_name(spec: &pb::TaskSpec, a: &pb::Assignment) -> String {
 /// The directory a task runs in: its spec's `workdir` if that exists on this node (one its
 /// application named, `workdir_required`, is checked before: the attempt fails without it), else
 /// `work_dir` (the agent's work directory; for a task that runs as an account, the account's own
-/// directory there, [`crate::run_as::area`]).
-pub fn task_cwd<'a>(work_dir: &'a Path, spec: &'a pb::TaskSpec) -> &'a Path {
+/// directory there, [`crate::run_as::area`]). Whether the `workdir` exists is looked up as
+/// `account` (the one the task runs as, when it does): one the account cannot see is not on
+/// this node for it ([`crate::run_as::is_dir_as`]).
+pub fn task_cwd<'a>(
+    work_dir: &'a Path,
+    spec: &'a pb::TaskSpec,
+    account: Option<&crate::run_as::Account>,
+) -> &'a Path {
     let dir = Path::new(&spec.workdir);
-    if !spec.workdir.is_empty() && dir.is_dir() {
+    if !spec.workdir.is_empty() && crate::run_as::is_dir_as(account, dir) {
         dir
     } else {
         work_dir
@@ -521,9 +527,12 @@ pub async fn run(
             }
         },
     };
-    if spec.workdir_required && !Path::new(&spec.workdir).is_dir() {
+    if spec.workdir_required
+        && !crate::run_as::is_dir_as(account.as_ref(), Path::new(&spec.workdir))
+    {
         // Its application named the directory: running it elsewhere would write its files
-        // where no one looks (Slurm fails a job whose `--chdir` is missing the same way).
+        // where no one looks (Slurm fails a job whose `--chdir` is missing the same way). As
+        // the account: one it cannot see is missing for it, whatever root would find there.
         result.start_failed = true;
         return fail(
             result,
@@ -535,7 +544,7 @@ pub async fn run(
     }
     let (out, err) = output_paths(work_dir, spec, a);
     // An account's task whose directory is not on this node runs in the account's own.
-    let cwd = task_cwd(area.as_deref().unwrap_or(work_dir), spec);
+    let cwd = task_cwd(area.as_deref().unwrap_or(work_dir), spec, account.as_ref());
     let targets = stream_targets(work_dir, cwd, spec, a);
     let stdio = |target: &StreamTo, file: Option<std::fs::File>| match (target, file) {
         (StreamTo::Captured(_), _) => Stdio::piped(),
@@ -1425,6 +1434,61 @@ mod tests {
         let (r, out) = run_owned(&dir, "id -u; echo $USER", "nobody", false, |_, _| {}).await;
         assert!(r.success, "{r:?}");
         assert!(out.starts_with("0\n"), "{out}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A task's `workdir` is looked up as its account: one only root may see (named itself, or
+    /// through a link the account planted in its own directory) is not on the node for it —
+    /// refused when its application named it, else the task runs in the account's directory —
+    /// exactly as a `workdir` that is nowhere; one the account may reach is where it runs.
+    #[tokio::test]
+    async fn a_workdir_its_account_cannot_see_is_missing_for_it_whatever_root_finds() {
+        use std::os::unix::fs::PermissionsExt;
+        if !crate::run_as::tests::root() {
+            return;
+        }
+        let dir = test_dir("run-as-workdir");
+        let secret = dir.join("secret");
+        std::fs::create_dir_all(secret.join("inner")).expect("secret dir");
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let area = dir.join("users/nobody");
+        let link = area.join("link");
+        let public = dir.join("public");
+        std::fs::create_dir_all(&public).expect("public dir");
+        for (n, named) in [secret.join("inner"), link.clone()].iter().enumerate() {
+            let named = named.display().to_string();
+            let (r, out) = run_owned(&dir, "pwd", "nobody", true, |_, spec| {
+                spec.workdir = named.clone();
+                spec.workdir_required = true;
+            })
+            .await;
+            assert!(r.start_failed && !r.success, "{named}: {r:?}");
+            assert_eq!(
+                r.message,
+                format!(
+                    "node n1: its application's workdir `{named}` is not a directory on this node"
+                ),
+            );
+            assert_eq!(out, "", "{named}: the command did not run");
+            let (r, out) = run_owned(&dir, "pwd", "nobody", true, |_, spec| {
+                spec.workdir = named.clone();
+            })
+            .await;
+            assert!(r.success, "{named}: {r:?}");
+            assert_eq!(out, format!("{}\n", area.display()), "{named}");
+            if n == 0 {
+                // The account's link to root's directory (its directory exists by now).
+                std::os::unix::fs::symlink(secret.join("inner"), &link).expect("link");
+                std::os::unix::fs::lchown(&link, Some(65534), None).expect("lchown");
+            }
+        }
+        let (r, out) = run_owned(&dir, "pwd", "nobody", true, |_, spec| {
+            spec.workdir = public.display().to_string();
+            spec.workdir_required = true;
+        })
+        .await;
+        assert!(r.success, "{r:?}");
+        assert_eq!(out, format!("{}\n", public.display()));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

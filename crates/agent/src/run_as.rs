@@ -366,6 +366,18 @@ pub fn open_as(account: Option<&Account>, path: &Path) -> std::io::Result<std::f
     }
 }
 
+/// Whether `path` is a directory, looked up as `account` (when given): a path a user names (a
+/// task's `workdir`) is never looked at with root's rights, so that whether the agent finds a
+/// directory there, itself or through a link the user planted, tells the user nothing about
+/// where the user could not look. Links are followed, as the account: a `workdir` that is a
+/// link to a directory the user may reach is the user's to run in (`chdir` follows it too).
+pub fn is_dir_as(account: Option<&Account>, path: &Path) -> bool {
+    match account {
+        None => path.is_dir(),
+        Some(a) => hop(Some(a), || path.is_dir()).unwrap_or(false),
+    }
+}
+
 /// Creates (or truncates) `path`, with its missing parent directories, as `account` (when
 /// given): they are the account's, and a link the account planted leads nowhere the account
 /// could not write itself.

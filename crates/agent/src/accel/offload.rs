@@ -108,9 +108,10 @@ impl Client {
 }
 
 /// The task's directory on this node: the spec's `workdir` if it exists here, else the agent's
-/// work directory (as for a local run, [`launch::run`]).
+/// work directory (as for a local run, [`launch::run`]), for a task that runs as the agent's own
+/// user (one that runs as an account looks its `workdir` up as the account, [`run`]).
 pub fn task_dir(spec: &pb::TaskSpec, work_dir: &Path) -> PathBuf {
-    launch::task_cwd(work_dir, spec).to_path_buf()
+    launch::task_cwd(work_dir, spec, None).to_path_buf()
 }
 
 /// Offloads `a` (a task of `spec`) from node `node` through `client` and waits for its result.
@@ -149,7 +150,7 @@ pub async fn run(
     let dir = match &account {
         None => task_dir(spec, work_dir),
         Some(acc) => match crate::run_as::area(work_dir, acc) {
-            Ok(area) => launch::task_cwd(&area, spec).to_path_buf(),
+            Ok(area) => launch::task_cwd(&area, spec, Some(acc)).to_path_buf(),
             Err(e) => {
                 return refused(format!(
                     "node {node}: the directory of account `{}` in the work directory: {e}",
