@@ -137,13 +137,13 @@ pub const MAX_RESULT_MESSAGE: usize = 4096;
 
 /// Cuts `message` (an agent's, for a task's result or a divisible chunk's) to
 /// [`MAX_RESULT_MESSAGE`] bytes, on a character boundary, marking the cut, with its control
-/// characters escaped ([`escape_controls`]): it may quote what the task's owner wrote (its
+/// characters escaped ([`escape_controls`](hetsched_core::text::escape_controls)): it may quote what the task's owner wrote (its
 /// command, its output), and every user's `hetsched tasks` prints it.
 pub fn clip_result_message(message: &mut String) {
     // Cut before escaping (an escape is up to 10 bytes), and again after.
     let long = message.len() > MAX_RESULT_MESSAGE;
     truncate(message, MAX_RESULT_MESSAGE);
-    escape_controls(message);
+    hetsched_core::text::escape_controls(message);
     if !long && message.len() <= MAX_RESULT_MESSAGE {
         return;
     }
@@ -161,28 +161,6 @@ pub fn truncate(text: &mut String, max: usize) {
         cut -= 1;
     }
     text.truncate(cut);
-}
-
-/// Escapes the control characters of `text` but `\n` as Rust writes them (`\u{1b}`, `\r`,
-/// `\t`): what an agent reports quotes what a user's task wrote or named (its command, the
-/// last line of its stderr), and the server shows it to every user — in `hetsched tasks`,
-/// `hetsched topology show`, its own log — where an ANSI escape would act on the reader's
-/// terminal (retitle it, rewrite what it shows, set its clipboard), and a `\r` hide what the
-/// line said.
-pub fn escape_controls(text: &mut String) {
-    let unsafe_char = |c: char| c.is_control() && c != '\n';
-    if !text.chars().any(unsafe_char) {
-        return;
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if unsafe_char(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    *text = out;
 }
 
 /// Longest address an agent may advertise to its peers (`https://`, a DNS name's 253 bytes and

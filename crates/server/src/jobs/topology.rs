@@ -1881,7 +1881,7 @@ impl Topology {
             // user (`hetsched topology show`), so with no terminal escape in it.
             let mut message = e.message;
             crate::limits::truncate(&mut message, MAX_START_ERROR);
-            crate::limits::escape_controls(&mut message);
+            hetsched_core::text::escape_controls(&mut message);
             crate::limits::truncate(&mut message, MAX_START_ERROR);
             run.start_errors.insert(e.worker, message);
         }
