@@ -15,6 +15,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::runtime::human::shown;
 use crate::runtime::{ClientArgs, Output};
 
 /// Stream topology commands.
@@ -244,8 +245,8 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                 Output::Table | Output::Dot => {
                     println!(
                         "topology {} submitted: placer {}, {} on {}",
-                        v["name"].as_str().unwrap_or(""),
-                        v["placer"].as_str().unwrap_or(""),
+                        shown(v["name"].as_str().unwrap_or("")),
+                        shown(v["placer"].as_str().unwrap_or("")),
                         count(v["workers"].as_array().map_or(0, Vec::len) as u64, "worker"),
                         count(v["nodes_used"].as_u64().unwrap_or(0), "node")
                     );
@@ -319,7 +320,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                                 s["inter_node_tuples_per_s"].as_f64().unwrap_or(0.0)
                             ),
                         ]);
-                        t.add_row(row);
+                        t.add_row(crate::runtime::human::row(row));
                     }
                     println!("{t}");
                 }
@@ -345,7 +346,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
             if a.client.output == Output::Json {
                 println!("{}", serde_json::json!({ "purged": r.name }));
             } else {
-                println!("topology {} purged", r.name);
+                println!("topology {} purged", shown(&r.name));
             }
         }
         TopologyCommand::Kill(a) => {
@@ -408,9 +409,9 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
     let f = |k: &str| v[k].as_f64().unwrap_or(0.0);
     println!(
         "topology {} ({}): placer {}, generation {}, {} used of {} alive, {}/{} workers running",
-        v["name"].as_str().unwrap_or(""),
-        v["state"].as_str().unwrap_or(""),
-        v["placer"].as_str().unwrap_or(""),
+        shown(v["name"].as_str().unwrap_or("")),
+        shown(v["state"].as_str().unwrap_or("")),
+        shown(v["placer"].as_str().unwrap_or("")),
         v["generation"],
         count(v["nodes_used"].as_u64().unwrap_or(0), "node"),
         v["nodes_alive"],
@@ -422,7 +423,7 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     if !requires.is_empty() {
-        println!("on nodes with {}", requires.join(", "));
+        println!("on nodes with {}", shown(&requires.join(", ")));
     }
     println!(
         "throughput {:.0} tuples/s from spouts; inter-node {:.0} tuples/s, inter-process {:.0} tuples/s (last {:.1} s); latency p50 {} µs, p99 {} µs",
@@ -444,7 +445,7 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
         "executors",
     ]);
     for x in v["workers"].as_array().into_iter().flatten() {
-        w.add_row(vec![
+        w.add_row(crate::runtime::human::row(vec![
             x["worker"].to_string(),
             x["node"].as_str().unwrap_or("").to_string(),
             x["process"].to_string(),
@@ -464,45 +465,46 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
                     .collect::<Vec<_>>()
                     .join(" ")
             }),
-        ]);
+        ]));
     }
     println!("{w}");
     for x in v["workers"].as_array().into_iter().flatten() {
         if let Some(why) = x["start_error"].as_str() {
             println!(
-                "worker {} cannot start on {}: {why}",
+                "worker {} cannot start on {}: {}",
                 x["worker"],
-                x["node"].as_str().unwrap_or("?")
+                shown(x["node"].as_str().unwrap_or("?")),
+                shown(why)
             );
         }
     }
     let mut e = table(&["executor", "node", "received/s", "emitted/s", "cpu %"]);
     for x in v["executors"].as_array().into_iter().flatten() {
-        e.add_row(vec![
+        e.add_row(crate::runtime::human::row(vec![
             x["executor"].as_str().unwrap_or("").to_string(),
             x["node"].as_str().unwrap_or("-").to_string(),
             format!("{:.0}", x["received_per_s"].as_f64().unwrap_or(0.0)),
             format!("{:.0}", x["emitted_per_s"].as_f64().unwrap_or(0.0)),
             format!("{:.1}", x["cpu_percent"].as_f64().unwrap_or(0.0)),
-        ]);
+        ]));
     }
     println!("{e}");
     let mut n = table(&["node", "measured cpu %", "model load %"]);
     for x in v["node_loads"].as_array().into_iter().flatten() {
-        n.add_row(vec![
+        n.add_row(crate::runtime::human::row(vec![
             x["node"].as_str().unwrap_or("").to_string(),
             format!("{:.1}", x["cpu_percent"].as_f64().unwrap_or(0.0)),
             format!("{:.1}", x["model_load_percent"].as_f64().unwrap_or(0.0)),
-        ]);
+        ]));
     }
     println!("{n}");
     let mut t = table(&["from", "to", "tuples/s"]);
     for x in v["traffic"].as_array().into_iter().flatten() {
-        t.add_row(vec![
+        t.add_row(crate::runtime::human::row(vec![
             x["from"].as_str().unwrap_or("").to_string(),
             x["to"].as_str().unwrap_or("").to_string(),
             format!("{:.0}", x["tuples_per_s"].as_f64().unwrap_or(0.0)),
-        ]);
+        ]));
     }
     println!("{t}");
     let rs = v["reschedules"].as_array().cloned().unwrap_or_default();
@@ -513,7 +515,7 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
         println!(
             "reschedule → generation {}: cause {}, gain {:.1} %, {}",
             r["generation"],
-            r["cause"].as_str().unwrap_or(""),
+            shown(r["cause"].as_str().unwrap_or("")),
             r["gain"].as_f64().unwrap_or(0.0) * 100.0,
             count(r["nodes"].as_u64().unwrap_or(0), "node")
         );

@@ -1,6 +1,7 @@
 //! Accelerator sharing at the command line (spec 01, issue 11): the agent's rack and accelerator
 //! service flags.
 
+use super::human::shown;
 use anyhow::Context;
 use std::net::SocketAddr;
 
@@ -175,7 +176,7 @@ pub async fn bindings(args: &super::ClientArgs) -> anyhow::Result<()> {
         println!("no live nodes");
     }
     for r in &maps {
-        println!("rack {}", r.rack);
+        println!("rack {}", shown(&r.rack));
         if r.anodes.is_empty() {
             println!("  (no ANode: its NNodes cannot run accelerator work)");
         }
@@ -189,10 +190,10 @@ pub async fn bindings(args: &super::ClientArgs) -> anyhow::Result<()> {
             } else {
                 a.nnodes.join(", ")
             };
-            println!("  {} ({queues}) <- {nn}", a.name);
+            println!("  {} ({queues}) <- {}", shown(&a.name), shown(&nn));
         }
         if !r.unbound.is_empty() {
-            println!("  unbound: {}", r.unbound.join(", "));
+            println!("  unbound: {}", shown(&r.unbound.join(", ")));
         }
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! The client commands: connect with the token, call the server, print a table or JSON.
 
+use super::human::shown;
 use super::select::Selected;
 use super::{ClientArgs, Output};
 use anyhow::{Context, bail};
@@ -78,7 +79,9 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
 /// A server error as users read it: the message alone where the server wrote it for people (it
 /// names file, line and field), else what went wrong in words — never a gRPC code's name.
 pub fn refused(s: tonic::Status) -> anyhow::Error {
-    let message = s.message().trim();
+    // Escaped: an older or hostile server's message could hold a terminal escape.
+    let message = super::human::shown(s.message().trim());
+    let message = message.as_ref();
     // The server's own words, when it sent some, after ours.
     let with = |what: &str| {
         if message.is_empty() {
@@ -224,14 +227,14 @@ pub async fn submit_with_retries(
                     "the server at {} speaks TLS: use an https:// URL with --ca ({}: {})",
                     args.url(),
                     s.code(),
-                    s.message()
+                    shown(s.message())
                 );
             }
             Err(s) if retryable(&s) && !last => {
                 eprintln!(
                     "warning: submission got no answer ({}: {}); retrying in {delay:?} with the same key",
                     s.code(),
-                    s.message()
+                    shown(s.message())
                 );
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(3));
@@ -449,7 +452,8 @@ pub async fn submit(
             if !reply.blocked_reason.is_empty() && !wait_for_it {
                 eprintln!(
                     "warning: job {} waits: {}",
-                    reply.job_id, reply.blocked_reason
+                    reply.job_id,
+                    shown(&reply.blocked_reason)
                 );
             }
         }
@@ -495,7 +499,7 @@ pub async fn resubmit(
                     "job {id}: {} cancelled again at once, as what it runs after (--after-corr) \
                      has not run again ({}): resubmit that job's failed or cancelled tasks first",
                     count(reply.cancelled_again, "task"),
-                    reply.cancelled_again_why
+                    shown(&reply.cancelled_again_why)
                 );
             }
         }
@@ -606,7 +610,7 @@ pub async fn jobs(
         if reasons {
             row.push(reason(j));
         }
-        t.add_row(row);
+        t.add_row(super::human::row(row));
     }
     println!("{t}");
     Ok(())
@@ -658,7 +662,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     println!(
         "job {} ({}): {} — {}: {} pending, {} running{}, {} succeeded, {} failed, {} cancelled; {}",
         j.id,
-        j.name,
+        shown(&j.name),
         // As `hetsched jobs` shows it (`held`, `waiting`, `running (deferred)`…).
         shown_state(&j),
         count(
@@ -689,7 +693,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         }
     );
     if !j.owner.is_empty() && j.owner != "admin" {
-        println!("user: {}", j.owner);
+        println!("user: {}", shown(&j.owner));
     }
     if j.cpu_ms > 0 || j.max_rss_bytes > 0 {
         println!(
@@ -713,7 +717,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             j.id
         );
     } else if !j.waiting && !j.deferred && !j.pending_reason.is_empty() {
-        println!("pending because: {}", j.pending_reason);
+        println!("pending because: {}", shown(&j.pending_reason));
     }
     if !j.after.is_empty()
         || !j.after_any.is_empty()
@@ -802,7 +806,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
                 "-".into()
             }
         };
-        t.add_row(vec![
+        t.add_row(super::human::row(vec![
             a.name.clone(),
             a.tasks.to_string(),
             c.succeeded.to_string(),
@@ -832,7 +836,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
                 a.max_running.to_string()
             },
             super::human::time_limit(a.cpu_time_limit_ms, a.gpu_time_limit_ms),
-        ]);
+        ]));
     }
     println!("{t}");
     // Where output goes, and pinning, for the applications that chose.
@@ -863,7 +867,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             ));
         }
         if !said.is_empty() {
-            println!("{}: {}", a.name, said.join("; "));
+            println!("{}: {}", shown(&a.name), shown(&said.join("; ")));
         }
     }
     Ok(())
@@ -1019,7 +1023,7 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
         "run time", "cpu", "max rss", "message", "output",
     ]);
     for x in tasks {
-        t.add_row(vec![
+        t.add_row(super::human::row(vec![
             x.id.to_string(),
             x.job_id.to_string(),
             x.app.clone(),
@@ -1061,7 +1065,7 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
                 .map_or("-".into(), |u| super::human::memory(u.max_rss_bytes)),
             x.message.clone(),
             x.output.clone(),
-        ]);
+        ]));
     }
     t
 }
@@ -1125,7 +1129,7 @@ pub async fn nodes(
         "version",
     ]);
     for n in &reply.nodes {
-        t.add_row(vec![
+        t.add_row(super::human::row(vec![
             n.id.to_string(),
             n.name.clone(),
             if !n.left.is_empty() {
@@ -1204,7 +1208,7 @@ pub async fn nodes(
             } else {
                 n.version.clone()
             },
-        ]);
+        ]));
     }
     println!("{t}");
     if let Some(w) = super::workflow::nodes(&reply) {
@@ -1231,7 +1235,12 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
     let mut t = table(&["queue", "allocation", "state", "agents"]);
     for q in &reply.queues {
         if q.allocations.is_empty() {
-            t.add_row(vec![q.name.clone(), "-".into(), "-".into(), "-".into()]);
+            t.add_row(super::human::row(vec![
+                q.name.clone(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]));
         }
         for a in &q.allocations {
             let agents = if a.agents.is_empty() {
@@ -1239,20 +1248,25 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
             } else {
                 a.agents.join(", ")
             };
-            t.add_row(vec![q.name.clone(), a.id.clone(), a.state.clone(), agents]);
+            t.add_row(super::human::row(vec![
+                q.name.clone(),
+                a.id.clone(),
+                a.state.clone(),
+                agents,
+            ]));
         }
     }
     println!("{t}");
     for q in &reply.queues {
         println!(
             "{}{}: {}, {} for {} per allocation, at most {} at once, at most {} of them waiting{}; {} submitted since the server started",
-            q.name,
+            shown(&q.name),
             if q.paused {
                 " (paused: `hetsched allocations --resume` it)"
             } else {
                 ""
             },
-            q.manager,
+            shown(&q.manager),
             count(q.nodes, "node"),
             super::human::duration(Duration::from_millis(q.time_limit_ms)),
             q.max_allocations,
@@ -1260,7 +1274,7 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
             if q.attributes.is_empty() {
                 String::new()
             } else {
-                format!(", agents offer {}", q.attributes.join(","))
+                format!(", agents offer {}", shown(&q.attributes.join(",")))
             } + &if q.agent_cores == 0 {
                 String::new()
             } else {
@@ -1276,7 +1290,8 @@ pub async fn allocations(args: &ClientArgs) -> anyhow::Result<()> {
         if !q.error.is_empty() {
             println!(
                 "{}: the batch system failed at the last look: {}",
-                q.name, q.error
+                shown(&q.name),
+                shown(&q.error)
             );
         }
     }
@@ -1325,7 +1340,7 @@ pub async fn check_allocations(args: &ClientArgs, queue: String) -> anyhow::Resu
     } else {
         for c in &reply.checks {
             let verdict = if c.ok { "ok" } else { "FAILED" };
-            println!("{}: {verdict}: {}", c.queue, c.message);
+            println!("{}: {verdict}: {}", shown(&c.queue), shown(&c.message));
         }
     }
     let failed: Vec<&str> = reply
@@ -1353,7 +1368,7 @@ pub(super) fn answer<T: serde::Serialize>(
     match args.output {
         Output::Json => json(reply),
         Output::Table | Output::Dot => {
-            println!("{}", line(reply));
+            println!("{}", shown(&line(reply)));
             Ok(())
         }
     }
@@ -1435,7 +1450,7 @@ pub async fn stop_node(args: &ClientArgs, names: &[String], drain: bool) -> anyh
         return match args.output {
             Output::Json => json(&value),
             Output::Table | Output::Dot => {
-                println!("{line}");
+                println!("{}", shown(&line));
                 Ok(())
             }
         };
@@ -1779,7 +1794,7 @@ where
         return match args.output {
             Output::Json => json(&value),
             Output::Table | Output::Dot => {
-                println!("{line}");
+                println!("{}", shown(&line));
                 Ok(())
             }
         };
@@ -1812,7 +1827,7 @@ where
         match act(item).await {
             Ok((mut value, line)) => {
                 if args.output != Output::Json {
-                    println!("{line}");
+                    println!("{}", shown(&line));
                 }
                 if let Some(o) = value.as_object_mut() {
                     o.insert(key.into(), item.clone().into());
@@ -1821,7 +1836,7 @@ where
             }
             Err(e) => {
                 let (said, line) = refusal(noun, item, &e);
-                eprintln!("error: {line}");
+                eprintln!("error: {}", shown(&line));
                 let mut entry = serde_json::Map::new();
                 entry.insert(key.into(), item.clone().into());
                 entry.insert("error".into(), said.into());
@@ -1921,7 +1936,7 @@ fn ended_line(j: &pb::JobInfo) -> String {
     format!(
         "job {} {}: {} succeeded, {} failed, {} cancelled, {}",
         j.id,
-        j.state,
+        shown(&j.state),
         c.succeeded,
         c.failed,
         c.cancelled,
@@ -2020,7 +2035,7 @@ async fn wait_for(
                             "warning: the server does not answer ({}: {}); waiting for it to come \
                              back (at most {})",
                             s.code(),
-                            s.message(),
+                            shown(s.message()),
                             humantime::format_duration(SERVER_GONE_LIMIT)
                         )
                     });
@@ -2065,7 +2080,7 @@ async fn wait_for(
             // No node can run it now (none has what it needs, or each such node is drained):
             // it waits for an operator, not for time.
             told_stuck.clone_from(&j.pending_reason);
-            bar.suspend(|| eprintln!("job {id} waits: {}", j.pending_reason));
+            bar.suspend(|| eprintln!("job {id} waits: {}", shown(&j.pending_reason)));
         }
         let c = counts(&j.counts);
         bar.set_length(j.tasks);
@@ -2114,6 +2129,34 @@ fn work_noun(kind: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An older or hostile server's names and messages reach the terminal escaped: no escape
+    /// sequence of theirs acts on it.
+    #[test]
+    fn a_server_sent_escape_in_a_task_or_job_is_shown_escaped() {
+        let evil = "\u{1b}]0;owned\u{7}\u{1b}[2J";
+        let task = pb::TaskInfo {
+            app: evil.into(),
+            node: evil.into(),
+            message: format!("failed\r{evil}"),
+            exit_code: -1,
+            ..Default::default()
+        };
+        let table = tasks_table(&[task]).to_string();
+        assert!(
+            !table.contains('\u{1b}') && !table.contains('\r'),
+            "{table:?}"
+        );
+        assert!(table.contains("\\u{1b}]0;owned"), "{table}");
+        let job = pb::JobInfo {
+            id: 7,
+            state: evil.into(),
+            ..Default::default()
+        };
+        let line = ended_line(&job);
+        assert!(!line.contains('\u{1b}'), "{line:?}");
+        assert!(line.starts_with("job 7 \\u{1b}]0;owned\\u{7}"), "{line}");
+    }
 
     #[test]
     fn a_running_multi_node_task_shows_its_first_node_and_how_many_more() {

@@ -4,6 +4,7 @@
 //! `hetsched output N [-o FILE]` fetches the gathered output of a completed job.
 
 use super::ClientArgs;
+use super::human::shown;
 use anyhow::Context;
 use comfy_table::Table;
 use comfy_table::presets::UTF8_FULL_CONDENSED;
@@ -50,14 +51,14 @@ pub fn read_input(file: &Path, text: &str) -> anyhow::Result<Vec<u8>> {
 pub fn print(d: &pb::DivisibleInfo) {
     println!(
         "divisible load `{}`{}: {} units with {}, {} done; {} round(s); lower bound W/ΣS = {}{}",
-        d.name,
+        shown(&d.name),
         if d.requires.is_empty() {
             String::new()
         } else {
-            format!(" (on nodes with {})", d.requires.join(", "))
+            format!(" (on nodes with {})", shown(&d.requires.join(", ")))
         },
         d.units,
-        d.algo,
+        shown(&d.algo),
         d.units_done,
         d.rounds,
         if d.lower_bound_s > 0.0 {
@@ -68,7 +69,7 @@ pub fn print(d: &pb::DivisibleInfo) {
         if d.message.is_empty() {
             String::new()
         } else {
-            format!("\nfailed: {}", d.message)
+            format!("\nfailed: {}", shown(&d.message))
         }
     );
     let mut t = Table::new();
@@ -84,7 +85,7 @@ pub fn print(d: &pb::DivisibleInfo) {
         "alive",
     ]);
     for w in &d.workers {
-        t.add_row(vec![
+        t.add_row(super::human::row(vec![
             w.name.clone(),
             format!("{:.1}", w.speed),
             format!("{:.4}", w.compute_latency),
@@ -97,7 +98,7 @@ pub fn print(d: &pb::DivisibleInfo) {
             w.units_done.to_string(),
             w.chunks_done.to_string(),
             if w.alive { "yes" } else { "no" }.into(),
-        ]);
+        ]));
     }
     println!("{t}");
     // Rounds: per agent, the sizes of its chunks in that round.
@@ -124,14 +125,14 @@ pub fn print(d: &pb::DivisibleInfo) {
             .into_iter()
             .map(|(w, sizes)| format!("{w}: {}", sizes.join(" ")))
             .collect();
-        t.add_row(vec![
+        t.add_row(super::human::row(vec![
             if r == 0 && d.algo != "static" {
                 "0 (calibration)".to_string()
             } else {
                 r.to_string()
             },
             cells.join("; "),
-        ]);
+        ]));
     }
     println!("{t}");
 }

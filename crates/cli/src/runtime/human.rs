@@ -5,8 +5,27 @@
 
 use hetsched_proto as pb;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::time::{Duration, UNIX_EPOCH};
+
+/// A string the server sent (a name, an owner, a message) as text output prints it: its
+/// control characters but `\n` escaped ([`hetsched_core::text::escaped`]), so that an older or
+/// hostile server cannot put a terminal escape (ANSI, OSC) on the user's terminal. JSON output
+/// needs none (`serde_json` escapes them); a task's own output (`hetsched log`) is not passed
+/// through it.
+pub fn shown(s: &str) -> Cow<'_, str> {
+    hetsched_core::text::escaped(s)
+}
+
+/// A table row of cells, each [`shown`]: every row the text output makes of what the server
+/// sent goes through it (and a cell made here, a count or a duration, passes unchanged).
+pub fn row<S: AsRef<str>>(cells: impl IntoIterator<Item = S>) -> Vec<String> {
+    cells
+        .into_iter()
+        .map(|c| shown(c.as_ref()).into_owned())
+        .collect()
+}
 
 /// A duration as people read it: `850ms`, `5.2s`, `3m 10s`, `2h 5m`, `3d 4h`.
 pub fn duration(d: Duration) -> String {
@@ -297,6 +316,17 @@ pub fn node_json(n: &pb::NodeInfo) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_escapes_each_cell_of_what_the_server_sent_and_keeps_plain_ones() {
+        let cells = row(["job-1", "x\u{1b}]52;c;aGk=\u{7}y", "a\rb", "ü\nnext", ""]);
+        assert_eq!(
+            cells,
+            ["job-1", "x\\u{1b}]52;c;aGk=\\u{7}y", "a\\rb", "ü\nnext", ""]
+        );
+        assert!(matches!(shown("plain"), Cow::Borrowed("plain")));
+        assert_eq!(shown("\u{9b}31m"), "\\u{9b}31m", "a C1 CSI too");
+    }
 
     #[test]
     fn durations_read_like_a_person_writes_them() {

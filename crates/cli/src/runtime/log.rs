@@ -5,6 +5,7 @@
 
 use super::ClientArgs;
 use super::client::{Api, connect, refused};
+use super::human::shown;
 use hetsched_proto as pb;
 use std::io::Write;
 use std::time::Duration;
@@ -52,7 +53,9 @@ pub async fn log(
                 if page.divisible_chunk {
                     eprintln!(
                         "chunk {} ({}, on {}) printed nothing on {stream}",
-                        page.task_id, page.task_state, page.node
+                        page.task_id,
+                        shown(&page.task_state),
+                        shown(&page.node)
                     );
                 } else if page.node.is_empty() {
                     // An earlier attempt, found on no live agent (where it ran is not recorded).
@@ -64,11 +67,15 @@ pub async fn log(
                 } else {
                     eprintln!(
                         "task {} (attempt {}, on {}) printed nothing on {stream}",
-                        page.task_id, page.attempt, page.node
+                        page.task_id,
+                        page.attempt,
+                        shown(&page.node)
                     );
                 }
             }
         }
+        // The task's own output, as it wrote it (like `cat`): not escaped, unlike the server's
+        // names and messages around it.
         out.write_all(&page.data)?;
         out.flush()?;
         offset = (page.offset + page.data.len() as u64) as i64;
@@ -91,7 +98,7 @@ pub async fn log(
 /// unavailable" (a transport's `Unavailable` never starts so).
 fn read_refused(s: tonic::Status) -> anyhow::Error {
     if s.code() == tonic::Code::Unavailable && s.message().starts_with("node `") {
-        return anyhow::anyhow!("{}", s.message());
+        return anyhow::anyhow!("{}", shown(s.message()));
     }
     refused(s)
 }
@@ -146,11 +153,14 @@ pub async fn print_failures(api: &mut Api, job: &pb::JobInfo) {
         let on = if t.node.is_empty() {
             String::new()
         } else {
-            format!(" on {}", t.node)
+            format!(" on {}", shown(&t.node))
         };
         eprintln!(
             "task {} ({}:{}) failed{on}: {}",
-            t.id, t.app, t.index, t.message
+            t.id,
+            shown(&t.app),
+            t.index,
+            shown(&t.message)
         );
         if t.attempt > 0 {
             print_stderr_tail(api, job, &t.id.to_string()).await;
@@ -168,22 +178,25 @@ pub async fn print_failures(api: &mut Api, job: &pb::JobInfo) {
 /// [`TAIL_TASKS`]; a failed chunk's units went out again as new chunks until the retries ran out).
 async fn print_chunk_failures(api: &mut Api, job: u64, d: &pb::DivisibleInfo) {
     if !d.message.is_empty() {
-        eprintln!("job {job} failed: {}", d.message);
+        eprintln!("job {job} failed: {}", shown(&d.message));
     }
     let failed: Vec<&pb::DivisibleChunk> =
         d.chunks.iter().filter(|c| c.state == "failed").collect();
-    let shown = &failed[failed.len().saturating_sub(TAIL_TASKS)..];
-    for c in shown {
+    let latest = &failed[failed.len().saturating_sub(TAIL_TASKS)..];
+    for c in latest {
         eprintln!(
             "chunk {} (units {}..{}) failed on {}",
-            c.chunk, c.start, c.end, c.worker
+            c.chunk,
+            c.start,
+            c.end,
+            shown(&c.worker)
         );
         print_stderr_tail(api, job, &c.chunk.to_string()).await;
     }
-    if failed.len() > shown.len() {
+    if failed.len() > latest.len() {
         eprintln!(
             "… and {} more failed: `hetsched job {job} --output json`",
-            hetsched_core::text::count((failed.len() - shown.len()) as u64, "chunk")
+            hetsched_core::text::count((failed.len() - latest.len()) as u64, "chunk")
         );
     }
 }
@@ -258,13 +271,17 @@ pub async fn log_all(
             };
             let named = format!(
                 "task {} ({}:{}, {} on {})",
-                t.id, t.app, t.index, t.state, t.node
+                t.id,
+                shown(&t.app),
+                t.index,
+                shown(&t.state),
+                shown(&t.node)
             );
             let first = match read.await {
                 Ok(Ok(p)) => p,
                 Ok(Err(s)) => {
                     unread += 1;
-                    eprintln!("{named}: {}", s.message());
+                    eprintln!("{named}: {}", shown(s.message()));
                     continue;
                 }
                 Err(e) => {
@@ -276,6 +293,7 @@ pub async fn log_all(
             if header {
                 writeln!(out, "==> {named} <==")?;
             }
+            // The task's own output, not escaped (like `cat`; `named` is).
             out.write_all(&first.data)?;
             // The rest of a long output, page by page.
             let mut offset = first.offset + first.data.len() as u64;
@@ -297,7 +315,7 @@ pub async fn log_all(
                         unread += 1;
                         eprintln!(
                             "{named}: the rest of its output from byte {offset}: {}",
-                            s.message()
+                            shown(s.message())
                         );
                         break;
                     }
@@ -351,10 +369,11 @@ async fn print_stderr_tail(api: &mut Api, job: u64, task: &str) {
             if skip > 0 || r.offset > 0 {
                 eprintln!("  … (`hetsched log {job} {task} --stderr` shows all)");
             }
+            // The task's own stderr, as `hetsched log` prints it: not escaped.
             for l in &lines[skip..] {
                 eprintln!("  | {l}");
             }
         }
-        Err(s) => eprintln!("  (stderr not available: {})", s.message()),
+        Err(s) => eprintln!("  (stderr not available: {})", shown(s.message())),
     }
 }

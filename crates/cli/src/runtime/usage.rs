@@ -120,13 +120,13 @@ pub async fn usage(
         for ((d, o), h) in &sum.days {
             let mut row = vec![date(*d), o.to_string()];
             row.extend(cells(h, share_of));
-            t.add_row(row);
+            t.add_row(super::human::row(row));
         }
     } else {
         for (o, h) in &sum.owners {
             let mut row = vec![o.to_string()];
             row.extend(cells(h, share_of));
-            t.add_row(row);
+            t.add_row(super::human::row(row));
         }
     }
     let mut row = if by_day {
@@ -135,7 +135,7 @@ pub async fn usage(
         vec!["total".to_string()]
     };
     row.extend(cells(total, share_of));
-    t.add_row(row);
+    t.add_row(super::human::row(row));
     println!("{t}");
     Ok(())
 }

@@ -221,7 +221,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
         "max priority",
     ]);
     for u in &reply.users {
-        t.add_row(vec![
+        t.add_row(super::human::row(vec![
             u.name.clone(),
             super::human::rfc3339(u.created_ms.saturating_mul(1_000_000)).unwrap_or_default(),
             u.jobs.to_string(),
@@ -248,7 +248,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
             format!("{:.3} cluster·h", u.fair_usage / 3600.0),
             u.shares.to_string(),
             u.max_priority.map_or("-".to_string(), |p| p.to_string()),
-        ]);
+        ]));
     }
     println!("{t}");
     Ok(())
@@ -278,7 +278,7 @@ pub async fn whoami(args: &ClientArgs) -> anyhow::Result<()> {
     }
     // Standard output stays the one line scripts read (`me=$(hetsched user whoami)`); the
     // versions are for the person at the terminal, on standard error.
-    eprintln!("{}", versions_line(&reply));
+    eprintln!("{}", super::human::shown(&versions_line(&reply)));
     answer(args, &reply, whoami_line)
 }
 

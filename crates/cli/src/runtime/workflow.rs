@@ -29,7 +29,7 @@ pub fn progress(j: &pb::JobInfo) -> Table {
     ]);
     for a in &j.apps {
         let c = a.counts.unwrap_or_default();
-        t.add_row(vec![
+        t.add_row(super::human::row(vec![
             a.name.clone(),
             a.tasks.to_string(),
             c.pending.saturating_sub(a.ready).to_string(),
@@ -42,7 +42,7 @@ pub fn progress(j: &pb::JobInfo) -> Table {
             c.cancelled.to_string(),
             super::human::measured_cpu_time(a.cpu_ms, a.max_rss_bytes),
             super::human::memory(a.max_rss_bytes),
-        ]);
+        ]));
     }
     t
 }
@@ -76,7 +76,7 @@ pub fn nodes(reply: &pb::ListNodesReply) -> Option<Table> {
         }
     };
     for n in &reply.nodes {
-        t.add_row(vec![
+        t.add_row(super::human::row(vec![
             n.name.clone(),
             n.instances.to_string(),
             threshold(n.lt, n),
@@ -88,7 +88,7 @@ pub fn nodes(reply: &pb::ListNodesReply) -> Option<Table> {
             },
             n.balance_sent.to_string(),
             n.balance_received.to_string(),
-        ]);
+        ]));
     }
     Some(t)
 }
@@ -116,7 +116,7 @@ pub async fn graph(args: &super::ClientArgs, id: u64) -> anyhow::Result<()> {
             for line in reply.dot.lines().filter(|l| l.contains("->")) {
                 let q: Vec<&str> = line.split('"').collect();
                 if q.len() >= 6 {
-                    t.add_row(vec![q[1], q[3], q[5]]);
+                    t.add_row(super::human::row(vec![q[1], q[3], q[5]]));
                 }
             }
             println!("{t}");
