@@ -100,7 +100,7 @@ fn malformed_job_files_are_refused_with_file_line_and_field_and_nothing_is_store
         ("11-no-applications.toml", 2, "title"),
         ("12-negative-retries.toml", 5, "application[0].retries"),
         ("13-app-name-leaves-work-dir.toml", 3, "application[0].name"),
-        ("14-bad-env-name.toml", 5, "application[0].cpu.env"),
+        ("14-bad-env-name.toml", 8, "application[0].cpu.env"),
     ];
     let present: BTreeSet<String> = std::fs::read_dir(&fixtures)
         .expect("fixtures")

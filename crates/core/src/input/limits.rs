@@ -156,27 +156,27 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
         }
         let variants = [
             a.cpu.as_ref().map(|c| {
-                let c = c.get_ref();
-                (
-                    "cpu",
-                    c.command.as_ref(),
-                    &c.env,
-                    a.cpu.as_ref().map(|s| s.span().start),
-                )
+                let v = c.get_ref();
+                ("cpu", v.command.as_ref(), &v.env, c.span().start)
             }),
             a.gpu.as_ref().map(|g| {
-                let g = g.get_ref();
-                (
-                    "gpu",
-                    g.command.as_ref(),
-                    &g.env,
-                    a.gpu.as_ref().map(|s| s.span().start),
-                )
+                let v = g.get_ref();
+                ("gpu", v.command.as_ref(), &v.env, g.span().start)
             }),
         ];
-        for (variant, command, env, at) in variants.into_iter().flatten() {
+        for (variant, command, env, header) in variants.into_iter().flatten() {
             let prefix = format!("application[{i}].{variant}");
-            check_command_env(&src, &prefix, command, env, at)?;
+            // Each field at its own value, the header when the text does not say.
+            let place = |p: Place<'_>| {
+                match p {
+                    Place::Command => variant_value_at(&src, i, variant, "command"),
+                    Place::Env => variant_value_at(&src, i, variant, "env"),
+                    Place::Var(name) => variant_env_var_at(&src, i, variant, name)
+                        .or_else(|| variant_value_at(&src, i, variant, "env")),
+                }
+                .or(Some(header))
+            };
+            check_command_env(&src, &prefix, command, env, &place)?;
         }
         // The device kind is matched against nodes' device kinds and shown in every listing:
         // the rule `update --gpu-kind` applies.
@@ -185,7 +185,7 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
             && let Err(problem) = crate::model::cluster::check_attribute(kind)
         {
             return Err(src.error(
-                Some(g.span().start),
+                variant_value_at(&src, i, "gpu", "kind").or(Some(g.span().start)),
                 Some(format!("application[{i}].gpu.kind")),
                 problem,
             ));
@@ -195,9 +195,9 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
 }
 
 /// Where the value of `key` in the `index`th application's `variant` table (`cpu` or `gpu`) is
-/// written: the variants keep their time limit and kill grace without their place (the runtime
-/// reads those fields as plain durations), so the text is read again when one is refused, as a
-/// divisible load's are ([`super::divisible`]).
+/// written: the variants keep their fields without their place (the runtime reads them as plain
+/// values), so the text is read again when one is refused, as a divisible load's are
+/// ([`super::divisible`]).
 fn variant_value_at(
     src: &super::Source<'_>,
     index: usize,
@@ -205,20 +205,53 @@ fn variant_value_at(
     key: &str,
 ) -> Option<usize> {
     type Table = std::collections::HashMap<String, serde_spanned::Spanned<serde::de::IgnoredAny>>;
+    variant_table::<Table>(src, index, variant)?
+        .get(key)
+        .and_then(at)
+}
+
+/// Where the value of the environment variable `name` of the `index`th application's `variant`
+/// table is written, read again from the text as [`variant_value_at`] reads a field.
+fn variant_env_var_at(
+    src: &super::Source<'_>,
+    index: usize,
+    variant: &str,
+    name: &str,
+) -> Option<usize> {
     #[derive(serde::Deserialize)]
-    struct Variants {
-        cpu: Option<Table>,
-        gpu: Option<Table>,
+    struct Env {
+        env: Option<
+            std::collections::HashMap<String, serde_spanned::Spanned<serde::de::IgnoredAny>>,
+        >,
+    }
+    variant_table::<Env>(src, index, variant)?
+        .env?
+        .get(name)
+        .and_then(at)
+}
+
+/// The `index`th application's `variant` table (`cpu` or `gpu`) read again from the text as `T`;
+/// `None` when the text does not hold it so.
+fn variant_table<T: serde::de::DeserializeOwned>(
+    src: &super::Source<'_>,
+    index: usize,
+    variant: &str,
+) -> Option<T> {
+    #[derive(serde::Deserialize)]
+    #[serde(bound = "T: serde::de::DeserializeOwned")]
+    struct Variants<T> {
+        cpu: Option<T>,
+        gpu: Option<T>,
     }
     #[derive(serde::Deserialize)]
-    struct Places {
-        #[serde(default)]
-        application: Vec<Variants>,
+    #[serde(bound = "T: serde::de::DeserializeOwned")]
+    struct Places<T> {
+        #[serde(default = "Vec::new")]
+        application: Vec<Variants<T>>,
     }
-    let places: Places = toml::from_str(src.text).ok()?;
-    let app = places.application.get(index)?;
-    let table = if variant == "gpu" { &app.gpu } else { &app.cpu };
-    table.as_ref()?.get(key).and_then(at)
+    let places: Places<T> = toml::from_str(src.text).ok()?;
+    let app = places.application.into_iter().nth(index)?;
+    if variant == "gpu" { app.gpu } else { app.cpu }
 }
 
 /// Most instances one workflow may have (a batch job's bound on tasks).
@@ -292,27 +325,39 @@ pub fn check_workflow(w: &ParsedWorkflow) -> Result<(), InputError> {
             &format!("task[{i}]"),
             command.map(|c| c.get_ref()),
             &t.env,
-            at_command,
+            &|_| at_command,
         )?;
     }
     Ok(())
 }
 
+/// What [`check_command_env`] refuses, for its caller to say where that is written.
+enum Place<'a> {
+    /// The command.
+    Command,
+    /// The environment as a whole.
+    Env,
+    /// The environment variable of this name.
+    Var(&'a str),
+}
+
 /// The bounds on one command and its environment; `prefix` names where they are written
-/// (`application[0].cpu`, `task[2]`).
+/// (`application[0].cpu`, `task[2]`), and `place` the offset of what is refused.
 fn check_command_env(
     src: &super::Source<'_>,
     prefix: &str,
     command: Option<&Command>,
     env: &BTreeMap<String, String>,
-    at: Option<usize>,
+    place: &dyn Fn(Place<'_>) -> Option<usize>,
 ) -> Result<(), InputError> {
     let field = |f: &str| Some(format!("{prefix}.{f}"));
     if let Some(c) = command {
+        // Only when refused: finding the place reads the text again.
+        let at = || place(Place::Command);
         let (bytes, args) = command_size(c);
         if bytes > MAX_COMMAND_BYTES {
             return Err(src.error(
-                at,
+                at(),
                 field("command"),
                 format!(
                     "the command is {bytes} bytes; at most {MAX_COMMAND_BYTES} (64 KiB): put \
@@ -322,18 +367,18 @@ fn check_command_env(
         }
         if args > MAX_ARGS {
             return Err(src.error(
-                at,
+                at(),
                 field("command"),
                 format!("the command has {args} arguments; at most {MAX_ARGS}"),
             ));
         }
         if has_nul(c) {
-            return Err(src.error(at, field("command"), "holds a NUL character"));
+            return Err(src.error(at(), field("command"), "holds a NUL character"));
         }
     }
     if env.len() > MAX_ENV_VARS {
         return Err(src.error(
-            at,
+            place(Place::Env),
             field("env"),
             format!("{} variables; at most {MAX_ENV_VARS}", env.len()),
         ));
@@ -341,7 +386,7 @@ fn check_command_env(
     let bytes: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
     if bytes > MAX_ENV_BYTES {
         return Err(src.error(
-            at,
+            place(Place::Env),
             field("env"),
             format!("the environment is {bytes} bytes; at most {MAX_ENV_BYTES} (64 KiB)"),
         ));
@@ -349,7 +394,7 @@ fn check_command_env(
     for (k, v) in env {
         if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
             return Err(src.error(
-                at,
+                place(Place::Var(k)),
                 field("env"),
                 format!(
                     "variable `{}`: a name must be non-empty without `=` or NUL, a value without NUL",
@@ -381,7 +426,7 @@ mod tests {
     fn a_one_mebibyte_command_is_refused_naming_the_limit() {
         let e = err(&job("a", &"x".repeat(1 << 20), ""));
         assert!(
-            e.starts_with("job.toml:4:1: application[0].cpu.command: the command is 1048576 bytes; at most 65536"),
+            e.starts_with("job.toml:5:11: application[0].cpu.command: the command is 1048576 bytes; at most 65536"),
             "{e}"
         );
         let w = parse_workload("job.toml", &job("a", &"x".repeat(60_000), "")).expect("parses");
@@ -408,9 +453,19 @@ mod tests {
     #[test]
     fn oversized_or_malformed_environments_are_refused() {
         let big = format!("[application.cpu.env]\nBIG = \"{}\"\n", "v".repeat(70_000));
-        assert!(err(&job("a", "true", &big)).contains("at most 65536"));
+        let e = err(&job("a", "true", &big));
+        assert!(e.contains("at most 65536"), "{e}");
+        assert!(
+            e.starts_with("job.toml:6:1: application[0].cpu.env: "),
+            "{e}"
+        );
         let bad = "[application.cpu.env]\n\"A=B\" = \"1\"\n";
-        assert!(err(&job("a", "true", bad)).contains("without `=`"));
+        let e = err(&job("a", "true", bad));
+        assert!(e.contains("without `=`"), "{e}");
+        assert!(
+            e.starts_with("job.toml:7:9: application[0].cpu.env: "),
+            "{e}"
+        );
     }
 
     fn workflow_err(task: &str) -> String {
@@ -462,7 +517,7 @@ mod tests {
         check(&w).expect("a short kind");
         let e = err(&job(&"k".repeat(1_000_000)));
         assert!(
-            e.starts_with("job.toml:4:1: application[0].gpu.kind: attribute `kkkkkkkkkkkkkkkk…` is longer than 64 bytes"),
+            e.starts_with("job.toml:7:8: application[0].gpu.kind: attribute `kkkkkkkkkkkkkkkk…` is longer than 64 bytes"),
             "{}",
             &e[..e.len().min(200)]
         );

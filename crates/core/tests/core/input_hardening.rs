@@ -814,6 +814,73 @@ fn a_variants_time_limit_and_kill_grace_are_refused_at_their_own_line() {
     );
 }
 
+/// An application variant's `command`, `env` and `kind` were refused at the variant's
+/// `[application.cpu]` (or gpu) header however far below it the field was written: each is
+/// refused at its own value, and a malformed environment variable at that variable.
+#[test]
+fn a_variants_command_env_and_kind_are_refused_at_their_own_line() {
+    let job = |variant: &str, fields: &str| {
+        format!("[[application]]\nname = \"a\"\ntasks = 1\n[application.{variant}]\n{fields}\n")
+    };
+    let submit_error = |text: &str| {
+        let w = hetsched_core::input::workload::parse_workload("w.toml", text).expect("parses");
+        hetsched_core::input::limits::check(&w)
+            .expect_err("refused at submission")
+            .to_string()
+    };
+    let long = "x".repeat(70_000);
+    for variant in ["cpu", "gpu"] {
+        assert_eq!(
+            submit_error(&job(
+                variant,
+                &format!("memory = \"1GiB\"\n\ncommand = \"{long}\"")
+            )),
+            format!(
+                "w.toml:7:11: application[0].{variant}.command: the command is 70000 bytes; \
+                 at most 65536 (64 KiB): put long inputs in a file the command reads"
+            )
+        );
+        assert_eq!(
+            submit_error(&job(
+                variant,
+                "memory = \"1GiB\"\ncommand = [\"a\", \"b\\u0000\"]"
+            )),
+            format!("w.toml:6:11: application[0].{variant}.command: holds a NUL character")
+        );
+        // An inline environment too large as a whole: at the table.
+        assert_eq!(
+            submit_error(&job(
+                variant,
+                &format!("command = \"true\"\nenv = {{ BIG = \"{long}\" }}")
+            )),
+            format!(
+                "w.toml:6:7: application[0].{variant}.env: the environment is 70003 bytes; at \
+                 most 65536 (64 KiB)"
+            )
+        );
+        // A malformed variable of an `[application.cpu.env]` table: at that variable.
+        assert_eq!(
+            submit_error(&job(
+                variant,
+                &format!(
+                    "command = \"true\"\n[application.{variant}.env]\nOK = \"1\"\n\"A=B\" = \"1\""
+                )
+            )),
+            format!(
+                "w.toml:8:9: application[0].{variant}.env: variable `A=B`: a name must be \
+                 non-empty without `=` or NUL, a value without NUL"
+            )
+        );
+    }
+    assert_eq!(
+        submit_error(&job(
+            "gpu",
+            "command = \"true\"\ngpus = 1\n\nkind = \"a 100\""
+        )),
+        "w.toml:8:8: application[0].gpu.kind: attribute `a 100` has whitespace or a control character"
+    );
+}
+
 /// Measured traffic's errors named column 1 of their line whichever column was at fault; they
 /// name the column of the field at fault, past blanks around it.
 #[test]
