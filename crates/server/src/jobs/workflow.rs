@@ -34,8 +34,10 @@
 //!   `wf_instances.disk_losses`): a cluster whose every disk is full ends the job, saying why.
 //!   When a node runs short of room (such a result, or its report below its floor), the
 //!   instances with inputs placed there and not started — waiting for it here, or in its
-//!   agent's queue — go elsewhere at once, no attempt lost (`Workflows::take_back`), and none
-//!   is sent there while it stays short;
+//!   agent's queue, offloaded ones included — go elsewhere at once, no attempt lost
+//!   (`Workflows::take_back`), and none is sent there while it stays short; one taken from the
+//!   agent's queue never started, so it runs again under the same attempt number
+//!   (`Inst::unstarted`), on any node but that one (`Inst::taken_back_from`);
 //! - every run again (a retry, a loss, a ready instance after a restart) is placed by the
 //!   machine like a ready instance ([`LaunchNode::resubmit`], [`Dispatcher::resubmit`]): under
 //!   `pcddb` it travels in the next allocation request. A re-production that a consumer already
@@ -476,6 +478,32 @@ struct Inst {
     /// with the dispatch: listings name it after a restart, and the state reads back the
     /// offloads still running ([`JobKind::offloaded_to`]) so that the ANode's loss re-runs them.
     executed: Option<u32>,
+    /// Whether its attempt number names no run: that attempt was taken back from its agent's
+    /// queue before it started ([`Workflows::take_back`]), so its next dispatch reuses the
+    /// number (a hand-back is no attempt: a user reads `attempt 2` as a second run, and
+    /// `HETSCHED_ATTEMPT` says so to the command) — except on a node in
+    /// [`Inst::taken_back_from`]. Memory only: after a restart the next dispatch takes the next
+    /// number, as the server can no longer tell.
+    unstarted: bool,
+    /// The nodes whose agents were sent its current attempt number and told to drop it from
+    /// their queues ([`Workflows::take_back`]); cleared when the number changes. A dispatch to
+    /// one of them takes the next number: had the reply telling that agent to drop it been
+    /// lost, the agent may have started it, and one (task, attempt) must never name two runs
+    /// on one node (its kill, its result, its ledger entry and its log files are keyed so).
+    taken_back_from: Vec<u32>,
+}
+
+impl Inst {
+    /// The attempt number its dispatch to `node` runs under: the next one, unless the current
+    /// one never ran ([`Inst::unstarted`]) and `node`'s agent was never sent it
+    /// ([`Inst::taken_back_from`]).
+    fn next_attempt(&self, node: u32) -> u32 {
+        if self.unstarted && !self.taken_back_from.contains(&node) {
+            self.attempt
+        } else {
+            self.attempt + 1
+        }
+    }
 }
 
 enum Machine {
@@ -1255,9 +1283,12 @@ impl Workflows {
     /// sent beyond its free cores that wait in its agent's queue (`prefetch`), which `out`
     /// tells the agent to drop (it never started them, so it reports nothing for them). None
     /// counts a lost attempt: none found the disk full, and each would otherwise start there
-    /// in turn, find no room and count a disk loss against `max_attempts`. An instance already
-    /// started (fetching, or running) is left to end as it will, and one offloaded to an ANode
-    /// is left to the offload's own bookkeeping. Returns how many went back.
+    /// in turn, find no room and count a disk loss against `max_attempts`; one taken back from
+    /// the agent's queue runs again under the same attempt number ([`Inst::unstarted`]).
+    /// Instances bound for an ANode (offloaded) go back too: an NNode fetches their inputs on
+    /// its own disk first. An instance already started (fetching, or running) is left to end
+    /// as it will: the agent reports nothing that tells fetching from running. Returns how
+    /// many went back.
     fn take_back(&mut self, cx: &mut Ctx, job: &mut WfJob, n: u32, out: &mut Outbox) -> usize {
         let mut back = Vec::new();
         if let Some(q) = job.assigned.remove(&n) {
@@ -1284,7 +1315,7 @@ impl Workflows {
         for i in queued {
             let tid = job.task_id(i);
             let x = &mut job.insts[i as usize];
-            if x.st != St::Running || x.node != Some(n) || x.executed.is_some() {
+            if x.st != St::Running || x.node != Some(n) {
                 continue;
             }
             out.kill(crate::state::types::TaskRef {
@@ -1293,6 +1324,17 @@ impl Workflows {
             });
             x.st = St::Ready;
             x.node = None;
+            // Never started: its number names no run, and goes to its next dispatch (not
+            // back to this node's agent, which may hold it still if the kill is lost).
+            x.unstarted = true;
+            if !x.taken_back_from.contains(&n) {
+                x.taken_back_from.push(n);
+            }
+            // One bound for an ANode waits in the NNode's queue: its inputs are fetched onto
+            // the NNode's disk before it is offloaded, so it would find no room as any other.
+            // It never reached the ANode; the state forgets the offload with the kill
+            // (`State::forget_killed_offloads`).
+            x.executed = None;
             // Stored ready: a restart must not restore it as running on `n`, where its agent
             // no longer holds it.
             self.dirty.insert((job.seq, i));
@@ -1412,6 +1454,8 @@ impl Workflows {
                     usage: None,
                     devices: Vec::new(),
                     executed: None,
+                    unstarted: false,
+                    taken_back_from: Vec::new(),
                 };
                 total as usize
             ],
@@ -1830,7 +1874,7 @@ impl Workflows {
         ok
     }
 
-    fn dispatch(&self, job: &WfJob, i: u32, devices: Vec<u32>) -> (Dispatch, u64) {
+    fn dispatch(&self, job: &WfJob, i: u32, node: u32, devices: Vec<u32>) -> (Dispatch, u64) {
         let (t, k) = job.task_of(i);
         let task = &job.rt.parsed.workflow.tasks[t];
         let mut inputs = Vec::new();
@@ -1853,7 +1897,7 @@ impl Workflows {
         (
             Dispatch {
                 task_id: job.task_id(i),
-                attempt: job.insts[i as usize].attempt + 1,
+                attempt: job.insts[i as usize].next_attempt(node),
                 index: u32::try_from(value).unwrap_or(k),
                 devices,
                 spec: key,
@@ -2887,7 +2931,7 @@ impl JobKind for Workflows {
                         keep.push_back(i);
                         continue;
                     };
-                    let (mut d, key) = self.dispatch(&job, i, devices.clone());
+                    let (mut d, key) = self.dispatch(&job, i, node.0, devices.clone());
                     d.prefetched = prefetched;
                     let spec = out
                         .needs_spec(key)
@@ -2911,7 +2955,12 @@ impl JobKind for Workflows {
                     let x = &mut job.insts[i as usize];
                     x.devices = devices;
                     x.st = St::Running;
-                    x.attempt += 1;
+                    let attempt = x.next_attempt(node.0);
+                    if attempt != x.attempt {
+                        x.taken_back_from.clear();
+                    }
+                    x.attempt = attempt;
+                    x.unstarted = false;
                     // A new attempt: where it is offloaded to, if it is, is noted once the
                     // state knows ([`JobKind::offloaded`]).
                     x.executed = None;

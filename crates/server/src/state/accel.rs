@@ -220,6 +220,7 @@ impl State {
         if !self.sharing.members.contains_key(&id) {
             self.accel_join(id)?;
         }
+        self.forget_killed_offloads(reply);
         match self.sharing.members.get(&id) {
             Some(Role::ANode) => {
                 // A fresh report of its queues, from a node that is up.
@@ -263,6 +264,26 @@ impl State {
         }
         reply.binding = Some(self.binding_of(id));
         Ok(())
+    }
+
+    /// Offloads this reply kills whose kinds no longer hold them offloaded at that attempt
+    /// (`JobKind::offloaded_to`) leave memory: a workflow instance taken back from an NNode's
+    /// queue before it started (it never reached its ANode, and runs again under the same
+    /// attempt number elsewhere). Kept, the record outlived the attempt: the loss of that ANode
+    /// could lose the instance's next run, and it stayed in memory for the server's life.
+    fn forget_killed_offloads(&mut self, reply: &HeartbeatReply) {
+        for k in &reply.kill {
+            let Some(&(attempt, anode)) = self.sharing.executed.get(&k.task_id) else {
+                continue;
+            };
+            let held = self
+                .jobs
+                .owner(k.task_id)
+                .and_then(|kind| kind.offloaded_to(k.task_id));
+            if attempt == k.attempt && held != Some((attempt, anode)) {
+                self.sharing.executed.remove(&k.task_id);
+            }
+        }
     }
 
     /// Replaces the keys offloads are signed with: the data directory's secret

@@ -1502,55 +1502,86 @@ fn instances_placed_on_a_node_whose_disk_filled_move_elsewhere_without_a_lost_at
     }
 }
 
-/// The same for instances already sent to the node beyond its free cores (`prefetch`), which
-/// wait in its agent's queue: the reply to the beat that says the disk is full tells the agent
-/// to drop them, and they run elsewhere, none counting a lost attempt. It holds across a server
-/// restart: the instances taken back are stored ready, not running there, and instances the
-/// restarted server placed on the node before its first beat (its disk unknown until then)
-/// go elsewhere when that beat reports the disk below its floor, before any is sent there.
-#[test]
-fn instances_queued_on_a_node_whose_disk_filled_are_taken_back_and_stay_off_it_across_a_restart() {
-    const GIB: u64 = 1 << 30;
-    let dir = scratch("no-room-queued");
+/// A server in `dir` whose heartbeats lend each node `cores` beyond its free ones (`prefetch`):
+/// instances placed on them wait in the agent's queue.
+fn open_prefetching(dir: &Path, cores: u32) -> State {
     let config = ServerConfig {
-        data_dir: dir.clone(),
+        data_dir: dir.to_path_buf(),
         workflow: Some(WorkflowConfig::default()),
-        prefetch: hetsched_server::state::prefetch::Setting::Cores(2),
+        prefetch: hetsched_server::state::prefetch::Setting::Cores(cores),
         ..Default::default()
     };
-    let open =
-        || State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
-    // (task, attempt, queued) running on the node; results; its disk's free space.
-    let beat = |s: &mut State,
-                n: u32,
-                running: &[(u64, u32, bool)],
-                results: Vec<pb::TaskResult>,
-                free: u64| {
-        let mut req = pb::HeartbeatRequest {
-            disk_free_bytes: Some(free),
-            min_free_disk: GIB,
-            ..heartbeat_request(n, &[], &[])
-        };
-        req.running = running
-            .iter()
-            .map(|&(task_id, attempt, queued)| pb::RunningTask {
-                task_id,
-                attempt,
-                queued,
-                ..Default::default()
-            })
-            .collect();
-        req.results = results;
-        s.heartbeat(req).expect("heartbeat")
+    State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+}
+
+/// Node `n` beats with its (task, attempt, queued) running or queued, `results`, and its disk
+/// `free` bytes free over a 1 GiB floor.
+fn beat_with_disk(
+    s: &mut State,
+    n: u32,
+    running: &[(u64, u32, bool)],
+    results: Vec<pb::TaskResult>,
+    free: u64,
+) -> pb::HeartbeatReply {
+    beat_in_rack(s, n, "", running, results, free)
+}
+
+/// [`beat_with_disk`] from a node of rack `rack` (accelerator sharing).
+fn beat_in_rack(
+    s: &mut State,
+    n: u32,
+    rack: &str,
+    running: &[(u64, u32, bool)],
+    results: Vec<pb::TaskResult>,
+    free: u64,
+) -> pb::HeartbeatReply {
+    let mut req = pb::HeartbeatRequest {
+        disk_free_bytes: Some(free),
+        min_free_disk: 1 << 30,
+        rack: rack.into(),
+        ..heartbeat_request(n, &[], &[])
     };
-    let ok = |task_id: u64, attempt: u32| pb::TaskResult {
+    req.running = running
+        .iter()
+        .map(|&(task_id, attempt, queued)| pb::RunningTask {
+            task_id,
+            attempt,
+            queued,
+            ..Default::default()
+        })
+        .collect();
+    req.results = results;
+    s.heartbeat(req).expect("heartbeat")
+}
+
+/// The success of attempt `attempt` of task `task_id`.
+fn succeeded(task_id: u64, attempt: u32) -> pb::TaskResult {
+    pb::TaskResult {
         task_id,
         attempt,
         success: true,
         started_ns: 1,
         finished_ns: 2,
         ..Default::default()
-    };
+    }
+}
+
+/// The same for instances already sent to the node beyond its free cores (`prefetch`), which
+/// wait in its agent's queue: the reply to the beat that says the disk is full tells the agent
+/// to drop them, and they run elsewhere, none counting a lost attempt. It holds across a server
+/// restart: the instances taken back are stored ready, not running there, and instances the
+/// restarted server placed on the node before its first beat (its disk unknown until then)
+/// go elsewhere when that beat reports the disk below its floor, before any is sent there.
+/// Those taken back run as attempt 2 after the restart: the server no longer knows that their
+/// first number never ran (without a restart they run as attempt 1:
+/// `an_instance_taken_back_from_a_short_nodes_queue_runs_elsewhere_as_the_same_attempt`).
+#[test]
+fn instances_queued_on_a_node_whose_disk_filled_are_taken_back_and_stay_off_it_across_a_restart() {
+    const GIB: u64 = 1 << 30;
+    let dir = scratch("no-room-queued");
+    let open = || open_prefetching(&dir, 2);
+    let beat = beat_with_disk;
+    let ok = succeeded;
     let (a, job, lost, queued) = {
         let mut s = open();
         let a = common::register(&mut s, "a", 2);
@@ -1656,6 +1687,169 @@ fn instances_queued_on_a_node_whose_disk_filled_are_taken_back_and_stay_off_it_a
         })
         .collect();
     assert_eq!(losses, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// [`two_queued_on_a_node_that_runs_short`]'s server, node, job, and the (task, attempt) of
+/// the consumers started on the node and of those taken back from its agent's queue.
+struct ShortNode {
+    s: State,
+    a: u32,
+    job: u64,
+    started: Vec<(u64, u32)>,
+    queued: Vec<(u64, u32)>,
+}
+
+/// Node `a` (2 cores, prefetch 2) runs the producer of eight consumers (`retries = 0`), then
+/// two consumers on its cores and two queued in its agent's queue; its next beat reports its
+/// disk below its floor, and the reply takes the queued ones back (it tells `a` to kill them).
+fn two_queued_on_a_node_that_runs_short(dir: &Path) -> ShortNode {
+    const GIB: u64 = 1 << 30;
+    let mut s = open_prefetching(dir, 2);
+    let a = common::register(&mut s, "a", 2);
+    beat_with_disk(&mut s, a, &[], Vec::new(), 10 * GIB);
+    let job = s
+        .submit("wf.toml", &producer_and_consumers("centralised", 8), "/")
+        .expect("submit")
+        .job_id;
+    let r = beat_with_disk(&mut s, a, &[], Vec::new(), 10 * GIB);
+    let p = (r.assignments[0].task_id, r.assignments[0].attempt);
+    let r = beat_with_disk(&mut s, a, &[], vec![succeeded(p.0, p.1)], 10 * GIB);
+    let sent = |prefetched: bool| -> Vec<(u64, u32)> {
+        r.assignments
+            .iter()
+            .filter(|x| x.prefetched == prefetched)
+            .map(|x| (x.task_id, x.attempt))
+            .collect()
+    };
+    let (started, queued) = (sent(false), sent(true));
+    assert_eq!((started.len(), queued.len()), (2, 2), "{:?}", r.assignments);
+    let running: Vec<(u64, u32, bool)> = started
+        .iter()
+        .map(|&(t, at)| (t, at, false))
+        .chain(queued.iter().map(|&(t, at)| (t, at, true)))
+        .collect();
+    let r = beat_with_disk(&mut s, a, &running, Vec::new(), GIB / 2);
+    let mut killed: Vec<(u64, u32)> = r.kill.iter().map(|k| (k.task_id, k.attempt)).collect();
+    killed.sort_unstable();
+    assert_eq!(killed, queued, "the queued consumers are taken back");
+    ShortNode {
+        s,
+        a,
+        job,
+        started,
+        queued,
+    }
+}
+
+/// An instance taken back from a short node's queue never started: it is no attempt. It runs
+/// on another node as attempt 1 — `hetsched tasks`, its `HETSCHED_ATTEMPT` and its log files'
+/// names say 1 — and, its task having no retries, it still runs and the workflow completes
+/// with no failed or lost attempt. Before, it ran as attempt 2 with nothing lost, as if a first
+/// run had vanished.
+#[test]
+fn an_instance_taken_back_from_a_short_nodes_queue_runs_elsewhere_as_the_same_attempt() {
+    const GIB: u64 = 1 << 30;
+    let dir = scratch("no-room-same-attempt");
+    let ShortNode {
+        mut s,
+        a,
+        job,
+        started,
+        queued,
+    } = two_queued_on_a_node_that_runs_short(&dir);
+    for t in s.tasks(job).expect("tasks").tasks.iter() {
+        if queued.iter().any(|&(id, _)| id == t.id) {
+            assert_eq!(
+                (t.state.as_str(), t.attempt, t.message.as_str()),
+                ("ready", 1, ""),
+                "taken back: {t:?}"
+            );
+        }
+    }
+    let b = common::register(&mut s, "b", 2);
+    let mut on_b: Vec<(u64, u32)> = Vec::new();
+    let mut running: Vec<(u64, u32)> = Vec::new();
+    // `a` stays short; its two started consumers end.
+    let mut on_a = started;
+    for _ in 0..20 {
+        let done = on_a.drain(..).map(|(t, at)| succeeded(t, at)).collect();
+        let r = beat_with_disk(&mut s, a, &[], done, GIB / 2);
+        assert!(r.assignments.is_empty(), "{:?}", r.assignments);
+        let done = running.drain(..).map(|(t, at)| succeeded(t, at)).collect();
+        let r = beat_with_disk(&mut s, b, &[], done, 10 * GIB);
+        running.extend(r.assignments.iter().map(|x| (x.task_id, x.attempt)));
+        on_b.extend(r.assignments.iter().map(|x| (x.task_id, x.attempt)));
+        if s.job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    for &(t, _) in &queued {
+        assert_eq!(
+            on_b.iter().filter(|&&(id, _)| id == t).collect::<Vec<_>>(),
+            [&(t, 1)],
+            "sent to b once, as attempt 1: {on_b:?}"
+        );
+    }
+    for t in &s.tasks(job).expect("tasks").tasks[1..] {
+        assert_eq!(
+            (
+                t.state.as_str(),
+                t.attempt,
+                t.failed_attempts,
+                t.message.as_str()
+            ),
+            ("succeeded", 1, 0, ""),
+            "{t:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The node an instance was taken back from is never sent that attempt number again: had the
+/// reply that told its agent to drop it been lost, the agent may have started it, and its kill,
+/// its result and its log files would name two runs. So when the node has room again and the
+/// instance comes back to it, it runs as attempt 2; the consumers never sent anywhere run as
+/// attempt 1.
+#[test]
+fn an_instance_taken_back_from_a_nodes_queue_comes_back_to_it_as_its_next_attempt() {
+    const GIB: u64 = 1 << 30;
+    let dir = scratch("no-room-back-again");
+    let ShortNode {
+        mut s,
+        a,
+        job,
+        started,
+        queued,
+    } = two_queued_on_a_node_that_runs_short(&dir);
+    let mut again: Vec<(u64, u32)> = Vec::new();
+    let mut running: Vec<(u64, u32)> = started.clone();
+    for _ in 0..20 {
+        let done = running.drain(..).map(|(t, at)| succeeded(t, at)).collect();
+        let r = beat_with_disk(&mut s, a, &[], done, 10 * GIB);
+        running.extend(r.assignments.iter().map(|x| (x.task_id, x.attempt)));
+        again.extend(r.assignments.iter().map(|x| (x.task_id, x.attempt)));
+        if s.job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    for &(t, _) in &queued {
+        assert!(again.contains(&(t, 2)), "{t}: {again:?}");
+    }
+    for t in &s.tasks(job).expect("tasks").tasks[1..] {
+        let attempt = if queued.iter().any(|&(id, _)| id == t.id) {
+            2
+        } else {
+            1
+        };
+        assert_eq!(
+            (t.state.as_str(), t.attempt, t.failed_attempts),
+            ("succeeded", attempt, 0),
+            "{t:?}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -2902,6 +3096,117 @@ fn a_bound_nnode_gets_no_gpu_instance_while_its_anodes_queue_is_full() {
     let given = agents.beat(&mut s, n1).assignments;
     assert_eq!(given.len(), 1, "room again: one instance on its one device");
     assert_eq!(given[0].offload_anode, "anode");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An instance bound for an ANode (offloaded) waits in its NNode's queue like any other, and
+/// its NNode fetches its inputs onto its own disk before it ships them: when that disk runs
+/// short, it is taken back too, unstarted, and the server forgets its offload (it never
+/// reached the ANode: kept, the record would outlive the attempt, and that ANode's loss would
+/// lose the instance's next run). It runs on another bound NNode as attempt 1, offloaded
+/// again. Before, it was left in the queue, to find no room and count a disk loss.
+#[test]
+fn an_offloaded_instance_queued_on_a_short_nnode_is_taken_back_and_its_offload_forgotten() {
+    const GIB: u64 = 1 << 30;
+    let dir = scratch("no-room-offloaded");
+    let mut s = open_prefetching(&dir, 1);
+    let anode = common::register_with_gpus(&mut s, "anode", 4, 2);
+    let n1 = common::register_with(&mut s, "n1", 1, &["side"]);
+    anode_beats(&mut s, anode, "A");
+    beat_in_rack(&mut s, n1, "A", &[], Vec::new(), 10 * GIB);
+    let job = s
+        .submit(
+            "gpu.toml",
+            "balancer = \"centralised\"\n\
+             [[task]]\nname = \"P\"\ninstances = 1\nrequires = [\"side\"]\noutputs = [\"m\"]\ncommand = \"true\"\n\
+             [[task]]\nname = \"G\"\ninstances = 2\ngpus = 1\nrequires = [\"side\"]\n\
+             inputs = [\"m\"]\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    let r = beat_in_rack(&mut s, n1, "A", &[], Vec::new(), 10 * GIB);
+    assert_eq!(r.assignments.len(), 1, "the producer: {:?}", r.assignments);
+    let p = (r.assignments[0].task_id, r.assignments[0].attempt);
+    let r = beat_in_rack(&mut s, n1, "A", &[], vec![succeeded(p.0, p.1)], 10 * GIB);
+    let sent: Vec<(u64, u32, bool, &str)> = r
+        .assignments
+        .iter()
+        .map(|x| (x.task_id, x.attempt, x.prefetched, x.offload_anode.as_str()))
+        .collect();
+    assert_eq!(
+        sent.iter().map(|x| (x.1, x.2, x.3)).collect::<Vec<_>>(),
+        [(1, false, "anode"), (1, true, "anode")],
+        "both offloaded, the second queued beyond the NNode's one core"
+    );
+    let (started, queued) = ((sent[0].0, 1), (sent[1].0, 1));
+    assert_eq!(s.offloads_in_memory(), 2);
+    // The NNode's disk runs short: the queued one is taken back, the started one left alone.
+    let r = beat_in_rack(
+        &mut s,
+        n1,
+        "A",
+        &[(started.0, 1, false), (queued.0, 1, true)],
+        Vec::new(),
+        GIB / 2,
+    );
+    assert_eq!(
+        r.kill
+            .iter()
+            .map(|k| (k.task_id, k.attempt))
+            .collect::<Vec<_>>(),
+        [queued],
+        "the queued offload is taken back"
+    );
+    assert_eq!(
+        s.offloads_in_memory(),
+        1,
+        "only the started offload is remembered"
+    );
+    let t = s
+        .tasks(job)
+        .expect("tasks")
+        .tasks
+        .into_iter()
+        .find(|t| t.id == queued.0)
+        .expect("listed");
+    assert_eq!(
+        (t.state.as_str(), t.attempt, t.executed_node.as_str()),
+        ("ready", 1, ""),
+        "{t:?}"
+    );
+    // Another NNode of the rack, with room, takes it.
+    let n2 = common::register_with(&mut s, "n2", 1, &["side"]);
+    let mut on_n2 = Vec::new();
+    for _ in 0..5 {
+        anode_beats(&mut s, anode, "A");
+        let r = beat_in_rack(&mut s, n2, "A", &[], Vec::new(), 10 * GIB);
+        on_n2.extend(
+            r.assignments
+                .iter()
+                .map(|x| (x.task_id, x.attempt, x.offload_anode.clone())),
+        );
+        if !on_n2.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(on_n2, [(queued.0, 1, "anode".to_string())], "as attempt 1");
+    beat_in_rack(&mut s, n1, "A", &[], vec![succeeded(started.0, 1)], GIB / 2);
+    beat_in_rack(&mut s, n2, "A", &[], vec![succeeded(queued.0, 1)], 10 * GIB);
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    for t in &s.tasks(job).expect("tasks").tasks[1..] {
+        assert_eq!(
+            (
+                t.state.as_str(),
+                t.attempt,
+                t.failed_attempts,
+                t.executed_node.as_str()
+            ),
+            ("succeeded", 1, 0, "anode"),
+            "{t:?}"
+        );
+    }
+    assert_eq!(s.offloads_in_memory(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
