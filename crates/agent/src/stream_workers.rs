@@ -73,6 +73,11 @@ fn counters(r: hetsched_stream::WorkerReport) -> pb::WorkerCounters {
                 failed: e.failed,
                 done: e.done,
                 started_ns: e.started_ns,
+                unacked: e.unacked,
+                expired: e.expired,
+                restarts: e.restarts,
+                ended: e.ended,
+                gave_up: e.gave_up,
             })
             .collect(),
         remote_out: r.remote_out,
@@ -612,6 +617,29 @@ fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker's report of a multi-lang executor reaches the server with what it says of
+    /// the executor's program: unacked and expired inputs, restarts, why it ended, given up.
+    #[test]
+    fn a_workers_report_carries_its_programs_restarts_and_unacked_inputs_to_the_server() {
+        let line = r#"{"worker": 0, "at_ns": 1, "pairs": [], "executors": [{"executor": 1,
+            "name": "sink#0", "cpu_ns": 0, "emitted": 0, "received": 0, "acked": 0,
+            "failed": 0, "done": false, "started_ns": 5, "unacked": 7, "expired": 3,
+            "restarts": 2, "ended": "sink#0: the program exited (exit status: 3)",
+            "gave_up": true}], "remote_out": 0, "remote_in": 0, "dropped": 0,
+            "latency": {"count": 0, "p50_us": 0, "p99_us": 0, "max_us": 0}, "rss_bytes": 0}"#;
+        let r: hetsched_stream::WorkerReport = serde_json::from_str(line).expect("a report");
+        let c = counters(r);
+        let e = &c.executors[0];
+        assert_eq!(
+            (e.unacked, e.expired, e.restarts, e.gave_up),
+            (7, 3, 2, true)
+        );
+        assert_eq!(
+            e.ended.as_deref(),
+            Some("sink#0: the program exited (exit status: 3)")
+        );
+    }
 
     /// Two topologies whose names differ only in characters a directory name does not keep
     /// (`wc.a`, `wc a`, `wc_a`, `wcé`, `wc_`) never share a worker's directory: each keeps its

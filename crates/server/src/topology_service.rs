@@ -101,6 +101,11 @@ fn report(c: pb::WorkerCounters) -> WorkerReport {
                 failed: e.failed,
                 done: e.done,
                 started_ns: e.started_ns,
+                unacked: e.unacked,
+                expired: e.expired,
+                restarts: e.restarts,
+                ended: e.ended,
+                gave_up: e.gave_up,
             })
             .collect(),
         remote_out: c.remote_out,
@@ -384,4 +389,37 @@ pub fn add_services(
                 crate::service::CheckToken::new(crate::service::Role::Agent, creds, users),
             ),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An agent's report of a multi-lang executor keeps what the worker said of its program
+    /// (`topology show` and `/metrics` read it from here).
+    #[test]
+    fn a_reported_executor_keeps_its_programs_restarts_and_unacked_inputs() {
+        let r = report(pb::WorkerCounters {
+            executors: vec![pb::ExecutorCounters {
+                executor: 1,
+                name: "sink#0".into(),
+                unacked: 7,
+                expired: 3,
+                restarts: 2,
+                ended: Some("sink#0: the program exited (exit status: 3)".into()),
+                gave_up: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let e = &r.executors[0];
+        assert_eq!(
+            (e.unacked, e.expired, e.restarts, e.gave_up),
+            (7, 3, 2, true)
+        );
+        assert_eq!(
+            e.ended.as_deref(),
+            Some("sink#0: the program exited (exit status: 3)")
+        );
+    }
 }

@@ -37,9 +37,15 @@ pub struct ExecutorCounters {
     /// those of a reliable tree failed once their tree had timed out, those of an untracked
     /// tree forgotten (`multilang`'s module doc).
     pub expired: AtomicU64,
-    /// Why the executor's thread ended on its own, if it did (a multi-lang program that
-    /// exited or was killed for its silence): what the worker's log says.
+    /// Multi-lang executors: why its program last ended, if it did (it exited, or was killed
+    /// for its silence; kept once the program runs again), or why the worker gave up starting
+    /// it: what the worker's log says.
     pub ended: Mutex<Option<String>>,
+    /// Multi-lang executors: times its program was started again after it ended, in all.
+    pub restarts: AtomicU64,
+    /// Multi-lang executors: the worker gave up starting its program again (too many ends in
+    /// a row; `ended` says why): the executor runs no more until a new placement or worker.
+    pub gave_up: AtomicBool,
 }
 
 impl ExecutorCounters {
@@ -57,6 +63,8 @@ impl ExecutorCounters {
             unacked: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             ended: Mutex::new(None),
+            restarts: AtomicU64::new(0),
+            gave_up: AtomicBool::new(false),
         }
     }
 }
@@ -186,6 +194,24 @@ pub struct ExecutorReport {
     /// while the executor runs on, new when it was (re)started.
     #[serde(default)]
     pub started_ns: u64,
+    /// Multi-lang bolts: inputs its program holds neither acked nor failed, now.
+    #[serde(default)]
+    pub unacked: u64,
+    /// Multi-lang bolts: inputs the worker stopped waiting on the program's ack for (failed
+    /// at their tree's timeout, or forgotten), in all.
+    #[serde(default)]
+    pub expired: u64,
+    /// Multi-lang executors: times its program was started again after it ended.
+    #[serde(default)]
+    pub restarts: u64,
+    /// Multi-lang executors: why its program last ended (it exited, or was killed for its
+    /// silence), if it did; kept once the program runs again, so a restart can be explained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
+    /// Multi-lang executors: the worker gave up starting its program again (`ended` says
+    /// why): the executor passes no tuple until a new placement or a new worker starts it.
+    #[serde(default)]
+    pub gave_up: bool,
 }
 
 /// What a worker reports: cumulative counters since it started.

@@ -19,7 +19,7 @@
 //!   program gave its emit, and reads until the program's `sync`.
 //!
 //! What a program writes is bounded: a message is at most [`MAX_MESSAGE`] bytes (more without a
-//! line `end` — a program printing to stdout — ends the executor, logged), and at most
+//! line `end` — a program printing to stdout — ends the program, logged), and at most
 //! `MESSAGE_QUEUE` messages are read ahead of the executor, so a program emitting faster than
 //! the topology takes its tuples blocks on its output. The executor writes to the program
 //! through a thread of its own, so it keeps reading the program's output while the program is
@@ -32,13 +32,23 @@
 //! worker waits on it: a bolt from the first heartbeat it has not answered (any message
 //! answers, as in Storm), a spout from its `next`, `ack` or `fail` (or its last message since)
 //! until its `sync`. Time the executor itself spends blocked on the topology does not count.
-//! Past it the executor ends as it does when its program exits: [`ShellError`] in the worker's
-//! log (naming the executor, the pid, how long it was silent and the limit) and in the
-//! executor's counters (`ended`), the program killed and reaped (its [`Program`] drops; only
-//! the process the worker started, as Storm's ShellProcess). The executor is not started
-//! again: Storm ends the whole worker, which its supervisor restarts; here the worker and its
-//! other executors run on (a reliable spout replays the trees it had sent the dead executor
-//! once they time out).
+//! Past it the program is ended as when it exits: [`ShellError`] in the worker's log (naming
+//! the executor, the pid, how long it was silent and the limit) and in the executor's counters
+//! (`ended`).
+//!
+//! **A program is ended with everything it started.** It runs in a process group of its own,
+//! and whenever the worker ends it ([`Program`] drops: silent, restarted, moved, stopping) the
+//! whole group gets SIGTERM, then SIGKILL after [`KILL_GRACE`], so a shell wrapper's children
+//! do not outlive it (Storm's ShellProcess kills the program's own process only).
+//!
+//! **An ended program is started again in place.** Storm ends the whole worker, which its
+//! supervisor restarts; here the worker and its other executors run on, and the executor
+//! starts its program again with a fresh handshake under the same task id, after a wait that
+//! grows with its ends ([`Restarts`]; a restart is counted in `restarts`). A bolt first fails
+//! the inputs the ended program held back to their spouts, so reliable trees replay at once; a
+//! spout forgets its trees in flight (the new program does not know their message ids). Past
+//! too many restarts the worker gives up (`gave_up`, and `ended` says so): the executor runs
+//! no more until a new placement or worker starts it.
 //!
 //! **A bolt's unacked inputs are bounded.** The worker keeps each input it hands a program
 //! until the program acks or fails it, for its anchored emits and the ack it owes the tree.
@@ -72,6 +82,7 @@ use hetsched_core::model::topology::ExecutorId;
 use serde_json::{Value as Json, json};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -148,18 +159,59 @@ pub enum ShellError {
     },
 }
 
-/// A program's process, killed and reaped when dropped: however its executor ends (it returns,
-/// it fails to start, the worker stops), no program outlives it. Only the process the worker
-/// started: a program's own children are its own to end, as under Storm's ShellProcess.
+/// How long a program's process group has between SIGTERM and SIGKILL when its executor ends
+/// it: time for a wrapper to pass the signal on and for the program to exit cleanly, short
+/// enough that a restart ([`Restarts`]) or the worker's stop is not held up for long.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// A program's process, the leader of a process group of its own, ended with its whole group
+/// when dropped: however its executor ends (it returns, it fails to start, the worker stops,
+/// the program is restarted), neither the program nor anything it started outlives it — a
+/// shell wrapper's children (`sh -c "python3 bolt.py"`) or a program's own helpers included,
+/// unless they left the group (`setsid`). Storm's ShellProcess kills the program's process
+/// only, which leaves such children running.
 #[derive(Debug)]
 struct Program(Child);
 
 impl Drop for Program {
     fn drop(&mut self) {
-        // `kill` signals nothing once `try_wait` has reaped the child (its pid may be reused).
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        end_group(&mut self.0, KILL_GRACE);
     }
+}
+
+/// Ends `child`'s process group (its id is the child's pid, `process_group(0)`): SIGTERM to
+/// every member, then SIGKILL to those left after `grace`, and reaps the child. The group's id
+/// stays reserved while any member lives, so the signals cannot reach an unrelated process
+/// once the child itself has been reaped (`alive` reaps it): an empty group answers ESRCH.
+fn end_group(child: &mut Child, grace: Duration) {
+    use nix::sys::signal::{Signal, killpg};
+    let group = match i32::try_from(child.id()) {
+        // Never group 0 (the caller's own) or 1 (init's).
+        Ok(p) if p > 1 => nix::unistd::Pid::from_raw(p),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return;
+        }
+    };
+    if killpg(group, Signal::SIGTERM).is_ok() {
+        let until = Instant::now() + grace;
+        loop {
+            // Reaped first: an exited leader left as a zombie still counts as a member.
+            let _ = child.try_wait();
+            if killpg(group, None).is_err() {
+                break;
+            }
+            if Instant::now() >= until {
+                let _ = killpg(group, Signal::SIGKILL);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Whether or not the group was there to signal, the child is reaped: it may be a zombie.
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// A running multi-lang program.
@@ -194,6 +246,9 @@ impl Shell {
         let timeout = Duration::from_secs(subprocess_timeout_secs(conf)?);
         let child = Command::new(program)
             .args(args)
+            // A group of its own, so that ending the program ends what it started too
+            // ([`Program`]).
+            .process_group(0)
             .current_dir(&shared.base_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -224,6 +279,9 @@ impl Shell {
             timeout,
         };
         let pid_dir = shared.work_dir.join("pids").join(e.to_string());
+        // Emptied first: a program started again finds only its own pid file there, not its
+        // ended predecessor's.
+        let _ = std::fs::remove_dir_all(&pid_dir);
         std::fs::create_dir_all(&pid_dir)
             .map_err(|err| format!("cannot create {}: {err}", pid_dir.display()))?;
         let task_to_component: serde_json::Map<String, Json> = topo
@@ -289,6 +347,12 @@ impl Shell {
     /// What ended the program's side of the protocol: its exit, or (still running) a pipe
     /// it closed.
     fn gone(&mut self) -> ShellError {
+        // Its pipes close as it exits, a moment before it can be reaped: waited for briefly,
+        // so that an exit is not told as a closed pipe (and the exit status is said).
+        let until = Instant::now() + Duration::from_millis(500);
+        while matches!(self.program.0.try_wait(), Ok(None)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         match self.program.0.try_wait() {
             Ok(None) => ShellError::Closed {
                 name: self.name.clone(),
@@ -329,11 +393,165 @@ fn end(shared: &Shared, me: u32, err: &ShellError) {
     }
 }
 
+/// First wait before a program that ended is started again ([`Restarts`]).
+const RESTART_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait before a restart: the wait doubles from [`RESTART_FIRST`] up to it.
+const RESTART_MAX: Duration = Duration::from_secs(30);
+/// A program that ran this long before it ended was healthy: its next restart waits
+/// [`RESTART_FIRST`] again.
+const RESTART_HEALTHY: Duration = Duration::from_secs(60);
+/// Restarts allowed within [`RESTART_WINDOW`]: one more end within it and the worker gives
+/// up on the executor.
+const RESTART_LIMIT: usize = 5;
+/// See [`RESTART_LIMIT`].
+const RESTART_WINDOW: Duration = Duration::from_secs(300);
+
+/// When an executor whose program ended (it exited, closed its pipes, or was killed for its
+/// silence) starts it again. Storm ends the whole worker, which its supervisor starts again;
+/// here the executor starts its own program again in place, the worker and its other
+/// executors running on: after a wait that doubles from [`RESTART_FIRST`] up to
+/// [`RESTART_MAX`] (back to the first once a program ran [`RESTART_HEALTHY`]), and not after
+/// more than [`RESTART_LIMIT`] restarts within [`RESTART_WINDOW`]: a program that cannot stay
+/// up is then left ended, and the executor reported as given up, rather than started for ever.
+#[derive(Debug)]
+struct Restarts {
+    /// When each program ended, within the window.
+    ends: std::collections::VecDeque<Instant>,
+    /// The wait before the next restart.
+    wait: Duration,
+}
+
+impl Default for Restarts {
+    fn default() -> Self {
+        Self {
+            ends: std::collections::VecDeque::new(),
+            wait: RESTART_FIRST,
+        }
+    }
+}
+
+/// What [`Restarts::ended`] decided.
+#[derive(Debug, PartialEq)]
+enum Restart {
+    /// Start the program again after this wait.
+    After(Duration),
+    /// Give up: this many ends within [`RESTART_WINDOW`].
+    GiveUp(usize),
+}
+
+impl Restarts {
+    /// A program started at `started` ended at `now` (a program that could not be started
+    /// counts as one that ended at once).
+    fn ended(&mut self, started: Instant, now: Instant) -> Restart {
+        if now.saturating_duration_since(started) >= RESTART_HEALTHY {
+            self.wait = RESTART_FIRST;
+        }
+        while self
+            .ends
+            .front()
+            .is_some_and(|&t| now.saturating_duration_since(t) >= RESTART_WINDOW)
+        {
+            self.ends.pop_front();
+        }
+        self.ends.push_back(now);
+        if self.ends.len() > RESTART_LIMIT {
+            return Restart::GiveUp(self.ends.len());
+        }
+        let wait = self.wait;
+        self.wait = (self.wait * 2).min(RESTART_MAX);
+        Restart::After(wait)
+    }
+}
+
+/// A `command` component's program, as its executor starts it (again).
+#[derive(Clone, Debug)]
+pub struct ProgramCode {
+    /// The command line.
+    pub argv: Vec<String>,
+    /// The component's `params`, the handshake's `conf`.
+    pub conf: BTreeMap<String, String>,
+}
+
+/// After executor `me`'s program (started at `started`) ended: waits as [`Restarts`] says and
+/// starts the program again, with a fresh handshake under the same task id. `None` when the
+/// worker stops or the executor moves meanwhile, or when the worker gives up on it (then said
+/// in its log and its counters: `ended`, `gave_up`).
+fn restart(
+    shared: &Arc<Shared>,
+    me: u32,
+    counters: &ExecutorCounters,
+    code: &ProgramCode,
+    restarts: &mut Restarts,
+    mut started: Instant,
+) -> Option<Shell> {
+    let name = shared.topo.topology.executor_name(ExecutorId(me));
+    let gone = || shared.stopping() || counters.moved.load(Ordering::Acquire);
+    loop {
+        let wait = match restarts.ended(started, Instant::now()) {
+            Restart::After(wait) => wait,
+            Restart::GiveUp(ends) => {
+                let why = format!(
+                    "{name}: the program ended {ends} times within {} s (at most {RESTART_LIMIT} restarts): not started again",
+                    RESTART_WINDOW.as_secs()
+                );
+                tracing::error!("{why}");
+                counters.gave_up.store(true, Ordering::Relaxed);
+                if let Ok(mut ended) = counters.ended.lock() {
+                    let last = ended.take().unwrap_or_default();
+                    *ended = Some(if last.is_empty() {
+                        why
+                    } else {
+                        format!("{why}; last: {last}")
+                    });
+                }
+                return None;
+            }
+        };
+        tracing::warn!(
+            "{name}: starting the program again in {:.1} s",
+            wait.as_secs_f64()
+        );
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if gone() {
+                return None;
+            }
+            std::thread::sleep(
+                until
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(50)),
+            );
+        }
+        if gone() {
+            return None;
+        }
+        started = Instant::now();
+        bump(&counters.restarts, 1);
+        match Shell::start(shared, me, &code.argv, &code.conf) {
+            Ok(shell) => {
+                tracing::warn!(
+                    "{name}: the program started again (pid {}, restart {})",
+                    shell.program.0.id(),
+                    counters.restarts.load(Ordering::Relaxed)
+                );
+                return Some(shell);
+            }
+            Err(err) => {
+                let why = format!("{name}: cannot start the program again: {err}");
+                tracing::error!("{why}");
+                if let Ok(mut ended) = counters.ended.lock() {
+                    *ended = Some(why);
+                }
+            }
+        }
+    }
+}
+
 /// Starts the thread that reads the program's messages from `stdout`, into a queue of at most
 /// [`MESSAGE_QUEUE`]: once it is full the thread stops reading, the pipe fills and the program
 /// blocks on its writes, so a program emitting faster than its executor passes tuples on is
 /// slowed down rather than queued in memory without bound. A message longer than `max` bytes
-/// ends the reading (and so the executor): no line, nor the text before `end`, is kept past it.
+/// ends the reading (and so the program): no line, nor the text before `end`, is kept past it.
 fn spawn_reader(
     stdout: impl std::io::Read + Send + 'static,
     name: String,
@@ -636,25 +854,80 @@ impl ExpiryNotice {
     }
 }
 
-/// Runs a multi-lang bolt: inputs go to the program, its commands come back. Ends, killing
-/// the program, when the program exits or stays silent past its timeout ([`ShellError`]).
-pub fn run_shell_bolt(shared: Arc<Shared>, me: u32, shell: Shell, inbox: Receiver<Vec<Tuple>>) {
+/// Runs a multi-lang bolt: inputs go to the program, its commands come back. When the
+/// program ends (it exits, or stays silent past its timeout: [`ShellError`]) it is killed, the
+/// inputs it held are failed back to their spouts (which replay reliable trees), and it is
+/// started again as [`Restarts`] says; the inbox waits meanwhile.
+pub fn run_shell_bolt(
+    shared: Arc<Shared>,
+    me: u32,
+    shell: Shell,
+    code: ProgramCode,
+    inbox: Receiver<Vec<Tuple>>,
+) {
     let Some(counters) = shared.counter(me) else {
         return;
     };
-    let mut shell = shell;
     let mut em = Emitter::new(shared.clone(), me);
     let mut hist = Histogram::default();
-    let result = bolt_loop(&shared, &counters, &mut shell, &inbox, &mut em, &mut hist);
-    if let Err(err) = &result {
-        end(&shared, me, err);
+    let mut restarts = Restarts::default();
+    let mut next = Some(shell);
+    while let Some(mut shell) = next.take() {
+        let started = Instant::now();
+        let mut unacked = Unacked::default();
+        let result = bolt_loop(
+            &shared,
+            &counters,
+            &mut shell,
+            &inbox,
+            &mut em,
+            &mut hist,
+            &mut unacked,
+        );
+        if let Err(err) = &result {
+            end(&shared, me, err);
+        }
+        // Killed before the flush, which may wait on the topology.
+        drop(shell);
+        counters.unacked.store(0, Ordering::Relaxed);
+        if result.is_err() {
+            fail_back(&shared, &shell_name(&shared, me), unacked);
+            em.flush();
+            next = restart(&shared, me, &counters, &code, &mut restarts, started);
+        } else {
+            em.flush();
+        }
     }
-    // Killed before the flush, which may wait on the topology.
-    drop(shell);
-    counters.unacked.store(0, Ordering::Relaxed);
-    em.flush();
     if let Ok(mut h) = shared.latency.lock() {
         hist.drain_into(&mut h);
+    }
+}
+
+fn shell_name(shared: &Shared, me: u32) -> String {
+    shared.topo.topology.executor_name(ExecutorId(me))
+}
+
+/// Fails the inputs a bolt's program held when it ended back to their spouts, so the spouts
+/// replay their trees now rather than at their timeout (the program that would have acked them
+/// is gone; a new one knows nothing of them).
+fn fail_back(shared: &Arc<Shared>, name: &str, unacked: Unacked) {
+    let mut failed: u64 = 0;
+    for f in unacked.0.into_values().filter(|f| f.root != 0) {
+        shared.route_ack(
+            AckMsg {
+                root: f.root,
+                xor: f.edge ^ f.xor,
+                fail: true,
+            },
+            false,
+        );
+        failed += 1;
+    }
+    if failed > 0 {
+        tracing::warn!(
+            "{name}: {} the program held failed back to their spouts",
+            hetsched_core::text::count(failed, "input")
+        );
     }
 }
 
@@ -665,11 +938,11 @@ fn bolt_loop(
     inbox: &Receiver<Vec<Tuple>>,
     em: &mut Emitter,
     hist: &mut Histogram,
+    unacked: &mut Unacked,
 ) -> Result<(), ShellError> {
     let topo = &shared.topo.topology;
     let terminal = !em.has_outputs();
     let timeouts = TreeTimeouts::new(shared);
-    let mut unacked = Unacked::default();
     let mut gone: Vec<InFlight> = Vec::new();
     let mut notice = ExpiryNotice {
         said: None,
@@ -811,20 +1084,54 @@ fn bolt_loop(
 }
 
 /// Runs a multi-lang spout: `next`, `ack` and `fail` go to the program; it emits and syncs.
-/// Ends, killing the program, when the program exits or stays silent past its timeout
-/// ([`ShellError`]).
-pub fn run_shell_spout(shared: Arc<Shared>, me: u32, shell: Shell, acks: Receiver<AckMsg>) {
+/// When the program ends (it exits, or stays silent past its timeout: [`ShellError`]) it is
+/// killed and started again as [`Restarts`] says. Its trees in flight are forgotten then: the
+/// new program knows nothing of the old one's message ids (acks for them are ignored), and
+/// what its source replays is its own affair, as after Storm's worker restart.
+pub fn run_shell_spout(
+    shared: Arc<Shared>,
+    me: u32,
+    shell: Shell,
+    code: ProgramCode,
+    acks: Receiver<AckMsg>,
+) {
     let Some(counters) = shared.counter(me) else {
         return;
     };
-    let mut shell = shell;
     let mut em = Emitter::new(shared.clone(), me);
-    let result = spout_loop(&shared, me, &counters, &mut shell, &acks, &mut em);
-    if let Err(err) = &result {
-        end(&shared, me, err);
+    // One tracker across restarts: its roots keep increasing, so a late ack for a forgotten
+    // tree cannot settle a new one.
+    let mut trees = SpoutTrees {
+        tracker: Tracker::default(),
+        ids: HashMap::new(),
+        next_msg: 0,
+    };
+    let mut restarts = Restarts::default();
+    let mut next = Some(shell);
+    while let Some(mut shell) = next.take() {
+        let started = Instant::now();
+        let result = spout_loop(
+            &shared, me, &counters, &mut shell, &acks, &mut em, &mut trees,
+        );
+        if let Err(err) = &result {
+            end(&shared, me, err);
+        }
+        drop(shell);
+        em.flush();
+        if result.is_err() {
+            let lost = trees.tracker.pending.len();
+            trees.tracker.pending.clear();
+            trees.ids.clear();
+            if lost > 0 {
+                tracing::warn!(
+                    "{}: {} in flight forgotten with the program",
+                    shell_name(&shared, me),
+                    hetsched_core::text::count(lost as u64, "tuple tree")
+                );
+            }
+            next = restart(&shared, me, &counters, &code, &mut restarts, started);
+        }
     }
-    drop(shell);
-    em.flush();
 }
 
 /// A multi-lang spout's trees in flight and the message ids its program gave them.
@@ -841,12 +1148,8 @@ fn spout_loop(
     shell: &mut Shell,
     acks: &Receiver<AckMsg>,
     em: &mut Emitter,
+    trees: &mut SpoutTrees,
 ) -> Result<(), ShellError> {
-    let mut trees = SpoutTrees {
-        tracker: Tracker::default(),
-        ids: HashMap::new(),
-        next_msg: 0,
-    };
     let mut last_expire = Instant::now();
     while !shared.stopping() && !counters.moved.load(Ordering::Acquire) {
         let mut done: Vec<(u64, bool)> = Vec::new();
@@ -866,14 +1169,14 @@ fn spout_loop(
             );
         }
         for (msg, ok) in done {
-            settle(shared, me, counters, shell, em, &mut trees, msg, ok)?;
+            settle(shared, me, counters, shell, em, trees, msg, ok)?;
         }
         if trees.tracker.pending.len() >= SHELL_MAX_PENDING {
             em.flush();
             match acks.recv_timeout(Duration::from_millis(20)) {
                 Ok(a) => {
                     if let Some((msg, ok)) = trees.tracker.apply(a) {
-                        settle(shared, me, counters, shell, em, &mut trees, msg, ok)?;
+                        settle(shared, me, counters, shell, em, trees, msg, ok)?;
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => return Ok(()),
@@ -884,7 +1187,7 @@ fn spout_loop(
         if shell.send(&json!({"command": "next"})).is_err() {
             return Err(shell.gone());
         }
-        let emitted = read_until_sync(shared, shell, em, &mut trees, me, "its sync after next")?;
+        let emitted = read_until_sync(shared, shell, em, trees, me, "its sync after next")?;
         if emitted == 0 {
             // Storm sleeps a little when `next` emitted nothing.
             em.flush();
@@ -1180,6 +1483,55 @@ mod tests {
         u.expire(now + Duration::from_secs(5), &mut gone);
         assert!(u.0.is_empty());
         assert_eq!(gone.len(), 4);
+    }
+
+    #[test]
+    fn restarts_wait_longer_each_time_reset_after_a_healthy_minute_and_give_up_past_the_limit() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut r = Restarts::default();
+        // A program ending at once: 1, 2, 4, 8, 16 s, then given up (5 restarts in 300 s).
+        let mut now = 0;
+        for want in [1, 2, 4, 8, 16] {
+            assert_eq!(
+                r.ended(at(now), at(now)),
+                Restart::After(Duration::from_secs(want))
+            );
+            now += want;
+        }
+        assert_eq!(r.ended(at(now), at(now)), Restart::GiveUp(6));
+
+        // The wait stops doubling at 30 s; ends spread past the window are not held against it.
+        let mut r = Restarts::default();
+        let mut waits = Vec::new();
+        let mut now = 0;
+        for _ in 0..12 {
+            match r.ended(at(now), at(now + 50)) {
+                Restart::After(w) => waits.push(w.as_secs()),
+                Restart::GiveUp(n) => panic!("given up after {n} ends 50 s apart and more"),
+            }
+            now += 50 + waits.last().copied().unwrap_or(0) + 60;
+        }
+        assert_eq!(&waits[..7], [1, 2, 4, 8, 16, 30, 30]);
+
+        // A program that ran a minute before it ended was healthy: back to 1 s.
+        let mut r = Restarts::default();
+        assert_eq!(
+            r.ended(at(0), at(1)),
+            Restart::After(Duration::from_secs(1))
+        );
+        assert_eq!(
+            r.ended(at(2), at(3)),
+            Restart::After(Duration::from_secs(2))
+        );
+        assert_eq!(
+            r.ended(at(5), at(5 + 60)),
+            Restart::After(Duration::from_secs(1))
+        );
+        assert_eq!(
+            r.ended(at(66), at(67)),
+            Restart::After(Duration::from_secs(2))
+        );
     }
 
     #[test]

@@ -833,6 +833,7 @@ impl Shared {
             if let Ok(mut ended) = c.ended.lock() {
                 *ended = None;
             }
+            c.gave_up.store(false, Ordering::Relaxed);
             c.clone()
         };
         let _ = counters;
@@ -869,14 +870,18 @@ impl Shared {
             }
             (ComponentCode::Command { argv, conf }, kind) => {
                 let shell = multilang::Shell::start(self, e, argv, conf).map_err(fail)?;
+                let code = multilang::ProgramCode {
+                    argv: argv.clone(),
+                    conf: conf.clone(),
+                };
                 if kind == ComponentKind::Spout {
                     let (tx, rx) = unbounded();
                     write(&self.ack_boxes).insert(e, tx);
-                    Box::new(move || multilang::run_shell_spout(sh, e, shell, rx))
+                    Box::new(move || multilang::run_shell_spout(sh, e, shell, code, rx))
                 } else {
                     let (tx, rx) = bounded(INBOX_BATCHES);
                     write(&self.inboxes).insert(e, tx);
-                    Box::new(move || multilang::run_shell_bolt(sh, e, shell, rx))
+                    Box::new(move || multilang::run_shell_bolt(sh, e, shell, code, rx))
                 }
             }
         };
@@ -1205,6 +1210,11 @@ pub fn report(shared: &Shared) -> WorkerReport {
             failed: c.failed.load(Ordering::Relaxed),
             done: c.done.load(Ordering::Relaxed),
             started_ns: c.started_ns.load(Ordering::Relaxed),
+            unacked: c.unacked.load(Ordering::Relaxed),
+            expired: c.expired.load(Ordering::Relaxed),
+            restarts: c.restarts.load(Ordering::Relaxed),
+            ended: c.ended.lock().ok().and_then(|e| e.clone()),
+            gave_up: c.gave_up.load(Ordering::Relaxed),
         });
     }
     let latency = shared

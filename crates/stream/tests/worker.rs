@@ -1156,3 +1156,194 @@ fn a_multilang_bolt_that_never_acks_holds_its_unacked_inputs_only_until_their_tr
     );
     w.stop();
 }
+
+/// Waits (at most `bound`) until executor `e`'s program in worker 0 is one other than
+/// `other` and runs; returns its pid and the task id it was handshaken with (its pid file's
+/// text).
+fn wait_program(dir: &Path, e: u32, other: Option<u32>, bound: Duration) -> (u32, String) {
+    let start = Instant::now();
+    loop {
+        let pids = dir.join("worker-0/pids").join(e.to_string());
+        let found = std::fs::read_dir(&pids).ok().and_then(|mut d| {
+            let entry = d.next()?.ok()?;
+            let pid: u32 = entry.file_name().to_string_lossy().parse().ok()?;
+            let task = std::fs::read_to_string(entry.path()).ok()?;
+            Some((pid, task))
+        });
+        if let Some((pid, task)) = found
+            && Some(pid) != other
+            && runs(pid)
+            && !task.is_empty()
+        {
+            return (pid, task);
+        }
+        assert!(
+            start.elapsed() < bound,
+            "no program other than {other:?} runs for executor {e} after {bound:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Executor `e`'s entry in `w`'s report.
+fn reported(w: &Worker, e: u32) -> hetsched_stream::metrics::ExecutorReport {
+    w.report()
+        .executors
+        .into_iter()
+        .find(|x| x.executor == e)
+        .expect("the executor is in the report")
+}
+
+#[test]
+fn a_multilang_bolt_whose_program_exits_is_started_again_in_place_and_the_inputs_it_held_replay() {
+    if !python_has("python3", "json") {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+        return;
+    }
+    use std::sync::atomic::Ordering;
+    let dir = scratch("multilang-restart");
+    let marker = dir.join("exited-once");
+    // The first program takes inputs without acking them, then exits; the one started after
+    // it acks. Trees time out after 60 s: a tree failed sooner was failed back by the worker.
+    let text = spout_to_bolt(
+        "builtin = \"sequence-spout\"\nparams = { reliable = true, timeout = \"60s\", rate = 20.0 }",
+        &misbehaving(&format!(
+            "mode = \"exit-once\", after = 10, marker = \"{}\"",
+            marker.display()
+        )),
+    );
+    let w = Worker::start(config(&dir, &text, 0, vec![0, 0])).expect("starts");
+    let started = Instant::now();
+    let (first, task) = wait_program(&dir, 1, None, Duration::from_secs(30));
+    assert_eq!(task, "1", "the handshake's task id is the executor's");
+    let (second, task) = wait_program(&dir, 1, Some(first), Duration::from_secs(60));
+    assert_eq!(task, "1", "the program started again has the same task id");
+    assert!(!runs(first), "the first program is gone");
+    let spout = w.counter(0).expect("the spout's counters");
+    let bolt = w.counter(1).expect("the bolt's counters");
+    assert_eq!(bolt.restarts.load(Ordering::Relaxed), 1);
+    let why = ended(&w, 1).expect("why the first program ended");
+    assert_eq!(why, "sink#0: the program exited (exit status: 3)");
+    // The inputs the first program held were failed back at its end, long before their
+    // trees' 60 s timeout, and the spout replays them to the program started again, which
+    // acks them.
+    while spout.failed.load(Ordering::Relaxed) == 0 || spout.acked.load(Ordering::Relaxed) < 20 {
+        assert!(
+            started.elapsed() < Duration::from_secs(45),
+            "after {:?}: {} trees failed, {} acked",
+            started.elapsed(),
+            spout.failed.load(Ordering::Relaxed),
+            spout.acked.load(Ordering::Relaxed)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(runs(second), "the program started again runs on");
+    let r = reported(&w, 1);
+    assert_eq!(r.restarts, 1);
+    assert_eq!(r.ended.as_deref(), Some(why.as_str()));
+    assert!(!r.gave_up);
+    w.stop();
+    assert!(!runs(second), "the worker's stop ends the program");
+}
+
+#[test]
+fn a_multilang_program_that_keeps_exiting_is_given_up_on_and_reported_so() {
+    if !python_has("python3", "json") {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+        return;
+    }
+    use std::sync::atomic::Ordering;
+    let dir = scratch("multilang-give-up");
+    // Exits right after its handshake, every time: started again after 1, 2, 4, 8 and 16 s,
+    // then given up on (5 restarts at most within 300 s).
+    let text = spout_to_bolt(
+        "builtin = \"sequence-spout\"\nparams = { rate = 20.0 }",
+        &misbehaving("mode = \"exit\", after = 0"),
+    );
+    let w = Worker::start(config(&dir, &text, 0, vec![0, 0])).expect("starts");
+    let started = Instant::now();
+    let bolt = w.counter(1).expect("the bolt's counters");
+    while !bolt.gave_up.load(Ordering::Relaxed) {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "not given up after {:?}: {} restarts",
+            started.elapsed(),
+            bolt.restarts.load(Ordering::Relaxed)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The waits alone add up to 31 s.
+    assert!(
+        started.elapsed() >= Duration::from_secs(31),
+        "given up after {:?}",
+        started.elapsed()
+    );
+    let r = reported(&w, 1);
+    assert!(r.gave_up, "the report says the executor was given up on");
+    assert_eq!(r.restarts, 5);
+    let why = r.ended.expect("why");
+    assert!(
+        why.starts_with(
+            "sink#0: the program ended 6 times within 300 s (at most 5 restarts): not started again; last: sink#0: the program exited"
+        ),
+        "{why}"
+    );
+    // It stays ended; the spout runs on.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(bolt.restarts.load(Ordering::Relaxed), 5);
+    let emitted = || w.counter(0).expect("spout").emitted.load(Ordering::Relaxed);
+    let before = emitted();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(emitted() > before, "the spout stopped with its bolt");
+    w.stop();
+}
+
+#[test]
+fn a_multilang_program_killed_for_its_silence_takes_the_children_it_started_with_it() {
+    if !python_has("python3", "json") {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+        return;
+    }
+    let dir = scratch("multilang-children");
+    let children = dir.join("children");
+    // The program starts a `sleep` and a sleeper that ignores SIGTERM, acks a few inputs,
+    // then hangs: killed after 2 s of silence.
+    let text = spout_to_bolt(
+        "builtin = \"sequence-spout\"\nparams = { rate = 20.0 }",
+        &misbehaving(&format!(
+            "mode = \"hang\", after = 5, \"topology.subprocess.timeout.secs\" = 2, children = \"{}\"",
+            children.display()
+        )),
+    );
+    let w = Worker::start(config(&dir, &text, 0, vec![0, 0])).expect("starts");
+    let started = Instant::now();
+    let pid = program_pid(&dir, 1);
+    let kids: Vec<u32> = std::fs::read_to_string(&children)
+        .expect("the children's pids")
+        .lines()
+        .map(|l| l.parse().expect("a pid"))
+        .collect();
+    assert_eq!(kids.len(), 2);
+    assert!(kids.iter().all(|&k| runs(k)), "the children run");
+    wait_killed(&w, 1, pid, started, Duration::from_secs(30));
+    // SIGTERM reaches both; the one that ignores it gets SIGKILL 2 s later.
+    let killed = Instant::now();
+    while kids.iter().any(|&k| runs(k)) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "children {:?} outlive their program",
+            kids.iter().filter(|&&k| runs(k)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.stop();
+    // The program started again after the kill started children of its own: the worker's
+    // stop ends them too.
+    let all: Vec<u32> = std::fs::read_to_string(&children)
+        .expect("the children's pids")
+        .lines()
+        .map(|l| l.parse().expect("a pid"))
+        .collect();
+    let left: Vec<u32> = all.into_iter().filter(|&k| runs(k)).collect();
+    assert!(left.is_empty(), "children {left:?} outlive the worker");
+}

@@ -2495,6 +2495,11 @@ mod tests {
             failed: 0,
             done: false,
             started_ns: 0,
+            unacked: 0,
+            expired: 0,
+            restarts: 0,
+            ended: None,
+            gave_up: false,
         }
     }
 

@@ -989,6 +989,11 @@ fn a_killed_topology_shows_no_rate_after_the_next_window() {
             failed: 0,
             done: false,
             started_ns: 1,
+            unacked: 0,
+            expired: 0,
+            restarts: 0,
+            ended: None,
+            gave_up: false,
         }],
         ..worker_report(&[(0, 2)], tuples)
     };
