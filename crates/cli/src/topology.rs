@@ -478,7 +478,18 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
             );
         }
     }
-    let mut e = table(&["executor", "node", "received/s", "emitted/s", "cpu %"]);
+    let mut e = table(&[
+        "executor",
+        "node",
+        "received/s",
+        "emitted/s",
+        "cpu %",
+        "unacked",
+        "expired",
+        "restarts",
+        "state",
+    ]);
+    let figure = |x: &Value, k: &str| x[k].as_u64().map_or("-".into(), |n| n.to_string());
     for x in v["executors"].as_array().into_iter().flatten() {
         e.add_row(crate::runtime::human::row(vec![
             x["executor"].as_str().unwrap_or("").to_string(),
@@ -486,9 +497,33 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
             format!("{:.0}", x["received_per_s"].as_f64().unwrap_or(0.0)),
             format!("{:.0}", x["emitted_per_s"].as_f64().unwrap_or(0.0)),
             format!("{:.1}", x["cpu_percent"].as_f64().unwrap_or(0.0)),
+            figure(x, "unacked"),
+            figure(x, "expired"),
+            figure(x, "restarts"),
+            // A multi-lang executor whose program the worker gave up starting again.
+            if x["gave_up"].as_bool() == Some(true) {
+                "failed".into()
+            } else {
+                "-".into()
+            },
         ]));
     }
     println!("{e}");
+    // Why a program ended: the worker's sentence, too long for a table cell.
+    for x in v["executors"].as_array().into_iter().flatten() {
+        if let Some(why) = x["ended"].as_str() {
+            println!(
+                "{} {}: {}",
+                shown(x["executor"].as_str().unwrap_or("?")),
+                if x["gave_up"].as_bool() == Some(true) {
+                    "failed for good"
+                } else {
+                    "program last ended"
+                },
+                shown(why)
+            );
+        }
+    }
     let mut n = table(&["node", "measured cpu %", "model load %"]);
     for x in v["node_loads"].as_array().into_iter().flatten() {
         n.add_row(crate::runtime::human::row(vec![

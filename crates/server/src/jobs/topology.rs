@@ -329,6 +329,10 @@ struct TopologyMetrics {
     workers: Family<Labels, Gauge>,
     nodes: Family<Labels, Gauge>,
     reschedules: Family<Labels, Gauge>,
+    restarts: Family<Labels, Gauge>,
+    given_up: Family<Labels, Gauge>,
+    unacked: Family<Labels, Gauge>,
+    expired: Family<Labels, Gauge>,
 }
 
 /// Times the kind keeps beside its records.
@@ -694,6 +698,16 @@ impl Run {
         report
             .executors
             .retain(|e| (e.executor as usize) < executors && listed.insert(e.executor));
+        // Why a multi-lang program ended: the worker's words about the owner's program, shown
+        // to every user (`hetsched topology show`), so bounded and with no terminal escape in
+        // it, as a worker's start error.
+        for e in &mut report.executors {
+            if let Some(m) = &mut e.ended {
+                crate::limits::truncate(m, MAX_START_ERROR);
+                hetsched_core::text::escape_controls(m);
+                crate::limits::truncate(m, MAX_START_ERROR);
+            }
+        }
         if refused_before == 0 && self.pairs_refused > 0 {
             tracing::warn!(
                 topology = %self.rec.name,
@@ -1396,6 +1410,29 @@ impl Topology {
             "Reschedules applied, by cause",
             m.reschedules.clone(),
         );
+        r.register(
+            "topology_program_restarts",
+            "Times the running workers started a multi-lang executor's program again after it \
+             exited or was killed for its silence",
+            m.restarts.clone(),
+        );
+        r.register(
+            "topology_executors_given_up",
+            "Multi-lang executors whose program the running workers gave up starting again \
+             (too many ends in a row): they pass no tuple",
+            m.given_up.clone(),
+        );
+        r.register(
+            "topology_unacked_inputs",
+            "Inputs multi-lang bolts' programs hold neither acked nor failed, now",
+            m.unacked.clone(),
+        );
+        r.register(
+            "topology_expired_inputs",
+            "Inputs of multi-lang bolts the running workers stopped waiting on the program's ack \
+             for (failed at their tree's timeout, or forgotten)",
+            m.expired.clone(),
+        );
     }
 
     fn update_metrics(&self) {
@@ -1423,6 +1460,23 @@ impl Topology {
             m.nodes
                 .get_or_create(&l)
                 .set(s["nodes_used"].as_i64().unwrap_or(0));
+            let executors = s["executors"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+            let sum = |k: &str| -> i64 {
+                executors
+                    .iter()
+                    .map(|x| x[k].as_i64().unwrap_or(0))
+                    .fold(0, i64::saturating_add)
+            };
+            m.restarts.get_or_create(&l).set(sum("restarts"));
+            m.unacked.get_or_create(&l).set(sum("unacked"));
+            m.expired.get_or_create(&l).set(sum("expired"));
+            let given_up = executors
+                .iter()
+                .filter(|x| x["gave_up"].as_bool() == Some(true))
+                .count();
+            m.given_up
+                .get_or_create(&l)
+                .set(i64::try_from(given_up).unwrap_or(i64::MAX));
             for cause in [
                 "overload",
                 "traffic",
@@ -2238,8 +2292,9 @@ impl Cfg {
         } else {
             spouts_done = false;
         }
-        // Where each executor runs now, as the workers report: (worker, pid, thread start).
-        let mut running_at: HashMap<u32, (u32, u32, u64)> = HashMap::new();
+        // Where each executor runs now, as the workers report: (worker, pid, its figures there).
+        let mut running_at: HashMap<u32, (u32, u32, &hetsched_stream::metrics::ExecutorReport)> =
+            HashMap::new();
         for (w, l) in &run.live {
             let Some(r) = &l.report else { continue };
             for x in &r.executors {
@@ -2250,7 +2305,7 @@ impl Cfg {
                     .and_then(|p| p.assignment.get(x.executor as usize))
                     == Some(w);
                 if mine || !running_at.contains_key(&x.executor) {
-                    running_at.insert(x.executor, (*w, l.pid, x.started_ns));
+                    running_at.insert(x.executor, (*w, l.pid, x));
                 }
             }
         }
@@ -2271,7 +2326,12 @@ impl Cfg {
                     "cpu_percent": run.shown.cpu_percent.get(&e).copied().unwrap_or(0.0),
                     "running_in_worker": running_at.get(&e).map(|r| r.0),
                     "pid": running_at.get(&e).map(|r| r.1),
-                    "started_ns": running_at.get(&e).map(|r| r.2),
+                    "started_ns": running_at.get(&e).map(|r| r.2.started_ns),
+                    "unacked": running_at.get(&e).map(|r| r.2.unacked),
+                    "expired": running_at.get(&e).map(|r| r.2.expired),
+                    "restarts": running_at.get(&e).map(|r| r.2.restarts),
+                    "ended": running_at.get(&e).and_then(|r| r.2.ended.as_deref()),
+                    "gave_up": running_at.get(&e).map(|r| r.2.gave_up),
                 })
             })
             .collect();

@@ -1377,6 +1377,11 @@ fn topology_view(s: &State) -> Vec<String> {
         "remote_out",
         "running_in_worker",
         "started_ns",
+        "unacked",
+        "expired",
+        "restarts",
+        "ended",
+        "gave_up",
     ];
     fn strip(v: &mut serde_json::Value) {
         match v {

@@ -1011,6 +1011,92 @@ fn a_killed_topology_shows_no_rate_after_the_next_window() {
     assert_eq!(shown["inter_node_tuples_per_s"], 0.0, "{shown}");
 }
 
+/// What a worker says of its multi-lang executors — a bolt's unacked and expired inputs, its
+/// program's restarts, why the program last ended, whether the worker gave up on it — reaches
+/// `topology show` (the JSON and the typed status share its keys) and `/metrics`; why the
+/// program ended is the owner's program's doing, so it is shown with no terminal escape.
+#[test]
+fn an_executors_program_restarts_and_unacked_inputs_reach_topology_show_and_metrics() {
+    use hetsched_stream::metrics::ExecutorReport;
+    let dir = scratch("multilang-figures");
+    let mut s = open(&dir);
+    let mut registry = prometheus_client::registry::Registry::with_prefix("hetsched");
+    s.register_topology_metrics(&mut registry);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    let bolt = |executor: u32, restarts: u64, ended: Option<&str>, gave_up: bool| ExecutorReport {
+        executor,
+        name: format!("keep#{}", executor - 2),
+        cpu_ns: 0,
+        emitted: 0,
+        received: 0,
+        acked: 0,
+        failed: 0,
+        done: false,
+        started_ns: 1,
+        unacked: 7 * u64::from(executor),
+        expired: 3,
+        restarts,
+        ended: ended.map(String::from),
+        gave_up,
+    };
+    let mut worker = running_worker(1);
+    worker.report = Some(hetsched_stream::WorkerReport {
+        executors: vec![
+            bolt(
+                2,
+                2,
+                Some("keep#0: the program exited (exit status: 3)\u{1b}[2J"),
+                false,
+            ),
+            bolt(
+                3,
+                5,
+                Some("keep#1: the program ended 6 times within 300 s"),
+                true,
+            ),
+        ],
+        ..worker_report(&[], 0)
+    });
+    sync(&mut s, vec![worker]);
+    let shown = s.topology_show("pipe").expect("show");
+    let x = |e: usize, k: &str| shown["executors"][e][k].clone();
+    assert_eq!(x(2, "unacked"), 14, "{shown}");
+    assert_eq!(x(2, "expired"), 3);
+    assert_eq!(x(2, "restarts"), 2);
+    assert_eq!(
+        x(2, "ended"),
+        "keep#0: the program exited (exit status: 3)\\u{1b}[2J"
+    );
+    assert_eq!(x(2, "gave_up"), false);
+    assert_eq!(x(3, "gave_up"), true);
+    assert_eq!(x(3, "restarts"), 5);
+    // An executor its worker has not reported: nothing said of it.
+    assert!(x(0, "restarts").is_null() && x(0, "ended").is_null());
+    let typed: pb::TopologyStatus = serde_json::from_value(shown.clone()).expect("typed");
+    let t = &typed.executors[3];
+    assert_eq!(
+        (t.unacked, t.expired, t.restarts, t.gave_up),
+        (Some(21), Some(3), Some(5), Some(true))
+    );
+    assert_eq!(
+        t.ended.as_deref(),
+        Some("keep#1: the program ended 6 times within 300 s")
+    );
+    s.topology_tick().expect("tick");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    for line in [
+        "hetsched_topology_program_restarts{topology=\"pipe\"} 7",
+        "hetsched_topology_executors_given_up{topology=\"pipe\"} 1",
+        "hetsched_topology_unacked_inputs{topology=\"pipe\"} 35",
+        "hetsched_topology_expired_inputs{topology=\"pipe\"} 6",
+    ] {
+        assert!(text.contains(line), "no `{line}` in\n{text}");
+    }
+}
+
 /// `hetsched topology purge NAME` forgets a killed topology — its record, traffic and owner
 /// leave the store, so a restart does not bring it back and its name is free for anyone — and
 /// refuses a running one; the `[retention]` rule's `keep_finished` purges killed topologies by
