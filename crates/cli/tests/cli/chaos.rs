@@ -1252,6 +1252,13 @@ fn topology_record(s: &serde_json::Value) -> serde_json::Value {
                 "running_in_worker",
                 "pid",
                 "started_ns",
+                // A worker's own figures of its multi-lang executors, absent until it
+                // reports to the restarted server.
+                "unacked",
+                "expired",
+                "restarts",
+                "ended",
+                "gave_up",
             ] {
                 e.remove(live);
             }
