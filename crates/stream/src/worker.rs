@@ -1097,8 +1097,8 @@ impl Worker {
         Ok((arriving, leaving))
     }
 
-    /// Executor `e`'s live counters, if it ever ran here (what reports are made of, and
-    /// figures reports leave out: a multi-lang bolt's unacked inputs, why an executor ended).
+    /// Executor `e`'s live counters, if it ever ran here: what reports are made of, read at
+    /// any moment (an executor that left is no longer in the reports).
     pub fn counter(&self, e: u32) -> Option<Arc<ExecutorCounters>> {
         self.shared.counter(e)
     }
