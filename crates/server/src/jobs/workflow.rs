@@ -174,6 +174,10 @@ pub const MAX_RTT: u64 = 60_000_000_000;
 /// a few microseconds between two probes does not reshuffle the clusters every second.
 pub const RTT_RESOLUTION: u64 = 250_000;
 
+/// While no PCDDB workflow runs, the clusters follow a change of the live nodes at most this
+/// often (ns): what `hetsched nodes` shows may lag a burst of registrations by this much.
+pub const RECLUSTER_IDLE_NS: u64 = 1_000_000_000;
+
 /// One bit of a workflow's attribute vocabulary ([`WfJob::vocab`]): a node attribute, "can
 /// hold this much" (the capacity one instance of some task needs), "has this long left" (some
 /// task's time limit, in ns; a node whose agent has no end has any), or "has room for inputs"
@@ -775,6 +779,9 @@ pub struct Workflows {
     clusters: Vec<Vec<u32>>,
     /// The live nodes `clusters` was computed over.
     clustered: Vec<u32>,
+    /// When `clusters` was last computed (None: never): while no PCDDB workflow runs, a change
+    /// of the live nodes is followed at most every [`RECLUSTER_IDLE_NS`].
+    reclustered_ns: Option<u64>,
     /// `[workflow] cluster_size`: the minimum cluster size m (None: ⌊0.3·N⌋).
     cluster_size: Option<u32>,
     /// `[workflow] check_interval`: the agents' self-check period, ms.
@@ -852,6 +859,7 @@ impl Workflows {
             rtt: BTreeMap::new(),
             clusters: Vec::new(),
             clustered: Vec::new(),
+            reclustered_ns: None,
             cluster_size,
             check_interval_ms,
             dirty: HashSet::new(),
@@ -1093,6 +1101,11 @@ impl Workflows {
     ) -> (Machine, Vec<GraphNode>) {
         match balancer {
             BalancerKind::Pcddb => {
+                // Clusters that lag a change of the live nodes (see `RECLUSTER_IDLE_NS`) are
+                // brought up to date before a launch node takes them.
+                if Self::live(cx) != self.clustered {
+                    self.recluster(cx);
+                }
                 let mut launch = LaunchNode::with_clusters(LAUNCH, Vec::new(), graph);
                 launch.set_clusters(&self.cluster_table());
                 (Machine::Pcddb(launch), Vec::new())
@@ -1840,6 +1853,13 @@ impl Workflows {
         cx.nodes.get(n).is_some_and(|r| r.alive && !r.removed)
     }
 
+    /// The live nodes, by id.
+    fn live(cx: &Ctx) -> Vec<u32> {
+        (0..cx.nodes.len() as u32)
+            .filter(|&n| Self::alive(cx, n))
+            .collect()
+    }
+
     /// Whether every input of `i` is on a live node heard since the server started; if not, its
     /// lost producers are produced again (those on a live node not heard yet are waited for).
     /// An output on a node a consumer could not reach since its last heartbeat counts as lost
@@ -1937,24 +1957,30 @@ impl Workflows {
     /// as [`UNMEASURED`] one way. The minimum size is `[workflow] cluster_size`, else the spec's
     /// ⌊0.3·N⌋. Every PCDDB launch node follows the new clusters.
     fn recluster(&mut self, cx: &Ctx) {
-        let live: Vec<u32> = (0..cx.nodes.len() as u32)
-            .filter(|&n| Self::alive(cx, n))
-            .collect();
+        let live = Self::live(cx);
         self.clustered = live.clone();
+        self.reclustered_ns = Some(cx.now);
         let names: Vec<String> = live.iter().map(|&n| cx.nodes.name(n).to_string()).collect();
         let n = live.len();
         let mut lat = LatencyMatrix::uniform(n, UNMEASURED);
-        for a in 0..n {
-            for b in a + 1..n {
-                let there = self.rtt.get(&(live[a], live[b]));
-                let back = self.rtt.get(&(live[b], live[a]));
-                let rtt = match (there, back) {
-                    (Some(x), Some(y)) => (x + y) / 2,
-                    (Some(x), None) | (None, Some(x)) => *x,
-                    (None, None) => continue,
-                };
-                lat.set(a, b, rtt / 2);
+        // The measured pairs only, not every pair of live nodes: N² lookups took a 1,000-node
+        // recluster (and every beat that ran one) a tenth of a second.
+        let mut at = vec![None; cx.nodes.len()];
+        for (k, &node) in live.iter().enumerate() {
+            at[node as usize] = Some(k);
+        }
+        for (&(from, to), &there) in &self.rtt {
+            let (Some(Some(a)), Some(Some(b))) = (at.get(from as usize), at.get(to as usize))
+            else {
+                continue;
+            };
+            let back = self.rtt.get(&(to, from));
+            // Each pair once: from its smaller id's side, or from the only side measured.
+            if from > to && back.is_some() {
+                continue;
             }
+            let rtt = back.map_or(there, |&y| (there + y) / 2);
+            lat.set((*a).min(*b), (*a).max(*b), rtt / 2);
         }
         let m = self
             .cluster_size
@@ -2638,17 +2664,39 @@ impl JobKind for Workflows {
                 .filter(|&(&peer, _)| peer < known && peer != node.0)
             {
                 let q = ns.min(MAX_RTT).div_ceil(RTT_RESOLUTION).max(1) * RTT_RESOLUTION;
-                if self.rtt.insert((node.0, peer), q) != Some(q) {
-                    // Computed again below, once per heartbeat at most.
+                // A first measurement, or one that moved by more than a step of
+                // `RTT_RESOLUTION`, clusters again (below, once per heartbeat at most). A round
+                // trip that wavers across one step's edge is kept without: each recluster
+                // costs a pass over the measured pairs, and jitter on a quiet network made one
+                // at most beats of a large cluster.
+                if self
+                    .rtt
+                    .insert((node.0, peer), q)
+                    .is_none_or(|old| old.abs_diff(q) > RTT_RESOLUTION)
+                {
                     self.clustered.clear();
                 }
             }
         }
-        let live: Vec<u32> = (0..cx.nodes.len() as u32)
-            .filter(|&n| Self::alive(cx, n))
-            .collect();
+        let live = Self::live(cx);
+        // A node that joined or left changes the clusters. While no PCDDB workflow runs
+        // (nothing reads them but `hetsched nodes`) at most once per `RECLUSTER_IDLE_NS`:
+        // 1,000 agents registering one after another cost 1,000 reclusters of a growing
+        // cluster, each a sort of every node per broadcast. Round trips are measured only
+        // while PCDDB balances, and a new one clusters at once (`clustered` cleared above).
         if live != self.clustered {
-            self.recluster(cx);
+            let pcddb_runs = self.maybe_running.iter().any(|seq| {
+                self.jobs
+                    .get(seq)
+                    .is_some_and(|j| j.balancer == BalancerKind::Pcddb && j.finished_ns == 0)
+            });
+            let due = self.clustered.is_empty()
+                || self
+                    .reclustered_ns
+                    .is_none_or(|t| cx.now.saturating_sub(t) >= RECLUSTER_IDLE_NS);
+            if pcddb_runs || due {
+                self.recluster(cx);
+            }
         }
         // The workflows that run: those that finished (or were purged) leave the set.
         let jobs = &self.jobs;

@@ -36,12 +36,9 @@ pub fn min_cluster_size(n: usize) -> usize {
 /// by name.
 pub fn reply_order(latency: &LatencyMatrix, names: &[String], from: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..latency.len()).filter(|&i| i != from).collect();
-    order.sort_by(|&a, &b| {
-        latency
-            .round_trip(from, a)
-            .cmp(&latency.round_trip(from, b))
-            .then_with(|| names[a].cmp(&names[b]))
-    });
+    // Each node's round trip read once, not at every comparison (a lookup in the matrix's
+    // pairs): the runtime clusters its live nodes again whenever they change.
+    order.sort_by_cached_key(|&i| (latency.round_trip(from, i), &names[i]));
     order
 }
 
