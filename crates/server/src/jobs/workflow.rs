@@ -111,6 +111,7 @@ use rusqlite::params;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
 
+mod offers;
 mod waiting;
 use super::gate::Gate;
 
@@ -598,6 +599,9 @@ struct WfJob {
     /// machine forgets each once). Without this the machine would count them in its instance
     /// table for the rest of the workflow.
     dropped: HashMap<u32, BTreeMap<u32, u8>>,
+    /// Under `pcddb`: the instances its launch node's granted requests offer and no node has
+    /// claimed or handed back yet; a node's `reply` and `return` are checked against them.
+    offers: offers::Offers,
     /// Messages the launch node sent and received.
     sent: u64,
     received: u64,
@@ -1488,6 +1492,7 @@ impl Workflows {
             members,
             to_node: HashMap::new(),
             dropped: HashMap::new(),
+            offers: offers::Offers::default(),
             sent: 0,
             received: 0,
             observed,
@@ -2771,28 +2776,86 @@ impl JobKind for Workflows {
                     continue;
                 }
                 match &mut m.body {
-                    Body::Reply { taken, .. } => {
-                        // Instances the workflow lacks: not run, and the node's machine is
-                        // told to forget them (it counts them in its instance table).
-                        let (ours, unknown): (Vec<InstanceId>, Vec<InstanceId>) =
-                            taken.iter().copied().partition(|i| known(i));
-                        if !unknown.is_empty() {
+                    Body::Reply { cluster, taken, .. } => {
+                        // Only what a granted request sent to this node offers, once
+                        // (`offers`): not instances the workflow lacks, none it was never
+                        // offered, none another node claimed first (a replayed grant), none
+                        // whose requirements it lacks. What is refused does not run here, and
+                        // the node's machine is told to forget it (it counts it in its
+                        // instance table); an offer it could not meet is placed again.
+                        let attributes = graph_nodes
+                            .iter()
+                            .find(|g| g.id == node)
+                            .map_or(0, |g| g.attributes);
+                        let mut ours = Vec::new();
+                        let (mut refused, mut unmet) = (0usize, Vec::new());
+                        for &i in taken.iter() {
+                            let claim = if known(&i) {
+                                job.offers.claim(node.0, cluster.0, attributes, i.0)
+                            } else {
+                                Err(offers::Refused::NotOffered)
+                            };
+                            match claim {
+                                Ok(()) => ours.push(i),
+                                Err(offers::Refused::Unmet) => unmet.push(i.0),
+                                Err(_) => {
+                                    refused += 1;
+                                    job.dropped
+                                        .entry(node.0)
+                                        .or_default()
+                                        .insert(i.0, DROPPED_REPLIES);
+                                }
+                            }
+                        }
+                        if refused > 0 {
                             warn!(
                                 job = jid,
                                 node = node.0,
-                                instances = unknown.len(),
-                                "a PCDDB reply names instances the workflow lacks: dropped"
+                                instances = refused,
+                                "a PCDDB reply claims instances no request sent to the node \
+                                 offers (unknown, already claimed, or a replayed grant): dropped"
                             );
-                            let d = job.dropped.entry(node.0).or_default();
-                            for i in unknown {
-                                d.insert(i.0, DROPPED_REPLIES);
-                            }
+                        }
+                        Self::hand_back(&mut job, node.0, unmet);
+                        if ours.is_empty() {
+                            continue;
                         }
                         let q = job.assigned.entry(node.0).or_default();
                         q.extend(ours.iter().map(|t| t.0));
                         *taken = ours;
                     }
-                    Body::Return(r) => r.instances.retain(|w| known(&w.instance)),
+                    Body::Return(r) => {
+                        // Only what a request sent to this node still offers comes back, with
+                        // the requirements it was offered with: a return cannot pull back
+                        // instances placed elsewhere or strip their requirements, nor — with
+                        // nothing of a request sent to the node — prune the launch node's table.
+                        let back = job.offers.hand_back(
+                            node.0,
+                            r.cluster.0,
+                            r.sent_at,
+                            r.instances.iter().map(|w| w.instance.0),
+                        );
+                        if back.is_empty() {
+                            if !r.instances.is_empty() {
+                                warn!(
+                                    job = jid,
+                                    node = node.0,
+                                    "a PCDDB return hands back nothing a request sent to the \
+                                     node still offers: ignored"
+                                );
+                            }
+                            continue;
+                        }
+                        let mut back: HashMap<u32, u64> = back.into_iter().collect();
+                        r.instances
+                            .retain_mut(|w| match back.remove(&w.instance.0) {
+                                Some(requires) => {
+                                    w.requires = requires;
+                                    true
+                                }
+                                None => false,
+                            });
+                    }
                     // Results come from the heartbeat's own (durable) results, not from here.
                     Body::Result { .. } => continue,
                     // A status for a cluster the node is no longer in (sent before the
@@ -2809,6 +2872,19 @@ impl JobKind for Workflows {
                 }
                 let o = job.machine.handle(LaunchEvent::Deliver(m), cx.now);
                 self.apply(&mut job, o);
+            }
+            // Requests nobody answered in time (kept, sent off their table, or lost with an
+            // agent or a reply): what they still offer is placed again.
+            let expired = job.offers.expire(cx.now);
+            if !expired.is_empty() {
+                warn!(
+                    job = jid,
+                    instances = expired.len(),
+                    "PCDDB allocation requests went unanswered for {} s: their instances are \
+                     placed again",
+                    offers::OFFER_TTL.as_secs()
+                );
+                job.rerun.extend(expired);
             }
             // A request waiting for a node that died returns to the launch node without it
             // (event e), so the launch node drops it from its table.
@@ -3046,6 +3122,16 @@ impl JobKind for Workflows {
                 for m in ms {
                     if let Ok(json) = serde_json::to_string(&m) {
                         let grant = self.grant_of(&m.body);
+                        if let (Some(g), Body::Request(r)) = (&grant, &m.body) {
+                            job.offers.grant(
+                                cx.now,
+                                g.serial,
+                                r.cluster.0,
+                                r.sent_at,
+                                r.table.clone(),
+                                r.instances.iter().map(|w| (w.instance.0, w.requires)),
+                            );
+                        }
                         out.balance(BalanceEnvelope {
                             job_id: job.id(),
                             message_json: json,

@@ -3789,13 +3789,15 @@ fn allocation_requests_carry_a_grant_only_their_workflows_balancing_key_verifies
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What a grant leaves an insider (a node balancing the workflow, which sees grants pass):
-/// replaying a genuine request to another node of the workflow, which verifies it and takes its
-/// instances. That shifts where they run, no more: an instance placed twice runs once (the
-/// first node to start it does; the other's machine is told to forget it, `dropped`), no
-/// machine holds an instance for ever, and the workflow completes.
+/// A replayed grant claims nothing: an insider (a node balancing the workflow, which sees the
+/// grants that pass through it) replays a genuine request to another node of the workflow,
+/// whose agent verifies the grant and takes its instances. The server places an instance only
+/// from a `reply` of a node the request was sent to (its table), and only once: the replay's
+/// taker runs none of them — even when its reply reaches the server first — and its machine
+/// is told to forget them (`dropped`), no instance runs twice, no machine holds one for ever,
+/// and the workflow completes. Before, the replay shifted instances to the other node.
 #[test]
-fn a_replayed_grant_runs_no_instance_twice_and_leaves_no_machine_holding_one() {
+fn a_replayed_grant_claims_nothing_and_leaves_no_machine_holding_one() {
     let dir = scratch("replayed-grant");
     // One cluster of both nodes, so a request may hop from one to the other.
     let mut s = open(
@@ -3851,6 +3853,8 @@ fn a_replayed_grant_runs_no_instance_twice_and_leaves_no_machine_holding_one() {
         agents.machines[&n1].held() > 0,
         "n1's machine took the replayed instances: {agents:?}"
     );
+    // n1's reply reaches the server before n0's.
+    agents.beat(&mut s, n1);
     for _ in 0..60 {
         agents.round(&mut s, &[n0, n1]);
         agents.finish_all(n0, true);
@@ -3873,21 +3877,119 @@ fn a_replayed_grant_runs_no_instance_twice_and_leaves_no_machine_holding_one() {
     }
     assert_eq!(runs.len(), 21, "every instance ran: {runs:?}");
     assert!(
-        runs.values().all(|nodes| nodes.len() == 1),
-        "no instance ran twice: {runs:?}"
-    );
-    assert!(
-        runs.values().any(|nodes| nodes == &[n1]),
-        "the replay shifted some to n1: {runs:?}"
+        runs.values().all(|nodes| nodes == &[n0]),
+        "every instance ran once, on n0, which the request was sent to: {runs:?}"
     );
     assert!(
         agents.dropped.iter().any(|&(node, _)| node == n1),
-        "n1's machine was told to forget what ran on n0: {agents:?}"
+        "n1's machine was told to forget what it took from the replay: {agents:?}"
     );
     assert_eq!(
         (agents.machines[&n0].held(), agents.machines[&n1].held()),
         (0, 0),
         "no machine holds an instance: {agents:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A node's own heartbeat speaks for its machine, but not beyond what the launch node offered
+/// it: a node that never reported itself underloaded, so that no request was sent to it,
+/// claims every instance of a running workflow in `reply`s (ready ones, and those placed on
+/// another node) and hands them all back in `return`s, at every beat. None runs on it, its
+/// machine is told to forget them, none is offered again while it runs elsewhere, and the
+/// workflow completes on the node the requests went to. Before, such a reply ran the ready
+/// seed on the claiming node, and such a return put running instances in the next request.
+#[test]
+fn a_node_claims_or_hands_back_only_what_a_request_sent_to_it_offers() {
+    use hetsched_core::policy::graph::Wanted;
+    let dir = scratch("pcddb-claims");
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            cluster_size: Some(2),
+            ..Default::default()
+        },
+    );
+    let n0 = common::register(&mut s, "n0", 2);
+    let n1 = common::register(&mut s, "n1", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n0);
+    agents.beat(&mut s, n1);
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let reply = agents.beat(&mut s, n1);
+    let j = reply
+        .pcddb
+        .iter()
+        .find(|j| j.job_id == job)
+        .expect("n1 balances it")
+        .clone();
+    let cluster = ClusterId(j.clusters[0]);
+    let launch = NodeId(j.launch);
+    let all: Vec<InstanceId> = (0..21).map(InstanceId).collect();
+    let forged = |body: Body| pb::BalanceMessage {
+        job_id: job,
+        message_json: serde_json::to_string(&Message {
+            from: NodeId(n1),
+            to: launch,
+            body,
+        })
+        .expect("json"),
+        ..Default::default()
+    };
+    let claim = forged(Body::Reply {
+        cluster,
+        taken: all.clone(),
+        remaining: 0,
+    });
+    let hand_back = |sent_at: u64| {
+        forged(Body::Return(AllocationRequest {
+            cluster,
+            launch,
+            sent_at,
+            instances: all
+                .iter()
+                .map(|&instance| Wanted {
+                    instance,
+                    requires: 0,
+                })
+                .collect(),
+            table: vec![NodeId(n1)].into(),
+        }))
+    };
+    for round in 0..40 {
+        let outbox = agents.outbox.entry(n1).or_default();
+        outbox.push(claim.clone());
+        outbox.push(hand_back(0));
+        outbox.push(hand_back(round));
+        agents.beat(&mut s, n1);
+        agents.self_check(n0);
+        agents.beat(&mut s, n0);
+        agents.finish_all(n0, true);
+        if s.get_job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(
+        s.get_job(job).expect("job").state,
+        "completed",
+        "{agents:?}"
+    );
+    assert!(
+        agents.assigned.iter().all(|a| a.0 == n0),
+        "an instance ran on the node that claimed it unoffered: {agents:?}"
+    );
+    assert_eq!(agents.assigned.len(), 21, "each ran once: {agents:?}");
+    let mut offered: Vec<u32> = agents
+        .hops
+        .iter()
+        .flat_map(|h| h.3.iter().copied())
+        .collect();
+    offered.sort_unstable();
+    assert_eq!(
+        offered,
+        (0..21).collect::<Vec<u32>>(),
+        "each instance offered once: a return from a node no request was sent to put none \
+         back: {agents:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
