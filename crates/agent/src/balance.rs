@@ -23,7 +23,13 @@
 //! agent acts on a request from another agent only when the key verifies the grant and every
 //! instance offered, with its requirements, was granted ([`Balancer::check_peer`]). A refused
 //! request goes back to the launch node from the agent that sent it (event e), so nothing is
-//! lost.
+//! lost. A request that repeats an instance or a table entry is refused too.
+//!
+//! A grant says who made a request, not who may take from it: an agent that sees one pass can
+//! replay it. The server settles that from its side: it places an instance on this node from
+//! this node's `reply` only while a request sent to this node (its table) offers it, once, and
+//! tells the machine to forget anything else it took (`dropped`; the server's
+//! `jobs/workflow/offers`).
 
 use thiserror::Error;
 
@@ -290,6 +296,24 @@ impl Balancer {
             "a PCDDB request of workflow {} from node {}",
             env.job_id, msg.from.0
         );
+        // The launch node lists each instance once, and each node of its table once (its table
+        // indexes them; hops only drop entries): a repeat is no request it made. An instance
+        // listed twice was taken and replied twice here, and a table listing a node over and
+        // over is held, entry by entry, by every machine the request reaches.
+        let mut seen = std::collections::HashSet::new();
+        if let Some(w) = r.instances.iter().find(|w| !seen.insert(w.instance.0)) {
+            return Err(PeerRefusal::Malformed(format!(
+                "{what}: instance {} is listed twice",
+                w.instance.0
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(n) = r.table.iter().find(|n| !seen.insert(n.0)) {
+            return Err(PeerRefusal::Malformed(format!(
+                "{what}: its underloaded table lists node {} twice",
+                n.0
+            )));
+        }
         let Some(m) = self.jobs.get(&env.job_id) else {
             return Err(PeerRefusal::Ungranted(format!(
                 "{what}: this node does not balance the workflow (not yet, or no longer), so \
@@ -872,6 +896,38 @@ mod tests {
         let peers = &b.jobs[&7].peers;
         assert_eq!(peers.get(&2).map(String::as_str), Some("10.0.0.2:7000"));
         assert_eq!(peers.get(&3).map(String::as_str), Some("10.0.0.3:7000"));
+    }
+
+    /// A granted request that repeats an instance or a node of its table is no request the
+    /// launch node made: refused naming the repeat, and the machine takes nothing (an
+    /// instance listed twice was taken and replied twice).
+    #[test]
+    fn a_peers_request_repeating_an_instance_or_a_table_entry_is_refused() {
+        let mut b = Balancer::default();
+        b.sync(1, 2, &[job(vec![0], 0)]);
+        let twice = testing::request(2, 1, &[(0, 0), (1, 0), (0, 0)], &[1, 3]);
+        let twice = granted(twice, &key(1), 7, 1, &[(0, 0), (1, 0)]);
+        let e = b
+            .check_peer(&twice)
+            .expect_err("instance 0 twice")
+            .to_string();
+        assert!(e.ends_with("instance 0 is listed twice"), "{e}");
+        let table = testing::request(2, 1, &[(0, 0)], &[1, 3, 4, 3]);
+        let table = granted(table, &key(1), 7, 1, &[(0, 0)]);
+        let e = b.check_peer(&table).expect_err("node 3 twice").to_string();
+        assert!(
+            e.ends_with("its underloaded table lists node 3 twice"),
+            "{e}"
+        );
+        assert_eq!(b.held(), 0);
+        let once = granted(
+            testing::request(2, 1, &[(0, 0), (1, 0)], &[1, 3]),
+            &key(1),
+            7,
+            1,
+            &[(0, 0), (1, 0)],
+        );
+        assert_eq!(b.check_peer(&once), Ok(()));
     }
 
     /// An instance the machine took and the server then cancelled is listed in `dropped`: the
