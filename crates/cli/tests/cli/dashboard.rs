@@ -10,6 +10,9 @@
 //! and a click shows a topology's workers — why one cannot start, highlighted — and its
 //! executors' rates.
 //!
+//! And signing in and out as a person does: the login form typed into and clicked, a job and
+//! its task's output clicked, the sign-out button.
+//!
 //! And at scale: a 100,000-task job in a browser driven over the DevTools protocol (it clicks the
 //! pager and the state filter), with the server's page-size cap checked over plain HTTP.
 
@@ -1102,4 +1105,191 @@ fn the_topologies_panel_lists_each_topology_and_shows_its_workers_and_rates_on_a
     );
     c.ok(&["topology", "kill", "live"]);
     c.ok(&["topology", "kill", "broken"]);
+}
+
+/// The `hetsched_session` cookie's value among `cookies` (a browser's, `Browser::cookies`).
+fn session_cookie(cookies: &[serde_json::Value]) -> Option<String> {
+    cookies
+        .iter()
+        .find(|c| c["name"] == "hetsched_session")
+        .and_then(|c| c["value"].as_str())
+        .map(str::to_string)
+}
+
+/// The status `GET path` answers with the session cookie `session`.
+fn with_session(addr: &str, path: &str, session: &str) -> u16 {
+    let cookie = format!("hetsched_session={session}");
+    http(addr, "GET", path, &[("Cookie", &cookie)], "").0
+}
+
+/// A person signs in as a person does: the dashboard's address shows the login form, a wrong
+/// token says so, its own token typed and the button clicked land on the dashboard — every job
+/// listed with its owner, the Users panel its own row only. A click on its job and on a task's
+/// `stdout` reads the output in a new tab; another user's job's output is refused. The page's
+/// sign-out button signs out: the browser is back on the login form, holds no session, a reload
+/// shows the login form again, and the old cookie no longer opens the API.
+#[test]
+fn a_person_signs_in_with_the_form_reads_its_output_and_signs_out_with_the_button() {
+    let mut c = Cluster::start("dashboard-login", true);
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let addr = addr.trim();
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let alice = c.add_user("alice");
+    c.add_user("bob");
+    c.ok_as(
+        &alice,
+        None,
+        &[
+            "submit",
+            "--name",
+            "alices-echo",
+            "--wait",
+            "--",
+            "echo",
+            "hello from alice",
+        ],
+    );
+    c.ok(&[
+        "submit",
+        "--name",
+        "admins-echo",
+        "--wait",
+        "--",
+        "echo",
+        "the admin's",
+    ]);
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let mut b = Browser::start(bin, &c.dir.join("browser"));
+    let home = format!("http://{addr}/");
+    b.navigate(&home);
+    b.wait_for(
+        "the login form",
+        "document.title === 'hetsched — sign in' && document.querySelector('form[action=\"/login\"] input[name=token]')",
+        t,
+    );
+    // It says which tokens it takes: a user's own too.
+    assert!(
+        b.eval("document.body.innerText")
+            .as_str()
+            .is_some_and(|p| p.contains("Sign in with your own token")),
+        "the login page names the user's own token"
+    );
+    // A wrong token: the form again, saying so, and no session.
+    b.type_into("input[name=token]", "not-a-token", t);
+    b.click("form[action=\"/login\"] button[type=submit]", t);
+    b.wait_for(
+        "the form to say the token is wrong",
+        "document.querySelector('p.err').textContent === 'Wrong token.' && document.querySelector('input[name=token]')",
+        t,
+    );
+    assert_eq!(session_cookie(&b.cookies(&home)), None);
+
+    let alices = std::fs::read_to_string(&alice).expect("alice's token");
+    b.type_into("input[name=token]", alices.trim(), t);
+    b.click("form[action=\"/login\"] button[type=submit]", t);
+    b.wait_for(
+        "the dashboard with alice's job",
+        "location.pathname === '/' && document.querySelector('#jobs tr[data-job=\"1\"]')",
+        t,
+    );
+    let name = |job: u32| {
+        format!("document.querySelector('#jobs tr[data-job=\"{job}\"]').children[1].textContent")
+    };
+    assert_eq!(b.eval(&name(1)), "alices-echo (alice)");
+    assert_eq!(
+        b.eval(&name(2)),
+        "admins-echo",
+        "every job, the admin's too"
+    );
+    b.wait_for(
+        "alice's own row of the Users panel",
+        "document.querySelector('#users tr[data-user=\"alice\"]')",
+        t,
+    );
+    assert_eq!(
+        b.eval("document.querySelectorAll('#users tr[data-user]').length"),
+        1,
+        "the session is alice's: her row only"
+    );
+    let cookies = b.cookies(&home);
+    let session = session_cookie(&cookies).expect("a session cookie");
+    let set = cookies
+        .iter()
+        .find(|c| c["name"] == "hetsched_session")
+        .expect("the cookie");
+    assert_eq!(
+        (&set["httpOnly"], &set["sameSite"]),
+        (&serde_json::json!(true), &serde_json::json!("Strict")),
+        "{set}"
+    );
+    assert_eq!(with_session(addr, "/api/jobs", &session), 200);
+
+    // Her job, clicked: its title and its task; `stdout` opens the task's output in a new tab.
+    b.click("#jobs tr[data-job=\"1\"]", t);
+    b.wait_for(
+        "job 1's detail",
+        "document.getElementById('job-title').textContent.startsWith('Job 1 — alices-echo — completed') && \
+         document.querySelector('#tasks tbody tr[data-task=\"0\"] td.state-succeeded') && \
+         document.querySelector('#tasks a[href=\"/api/log?job=1&task=0&stream=stdout\"]')",
+        t,
+    );
+    assert!(
+        b.eval("document.querySelector('#jobs tr[data-job=\"1\"]').classList.contains('selected')")
+            == true,
+        "the clicked row is marked"
+    );
+    b.click("#tasks a[href=\"/api/log?job=1&task=0&stream=stdout\"]", t);
+    assert_eq!(
+        b.text_of_new_tab("/api/log?job=1&", t),
+        "hello from alice\n",
+        "her task's output, read with her session"
+    );
+    // The admin's job: listed, but its output is not hers to read.
+    b.click("#jobs tr[data-job=\"2\"]", t);
+    b.wait_for(
+        "job 2's detail",
+        "document.getElementById('job-title').textContent.startsWith('Job 2 — admins-echo') && \
+         document.querySelector('#tasks a[href^=\"/api/log?job=2&\"][href$=\"stream=stdout\"]')",
+        t,
+    );
+    b.click(
+        "#tasks a[href^=\"/api/log?job=2&\"][href$=\"stream=stdout\"]",
+        t,
+    );
+    let refused = b.text_of_new_tab("/api/log?job=2&", t);
+    assert!(
+        refused.contains("job 2 belongs to the admin: only the admin may read its logs"),
+        "{refused}"
+    );
+
+    // Sign out with the page's button.
+    b.click("header form.logout button", t);
+    b.wait_for(
+        "the login form after signing out",
+        "location.pathname === '/login' && document.querySelector('input[name=token]')",
+        t,
+    );
+    assert_eq!(
+        session_cookie(&b.cookies(&home)),
+        None,
+        "the browser holds no session"
+    );
+    assert_eq!(
+        with_session(addr, "/api/jobs", &session),
+        401,
+        "the server ended the session: its cookie opens nothing"
+    );
+    b.navigate(&home);
+    b.wait_for(
+        "the login form on a reload",
+        "document.title === 'hetsched — sign in' && document.querySelector('input[name=token]') && !document.getElementById('jobs')",
+        t,
+    );
 }

@@ -406,7 +406,8 @@ fn login_page(status: StatusCode, message: &str) -> Response {
          <style>body{{font:15px system-ui,sans-serif;margin:15vh auto;max-width:28em;color:#223}}\
          input{{width:100%;padding:.5em;margin:.5em 0;font:inherit}}button{{padding:.5em 1.2em;font:inherit}}\
          .err{{color:#b00}}</style></head><body><h1>hetsched</h1>\
-         <p>Sign in with the client token (<code>DATA_DIR/token</code>) or the read-only token \
+         <p>Sign in with your own token (the one <code>hetsched user add</code> gave you), the \
+         client token (<code>DATA_DIR/token</code>) or the read-only token \
          (<code>DATA_DIR/read-token</code>).</p><p class=\"err\">{message}</p>\
          <form method=\"post\" action=\"/login\"><input type=\"password\" name=\"token\" \
          autocomplete=\"current-password\" placeholder=\"token\" autofocus>\

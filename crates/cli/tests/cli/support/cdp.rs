@@ -36,6 +36,12 @@ pub struct Browser {
 impl Browser {
     /// Starts `bin` headless with a blank page; `dir` holds its profile and the two pipes.
     pub fn start(bin: &str, dir: &Path) -> Browser {
+        Browser::start_with(bin, dir, &[])
+    }
+
+    /// [`Browser::start`] with more command-line switches (`--host-resolver-rules=…`: host
+    /// names of one's choosing that reach loopback).
+    pub fn start_with(bin: &str, dir: &Path, extra: &[&str]) -> Browser {
         std::fs::create_dir_all(dir).expect("browser dir");
         let (to_path, from_path) = (dir.join("cdp-in"), dir.join("cdp-out"));
         for p in [&to_path, &from_path] {
@@ -56,6 +62,7 @@ impl Browser {
                 "--window-size=1400,1300",
             ])
             .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+            .args(extra)
             .arg("about:blank")
             .env("CDP_IN", &to_path)
             .env("CDP_OUT", &from_path)
@@ -123,11 +130,26 @@ impl Browser {
         params: serde_json::Value,
         session: bool,
     ) -> serde_json::Value {
+        let session = session.then(|| self.session.clone());
+        match self.try_send(method, params, session.as_deref()) {
+            Ok(v) => v,
+            Err(e) => panic!("{method}: {e}"),
+        }
+    }
+
+    /// A command to the browser (`session` `None`) or to a page's session: its result, or the
+    /// error Chromium answered (a page that navigates away meanwhile answers one).
+    fn try_send(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+        session: Option<&str>,
+    ) -> Result<serde_json::Value, serde_json::Value> {
         self.next_id += 1;
         let id = self.next_id;
         let mut msg = serde_json::json!({ "id": id, "method": method, "params": params });
-        if session {
-            msg["sessionId"] = serde_json::Value::String(self.session.clone());
+        if let Some(session) = session {
+            msg["sessionId"] = serde_json::Value::String(session.to_string());
         }
         let mut bytes = serde_json::to_vec(&msg).expect("json");
         bytes.push(0);
@@ -137,8 +159,10 @@ impl Browser {
             let left = Duration::from_secs(30).saturating_sub(start.elapsed());
             match self.from.recv_timeout(left) {
                 Ok(v) if v["id"] == id => {
-                    assert!(v.get("error").is_none(), "{method}: {v}");
-                    return v["result"].clone();
+                    return match v.get("error") {
+                        Some(e) => Err(e.clone()),
+                        None => Ok(v["result"].clone()),
+                    };
                 }
                 Ok(_) => {} // an event
                 Err(RecvTimeoutError::Timeout) => panic!("chromium did not answer {method}"),
@@ -175,14 +199,40 @@ impl Browser {
         r["result"]["value"].clone()
     }
 
+    /// The value of `expr` in the page of `session`; `None` when it threw or the page could not
+    /// answer (it was navigating away).
+    fn try_eval(&mut self, session: &str, expr: &str) -> Option<serde_json::Value> {
+        let r = self
+            .try_send(
+                "Runtime.evaluate",
+                serde_json::json!({ "expression": expr, "returnByValue": true, "awaitPromise": true }),
+                Some(session),
+            )
+            .ok()?;
+        r.get("exceptionDetails")
+            .is_none()
+            .then(|| r["result"]["value"].clone())
+    }
+
     /// Waits (bounded) until `expr` is truthy in the page; its value. Errors while the page loads
-    /// (an element not there yet) count as false.
+    /// (an element not there yet, a page navigating away after a click) count as false.
     pub fn wait_for(&mut self, what: &str, expr: &str, timeout: Duration) -> serde_json::Value {
+        let session = self.session.clone();
+        self.wait_in(&session, what, expr, timeout)
+    }
+
+    fn wait_in(
+        &mut self,
+        session: &str,
+        what: &str,
+        expr: &str,
+        timeout: Duration,
+    ) -> serde_json::Value {
         let start = Instant::now();
         let guarded =
             format!("(() => {{ try {{ return ({expr}); }} catch (e) {{ return null; }} }})()");
         loop {
-            let v = self.eval(&guarded);
+            let v = self.try_eval(session, &guarded).unwrap_or_default();
             let truthy = match &v {
                 serde_json::Value::Null => false,
                 serde_json::Value::Bool(b) => *b,
@@ -199,6 +249,95 @@ impl Browser {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Clicks the element `selector` names as a person does: waits (bounded) until it is shown
+    /// and enabled, scrolls it into view, and presses and releases the mouse's left button at its
+    /// centre — which must be the element itself (or inside it), not something covering it.
+    pub fn click(&mut self, selector: &str, timeout: Duration) {
+        let sel = serde_json::to_string(selector).expect("json");
+        let at = self.wait_for(
+            &format!("{selector} to be clickable"),
+            &format!(
+                "(() => {{ const e = document.querySelector({sel}); \
+                 if (!e || e.disabled) return null; \
+                 e.scrollIntoView({{block: 'center', inline: 'center'}}); \
+                 const r = e.getBoundingClientRect(); \
+                 if (r.width === 0 || r.height === 0) return null; \
+                 const x = r.left + r.width / 2, y = r.top + r.height / 2; \
+                 const hit = document.elementFromPoint(x, y); \
+                 return hit && (hit === e || e.contains(hit)) ? [x, y] : null; }})()"
+            ),
+            timeout,
+        );
+        let (x, y) = (at[0].as_f64().expect("x"), at[1].as_f64().expect("y"));
+        for kind in ["mouseMoved", "mousePressed", "mouseReleased"] {
+            self.page(
+                "Input.dispatchMouseEvent",
+                serde_json::json!({
+                    "type": kind, "x": x, "y": y, "button": "left",
+                    "buttons": if kind == "mousePressed" { 1 } else { 0 },
+                    "clickCount": if kind == "mouseMoved" { 0 } else { 1 },
+                }),
+            );
+        }
+    }
+
+    /// Clicks the text field `selector` and types `text` into it, as a person at a keyboard (or
+    /// pasting) does: the field fires its `input` events and holds the text.
+    pub fn type_into(&mut self, selector: &str, text: &str, timeout: Duration) {
+        self.click(selector, timeout);
+        self.page("Input.insertText", serde_json::json!({ "text": text }));
+    }
+
+    /// The cookies the browser holds for `url` (`HttpOnly` ones too, which the page cannot read).
+    pub fn cookies(&mut self, url: &str) -> Vec<serde_json::Value> {
+        let r = self.page("Network.getCookies", serde_json::json!({ "urls": [url] }));
+        r["cookies"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits (bounded) for a tab other than the page whose address contains `url_part` (one a
+    /// link opened with `target="_blank"`) to finish loading; its text. Closes that tab.
+    pub fn text_of_new_tab(&mut self, url_part: &str, timeout: Duration) -> String {
+        let start = Instant::now();
+        let target = loop {
+            let targets = self.call("Target.getTargets", serde_json::json!({}));
+            let found = targets["targetInfos"].as_array().and_then(|all| {
+                all.iter().find_map(|t| {
+                    let url = t["url"].as_str()?;
+                    (t["type"] == "page" && url.contains(url_part))
+                        .then(|| t["targetId"].as_str().map(str::to_string))?
+                })
+            });
+            if let Some(id) = found {
+                break id;
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "timed out waiting for a tab at {url_part}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let attached = self.call(
+            "Target.attachToTarget",
+            serde_json::json!({ "targetId": target, "flatten": true }),
+        );
+        let session = attached["sessionId"]
+            .as_str()
+            .expect("sessionId")
+            .to_string();
+        let left = timeout.saturating_sub(start.elapsed());
+        let text = self.wait_in(
+            &session,
+            &format!("the tab at {url_part} to load"),
+            "document.readyState === 'complete' && document.body && document.body.innerText",
+            left,
+        );
+        self.call(
+            "Target.closeTarget",
+            serde_json::json!({ "targetId": target }),
+        );
+        text.as_str().unwrap_or_default().to_string()
     }
 }
 
