@@ -11,7 +11,8 @@
 //! executors' rates.
 //!
 //! And signing in and out as a person does: the login form typed into and clicked, a job and
-//! its task's output clicked, the sign-out button.
+//! its task's output clicked, the sign-out button; another site's page (a second loopback
+//! server) signs the browser in only on a click on this site's page, and never out.
 //!
 //! And at scale: a 100,000-task job in a browser driven over the DevTools protocol (it clicks the
 //! pager and the state filter), with the server's page-size cap checked over plain HTTP.
@@ -1292,4 +1293,150 @@ fn a_person_signs_in_with_the_form_reads_its_output_and_signs_out_with_the_butto
         "document.title === 'hetsched — sign in' && document.querySelector('input[name=token]') && !document.getElementById('jobs')",
         t,
     );
+}
+
+/// Serves `page` (HTML) to every request on a loopback port of its own: another site, for the
+/// browser (`localhost` and `127.0.0.1` are different sites). Its address; it serves until the
+/// test binary exits.
+fn other_site(page: String) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("address").to_string();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            // The request's head; what it asks for does not matter.
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    addr
+}
+
+/// Login CSRF in a real browser: another site's page can neither sign the browser in nor out.
+/// Its form posting a token to `/login` is refused; a login link on it opens this site's page
+/// that asks for one click, and signs in only on that click; its sign-out form is refused and
+/// the session goes on. The same over plain HTTP to a host name other than loopback, where
+/// browsers send no `Sec-Fetch-Site` (the host names map to loopback in this browser).
+#[test]
+fn another_sites_page_signs_the_browser_in_only_on_a_click_here_and_never_out() {
+    let c = Cluster::start("dashboard-csrf", true);
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let addr = addr.trim();
+    let port = addr.rsplit(':').next().expect("a port");
+    let mallory = c.add_user("mallory");
+    let mallorys = std::fs::read_to_string(&mallory).expect("mallory's token");
+    c.ok_as(
+        &mallory,
+        None,
+        &["submit", "--name", "mallorys", "--", "true"],
+    );
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let bearer = format!("Bearer {}", mallorys.trim());
+    // By IP (the browser says where a request comes from) and by a name that is no loopback
+    // name to the browser (it does not).
+    let sites = [
+        (format!("127.0.0.1:{port}"), "localhost".to_string()),
+        (format!("dash.test:{port}"), "evil.test".to_string()),
+    ];
+    let pages: Vec<String> = sites
+        .iter()
+        .map(|(dashboard, _)| {
+            let ticket = login_ticket(addr, &bearer);
+            format!(
+                "<!doctype html><html><head><title>another site</title></head><body>\
+                 <p><a id=\"link\" href=\"http://{dashboard}/login?ticket={ticket}\">open the dashboard</a></p>\
+                 <form id=\"in\" method=\"post\" action=\"http://{dashboard}/login\">\
+                 <input type=\"hidden\" name=\"token\" value=\"{}\"><button>sign in</button></form>\
+                 <form id=\"out\" method=\"post\" action=\"http://{dashboard}/logout\"><button>sign out</button></form>\
+                 </body></html>",
+                mallorys.trim()
+            )
+        })
+        .collect();
+    let t = Duration::from_secs(20);
+    let mut b = Browser::start_with(
+        bin,
+        &c.dir.join("browser"),
+        &["--host-resolver-rules=MAP dash.test 127.0.0.1, MAP evil.test 127.0.0.1"],
+    );
+    for ((dashboard, other), page) in sites.iter().zip(pages) {
+        let other_port = other_site(page);
+        let other_port = other_port.rsplit(':').next().expect("a port");
+        let evil = format!("http://{other}:{other_port}/");
+        let home = format!("http://{dashboard}/");
+        let jobs_status = "fetch('/api/jobs').then((r) => r.status)";
+
+        // Its form posting mallory's token: refused, and no session.
+        b.navigate(&evil);
+        b.click("#in button", t);
+        b.wait_for(
+            &format!("the refusal of the other site's sign-in ({dashboard})"),
+            &format!(
+                "location.host === '{dashboard}' && document.querySelector('p.err').textContent.startsWith(\"Refused: that sign-in came from another site's page.\")"
+            ),
+            t,
+        );
+        assert_eq!(session_cookie(&b.cookies(&home)), None, "{dashboard}");
+        assert_eq!(b.eval(jobs_status), 401, "{dashboard}");
+
+        // Its login link: this site's page asks; nothing is signed in until the click.
+        b.navigate(&evil);
+        b.click("#link", t);
+        b.wait_for(
+            &format!("the page asking to sign in with the link ({dashboard})"),
+            &format!(
+                "location.host === '{dashboard}' && document.body.innerText.includes('Sign in to this dashboard with it only if you asked for it yourself') && document.querySelector('form[action=\"/login\"] button')"
+            ),
+            t,
+        );
+        assert_eq!(
+            session_cookie(&b.cookies(&home)),
+            None,
+            "not signed in before the click ({dashboard})"
+        );
+        assert_eq!(b.eval(jobs_status), 401, "{dashboard}");
+        b.click("form[action=\"/login\"] button", t);
+        b.wait_for(
+            &format!("the dashboard after the click ({dashboard})"),
+            "location.pathname === '/' && document.querySelector('#jobs tr[data-job=\"1\"]').children[1].textContent === 'mallorys (mallory)'",
+            t,
+        );
+        let session = session_cookie(&b.cookies(&home)).expect("a session after the click");
+
+        // Its sign-out form: refused; the session goes on.
+        b.navigate(&evil);
+        b.click("#out button", t);
+        b.wait_for(
+            &format!("the refusal of the other site's sign-out ({dashboard})"),
+            &format!(
+                "location.host === '{dashboard}' && document.querySelector('p.err').textContent.startsWith(\"Refused: that sign-out came from another site's page.\")"
+            ),
+            t,
+        );
+        assert_eq!(
+            session_cookie(&b.cookies(&home)).as_deref(),
+            Some(session.as_str()),
+            "{dashboard}"
+        );
+        assert_eq!(
+            with_session(addr, "/api/jobs", &session),
+            200,
+            "{dashboard}"
+        );
+        assert_eq!(b.eval(jobs_status), 200, "{dashboard}");
+    }
 }

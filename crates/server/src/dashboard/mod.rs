@@ -22,6 +22,9 @@
 //! `GET /login?ticket=T` trades it for the cookie — so a link that leaks into a history or a proxy
 //! log is worthless once used. Sessions live in memory (12 h; a restart logs everyone out); the
 //! cookie is `HttpOnly; SameSite=Strict`. Anything else gets 401 (the login page).
+//! Another site's page can neither sign a browser in nor out (login CSRF): `POST /login` and
+//! `POST /logout` from it are refused ([`cross_site`]), and a login link opened from it — or
+//! from a browser that does not say where it was opened ([`unsure_site`]) — asks for a click.
 //!
 //! **Sessions and tickets are bound to their token** ([`grants`]): each keeps the SHA-256 of
 //! the token that made it (a session made from a ticket, the ticket's), and counts only while
@@ -195,6 +198,14 @@ fn cross_site(headers: &HeaderMap) -> bool {
     }
 }
 
+/// Whether a navigation is a browser's that does not say which site it comes from: browsers
+/// send `Sec-Fetch-Site` only to HTTPS and loopback addresses, so over plain HTTP to another
+/// host a link on another site's page would look typed. Every browser's navigation carries
+/// `Upgrade-Insecure-Requests`, which a program fetching a login link (curl, a script) does not.
+fn unsure_site(headers: &HeaderMap) -> bool {
+    !headers.contains_key("sec-fetch-site") && headers.contains_key("upgrade-insecure-requests")
+}
+
 /// The answer to a sign-in or sign-out from another site's page: nothing changes.
 fn cross_site_refused(what: &str) -> Response {
     login_page(
@@ -207,13 +218,14 @@ fn cross_site_refused(what: &str) -> Response {
 
 /// A page asking to go on with the login link `ticket` (a navigation from another site's
 /// page): its button posts the ticket from this page, so another site cannot sign a browser in
-/// under a ticket of its own without the person's click here. `ticket` is hex (checked).
-fn ticket_page(ticket: &str) -> Response {
+/// under a ticket of its own without the person's click here. `ticket` is hex (checked); `opened`
+/// says what is known of where the link was opened (a sentence, no markup).
+fn ticket_page(ticket: &str, opened: &str) -> Response {
     let body = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>hetsched — sign in</title>\
          <style>body{{font:15px system-ui,sans-serif;margin:15vh auto;max-width:28em;color:#223}}\
          button{{padding:.5em 1.2em;font:inherit}}</style></head><body><h1>hetsched</h1>\
-         <p>This login link was opened from another site. Sign in to this dashboard with it only \
+         <p>{opened} Sign in to this dashboard with it only \
          if you asked for it yourself: whoever made the link is whom you will act as.</p>\
          <form method=\"post\" action=\"/login\"><input type=\"hidden\" name=\"ticket\" \
          value=\"{ticket}\"><button type=\"submit\">Sign in with this link</button></form>\
@@ -765,13 +777,23 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let Some(ticket) = query(&uri, "ticket") else {
                 return login_page(StatusCode::OK, "");
             };
-            if cross_site(&headers) {
+            let opened = if cross_site(&headers) {
+                Some("This login link was opened from another site.")
+            } else if unsure_site(&headers) {
+                Some(
+                    "This browser does not say which site opened this login link (it does not \
+                     over plain HTTP to another machine).",
+                )
+            } else {
+                None
+            };
+            if let Some(opened) = opened {
                 // Not used yet: the person confirms on this site's page (a POST from it).
                 if !ticket.is_empty()
                     && ticket.len() <= 64
                     && ticket.bytes().all(|b| b.is_ascii_hexdigit())
                 {
-                    return ticket_page(&ticket);
+                    return ticket_page(&ticket, opened);
                 }
                 return login_page(StatusCode::UNAUTHORIZED, "That is no login link.");
             }
@@ -1319,6 +1341,34 @@ async fn filter_pages(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Headers as a browser (or a program) sends them: `name: value` lines.
+    fn headers(lines: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for line in lines {
+            let (k, v) = line.split_once(": ").expect("name: value");
+            h.insert(
+                header::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                HeaderValue::from_str(v).expect("value"),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn a_browsers_navigation_that_does_not_say_its_site_is_unsure_and_a_programs_is_not() {
+        // Chromium over plain HTTP to a host name that is not loopback: no Sec-Fetch-Site.
+        let plain = ["Host: dash.example:7421", "Upgrade-Insecure-Requests: 1"];
+        assert!(unsure_site(&headers(&plain)) && !cross_site(&headers(&plain)));
+        let with_referer = [plain[0], plain[1], "Referer: http://evil.example/"];
+        assert!(unsure_site(&headers(&with_referer)));
+        // Where the browser says the site, that answers; a program (curl) says nothing.
+        for site in ["none", "same-origin", "cross-site"] {
+            let said = [plain[0], plain[1], &format!("Sec-Fetch-Site: {site}")];
+            assert!(!unsure_site(&headers(&said)), "{site}");
+        }
+        assert!(!unsure_site(&headers(&["Host: dash.example:7421"])));
+    }
 
     #[test]
     fn form_values_are_percent_decoded() {
