@@ -12,7 +12,8 @@
 //!
 //! And signing in and out as a person does: the login form typed into and clicked, a job and
 //! its task's output clicked, the sign-out button; another site's page (a second loopback
-//! server) signs the browser in only on a click on this site's page, and never out.
+//! server) signs the browser in only on a click on this site's page, and never out. And the
+//! jobs pager, a click on an older job, and its tasks' `« first` button.
 //!
 //! And at scale: a 100,000-task job in a browser driven over the DevTools protocol (it clicks the
 //! pager and the state filter), with the server's page-size cap checked over plain HTTP.
@@ -1439,4 +1440,105 @@ fn another_sites_page_signs_the_browser_in_only_on_a_click_here_and_never_out() 
         );
         assert_eq!(b.eval(jobs_status), 200, "{dashboard}");
     }
+}
+
+/// More jobs than a page holds (20): `older ›` shows the older ones and `‹ newer` comes back; a
+/// click on an older job shows its tasks, whose pager goes forward with `next ›` and back to the
+/// first page with `« first` (both clicked as a person does; a disabled button is not).
+#[test]
+fn the_jobs_pager_and_a_click_on_an_older_job_and_its_tasks_first_page() {
+    let c = Cluster::start("dashboard-pager", true);
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let addr = addr.trim();
+    // No agent: the jobs wait. Job 1 has three pages of tasks.
+    c.ok(&["submit", "--name", "oldest", "--tasks", "250", "--", "true"]);
+    for i in 2..=22 {
+        c.ok(&["submit", "--name", &format!("job-{i}"), "--", "true"]);
+    }
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
+    let ticket = login_ticket(addr, &format!("Bearer {}", token.trim()));
+    let mut b = Browser::start(bin, &c.dir.join("browser"));
+    b.navigate(&format!("http://{addr}/login?ticket={ticket}"));
+    let t = Duration::from_secs(20);
+    let listed =
+        "[...document.querySelectorAll('#jobs tbody tr')].map((r) => Number(r.dataset.job))";
+    let page = |from: u64, to: u64| {
+        format!(
+            "document.getElementById('jobs-where').textContent === 'jobs {from}–{to} of 22' && \
+             document.querySelectorAll('#jobs tbody tr').length === 20"
+        )
+    };
+    let buttons = "[document.getElementById('jobs-prev').disabled, document.getElementById('jobs-next').disabled]";
+    b.wait_for("the newest 20 jobs", &page(3, 22), t);
+    assert_eq!(
+        b.eval(buttons),
+        serde_json::json!([true, false]),
+        "nothing newer than the newest page"
+    );
+    assert_eq!(
+        b.eval(listed),
+        serde_json::json!((3..=22).rev().collect::<Vec<u64>>()),
+        "newest first"
+    );
+    b.click("#jobs-next", t);
+    b.wait_for("the older jobs", &page(1, 20), t);
+    assert_eq!(b.eval(listed)[19], 1, "job 1 is listed last");
+    assert_eq!(
+        b.eval(buttons),
+        serde_json::json!([false, true]),
+        "nothing older than job 1"
+    );
+    b.click("#jobs-prev", t);
+    b.wait_for("the newest jobs again", &page(3, 22), t);
+    b.click("#jobs-next", t);
+    b.wait_for("the older jobs again", &page(1, 20), t);
+
+    // Job 1, clicked: its title and the first page of its tasks.
+    b.click("#jobs tr[data-job=\"1\"]", t);
+    let first_row =
+        |id: u32| format!("document.querySelector('#tasks tbody tr').dataset.task === '{id}'");
+    b.wait_for(
+        "job 1's first page of tasks",
+        &format!(
+            "document.getElementById('job-title').textContent.startsWith('Job 1 — oldest — pending: 250 tasks') && \
+             {} && document.getElementById('tasks-where').textContent.startsWith('page 1 ·')",
+            first_row(0)
+        ),
+        t,
+    );
+    assert_eq!(
+        b.eval("[document.getElementById('tasks-prev').disabled, document.getElementById('tasks-first').disabled]"),
+        serde_json::json!([true, true]),
+        "no page before the first"
+    );
+    b.click("#tasks-next", t);
+    b.wait_for("page 2", &first_row(100), t);
+    b.click("#tasks-next", t);
+    b.wait_for(
+        "page 3, the last",
+        &format!(
+            "{} && document.querySelectorAll('#tasks tbody tr').length === 50 && document.getElementById('tasks-next').disabled",
+            first_row(200)
+        ),
+        t,
+    );
+    b.click("#tasks-first", t);
+    b.wait_for(
+        "back on the first page",
+        &format!(
+            "{} && document.getElementById('tasks-where').textContent.startsWith('page 1 ·') && document.getElementById('tasks-first').disabled",
+            first_row(0)
+        ),
+        t,
+    );
+    assert!(
+        b.eval("document.querySelector('#jobs tr[data-job=\"1\"]').classList.contains('selected')")
+            == true
+    );
 }

@@ -224,6 +224,9 @@ async function loadJobs() {
   // Ids run 1 to `total` (jobs ever submitted); purged ones are not listed.
   const purged = head.purged ? ` (${head.purged} purged)` : "";
   $("jobs-where").textContent = jobsView.total ? `jobs ${jobsView.from}–${Math.min(jobsView.total, jobsView.from + JOB_PAGE - 1)} of ${jobsView.total}${purged}` : "no jobs yet";
+  // Nothing newer than the newest page, nothing older than job 1: those buttons would do nothing.
+  $("jobs-prev").disabled = jobsView.from + JOB_PAGE > jobsView.total;
+  $("jobs-next").disabled = jobsView.from === 1;
   if (jobsView.selected === null && jobsView.total) selectJob(jobsView.total);
   markSelected();
 }
