@@ -62,10 +62,13 @@ fn spec(dir: &Path, shell: &str, inputs: &[&str], outputs: &[&str]) -> pb::TaskS
     }
 }
 
-/// Attempt 1 of `task` of spec `sp`, from `nnode` to `anode`, with the ticket its server would
-/// sign.
-fn assignment(task: u64, sp: &pb::TaskSpec) -> pb::Assignment {
-    let ticket = pb::ticket::sign(
+/// Attempt 1 of a task of spec `sp` never shipped before (an ANode runs each attempt once),
+/// from `nnode` to `anode`, with the ticket its server would sign.
+fn assignment(sp: &pb::TaskSpec) -> pb::Assignment {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let task = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let now_ms = hetsched_agent::launch::now_ns() / 1_000_000;
+    let ticket = pb::ticket::seal_offload(
         &KEY,
         &pb::ticket::Offload {
             task_id: task,
@@ -74,6 +77,10 @@ fn assignment(task: u64, sp: &pb::TaskSpec) -> pb::Assignment {
             nnode: "nnode",
             anode: "anode",
             runs: pb::ticket::offload_digest(sp, 0, None, 1),
+        },
+        pb::ticket::Validity {
+            issued_ms: now_ms,
+            expires_ms: now_ms + 3_600_000,
         },
     );
     pb::Assignment {
@@ -139,10 +146,10 @@ fn setup() -> Setup {
     }
 }
 
-fn run_one(s: &Setup, sp: &pb::TaskSpec, task: u64) {
+fn run_one(s: &Setup, sp: &pb::TaskSpec) {
     let r = s.rt.block_on(offload::run(
         &s.client,
-        &assignment(task, sp),
+        &assignment(sp),
         sp,
         "nnode",
         &s.dir.join("nnode"),
@@ -156,20 +163,20 @@ fn run_many(s: &Setup, sp: &pb::TaskSpec, n: u64, concurrent: bool) {
     s.rt.block_on(async {
         if concurrent {
             let mut h = Vec::new();
-            for t in 0..n {
+            for _ in 0..n {
                 let (c, sp, dir) = (s.client.clone(), sp.clone(), s.dir.join("nnode"));
                 h.push(tokio::spawn(async move {
-                    offload::run(&c, &assignment(t, &sp), &sp, "nnode", &dir, false, never()).await
+                    offload::run(&c, &assignment(&sp), &sp, "nnode", &dir, false, never()).await
                 }));
             }
             for x in h {
                 assert!(x.await.expect("join").success);
             }
         } else {
-            for t in 0..n {
+            for _ in 0..n {
                 let r = offload::run(
                     &s.client,
-                    &assignment(t, sp),
+                    &assignment(sp),
                     sp,
                     "nnode",
                     &s.dir.join("nnode"),
@@ -192,7 +199,7 @@ fn overhead(c: &mut Criterion) {
     g.bench_function("local_true", |b| {
         b.iter(|| {
             let r = s.rt.block_on(launch::run(
-                &assignment(0, &local),
+                &assignment(&local),
                 &local,
                 "anode",
                 &work,
@@ -205,10 +212,10 @@ fn overhead(c: &mut Criterion) {
         })
     });
     let empty = spec(&s.dir, "true", &[], &[]);
-    g.bench_function("offload_empty_true", |b| b.iter(|| run_one(&s, &empty, 0)));
+    g.bench_function("offload_empty_true", |b| b.iter(|| run_one(&s, &empty)));
     let mb = spec(&s.dir, "true", &["in.dat"], &["in.dat"]);
     g.bench_function("offload_1mb_in_1mb_out_true", |b| {
-        b.iter(|| run_one(&s, &mb, 0))
+        b.iter(|| run_one(&s, &mb))
     });
     g.finish();
     let _ = std::fs::remove_dir_all(&s.dir);

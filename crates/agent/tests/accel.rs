@@ -114,9 +114,23 @@ fn assignment(task: u64, index: u32, attempt: u32, s: &pb::TaskSpec) -> pb::Assi
 }
 
 /// `a` with the server's ticket for it from `nnode-1` to `anode-1`, for what `s` runs (as
-/// `s.run_as`).
-fn ticketed(mut a: pb::Assignment, s: &pb::TaskSpec) -> pb::Assignment {
-    a.offload_ticket = ticket::sign(
+/// `s.run_as`), issued now (valid for an hour, as the server's).
+fn ticketed(a: pb::Assignment, s: &pb::TaskSpec) -> pb::Assignment {
+    let now = now_ms();
+    let valid = ticket::Validity {
+        issued_ms: now,
+        expires_ms: now + 3_600_000,
+    };
+    ticketed_with(a, s, valid)
+}
+
+/// [`ticketed`], valid as `valid` says.
+fn ticketed_with(
+    mut a: pb::Assignment,
+    s: &pb::TaskSpec,
+    valid: ticket::Validity,
+) -> pb::Assignment {
+    a.offload_ticket = ticket::seal_offload(
         &KEY,
         &ticket::Offload {
             task_id: a.task_id,
@@ -126,8 +140,21 @@ fn ticketed(mut a: pb::Assignment, s: &pb::TaskSpec) -> pb::Assignment {
             anode: "anode-1",
             runs: ticket::offload_digest(s, a.index, a.entry.as_deref(), a.devices.len() as u32),
         },
+        valid,
     );
     a
+}
+
+/// Milliseconds since the Unix epoch (tickets' validity is in them).
+fn now_ms() -> u64 {
+    hetsched_agent::launch::now_ns() / 1_000_000
+}
+
+/// A task id no test used before: an ANode runs each attempt once.
+fn fresh_task() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1_000);
+    N.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Offloads `a` of `s` from `nnode-1`, whose work directory is `dir`, never killed, as the
@@ -452,8 +479,9 @@ async fn when_the_requester_goes_away_the_anode_kills_the_task_and_drops_its_res
     kill_tx.send(Kill::Server).unwrap();
     let r = shipped.await.unwrap();
     assert!(!r.success);
-    // The ANode notices the call is gone, kills the task and frees the device long before 30 s.
-    for _ in 0..500 {
+    // The ANode notices the call is gone and, once no re-send took the run over within its
+    // grace (5 s), kills the task and frees the device, long before 30 s.
+    for _ in 0..2_000 {
         if !p.state(&gpus).devices[0].busy {
             break;
         }
@@ -497,16 +525,16 @@ async fn the_service_speaks_tls_with_a_certificate_and_the_nnode_verifies_it() {
     assert_eq!(std::fs::read(dir.join("out/0.dat")).unwrap(), b"SECRET");
 }
 
-/// Ships `n` tasks of `s` from one NNode, one after another (`concurrent` = false) or all at once,
+/// Ships `n` new tasks of `s` from one NNode, one after another (`concurrent` = false) or all at once,
 /// and returns how long it took; every task must succeed.
 async fn ship(c: &Client, s: &pb::TaskSpec, dir: &Path, n: u64, concurrent: bool) -> Duration {
     let t0 = std::time::Instant::now();
     if concurrent {
         let mut h = Vec::new();
-        for t in 0..n {
+        for _ in 0..n {
             let (c, s, dir) = (c.clone(), s.clone(), dir.to_path_buf());
             h.push(tokio::spawn(async move {
-                ship_plain(&c, &assignment(t, 0, 1, &s), &s, &dir).await
+                ship_plain(&c, &assignment(fresh_task(), 0, 1, &s), &s, &dir).await
             }));
         }
         for x in h {
@@ -514,10 +542,10 @@ async fn ship(c: &Client, s: &pb::TaskSpec, dir: &Path, n: u64, concurrent: bool
             assert!(r.success, "{r:?}");
         }
     } else {
-        for t in 0..n {
+        for _ in 0..n {
             let r = offload::run(
                 c,
-                &assignment(t, 0, 1, s),
+                &assignment(fresh_task(), 0, 1, s),
                 s,
                 "nnode-1",
                 dir,
@@ -746,7 +774,7 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
     );
     // A forged ticket: the right fields under another key.
     let mut forged = assignment(3, 0, 1, &s);
-    forged.offload_ticket = ticket::sign(
+    forged.offload_ticket = ticket::seal_offload(
         &[1; 32],
         &ticket::Offload {
             task_id: 3,
@@ -755,6 +783,10 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
             nnode: "nnode-1",
             anode: "anode-1",
             runs: ticket::offload_digest(&s, 0, None, 1),
+        },
+        ticket::Validity {
+            issued_ms: now_ms(),
+            expires_ms: now_ms() + 3_600_000,
         },
     );
     refused(
@@ -1072,4 +1104,186 @@ async fn an_undeclared_input_file_is_refused_and_nothing_is_left() {
     assert!(staging_emptied(&work).await, "the declared input went too");
     assert!(!marker.exists());
     assert!(p.is_idle());
+}
+
+/// A ticket starts runs for the time the server signed into it: past its expiry the ANode
+/// refuses it before anything is staged — the command never runs — saying when it expired, and
+/// the NNode reports the attempt interrupted (the server runs it again with a fresh ticket). An
+/// expiry moved later by whoever holds the ticket makes it verify for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_ticket_starts_no_run_and_says_when_it_expired() {
+    let (p, l, work) = anode(1).await;
+    let dir = temp("expired");
+    let marker = dir.join("ran");
+    let s = spec(&dir, &format!("touch {}", marker.display()), &[], &[]);
+    let c = client(l.addr, TOKEN);
+    let task = fresh_task();
+    let now = now_ms();
+    let expired = ticketed_with(
+        assignment(task, 0, 1, &s),
+        &s,
+        ticket::Validity {
+            issued_ms: now - 3_700_000,
+            expires_ms: now - 100_000,
+        },
+    );
+    let r = ship_plain(&c, &expired, &s, &dir).await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    let why = format!("offload of task {task} attempt 1 from nnode-1: ticket expired ");
+    assert!(r.message.contains(&why), "{}", r.message);
+    assert!(
+        r.message.contains("issued 3600 s before it expired"),
+        "{}",
+        r.message
+    );
+    // Its expiry moved an hour later, the ticket is no ticket.
+    let mut moved = expired.clone();
+    let later = (now + 3_600_000).to_be_bytes();
+    moved.offload_ticket[ticket::OFFLOAD_TICKET_LEN - 8..].copy_from_slice(&later);
+    let r = ship_plain(&c, &moved, &s, &dir).await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    assert!(r.message.contains("ticket does not match"), "{}", r.message);
+    assert!(!marker.exists(), "no expired ticket ran");
+    assert_eq!(std::fs::read_dir(work.join("accel")).unwrap().count(), 0);
+    assert!(p.is_idle());
+    // The attempt with a ticket the server signed now runs.
+    let r = ship_plain(&c, &assignment(task, 0, 1, &s), &s, &dir).await;
+    assert!(r.success, "{r:?}");
+    assert!(marker.exists());
+}
+
+/// The lines of `runs`: one per run of a test task that appends to it.
+fn runs(file: &Path) -> usize {
+    std::fs::read_to_string(file).map_or(0, |t| t.lines().count())
+}
+
+/// A ticket runs its attempt once: the same ticket brought by two calls at once (a replay
+/// beside the NNode's own call) starts one run, whose result one of them gets — the other is
+/// refused, or gives up, as interrupted — and brought again once the attempt ended it is
+/// refused, saying the attempt ran here. The task appends a line to a file at each run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_ticket_runs_its_attempt_once() {
+    let (p, l, _w) = anode(1).await;
+    let dir = temp("replay");
+    let file = dir.join("runs");
+    let s = spec(
+        &dir,
+        &format!("echo run >> {}; sleep 0.5", file.display()),
+        &[],
+        &[],
+    );
+    let task = fresh_task();
+    let a = assignment(task, 0, 1, &s);
+    let (c1, c2) = (client(l.addr, TOKEN), client(l.addr, TOKEN));
+    let (r1, r2) = tokio::join!(ship_plain(&c1, &a, &s, &dir), ship_plain(&c2, &a, &s, &dir));
+    assert_eq!(runs(&file), 1, "one run for two calls: {r1:?} {r2:?}");
+    assert!(
+        r1.success || r2.success,
+        "one gets the result: {r1:?} {r2:?}"
+    );
+    for r in [&r1, &r2] {
+        assert!(r.success || r.interrupted, "{r:?}");
+    }
+    // The attempt ended: its ticket, brought again, runs nothing.
+    let r = ship_plain(&c1, &a, &s, &dir).await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    assert!(
+        r.message.contains(&format!(
+            "offload of task {task} attempt 1 from nnode-1: this attempt ran here and its result \
+             was sent (success); its files are gone; it does not run twice"
+        )),
+        "{}",
+        r.message
+    );
+    assert_eq!(runs(&file), 1);
+    assert!(p.is_idle());
+}
+
+/// A TCP relay between an NNode and its ANode whose connections can be cut, as a network that
+/// breaks: new connections go through again.
+struct Relay {
+    addr: std::net::SocketAddr,
+    links: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(to: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let links = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let held = links.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut from, _)) = listener.accept().await {
+                let link = tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut from, &mut out).await;
+                    }
+                });
+                held.lock().unwrap().push(link);
+            }
+        });
+        Self {
+            addr,
+            links,
+            accept,
+        }
+    }
+
+    /// Drops every connection through it, both ways.
+    fn cut(&self) {
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+/// A transfer that breaks while the task runs on the ANode is sent again by the NNode, and the
+/// re-send takes the run over: the task runs once, and its output, stdout and result reach the
+/// NNode as if nothing broke.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_after_a_broken_transfer_gets_the_result_of_the_one_run() {
+    let (p, l, _w) = anode(1).await;
+    let relay = Relay::start(l.addr).await;
+    let dir = temp("resend");
+    let file = dir.join("runs");
+    std::fs::create_dir_all(dir.join("in")).unwrap();
+    std::fs::write(dir.join("in/0.dat"), b"hello").unwrap();
+    let s = spec(
+        &dir,
+        &format!("echo run >> {}; sleep 1; {TRANSFORM}", file.display()),
+        &["in/{index}.dat"],
+        &["out/{index}.dat"],
+    );
+    let a = assignment(fresh_task(), 0, 1, &s);
+    let c = client(relay.addr, TOKEN);
+    let shipped = tokio::spawn({
+        let (a, s, dir) = (a.clone(), s.clone(), dir.clone());
+        async move { ship_plain(&c, &a, &s, &dir).await }
+    });
+    // Once the task runs (well under a second, up to 10 s on a loaded machine), the network
+    // between the nodes breaks.
+    let gpus = hetsched_agent::detect::Gpus::init();
+    for _ in 0..1_000 {
+        if runs(&file) == 1 && p.state(&gpus).devices[0].busy {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(runs(&file), 1, "the task started");
+    relay.cut();
+    let r = shipped.await.unwrap();
+    assert!(r.success, "{r:?}");
+    assert_eq!(runs(&file), 1, "the re-send ran nothing again");
+    assert_eq!(std::fs::read(dir.join("out/0.dat")).unwrap(), b"HELLO");
+    let (out, _) = hetsched_agent::launch::output_paths(&dir, &s, &a);
+    let out = std::fs::read_to_string(out).unwrap();
+    assert_eq!(out.matches("attempt=1").count(), 1, "{out}");
 }

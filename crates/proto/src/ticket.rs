@@ -12,6 +12,9 @@
 //!   and the task it ships, so a ticket seen elsewhere runs nothing but that attempt's command,
 //!   as that account, from that NNode, on that ANode: an NNode that changes the command, the
 //!   environment or the files of the spec it ships is refused like one without a ticket.
+//!   The ticket also carries when the server issued it and when it expires ([`Validity`],
+//!   signed in and appended to the MAC: [`seal_offload`], [`open_offload`]); an ANode starts no
+//!   run of an expired ticket, and runs each attempt at most once (its agent's `accel::attempts`).
 //!   Not covered: the working directory (an ANode runs every offload in a staging directory
 //!   of its own, whatever the shipped spec says), where stdout and stderr go (the ANode
 //!   captures them and ships them back), and the limits (the time limit changes while the task
@@ -59,9 +62,32 @@ use ring::hmac;
 pub const LEN: usize = 32;
 
 /// Domain separation: what a ticket's MAC covers starts with this, so no other MAC made with an
-/// offload key can pass for a ticket. v2 added the digest of what runs ([`Offload::runs`]): a
-/// v1 ticket (which covered no command) never verifies as a v2 one, nor the reverse.
-pub const TICKET_LABEL: &[u8] = b"hetsched offload ticket v2";
+/// offload key can pass for a ticket. v2 added the digest of what runs ([`Offload::runs`]), v3
+/// the ticket's [`Validity`]: a ticket of one version never verifies as one of another.
+pub const TICKET_LABEL: &[u8] = b"hetsched offload ticket v3";
+
+/// Length of an offload ticket as it travels: the MAC ([`LEN`]), then its [`Validity`] (when
+/// it was issued and when it expires, milliseconds since the Unix epoch, 8 bytes each, big
+/// endian), which the MAC covers.
+pub const OFFLOAD_TICKET_LEN: usize = LEN + 16;
+
+/// When an offload ticket was issued and until when it may start a run, in milliseconds since
+/// the Unix epoch by the server's clock (the ANode compares with its own: keep the clocks in
+/// step, as for any expiry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Validity {
+    /// When the server signed it.
+    pub issued_ms: u64,
+    /// The last millisecond an ANode starts a run with it.
+    pub expires_ms: u64,
+}
+
+impl Validity {
+    /// Whether the ticket has expired at `now_ms`.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        now_ms > self.expires_ms
+    }
+}
 
 /// Domain separation for the digest of what an offload runs ([`offload_digest`]).
 pub const RUNS_LABEL: &[u8] = b"hetsched offload runs v1";
@@ -382,20 +408,50 @@ impl Message {
     }
 }
 
-impl Ticketed for Offload<'_> {
+/// An offload with its ticket's validity: what an offload ticket's MAC covers. (An [`Offload`]
+/// alone is no [`Ticketed`]: every offload ticket carries its validity.)
+struct Sealed<'a>(&'a Offload<'a>, Validity);
+
+impl Ticketed for Sealed<'_> {
     fn message(&self) -> Vec<u8> {
+        let o = self.0;
         let mut m = Message::new(
             TICKET_LABEL,
-            12 + 24 + self.run_as.len() + self.nnode.len() + self.anode.len() + DIGEST_LEN,
+            12 + 24 + o.run_as.len() + o.nnode.len() + o.anode.len() + DIGEST_LEN + 16,
         )
-        .u64(self.task_id)
-        .u32(self.attempt)
-        .str(self.run_as)
-        .str(self.nnode)
-        .str(self.anode);
-        m.0.extend_from_slice(&self.runs);
-        m.0
+        .u64(o.task_id)
+        .u32(o.attempt)
+        .str(o.run_as)
+        .str(o.nnode)
+        .str(o.anode);
+        m.0.extend_from_slice(&o.runs);
+        m.u64(self.1.issued_ms).u64(self.1.expires_ms).0
     }
+}
+
+/// The ticket for `what` under `key` (the ANode's offload key), valid as `valid` says: the MAC
+/// over both, then `valid` itself, which the ANode reads back ([`open_offload`]).
+pub fn seal_offload(key: &[u8], what: &Offload, valid: Validity) -> Vec<u8> {
+    let mut t = sign(key, &Sealed(what, valid));
+    t.extend_from_slice(&valid.issued_ms.to_be_bytes());
+    t.extend_from_slice(&valid.expires_ms.to_be_bytes());
+    t
+}
+
+/// The validity of `ticket` when it is `key`'s ticket for `what` (the MAC compared in constant
+/// time); `None` when it is not — forged, for another offload, of another length (a ticket of
+/// an earlier version), or its validity changed. Whether it has expired is the caller's check.
+pub fn open_offload(key: &[u8], what: &Offload, ticket: &[u8]) -> Option<Validity> {
+    if ticket.len() != OFFLOAD_TICKET_LEN {
+        return None;
+    }
+    let (mac, times) = ticket.split_at(LEN);
+    let (issued, expires) = times.split_at(8);
+    let valid = Validity {
+        issued_ms: u64::from_be_bytes(issued.try_into().ok()?),
+        expires_ms: u64::from_be_bytes(expires.try_into().ok()?),
+    };
+    verify(key, &Sealed(what, valid), mac).then_some(valid)
 }
 
 impl Ticketed for Fetch<'_> {
@@ -498,6 +554,12 @@ mod tests {
 
     const KEY: [u8; LEN] = [7; LEN];
 
+    /// A validity: an hour from an instant in 2026.
+    const VALID: Validity = Validity {
+        issued_ms: 1_780_000_000_000,
+        expires_ms: 1_780_003_600_000,
+    };
+
     fn offload() -> Offload<'static> {
         Offload {
             task_id: 42,
@@ -532,7 +594,8 @@ mod tests {
     /// ANode (its working directory, the limits, where its output goes) change nothing.
     #[test]
     fn a_ticket_verifies_only_for_the_spec_it_was_made_for() {
-        let t = sign(&KEY, &offload());
+        let t = seal_offload(&KEY, &offload(), VALID);
+        let verify = |key: &[u8], o: &Offload, t: &[u8]| open_offload(key, o, t).is_some();
         let with = |spec: &crate::TaskSpec, index, entry, gpus| Offload {
             runs: offload_digest(spec, index, entry, gpus),
             ..offload()
@@ -600,9 +663,10 @@ mod tests {
 
     #[test]
     fn a_ticket_verifies_for_its_offload_only() {
-        let t = sign(&KEY, &offload());
-        assert_eq!(t.len(), LEN);
-        assert!(verify(&KEY, &offload(), &t));
+        let t = seal_offload(&KEY, &offload(), VALID);
+        assert_eq!(t.len(), OFFLOAD_TICKET_LEN);
+        assert_eq!(open_offload(&KEY, &offload(), &t), Some(VALID));
+        let verify = |key: &[u8], o: &Offload, t: &[u8]| open_offload(key, o, t).is_some();
         let others = [
             Offload {
                 task_id: 43,
@@ -636,13 +700,42 @@ mod tests {
         }
         assert!(!verify(&[8; LEN], &offload(), &t), "another ANode's key");
         assert!(!verify(&KEY, &offload(), &t[..LEN - 1]), "truncated");
+        assert!(!verify(&KEY, &offload(), &t[..LEN]), "the MAC alone");
         assert!(!verify(&KEY, &offload(), &[]), "none");
     }
 
-    /// The offload encoding (v2): v1's fields, then the digest of what runs. A v1 ticket (the
-    /// same fields without the digest, under the v1 label) is not a v2 one.
+    /// A ticket's validity is signed in: moving its expiry (or its issue) makes it verify for
+    /// nothing, so only the server decides how long a ticket starts runs.
     #[test]
-    fn the_offload_encoding_is_v1s_with_the_digest_under_a_new_label() {
+    fn a_tickets_validity_cannot_be_extended() {
+        let t = seal_offload(&KEY, &offload(), VALID);
+        for (at, what) in [(LEN, "issued"), (LEN + 8, "expiry")] {
+            for byte in [at, at + 7] {
+                let mut moved = t.clone();
+                moved[byte] ^= 1;
+                assert_eq!(
+                    open_offload(&KEY, &offload(), &moved),
+                    None,
+                    "{what} {byte}"
+                );
+            }
+        }
+        let later = Validity {
+            expires_ms: u64::MAX,
+            ..VALID
+        };
+        let mut spliced = t[..LEN].to_vec();
+        spliced.extend_from_slice(&later.issued_ms.to_be_bytes());
+        spliced.extend_from_slice(&later.expires_ms.to_be_bytes());
+        assert_eq!(open_offload(&KEY, &offload(), &spliced), None);
+        assert!(!VALID.expired(VALID.expires_ms) && VALID.expired(VALID.expires_ms + 1));
+    }
+
+    /// The offload encoding (v3): v1's fields, then the digest of what runs, then the validity,
+    /// under the v3 label. A v2 ticket (the same fields without the validity, under the v2
+    /// label: a bare MAC) is not a v3 one, with or without a validity appended.
+    #[test]
+    fn the_offload_encoding_is_v1s_with_the_digest_and_the_validity_under_a_new_label() {
         let v1 = |label: &[u8]| {
             let mut m = label.to_vec();
             m.extend_from_slice(&42u64.to_be_bytes());
@@ -653,14 +746,26 @@ mod tests {
             }
             m
         };
-        let mut m = v1(b"hetsched offload ticket v2");
+        let mut m = v1(b"hetsched offload ticket v3");
         m.extend_from_slice(&offload().runs);
-        assert_eq!(offload().message(), m);
-        let old = hmac::sign(
-            &hmac::Key::new(hmac::HMAC_SHA256, &KEY),
-            &v1(b"hetsched offload ticket v1"),
+        m.extend_from_slice(&VALID.issued_ms.to_be_bytes());
+        m.extend_from_slice(&VALID.expires_ms.to_be_bytes());
+        assert_eq!(Sealed(&offload(), VALID).message(), m);
+        let mut v2 = v1(b"hetsched offload ticket v2");
+        v2.extend_from_slice(&offload().runs);
+        let old = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &KEY), &v2);
+        assert_eq!(
+            open_offload(&KEY, &offload(), old.as_ref()),
+            None,
+            "a v2 ticket"
         );
-        assert!(!verify(&KEY, &offload(), old.as_ref()), "a v1 ticket");
+        let mut dressed = old.as_ref().to_vec();
+        dressed.extend_from_slice(&seal_offload(&KEY, &offload(), VALID)[LEN..]);
+        assert_eq!(
+            open_offload(&KEY, &offload(), &dressed),
+            None,
+            "with a validity"
+        );
     }
 
     fn fetch() -> Fetch<'static> {
@@ -717,7 +822,7 @@ mod tests {
     /// The labels keep the kinds apart: no message of one kind is a message of another.
     #[test]
     fn no_offload_ticket_passes_for_a_fetch_ticket() {
-        let o = offload().message();
+        let o = Sealed(&offload(), VALID).message();
         let f = fetch().message();
         let l = Log::of(&task_read(), "a").message();
         assert!(o.starts_with(TICKET_LABEL) && f.starts_with(FETCH_LABEL));

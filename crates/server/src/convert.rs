@@ -374,8 +374,9 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         member_of: r.member_of.iter().map(task_ref).collect(),
         gathering: r.gathering,
         // Set after the kinds filled the reply, to an ANode only: 34 bytes. (Each offloaded
-        // assignment's ANode, address and 34-byte ticket come then too: an NNode is sent as
-        // many offloads at once as it reaches devices.)
+        // assignment's ANode, address and 51-byte ticket — tag, length, the MAC and its
+        // validity — come then too: an NNode is sent as many offloads at once as it reaches
+        // devices.)
         offload_key: Vec::new(),
         // Set after the kinds filled the reply, to every node: 34 bytes.
         data_key: Vec::new(),

@@ -31,6 +31,11 @@
 //! node did not grant. A key of another workflow or epoch (a restart, a rollback) verifies none
 //! of this one's grants.
 //!
+//! Each offload ticket expires [`OFFLOAD_TICKET_LIFETIME_MS`] after the server signs it (its
+//! [`Validity`], signed in): an ANode starts no run with an expired ticket, and runs each
+//! attempt once whatever calls bring its ticket (the agent's `accel::attempts`, which forgets
+//! an attempt only once its ticket has expired).
+//!
 //! The identity is part of the key so that an agent that takes a dead node's name over (a new
 //! identity) does not get the key tickets for the old one were signed with. The secret
 //! persists, so a server restart changes no key: tickets of assignments sent before it still
@@ -45,7 +50,19 @@ use std::sync::{Arc, Mutex};
 
 /// The call a ticket authorises: the proto crate's, whose encoding both sides share (this
 /// module is the server's one edge to it).
-pub use hetsched_proto::ticket::{Fetch, Grant, GrantKey, Offload};
+pub use hetsched_proto::ticket::{Fetch, Grant, GrantKey, Offload, Validity};
+
+/// How long an offload ticket starts runs after the server signed it. It must cover the time
+/// from the assignment to the offload's first call on its ANode: the heartbeat reply, the wait
+/// in the NNode agent's queue (a prefetched task waits there for cores), and the NNode's tries
+/// of a transfer that breaks or finds the ANode without a key yet (a few seconds). A re-send of
+/// an attempt the ANode holds needs no unexpired ticket — it starts no run, it takes over the
+/// one there — so the run itself, however long, is not bounded by it. An hour leaves room for
+/// queues and for clocks a little apart (the ANode reads the expiry by its own clock), and
+/// bounds what an ANode remembers to the attempts of the last hour. An attempt whose ticket
+/// expired before its ANode took it is refused and runs again with a fresh ticket (a lost
+/// attempt).
+pub const OFFLOAD_TICKET_LIFETIME_MS: u64 = 60 * 60 * 1000;
 
 /// The digest of what an offload runs, which its ticket covers ([`Offload::runs`]).
 pub type Runs = [u8; ticket::DIGEST_LEN];
@@ -147,9 +164,14 @@ impl OffloadKeys {
     }
 
     /// The ticket of `offload` under its ANode's key (the ANode's agent registered with
-    /// `identity`).
-    pub fn ticket(&self, identity: &str, offload: &Offload) -> Vec<u8> {
-        ticket::sign(&self.key(offload.anode, identity), offload)
+    /// `identity`), issued at `now_ms` (milliseconds since the Unix epoch): it starts runs for
+    /// [`OFFLOAD_TICKET_LIFETIME_MS`].
+    pub fn ticket(&self, identity: &str, offload: &Offload, now_ms: u64) -> Vec<u8> {
+        let valid = Validity {
+            issued_ms: now_ms,
+            expires_ms: now_ms.saturating_add(OFFLOAD_TICKET_LIFETIME_MS),
+        };
+        ticket::seal_offload(&self.key(offload.anode, identity), offload, valid)
     }
 
     /// The data key of the node called `node` whose agent registered with `identity`.
@@ -219,9 +241,16 @@ mod tests {
             anode: "anode-1",
             runs: [3; ticket::DIGEST_LEN],
         };
-        let t = keys.ticket("id-a", &o);
-        assert!(ticket::verify(&k, &o, &t));
-        assert!(!ticket::verify(&keys.key("anode-1", "id-b"), &o, &t));
+        let t = keys.ticket("id-a", &o, 1_000);
+        let valid = Validity {
+            issued_ms: 1_000,
+            expires_ms: 1_000 + OFFLOAD_TICKET_LIFETIME_MS,
+        };
+        assert_eq!(ticket::open_offload(&k, &o, &t), Some(valid));
+        assert_eq!(
+            ticket::open_offload(&keys.key("anode-1", "id-b"), &o, &t),
+            None
+        );
     }
 
     #[test]

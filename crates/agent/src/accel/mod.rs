@@ -23,13 +23,19 @@
 //!   same queue ([`Pipeline::run_local`]) and get their devices from the same pool.
 //! - **remote-write** ([`service`]): one worker takes finished remote tasks in order and streams
 //!   back stdout, stderr and the declared output files, then the result, and removes the staging
-//!   directory. A requester that went away (its NNode died, or its call broke) gets nothing: its
-//!   task is killed if it still runs, and its result is dropped.
+//!   directory. A requester that went away (its NNode died, or its call broke) and does not send
+//!   the attempt again within [`attempts::REATTACH_GRACE`] gets nothing: its task is killed if it
+//!   still runs, and its result is dropped.
+//!
+//! Each attempt runs at most once here, whatever calls bring its ticket ([`attempts`]): a
+//! re-send after a broken transfer takes over the run (or gets its result), and a replay gets
+//! no second run.
 //!
 //! [`offload`] is the NNode side: it checks and ships the inputs, waits asynchronously, and writes
 //! the outputs into the task's directory and stdout/stderr where a local run puts them, so the task
 //! looks as if it had run on the NNode. A transfer that breaks is retried with the same attempt.
 
+pub mod attempts;
 pub mod files;
 pub mod offload;
 pub mod service;
@@ -54,7 +60,9 @@ const READ_LINE: usize = 1024;
 pub(crate) enum Origin {
     /// Offloaded by an NNode: the result goes through the write queue to its call.
     Remote {
-        reply: service::Reply,
+        /// Its attempt, and where its result goes (the latest call that brought it).
+        key: attempts::Key,
+        live: Arc<attempts::Live>,
         /// Its time limit as the NNode last said (`OffloadControl`).
         limit: tokio::sync::watch::Receiver<u64>,
         /// Signals the NNode sends it.
@@ -118,6 +126,8 @@ pub struct Pipeline {
     /// `min_free_disk` floor, as for workflow fetches): an NNode holds the agent token, so it
     /// must not be able to fill this node's disk.
     pub(crate) input_limits: crate::dataflow::InputLimits,
+    /// The offload attempts held here: each runs once ([`attempts`]).
+    pub(crate) attempts: Arc<attempts::Attempts>,
 }
 
 impl Pipeline {
@@ -152,16 +162,21 @@ impl Pipeline {
         let (process_tx, process_rx) = mpsc::channel(PROCESS_QUEUE);
         let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE);
         let node: Arc<str> = Arc::from(node);
+        let held = Arc::new(attempts::Attempts::default());
         tokio::spawn(process_stage(
             process_rx,
             write_tx,
             counters.clone(),
             node.clone(),
             processes,
-            kill_grace,
-            run_as_owner,
+            (kill_grace, run_as_owner),
+            held.clone(),
         ));
-        tokio::spawn(service::write_stage(write_rx, counters.clone()));
+        tokio::spawn(service::write_stage(
+            write_rx,
+            counters.clone(),
+            held.clone(),
+        ));
         let (read_tx, read_rx) = mpsc::channel(READ_LINE);
         let pipeline = Self {
             process_tx,
@@ -174,6 +189,7 @@ impl Pipeline {
             run_as_owner,
             offload_key: Arc::default(),
             input_limits,
+            attempts: held,
         };
         tokio::spawn(service::read_stage(read_rx, pipeline.clone()));
         Ok(pipeline)
@@ -369,8 +385,8 @@ async fn process_stage(
     counters: Arc<Counters>,
     node: Arc<str>,
     processes: crate::shutdown::Processes,
-    kill_grace: std::time::Duration,
-    run_as_owner: bool,
+    (kill_grace, run_as_owner): (std::time::Duration, bool),
+    attempts: Arc<attempts::Attempts>,
 ) {
     let total = counters
         .busy
@@ -386,11 +402,12 @@ async fn process_stage(
             counters.freed.notified().await;
         };
         counters.process_queue.fetch_sub(1, Ordering::SeqCst);
-        let (counters, write_tx, node, processes) = (
+        let (counters, write_tx, node, processes, attempts) = (
             counters.clone(),
             write_tx.clone(),
             node.clone(),
             processes.clone(),
+            attempts.clone(),
         );
         tokio::spawn(async move {
             let Job {
@@ -427,18 +444,21 @@ async fn process_stage(
                     let _ = done.send(result);
                 }
                 Origin::Remote {
-                    reply,
+                    key,
+                    live,
                     limit,
                     signals,
                     account,
                 } => {
-                    // The requester went away (NNode dead, call broken): kill the task.
+                    // The requester went away (NNode dead, call broken) and sent the attempt
+                    // again within the grace: kill the task.
                     let (kill_tx, kill_rx) = oneshot::channel();
-                    let gone = reply.clone();
-                    let watch = tokio::spawn(async move {
-                        gone.closed().await;
-                        let _ = kill_tx.send(launch::Kill::Server);
-                    });
+                    let abandoned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let watch = tokio::spawn(abandon_when_gone(
+                        live.reply.subscribe(),
+                        kill_tx,
+                        abandoned.clone(),
+                    ));
                     let procs = processes.clone();
                     let spawned = Arc::new(AtomicU32::new(0));
                     let spawned_in = spawned.clone();
@@ -465,13 +485,22 @@ async fn process_stage(
                     watch.abort();
                     processes.remove(spawned.load(Ordering::Relaxed));
                     release_devices(&counters, &devices);
-                    if reply.is_closed() {
+                    if abandoned.load(Ordering::SeqCst) {
                         warn!(
                             task = assignment.task_id,
                             attempt = assignment.attempt,
                             "the requesting node is gone: its result is dropped"
                         );
                         service::cleanup_task(&work_dir, Path::new(&spec.workdir));
+                        attempts.ended(
+                            key,
+                            format!(
+                                "was killed here when its call broke and was not sent again \
+                                 within {} s",
+                                attempts::REATTACH_GRACE.as_secs()
+                            ),
+                            service::now_ms(),
+                        );
                         return;
                     }
                     counters.write_queue.fetch_add(1, Ordering::SeqCst);
@@ -482,15 +511,56 @@ async fn process_stage(
                         staging: work_dir,
                         account,
                         result,
-                        reply,
+                        key,
+                        live,
                     };
                     if let Err(e) = write_tx.send(finished).await {
                         counters.write_queue.fetch_sub(1, Ordering::SeqCst);
                         service::cleanup_task(&e.0.staging, Path::new(&e.0.spec.workdir));
+                        attempts.ended(
+                            e.0.key,
+                            "ran here, but the accelerator service stopped before its result \
+                             was sent"
+                                .into(),
+                            service::now_ms(),
+                        );
                     }
                 }
             }
         });
+    }
+}
+
+/// Kills a remote task (`kill`) once the call its result goes to (`reply`'s latest) went away
+/// and no re-send took the run over within [`attempts::REATTACH_GRACE`], noting it in
+/// `abandoned`. Ends when the kill is sent, or never (aborted when the task ends).
+async fn abandon_when_gone(
+    mut reply: tokio::sync::watch::Receiver<service::Reply>,
+    kill: oneshot::Sender<launch::Kill>,
+    abandoned: Arc<std::sync::atomic::AtomicBool>,
+) {
+    loop {
+        let current = reply.borrow_and_update().clone();
+        tokio::select! {
+            () = current.closed() => {}
+            // A re-send took over before this call was seen to go.
+            changed = reply.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
+        drop(current);
+        match tokio::time::timeout(attempts::REATTACH_GRACE, reply.changed()).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(_)) => return,
+            Err(_) => {
+                abandoned.store(true, Ordering::SeqCst);
+                let _ = kill.send(launch::Kill::Server);
+                return;
+            }
+        }
     }
 }
 

@@ -6,8 +6,11 @@
 //! - A declared input missing on the NNode fails the attempt at once, naming the file; nothing is
 //!   shipped.
 //! - A transfer that breaks (the call fails before the result arrives) is tried again, with the
-//!   same attempt number, up to [`TRANSFER_TRIES`] times; then the attempt is reported
-//!   `interrupted`, so the server runs the task again (as a lost one, not a failure).
+//!   same attempt number and ticket, up to [`TRANSFER_TRIES`] times; then the attempt is reported
+//!   `interrupted`, so the server runs the task again (as a lost one, not a failure). An ANode
+//!   that holds the attempt already (it was queued or ran when the call broke) runs it once: the
+//!   new call takes the run over (`OffloadReady.resumed`: no input is sent again) and gets its
+//!   result ([`super::attempts`]).
 //! - Each offload carries the server's ticket for it (`Assignment.offload_ticket`), which the
 //!   ANode checks, with what the shipped spec runs, before it takes anything. An ANode that
 //!   refuses the ticket, or the inputs (an undeclared file, one over its `max_input_bytes`, no
@@ -318,17 +321,18 @@ async fn once(
     // The inputs are sent once the ANode's remote-read stage takes the call (`OffloadReady`),
     // then paced by HTTP/2 flow control; until then the call holds only its task.
     let (dir_in, inputs_in, account_in) = (dir.to_path_buf(), inputs.to_vec(), account.cloned());
-    // `OffloadReady` says whether the ANode takes controls after the inputs.
-    let (go, go_rx) = oneshot::channel::<bool>();
+    // `OffloadReady` says whether the ANode takes controls after the inputs, and whether this
+    // call took over a run the ANode holds (a re-send: no input is sent again).
+    let (go, go_rx) = oneshot::channel::<(bool, bool)>();
     let mut go = Some(go);
     let sender = tokio::spawn(async move {
         if tx.send(task).await.is_err() {
             return Ok(());
         }
-        let Ok(controls) = go_rx.await else {
+        let Ok((controls, resumed)) = go_rx.await else {
             return Ok(());
         };
-        for name in &inputs_in {
+        for name in inputs_in.iter().filter(|_| !resumed) {
             let tx = tx.clone();
             files::send_file(&dir_in, name, 0, account_in.as_ref(), move |c| {
                 let tx = tx.clone();
@@ -452,7 +456,7 @@ async fn once(
             }
             Some(ReplyPart::Ready(r)) => {
                 if let Some(go) = go.take() {
-                    let _ = go.send(r.controls);
+                    let _ = go.send((r.controls, r.resumed));
                 }
             }
             Some(ReplyPart::Done(d)) => {

@@ -21,11 +21,17 @@
 //! every offload is refused (`Unavailable`: the NNode tries again, then reports the attempt
 //! interrupted).
 //!
+//! A ticket carries its expiry ([`Validity`](hetsched_proto::ticket::Validity)): an expired
+//! one starts no run (refused, marked as a refused ticket, naming when it expired). Each attempt
+//! runs once here ([`super::attempts`]): a call that brings the ticket of an attempt held here
+//! takes over its run or gets it refused, never a second run.
+//!
 //! Its inputs are bounded as workflow fetches are: only the files the spec declares, each up to
 //! the agent's `max_input_bytes`, none taking the work directory's disk below its
 //! `min_free_disk` ([`crate::room::Room`]); a call past a bound is refused, marked as a
 //! refused ticket is, and its staging directory removed.
 
+use super::attempts::{self, Admit, Attempts, Controls, Live};
 use super::files::{self, Sink};
 use super::{Job, Origin, Pipeline};
 use crate::room::{Room, TakeError};
@@ -35,6 +41,7 @@ use hetsched_proto::offload_reply::Part as ReplyPart;
 use hetsched_proto::offload_request::Part as RequestPart;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -54,7 +61,14 @@ pub(crate) struct Finished {
     /// The account it ran as (its declared outputs are read as it), if any.
     pub account: Option<crate::run_as::Account>,
     pub result: pb::TaskResult,
-    pub reply: Reply,
+    /// Its attempt, and the call its result goes to.
+    pub key: attempts::Key,
+    pub live: Arc<Live>,
+}
+
+/// Milliseconds since the Unix epoch by this node's clock (tickets' expiry is in them).
+pub(crate) fn now_ms() -> u64 {
+    crate::launch::now_ns() / 1_000_000
 }
 
 /// Longest a result waits for its requester to read it before it is dropped.
@@ -100,17 +114,24 @@ impl Accel for AccelService {
             .clone()
             .ok_or_else(|| Status::invalid_argument("the offloaded task has no spec"))?;
         let p = &self.pipeline;
-        // Before anything is looked at or staged: only the offloads the server assigned run.
-        check_ticket(p, &task, &spec).inspect_err(|s| {
+        // Before anything is looked at or staged: only the offloads the server assigned run,
+        // each attempt once.
+        let warn_refused = |s: &Status| {
             warn!(task = task.task_id, attempt = task.attempt, nnode = %task.node,
                 "offload refused: {}", s.message());
-        })?;
+        };
+        let valid = check_ticket(p, &task, &spec).inspect_err(warn_refused)?;
         for name in spec.inputs.iter().chain(&spec.outputs) {
             files::resolve(name, task.index).map_err(Status::invalid_argument)?;
         }
         let account = crate::run_as::resolve(p.run_as_owner, &spec.run_as, &p.node)
             .await
             .map_err(|e| Status::permission_denied(e.to_string()))?;
+        let key = (task.task_id, task.attempt);
+        let call = match admit(p, &task, valid).inspect_err(warn_refused)? {
+            Ok(call) => call,
+            Err(live) => return Ok(take_over(inbound, &task, &spec, &live)),
+        };
         let seq = p.seq.fetch_add(1, Ordering::Relaxed);
         let name = format!(
             "{}-{}-{}-{seq}",
@@ -119,8 +140,10 @@ impl Accel for AccelService {
             task.attempt
         );
         let staging = p.staging.join(&name);
-        std::fs::create_dir_all(&staging)
-            .map_err(|e| Status::internal(format!("{}: {e}", staging.display())))?;
+        if let Err(e) = std::fs::create_dir_all(&staging) {
+            p.attempts.not_received(key, call);
+            return Err(Status::internal(format!("{}: {e}", staging.display())));
+        }
         // A user's task's inputs, directory and outputs are its account's.
         let task_dir = match &account {
             None => staging.clone(),
@@ -128,6 +151,7 @@ impl Accel for AccelService {
                 Ok(dir) => dir,
                 Err(e) => {
                     cleanup(&staging);
+                    p.attempts.not_received(key, call);
                     return Err(Status::internal(format!(
                         "node {}: staging the task of `{}`: {e}",
                         p.node, acc.name
@@ -140,6 +164,8 @@ impl Accel for AccelService {
         p.counters.reading.fetch_add(1, Ordering::SeqCst);
         let waiting = Incoming {
             inbound,
+            key,
+            call,
             task,
             spec,
             staging,
@@ -150,20 +176,102 @@ impl Accel for AccelService {
         if let Err(e) = p.read_tx.send(waiting).await {
             p.counters.reading.fetch_sub(1, Ordering::SeqCst);
             cleanup_task(&e.0.staging, &e.0.task_dir);
+            p.attempts.not_received(key, call);
             return Err(Status::unavailable("the accelerator service has stopped"));
         }
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 
-/// Whether `task` (of `spec`) may run here: the server's ticket for it, checked with the
-/// offload key the server gave this ANode (the module's doc).
-fn check_ticket(p: &Pipeline, task: &pb::OffloadTask, spec: &pb::TaskSpec) -> Result<(), Status> {
-    use hetsched_proto::ticket;
-    let what = format!(
+/// The refusal of an offload for its ticket or its inputs: `PermissionDenied`, marked
+/// [`REFUSED_HEADER`](hetsched_proto::ticket::REFUSED_HEADER), so that the NNode reports the
+/// attempt interrupted (run again with a fresh ticket: not the task's failure).
+fn refused(message: String) -> Status {
+    let mut s = Status::permission_denied(message);
+    s.metadata_mut().insert(
+        hetsched_proto::ticket::REFUSED_HEADER,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
+    s
+}
+
+/// How an offload call is named in refusals and logs.
+fn call_name(task: &pb::OffloadTask) -> String {
+    format!(
         "offload of task {} attempt {} from {}",
         task.task_id, task.attempt, task.node
-    );
+    )
+}
+
+/// Whether `task`, whose ticket verified as `valid`, runs ([`attempts::Attempts::admit`]): the
+/// number of the call that receives its inputs, or the live attempt the call takes over; else
+/// why not — its ticket expired before it started a run, the attempt ended here, or too many
+/// are held.
+fn admit(
+    p: &Pipeline,
+    task: &pb::OffloadTask,
+    valid: hetsched_proto::ticket::Validity,
+) -> Result<Result<u64, Arc<Live>>, Status> {
+    let now = now_ms();
+    let what = call_name(task);
+    match p.attempts.admit((task.task_id, task.attempt), valid, now) {
+        Admit::Run { call } => Ok(Ok(call)),
+        Admit::TakeOver(live) => Ok(Err(live)),
+        Admit::Expired => Err(refused(format!(
+            "{what}: ticket expired {} s ago by this ANode's clock (issued {} s before it \
+             expired; it starts no run once expired): the server runs the attempt again with a \
+             fresh ticket",
+            now.saturating_sub(valid.expires_ms).div_ceil(1000),
+            valid.expires_ms.saturating_sub(valid.issued_ms) / 1000
+        ))),
+        Admit::Ended(outcome) => Err(refused(format!(
+            "{what}: this attempt {outcome}; it does not run twice"
+        ))),
+        Admit::Full => Err(Status::unavailable(format!(
+            "{what}: ANode {} holds {} offload attempts whose tickets have not expired: no \
+             new one until some expire",
+            p.node,
+            attempts::MAX_REMEMBERED
+        ))),
+    }
+}
+
+/// A call that brings the ticket of an attempt live here takes its run over: it is told to
+/// send no input (`resumed`), the run's result goes to it (the earlier call, broken, is let
+/// go), and so do its time limit and what it says while the run goes on.
+fn take_over(
+    inbound: Streaming<pb::OffloadRequest>,
+    task: &pb::OffloadTask,
+    spec: &pb::TaskSpec,
+    live: &Live,
+) -> Response<ReceiverStream<Result<pb::OffloadReply, Status>>> {
+    let (tx, rx) = mpsc::channel(8);
+    let ready = pb::OffloadReply {
+        part: Some(ReplyPart::Ready(pb::OffloadReady {
+            controls: true,
+            resumed: true,
+        })),
+    };
+    // A fresh channel has room: the ready goes first, before any of the result.
+    let _ = tx.try_send(Ok(ready));
+    live.controls.limit.send_replace(spec.time_limit_ms);
+    live.reply.send_replace(tx);
+    info!(task = task.task_id, attempt = task.attempt, nnode = %task.node,
+        "a call sent again takes over the attempt held here");
+    tokio::spawn(controls(inbound, task.task_id, live.controls.clone(), true));
+    Response::new(ReceiverStream::new(rx))
+}
+
+/// The validity of `task`'s ticket (of `spec`) when it may run here: the server's ticket for
+/// it, checked with the offload key the server gave this ANode (the module's doc). Its expiry is
+/// checked by [`admit`]: a call that brings the ticket of an attempt held here starts no run.
+fn check_ticket(
+    p: &Pipeline,
+    task: &pb::OffloadTask,
+    spec: &pb::TaskSpec,
+) -> Result<hetsched_proto::ticket::Validity, Status> {
+    use hetsched_proto::ticket;
+    let what = call_name(task);
     let Some(key) = p.offload_key() else {
         return Err(Status::unavailable(format!(
             "{what}: ANode {} holds no offload key from its server yet (it has not heard from \
@@ -172,14 +280,7 @@ fn check_ticket(p: &Pipeline, task: &pb::OffloadTask, spec: &pb::TaskSpec) -> Re
             p.node
         )));
     };
-    let refused = |why: &str| {
-        let mut s = Status::permission_denied(format!("{what}: {why}"));
-        s.metadata_mut().insert(
-            ticket::REFUSED_HEADER,
-            tonic::metadata::MetadataValue::from_static("1"),
-        );
-        s
-    };
+    let refused = |why: &str| refused(format!("{what}: {why}"));
     if task.ticket.is_empty() {
         return Err(refused("no ticket from the server"));
     }
@@ -193,24 +294,27 @@ fn check_ticket(p: &Pipeline, task: &pb::OffloadTask, spec: &pb::TaskSpec) -> Re
         // environment or files does not verify.
         runs: ticket::offload_digest(spec, task.index, task.entry.as_deref(), task.gpus),
     };
-    if !ticket::verify(&key, &offload, &task.ticket) {
-        return Err(refused(&format!(
+    ticket::open_offload(&key, &offload, &task.ticket).ok_or_else(|| {
+        refused(&format!(
             "ticket does not match (the server's ticket names another task, attempt, NNode, \
-             ANode, command, environment, files or account than `{}`)",
+             ANode, command, environment, files or account than `{}`, or the server signs \
+             tickets of another version)",
             if spec.run_as.is_empty() {
                 "the agent's own"
             } else {
                 &spec.run_as
             }
-        )));
-    }
-    Ok(())
+        ))
+    })
 }
 
 /// An offload call waiting for the remote-read stage: its task has arrived, its inputs have not
 /// been sent yet.
 pub(crate) struct Incoming {
     inbound: Streaming<pb::OffloadRequest>,
+    /// Its attempt, and the call's number for it ([`Attempts::admit`]).
+    key: attempts::Key,
+    call: u64,
     task: pb::OffloadTask,
     spec: pb::TaskSpec,
     /// The agent's private staging directory (captured stdout and stderr).
@@ -254,6 +358,8 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
     while let Some(c) = rx.recv().await {
         let Incoming {
             mut inbound,
+            key,
+            call,
             task,
             spec,
             staging,
@@ -261,8 +367,21 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             account,
             reply,
         } = c;
+        let held = &pipeline.attempts;
+        // A later call brought the attempt again (this one broke while it waited): it takes
+        // the attempt's place in the line.
+        let superseded = || Status::aborted("a later call for this attempt took its place");
+        if !held.is_current(key, call) {
+            pipeline.counters.reading.fetch_sub(1, Ordering::SeqCst);
+            let _ = reply.try_send(Err(superseded()));
+            cleanup_task(&staging, &task_dir);
+            continue;
+        }
         let ready = pb::OffloadReply {
-            part: Some(ReplyPart::Ready(pb::OffloadReady { controls: true })),
+            part: Some(ReplyPart::Ready(pb::OffloadReady {
+                controls: true,
+                resumed: false,
+            })),
         };
         let received = if reply.send(Ok(ready)).await.is_err() {
             // The requester went away while it waited.
@@ -282,14 +401,28 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
                 );
                 let _ = reply.try_send(Err(e));
                 cleanup_task(&staging, &task_dir);
+                held.not_received(key, call);
                 continue;
             }
         };
         // What the NNode is told for the task while it runs here: a new time limit, a signal.
         let (limit_tx, limit) = watch::channel(spec.time_limit_ms);
         let (signal_tx, signals) = mpsc::unbounded_channel();
+        let told = Arc::new(Controls {
+            limit: limit_tx,
+            signals: signal_tx,
+        });
+        let live = Arc::new(Live {
+            reply: watch::Sender::new(reply),
+            controls: told.clone(),
+        });
+        if !held.received(key, call, live.clone()) {
+            let _ = live.current().try_send(Err(superseded()));
+            cleanup_task(&staging, &task_dir);
+            continue;
+        }
         if open {
-            tokio::spawn(controls(inbound, task.task_id, limit_tx, signal_tx));
+            tokio::spawn(controls(inbound, task.task_id, told, false));
         }
         let assignment = pb::Assignment {
             task_id: task.task_id,
@@ -312,7 +445,8 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
             work_dir: staging.clone(),
             gpus: task.gpus.max(1),
             origin: Origin::Remote {
-                reply,
+                key,
+                live,
                 limit,
                 signals,
                 account,
@@ -320,19 +454,34 @@ pub(crate) async fn read_stage(mut rx: mpsc::Receiver<Incoming>, pipeline: Pipel
         };
         if pipeline.submit(job).await.is_err() {
             cleanup_task(&staging, &task_dir);
+            held.ended(
+                key,
+                "was not run: the accelerator service stopped".into(),
+                now_ms(),
+            );
         }
     }
 }
 
-/// Hands what an NNode says on an offload call after its inputs (`OffloadControl`) to its task,
-/// until the call ends.
+/// Hands what an NNode says on an offload call after its inputs (`OffloadControl`) to its task
+/// (`told`), until the call ends. A call that took over a run (`resumed`) may send the inputs
+/// again first (an NNode that predates `resumed`): they are read and dropped.
 async fn controls(
     mut inbound: Streaming<pb::OffloadRequest>,
     task: u64,
-    limit: watch::Sender<u64>,
-    signals: mpsc::UnboundedSender<nix::sys::signal::Signal>,
+    told: Arc<Controls>,
+    resumed: bool,
 ) {
+    let (limit, signals) = (&told.limit, &told.signals);
     while let Ok(Some(m)) = inbound.message().await {
+        if resumed
+            && matches!(
+                m.part,
+                Some(RequestPart::Chunk(_) | RequestPart::InputsDone(_))
+            )
+        {
+            continue;
+        }
         let Some(RequestPart::Control(c)) = m.part else {
             warn!(
                 task,
@@ -392,12 +541,7 @@ impl Declared {
 ///
 /// [`REFUSED_HEADER`]: hetsched_proto::ticket::REFUSED_HEADER
 fn refused_input(message: String) -> Status {
-    let mut s = Status::permission_denied(message);
-    s.metadata_mut().insert(
-        hetsched_proto::ticket::REFUSED_HEADER,
-        tonic::metadata::MetadataValue::from_static("1"),
-    );
-    s
+    refused(message)
 }
 
 /// Receives the input chunks of one call into `staging` (as `account`, when given): whether
@@ -493,38 +637,118 @@ async fn receive(
     Ok(open)
 }
 
-/// The remote-write stage: results in the order they finished, one at a time.
+/// The remote-write stage: results in the order they finished, one at a time. A result whose
+/// requester went away while it was sent waits [`attempts::REATTACH_GRACE`] beside the stage for
+/// the attempt to be sent again, its files kept, and goes to the call that takes it over
+/// ([`resend`]).
 pub(crate) async fn write_stage(
     mut rx: mpsc::Receiver<Finished>,
     counters: std::sync::Arc<super::Counters>,
+    held: Arc<Attempts>,
 ) {
     while let Some(f) = rx.recv().await {
-        let sent = send_back(&f).await;
-        // Cleaned up before the result goes: a requester that has its result finds nothing of
-        // its task left here.
-        cleanup_task(&f.staging, Path::new(&f.spec.workdir));
-        let sent = match sent {
-            Ok(done) => match tokio::time::timeout(SEND_TIMEOUT, f.reply.send(Ok(done))).await {
-                Ok(Ok(())) => Ok(()),
-                _ => Err("the requester went away".to_string()),
-            },
-            Err(e) => Err(e),
-        };
+        let to = f.live.current();
+        let sent = deliver(&f, &to, &held).await;
         counters.write_queue.fetch_sub(1, Ordering::SeqCst);
-        if let Err(e) = sent {
-            warn!(
-                task = f.assignment.task_id,
-                "offload: sending the result back failed: {e}"
-            );
+        if !sent {
+            tokio::spawn(resend(f, to, held.clone()));
         }
     }
 }
 
-/// Sends a finished task's logs and declared outputs back; returns the reply that ends the
-/// call (its result), for [`write_stage`] to send once the task's directories are gone.
-async fn send_back(f: &Finished) -> Result<pb::OffloadReply, String> {
+/// Sends `f`'s result to the call `to`: whether it is done with (sent, or failed for good, its
+/// files removed and its attempt ended); false when the requester went away before its
+/// outputs were all sent — its files are kept for a re-send.
+async fn deliver(f: &Finished, to: &Reply, held: &Attempts) -> bool {
+    let sent = match send_back(f, to).await {
+        Ok(done) => done,
+        Err(_) if to.is_closed() => return false,
+        Err(e) => {
+            warn!(
+                task = f.assignment.task_id,
+                "offload: sending the result back failed: {e}"
+            );
+            cleanup_task(&f.staging, Path::new(&f.spec.workdir));
+            held.ended(
+                f.key,
+                format!("ran here, but its outputs could not be sent back: {e}"),
+                now_ms(),
+            );
+            return true;
+        }
+    };
+    // Cleaned up before the result goes: a requester that has its result finds nothing of its
+    // task left here.
+    cleanup_task(&f.staging, Path::new(&f.spec.workdir));
+    let went = matches!(
+        tokio::time::timeout(SEND_TIMEOUT, to.send(Ok(sent))).await,
+        Ok(Ok(()))
+    );
+    let r = &f.result;
+    let how = if r.success {
+        "success".to_string()
+    } else {
+        format!("exit code {}", r.exit_code)
+    };
+    let outcome = if went {
+        format!("ran here and its result was sent ({how}); its files are gone")
+    } else {
+        warn!(
+            task = f.assignment.task_id,
+            "offload: sending the result back failed: the requester went away"
+        );
+        format!(
+            "ran here ({how}), but its call broke as its result was sent, after its files were \
+             removed"
+        )
+    };
+    held.ended(f.key, outcome, now_ms());
+    true
+}
+
+/// `f`'s result, whose requester (`gone`) went away while it was sent: to the call that takes
+/// the attempt over within [`attempts::REATTACH_GRACE`], else dropped with its files.
+async fn resend(f: Finished, mut gone: Reply, held: Arc<Attempts>) {
+    let mut calls = f.live.reply.subscribe();
+    loop {
+        let now = calls.borrow_and_update().clone();
+        if now.same_channel(&gone) {
+            drop(now);
+            if matches!(
+                tokio::time::timeout(attempts::REATTACH_GRACE, calls.changed()).await,
+                Ok(Ok(()))
+            ) {
+                continue;
+            }
+            warn!(
+                task = f.assignment.task_id,
+                attempt = f.assignment.attempt,
+                "the requesting node is gone: its result is dropped"
+            );
+            cleanup_task(&f.staging, Path::new(&f.spec.workdir));
+            held.ended(
+                f.key,
+                format!(
+                    "ran here, but its call broke while its result was sent and it was not \
+                     sent again within {} s",
+                    attempts::REATTACH_GRACE.as_secs()
+                ),
+                now_ms(),
+            );
+            return;
+        }
+        gone = now;
+        if deliver(&f, &gone, &held).await {
+            return;
+        }
+    }
+}
+
+/// Sends a finished task's logs and declared outputs back to `to`; returns the reply that ends
+/// the call (its result), for [`deliver`] to send once the task's directories are gone.
+async fn send_back(f: &Finished, to: &Reply) -> Result<pb::OffloadReply, String> {
     let send = |chunk: pb::FileChunk| {
-        let reply = f.reply.clone();
+        let reply = to.clone();
         async move {
             let m = pb::OffloadReply {
                 part: Some(ReplyPart::Chunk(chunk)),

@@ -301,7 +301,8 @@ impl State {
 
     /// The ticket of dispatch `d`, sent to NNode `nnode` to be offloaded to ANode `anode`: it
     /// names the account the task runs as, its job's owner's (as its spec says,
-    /// [`crate::users::Users::run_as`]), and covers what it runs ([`Self::offload_runs`]).
+    /// [`crate::users::Users::run_as`]), covers what it runs ([`Self::offload_runs`]), and
+    /// expires [`crate::tickets::OFFLOAD_TICKET_LIFETIME_MS`] from now.
     fn offload_ticket(&self, d: &Dispatch, nnode: u32, anode: u32) -> Vec<u8> {
         let run_as = self
             .jobs
@@ -320,6 +321,7 @@ impl State {
                 anode: self.nodes.name(anode),
                 runs: self.offload_runs(d, &run_as),
             },
+            super::now_ns() / 1_000_000,
         )
     }
 

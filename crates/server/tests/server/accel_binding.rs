@@ -784,6 +784,7 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
         "alice",
     )
     .expect("submit");
+    let before_ms = hetsched_server::state::now_ns() / 1_000_000;
     let r = beat(&mut s, n1, "A", false, &[]);
     assert!(r.offload_key.is_empty(), "an NNode is never told a key");
     assert!(beat(&mut s, nb, "B", false, &[]).offload_key.is_empty());
@@ -800,10 +801,23 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
         anode: "anode",
         runs: ticket::offload_digest(spec, t.index, t.entry.as_deref(), t.devices.len() as u32),
     };
+    let valid = ticket::open_offload(&key, &offload, &t.offload_ticket);
+    let valid = valid.unwrap_or_else(|| {
+        panic!(
+            "the ANode's key verifies the ticket: {:?}",
+            t.offload_ticket
+        )
+    });
+    // Issued at this beat (the clock read before and after it brackets the issue), it expires
+    // the lifetime after.
+    let after_ms = hetsched_server::state::now_ns() / 1_000_000;
     assert!(
-        ticket::verify(&key, &offload, &t.offload_ticket),
-        "the ANode's key verifies the ticket: {:?}",
-        t.offload_ticket
+        (before_ms..=after_ms).contains(&valid.issued_ms),
+        "{valid:?}"
+    );
+    assert_eq!(
+        valid.expires_ms - valid.issued_ms,
+        hetsched_server::tickets::OFFLOAD_TICKET_LIFETIME_MS
     );
     let mut other_command = spec.clone();
     other_command.argv = vec!["sh".into(), "-c".into(), "id".into()];
@@ -835,7 +849,7 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
         },
     ] {
         assert!(
-            !ticket::verify(&key, &other, &t.offload_ticket),
+            ticket::open_offload(&key, &other, &t.offload_ticket).is_none(),
             "{other:?}"
         );
     }

@@ -2934,18 +2934,18 @@ fn gpu_instances_go_to_the_bound_nnode(balancer: &str, requires: &str) {
                     runs: shipped_runs(spec, a),
                 };
                 assert!(
-                    hetsched_proto::ticket::verify(&key, &offload, &a.offload_ticket),
+                    hetsched_proto::ticket::open_offload(&key, &offload, &a.offload_ticket)
+                        .is_some(),
                     "each instance carries the ANode's ticket: {a:?}"
                 );
                 let unshipped = hetsched_proto::ticket::Offload {
                     runs: hetsched_proto::ticket::offload_digest(spec, a.index, None, 1),
                     ..offload
                 };
-                assert!(!hetsched_proto::ticket::verify(
-                    &key,
-                    &unshipped,
-                    &a.offload_ticket
-                ));
+                assert!(
+                    hetsched_proto::ticket::open_offload(&key, &unshipped, &a.offload_ticket)
+                        .is_none()
+                );
             }
             agents.finish_all(n, true);
         }
@@ -3049,20 +3049,12 @@ fn a_users_offloaded_instance_carries_a_ticket_for_the_users_account() {
         anode: "anode",
         runs: shipped_runs(spec, a),
     };
-    assert!(hetsched_proto::ticket::verify(
-        &key,
-        &offload,
-        &a.offload_ticket
-    ));
+    assert!(hetsched_proto::ticket::open_offload(&key, &offload, &a.offload_ticket).is_some());
     let as_admin = hetsched_proto::ticket::Offload {
         run_as: "",
         ..offload
     };
-    assert!(!hetsched_proto::ticket::verify(
-        &key,
-        &as_admin,
-        &a.offload_ticket
-    ));
+    assert!(hetsched_proto::ticket::open_offload(&key, &as_admin, &a.offload_ticket).is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
