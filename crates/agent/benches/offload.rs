@@ -81,6 +81,7 @@ fn assignment(sp: &pb::TaskSpec) -> pb::Assignment {
         pb::ticket::Validity {
             issued_ms: now_ms,
             expires_ms: now_ms + 3_600_000,
+            key_epoch: 0,
         },
     );
     pb::Assignment {
@@ -121,7 +122,10 @@ fn setup() -> Setup {
             Default::default(),
         )
         .expect("pipeline");
-        p.set_offload_key(&KEY);
+        p.set_offload_keys(&[pb::OffloadKey {
+            epoch: 0,
+            key: KEY.to_vec(),
+        }]);
         let l = AccelListener::bind("127.0.0.1:0".parse().expect("addr"), p, TOKEN, None)
             .await
             .expect("listener");

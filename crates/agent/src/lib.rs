@@ -807,14 +807,17 @@ pub async fn run(
             if let Some(b) = &reply.binding {
                 accel::apply_binding(&mut sh.binding, b, &opts);
             }
-            // An ANode's offload key: from now on it runs the offloads whose tickets it
-            // verifies (until the first, it refuses every offload).
+            // An ANode's offload keys (by epoch: the server rotates them): from now on it runs
+            // the offloads whose tickets they verify (until the first, it refuses every
+            // offload).
             if let Some(p) = &pipeline
-                && !reply.offload_key.is_empty()
-                && p.set_offload_key(&reply.offload_key)
+                && !reply.offload_keys.is_empty()
+                && p.set_offload_keys(&reply.offload_keys)
             {
+                let epochs: Vec<u64> = reply.offload_keys.iter().map(|k| k.epoch).collect();
                 info!(
-                    "the server gave this ANode its offload key: it runs the offloads the server assigned"
+                    ?epochs,
+                    "the server gave this ANode its offload keys: it runs the offloads the server assigned"
                 );
             }
             // The node's data key: from now on its workflow outputs are served to the fetches,

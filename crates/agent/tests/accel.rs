@@ -14,8 +14,22 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 const TOKEN: &str = "agent-token";
-/// The offload key the test ANodes hold, as their server would give it.
+/// The offload key the test ANodes hold, as their server would give it, and its epoch.
 const KEY: [u8; 32] = [9; 32];
+const EPOCH: u64 = 7;
+
+/// The keys a test ANode holds: [`KEY`], of [`EPOCH`].
+fn held_keys() -> [pb::OffloadKey; 1] {
+    [offload_key(EPOCH, &KEY)]
+}
+
+/// `key` as the offload key of `epoch`.
+fn offload_key(epoch: u64, key: &[u8]) -> pb::OffloadKey {
+    pb::OffloadKey {
+        epoch,
+        key: key.to_vec(),
+    }
+}
 
 /// A fresh directory for this test (removed when it passes).
 fn temp(name: &str) -> Temp {
@@ -46,7 +60,7 @@ fn pipeline(work: &Path) -> Pipeline {
         Default::default(),
     )
     .unwrap();
-    p.set_offload_key(&KEY);
+    p.set_offload_keys(&held_keys());
     p
 }
 
@@ -63,7 +77,7 @@ async fn anode_with(devices: u32, run_as_owner: bool) -> (Pipeline, AccelListene
         Default::default(),
     )
     .expect("pipeline");
-    p.set_offload_key(&KEY);
+    p.set_offload_keys(&held_keys());
     let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
         .await
         .expect("listener");
@@ -120,18 +134,25 @@ fn ticketed(a: pb::Assignment, s: &pb::TaskSpec) -> pb::Assignment {
     let valid = ticket::Validity {
         issued_ms: now,
         expires_ms: now + 3_600_000,
+        key_epoch: EPOCH,
     };
     ticketed_with(a, s, valid)
 }
 
 /// [`ticketed`], valid as `valid` says.
-fn ticketed_with(
+fn ticketed_with(a: pb::Assignment, s: &pb::TaskSpec, valid: ticket::Validity) -> pb::Assignment {
+    ticketed_under(a, s, &KEY, valid)
+}
+
+/// [`ticketed_with`], signed with `key` (of the epoch `valid` names, or not).
+fn ticketed_under(
     mut a: pb::Assignment,
     s: &pb::TaskSpec,
+    key: &[u8],
     valid: ticket::Validity,
 ) -> pb::Assignment {
     a.offload_ticket = ticket::seal_offload(
-        &KEY,
+        key,
         &ticket::Offload {
             task_id: a.task_id,
             attempt: a.attempt,
@@ -787,6 +808,7 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
         ticket::Validity {
             issued_ms: now_ms(),
             expires_ms: now_ms() + 3_600_000,
+            key_epoch: EPOCH,
         },
     );
     refused(
@@ -917,8 +939,8 @@ async fn an_anode_without_a_key_from_its_server_runs_no_offload_until_it_gets_on
         async move { ship_plain(&c, &assignment(4, 0, 2, &s), &s, &dir).await }
     });
     tokio::time::sleep(Duration::from_millis(250)).await;
-    assert!(p.set_offload_key(&KEY), "a new key");
-    assert!(!p.set_offload_key(&KEY), "the same key again");
+    assert!(p.set_offload_keys(&held_keys()), "a new key");
+    assert!(!p.set_offload_keys(&held_keys()), "the same key again");
     let r = shipping.await.unwrap();
     assert!(r.success, "{r:?}");
     assert!(marker.exists());
@@ -939,7 +961,7 @@ async fn anode_limited(
         limits,
     )
     .unwrap();
-    p.set_offload_key(&KEY);
+    p.set_offload_keys(&held_keys());
     let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
         .await
         .unwrap();
@@ -1125,6 +1147,7 @@ async fn an_expired_ticket_starts_no_run_and_says_when_it_expired() {
         ticket::Validity {
             issued_ms: now - 3_700_000,
             expires_ms: now - 100_000,
+            key_epoch: EPOCH,
         },
     );
     let r = ship_plain(&c, &expired, &s, &dir).await;
@@ -1139,7 +1162,7 @@ async fn an_expired_ticket_starts_no_run_and_says_when_it_expired() {
     // Its expiry moved an hour later, the ticket is no ticket.
     let mut moved = expired.clone();
     let later = (now + 3_600_000).to_be_bytes();
-    moved.offload_ticket[ticket::OFFLOAD_TICKET_LEN - 8..].copy_from_slice(&later);
+    moved.offload_ticket[ticket::LEN + 8..ticket::LEN + 16].copy_from_slice(&later);
     let r = ship_plain(&c, &moved, &s, &dir).await;
     assert!(!r.success && r.interrupted, "{r:?}");
     assert!(r.message.contains("ticket does not match"), "{}", r.message);
@@ -1286,4 +1309,67 @@ async fn a_resend_after_a_broken_transfer_gets_the_result_of_the_one_run() {
     let (out, _) = hetsched_agent::launch::output_paths(&dir, &s, &a);
     let out = std::fs::read_to_string(out).unwrap();
     assert_eq!(out.matches("attempt=1").count(), 1, "{out}");
+}
+
+/// The server rotates an ANode's offload keys by epoch and tells it the previous, current and
+/// next epochs' at every beat: a ticket runs under the key of the epoch it names while the
+/// ANode holds it (a ticket of the previous epoch too), not under another epoch's key; once the
+/// key was rotated out its tickets are refused, naming the epochs held; and a ticket of an
+/// epoch whose key has not come yet waits for it (`Unavailable`), then is given up on as
+/// interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_runs_under_the_key_of_its_epoch_while_the_anode_holds_it() {
+    let (p, l, _w) = anode(1).await;
+    let dir = temp("rotation");
+    let s = spec(&dir, "true", &[], &[]);
+    let c = client(l.addr, TOKEN);
+    let (next, after) = ([10; 32], [11; 32]);
+    assert!(p.set_offload_keys(&[
+        offload_key(EPOCH, &KEY),
+        offload_key(EPOCH + 1, &next),
+        offload_key(EPOCH + 2, &after),
+    ]));
+    let ship = |key: [u8; 32], epoch: u64| {
+        let now = now_ms();
+        let valid = ticket::Validity {
+            issued_ms: now,
+            expires_ms: now + 3_600_000,
+            key_epoch: epoch,
+        };
+        let a = ticketed_under(assignment(fresh_task(), 0, 1, &s), &s, &key, valid);
+        let (c, s, dir) = (c.clone(), s.clone(), dir.clone());
+        async move { ship_plain(&c, &a, &s, &dir).await }
+    };
+    let r = ship(KEY, EPOCH).await;
+    assert!(r.success, "the previous epoch's ticket: {r:?}");
+    let r = ship(next, EPOCH + 1).await;
+    assert!(r.success, "the current epoch's ticket: {r:?}");
+    let r = ship(KEY, EPOCH + 1).await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    assert!(r.message.contains("ticket does not match"), "{}", r.message);
+    // A day later the server gives the next three epochs' keys: the oldest is rotated out.
+    assert!(p.set_offload_keys(&[
+        offload_key(EPOCH + 1, &next),
+        offload_key(EPOCH + 2, &after),
+        offload_key(EPOCH + 3, &[12; 32]),
+    ]));
+    let r = ship(KEY, EPOCH).await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    assert!(
+        r.message.contains(
+            "ticket signed with the offload key of epoch 7, which this ANode no longer holds \
+             (it holds epochs 8 to 10)"
+        ),
+        "{}",
+        r.message
+    );
+    let r = ship([13; 32], EPOCH + 5).await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    assert!(
+        r.message
+            .contains("holds no offload key of epoch 12 from its server yet"),
+        "{}",
+        r.message
+    );
+    assert!(p.is_idle());
 }

@@ -12,9 +12,11 @@
 //!   and the task it ships, so a ticket seen elsewhere runs nothing but that attempt's command,
 //!   as that account, from that NNode, on that ANode: an NNode that changes the command, the
 //!   environment or the files of the spec it ships is refused like one without a ticket.
-//!   The ticket also carries when the server issued it and when it expires ([`Validity`],
-//!   signed in and appended to the MAC: [`seal_offload`], [`open_offload`]); an ANode starts no
-//!   run of an expired ticket, and runs each attempt at most once (its agent's `accel::attempts`).
+//!   The ticket also carries when the server issued it, when it expires, and the epoch of the
+//!   ANode key that signed it ([`Validity`], signed in and appended to the MAC:
+//!   [`seal_offload`], [`open_offload`]; the server rotates the keys by epoch); an ANode starts
+//!   no run of an expired ticket, and runs each attempt at most once (its agent's
+//!   `accel::attempts`).
 //!   Not covered: the working directory (an ANode runs every offload in a staging directory
 //!   of its own, whatever the shipped spec says), where stdout and stderr go (the ANode
 //!   captures them and ships them back), and the limits (the time limit changes while the task
@@ -67,19 +69,22 @@ pub const LEN: usize = 32;
 pub const TICKET_LABEL: &[u8] = b"hetsched offload ticket v3";
 
 /// Length of an offload ticket as it travels: the MAC ([`LEN`]), then its [`Validity`] (when
-/// it was issued and when it expires, milliseconds since the Unix epoch, 8 bytes each, big
-/// endian), which the MAC covers.
-pub const OFFLOAD_TICKET_LEN: usize = LEN + 16;
+/// it was issued and when it expires, milliseconds since the Unix epoch, and the epoch of the
+/// key that signed it: 8 bytes each, big endian), which the MAC covers.
+pub const OFFLOAD_TICKET_LEN: usize = LEN + 24;
 
 /// When an offload ticket was issued and until when it may start a run, in milliseconds since
 /// the Unix epoch by the server's clock (the ANode compares with its own: keep the clocks in
-/// step, as for any expiry).
+/// step, as for any expiry), and which of the ANode's keys signed it: the server rotates them,
+/// and an ANode holds a few at once (`HeartbeatReply.offload_keys`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Validity {
     /// When the server signed it.
     pub issued_ms: u64,
     /// The last millisecond an ANode starts a run with it.
     pub expires_ms: u64,
+    /// The epoch of the ANode's offload key it was signed with.
+    pub key_epoch: u64,
 }
 
 impl Validity {
@@ -417,7 +422,7 @@ impl Ticketed for Sealed<'_> {
         let o = self.0;
         let mut m = Message::new(
             TICKET_LABEL,
-            12 + 24 + o.run_as.len() + o.nnode.len() + o.anode.len() + DIGEST_LEN + 16,
+            12 + 24 + o.run_as.len() + o.nnode.len() + o.anode.len() + DIGEST_LEN + 24,
         )
         .u64(o.task_id)
         .u32(o.attempt)
@@ -425,7 +430,10 @@ impl Ticketed for Sealed<'_> {
         .str(o.nnode)
         .str(o.anode);
         m.0.extend_from_slice(&o.runs);
-        m.u64(self.1.issued_ms).u64(self.1.expires_ms).0
+        m.u64(self.1.issued_ms)
+            .u64(self.1.expires_ms)
+            .u64(self.1.key_epoch)
+            .0
     }
 }
 
@@ -435,7 +443,17 @@ pub fn seal_offload(key: &[u8], what: &Offload, valid: Validity) -> Vec<u8> {
     let mut t = sign(key, &Sealed(what, valid));
     t.extend_from_slice(&valid.issued_ms.to_be_bytes());
     t.extend_from_slice(&valid.expires_ms.to_be_bytes());
+    t.extend_from_slice(&valid.key_epoch.to_be_bytes());
     t
+}
+
+/// The epoch of the ANode key `ticket` says it was signed with, to pick the key that verifies
+/// it ([`open_offload`]); `None` for what is no offload ticket of this version.
+pub fn offload_key_epoch(ticket: &[u8]) -> Option<u64> {
+    if ticket.len() != OFFLOAD_TICKET_LEN {
+        return None;
+    }
+    Some(u64::from_be_bytes(ticket[LEN + 16..].try_into().ok()?))
 }
 
 /// The validity of `ticket` when it is `key`'s ticket for `what` (the MAC compared in constant
@@ -445,11 +463,17 @@ pub fn open_offload(key: &[u8], what: &Offload, ticket: &[u8]) -> Option<Validit
     if ticket.len() != OFFLOAD_TICKET_LEN {
         return None;
     }
-    let (mac, times) = ticket.split_at(LEN);
-    let (issued, expires) = times.split_at(8);
+    let (mac, trailer) = ticket.split_at(LEN);
+    let field = |k: usize| {
+        trailer[8 * k..8 * (k + 1)]
+            .try_into()
+            .ok()
+            .map(u64::from_be_bytes)
+    };
     let valid = Validity {
-        issued_ms: u64::from_be_bytes(issued.try_into().ok()?),
-        expires_ms: u64::from_be_bytes(expires.try_into().ok()?),
+        issued_ms: field(0)?,
+        expires_ms: field(1)?,
+        key_epoch: field(2)?,
     };
     verify(key, &Sealed(what, valid), mac).then_some(valid)
 }
@@ -558,6 +582,7 @@ mod tests {
     const VALID: Validity = Validity {
         issued_ms: 1_780_000_000_000,
         expires_ms: 1_780_003_600_000,
+        key_epoch: 20_601,
     };
 
     fn offload() -> Offload<'static> {
@@ -704,12 +729,16 @@ mod tests {
         assert!(!verify(&KEY, &offload(), &[]), "none");
     }
 
-    /// A ticket's validity is signed in: moving its expiry (or its issue) makes it verify for
-    /// nothing, so only the server decides how long a ticket starts runs.
+    /// A ticket's validity is signed in: moving its expiry (or its issue, or its key's epoch)
+    /// makes it verify for nothing, so only the server decides how long a ticket starts runs.
     #[test]
     fn a_tickets_validity_cannot_be_extended() {
         let t = seal_offload(&KEY, &offload(), VALID);
-        for (at, what) in [(LEN, "issued"), (LEN + 8, "expiry")] {
+        for (at, what) in [
+            (LEN, "issued"),
+            (LEN + 8, "expiry"),
+            (LEN + 16, "key epoch"),
+        ] {
             for byte in [at, at + 7] {
                 let mut moved = t.clone();
                 moved[byte] ^= 1;
@@ -727,7 +756,14 @@ mod tests {
         let mut spliced = t[..LEN].to_vec();
         spliced.extend_from_slice(&later.issued_ms.to_be_bytes());
         spliced.extend_from_slice(&later.expires_ms.to_be_bytes());
+        spliced.extend_from_slice(&later.key_epoch.to_be_bytes());
         assert_eq!(open_offload(&KEY, &offload(), &spliced), None);
+        assert_eq!(offload_key_epoch(&t), Some(VALID.key_epoch));
+        assert_eq!(
+            offload_key_epoch(&t[..LEN + 16]),
+            None,
+            "a ticket of another length"
+        );
         assert!(!VALID.expired(VALID.expires_ms) && VALID.expired(VALID.expires_ms + 1));
     }
 
@@ -750,6 +786,7 @@ mod tests {
         m.extend_from_slice(&offload().runs);
         m.extend_from_slice(&VALID.issued_ms.to_be_bytes());
         m.extend_from_slice(&VALID.expires_ms.to_be_bytes());
+        m.extend_from_slice(&VALID.key_epoch.to_be_bytes());
         assert_eq!(Sealed(&offload(), VALID).message(), m);
         let mut v2 = v1(b"hetsched offload ticket v2");
         v2.extend_from_slice(&offload().runs);

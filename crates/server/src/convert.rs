@@ -313,6 +313,11 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             member_of: r.member_of.iter().map(task_ref).collect(),
             gathering: r.gathering,
             offload_key: r.offload_key,
+            offload_keys: r
+                .offload_keys
+                .into_iter()
+                .map(|(epoch, key)| pb::OffloadKey { epoch, key })
+                .collect(),
             data_key: r.data_key,
         }
     }
@@ -378,6 +383,8 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         // validity — come then too: an NNode is sent as many offloads at once as it reaches
         // devices.)
         offload_key: Vec::new(),
+        // Likewise: three keys of 38 bytes each (tag, length, epoch, key), 114 bytes.
+        offload_keys: Vec::new(),
         // Set after the kinds filled the reply, to every node: 34 bytes.
         data_key: Vec::new(),
     }

@@ -5,8 +5,19 @@
 //! Every agent holds the agent token, so an ANode's accelerator service cannot tell from it
 //! whether the server assigned the offload a caller asks for. The server keeps a secret of its
 //! own (`DATA_DIR/offload-secret`, [`crate::datadir::offload_secret`]) and derives from it one
-//! key per ANode — HMAC-SHA256 over [`KEY_LABEL`], the ANode's name and the identity its agent
-//! registered with — which only that ANode is told (its heartbeat replies' `offload_key`).
+//! key per ANode and epoch — HMAC-SHA256 over [`KEY_LABEL`], the epoch, the ANode's name and
+//! the identity its agent registered with — which only that ANode is told (its heartbeat
+//! replies' `offload_keys`).
+//!
+//! Offload keys rotate: an epoch is [`OFFLOAD_KEY_PERIOD_MS`] of the server's clock, each ticket
+//! is signed with the key of the epoch it is issued in and names it, and every reply to an
+//! ANode carries its keys of the previous, the current and the next epoch. A ticket of the
+//! previous epoch still verifies until it expires (the period is longer than a ticket's
+//! lifetime), the next epoch's key is there before the first ticket that needs it, and a key
+//! older than that verifies nothing: a key taken from an ANode stops working within two
+//! periods. The secret itself does not change (fetch, log and balancing keys are derived from
+//! it as before); the epoch comes from the clock, so a restart neither changes nor needs a
+//! stored epoch.
 //! Every assignment it sends an NNode with `offload_anode` set carries the ticket of that
 //! attempt under that ANode's key ([`OffloadKeys::ticket`]), which covers what it runs as the
 //! NNode ships it ([`offload_runs`]); the ANode runs only offloads whose ticket its key verifies
@@ -36,7 +47,7 @@
 //! attempt once whatever calls bring its ticket (the agent's `accel::attempts`, which forgets
 //! an attempt only once its ticket has expired).
 //!
-//! The identity is part of the key so that an agent that takes a dead node's name over (a new
+//! The identity is part of each key so that an agent that takes a dead node's name over (a new
 //! identity) does not get the key tickets for the old one were signed with. The secret
 //! persists, so a server restart changes no key: tickets of assignments sent before it still
 //! verify.
@@ -94,8 +105,18 @@ pub fn offload_runs(spec: TaskSpec, run_as: &str, d: &Dispatch) -> Runs {
 }
 
 /// Domain separation for the derived keys: nothing else the server computes with its secret
-/// can pass for an ANode's key.
-pub const KEY_LABEL: &[u8] = b"hetsched anode offload key v1";
+/// can pass for an ANode's key. v2: one key per epoch.
+pub const KEY_LABEL: &[u8] = b"hetsched anode offload key v2";
+
+/// How long an offload key signs tickets: a day of the server's clock. Longer than a ticket's
+/// lifetime ([`OFFLOAD_TICKET_LIFETIME_MS`]), so that the previous epoch's key, which an ANode
+/// still holds, verifies every ticket that has not expired.
+pub const OFFLOAD_KEY_PERIOD_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The epoch of the offload keys at `now_ms` (ms since the Unix epoch).
+pub fn key_epoch(now_ms: u64) -> u64 {
+    now_ms / OFFLOAD_KEY_PERIOD_MS
+}
 
 /// Domain separation for the nodes' data keys: a node's data key is neither its offload key
 /// (an ANode's) nor anything else derived from the secret.
@@ -149,8 +170,15 @@ impl OffloadKeys {
 
     /// The key `label` gives the node called `node` whose agent registered with `identity`.
     fn derive(&self, label: &[u8], node: &str, identity: &str) -> Vec<u8> {
-        let mut m = Vec::with_capacity(label.len() + 16 + node.len() + identity.len());
+        self.derive_after(label, &[], node, identity)
+    }
+
+    /// [`Self::derive`], with `prefix` after the label (an offload key's epoch).
+    fn derive_after(&self, label: &[u8], prefix: &[u8], node: &str, identity: &str) -> Vec<u8> {
+        let mut m =
+            Vec::with_capacity(label.len() + prefix.len() + 16 + node.len() + identity.len());
         m.extend_from_slice(label);
+        m.extend_from_slice(prefix);
         for s in [node, identity] {
             m.extend_from_slice(&(s.len() as u64).to_be_bytes());
             m.extend_from_slice(s.as_bytes());
@@ -158,20 +186,33 @@ impl OffloadKeys {
         hmac::sign(&self.secret, &m).as_ref().to_vec()
     }
 
-    /// The offload key of the ANode called `anode` whose agent registered with `identity`.
-    pub fn key(&self, anode: &str, identity: &str) -> Vec<u8> {
-        self.derive(KEY_LABEL, anode, identity)
+    /// The offload key of epoch `epoch` of the ANode called `anode` whose agent registered with
+    /// `identity`.
+    pub fn key(&self, anode: &str, identity: &str, epoch: u64) -> Vec<u8> {
+        self.derive_after(KEY_LABEL, &epoch.to_be_bytes(), anode, identity)
     }
 
-    /// The ticket of `offload` under its ANode's key (the ANode's agent registered with
-    /// `identity`), issued at `now_ms` (milliseconds since the Unix epoch): it starts runs for
-    /// [`OFFLOAD_TICKET_LIFETIME_MS`].
+    /// The offload keys an ANode holds at `now_ms`: those of the previous, the current and the
+    /// next epoch, by epoch.
+    pub fn keys(&self, anode: &str, identity: &str, now_ms: u64) -> Vec<(u64, Vec<u8>)> {
+        let now = key_epoch(now_ms);
+        [now.saturating_sub(1), now, now.saturating_add(1)]
+            .into_iter()
+            .map(|e| (e, self.key(anode, identity, e)))
+            .collect()
+    }
+
+    /// The ticket of `offload` under its ANode's key of the epoch of `now_ms` (the ANode's
+    /// agent registered with `identity`), issued at `now_ms` (milliseconds since the Unix
+    /// epoch): it starts runs for [`OFFLOAD_TICKET_LIFETIME_MS`].
     pub fn ticket(&self, identity: &str, offload: &Offload, now_ms: u64) -> Vec<u8> {
+        let epoch = key_epoch(now_ms);
         let valid = Validity {
             issued_ms: now_ms,
             expires_ms: now_ms.saturating_add(OFFLOAD_TICKET_LIFETIME_MS),
+            key_epoch: epoch,
         };
-        ticket::seal_offload(&self.key(offload.anode, identity), offload, valid)
+        ticket::seal_offload(&self.key(offload.anode, identity, epoch), offload, valid)
     }
 
     /// The data key of the node called `node` whose agent registered with `identity`.
@@ -223,16 +264,16 @@ mod tests {
     #[test]
     fn each_anode_and_identity_has_its_own_key_and_the_ticket_verifies_with_it() {
         let keys = OffloadKeys::new(&[1; 32]);
-        let k = keys.key("anode-1", "id-a");
+        let k = keys.key("anode-1", "id-a", 0);
         assert_eq!(k.len(), ticket::LEN);
         assert_eq!(
             k,
-            OffloadKeys::new(&[1; 32]).key("anode-1", "id-a"),
+            OffloadKeys::new(&[1; 32]).key("anode-1", "id-a", 0),
             "stable"
         );
-        assert_ne!(k, keys.key("anode-2", "id-a"));
-        assert_ne!(k, keys.key("anode-1", "id-b"));
-        assert_ne!(k, OffloadKeys::new(&[2; 32]).key("anode-1", "id-a"));
+        assert_ne!(k, keys.key("anode-2", "id-a", 0));
+        assert_ne!(k, keys.key("anode-1", "id-b", 0));
+        assert_ne!(k, OffloadKeys::new(&[2; 32]).key("anode-1", "id-a", 0));
         let o = Offload {
             task_id: 5,
             attempt: 1,
@@ -245,11 +286,53 @@ mod tests {
         let valid = Validity {
             issued_ms: 1_000,
             expires_ms: 1_000 + OFFLOAD_TICKET_LIFETIME_MS,
+            key_epoch: 0,
         };
         assert_eq!(ticket::open_offload(&k, &o, &t), Some(valid));
         assert_eq!(
-            ticket::open_offload(&keys.key("anode-1", "id-b"), &o, &t),
+            ticket::open_offload(&keys.key("anode-1", "id-b", 0), &o, &t),
             None
+        );
+    }
+
+    /// Offload keys rotate every period: a ticket is signed with its epoch's key and names it;
+    /// an ANode is given the previous, current and next epochs' keys, so every ticket that has
+    /// not expired verifies with one it holds — across an epoch's end too — and a key two
+    /// epochs old is given no more and verifies no new ticket.
+    #[test]
+    fn offload_keys_rotate_and_the_previous_key_verifies_until_its_tickets_expired() {
+        const { assert!(OFFLOAD_KEY_PERIOD_MS > OFFLOAD_TICKET_LIFETIME_MS) };
+        let keys = OffloadKeys::new(&[1; 32]);
+        let o = Offload {
+            task_id: 5,
+            attempt: 1,
+            run_as: "",
+            nnode: "nnode-1",
+            anode: "anode-1",
+            runs: [3; ticket::DIGEST_LEN],
+        };
+        let epoch_start = 20_000 * OFFLOAD_KEY_PERIOD_MS;
+        // The last ticket of epoch 19,999, and a ticket of epoch 20,000 signed just after.
+        let last = keys.ticket("id-a", &o, epoch_start - 1);
+        let first = keys.ticket("id-a", &o, epoch_start);
+        assert_eq!(ticket::offload_key_epoch(&last), Some(19_999));
+        assert_eq!(ticket::offload_key_epoch(&first), Some(20_000));
+        let k = |e| keys.key("anode-1", "id-a", e);
+        assert_ne!(k(19_999), k(20_000), "a new key each epoch");
+        assert!(ticket::open_offload(&k(20_000), &o, &first).is_some());
+        assert!(ticket::open_offload(&k(19_999), &o, &first).is_none());
+        assert!(ticket::open_offload(&k(19_999), &o, &last).is_some());
+        // Until the last ticket of an epoch expired, its ANode holds that epoch's key.
+        let held = |now_ms| keys.keys("anode-1", "id-a", now_ms);
+        let until = epoch_start - 1 + OFFLOAD_TICKET_LIFETIME_MS;
+        assert!(held(until).contains(&(19_999, k(19_999))));
+        // Before an epoch begins, its key is already held (an ANode that beat just before).
+        assert!(held(epoch_start - 1).contains(&(20_000, k(20_000))));
+        // A key two epochs old is no longer given.
+        let later = epoch_start + OFFLOAD_KEY_PERIOD_MS;
+        assert_eq!(
+            held(later).iter().map(|(e, _)| *e).collect::<Vec<_>>(),
+            [20_000, 20_001, 20_002]
         );
     }
 
@@ -265,7 +348,7 @@ mod tests {
         );
         assert_ne!(k, keys.data_key("b", "id-a"));
         assert_ne!(k, keys.data_key("a", "id-b"));
-        assert_ne!(k, keys.key("a", "id-a"), "not the node's offload key");
+        assert_ne!(k, keys.key("a", "id-a", 0), "not the node's offload key");
         let f = Fetch {
             path: "wf/1/P-0/out/x",
             producer: "a",

@@ -232,6 +232,7 @@ mod tests {
     const VALID: Validity = Validity {
         issued_ms: 1_000,
         expires_ms: 10_000,
+        key_epoch: 0,
     };
 
     fn live() -> Arc<Live> {
@@ -307,6 +308,7 @@ mod tests {
         let later = Validity {
             issued_ms: 10_000,
             expires_ms: 20_000,
+            key_epoch: 0,
         };
         assert!(matches!(
             a.admit((u64::MAX, 1), later, 10_001),

@@ -102,6 +102,9 @@ pub(crate) struct Counters {
     pub freed: Notify,
 }
 
+/// An offload key the server gave an ANode, with its epoch.
+pub(crate) type EpochKey = (u64, Arc<[u8]>);
+
 /// The accelerator pipeline of one ANode.
 #[derive(Clone)]
 pub struct Pipeline {
@@ -118,10 +121,11 @@ pub struct Pipeline {
     /// `run_as_owner`: its own GPU tasks and users' offloaded tasks run as their owners'
     /// accounts (an offloaded task staged in the account's directory, [`service`]).
     pub(crate) run_as_owner: bool,
-    /// The offload key the server gave this ANode (its heartbeat replies' `offload_key`), which
-    /// verifies each offload's ticket ([`hetsched_proto::ticket`]); `None` until the first
-    /// reply that carries one — every offload is refused until then.
-    pub(crate) offload_key: Arc<std::sync::RwLock<Option<Arc<[u8]>>>>,
+    /// The offload keys the server gave this ANode, by epoch (its heartbeat replies'
+    /// `offload_keys`: the previous, current and next epochs'), which verify each offload's
+    /// ticket ([`hetsched_proto::ticket`]) by the epoch it names; empty until the first reply
+    /// that carries them — every offload is refused until then.
+    pub(crate) offload_keys: Arc<std::sync::RwLock<Vec<EpochKey>>>,
     /// What an offload's inputs may take here (the agent's `max_input_bytes` per file and
     /// `min_free_disk` floor, as for workflow fetches): an NNode holds the agent token, so it
     /// must not be able to fill this node's disk.
@@ -187,7 +191,7 @@ impl Pipeline {
             seq: Arc::default(),
             node,
             run_as_owner,
-            offload_key: Arc::default(),
+            offload_keys: Arc::default(),
             input_limits,
             attempts: held,
         };
@@ -195,21 +199,30 @@ impl Pipeline {
         Ok(pipeline)
     }
 
-    /// Takes `key` as this ANode's offload key (what the server's heartbeat reply said):
-    /// offloads are run only with a ticket it verifies. Whether it is new (the first, or
-    /// another after the server changed it).
-    pub fn set_offload_key(&self, key: &[u8]) -> bool {
-        let mut held = self.offload_key.write().unwrap_or_else(|p| p.into_inner());
-        if held.as_deref() == Some(key) {
+    /// Takes `keys` as this ANode's offload keys (what the server's heartbeat reply said, by
+    /// epoch), in place of those it held: offloads are run only with a ticket the key of its
+    /// epoch verifies. Whether they are new (the first, or others after the server rotated or
+    /// changed them).
+    pub fn set_offload_keys(&self, keys: &[pb::OffloadKey]) -> bool {
+        let mut held = self.offload_keys.write().unwrap_or_else(|p| p.into_inner());
+        let same = held.len() == keys.len()
+            && held
+                .iter()
+                .zip(keys)
+                .all(|((e, k), n)| *e == n.epoch && **k == *n.key);
+        if same {
             return false;
         }
-        *held = Some(key.into());
+        *held = keys
+            .iter()
+            .map(|k| (k.epoch, k.key.as_slice().into()))
+            .collect();
         true
     }
 
-    /// The offload key the server gave, if it gave one.
-    pub(crate) fn offload_key(&self) -> Option<Arc<[u8]>> {
-        self.offload_key
+    /// The offload keys the server gave, by epoch (none before it gave any).
+    pub(crate) fn offload_keys(&self) -> Vec<EpochKey> {
+        self.offload_keys
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()

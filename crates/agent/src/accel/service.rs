@@ -272,29 +272,20 @@ fn check_ticket(
 ) -> Result<hetsched_proto::ticket::Validity, Status> {
     use hetsched_proto::ticket;
     let what = call_name(task);
-    let Some(key) = p.offload_key() else {
+    let held = p.offload_keys();
+    if held.is_empty() {
         return Err(Status::unavailable(format!(
             "{what}: ANode {} holds no offload key from its server yet (it has not heard from \
              the server since it started, or the server predates offload tickets): no offload \
              runs here until it does",
             p.node
         )));
-    };
+    }
     let refused = |why: &str| refused(format!("{what}: {why}"));
     if task.ticket.is_empty() {
         return Err(refused("no ticket from the server"));
     }
-    let offload = ticket::Offload {
-        task_id: task.task_id,
-        attempt: task.attempt,
-        run_as: &spec.run_as,
-        nnode: &task.node,
-        anode: &p.node,
-        // What the call asks to run, from the spec it brings: a ticket for another command,
-        // environment or files does not verify.
-        runs: ticket::offload_digest(spec, task.index, task.entry.as_deref(), task.gpus),
-    };
-    ticket::open_offload(&key, &offload, &task.ticket).ok_or_else(|| {
+    let does_not_match = || {
         refused(&format!(
             "ticket does not match (the server's ticket names another task, attempt, NNode, \
              ANode, command, environment, files or account than `{}`, or the server signs \
@@ -305,7 +296,43 @@ fn check_ticket(
                 &spec.run_as
             }
         ))
-    })
+    };
+    // The key of the epoch the ticket names: the server rotates them, and tells this ANode the
+    // previous, current and next epochs' at every beat.
+    let epoch = ticket::offload_key_epoch(&task.ticket).ok_or_else(does_not_match)?;
+    let key = match held.iter().find(|(e, _)| *e == epoch) {
+        Some((_, key)) => key.clone(),
+        None => {
+            let oldest = held.iter().map(|(e, _)| *e).min().unwrap_or(0);
+            let newest = held.iter().map(|(e, _)| *e).max().unwrap_or(0);
+            if epoch > newest {
+                // This ANode has not heard from its server for a whole key period: its next
+                // beat brings the key, and the NNode tries again meanwhile.
+                return Err(Status::unavailable(format!(
+                    "{what}: ANode {} holds no offload key of epoch {epoch} from its server yet \
+                     (it holds epochs {oldest} to {newest}): no such offload runs here until \
+                     it does",
+                    p.node
+                )));
+            }
+            return Err(refused(&format!(
+                "ticket signed with the offload key of epoch {epoch}, which this ANode no \
+                 longer holds (it holds epochs {oldest} to {newest}): that key was rotated out \
+                 after its tickets expired"
+            )));
+        }
+    };
+    let offload = ticket::Offload {
+        task_id: task.task_id,
+        attempt: task.attempt,
+        run_as: &spec.run_as,
+        nnode: &task.node,
+        anode: &p.node,
+        // What the call asks to run, from the spec it brings: a ticket for another command,
+        // environment or files does not verify.
+        runs: ticket::offload_digest(spec, task.index, task.entry.as_deref(), task.gpus),
+    };
+    ticket::open_offload(&key, &offload, &task.ticket).ok_or_else(does_not_match)
 }
 
 /// An offload call waiting for the remote-read stage: its task has arrived, its inputs have not

@@ -229,9 +229,18 @@ impl State {
                     info!(anode = %self.nodes.name(id), "the ANode is heard from again: its NNodes may offload to it");
                 }
                 self.hold_if_full(id)?;
-                // Its key, in every reply: an agent that restarted, or missed a reply, has it
-                // again at its next beat.
-                reply.offload_key = self.offload_key(id);
+                // Its keys, in every reply: an agent that restarted, or missed a reply, has
+                // them again at its next beat, and each epoch's key comes before its first
+                // ticket.
+                let now_ms = super::now_ns() / 1_000_000;
+                reply.offload_keys = self.offload_keys_of(id, now_ms);
+                let current = crate::tickets::key_epoch(now_ms);
+                reply.offload_key = reply
+                    .offload_keys
+                    .iter()
+                    .find(|(e, _)| *e == current)
+                    .map(|(_, k)| k.clone())
+                    .unwrap_or_default();
             }
             Some(Role::NNode) => {
                 // The NNode runs no GPU task itself: each of its devices is one of its ANodes'
@@ -292,11 +301,12 @@ impl State {
         self.offload_keys = keys;
     }
 
-    /// The offload key of ANode `anode` ([`crate::tickets`]): from its name and the identity
-    /// its agent registered with.
-    pub(super) fn offload_key(&self, anode: u32) -> Vec<u8> {
+    /// The offload keys ANode `anode` holds at `now_ms`, by epoch ([`crate::tickets`]): from
+    /// its name and the identity its agent registered with.
+    fn offload_keys_of(&self, anode: u32, now_ms: u64) -> Vec<(u64, Vec<u8>)> {
         let identity = self.nodes.get(anode).map_or("", |n| n.identity.as_str());
-        self.offload_keys.key(self.nodes.name(anode), identity)
+        self.offload_keys
+            .keys(self.nodes.name(anode), identity, now_ms)
     }
 
     /// The ticket of dispatch `d`, sent to NNode `nnode` to be offloaded to ANode `anode`: it

@@ -280,8 +280,12 @@ pub struct HeartbeatReply {
     /// The ANode each accelerator task of this reply is shipped to, by task id (spec 01), with
     /// the offload's ticket under that ANode's key ([`crate::tickets`]).
     pub offload_to: Vec<(u64, crate::state::accel::NodeBinding, Vec<u8>)>,
-    /// To an ANode: its offload key ([`crate::tickets`]); empty for any other node.
+    /// To an ANode: its offload key of the current epoch ([`crate::tickets`]); empty for any
+    /// other node.
     pub offload_key: Vec<u8>,
+    /// To an ANode: its offload keys of the previous, current and next epochs, by epoch
+    /// ([`crate::tickets::OffloadKeys::keys`]); empty for any other node.
+    pub offload_keys: Vec<(u64, Vec<u8>)>,
     /// To every node: its data key ([`crate::tickets`]), which verifies the tickets of the
     /// fetches of its workflow outputs.
     pub data_key: Vec<u8>,

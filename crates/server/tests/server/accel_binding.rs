@@ -766,12 +766,31 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
     beat(&mut s, a, "A", true, &[]);
     beat(&mut s, n1, "A", false, &[]);
     beat(&mut s, nb, "B", false, &[]);
-    let key = beat(&mut s, a, "A", true, &[]).offload_key;
-    assert_eq!(key.len(), ticket::LEN, "the ANode is told its key");
+    let epoch_now =
+        || hetsched_server::tickets::key_epoch(hetsched_server::state::now_ns() / 1_000_000);
+    let before = epoch_now();
+    let told = beat(&mut s, a, "A", true, &[]);
+    let after = epoch_now();
     assert_eq!(
-        beat(&mut s, a, "A", true, &[]).offload_key,
-        key,
-        "the same key at every beat"
+        told.offload_key.len(),
+        ticket::LEN,
+        "the ANode is told its key"
+    );
+    // Its keys of the previous, current and next epochs (the server rotates them), the current
+    // one also alone.
+    let keys = told.offload_keys;
+    let epochs: Vec<u64> = keys.iter().map(|k| k.epoch).collect();
+    assert!(
+        (before..=after).any(|e| epochs == [e - 1, e, e + 1]),
+        "{epochs:?}"
+    );
+    assert_eq!(keys[1].key, told.offload_key);
+    assert!(keys.iter().all(|k| k.key.len() == ticket::LEN));
+    assert_ne!(keys[0].key, keys[1].key, "a key per epoch");
+    assert_eq!(
+        beat(&mut s, a, "A", true, &[]).offload_keys,
+        keys,
+        "the same keys at every beat of an epoch"
     );
     s.on_add_user("alice", false).expect("alice");
     s.on_submit_as(
@@ -787,7 +806,9 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
     let before_ms = hetsched_server::state::now_ns() / 1_000_000;
     let r = beat(&mut s, n1, "A", false, &[]);
     assert!(r.offload_key.is_empty(), "an NNode is never told a key");
-    assert!(beat(&mut s, nb, "B", false, &[]).offload_key.is_empty());
+    assert!(r.offload_keys.is_empty());
+    let other = beat(&mut s, nb, "B", false, &[]);
+    assert!(other.offload_key.is_empty() && other.offload_keys.is_empty());
     assert_eq!(r.assignments.len(), 1, "{r:?}");
     let t = &r.assignments[0];
     assert_eq!(t.offload_anode, "anode");
@@ -801,6 +822,13 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
         anode: "anode",
         runs: ticket::offload_digest(spec, t.index, t.entry.as_deref(), t.devices.len() as u32),
     };
+    // The key of the epoch the ticket names, which the ANode was told.
+    let epoch = ticket::offload_key_epoch(&t.offload_ticket).expect("a ticket of this version");
+    let key = keys
+        .iter()
+        .find(|k| k.epoch == epoch)
+        .map(|k| k.key.clone())
+        .expect("the ANode holds the key of the ticket's epoch");
     let valid = ticket::open_offload(&key, &offload, &t.offload_ticket);
     let valid = valid.unwrap_or_else(|| {
         panic!(
