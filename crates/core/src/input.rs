@@ -115,6 +115,26 @@ impl<'a> Source<'a> {
         })
     }
 
+    /// Where the value at `path` is written (`task`, 2, `env`, `A=B`), read again from the
+    /// text: for the fields a parser keeps without their place (an application variant's fields,
+    /// a workflow task's `env`, a cost's `mean` and `cv`, a divisible load's `time_limit`),
+    /// looked up only when one is refused, so the error names the value's own line and column. `None` when the text does not hold it (a
+    /// default, or text that no longer parses).
+    pub(crate) fn value_at(&self, path: &[Step<'_>]) -> Option<usize> {
+        let root = toml::de::DeValue::Table(toml::de::DeTable::parse(self.text).ok()?.into_inner());
+        let mut value = &root;
+        let mut span = None;
+        for step in path {
+            let next = match step {
+                Step::Key(k) => value.get(*k),
+                Step::Index(i) => value.get(*i),
+            }?;
+            span = Some(next.span());
+            value = next.get_ref();
+        }
+        span.filter(|s| s.end > s.start).map(|s| s.start)
+    }
+
     fn toml_error(&self, e: &toml::de::Error, field: Option<String>) -> InputError {
         self.error(
             e.span().map(|s| s.start),
@@ -122,6 +142,15 @@ impl<'a> Source<'a> {
             e.message().trim().to_string(),
         )
     }
+}
+
+/// One step of a path into a file's TOML ([`Source::value_at`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Step<'a> {
+    /// The value of this key of a table.
+    Key(&'a str),
+    /// The element at this index of an array (of tables: `[[task]]`).
+    Index(usize),
 }
 
 /// serde_path_to_error writes `application[0].cpu`, already in the user's terms; drop the root

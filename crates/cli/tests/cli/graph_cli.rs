@@ -299,7 +299,7 @@ fn a_cost_spread_past_ten_is_refused_at_its_line() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "{shown}:4:8: task[0].cost.cv: must be at most 10, got 1e300"
+            "{shown}:4:28: task[0].cost.cv: must be at most 10, got 1e300"
         )),
         "{stderr}"
     );

@@ -24,7 +24,7 @@
 use super::cluster::at;
 use super::units::Duration;
 use super::workload::{Command, MAX_RETRIES};
-use super::{InputError, Source};
+use super::{InputError, Source, Step};
 use crate::policy::divisible::Algo;
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
@@ -316,15 +316,9 @@ pub fn check(src: &Source<'_>, index: usize, d: &DivisibleSpec) -> Result<(), In
 
 /// Where the value of `key` in the `index`th `[[divisible]]` table is written: for the fields
 /// kept without their place (a `time_limit`, a `memory_per_unit`), read again from the text
-/// when one of them is refused.
+/// when one of them is refused ([`Source::value_at`]).
 fn value_at(src: &Source<'_>, index: usize, key: &str) -> Option<usize> {
-    #[derive(Deserialize)]
-    struct Places {
-        #[serde(default)]
-        divisible: Vec<std::collections::HashMap<String, Spanned<serde::de::IgnoredAny>>>,
-    }
-    let places: Places = toml::from_str(src.text).ok()?;
-    places.divisible.get(index)?.get(key).and_then(at)
+    src.value_at(&[Step::Key("divisible"), Step::Index(index), Step::Key(key)])
 }
 
 /// Replaces `{start}`, `{end}`, `{chunk}` and `{input}` in one word of a chunk's command.

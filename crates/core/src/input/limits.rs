@@ -7,10 +7,10 @@
 //! application name with `/` or a leading `.` would put task outputs outside the agent's work
 //! directory. The limits are generous for real work and clear when hit.
 
-use super::InputError;
 use super::cluster::at;
 use super::workflow::ParsedWorkflow;
 use super::workload::{Command, Workload};
+use super::{InputError, Source, Step::Index, Step::Key};
 use std::collections::BTreeMap;
 
 /// Largest job file, in bytes.
@@ -78,7 +78,7 @@ pub fn app_name_problem(name: &str) -> Option<String> {
 }
 
 /// A submitted file is at most [`MAX_JOB_FILE_BYTES`]; `what` names its kind in the error.
-fn check_file_size(src: &super::Source<'_>, what: &str, text: &str) -> Result<(), InputError> {
+fn check_file_size(src: &Source<'_>, what: &str, text: &str) -> Result<(), InputError> {
     if text.len() > MAX_JOB_FILE_BYTES {
         return Err(src.error(
             None,
@@ -94,7 +94,7 @@ fn check_file_size(src: &super::Source<'_>, what: &str, text: &str) -> Result<()
 
 /// Checks every bound above on a parsed job file.
 pub fn check(w: &Workload) -> Result<(), InputError> {
-    let src = super::Source::new(&w.origin, &w.text);
+    let src = Source::new(&w.origin, &w.text);
     check_file_size(&src, "job", &w.text)?;
     if let Some(a) = w.applications.get(MAX_APPLICATIONS) {
         return Err(src.error(
@@ -171,7 +171,14 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
                 match p {
                     Place::Command => variant_value_at(&src, i, variant, "command"),
                     Place::Env => variant_value_at(&src, i, variant, "env"),
-                    Place::Var(name) => variant_env_var_at(&src, i, variant, name)
+                    Place::Var(name) => src
+                        .value_at(&[
+                            Key("application"),
+                            Index(i),
+                            Key(variant),
+                            Key("env"),
+                            Key(name),
+                        ])
                         .or_else(|| variant_value_at(&src, i, variant, "env")),
                 }
                 .or(Some(header))
@@ -196,62 +203,9 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
 
 /// Where the value of `key` in the `index`th application's `variant` table (`cpu` or `gpu`) is
 /// written: the variants keep their fields without their place (the runtime reads them as plain
-/// values), so the text is read again when one is refused, as a divisible load's are
-/// ([`super::divisible`]).
-fn variant_value_at(
-    src: &super::Source<'_>,
-    index: usize,
-    variant: &str,
-    key: &str,
-) -> Option<usize> {
-    type Table = std::collections::HashMap<String, serde_spanned::Spanned<serde::de::IgnoredAny>>;
-    variant_table::<Table>(src, index, variant)?
-        .get(key)
-        .and_then(at)
-}
-
-/// Where the value of the environment variable `name` of the `index`th application's `variant`
-/// table is written, read again from the text as [`variant_value_at`] reads a field.
-fn variant_env_var_at(
-    src: &super::Source<'_>,
-    index: usize,
-    variant: &str,
-    name: &str,
-) -> Option<usize> {
-    #[derive(serde::Deserialize)]
-    struct Env {
-        env: Option<
-            std::collections::HashMap<String, serde_spanned::Spanned<serde::de::IgnoredAny>>,
-        >,
-    }
-    variant_table::<Env>(src, index, variant)?
-        .env?
-        .get(name)
-        .and_then(at)
-}
-
-/// The `index`th application's `variant` table (`cpu` or `gpu`) read again from the text as `T`;
-/// `None` when the text does not hold it so.
-fn variant_table<T: serde::de::DeserializeOwned>(
-    src: &super::Source<'_>,
-    index: usize,
-    variant: &str,
-) -> Option<T> {
-    #[derive(serde::Deserialize)]
-    #[serde(bound = "T: serde::de::DeserializeOwned")]
-    struct Variants<T> {
-        cpu: Option<T>,
-        gpu: Option<T>,
-    }
-    #[derive(serde::Deserialize)]
-    #[serde(bound = "T: serde::de::DeserializeOwned")]
-    struct Places<T> {
-        #[serde(default = "Vec::new")]
-        application: Vec<Variants<T>>,
-    }
-    let places: Places<T> = toml::from_str(src.text).ok()?;
-    let app = places.application.into_iter().nth(index)?;
-    if variant == "gpu" { app.gpu } else { app.cpu }
+/// values), so the text is read again when one is refused ([`Source::value_at`]).
+fn variant_value_at(src: &Source<'_>, index: usize, variant: &str, key: &str) -> Option<usize> {
+    src.value_at(&[Key("application"), Index(index), Key(variant), Key(key)])
 }
 
 /// Most instances one workflow may have (a batch job's bound on tasks).
@@ -261,7 +215,7 @@ pub const MAX_WORKFLOW_INSTANCES: u64 = 1_000_000;
 /// instance count, task and data names (each becomes a path component on the agents, as an
 /// application name does), and each task's command, environment and time limit.
 pub fn check_workflow(w: &ParsedWorkflow) -> Result<(), InputError> {
-    let src = super::Source::new(&w.origin, &w.text);
+    let src = Source::new(&w.origin, &w.text);
     check_file_size(&src, "workflow", &w.text)?;
     if let Some(t) = w.specs.get(MAX_APPLICATIONS) {
         return Err(src.error(
@@ -319,13 +273,25 @@ pub fn check_workflow(w: &ParsedWorkflow) -> Result<(), InputError> {
             ));
         }
         let command = t.command.as_ref();
-        let at_command = command.and_then(at).or_else(|| at(&t.name));
+        // Each field at its own value (the environment is kept without its place, so it is read
+        // again from the text), the task's name when the text does not say.
+        let place = |p: Place<'_>| {
+            let env = || src.value_at(&[Key("task"), Index(i), Key("env")]);
+            match p {
+                Place::Command => command.and_then(at),
+                Place::Env => env(),
+                Place::Var(name) => src
+                    .value_at(&[Key("task"), Index(i), Key("env"), Key(name)])
+                    .or_else(env),
+            }
+            .or_else(|| at(&t.name))
+        };
         check_command_env(
             &src,
             &format!("task[{i}]"),
             command.map(|c| c.get_ref()),
             &t.env,
-            &|_| at_command,
+            &place,
         )?;
     }
     Ok(())
@@ -344,7 +310,7 @@ enum Place<'a> {
 /// The bounds on one command and its environment; `prefix` names where they are written
 /// (`application[0].cpu`, `task[2]`), and `place` the offset of what is refused.
 fn check_command_env(
-    src: &super::Source<'_>,
+    src: &Source<'_>,
     prefix: &str,
     command: Option<&Command>,
     env: &BTreeMap<String, String>,
@@ -558,7 +524,7 @@ mod tests {
             ),
             (
                 "instances = 1\ncommand = \"true\"\nenv = { \"A=B\" = \"1\" }",
-                "wf.toml:4:11: task[0].env: variable `A=B`",
+                "wf.toml:5:17: task[0].env: variable `A=B`",
             ),
         ] {
             let e = workflow_err(task);

@@ -26,7 +26,7 @@
 
 use super::cluster::at;
 use super::units::Duration;
-use super::{InputError, Source};
+use super::{InputError, Source, Step};
 use crate::model::workflow::{ArgRange, Cost, Dependency, DependencyKind, Workflow, WorkflowTask};
 use serde::{Deserialize, Serialize};
 use serde_spanned::Spanned;
@@ -260,7 +260,7 @@ pub fn parse_workflow_with(
             ));
         }
         let cost = match (&t.cost, costs) {
-            (Some(c), _) => cost(&src, c, &format!("task[{i}].cost"))?,
+            (Some(c), _) => cost(&src, c, i)?,
             (None, Costs::Optional) => Cost::Fixed(0),
             (None, Costs::Required) => {
                 return Err(src.error(
@@ -522,8 +522,25 @@ fn arg_range(
     }
 }
 
-fn cost(src: &Source<'_>, value: &Spanned<toml::Value>, field: &str) -> Result<Cost, InputError> {
-    let bad = |f: &str, msg: String| src.error(at(value), Some(format!("{field}{f}")), msg);
+/// The `index`th task's `cost`, checked.
+fn cost(src: &Source<'_>, value: &Spanned<toml::Value>, index: usize) -> Result<Cost, InputError> {
+    // `f` is `.KEY` for a key of a `{ mean, cv }` table, refused at that key's value (its place
+    // read again from the text: the table is kept as a plain value), else at the cost.
+    let bad = |f: &str, msg: String| {
+        let place = f.strip_prefix('.').and_then(|key| {
+            src.value_at(&[
+                Step::Key("task"),
+                Step::Index(index),
+                Step::Key("cost"),
+                Step::Key(key),
+            ])
+        });
+        src.error(
+            place.or_else(|| at(value)),
+            Some(format!("task[{index}].cost{f}")),
+            msg,
+        )
+    };
     let duration = |v: &toml::Value, f: &str| -> Result<Duration, InputError> {
         let d: Duration = v
             .clone()
@@ -873,14 +890,28 @@ outputs = ["c"]
             "{e}"
         );
         let e = error("[[task]]\nname = \"A\"\ninstances = 1\ncost = { mean = \"1s\", cv = -1 }\n");
-        assert!(e.starts_with("wf.toml:4:8: task[0].cost.cv:"), "{e}");
+        assert!(e.starts_with("wf.toml:4:28: task[0].cost.cv:"), "{e}");
+        // A `{ mean, cv }` table's key is refused at its own value, however far below the
+        // `[task.cost]` header it is written.
+        let e =
+            error("[[task]]\nname = \"A\"\ninstances = 1\n[task.cost]\nmean = \"0s\"\n\ncv = 1\n");
+        assert!(
+            e.starts_with("wf.toml:5:8: task[0].cost.mean: must be positive"),
+            "{e}"
+        );
+        let e =
+            error("[[task]]\nname = \"A\"\ninstances = 1\n[task.cost]\nmean = \"1s\"\n\ncv = 50\n");
+        assert!(
+            e.starts_with("wf.toml:7:6: task[0].cost.cv: must be at most 10, got 50"),
+            "{e}"
+        );
         // Every cost sampled as 0 under such a spread.
         for cv in ["1e300", "10.5"] {
             let e = error(&format!(
                 "[[task]]\nname = \"A\"\ninstances = 1\ncost = {{ mean = \"1s\", cv = {cv} }}\n"
             ));
             assert!(
-                e.starts_with("wf.toml:4:8: task[0].cost.cv: must be at most 10, got"),
+                e.starts_with("wf.toml:4:28: task[0].cost.cv: must be at most 10, got"),
                 "{e}"
             );
         }

@@ -135,9 +135,8 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
         }
         let cores = t.cores.as_ref().map_or(1, |c| *c.get_ref());
         if cores == 0 {
-            let c = t.cores.as_ref().map_or(&t.name, |_| &t.name);
             return Err(src.error(
-                t.cores.as_ref().and_then(at).or_else(|| at(c)),
+                t.cores.as_ref().and_then(at).or_else(|| at(&t.name)),
                 field("cores"),
                 "must be at least 1",
             ));

@@ -881,6 +881,41 @@ fn a_variants_command_env_and_kind_are_refused_at_their_own_line() {
     );
 }
 
+/// A workflow task's `env` was refused at its `command` (the environment is kept without its
+/// place) whatever line it was written on: the environment as a whole is refused at its own
+/// value, and a malformed variable at that variable, in the task it belongs to.
+#[test]
+fn a_workflow_tasks_env_is_refused_at_its_own_line() {
+    let submit_error = |text: &str| {
+        let w = hetsched_core::input::workflow_runtime::parse_runtime_workflow("wf.toml", text)
+            .expect("parses");
+        hetsched_core::input::limits::check_workflow(&w.parsed)
+            .expect_err("refused at submission")
+            .to_string()
+    };
+    let first = "[[task]]\nname = \"a\"\ninstances = 1\ncommand = \"true\"\nenv = { OK = \"1\" }\n";
+    let second = |fields: &str| {
+        format!("{first}[[task]]\nname = \"b\"\ninstances = 1\ncommand = \"true\"\n{fields}\n")
+    };
+    assert_eq!(
+        submit_error(&second("retries = 1\nenv = { \"A=B\" = \"1\" }")),
+        "wf.toml:11:17: task[1].env: variable `A=B`: a name must be non-empty without `=` or NUL, \
+         a value without NUL"
+    );
+    assert_eq!(
+        submit_error(&second("[task.env]\nOK = \"1\"\n\n\"A=B\" = \"1\"")),
+        "wf.toml:13:9: task[1].env: variable `A=B`: a name must be non-empty without `=` or NUL, \
+         a value without NUL"
+    );
+    let long = "x".repeat(70_000);
+    assert_eq!(
+        submit_error(&second(&format!(
+            "retries = 1\nenv = {{ BIG = \"{long}\" }}"
+        ))),
+        "wf.toml:11:7: task[1].env: the environment is 70003 bytes; at most 65536 (64 KiB)"
+    );
+}
+
 /// Measured traffic's errors named column 1 of their line whichever column was at fault; they
 /// name the column of the field at fault, past blanks around it.
 #[test]
