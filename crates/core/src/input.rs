@@ -19,7 +19,9 @@ pub mod workflow;
 pub mod workflow_runtime;
 pub mod workload;
 
-pub use units::{Bandwidth, Duration, MAX_DURATION, TASK_SIGNALS, WarnSignal, task_signal};
+pub use units::{
+    Bandwidth, Duration, MAX_BANDWIDTH, MAX_DURATION, TASK_SIGNALS, WarnSignal, task_signal,
+};
 
 use std::fmt;
 use thiserror::Error;

@@ -16,12 +16,13 @@ pub const MAX_CORES: u32 = hetsched_core::input::cluster::MAX_NODE_CORES;
 pub const MAX_ACCELERATORS: usize = hetsched_core::input::cluster::MAX_NODE_ACCELERATORS as usize;
 /// Longest accelerator kind.
 pub const MAX_KIND: usize = 64;
-/// Largest memory one node (or device) may offer: 1 PiB.
-pub const MAX_MEMORY: u64 = 1 << 50;
+/// Largest memory one node (or device) may offer, 1 PiB: a cluster file's bound on a node, the
+/// one constant.
+pub const MAX_MEMORY: u64 = hetsched_core::input::cluster::MAX_NODE_MEMORY;
 /// Largest relative speed (cores, devices).
 pub const MAX_SPEED: f64 = 1e6;
-/// Largest bandwidth, bytes/s (10 TB/s).
-pub const MAX_BANDWIDTH: f64 = 1e13;
+/// Largest bandwidth, bytes/s (10 TB/s): a file's bound on a bandwidth, the one constant.
+pub const MAX_BANDWIDTH: f64 = hetsched_core::input::MAX_BANDWIDTH;
 /// Longest agent identity.
 pub const MAX_IDENTITY: usize = 128;
 

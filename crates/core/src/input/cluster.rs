@@ -131,6 +131,11 @@ pub const MAX_NODE_ACCELERATORS: u64 = 256;
 /// holds them), as its memory in all is at most 16 EiB: two nodes of 4294967295 cores, or of
 /// 15 EiB, made every simulation panic on the overflow of their sum.
 pub const MAX_NODE_CORES: u32 = 65_536;
+/// Most memory one node, or one of its accelerators, may have: 1 PiB, the runtime's bound on an
+/// agent's registration too. More is a typo (`"15EiB"` for `"15GiB"`) that no real machine
+/// matches, and it leaves the cluster's memory in all ([`Cluster::totals`](crate::model::Cluster::totals),
+/// at most 16 EiB) room for 16,384 such nodes.
+pub const MAX_NODE_MEMORY: u64 = 1 << 50;
 /// The range of a core's or an accelerator's `speed` relative to the reference: wide enough for
 /// any real pair of machines, narrow enough that run times stay within the simulator's clock and
 /// the makespan bound's LP stays well conditioned.
@@ -187,7 +192,6 @@ fn default_latency() -> Duration {
     Duration(100_000)
 }
 
-/// Offset of a spanned value, `None` for defaults (which have an empty span).
 /// A node's `attributes` as written, checked ([`check_attribute`](crate::model::cluster::check_attribute),
 /// at most [`MAX_ATTRIBUTES`](crate::model::cluster::MAX_ATTRIBUTES)); sorted, without repeats.
 /// Errors name `field[j]`.
@@ -228,6 +232,7 @@ fn spanned_set(
     })
 }
 
+/// Offset of a spanned value, `None` for defaults (which have an empty span).
 pub(crate) fn at<T>(s: &Spanned<T>) -> Option<usize> {
     let span = s.span();
     (span.end > span.start).then_some(span.start)
@@ -264,6 +269,16 @@ impl AcceleratorSpec {
                 at(&self.memory),
                 Some(format!("{field}.memory")),
                 "must be more than 0 (e.g. \"16GiB\"; 4 GiB when left out)",
+            ));
+        }
+        if memory > MAX_NODE_MEMORY {
+            return Err(src.error(
+                at(&self.memory),
+                Some(format!("{field}.memory")),
+                format!(
+                    "{} ({memory} bytes); a device has at most 1 PiB ({MAX_NODE_MEMORY} bytes)",
+                    ByteSize(memory)
+                ),
             ));
         }
         Ok((0..count)
@@ -410,6 +425,16 @@ pub fn parse_cluster_with_slots(
                 at(&spec.memory),
                 field("memory"),
                 "must be more than 0 (e.g. \"16GiB\"; 16 GiB when left out)",
+            ));
+        }
+        if memory > MAX_NODE_MEMORY {
+            return Err(src.error(
+                at(&spec.memory),
+                field("memory"),
+                format!(
+                    "{} ({memory} bytes); a node has at most 1 PiB ({MAX_NODE_MEMORY} bytes)",
+                    ByteSize(memory)
+                ),
             ));
         }
         // What the model's totals hold (`Resources`: cores in a u32, memory in a u64).

@@ -218,6 +218,10 @@ pub(crate) fn name_shown(name: &str) -> String {
 
 /// The slowest bandwidth a file may give, in bytes per second.
 pub const MIN_BANDWIDTH: f64 = 1.0;
+/// The fastest bandwidth a file may give, in bytes per second (10 TB/s, the runtime's bound on
+/// an agent's registration too): a node's disk or link past it is a typo (`"1e300"`, `"128EB/s"`),
+/// and reads and transfers at such rates take no time at all in the simulator.
+pub const MAX_BANDWIDTH: f64 = 1e13;
 
 /// A bandwidth in bytes per second, written `"128MB/s"`, `"1GiB/s"` or as a number of bytes/s.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Default)]
@@ -248,7 +252,12 @@ impl<'de> Deserialize<'de> for Bandwidth {
         };
         // A rate below a byte per second is a typo, and one as small as 1e-300 made every read
         // take longer than the clock holds, an error that named neither the file nor the field.
-        if bytes_per_sec.is_finite() && bytes_per_sec >= MIN_BANDWIDTH {
+        if bytes_per_sec.is_finite() && bytes_per_sec > MAX_BANDWIDTH {
+            Err(D::Error::custom(format!(
+                "invalid bandwidth {}: must be at most 10 TB/s ({MAX_BANDWIDTH:e} bytes/s)",
+                shown(bytes_per_sec)
+            )))
+        } else if bytes_per_sec.is_finite() && bytes_per_sec >= MIN_BANDWIDTH {
             Ok(Bandwidth(bytes_per_sec))
         } else {
             Err(D::Error::custom(format!(

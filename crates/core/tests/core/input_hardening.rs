@@ -68,13 +68,18 @@ fn workflow_error(text: &str) -> String {
 
 #[test]
 fn a_size_past_16_eib_or_below_one_byte_is_refused_not_saturated() {
-    let node_memory = |m: &str| {
-        hetsched_core::input::cluster::parse_cluster("c.toml", &cluster(&format!("memory = {m}")))
-            .map(|c| c.nodes[0].memory_bytes)
+    // A node has at most 1 PiB (`MAX_NODE_MEMORY`); a size as such holds up to 16 EiB less a
+    // byte, as a workflow task's `memory` does.
+    let task_memory = |m: &str| {
+        hetsched_core::input::workflow::parse_workflow(
+            "wf.toml",
+            &format!("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\nmemory = {m}\n"),
+        )
+        .map(|w| w.specs[0].memory.as_ref().map(|m| m.get_ref().as_u64()))
     };
-    assert_eq!(node_memory("\"15EiB\""), Ok(15 << 60));
-    assert_eq!(node_memory("\"18446744073709551615\""), Ok(u64::MAX));
-    assert_eq!(node_memory("\"1.5 KiB\""), Ok(1536));
+    assert_eq!(task_memory("\"15EiB\""), Ok(Some(15 << 60)));
+    assert_eq!(task_memory("\"18446744073709551615\""), Ok(Some(u64::MAX)));
+    assert_eq!(task_memory("\"1.5 KiB\""), Ok(Some(1536)));
     for (m, said) in [
         ("\"1000000EB\"", "invalid size `1000000EB`: over 16 EiB"),
         ("\"20EB\"", "invalid size `20EB`: over 16 EiB"),
@@ -513,8 +518,10 @@ fn a_latency_group_names_at_least_two_nodes_each_once() {
 /// A cluster's cores and memory are summed into the model's totals (`Cluster::totals`, the
 /// scheduler view's): two nodes of 4294967295 cores, or of 15 EiB, were accepted and every
 /// `sim run` then panicked with "attempt to add with overflow" (and wrapped in a release build).
+/// A node's memory is bounded as its cores are (1 PiB, the bound on an agent's registration),
+/// and the cluster's in all still is: 16,384 nodes of 1 PiB pass 16 EiB.
 #[test]
-fn a_clusters_cores_are_bounded_per_node_and_its_cores_and_memory_in_all() {
+fn a_clusters_cores_and_memory_are_bounded_per_node_and_in_all() {
     let node = |name: &str, count: u32, cores: u32, memory: &str| {
         format!(
             "[[node]]\nname = \"{name}\"\ncount = {count}\ncores = {cores}\nmemory = \"{memory}\"\n"
@@ -525,8 +532,18 @@ fn a_clusters_cores_are_bounded_per_node_and_its_cores_and_memory_in_all() {
         "c.toml:4:9: node[0].cores: 4294967295 cores; a node has at most 65536"
     );
     assert_eq!(
-        cluster_error(&node("n", 2, 4, "15EiB")),
-        "c.toml:5:10: node[0].memory: 2 nodes of 15.0 EiB bring the cluster past 16 EiB of \
+        cluster_error(&node("n", 1, 4, "15EiB")),
+        "c.toml:5:10: node[0].memory: 15.0 EiB (17293822569102704640 bytes); a node has at \
+         most 1 PiB (1125899906842624 bytes)"
+    );
+    assert_eq!(
+        cluster_error(&node("n", 1, 4, "1125899906842625")),
+        "c.toml:5:10: node[0].memory: 1.0 PiB (1125899906842625 bytes); a node has at most 1 \
+         PiB (1125899906842624 bytes)"
+    );
+    assert_eq!(
+        cluster_error(&node("n", 16_384, 4, "1PiB")),
+        "c.toml:5:10: node[0].memory: 16384 nodes of 1.0 PiB bring the cluster past 16 EiB of \
          memory, the most it may have in all"
     );
     let two = format!(
@@ -544,14 +561,65 @@ fn a_clusters_cores_are_bounded_per_node_and_its_cores_and_memory_in_all() {
         "c.toml",
         &format!(
             "{}{}",
-            node("a", 1, 65_536, "15EiB"),
+            node("a", 1, 65_536, "1PiB"),
             node("b", 65_535, 65_535, "16GiB")
         ),
     )
     .expect("at the bounds");
     let t = c.totals();
     assert_eq!(t.cores, 65_536 + 65_535 * 65_535);
-    assert_eq!(t.memory_bytes, (15 << 60) + 65_535 * (16 << 30));
+    assert_eq!(t.memory_bytes, (1 << 50) + 65_535 * (16 << 30));
+    let c = hetsched_core::input::cluster::parse_cluster(
+        "c.toml",
+        &format!(
+            "{}{}",
+            node("a", 16_383, 1, "1PiB"),
+            node("b", 1, 1, &((1u64 << 50) - 1).to_string())
+        ),
+    )
+    .expect("16 EiB less a byte in all");
+    assert_eq!(c.totals().memory_bytes, u64::MAX);
+}
+
+/// A node's accelerator memory is bounded as the node's is, and a node's disk and network
+/// bandwidths at 10 TB/s, the bounds on an agent's registration: the cluster file took a device
+/// of 15 EiB and a disk of 1e300 bytes/s, on which every read took no time.
+#[test]
+fn a_nodes_device_memory_and_bandwidths_are_bounded_as_a_registration_is() {
+    assert_eq!(
+        cluster_error(&cluster(
+            "[[node.accelerator]]\nkind = \"k\"\n\nmemory = \"2PiB\""
+        )),
+        "c.toml:7:10: node[0].accelerator[0].memory: 2.0 PiB (2251799813685248 bytes); a device \
+         has at most 1 PiB (1125899906842624 bytes)"
+    );
+    for (field, value, shown) in [
+        ("disk_read", "1e300", "1e300"),
+        ("network", "\"20TB/s\"", "2e13"),
+        ("disk_read", "10000000000001", "1.0000000000001e13"),
+    ] {
+        let e = cluster_error(&cluster(&format!("{field} = {value}")));
+        let col = field.len() + 4;
+        assert_eq!(
+            e,
+            format!(
+                "c.toml:4:{col}: node[0].{field}: invalid bandwidth {shown}: must be at most 10 \
+                 TB/s (1e13 bytes/s)"
+            ),
+            "{field} = {value}"
+        );
+    }
+    let c = hetsched_core::input::cluster::parse_cluster(
+        "c.toml",
+        &cluster(
+            "disk_read = \"10TB/s\"\nnetwork = 1e13\n[[node.accelerator]]\nkind = \"k\"\n\
+             memory = \"1PiB\"",
+        ),
+    )
+    .expect("at the bounds");
+    let n = &c.nodes[0];
+    assert_eq!((n.disk_read_bw, n.net_bw), (1e13, 1e13));
+    assert_eq!(n.accelerators[0].memory_bytes, 1 << 50);
 }
 
 /// Agents count a divisible load's `time_limit` in whole milliseconds, 0 meaning none (the
