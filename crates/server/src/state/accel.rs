@@ -191,6 +191,14 @@ fn containers(mode: BindingMode) -> u32 {
 }
 
 impl State {
+    /// The most devices the binding may show one node without devices of its own with: one
+    /// ANode's (at most [`MAX_ACCELERATORS`](crate::limits::MAX_ACCELERATORS)) per container it
+    /// binds ([`Self::reached_anodes`]). Registration bounds the view's total by it
+    /// ([`super::nodes::Nodes::room_for`]), as nothing refuses [`Self::refresh_reach`].
+    pub(super) fn device_reach(&self) -> u64 {
+        u64::from(containers(self.sharing.binding.mode())) * crate::limits::MAX_ACCELERATORS as u64
+    }
+
     /// Records the address an agent's call came from (its accelerator service listens there).
     pub fn note_peer(&mut self, node: u32, ip: Option<IpAddr>) {
         if let Some(ip) = ip {

@@ -164,12 +164,14 @@ pub struct Nodes {
 }
 
 /// Cores, memory and devices summed over nodes, wider than the scheduler view's totals so that
-/// a sum past them is seen, not wrapped.
+/// a sum past them is seen, not wrapped; and how many nodes have no device of their own (the
+/// accelerator binding may show each with the devices of the ANodes it reaches).
 #[derive(Clone, Copy, Debug, Default)]
 struct Offered {
     cores: u64,
     memory: u128,
     devices: u64,
+    bare: u64,
 }
 
 impl Offered {
@@ -178,6 +180,7 @@ impl Offered {
             cores: u64::from(spec.cores),
             memory: u128::from(spec.memory_bytes),
             devices: spec.accelerators.len() as u64,
+            bare: u64::from(spec.accelerators.is_empty()),
         }
     }
 
@@ -186,6 +189,7 @@ impl Offered {
             cores: self.cores + o.cores,
             memory: self.memory + o.memory,
             devices: self.devices + o.devices,
+            bare: self.bare + o.bare,
         }
     }
 
@@ -194,7 +198,16 @@ impl Offered {
             cores: self.cores.saturating_sub(o.cores),
             memory: self.memory.saturating_sub(o.memory),
             devices: self.devices.saturating_sub(o.devices),
+            bare: self.bare.saturating_sub(o.bare),
         }
+    }
+
+    /// The most devices the scheduler's view may count in all once the binding shows the nodes
+    /// without devices with those they reach: their own devices, plus for each node without
+    /// any at most `reach` of them ([`State::device_reach`](super::State::device_reach)) and
+    /// never more than all there are.
+    fn seen_devices(self, reach: u64) -> u128 {
+        u128::from(self.devices) + u128::from(self.bare) * u128::from(self.devices.min(reach))
     }
 }
 
@@ -244,9 +257,17 @@ impl Nodes {
     /// Refuses node `name` described as `spec` (in place of node `except`'s description, if
     /// given) if the cluster's cores, memory or devices in all would pass what the scheduler's
     /// totals hold (`u32` cores and devices, `u64` bytes): 65,537 agents of 65,536 cores
-    /// overflowed the view's sum. Every node not removed counts, alive or not: a dead one may
-    /// come back.
-    pub fn room_for(&self, name: &str, except: Option<u32>, spec: &Node) -> Result<(), StateError> {
+    /// overflowed the view's sum. Devices count as the view may come to see them, each node
+    /// without its own with up to `reach` of the ANodes' ([`Offered::seen_devices`]): the
+    /// binding adds those to the view's total after registration, where nothing can refuse
+    /// them. Every node not removed counts, alive or not: a dead one may come back.
+    pub fn room_for(
+        &self,
+        name: &str,
+        except: Option<u32>,
+        spec: &Node,
+        reach: u64,
+    ) -> Result<(), StateError> {
         let mut all = self.offered.plus(Offered::of(spec));
         if let Some(old) = except.and_then(|id| self.recs.get(id as usize)) {
             all = all.minus(Offered::of(&old.spec));
@@ -263,6 +284,17 @@ impl Nodes {
             Some(format!(
                 "{} accelerators; at most {} in all",
                 all.devices,
+                u32::MAX
+            ))
+        } else if all.seen_devices(reach) > u128::from(u32::MAX) {
+            Some(format!(
+                "{} accelerators as the scheduler may see them ({} on nodes that have them, and \
+                 {} nodes without any, which the accelerator binding may each show with up to \
+                 {} of them); at most {} in all",
+                all.seen_devices(reach),
+                all.devices,
+                all.bare,
+                all.devices.min(reach),
                 u32::MAX
             ))
         } else {
@@ -684,7 +716,8 @@ impl State {
         } else {
             let id = self.nodes.len() as u32;
             spec.id = NodeId(id);
-            self.nodes.room_for(&name, None, &spec)?;
+            self.nodes
+                .room_for(&name, None, &spec, self.device_reach())?;
             self.store.put_node(&NodeRow {
                 id,
                 name: name.clone(),
@@ -759,7 +792,10 @@ impl State {
                 "work still holds part of it; register again once it is idle (restart the agent)",
             ));
         }
-        if let Err(StateError::Invalid(why)) = self.nodes.room_for(name, Some(id), &new) {
+        if let Err(StateError::Invalid(why)) =
+            self.nodes
+                .room_for(name, Some(id), &new, self.device_reach())
+        {
             return Ok(kept(&why));
         }
         self.store.put_node(&NodeRow {

@@ -479,3 +479,59 @@ fn the_clusters_resources_in_all_are_bounded_at_registration() {
     assert_eq!(s.nodes(true).nodes[16_383].memory_bytes, PIB - 1);
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// The accelerator binding shows a node without devices with those of the ANodes it reaches
+/// (`container` binding: one ANode per container), and adds them to the scheduler's total of
+/// devices after registration, where nothing refused them: 4,096 ANodes of 256 devices and
+/// 4,095 nodes without, each binding 4,096 containers, could come to 2^32 devices, past the
+/// view's `u32` total. Registration counts each node without devices as the most it may be
+/// shown with, and refuses the node that would pass, naming the sum.
+#[test]
+fn the_devices_the_binding_may_show_in_all_are_bounded_at_registration() {
+    let d = std::env::temp_dir().join(format!("hetsched-bounds-reach-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        binding: hetsched_server::config::BindingKind::Container,
+        binding_slots: 4096,
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let node = |name: String, devices: usize| pb::RegisterRequest {
+        name,
+        cores: 1,
+        memory_bytes: 1 << 30,
+        accelerators: vec![
+            pb::Accelerator {
+                kind: "k".into(),
+                memory_bytes: 1 << 30,
+                speed: 1.0,
+            };
+            devices
+        ],
+        identity: IDENTITY.into(),
+        ..Default::default()
+    };
+    // 2^20 devices in all, each node without any may be shown with all of them.
+    for i in 0..4096 {
+        s.register(node(format!("a{i}"), 256)).expect("an ANode");
+    }
+    for i in 0..4094 {
+        s.register(node(format!("n{i}"), 0))
+            .expect("under 2^32 devices as seen");
+    }
+    let e = s
+        .register(node("n4094".into(), 0))
+        .expect_err("2^32 devices as seen");
+    assert_eq!(
+        e.to_string(),
+        "node `n4094` would bring the cluster to 4294967296 accelerators as the scheduler may \
+         see them (1048576 on nodes that have them, and 4095 nodes without any, which the \
+         accelerator binding may each show with up to 1048576 of them); at most 4294967295 in \
+         all (`hetsched node remove` removes dead nodes)"
+    );
+    assert_eq!(s.nodes(true).nodes.len(), 4096 + 4094);
+    let _ = std::fs::remove_dir_all(d);
+}
