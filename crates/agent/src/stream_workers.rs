@@ -391,11 +391,9 @@ pub fn spawn(
                     let _ = w.stdin.flush().await;
                 }
             }
-            let wanted: HashMap<Key, pb::WorkerAssignment> = reply
-                .workers
-                .into_iter()
-                .map(|a| ((a.topology.clone(), a.generation, a.worker), a))
-                .collect();
+            // What the agent does not act on is told the server as a start error, as a worker
+            // that cannot start is (a running one is stopped: it is no longer assigned here).
+            let (wanted, bad) = assignments(reply.workers, cores);
             // A new placement that keeps a running worker (same node and process): hand it the
             // new routes under its new key instead of stopping it and starting another; only
             // the executors that move stop or start in it.
@@ -448,8 +446,14 @@ pub fn spawn(
                     });
                 }
             }
-            refused.retain(|k, _| wanted.contains_key(k));
+            refused.retain(|k, _| wanted.contains_key(k) || bad.contains_key(k));
             backoff.retain(|k, _| wanted.contains_key(k));
+            for (k, why) in bad {
+                if refused.get(&k) != Some(&why) {
+                    warn!(topology = %k.0, generation = k.1, worker = k.2, "refused the server's stream worker assignment: {why}");
+                    refused.insert(k, why);
+                }
+            }
             for (k, a) in wanted {
                 let waits = backoff
                     .get(&k)
@@ -505,6 +509,43 @@ pub fn spawn(
             publish(&workers, &outside);
         }
     });
+}
+
+/// The workers a sync reply assigns to this node of `node_cores` cores, by key, and those it
+/// assigns in a way the agent does not act on, with why: a worker of no topology, one assigned
+/// twice in the reply (neither is taken: which the server meant is unknown), and one for which
+/// the server books more cores than the node has (its booked cores are what the agent's
+/// prefetched tasks wait on: 4294967295 of them would hold every queued task back for good).
+fn assignments(
+    reply: Vec<pb::WorkerAssignment>,
+    node_cores: u32,
+) -> (HashMap<Key, pb::WorkerAssignment>, HashMap<Key, String>) {
+    let mut wanted: HashMap<Key, pb::WorkerAssignment> = HashMap::new();
+    let mut bad: HashMap<Key, String> = HashMap::new();
+    for a in reply {
+        let k: Key = (a.topology.clone(), a.generation, a.worker);
+        let why = if a.topology.is_empty() {
+            Some("the server assigned a worker of no topology".to_string())
+        } else if bad.contains_key(&k) || wanted.remove(&k).is_some() {
+            Some("the server assigned this worker twice in one sync".to_string())
+        } else if a.cores > node_cores {
+            Some(format!(
+                "the server books {} cores for it; this node has {node_cores}",
+                a.cores
+            ))
+        } else {
+            None
+        };
+        match why {
+            Some(why) => {
+                bad.insert(k, why);
+            }
+            None => {
+                wanted.insert(k, a);
+            }
+        }
+    }
+    (wanted, bad)
 }
 
 /// Tells the agent how many workers run here and the cores they hold.
@@ -639,6 +680,50 @@ mod tests {
             e.ended.as_deref(),
             Some("sink#0: the program exited (exit status: 3)")
         );
+    }
+
+    /// A sync reply's workers were taken as sent: a worker booked 4294967295 cores on a node of
+    /// 8 held every prefetched task back, one assigned twice was taken at its last copy, and
+    /// one of no topology was started. Each is refused with why, and the others are taken.
+    #[test]
+    fn a_sync_replys_nonsense_assignments_are_refused_with_why_and_the_rest_taken() {
+        let a = |topology: &str, worker: u32, cores: u32| pb::WorkerAssignment {
+            topology: topology.into(),
+            generation: 1,
+            worker,
+            cores,
+            ..Default::default()
+        };
+        let key = |t: &str, w: u32| (t.to_string(), 1, w);
+        let (wanted, bad) = assignments(
+            vec![
+                a("wc", 0, 8),
+                a("wc", 1, u32::MAX),
+                a("wc", 2, 1),
+                a("wc", 2, 2),
+                a("wc", 2, 3),
+                a("", 3, 1),
+                a("wc", 4, 0),
+            ],
+            8,
+        );
+        let mut taken: Vec<&Key> = wanted.keys().collect();
+        taken.sort();
+        assert_eq!(taken, [&key("wc", 0), &key("wc", 4)]);
+        assert_eq!(wanted[&key("wc", 0)].cores, 8);
+        assert_eq!(
+            bad.get(&key("wc", 1)).map(String::as_str),
+            Some("the server books 4294967295 cores for it; this node has 8")
+        );
+        assert_eq!(
+            bad.get(&key("wc", 2)).map(String::as_str),
+            Some("the server assigned this worker twice in one sync")
+        );
+        assert_eq!(
+            bad.get(&key("", 3)).map(String::as_str),
+            Some("the server assigned a worker of no topology")
+        );
+        assert_eq!(bad.len(), 3);
     }
 
     /// Two topologies whose names differ only in characters a directory name does not keep
