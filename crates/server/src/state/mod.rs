@@ -638,7 +638,18 @@ impl State {
             info!(node = %rec.spec.name, draining = req.draining, "the agent is shutting down: no new work for it");
         }
         rec.draining = req.draining;
-        let ends_at = req.time_left.map(|left| rec.last_seen + left);
+        // A time left past the longest time limit an agent may be given (10 years,
+        // `input::MAX_DURATION`) is no end the server can place: `u64::MAX` ms made an end 584
+        // million years away, listed as such, whose nanoseconds on the view's clock (a `u64`)
+        // wrapped to any time at all. It is taken as no end, and said.
+        let most = Duration::from_nanos(hetsched_core::input::MAX_DURATION);
+        let ends_at = req.time_left.and_then(|left| {
+            let end = (left <= most).then(|| rec.last_seen.checked_add(left)).flatten();
+            if end.is_none() {
+                warn!(node = %rec.spec.name, time_left_ms = left.as_millis() as u64, "the agent's time left is past 10 years: taken as no end");
+            }
+            end
+        });
         // No new work for a drained node or a shutting-down agent (a leaving one says it, one
         // asked to stop is about to).
         let open = !(rec.drained || rec.draining || req.leaving.is_some() || rec.stop.is_some());

@@ -535,3 +535,33 @@ fn the_devices_the_binding_may_show_in_all_are_bounded_at_registration() {
     assert_eq!(s.nodes(true).nodes.len(), 4096 + 4094);
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// An agent's heartbeat says how long tasks may still run on its node (`time_left_ms`): a value
+/// past any sane clock (`u64::MAX` ms) was taken as an end 584 million years away, listed so,
+/// and wrapped the scheduler view's nanosecond clock. A time left past 10 years (the longest an
+/// agent's `time_limit` may be) is taken as no end; a sane one still holds.
+#[test]
+fn an_agents_time_left_past_ten_years_is_no_end() {
+    use hetsched_server::state::types::HeartbeatReport;
+    let (mut s, d) = open("time-left");
+    let id = register(&mut s, 2);
+    let beat = |s: &mut State, left: std::time::Duration| {
+        s.on_heartbeat(HeartbeatReport {
+            node_id: id,
+            identity: IDENTITY.into(),
+            time_left: Some(left),
+            ..Default::default()
+        })
+        .expect("beat");
+        s.nodes(true).nodes[0].time_left_ms
+    };
+    assert_eq!(
+        beat(&mut s, std::time::Duration::from_millis(u64::MAX)),
+        None
+    );
+    let ten_years_and_a_day = std::time::Duration::from_secs((10 * 365 + 1) * 24 * 3600);
+    assert_eq!(beat(&mut s, ten_years_and_a_day), None);
+    let hour = beat(&mut s, std::time::Duration::from_secs(3600)).expect("an end");
+    assert!((3_500_000..=3_600_000).contains(&hour), "{hour}");
+    let _ = std::fs::remove_dir_all(d);
+}
