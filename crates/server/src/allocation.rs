@@ -1114,7 +1114,7 @@ fn safe_id(id: &str) -> bool {
 }
 
 /// The last non-empty line of the file at `path` (of its last 4 KiB), without terminal
-/// escapes and control characters, at most 300 characters.
+/// escapes, control characters and invisible formatting characters, at most 300 characters.
 fn last_line(path: &Path) -> std::io::Result<Option<String>> {
     use std::io::{Read, Seek, SeekFrom};
     const TAIL: u64 = 4096;
@@ -1131,7 +1131,9 @@ fn last_line(path: &Path) -> std::io::Result<Option<String>> {
         .map(|l| l.chars().take(300).collect()))
 }
 
-/// `s` without ANSI escape sequences (`ESC [ … letter`) and control characters.
+/// `s` without ANSI escape sequences (`ESC [ … letter`), control characters and invisible
+/// formatting characters ([`hetsched_core::text::hidden`]: a bidi override would reorder the
+/// line every user's `hetsched allocations` shows).
 fn plain(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
@@ -1144,7 +1146,7 @@ fn plain(s: &str) -> String {
                     }
                 }
             }
-        } else if !c.is_control() {
+        } else if !c.is_control() && !hetsched_core::text::hidden(c) {
             out.push(c);
         }
     }
@@ -2211,5 +2213,17 @@ exit 0
         assert_eq!(run.failures, 0);
         let info = state.lock().expect("state").job(job).expect("job");
         assert!(!info.blocked, "{}", info.pending_reason);
+    }
+
+    /// The last line of an allocation's output is shown to every user (`hetsched allocations`,
+    /// the dashboard): its terminal escapes, control characters and bidi or zero-width
+    /// characters are dropped, so that `sbatch: error\u{202e}` cannot reorder what it says.
+    #[test]
+    fn an_allocations_last_line_keeps_no_escape_control_or_bidi_character() {
+        assert_eq!(
+            plain("\u{1b}[31msbatch: error\u{202e}: inv\u{200b}alid\u{2066} partition\r"),
+            "sbatch: error: invalid partition"
+        );
+        assert_eq!(plain("作业 عمل: ok"), "作业 عمل: ok");
     }
 }

@@ -138,8 +138,9 @@ pub const MAX_RESULT_MESSAGE: usize = 4096;
 
 /// Cuts `message` (an agent's, for a task's result or a divisible chunk's) to
 /// [`MAX_RESULT_MESSAGE`] bytes, on a character boundary, marking the cut, with its control
-/// characters escaped ([`escape_controls`](hetsched_core::text::escape_controls)): it may quote what the task's owner wrote (its
-/// command, its output), and every user's `hetsched tasks` prints it.
+/// characters and invisible formatting characters (a bidi override) escaped
+/// ([`escape_controls`](hetsched_core::text::escape_controls)): it may quote what the task's
+/// owner wrote (its command, its output), and every user's `hetsched tasks` prints it.
 pub fn clip_result_message(message: &mut String) {
     // Cut before escaping (an escape is up to 10 bytes), and again after.
     let long = message.len() > MAX_RESULT_MESSAGE;
@@ -214,6 +215,10 @@ pub fn submission(sub: &crate::state::types::Submission) -> Result<(), String> {
         return Err(format!(
             "a job name must be 1 to {MAX_JOB_NAME} bytes without control characters"
         ));
+    }
+    // Every user's `hetsched jobs` shows it: a bidi override would make it read otherwise.
+    if let Some(problem) = hetsched_core::text::hidden_problem(name) {
+        return Err(format!("the job name (--name): {problem}"));
     }
     if sub.key.len() > MAX_SUBMISSION_KEY {
         return Err(format!(

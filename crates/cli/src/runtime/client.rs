@@ -2158,6 +2158,36 @@ mod tests {
         assert!(line.starts_with("job 7 \\u{1b}]0;owned\\u{7}"), "{line}");
     }
 
+    /// A task's message that quotes a name with a bidi override, and a job name holding one (a
+    /// server that predates the refusal of such names), are printed with the code points
+    /// escaped: `hetsched tasks` does not show `job\u{202e}txt.exe` as `jobexe.txt`.
+    #[test]
+    fn a_server_sent_bidi_override_in_a_task_or_job_is_shown_escaped() {
+        let task = pb::TaskInfo {
+            app: "a\u{2067}pp".into(),
+            message: "cannot start `job\u{202e}txt.exe`".into(),
+            exit_code: -1,
+            ..Default::default()
+        };
+        let table = tasks_table(&[task]).to_string();
+        assert!(
+            !table.contains('\u{202e}') && !table.contains('\u{2067}'),
+            "{table:?}"
+        );
+        assert!(
+            table.contains("cannot start `job\\u{202e}txt.exe`"),
+            "{table}"
+        );
+        assert!(table.contains("a\\u{2067}pp"), "{table}");
+        let job = pb::JobInfo {
+            id: 7,
+            state: "failed\u{200f}".into(),
+            ..Default::default()
+        };
+        let line = ended_line(&job);
+        assert!(line.starts_with("job 7 failed\\u{200f}"), "{line}");
+    }
+
     #[test]
     fn a_running_multi_node_task_shows_its_first_node_and_how_many_more() {
         let task = |node: &str, nodes: &[&str]| pb::TaskInfo {

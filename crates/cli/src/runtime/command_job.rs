@@ -438,7 +438,8 @@ pub fn relocate(message: &str) -> String {
 }
 
 /// The default application name: the program's file name (a shell line's first word's), made
-/// a valid application name (no `/`, no leading `.`, no control characters, at most 128 bytes).
+/// a valid application name (no `/`, no leading `.`, no control characters or invisible
+/// formatting characters, at most 128 bytes).
 fn app_name(program: &str, shell: bool) -> String {
     let word = if shell {
         program.split_whitespace().next().unwrap_or("")
@@ -448,7 +449,13 @@ fn app_name(program: &str, shell: bool) -> String {
     let base = word.rsplit('/').next().unwrap_or(word);
     let mut name: String = base
         .chars()
-        .map(|c| if c.is_control() || c == '\\' { '_' } else { c })
+        .map(|c| {
+            if c.is_control() || hetsched_core::text::hidden(c) || c == '\\' {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect::<String>()
         .trim_start_matches('.')
         .to_string();
@@ -800,6 +807,10 @@ mod tests {
         assert_eq!(app_name("./.hidden-tool", false), "hidden-tool");
         assert_eq!(app_name("echo {index} > out", true), "echo");
         assert_eq!(app_name("/", false), "command");
+        // The server refuses a name with a bidi control or a zero-width joiner: a program
+        // named so still runs, under a name without them.
+        assert_eq!(app_name("./tool\u{202e}hs.gpj", false), "tool_hs.gpj");
+        assert_eq!(job_name("/opt/de\u{200d}ploy -x", true), "de_ploy");
         // A job is listed to every user: its default name holds no argument.
         assert_eq!(job_name("/opt/bin/deploy", false), "deploy");
         assert_eq!(job_name("curl -u admin:hunter2 https://x", true), "curl");

@@ -10,9 +10,11 @@ use std::io::IsTerminal;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// A string the server sent (a name, an owner, a message) as text output prints it: its
-/// control characters but `\n` escaped ([`hetsched_core::text::escaped`]), so that an older or
-/// hostile server cannot put a terminal escape (ANSI, OSC) on the user's terminal. JSON output
-/// needs none (`serde_json` escapes them); a task's own output (`hetsched log`) is not passed
+/// control characters but `\n` and its invisible formatting characters escaped
+/// ([`hetsched_core::text::escaped`]), so that an older or hostile server cannot put a terminal
+/// escape (ANSI, OSC) on the user's terminal, nor a name with a bidi override (`job\u{202e}txt`)
+/// read otherwise than it is. JSON output needs none (`serde_json` escapes control characters,
+/// and a program reads the code points); a task's own output (`hetsched log`) is not passed
 /// through it.
 pub fn shown(s: &str) -> Cow<'_, str> {
     hetsched_core::text::escaped(s)
@@ -326,6 +328,28 @@ mod tests {
         );
         assert!(matches!(shown("plain"), Cow::Borrowed("plain")));
         assert_eq!(shown("\u{9b}31m"), "\\u{9b}31m", "a C1 CSI too");
+    }
+
+    /// "Trojan Source": a name or message holding a bidi override reads otherwise than it is
+    /// (`job\u{202e}txt.exe` as `jobexe.txt`); text output shows the code points escaped.
+    #[test]
+    fn a_row_escapes_bidi_controls_and_zero_width_characters() {
+        let cells = row([
+            "job\u{202e}txt.exe",
+            "\u{2066}a\u{2069}",
+            "ad\u{200d}min",
+            "作业 عمل",
+        ]);
+        assert_eq!(
+            cells,
+            [
+                "job\\u{202e}txt.exe",
+                "\\u{2066}a\\u{2069}",
+                "ad\\u{200d}min",
+                "作业 عمل"
+            ]
+        );
+        assert_eq!(shown("x\u{200f}\u{61c}"), "x\\u{200f}\\u{61c}");
     }
 
     #[test]

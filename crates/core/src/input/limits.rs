@@ -62,6 +62,10 @@ pub fn app_name_problem(name: &str) -> Option<String> {
     if name.chars().any(char::is_control) {
         return Some("holds a control character".into());
     }
+    // A bidi override or a zero-width joiner would make the name read otherwise than it is.
+    if let Some(problem) = crate::text::hidden_problem(name) {
+        return Some(problem);
+    }
     if name.contains('/') || name.contains('\\') {
         return Some(format!(
             "`{name}` holds a `/` or `\\`; task outputs are named after the application, so it \

@@ -128,7 +128,8 @@ pub const MAX_TOPOLOGY_NAME_BYTES: usize = 128;
 
 /// Why `name` cannot name a topology or a component, if it cannot: it is shown as written in
 /// every placement and listing, so it has no control character (an ANSI escape would act on the
-/// terminal) and is at most [`MAX_TOPOLOGY_NAME_BYTES`] long.
+/// terminal) nor invisible formatting character (a bidi override would make it read otherwise:
+/// [`crate::text::hidden`]) and is at most [`MAX_TOPOLOGY_NAME_BYTES`] long.
 fn name_problem(name: &str) -> Option<String> {
     if name.len() > MAX_TOPOLOGY_NAME_BYTES {
         return Some(format!(
@@ -136,9 +137,10 @@ fn name_problem(name: &str) -> Option<String> {
             name.len()
         ));
     }
-    name.chars()
-        .any(char::is_control)
-        .then(|| "holds a control character".into())
+    if name.chars().any(char::is_control) {
+        return Some("holds a control character".into());
+    }
+    crate::text::hidden_problem(name)
 }
 
 fn shuffle() -> Grouping {

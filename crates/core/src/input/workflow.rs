@@ -159,6 +159,9 @@ pub fn data_name_problem(name: &str) -> Option<String> {
     if name.chars().any(char::is_control) {
         return Some("holds a control character".into());
     }
+    if let Some(problem) = crate::text::hidden_problem(name) {
+        return Some(problem);
+    }
     if name.contains(['{', '}']) {
         return Some(format!(
             "`{name}` holds a `{{` or `}}`; a command names the item in `{{input:NAME}}` or \
@@ -407,6 +410,9 @@ pub fn parse_workflow_with(
                         "a workflow's name must be 1 to {most} bytes without control characters"
                     ),
                 ));
+            }
+            if let Some(problem) = crate::text::hidden_problem(v) {
+                return Err(src.error(at(n), Some("name".into()), problem));
             }
             Some(v.clone())
         }

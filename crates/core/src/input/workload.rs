@@ -765,6 +765,9 @@ pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> 
                     ),
                 ));
             }
+            if let Some(problem) = crate::text::hidden_problem(v) {
+                return Err(src.error(at(n), Some("name".into()), problem));
+            }
             Some(v.clone())
         }
         None => None,

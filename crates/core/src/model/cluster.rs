@@ -50,8 +50,9 @@ pub const MAX_NODE_NAME_BYTES: usize = 253;
 pub const MAX_RACK_NAME_BYTES: usize = 128;
 
 /// Why `name` cannot name a rack, if it cannot: it must be 1 to [`MAX_RACK_NAME_BYTES`] bytes
-/// without control characters (an agent's `--rack` rule), since every listing of nodes shows it
-/// as written.
+/// without control characters (an agent's `--rack` rule) or invisible formatting characters
+/// ([`crate::text::hidden`]: a bidi override would make it read otherwise), since every listing
+/// of nodes shows it as written.
 pub fn rack_name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("a rack name must not be empty".into());
@@ -62,12 +63,14 @@ pub fn rack_name_problem(name: &str) -> Option<String> {
             name.len()
         ));
     }
-    name.chars().any(char::is_control).then(|| {
-        format!(
+    if name.chars().any(char::is_control) {
+        return Some(format!(
             "rack name `{}` holds a control character",
             name.escape_debug()
-        )
-    })
+        ));
+    }
+    crate::text::hidden_problem(name)
+        .map(|problem| format!("rack name `{}`: {problem}", name.escape_debug()))
 }
 
 /// Checks one attribute name of a node: 1 to [`MAX_ATTRIBUTE_BYTES`] bytes, no whitespace or
@@ -107,6 +110,9 @@ pub fn check_requirement(req: &str) -> Result<(), String> {
                 req.escape_debug()
             ));
         }
+        if let Some(problem) = crate::text::hidden_problem(name) {
+            return Err(format!("requirement `{}`: {problem}", req.escape_debug()));
+        }
         return Ok(());
     }
     if positive.is_empty() && !req.is_empty() {
@@ -136,7 +142,8 @@ fn meets_by(required: &[String], has: impl Fn(&str) -> bool) -> bool {
     })
 }
 
-/// One attribute name: 1 to [`MAX_ATTRIBUTE_BYTES`] bytes, no whitespace or control characters.
+/// One attribute name: 1 to [`MAX_ATTRIBUTE_BYTES`] bytes, no whitespace, control or invisible
+/// formatting characters ([`crate::text::hidden`]).
 fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("an attribute must not be empty".into());
@@ -152,6 +159,9 @@ fn check_name(name: &str) -> Result<(), String> {
             "attribute `{}` has whitespace or a control character",
             name.escape_debug()
         ));
+    }
+    if let Some(problem) = crate::text::hidden_problem(name) {
+        return Err(format!("attribute `{}`: {problem}", name.escape_debug()));
     }
     Ok(())
 }

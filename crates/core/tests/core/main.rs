@@ -2,6 +2,7 @@
 
 mod accelerator_field;
 mod binding;
+mod hidden_names;
 mod input;
 mod input_fuzz;
 mod input_hardening;

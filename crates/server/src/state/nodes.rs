@@ -861,7 +861,8 @@ impl State {
     /// restarts placing new work on a node; its running tasks go on, and stream topologies'
     /// workers there are moved off at the topology controller's next pass
     /// ([`crate::jobs::topology`]). A drained node drained again keeps its time and takes the
-    /// new reason. The reason is at most [`MAX_DRAIN_REASON`] bytes, without control characters.
+    /// new reason. The reason is at most [`MAX_DRAIN_REASON`] bytes, without control characters
+    /// or invisible formatting characters ([`hetsched_core::text::hidden`]).
     pub fn on_drain_because(
         &mut self,
         name: &str,
@@ -882,6 +883,9 @@ impl State {
             return Err(StateError::Invalid(
                 "reason: a control character (a newline, a tab…) is not accepted".into(),
             ));
+        }
+        if let Some(problem) = hetsched_core::text::hidden_problem(reason) {
+            return Err(StateError::Invalid(format!("reason: {problem}")));
         }
         if !drain && !reason.is_empty() {
             return Err(StateError::Invalid(

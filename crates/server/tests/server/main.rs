@@ -13,6 +13,7 @@ mod dispatch;
 mod divisible_kind;
 mod full_disk;
 mod fuzz;
+mod hidden;
 mod http;
 mod job_ids;
 mod listing;
