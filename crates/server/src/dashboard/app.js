@@ -15,7 +15,16 @@ function applyWidths(root) { root.querySelectorAll("[data-w]").forEach((e) => { 
 const count = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 // How many run, and of those how many wait in their agent's queue (`prefetch`): `5 (3 queued)`.
 const runningText = (c) => `${c.running || 0}` + (c.queued ? ` (${c.queued} queued)` : "");
-const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+// The characters the CLI's text output escapes (hetsched_core::text::escaped): control characters
+// but "\n" and invisible formatting ones — a bidi override in a name (`job\u{202e}txt.exe`) would
+// make it read `jobexe.txt`, and HTML escaping leaves it as it is (a <bdi> would only keep it from
+// reordering what is around it). The server writes the class into the brackets below as it serves
+// this script, from that one list (dashboard::app_js), so the set is not copied here.
+const ESCAPED = /[__ESCAPED__]/gu;
+// A string the server sent, as the page shows it: those characters as the CLI writes them.
+const shown = (s) => String(s ?? "").replace(ESCAPED, (c) => ({ "\t": "\\t", "\r": "\\r" }[c] || `\\u{${c.codePointAt(0).toString(16)}}`));
+// The same, HTML-escaped: every string of the server's put into innerHTML goes through it.
+const esc = (s) => shown(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
 async function api(path) {
   const r = await fetch(path, { credentials: "same-origin", cache: "no-store" });
@@ -259,8 +268,8 @@ function updateJobTitle(j) {
   const c = j.counts || {};
   tasksView.jobState = j.state;
   const why = pendingBecause(j);
-  $("job-title").textContent = `Job ${j.id} — ${j.name} — ${shownState(j)}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running${c.queued ? ` (${c.queued} queued)` : ""}, ${c.pending || 0} pending`
-    + (why ? ` — pending because: ${why}` : "");
+  $("job-title").textContent = `Job ${j.id} — ${shown(j.name)} — ${shown(shownState(j))}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running${c.queued ? ` (${c.queued} queued)` : ""}, ${c.pending || 0} pending`
+    + (why ? ` — pending because: ${shown(why)}` : "");
 }
 
 // What a job's applications are and ask for: variants, `requires`, `priority`, `max_running`, time limit, measured use;
@@ -541,12 +550,12 @@ function renderTopologies(list) {
 // start it when it cannot — and its executors' rates.
 function renderTopology(t) {
   const workers = t.workers || [];
-  $("topology-title").textContent = `Topology ${t.name} (${t.owner}) — ${t.state}, ${t.placer}, generation ${t.generation}: `
+  $("topology-title").textContent = `Topology ${shown(t.name)} (${shown(t.owner)}) — ${shown(t.state)}, ${shown(t.placer)}, generation ${t.generation}: `
     + `${t.workers_running}/${count(workers.length, "worker")} running on ${count(t.nodes_used, "node")}, ${perS(t.throughput_tuples_per_s)} tuples/s from its spouts`;
   const moves = t.reschedules || [];
   $("topology-reschedules").textContent = moves.length
     ? `${moves.length} reschedule(s), latest first: ` + moves.slice(-5).reverse().map((r) =>
-      `${r.cause} at ${new Date(r.at_ns / 1e6).toLocaleTimeString()} → generation ${r.generation} on ${r.nodes} node(s), gain ${(100 * r.gain).toFixed(0)} %`).join(" · ")
+      `${shown(r.cause)} at ${new Date(r.at_ns / 1e6).toLocaleTimeString()} → generation ${r.generation} on ${r.nodes} node(s), gain ${(100 * r.gain).toFixed(0)} %`).join(" · ")
     : "never rescheduled";
   const status = (w) => (w.start_error
     ? `<td class="start-error" title="why its agent cannot start it (hetsched topology show)">cannot start: ${esc(w.start_error)}</td>`

@@ -44,6 +44,15 @@
 //!
 //! The page (`index.html`, `app.js`, `app.css`) and uPlot (`vendor/`, MIT, npm `uplot`) are
 //! embedded in the binary; there is no build step.
+//!
+//! **Names and messages.** The script HTML-escapes every string of the server's it puts in the
+//! page, and first escapes what the CLI's text output escapes (`\u{202e}`, `\u{1b}`): control
+//! characters but newlines and the invisible formatting characters of
+//! [`hetsched_core::text::hidden`]. HTML escaping leaves a bidi override as it is, and a `<bdi>`
+//! would only keep it from reordering the text around it, not the name itself
+//! (`job\u{202e}txt.exe` would still read `jobexe.txt`); escaping shows what the name holds, as
+//! the CLI does. The class of characters is written into the script as it is served
+//! ([`app_js`]), from the one list in `hetsched_core::text`.
 
 use crate::convert::Wire;
 use crate::logs::LogRelay;
@@ -100,6 +109,19 @@ pub const MAX_EVENT_STREAMS: usize = 64;
 
 const INDEX: &str = include_str!("index.html");
 const APP_JS: &str = include_str!("app.js");
+
+/// The character class of `app.js` that the server fills as it serves the script.
+const ESCAPED_PLACEHOLDER: &str = "/[__ESCAPED__]/gu";
+
+/// `app.js` as served: its [`ESCAPED_PLACEHOLDER`] class filled with the characters the CLI
+/// escapes ([`hetsched_core::text::escaped_class`]), so that the page escapes the same ones.
+fn app_js() -> &'static str {
+    static SERVED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let class = format!("/[{}]/gu", hetsched_core::text::escaped_class());
+        APP_JS.replacen(ESCAPED_PLACEHOLDER, &class, 1)
+    });
+    &SERVED
+}
 const APP_CSS: &str = include_str!("app.css");
 const UPLOT_JS: &[u8] = include_bytes!("vendor/uPlot.iife.min.js");
 const UPLOT_CSS: &[u8] = include_bytes!("vendor/uPlot.min.css");
@@ -1207,7 +1229,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         .route("/api/events", get(events))
         .route(
             "/assets/app.js",
-            get(asset(d.clone(), "text/javascript", APP_JS.as_bytes())),
+            get(asset(d.clone(), "text/javascript", app_js().as_bytes())),
         )
         .route(
             "/assets/app.css",
@@ -1368,6 +1390,26 @@ mod tests {
             assert!(!unsure_site(&headers(&said)), "{site}");
         }
         assert!(!unsure_site(&headers(&["Host: dash.example:7421"])));
+    }
+
+    /// The script escapes in names and messages the characters the CLI escapes (a bidi override
+    /// among them): the served script holds the class from `hetsched_core::text`, once, and no
+    /// placeholder, which would escape the letters `_ E S C A P D` instead.
+    #[test]
+    fn the_served_script_escapes_the_characters_the_cli_escapes() {
+        let class = hetsched_core::text::escaped_class();
+        assert_eq!(APP_JS.matches(ESCAPED_PLACEHOLDER).count(), 1);
+        assert!(APP_JS.contains(&format!("const ESCAPED = {ESCAPED_PLACEHOLDER};")));
+        let served = app_js();
+        assert!(
+            served.contains(&format!("const ESCAPED = /[{class}]/gu;")),
+            "{served}"
+        );
+        assert!(!served.contains("__ESCAPED__"));
+        assert!(
+            class.contains("\\u{202e}") && class.contains("\\u{b}-\\u{1f}"),
+            "{class}"
+        );
     }
 
     #[test]
