@@ -16,6 +16,10 @@
 //! waiting jobs (`State::settle_waits`). `hundred_jobs_of_a_user_its_cap_keeps_waiting` beats
 //! beside 100 jobs its user's cap on cores holds back; `hundred_jobs_of_ten_capped_users_under_fair_share`
 //! spreads them over ten capped users with `[fair_share]` on: what fair share's order adds.
+//! `hundred_running_workflows_with_their_own_requirements` has 100 running workflows, each
+//! requiring eight attributes of its own that ten nodes have: each beat matches what the 1,000
+//! nodes offer against 100 distinct vocabularies (a workflow's masks are over its own words,
+//! `jobs/workflow`).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hetsched_proto as pb;
@@ -30,8 +34,9 @@ use std::time::Duration;
 const NODES: u32 = 1_000;
 
 /// A state with `NODES` registered nodes; with `ending`, every agent has reported a time left;
-/// with `fair`, `[fair_share]` is on (a one-hour half-life).
-fn state(dir: &std::path::Path, ending: bool, fair: bool) -> State {
+/// with `fair`, `[fair_share]` is on (a one-hour half-life);
+/// with `labelled`, node i has the eight attributes `w{i % 100}x0` … `w{i % 100}x7`.
+fn state(dir: &std::path::Path, ending: bool, fair: bool, labelled: bool) -> State {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).expect("dir");
     let config = ServerConfig {
@@ -50,6 +55,11 @@ fn state(dir: &std::path::Path, ending: bool, fair: bool) -> State {
                 name: format!("n{i}"),
                 cores: 4,
                 memory_bytes: 1 << 30,
+                attributes: if labelled {
+                    (0..8).map(|k| format!("w{}x{k}", i % 100)).collect()
+                } else {
+                    Vec::new()
+                },
                 ..Default::default()
             })
             .expect("register")
@@ -69,6 +79,38 @@ fn beat(node_id: u32, ending: bool) -> HeartbeatReport {
     }
 }
 
+/// Whether `case` matches the filter on the command line (`cargo bench … -- FILTER`), as a
+/// substring as criterion reads it; any case when none is given.
+fn selected(case: &str) -> bool {
+    // Criterion's options that take a value as the next argument: that value is no filter.
+    const VALUED: [&str; 14] = [
+        "--save-baseline",
+        "--baseline",
+        "--baseline-lenient",
+        "--load-baseline",
+        "--sample-size",
+        "--warm-up-time",
+        "--measurement-time",
+        "--nresamples",
+        "--noise-threshold",
+        "--confidence-level",
+        "--significance-level",
+        "--plotting-backend",
+        "--output-format",
+        "--profile-time",
+    ];
+    let mut filters = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if VALUED.contains(&a.as_str()) || a == "--color" || a == "-c" {
+            args.next();
+        } else if !a.starts_with('-') {
+            filters.push(a);
+        }
+    }
+    filters.is_empty() || filters.iter().any(|f| case.contains(f.as_str()))
+}
+
 fn heartbeat(c: &mut Criterion) {
     let mut g = c.benchmark_group("heartbeat_on_1000_nodes");
     let base =
@@ -84,10 +126,20 @@ fn heartbeat(c: &mut Criterion) {
         ("ten_thousand_tasks_after_corr_of_a_held_job", false),
         ("hundred_jobs_of_a_user_its_cap_keeps_waiting", false),
         ("hundred_jobs_of_ten_capped_users_under_fair_share", false),
+        (
+            "hundred_running_workflows_with_their_own_requirements",
+            false,
+        ),
     ] {
+        // A case's set-up (20,000 jobs for one) is paid only when criterion's filter, if
+        // given, selects it.
+        if !selected(case) {
+            continue;
+        }
         let dir = base.join(case);
         let fair = case.ends_with("under_fair_share");
-        let mut s = state(&dir, ending, fair);
+        let labelled = case == "hundred_running_workflows_with_their_own_requirements";
+        let mut s = state(&dir, ending, fair, labelled);
         let waiting = match case {
             "multi_node_task_that_cannot_gather" => 1,
             "sixteen_multi_node_tasks_that_cannot_gather" => 16,
@@ -165,6 +217,27 @@ fn heartbeat(c: &mut Criterion) {
                     .expect("batch job after a workflow");
                 }
             }
+        }
+        if case == "hundred_running_workflows_with_their_own_requirements" {
+            // Eight words of its own per workflow, which ten nodes have: it stays running (no
+            // instance reports an end) and every beat matches the nodes against it.
+            let t = std::time::Instant::now();
+            for w in 0..100 {
+                let words: Vec<String> = (0..8).map(|k| format!("\"w{w}x{k}\"")).collect();
+                let text = format!(
+                    "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = 4\n\
+                     command = \"true\"\nrequires = [{}]\n",
+                    words.join(", ")
+                );
+                s.on_submit(Submission {
+                    origin: format!("wf{w}.toml"),
+                    text,
+                    workdir: "/".into(),
+                    ..Default::default()
+                })
+                .expect("a workflow with its own requirements");
+            }
+            eprintln!("100 workflows submitted in {:?}", t.elapsed());
         }
         if case == "ten_thousand_tasks_after_corr_of_a_held_job" {
             // Every task of the second array waits for its correspondent in a held one.
