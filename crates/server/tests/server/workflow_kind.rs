@@ -385,6 +385,100 @@ outputs = ["b"]
 command = "cat {input:a} > {output:b}"
 "#;
 
+/// Each node's clusters as `hetsched nodes` shows them.
+fn shown_clusters(s: &State) -> Vec<(String, String)> {
+    s.nodes(true)
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.clusters.clone()))
+        .collect()
+}
+
+/// Round trips in ns, the same both ways: `near` pairs (of indexes into `ids`) at their value,
+/// every other pair at 5 ms.
+fn measured(ids: &[u32], near: &[((usize, usize), u64)]) -> HashMap<u32, BTreeMap<u32, u64>> {
+    let mut rtt: HashMap<u32, BTreeMap<u32, u64>> = HashMap::new();
+    for (a, &x) in ids.iter().enumerate() {
+        for (b, &y) in ids.iter().enumerate() {
+            if a != b {
+                let ns = near
+                    .iter()
+                    .find(|((p, q), _)| (*p, *q) == (a, b) || (*p, *q) == (b, a))
+                    .map_or(5_000_000, |&(_, ns)| ns);
+                rtt.entry(x).or_default().insert(y, ns);
+            }
+        }
+    }
+    rtt
+}
+
+#[test]
+fn clusters_follow_a_round_trip_that_moved_and_not_one_that_wavers_across_one_step() {
+    let dir = scratch("clusters-waver");
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            cluster_size: Some(2),
+            ..Default::default()
+        },
+    );
+    let ids: Vec<u32> = (0..4)
+        .map(|k| common::register(&mut s, &format!("n{k}"), 2))
+        .collect();
+    let as_shown =
+        |pairs: [(&str, &str); 4]| pairs.map(|(a, b)| (a.to_string(), b.to_string())).to_vec();
+    let mut agents = Agents {
+        rtt: pairs(&ids),
+        ..Default::default()
+    };
+    agents.round(&mut s, &ids);
+    assert_eq!(
+        shown_clusters(&s),
+        as_shown([("n0", "Sc1"), ("n1", "Sc1"), ("n2", "Sc2"), ("n3", "Sc2")])
+    );
+    // The network changed: n0 is now 0.1 ms from n2 (and 0.4 ms from n1), n1 0.1 ms from n3.
+    // The clusters follow at once.
+    agents.rtt = measured(
+        &ids,
+        &[((0, 2), 100_000), ((0, 1), 400_000), ((1, 3), 100_000)],
+    );
+    agents.round(&mut s, &ids);
+    assert_eq!(
+        shown_clusters(&s),
+        as_shown([("n0", "Sc1"), ("n1", "Sc2"), ("n2", "Sc1"), ("n3", "Sc2")])
+    );
+    // n0 ↔ n2 wavers to 0.26 ms: one step of `RTT_RESOLUTION` up, where it ties n0 ↔ n1 (the
+    // tie would go to n1 by name). Jitter of a few microseconds across a step's edge does not
+    // regroup the cluster (and costs no reclustering at every beat).
+    agents.rtt = measured(
+        &ids,
+        &[((0, 2), 260_000), ((0, 1), 400_000), ((1, 3), 100_000)],
+    );
+    for _ in 0..3 {
+        agents.round(&mut s, &ids);
+    }
+    assert_eq!(
+        shown_clusters(&s),
+        as_shown([("n0", "Sc1"), ("n1", "Sc2"), ("n2", "Sc1"), ("n3", "Sc2")])
+    );
+    // Moved by more than a step (0.8 ms), it regroups: n1 is now n0's nearest, so Sc1 grows
+    // from n0 through n1 to n3, and Sc2 from n2 (nearest to n0) takes them all.
+    agents.rtt = measured(
+        &ids,
+        &[((0, 2), 800_000), ((0, 1), 400_000), ((1, 3), 100_000)],
+    );
+    agents.round(&mut s, &ids);
+    assert_eq!(
+        shown_clusters(&s),
+        as_shown([
+            ("n0", "Sc1,Sc2"),
+            ("n1", "Sc1,Sc2"),
+            ("n2", "Sc2"),
+            ("n3", "Sc1,Sc2")
+        ])
+    );
+}
+
 #[test]
 fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluster_first() {
     let dir = scratch("clusters");
