@@ -1236,8 +1236,8 @@ fn a_person_signs_in_with_the_form_reads_its_output_and_signs_out_with_the_butto
     assert_eq!(with_session(addr, "/api/jobs", &session), 200);
 
     // Her job, clicked: its title and its task; `stdout` opens the task's output in a new tab.
-    b.click("#jobs tr[data-job=\"1\"]", t);
-    b.wait_for(
+    b.click_until(
+        "#jobs tr[data-job=\"1\"]",
         "job 1's detail",
         "document.getElementById('job-title').textContent.startsWith('Job 1 — alices-echo — completed') && \
          document.querySelector('#tasks tbody tr[data-task=\"0\"] td.state-succeeded') && \
@@ -1256,8 +1256,8 @@ fn a_person_signs_in_with_the_form_reads_its_output_and_signs_out_with_the_butto
         "her task's output, read with her session"
     );
     // The admin's job: listed, but its output is not hers to read.
-    b.click("#jobs tr[data-job=\"2\"]", t);
-    b.wait_for(
+    b.click_until(
+        "#jobs tr[data-job=\"2\"]",
         "job 2's detail",
         "document.getElementById('job-title').textContent.startsWith('Job 2 — admins-echo') && \
          document.querySelector('#tasks a[href^=\"/api/log?job=2&\"][href$=\"stream=stdout\"]')",

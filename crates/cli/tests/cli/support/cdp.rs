@@ -283,6 +283,33 @@ impl Browser {
         }
     }
 
+    /// Clicks `selector` until `expr` holds (polled up to 3 s after each click), within
+    /// `timeout`: a list that the page re-renders from its event stream may replace the row
+    /// under the pointer between the press and the release, and a person clicks again.
+    pub fn click_until(&mut self, selector: &str, what: &str, expr: &str, timeout: Duration) {
+        let start = Instant::now();
+        loop {
+            self.click(selector, timeout.saturating_sub(start.elapsed()));
+            let session = self.session.clone();
+            let left = timeout.saturating_sub(start.elapsed());
+            let once = Duration::from_secs(3).min(left);
+            let guarded = format!(
+                "(() => {{ try {{ return !!({expr}); }} catch (e) {{ return false; }} }})()"
+            );
+            let polled = Instant::now();
+            while polled.elapsed() < once {
+                if self.try_eval(&session, &guarded).and_then(|v| v.as_bool()) == Some(true) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "timed out clicking {selector} until {what} ({expr})"
+            );
+        }
+    }
+
     /// Clicks the text field `selector` and types `text` into it, as a person at a keyboard (or
     /// pasting) does: the field fires its `input` events and holds the text.
     pub fn type_into(&mut self, selector: &str, text: &str, timeout: Duration) {
