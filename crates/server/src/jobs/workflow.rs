@@ -64,9 +64,9 @@
 //!   64 bits and have every later workflow with a requirement refused until a restart, and a
 //!   restart kept the words of every workflow not purged). A workflow's bits never change while
 //!   messages carrying them are in flight, and a restart rebuilds the same ones; nothing of the
-//!   vocabulary is stored. Each heartbeat reads what the live nodes offer once
-//!   (`Workflows::offers`) and matches it against each distinct vocabulary of the running
-//!   workflows once;
+//!   vocabulary is stored. What the live nodes offer and each running vocabulary's masks over
+//!   them are kept from one heartbeat to the next ([`masks`]): a heartbeat matches again only
+//!   the nodes whose offer changed, and time-limit words when the clock turns one off;
 //! - **accelerator sharing** (spec 01): a node's mask is the node as the view sees it, so a bound
 //!   NNode offers its ANode's devices (and `gpu`) and takes GPU instances, which the accelerator
 //!   part of the heartbeat offloads to the ANode (`Assignment.offload_anode`), while the ANode's
@@ -111,9 +111,11 @@ use rusqlite::params;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use tracing::{info, warn};
 
+mod masks;
 mod offers;
 mod waiting;
 use super::gate::Gate;
+use masks::{Facts, Key, NodeMasks, Offer, members_over};
 
 /// Instances a node's heartbeat passes over (they cannot start there now) before it stops
 /// looking further down the node's queue.
@@ -285,59 +287,6 @@ fn task_masks(rt: &RuntimeWorkflow) -> Result<(Vec<Word>, Vec<AttrMask>), StateE
         masks.push(m);
     }
     Ok((vocab, masks))
-}
-
-/// What one live node offers, read once per pass over the nodes; each workflow matches its
-/// own vocabulary against it ([`Offer::mask`]).
-struct Offer {
-    id: u32,
-    cores: u32,
-    /// None: the node is not in the registry or the view (it offers no word).
-    facts: Option<Facts>,
-}
-
-struct Facts {
-    /// The attributes it has ([`Workflows::attributes_of`]).
-    attrs: Vec<String>,
-    /// The instance sizes it can hold (a bound NNode's with its ANodes' devices:
-    /// [`Workflows::seen`]).
-    capacity: Resources,
-    /// Its time left, ns (None: its agent has no end).
-    left: Option<u128>,
-    /// [`Workflows::room_for_inputs`].
-    room: bool,
-}
-
-impl Offer {
-    /// Its mask over `vocab`: the attributes it has, every instance size it can hold, every
-    /// time limit it has time left for now, and room for inputs.
-    fn mask(&self, vocab: &[Word]) -> AttrMask {
-        let Some(f) = &self.facts else {
-            return 0;
-        };
-        vocab
-            .iter()
-            .enumerate()
-            .filter(|(_, w)| match w {
-                Word::Attr(a) => f.attrs.contains(a),
-                Word::Fits(r) => f.capacity.fits(r),
-                Word::Lasts(limit) => f.left.is_none_or(|l| l >= u128::from(*limit)),
-                Word::Room => f.room,
-            })
-            .fold(0, |m, (k, _)| m | (1 << k))
-    }
-}
-
-/// The nodes of `offers` as a workflow of vocabulary `vocab` sees them.
-fn members_over(offers: &[Offer], vocab: &[Word]) -> Vec<GraphNode> {
-    offers
-        .iter()
-        .map(|o| GraphNode {
-            id: NodeId(o.id),
-            cores: o.cores,
-            attributes: o.mask(vocab),
-        })
-        .collect()
 }
 
 /// Whether node `rec`'s disk has room for fetched inputs, as its agent last reported (an agent
@@ -591,6 +540,10 @@ struct WfJob {
     masks: Vec<AttrMask>,
     /// The members its dispatcher knows (centralised).
     members: Vec<GraphNode>,
+    /// The [`masks::View::stamp`] `members` were last compared with (0: none).
+    members_stamp: u64,
+    /// Where [`NodeMasks::view`] found its vocabulary last.
+    vocab_view: usize,
     /// Messages from the launch node to a node, for its next heartbeat.
     to_node: HashMap<u32, Vec<Message>>,
     /// Per node: instances its pcddb machine took that will not run there (cancelled, not run
@@ -804,6 +757,9 @@ pub struct Workflows {
     /// Workflows that may be running (started, not finished): a heartbeat looks at these, not
     /// at every workflow kept until purged (one found finished leaves the set then).
     maybe_running: BTreeSet<u64>,
+    /// The live nodes' offers and each running vocabulary's masks over them, kept from one
+    /// heartbeat to the next ([`masks`]).
+    node_masks: NodeMasks,
 }
 
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, u64) {
@@ -872,6 +828,7 @@ impl Workflows {
             purged: BTreeSet::new(),
             maybe_unstarted: BTreeSet::new(),
             maybe_running: BTreeSet::new(),
+            node_masks: NodeMasks::default(),
         };
         {
             let mut q = source
@@ -1036,6 +993,7 @@ impl Workflows {
             let (machine, members) = me.machine(cx, balancer, graph, &job.vocab);
             job.machine = machine;
             job.members = members;
+            job.members_stamp = 0;
             // What ended without succeeding is never placed again, even when its producers
             // (running at the restart) succeed later.
             let ended: Vec<InstanceId> = (0..job.insts.len() as u32)
@@ -1148,30 +1106,42 @@ impl Workflows {
             .unwrap_or_default()
     }
 
-    /// What every live node offers the workflows' words: one pass over the registry, which
-    /// each workflow's own vocabulary is then matched against ([`Offer::mask`]). One clock read
-    /// for every node's time left (a read per node cost a heartbeat on 1,000 time-limited
-    /// agents 24 µs).
+    /// What every live node offers the workflows' words now: one pass over the registry, which
+    /// a workflow's own vocabulary is then matched against ([`Offer::mask`], with one clock
+    /// read for every node's time left). For a new machine; heartbeats keep theirs
+    /// ([`NodeMasks`]).
     fn offers(&self, cx: &Ctx) -> Vec<Offer> {
-        let now = std::time::Instant::now();
         (0..cx.nodes.len() as u32)
             .filter(|&n| Self::alive(cx, n))
-            .map(|n| {
-                let rec = cx.nodes.get(n);
-                Offer {
-                    id: n,
-                    cores: rec.map_or(1, |r| r.spec.cores.max(1)),
-                    facts: rec.zip(Self::seen(cx, n)).map(|(rec, seen)| Facts {
-                        attrs: self.attributes_of(cx, n),
-                        capacity: seen.capacity(),
-                        left: rec
-                            .ends_at
-                            .map(|e| e.saturating_duration_since(now).as_nanos()),
-                        room: self.room_for_inputs(rec, n),
-                    }),
-                }
-            })
+            .map(|n| self.offer_of(cx, n))
             .collect()
+    }
+
+    /// What node `n` offers the workflows' words ([`Offer`]).
+    fn offer_of(&self, cx: &Ctx, n: u32) -> Offer {
+        let rec = cx.nodes.get(n);
+        Offer {
+            id: n,
+            cores: rec.map_or(1, |r| r.spec.cores.max(1)),
+            facts: rec.zip(Self::seen(cx, n)).map(|(rec, seen)| Facts {
+                attrs: self.attributes_of(cx, n),
+                capacity: seen.capacity(),
+                ends_at: rec.ends_at,
+                room: self.room_for_inputs(rec, n),
+            }),
+        }
+    }
+
+    /// The scalars of what node `n` offers, read at every heartbeat while workflows run to
+    /// find the offers that changed ([`masks`]); None: it is not live.
+    fn offer_key(&self, cx: &Ctx, n: u32) -> Option<Key> {
+        let rec = cx.nodes.get(n).filter(|r| r.alive && !r.removed)?;
+        Some(Key {
+            cores: rec.spec.cores.max(1),
+            seen: Self::seen(cx, n).map(|s| (s.capacity(), !s.accelerators.is_empty())),
+            ends_at: rec.ends_at,
+            room: self.room_for_inputs(rec, n),
+        })
     }
 
     /// Whether node `n` (registry record `rec`) takes instances that fetch inputs: its agent's
@@ -1197,7 +1167,7 @@ impl Workflows {
     /// The live nodes as a workflow's balancer sees them: cores, and attribute masks over its
     /// vocabulary `vocab`.
     fn graph_nodes(&self, cx: &Ctx, vocab: &[Word]) -> Vec<GraphNode> {
-        members_over(&self.offers(cx), vocab)
+        members_over(&self.offers(cx), vocab, std::time::Instant::now())
     }
 
     /// Centralised: the dispatcher's members follow the live nodes and their masks now (also
@@ -1209,6 +1179,7 @@ impl Workflows {
         let nodes = self.graph_nodes(cx, &job.vocab);
         if job.members != nodes {
             job.members = nodes.clone();
+            job.members_stamp = 0;
             let o = d.set_members(nodes);
             self.apply(job, o);
         }
@@ -1490,6 +1461,8 @@ impl Workflows {
             vocab,
             masks,
             members,
+            members_stamp: 0,
+            vocab_view: 0,
             to_node: HashMap::new(),
             dropped: HashMap::new(),
             offers: offers::Offers::default(),
@@ -2707,16 +2680,21 @@ impl JobKind for Workflows {
         let jobs = &self.jobs;
         self.maybe_running
             .retain(|seq| jobs.get(seq).is_some_and(|j| j.finished_ns == 0));
-        // What every live node offers: only while a workflow runs (it is a pass over the
-        // registry).
-        let offers = if self.maybe_running.is_empty() {
-            Vec::new()
-        } else {
-            self.offers(cx)
-        };
-        // The live nodes with their masks over each vocabulary, once per vocabulary in this
-        // beat: workflows submitted from one file share theirs, and most have none.
-        let mut seen_by: Vec<(Vec<Word>, Vec<GraphNode>)> = Vec::new();
+        // What every live node offers and each running vocabulary's masks over them, brought
+        // up to date: only while a workflow runs (a pass over the registry's scalars; the
+        // nodes whose offer changed are matched again, [`masks`]).
+        let now = std::time::Instant::now();
+        if !self.maybe_running.is_empty() {
+            let mut masks = std::mem::take(&mut self.node_masks);
+            masks.refresh(
+                cx.nodes.len() as u32,
+                cx.view.placement_generation(),
+                now,
+                |n| self.offer_key(cx, n),
+                |n| self.offer_of(cx, n),
+            );
+            self.node_masks = masks;
+        }
         // Whether this node has no room for inputs now, and whether it just ran short (its
         // report, or a result that found no room): then what waits for it with inputs to
         // fetch goes elsewhere ([`Self::take_back`]), once, not at every beat while it stays
@@ -2736,22 +2714,24 @@ impl JobKind for Workflows {
             let Some(mut job) = self.jobs.remove(&seq) else {
                 continue;
             };
-            let v = match seen_by.iter().position(|(v, _)| *v == job.vocab) {
-                Some(v) => v,
-                None => {
-                    seen_by.push((job.vocab.clone(), members_over(&offers, &job.vocab)));
-                    seen_by.len() - 1
-                }
-            };
-            let graph_nodes = &seen_by[v].1;
+            // The live nodes as its vocabulary sees them, and this node's mask.
+            let view = self.node_masks.view(&job.vocab, &mut job.vocab_view, now);
+            let (stamp, here) = (view.stamp, view.mask_of(node.0));
             // Centralised: the dispatcher's members follow the live nodes and their masks
             // (instances nobody could run are tried again).
             if let Machine::Centralised(d) = &mut job.machine
-                && job.members != *graph_nodes
+                && job.members_stamp != stamp
             {
-                job.members = graph_nodes.clone();
-                let o = d.set_members(graph_nodes.clone());
-                self.apply(&mut job, o);
+                job.members_stamp = stamp;
+                let members = self
+                    .node_masks
+                    .view(&job.vocab, &mut job.vocab_view, now)
+                    .members();
+                if job.members != members {
+                    job.members = members.to_vec();
+                    let o = d.set_members(job.members.clone());
+                    self.apply(&mut job, o);
+                }
             }
             // The node's messages to this launch node.
             let jid = job.id();
@@ -2783,10 +2763,7 @@ impl JobKind for Workflows {
                         // whose requirements it lacks. What is refused does not run here, and
                         // the node's machine is told to forget it (it counts it in its
                         // instance table); an offer it could not meet is placed again.
-                        let attributes = graph_nodes
-                            .iter()
-                            .find(|g| g.id == node)
-                            .map_or(0, |g| g.attributes);
+                        let attributes = here;
                         let mut ours = Vec::new();
                         let (mut refused, mut unmet) = (0usize, Vec::new());
                         for &i in taken.iter() {
@@ -3151,10 +3128,7 @@ impl JobKind for Workflows {
                     epoch: self.epoch,
                     peers,
                     clusters: self.clusters_of(node.0),
-                    attributes: graph_nodes
-                        .iter()
-                        .find(|g| g.id == node)
-                        .map_or(0, |g| g.attributes),
+                    attributes: here,
                     check_interval_ms: self.check_interval_ms,
                     dropped: Self::take_dropped(&mut job, node.0),
                     // The state adds the key: the kinds hold none.
@@ -3163,6 +3137,8 @@ impl JobKind for Workflows {
             }
             self.jobs.insert(seq, job);
         }
+        // The vocabularies of workflows that ended are matched no more.
+        self.node_masks.forget_unasked();
         Ok(())
     }
 
