@@ -692,7 +692,7 @@ pub fn safe(name: &str) -> String {
 
 /// The workflow job kind.
 pub struct Workflows {
-    jobs: BTreeMap<u64, WfJob>,
+    jobs: BTreeMap<u64, Box<WfJob>>,
     default_balancer: BalancerKind,
     thresholds: Thresholds,
     /// Each node's `AgentData` address, from its heartbeats.
@@ -973,7 +973,7 @@ impl Workflows {
                 // cancelled while it waited); the state decides on it once every kind is
                 // restored.
                 me.maybe_unstarted.insert(seq);
-                me.jobs.insert(seq, job);
+                me.jobs.insert(seq, Box::new(job));
                 continue;
             }
             // Replay the successes into the graph, in readiness order.
@@ -1046,7 +1046,7 @@ impl Workflows {
             if job.finished_ns == 0 {
                 me.maybe_running.insert(seq);
             }
-            me.jobs.insert(seq, job);
+            me.jobs.insert(seq, Box::new(job));
         }
         Ok(me)
     }
@@ -1579,7 +1579,7 @@ impl Workflows {
             );
             let id = job.id();
             self.maybe_unstarted.insert(seq);
-            self.jobs.insert(seq, job);
+            self.jobs.insert(seq, Box::new(job));
             return Ok(Submitted {
                 job_id: id,
                 tasks: n as u64,
@@ -1597,7 +1597,7 @@ impl Workflows {
         info!(job = job.id(), instances = n, balancer = %balancer, "workflow submitted");
         let id = job.id();
         self.maybe_running.insert(seq);
-        self.jobs.insert(seq, job);
+        self.jobs.insert(seq, Box::new(job));
         Ok(Submitted {
             job_id: id,
             tasks: n as u64,
@@ -2529,7 +2529,7 @@ impl JobKind for Workflows {
 
     fn job_of_task(&self, task: u64) -> Option<u64> {
         let (seq, _) = job_of(task);
-        self.jobs.get(&seq).map(WfJob::id)
+        self.jobs.get(&seq).map(|j| j.id())
     }
 
     fn dispatched_spec(&self, task: u64, key: u64) -> Option<TaskSpec> {
@@ -3093,8 +3093,15 @@ impl JobKind for Workflows {
                 // beat may be a minute away.
                 out.more();
             }
-            // Launch node → this node.
-            let peers: BTreeMap<u32, String> = self.addresses.clone();
+            // Launch node → this node. The agents' addresses go with PCDDB's messages and jobs
+            // only: a copy for every workflow at every beat cost a beat beside 100 centralised
+            // workflows 1,000 strings each.
+            let peers: BTreeMap<u32, String> =
+                if job.balancer == BalancerKind::Pcddb || job.to_node.contains_key(&node.0) {
+                    self.addresses.clone()
+                } else {
+                    BTreeMap::new()
+                };
             if let Some(ms) = job.to_node.remove(&node.0) {
                 for m in ms {
                     if let Ok(json) = serde_json::to_string(&m) {

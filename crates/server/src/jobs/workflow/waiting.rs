@@ -37,7 +37,7 @@ impl Workflows {
     fn unstarted_jobs(&self) -> impl Iterator<Item = &super::WfJob> {
         self.maybe_unstarted
             .iter()
-            .filter_map(|seq| self.jobs.get(seq))
+            .filter_map(|seq| self.jobs.get(seq).map(|j| &**j))
             .filter(|j| !j.gate.started && !j.cancelled && !j.finished())
     }
 
