@@ -261,6 +261,19 @@ impl OffloadKeys {
 mod tests {
     use super::*;
 
+    /// The offload the ticket tests sign: task 5's first attempt, from `nnode-1` to `anode-1`,
+    /// as the agent's own account.
+    fn offload_of_task_5() -> Offload<'static> {
+        Offload {
+            task_id: 5,
+            attempt: 1,
+            run_as: "",
+            nnode: "nnode-1",
+            anode: "anode-1",
+            runs: [3; ticket::DIGEST_LEN],
+        }
+    }
+
     #[test]
     fn each_anode_and_identity_has_its_own_key_and_the_ticket_verifies_with_it() {
         let keys = OffloadKeys::new(&[1; 32]);
@@ -274,14 +287,7 @@ mod tests {
         assert_ne!(k, keys.key("anode-2", "id-a", 0));
         assert_ne!(k, keys.key("anode-1", "id-b", 0));
         assert_ne!(k, OffloadKeys::new(&[2; 32]).key("anode-1", "id-a", 0));
-        let o = Offload {
-            task_id: 5,
-            attempt: 1,
-            run_as: "",
-            nnode: "nnode-1",
-            anode: "anode-1",
-            runs: [3; ticket::DIGEST_LEN],
-        };
+        let o = offload_of_task_5();
         let t = keys.ticket("id-a", &o, 1_000);
         let valid = Validity {
             issued_ms: 1_000,
@@ -303,14 +309,7 @@ mod tests {
     fn offload_keys_rotate_and_the_previous_key_verifies_until_its_tickets_expired() {
         const { assert!(OFFLOAD_KEY_PERIOD_MS > OFFLOAD_TICKET_LIFETIME_MS) };
         let keys = OffloadKeys::new(&[1; 32]);
-        let o = Offload {
-            task_id: 5,
-            attempt: 1,
-            run_as: "",
-            nnode: "nnode-1",
-            anode: "anode-1",
-            runs: [3; ticket::DIGEST_LEN],
-        };
+        let o = offload_of_task_5();
         let epoch_start = 20_000 * OFFLOAD_KEY_PERIOD_MS;
         // The last ticket of epoch 19,999, and a ticket of epoch 20,000 signed just after.
         let last = keys.ticket("id-a", &o, epoch_start - 1);
