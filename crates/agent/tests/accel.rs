@@ -1222,6 +1222,91 @@ async fn a_replayed_ticket_runs_its_attempt_once() {
     assert!(p.is_idle());
 }
 
+/// ANode `anode-1` ([`pipeline`]) working in `work`, serving on loopback: the agent as it
+/// (re)starts on its work directory.
+async fn serve(work: &Path) -> (Pipeline, AccelListener) {
+    let p = pipeline(work);
+    let l = AccelListener::bind("127.0.0.1:0".parse().unwrap(), p.clone(), TOKEN, None)
+        .await
+        .expect("listener");
+    (p, l)
+}
+
+/// An ANode's agent that restarted runs no attempt twice either: the attempts it ran are
+/// recorded in its work directory. A ticket of an attempt that ran and ended there, replayed
+/// after the restart (within its lifetime), is refused as before it; one of an attempt whose
+/// run was under way when the agent stopped is refused saying the agent restarted during it
+/// (the NNode reports it interrupted, and the server runs the task again as a new attempt).
+/// Each task appends a line to a file at each run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_replayed_after_the_anodes_agent_restarted_runs_nothing() {
+    let work = temp("restarted-anode");
+    let dir = temp("restarted");
+    let (ran, cut) = (dir.join("ran"), dir.join("cut"));
+    let quick = spec(&dir, &format!("echo run >> {}", ran.display()), &[], &[]);
+    let a = assignment(fresh_task(), 0, 1, &quick);
+    let (p, l) = serve(&work).await;
+    let r = ship_plain(&client(l.addr, TOKEN), &a, &quick, &dir).await;
+    assert!(r.success, "{r:?}");
+    // A second attempt is running when the agent stops.
+    let slow = spec(
+        &dir,
+        &format!("echo run >> {}; sleep 30", cut.display()),
+        &[],
+        &[],
+    );
+    let b = assignment(fresh_task(), 0, 1, &slow);
+    let call = {
+        let (c, b, slow, dir) = (
+            client(l.addr, TOKEN),
+            b.clone(),
+            slow.clone(),
+            dir.to_path_buf(),
+        );
+        tokio::spawn(async move { ship_plain(&c, &b, &slow, &dir).await })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while runs(&cut) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slow task never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    call.abort();
+    l.stop().await;
+    drop(p);
+
+    // The agent starts again on the same work directory; both tickets are replayed.
+    let (p, l) = serve(&work).await;
+    let c = client(l.addr, TOKEN);
+    let r = ship_plain(&c, &a, &quick, &dir).await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    assert!(
+        r.message.contains(&format!(
+            "offload of task {} attempt 1 from nnode-1: this attempt ran here and its result \
+             was sent (success); its files are gone; it does not run twice",
+            a.task_id
+        )),
+        "{}",
+        r.message
+    );
+    let r = ship_plain(&c, &b, &slow, &dir).await;
+    assert!(!r.success && r.interrupted, "{r:?}");
+    assert!(
+        r.message.contains(&format!(
+            "offload of task {} attempt 1 from nnode-1: this attempt was under way here when \
+             this ANode's agent restarted",
+            b.task_id
+        )),
+        "{}",
+        r.message
+    );
+    assert_eq!(runs(&ran), 1, "the ended attempt did not run again");
+    assert_eq!(runs(&cut), 1, "the cut-off attempt did not run again");
+    assert!(p.is_idle());
+}
+
 /// A TCP relay between an NNode and its ANode whose connections can be cut, as a network that
 /// breaks: new connections go through again.
 struct Relay {

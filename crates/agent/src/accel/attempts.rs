@@ -18,12 +18,19 @@
 //!   refused, naming what happened, until the ticket expires. Then it is forgotten, and its
 //!   ticket, expired, starts nothing.
 //!
-//! Memory is bounded: an attempt is forgotten once it ended and its ticket expired (an hour
-//! after the server signed it, `hetsched_server::tickets::OFFLOAD_TICKET_LIFETIME_MS`), and at
-//! most [`MAX_REMEMBERED`] are held; past that a new offload is refused as `Unavailable` (the
-//! NNode tries again, then reports the attempt interrupted) rather than forgetting one whose
-//! ticket still verifies.
+//! Memory is bounded: an attempt is forgotten once it ended and its ticket expired (the
+//! server's `[offload] ticket_lifetime` after it signed it, an hour by default), and at most
+//! [`MAX_REMEMBERED`] are held; past that a new offload is refused as `Unavailable` (the NNode
+//! tries again, then reports the attempt interrupted) rather than forgetting one whose ticket
+//! still verifies.
+//!
+//! What ran outlives the agent: an attempt is written to the work directory's record
+//! ([`super::attempt_record`]) when it goes live and when it ends, and a restarted agent reads
+//! it back ([`Attempts::recover`]): an attempt that ended is refused as before the restart, and
+//! one that was live when the agent stopped is refused saying so — its ticket never starts a
+//! second run, whichever agent it reaches.
 
+use super::attempt_record::{self, Record, Recorded};
 use super::service::Reply;
 use hetsched_proto::ticket::Validity;
 use std::collections::{BTreeSet, HashMap};
@@ -84,6 +91,21 @@ struct Entry {
     expires_ms: u64,
 }
 
+impl Entry {
+    /// What the durable record says of it: nothing while it receives (nothing ran).
+    fn recorded(&self) -> Option<Recorded> {
+        let expires_ms = self.expires_ms;
+        match &self.state {
+            State::Receiving { .. } => None,
+            State::Live(_) => Some(Recorded::Running { expires_ms }),
+            State::Ended { outcome } => Some(Recorded::Ended {
+                expires_ms,
+                outcome: outcome.clone(),
+            }),
+        }
+    }
+}
+
 /// The attempts an ANode holds (the module's doc).
 #[derive(Default)]
 pub(crate) struct Attempts {
@@ -97,6 +119,8 @@ struct Inner {
     ended: BTreeSet<(u64, Key)>,
     /// Calls numbered so far.
     calls: u64,
+    /// The durable record of the live and ended attempts (none: memory only, in tests).
+    record: Option<Record>,
 }
 
 /// What a call that brings a verified ticket gets.
@@ -115,6 +139,22 @@ pub(crate) enum Admit {
 }
 
 impl Inner {
+    /// Writes what `key` is now to the record, if there is one (the live and ended attempts:
+    /// an attempt still receiving has not run, and is not recorded).
+    fn record(&mut self, key: Key) {
+        let Some(record) = &mut self.record else {
+            return;
+        };
+        let Some(recorded) = self.held.get(&key).and_then(Entry::recorded) else {
+            return;
+        };
+        let all = self
+            .held
+            .iter()
+            .filter_map(|(k, e)| e.recorded().map(|r| (*k, r)));
+        record.write(key, &recorded, self.held.len(), all);
+    }
+
     /// Forgets the ended attempts whose tickets expired before `now_ms`.
     fn forget_expired(&mut self, now_ms: u64) {
         while let Some(&(expires, key)) = self.ended.first() {
@@ -128,6 +168,37 @@ impl Inner {
 }
 
 impl Attempts {
+    /// The attempts the record in `work_dir` holds at `now_ms` (those whose tickets have not
+    /// expired: each ended, a live one as cut off by the restart,
+    /// [`attempt_record::RESTARTED`]), recording from then on there. An error: the record could
+    /// not be read or rewritten (a symbolic link planted in its place, a read-only directory).
+    pub fn recover(work_dir: &std::path::Path, now_ms: u64) -> std::io::Result<Self> {
+        let (record, kept) = Record::open(work_dir, now_ms, MAX_REMEMBERED)?;
+        let mut inner = Inner {
+            record: Some(record),
+            ..Inner::default()
+        };
+        for (key, recorded) in kept {
+            let expires_ms = recorded.expires_ms();
+            let outcome = match recorded {
+                Recorded::Ended { outcome, .. } => outcome,
+                // `Record::open` gives back no running attempt: the agent that ran it stopped.
+                Recorded::Running { .. } => attempt_record::RESTARTED.to_string(),
+            };
+            inner.held.insert(
+                key,
+                Entry {
+                    state: State::Ended { outcome },
+                    expires_ms,
+                },
+            );
+            inner.ended.insert((expires_ms, key));
+        }
+        Ok(Self {
+            inner: Mutex::new(inner),
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -187,6 +258,8 @@ impl Attempts {
             return false;
         }
         e.state = State::Live(live);
+        // Recorded before its run starts: a restart from now on refuses its ticket.
+        g.record(key);
         true
     }
 
@@ -216,6 +289,7 @@ impl Attempts {
         }
         e.state = State::Ended { outcome };
         g.ended.insert((expires, key));
+        g.record(key);
     }
 
     /// How many attempts are held.
@@ -292,6 +366,106 @@ mod tests {
         assert!(a.received((3, 1), call, live()));
         a.ended((3, 1), "ran".into(), 10_001);
         assert!(matches!(a.admit((3, 1), VALID, 10_001), Admit::Expired));
+    }
+
+    /// A restarted agent reads back what its predecessor recorded: an ended attempt is refused
+    /// with its outcome, one that was live when the agent stopped is refused saying the agent
+    /// restarted during it, one still receiving (nothing ran) runs, and one whose ticket
+    /// expired meanwhile is forgotten — in memory and in the record.
+    #[test]
+    fn ended_and_live_attempts_are_refused_after_a_restart_until_their_tickets_expire() {
+        let dir = hetsched_core::testkit::ScratchDir::new("attempts", "restart");
+        let a = Attempts::recover(&dir, 2_000).unwrap();
+        let run = |key| {
+            let Admit::Run { call } = a.admit(key, VALID, 2_000) else {
+                panic!("{key:?} runs");
+            };
+            call
+        };
+        let (ended, running, receiving) = ((1, 1), (2, 1), (3, 1));
+        let call = run(ended);
+        assert!(a.received(ended, call, live()));
+        a.ended(ended, "ran here (success)".into(), 2_500);
+        let call = run(running);
+        assert!(a.received(running, call, live()));
+        run(receiving);
+        drop(a);
+
+        let again = Attempts::recover(&dir, 3_000).unwrap();
+        assert!(
+            matches!(again.admit(ended, VALID, 3_000), Admit::Ended(o) if o == "ran here (success)")
+        );
+        let Admit::Ended(why) = again.admit(running, VALID, 3_000) else {
+            panic!("a live attempt is not run again after a restart");
+        };
+        assert!(why.contains("when this ANode's agent restarted"), "{why}");
+        assert!(matches!(
+            again.admit(receiving, VALID, 3_000),
+            Admit::Run { .. }
+        ));
+        // And after a second restart, the same.
+        drop(again);
+        let third = Attempts::recover(&dir, 3_000).unwrap();
+        assert!(matches!(third.admit(running, VALID, 3_000), Admit::Ended(o) if o == why));
+        drop(third);
+        // Past their tickets' expiry they are forgotten, and the record is emptied.
+        let later = Attempts::recover(&dir, 10_001).unwrap();
+        assert_eq!(later.len(), 0);
+        assert!(matches!(later.admit(ended, VALID, 10_001), Admit::Expired));
+        let text = std::fs::read_to_string(dir.join(attempt_record::FILE_NAME)).unwrap();
+        assert_eq!(text, "", "expired attempts are dropped from the record");
+    }
+
+    /// The record is private (0600) and bounded: it is rewritten once it holds
+    /// [`attempt_record::COMPACT_AFTER`] lines more than the attempts held, the forgotten ones
+    /// left out.
+    #[test]
+    fn the_record_is_private_and_compacted_as_attempts_are_forgotten() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = hetsched_core::testkit::ScratchDir::new("attempts", "compact");
+        let a = Attempts::recover(&dir, 0).unwrap();
+        let path = dir.join(attempt_record::FILE_NAME);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mut t = 0;
+        let lines = || std::fs::read_to_string(&path).unwrap().lines().count();
+        // Attempts that each end after their ticket's expiry of the one before: at most one
+        // is held at a time, and the record never grows past the bound.
+        let mut most = 0;
+        while t < 3 * attempt_record::COMPACT_AFTER as u64 {
+            let valid = Validity {
+                issued_ms: t,
+                expires_ms: t + 1,
+                key_epoch: 0,
+            };
+            let Admit::Run { call } = a.admit((t, 1), valid, t) else {
+                panic!("runs");
+            };
+            assert!(a.received((t, 1), call, live()));
+            a.ended((t, 1), "ran".into(), t);
+            let written = a.lock().record.as_ref().map_or(0, Record::lines);
+            most = most.max(written);
+            t += 2;
+        }
+        assert!(most <= attempt_record::COMPACT_AFTER + 2, "{most} lines");
+        assert!(
+            most > attempt_record::COMPACT_AFTER / 2,
+            "it grew: {most} lines"
+        );
+        let written = a.lock().record.as_ref().map_or(0, Record::lines);
+        assert_eq!(lines(), written, "the file holds what was written");
+        assert!(a.len() <= 2);
+    }
+
+    /// A symbolic link planted as the record is refused, and its target left as it was.
+    #[test]
+    fn a_record_planted_as_a_symlink_is_refused() {
+        let dir = hetsched_core::testkit::ScratchDir::new("attempts", "symlink");
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, "keep").unwrap();
+        std::os::unix::fs::symlink(&target, dir.join(attempt_record::FILE_NAME)).unwrap();
+        assert!(Attempts::recover(&dir, 0).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
     }
 
     #[test]

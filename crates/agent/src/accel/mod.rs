@@ -29,12 +29,13 @@
 //!
 //! Each attempt runs at most once here, whatever calls bring its ticket ([`attempts`]): a
 //! re-send after a broken transfer takes over the run (or gets its result), and a replay gets
-//! no second run.
+//! no second run — after the agent restarted too ([`attempt_record`]).
 //!
 //! [`offload`] is the NNode side: it checks and ships the inputs, waits asynchronously, and writes
 //! the outputs into the task's directory and stdout/stderr where a local run puts them, so the task
 //! looks as if it had run on the NNode. A transfer that breaks is retried with the same attempt.
 
+pub mod attempt_record;
 pub mod attempts;
 pub mod files;
 pub mod offload;
@@ -139,7 +140,9 @@ impl Pipeline {
     /// devices; offloaded tasks are staged under `work_dir/accel`; a task asked to stop has
     /// `kill_grace` between SIGTERM and SIGKILL; `run_as_owner` as the agent's
     /// ([`crate::run_as`]); offloads' inputs are received within `input_limits` (the agent's
-    /// `max_input_bytes` and `min_free_disk`). Must run inside a Tokio runtime.
+    /// `max_input_bytes` and `min_free_disk`). The attempts it runs are recorded in
+    /// `work_dir/offload.attempts`, read back here ([`attempts::Attempts::recover`]): an error
+    /// when that record cannot be read or written. Must run inside a Tokio runtime.
     pub fn start(
         node: &str,
         devices: u32,
@@ -166,7 +169,8 @@ impl Pipeline {
         let (process_tx, process_rx) = mpsc::channel(PROCESS_QUEUE);
         let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE);
         let node: Arc<str> = Arc::from(node);
-        let held = Arc::new(attempts::Attempts::default());
+        // The attempts an earlier agent ran here: their tickets start nothing again.
+        let held = Arc::new(attempts::Attempts::recover(work_dir, service::now_ms())?);
         tokio::spawn(process_stage(
             process_rx,
             write_tx,
