@@ -27,6 +27,10 @@
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
 //! [fair_share]                 # optional: within a priority, users who used least go first
 //! half_life = "7d"             # usage (share of the cluster × time) halves this often
+//! [offload]                    # optional: offload tickets (spec 01's accelerator sharing)
+//! ticket_lifetime = "1h"       # a ticket starts runs this long after it is signed (at least 10s)
+//! key_rotation = "1d"          # each ANode's offload key changes this often (1h to 30d, and
+//!                              # at least ticket_lifetime + 5m; see `OffloadConfig`)
 //! [workflow]                   # optional: workflows' default balancer, PCDDB thresholds per core
 //! balancer = "centralised"     # or "pcddb"
 //! lt = 2
@@ -107,6 +111,9 @@ pub struct ServerConfig {
     pub workflow: Option<WorkflowConfig>,
     /// Fair share between users over time (`[fair_share]`); none: the policies' own orders.
     pub fair_share: Option<FairShareConfig>,
+    /// Offload tickets' lifetime and the offload keys' rotation (`[offload]`); none: an hour
+    /// and a day ([`ServerConfig::offload_timing`]).
+    pub offload: Option<OffloadConfig>,
     /// Batch tasks a node may be handed beyond its free cores: its agent queues them and
     /// starts each as soon as a running task ends, so one heartbeat carries many results and
     /// assignments (issue 10; see [`crate::state::prefetch`]). `"auto"` (the default): only
@@ -257,6 +264,66 @@ impl FairShareConfig {
     }
 }
 
+/// `[offload]`: how long an offload ticket starts runs, and how often the ANodes' offload keys
+/// rotate (`docs/runtime.md`, "Which offloads an ANode runs"; [`crate::tickets`]).
+///
+/// The rule between them, checked at load ([`ServerConfig::offload_timing`]): `ticket_lifetime
+/// + 5 min <= key_rotation` ([`OFFLOAD_CLOCK_MARGIN`]). A ticket signed at the last instant of
+/// an epoch expires `ticket_lifetime` into the next one; its ANode holds that epoch's key — as
+/// the previous epoch's, in every heartbeat reply — until the epoch after the next begins, a
+/// whole `key_rotation` after the ticket's epoch ended. So every ticket's key is still held
+/// when the ticket expires, with `key_rotation - ticket_lifetime` (at least 5 min) to spare for
+/// an ANode whose clock is behind the server's (it reads the expiry by its own clock).
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OffloadConfig {
+    /// How long after the server signs it an offload ticket starts runs (default 1 h, at least
+    /// [`MIN_TICKET_LIFETIME`]). It covers the assignment's way to its ANode (the heartbeat
+    /// reply, the NNode agent's queue, its tries of a broken transfer), not the run; an ANode
+    /// also remembers each attempt it took this long (`docs/runtime.md`).
+    #[serde(default = "OffloadConfig::default_ticket_lifetime")]
+    pub ticket_lifetime: Duration,
+    /// How often each ANode's offload key changes (default 1 day; between
+    /// [`MIN_KEY_ROTATION`] and [`MAX_KEY_ROTATION`], longer than the idle heartbeat, and at
+    /// least `ticket_lifetime` + [`OFFLOAD_CLOCK_MARGIN`]). A key taken from an ANode stops
+    /// working within two periods.
+    #[serde(default = "OffloadConfig::default_key_rotation")]
+    pub key_rotation: Duration,
+}
+
+/// The shortest `[offload] ticket_lifetime`: the heartbeat reply, the NNode agent's queue and
+/// its tries of a broken transfer (about 3 s) must fit in it.
+pub const MIN_TICKET_LIFETIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The shortest `[offload] key_rotation`.
+pub const MIN_KEY_ROTATION: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The longest `[offload] key_rotation`: a key taken from an ANode works for up to two periods.
+pub const MAX_KEY_ROTATION: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// How much longer `[offload] key_rotation` must be than `ticket_lifetime`: the room left for
+/// an ANode's clock behind the server's ([`OffloadConfig`]).
+pub const OFFLOAD_CLOCK_MARGIN: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+impl OffloadConfig {
+    fn default_ticket_lifetime() -> Duration {
+        Duration(crate::tickets::OFFLOAD_TICKET_LIFETIME_MS * 1_000_000)
+    }
+
+    fn default_key_rotation() -> Duration {
+        Duration(crate::tickets::OFFLOAD_KEY_PERIOD_MS * 1_000_000)
+    }
+}
+
+impl Default for OffloadConfig {
+    fn default() -> Self {
+        Self {
+            ticket_lifetime: Self::default_ticket_lifetime(),
+            key_rotation: Self::default_key_rotation(),
+        }
+    }
+}
+
 /// When finished jobs are purged on their own (see `docs/runtime.md`, Retention).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -304,6 +371,7 @@ impl Default for ServerConfig {
             binding_slots: 1,
             workflow: None,
             fair_share: None,
+            offload: None,
             prefetch: crate::state::prefetch::Setting::Auto,
             allocation: Vec::new(),
             preemption: PreemptionMode::Off,
@@ -387,12 +455,152 @@ impl ServerConfig {
                 shown(FairShareConfig::MIN_HALF_LIFE.0)
             ));
         }
+        self.offload_timing()?;
         crate::allocation::validate(&self.allocation)?;
         Ok(())
+    }
+
+    /// The offload tickets' lifetime and the keys' rotation period (`[offload]`, else an hour
+    /// and a day), checked: the lifetime at least [`MIN_TICKET_LIFETIME`], the rotation between
+    /// [`MIN_KEY_ROTATION`] and [`MAX_KEY_ROTATION`] and longer than the idle heartbeat (an
+    /// idle ANode must be told the next epoch's key before that epoch begins), and
+    /// `ticket_lifetime` + [`OFFLOAD_CLOCK_MARGIN`] at most `key_rotation` (the rule:
+    /// [`OffloadConfig`]); the message names the field.
+    pub fn offload_timing(&self) -> Result<crate::tickets::OffloadTiming, String> {
+        let c = self.offload.unwrap_or_default();
+        let shown = |d: std::time::Duration| humantime::format_duration(d);
+        let lifetime = std::time::Duration::from_nanos(c.ticket_lifetime.0);
+        let rotation = std::time::Duration::from_nanos(c.key_rotation.0);
+        if lifetime < MIN_TICKET_LIFETIME {
+            return Err(format!(
+                "offload.ticket_lifetime ({}) must be at least {}: an offload's way from the \
+                 server to its ANode (the heartbeat reply, the NNode's queue, its tries of a \
+                 broken transfer) must fit in it",
+                shown(lifetime),
+                shown(MIN_TICKET_LIFETIME)
+            ));
+        }
+        if rotation < MIN_KEY_ROTATION || rotation > MAX_KEY_ROTATION {
+            return Err(format!(
+                "offload.key_rotation ({}) must be between {} and {}",
+                shown(rotation),
+                shown(MIN_KEY_ROTATION),
+                shown(MAX_KEY_ROTATION)
+            ));
+        }
+        let idle = self.idle_heartbeat()?;
+        if rotation <= idle {
+            return Err(format!(
+                "offload.key_rotation ({}) must be longer than the idle heartbeat ({}): an idle \
+                 ANode would miss the next offload key before its epoch begins",
+                shown(rotation),
+                shown(idle)
+            ));
+        }
+        if lifetime.saturating_add(OFFLOAD_CLOCK_MARGIN) > rotation {
+            return Err(format!(
+                "offload.ticket_lifetime ({}) must be at most offload.key_rotation ({}) less {}: \
+                 an ANode holds a ticket's key for one key_rotation after the ticket's epoch \
+                 ended, so a longer-lived ticket would outlive its key",
+                shown(lifetime),
+                shown(rotation),
+                shown(OFFLOAD_CLOCK_MARGIN)
+            ));
+        }
+        Ok(crate::tickets::OffloadTiming {
+            ticket_lifetime_ms: lifetime.as_millis() as u64,
+            key_rotation_ms: rotation.as_millis() as u64,
+        })
     }
 
     /// Parses a configuration file's text; errors name the line and field.
     pub fn parse(origin: &str, text: &str) -> Result<Self, hetsched_core::input::InputError> {
         hetsched_core::input::Source::new(origin, text).parse_toml()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(text: &str) -> Result<crate::tickets::OffloadTiming, String> {
+        ServerConfig::parse("server.toml", text)
+            .map_err(|e| e.to_string())?
+            .offload_timing()
+    }
+
+    #[test]
+    fn offload_timing_defaults_to_an_hour_and_a_day_and_reads_the_offload_table() {
+        let default = crate::tickets::OffloadTiming::default();
+        assert_eq!(timing(""), Ok(default));
+        assert_eq!(default.ticket_lifetime_ms, 3_600_000);
+        assert_eq!(default.key_rotation_ms, 86_400_000);
+        assert_eq!(timing("[offload]\n"), Ok(default));
+        assert_eq!(
+            timing("[offload]\nticket_lifetime = \"10m\"\nkey_rotation = \"12h\"\n"),
+            Ok(crate::tickets::OffloadTiming {
+                ticket_lifetime_ms: 600_000,
+                key_rotation_ms: 43_200_000,
+            })
+        );
+        // The rule's edge: the lifetime 5 minutes short of the rotation.
+        assert!(timing("[offload]\nticket_lifetime = \"55m\"\nkey_rotation = \"1h\"\n").is_ok());
+    }
+
+    #[test]
+    fn offload_timing_out_of_bounds_is_refused_naming_the_field() {
+        let refused = |text: &str, field: &str, why: &str| {
+            let e = timing(text).expect_err(text);
+            assert!(e.contains(field) && e.contains(why), "{text}: {e}");
+            // `validate`, which a server's start calls, says the same.
+            let c = ServerConfig::parse("server.toml", text).expect("parses");
+            assert_eq!(c.validate(), Err(e));
+        };
+        refused(
+            "[offload]\nticket_lifetime = \"0s\"\n",
+            "offload.ticket_lifetime",
+            "at least 10s",
+        );
+        refused(
+            "[offload]\nticket_lifetime = \"5s\"\n",
+            "offload.ticket_lifetime",
+            "at least 10s",
+        );
+        refused(
+            "[offload]\nkey_rotation = \"0s\"\n",
+            "offload.key_rotation",
+            "between 1h and 30days",
+        );
+        refused(
+            "[offload]\nkey_rotation = \"60d\"\n",
+            "offload.key_rotation",
+            "between 1h and 30days",
+        );
+        refused(
+            "[offload]\nticket_lifetime = \"1d\"\n",
+            "offload.ticket_lifetime (1day) must be at most offload.key_rotation (1day) less 5m",
+            "outlive its key",
+        );
+        refused(
+            "[offload]\nticket_lifetime = \"56m\"\nkey_rotation = \"1h\"\n",
+            "offload.ticket_lifetime",
+            "at most offload.key_rotation (1h) less 5m",
+        );
+        refused(
+            "idle_heartbeat_interval = \"2h\"\n[offload]\nkey_rotation = \"1h\"\nticket_lifetime = \"10m\"\n",
+            "offload.key_rotation (1h)",
+            "longer than the idle heartbeat (2h)",
+        );
+    }
+
+    #[test]
+    fn an_unknown_offload_field_is_refused_with_its_line() {
+        let e = ServerConfig::parse("server.toml", "[offload]\nticket_life = \"1h\"\n")
+            .expect_err("unknown field");
+        let e = e.to_string();
+        assert!(
+            e.contains("server.toml:2") && e.contains("ticket_life"),
+            "{e}"
+        );
     }
 }

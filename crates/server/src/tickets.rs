@@ -9,7 +9,8 @@
 //! the identity its agent registered with — which only that ANode is told (its heartbeat
 //! replies' `offload_keys`).
 //!
-//! Offload keys rotate: an epoch is [`OFFLOAD_KEY_PERIOD_MS`] of the server's clock, each ticket
+//! Offload keys rotate: an epoch is the server's `[offload] key_rotation` ([`OffloadTiming`];
+//! default [`OFFLOAD_KEY_PERIOD_MS`]) of the server's clock, each ticket
 //! is signed with the key of the epoch it is issued in and names it, and every reply to an
 //! ANode carries its keys of the previous, the current and the next epoch. A ticket of the
 //! previous epoch still verifies until it expires (the period is longer than a ticket's
@@ -42,7 +43,8 @@
 //! node did not grant. A key of another workflow or epoch (a restart, a rollback) verifies none
 //! of this one's grants.
 //!
-//! Each offload ticket expires [`OFFLOAD_TICKET_LIFETIME_MS`] after the server signs it (its
+//! Each offload ticket expires the server's `[offload] ticket_lifetime` (default
+//! [`OFFLOAD_TICKET_LIFETIME_MS`]) after the server signs it (its
 //! [`Validity`], signed in): an ANode starts no run with an expired ticket, and runs each
 //! attempt once whatever calls bring its ticket (the agent's `accel::attempts`, which forgets
 //! an attempt only once its ticket has expired).
@@ -63,7 +65,8 @@ use std::sync::{Arc, Mutex};
 /// module is the server's one edge to it).
 pub use hetsched_proto::ticket::{Fetch, Grant, GrantKey, Offload, Validity};
 
-/// How long an offload ticket starts runs after the server signed it. It must cover the time
+/// How long an offload ticket starts runs after the server signed it, unless the server's
+/// `[offload] ticket_lifetime` says otherwise ([`OffloadTiming`]). It must cover the time
 /// from the assignment to the offload's first call on its ANode: the heartbeat reply, the wait
 /// in the NNode agent's queue (a prefetched task waits there for cores), and the NNode's tries
 /// of a transfer that breaks or finds the ANode without a key yet (a few seconds). A re-send of
@@ -108,14 +111,36 @@ pub fn offload_runs(spec: TaskSpec, run_as: &str, d: &Dispatch) -> Runs {
 /// can pass for an ANode's key. v2: one key per epoch.
 pub const KEY_LABEL: &[u8] = b"hetsched anode offload key v2";
 
-/// How long an offload key signs tickets: a day of the server's clock. Longer than a ticket's
-/// lifetime ([`OFFLOAD_TICKET_LIFETIME_MS`]), so that the previous epoch's key, which an ANode
-/// still holds, verifies every ticket that has not expired.
+/// How long an offload key signs tickets unless the server's `[offload] key_rotation` says
+/// otherwise: a day of the server's clock. Longer than a ticket's lifetime
+/// ([`OFFLOAD_TICKET_LIFETIME_MS`]), so that the previous epoch's key, which an ANode still
+/// holds, verifies every ticket that has not expired (the rule:
+/// [`crate::config::OffloadConfig`]).
 pub const OFFLOAD_KEY_PERIOD_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// The epoch of the offload keys at `now_ms` (ms since the Unix epoch).
-pub fn key_epoch(now_ms: u64) -> u64 {
-    now_ms / OFFLOAD_KEY_PERIOD_MS
+/// The epoch of the offload keys at `now_ms` (ms since the Unix epoch) when they rotate every
+/// `key_rotation_ms`.
+pub fn key_epoch(now_ms: u64, key_rotation_ms: u64) -> u64 {
+    now_ms / key_rotation_ms.max(1)
+}
+
+/// How long offload tickets start runs and how often offload keys rotate: the server's
+/// `[offload]` table, checked at load ([`crate::config::ServerConfig::offload_timing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffloadTiming {
+    /// A ticket's lifetime, from its signing (ms).
+    pub ticket_lifetime_ms: u64,
+    /// An epoch of the offload keys (ms).
+    pub key_rotation_ms: u64,
+}
+
+impl Default for OffloadTiming {
+    fn default() -> Self {
+        Self {
+            ticket_lifetime_ms: OFFLOAD_TICKET_LIFETIME_MS,
+            key_rotation_ms: OFFLOAD_KEY_PERIOD_MS,
+        }
+    }
 }
 
 /// Domain separation for the nodes' data keys: a node's data key is neither its offload key
@@ -137,6 +162,8 @@ type BalanceKeys = Arc<Mutex<HashMap<(u64, u64), Arc<GrantKey>>>>;
 #[derive(Clone)]
 pub struct OffloadKeys {
     secret: hmac::Key,
+    /// Tickets' lifetime and keys' rotation period.
+    timing: OffloadTiming,
     /// Balancing keys derived so far, by (workflow, epoch): a key pair costs a scalar
     /// multiplication, and every heartbeat names the key of each running PCDDB workflow.
     balance: BalanceKeys,
@@ -153,8 +180,25 @@ impl OffloadKeys {
     pub fn new(secret: &[u8; 32]) -> Self {
         Self {
             secret: hmac::Key::new(hmac::HMAC_SHA256, secret),
+            timing: OffloadTiming::default(),
             balance: Arc::default(),
         }
+    }
+
+    /// These keys, signing tickets that live and rotating as `timing` says.
+    pub fn with_timing(mut self, timing: OffloadTiming) -> Self {
+        self.timing = timing;
+        self
+    }
+
+    /// Tickets' lifetime and keys' rotation period.
+    pub fn timing(&self) -> OffloadTiming {
+        self.timing
+    }
+
+    /// The epoch of the offload keys at `now_ms`.
+    pub fn epoch(&self, now_ms: u64) -> u64 {
+        key_epoch(now_ms, self.timing.key_rotation_ms)
     }
 
     /// Keys from a secret drawn now and kept nowhere: a state without a data directory (tests,
@@ -187,15 +231,23 @@ impl OffloadKeys {
     }
 
     /// The offload key of epoch `epoch` of the ANode called `anode` whose agent registered with
-    /// `identity`.
+    /// `identity`. Under a rotation period other than the default day the period is derived
+    /// in too: epoch numbers of two periods name different times, and a key handed out for
+    /// one must not verify under the other (the default's keys are those of before the period
+    /// could be set).
     pub fn key(&self, anode: &str, identity: &str, epoch: u64) -> Vec<u8> {
-        self.derive_after(KEY_LABEL, &epoch.to_be_bytes(), anode, identity)
+        let period = self.timing.key_rotation_ms;
+        let mut prefix = epoch.to_be_bytes().to_vec();
+        if period != OFFLOAD_KEY_PERIOD_MS {
+            prefix.extend_from_slice(&period.to_be_bytes());
+        }
+        self.derive_after(KEY_LABEL, &prefix, anode, identity)
     }
 
     /// The offload keys an ANode holds at `now_ms`: those of the previous, the current and the
     /// next epoch, by epoch.
     pub fn keys(&self, anode: &str, identity: &str, now_ms: u64) -> Vec<(u64, Vec<u8>)> {
-        let now = key_epoch(now_ms);
+        let now = self.epoch(now_ms);
         [now.saturating_sub(1), now, now.saturating_add(1)]
             .into_iter()
             .map(|e| (e, self.key(anode, identity, e)))
@@ -204,12 +256,12 @@ impl OffloadKeys {
 
     /// The ticket of `offload` under its ANode's key of the epoch of `now_ms` (the ANode's
     /// agent registered with `identity`), issued at `now_ms` (milliseconds since the Unix
-    /// epoch): it starts runs for [`OFFLOAD_TICKET_LIFETIME_MS`].
+    /// epoch): it starts runs for the configured lifetime ([`OffloadTiming`]).
     pub fn ticket(&self, identity: &str, offload: &Offload, now_ms: u64) -> Vec<u8> {
-        let epoch = key_epoch(now_ms);
+        let epoch = self.epoch(now_ms);
         let valid = Validity {
             issued_ms: now_ms,
-            expires_ms: now_ms.saturating_add(OFFLOAD_TICKET_LIFETIME_MS),
+            expires_ms: now_ms.saturating_add(self.timing.ticket_lifetime_ms),
             key_epoch: epoch,
         };
         ticket::seal_offload(&self.key(offload.anode, identity, epoch), offload, valid)
@@ -333,6 +385,53 @@ mod tests {
             held(later).iter().map(|(e, _)| *e).collect::<Vec<_>>(),
             [20_000, 20_001, 20_002]
         );
+    }
+
+    /// Under a configured timing a ticket expires its lifetime after its signing — the ANode
+    /// refuses it past that — and keys rotate at the configured period, the previous one held
+    /// until the last ticket of its epoch expired; a key of one period's epoch is not the key
+    /// of the same epoch number under another.
+    #[test]
+    fn a_ticket_lives_and_keys_rotate_as_configured() {
+        let timing = OffloadTiming {
+            ticket_lifetime_ms: 30_000,
+            key_rotation_ms: 3_600_000,
+        };
+        let keys = OffloadKeys::new(&[1; 32]).with_timing(timing);
+        let o = offload_of_task_5();
+        let issued = 100 * 3_600_000 + 5_000;
+        let t = keys.ticket("id-a", &o, issued);
+        let valid = ticket::open_offload(&keys.key("anode-1", "id-a", 100), &o, &t)
+            .expect("verifies with its epoch's key");
+        assert_eq!(valid.expires_ms, issued + 30_000);
+        assert!(!valid.expired(issued + 30_000) && valid.expired(issued + 30_001));
+        assert_eq!(keys.epoch(issued), 100);
+        let held = |now_ms| -> Vec<u64> {
+            keys.keys("anode-1", "id-a", now_ms)
+                .iter()
+                .map(|(e, _)| *e)
+                .collect()
+        };
+        assert_eq!(held(issued), [99, 100, 101]);
+        // The last ticket of epoch 100 expires within epoch 101, whose keys hold 100's.
+        assert!(held(101 * 3_600_000 - 1 + 30_000).contains(&100));
+        let default = OffloadKeys::new(&[1; 32]);
+        assert_ne!(
+            keys.key("anode-1", "id-a", 100),
+            default.key("anode-1", "id-a", 100),
+            "another period, other keys"
+        );
+        assert_eq!(
+            default.key("anode-1", "id-a", 100),
+            OffloadKeys::new(&[1; 32])
+                .with_timing(OffloadTiming {
+                    ticket_lifetime_ms: 30_000,
+                    ..OffloadTiming::default()
+                })
+                .key("anode-1", "id-a", 100),
+            "the lifetime changes no key"
+        );
+        assert!(ticket::open_offload(&default.key("anode-1", "id-a", 100), &o, &t).is_none());
     }
 
     #[test]

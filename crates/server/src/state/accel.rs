@@ -242,7 +242,7 @@ impl State {
                 // ticket.
                 let now_ms = super::now_ns() / 1_000_000;
                 reply.offload_keys = self.offload_keys_of(id, now_ms);
-                let current = crate::tickets::key_epoch(now_ms);
+                let current = self.offload_keys.epoch(now_ms);
                 reply.offload_key = reply
                     .offload_keys
                     .iter()
@@ -304,9 +304,10 @@ impl State {
     }
 
     /// Replaces the keys offloads are signed with: the data directory's secret
-    /// ([`crate::datadir::offload_secret`]), given once at start, before any heartbeat.
+    /// ([`crate::datadir::offload_secret`]), given once at start, before any heartbeat. The
+    /// tickets' lifetime and the keys' rotation stay the configuration's (`[offload]`).
     pub fn set_offload_keys(&mut self, keys: crate::tickets::OffloadKeys) {
-        self.offload_keys = keys;
+        self.offload_keys = keys.with_timing(self.offload_keys.timing());
     }
 
     /// The offload keys ANode `anode` holds at `now_ms`, by epoch ([`crate::tickets`]): from
@@ -320,7 +321,8 @@ impl State {
     /// The ticket of dispatch `d`, sent to NNode `nnode` to be offloaded to ANode `anode`: it
     /// names the account the task runs as, its job's owner's (as its spec says,
     /// [`crate::users::Users::run_as`]), covers what it runs ([`Self::offload_runs`]), and
-    /// expires [`crate::tickets::OFFLOAD_TICKET_LIFETIME_MS`] from now.
+    /// expires the configured `[offload] ticket_lifetime` from now
+    /// ([`crate::tickets::OffloadTiming`]).
     fn offload_ticket(&self, d: &Dispatch, nnode: u32, anode: u32) -> Vec<u8> {
         let run_as = self
             .jobs

@@ -350,6 +350,7 @@ impl State {
     ) -> Result<Self, StateError> {
         config.validate().map_err(StateError::Invalid)?;
         let idle_heartbeat = config.idle_heartbeat().map_err(StateError::Invalid)?;
+        let offload_timing = config.offload_timing().map_err(StateError::Invalid)?;
         let mut view = SchedulerView::new();
         let mut nodes = Nodes::default();
         nodes.prefetch = prefetch::Prefetch::new(config.prefetch);
@@ -429,7 +430,7 @@ impl State {
             ledger: Default::default(),
             downtime: None,
             sharing: accel::Sharing::new(config.binding, config.binding_slots),
-            offload_keys: crate::tickets::OffloadKeys::ephemeral(),
+            offload_keys: crate::tickets::OffloadKeys::ephemeral().with_timing(offload_timing),
             commits: Arc::new(tokio::sync::watch::Sender::new(0)),
             alarm: alarm::Alarm::default(),
             // With a rule, its first pass comes at once: restored jobs may be past it.

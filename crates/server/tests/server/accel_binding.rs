@@ -16,13 +16,23 @@ use std::time::Duration;
 use crate::common::Scratch;
 
 fn open(name: &str, binding: BindingKind) -> (State, Scratch) {
+    open_with(
+        name,
+        ServerConfig {
+            binding,
+            ..Default::default()
+        },
+    )
+}
+
+/// [`open`] with `config` (its data directory set here).
+fn open_with(name: &str, config: ServerConfig) -> (State, Scratch) {
     let d = std::env::temp_dir().join(format!("hetsched-accel-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("dir");
     let config = ServerConfig {
         data_dir: d.clone(),
-        binding,
-        ..Default::default()
+        ..config
     };
     let s = State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
     (s, Scratch(d))
@@ -766,8 +776,12 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
     beat(&mut s, a, "A", true, &[]);
     beat(&mut s, n1, "A", false, &[]);
     beat(&mut s, nb, "B", false, &[]);
-    let epoch_now =
-        || hetsched_server::tickets::key_epoch(hetsched_server::state::now_ns() / 1_000_000);
+    let epoch_now = || {
+        hetsched_server::tickets::key_epoch(
+            hetsched_server::state::now_ns() / 1_000_000,
+            hetsched_server::tickets::OFFLOAD_KEY_PERIOD_MS,
+        )
+    };
     let before = epoch_now();
     let told = beat(&mut s, a, "A", true, &[]);
     let after = epoch_now();
@@ -881,4 +895,58 @@ fn an_offload_carries_a_ticket_only_its_anodes_key_verifies_and_only_the_anode_g
             "{other:?}"
         );
     }
+}
+
+/// The server's `[offload]` table sets how long a ticket lives and how often keys rotate: an
+/// offload's ticket expires the configured lifetime after its issue, under the key of the
+/// configured period's epoch, which its ANode was told.
+#[test]
+fn a_ticket_expires_and_its_key_rotates_as_the_offload_table_says() {
+    use hetsched_proto::ticket::{self, Offload};
+    let config = ServerConfig::parse(
+        "server.toml",
+        "[offload]\nticket_lifetime = \"30s\"\nkey_rotation = \"2h\"\n",
+    )
+    .expect("config");
+    let (mut s, _d) = open_with("ticket-lifetime", config);
+    let a = node(&mut s, "anode", 1, 1.0);
+    let n1 = node(&mut s, "n1", 0, 1.0);
+    beat(&mut s, a, "A", true, &[]);
+    beat(&mut s, n1, "A", false, &[]);
+    let now_ms = || hetsched_server::state::now_ns() / 1_000_000;
+    let before = now_ms() / 7_200_000;
+    let keys = beat(&mut s, a, "A", true, &[]).offload_keys;
+    let epochs: Vec<u64> = keys.iter().map(|k| k.epoch).collect();
+    assert!(
+        (before..=now_ms() / 7_200_000).any(|e| epochs == [e - 1, e, e + 1]),
+        "epochs of two hours: {epochs:?}"
+    );
+    s.on_submit(hetsched_server::state::types::Submission {
+        origin: "job.toml".into(),
+        text: on_n1(1),
+        workdir: "/tmp".into(),
+        ..Default::default()
+    })
+    .expect("submit");
+    let r = beat(&mut s, n1, "A", false, &[]);
+    assert_eq!(r.assignments.len(), 1, "{r:?}");
+    let t = &r.assignments[0];
+    let spec = r.specs.iter().find(|x| x.key == t.spec).expect("spec sent");
+    let offload = Offload {
+        task_id: t.task_id,
+        attempt: t.attempt,
+        run_as: &spec.run_as,
+        nnode: "n1",
+        anode: "anode",
+        runs: ticket::offload_digest(spec, t.index, t.entry.as_deref(), t.devices.len() as u32),
+    };
+    let epoch = ticket::offload_key_epoch(&t.offload_ticket).expect("a ticket");
+    let key = keys
+        .iter()
+        .find(|k| k.epoch == epoch)
+        .expect("the ANode holds the key of the ticket's epoch");
+    let valid = ticket::open_offload(&key.key, &offload, &t.offload_ticket).expect("verifies");
+    assert_eq!(valid.expires_ms - valid.issued_ms, 30_000, "{valid:?}");
+    assert!(!valid.expired(valid.issued_ms + 30_000));
+    assert!(valid.expired(valid.issued_ms + 30_001));
 }
