@@ -267,8 +267,8 @@ impl FairShareConfig {
 /// `[offload]`: how long an offload ticket starts runs, and how often the ANodes' offload keys
 /// rotate (`docs/runtime.md`, "Which offloads an ANode runs"; [`crate::tickets`]).
 ///
-/// The rule between them, checked at load ([`ServerConfig::offload_timing`]): `ticket_lifetime
-/// + 5 min <= key_rotation` ([`OFFLOAD_CLOCK_MARGIN`]). A ticket signed at the last instant of
+/// The rule between them, checked at load ([`ServerConfig::offload_timing`]):
+/// `ticket_lifetime + 5 min <= key_rotation` ([`OFFLOAD_CLOCK_MARGIN`]). A ticket signed at the last instant of
 /// an epoch expires `ticket_lifetime` into the next one; its ANode holds that epoch's key — as
 /// the previous epoch's, in every heartbeat reply — until the epoch after the next begins, a
 /// whole `key_rotation` after the ticket's epoch ended. So every ticket's key is still held

@@ -375,7 +375,7 @@ mod tests {
     #[test]
     fn ended_and_live_attempts_are_refused_after_a_restart_until_their_tickets_expire() {
         let dir = hetsched_core::testkit::ScratchDir::new("attempts", "restart");
-        let a = Attempts::recover(&dir, 2_000).unwrap();
+        let a = Attempts::recover(&dir, 2_000).expect("the record");
         let run = |key| {
             let Admit::Run { call } = a.admit(key, VALID, 2_000) else {
                 panic!("{key:?} runs");
@@ -391,7 +391,7 @@ mod tests {
         run(receiving);
         drop(a);
 
-        let again = Attempts::recover(&dir, 3_000).unwrap();
+        let again = Attempts::recover(&dir, 3_000).expect("the record");
         assert!(
             matches!(again.admit(ended, VALID, 3_000), Admit::Ended(o) if o == "ran here (success)")
         );
@@ -405,14 +405,14 @@ mod tests {
         ));
         // And after a second restart, the same.
         drop(again);
-        let third = Attempts::recover(&dir, 3_000).unwrap();
+        let third = Attempts::recover(&dir, 3_000).expect("the record");
         assert!(matches!(third.admit(running, VALID, 3_000), Admit::Ended(o) if o == why));
         drop(third);
         // Past their tickets' expiry they are forgotten, and the record is emptied.
-        let later = Attempts::recover(&dir, 10_001).unwrap();
+        let later = Attempts::recover(&dir, 10_001).expect("the record");
         assert_eq!(later.len(), 0);
         assert!(matches!(later.admit(ended, VALID, 10_001), Admit::Expired));
-        let text = std::fs::read_to_string(dir.join(attempt_record::FILE_NAME)).unwrap();
+        let text = std::fs::read_to_string(dir.join(attempt_record::FILE_NAME)).expect("test file");
         assert_eq!(text, "", "expired attempts are dropped from the record");
     }
 
@@ -423,12 +423,20 @@ mod tests {
     fn the_record_is_private_and_compacted_as_attempts_are_forgotten() {
         use std::os::unix::fs::PermissionsExt;
         let dir = hetsched_core::testkit::ScratchDir::new("attempts", "compact");
-        let a = Attempts::recover(&dir, 0).unwrap();
+        let a = Attempts::recover(&dir, 0).expect("the record");
         let path = dir.join(attempt_record::FILE_NAME);
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        let mode = std::fs::metadata(&path)
+            .expect("test file")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let mut t = 0;
-        let lines = || std::fs::read_to_string(&path).unwrap().lines().count();
+        let lines = || {
+            std::fs::read_to_string(&path)
+                .expect("test file")
+                .lines()
+                .count()
+        };
         // Attempts that each end after their ticket's expiry of the one before: at most one
         // is held at a time, and the record never grows past the bound.
         let mut most = 0;
@@ -462,10 +470,11 @@ mod tests {
     fn a_record_planted_as_a_symlink_is_refused() {
         let dir = hetsched_core::testkit::ScratchDir::new("attempts", "symlink");
         let target = dir.join("elsewhere");
-        std::fs::write(&target, "keep").unwrap();
-        std::os::unix::fs::symlink(&target, dir.join(attempt_record::FILE_NAME)).unwrap();
+        std::fs::write(&target, "keep").expect("test file");
+        std::os::unix::fs::symlink(&target, dir.join(attempt_record::FILE_NAME))
+            .expect("test file");
         assert!(Attempts::recover(&dir, 0).is_err());
-        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        assert_eq!(std::fs::read_to_string(&target).expect("test file"), "keep");
     }
 
     #[test]
