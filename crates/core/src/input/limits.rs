@@ -28,6 +28,19 @@ pub const MAX_ENV_BYTES: usize = 64 << 10;
 pub const MAX_ENV_VARS: usize = 1024;
 /// Longest application name, in bytes.
 pub const MAX_APP_NAME: usize = 128;
+/// The most memory one batch task may hold, as its variant's `memory` or `hetsched update
+/// --memory` gives it: what one node may have ([`MAX_NODE_MEMORY`](super::cluster::MAX_NODE_MEMORY),
+/// 1 PiB), since a task runs on one node. Submission and `update` refuse more with the same words
+/// ([`task_memory_problem`]).
+pub const MAX_TASK_MEMORY: u64 = super::cluster::MAX_NODE_MEMORY;
+
+/// Why a task cannot hold `bytes` of memory, if it cannot: more than [`MAX_TASK_MEMORY`]. The
+/// one wording of the bound, after the field (`application[0].cpu.memory: `, `memory: `).
+pub fn task_memory_problem(bytes: u64) -> Option<String> {
+    (bytes > MAX_TASK_MEMORY)
+        .then(|| format!("{bytes} bytes is more than a task may take, {MAX_TASK_MEMORY} (1 PiB)"))
+}
+
 /// Most applications one job may have, and tasks one workflow: the scheduler keeps counters per
 /// application and ranks them at every dispatch, so 20,000 one-task applications dispatch ~17×
 /// slower than one application of 20,000 tasks, for every job on the cluster.
@@ -155,6 +168,24 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
                     variant_value_at(&src, i, variant, "kill_grace").or(Some(at)),
                     Some(format!("application[{i}].{variant}.kill_grace")),
                     "must be at most 1h",
+                ));
+            }
+        }
+        // A task runs on one node: more memory than a node may have never fits anywhere.
+        let memories = [
+            a.cpu
+                .as_ref()
+                .map(|c| ("cpu", c.get_ref().memory.as_u64(), c.span().start)),
+            a.gpu
+                .as_ref()
+                .map(|g| ("gpu", g.get_ref().memory.as_u64(), g.span().start)),
+        ];
+        for (variant, memory, header) in memories.into_iter().flatten() {
+            if let Some(problem) = task_memory_problem(memory) {
+                return Err(src.error(
+                    variant_value_at(&src, i, variant, "memory").or(Some(header)),
+                    Some(format!("application[{i}].{variant}.memory")),
+                    problem,
                 ));
             }
         }

@@ -473,6 +473,40 @@ fn a_cores_or_memory_update_names_what_it_cannot_do() {
     assert_eq!((info.cpu_cores, info.cpu_memory_bytes), (1, 0));
 }
 
+/// One bound on a task's memory, 1 PiB (what a node may have): a job file past it is refused at
+/// submission, and `hetsched update --memory` past it, in the same words; at the bound both
+/// are taken. (Submission took any size up to 16 EiB, and `update` had a bound of its own.)
+#[test]
+fn submission_and_update_refuse_task_memory_past_one_bound_in_the_same_words() {
+    // 1 PiB, written out: the test reads the same on code that had two bounds.
+    const MAX_TASK_MEMORY: u64 = 1 << 50;
+    let d = common::scratch("update", "memory-bound");
+    let mut s = open(&d);
+    let past = MAX_TASK_MEMORY + 1;
+    let job_with = |memory: u64| {
+        format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\n\
+             command = \"true\"\nmemory = \"{memory}\"\n"
+        )
+    };
+    let words = format!("{past} bytes is more than a task may take, {MAX_TASK_MEMORY} (1 PiB)");
+    let e = s
+        .submit("job.toml", &job_with(past), "/")
+        .expect_err("a task past the bound")
+        .to_string();
+    assert!(
+        e.ends_with(&format!("application[0].cpu.memory: {words}")),
+        "{e}"
+    );
+    assert!(e.starts_with("job.toml:6:10: "), "{e}");
+    let job = submit(&mut s, &job_with(MAX_TASK_MEMORY));
+    assert_eq!(
+        update_request(&mut s, job, None, Some(past), "").expect_err("past the bound"),
+        format!("memory: {words}")
+    );
+    update_request(&mut s, job, None, Some(MAX_TASK_MEMORY), "").expect("at the bound");
+}
+
 /// `hetsched update JOB --requires ATTR,…` (`none`: nothing).
 fn update_requires(s: &mut State, job: u64, requires: &str) -> Result<pb::UpdateReply, String> {
     s.update(&pb::UpdateRequest {

@@ -158,12 +158,11 @@ impl Update {
                 "cores: {c} is more than a task may take, {MAX_TASK_CORES}"
             )));
         }
-        if let Some(m) = self.memory_bytes
-            && m > MAX_TASK_MEMORY
+        if let Some(problem) = self
+            .memory_bytes
+            .and_then(hetsched_core::input::limits::task_memory_problem)
         {
-            return Err(StateError::Invalid(format!(
-                "memory: {m} bytes is more than a task may take, {MAX_TASK_MEMORY} (1 PiB)"
-            )));
+            return Err(StateError::Invalid(format!("memory: {problem}")));
         }
         let max_ms = MAX_DURATION / 1_000_000;
         if let Some(ms) = self.time_limit_ms
@@ -374,8 +373,8 @@ impl Batch {
 /// that register; an update's by this).
 pub const MAX_TASK_CORES: u32 = 1 << 20;
 
-/// The most memory one task may be given by an update: 1 PiB.
-pub const MAX_TASK_MEMORY: u64 = 1 << 50;
+/// The most memory one task may be given by an update: submission's bound, the one constant.
+pub use hetsched_core::input::limits::MAX_TASK_MEMORY;
 
 /// The most devices one task may be given by an update: what a node may have.
 pub const MAX_TASK_GPUS: u32 = hetsched_core::input::cluster::MAX_NODE_ACCELERATORS as u32;
