@@ -133,6 +133,28 @@ pub fn hidden_problem(s: &str) -> Option<String> {
         .map(|c| format!("{} is not allowed", code_point(c)))
 }
 
+/// Why a name cannot hold `s`, if it holds a control character or an invisible formatting
+/// character ([`hidden`]): the first one, by its place (counted in characters from 1) and code
+/// point, `character 3 is U+001B (a control character), which is not allowed`, `character 4 is
+/// U+202E RIGHT-TO-LEFT OVERRIDE, which is not allowed`. For a name that may otherwise hold any
+/// character (an agent's rack, a workflow task's component): the place says where to look in a
+/// name that reads as if it held none.
+pub fn unshown_problem(s: &str) -> Option<String> {
+    let (i, c) = s
+        .chars()
+        .enumerate()
+        .find(|&(_, c)| c.is_control() || hidden(c))?;
+    let what = if c.is_control() {
+        format!("U+{:04X} (a control character)", u32::from(c))
+    } else {
+        code_point(c)
+    };
+    Some(format!(
+        "character {} is {what}, which is not allowed",
+        i + 1
+    ))
+}
+
 /// Whether `c` is escaped by [`escape_controls`]: a control character but `\n`, or an
 /// invisible formatting character ([`hidden`]).
 fn unsafe_char(c: char) -> bool {
@@ -193,7 +215,7 @@ pub fn escaped(s: &str) -> Cow<'_, str> {
 mod tests {
     use super::{
         Cow, HIDDEN, agree, clip, code_point, count, escape_controls, escaped, escaped_class,
-        hidden, hidden_problem,
+        hidden, hidden_problem, unshown_problem,
     };
 
     /// "Trojan Source": a name such as `job\u{202e}txt.exe` reads `jobexe.txt` wherever it is
@@ -243,6 +265,21 @@ mod tests {
         assert_eq!(code_point('x'), "U+0078");
         assert!(!hidden('\u{1f}') && !hidden('\u{2065}') && !hidden('\u{2070}'));
         assert!(hidden('\u{e007f}') && !hidden('\u{e0080}') && !hidden('\u{e0000}'));
+    }
+
+    #[test]
+    fn an_unshown_character_is_named_by_its_place_and_code_point() {
+        assert_eq!(
+            unshown_problem("r\u{1b}[2J").as_deref(),
+            Some("character 2 is U+001B (a control character), which is not allowed")
+        );
+        assert_eq!(
+            unshown_problem("é\u{202e}x").as_deref(),
+            Some("character 2 is U+202E RIGHT-TO-LEFT OVERRIDE, which is not allowed")
+        );
+        for ok in ["", "rack 1", "données", "👍"] {
+            assert_eq!(unshown_problem(ok), None, "{ok:?}");
+        }
     }
 
     /// The table is sorted and its entries disjoint, as the search in `hidden_entry` needs:

@@ -183,6 +183,21 @@ pub fn data_name_problem(name: &str) -> Option<String> {
     None
 }
 
+/// Why `component` cannot be a task's `component`, if it cannot: it is at most
+/// [`MAX_APP_NAME`](super::limits::MAX_APP_NAME) bytes (a task name's bound), without control
+/// characters or invisible formatting characters ([`crate::text::unshown_problem`] names the
+/// first by its place and code point).
+pub fn component_problem(component: &str) -> Option<String> {
+    use super::limits::MAX_APP_NAME;
+    if component.len() > MAX_APP_NAME {
+        return Some(format!(
+            "is {} bytes long; at most {MAX_APP_NAME}",
+            component.len()
+        ));
+    }
+    crate::text::unshown_problem(component)
+}
+
 /// Whether a task must state its cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Costs {
@@ -304,6 +319,18 @@ pub fn parse_workflow_with(
         // or control characters), as every other kind's `requires`: one that no node can have
         // was stored by the runtime until a node came, and quoted as written in its messages.
         super::cluster::requirement_list(&src, &t.requires, &format!("task[{i}].requires"))?;
+        // Reports and listings show it as written: bounded and without control or invisible
+        // formatting characters, as a task's name (a bidi override would make it read otherwise).
+        if let Some(component) = &t.component
+            && let Some(problem) = component_problem(component)
+        {
+            return Err(src.error(
+                src.value_at(&[Step::Key("task"), Step::Index(i), Step::Key("component")])
+                    .or(at(&t.name)),
+                field("component"),
+                problem,
+            ));
+        }
         let data = [("inputs", &t.inputs), ("outputs", &t.outputs)];
         for (list, names) in data {
             for (j, n) in names.iter().enumerate() {
@@ -650,6 +677,37 @@ mod tests {
             Ok(_) => panic!("accepted:\n{text}"),
             Err(e) => e.to_string(),
         }
+    }
+
+    /// A task's `component` is shown in reports as written: a control character, an invisible
+    /// formatting character (a bidi override) or a megabyte of it is refused at its place,
+    /// naming the field and the character.
+    #[test]
+    fn a_component_with_a_control_or_invisible_character_or_too_long_is_refused() {
+        let with = |component: &str| {
+            format!(
+                "[[task]]\nname = \"A\"\ncomponent = \"{component}\"\ninstances = 1\ncost = \"1s\"\n"
+            )
+        };
+        assert_eq!(
+            error(&with("In\\u001b[2Jterp")),
+            "wf.toml:3:13: task[0].component: character 3 is U+001B (a control character), \
+             which is not allowed"
+        );
+        assert_eq!(
+            error(&with("Interp\\u202Efdp.exe")),
+            "wf.toml:3:13: task[0].component: character 7 is U+202E RIGHT-TO-LEFT OVERRIDE, \
+             which is not allowed"
+        );
+        assert_eq!(
+            error(&with(&"c".repeat(129))),
+            "wf.toml:3:13: task[0].component: is 129 bytes long; at most 128"
+        );
+        let w = parse(&with("Interp (v2)")).expect("a plain component");
+        assert_eq!(
+            w.workflow.tasks[0].component.as_deref(),
+            Some("Interp (v2)")
+        );
     }
 
     #[test]
