@@ -23,6 +23,7 @@ pub fn registration(req: &pb::RegisterRequest) -> Result<Registration, StateErro
     let spec = crate::limits::node_spec(req).map_err(StateError::Invalid)?;
     crate::limits::identity(&req.identity).map_err(StateError::Invalid)?;
     crate::limits::hostname(&req.hostname).map_err(StateError::Invalid)?;
+    crate::limits::rack(&req.rack).map_err(StateError::Invalid)?;
     crate::limits::version(&req.version).map_err(StateError::Invalid)?;
     crate::limits::workdir("the agent's work directory", &req.work_dir)
         .map_err(StateError::Invalid)?;
@@ -749,6 +750,9 @@ impl Wire for State {
     }
 
     fn heartbeat(&mut self, req: pb::HeartbeatRequest) -> Result<pb::HeartbeatReply, StateError> {
+        // Heartbeats carry the rack the accelerator binding and `hetsched nodes` use: the
+        // registration's rule holds for it too.
+        crate::limits::rack(&req.rack).map_err(StateError::Invalid)?;
         self.on_heartbeat(req.into()).map(Into::into)
     }
 

@@ -281,15 +281,51 @@ pub const MAX_HOSTNAME: usize = 255;
 
 /// Checks a registration's host name: empty (the node's name stands for it), or at most
 /// [`MAX_HOSTNAME`] bytes of printable ASCII (it is written into multi-node tasks' node files,
-/// one per line).
+/// one per line). A refusal names the field, `hostname`, and the first character that is not
+/// printable ASCII by its place and code point (a control character, a bidi override, a space).
 pub fn hostname(host: &str) -> Result<(), String> {
-    if host.len() > MAX_HOSTNAME || !host.bytes().all(|b| b.is_ascii_graphic()) {
+    let rule = format!(
+        "the agent's host name must be at most {MAX_HOSTNAME} printable ASCII characters \
+         without spaces"
+    );
+    if host.len() > MAX_HOSTNAME {
+        return Err(format!("hostname: is {} bytes long; {rule}", host.len()));
+    }
+    if let Some(problem) = hetsched_core::text::unshown_problem(host) {
+        return Err(format!("hostname: {problem}; {rule}"));
+    }
+    if let Some((i, c)) = host
+        .chars()
+        .enumerate()
+        .find(|(_, c)| !c.is_ascii_graphic())
+    {
         return Err(format!(
-            "the agent's host name must be at most {MAX_HOSTNAME} printable ASCII characters \
-             without spaces"
+            "hostname: character {} is {}, which is not printable ASCII; {rule}",
+            i + 1,
+            hetsched_core::text::code_point(c)
         ));
     }
     Ok(())
+}
+
+/// Checks the rack an agent names (its registration's and heartbeats' `rack`, its `--rack`):
+/// empty (the default rack), or a rack name as a cluster file's
+/// ([`MAX_RACK_NAME_BYTES`](hetsched_core::model::cluster::MAX_RACK_NAME_BYTES) bytes, no control
+/// or invisible formatting characters), since `hetsched nodes` and `hetsched bindings` show it
+/// to every user as written. A refusal names the field, `rack`, and the first such character by
+/// its place and code point.
+pub fn rack(rack: &str) -> Result<(), String> {
+    use hetsched_core::model::cluster::MAX_RACK_NAME_BYTES;
+    if rack.len() > MAX_RACK_NAME_BYTES {
+        return Err(format!(
+            "rack: is {} bytes long; at most {MAX_RACK_NAME_BYTES}",
+            rack.len()
+        ));
+    }
+    match hetsched_core::text::unshown_problem(rack) {
+        Some(problem) => Err(format!("rack: {problem}")),
+        None => Ok(()),
+    }
 }
 
 /// Longest version string an agent may register with (a package version and a commit fit).
@@ -391,6 +427,82 @@ mod tests {
         }
         let ok = node_spec(&req()).expect("a plain node");
         assert_eq!((ok.cores, ok.core_speed), (4, 1.0));
+    }
+
+    /// An agent's rack and host name are shown to every user (`hetsched nodes`, `hetsched
+    /// bindings`, a multi-node task's node file): a control character, an invisible formatting
+    /// character or an overlong one is refused naming the field and the character's place and
+    /// code point, as the registration goes through [`crate::convert::registration`].
+    #[test]
+    fn a_rack_or_host_name_with_a_hidden_or_control_character_or_too_long_is_refused() {
+        let refused = |r: pb::RegisterRequest| {
+            crate::convert::registration(&r)
+                .err()
+                .map(|e| e.to_string())
+                .expect("refused")
+        };
+        let cases = [
+            (
+                pb::RegisterRequest {
+                    rack: "r1\u{202e}".into(),
+                    ..req()
+                },
+                "rack: character 3 is U+202E RIGHT-TO-LEFT OVERRIDE, which is not allowed",
+            ),
+            (
+                pb::RegisterRequest {
+                    rack: "r\u{1b}[2J".into(),
+                    ..req()
+                },
+                "rack: character 2 is U+001B (a control character), which is not allowed",
+            ),
+            (
+                pb::RegisterRequest {
+                    rack: "r".repeat(129),
+                    ..req()
+                },
+                "rack: is 129 bytes long; at most 128",
+            ),
+            (
+                pb::RegisterRequest {
+                    hostname: "n1\u{200b}.lab".into(),
+                    ..req()
+                },
+                "hostname: character 3 is U+200B ZERO WIDTH SPACE, which is not allowed",
+            ),
+            (
+                pb::RegisterRequest {
+                    hostname: "n1\r".into(),
+                    ..req()
+                },
+                "hostname: character 3 is U+000D (a control character), which is not allowed",
+            ),
+            (
+                pb::RegisterRequest {
+                    hostname: "n1 lab".into(),
+                    ..req()
+                },
+                "hostname: character 3 is U+0020, which is not printable ASCII",
+            ),
+            (
+                pb::RegisterRequest {
+                    hostname: "h".repeat(256),
+                    ..req()
+                },
+                "hostname: is 256 bytes long",
+            ),
+        ];
+        for (r, expected) in cases {
+            let e = refused(r);
+            assert!(e.contains(expected), "{expected}: {e}");
+        }
+        let ok = pb::RegisterRequest {
+            rack: "salle B – rangée 2".into(),
+            hostname: "n1.lab".into(),
+            ..req()
+        };
+        crate::convert::registration(&ok).expect("a plain rack and host name");
+        crate::convert::registration(&req()).expect("no rack or host name");
     }
 
     #[test]

@@ -87,6 +87,19 @@ async fn a_bidi_override_in_a_job_name_is_refused_and_in_a_task_message_comes_ba
         tasks[0].message,
         "cannot start `job\\u{202e}txt.exe`\\u{2066}: ad\\u{200d}min\\u{1b}[2J"
     );
+    // A heartbeat names the node's rack (what `hetsched nodes` and `bindings` show): one with
+    // a bidi override is refused as a registration's is, naming the field and the character.
+    let mut beat = heartbeat_request(node, &[], &[]);
+    beat.rack = "r\u{202e}1".into();
+    let e = agent
+        .heartbeat(beat)
+        .await
+        .expect_err("a rack with a bidi override");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert_eq!(
+        e.message(),
+        "rack: character 2 is U+202E RIGHT-TO-LEFT OVERRIDE, which is not allowed"
+    );
     server.stop().await.expect("stops");
 }
 
