@@ -598,6 +598,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             drained: n.drained,
             drain_reason: n.drain_note.reason,
             drained_since_ms: n.drain_note.since_ms,
+            out_of_bounds: n.out_of_bounds,
             stopping: n.stopping,
             draining: n.draining,
             instances: n.instances,

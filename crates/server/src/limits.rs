@@ -45,6 +45,75 @@ fn positive(value: f64, default: f64, max: f64, field: &str) -> Result<f64, Stri
     Ok(value)
 }
 
+/// Why a node's stored description (a row of the store's `nodes`, read at a restart) is past a
+/// bound [`node_spec`] enforces at registration, if it is: the first figure past one, named by
+/// its field in the row (`memory_bytes`, `accelerators[2].memory_bytes`, `core_speed`…). A
+/// row edited by hand, or written by a version with looser bounds, could otherwise bring figures
+/// into the scheduler's view that overflow its sums.
+pub fn stored_node_problem(node: &Node) -> Option<String> {
+    let finite_positive = |value: f64, max: f64, field: &str| {
+        (!value.is_finite() || value <= 0.0 || value > max).then(|| {
+            format!("{field} is {value}; a registration gives a positive number of at most {max}")
+        })
+    };
+    if node.cores == 0 || node.cores > MAX_CORES {
+        return Some(format!(
+            "cores is {}; a registration gives 1 to {MAX_CORES}",
+            node.cores
+        ));
+    }
+    if node.memory_bytes > MAX_MEMORY {
+        return Some(format!(
+            "memory_bytes is {}; a registration gives at most {MAX_MEMORY} (1 PiB)",
+            node.memory_bytes
+        ));
+    }
+    if let Some(p) = finite_positive(node.core_speed, MAX_SPEED, "core_speed")
+        .or_else(|| finite_positive(node.disk_read_bw, MAX_BANDWIDTH, "disk_read_bw"))
+        .or_else(|| finite_positive(node.net_bw, MAX_BANDWIDTH, "net_bw"))
+    {
+        return Some(p);
+    }
+    if let Some(p) = devices_problem(node) {
+        return Some(p);
+    }
+    attributes(&node.name, &node.attributes)
+        .err()
+        .map(|e| format!("attributes: {e}"))
+}
+
+/// Why a stored node's devices are past a registration's bounds, if they are
+/// ([`stored_node_problem`]).
+pub fn devices_problem(node: &Node) -> Option<String> {
+    if node.accelerators.len() > MAX_ACCELERATORS {
+        return Some(format!(
+            "accelerators holds {}; a registration gives at most {MAX_ACCELERATORS}",
+            node.accelerators.len()
+        ));
+    }
+    node.accelerators.iter().enumerate().find_map(|(i, a)| {
+        if a.kind.len() > MAX_KIND || !name_ok(&a.kind) {
+            Some(format!(
+                "accelerators[{i}].kind is not at most {MAX_KIND} letters, digits, `.`, `-` or `_`"
+            ))
+        } else if a.memory_bytes > MAX_MEMORY {
+            Some(format!(
+                "accelerators[{i}].memory_bytes is {}; a registration gives at most {MAX_MEMORY} \
+                 (1 PiB)",
+                a.memory_bytes
+            ))
+        } else if !a.speed.is_finite() || a.speed <= 0.0 || a.speed > MAX_SPEED {
+            Some(format!(
+                "accelerators[{i}].speed is {}; a registration gives a positive number of at \
+                 most {MAX_SPEED}",
+                a.speed
+            ))
+        } else {
+            None
+        }
+    })
+}
+
 /// Checks a registration's figures and builds the node's description (id 0: the caller sets it).
 pub fn node_spec(req: &pb::RegisterRequest) -> Result<Node, String> {
     let name = &req.name;

@@ -1140,6 +1140,9 @@ pub async fn nodes(
                     "DEAD, {}",
                     super::human::drained(&n.drain_reason, n.drained_since_ms)
                 )
+            } else if !n.out_of_bounds.is_empty() {
+                // Not dead: the server keeps it out until its agent registers again.
+                format!("no: stored {}", n.out_of_bounds)
             } else if !n.alive {
                 "DEAD".into()
             } else if n.draining {

@@ -358,8 +358,9 @@ impl State {
             let removed = row.removed;
             let rec = nodes.restore(row)?;
             let id = rec.spec.id;
+            let out_of_bounds = rec.out_of_bounds.is_some();
             view.add_node(rec.spec.clone())?;
-            if removed {
+            if removed || out_of_bounds {
                 view.set_alive(id, false)?;
             }
         }
@@ -624,6 +625,14 @@ impl State {
             || !nodes::same_secret(&rec.identity, &req.identity)
         {
             warn!(node = %rec.spec.name, "heartbeat with another identity than the node's: ignored");
+            return Ok(HeartbeatReply {
+                reregister: true,
+                ..Default::default()
+            });
+        }
+        // Its stored description was past a registration bound: only a registration, which
+        // checks the figures, brings it back (a beat would revive it as it is).
+        if rec.out_of_bounds.is_some() {
             return Ok(HeartbeatReply {
                 reregister: true,
                 ..Default::default()

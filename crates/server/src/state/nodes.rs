@@ -71,6 +71,11 @@ pub struct NodeRec {
     /// predates saying it). Stored with its description: an agent registers again only when
     /// it restarts, so a restarted server would otherwise list every node as unknown.
     pub version: String,
+    /// Why its stored description was past a registration bound when the server read it
+    /// ([`crate::limits::stored_node_problem`], naming the field): it is then kept out of the
+    /// scheduler (not alive, its figures past a bound replaced by none, [`out_of_bounds_stand_in`])
+    /// until its agent registers again, which checks the figures anew; `None`: within bounds.
+    pub out_of_bounds: Option<String>,
 }
 
 impl NodeRec {
@@ -130,8 +135,43 @@ impl NodeRec {
             hostname: String::new(),
             work_dir: String::new(),
             version: String::new(),
+            out_of_bounds: None,
         }
     }
+}
+
+/// What a node whose stored description is past a registration bound
+/// ([`crate::limits::stored_node_problem`]) offers until its agent registers again: each figure
+/// past a bound replaced (cores and memory by none, speeds and bandwidths by a registration's
+/// defaults, devices by none when any is past a bound, attributes by none when they are not
+/// a registration's), so that no sum over the nodes can overflow; the node is kept not alive
+/// besides. Figures within bounds are kept, so that an agent registering again with the same
+/// devices has its other figures taken ([`State::redescribe`]).
+fn out_of_bounds_stand_in(mut spec: Node) -> Node {
+    use crate::limits::{MAX_BANDWIDTH, MAX_CORES, MAX_MEMORY, MAX_SPEED};
+    let within = |v: f64, max: f64| v.is_finite() && v > 0.0 && v <= max;
+    if spec.cores > MAX_CORES {
+        spec.cores = 0;
+    }
+    if spec.memory_bytes > MAX_MEMORY {
+        spec.memory_bytes = 0;
+    }
+    if !within(spec.core_speed, MAX_SPEED) {
+        spec.core_speed = 1.0;
+    }
+    if !within(spec.disk_read_bw, MAX_BANDWIDTH) {
+        spec.disk_read_bw = 128e6;
+    }
+    if !within(spec.net_bw, MAX_BANDWIDTH) {
+        spec.net_bw = 125e6;
+    }
+    if crate::limits::devices_problem(&spec).is_some() {
+        spec.accelerators.clear();
+    }
+    if crate::limits::attributes(&spec.name, &spec.attributes).is_err() {
+        spec.attributes.clear();
+    }
+    spec
 }
 
 /// An agent's call that the server holds open and that counts as the agent's sign of life while
@@ -388,6 +428,18 @@ impl Nodes {
                 row.id, spec.id
             )));
         }
+        // Figures past a registration's bounds do not enter the view or the sums: the node is
+        // listed, not alive, naming the field, until its agent registers again.
+        let out_of_bounds = (!row.removed)
+            .then(|| crate::limits::stored_node_problem(&spec))
+            .flatten();
+        let spec = match &out_of_bounds {
+            Some(why) => {
+                warn!(node = %row.name, id = row.id, why, "the node's stored description is past a registration bound: it takes no work until its agent registers again");
+                out_of_bounds_stand_in(spec)
+            }
+            None => spec,
+        };
         if !row.removed {
             self.by_name.insert(row.name, row.id);
         }
@@ -395,6 +447,10 @@ impl Nodes {
             self.offer(&spec);
         }
         let mut rec = NodeRec::new(spec, row.identity, row.removed, false);
+        if out_of_bounds.is_some() {
+            rec.alive = false;
+        }
+        rec.out_of_bounds = out_of_bounds;
         rec.hostname = hostname;
         rec.work_dir = work_dir;
         rec.version = agent_version;
@@ -700,6 +756,12 @@ impl State {
             let rec = &mut self.nodes.recs[id as usize];
             rec.last_seen = Instant::now();
             rec.seen = true;
+            // Its figures were checked with this registration: a stored description past a
+            // bound is replaced above, or kept as its stand-in (its devices differ, or work holds
+            // part of it), which takes nothing past a bound.
+            if let Some(why) = rec.out_of_bounds.take() {
+                info!(node = %name, was = %why, "a node whose stored description was past a registration bound registered again");
+            }
             if !rec.alive {
                 rec.alive = true;
                 self.view.set_alive(NodeId(id), true)?;
@@ -1196,6 +1258,7 @@ impl State {
                             .find(|h| !h.is_empty())
                             .unwrap_or_default(),
                         version: n.version.clone(),
+                        out_of_bounds: n.out_of_bounds.clone().unwrap_or_default(),
                         ..Default::default()
                     };
                     self.jobs.workflow.annotate(&mut info);

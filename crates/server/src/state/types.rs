@@ -704,6 +704,10 @@ pub struct NodeInfo {
     pub draining: bool,
     /// Applications kept off it.
     pub backed_off: Vec<BackedOffApp>,
+    /// Why its stored description was past a registration bound at the server's start (the
+    /// field, its value and the bound): it takes no work until its agent registers again;
+    /// empty: none.
+    pub out_of_bounds: String,
     /// Its rack.
     pub rack: String,
     /// `anode` or `nnode` (spec 01).

@@ -483,3 +483,70 @@ fn a_node_registered_again_with_other_cores_has_them_once_it_is_idle() {
     let s = open(&d);
     assert_eq!(listed_cores(&s), 1, "stored");
 }
+
+/// A node row past a registration bound (a store edited by hand, or written by a version with
+/// looser bounds: here 16 EiB of memory on each of two nodes, whose sum overflows the
+/// scheduler's totals) is read at a restart without entering the scheduler: the server starts,
+/// lists the node not alive naming the field, its agent's heartbeats are told to register again
+/// and get no work, and the registration, which checks the figures, brings it back with them.
+#[test]
+fn a_stored_node_past_a_registration_bound_takes_no_work_until_its_agent_registers_again() {
+    let d = dir("out-of-bounds");
+    {
+        let mut s = open(&d);
+        common::register(&mut s, "big", 2);
+        common::register(&mut s, "huge", 2);
+        common::register(&mut s, "ok", 1);
+    }
+    {
+        let db = rusqlite::Connection::open(d.join("state.db")).expect("db");
+        let edited = db
+            .execute(
+                "UPDATE nodes SET spec = replace(spec, '\"memory_bytes\":1073741824', \
+                 '\"memory_bytes\":18446744073709551615') WHERE name IN ('big', 'huge')",
+                [],
+            )
+            .expect("edit");
+        assert_eq!(edited, 2);
+    }
+    let mut s = open(&d);
+    let listed = |s: &State, name: &str| {
+        s.nodes(true)
+            .nodes
+            .into_iter()
+            .find(|n| n.name == name)
+            .expect("listed")
+    };
+    let big = listed(&s, "big");
+    assert!(!big.alive);
+    assert_eq!(
+        big.out_of_bounds,
+        "memory_bytes is 18446744073709551615; a registration gives at most 1125899906842624 \
+         (1 PiB)"
+    );
+    assert_eq!(
+        (big.cores, big.memory_bytes),
+        (2, 0),
+        "memory past the bound: none"
+    );
+    assert_eq!(listed(&s, "ok").out_of_bounds, "");
+    s.submit("job.toml", JOB, "/").expect("submit");
+    for node in [0, 1] {
+        let r = beat(&mut s, node, &[], &[]);
+        assert!(r.reregister, "node {node} is told to register");
+        assert_eq!(assigned(&r), vec![], "node {node} takes no work");
+    }
+    assert!(
+        !listed(&s, "big").alive,
+        "a heartbeat does not bring it back"
+    );
+    assert_eq!(assigned(&beat(&mut s, 2, &[], &[])), vec![(0, 1)]);
+    // Its agent registers again, within bounds: the node is back with what it said.
+    assert_eq!(common::register(&mut s, "big", 2), 0);
+    let big = listed(&s, "big");
+    assert_eq!(
+        (big.alive, big.out_of_bounds.as_str(), big.memory_bytes),
+        (true, "", 1 << 30)
+    );
+    assert_eq!(assigned(&beat(&mut s, 0, &[], &[])), vec![(1, 1), (2, 1)]);
+}

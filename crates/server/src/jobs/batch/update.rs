@@ -373,9 +373,6 @@ impl Batch {
 /// that register; an update's by this).
 pub const MAX_TASK_CORES: u32 = 1 << 20;
 
-/// The most memory one task may be given by an update: submission's bound, the one constant.
-pub use hetsched_core::input::limits::MAX_TASK_MEMORY;
-
 /// The most devices one task may be given by an update: what a node may have.
 pub const MAX_TASK_GPUS: u32 = hetsched_core::input::cluster::MAX_NODE_ACCELERATORS as u32;
 
