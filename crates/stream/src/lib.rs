@@ -14,7 +14,8 @@
 //! - [`channel`]: plain TCP or TLS 1.3 under those connections;
 //! - [`tuple`](mod@tuple): tuples and frames;
 //! - [`metrics`]: counters, latency histogram, the report;
-//! - [`process`]: the worker as a process driven over stdin/stdout.
+//! - [`process`]: the worker as a process driven over stdin/stdout;
+//! - [`process_tree`]: what a multi-lang program started, found and ended with it.
 
 pub mod auth;
 pub mod channel;
@@ -23,6 +24,7 @@ pub mod metrics;
 pub mod multilang;
 pub mod net;
 pub mod process;
+pub mod process_tree;
 pub mod tuple;
 pub mod worker;
 

@@ -72,6 +72,7 @@
 //! only (the others are acked without it).
 
 use crate::metrics::{ExecutorCounters, Histogram, bump, now_ns};
+use crate::process_tree;
 use crate::tuple::{AckMsg, Tuple, Value};
 use crate::worker::{Emitter, Pending, Shared, Tracker};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, never, select, unbounded};
@@ -165,10 +166,11 @@ pub enum ShellError {
 const KILL_GRACE: Duration = Duration::from_secs(2);
 
 /// A program's process, the leader of a process group of its own, ended with its whole group
-/// when dropped: however its executor ends (it returns, it fails to start, the worker stops,
-/// the program is restarted), neither the program nor anything it started outlives it — a
-/// shell wrapper's children (`sh -c "python3 bolt.py"`) or a program's own helpers included,
-/// unless they left the group (`setsid`). Storm's ShellProcess kills the program's process
+/// and every process below it when dropped: however its executor ends (it returns, it fails
+/// to start, the worker stops, the program is restarted), neither the program nor anything it
+/// started outlives it — a shell wrapper's children (`sh -c "python3 bolt.py"`), a program's
+/// own helpers, and on Linux those that left the group (`setsid`, `setpgid`) while their
+/// parents run ([`crate::process_tree`]). Storm's ShellProcess kills the program's process
 /// only, which leaves such children running.
 #[derive(Debug)]
 struct Program(Child);
@@ -179,31 +181,55 @@ impl Drop for Program {
     }
 }
 
-/// Ends `child`'s process group (its id is the child's pid, `process_group(0)`): SIGTERM to
-/// every member, then SIGKILL to those left after `grace`, and reaps the child. The group's id
-/// stays reserved while any member lives, so the signals cannot reach an unrelated process
-/// once the child itself has been reaped (`alive` reaps it): an empty group answers ESRCH.
+/// Ends `child`'s process group (its id is the child's pid, `process_group(0)`) and every
+/// process below the child: SIGTERM to each, then SIGKILL to those left after `grace`, and
+/// reaps the child. The processes below are found before anything is signalled (once the
+/// child is reaped they are no longer below it) and signalled only while each is still the
+/// same process ([`process_tree::Proc`]). The group's id stays reserved while any member
+/// lives, so the signals cannot reach an unrelated process once the child itself has been
+/// reaped (`alive` reaps it): an empty group answers ESRCH.
 fn end_group(child: &mut Child, grace: Duration) {
     use nix::sys::signal::{Signal, killpg};
-    let group = match i32::try_from(child.id()) {
+    let pid = child.id();
+    let group = match i32::try_from(pid) {
         // Never group 0 (the caller's own) or 1 (init's).
         Ok(p) if p > 1 => nix::unistd::Pid::from_raw(p),
         _ => {
             let _ = child.kill();
             let _ = child.wait();
+            process_tree::forget_program(pid);
             return;
         }
     };
-    if killpg(group, Signal::SIGTERM).is_ok() {
+    // Those that left the group are found below the program while their parents run.
+    let below = process_tree::descendants(pid);
+    let group_there = killpg(group, Signal::SIGTERM).is_ok();
+    for &p in &below {
+        process_tree::signal(p, Signal::SIGTERM);
+    }
+    if group_there || !below.is_empty() {
         let until = Instant::now() + grace;
         loop {
             // Reaped first: an exited leader left as a zombie still counts as a member.
             let _ = child.try_wait();
-            if killpg(group, None).is_err() {
+            let group_left = killpg(group, None).is_ok();
+            if !group_left && !below.iter().any(|&p| process_tree::runs(p)) {
                 break;
             }
             if Instant::now() >= until {
                 let _ = killpg(group, Signal::SIGKILL);
+                // And what those left started meanwhile.
+                let mut left: Vec<process_tree::Proc> = below
+                    .iter()
+                    .copied()
+                    .filter(|&p| process_tree::runs(p))
+                    .collect();
+                for p in left.clone() {
+                    left.extend(process_tree::descendants(p.pid));
+                }
+                for p in left {
+                    process_tree::signal(p, Signal::SIGKILL);
+                }
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -212,6 +238,7 @@ fn end_group(child: &mut Child, grace: Duration) {
     // Whether or not the group was there to signal, the child is reaped: it may be a zombie.
     let _ = child.kill();
     let _ = child.wait();
+    process_tree::forget_program(pid);
 }
 
 /// A running multi-lang program.
@@ -244,7 +271,8 @@ impl Shell {
         let (program, args) = argv.split_first().ok_or("empty command")?;
         // Checked by the topology's parser; a worker given an unchecked text refuses it here.
         let timeout = Duration::from_secs(subprocess_timeout_secs(conf)?);
-        let child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
             // A group of its own, so that ending the program ends what it started too
             // ([`Program`]).
@@ -252,8 +280,8 @@ impl Shell {
             .current_dir(&shared.base_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
+            .stderr(Stdio::piped());
+        let child = process_tree::spawn_program(&mut command)
             .map_err(|err| format!("cannot start `{}`: {err}", argv.join(" ")))?;
         // From here on every early return kills it.
         let mut program = Program(child);
@@ -907,22 +935,34 @@ fn shell_name(shared: &Shared, me: u32) -> String {
     shared.topo.topology.executor_name(ExecutorId(me))
 }
 
+/// Fails the tuple tree of input `f`, which the program will not ack, at its spout: the ack
+/// message the spout's acker reads as a failure of the tree (the input's edge and the edges
+/// anchored to it cleared), so a reliable spout replays the tree now. An input of no tree
+/// (an unreliable spout's, root 0) has nothing to fail: false.
+fn fail_tree(shared: &Arc<Shared>, f: &InFlight) -> bool {
+    if f.root == 0 {
+        return false;
+    }
+    shared.route_ack(
+        AckMsg {
+            root: f.root,
+            xor: f.edge ^ f.xor,
+            fail: true,
+        },
+        false,
+    );
+    true
+}
+
 /// Fails the inputs a bolt's program held when it ended back to their spouts, so the spouts
 /// replay their trees now rather than at their timeout (the program that would have acked them
 /// is gone; a new one knows nothing of them).
 fn fail_back(shared: &Arc<Shared>, name: &str, unacked: Unacked) {
-    let mut failed: u64 = 0;
-    for f in unacked.0.into_values().filter(|f| f.root != 0) {
-        shared.route_ack(
-            AckMsg {
-                root: f.root,
-                xor: f.edge ^ f.xor,
-                fail: true,
-            },
-            false,
-        );
-        failed += 1;
-    }
+    let failed = unacked
+        .0
+        .into_values()
+        .filter(|f| fail_tree(shared, f))
+        .count() as u64;
     if failed > 0 {
         tracing::warn!(
             "{name}: {} the program held failed back to their spouts",
@@ -997,15 +1037,7 @@ fn bolt_loop(
             // tree began, and waited the tree's whole timeout here), which replays it: the
             // fail only ends it at once where the spout's clock started later (a tree handed
             // over with its spout). A fail for a tree the spout no longer holds is ignored.
-            if f.root != 0 {
-                shared.route_ack(
-                    AckMsg {
-                        root: f.root,
-                        xor: f.edge ^ f.xor,
-                        fail: true,
-                    },
-                    false,
-                );
+            if fail_tree(shared, &f) {
                 notice.failed += 1;
             } else {
                 notice.forgotten += 1;

@@ -19,7 +19,13 @@
 //!
 //! End of stdin (the agent is gone) stops the worker too: an orphaned worker would keep
 //! counting for a placement the server may already have replaced.
+//!
+//! On Linux the worker process is a child subreaper ([`crate::process_tree`]): what its
+//! multi-lang programs started and left behind (a daemon that forked twice and left the
+//! program's process group) is re-parented to it, reaped when it exits, and ended when the
+//! worker stops, so no program's descendant outlives its worker.
 
+use crate::process_tree;
 use crate::worker::{Worker, WorkerConfig, WorkerError};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -27,6 +33,10 @@ use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::Duration;
+
+/// How long what the programs left behind has between SIGTERM and SIGKILL when the worker
+/// stops (as a program's own group, `multilang`).
+const KILL_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "cmd", rename_all = "kebab-case")]
@@ -51,6 +61,10 @@ fn emit(line: &serde_json::Value) -> bool {
 
 /// Runs a worker process until told to stop or until stdin closes.
 pub fn run_process(config: WorkerConfig, report_every: Duration) -> Result<(), WorkerError> {
+    // Before any program starts, so that none of its descendants can be re-parented past us.
+    if let Err(e) = process_tree::become_subreaper() {
+        tracing::warn!("{e}: what multi-lang programs leave behind may outlive the worker");
+    }
     let worker = match Worker::start(config) {
         Ok(w) => w,
         Err(e) => {
@@ -118,7 +132,18 @@ pub fn run_process(config: WorkerConfig, report_every: Duration) -> Result<(), W
             }
             Ok(Some(Cmd::Stop)) | Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
+        // Orphans of the programs that exited, re-parented here: reaped, not left as zombies.
+        process_tree::reap_adopted();
     }
     worker.stop();
+    // The executors have ended their programs (and what was below them); what is left below
+    // the worker was left behind by programs and re-parented here.
+    let left = process_tree::end_all_descendants(KILL_GRACE);
+    if left > 0 {
+        tracing::warn!(
+            "ended what multi-lang programs left behind: {} still running below the worker",
+            hetsched_core::text::count(left as u64, "program descendant")
+        );
+    }
     Ok(())
 }

@@ -1347,3 +1347,82 @@ fn a_multilang_program_killed_for_its_silence_takes_the_children_it_started_with
     let left: Vec<u32> = all.into_iter().filter(|&k| runs(k)).collect();
     assert!(left.is_empty(), "children {left:?} outlive the worker");
 }
+
+/// The pids `misbehaving.py` wrote to its `escapee` file: the `setsid` child, then the
+/// orphaned one (waited for: the program writes them during its handshake).
+#[cfg(target_os = "linux")]
+fn escapees(path: &Path) -> Vec<u32> {
+    let started = Instant::now();
+    loop {
+        let pids: Vec<u32> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.len() >= 2 {
+            return pids;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the program wrote no escapee pids to {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The session of process `pid` (`/proc/PID/stat` field 6).
+#[cfg(target_os = "linux")]
+fn session_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
+}
+
+/// A child that left its program's process group and session (`setsid`) escaped the group
+/// kill: it ran on, `sleep 300`, after its worker stopped. It is found below the program and
+/// ended with it.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_multilang_programs_child_that_called_setsid_does_not_outlive_the_stopped_worker() {
+    if !python_has("python3", "json") {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+        return;
+    }
+    let dir = scratch("multilang-setsid");
+    let file = dir.join("escapees");
+    let text = spout_to_bolt(
+        "builtin = \"sequence-spout\"\nparams = { rate = 20.0 }",
+        &misbehaving(&format!("escapee = \"{}\"", file.display())),
+    );
+    let w = Worker::start(config(&dir, &text, 0, vec![0, 0])).expect("starts");
+    let program = program_pid(&dir, 1);
+    let pids = escapees(&file);
+    let (left, orphan) = (pids[0], pids[1]);
+    assert!(runs(left), "the setsid child runs");
+    assert_ne!(
+        session_of(left),
+        session_of(program),
+        "the child left the program's session"
+    );
+    w.stop();
+    let stopped = Instant::now();
+    while runs(left) {
+        if stopped.elapsed() > Duration::from_secs(5) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &left.to_string(), &orphan.to_string()])
+                .status();
+            panic!("the program's setsid child {left} outlives the stopped worker");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The orphan is re-parented past this test process (no subreaper here): only a worker
+    // process, a subreaper, ends it (the CLI's topology test checks that). Not left running.
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &orphan.to_string()])
+        .status();
+}

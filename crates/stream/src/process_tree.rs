@@ -1,0 +1,246 @@
+//! A multi-lang program's whole process tree, so that what a program started ends with it even
+//! when it left the program's process group (`setsid`, `setpgid`): a group kill alone misses
+//! such a process, and it would outlive its executor and its worker.
+//!
+//! On Linux:
+//! - [`descendants`] walks `/proc/PID/task/*/children` from a program down, so a process that
+//!   left the group but whose parents still run is found and signalled with the group
+//!   (`multilang::end_group`);
+//! - the worker process makes itself a **child subreaper** ([`become_subreaper`],
+//!   `prctl(PR_SET_CHILD_SUBREAPER)`), so a process whose parents exited (a daemon that forked
+//!   twice) is re-parented to the worker rather than to init, and is still below the worker
+//!   when it stops: [`end_all_descendants`] ends them all then, and [`reap_adopted`] reaps
+//!   those that exit before, so none lingers as a zombie of a long-running worker.
+//!
+//! Each process is named by its pid **and** its start time (`/proc/PID/stat`, field 22), and
+//! is signalled only while both still match, so a pid the kernel reused for an unrelated
+//! process in the meantime is never signalled.
+//!
+//! Elsewhere there is no `/proc` to walk: the functions find nothing and the group kill alone
+//! stands.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Most processes one walk collects: a fork bomb below a program cannot make a walk endless.
+const MAX_WALKED: usize = 65_536;
+
+/// A process as signalled: its pid and its start time (clock ticks since boot), which a
+/// reused pid does not share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Proc {
+    /// Its pid.
+    pub pid: u32,
+    /// When it started, `/proc/PID/stat` field 22.
+    start: u64,
+}
+
+/// The pids of the programs this process started and has not reaped yet: [`reap_adopted`]
+/// leaves them to their `Child` handles (reaping one would take its exit status from them).
+/// The lock is held from before a program is spawned until its pid is noted, so a reaper can
+/// never see a program's pid unnoted. Counted: a pid reaped by its `Child` may be reused by
+/// the next program before the first one's handle is dropped and forgets it.
+static PROGRAMS: Mutex<BTreeMap<u32, u32>> = Mutex::new(BTreeMap::new());
+
+fn programs() -> std::sync::MutexGuard<'static, BTreeMap<u32, u32>> {
+    PROGRAMS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Spawns `cmd` as a program of this process, noted so that [`reap_adopted`] leaves it to
+/// its `Child`; [`forget_program`] once the child is reaped.
+pub fn spawn_program(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    let mut noted = programs();
+    let child = cmd.spawn()?;
+    *noted.entry(child.id()).or_default() += 1;
+    Ok(child)
+}
+
+/// Program `pid` was reaped by its `Child`: its pid may be reused.
+pub fn forget_program(pid: u32) {
+    let mut noted = programs();
+    if let Some(n) = noted.get_mut(&pid) {
+        *n -= 1;
+        if *n == 0 {
+            noted.remove(&pid);
+        }
+    }
+}
+
+/// Fields of `/proc/PID/stat` after the command's closing parenthesis (the command may hold
+/// spaces and parentheses itself).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Process `pid` as it is now, if it exists (a zombie included).
+pub fn proc_of(pid: u32) -> Option<Proc> {
+    // Field 22 of the whole line: the 20th after the command (state is field 3).
+    let start = stat_fields(pid)?.get(19)?.parse().ok()?;
+    Some(Proc { pid, start })
+}
+
+/// Whether `p` still runs: the same process (pid and start time), not a zombie.
+pub fn runs(p: Proc) -> bool {
+    stat_fields(p.pid).is_some_and(|f| {
+        f.first().map(String::as_str) != Some("Z")
+            && f.get(19).and_then(|s| s.parse().ok()) == Some(p.start)
+    })
+}
+
+/// The children of every thread of `pid` (a child belongs to the thread that forked it, and
+/// a re-parented orphan to any thread of its subreaper).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// Every process below `pid` (not `pid` itself), parents before their children; empty where
+/// there is no `/proc`.
+pub fn descendants(pid: u32) -> Vec<Proc> {
+    let mut seen: BTreeSet<u32> = BTreeSet::from([pid]);
+    let mut out = Vec::new();
+    let mut next = vec![pid];
+    while let Some(p) = next.pop() {
+        for c in children(p) {
+            if out.len() >= MAX_WALKED {
+                return out;
+            }
+            if seen.insert(c)
+                && let Some(proc) = proc_of(c)
+            {
+                out.push(proc);
+                next.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Sends `signal` to `p` if it is still the same process.
+pub fn signal(p: Proc, signal: nix::sys::signal::Signal) {
+    // Never 0 (the caller's group) or 1 (init), whatever `/proc` said.
+    if p.pid > 1
+        && runs(p)
+        && let Ok(pid) = i32::try_from(p.pid)
+    {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+    }
+}
+
+/// Makes this process a child subreaper (Linux): an orphan below it is re-parented to it, not
+/// to init, so the worker still finds its programs' escaped descendants when it stops. Only
+/// the worker process calls it (`process::run_process`): a test binary running workers in
+/// process must not adopt its other tests' orphans.
+#[cfg(target_os = "linux")]
+pub fn become_subreaper() -> Result<(), String> {
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| format!("cannot become a child subreaper (prctl): {e}"))
+}
+
+/// Not Linux: nothing to do; the group kill alone stands.
+#[cfg(not(target_os = "linux"))]
+pub fn become_subreaper() -> Result<(), String> {
+    Ok(())
+}
+
+/// Reaps this process's children that are neither programs it started (noted by
+/// [`spawn_program`]) nor running: orphans re-parented to it as a subreaper that exited.
+/// Returns how many.
+pub fn reap_adopted() -> usize {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    let noted = programs();
+    let mut reaped = 0;
+    for c in children(std::process::id()) {
+        if noted.contains_key(&c) {
+            continue;
+        }
+        let zombie = stat_fields(c).is_some_and(|f| f.first().map(String::as_str) == Some("Z"));
+        if zombie
+            && let Ok(pid) = i32::try_from(c)
+            && waitpid(nix::unistd::Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)).is_ok()
+        {
+            reaped += 1;
+        }
+    }
+    reaped
+}
+
+/// Ends every process below this one (the worker's, when it stops after its executors did):
+/// what its programs started and left behind, re-parented to it as a subreaper. SIGTERM to
+/// each, SIGKILL to what is left after `grace`, then reaped. Returns how many it found.
+pub fn end_all_descendants(grace: Duration) -> usize {
+    use nix::sys::signal::Signal;
+    let me = std::process::id();
+    let found = descendants(me);
+    for &p in &found {
+        signal(p, Signal::SIGTERM);
+    }
+    let until = Instant::now() + grace;
+    while found.iter().any(|&p| runs(p)) && Instant::now() < until {
+        reap_adopted();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // What was started meanwhile is taken too.
+    let mut left: BTreeSet<Proc> = found.iter().copied().filter(|&p| runs(p)).collect();
+    left.extend(descendants(me));
+    for &p in &left {
+        signal(p, Signal::SIGKILL);
+    }
+    let until = Instant::now() + Duration::from_secs(1);
+    while left.iter().any(|&p| runs(p)) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reap_adopted();
+    found.len()
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// A grandchild that left its group (`setsid`) is still found below the process that
+    /// started it, and a process is not taken for another of its pid.
+    #[test]
+    fn a_descendant_that_left_its_group_is_found_below_its_ancestor() {
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(sh.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("the sleeper's pid");
+        let sleeper: u32 = line.trim().parse().expect("a pid");
+        let found = descendants(sh.id());
+        assert!(
+            found.iter().any(|p| p.pid == sleeper),
+            "{sleeper} not in {found:?}"
+        );
+        let p = proc_of(sleeper).expect("it runs");
+        assert!(runs(p));
+        assert!(!runs(Proc {
+            pid: p.pid,
+            start: p.start + 1
+        }));
+        signal(p, nix::sys::signal::Signal::SIGKILL);
+        let _ = sh.wait();
+        assert!(!runs(p));
+    }
+}
