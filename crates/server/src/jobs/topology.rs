@@ -262,6 +262,10 @@ struct Run {
     start_errors: HashMap<u32, String>,
     /// The controller's latest computations, oldest first (at most [`COMPUTATIONS_KEPT`]).
     computations: std::collections::VecDeque<Computation>,
+    /// Executors whose worker gave up on their program, warned about once each: executor →
+    /// the `started_ns` of the run given up on (a later run of it, started again by a new
+    /// placement or worker, is warned about again). At most one entry per executor.
+    given_up_warned: HashMap<u32, u64>,
 }
 
 /// How many controller computations `topology show` lists.
@@ -331,6 +335,7 @@ struct TopologyMetrics {
     reschedules: Family<Labels, Gauge>,
     restarts: Family<Labels, Gauge>,
     given_up: Family<Labels, Gauge>,
+    degraded: Family<Labels, Gauge>,
     unacked: Family<Labels, Gauge>,
     expired: Family<Labels, Gauge>,
 }
@@ -656,6 +661,31 @@ impl Run {
             draining,
             start_errors: HashMap::new(),
             computations: std::collections::VecDeque::new(),
+            given_up_warned: HashMap::new(),
+        }
+    }
+
+    /// Warns once per give-up (`tracing::warn!`, the server's log) about executors that worker
+    /// `worker` on `node` reports it gave up on: their program ended too often to be started
+    /// again, so they pass no tuple and the topology is degraded (`topology show`). An executor
+    /// the topology does not have is not kept (the report is an agent's).
+    fn warn_given_up(&mut self, worker: u32, node: &str, report: &WorkerReport) {
+        let executors = self.topo.topology.executor_count();
+        for x in &report.executors {
+            if !x.gave_up || x.executor as usize >= executors {
+                continue;
+            }
+            if self.given_up_warned.insert(x.executor, x.started_ns) == Some(x.started_ns) {
+                continue;
+            }
+            tracing::warn!(
+                topology = %self.rec.name,
+                worker,
+                node = %hetsched_core::text::clip(node),
+                "topology degraded: executor {} was given up on by its worker (its program ended too often to be started again): {}",
+                self.topo.topology.executor_name(ExecutorId(x.executor)),
+                hetsched_core::text::clip(x.ended.as_deref().unwrap_or("no reason reported"))
+            );
         }
     }
 
@@ -1423,6 +1453,12 @@ impl Topology {
             m.given_up.clone(),
         );
         r.register(
+            "topology_degraded",
+            "1 while a running topology has executors its workers gave up on (`topology show` \
+             names them), else 0",
+            m.degraded.clone(),
+        );
+        r.register(
             "topology_unacked_inputs",
             "Inputs multi-lang bolts' programs hold neither acked nor failed, now",
             m.unacked.clone(),
@@ -1477,6 +1513,9 @@ impl Topology {
             m.given_up
                 .get_or_create(&l)
                 .set(i64::try_from(given_up).unwrap_or(i64::MAX));
+            m.degraded
+                .get_or_create(&l)
+                .set(i64::from(s["degraded"].as_bool() == Some(true)));
             for cause in [
                 "overload",
                 "traffic",
@@ -1886,6 +1925,7 @@ impl Topology {
             let mut report = w.report;
             if let Some(r) = &mut report {
                 run.feed(w.worker, w.pid, r, now);
+                run.warn_given_up(w.worker, &req.node, r);
                 // It runs (and has taken what was handed over, or stopped waiting): a restart
                 // from now on starts its executors without waiting.
                 if run.rec.await_state.remove(&w.worker).is_some() {
@@ -2335,6 +2375,16 @@ impl Cfg {
                 })
             })
             .collect();
+        // Executors the workers gave up on pass no tuple: a running topology with any is
+        // degraded, whatever its throughput says.
+        let executors_given_up: Vec<String> = if run.rec.state == "running" {
+            (0..topo.executor_count() as u32)
+                .filter(|e| running_at.get(e).is_some_and(|r| r.2.gave_up))
+                .map(name_of)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut node_loads: BTreeMap<String, (f64, f64)> = BTreeMap::new();
         if let Some(p) = &run.rec.placement {
             let declared = topo.loads_from_traffic(&run.shown.pairs);
@@ -2365,6 +2415,8 @@ impl Cfg {
         json!({
             "name": run.rec.name,
             "state": run.rec.state,
+            "degraded": !executors_given_up.is_empty(),
+            "executors_given_up": executors_given_up,
             "placer": run.rec.placer,
             "requires": topo.requires,
             // Set by a submission's and a kill's own replies ([`TopologyStatus`]'s keys all).

@@ -1097,6 +1097,117 @@ fn an_executors_program_restarts_and_unacked_inputs_reach_topology_show_and_metr
     }
 }
 
+/// The server's log as a test reads it: what `tracing` writes while `f` runs on this thread.
+fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("log").extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || writer.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&buffer.0.lock().expect("log")).into_owned();
+    (out, text)
+}
+
+/// An executor its worker gave up on passes no tuple: before, only its own row said so
+/// (`gave_up`), and the topology read `running` in `topology show`, `topology list` and
+/// `/metrics` as if it were whole. Now the topology is `degraded` there, naming the
+/// executor, and the server warns once per give-up (not at every sync), again when a later
+/// run of the executor (started anew) is given up on too.
+#[test]
+fn an_executor_given_up_on_makes_its_topology_degraded_and_is_warned_about_once() {
+    use hetsched_stream::metrics::ExecutorReport;
+    let dir = scratch("multilang-degraded");
+    let mut s = open(&dir);
+    let mut registry = prometheus_client::registry::Registry::with_prefix("hetsched");
+    s.register_topology_metrics(&mut registry);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    let report = |gave_up: bool, started_ns: u64| {
+        let mut worker = running_worker(1);
+        worker.report = Some(hetsched_stream::WorkerReport {
+            executors: vec![ExecutorReport {
+                executor: 3,
+                name: "keep#1".into(),
+                cpu_ns: 0,
+                emitted: 0,
+                received: 0,
+                acked: 0,
+                failed: 0,
+                done: false,
+                started_ns,
+                unacked: 0,
+                expired: 0,
+                restarts: 5,
+                ended: Some("keep#1: the program ended 6 times within 300 s".into()),
+                gave_up,
+            }],
+            ..worker_report(&[], 0)
+        });
+        worker
+    };
+    sync(&mut s, vec![report(false, 1)]);
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["degraded"], false, "{shown}");
+    assert_eq!(shown["executors_given_up"], serde_json::json!([]));
+    let (_, log) = logged(|| {
+        for _ in 0..3 {
+            sync(&mut s, vec![report(true, 1)]);
+        }
+    });
+    assert_eq!(
+        log.matches("topology degraded").count(),
+        1,
+        "one warning per give-up:\n{log}"
+    );
+    assert!(
+        log.contains("executor keep#1 was given up on")
+            && log.contains("the program ended 6 times within 300 s"),
+        "{log}"
+    );
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["state"], "running", "the state keeps its values");
+    assert_eq!(shown["degraded"], true, "{shown}");
+    assert_eq!(shown["executors_given_up"], serde_json::json!(["keep#1"]));
+    let typed: pb::TopologyStatus = serde_json::from_value(shown).expect("typed");
+    assert!(typed.degraded);
+    assert_eq!(typed.executors_given_up, ["keep#1"]);
+    let listed = s.topology_list();
+    assert_eq!(listed[0]["degraded"], true, "{listed}");
+    assert_eq!(
+        listed[0]["executors_given_up"],
+        serde_json::json!(["keep#1"])
+    );
+    s.topology_tick().expect("tick");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    assert!(
+        text.contains("hetsched_topology_degraded{topology=\"pipe\"} 1"),
+        "{text}"
+    );
+    // A later run of the executor given up on too is warned about again.
+    let (_, log) = logged(|| sync(&mut s, vec![report(true, 2)]));
+    assert_eq!(log.matches("topology degraded").count(), 1, "{log}");
+    // A killed topology is not degraded: nothing of it runs.
+    s.topology_kill("pipe").expect("kill");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["degraded"], false, "{shown}");
+}
+
 /// `hetsched topology purge NAME` forgets a killed topology — its record, traffic and owner
 /// leave the store, so a restart does not bring it back and its name is free for anyone — and
 /// refuses a running one; the `[retention]` rule's `keep_finished` purges killed topologies by
