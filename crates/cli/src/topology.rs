@@ -302,7 +302,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                             row.push(owner(s));
                         }
                         row.extend([
-                            s["state"].as_str().unwrap_or("").to_string(),
+                            state_of(s),
                             s["placer"].as_str().unwrap_or("").to_string(),
                             s["nodes_used"].to_string(),
                             format!(
@@ -394,6 +394,20 @@ fn status_of(r: &pb::TopologyReply) -> anyhow::Result<Value> {
     })
 }
 
+/// A topology's state as the tables say it: `running`, `killed`, or `running, degraded:
+/// split#1 given up` while executors its workers gave up on pass no tuple.
+fn state_of(s: &Value) -> String {
+    let state = s["state"].as_str().unwrap_or("");
+    if s["degraded"].as_bool() != Some(true) {
+        return state.to_string();
+    }
+    let given_up: Vec<&str> = s["executors_given_up"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    format!("{state}, degraded: {} given up", given_up.join(" "))
+}
+
 fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
@@ -410,7 +424,7 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
     println!(
         "topology {} ({}): placer {}, generation {}, {} used of {} alive, {}/{} workers running",
         shown(v["name"].as_str().unwrap_or("")),
-        shown(v["state"].as_str().unwrap_or("")),
+        shown(&state_of(v)),
         shown(v["placer"].as_str().unwrap_or("")),
         v["generation"],
         count(v["nodes_used"].as_u64().unwrap_or(0), "node"),

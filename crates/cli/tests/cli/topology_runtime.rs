@@ -1286,3 +1286,148 @@ fn an_agent_runs_the_workers_of_topologies_whose_texts_together_pass_4_mib() {
         });
     }
 }
+
+/// A multi-lang bolt whose program passes its handshake and exits at once is started again
+/// in place 5 times (after 1, 2, 4, 8 and 16 s), then given up on: `topology show`'s
+/// executor table says its restarts and `failed`, a line says why it ended, and the topology
+/// reads degraded there, in `topology list` and in `/metrics`. A second bolt's program leaves
+/// two `sleep 300`s behind, one in a session of its own (`setsid`) and one orphaned as well
+/// (its parent exited, as a daemon forks twice): both end when the topology is killed.
+#[test]
+fn a_multilang_executor_that_keeps_failing_shows_its_restarts_and_give_up_and_leaves_nothing_behind()
+ {
+    let c = Cluster::start("multilang-flaky", &["a"]);
+    let flaky = c.write(
+        "flaky.sh",
+        "while read -r l; do [ \"$l\" = end ] && break; done\n\
+         printf '{\"pid\": %d}\\nend\\n' $$\n\
+         exit 3\n",
+    );
+    let escapees = c.dir.join("escapees");
+    let escaper = c.write(
+        "escaper.sh",
+        "while read -r l; do [ \"$l\" = end ] && break; done\n\
+         setsid sleep 300 </dev/null >/dev/null 2>&1 &\n\
+         echo $! >> \"$1\"\n\
+         sh -c 'setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!' >> \"$1\"\n\
+         printf '{\"pid\": %d}\\nend\\n' $$\n\
+         exec sleep 600\n",
+    );
+    let text = format!(
+        r#"name = "flaky"
+[[component]]
+name = "numbers"
+kind = "spout"
+parallelism = 1
+cpu = 10.0
+builtin = "sequence-spout"
+params = {{ rate = 2.0 }}
+[[component]]
+name = "sink"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+command = ["sh", "{}"]
+[[component]]
+name = "escaper"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+command = ["sh", "{}", "{}"]
+params = {{ "topology.subprocess.timeout.secs" = 600 }}
+[[stream]]
+from = "numbers"
+to = "sink"
+grouping = "shuffle"
+rate = 2.0
+[[stream]]
+from = "numbers"
+to = "escaper"
+grouping = "shuffle"
+rate = 2.0
+"#,
+        flaky.display(),
+        escaper.display(),
+        escapees.display()
+    );
+    let file = c.write("flaky.toml", &text);
+    c.ok(&["topology", "submit", file.to_str().expect("path")]);
+    let sink = |s: &Value| -> Value {
+        s["executors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|x| x["executor"] == "sink#0")
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let mut shown = Value::Null;
+    support::wait_until("sink#0 to be given up on", Duration::from_secs(120), || {
+        shown = c.show("flaky");
+        sink(&shown)["gave_up"] == true
+    });
+    let x = sink(&shown);
+    assert_eq!(x["restarts"], 5, "{x}");
+    let why = x["ended"].as_str().unwrap_or("");
+    assert!(
+        why.starts_with(
+            "sink#0: the program ended 6 times within 300 s (at most 5 restarts): not started again; last: sink#0: the program exited (exit status: 3)"
+        ),
+        "{why}"
+    );
+    assert_eq!(shown["state"], "running", "{shown}");
+    assert_eq!(shown["degraded"], true, "{shown}");
+    assert_eq!(shown["executors_given_up"], serde_json::json!(["sink#0"]));
+    let printed = c.ok(&["topology", "show", "flaky"]);
+    assert!(
+        printed.contains("topology flaky (running, degraded: sink#0 given up)"),
+        "{printed}"
+    );
+    let row = printed
+        .lines()
+        .find(|l| l.contains("│ sink#0"))
+        .unwrap_or_else(|| panic!("no sink#0 row in\n{printed}"));
+    let cells: Vec<&str> = row
+        .split(['│', '┆'])
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    // executor, node, received/s, emitted/s, cpu %, unacked, expired, restarts, state
+    assert_eq!(cells.len(), 9, "{row}");
+    assert_eq!((cells[7], cells[8]), ("5", "failed"), "{row}");
+    assert!(
+        printed.contains("sink#0 failed for good: sink#0: the program ended 6 times within 300 s"),
+        "{printed}"
+    );
+    let listed = c.ok(&["topology", "list"]);
+    assert!(
+        listed.contains("running, degraded: sink#0 given up"),
+        "{listed}"
+    );
+    support::wait_until("/metrics to say degraded", Duration::from_secs(10), || {
+        c.metrics()
+            .contains("hetsched_topology_degraded{topology=\"flaky\"} 1")
+    });
+    // What the escaper's program left behind runs until the topology is killed.
+    let left: Vec<u32> = std::fs::read_to_string(&escapees)
+        .expect("the escapees' pids")
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.iter().all(|&p| pid_alive(u64::from(p))), "{left:?}");
+    c.ok(&["topology", "kill", "flaky"]);
+    let killed = std::time::Instant::now();
+    while left.iter().any(|&p| pid_alive(u64::from(p))) {
+        if killed.elapsed() > Duration::from_secs(20) {
+            let running: Vec<String> = left
+                .iter()
+                .filter(|&&p| pid_alive(u64::from(p)))
+                .map(|p| p.to_string())
+                .collect();
+            let _ = Command::new("kill").arg("-9").args(&running).status();
+            panic!("{running:?} outlive the killed topology's worker");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
