@@ -1235,9 +1235,10 @@ fn a_person_signs_in_with_the_form_reads_its_output_and_signs_out_with_the_butto
     );
     assert_eq!(with_session(addr, "/api/jobs", &session), 200);
 
-    // Her job, clicked: its title and its task; `stdout` opens the task's output in a new tab.
-    b.click_until(
-        "#jobs tr[data-job=\"1\"]",
+    // Her job, clicked once: its title and its task; `stdout` opens the task's output in a new
+    // tab.
+    b.click("#jobs tr[data-job=\"1\"]", t);
+    b.wait_for(
         "job 1's detail",
         "document.getElementById('job-title').textContent.startsWith('Job 1 — alices-echo — completed') && \
          document.querySelector('#tasks tbody tr[data-task=\"0\"] td.state-succeeded') && \
@@ -1256,8 +1257,8 @@ fn a_person_signs_in_with_the_form_reads_its_output_and_signs_out_with_the_butto
         "her task's output, read with her session"
     );
     // The admin's job: listed, but its output is not hers to read.
-    b.click_until(
-        "#jobs tr[data-job=\"2\"]",
+    b.click("#jobs tr[data-job=\"2\"]", t);
+    b.wait_for(
         "job 2's detail",
         "document.getElementById('job-title').textContent.startsWith('Job 2 — admins-echo') && \
          document.querySelector('#tasks a[href^=\"/api/log?job=2&\"][href$=\"stream=stdout\"]')",
@@ -1551,5 +1552,64 @@ fn the_jobs_pager_and_a_click_on_an_older_job_and_its_tasks_first_page() {
     assert!(
         b.eval("document.querySelector('#jobs tr[data-job=\"1\"]').classList.contains('selected')")
             == true
+    );
+}
+
+/// A browser on the dashboard of `c`, signed in with a login link of the read-only token.
+fn signed_in(c: &Cluster, bin: &str) -> Browser {
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
+    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
+    let mut b = Browser::start(bin, &c.dir.join("browser"));
+    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+    b
+}
+
+/// A job row pressed just before the list refreshes (`loadJobs`, as a new job or the pager
+/// makes it, and an update of the event stream), and released after: the row under the pointer
+/// is the same element, so the first click opens the job's detail and the row stays marked.
+#[test]
+fn a_job_row_clicked_as_the_list_refreshes_opens_its_detail_on_the_first_click() {
+    let c = Cluster::start("dashboard-row-refresh", true);
+    // No agent: the jobs wait.
+    for name in ["first", "second", "third"] {
+        c.ok(&["submit", "--name", name, "--", "true"]);
+    }
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let mut b = signed_in(&c, bin);
+    // The newest job is shown at first.
+    b.wait_for(
+        "job 3's detail",
+        "document.getElementById('job-title').textContent.startsWith('Job 3 — third')",
+        t,
+    );
+    b.eval("window.pressedRow = document.querySelector('#jobs tr[data-job=\"1\"]'); true");
+    let at = b.press("#jobs tr[data-job=\"1\"]", t);
+    // The refresh, between the press and the release.
+    b.eval(
+        "(async () => { const refresh = loadJobs(); \
+         updateJobs((await api('/api/jobs?cursor=1&limit=20')).jobs); await refresh; return true; })()",
+    );
+    b.release(at);
+    b.wait_for(
+        "job 1's detail after one click",
+        "document.getElementById('job-title').textContent.startsWith('Job 1 — first')",
+        Duration::from_secs(5),
+    );
+    assert!(
+        b.eval("document.querySelector('#jobs tr[data-job=\"1\"]') === window.pressedRow") == true,
+        "the refresh kept the row under the pointer"
+    );
+    b.eval("loadJobs().then(() => true)");
+    assert_eq!(
+        b.eval("[...document.querySelectorAll('#jobs tr.selected')].map((r) => r.dataset.job)"),
+        serde_json::json!(["1"]),
+        "the selection survives a refresh"
     );
 }

@@ -11,6 +11,37 @@ const $ = (id) => document.getElementById(id);
 // The page's Content-Security-Policy forbids inline style attributes: widths travel as data-w and
 // are applied through the CSSOM, which it allows.
 function applyWidths(root) { root.querySelectorAll("[data-w]").forEach((e) => { e.style.width = e.dataset.w; }); }
+// Makes `el`'s children what the HTML `html` describes while keeping every element whose tag
+// stays in its place: text and attributes change in place, only a different element is replaced.
+// The live lists re-render twice a second, and a click whose press landed on an element that a
+// re-render then replaced is lost (the browser clicks only where press and release share an
+// element), so rows and cards are patched this way rather than rewritten. `style` is left alone:
+// applyWidths sets it from data-w.
+function morph(el, html) {
+  const t = document.createElement("template");
+  t.innerHTML = html;
+  morphChildren(el, t.content);
+}
+function morphChildren(el, from) {
+  const want = [...from.childNodes];
+  while (el.childNodes.length > want.length) el.lastChild.remove();
+  want.forEach((w, i) => {
+    const have = el.childNodes[i];
+    if (!have) { el.appendChild(w); return; }
+    if (have.nodeType !== w.nodeType || have.nodeName !== w.nodeName) { el.replaceChild(w, have); return; }
+    if (w.nodeType === Node.TEXT_NODE) { if (have.data !== w.data) have.data = w.data; return; }
+    if (w.nodeType !== Node.ELEMENT_NODE) { el.replaceChild(w, have); return; }
+    for (const a of [...have.attributes]) if (a.name !== "style" && !w.hasAttribute(a.name)) have.removeAttribute(a.name);
+    for (const a of w.attributes) if (have.getAttribute(a.name) !== a.value) have.setAttribute(a.name, a.value);
+    morphChildren(have, w);
+  });
+}
+// Puts `elems` as `parent`'s children in that order, moving only those not already in place (a
+// moved element leaves the page for an instant: a press on it would be lost), and removes the rest.
+function placeInOrder(parent, elems) {
+  elems.forEach((e, i) => { if (parent.children[i] !== e) parent.insertBefore(e, parent.children[i] || null); });
+  while (parent.children.length > elems.length) parent.lastElementChild.remove();
+}
 // "1 task", "2 tasks": the words of the CLI's messages (hetsched_core::text::count).
 const count = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 // How many run, and of those how many wait in their agent's queue (`prefetch`): `5 (3 queued)`.
@@ -184,7 +215,10 @@ function renderNodes(nodes) {
 
 // ---------------------------------------------------------------- jobs
 
-const jobsView = { from: null, total: 0, shown: new Map(), selected: null };
+// The rows of the page shown, by job id: kept across refreshes and patched in place (see morph),
+// so a row under the pointer survives a refresh and keeps its selection. `seq` orders the
+// refreshes: an answer that a later refresh overtook is dropped.
+const jobsView = { from: null, total: 0, shown: new Map(), selected: null, seq: 0 };
 
 function bar(j) {
   const c = j.counts || {}, t = Math.max(1, j.tasks);
@@ -215,21 +249,29 @@ function jobRow(j) {
     <td>${c.pending || 0}</td><td>${runningText(c)}</td><td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td>`;
 }
 
+// The row of job `j`: the one shown, patched, or a new one.
+function jobRowOf(j) {
+  let tr = jobsView.shown.get(j.id);
+  if (!tr) {
+    tr = document.createElement("tr");
+    tr.className = "clickable"; tr.dataset.job = j.id;
+    tr.addEventListener("click", () => selectJob(j.id));
+  }
+  morph(tr, jobRow(j)); applyWidths(tr);
+  return tr;
+}
+
 async function loadJobs() {
+  const seq = ++jobsView.seq;
   const head = await api("/api/jobs?cursor=1&limit=1");
+  if (seq !== jobsView.seq) return;
   jobsView.total = head.total;
   if (jobsView.from === null || jobsView.from > jobsView.total) jobsView.from = Math.max(1, jobsView.total - JOB_PAGE + 1);
   const page = jobsView.total ? await api(`/api/jobs?cursor=${jobsView.from}&limit=${JOB_PAGE}`) : { jobs: [] };
-  const body = $("jobs").querySelector("tbody");
-  body.innerHTML = "";
-  jobsView.shown.clear();
-  for (const j of page.jobs.reverse()) {
-    const tr = document.createElement("tr");
-    tr.className = "clickable"; tr.dataset.job = j.id; tr.innerHTML = jobRow(j); applyWidths(tr);
-    tr.addEventListener("click", () => selectJob(j.id));
-    body.appendChild(tr);
-    jobsView.shown.set(j.id, tr);
-  }
+  if (seq !== jobsView.seq) return;
+  const rows = page.jobs.reverse().map(jobRowOf);
+  jobsView.shown = new Map(rows.map((tr) => [Number(tr.dataset.job), tr]));
+  placeInOrder($("jobs").querySelector("tbody"), rows);
   // Ids run 1 to `total` (jobs ever submitted); purged ones are not listed.
   const purged = head.purged ? ` (${head.purged} purged)` : "";
   $("jobs-where").textContent = jobsView.total ? `jobs ${jobsView.from}–${Math.min(jobsView.total, jobsView.from + JOB_PAGE - 1)} of ${jobsView.total}${purged}` : "no jobs yet";
@@ -243,8 +285,7 @@ async function loadJobs() {
 function updateJobs(jobs) {
   let newer = false;
   for (const j of jobs) {
-    const tr = jobsView.shown.get(j.id);
-    if (tr) { tr.innerHTML = jobRow(j); applyWidths(tr); }
+    if (jobsView.shown.has(j.id)) jobRowOf(j);
     if (j.id > jobsView.total) newer = true;
     if (j.id === jobsView.selected) updateJobTitle(j);
   }

@@ -255,6 +255,15 @@ impl Browser {
     /// and enabled, scrolls it into view, and presses and releases the mouse's left button at its
     /// centre — which must be the element itself (or inside it), not something covering it.
     pub fn click(&mut self, selector: &str, timeout: Duration) {
+        let at = self.press(selector, timeout);
+        self.release(at);
+    }
+
+    /// The first half of [`Browser::click`]: moves the pointer to the centre of `selector` once it
+    /// is clickable and presses the left button there; where it pressed. [`Browser::release`]
+    /// ends the click, so a test can change the page between the two (a refresh under the
+    /// pointer).
+    pub fn press(&mut self, selector: &str, timeout: Duration) -> (f64, f64) {
         let sel = serde_json::to_string(selector).expect("json");
         let at = self.wait_for(
             &format!("{selector} to be clickable"),
@@ -270,44 +279,26 @@ impl Browser {
             ),
             timeout,
         );
-        let (x, y) = (at[0].as_f64().expect("x"), at[1].as_f64().expect("y"));
-        for kind in ["mouseMoved", "mousePressed", "mouseReleased"] {
-            self.page(
-                "Input.dispatchMouseEvent",
-                serde_json::json!({
-                    "type": kind, "x": x, "y": y, "button": "left",
-                    "buttons": if kind == "mousePressed" { 1 } else { 0 },
-                    "clickCount": if kind == "mouseMoved" { 0 } else { 1 },
-                }),
-            );
-        }
+        let at = (at[0].as_f64().expect("x"), at[1].as_f64().expect("y"));
+        self.mouse("mouseMoved", at);
+        self.mouse("mousePressed", at);
+        at
     }
 
-    /// Clicks `selector` until `expr` holds (polled up to 3 s after each click), within
-    /// `timeout`: a list that the page re-renders from its event stream may replace the row
-    /// under the pointer between the press and the release, and a person clicks again.
-    pub fn click_until(&mut self, selector: &str, what: &str, expr: &str, timeout: Duration) {
-        let start = Instant::now();
-        loop {
-            self.click(selector, timeout.saturating_sub(start.elapsed()));
-            let session = self.session.clone();
-            let left = timeout.saturating_sub(start.elapsed());
-            let once = Duration::from_secs(3).min(left);
-            let guarded = format!(
-                "(() => {{ try {{ return !!({expr}); }} catch (e) {{ return false; }} }})()"
-            );
-            let polled = Instant::now();
-            while polled.elapsed() < once {
-                if self.try_eval(&session, &guarded).and_then(|v| v.as_bool()) == Some(true) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            assert!(
-                start.elapsed() < timeout,
-                "timed out clicking {selector} until {what} ({expr})"
-            );
-        }
+    /// Releases the left button at `at`, where [`Browser::press`] pressed it.
+    pub fn release(&mut self, at: (f64, f64)) {
+        self.mouse("mouseReleased", at);
+    }
+
+    fn mouse(&mut self, kind: &str, (x, y): (f64, f64)) {
+        self.page(
+            "Input.dispatchMouseEvent",
+            serde_json::json!({
+                "type": kind, "x": x, "y": y, "button": "left",
+                "buttons": if kind == "mousePressed" { 1 } else { 0 },
+                "clickCount": if kind == "mouseMoved" { 0 } else { 1 },
+            }),
+        );
     }
 
     /// Clicks the text field `selector` and types `text` into it, as a person at a keyboard (or
