@@ -1565,6 +1565,71 @@ fn signed_in(c: &Cluster, bin: &str) -> Browser {
     b
 }
 
+/// A click on a node card opens that node's detail: its name and state in the words of
+/// `hetsched nodes`, its figures, the card marked; the state follows the node live (drained
+/// with its reason), and a click on another card shows that one.
+#[test]
+fn a_click_on_a_node_card_opens_its_detail_with_its_name_and_state() {
+    let mut c = Cluster::start("dashboard-node-card", true);
+    c.start_agent("a", 1, &[]);
+    c.start_agent("b", 2, &[]);
+    c.wait_for_nodes(2);
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let mut b = signed_in(&c, bin);
+    let title = "document.getElementById('node-detail').hidden ? '' : document.getElementById('node-title').textContent";
+    // Wait for the live stream to have rendered the cards, so the click lands on one it patches.
+    b.wait_for(
+        "live updates",
+        "Number(document.getElementById('live').dataset.events) >= 2",
+        t,
+    );
+    b.click("#nodes .node[data-node=\"b\"]", t);
+    b.wait_for(
+        "node b's detail",
+        &format!("{title} === 'Node b — alive'"),
+        t,
+    );
+    let figure = |name: &str| {
+        format!("document.querySelector('#node-figures tr[data-figure=\"{name}\"] td').textContent")
+    };
+    assert_eq!(b.eval(&figure("cores")), "0/2 in use");
+    assert_eq!(b.eval(&figure("running")), "0");
+    assert_eq!(
+        b.eval(
+            "[...document.querySelectorAll('#nodes .node.selected')].map((e) => e.dataset.node)"
+        ),
+        serde_json::json!(["b"]),
+        "the clicked card is marked"
+    );
+    c.ok(&["node", "drain", "b", "--reason", "maintenance"]);
+    b.wait_for(
+        "node b's detail to say it is drained",
+        &format!("{title} === 'Node b — drained: maintenance'"),
+        t,
+    );
+    b.click("#nodes .node[data-node=\"a\"] .name", t);
+    b.wait_for(
+        "node a's detail",
+        &format!(
+            "{title} === 'Node a — alive' && {} === '0/1 in use'",
+            figure("cores")
+        ),
+        t,
+    );
+    assert_eq!(
+        b.eval(
+            "[...document.querySelectorAll('#nodes .node.selected')].map((e) => e.dataset.node)"
+        ),
+        serde_json::json!(["a"])
+    );
+}
+
 /// A job row pressed just before the list refreshes (`loadJobs`, as a new job or the pager
 /// makes it, and an update of the event stream), and released after: the row under the pointer
 /// is the same element, so the first click opens the job's detail and the row stays marked.

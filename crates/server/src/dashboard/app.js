@@ -188,30 +188,118 @@ function timeLeft(ms) {
   return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
 }
 
+// A node's state in the words of `hetsched nodes`' alive column (lower case).
+function nodeState(n) {
+  const drained = n.drained ? `drained${n.drain_reason ? `: ${n.drain_reason}` : ""}` : "";
+  if (n.left) return `left (${n.left})`;
+  if (!n.alive) return drained ? `dead, ${drained}` : "dead";
+  if (n.draining) return "shutting down";
+  if (n.stopping) return "stopping (hetsched node stop)";
+  if (drained) return drained;
+  return n.held_for ? `alive, held for ${n.held_for}` : "alive";
+}
+
+// A node card's lines (HTML): what the card shows of `n`, a node of the event stream.
+function nodeCard(n) {
+  const usedCores = n.cores - n.free_cores, usedGpus = n.gpus - n.free_gpus;
+  const flags = (!n.alive ? '<span class="badge">dead</span>' : "") + (n.drained ? `<span class="badge" title="${esc(n.drain_reason)}">drained${n.drain_reason ? ": " + esc(n.drain_reason) : ""}</span>` : "") + (n.draining ? '<span class="badge">shutting down</span>' : "");
+  return `<div class="name">${esc(n.name)}${flags}</div>`
+    + `<div>cores ${usedCores}/${n.cores} in use · ${n.running} running</div>`
+    + `<div class="meter"><span data-w="${n.cores ? (100 * usedCores / n.cores) : 0}%"></span></div>`
+    + (n.gpus ? `<div>GPUs ${usedGpus}/${n.gpus} in use${n.gpu_util === null ? "" : ` · ${Math.round(n.gpu_util)}% busy`}</div>`
+      + `<div class="meter gpu"><span data-w="${100 * usedGpus / n.gpus}%"></span></div>` : "<div>no GPUs</div>")
+    + (n.alive && n.time_left_ms != null ? `<div title="until its agent's time limit stops its tasks">${esc(timeLeft(n.time_left_ms))} left</div>` : "")
+    + ((n.attributes || []).length ? `<div class="attrs" title="what jobs may require">${(n.attributes || []).map(esc).join(" · ")}</div>` : "")
+    + (n.held_for ? `<div class="held" title="held whole for a multi-node task">held for ${esc(n.held_for)}</div>` : "");
+}
+
+// Racks and node cards by name, patched in place at every update (see morph): a click on a
+// card opens that node's detail even while the cards change under the pointer.
+const nodesView = { racks: new Map(), cards: new Map(), selected: null, seq: 0 };
+
 function renderNodes(nodes) {
   const racks = new Map();
   for (const n of nodes) { if (!racks.has(n.rack)) racks.set(n.rack, []); racks.get(n.rack).push(n); }
-  let html = "";
-  for (const [rack, ns] of [...racks.entries()].sort()) {
-    html += `<div class="rack"><h3>rack ${esc(rack)}</h3><div class="nodes">`;
-    for (const n of ns) {
-      const usedCores = n.cores - n.free_cores, usedGpus = n.gpus - n.free_gpus;
-      const flags = (!n.alive ? '<span class="badge">dead</span>' : "") + (n.drained ? `<span class="badge" title="${esc(n.drain_reason)}">drained${n.drain_reason ? ": " + esc(n.drain_reason) : ""}</span>` : "") + (n.draining ? '<span class="badge">shutting down</span>' : "");
-      html += `<div class="node${n.alive ? "" : " dead"}" data-node="${esc(n.name)}"><div class="name">${esc(n.name)}${flags}</div>
-        <div>cores ${usedCores}/${n.cores} in use · ${n.running} running</div>
-        <div class="meter"><span data-w="${n.cores ? (100 * usedCores / n.cores) : 0}%"></span></div>
-        ${n.gpus ? `<div>GPUs ${usedGpus}/${n.gpus} in use${n.gpu_util === null ? "" : ` · ${Math.round(n.gpu_util)}% busy`}</div>
-        <div class="meter gpu"><span data-w="${100 * usedGpus / n.gpus}%"></span></div>` : "<div>no GPUs</div>"}
-        ${n.alive && n.time_left_ms != null ? `<div title="until its agent's time limit stops its tasks">${esc(timeLeft(n.time_left_ms))} left</div>` : ""}
-        ${(n.attributes || []).length ? `<div class="attrs" title="what jobs may require">${(n.attributes || []).map(esc).join(" · ")}</div>` : ""}
-        ${n.held_for ? `<div class="held" title="held whole for a multi-node task">held for ${esc(n.held_for)}</div>` : ""}
-      </div>`;
-    }
-    html += "</div></div>";
+  const root = $("nodes");
+  if (!nodes.length) {
+    nodesView.racks.clear(); nodesView.cards.clear();
+    root.innerHTML = "<p>No agent has registered yet.</p>";
+    return;
   }
-  $("nodes").innerHTML = html || "<p>No agent has registered yet.</p>";
-  applyWidths($("nodes"));
+  root.querySelector(":scope > p")?.remove();
+  const rackDivs = [], seen = new Set();
+  for (const [rack, ns] of [...racks.entries()].sort()) {
+    let div = nodesView.racks.get(rack);
+    if (!div) {
+      div = document.createElement("div");
+      div.className = "rack";
+      div.innerHTML = `<h3>rack ${esc(rack)}</h3><div class="nodes"></div>`;
+      nodesView.racks.set(rack, div);
+    }
+    rackDivs.push(div);
+    const cards = ns.map((n) => {
+      seen.add(n.name);
+      let card = nodesView.cards.get(n.name);
+      if (!card) {
+        card = document.createElement("div");
+        card.dataset.node = n.name;
+        card.title = "click: this node's detail";
+        nodesView.cards.set(n.name, card);
+      }
+      card.className = `node clickable${n.alive ? "" : " dead"}${n.name === nodesView.selected ? " selected" : ""}`;
+      morph(card, nodeCard(n));
+      return card;
+    });
+    placeInOrder(div.querySelector(".nodes"), cards);
+  }
+  for (const [rack, div] of nodesView.racks) if (!racks.has(rack)) { div.remove(); nodesView.racks.delete(rack); }
+  for (const name of [...nodesView.cards.keys()]) if (!seen.has(name)) nodesView.cards.delete(name);
+  placeInOrder(root, rackDivs);
+  applyWidths(root);
+  // The open detail's state line follows the live figures.
+  const open = nodes.find((n) => n.name === nodesView.selected);
+  if (open) $("node-title").textContent = `Node ${shown(open.name)} — ${shown(nodeState(open))}`;
 }
+
+// One node's detail (`/api/nodes`' record of it, the JSON of `hetsched nodes --output json`):
+// its state in the words of `hetsched nodes`, and its figures.
+function renderNodeDetail(n) {
+  const gib = (b) => bytes(b);
+  const rows = [
+    ["rack", esc(n.rack)],
+    ["cores", `${n.cores - n.free_cores}/${n.cores} in use`],
+    ["running", `${n.running}${n.queued ? ` (${n.queued} queued)` : ""}`],
+    ["memory", `${gib(n.memory_bytes)}${n.available_memory_bytes ? ` (${gib(n.available_memory_bytes)} available)` : ""}`],
+    ["GPUs", (n.accelerators || []).length
+      ? `${(n.accelerators || []).length - n.free_gpus}/${(n.accelerators || []).length} in use: ${(n.accelerators || []).map((a) => esc(a.kind)).join(", ")}` : "none"],
+    ["attributes", esc((n.attributes || []).join(", ") || "-")],
+    ["last heartbeat", n.alive ? `${human(n.last_seen_ms * 1e6)} ago` : "-"],
+    ["time left", n.alive && n.time_left_ms != null ? esc(timeLeft(n.time_left_ms)) : "-"],
+    ["disk free", n.disk_free_bytes != null ? `${gib(n.disk_free_bytes)}${n.min_free_disk ? ` (floor ${gib(n.min_free_disk)})` : ""}` : "-"],
+    ["backed off", esc((n.backed_off || []).map((b) => `${b.app} (job ${b.job_id}, ${count(b.failures, "start failure")})`).join("; ") || "-")],
+    ["version", esc(n.version || "-")],
+  ];
+  $("node-title").textContent = `Node ${shown(n.name)} — ${shown(nodeState(n))}`;
+  $("node-figures").querySelector("tbody").innerHTML = rows.map(([k, v]) => `<tr data-figure="${esc(k)}"><th>${k}</th><td>${v}</td></tr>`).join("");
+  $("node-detail").dataset.node = n.name;
+  $("node-detail").hidden = false;
+}
+
+async function selectNode(name) {
+  nodesView.selected = name;
+  for (const [n, card] of nodesView.cards) card.classList.toggle("selected", n === name);
+  const seq = ++nodesView.seq;
+  const n = (await api("/api/nodes")).find((x) => x.name === name);
+  // Another card was clicked meanwhile: its answer is the one to show.
+  if (seq !== nodesView.seq) return;
+  if (n) renderNodeDetail(n);
+  else { $("node-title").textContent = `Node ${shown(name)} — no longer known to the server`; $("node-detail").hidden = false; }
+}
+
+$("nodes").addEventListener("click", (e) => {
+  const card = e.target.closest(".node[data-node]");
+  if (card) selectNode(card.dataset.node).catch((err) => console.error(err));
+});
 
 // ---------------------------------------------------------------- jobs
 
@@ -649,7 +737,7 @@ loadJobs().catch((e) => console.error(e));
 api("/api/nodes").then((nodes) => liveState.events ? null : renderNodes(nodes.map((n) => ({
   name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
   gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, drain_reason: n.drain_reason, draining: n.draining, gpu_util: null,
-  attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for,
+  attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for, left: n.left, stopping: n.stopping,
 })))).catch((e) => console.error(e));
 // `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the
 // page's network to go idle; a person never needs it).

@@ -1,6 +1,6 @@
 //! The web dashboard, served at `/` by the server's HTTP listener (`http_listen`): jobs with their
 //! progress, a job's tasks (paged, filtered by state, with links to their output), nodes by rack
-//! with the cores and GPUs in use, live charts (tasks by state over time, dispatch and
+//! with the cores and GPUs in use (a card, clicked, shows the node's detail), live charts (tasks by state over time, dispatch and
 //! completion rates, per-node load, GPU utilisation) fed by Server-Sent Events, and the users
 //! (`/api/users`: shares, caps, what their running work holds, fair-share usage, jobs pending
 //! and running — [`State::users_overview`]) with their accounts (`/api/usage?since=&until=`:
@@ -701,6 +701,8 @@ impl Dashboard {
                 "drain_reason": n.drain_reason,
                 "attributes": n.attributes, "time_left_ms": n.time_left_ms,
                 "held_for": n.held_for,
+                // The open node detail's state line follows these, in `hetsched nodes`' words.
+                "left": n.left, "stopping": n.stopping,
                 "gpu_util": if n.gpus.is_empty() { serde_json::Value::Null } else {
                     serde_json::json!(n.gpus.iter().map(|g| f64::from(g.percent)).sum::<f64>() / n.gpus.len() as f64)
                 },
