@@ -1565,6 +1565,89 @@ fn signed_in(c: &Cluster, bin: &str) -> Browser {
     b
 }
 
+/// A selector of the legend entry labelled `label` of the chart in `#chart`, found by its text
+/// (uPlot marks its legend rows by class only).
+fn legend_entry(b: &mut Browser, chart: &str, label: &str, t: Duration) -> String {
+    let label_js = serde_json::to_string(label).expect("json");
+    let at = b.wait_for(
+        &format!("the legend entry {label} of #{chart}"),
+        &format!(
+            "[...document.querySelectorAll('#{chart} .u-legend tr')].findIndex((tr) => \
+             tr.querySelector('.u-label')?.textContent === {label_js}) + 1"
+        ),
+        t,
+    );
+    format!("#{chart} .u-legend tr:nth-child({at}) .u-label")
+}
+
+/// Whether the legend entry `entry` (a selector) says its line is hidden, and whether the chart
+/// `key` of the page's `charts` hides the series labelled `label`: the two must agree.
+fn legend_off(b: &mut Browser, entry: &str, key: &str, label: &str) -> (bool, bool) {
+    let entry = serde_json::to_string(entry).expect("json");
+    let label = serde_json::to_string(label).expect("json");
+    let v = b.eval(&format!(
+        "[document.querySelector({entry}).closest('tr').classList.contains('u-off'), \
+         !charts.{key}.series.find((s) => s.label === {label}).show]"
+    ));
+    (v[0] == true, v[1] == true)
+}
+
+/// A click on a chart's legend entry hides that line (the entry greyed out) and a second click
+/// shows it again; on the per-node charts a node hidden so stays hidden when another node joins
+/// and the chart is built again for the new list of nodes.
+#[test]
+fn a_legend_click_hides_its_line_and_a_hidden_node_stays_hidden_when_another_joins() {
+    let mut c = Cluster::start("dashboard-legend", true);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let mut b = signed_in(&c, bin);
+    let failed = legend_entry(&mut b, "chart-states", "failed", t);
+    assert_eq!(
+        legend_off(&mut b, &failed, "states", "failed"),
+        (false, false)
+    );
+    b.click(&failed, t);
+    assert_eq!(
+        legend_off(&mut b, &failed, "states", "failed"),
+        (true, true),
+        "a click on `failed` hides the failed line"
+    );
+    let running = legend_entry(&mut b, "chart-states", "running", t);
+    assert_eq!(
+        legend_off(&mut b, &running, "states", "running"),
+        (false, false),
+        "the other lines stay"
+    );
+    b.click(&failed, t);
+    assert_eq!(
+        legend_off(&mut b, &failed, "states", "failed"),
+        (false, false),
+        "a second click shows it again"
+    );
+
+    // Node a hidden on the running-tasks chart; node b joins.
+    let node_a = legend_entry(&mut b, "chart-load", "a", t);
+    b.click(&node_a, t);
+    assert_eq!(legend_off(&mut b, &node_a, "load", "a"), (true, true));
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    let node_b = legend_entry(&mut b, "chart-load", "b", t);
+    let node_a = legend_entry(&mut b, "chart-load", "a", t);
+    assert_eq!(
+        legend_off(&mut b, &node_a, "load", "a"),
+        (true, true),
+        "node a stays hidden when the chart is built again for nodes a and b"
+    );
+    assert_eq!(legend_off(&mut b, &node_b, "load", "b"), (false, false));
+}
+
 /// A click on a node card opens that node's detail: its name and state in the words of
 /// `hetsched nodes`, its figures, the card marked; the state follows the node live (drained
 /// with its reason), and a click on another card shows that one.

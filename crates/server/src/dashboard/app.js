@@ -116,10 +116,13 @@ function initCharts() {
   ], "tasks/s"), [[], [], []], $("chart-rates"));
 }
 
+// A legend entry, clicked, hides its line (uPlot's own toggle; clicked again, shows it). The
+// per-node charts are built again when a node comes or goes: the nodes a person hid stay hidden.
 function perNodeChart(key, el, names, yLabel) {
+  const hidden = new Set(charts[key] ? charts[key].series.slice(1).filter((s) => !s.show).map((s) => s.label) : []);
   if (charts[key]) charts[key].destroy();
   el.innerHTML = "";
-  charts[key] = new uPlot(chartOpts(el, names.map((n, i) => ({ label: n, stroke: palette[i % palette.length] })), yLabel),
+  charts[key] = new uPlot(chartOpts(el, names.map((n, i) => ({ label: n, stroke: palette[i % palette.length], show: !hidden.has(n) })), yLabel),
     [[]].concat(names.map(() => [])), el);
 }
 
