@@ -13,7 +13,11 @@
 //! And signing in and out as a person does: the login form typed into and clicked, a job and
 //! its task's output clicked, the sign-out button; another site's page (a second loopback
 //! server) signs the browser in only on a click on this site's page, and never out. And the
-//! jobs pager, a click on an older job, and its tasks' `« first` button.
+//! jobs pager, a click on an older job, and its tasks' `« first` button; `GET /logout`'s button.
+//!
+//! And the other clicks: a node card opens that node's detail, a chart's legend entry hides and
+//! shows its line, a divisible job's chunk links open the chunk's output, and a job row clicked
+//! while the list refreshes opens its detail on the first click.
 //!
 //! And at scale: a 100,000-task job in a browser driven over the DevTools protocol (it clicks the
 //! pager and the state filter), with the server's page-size cap checked over plain HTTP.
@@ -348,6 +352,29 @@ fn a_divisible_jobs_chunks_are_listed_with_links_to_their_output() {
             && dom.contains("/api/log?job=1&amp;task=0&amp;stream=stderr")
             && dom.contains("chunks shown of "),
         "the job's chunks: {dom}"
+    );
+
+    // Clicked as a person does: chunk 0's links open its output and its stderr in new tabs.
+    let mut b = Browser::start(browser, &c.dir.join("browser"));
+    b.navigate(&format!(
+        "http://{addr}/login?ticket={}",
+        login_ticket(addr, &bearer)
+    ));
+    let t = Duration::from_secs(20);
+    let link = |stream: &str| {
+        format!("#tasks tr[data-chunk=\"0\"] a[href=\"/api/log?job=1&task=0&stream={stream}\"]")
+    };
+    b.click(&link("stdout"), t);
+    assert_eq!(
+        b.text_of_new_tab("/api/log?job=1&task=0&stream=stdout", t),
+        format!("{end}\n"),
+        "chunk 0's stdout"
+    );
+    b.click(&link("stderr"), t);
+    assert_eq!(
+        b.text_of_new_tab("/api/log?job=1&task=0&stream=stderr", t),
+        format!("units 0..{end}\n"),
+        "chunk 0's stderr"
     );
 }
 
@@ -1759,5 +1786,53 @@ fn a_job_row_clicked_as_the_list_refreshes_opens_its_detail_on_the_first_click()
         b.eval("[...document.querySelectorAll('#jobs tr.selected')].map((r) => r.dataset.job)"),
         serde_json::json!(["1"]),
         "the selection survives a refresh"
+    );
+}
+
+/// `GET /logout` shows a sign-out button; a person who clicks it is signed out: back on the
+/// login form, no session in the browser, and the old cookie answers 401.
+#[test]
+fn the_sign_out_page_signs_out_with_its_button() {
+    let c = Cluster::start("dashboard-logout-page", true);
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let addr = addr.trim();
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let mut b = signed_in(&c, bin);
+    let home = format!("http://{addr}/");
+    b.wait_for(
+        "the dashboard",
+        "location.pathname === '/' && document.getElementById('jobs')",
+        t,
+    );
+    let session = session_cookie(&b.cookies(&home)).expect("a session cookie");
+    assert_eq!(with_session(addr, "/api/jobs", &session), 200);
+    b.navigate(&format!("http://{addr}/logout"));
+    b.wait_for(
+        "the sign-out page",
+        "document.title === 'hetsched — sign out'",
+        t,
+    );
+    assert_eq!(
+        session_cookie(&b.cookies(&home)).as_deref(),
+        Some(session.as_str()),
+        "showing the page signs nobody out"
+    );
+    b.click("form[action=\"/logout\"] button[type=submit]", t);
+    b.wait_for(
+        "the login form after signing out",
+        "location.pathname === '/login' && document.querySelector('input[name=token]')",
+        t,
+    );
+    assert_eq!(session_cookie(&b.cookies(&home)), None);
+    assert_eq!(
+        with_session(addr, "/api/jobs", &session),
+        401,
+        "the server ended the session"
     );
 }
