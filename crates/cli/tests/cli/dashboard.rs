@@ -1710,6 +1710,13 @@ fn a_click_on_a_node_card_opens_its_detail_with_its_name_and_state() {
     };
     assert_eq!(b.eval(&figure("cores")), "0/2 in use");
     assert_eq!(b.eval(&figure("running")), "0");
+    let heard = b.eval(&figure("last heartbeat"));
+    assert!(
+        heard
+            .as_str()
+            .is_some_and(|h| h.ends_with(" ago") && h.starts_with(|c: char| c.is_ascii_digit())),
+        "its last heartbeat: {heard}"
+    );
     assert_eq!(
         b.eval(
             "[...document.querySelectorAll('#nodes .node.selected')].map((e) => e.dataset.node)"

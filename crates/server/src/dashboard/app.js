@@ -267,18 +267,18 @@ function renderNodes(nodes) {
 // One node's detail (`/api/nodes`' record of it, the JSON of `hetsched nodes --output json`):
 // its state in the words of `hetsched nodes`, and its figures.
 function renderNodeDetail(n) {
-  const gib = (b) => bytes(b);
   const rows = [
     ["rack", esc(n.rack)],
     ["cores", `${n.cores - n.free_cores}/${n.cores} in use`],
     ["running", `${n.running}${n.queued ? ` (${n.queued} queued)` : ""}`],
-    ["memory", `${gib(n.memory_bytes)}${n.available_memory_bytes ? ` (${gib(n.available_memory_bytes)} available)` : ""}`],
+    ["memory", `${bytes(n.memory_bytes)}${n.available_memory_bytes ? ` (${bytes(n.available_memory_bytes)} available)` : ""}`],
     ["GPUs", (n.accelerators || []).length
       ? `${(n.accelerators || []).length - n.free_gpus}/${(n.accelerators || []).length} in use: ${(n.accelerators || []).map((a) => esc(a.kind)).join(", ")}` : "none"],
     ["attributes", esc((n.attributes || []).join(", ") || "-")],
-    ["last heartbeat", n.alive ? `${human(n.last_seen_ms * 1e6)} ago` : "-"],
+    // Heard within the millisecond: "1ms ago" (human writes 0 as "-").
+    ["last heartbeat", n.alive ? `${human(Math.max(1, n.last_seen_ms) * 1e6)} ago` : "-"],
     ["time left", n.alive && n.time_left_ms != null ? esc(timeLeft(n.time_left_ms)) : "-"],
-    ["disk free", n.disk_free_bytes != null ? `${gib(n.disk_free_bytes)}${n.min_free_disk ? ` (floor ${gib(n.min_free_disk)})` : ""}` : "-"],
+    ["disk free", n.disk_free_bytes != null ? `${bytes(n.disk_free_bytes)}${n.min_free_disk ? ` (floor ${bytes(n.min_free_disk)})` : ""}` : "-"],
     ["backed off", esc((n.backed_off || []).map((b) => `${b.app} (job ${b.job_id}, ${count(b.failures, "start failure")})`).join("; ") || "-")],
     ["version", esc(n.version || "-")],
   ];
