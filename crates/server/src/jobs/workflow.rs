@@ -354,6 +354,16 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // Its attempts lost for want of room for its inputs on a node's disk, bounded by
     // `max_attempts` (0: none, or stored before they were counted).
     ("wf_instances", "disk_losses", "INTEGER NOT NULL DEFAULT 0"),
+    // Whether its attempt number names no run (`Inst::unstarted`), and the nodes whose agents
+    // were sent that number and told to drop it (`Inst::taken_back_from`): a restart reuses
+    // the number elsewhere as the server did before it (0 and empty: stored before they were
+    // kept, and its next dispatch takes the next number, as it then did).
+    ("wf_instances", "unstarted", "INTEGER NOT NULL DEFAULT 0"),
+    (
+        "wf_instances",
+        "taken_back_from",
+        "TEXT NOT NULL DEFAULT ''",
+    ),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -436,14 +446,15 @@ struct Inst {
     /// queue before it started ([`Workflows::take_back`]), so its next dispatch reuses the
     /// number (a hand-back is no attempt: a user reads `attempt 2` as a second run, and
     /// `HETSCHED_ATTEMPT` says so to the command) — except on a node in
-    /// [`Inst::taken_back_from`]. Memory only: after a restart the next dispatch takes the next
-    /// number, as the server can no longer tell.
+    /// [`Inst::taken_back_from`]. Stored (`wf_instances.unstarted`), so a restart keeps it.
     unstarted: bool,
     /// The nodes whose agents were sent its current attempt number and told to drop it from
     /// their queues ([`Workflows::take_back`]); cleared when the number changes. A dispatch to
     /// one of them takes the next number: had the reply telling that agent to drop it been
     /// lost, the agent may have started it, and one (task, attempt) must never name two runs
     /// on one node (its kill, its result, its ledger entry and its log files are keyed so).
+    /// Stored (`wf_instances.taken_back_from`): that agent may still hold the number after a
+    /// restart too.
     taken_back_from: Vec<u32>,
 }
 
@@ -900,7 +911,7 @@ impl Workflows {
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
-                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses FROM wf_instances WHERE job=?1")
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from FROM wf_instances WHERE job=?1")
                     .map_err(StoreError::from)?;
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
@@ -944,6 +955,11 @@ impl Workflows {
                         .and_then(|n| u32::try_from(n).ok());
                     x.disk_losses =
                         u32::try_from(r.get::<_, i64>(15).map_err(StoreError::from)?).unwrap_or(0);
+                    x.unstarted = r.get::<_, i64>(16).map_err(StoreError::from)? != 0;
+                    x.taken_back_from = crate::store::parse_list(
+                        &r.get::<_, String>(17).map_err(StoreError::from)?,
+                        "taken_back_from",
+                    )?;
                     // Its run time counts again for `prefetch = "auto"`, as it did before the
                     // restart: a task measured short is queued at once, not measured anew.
                     if x.st == St::Done
@@ -3199,7 +3215,7 @@ impl JobKind for Workflows {
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
-            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)",
+            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)",
         )?;
         for &(seq, i) in &self.dirty {
             let Some(x) = self.jobs.get(&seq).and_then(|j| j.insts.get(i as usize)) else {
@@ -3222,7 +3238,9 @@ impl JobKind for Workflows {
                 x.usage.map(|u| u.max_rss_bytes as i64),
                 crate::store::list_text(&x.devices),
                 x.executed.map(i64::from),
-                i64::from(x.disk_losses)
+                i64::from(x.disk_losses),
+                i64::from(x.unstarted),
+                crate::store::list_text(&x.taken_back_from)
             ])?;
         }
         for &seq in &self.dirty_jobs {

@@ -1666,9 +1666,10 @@ fn succeeded(task_id: u64, attempt: u32) -> pb::TaskResult {
 /// restart: the instances taken back are stored ready, not running there, and instances the
 /// restarted server placed on the node before its first beat (its disk unknown until then)
 /// go elsewhere when that beat reports the disk below its floor, before any is sent there.
-/// Those taken back run as attempt 2 after the restart: the server no longer knows that their
-/// first number never ran (without a restart they run as attempt 1:
-/// `an_instance_taken_back_from_a_short_nodes_queue_runs_elsewhere_as_the_same_attempt`).
+/// Those taken back run elsewhere as attempt 1 after the restart, as without one
+/// (`an_instance_taken_back_from_a_short_nodes_queue_runs_elsewhere_as_the_same_attempt`): their
+/// first number never ran, and the row says so (`wf_instances.unstarted`, `taken_back_from`).
+/// Before, a restart forgot it and they ran as attempt 2, as if a first run had vanished.
 #[test]
 fn instances_queued_on_a_node_whose_disk_filled_are_taken_back_and_stay_off_it_across_a_restart() {
     const GIB: u64 = 1 << 30;
@@ -1756,11 +1757,12 @@ fn instances_queued_on_a_node_whose_disk_filled_are_taken_back_and_stay_off_it_a
             lost.iter().any(|&(id, _)| id == t.id),
             queued.iter().any(|&(id, _)| id == t.id),
         );
-        let attempt = if was_lost || was_queued { 2 } else { 1 };
+        // Those that found no room lost an attempt; those taken back from the queue did not.
+        let attempt = if was_lost { 2 } else { 1 };
         assert_eq!(
             (t.state.as_str(), t.attempt, t.failed_attempts),
             ("succeeded", attempt, 0),
-            "{t:?}"
+            "taken back from the queue: {was_queued}: {t:?}"
         );
     }
     // What is stored: a disk loss for each consumer that found no room, none for the others.
