@@ -481,6 +481,7 @@ pub async fn run(
         usage: None,
         offload_started_ns: 0,
         offload_devices: Vec::new(),
+        fetch_ms: 0,
     };
     let fail = |mut r: pb::TaskResult, m: String| {
         r.message = m;

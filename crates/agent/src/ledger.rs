@@ -173,6 +173,8 @@ fn parse_result(line: &str) -> Option<pb::TaskResult> {
         usage: None,
         offload_started_ns: 0,
         offload_devices: Vec::new(),
+        // Not kept in the ledger: the server keeps what the heartbeats said.
+        fetch_ms: 0,
     })
 }
 
@@ -667,6 +669,7 @@ mod tests {
             }),
             offload_started_ns: 0,
             offload_devices: Vec::new(),
+            fetch_ms: 0,
         };
         let (mut l, _) = Ledger::recover(&dir).expect("recover");
         l.started(1, 1, 1);
@@ -719,6 +722,7 @@ mod tests {
             }),
             offload_started_ns: 1_500,
             offload_devices: devices,
+            fetch_ms: 0,
         }
     }
 

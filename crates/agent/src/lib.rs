@@ -182,8 +182,15 @@ struct RunningTask {
     /// Gives the task a new time limit (ms, 0: none; the server's `Respec`).
     limit: watch::Sender<u64>,
     read_bytes: u64,
-    /// When it was started (ns since the epoch), as its result will say.
+    /// When it was started (ns since the epoch): for a workflow instance, when its agent began
+    /// to fetch its inputs.
     started_ns: u64,
+    /// A workflow instance whose inputs are still being fetched: its program has not started.
+    /// Reported so the server can tell it from one whose program runs.
+    fetching: bool,
+    /// When its program started (ns since the epoch; 0 while its inputs are fetched), as its
+    /// result will say.
+    program_started_ns: u64,
     /// Sends its process group an operator's signal (`hetsched signal`).
     signal: tokio::sync::mpsc::UnboundedSender<nix::sys::signal::Signal>,
     /// The seqs of the signals this attempt was sent: the server resends a signal until it
@@ -685,6 +692,8 @@ pub async fn run(
                             spec: Some(t.spec),
                             queued: false,
                             started_ns: t.started_ns,
+                            fetching: t.fetching,
+                            program_started_ns: t.program_started_ns,
                         })
                         .chain(sh.queue.iter().map(|q| pb::RunningTask {
                             task_id: q.a.task_id,
@@ -693,6 +702,8 @@ pub async fn run(
                             spec: Some(q.a.spec),
                             queued: true,
                             started_ns: 0,
+                            fetching: false,
+                            program_started_ns: 0,
                         }))
                         .collect(),
                     results: sh.results.clone(),
@@ -961,6 +972,7 @@ pub async fn run(
                         usage: None,
                         offload_started_ns: 0,
                         offload_devices: Vec::new(),
+                        fetch_ms: 0,
                     });
                     notify.notify_one();
                     continue;
@@ -1319,6 +1331,10 @@ impl Launcher<'_> {
         let (tx, rx) = oneshot::channel();
         let (limit_tx, limit_rx) = watch::channel(spec.time_limit_ms);
         let (signal_tx, signal_rx) = tokio::sync::mpsc::unbounded_channel();
+        // A workflow instance fetches its inputs (prepares its directory) before its program
+        // starts; any other task's program starts now.
+        let fetching = !a.instance_dir.is_empty();
+        let started_ns = launch::now_ns();
         let old = sh.running.insert(
             a.task_id,
             RunningTask {
@@ -1328,7 +1344,9 @@ impl Launcher<'_> {
                 kill: Some(tx),
                 limit: limit_tx,
                 read_bytes: 0,
-                started_ns: launch::now_ns(),
+                started_ns,
+                fetching,
+                program_started_ns: if fetching { 0 } else { started_ns },
                 signal: signal_tx,
                 signalled: Default::default(),
             },
@@ -1443,6 +1461,21 @@ impl Launcher<'_> {
                     )),
                 }
             };
+            // Its inputs are all here: from now on its program runs, and the server is told
+            // so (at the next heartbeat, and in the result's `fetch_ms`).
+            let fetch_ms = if fetching && spec.is_ok() {
+                let now = launch::now_ns();
+                let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(t) = sh.running.get_mut(&task)
+                    && t.attempt == attempt
+                {
+                    t.fetching = false;
+                    t.program_started_ns = now;
+                }
+                now.saturating_sub(started_ns) / 1_000_000
+            } else {
+                0
+            };
             let result = match spec {
                 Err((m, start_failed, interrupted)) => pb::TaskResult {
                     task_id: a.task_id,
@@ -1458,6 +1491,7 @@ impl Launcher<'_> {
                 Ok(spec) => {
                     let mut r = accel::run(route, &a, &spec, &opts, control, on_spawn).await;
                     dataflow::check_outputs(&a, &opts.work_dir, &mut r);
+                    r.fetch_ms = fetch_ms;
                     r
                 }
             };

@@ -52,6 +52,8 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                     spec: t.spec,
                     queued: t.queued,
                     started_ns: t.started_ns,
+                    fetching: t.fetching,
+                    program_started_ns: t.program_started_ns,
                 })
                 .collect(),
             results: r
@@ -74,6 +76,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                     }),
                     offload_started_ns: t.offload_started_ns,
                     offload_devices: t.offload_devices,
+                    fetch_ms: t.fetch_ms,
                 })
                 .collect(),
             read_bytes_per_sec: r.read_bytes_per_sec,
@@ -426,6 +429,7 @@ impl From<TaskCounts> for pb::TaskCounts {
             failed: c.failed,
             cancelled: c.cancelled,
             queued: c.queued,
+            fetching: c.fetching,
         }
     }
 }
@@ -527,6 +531,8 @@ impl From<TaskInfo> for pb::TaskInfo {
             preemptions: t.preemptions,
             queued: t.queued,
             process: t.process,
+            fetching: t.fetching,
+            fetch_ms: t.fetch_ms,
             // Filled by the service from the agent that ran the task (`hetsched log`).
             output: String::new(),
             executed_node: t.executed_node,

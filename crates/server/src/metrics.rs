@@ -323,6 +323,13 @@ impl Collector for StateCollector {
              (prefetch) and have not started.",
             counts.queued as i64,
         )?;
+        single_gauge(
+            e,
+            "tasks_fetching",
+            "Running workflow instances (counted in tasks{state=\"running\"}) whose agent still \
+             fetches their inputs: their program has not started.",
+            counts.fetching as i64,
+        )?;
         let alive = nodes.iter().filter(|n| n.alive).count() as i64;
         gauge(
             e,

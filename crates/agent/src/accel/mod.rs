@@ -348,6 +348,7 @@ pub(crate) fn failed(a: &pb::Assignment, message: &str) -> pb::TaskResult {
         usage: None,
         offload_started_ns: 0,
         offload_devices: Vec::new(),
+        fetch_ms: 0,
     }
 }
 

@@ -677,12 +677,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         ),
         c.pending,
         c.running,
-        if c.queued > 0 {
-            // Of the running, waiting in their agent's queue (`prefetch`).
-            format!(" ({} queued)", c.queued)
-        } else {
-            String::new()
-        },
+        super::human::running_notes(&c),
         c.succeeded,
         c.failed,
         c.cancelled,
@@ -1028,7 +1023,13 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
             x.job_id.to_string(),
             x.app.clone(),
             x.index.to_string(),
-            x.state.clone(),
+            if x.fetching {
+                // Running on its node, its inputs still being fetched: its program has not
+                // started.
+                "fetching".into()
+            } else {
+                x.state.clone()
+            },
             attempt_cell(x),
             // A multi-node task: its first node, and how many more it holds.
             match x.nodes.len() {

@@ -276,13 +276,24 @@ pub fn job_json(j: &pb::JobInfo) -> Value {
     v
 }
 
-/// How many run, and of those how many wait in their agent's queue (`prefetch`), not started:
-/// `5`, or `5 (3 queued)`.
+/// How many run, and of those how many wait in their agent's queue (`prefetch`) or still fetch
+/// their inputs (workflow instances), their program not started: `5`, `5 (3 queued)`,
+/// `5 (1 queued, 2 fetching)`.
 pub fn running(c: &pb::TaskCounts) -> String {
-    if c.queued > 0 {
-        format!("{} ({} queued)", c.running, c.queued)
+    format!("{}{}", c.running, running_notes(c))
+}
+
+/// What [`running`] says after the number: ` (3 queued)`, ` (2 fetching)`, or nothing.
+pub fn running_notes(c: &pb::TaskCounts) -> String {
+    let notes: Vec<String> = [(c.queued, "queued"), (c.fetching, "fetching")]
+        .into_iter()
+        .filter(|&(n, _)| n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+    if notes.is_empty() {
+        String::new()
     } else {
-        c.running.to_string()
+        format!(" ({})", notes.join(", "))
     }
 }
 

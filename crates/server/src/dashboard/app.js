@@ -45,7 +45,11 @@ function placeInOrder(parent, elems) {
 // "1 task", "2 tasks": the words of the CLI's messages (hetsched_core::text::count).
 const count = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
 // How many run, and of those how many wait in their agent's queue (`prefetch`): `5 (3 queued)`.
-const runningText = (c) => `${c.running || 0}` + (c.queued ? ` (${c.queued} queued)` : "");
+const runningText = (c) => {
+  // Of the running: waiting in their agent's queue, or fetching their inputs (workflows).
+  const notes = [[c.queued, "queued"], [c.fetching, "fetching"]].filter(([n]) => n).map(([n, w]) => `${n} ${w}`);
+  return `${c.running || 0}` + (notes.length ? ` (${notes.join(", ")})` : "");
+};
 // The characters the CLI's text output escapes (hetsched_core::text::escaped): control characters
 // but "\n" and invisible formatting ones — a bidi override in a name (`job\u{202e}txt.exe`) would
 // make it read `jobexe.txt`, and HTML escaping leaves it as it is (a <bdi> would only keep it from

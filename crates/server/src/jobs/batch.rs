@@ -307,6 +307,7 @@ fn to_counts(c: &[u64; 5]) -> TaskCounts {
         failed: c[3],
         cancelled: c[4],
         queued: 0,
+        fetching: 0,
     }
 }
 
@@ -1746,6 +1747,9 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
             .filter(|_| t.state.is_terminal()),
         nodes: Vec::new(),
         process: 0,
+        // Only workflow instances fetch inputs before their program starts.
+        fetching: false,
+        fetch_ms: 0,
     }
 }
 

@@ -1694,6 +1694,7 @@ impl Divisible {
                 cancelled: v.cancelled,
                 // Chunks are never queued behind other work on an agent.
                 queued: 0,
+                fetching: 0,
             },
             submitted_ns: job.submitted_ns,
             finished_ns: v.finished_ns,

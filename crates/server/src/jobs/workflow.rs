@@ -364,6 +364,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
         "taken_back_from",
         "TEXT NOT NULL DEFAULT ''",
     ),
+    // How long its latest attempt's inputs took to fetch before its program started, ms (0:
+    // none, not known yet, or stored before it was kept).
+    ("wf_instances", "fetch_ms", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -456,6 +459,12 @@ struct Inst {
     /// Stored (`wf_instances.taken_back_from`): that agent may still hold the number after a
     /// restart too.
     taken_back_from: Vec<u32>,
+    /// Running, and its agent's last heartbeat said it still fetches its inputs: its program
+    /// has not started (listed `fetching`). Memory only: the next heartbeat says it again.
+    fetching: bool,
+    /// How long its latest attempt's inputs took to fetch before its program started at
+    /// `started_ns`, ms (0: none, or not known yet), from its agent's heartbeat or result.
+    fetch_ms: u64,
 }
 
 impl Inst {
@@ -911,7 +920,7 @@ impl Workflows {
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
-                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from FROM wf_instances WHERE job=?1")
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms FROM wf_instances WHERE job=?1")
                     .map_err(StoreError::from)?;
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
@@ -960,6 +969,8 @@ impl Workflows {
                         &r.get::<_, String>(17).map_err(StoreError::from)?,
                         "taken_back_from",
                     )?;
+                    x.fetch_ms =
+                        u64::try_from(r.get::<_, i64>(18).map_err(StoreError::from)?).unwrap_or(0);
                     // Its run time counts again for `prefetch = "auto"`, as it did before the
                     // restart: a task measured short is queued at once, not measured anew.
                     if x.st == St::Done
@@ -1400,6 +1411,35 @@ impl Workflows {
         })
     }
 
+    /// What node `node`'s agent says of the instances it runs: which still fetch their inputs
+    /// (listed `fetching`), and for those whose program started since, that start (their
+    /// `started_ns` from then on, stored) and how long the fetch took (`fetch_ms`). An agent
+    /// that predates these fields says every instance runs, and nothing changes.
+    fn note_fetching(&mut self, node: NodeId, report: &HeartbeatReport) {
+        for rt in &report.running {
+            if super::Kind::of(rt.task_id) != Some(super::Kind::Workflow) || rt.queued {
+                continue;
+            }
+            let (seq, i) = job_of(rt.task_id);
+            let Some(x) = self
+                .jobs
+                .get_mut(&seq)
+                .and_then(|j| j.insts.get_mut(i as usize))
+            else {
+                continue;
+            };
+            if x.st != St::Running || x.node != Some(node.0) || x.attempt != rt.attempt {
+                continue;
+            }
+            x.fetching = rt.fetching;
+            if !rt.fetching && rt.program_started_ns > 0 && x.started_ns != rt.program_started_ns {
+                x.started_ns = rt.program_started_ns;
+                x.fetch_ms = rt.program_started_ns.saturating_sub(rt.started_ns) / 1_000_000;
+                self.dirty.insert((seq, i));
+            }
+        }
+    }
+
     /// Gives back what instance `i` booked in the view.
     fn unbook(cx: &mut Ctx, job: &mut WfJob, i: u32) {
         if let Some((n, r, d)) = job.booked.remove(&i) {
@@ -1460,6 +1500,8 @@ impl Workflows {
                     executed: None,
                     unstarted: false,
                     taken_back_from: Vec::new(),
+                    fetching: false,
+                    fetch_ms: 0,
                 };
                 total as usize
             ],
@@ -2049,7 +2091,12 @@ impl Workflows {
                     c.pending += 1;
                     ready += 1
                 }
-                St::Running => c.running += 1,
+                St::Running => {
+                    c.running += 1;
+                    if x.fetching {
+                        c.fetching += 1;
+                    }
+                }
                 St::Done => c.succeeded += 1,
                 St::Failed => c.failed += 1,
                 St::Cancelled => c.cancelled += 1,
@@ -2309,6 +2356,12 @@ impl JobKind for Workflows {
             Self::unbook(cx, &mut job, i);
             let x = &mut job.insts[i as usize];
             x.started_ns = r.started_ns;
+            x.fetching = false;
+            // Its program's start is the result's; the fetch before it, when the agent says
+            // (else what its last heartbeat said stays).
+            if r.fetch_ms > 0 {
+                x.fetch_ms = r.fetch_ms;
+            }
             // Offloaded: it ran on its ANode's devices from its start there, as a batch task
             // (the booking, released above, was the NNode's; what the result does not say, or
             // says wrong, stays the dispatch's). Stored with the row, so a restart lists them.
@@ -2618,6 +2671,7 @@ impl JobKind for Workflows {
         // It answers again: its outputs may be fetched (those produced again meanwhile stay
         // where they were produced again).
         self.unreachable.remove(&node.0);
+        self.note_fetching(node, report);
         // A heartbeat after the one that said its disk had no room for an instance's inputs:
         // its disk report decides again (read after that fetch: the agent reads its disk
         // afresh for a beat that carries such a result).
@@ -3083,6 +3137,9 @@ impl JobKind for Workflows {
                     x.executed = None;
                     x.node = Some(node.0);
                     x.started_ns = cx.now;
+                    // Running as far as the server knows, until its agent says it fetches.
+                    x.fetching = false;
+                    x.fetch_ms = 0;
                     cx.metrics.dispatched(if x.devices.is_empty() {
                         hetsched_core::Variant::Cpu
                     } else {
@@ -3215,7 +3272,7 @@ impl JobKind for Workflows {
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
-            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)",
+            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)",
         )?;
         for &(seq, i) in &self.dirty {
             let Some(x) = self.jobs.get(&seq).and_then(|j| j.insts.get(i as usize)) else {
@@ -3240,7 +3297,8 @@ impl JobKind for Workflows {
                 x.executed.map(i64::from),
                 i64::from(x.disk_losses),
                 i64::from(x.unstarted),
-                crate::store::list_text(&x.taken_back_from)
+                crate::store::list_text(&x.taken_back_from),
+                i64::try_from(x.fetch_ms).unwrap_or(i64::MAX)
             ])?;
         }
         for &seq in &self.dirty_jobs {
@@ -3457,6 +3515,8 @@ impl JobKind for Workflows {
                         .and_then(|n| rd.nodes.get(n))
                         .map_or(String::new(), |n| n.spec.name.clone()),
                     process: j.process_of(i as u32),
+                    fetching: x.st == St::Running && x.fetching,
+                    fetch_ms: x.fetch_ms,
                     // A finished attempt's; one running (again) or waiting shows none yet.
                     usage: x
                         .usage

@@ -70,8 +70,14 @@ pub struct RunningTask {
     pub spec: Option<u64>,
     /// Still in the agent's queue, not started ([`crate::state::prefetch::Queued`]).
     pub queued: bool,
-    /// When the agent started it (its clock, ns since the epoch; 0: queued or not said).
+    /// When the agent started it (its clock, ns since the epoch; 0: queued or not said): a
+    /// workflow instance's start is that of the fetch of its inputs.
     pub started_ns: u64,
+    /// A workflow instance whose inputs its agent still fetches: its program has not started
+    /// (false from agents that predate it: running, as before).
+    pub fetching: bool,
+    /// When its program started (the agent's clock; 0: not yet, or not said).
+    pub program_started_ns: u64,
 }
 
 /// An attempt running now, and the node whose agent runs its command (a multi-node task's
@@ -116,6 +122,9 @@ pub struct TaskResult {
     pub offload_started_ns: u64,
     /// And the ANode's devices it ran on (empty: not said).
     pub offload_devices: Vec<u32>,
+    /// A workflow instance: how long its inputs took to fetch before its program started at
+    /// `started_ns`, ms (0: none, or not said).
+    pub fetch_ms: u64,
 }
 
 /// One device's utilisation as an agent reports it.
@@ -459,6 +468,9 @@ pub struct TaskCounts {
     pub cancelled: u64,
     /// Of the running: how many wait in their agent's queue (prefetch), not started yet.
     pub queued: u64,
+    /// Of the running: how many workflow instances still fetch their inputs, their program
+    /// not started yet.
+    pub fetching: u64,
 }
 
 impl TaskCounts {
@@ -470,6 +482,7 @@ impl TaskCounts {
         self.failed += o.failed;
         self.cancelled += o.cancelled;
         self.queued += o.queued;
+        self.fetching += o.fetching;
     }
 }
 
@@ -635,6 +648,12 @@ pub struct TaskInfo {
     pub nodes: Vec<String>,
     /// A multi-process workflow instance's rank among its value's processes, from 1 (0: none).
     pub process: u32,
+    /// A running workflow instance whose agent still fetches its inputs: its program has not
+    /// started, and `started_ns` is its dispatch.
+    pub fetching: bool,
+    /// A workflow instance's latest attempt: how long its inputs took to fetch before its
+    /// program started at `started_ns`, ms (0: none, or not known yet).
+    pub fetch_ms: u64,
 }
 
 /// One page of tasks.

@@ -87,6 +87,8 @@ fn running(tasks: &[&Dispatch]) -> Vec<RunningTask> {
             spec: None,
             queued: false,
             started_ns: 0,
+            fetching: false,
+            program_started_ns: 0,
         })
         .collect()
 }

@@ -4454,3 +4454,90 @@ fn a_held_workflow_of_64_sizes_leaves_another_users_pcddb_workflow_its_bits() {
     assert_eq!(s.get_job(held).expect("held").state, "pending");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A consumer whose agent still fetches its inputs is listed apart from one whose program
+/// runs: `fetching` in `hetsched tasks`, counted apart among the running in `hetsched job`
+/// and `/metrics` (`hetsched_tasks_fetching`). Once its agent says its program started, it is
+/// running from that start (`started_ns`), with the fetch's time beside it (`fetch_ms`), also
+/// after a restart. Before, both looked the same: running since the fetch began.
+#[test]
+fn an_instance_fetching_its_inputs_is_listed_apart_from_one_whose_program_runs() {
+    let dir = scratch("fetching");
+    let workflow = producer_and_consumers("centralised", 1);
+    let (job, consumer) = {
+        let mut s = open(&dir, WorkflowConfig::default());
+        let a = common::register(&mut s, "a", 2);
+        let job = s.submit("wf.toml", &workflow, "/").expect("submit").job_id;
+        let r = s.heartbeat(heartbeat_request(a, &[], &[])).expect("beat");
+        let p = (r.assignments[0].task_id, r.assignments[0].attempt);
+        let r = s
+            .heartbeat(heartbeat_request(a, &[], &[(p.0, p.1, true)]))
+            .expect("beat");
+        assert_eq!(r.assignments.len(), 1, "the consumer is sent");
+        let c = (r.assignments[0].task_id, r.assignments[0].attempt);
+        let listed = |s: &State| {
+            s.tasks(job)
+                .expect("tasks")
+                .tasks
+                .into_iter()
+                .find(|t| t.id == c.0)
+                .expect("the consumer is listed")
+        };
+        let fetch_began: u64 = 1_700_000_000_000_000_000;
+        let beat = |s: &mut State, fetching: bool, program_started_ns: u64| {
+            let mut req = heartbeat_request(a, &[], &[]);
+            req.running = vec![pb::RunningTask {
+                task_id: c.0,
+                attempt: c.1,
+                started_ns: fetch_began,
+                fetching,
+                program_started_ns,
+                ..Default::default()
+            }];
+            s.heartbeat(req).expect("beat");
+        };
+        beat(&mut s, true, 0);
+        let t = listed(&s);
+        assert_eq!((t.state.as_str(), t.fetching), ("running", true), "{t:?}");
+        let counts = s.job(job).expect("job").counts.expect("counts");
+        assert_eq!((counts.running, counts.fetching), (1, 1), "{counts:?}");
+        let started = fetch_began + 2_500_000_000;
+        beat(&mut s, false, started);
+        let t = listed(&s);
+        assert_eq!(
+            (t.state.as_str(), t.fetching, t.started_ns, t.fetch_ms),
+            ("running", false, started, 2_500),
+            "{t:?}"
+        );
+        let counts = s.job(job).expect("job").counts.expect("counts");
+        assert_eq!((counts.running, counts.fetching), (1, 0), "{counts:?}");
+        // It fetches again (a new attempt would); `/metrics` counts it apart.
+        beat(&mut s, true, 0);
+        let metrics = s.metrics();
+        let s = std::sync::Arc::new(std::sync::Mutex::new(s));
+        let reg = hetsched_server::metrics::registry(&metrics, s.clone(), "fifo");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+        assert!(
+            text.lines().any(|l| l == "hetsched_tasks_fetching 1"),
+            "in\n{text}"
+        );
+        drop(reg);
+        (job, c)
+    };
+    // A restart keeps the program's start and the fetch's time.
+    let s = open(&dir, WorkflowConfig::default());
+    let t = s
+        .tasks(job)
+        .expect("tasks")
+        .tasks
+        .into_iter()
+        .find(|t| t.id == consumer.0)
+        .expect("listed");
+    assert_eq!(
+        (t.fetching, t.started_ns, t.fetch_ms),
+        (false, 1_700_000_002_500_000_000, 2_500),
+        "{t:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

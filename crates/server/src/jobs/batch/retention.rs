@@ -239,6 +239,7 @@ fn to_counts(c: [u64; 5]) -> TaskCounts {
         failed: c[3],
         cancelled: c[4],
         queued: 0,
+        fetching: 0,
     }
 }
 
