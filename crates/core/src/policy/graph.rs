@@ -82,6 +82,20 @@ impl Default for Thresholds {
     }
 }
 
+impl Thresholds {
+    /// The most instances one allocation request gives a node of `cores` cores that holds
+    /// `held` (spec 05 §4 c b): `MT × cores − held` while it is underloaded (`held < LT ×
+    /// cores`), none otherwise. The one acceptance rule: a node's machine takes by it
+    /// ([`pcddb::PcddbNode`]), and the runtime's launch node bounds what a node may claim by it.
+    pub fn room(&self, cores: u32, held: u32) -> u32 {
+        if held < self.lt.saturating_mul(cores) {
+            self.mt.saturating_mul(cores).saturating_sub(held)
+        } else {
+            0
+        }
+    }
+}
+
 /// An allocation request (spec 05 §4 b): ready instances and the launch node's underloaded-node
 /// table, passed from node to node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

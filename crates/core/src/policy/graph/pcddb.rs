@@ -280,9 +280,8 @@ struct Membership {
 #[derive(Clone, Debug)]
 pub struct PcddbNode {
     node: GraphNode,
-    /// Node-level thresholds: per-core LT and MT × cores.
-    lt: u32,
-    mt: u32,
+    /// Per-core LT and MT (the node's are × its cores, [`Thresholds::room`]).
+    per_core: Thresholds,
     load: CoreLoad,
     memberships: Vec<Membership>,
     /// Instances held and the launch node each result goes to. A map, so a request carrying an
@@ -299,8 +298,7 @@ impl PcddbNode {
         memberships: Vec<(ClusterId, NodeId)>,
     ) -> Self {
         Self {
-            lt: per_core.lt * node.cores,
-            mt: per_core.mt * node.cores,
+            per_core,
             load: CoreLoad::new(node.cores),
             memberships: memberships
                 .into_iter()
@@ -375,7 +373,7 @@ impl PcddbNode {
     }
 
     fn underloaded(&self) -> bool {
-        self.load.held() < self.lt
+        self.load.held() < self.per_core.lt.saturating_mul(self.node.cores)
     }
 
     /// Handles one event at `now`.
@@ -447,7 +445,7 @@ impl PcddbNode {
         let mut out = Vec::new();
         if underloaded {
             // b) Take up to MT − x instances this node can run, in request order.
-            let room = self.mt.saturating_sub(self.load.held()) as usize;
+            let room = self.per_core.room(self.node.cores, self.load.held()) as usize;
             let attrs = self.node.attributes;
             let fits = |w: &Wanted| w.requires & attrs == w.requires;
             let mut taken = Vec::new();
@@ -981,6 +979,25 @@ mod tests {
         };
         assert_eq!(kept.entries(), (2..1000).map(NodeId).collect::<Vec<_>>());
         assert!(Arc::ptr_eq(&kept.shared.entries, &forwarded.table.entries));
+    }
+
+    /// The acceptance rule (spec 05 §4 c b): MT × cores − x while x < LT × cores, else none.
+    #[test]
+    fn a_node_takes_mt_times_cores_less_what_it_holds_only_while_underloaded() {
+        let t = Thresholds { lt: 2, mt: 10 };
+        assert_eq!(t.room(2, 0), 20);
+        assert_eq!(t.room(2, 3), 17);
+        assert_eq!(t.room(2, 4), 0, "at LT × cores it is not underloaded");
+        assert_eq!(t.room(1, 1), 9);
+        assert_eq!(Thresholds { lt: 5, mt: 3 }.room(1, 4), 0, "above MT: none");
+        assert_eq!(
+            Thresholds {
+                lt: u32::MAX,
+                mt: u32::MAX
+            }
+            .room(3, 1),
+            u32::MAX - 1
+        );
     }
 
     #[test]
