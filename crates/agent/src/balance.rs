@@ -54,6 +54,7 @@ pub struct Granted {
     serial: u64,
     instances: Vec<u32>,
     requires: Vec<u64>,
+    table: Vec<u32>,
     grant: Vec<u8>,
 }
 
@@ -63,6 +64,7 @@ impl Granted {
             serial: env.grant_serial,
             instances: env.granted_instances.clone(),
             requires: env.granted_requires.clone(),
+            table: env.granted_table.clone(),
             grant: env.grant.clone(),
         }
     }
@@ -82,6 +84,7 @@ impl Granted {
             granted_instances: self.instances.clone(),
             granted_requires: self.requires.clone(),
             grant: self.grant.clone(),
+            granted_table: self.table.clone(),
         }
     }
 }
@@ -355,11 +358,24 @@ impl Balancer {
             sent_at: r.sent_at,
             instances: &env.granted_instances,
             requires: &env.granted_requires,
+            table: &env.granted_table,
         };
         if !ticket::verify_grant(&m.key, &grant, &env.grant) {
             return Err(PeerRefusal::Ungranted(format!(
                 "{what}: the grant does not match (forged, or for another workflow, launch \
                  node epoch or request)"
+            )));
+        }
+        // The table: the granted one less the nodes the request visited before this one,
+        // beginning with this node (each hop drops itself and passes the request to the
+        // table's first entry). A node on the path that reordered or dropped entries chose
+        // where the request goes next, or which underloaded nodes a return prunes.
+        let table: Vec<u32> = r.table.iter().map(|n| n.0).collect();
+        if !grant.carries(&table) || table.first() != Some(&msg.to.0) {
+            return Err(PeerRefusal::Ungranted(format!(
+                "{what}: its underloaded table {table:?} is not the granted {:?} less the nodes \
+                 it visited, beginning with node {} (altered on the way)",
+                grant.table, msg.to.0
             )));
         }
         if let Some(w) = r
@@ -720,6 +736,8 @@ pub(crate) mod testing {
         env.grant_serial = 1;
         env.granted_instances = granted.iter().map(|g| g.0).collect();
         env.granted_requires = granted.iter().map(|g| g.1).collect();
+        // As the launch node sends it: the table it carries at its first hop is the one granted.
+        env.granted_table = r.table.iter().map(|n| n.0).collect();
         env.grant = key.sign(&Grant {
             job_id,
             epoch,
@@ -729,6 +747,7 @@ pub(crate) mod testing {
             sent_at: r.sent_at,
             instances: &env.granted_instances,
             requires: &env.granted_requires,
+            table: &env.granted_table,
         });
         env
     }
@@ -928,6 +947,72 @@ mod tests {
             &[(0, 0), (1, 0)],
         );
         assert_eq!(b.check_peer(&once), Ok(()));
+    }
+
+    /// `env`, a request, with its underloaded table replaced by `table` (its grant kept).
+    fn with_table(mut env: pb::BalanceMessage, table: &[u32]) -> pb::BalanceMessage {
+        let Ok(mut msg) = serde_json::from_str::<Message>(&env.message_json) else {
+            panic!("not a message: {env:?}");
+        };
+        let Body::Request(r) = &mut msg.body else {
+            panic!("not a request: {msg:?}");
+        };
+        r.table = table.iter().map(|&n| NodeId(n)).collect();
+        env.message_json = serde_json::to_string(&msg).unwrap_or_default();
+        env
+    }
+
+    /// The underloaded table a request carries is signed into its grant: a node on its path
+    /// that reorders the table, drops a node ahead of it or adds one has it refused by the
+    /// next node, which takes nothing from it; the table an honest path leaves — the granted
+    /// one less the nodes visited, beginning with the receiving node — passes. Before, any
+    /// table passed with any grant.
+    #[test]
+    fn a_peers_request_whose_underloaded_table_was_altered_on_the_way_is_refused() {
+        let mut b = Balancer::default();
+        b.sync(1, 2, &[job(vec![0], 0)]);
+        // Granted with the table [2, 1, 3, 4]: node 2 took its share and passes it to node 1.
+        let sent = granted(
+            testing::request(2, 1, &[(0, 0), (1, 0)], &[2, 1, 3, 4]),
+            &key(1),
+            7,
+            1,
+            &[(0, 0), (1, 0)],
+        );
+        assert_eq!(sent.granted_table, [2, 1, 3, 4]);
+        let hop = with_table(sent, &[1, 3, 4]);
+        assert_eq!(
+            b.check_peer(&hop),
+            Ok(()),
+            "the table an honest path leaves"
+        );
+        for altered in [
+            &[1, 4, 3][..],
+            &[1, 4],
+            &[1, 3],
+            &[1, 3, 4, 5],
+            &[1, 5, 3, 4],
+            &[3, 4],
+            &[1, 2, 3, 4],
+        ] {
+            let e = b
+                .check_peer(&with_table(hop.clone(), altered))
+                .expect_err("an altered table");
+            assert!(matches!(e, PeerRefusal::Ungranted(_)), "{e:?}");
+            assert!(
+                e.to_string()
+                    .contains("is not the granted [2, 1, 3, 4] less the nodes"),
+                "{e}"
+            );
+        }
+        // A grant re-signed by no one but claiming the altered table does not verify either.
+        let mut claimed = with_table(hop.clone(), &[1, 4]);
+        claimed.granted_table = vec![2, 1, 4];
+        assert!(matches!(
+            b.check_peer(&claimed),
+            Err(PeerRefusal::Ungranted(m)) if m.contains("the grant does not match")
+        ));
+        assert_eq!(b.held(), 0, "nothing taken");
     }
 
     /// An instance the machine took and the server then cancelled is listed in `dropped`: the

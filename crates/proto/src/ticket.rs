@@ -42,11 +42,13 @@
 //! - **Grants** (PCDDB allocation requests, spec 05 §4). The server, every workflow's launch
 //!   node, signs each allocation request it sends out (`BalanceMessage.grant`): an Ed25519
 //!   signature over [`GRANT_LABEL`], the workflow, the launch node's epoch, a serial, the
-//!   request's launch node, cluster and send time, and the instances it grants with their
-//!   requirements ([`Grant`]). The request hops from agent to agent (`AgentData.Deliver`) with
-//!   its grant and the list originally granted; an agent takes a request from another agent
-//!   only when the workflow's public balancing key (`PcddbJob.balance_key`) verifies the grant
-//!   and every instance offered, with its requirements, is in it. A grant is a signature, not
+//!   request's launch node, cluster and send time, the instances it grants with their
+//!   requirements, and the underloaded table it was sent with ([`Grant`]). The request hops
+//!   from agent to agent (`AgentData.Deliver`) with its grant and the lists originally
+//!   granted; an agent takes a request from another agent only when the workflow's public
+//!   balancing key (`PcddbJob.balance_key`) verifies the grant, every instance offered, with
+//!   its requirements, is in it, and the request's table is the granted one less the nodes
+//!   it visited ([`Grant::carries`]: no node on the path reorders or drops entries). A grant is a signature, not
 //!   a MAC: every balancing agent must verify it, and with a shared MAC key every one of them
 //!   could grant too; with Ed25519 only the server, which holds the private half
 //!   ([`GrantKey`]), can.
@@ -286,7 +288,8 @@ impl<'a> Log<'a> {
 }
 
 /// Domain separation for grants: what a grant's signature covers starts with this.
-pub const GRANT_LABEL: &[u8] = b"hetsched pcddb grant v1";
+/// (v2: the underloaded table is signed too; a v1 grant verifies as no v2 one.)
+pub const GRANT_LABEL: &[u8] = b"hetsched pcddb grant v2";
 
 /// Length of a grant (an Ed25519 signature) and of a balancing key's public half.
 pub const GRANT_LEN: usize = 64;
@@ -313,9 +316,20 @@ pub struct Grant<'a> {
     pub instances: &'a [u32],
     /// Their requirements, in the same order.
     pub requires: &'a [u64],
+    /// The underloaded table it was sent with, in order (node ids): each hop drops only
+    /// itself, the table's first entry, so the table a request reaches a node with is a
+    /// suffix of this one that begins with that node ([`Grant::carries`]).
+    pub table: &'a [u32],
 }
 
 impl Grant<'_> {
+    /// Whether `table` is one this grant's request carries on an honest path: the granted
+    /// table less the nodes it visited before, i.e. a suffix of it (empty once the last node
+    /// took its share). A table reordered, stripped of a node ahead, or given a node is not.
+    pub fn carries(&self, table: &[u32]) -> bool {
+        self.table.ends_with(table)
+    }
+
     /// Whether it granted `instance` with exactly `requires` (a request that strips an
     /// instance's requirements is not the one granted).
     pub fn covers(&self, instance: u32, requires: u64) -> bool {
@@ -541,20 +555,27 @@ impl Ticketed for Log<'_> {
 
 impl Ticketed for Grant<'_> {
     fn message(&self) -> Vec<u8> {
-        let mut m = Message::new(GRANT_LABEL, 56 + 12 * self.instances.len())
-            .u64(self.job_id)
-            .u64(self.epoch)
-            .u64(self.serial)
-            .u32(self.launch)
-            .u32(self.cluster)
-            .u64(self.sent_at)
-            .u64(self.instances.len() as u64);
+        let mut m = Message::new(
+            GRANT_LABEL,
+            64 + 12 * self.instances.len() + 4 * self.table.len(),
+        )
+        .u64(self.job_id)
+        .u64(self.epoch)
+        .u64(self.serial)
+        .u32(self.launch)
+        .u32(self.cluster)
+        .u64(self.sent_at)
+        .u64(self.instances.len() as u64);
         for &i in self.instances {
             m = m.u32(i);
         }
         m = m.u64(self.requires.len() as u64);
         for &r in self.requires {
             m = m.u64(r);
+        }
+        m = m.u64(self.table.len() as u64);
+        for &n in self.table {
+            m = m.u32(n);
         }
         m.0
     }
@@ -876,6 +897,7 @@ mod tests {
 
     const INSTANCES: [u32; 3] = [2, 5, 9];
     const REQUIRES: [u64; 3] = [0, 4, 0];
+    const TABLE: [u32; 3] = [4, 1, 6];
 
     fn grant_fixture() -> (Grant<'static>, GrantKey) {
         let g = Grant {
@@ -887,6 +909,7 @@ mod tests {
             sent_at: 123,
             instances: &INSTANCES,
             requires: &REQUIRES,
+            table: &TABLE,
         };
         (g, GrantKey::from_seed(&[5; 32]).expect("a 32-byte seed"))
     }
@@ -922,6 +945,18 @@ mod tests {
                 requires: &[0, 0, 0],
                 ..g
             },
+            Grant {
+                table: &[1, 4, 6],
+                ..g
+            },
+            Grant {
+                table: &[4, 6],
+                ..g
+            },
+            Grant {
+                table: &[4, 1, 6, 2],
+                ..g
+            },
         ];
         for o in others {
             assert!(!verify_grant(&public, &o, &t), "{o:?}");
@@ -935,6 +970,13 @@ mod tests {
         assert!(g.covers(5, 4) && g.covers(2, 0) && g.covers(9, 0));
         assert!(!g.covers(5, 0), "requirements stripped");
         assert!(!g.covers(3, 0), "not granted");
+        // The tables an honest path carries: the granted one less the nodes visited.
+        for carried in [&[4, 1, 6][..], &[1, 6], &[6], &[]] {
+            assert!(g.carries(carried), "{carried:?}");
+        }
+        for altered in [&[1, 4, 6][..], &[4, 6], &[6, 1], &[1], &[1, 6, 2], &[3]] {
+            assert!(!g.carries(altered), "{altered:?}");
+        }
         // Unsorted or ragged lists are not a grant, whatever signs them.
         let unsorted = Grant {
             instances: &[5, 2, 9],

@@ -232,6 +232,7 @@ fn envelope_out(e: &crate::state::types::BalanceEnvelope) -> pb::BalanceMessage 
         grant_serial: g.serial,
         granted_instances: g.instances,
         granted_requires: g.requires,
+        granted_table: g.table,
         grant: g.signature,
     }
 }

@@ -480,6 +480,7 @@ mod tests {
             sent_at: 5,
             instances: &[0, 3],
             requires: &[0, 0],
+            table: &[2, 1],
         };
         let t = keys.grant(&g);
         assert!(ticket::verify_grant(&p, &g, &t));

@@ -1407,6 +1407,7 @@ impl Workflows {
             sent_at: r.sent_at,
             instances: granted.iter().map(|&(i, _)| i).collect(),
             requires: granted.iter().map(|&(_, q)| q).collect(),
+            table: r.table.iter().map(|n| n.0).collect(),
             signature: Vec::new(),
         })
     }
@@ -2830,56 +2831,89 @@ impl JobKind for Workflows {
                         // Only what a granted request sent to this node offers, once
                         // (`offers`): not instances the workflow lacks, none it was never
                         // offered, none another node claimed first (a replayed grant), none
-                        // whose requirements it lacks. What is refused does not run here, and
-                        // the node's machine is told to forget it (it counts it in its
-                        // instance table); an offer it could not meet is placed again.
-                        let attributes = here;
-                        let mut ours = Vec::new();
-                        let (mut refused, mut unmet) = (0usize, Vec::new());
-                        for &i in taken.iter() {
-                            let claim = if known(&i) {
-                                job.offers.claim(node.0, cluster.0, attributes, i.0)
-                            } else {
-                                Err(offers::Refused::NotOffered)
-                            };
-                            match claim {
-                                Ok(()) => ours.push(i),
-                                Err(offers::Refused::Unmet) => unmet.push(i.0),
-                                Err(_) => {
-                                    refused += 1;
-                                    job.dropped
-                                        .entry(node.0)
-                                        .or_default()
-                                        .insert(i.0, DROPPED_REPLIES);
-                                }
-                            }
-                        }
-                        if refused > 0 {
+                        // whose requirements it lacks, and no more than the acceptance rule
+                        // lets it take (MT × cores − x, x: what it took before and still
+                        // holds). What is refused does not run here, and the node's machine
+                        // is told to forget it (it counts it in its instance table); an offer
+                        // it could not meet, or took past the rule, is placed again.
+                        let n = node.0;
+                        let cores = cx.nodes.get(n).map_or(1, |rec| rec.spec.cores.max(1));
+                        let thresholds = self.thresholds;
+                        let queued: HashSet<u32> = job
+                            .assigned
+                            .get(&n)
+                            .map(|q| q.iter().copied().collect())
+                            .unwrap_or_default();
+                        let insts = &job.insts;
+                        // What its machine still holds of what it took: queued for it here, or
+                        // running there (not produced again there outside the machine).
+                        let still_holds = |i: u32| {
+                            insts.get(i as usize).is_some_and(|x| {
+                                !x.reproducing
+                                    && (queued.contains(&i)
+                                        || (x.st == St::Running && x.node == Some(n)))
+                            })
+                        };
+                        let claimed = job.offers.claim_reply(
+                            n,
+                            cluster.0,
+                            here,
+                            |held| thresholds.room(cores, held),
+                            still_holds,
+                            taken.iter().filter(|i| known(i)).map(|i| i.0),
+                        );
+                        // Refused: what `offers` refused, and what the workflow lacks.
+                        let refused: Vec<u32> = claimed
+                            .refused
+                            .iter()
+                            .copied()
+                            .chain(taken.iter().filter(|i| !known(i)).map(|i| i.0))
+                            .collect();
+                        if !refused.is_empty() {
                             warn!(
                                 job = jid,
-                                node = node.0,
-                                instances = refused,
+                                node = n,
+                                instances = refused.len(),
                                 "a PCDDB reply claims instances no request sent to the node \
                                  offers (unknown, already claimed, or a replayed grant): dropped"
                             );
                         }
-                        Self::hand_back(&mut job, node.0, unmet);
-                        if ours.is_empty() {
+                        if !claimed.over.is_empty() {
+                            warn!(
+                                job = jid,
+                                node = n,
+                                instances = claimed.over.len(),
+                                "a PCDDB reply claims more instances than the node may take \
+                                 (MT × cores less what it holds): the excess is dropped and \
+                                 placed again"
+                            );
+                        }
+                        if !refused.is_empty() {
+                            let dropped = job.dropped.entry(n).or_default();
+                            for i in refused {
+                                dropped.insert(i, DROPPED_REPLIES);
+                            }
+                        }
+                        Self::hand_back(&mut job, n, claimed.unmet);
+                        Self::hand_back(&mut job, n, claimed.over);
+                        if claimed.placed.is_empty() {
                             continue;
                         }
-                        let q = job.assigned.entry(node.0).or_default();
-                        q.extend(ours.iter().map(|t| t.0));
-                        *taken = ours;
+                        let q = job.assigned.entry(n).or_default();
+                        q.extend(claimed.placed.iter().copied());
+                        *taken = claimed.placed.into_iter().map(InstanceId).collect();
                     }
                     Body::Return(r) => {
                         // Only what a request sent to this node still offers comes back, with
                         // the requirements it was offered with: a return cannot pull back
                         // instances placed elsewhere or strip their requirements, nor — with
-                        // nothing of a request sent to the node — prune the launch node's table.
+                        // nothing of a request sent to the node, or a table that is not the
+                        // granted one less the nodes visited — prune the launch node's table.
                         let back = job.offers.hand_back(
                             node.0,
                             r.cluster.0,
                             r.sent_at,
+                            &r.table,
                             r.instances.iter().map(|w| w.instance.0),
                         );
                         if back.is_empty() {
@@ -2888,7 +2922,8 @@ impl JobKind for Workflows {
                                     job = jid,
                                     node = node.0,
                                     "a PCDDB return hands back nothing a request sent to the \
-                                     node still offers: ignored"
+                                     node still offers with that table (the granted one less \
+                                     the nodes visited): ignored"
                                 );
                             }
                             continue;

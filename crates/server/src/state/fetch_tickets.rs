@@ -64,6 +64,7 @@ impl State {
                     sent_at: g.sent_at,
                     instances: &g.instances,
                     requires: &g.requires,
+                    table: &g.table,
                 });
             }
         }

@@ -914,6 +914,8 @@ pub struct Granted {
     pub instances: Vec<u32>,
     /// Their requirements, in the same order.
     pub requires: Vec<u64>,
+    /// The underloaded table the request was sent with, in order (node ids).
+    pub table: Vec<u32>,
     /// The Ed25519 signature under the workflow's balancing key (empty until signed).
     pub signature: Vec<u8>,
 }

@@ -90,7 +90,8 @@ struct Agents {
 }
 
 /// Whether `env` carries a grant of request `r` that the balancing key of `j` (the workflow's
-/// `PcddbJob` in the same reply) verifies, granting exactly the instances `r` offers.
+/// `PcddbJob` in the same reply) verifies, granting exactly the instances `r` offers and the
+/// table it carries.
 fn granted(env: &pb::BalanceMessage, r: &AllocationRequest, j: &pb::PcddbJob) -> bool {
     let g = grant_of(env, r, j.epoch);
     let mut offered: Vec<u32> = r.instances.iter().map(|w| w.instance.0).collect();
@@ -98,6 +99,10 @@ fn granted(env: &pb::BalanceMessage, r: &AllocationRequest, j: &pb::PcddbJob) ->
     offered.dedup();
     ticket::verify_grant(&j.balance_key, &g, &env.grant)
         && offered == env.granted_instances
+        && r.table
+            .iter()
+            .map(|n| n.0)
+            .eq(env.granted_table.iter().copied())
         && r.instances
             .iter()
             .all(|w| g.covers(w.instance.0, w.requires))
@@ -118,6 +123,7 @@ fn grant_of<'a>(
         sent_at: r.sent_at,
         instances: &env.granted_instances,
         requires: &env.granted_requires,
+        table: &env.granted_table,
     }
 }
 
@@ -4079,6 +4085,250 @@ fn a_node_claims_or_hands_back_only_what_a_request_sent_to_it_offers() {
         "each instance offered once: a return from a node no request was sent to put none \
          back: {agents:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A node may take from a request it was sent no more than the acceptance rule allows: `MT ×
+/// cores − x` while it holds fewer than `LT × cores` (spec 05 §4 c b). An insider (or a faulty
+/// agent) sent a request of 20 instances, where its 2 cores under MT = 2 let it take 4, claims
+/// all 20 in its `reply`. The server places the first 4 claimed on it, tells its machine to
+/// forget the other 16 (`dropped`) and places them again — on the other node, which reports
+/// itself underloaded — and every instance runs once. Before, the node got all 20.
+#[test]
+fn a_node_claiming_more_than_mt_times_cores_less_what_it_holds_gets_no_more() {
+    let dir = scratch("pcddb-over-claim");
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            cluster_size: Some(2),
+            lt: Some(1),
+            mt: std::num::NonZeroU32::new(2),
+            ..Default::default()
+        },
+    );
+    let n0 = common::register(&mut s, "n0", 2);
+    let n1 = common::register(&mut s, "n1", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n0);
+    agents.beat(&mut s, n1);
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    // Only n0 reports itself underloaded: it takes the seed, then is sent the 20 spread
+    // instances in one request, of which its machine takes 4 and returns 16.
+    let mut captured = None;
+    for _ in 0..20 {
+        agents.self_check(n0);
+        let reply = agents.beat(&mut s, n0);
+        agents.finish_all(n0, true);
+        for env in reply.balance {
+            let msg: Message = serde_json::from_str(&env.message_json).expect("json");
+            if let Body::Request(r) = msg.body
+                && r.instances.len() == 20
+            {
+                captured = Some(r);
+            }
+        }
+        if captured.is_some() {
+            break;
+        }
+    }
+    let r = captured.expect("the request of the 20 spread instances");
+    assert_eq!(agents.machines[&n0].held(), 4, "MT × cores − 0: {agents:?}");
+    let order: Vec<InstanceId> = r.instances.iter().map(|w| w.instance).collect();
+    // The insider claims every instance of the request instead of returning 16.
+    agents.outbox.insert(
+        n0,
+        vec![pb::BalanceMessage {
+            job_id: job,
+            message_json: serde_json::to_string(&Message {
+                from: NodeId(n0),
+                to: r.launch,
+                body: Body::Reply {
+                    cluster: r.cluster,
+                    taken: order.clone(),
+                    remaining: 0,
+                },
+            })
+            .expect("json"),
+            ..Default::default()
+        }],
+    );
+    let reply = agents.beat(&mut s, n0);
+    let mut dropped = reply
+        .pcddb
+        .iter()
+        .find(|j| j.job_id == job)
+        .expect("n0 balances it")
+        .dropped
+        .clone();
+    dropped.sort_unstable();
+    let mut excess: Vec<u32> = order[4..].iter().map(|i| i.0).collect();
+    excess.sort_unstable();
+    assert_eq!(
+        dropped, excess,
+        "the machine forgets what it took past the rule"
+    );
+    // n0 runs what it holds and reports itself no more; n1 is underloaded at every check.
+    for _ in 0..60 {
+        agents.beat(&mut s, n0);
+        agents.finish_all(n0, true);
+        agents.self_check(n1);
+        agents.beat(&mut s, n1);
+        agents.finish_all(n1, true);
+        if s.get_job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(
+        s.get_job(job).expect("job").state,
+        "completed",
+        "{agents:?}"
+    );
+    let mut runs: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for &(node, i, _) in &agents.assigned {
+        runs.entry(i).or_default().push(node);
+    }
+    assert_eq!(runs.len(), 21, "every instance ran: {runs:?}");
+    for (i, nodes) in &runs {
+        let first_four = order[..4].contains(&InstanceId(*i)) || *i == 0;
+        let expected = if first_four { n0 } else { n1 };
+        assert_eq!(
+            nodes,
+            &[expected],
+            "instance {i} ran once, on n0 only if within what n0 may take: {runs:?}"
+        );
+    }
+    assert_eq!(
+        (agents.machines[&n0].held(), agents.machines[&n1].held()),
+        (0, 0),
+        "no machine holds an instance: {agents:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The underloaded table a request carries is signed into its grant, and a `return` counts
+/// only with a table the request's path can leave: the granted one less the nodes it visited.
+/// A node on the path that returns a request with its table altered (reordered, or stripped
+/// of nodes ahead, which the launch node would drop from its own table) hands back nothing:
+/// its instances stay offered, none goes out in another request. The same return with the
+/// table its path left hands them back, and the workflow completes. Before, the altered
+/// return put them in the next request at once.
+#[test]
+fn a_return_with_an_altered_underloaded_table_hands_back_nothing() {
+    let dir = scratch("pcddb-altered-table");
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            cluster_size: Some(2),
+            lt: Some(1),
+            mt: std::num::NonZeroU32::new(1),
+            ..Default::default()
+        },
+    );
+    let n0 = common::register(&mut s, "n0", 2);
+    let n1 = common::register(&mut s, "n1", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n0);
+    agents.beat(&mut s, n1);
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    // Both report themselves underloaded; the request of the 20 spread instances goes to the
+    // first, which takes 2 and passes it on to the other, which takes 2 and returns 16 with
+    // the table its path left (empty).
+    let mut captured = None;
+    for _ in 0..20 {
+        for n in [n0, n1] {
+            agents.self_check(n);
+            let reply = agents.beat(&mut s, n);
+            for env in reply.balance {
+                let msg: Message = serde_json::from_str(&env.message_json).expect("json");
+                if let Body::Request(r) = msg.body
+                    && r.instances.len() == 20
+                {
+                    assert_eq!(env.granted_table.len(), 2, "{env:?}");
+                    captured = Some(r);
+                }
+            }
+            if captured.is_some() {
+                break;
+            }
+            agents.finish_all(n, true);
+        }
+        if captured.is_some() {
+            break;
+        }
+    }
+    let r = captured.expect("the request of the 20 spread instances");
+    let last = r.table[1].0;
+    let outbox = agents.outbox.remove(&last).unwrap_or_default();
+    let (returns, others): (Vec<_>, Vec<_>) = outbox.into_iter().partition(|e| {
+        serde_json::from_str::<Message>(&e.message_json)
+            .is_ok_and(|m| matches!(m.body, Body::Return(_)))
+    });
+    let honest = returns
+        .into_iter()
+        .next()
+        .expect("the last node returns the rest");
+    let Body::Return(back) = serde_json::from_str::<Message>(&honest.message_json)
+        .expect("json")
+        .body
+    else {
+        unreachable!("a return");
+    };
+    assert_eq!(back.instances.len(), 16);
+    assert!(back.table.is_empty(), "{back:?}");
+    let rest: Vec<u32> = back.instances.iter().map(|w| w.instance.0).collect();
+    let altered = |table: Vec<NodeId>| pb::BalanceMessage {
+        message_json: serde_json::to_string(&Message {
+            from: NodeId(last),
+            to: r.launch,
+            body: Body::Return(AllocationRequest {
+                table: table.into(),
+                ..back.clone()
+            }),
+        })
+        .expect("json"),
+        ..honest.clone()
+    };
+    let mut outbox = others;
+    outbox.push(altered(vec![r.table[1], r.table[0]]));
+    outbox.push(altered(vec![r.table[0]]));
+    agents.outbox.insert(last, outbox);
+    let offered_again = |agents: &Agents| {
+        agents
+            .hops
+            .iter()
+            .flat_map(|h| h.3.iter())
+            .filter(|i| rest.contains(i))
+            .count()
+    };
+    let before = offered_again(&agents);
+    for _ in 0..5 {
+        for n in [n0, n1] {
+            agents.beat(&mut s, n);
+            agents.finish_all(n, true);
+            agents.self_check(n);
+        }
+    }
+    assert_eq!(
+        offered_again(&agents),
+        before,
+        "a return with an altered table handed its instances back: {agents:?}"
+    );
+    // The return with the table its path left hands them back.
+    agents.outbox.entry(last).or_default().push(honest);
+    for _ in 0..60 {
+        agents.round(&mut s, &[n0, n1]);
+        agents.finish_all(n0, true);
+        agents.finish_all(n1, true);
+        if s.get_job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(
+        s.get_job(job).expect("job").state,
+        "completed",
+        "{agents:?}"
+    );
+    assert_eq!(agents.assigned.len(), 21, "each ran once: {agents:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

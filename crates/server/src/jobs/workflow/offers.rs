@@ -24,8 +24,9 @@
 //! an agent sends at once for it), and a claim that comes later is refused as any claim of an
 //! instance no longer offered, so nothing runs twice either way.
 
+use hetsched_core::NodeId;
 use hetsched_core::policy::graph::pcddb::SharedTable;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 /// How long a granted request's instances stay offered ([`Offers::expire`]).
@@ -56,6 +57,23 @@ pub(super) enum Refused {
     Unmet,
 }
 
+/// What became of the instances one `reply` of a node claims ([`Offers::claim_reply`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Claimed {
+    /// Placed on the node, in the order claimed.
+    pub placed: Vec<u32>,
+    /// Not offered to the node ([`Refused::NotOffered`], [`Refused::NotForThisNode`]): the
+    /// offer, if any, stands for the nodes it was sent to; the node's machine forgets them.
+    pub refused: Vec<u32>,
+    /// Offered to the node, which does not meet their requirements ([`Refused::Unmet`]): no
+    /// longer offered, to be placed again.
+    pub unmet: Vec<u32>,
+    /// Offered to the node, but past what the acceptance rule lets it take now (`MT × cores −
+    /// x`, [`hetsched_core::policy::graph::Thresholds::room`]): no longer offered, to be
+    /// placed again, and the node's machine forgets them.
+    pub over: Vec<u32>,
+}
+
 /// The outstanding offers of one PCDDB workflow.
 #[derive(Default)]
 pub(super) struct Offers {
@@ -65,6 +83,11 @@ pub(super) struct Offers {
     /// (when granted, ns; serial) in grant order, for [`Offers::expire`]; a request forgotten
     /// since is skipped there.
     granted: VecDeque<(u64, u64)>,
+    /// Per node: the instances placed on it from its own replies that it may still hold (its
+    /// `x`, once those it no longer holds are pruned at its next reply), and each such
+    /// instance's node. An instance is listed for one node at most: bounded by the instances.
+    taken: HashMap<u32, HashSet<u32>>,
+    taker: HashMap<u32, u32>,
 }
 
 impl Offers {
@@ -142,15 +165,78 @@ impl Offers {
         Ok(())
     }
 
-    /// `node` hands back a request of `cluster` sent at `sent_at` (event e) with `instances`:
-    /// those of them a request with those fields, sent to the node, still offers, each with
-    /// the requirements it was offered with (not those the return says). They are no longer
-    /// offered (the launch node places them again); any other is left as it stands.
+    /// `node`, with attribute mask `attributes`, claims `taken` in one `reply` of `cluster`.
+    /// Each is checked as [`Offers::claim`] does, and those offered to it are placed only up
+    /// to `room(x)` — the acceptance rule (`MT × cores − x` while underloaded) for `x`, the
+    /// instances placed on the node from its earlier replies that it `still_holds` (queued
+    /// or running there) — in the order claimed. An instance it already holds and claims
+    /// again (a request re-sent after a retry or a restart) takes no second place, as its
+    /// machine gives it none. The excess is no longer offered: a node that claims more
+    /// than the rule allows (an insider, or a faulty agent) gets no more than an honest one.
+    pub(super) fn claim_reply(
+        &mut self,
+        node: u32,
+        cluster: u32,
+        attributes: u64,
+        room: impl FnOnce(u32) -> u32,
+        mut still_holds: impl FnMut(u32) -> bool,
+        taken: impl IntoIterator<Item = u32>,
+    ) -> Claimed {
+        let held = match self.taken.get_mut(&node) {
+            Some(set) => {
+                let gone: Vec<u32> = set.iter().copied().filter(|&i| !still_holds(i)).collect();
+                for i in gone {
+                    set.remove(&i);
+                    self.taker.remove(&i);
+                }
+                set.len() as u32
+            }
+            None => 0,
+        };
+        let room = room(held) as usize;
+        let mut out = Claimed::default();
+        let mut new = 0usize;
+        for i in taken {
+            match self.claim(node, cluster, attributes, i) {
+                Ok(()) => {
+                    let again = self.taken.get(&node).is_some_and(|s| s.contains(&i));
+                    if !again && new >= room {
+                        out.over.push(i);
+                        continue;
+                    }
+                    if !again {
+                        new += 1;
+                        if let Some(before) = self.taker.insert(i, node)
+                            && let Some(set) = self.taken.get_mut(&before)
+                        {
+                            set.remove(&i);
+                        }
+                        self.taken.entry(node).or_default().insert(i);
+                    }
+                    out.placed.push(i);
+                }
+                Err(Refused::Unmet) => out.unmet.push(i),
+                Err(_) => out.refused.push(i),
+            }
+        }
+        self.taken.retain(|_, set| !set.is_empty());
+        out
+    }
+
+    /// `node` hands back a request of `cluster` sent at `sent_at` (event e) with `table` and
+    /// `instances`: those of them a request with those fields, sent to the node, still offers,
+    /// each with the requirements it was offered with (not those the return says). They are no
+    /// longer offered (the launch node places them again); any other is left as it stands. A
+    /// return whose table is not the request's less the nodes it visited (a suffix of the table
+    /// it was granted with) hands back nothing: the launch node would drop the entries it
+    /// lacks from its own table, and a node on the path could prune the underloaded nodes it
+    /// liked (the request's instances stay offered, placed again after [`OFFER_TTL`]).
     pub(super) fn hand_back(
         &mut self,
         node: u32,
         cluster: u32,
         sent_at: u64,
+        table: &[NodeId],
         instances: impl IntoIterator<Item = u32>,
     ) -> Vec<(u32, u64)> {
         let mut back = Vec::new();
@@ -161,7 +247,7 @@ impl Offers {
             let fields = self
                 .requests
                 .get(&serial)
-                .is_some_and(|o| o.sent_at == sent_at);
+                .is_some_and(|o| o.sent_at == sent_at && o.table.ends_with(table));
             if fields && self.sent_to(serial, cluster, node) {
                 self.instances.remove(&i);
                 self.forget_one(serial);
@@ -205,12 +291,21 @@ impl Offers {
     fn len(&self) -> (usize, usize) {
         (self.instances.len(), self.requests.len())
     }
+
+    /// How many instances are listed as placed on nodes (for tests and memory bounds).
+    #[cfg(test)]
+    fn taken_len(&self) -> usize {
+        debug_assert_eq!(
+            self.taker.len(),
+            self.taken.values().map(HashSet::len).sum::<usize>()
+        );
+        self.taker.len()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hetsched_core::NodeId;
 
     fn table(nodes: &[u32]) -> SharedTable {
         nodes.iter().map(|&n| NodeId(n)).collect()
@@ -234,10 +329,83 @@ mod tests {
         );
         assert_eq!(o.len(), (1, 1));
         o.grant(0, 2, 0, 10, table(&[3, 4]), [(2, 0b100)]);
-        assert_eq!(o.hand_back(4, 0, 11, [2]), [], "send time");
-        assert_eq!(o.hand_back(6, 0, 10, [2]), [], "not sent there");
-        assert_eq!(o.hand_back(4, 0, 10, [2, 0, 7, 2]), [(2, 0b100)]);
+        let rest = table(&[4]);
+        assert_eq!(o.hand_back(4, 0, 11, &rest, [2]), [], "send time");
+        assert_eq!(o.hand_back(6, 0, 10, &rest, [2]), [], "not sent there");
+        assert_eq!(o.hand_back(4, 0, 10, &rest, [2, 0, 7, 2]), [(2, 0b100)]);
         assert_eq!(o.len(), (0, 0), "nothing left: nothing kept");
+    }
+
+    /// The acceptance rule of a node of 2 cores under LT = 1, MT = 2 per core.
+    fn rule(held: u32) -> u32 {
+        hetsched_core::policy::graph::Thresholds { lt: 1, mt: 2 }.room(2, held)
+    }
+
+    #[test]
+    fn a_reply_places_no_more_than_mt_times_cores_less_what_the_node_holds() {
+        let mut o = Offers::default();
+        o.grant(0, 1, 0, 10, table(&[3, 4]), (0..8).map(|i| (i, 0)));
+        // Node 3 holds nothing: it may take 4; it claims 6 (and one never offered).
+        let c = o.claim_reply(3, 0, 0, rule, |_| true, [5, 0, 1, 9, 2, 3, 4]);
+        assert_eq!(
+            c,
+            Claimed {
+                placed: vec![5, 0, 1, 2],
+                refused: vec![9],
+                unmet: vec![],
+                over: vec![3, 4],
+            }
+        );
+        assert_eq!(
+            o.len(),
+            (2, 1),
+            "the excess is offered no more: placed again"
+        );
+        // Holding 4 (≥ LT × cores = 2), it is not underloaded: it may take nothing.
+        o.grant(0, 2, 0, 20, table(&[3]), [(3, 0), (4, 0)]);
+        let c = o.claim_reply(3, 0, 0, rule, |_| true, [3]);
+        assert_eq!((c.placed, c.over), (vec![], vec![3]));
+        // Three of its four ended (no longer queued or running there): x = 1, so it may take
+        // 3; the one it still holds, claimed again, takes no second place.
+        o.grant(0, 3, 0, 30, table(&[3]), [(0, 0), (6, 0), (7, 0), (3, 0)]);
+        o.grant(0, 4, 0, 40, table(&[3]), [(4, 0)]);
+        let c = o.claim_reply(3, 0, 0, rule, |i| i == 0, [0, 6, 7, 3, 4]);
+        assert_eq!((c.placed, c.over), (vec![0, 6, 7, 3], vec![4]));
+        assert_eq!(o.taken_len(), 4);
+        // An instance placed on another node since is counted there only.
+        o.grant(0, 5, 0, 50, table(&[4]), [(6, 0)]);
+        let c = o.claim_reply(4, 0, 0, rule, |_| true, [6]);
+        assert_eq!(c.placed, vec![6]);
+        assert_eq!(o.taken_len(), 4, "6 moved from node 3 to node 4");
+        let c = o.claim_reply(3, 0, 0, rule, |_| false, []);
+        assert_eq!(c, Claimed::default());
+        assert_eq!(
+            o.taken_len(),
+            1,
+            "node 3 holds nothing any more: nothing kept"
+        );
+        assert_eq!(o.len(), (0, 0));
+    }
+
+    #[test]
+    fn a_return_whose_table_was_altered_on_the_way_hands_back_nothing() {
+        let mut o = Offers::default();
+        o.grant(0, 1, 0, 10, table(&[3, 4, 5]), [(0, 0), (1, 0b1)]);
+        for altered in [&[5, 4][..], &[3, 5], &[4, 5, 6], &[5, 3], &[4, 3, 5]] {
+            assert_eq!(
+                o.hand_back(3, 0, 10, &table(altered), [0, 1]),
+                [],
+                "{altered:?}"
+            );
+        }
+        assert_eq!(o.len(), (2, 1), "still offered");
+        // Node 4 could not reach node 5: the request returns with the table it left node 4
+        // with, the granted one less the nodes visited.
+        assert_eq!(
+            o.hand_back(5, 0, 10, &table(&[5]), [0, 1]),
+            [(0, 0), (1, 0b1)]
+        );
+        assert_eq!(o.len(), (0, 0));
     }
 
     #[test]
