@@ -1092,7 +1092,7 @@ impl Workflows {
             BalancerKind::Pcddb => {
                 // Clusters that lag a change of the live nodes (see `RECLUSTER_IDLE_NS`) are
                 // brought up to date before a launch node takes them.
-                if Self::live(cx) != self.clustered {
+                if !Self::live_ids(cx).eq(self.clustered.iter().copied()) {
                     self.recluster(cx);
                 }
                 let mut launch = LaunchNode::with_clusters(LAUNCH, Vec::new(), graph);
@@ -1892,9 +1892,12 @@ impl Workflows {
 
     /// The live nodes, by id.
     fn live(cx: &Ctx) -> Vec<u32> {
-        (0..cx.nodes.len() as u32)
-            .filter(|&n| Self::alive(cx, n))
-            .collect()
+        Self::live_ids(cx).collect()
+    }
+
+    /// The live nodes' ids, in order.
+    fn live_ids<'a>(cx: &'a Ctx) -> impl Iterator<Item = u32> + 'a {
+        (0..cx.nodes.len() as u32).filter(|&n| Self::alive(cx, n))
     }
 
     /// Whether every input of `i` is on a live node heard since the server started; if not, its
@@ -2727,13 +2730,14 @@ impl JobKind for Workflows {
                 }
             }
         }
-        let live = Self::live(cx);
         // A node that joined or left changes the clusters. While no PCDDB workflow runs
         // (nothing reads them but `hetsched nodes`) at most once per `RECLUSTER_IDLE_NS`:
         // 1,000 agents registering one after another cost 1,000 reclusters of a growing
         // cluster, each a sort of every node per broadcast. Round trips are measured only
         // while PCDDB balances, and a new one clusters at once (`clustered` cleared above).
-        if live != self.clustered {
+        // Compared in place: a list of the live nodes built at every beat was a sixth of an
+        // idle beat on 1,000 nodes.
+        if !Self::live_ids(cx).eq(self.clustered.iter().copied()) {
             let pcddb_runs = self.maybe_running.iter().any(|seq| {
                 self.jobs
                     .get(seq)
