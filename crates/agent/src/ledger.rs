@@ -11,14 +11,17 @@
 //! end TASK ATTEMPT                   # (older agents) the process ended
 //! usage TASK ATTEMPT USER_MS SYSTEM_MS MAX_RSS_BYTES    # what it used (written with its result)
 //! offload TASK ATTEMPT STARTED_NS DEVICES  # offloaded: the ANode's start and devices (`0,1`, `-`)
+//! fetch TASK ATTEMPT FETCH_MS        # a workflow instance: how long its inputs took to fetch
 //! result TASK ATTEMPT OK EXIT STARTED FINISHED MESSAGE   # it ended; the result awaits its ack
 //! acked TASK ATTEMPT                 # the server recorded that result
 //! ```
 //!
-//! A result's `usage` and `offload` lines come before its `result` line, in the same write, and
-//! only when it has them (a task whose usage was not measured, or that was not offloaded to an
-//! ANode, has none): a file written by an older agent, without them, is read as results without
-//! them, and an older agent skips the lines it does not know.
+//! A result's `usage`, `offload` and `fetch` lines come before its `result` line, in the same
+//! write, and only when it has them (a task whose usage was not measured, that was not offloaded
+//! to an ANode, or that fetched no inputs, has none): a file written by an older agent, without
+//! them, is read as results without them, and an older agent skips the lines it does not know.
+//! The `fetch` line keeps a replayed workflow result's `fetch_ms`: without it a result re-sent
+//! after a restart would say 0, and the server would keep the estimate its heartbeats gave.
 //!
 //! A result stays in the record until the server acknowledges it, so an agent SIGKILLed while the
 //! server was away re-sends, after its restart, the results of the tasks that finished meanwhile
@@ -173,7 +176,7 @@ fn parse_result(line: &str) -> Option<pb::TaskResult> {
         usage: None,
         offload_started_ns: 0,
         offload_devices: Vec::new(),
-        // Not kept in the ledger: the server keeps what the heartbeats said.
+        // From the `fetch` line before it, if any.
         fetch_ms: 0,
     })
 }
@@ -223,8 +226,14 @@ fn result_line(r: &pb::TaskResult) -> String {
             r.task_id, r.attempt, r.offload_started_ns
         )
     };
+    let fetch = if r.fetch_ms == 0 {
+        String::new()
+    } else {
+        format!("fetch {} {} {}\n", r.task_id, r.attempt, r.fetch_ms)
+    };
     usage
         + &offload
+        + &fetch
         + &format!(
             "result {} {} {} {} {} {} {}\n",
             r.task_id,
@@ -250,6 +259,7 @@ fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
     // follows them.
     let mut usage = HashMap::new();
     let mut offload = HashMap::new();
+    let mut fetch_ms = HashMap::new();
     for line in text.lines() {
         if line.starts_with("result ") {
             // Only a whole line counts (a torn last line has no message field and may be cut
@@ -260,6 +270,7 @@ fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
                     r.offload_started_ns = started;
                     r.offload_devices = devices;
                 }
+                r.fetch_ms = fetch_ms.remove(&(r.task_id, r.attempt)).unwrap_or(0);
                 live.remove(&(r.task_id, r.attempt));
                 unacked.insert((r.task_id, r.attempt), r);
             }
@@ -305,6 +316,13 @@ fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
             Some("offload") => {
                 if let Some(o) = parse_offload(f) {
                     offload.insert((task, attempt), o);
+                }
+            }
+            // Written with its `result` line, after it in the same write: a write torn inside
+            // this line lost that result too, so a damaged time is never read with it.
+            Some("fetch") => {
+                if let Some(ms) = f.next().and_then(|x| x.parse::<u64>().ok()) {
+                    fetch_ms.insert((task, attempt), ms);
                 }
             }
             _ => {}
@@ -761,6 +779,59 @@ mod tests {
         drop(l);
         let (_, found) = Ledger::recover(&dir).expect("recover");
         assert_eq!(found.results, vec![two, start_only], "after compaction");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A workflow instance's result says how long its inputs took to fetch (`fetch_ms`); re-sent
+    /// after the agent restarts (its server away meanwhile), it says so still, through the
+    /// ledger's compaction too. Before, the ledger did not keep it: the replayed result said 0.
+    #[test]
+    fn a_workflow_results_fetch_time_survives_a_restart_and_compaction() {
+        let dir = test_dir("fetch");
+        let fetched = pb::TaskResult {
+            task_id: 4,
+            attempt: 3,
+            success: true,
+            started_ns: 2_000_000_000,
+            finished_ns: 3_000_000_000,
+            fetch_ms: 1_750,
+            ..Default::default()
+        };
+        let none = pb::TaskResult {
+            task_id: 5,
+            attempt: 1,
+            success: true,
+            started_ns: 10,
+            finished_ns: 20,
+            ..Default::default()
+        };
+        let (mut l, _) = Ledger::recover(&dir).expect("recover");
+        l.finished(&fetched);
+        l.finished(&none);
+        drop(l); // SIGKILL
+        let (mut l, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(found.results, vec![fetched.clone(), none.clone()]);
+        let mut t = 100;
+        loop {
+            l.finished(&offloaded(t, vec![1]));
+            l.acked(t, 2);
+            t += 1;
+            if l.lines == l.unacked.len() {
+                break;
+            }
+            assert!(t < 100 + COMPACT_AFTER as u64, "never compacted");
+        }
+        let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");
+        assert!(text.contains("fetch 4 3 1750\nresult 4 3 1 "), "{text}");
+        assert!(!text.contains("fetch 5 "), "no line for no fetch: {text}");
+        drop(l);
+        let (_, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(found.results, vec![fetched, none], "after compaction");
+        // Another task's line, or a garbled one, gives this result no fetch time.
+        for bad in ["fetch 6 1 40", "fetch 5 1 4x", "fetch 5 1"] {
+            let (_, unacked) = parse_all(&format!("{bad}\nresult 5 1 1 0 10 20 \n"));
+            assert_eq!(unacked[&(5, 1)].fetch_ms, 0, "{bad}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 
