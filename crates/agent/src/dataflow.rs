@@ -865,7 +865,7 @@ pub fn check_outputs(a: &pb::Assignment, work_dir: &Path, result: &mut pb::TaskR
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// An instance that exited 0 without writing a declared output fails, naming it; one that
@@ -1787,12 +1787,12 @@ mod tests {
     }
 
     /// The data key the test producers' server gave them.
-    const KEY: [u8; 32] = [7; 32];
+    pub(crate) const KEY: [u8; 32] = [7; 32];
 
     /// A producer's agent (node `a`) on loopback: its data service over `work_dir`, holding
     /// `key` (none: its server has not answered yet), for callers with the agent token `t`.
     /// Returns its address, its key (to give one later) and the serving task.
-    async fn serve_producer(
+    pub(crate) async fn serve_producer(
         work_dir: &Path,
         key: Option<&[u8]>,
     ) -> (
@@ -1828,7 +1828,7 @@ mod tests {
     }
 
     /// The consumer's agent (node `b`): the agent token every agent holds.
-    fn consumer_auth() -> PeerAuth {
+    pub(crate) fn consumer_auth() -> PeerAuth {
         PeerAuth {
             token: "t".into(),
             ca: None,
@@ -1853,7 +1853,7 @@ mod tests {
 
     /// Output `name` of instance `wf/7/P-0` on node `a` (id 3), as the server names it for
     /// `consumer`'s task `task` attempt `attempt`, with its ticket.
-    fn signed_input(
+    pub(crate) fn signed_input(
         address: &str,
         name: &str,
         consumer: &str,

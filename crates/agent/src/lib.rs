@@ -264,6 +264,34 @@ struct Shared {
 }
 
 impl Shared {
+    /// The tasks a heartbeat lists: those started here (a workflow instance whose inputs are
+    /// still fetched says so, without a program start), then the queued ones.
+    fn reported_tasks(&self) -> Vec<pb::RunningTask> {
+        self.running
+            .iter()
+            .map(|(&task_id, t)| pb::RunningTask {
+                task_id,
+                attempt: t.attempt,
+                read_bytes: t.read_bytes,
+                spec: Some(t.spec),
+                queued: false,
+                started_ns: t.started_ns,
+                fetching: t.fetching,
+                program_started_ns: t.program_started_ns,
+            })
+            .chain(self.queue.iter().map(|q| pb::RunningTask {
+                task_id: q.a.task_id,
+                attempt: q.a.attempt,
+                read_bytes: 0,
+                spec: Some(q.a.spec),
+                queued: true,
+                started_ns: 0,
+                fetching: false,
+                program_started_ns: 0,
+            }))
+            .collect()
+    }
+
     /// Whether the multi-node tasks this node is a member of keep the agent: always while it
     /// runs on, and while it shuts down unless it stops its tasks (a signal without `--drain`,
     /// `node stop` without `--drain`, its time limit), when it leaves them (they are lost and
@@ -682,30 +710,7 @@ pub async fn run(
                 }
                 pb::HeartbeatRequest {
                     node_id: id,
-                    running: sh
-                        .running
-                        .iter()
-                        .map(|(&task_id, t)| pb::RunningTask {
-                            task_id,
-                            attempt: t.attempt,
-                            read_bytes: t.read_bytes,
-                            spec: Some(t.spec),
-                            queued: false,
-                            started_ns: t.started_ns,
-                            fetching: t.fetching,
-                            program_started_ns: t.program_started_ns,
-                        })
-                        .chain(sh.queue.iter().map(|q| pb::RunningTask {
-                            task_id: q.a.task_id,
-                            attempt: q.a.attempt,
-                            read_bytes: 0,
-                            spec: Some(q.a.spec),
-                            queued: true,
-                            started_ns: 0,
-                            fetching: false,
-                            program_started_ns: 0,
-                        }))
-                        .collect(),
+                    running: sh.reported_tasks(),
                     results: sh.results.clone(),
                     read_bytes_per_sec: read_bps,
                     available_memory_bytes: available_memory,
@@ -1908,6 +1913,157 @@ mod tests {
                 "{why:?}, --drain {drain}"
             );
         }
+    }
+
+    /// A workflow instance whose inputs are still being fetched is listed by the heartbeat as
+    /// `fetching`, without a program start; once its inputs are all here, as running, with its
+    /// program's start (after the fetch), and its result says how long the fetch took
+    /// (`fetch_ms`). The producer's agent holds no data key at first (its server has not
+    /// answered yet), so the consumer's fetch waits until the test gives it one.
+    #[tokio::test]
+    async fn a_workflow_instance_is_reported_fetching_until_its_inputs_are_here_then_running() {
+        use dataflow::tests::{KEY, consumer_auth, serve_producer, signed_input};
+        let root = std::env::temp_dir().join(format!("hetsched-fetching-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (producer, consumer) = (root.join("producer"), root.join("consumer"));
+        let out = producer.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::create_dir_all(&consumer).expect("consumer");
+        std::fs::write(out.join("x"), "x's data").expect("x");
+        let (address, key, server) = serve_producer(&producer, None).await;
+        let (ledger, _) = ledger::Ledger::recover(&consumer).expect("ledger");
+        let shared = Arc::new(Mutex::new(Shared {
+            running: HashMap::new(),
+            specs: HashMap::new(),
+            results: Vec::new(),
+            queue: VecDeque::new(),
+            busy_cores: 0,
+            busy_devices: HashMap::new(),
+            stopped_ended: false,
+            cpus: cpus::CpuPool::of_this_process(1),
+            ledger,
+            binding: None,
+            leaving: None,
+            signal_acks: Vec::new(),
+            chunks: Default::default(),
+            member_of: Vec::new(),
+            gathering: false,
+        }));
+        let opts = AgentOptions {
+            server: "http://127.0.0.1:1".into(),
+            token: "t".into(),
+            ca_pem: None,
+            name: "b".into(),
+            resources: detect::Resources {
+                cores: 1,
+                memory_bytes: 1 << 30,
+                accelerators: Vec::new(),
+            },
+            core_speed: 1.0,
+            disk_read_bw: 200e6,
+            work_dir: consumer.clone(),
+            no_exec: false,
+            log_listen: None,
+            log_tls: None,
+            drain: false,
+            kill_grace: launch::DEFAULT_KILL_GRACE,
+            processes: Default::default(),
+            accel: Default::default(),
+            advertise: None,
+            data: Default::default(),
+            exe: None,
+            time_limit: None,
+            idle_timeout: None,
+            run_as_owner: false,
+        };
+        let (notify, outside) = (Arc::new(Notify::new()), outside::Outside::default());
+        let (balance, auth) = (balance::Handle::default(), consumer_auth());
+        let launcher = Launcher {
+            shared: &shared,
+            notify: &notify,
+            outside: &outside,
+            opts: &opts,
+            pipeline: None,
+            balance: &balance,
+            auth: &auth,
+        };
+        let a = pb::Assignment {
+            task_id: 5,
+            attempt: 1,
+            spec: 9,
+            cores: 1,
+            instance_dir: "7/C-0".into(),
+            inputs: vec![signed_input(&address, "x", "b", 5, 1)],
+            outputs: vec!["o".into()],
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            key: 9,
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "cat {input:x} > {output:o}; sleep 1".into(),
+            ],
+            ..Default::default()
+        };
+        let reported = || {
+            let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let tasks = sh.reported_tasks();
+            assert_eq!(tasks.len(), 1, "listed until its program ends: {tasks:?}");
+            tasks[0].clone()
+        };
+        launcher.launch(
+            &mut shared.lock().unwrap_or_else(|p| p.into_inner()),
+            a,
+            Arc::new(spec),
+        );
+        // The fetch waits for the producer's key: fetching, no program started.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let t = reported();
+        assert!(
+            !t.queued && t.fetching && t.program_started_ns == 0 && t.started_ns > 0,
+            "{t:?}"
+        );
+        let released = launch::now_ns();
+        key.set(&KEY);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let t = loop {
+            let t = reported();
+            if !t.fetching {
+                break t;
+            }
+            assert!(Instant::now() < deadline, "still fetching: {t:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            t.program_started_ns >= released && t.started_ns < released,
+            "its program started once its input was here: {t:?}"
+        );
+        let r = loop {
+            if let Some(r) = shared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .results
+                .first()
+            {
+                break r.clone();
+            }
+            assert!(Instant::now() < deadline, "no result");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(r.success, "{r:?}");
+        assert_eq!(
+            r.fetch_ms,
+            (t.program_started_ns - t.started_ns) / 1_000_000,
+            "the fetch's time, from its start to its program's: {r:?}"
+        );
+        assert!(r.fetch_ms >= 700, "{r:?}");
+        assert_eq!(
+            std::fs::read_to_string(consumer.join("wf/7/C-0/out/o")).expect("output"),
+            "x's data"
+        );
+        server.abort();
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A workflow instance's preparation (its inputs fetched from producers' agents, which may
