@@ -2010,7 +2010,7 @@ mod tests {
             let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
             let tasks = sh.reported_tasks();
             assert_eq!(tasks.len(), 1, "listed until its program ends: {tasks:?}");
-            tasks[0].clone()
+            tasks[0]
         };
         launcher.launch(
             &mut shared.lock().unwrap_or_else(|p| p.into_inner()),

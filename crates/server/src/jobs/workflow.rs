@@ -33,10 +33,11 @@
 //!   later heartbeat reports room, and failed once it was lost so `max_attempts` times (stored,
 //!   `wf_instances.disk_losses`): a cluster whose every disk is full ends the job, saying why.
 //!   When a node runs short of room (such a result, or its report below its floor), the
-//!   instances with inputs placed there and not started — waiting for it here, or in its
-//!   agent's queue, offloaded ones included — go elsewhere at once, no attempt lost
-//!   (`Workflows::take_back`), and none is sent there while it stays short; one taken from the
-//!   agent's queue never started, so it runs again under the same attempt number
+//!   instances with inputs placed there whose program has not started — waiting for it here,
+//!   in its agent's queue, or still fetching their inputs there (`Inst::fetching`), offloaded
+//!   ones included — go elsewhere at once, no attempt lost (`Workflows::take_back`), and none
+//!   is sent there while it stays short; one taken from the agent's queue or its fetch never
+//!   started its program, so it runs again under the same attempt number
 //!   (`Inst::unstarted`), on any node but that one (`Inst::taken_back_from`);
 //! - every run again (a retry, a loss, a ready instance after a restart) is placed by the
 //!   machine like a ready instance ([`LaunchNode::resubmit`], [`Dispatcher::resubmit`]): under
@@ -446,7 +447,8 @@ struct Inst {
     /// offloads still running ([`JobKind::offloaded_to`]) so that the ANode's loss re-runs them.
     executed: Option<u32>,
     /// Whether its attempt number names no run: that attempt was taken back from its agent's
-    /// queue before it started ([`Workflows::take_back`]), so its next dispatch reuses the
+    /// queue, or from the fetch of its inputs, before its program started
+    /// ([`Workflows::take_back`]), so its next dispatch reuses the
     /// number (a hand-back is no attempt: a user reads `attempt 2` as a second run, and
     /// `HETSCHED_ATTEMPT` says so to the command) — except on a node in
     /// [`Inst::taken_back_from`]. Stored (`wf_instances.unstarted`), so a restart keeps it.
@@ -1292,18 +1294,22 @@ impl Workflows {
     }
 
     /// Node `n` has no room for inputs on its disk ([`Self::room_for_inputs`]): every instance
-    /// of `job` that fetches inputs, was placed there and has not started goes back to the
-    /// job's machine, which places it on a node with room (`n`'s mask lacks [`Word::Room`]
-    /// now). Those are the instances waiting on the server for the node (`assigned`) and those
-    /// sent beyond its free cores that wait in its agent's queue (`prefetch`), which `out`
-    /// tells the agent to drop (it never started them, so it reports nothing for them). None
-    /// counts a lost attempt: none found the disk full, and each would otherwise start there
-    /// in turn, find no room and count a disk loss against `max_attempts`; one taken back from
-    /// the agent's queue runs again under the same attempt number ([`Inst::unstarted`]).
-    /// Instances bound for an ANode (offloaded) go back too: an NNode fetches their inputs on
-    /// its own disk first. An instance already started (fetching, or running) is left to end
-    /// as it will: the agent reports nothing that tells fetching from running. Returns how
-    /// many went back.
+    /// of `job` that fetches inputs, was placed there and whose program has not started goes
+    /// back to the job's machine, which places it on a node with room (`n`'s mask lacks
+    /// [`Word::Room`] now). Those are the instances waiting on the server for the node
+    /// (`assigned`), those sent beyond its free cores that wait in its agent's queue
+    /// (`prefetch`), and those its agent says still fetch their inputs (`fetching`, from its
+    /// heartbeats: [`Self::note_fetching`], which this beat's report has just updated). `out`
+    /// tells the agent to drop the queued ones and stop the fetching ones (the result it sends
+    /// for a stopped one is `n`'s, which no longer speaks for the instance). None counts a lost attempt: none found the disk full — a fetch still running
+    /// there would likely stop at the floor, count a disk loss against `max_attempts` and only
+    /// then go elsewhere, meanwhile holding its cores and what it wrote — and each runs again
+    /// under the same attempt number ([`Inst::unstarted`]), never on `n`. Instances bound for an
+    /// ANode (offloaded) go back too: an NNode fetches their inputs on its own disk first. An
+    /// instance whose program runs is left to end as it will (its inputs are all here). One
+    /// whose program started in the moment between its agent's heartbeat and the stop is
+    /// stopped with it, a moment of its run lost; it still runs elsewhere as the same attempt.
+    /// Returns how many went back.
     fn take_back(&mut self, cx: &mut Ctx, job: &mut WfJob, n: u32, out: &mut Outbox) -> usize {
         let mut back = Vec::new();
         if let Some(q) = job.assigned.remove(&n) {
@@ -1320,7 +1326,8 @@ impl Workflows {
             .filter(|&(&i, &(at, _, _))| {
                 at == n
                     && Self::fetches_inputs(job, i)
-                    && cx.nodes.prefetch.queued.contains(job.task_id(i))
+                    && (cx.nodes.prefetch.queued.contains(job.task_id(i))
+                        || job.insts.get(i as usize).is_some_and(|x| x.fetching))
             })
             .map(|(&i, _)| i)
             .collect();
@@ -1339,8 +1346,10 @@ impl Workflows {
             });
             x.st = St::Ready;
             x.node = None;
-            // Never started: its number names no run, and goes to its next dispatch (not
-            // back to this node's agent, which may hold it still if the kill is lost).
+            x.fetching = false;
+            // Its program never started: its number names no run, and goes to its next
+            // dispatch (not back to this node's agent, which may hold it still if the kill is
+            // lost).
             x.unstarted = true;
             if !x.taken_back_from.contains(&n) {
                 x.taken_back_from.push(n);

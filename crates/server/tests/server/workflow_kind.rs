@@ -1909,6 +1909,129 @@ fn an_instance_taken_back_from_a_short_nodes_queue_runs_elsewhere_as_the_same_at
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Node `n` beats with its (task, attempt, fetching) started instances — `fetching`: its agent
+/// says its inputs are still being fetched, its program not started — `results`, and its disk
+/// `free` bytes free over a 1 GiB floor.
+fn beat_fetching(
+    s: &mut State,
+    n: u32,
+    running: &[(u64, u32, bool)],
+    results: Vec<pb::TaskResult>,
+    free: u64,
+) -> pb::HeartbeatReply {
+    let mut req = pb::HeartbeatRequest {
+        disk_free_bytes: Some(free),
+        min_free_disk: 1 << 30,
+        ..heartbeat_request(n, &[], &[])
+    };
+    req.running = running
+        .iter()
+        .map(|&(task_id, attempt, fetching)| pb::RunningTask {
+            task_id,
+            attempt,
+            started_ns: 1_000,
+            fetching,
+            program_started_ns: if fetching { 0 } else { 2_000 },
+            ..Default::default()
+        })
+        .collect();
+    req.results = results;
+    s.heartbeat(req).expect("heartbeat")
+}
+
+/// An instance still fetching its inputs on a node whose disk runs short has not started its
+/// program, and its fetch would likely stop at the disk's floor: it is taken back as a queued
+/// one is — its agent told to stop it, listed ready — and runs on a node with room as the same
+/// attempt, no attempt lost, while the instance whose program already runs there is left to
+/// end. The stopped fetch's result, from the node it left, changes nothing. Before, it was
+/// left there (the agent reported nothing that told fetching from running) until its fetch
+/// failed for want of room.
+#[test]
+fn an_instance_fetching_on_a_node_whose_disk_ran_short_runs_elsewhere_as_the_same_attempt() {
+    const GIB: u64 = 1 << 30;
+    let dir = scratch("no-room-fetching");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let a = common::register(&mut s, "a", 2);
+    beat_fetching(&mut s, a, &[], Vec::new(), 10 * GIB);
+    let job = s
+        .submit("wf.toml", &producer_and_consumers("centralised", 2), "/")
+        .expect("submit")
+        .job_id;
+    let r = beat_fetching(&mut s, a, &[], Vec::new(), 10 * GIB);
+    let p = (r.assignments[0].task_id, r.assignments[0].attempt);
+    let r = beat_fetching(&mut s, a, &[], vec![succeeded(p.0, p.1)], 10 * GIB);
+    let sent: Vec<(u64, u32)> = r
+        .assignments
+        .iter()
+        .map(|x| (x.task_id, x.attempt))
+        .collect();
+    assert_eq!(sent.len(), 2, "both consumers start on a: {sent:?}");
+    let (fetching, running) = (sent[0], sent[1]);
+    let on_a = [
+        (fetching.0, fetching.1, true),
+        (running.0, running.1, false),
+    ];
+    let r = beat_fetching(&mut s, a, &on_a, Vec::new(), 10 * GIB);
+    assert!(r.kill.is_empty(), "room enough: nothing stopped");
+    // The disk runs short: the fetching one is stopped, the running one left alone.
+    let r = beat_fetching(&mut s, a, &on_a, Vec::new(), GIB / 2);
+    let killed: Vec<(u64, u32)> = r.kill.iter().map(|k| (k.task_id, k.attempt)).collect();
+    assert_eq!(killed, [fetching], "the fetching consumer is taken back");
+    let listed = |s: &State, id: u64| {
+        s.tasks(job)
+            .expect("tasks")
+            .tasks
+            .into_iter()
+            .find(|t| t.id == id)
+            .expect("listed")
+    };
+    let t = listed(&s, fetching.0);
+    assert_eq!(
+        (t.state.as_str(), t.attempt, t.fetching, t.message.as_str()),
+        ("ready", 1, false, ""),
+        "{t:?}"
+    );
+    assert_eq!(listed(&s, running.0).state, "running");
+    // Its agent's result for the stopped fetch comes from the node it left: nothing changes.
+    let stopped = pb::TaskResult {
+        task_id: fetching.0,
+        attempt: fetching.1,
+        exit_code: -1,
+        message: "killed at the server's request while its inputs were fetched".into(),
+        started_ns: 3_000,
+        finished_ns: 3_000,
+        ..Default::default()
+    };
+    let r = beat_fetching(
+        &mut s,
+        a,
+        &[(running.0, running.1, false)],
+        vec![stopped],
+        GIB / 2,
+    );
+    assert!(r.assignments.is_empty(), "none sent to the short node");
+    assert_eq!(listed(&s, fetching.0).state, "ready");
+    let b = common::register(&mut s, "b", 2);
+    let r = beat_fetching(&mut s, b, &[], Vec::new(), 10 * GIB);
+    let on_b: Vec<(u64, u32)> = r
+        .assignments
+        .iter()
+        .map(|x| (x.task_id, x.attempt))
+        .collect();
+    assert_eq!(on_b, [fetching], "runs on b as the same attempt");
+    beat_fetching(&mut s, b, &[], vec![succeeded(fetching.0, 1)], 10 * GIB);
+    beat_fetching(&mut s, a, &[], vec![succeeded(running.0, 1)], GIB / 2);
+    assert_eq!(s.job(job).expect("job").state, "completed");
+    for t in &s.tasks(job).expect("tasks").tasks[1..] {
+        assert_eq!(
+            (t.state.as_str(), t.attempt, t.failed_attempts),
+            ("succeeded", 1, 0),
+            "{t:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The node an instance was taken back from is never sent that attempt number again: had the
 /// reply that told its agent to drop it been lost, the agent may have started it, and its kill,
 /// its result and its log files would name two runs. So when the node has room again and the
