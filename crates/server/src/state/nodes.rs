@@ -76,6 +76,12 @@ pub struct NodeRec {
     /// scheduler (not alive, its figures past a bound replaced by none, [`out_of_bounds_stand_in`])
     /// until its agent registers again, which checks the figures anew; `None`: within bounds.
     pub out_of_bounds: Option<String>,
+    /// Kept out at a restart ([`NodeRec::out_of_bounds`]) and not declared dead since: the work
+    /// recorded on it is that of a node not heard from since the restart, given back as that
+    /// node's is once the restart grace is over ([`NodeRec::dies_at`]) — although the node is
+    /// not alive, which alone would keep the dead-node check from ever looking at it. Cleared
+    /// when it is declared dead (its work given back once) or its agent registers again.
+    pub kept_out_awaiting_return: bool,
 }
 
 impl NodeRec {
@@ -94,14 +100,15 @@ impl NodeRec {
     /// When the node is declared dead if nothing more is heard from it; None while it cannot
     /// be: dead (or removed) already, or living by an open `AwaitWork` with no task here.
     /// Nodes not heard from since this server started get [`RESTART_GRACE`] dead timeouts (at
-    /// least 5 s).
+    /// least 5 s) — a node kept out at the restart too, although not alive
+    /// ([`NodeRec::kept_out_awaiting_return`]): the work recorded on it is given back then.
     pub fn dies_at(&self, timeout: Duration) -> Option<Instant> {
         // An agent holding `AwaitWork` open lives (its connection does; TCP keepalive checks
         // it) — but only while no task runs here: an agent with tasks beats every
         // `heartbeat_interval`, and one whose beats stop while its connection stays up must
         // still give its tasks back.
         let lives_by_its_call = self.awaiting > 0 && self.running.is_empty();
-        if !self.alive || lives_by_its_call {
+        if (!self.alive && !self.kept_out_awaiting_return) || lives_by_its_call {
             return None;
         }
         let limit = if self.seen {
@@ -136,6 +143,7 @@ impl NodeRec {
             work_dir: String::new(),
             version: String::new(),
             out_of_bounds: None,
+            kept_out_awaiting_return: false,
         }
     }
 }
@@ -449,6 +457,7 @@ impl Nodes {
         let mut rec = NodeRec::new(spec, row.identity, row.removed, false);
         if out_of_bounds.is_some() {
             rec.alive = false;
+            rec.kept_out_awaiting_return = true;
         }
         rec.out_of_bounds = out_of_bounds;
         rec.hostname = hostname;
@@ -485,6 +494,8 @@ impl Nodes {
             if let Some(rec) = self.recs.get_mut(id as usize) {
                 rec.left = Some(Leave::from_code(code).unwrap_or(Leave::Signal));
                 rec.alive = false;
+                // It left with nothing running: nothing to wait for.
+                rec.kept_out_awaiting_return = false;
                 view.set_alive(NodeId(id), false)?;
             }
         }
@@ -496,6 +507,7 @@ impl Nodes {
     pub(super) fn carry_over(&mut self, old: &Nodes) {
         for (new, old) in self.recs.iter_mut().zip(&old.recs) {
             new.alive = old.alive;
+            new.kept_out_awaiting_return = old.kept_out_awaiting_return;
             new.seen = old.seen;
             new.last_seen = old.last_seen;
             new.awaiting = old.awaiting;
@@ -759,6 +771,7 @@ impl State {
             // Its figures were checked with this registration: a stored description past a
             // bound is replaced above, or kept as its stand-in (its devices differ, or work holds
             // part of it), which takes nothing past a bound.
+            rec.kept_out_awaiting_return = false;
             if let Some(why) = rec.out_of_bounds.take() {
                 info!(node = %name, was = %why, "a node whose stored description was past a registration bound registered again");
             }
@@ -1158,6 +1171,8 @@ impl State {
             return Ok(());
         };
         n.alive = false;
+        // A node kept out at the restart is declared dead once, as any node not back is.
+        n.kept_out_awaiting_return = false;
         // What it ran while the server was down is never confirmed: not credited.
         if let Some(d) = &mut self.downtime {
             d.forget_node(id);

@@ -550,3 +550,61 @@ fn a_stored_node_past_a_registration_bound_takes_no_work_until_its_agent_registe
     );
     assert_eq!(assigned(&beat(&mut s, 0, &[], &[])), vec![(1, 1), (2, 1)]);
 }
+
+/// A node kept out at a restart (its stored row past a registration bound) is not alive, but
+/// the work recorded on it when the server stopped is still its: if its agent never registers
+/// again, that work is given back as a node's that did not come back after a restart is — once
+/// the restart grace (at least 5 s) is over, and once. Before, the dead-node check skipped it
+/// (it starts not alive) and its task stayed running for ever.
+#[test]
+fn a_stored_node_kept_out_past_a_bound_gives_back_its_tasks_after_the_restart_grace() {
+    let d = dir("out-of-bounds-lost");
+    {
+        let mut s = open(&d);
+        let big = common::register(&mut s, "big", 1);
+        s.submit("job.toml", JOB, "/").expect("submit");
+        assert_eq!(assigned(&beat(&mut s, big, &[], &[])), vec![(0, 1)]);
+    }
+    {
+        let db = rusqlite::Connection::open(d.join("state.db")).expect("db");
+        let edited = db
+            .execute(
+                "UPDATE nodes SET spec = replace(spec, '\"memory_bytes\":1073741824', \
+                 '\"memory_bytes\":18446744073709551615') WHERE name = 'big'",
+                [],
+            )
+            .expect("edit");
+        assert_eq!(edited, 1);
+    }
+    let mut s = open(&d);
+    let ok = common::register(&mut s, "ok", 3);
+    assert_eq!(assigned(&beat(&mut s, ok, &[], &[])), vec![(1, 1), (2, 1)]);
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
+    assert_eq!(
+        states(&s)[0],
+        ("running".into(), 1),
+        "within the kept-out node's restart grace"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(5_100));
+    beat(&mut s, ok, &[(1, 1), (2, 1)], &[]);
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
+    let task = &s.tasks(1).expect("tasks").tasks[0];
+    assert_eq!(task.state, "pending", "{task:?}");
+    assert!(task.message.contains("big"), "{task:?}");
+    assert_eq!(
+        assigned(&beat(&mut s, ok, &[(1, 1), (2, 1)], &[])),
+        vec![(0, 2)],
+        "it runs elsewhere, as its next attempt"
+    );
+    // Given back once: a later check loses nothing more (max_attempts = 2 would fail it).
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
+    beat(&mut s, ok, &[(0, 2), (1, 1), (2, 1)], &[]);
+    assert_eq!(states(&s)[0], ("running".into(), 2));
+    let big = s
+        .nodes(true)
+        .nodes
+        .into_iter()
+        .find(|n| n.name == "big")
+        .expect("listed");
+    assert!(!big.alive && !big.out_of_bounds.is_empty(), "{big:?}");
+}
