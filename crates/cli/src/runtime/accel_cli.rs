@@ -18,8 +18,8 @@ pub fn agent_accel_options(
         .clone()
         .or(config.rack.clone())
         .unwrap_or_else(|| DEFAULT_RACK.to_string());
-    if rack.is_empty() || rack.len() > 128 || rack.chars().any(char::is_control) {
-        anyhow::bail!("--rack `{rack}`: a rack name is 1 to 128 characters, no control characters");
+    if let Some(problem) = rack_problem(&rack) {
+        anyhow::bail!("--rack `{}`: {problem}", shown(&rack));
     }
     let listen = match a.accel_listen.as_deref() {
         Some("none") => None,
@@ -41,6 +41,26 @@ pub fn agent_accel_options(
         _ => None,
     };
     Ok(hetsched_agent::accel::AccelOptions { rack, listen, tls })
+}
+
+/// Why the agent cannot name rack `rack`, if it cannot: it must be 1 to
+/// [`MAX_RACK_NAME_BYTES`](hetsched_core::model::cluster::MAX_RACK_NAME_BYTES) bytes without
+/// control or invisible formatting characters — the bounds the server checks at registration
+/// ([`hetsched_server::limits::rack`], with the same [`hetsched_core::text::unshown_problem`]),
+/// so an agent it would refuse stops at its start, naming the flag, rather than registering
+/// in a loop.
+fn rack_problem(rack: &str) -> Option<String> {
+    use hetsched_core::model::cluster::MAX_RACK_NAME_BYTES;
+    const RULE: &str =
+        "a rack name is 1 to 128 bytes, no control or invisible formatting characters";
+    const _: () = assert!(MAX_RACK_NAME_BYTES == 128, "RULE states the bound");
+    if rack.is_empty() {
+        return Some(format!("is empty; {RULE}"));
+    }
+    if rack.len() > MAX_RACK_NAME_BYTES {
+        return Some(format!("is {} bytes long; {RULE}", rack.len()));
+    }
+    hetsched_core::text::unshown_problem(rack).map(|problem| format!("{problem}; {RULE}"))
 }
 
 /// A node's role in accelerator sharing: `ANode` (has accelerators) or `NNode`.
@@ -197,4 +217,65 @@ pub async fn bindings(args: &super::ClientArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// `hetsched agent`'s flags alone.
+    #[derive(Parser)]
+    struct Agent {
+        #[command(flatten)]
+        args: crate::runtime::serve::AgentArgs,
+    }
+
+    fn options_with_rack(rack: &str) -> anyhow::Result<hetsched_agent::accel::AccelOptions> {
+        let agent = Agent::try_parse_from(["agent", "--rack", rack]).expect("flags");
+        agent_accel_options(&agent.args, &Default::default())
+    }
+
+    /// A rack the server would refuse at registration (an invisible formatting character: a
+    /// bidi override, a zero-width space) stops the agent at its start, naming `--rack` and
+    /// the character by its place. Before, only control characters were refused here, and such
+    /// an agent was refused at every registration.
+    #[test]
+    fn a_rack_with_an_invisible_character_is_refused_at_the_agents_start_naming_the_flag() {
+        for (rack, problem) in [
+            (
+                "r1\u{202e}",
+                "character 3 is U+202E RIGHT-TO-LEFT OVERRIDE, which is not allowed",
+            ),
+            ("r\u{200b}1", "character 2 is U+200B ZERO WIDTH SPACE"),
+            ("r\u{1b}1", "character 2 is U+001B (a control character)"),
+        ] {
+            let err = options_with_rack(rack).expect_err(rack).to_string();
+            assert!(err.starts_with("--rack `"), "{err}");
+            assert!(err.contains(problem), "{err}");
+            assert!(
+                !err.chars().any(hetsched_core::text::hidden),
+                "the message shows the rack escaped: {err}"
+            );
+            assert!(
+                hetsched_server::limits::rack(rack).is_err(),
+                "the server refuses it too"
+            );
+        }
+        let err = options_with_rack("").expect_err("empty").to_string();
+        assert!(err.starts_with("--rack ``: is empty"), "{err}");
+        let long = "r".repeat(129);
+        let err = options_with_rack(&long).expect_err("long").to_string();
+        assert!(err.contains("is 129 bytes long"), "{err}");
+    }
+
+    /// A rack the server takes is taken here too.
+    #[test]
+    fn a_rack_the_server_takes_is_taken_at_the_agents_start() {
+        for rack in ["r1", "salle-b/rangée 3", &"r".repeat(128)] {
+            assert!(hetsched_server::limits::rack(rack).is_ok());
+            let options = options_with_rack(rack).expect(rack);
+            assert_eq!(options.rack, rack);
+        }
+    }
 }
