@@ -22,6 +22,7 @@
 //! [`DivisibleSpec::check_input_len`].
 
 use super::cluster::at;
+use super::limits::task_memory_problem;
 use super::units::Duration;
 use super::workload::{Command, MAX_RETRIES};
 use super::{InputError, Source, Step};
@@ -300,6 +301,18 @@ pub fn check(src: &Source<'_>, index: usize, d: &DivisibleSpec) -> Result<(), In
             "must be at least 1 byte (leave it out when a unit needs no memory worth counting)",
         ));
     }
+    // One unit runs on one node: past what a batch task may hold (1 PiB, what one node may
+    // have), it fits no node; refused in the batch bound's words.
+    if let Some(problem) = d
+        .memory_per_unit
+        .and_then(|m| task_memory_problem(m.as_u64()))
+    {
+        return Err(src.error(
+            value_at(src, index, "memory_per_unit").or_else(|| at(&d.name)),
+            field("memory_per_unit"),
+            problem,
+        ));
+    }
     // Agents count a chunk's time limit in whole milliseconds, 0 meaning none: a shorter one
     // (`"500us"`, `"0s"`) was accepted and ran every chunk without a limit.
     if d.time_limit
@@ -356,6 +369,33 @@ mod tests {
         assert_eq!(d.algo(), crate::policy::divisible::Algo::Umrlm);
         assert_eq!(d.input_bytes(), 600 * 512);
         assert_eq!(d.memory_per_unit.map(|m| m.as_u64()), Some(4096));
+    }
+
+    /// `memory_per_unit` past what a batch task may hold (1 PiB) is refused at its line and
+    /// column, in the batch bound's words; 1 PiB itself is taken. Before, any figure was taken.
+    #[test]
+    fn a_memory_per_unit_past_a_batch_tasks_bound_is_refused_naming_the_field() {
+        use crate::input::limits::MAX_TASK_MEMORY;
+        let past = MAX_TASK_MEMORY + 1;
+        let e = err(&format!(
+            "units = 10\ncommand = \"mm {{start}} {{end}}\"\nmemory_per_unit = {past}\n"
+        ));
+        assert!(
+            e.starts_with("job.toml:5:19: divisible[0].memory_per_unit: ")
+                && e.contains(&format!(
+                    "{past} bytes is more than a task may take, {MAX_TASK_MEMORY} (1 PiB)"
+                )),
+            "{e}"
+        );
+        let w = parse_workload(
+            "job.toml",
+            &job("units = 10\ncommand = \"mm {start} {end}\"\nmemory_per_unit = \"1PiB\"\n"),
+        )
+        .expect("at the bound");
+        assert_eq!(
+            w.divisible[0].memory_per_unit.map(|m| m.as_u64()),
+            Some(MAX_TASK_MEMORY)
+        );
     }
 
     #[test]

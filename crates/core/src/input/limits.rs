@@ -31,7 +31,8 @@ pub const MAX_APP_NAME: usize = 128;
 /// The most memory one batch task may hold, as its variant's `memory` or `hetsched update
 /// --memory` gives it: what one node may have ([`MAX_NODE_MEMORY`](super::cluster::MAX_NODE_MEMORY),
 /// 1 PiB), since a task runs on one node. Submission and `update` refuse more with the same words
-/// ([`task_memory_problem`]).
+/// ([`task_memory_problem`]), and so do a workflow task's `memory` (one instance) and a divisible
+/// job's `memory_per_unit` (one unit), which run on one node too.
 pub const MAX_TASK_MEMORY: u64 = super::cluster::MAX_NODE_MEMORY;
 
 /// Why a task cannot hold `bytes` of memory, if it cannot: more than [`MAX_TASK_MEMORY`]. The

@@ -27,6 +27,7 @@
 use super::cluster::at;
 use super::workflow::{Costs, ParsedWorkflow, parse_workflow_with};
 use super::{InputError, Source};
+use crate::input::limits::task_memory_problem;
 use crate::input::workload::{Command, MAX_RETRIES};
 use crate::model::Resources;
 use crate::policy::graph::BalancerKind;
@@ -149,6 +150,13 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
                 field("retries"),
                 format!("must be at most {MAX_RETRIES}"),
             ));
+        }
+        // A batch task's bound, in its words: an instance runs on one node, and the sums of
+        // what instances hold must not overflow the scheduler's.
+        if let Some(m) = &t.memory
+            && let Some(problem) = task_memory_problem(m.get_ref().as_u64())
+        {
+            return Err(src.error(at(m), field("memory"), problem));
         }
         tasks.push(RuntimeTask {
             argv,
@@ -457,6 +465,46 @@ time_limit = "10s"
             e.starts_with("wf.toml:8:") && e.contains("task[0].retries: must be at most 100"),
             "{e}"
         );
+    }
+
+    /// A task's `memory` past what a batch task may hold (1 PiB) is refused at parse time, at its
+    /// line and column, in the batch bound's words; 1 PiB itself is taken. Before, any figure
+    /// was taken, up to 16 EiB.
+    #[test]
+    fn a_task_memory_past_a_batch_tasks_bound_is_refused_naming_the_field() {
+        use crate::input::limits::MAX_TASK_MEMORY;
+        let past = MAX_TASK_MEMORY + 1;
+        let e = parse_runtime_workflow(
+            "wf.toml",
+            &GOOD.replace("retries = 2", &format!("retries = 2\nmemory = {past}")),
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            e.starts_with("wf.toml:9:10: task[0].memory: ")
+                && e.contains(&format!(
+                    "{past} bytes is more than a task may take, {MAX_TASK_MEMORY} (1 PiB)"
+                )),
+            "{e}"
+        );
+        let e = parse_runtime_workflow(
+            "wf.toml",
+            &GOOD.replace("time_limit = \"10s\"", "memory = \"16EiB\""),
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            e.starts_with("wf.toml:17:") && e.contains("task[1].memory: "),
+            "{e}"
+        );
+        let w = parse_runtime_workflow(
+            "wf.toml",
+            &GOOD.replace("retries = 2", "retries = 2\nmemory = \"1PiB\""),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.tasks[0].memory_bytes, MAX_TASK_MEMORY);
     }
 
     #[test]
