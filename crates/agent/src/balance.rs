@@ -124,7 +124,10 @@ struct JobMachine {
     launch: NodeId,
     epoch: u64,
     task_base: u64,
-    peers: BTreeMap<u32, String>,
+    /// Addresses the messages handed to this machine since the last heartbeat reply brought
+    /// beside the server's address book: the launch node's (which stand over the book) and, for
+    /// nodes the book lacks, another agent's ([`Balancer::deliver`]).
+    carried: BTreeMap<u32, String>,
     /// The core each accepted instance was placed on.
     cores: HashMap<u32, u32>,
     /// The self-check period the server set for this workflow.
@@ -146,6 +149,13 @@ pub struct Balancer {
     me: Option<u32>,
     /// Measured round trips to other agents (ns), by node id.
     pub rtt_ns: BTreeMap<u32, u64>,
+    /// The server's address book (node id → `AgentData` address), one for every workflow:
+    /// the server sends it only when this agent does not hold its version.
+    address_book: BTreeMap<u32, String>,
+    /// The version of `address_book` as the server named it (`PcddbJob.peers_version`),
+    /// reported in every heartbeat (`HeartbeatRequest.peers_version`); 0: none, or a book
+    /// from a server that predates versions (which sends it whole in every reply).
+    peers_version: u64,
     /// Whether any machine runs: the self-check and probe loops sleep while it is false, so an
     /// agent without PCDDB workflows wakes for none of them.
     balancing: tokio::sync::watch::Sender<bool>,
@@ -183,7 +193,7 @@ impl Balancer {
                 launch,
                 epoch: j.epoch,
                 task_base: j.task_base,
-                peers: BTreeMap::new(),
+                carried: BTreeMap::new(),
                 cores: HashMap::new(),
                 check_interval: CHECK_INTERVAL,
                 key: Vec::new(),
@@ -193,7 +203,16 @@ impl Balancer {
                 0 => CHECK_INTERVAL,
                 ms => Duration::from_millis(ms),
             };
-            m.peers = j.peers.clone().into_iter().collect();
+            // The book is the server's alone again at each reply, as each job's copy was.
+            m.carried.clear();
+            // The server sends its book only when this agent's version is not its own; empty
+            // with the version held here, the book held stands. From a server before versions
+            // (0), every job carries the whole book, used as it comes.
+            if j.peers_version == 0 || j.peers_version != self.peers_version || !j.peers.is_empty()
+            {
+                self.address_book = j.peers.iter().map(|(&k, v)| (k, v.clone())).collect();
+                self.peers_version = j.peers_version;
+            }
             if m.node.clusters() != j.clusters.iter().map(|&c| ClusterId(c)).collect::<Vec<_>>() {
                 m.node.set_memberships(memberships);
             }
@@ -240,10 +259,28 @@ impl Balancer {
         self.jobs.get(&job).map(|m| m.node.clusters())
     }
 
-    /// Forgets every machine (the server was unreachable: it may have restarted with fresh
-    /// launch nodes, whose tables only new status messages fill).
+    /// The version of the address book held here, for the heartbeat (0: none).
+    pub fn peers_version(&self) -> u64 {
+        self.peers_version
+    }
+
+    /// Where workflow `job`'s machine reaches `node`: the address a message brought when the
+    /// server's book lacks it or the launch node sent it, else the book's.
+    pub fn address_of(&self, job: u64, node: u32) -> Option<&str> {
+        self.jobs
+            .get(&job)
+            .and_then(|m| m.carried.get(&node))
+            .or_else(|| self.address_book.get(&node))
+            .map(String::as_str)
+    }
+
+    /// Forgets every machine and the address book (the server was unreachable: it may have
+    /// restarted with fresh launch nodes, whose tables only new status messages fill, and
+    /// another book, which it sends to an agent reporting none).
     pub fn reset(&mut self) {
         self.jobs.clear();
+        self.address_book.clear();
+        self.peers_version = 0;
         self.note_balancing();
     }
 
@@ -431,9 +468,11 @@ impl Balancer {
             if from_peer {
                 // The server's address of a node stands: another agent's cannot redirect
                 // this node's requests (and the agent token they carry).
-                m.peers.entry(k).or_insert(v);
+                if !self.address_book.contains_key(&k) {
+                    m.carried.entry(k).or_insert(v);
+                }
             } else {
-                m.peers.insert(k, v);
+                m.carried.insert(k, v);
             }
         }
         let o = m.node.handle(NodeEvent::Deliver(msg), now);
@@ -511,14 +550,22 @@ impl Balancer {
                         self.to_launch
                             .push(grant.envelope(job, json, Default::default()));
                     } else {
-                        let address = m.peers.get(&msg.to.0).cloned().unwrap_or_default();
+                        let book = &self.address_book;
+                        let address_of = |n: u32| m.carried.get(&n).or_else(|| book.get(&n));
+                        let address = address_of(msg.to.0).cloned().unwrap_or_default();
+                        // Only the addresses the journey needs: the request hops along its
+                        // table (the next node and those after it), not every agent's.
+                        let journey: HashMap<u32, String> = match &msg.body {
+                            Body::Request(r) => r.table.iter().map(|n| n.0).collect(),
+                            _ => Vec::new(),
+                        }
+                        .into_iter()
+                        .chain([msg.to.0])
+                        .filter_map(|n| Some((n, address_of(n)?.clone())))
+                        .collect();
                         fwd.push(Forward {
                             address,
-                            message: grant.envelope(
-                                job,
-                                json,
-                                m.peers.clone().into_iter().collect(),
-                            ),
+                            message: grant.envelope(job, json, journey),
                         });
                     }
                 }
@@ -606,9 +653,9 @@ pub fn spawn_probes(handle: Handle, auth: PeerAuth) -> tokio::task::JoinHandle<(
             let peers: BTreeMap<u32, String> = {
                 let b = handle.lock().unwrap_or_else(|p| p.into_inner());
                 let me = b.me;
-                b.jobs
-                    .values()
-                    .flat_map(|m| m.peers.iter())
+                b.address_book
+                    .iter()
+                    .chain(b.jobs.values().flat_map(|m| m.carried.iter()))
                     .filter(|(id, _)| Some(**id) != me)
                     .map(|(k, v)| (*k, v.clone()))
                     .collect()
@@ -912,9 +959,8 @@ mod tests {
         assert_eq!(b.check_peer(&genuine), Ok(()));
         b.deliver(genuine, 0, true);
         assert_eq!(b.held(), 1);
-        let peers = &b.jobs[&7].peers;
-        assert_eq!(peers.get(&2).map(String::as_str), Some("10.0.0.2:7000"));
-        assert_eq!(peers.get(&3).map(String::as_str), Some("10.0.0.3:7000"));
+        assert_eq!(b.address_of(7, 2), Some("10.0.0.2:7000"));
+        assert_eq!(b.address_of(7, 3), Some("10.0.0.3:7000"));
     }
 
     /// A granted request that repeats an instance or a node of its table is no request the
@@ -1037,5 +1083,114 @@ mod tests {
         b.deliver(request(0, 0), 0, false);
         assert_eq!(kinds(&mut b), ["reply"]);
         assert_eq!(b.held(), 1);
+    }
+
+    /// The server's address book: nodes 1 to 4.
+    fn book() -> std::collections::HashMap<u32, String> {
+        (1..=4).map(|n| (n, format!("10.0.0.{n}:7000"))).collect()
+    }
+
+    /// What node 1 passes on of a launch-node request of 8 instances with table [1, 2] (it
+    /// takes MT × cores = 6): where it sends the rest, and the addresses that go with it.
+    fn passed_on(b: &mut Balancer, job_id: u64) -> (String, BTreeMap<u32, String>) {
+        let instances: Vec<(u32, u64)> = (0..8).map(|i| (i, 0)).collect();
+        let env = pb::BalanceMessage {
+            job_id,
+            ..testing::request(99, 1, &instances, &[1, 2])
+        };
+        let mut fwd = b.deliver(env, 0, false);
+        assert_eq!(fwd.len(), 1, "the 2 left pass on to node 2");
+        let f = fwd.remove(0);
+        (f.address, f.message.peers.into_iter().collect())
+    }
+
+    /// A heartbeat reply sends the address book only to an agent that does not hold its
+    /// version: a job whose `peers` came empty with the version held here (the next reply, or
+    /// a workflow that starts later) reaches node 2 at the book's address. And a request passes
+    /// on with only its table's addresses, not the book. Before, a job's empty `peers` left the
+    /// machine without addresses (the request went to "" and back home), and every hop carried
+    /// every agent's address.
+    #[test]
+    fn a_job_whose_peers_came_empty_at_the_version_held_forwards_to_the_books_address() {
+        let mut b = Balancer::default();
+        let first = pb::PcddbJob {
+            peers: book(),
+            peers_version: 5,
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, &[first]);
+        let current = pb::PcddbJob {
+            peers_version: 5,
+            ..job(vec![0], 0)
+        };
+        let later = pb::PcddbJob {
+            job_id: 8,
+            ..current.clone()
+        };
+        b.sync(1, 2, &[current, later]);
+        let only_node_2: BTreeMap<u32, String> = [(2, "10.0.0.2:7000".to_string())].into();
+        for job_id in [7, 8] {
+            let (address, peers) = passed_on(&mut b, job_id);
+            assert_eq!(address, "10.0.0.2:7000", "workflow {job_id}");
+            assert_eq!(peers, only_node_2, "workflow {job_id}");
+        }
+        // A new version replaces the book; empty at another version, it is the server's book
+        // (empty), not the one held.
+        let moved = pb::PcddbJob {
+            peers: [(2, "10.0.0.22:7000".to_string())].into(),
+            peers_version: 6,
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, &[moved]);
+        assert_eq!(passed_on(&mut b, 7).0, "10.0.0.22:7000");
+        let emptied = pb::PcddbJob {
+            peers_version: 7,
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, &[emptied]);
+        assert_eq!(passed_on(&mut b, 7).0, "");
+    }
+
+    /// A server that predates book versions sends the whole book with every job (version 0):
+    /// it is used as it comes, each reply's replacing the last, as before.
+    #[test]
+    fn an_old_servers_job_without_a_version_carries_its_book_as_before() {
+        let mut b = Balancer::default();
+        let old = pb::PcddbJob {
+            peers: book(),
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, &[old]);
+        assert_eq!(passed_on(&mut b, 7).0, "10.0.0.2:7000");
+        let moved = pb::PcddbJob {
+            peers: [(2, "10.0.0.22:7000".to_string())].into(),
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, &[moved]);
+        assert_eq!(passed_on(&mut b, 7).0, "10.0.0.22:7000");
+        // And it sends the book again with the next job, empty or not: an empty one is none.
+        b.sync(1, 2, &[job(vec![0], 0)]);
+        assert_eq!(passed_on(&mut b, 7).0, "");
+    }
+
+    /// The version held goes up in the heartbeat; a reset (the server unreachable) forgets the
+    /// book, so the next reply carries it whole.
+    #[test]
+    fn the_book_version_held_is_reported_and_forgotten_with_the_server() {
+        let mut b = Balancer::default();
+        assert_eq!(b.peers_version(), 0);
+        b.sync(
+            1,
+            2,
+            &[pb::PcddbJob {
+                peers: book(),
+                peers_version: 5,
+                ..job(vec![0], 0)
+            }],
+        );
+        assert_eq!(b.peers_version(), 5);
+        b.reset();
+        assert_eq!(b.peers_version(), 0);
+        assert_eq!(b.address_of(7, 2), None);
     }
 }

@@ -747,6 +747,9 @@ pub async fn run(
                     balance_received: bal.received,
                     balance_held: bal.held(),
                     rtt_ns: bal.rtt_ns.clone().into_iter().collect(),
+                    // The server sends its PCDDB address book only when this is not its
+                    // version (`Balancer::sync`).
+                    peers_version: bal.peers_version(),
                     // Lost with a failed beat: the server sends those signals again, and
                     // they are acknowledged again without being sent twice.
                     signalled: std::mem::take(&mut sh.signal_acks),

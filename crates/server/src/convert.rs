@@ -114,6 +114,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                     .unwrap_or(crate::state::types::Leave::Signal)
             }),
             signalled: r.signalled,
+            peers_version: r.peers_version,
         }
     }
 }
@@ -251,6 +252,7 @@ fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
         check_interval_ms: j.check_interval_ms,
         dropped: j.dropped.clone(),
         balance_key: j.balance_key.clone(),
+        peers_version: j.peers_version,
     }
 }
 

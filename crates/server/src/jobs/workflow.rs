@@ -712,13 +712,30 @@ pub fn safe(name: &str) -> String {
         .collect()
 }
 
+/// A first address-book version for a server that starts (`Workflows::peers_version`): random,
+/// never 0 (what an agent without a book reports).
+fn fresh_peers_version() -> u64 {
+    next_peers_version(rand::random::<u64>())
+}
+
+/// The address-book version after `v` (skipping 0).
+fn next_peers_version(v: u64) -> u64 {
+    v.wrapping_add(1).max(1)
+}
+
 /// The workflow job kind.
 pub struct Workflows {
     jobs: BTreeMap<u64, Box<WfJob>>,
     default_balancer: BalancerKind,
     thresholds: Thresholds,
-    /// Each node's `AgentData` address, from its heartbeats.
+    /// Each node's `AgentData` address, from its heartbeats: the PCDDB address book.
     addresses: BTreeMap<u32, String>,
+    /// The version of `addresses` (`PcddbJob.peers_version`): drawn at random when the kind
+    /// is built, so a restarted server's never names the book an agent holds from an earlier
+    /// run, and changed with every address added, changed or removed ([`Workflows::set_address`]).
+    /// A heartbeat reply carries the book only to an agent that reports another version: at
+    /// 1,000 agents the whole book is ~25 KB, once per PCDDB workflow in every reply before.
+    peers_version: u64,
     /// Nodes heard (a heartbeat) since this server started: a restored node counts as alive
     /// before its first beat, but its address is unknown until then, so a consumer of its
     /// outputs waits for that beat rather than being sent no address (its fetch would fail, and
@@ -800,12 +817,42 @@ fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, 
 }
 
 impl Workflows {
+    /// Sets (`Some`) or removes (`None`) `node`'s address in the address book, changing its
+    /// version when the book changes. Whether the node had an address before.
+    fn set_address(&mut self, node: u32, address: Option<&str>) -> bool {
+        let before = match address {
+            Some(a) if self.addresses.get(&node).map(String::as_str) == Some(a) => return true,
+            Some(a) => self.addresses.insert(node, a.to_string()),
+            None => self.addresses.remove(&node),
+        };
+        if address.is_some() || before.is_some() {
+            self.peers_version = next_peers_version(self.peers_version);
+        }
+        before.is_some()
+    }
+
+    /// The addresses a message from the launch node needs on its journey: a request hops
+    /// along its underloaded table (each agent passes it to the next entry), so those nodes'
+    /// addresses; any other message goes nowhere further.
+    fn journey_peers(&self, body: &Body) -> BTreeMap<u32, String> {
+        match body {
+            Body::Request(r) => r
+                .table
+                .iter()
+                .filter_map(|n| Some((n.0, self.addresses.get(&n.0)?.clone())))
+                .collect(),
+            _ => BTreeMap::new(),
+        }
+    }
+
     /// After a rollback (`self` rebuilt from the store, `old` the kind before it): keeps what
-    /// the heartbeats told and the store does not hold — the nodes' addresses and which nodes
+    /// the heartbeats told and the store does not hold — the nodes' addresses (and
+    /// their version: agents holding it hold this book) and which nodes
     /// were heard since the start — so consumers do not wait for their producers' nodes to beat
     /// again.
     pub fn carry_over(&mut self, old: &Workflows) {
         self.addresses = old.addresses.clone();
+        self.peers_version = old.peers_version;
         self.heard = old.heard.clone();
         self.unreachable = old.unreachable.clone();
         self.no_room = old.no_room.clone();
@@ -830,6 +877,7 @@ impl Workflows {
             default_balancer,
             thresholds,
             addresses: BTreeMap::new(),
+            peers_version: fresh_peers_version(),
             heard: BTreeSet::new(),
             unreachable: BTreeSet::new(),
             no_room: BTreeMap::new(),
@@ -2667,13 +2715,13 @@ impl JobKind for Workflows {
         out: &mut Outbox,
     ) -> Result<(), StateError> {
         if crate::limits::peer_address(&report.advertise) {
-            self.addresses.insert(node.0, report.advertise.clone());
+            self.set_address(node.0, Some(&report.advertise));
         } else if !report.advertise.is_empty() {
             // Relayed to every agent balancing a workflow and named in every fetch of this
             // node's outputs: only an address agents can dial is. The node serves none then,
             // as one without a listener.
             // Said once: at its first beat, or when a good address turns bad.
-            if self.addresses.remove(&node.0).is_some() || !self.heard.contains(&node.0) {
+            if self.set_address(node.0, None) || !self.heard.contains(&node.0) {
                 warn!(
                     node = %cx.nodes.name(node.0),
                     "the agent advertises an address that is not host:port: its workflow outputs \
@@ -3214,15 +3262,18 @@ impl JobKind for Workflows {
                 // beat may be a minute away.
                 out.more();
             }
-            // Launch node → this node. The agents' addresses go with PCDDB's messages and jobs
-            // only: a copy for every workflow at every beat cost a beat beside 100 centralised
-            // workflows 1,000 strings each.
-            let peers: BTreeMap<u32, String> =
-                if job.balancer == BalancerKind::Pcddb || job.to_node.contains_key(&node.0) {
-                    self.addresses.clone()
-                } else {
-                    BTreeMap::new()
-                };
+            // Launch node → this node. The agents' address book goes with PCDDB jobs only, and
+            // only to an agent that does not hold this version of it (a new agent, one whose
+            // last reply was lost, one that heard another server): a copy for every workflow at
+            // every beat was ~25 KB per workflow per reply at 1,000 agents. Each message
+            // carries only the addresses its journey needs (`journey_peers`).
+            let peers: BTreeMap<u32, String> = if job.balancer == BalancerKind::Pcddb
+                && report.peers_version != self.peers_version
+            {
+                self.addresses.clone()
+            } else {
+                BTreeMap::new()
+            };
             if let Some(ms) = job.to_node.remove(&node.0) {
                 for m in ms {
                     if let Ok(json) = serde_json::to_string(&m) {
@@ -3240,7 +3291,7 @@ impl JobKind for Workflows {
                         out.balance(BalanceEnvelope {
                             job_id: job.id(),
                             message_json: json,
-                            peers: peers.clone(),
+                            peers: self.journey_peers(&m.body),
                             grant,
                         });
                     }
@@ -3255,6 +3306,7 @@ impl JobKind for Workflows {
                     task_base: job.task_id(0),
                     epoch: self.epoch,
                     peers,
+                    peers_version: self.peers_version,
                     clusters: self.clusters_of(node.0),
                     attributes: here,
                     check_interval_ms: self.check_interval_ms,

@@ -180,6 +180,9 @@ pub struct HeartbeatReport {
     pub leaving: Option<Leave>,
     /// The seqs of the [`TaskSignal`]s the agent handled since its last beat.
     pub signalled: Vec<u64>,
+    /// The version of the PCDDB address book the agent holds (0: none): the reply carries the
+    /// book (`PcddbJob::peers`) only when it is not the server's.
+    pub peers_version: u64,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
@@ -888,7 +891,8 @@ pub struct BalanceEnvelope {
     pub job_id: u64,
     /// `hetsched_core::policy::graph::Message` as JSON.
     pub message_json: String,
-    /// Node id → `AgentData` address.
+    /// Node id → `AgentData` address of the nodes its journey needs (a request's underloaded
+    /// table).
     pub peers: BTreeMap<u32, String>,
     /// The launch node's grant of the allocation request it carries (`None`: not a request
     /// of the launch node's, or a message from an agent).
@@ -935,8 +939,11 @@ pub struct PcddbJob {
     pub task_base: u64,
     /// When the launch node was (re)built.
     pub epoch: u64,
-    /// Node id → `AgentData` address.
+    /// Node id → `AgentData` address: the server's whole address book, or empty when the
+    /// agent reported holding `peers_version` already.
     pub peers: BTreeMap<u32, String>,
+    /// The version of the server's address book (never 0).
+    pub peers_version: u64,
     /// The proximity clusters the node is in.
     pub clusters: Vec<u32>,
     /// The node's attribute mask.

@@ -87,6 +87,8 @@ struct Agents {
     racks: HashMap<u32, String>,
     /// The free disk and `min_free_disk` each node's agent reports (none: not reported).
     disks: HashMap<u32, (u64, u64)>,
+    /// The `AgentData` address each node's agent advertises (none: not advertised).
+    advertised: HashMap<u32, String>,
 }
 
 /// Whether `env` carries a grant of request `r` that the balancing key of `j` (the workflow's
@@ -145,6 +147,7 @@ impl Agents {
             .extend(self.special.remove(&n).unwrap_or_default());
         req.balance = self.outbox.remove(&n).unwrap_or_default();
         req.rack = self.racks.get(&n).cloned().unwrap_or_default();
+        req.advertise = self.advertised.get(&n).cloned().unwrap_or_default();
         if let Some(&(free, floor)) = self.disks.get(&n) {
             req.disk_free_bytes = Some(free);
             req.min_free_disk = floor;
@@ -4590,6 +4593,113 @@ fn an_advertised_address_that_is_not_host_port_is_not_relayed() {
     );
     assert_eq!(peers[&nodes[1]], advertised[1]);
     assert_eq!(peers[&nodes[2]], advertised[2]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A heartbeat reply carries the PCDDB address book (`PcddbJob.peers`) only to an agent
+/// that does not report holding its version (`HeartbeatRequest.peers_version`): a second beat
+/// reporting the current version gets the workflow with no peers; one reporting an old version,
+/// or none (0, as agents before versions), gets the whole book; a changed address makes a new
+/// version. Before, every reply carried every agent's address for every PCDDB workflow
+/// (~25 KB per workflow per reply at 1,000 agents).
+#[test]
+fn the_address_book_goes_only_to_an_agent_that_does_not_hold_its_version() {
+    let dir = scratch("peers-version");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let nodes: Vec<u32> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| common::register(&mut s, n, 2))
+        .collect();
+    let address = |n: u32| format!("10.0.0.{n}:7431");
+    s.submit("fan.toml", FAN_OUT, "/").expect("submit");
+    let beat = |s: &mut State, n: u32, version: u64, advertise: String| {
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.advertise = advertise;
+        req.peers_version = version;
+        let reply = s.heartbeat(req).expect("heartbeat");
+        let j = reply.pcddb.first().expect("the node balances the workflow");
+        let peers: BTreeMap<u32, String> = j.peers.clone().into_iter().collect();
+        (j.peers_version, peers)
+    };
+    for &n in &nodes {
+        beat(&mut s, n, 0, address(n));
+    }
+    let book: BTreeMap<u32, String> = nodes.iter().map(|&n| (n, address(n))).collect();
+    let a = nodes[0];
+    let (version, peers) = beat(&mut s, a, 0, address(a));
+    assert_ne!(version, 0, "a server's book has a version");
+    assert_eq!(peers, book, "no version held: the whole book");
+    assert_eq!(
+        beat(&mut s, a, version, address(a)),
+        (version, BTreeMap::new()),
+        "the version held: no peers"
+    );
+    assert_eq!(
+        beat(&mut s, a, version.wrapping_sub(1), address(a)),
+        (version, book.clone()),
+        "another version: the whole book"
+    );
+    // Node b moves: a new version, which an agent holding the old one is sent whole.
+    let moved = "10.0.0.99:7431".to_string();
+    beat(&mut s, nodes[1], version, moved.clone());
+    let (newer, peers) = beat(&mut s, a, version, address(a));
+    assert_ne!(newer, version);
+    assert_eq!(peers.get(&nodes[1]), Some(&moved));
+    assert_eq!(beat(&mut s, a, newer, address(a)), (newer, BTreeMap::new()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A request the launch node sends carries the addresses of its underloaded table's nodes —
+/// where it hops — and no other agent's. Before, every request carried every agent's address.
+#[test]
+fn a_launch_node_request_carries_only_its_tables_addresses() {
+    let dir = scratch("journey-peers");
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            cluster_size: Some(4),
+            lt: Some(1),
+            mt: std::num::NonZeroU32::new(2),
+            ..Default::default()
+        },
+    );
+    let nodes: Vec<u32> = ["n0", "n1", "n2", "n3"]
+        .iter()
+        .map(|n| common::register(&mut s, n, 2))
+        .collect();
+    let mut agents = Agents::default();
+    for &n in &nodes {
+        agents.advertised.insert(n, format!("10.0.0.{n}:7431"));
+        agents.beat(&mut s, n);
+    }
+    s.submit("fan.toml", FAN_OUT, "/").expect("submit");
+    // Only n0 and n1 report themselves underloaded: the tables name no other node.
+    let mut seen = 0;
+    for _ in 0..20 {
+        for &n in &nodes[..2] {
+            agents.self_check(n);
+            let reply = agents.beat(&mut s, n);
+            agents.finish_all(n, true);
+            for env in reply.balance {
+                let msg: Message = serde_json::from_str(&env.message_json).expect("json");
+                if let Body::Request(r) = msg.body {
+                    let table: BTreeMap<u32, String> = r
+                        .table
+                        .iter()
+                        .map(|t| (t.0, format!("10.0.0.{}:7431", t.0)))
+                        .collect();
+                    let peers: BTreeMap<u32, String> = env.peers.into_iter().collect();
+                    assert_eq!(peers, table, "request {seen}");
+                    assert!(!table.is_empty());
+                    seen += 1;
+                }
+            }
+        }
+        for &n in &nodes[2..] {
+            agents.beat(&mut s, n);
+        }
+    }
+    assert!(seen > 0, "the launch node sent requests");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
