@@ -699,6 +699,17 @@ impl Run {
         }
     }
 
+    /// Forgets worker `worker`'s process, which its node runs no more: its address and report
+    /// (no peer is sent to it, its counters pass nothing) and the counts its next process,
+    /// starting from zero, would otherwise be measured against.
+    fn forget_worker(&mut self, worker: u32) {
+        if self.live.remove(&worker).is_some() {
+            self.prev_pairs.retain(|k, _| k.0 != worker);
+            self.prev_cpu.retain(|k, _| k.0 != worker);
+            self.prev_emitted.retain(|k, _| k.0 != worker);
+        }
+    }
+
     /// Takes a worker's cumulative counters: the increase since its last report feeds the
     /// monitors. A worker whose process changed starts from zero.
     fn feed(&mut self, worker: u32, pid: u32, report: &mut WorkerReport, now: u64) {
@@ -1896,6 +1907,10 @@ impl Topology {
                 held,
             },
         );
+        // The workers of this generation this node says it runs now: a start error it sends
+        // for one of them is about an earlier process (the agent keeps a worker's last words
+        // until a new process listens).
+        let mut running_here: HashSet<(String, u32)> = HashSet::new();
         for w in req.workers {
             let Some(run) = inner.runs.get_mut(&w.topology) else {
                 continue;
@@ -1940,6 +1955,7 @@ impl Topology {
             entry.addr = addr;
             entry.pid = w.pid;
             run.start_errors.remove(&w.worker);
+            running_here.insert((w.topology, w.worker));
             if report.is_some() {
                 entry.report = report;
             }
@@ -1967,10 +1983,14 @@ impl Topology {
             if run.rec.generation != e.generation
                 || run.rec.state != "running"
                 || !placed_here
-                || run.live.contains_key(&e.worker)
+                || running_here.contains(&(e.topology.clone(), e.worker))
             {
                 continue;
             }
+            // Its node runs it no more (a process started again after a back-off, seen by an
+            // earlier sync, failed again): it is not running, and its last report counts
+            // nothing. Kept, it read running for ever and its start error was never shown.
+            run.forget_worker(e.worker);
             // The worker's last words: what the owner's components wrote, shown to every
             // user (`hetsched topology show`), so with no terminal escape in it.
             let mut message = e.message;

@@ -967,6 +967,74 @@ fn a_worker_its_agent_cannot_start_shows_why_until_it_runs() {
     assert!(shown(&s).is_null());
 }
 
+/// A worker that cannot start is started again by its agent after a back-off; a sync that
+/// comes while the new process lives (before it fails again) reports it running. Once its
+/// agent says again that it cannot start it, and runs it no more, it is not running: `show`
+/// says why, with no pid and none of the workers running. It read running for ever after
+/// the first such sync (a slow-failing worker on a loaded node: the dashboard's
+/// `N cannot start` never came back).
+#[test]
+fn a_worker_that_fails_again_after_a_sync_saw_it_running_shows_why_and_runs_no_more() {
+    use hetsched_server::jobs::topology::WorkerStartError;
+    let dir = scratch("start-error-again");
+    let mut s = open(&dir);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    let seen = |workers: Vec<WorkerSeen>, message: &str| WorkersSeen {
+        start_errors: vec![WorkerStartError {
+            topology: "pipe".into(),
+            generation: 1,
+            worker: 0,
+            message: message.into(),
+        }],
+        node: "n".into(),
+        cores: 4,
+        attributes: Vec::new(),
+        workers,
+    };
+    let worker = |s: &State| s.topology_show("pipe").expect("show")["workers"][0].clone();
+    let running = |s: &State| s.topology_show("pipe").expect("show")["workers_running"].clone();
+    s.topology_sync(
+        seen(vec![], "its worker process exited (exit status: 1)"),
+        None,
+    )
+    .expect("sync");
+    assert_eq!(
+        worker(&s)["start_error"],
+        "its worker process exited (exit status: 1)"
+    );
+    // Started again and not failed yet: the agent reports the process, and still its last
+    // words (it keeps them until the worker listens).
+    let starting = WorkerSeen {
+        addr: String::new(),
+        ..running_worker(1)
+    };
+    s.topology_sync(
+        seen(vec![starting], "its worker process exited (exit status: 1)"),
+        None,
+    )
+    .expect("sync");
+    assert!(worker(&s)["start_error"].is_null(), "{}", worker(&s));
+    assert_eq!(worker(&s)["pid"], 4242);
+    assert_eq!(running(&s), 1);
+    // It failed again: reaped, not reported, and why said.
+    let again = "its worker process exited (exit status: 1), 2 times in a row without listening";
+    s.topology_sync(seen(vec![], again), None).expect("sync");
+    let w = worker(&s);
+    assert_eq!(w["start_error"], again, "{w}");
+    assert!(w["pid"].is_null(), "no process runs it: {w}");
+    assert_eq!(running(&s), 0, "{w}");
+    let listed = s.topology_list();
+    assert_eq!(listed[0]["workers"][0]["start_error"], again, "{listed}");
+    assert_eq!(listed[0]["workers_running"], 0, "{listed}");
+    // It runs at last: no error.
+    sync(&mut s, vec![running_worker(1)]);
+    assert!(worker(&s)["start_error"].is_null());
+    assert_eq!(running(&s), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A killed topology moves no tuple: its status shows no rate, even after the controller's
 /// tick rolls the window that held its last reports.
 #[test]
