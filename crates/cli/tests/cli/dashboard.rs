@@ -8,7 +8,7 @@
 //!
 //! And stream topologies: the Topologies panel lists each (owner, state, workers running, rates),
 //! and a click shows a topology's workers — why one cannot start, highlighted — and its
-//! executors' rates.
+//! executors' rates; a topology whose executor was given up on reads degraded, naming it.
 //!
 //! And signing in and out as a person does: the login form typed into and clicked, a job and
 //! its task's output clicked, the sign-out button; another site's page (a second loopback
@@ -957,16 +957,54 @@ to = "keep"
 rate = 20.0
 "#;
 
-/// The Topologies panel: alice's running topology and the admin's whose worker cannot start
-/// are listed (owner, state, workers running of the placement's), `/api/topologies` holds what
-/// `hetsched topology list --output json` prints, and in a browser a click on a topology shows
-/// its workers — the one that cannot start highlighted with its agent's reason — and its
-/// executors' rates, which the page looks at again while it stays open.
+/// A topology whose multi-lang bolt's program passes its handshake and exits at once: its
+/// worker starts it again 5 times (after 1, 2, 4, 8 and 16 s) and gives up on it, so the
+/// topology is degraded about 31 s after it starts (`{}`: the program's path).
+const FLAKY_TOPOLOGY: &str = r#"name = "flaky"
+[[component]]
+name = "numbers"
+kind = "spout"
+parallelism = 1
+cpu = 10.0
+builtin = "sequence-spout"
+params = { rate = 2.0 }
+[[component]]
+name = "sink"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+command = ["sh", "{}"]
+[[stream]]
+from = "numbers"
+to = "sink"
+grouping = "shuffle"
+rate = 2.0
+"#;
+
+/// The Topologies panel: alice's running topology, the admin's whose worker cannot start and
+/// the admin's whose executor was given up on are listed (owner, state, workers running of the
+/// placement's), `/api/topologies` holds what `hetsched topology list --output json` prints,
+/// and in a browser a click on a topology shows its workers — the one that cannot start
+/// highlighted with its agent's reason — and its executors' rates, which the page looks at
+/// again while it stays open. The one given up on reads degraded in its row and its detail,
+/// naming the executor, as `hetsched topology list` and `show` do; it is submitted first, so
+/// that its give-up (about 31 s of restarts) runs while the rest is checked.
 #[test]
 fn the_topologies_panel_lists_each_topology_and_shows_its_workers_and_rates_on_a_click() {
     let mut c = Cluster::start("dashboard-topologies", true);
     c.start_agent("a", 2, &[]);
     c.wait_for_nodes(1);
+    let program = c.write(
+        "flaky.sh",
+        "while read -r l; do [ \"$l\" = end ] && break; done\n\
+         printf '{\"pid\": %d}\\nend\\n' $$\n\
+         exit 3\n",
+    );
+    let flaky = c.write(
+        "flaky.toml",
+        &FLAKY_TOPOLOGY.replace("{}", program.to_str().expect("path")),
+    );
+    c.ok(&["topology", "submit", flaky.to_str().expect("path")]);
     let alice = c.add_user("alice");
     let live = c.write("live.toml", LIVE_TOPOLOGY);
     c.ok_as(
@@ -1012,7 +1050,11 @@ fn the_topologies_panel_lists_each_topology_and_shows_its_workers_and_rates_on_a
             .iter()
             .map(|f| format!("{} of {}", f[0], f[1]))
             .collect::<Vec<_>>(),
-        ["\"broken\" of \"admin\"", "\"live\" of \"alice\""],
+        [
+            "\"broken\" of \"admin\"",
+            "\"flaky\" of \"admin\"",
+            "\"live\" of \"alice\""
+        ],
         "{api}"
     );
     let (status, _, body) = c.http_get("/api/topology?name=live");
@@ -1134,8 +1176,68 @@ fn the_topologies_panel_lists_each_topology_and_shows_its_workers_and_rates_on_a
          Number(document.querySelector('#topology-executors tr[data-executor=\"keep#0\"] td.received').textContent) > 0",
         Duration::from_secs(40),
     );
+
+    // flaky's worker gave up on sink#0: its row and its detail say degraded and name it, as
+    // `hetsched topology list` and `show` do (the same document, /api/topologies).
+    let given_up = b.wait_for(
+        "flaky's row to say degraded",
+        &format!(
+            "{0}.querySelector('td.state .badge.degraded') && {0}.querySelector('td.state').textContent",
+            row("flaky")
+        ),
+        // About 31 s of restarts from its submission: the rest of the test ran meanwhile.
+        Duration::from_secs(120),
+    );
+    assert_eq!(given_up, "running, degraded: sink#0 given up");
+    let cli = c.json(&["topology", "show", "flaky"]);
+    assert_eq!(cli["degraded"], true, "{cli}");
+    assert_eq!(
+        cli["executors_given_up"],
+        serde_json::json!(["sink#0"]),
+        "{cli}"
+    );
+    assert_eq!(
+        b.eval(&cell("live", "state")),
+        "running",
+        "live is not degraded"
+    );
+    b.eval(&format!("{}.click()", row("flaky")));
+    b.wait_for(
+        "flaky's detail",
+        "document.getElementById('topology-detail').dataset.topology === 'flaky' && \
+         document.querySelector('#topology-executors tr[data-executor=\"sink#0\"]') !== null",
+        t,
+    );
+    let title = b.eval("document.getElementById('topology-title').textContent");
+    assert!(
+        title.as_str().is_some_and(|t| t.starts_with(
+            "Topology flaky (admin) — running, degraded: sink#0 given up, one-phase, generation 1"
+        )),
+        "{title}"
+    );
+    let sink = b.eval(
+        "(() => { const tr = document.querySelector('#topology-executors tr[data-executor=\"sink#0\"]'); \
+         return [tr.className, tr.querySelector('td.restarts').textContent, \
+         tr.querySelector('td.executor-state').textContent, tr.querySelector('td.executor-state').title]; })()",
+    );
+    assert_eq!(
+        (&sink[0], &sink[1], &sink[2]),
+        (&"given-up".into(), &"5".into(), &"failed".into()),
+        "{sink}"
+    );
+    assert!(
+        sink[3]
+            .as_str()
+            .is_some_and(|why| why.starts_with("sink#0: the program ended 6 times within 300 s")),
+        "why it was given up on, on hover: {sink}"
+    );
+    let spout = b.eval(
+        "document.querySelector('#topology-executors tr[data-executor=\"numbers#0\"] td.executor-state').textContent",
+    );
+    assert_eq!(spout, "-", "the spout runs");
     c.ok(&["topology", "kill", "live"]);
     c.ok(&["topology", "kill", "broken"]);
+    c.ok(&["topology", "kill", "flaky"]);
 }
 
 /// The `hetsched_session` cookie's value among `cookies` (a browser's, `Browser::cookies`).

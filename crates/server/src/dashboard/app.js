@@ -636,6 +636,11 @@ function micros(us) {
 const links = (w) => (w.encrypted === true ? "tls" : w.encrypted === false ? "tcp" : "-");
 // Workers their agents cannot start: `start_error` says why, as the agent said it.
 const cannotStart = (t) => (t.workers || []).filter((w) => w.start_error);
+// A topology with executors its workers gave up on (a multi-lang program that kept ending):
+// they pass no tuple, whatever the state says. In the words of `hetsched topology show` and
+// `list` (`running, degraded: sink#0 given up`); empty when none was given up on.
+const degradedText = (t) => (t.degraded ? `degraded: ${(t.executors_given_up || []).map(shown).join(" ")} given up` : "");
+const GIVEN_UP_HELP = "executors whose program ended too often to be started again (more than 5 restarts in 5 minutes): they pass no tuple";
 
 const topoView = { selected: null, seq: 0 };
 
@@ -651,7 +656,8 @@ function topologyRow(t) {
   const moves = t.reschedules || [];
   const latency = t.latency_count ? `${micros(t.latency_p50_us)} / ${micros(t.latency_p99_us)}` : "-";
   const cell = (c, v, title) => `<td class="num ${c}"${title ? ` title="${esc(title)}"` : ""}>${v}</td>`;
-  return `<td class="name">${esc(t.name)}</td><td class="owner">${esc(t.owner)}</td><td class="state state-${esc(t.state)}">${esc(t.state)}</td><td class="placer">${esc(t.placer)}</td>`
+  const degraded = t.degraded ? `, <span class="badge degraded" title="${esc(GIVEN_UP_HELP)}">${esc(degradedText(t))}</span>` : "";
+  return `<td class="name">${esc(t.name)}</td><td class="owner">${esc(t.owner)}</td><td class="state state-${esc(t.state)}">${esc(t.state)}${degraded}</td><td class="placer">${esc(t.placer)}</td>`
     + cell("generation", t.generation)
     + `<td class="workers">${t.workers_running}/${workers.length}${draining}${badge}</td>`
     + cell("nodes-used", t.nodes_used, `of ${count(t.nodes_alive, "live node")}`)
@@ -686,7 +692,8 @@ function renderTopologies(list) {
 // start it when it cannot — and its executors' rates.
 function renderTopology(t) {
   const workers = t.workers || [];
-  $("topology-title").textContent = `Topology ${shown(t.name)} (${shown(t.owner)}) — ${shown(t.state)}, ${shown(t.placer)}, generation ${t.generation}: `
+  const degraded = t.degraded ? `, ${degradedText(t)}` : "";
+  $("topology-title").textContent = `Topology ${shown(t.name)} (${shown(t.owner)}) — ${shown(t.state)}${degraded}, ${shown(t.placer)}, generation ${t.generation}: `
     + `${t.workers_running}/${count(workers.length, "worker")} running on ${count(t.nodes_used, "node")}, ${perS(t.throughput_tuples_per_s)} tuples/s from its spouts`;
   const moves = t.reschedules || [];
   $("topology-reschedules").textContent = moves.length
@@ -702,11 +709,17 @@ function renderTopology(t) {
     + `<td class="links">${links(w)}</td><td class="num refused">${w.refused_connections ?? "-"}</td>`
     + `<td class="msg">${esc((w.executors || []).join(", "))}</td>${status(w)}</tr>`).join("")
     || `<tr><td colspan="9">not placed yet: no live node may run it</td></tr>`;
+  // A multi-lang executor's program restarts, and `failed` once its worker gave up on it (as
+  // `hetsched topology show`'s table); why its program last ended on hover.
+  const executorState = (e) => (e.gave_up
+    ? `<td class="executor-state" title="${esc(e.ended || "")}">failed</td>`
+    : `<td class="executor-state"${e.ended ? ` title="program last ended: ${esc(e.ended)}"` : ""}>-</td>`);
   $("topology-executors").querySelector("tbody").innerHTML = (t.executors || []).map((e) =>
-    `<tr data-executor="${esc(e.executor)}"><td>${esc(e.executor)}</td><td>${esc(e.node || "-")}</td>`
+    `<tr data-executor="${esc(e.executor)}" class="${e.gave_up ? "given-up" : ""}"><td>${esc(e.executor)}</td><td>${esc(e.node || "-")}</td>`
     + `<td class="num">${e.running_in_worker ?? "-"}</td><td class="num">${e.pid ?? "-"}</td>`
     + `<td class="num received">${perS(e.received_per_s)}</td><td class="num emitted">${perS(e.emitted_per_s)}</td>`
-    + `<td class="num cpu">${(Number(e.cpu_percent) || 0).toFixed(0)} %</td></tr>`).join("");
+    + `<td class="num cpu">${(Number(e.cpu_percent) || 0).toFixed(0)} %</td>`
+    + `<td class="num restarts">${e.restarts ?? "-"}</td>${executorState(e)}</tr>`).join("");
   $("topology-detail").dataset.topology = t.name;
   $("topology-detail").hidden = false;
 }
