@@ -57,7 +57,6 @@ use hetsched_proto as pb;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
@@ -331,18 +330,6 @@ fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
     (live, unacked)
 }
 
-/// Opens `path` without following a symbolic link: for reading, or (`write`) created or
-/// truncated with mode 0600.
-fn open_no_follow(path: &Path, write: bool) -> std::io::Result<File> {
-    let mut o = std::fs::OpenOptions::new();
-    if write {
-        o.write(true).create(true).truncate(true).mode(0o600);
-    } else {
-        o.read(true);
-    }
-    o.custom_flags(crate::workdir::no_follow()).open(path)
-}
-
 /// SIGKILLs process group `pid`; whether a process received it.
 fn kill_group(pid: u32) -> bool {
     crate::launch::signal_group(pid, nix::sys::signal::Signal::SIGKILL)
@@ -355,7 +342,7 @@ fn kill_group(pid: u32) -> bool {
 /// one such byte anywhere kept the agent from starting ("stream did not contain valid UTF-8"),
 /// its tasks left running and its results unsent.
 fn read_record(path: &Path) -> std::io::Result<String> {
-    match open_no_follow(path, false) {
+    match crate::workdir::open_no_follow(path, false) {
         Ok(mut f) => {
             let mut t = Vec::new();
             std::io::Read::read_to_end(&mut f, &mut t)?;
@@ -424,7 +411,7 @@ impl Ledger {
         let text = read_record(&path)?;
         let (live, unacked) = parse_all(&text);
         let mut found = kill_recorded(live);
-        let file = open_no_follow(&path, true)?;
+        let file = crate::workdir::open_no_follow(&path, true)?;
         // Opened empty (truncated), so a torn last line of the previous agent's record, read
         // above, is never followed by this agent's lines.
         let mut ledger = Self {
@@ -545,7 +532,6 @@ impl Ledger {
             self.lines = self.live.len();
             return;
         }
-        let tmp = self.path.with_extension("tmp");
         let mut text: String = self
             .live
             .values()
@@ -557,15 +543,7 @@ impl Ledger {
             })
             .collect();
         text.extend(self.unacked.values().map(result_line));
-        let done = open_no_follow(&tmp, true)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, &self.path))
-            .and_then(|()| {
-                std::fs::OpenOptions::new()
-                    .append(true)
-                    .custom_flags(crate::workdir::no_follow())
-                    .open(&self.path)
-            });
+        let done = crate::workdir::rewrite_for_append(&self.path, &text);
         match done {
             Ok(f) => {
                 self.file = Some(f.into());

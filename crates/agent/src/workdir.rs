@@ -25,6 +25,39 @@ pub fn no_follow() -> i32 {
     nix::fcntl::OFlag::O_NOFOLLOW.bits()
 }
 
+/// Opens `path` without following a symbolic link: for reading, or (`write`) created or
+/// truncated with mode 0600. The agent's private records (the ledger, the offload attempts)
+/// are opened through it.
+pub fn open_no_follow(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    if write {
+        o.write(true).create(true).truncate(true).mode(0o600);
+    } else {
+        o.read(true);
+    }
+    o.custom_flags(no_follow()).open(path)
+}
+
+/// Replaces the record at `path` with `text` whole — written to `path` with the extension
+/// `tmp`, then renamed over it, so a crash leaves the old record or the new one, never half —
+/// and opens it for appending the next lines. Neither file is opened through a symbolic link;
+/// a rewrite that failed leaves no `tmp` file behind.
+pub fn rewrite_for_append(path: &Path, text: &str) -> std::io::Result<std::fs::File> {
+    let tmp = path.with_extension("tmp");
+    let written = open_no_follow(&tmp, true)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.and_then(|()| {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .custom_flags(no_follow())
+            .open(path)
+    })
+}
+
 fn refuse(path: &Path, message: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::PermissionDenied,

@@ -37,7 +37,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use tracing::{info, warn};
 
@@ -138,18 +137,6 @@ fn parse(text: &str) -> HashMap<Key, Recorded> {
     found
 }
 
-/// Opens `path` without following a symbolic link: for reading, or (`write`) created or
-/// truncated with mode 0600.
-fn open_no_follow(path: &Path, write: bool) -> std::io::Result<File> {
-    let mut o = std::fs::OpenOptions::new();
-    if write {
-        o.write(true).create(true).truncate(true).mode(0o600);
-    } else {
-        o.read(true);
-    }
-    o.custom_flags(crate::workdir::no_follow()).open(path)
-}
-
 /// The durable record of the attempts an ANode ran (the module's doc).
 #[derive(Debug)]
 pub(crate) struct Record {
@@ -174,7 +161,7 @@ impl Record {
         max: usize,
     ) -> std::io::Result<(Self, Vec<(Key, Recorded)>)> {
         let path = work_dir.join(FILE_NAME);
-        let text = match open_no_follow(&path, false) {
+        let text = match crate::workdir::open_no_follow(&path, false) {
             Ok(mut f) => {
                 let mut t = Vec::new();
                 std::io::Read::read_to_end(&mut f, &mut t)?;
@@ -269,16 +256,7 @@ impl Record {
                 r.line(key)
             })
             .collect();
-        let tmp = self.path.with_extension("tmp");
-        let written = open_no_follow(&tmp, true)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, &self.path))
-            .and_then(|()| {
-                std::fs::OpenOptions::new()
-                    .append(true)
-                    .custom_flags(crate::workdir::no_follow())
-                    .open(&self.path)
-            });
+        let written = crate::workdir::rewrite_for_append(&self.path, &text);
         match written {
             Ok(f) => {
                 self.file = Some(f);
@@ -287,7 +265,6 @@ impl Record {
                 Ok(())
             }
             Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
                 self.damaged = true;
                 Err(e)
             }
