@@ -47,6 +47,8 @@ pub(crate) fn status(e: StateError) -> Status {
         | StateError::NotTheNodesAgent(_)
         | StateError::ChunkNotOutTo { .. }) => Status::permission_denied(e.to_string()),
         e @ StateError::NoUser(_) => Status::not_found(e.to_string()),
+        // The agent waits and asks again: its heartbeat (or registration) brings the node back.
+        e @ StateError::NodeNotWorking { .. } => Status::failed_precondition(e.to_string()),
         e @ StateError::UserExists(_) => Status::already_exists(e.to_string()),
         StateError::Topology(e) => crate::topology_service::status(e),
         e => {

@@ -2166,9 +2166,9 @@ impl Batch {
             // Drained, stopping and departed nodes get no work: they neither hold room for
             // waiting work nor preempt for it.
             let takes_work = |n: NodeId| {
-                nodes.get(n.0).is_some_and(|r| {
-                    r.alive && !r.drained && !r.draining && r.stop.is_none() && r.left.is_none()
-                })
+                nodes
+                    .get(n.0)
+                    .is_some_and(crate::state::nodes::NodeRec::takes_work)
             };
             preempt_on(view, nid, cx.now, &rules, takes_work, running)
         };

@@ -12,11 +12,23 @@ use std::path::{Path, PathBuf};
 
 impl State {
     /// `NextChunk`: while the store refuses writes the agent is only noted alive (no chunk is
-    /// handed out, nothing is reconciled).
+    /// handed out, nothing is reconciled). The agent of a node that does not work — declared
+    /// dead, its agent gone, removed, or kept out since a restart ([`NodeRec::not_working`](super::nodes::NodeRec::not_working))
+    /// — is refused ([`StateError::NodeNotWorking`]): it is neither noted nor handed a chunk,
+    /// which the dead-node path would re-plan only when the node is declared dead again. Its
+    /// heartbeat brings it back (or, kept out, its registration), and its asks are heard then.
     pub fn on_next_chunk(&mut self, mut req: ChunkRequest) -> Result<ChunkReply, StateError> {
+        if let Some(why) = self.nodes.not_working(&req.name) {
+            return Err(StateError::NodeNotWorking {
+                node: req.name,
+                why,
+            });
+        }
         // What the agent offers jobs that `require` attributes: its registration's (an agent
         // registers before it asks).
         req.attributes = self.nodes.attributes_of(&req.name);
+        // Closed to new work as batch dispatch holds it (drained, its agent shutting down or
+        // asked to stop): no new chunk; those it holds finish.
         req.drained = self.nodes.is_drained(&req.name);
         req.time_left = self.nodes.time_left(&req.name);
         req.capped = self.capped_divisible_jobs(&req.name);

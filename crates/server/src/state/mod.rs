@@ -189,6 +189,16 @@ pub enum StateError {
          no such node is registered): only the node's own agent may speak for it"
     )]
     NotTheNodesAgent(String),
+    /// An agent asked for work for a node the server does not hold as working (declared
+    /// dead, its agent gone, removed, or kept out since a restart): `why` says which, and
+    /// what brings it back.
+    #[error("node `{node}` takes no work now: {why}")]
+    NodeNotWorking {
+        /// The node.
+        node: String,
+        /// Why it does not work ([`nodes::NodeRec::not_working`]).
+        why: String,
+    },
     /// A divisible chunk asked for, or reported, by an agent it is not out to.
     #[error(
         "chunk {chunk} of divisible job {job} is out to another node, not `{node}`: only the \

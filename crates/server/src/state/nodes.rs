@@ -97,6 +97,43 @@ impl NodeRec {
 }
 
 impl NodeRec {
+    /// Why the server does not hold the node as a working one, if it does not: removed, its
+    /// agent left, kept out since a restart (its stored description past a registration
+    /// bound), or declared dead (not alive). Such a node takes no work of any kind: batch
+    /// dispatch skips it (it is not alive in the view) and its agent's asks for divisible
+    /// chunks are refused ([`State::on_next_chunk`](super::State::on_next_chunk)) until a
+    /// heartbeat brings it back or, for one kept out, a registration. `None`: it works.
+    pub fn not_working(&self) -> Option<String> {
+        if self.removed {
+            Some("it was removed by an operator (`hetsched node remove`)".into())
+        } else if let Some(problem) = &self.out_of_bounds {
+            Some(format!(
+                "it is kept out since the server's restart, its stored description being past \
+                 a registration bound ({problem}): its agent must register again"
+            ))
+        } else if let Some(why) = self.left {
+            Some(format!("its agent left ({})", why.as_str()))
+        } else if !self.alive {
+            Some("it was declared dead (its heartbeats stopped): a heartbeat brings it back".into())
+        } else {
+            None
+        }
+    }
+
+    /// Whether the node is open to new work while it works: not drained by an operator, its
+    /// agent not shutting down (`draining`) and not asked to stop (`hetsched node stop`). Its
+    /// work already there finishes.
+    pub fn open_to_new_work(&self) -> bool {
+        !self.drained && !self.draining && self.stop.is_none()
+    }
+
+    /// Whether the node takes new work: it works ([`NodeRec::not_working`]) and is open to new
+    /// work ([`NodeRec::open_to_new_work`]). The one rule of every kind: batch preemption and
+    /// multi-node gatherings, divisible chunks.
+    pub fn takes_work(&self) -> bool {
+        self.not_working().is_none() && self.open_to_new_work()
+    }
+
     /// When the node is declared dead if nothing more is heard from it; None while it cannot
     /// be: dead (or removed) already, or living by an open `AwaitWork` with no task here.
     /// Nodes not heard from since this server started get [`RESTART_GRACE`] dead timeouts (at
@@ -376,12 +413,20 @@ impl Nodes {
             .unwrap_or_default()
     }
 
-    /// Whether the node named `name` is drained or draining (`hetsched node drain`): it takes
-    /// no new work.
+    /// Whether the node named `name` is closed to new work while it works: drained (`hetsched
+    /// node drain`), its agent shutting down, or asked to stop ([`NodeRec::open_to_new_work`]).
     pub fn is_drained(&self, name: &str) -> bool {
         self.by_name(name)
             .and_then(|id| self.get(id))
-            .is_some_and(|n| n.drained || n.draining)
+            .is_some_and(|n| !n.open_to_new_work())
+    }
+
+    /// Why the node named `name` does not work ([`NodeRec::not_working`]); `None` when it does,
+    /// or when no node has that name (the agent's identity check refuses that one).
+    pub fn not_working(&self, name: &str) -> Option<String> {
+        self.by_name(name)
+            .and_then(|id| self.get(id))
+            .and_then(NodeRec::not_working)
     }
 
     /// How long the agent of node `name` may still run work (its heartbeats' time left);

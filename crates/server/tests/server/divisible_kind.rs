@@ -4,7 +4,9 @@
 //! hand-out back and pauses, and a restart finds every committed chunk — and no
 //! `divisible.db` exists beside the store. After a restart, a chunk its agent no longer lists
 //! is lost at the agent's first ask, and a unit's failures still count against its `retries`;
-//! an ask held open while a chunk is in its grace is looked at again when the grace ends.
+//! an ask held open while a chunk is in its grace is looked at again when the grace ends. The
+//! agent of a node that does not work (declared dead, kept out at a restart) is refused, and one
+//! closed to new work (drained, asked to stop) gets no new chunk.
 
 use hetsched_server::ServerConfig;
 use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
@@ -1164,4 +1166,143 @@ fn a_restart_lists_a_divisible_jobs_workers_as_before_it_chunk_or_none() {
         before,
         "the workers read the same after a restart"
     );
+}
+
+/// The agent of a node declared dead (its heartbeats stopped) that asks for chunks before a
+/// heartbeat brings its node back is refused, naming the node and why, and is handed nothing:
+/// a chunk handed to it then would be re-planned only when the node is declared dead again.
+/// Its next heartbeat brings the node back, and its asks are heard again. Before, the ask was
+/// answered with a chunk as a live node's.
+#[test]
+fn a_node_declared_dead_gets_no_chunk_until_a_heartbeat_brings_it_back() {
+    let d = crate::common::scratch("divisible-kind", "dead-node");
+    let mut s = open(&d.0);
+    join_agents(&mut s, &["a", "b"]);
+    let (a, b) = (0, 1);
+    std::thread::sleep(crate::common::SILENCE);
+    crate::common::beat(&mut s, b, &[], &[]);
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
+    let id = s.on_submit(rows()).expect("submitted").job_id;
+    let refused = ask(&mut s, "a").expect_err("a dead node's agent is refused");
+    assert_eq!(
+        refused,
+        "node `a` takes no work now: it was declared dead (its heartbeats stopped): a \
+         heartbeat brings it back"
+    );
+    assert_eq!(
+        ask(&mut s, "b").expect("asked"),
+        vec![(id, 0)],
+        "b calibrates"
+    );
+    assert_eq!(
+        chunks(&s, id),
+        vec![(0, "out".to_string())],
+        "nothing out on a"
+    );
+    let job = s.get_job(id).expect("job").divisible.expect("divisible");
+    assert!(
+        job.chunks.iter().all(|c| c.worker != "a"),
+        "{:?}",
+        job.chunks
+    );
+    // Its heartbeat brings it back: it is a worker again.
+    crate::common::beat(&mut s, a, &[], &[]);
+    assert!(
+        gets_a_chunk(&mut s, &d.0, id, "a", "b"),
+        "back, a gets chunks again: {:?}",
+        chunks(&s, id)
+    );
+}
+
+/// Whether agent `name` gets a chunk of job `id` (data directory `d`) while agent `other`
+/// finishes the chunks it is handed, so that the plan moves on to rounds with `name` in them.
+fn gets_a_chunk(s: &mut State, d: &Path, id: u64, name: &str, other: &str) -> bool {
+    for _ in 0..20 {
+        if !ask(s, name).expect("asked").is_empty() {
+            return true;
+        }
+        let out: Vec<u64> = chunks(s, id)
+            .into_iter()
+            .filter(|(_, state)| state == "out")
+            .map(|(c, _)| c)
+            .collect();
+        for chunk in out {
+            chunk_done(s, d, id, chunk);
+        }
+        ask(s, other).expect("asked");
+    }
+    false
+}
+
+/// A node kept out at a restart (its stored row past a registration bound) takes no chunk:
+/// its agent's asks are refused, saying it must register again, until it does. Before, its
+/// asks were answered with chunks although its heartbeats were told to register and the node
+/// was listed not alive.
+#[test]
+fn a_node_kept_out_at_a_restart_gets_no_chunk_until_its_agent_registers_again() {
+    let d = crate::common::scratch("divisible-kind", "kept-out");
+    {
+        let mut s = open(&d.0);
+        join_agents(&mut s, &["big", "ok"]);
+    }
+    {
+        let db = rusqlite::Connection::open(d.0.join("state.db")).expect("db");
+        let edited = db
+            .execute(
+                "UPDATE nodes SET spec = replace(spec, '\"memory_bytes\":1073741824', \
+                 '\"memory_bytes\":18446744073709551615') WHERE name = 'big'",
+                [],
+            )
+            .expect("edit");
+        assert_eq!(edited, 1);
+    }
+    let mut s = open(&d.0);
+    let id = s.on_submit(rows()).expect("submitted").job_id;
+    let refused = ask(&mut s, "big").expect_err("a kept-out node's agent is refused");
+    assert!(
+        refused.starts_with(
+            "node `big` takes no work now: it is kept out since the server's restart, its \
+             stored description being past a registration bound (memory_bytes is \
+             18446744073709551615;"
+        ) && refused.ends_with("its agent must register again"),
+        "{refused}"
+    );
+    assert_eq!(ask(&mut s, "ok").expect("asked"), vec![(id, 0)]);
+    // Its agent registers again, within bounds: its asks are heard.
+    join_agents_again(&mut s, "big");
+    assert!(
+        gets_a_chunk(&mut s, &d.0, id, "big", "ok"),
+        "registered again, big gets chunks: {:?}",
+        chunks(&s, id)
+    );
+}
+
+/// Registers node `name` again (two cores, 1 GiB), as its agent does when told to.
+fn join_agents_again(s: &mut State, name: &str) {
+    use hetsched_proto as pb;
+    use hetsched_server::convert::Wire;
+    s.register(pb::RegisterRequest {
+        name: name.into(),
+        cores: 2,
+        memory_bytes: 1 << 30,
+        identity: crate::common::IDENTITY.into(),
+        ..Default::default()
+    })
+    .expect("register");
+}
+
+/// A node whose agent an operator asked to stop (`hetsched node stop`) takes no new chunk, as
+/// it takes no new batch task: one rule ([`NodeRec::takes_work`]) for both. Before, only a
+/// drained or draining node was kept from new chunks, and the stopping agent got one.
+#[test]
+fn a_node_asked_to_stop_gets_no_new_chunk() {
+    let d = crate::common::scratch("divisible-kind", "stop");
+    let mut s = open(&d.0);
+    join_agents(&mut s, &["a", "b"]);
+    s.on_stop_node("a", true).expect("stop");
+    let id = s.on_submit(rows()).expect("submitted").job_id;
+    for _ in 0..3 {
+        assert!(ask(&mut s, "a").expect("asked").is_empty(), "stopping");
+    }
+    assert_eq!(ask(&mut s, "b").expect("asked"), vec![(id, 0)]);
 }

@@ -16,7 +16,7 @@
 //! neither its idle timeout nor a `--drain` shutdown ends it under them.
 
 use super::super::Ctx;
-use crate::state::nodes::Nodes;
+use crate::state::nodes::{NodeRec, Nodes};
 use hetsched_core::policy::batch::multi_node::Gatherer;
 use hetsched_core::{AppId, Held, NodeId, SchedulerView};
 use std::collections::HashMap;
@@ -95,10 +95,8 @@ impl MultiNode {
     }
 }
 
-/// Whether the registry says node `n` takes work: alive, not removed, drained, draining (its
-/// agent shutting down) or gone.
+/// Whether the registry says node `n` takes work ([`NodeRec::takes_work`], the rule divisible
+/// chunks and preemption follow too).
 fn takes_work(nodes: &Nodes, n: NodeId) -> bool {
-    nodes
-        .get(n.0)
-        .is_some_and(|r| r.alive && !r.removed && !r.drained && !r.draining && r.left.is_none())
+    nodes.get(n.0).is_some_and(NodeRec::takes_work)
 }
