@@ -632,6 +632,48 @@ pub fn offloaded(a: &pb::Assignment) -> bool {
     !a.instance_dir.is_empty() && !a.offload_anode.is_empty()
 }
 
+/// Sets aside the input copies of the workflow instance in `instance_dir` (`JOB/TASK-I`, as the
+/// server names it), attempt `attempt`, for removal: `WORK_DIR/wf/JOB/TASK-I/in` renamed to
+/// `.in-abandoned-ATTEMPT` beside it, where [`remove_set_aside`] removes it. For an instance
+/// whose preparation was abandoned — killed while its inputs were fetched (a cancel, the
+/// take-back of an instance still fetching on a node whose disk ran short, the agent shutting
+/// down) — so that its partial copies do not hold the disk until its job is purged, as a fetch
+/// that fails removes them ([`prepare`]). A rename, at once: the caller does it while no new
+/// attempt of the instance can start here, whose copies go to a new `in`. The rest of the
+/// instance's directory stays (`out`: the job's purge sweeps it). Nothing outside the
+/// instance's directory is touched: an `instance_dir` that is not a plain relative path under
+/// `wf/` moves nothing, and a rename follows no link. `None`: there was no `in`.
+pub fn set_aside_input_copies(
+    work_dir: &Path,
+    instance_dir: &str,
+    attempt: u32,
+) -> Result<Option<PathBuf>, String> {
+    let rel = format!("wf/{instance_dir}");
+    if instance_dir.is_empty() || !safe_rel(&rel) {
+        return Err(format!(
+            "bad instance directory `{}`",
+            instance_dir.escape_debug()
+        ));
+    }
+    let dir = work_dir.join(rel);
+    let (inputs, aside) = (dir.join("in"), dir.join(format!(".in-abandoned-{attempt}")));
+    match std::fs::rename(&inputs, &aside) {
+        Ok(()) => Ok(Some(aside)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", inputs.display())),
+    }
+}
+
+/// Removes what [`set_aside_input_copies`] set aside (the removal follows no link).
+pub async fn remove_set_aside(aside: &Path) -> Result<(), String> {
+    match tokio::fs::remove_dir_all(aside).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("{}: {e}", aside.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Prepares workflow instance `a`: its directory, its inputs fetched from their producers'
 /// agents (at most `max_input_bytes` each, none taking the disk below `min_free_disk`: the
 /// `limits`), and the command with its placeholders filled. Errors say which input failed; one

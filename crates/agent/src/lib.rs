@@ -1455,7 +1455,39 @@ impl Launcher<'_> {
                         }
                     }
                 };
-                match unless_killed(prepared, &mut control.kill).await {
+                let prepared = unless_killed(prepared, &mut control.kill).await;
+                if prepared.is_err() && !a.inputs.is_empty() {
+                    // The preparation was abandoned mid-way: its partial input copies go now,
+                    // not when the job is purged (the take-back of an instance still fetching
+                    // on a node whose disk ran short most needs the space back). Only while
+                    // this attempt is the task's here, and set aside under the lock: a new
+                    // attempt of the instance on this node (whose launch killed this one)
+                    // fetches into the same `in`, and cannot start between the look and the
+                    // rename.
+                    let aside = {
+                        let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                        let current = sh.running.get(&task).is_some_and(|t| t.attempt == attempt);
+                        current.then(|| {
+                            dataflow::set_aside_input_copies(
+                                &opts.work_dir,
+                                &a.instance_dir,
+                                attempt,
+                            )
+                        })
+                    };
+                    let removed = match aside {
+                        Some(Ok(Some(aside))) => dataflow::remove_set_aside(&aside).await,
+                        Some(Err(e)) => Err(e),
+                        Some(Ok(None)) | None => Ok(()),
+                    };
+                    if let Err(e) = removed {
+                        warn!(
+                            task,
+                            attempt, "removing a killed instance's input copies: {e}"
+                        );
+                    }
+                }
+                match prepared {
                     Ok(prepared) => prepared,
                     Err(launch::Kill::Shutdown) => Err((
                         "killed while its inputs were fetched: its agent shut down".into(),
@@ -1918,23 +1950,10 @@ mod tests {
         }
     }
 
-    /// A workflow instance whose inputs are still being fetched is listed by the heartbeat as
-    /// `fetching`, without a program start; once its inputs are all here, as running, with its
-    /// program's start (after the fetch), and its result says how long the fetch took
-    /// (`fetch_ms`). The producer's agent holds no data key at first (its server has not
-    /// answered yet), so the consumer's fetch waits until the test gives it one.
-    #[tokio::test]
-    async fn a_workflow_instance_is_reported_fetching_until_its_inputs_are_here_then_running() {
-        use dataflow::tests::{KEY, consumer_auth, serve_producer, signed_input};
-        let root = std::env::temp_dir().join(format!("hetsched-fetching-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let (producer, consumer) = (root.join("producer"), root.join("consumer"));
-        let out = producer.join("wf/7/P-0/out");
-        std::fs::create_dir_all(&out).expect("out");
-        std::fs::create_dir_all(&consumer).expect("consumer");
-        std::fs::write(out.join("x"), "x's data").expect("x");
-        let (address, key, server) = serve_producer(&producer, None).await;
-        let (ledger, _) = ledger::Ledger::recover(&consumer).expect("ledger");
+    /// A one-core agent (node `b`) working in `work_dir`, with nothing running: its shared
+    /// state and options, for tests that launch workflow instances on it.
+    fn consumer_agent(work_dir: &std::path::Path) -> (Arc<Mutex<Shared>>, AgentOptions) {
+        let (ledger, _) = ledger::Ledger::recover(work_dir).expect("ledger");
         let shared = Arc::new(Mutex::new(Shared {
             running: HashMap::new(),
             specs: HashMap::new(),
@@ -1964,7 +1983,7 @@ mod tests {
             },
             core_speed: 1.0,
             disk_read_bw: 200e6,
-            work_dir: consumer.clone(),
+            work_dir: work_dir.to_path_buf(),
             no_exec: false,
             log_listen: None,
             log_tls: None,
@@ -1979,6 +1998,26 @@ mod tests {
             idle_timeout: None,
             run_as_owner: false,
         };
+        (shared, opts)
+    }
+
+    /// A workflow instance whose inputs are still being fetched is listed by the heartbeat as
+    /// `fetching`, without a program start; once its inputs are all here, as running, with its
+    /// program's start (after the fetch), and its result says how long the fetch took
+    /// (`fetch_ms`). The producer's agent holds no data key at first (its server has not
+    /// answered yet), so the consumer's fetch waits until the test gives it one.
+    #[tokio::test]
+    async fn a_workflow_instance_is_reported_fetching_until_its_inputs_are_here_then_running() {
+        use dataflow::tests::{KEY, consumer_auth, serve_producer, signed_input};
+        let root = std::env::temp_dir().join(format!("hetsched-fetching-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (producer, consumer) = (root.join("producer"), root.join("consumer"));
+        let out = producer.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::create_dir_all(&consumer).expect("consumer");
+        std::fs::write(out.join("x"), "x's data").expect("x");
+        let (address, key, server) = serve_producer(&producer, None).await;
+        let (shared, opts) = consumer_agent(&consumer);
         let (notify, outside) = (Arc::new(Notify::new()), outside::Outside::default());
         let (balance, auth) = (balance::Handle::default(), consumer_auth());
         let launcher = Launcher {
@@ -2066,6 +2105,151 @@ mod tests {
             "x's data"
         );
         server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A workflow instance killed while its inputs are fetched — a cancel (`Kill::Server`, also
+    /// the take-back of an instance still fetching on a node whose disk ran short) or the agent
+    /// shutting down (`Kill::Shutdown`) — leaves no input copy: its `in` directory (an input
+    /// fetched whole, another still waiting) is removed, while its `out` directory stays until
+    /// the job is purged, and nothing outside the instance's directory is touched (another
+    /// instance's inputs stay). Before, the copies stayed on disk until the job was purged —
+    /// on a disk already short, too.
+    #[tokio::test]
+    async fn a_workflow_instance_killed_while_fetching_its_inputs_leaves_no_input_copy() {
+        use dataflow::tests::{KEY, consumer_auth, serve_producer, signed_input};
+        let root =
+            std::env::temp_dir().join(format!("hetsched-fetch-killed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // Input `x` comes from a producer's agent that serves it at once, `y` from one that holds
+        // no data key yet: the fetch of `y` waits (for up to `KEY_WAIT`) with `x` here.
+        let (keyed, keyless, consumer) = (
+            root.join("keyed"),
+            root.join("keyless"),
+            root.join("consumer"),
+        );
+        for (producer, name) in [(&keyed, "x"), (&keyless, "y")] {
+            let out = producer.join("wf/7/P-0/out");
+            std::fs::create_dir_all(&out).expect("out");
+            std::fs::write(out.join(name), format!("{name}'s data")).expect("data");
+        }
+        let (x_address, _, x_server) = serve_producer(&keyed, Some(&KEY)).await;
+        let (y_address, _, y_server) = serve_producer(&keyless, None).await;
+        std::fs::create_dir_all(&consumer).expect("consumer");
+        // Another instance's input copy, beside the killed one's: it stays.
+        let other = consumer.join("wf/7/C-1/in/x/0");
+        std::fs::create_dir_all(other.parent().expect("parent")).expect("other");
+        std::fs::write(&other, "another instance's copy").expect("other copy");
+        let (shared, opts) = consumer_agent(&consumer);
+        let (notify, outside) = (Arc::new(Notify::new()), outside::Outside::default());
+        let (balance, auth) = (balance::Handle::default(), consumer_auth());
+        let launcher = Launcher {
+            shared: &shared,
+            notify: &notify,
+            outside: &outside,
+            opts: &opts,
+            pipeline: None,
+            balance: &balance,
+            auth: &auth,
+        };
+        let instance = consumer.join("wf/7/C-0");
+        let cases = [
+            (
+                launch::Kill::Server,
+                "killed at the server's request while its inputs were fetched",
+            ),
+            (
+                launch::Kill::Shutdown,
+                "killed while its inputs were fetched: its agent shut down",
+            ),
+        ];
+        for (attempt, (why, message)) in (1..).zip(cases) {
+            let a = pb::Assignment {
+                task_id: 5,
+                attempt,
+                spec: 9,
+                cores: 1,
+                instance_dir: "7/C-0".into(),
+                inputs: vec![
+                    signed_input(&x_address, "x", "b", 5, attempt),
+                    signed_input(&y_address, "y", "b", 5, attempt),
+                ],
+                outputs: vec!["o".into()],
+                ..Default::default()
+            };
+            let spec = pb::TaskSpec {
+                key: 9,
+                argv: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "cat {input:x} {input:y} > {output:o}".into(),
+                ],
+                ..Default::default()
+            };
+            launcher.launch(
+                &mut shared.lock().unwrap_or_else(|p| p.into_inner()),
+                a,
+                Arc::new(spec),
+            );
+            // `x` is here whole; `y`'s fetch waits for its producer's key.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::fs::read_to_string(instance.join("in/x/0"))
+                .ok()
+                .as_deref()
+                != Some("x's data")
+            {
+                assert!(Instant::now() < deadline, "{why:?}: x never fetched");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(
+                instance.join("in/y").is_dir(),
+                "{why:?}: y is being fetched"
+            );
+            {
+                let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let t = sh.running.get_mut(&5).expect("running");
+                assert!(t.fetching, "{why:?}: still fetching");
+                let tx = t.kill.take().expect("a kill sender");
+                let _ = tx.send(why);
+            }
+            let r = loop {
+                if let Some(r) = shared
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .results
+                    .pop()
+                {
+                    break r;
+                }
+                assert!(Instant::now() < deadline, "{why:?}: no result");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            assert_eq!(
+                (r.attempt, r.success, r.message.as_str()),
+                (attempt, false, message)
+            );
+            assert!(
+                !instance.join("in").exists(),
+                "{why:?}: the input copies are removed"
+            );
+            assert!(
+                instance.join("out").is_dir(),
+                "{why:?}: the instance's `out` stays until the job is purged"
+            );
+            let left: Vec<_> = std::fs::read_dir(&instance)
+                .expect("instance dir")
+                .map(|e| e.expect("entry").file_name())
+                .collect();
+            assert_eq!(left, ["out"], "{why:?}: nothing set aside is left");
+            assert_eq!(
+                std::fs::read_to_string(&other).expect("other copy"),
+                "another instance's copy",
+                "{why:?}: only the killed instance's inputs go"
+            );
+        }
+        x_server.abort();
+        y_server.abort();
         let _ = std::fs::remove_dir_all(&root);
     }
 
