@@ -22,6 +22,7 @@
 //! run_as_owner = true               # a user's tasks run as its Unix account (agent as root)
 //! max_input_bytes = "64GiB"         # the most written for one fetched workflow input
 //! min_free_disk = "1GiB"            # fetched workflow inputs leave this free on work_dir's disk (0: off)
+//! fetch_bandwidth = "100MiB"        # bytes/s all workflow input fetches together (0: no cap)
 //! [tls]                             # optional: workflow data and PCDDB between agents over TLS
 //! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
 //! key = "agent.key"
@@ -59,6 +60,17 @@
 //! which `max_input_bytes` bounds. Concurrent fetches each count only their own writes between
 //! two readings, so together they may go below the floor by up to 16 MiB each before the next
 //! reading stops them: set the floor with that margin.
+//!
+//! **Workflow inputs and the node's link.** `fetch_bandwidth` caps the rate at which the agent
+//! fetches workflow inputs from other agents, in bytes per second: all its fetches together (many
+//! instances fetching at once, each with many inputs) share one token bucket
+//! ([`crate::fetch_bandwidth`]), so that input fetches leave room on the node's link for the
+//! tasks running on it. Written as a size (`"100MiB"`, `"1.5GB"`, a number of bytes), with or
+//! without `/s` (`"100MiB/s"`, as `disk_read` is written). Absent or `0`: no cap (the
+//! default). Otherwise at least 64 KiB/s ([`crate::fetch_bandwidth::MIN_FETCH_BANDWIDTH`]):
+//! below that, more likely a typo for a larger unit than a setting, it is refused at its line.
+//! A capped instance shows `fetching` (`hetsched tasks`, `hetsched job`) for as long as its
+//! inputs take; its `fetch_ms` says how long that was.
 //!
 //! On an ANode the same two settings bound the input files NNodes ship with their offloads
 //! (`accel::service`): each file at most `max_input_bytes`, and none taking `work_dir`'s disk
@@ -136,6 +148,10 @@ pub struct AgentConfig {
     /// below stops, and the instance's attempt, the chunk or the offload runs again where there
     /// is room, instead of filling the node's disk.
     pub min_free_disk: Option<ByteSize>,
+    /// The most bytes per second this agent fetches workflow inputs at, all fetches together
+    /// (absent or 0: no cap; otherwise at least
+    /// [`crate::fetch_bandwidth::MIN_FETCH_BANDWIDTH`]).
+    pub fetch_bandwidth: Option<serde_spanned::Spanned<FetchRate>>,
     /// Declared accelerators (replace detected ones).
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,
@@ -149,6 +165,38 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Private key.
     pub key: PathBuf,
+}
+
+/// `fetch_bandwidth`'s value: bytes per second, written as a size (`"100MiB"`, `"1.5GB"`, a
+/// number of bytes; the core's size syntax and its errors), with or without `/s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchRate(pub u64);
+
+impl<'de> Deserialize<'de> for FetchRate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use hetsched_core::input::cluster::Size;
+        use serde::de::IntoDeserializer;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(i64),
+            Text(String),
+        }
+        let how = "a rate in bytes per second such as \"100MiB\" or \"100MiB/s\" (0: no cap)";
+        let size = match Raw::deserialize(d)
+            .map_err(|_| serde::de::Error::custom(format!("not a rate: write {how}")))?
+        {
+            Raw::Number(n) => {
+                Size::deserialize(IntoDeserializer::<D::Error>::into_deserializer(n))?
+            }
+            Raw::Text(t) => {
+                let t = t.trim();
+                let size = t.strip_suffix("/s").unwrap_or(t);
+                Size::deserialize(IntoDeserializer::<D::Error>::into_deserializer(size))?
+            }
+        };
+        Ok(FetchRate(size.0.as_u64()))
+    }
 }
 
 impl AgentConfig {
@@ -177,7 +225,27 @@ impl AgentConfig {
                 "must be at least 1 byte (leave it out for the default, 64 GiB)",
             ));
         }
+        if let Some(r) = &config.fetch_bandwidth
+            && r.get_ref().0 != 0
+            && r.get_ref().0 < crate::fetch_bandwidth::MIN_FETCH_BANDWIDTH
+        {
+            return Err(src.error(
+                Some(r.span().start),
+                Some("fetch_bandwidth".into()),
+                format!(
+                    "{} bytes/s is below the least cap, {}/s (0 or leaving it out: no cap)",
+                    r.get_ref().0,
+                    ByteSize(crate::fetch_bandwidth::MIN_FETCH_BANDWIDTH)
+                ),
+            ));
+        }
         Ok(config)
+    }
+
+    /// The cap on the rate this agent fetches workflow inputs at, in bytes per second:
+    /// `fetch_bandwidth`, or 0 (no cap).
+    pub fn fetch_bandwidth(&self) -> u64 {
+        self.fetch_bandwidth.as_ref().map_or(0, |r| r.get_ref().0)
     }
 
     /// The most written for one fetched workflow input: `max_input_bytes`, or the default.
@@ -284,6 +352,54 @@ mod tests {
                     .expect_err(bad);
             assert!(
                 e.to_string().starts_with("agent.toml:2:17: min_free_disk"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn fetch_bandwidth_is_read_as_a_size_with_or_without_per_second_and_absent_or_0_is_no_cap() {
+        assert_eq!(AgentConfig::default().fetch_bandwidth(), 0);
+        for (written, bytes_per_sec) in [
+            ("\"10MiB\"", 10 << 20),
+            ("\"10MiB/s\"", 10 << 20),
+            ("\"1.5 GB/s\"", 1_500_000_000),
+            ("65536", 64 << 10),
+            ("\"64KiB\"", 64 << 10),
+            ("0", 0),
+            ("\"0/s\"", 0),
+        ] {
+            let c = AgentConfig::parse("agent.toml", &format!("fetch_bandwidth = {written}\n"))
+                .unwrap_or_else(|e| panic!("{written}: {e}"));
+            assert_eq!(c.fetch_bandwidth(), bytes_per_sec, "{written}");
+        }
+    }
+
+    #[test]
+    fn a_fetch_bandwidth_below_64_kib_or_not_a_rate_is_refused_at_its_line() {
+        let e = AgentConfig::parse("agent.toml", "cores = 2\nfetch_bandwidth = 64\n")
+            .expect_err("a typo for 64MiB");
+        assert_eq!(
+            e.to_string(),
+            "agent.toml:2:19: fetch_bandwidth: 64 bytes/s is below the least cap, 64.0 KiB/s \
+             (0 or leaving it out: no cap)"
+        );
+        let e = AgentConfig::parse("agent.toml", "fetch_bandwidth = \"65535\"\n")
+            .expect_err("one byte short");
+        assert!(
+            e.to_string()
+                .starts_with("agent.toml:1:19: fetch_bandwidth: 65535 bytes/s"),
+            "{e}"
+        );
+        for bad in ["\"fast\"", "-1", "true", "\"10MiB/h\""] {
+            let e = AgentConfig::parse(
+                "agent.toml",
+                &format!("cores = 2\nfetch_bandwidth = {bad}\n"),
+            )
+            .expect_err(bad);
+            assert!(
+                e.to_string()
+                    .starts_with("agent.toml:2:19: fetch_bandwidth"),
                 "{bad}: {e}"
             );
         }

@@ -72,6 +72,7 @@ pub const DEFAULT_MAX_INPUT_BYTES: u64 = 64 << 30;
 
 // The disk floor's helpers are shared with divisible chunks' inputs ([`crate::room`]); they
 // keep their names here for the agent's configuration and tests.
+pub use crate::fetch_bandwidth::FetchBandwidth;
 pub use crate::room::{DEFAULT_MIN_FREE_DISK, FREE_RECHECK, FreeSpace, statvfs_free};
 use crate::room::{NoRoom, Room, TakeError};
 
@@ -85,6 +86,9 @@ pub struct InputLimits {
     pub min_free_disk: u64,
     /// Where the free space is read.
     pub free_space: FreeSpace,
+    /// The agent's cap on the rate it fetches inputs at (`fetch_bandwidth`), shared by all its
+    /// fetches: each chunk waits its turn in it before it is written.
+    pub fetch_bandwidth: FetchBandwidth,
 }
 
 impl Default for InputLimits {
@@ -93,6 +97,7 @@ impl Default for InputLimits {
             max_input_bytes: DEFAULT_MAX_INPUT_BYTES,
             min_free_disk: DEFAULT_MIN_FREE_DISK,
             free_space: FreeSpace::default(),
+            fetch_bandwidth: FetchBandwidth::default(),
         }
     }
 }
@@ -110,6 +115,10 @@ pub struct DataOptions {
     /// The free space fetched inputs leave on the work directory's filesystem
     /// (`min_free_disk`; 0: not checked): a fetch that would go below fails the consumer.
     pub min_free_disk: u64,
+    /// The cap on the rate this agent fetches inputs at, all fetches together
+    /// (`fetch_bandwidth`; [`FetchBandwidth::default`]: none). Clones of these options, and the
+    /// limits they give, share the one bucket.
+    pub fetch_bandwidth: FetchBandwidth,
 }
 
 impl Default for DataOptions {
@@ -119,17 +128,20 @@ impl Default for DataOptions {
             tls: None,
             max_input_bytes: DEFAULT_MAX_INPUT_BYTES,
             min_free_disk: DEFAULT_MIN_FREE_DISK,
+            fetch_bandwidth: FetchBandwidth::default(),
         }
     }
 }
 
 impl DataOptions {
-    /// The limits [`prepare`] fetches an instance's inputs under, free space read by `statvfs`.
+    /// The limits [`prepare`] fetches an instance's inputs under, free space read by `statvfs`,
+    /// paced by the agent's one `fetch_bandwidth` bucket.
     pub fn input_limits(&self) -> InputLimits {
         InputLimits {
             max_input_bytes: self.max_input_bytes,
             min_free_disk: self.min_free_disk,
             free_space: FreeSpace::default(),
+            fetch_bandwidth: self.fetch_bandwidth.clone(),
         }
     }
 }
@@ -530,7 +542,10 @@ async fn fetch(
 }
 
 /// [`fetch`], waiting at most `idle` for each step (connection, answer, next chunk), and
-/// asking again for at most `key_wait` while the producer's agent holds no data key. A fetch
+/// asking again for at most `key_wait` while the producer's agent holds no data key. Each chunk
+/// received waits its turn in `limits.fetch_bandwidth` (the agent's cap, shared with its other
+/// fetches) before it is written; that wait is not the producer's silence and counts in no
+/// `idle`. A fetch
 /// that fails leaves no file at `to`: a partial copy is never read as the input, and one cut
 /// at `max_input_bytes` or at the free-space floor is exactly what the bound keeps off the
 /// disk. `to`'s directory must exist: its filesystem's free space is read before the producer
@@ -597,6 +612,9 @@ async fn fetch_within(
             if n > limit {
                 return Err(FetchError::TooLarge { limit });
             }
+            // Before the stream is read further: the producer's agent is held back by the
+            // stream's flow control, and the link carries no more than the cap lets through.
+            limits.fetch_bandwidth.take(chunk.data.len() as u64).await;
             room.take(chunk.data.len() as u64, Some(&mut file))
                 .await
                 .map_err(|e| match e {
@@ -2062,6 +2080,56 @@ pub(crate) mod tests {
         assert_eq!(
             std::fs::read_to_string(&ready.argv[1]).expect("fetched"),
             "x's data"
+        );
+        server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// The agent's `fetch_bandwidth` paces its fetches, all of them together: two inputs of
+    /// 1 MiB fetched at once under a cap of 1 MiB/s take at least the 1.75 s the cap allows for
+    /// their 2 MiB (the first 256 KiB chunk goes at once), each whole. Before, nothing paced a
+    /// fetch: on loopback both took milliseconds. Only a lower bound on the time is checked.
+    #[tokio::test]
+    async fn fetches_together_stay_under_the_agents_fetch_bandwidth() {
+        let root = std::env::temp_dir().join(format!("hetsched-wf-cap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let out = root.join("producer/wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+        for name in ["x", "y"] {
+            std::fs::write(out.join(name), &data).expect("input");
+        }
+        let (address, _key, server) = serve_producer(&root.join("producer"), Some(&KEY)).await;
+        let limits = InputLimits {
+            fetch_bandwidth: FetchBandwidth::new(1 << 20),
+            ..InputLimits::default()
+        };
+        let one = |name: &str| {
+            let path = format!("wf/7/P-0/out/{name}");
+            let req = pb::FetchRequest {
+                ticket: ticket_for(&path, "b", 5, 1),
+                path,
+                consumer: "b".into(),
+                task_id: 5,
+                attempt: 1,
+            };
+            let to = root.join(name);
+            let (address, limits) = (address.clone(), limits.clone());
+            async move {
+                let n = fetch(&address, &consumer_auth(), req, &to, &limits).await;
+                (n.map_err(|e| e.to_string()), to)
+            }
+        };
+        let begin = std::time::Instant::now();
+        let (x, y) = tokio::join!(one("x"), one("y"));
+        let took = begin.elapsed();
+        for (n, to) in [x, y] {
+            assert_eq!(n, Ok(1 << 20), "{}", to.display());
+            assert!(std::fs::read(&to).expect("fetched") == data, "whole");
+        }
+        assert!(
+            took >= std::time::Duration::from_millis(1700),
+            "2 MiB under 1 MiB/s in {took:?}"
         );
         server.abort();
         let _ = std::fs::remove_dir_all(&root);

@@ -13,6 +13,8 @@
 //! - [`accel`]: the accelerator service of an ANode and offload from NNodes (spec 01);
 //! - [`config`]: the TOML configuration;
 //! - [`divisible`]: chunks of divisible jobs (fetch the input, run, upload the output);
+//! - [`fetch_bandwidth`]: the cap on the rate this agent fetches workflow inputs at
+//!   (`fetch_bandwidth`), shared by all its fetches;
 //! - [`detect`]: cores, memory, disks, NVIDIA GPUs, `/proc/PID/io`;
 //! - [`launch`]: one task as a child process;
 //! - [`ledger`]: the durable record of running tasks, from which a restarted agent kills what its
@@ -33,6 +35,7 @@ pub mod cpus;
 pub mod dataflow;
 pub mod detect;
 pub mod divisible;
+pub mod fetch_bandwidth;
 pub mod guard;
 pub mod launch;
 pub mod ledger;

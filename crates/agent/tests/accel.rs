@@ -1005,6 +1005,7 @@ async fn an_input_over_max_input_bytes_or_past_min_free_disk_is_refused_and_leav
         max_input_bytes: 512 << 10,
         min_free_disk: 0,
         free_space: FreeSpace::default(),
+        ..InputLimits::default()
     })
     .await;
     let c = client(l.addr, TOKEN);
@@ -1034,6 +1035,7 @@ async fn an_input_over_max_input_bytes_or_past_min_free_disk_is_refused_and_leav
                 .sum();
             Ok((floor + 300_000).saturating_sub(written))
         }),
+        ..InputLimits::default()
     })
     .await;
     let c = client(l.addr, TOKEN);

@@ -126,7 +126,7 @@ pub async fn graph(args: &super::ClientArgs, id: u64) -> anyhow::Result<()> {
 }
 
 /// The agent's workflow settings from its configuration: `attributes`, `max_input_bytes`,
-/// `min_free_disk`, and `[tls]` (the certificate and key files are read now, so a missing file
+/// `min_free_disk`, `fetch_bandwidth` (the one bucket all the agent's fetches share), and `[tls]` (the certificate and key files are read now, so a missing file
 /// stops the agent at start).
 pub fn agent_data_options(
     config: &hetsched_agent::config::AgentConfig,
@@ -146,6 +146,7 @@ pub fn agent_data_options(
         tls,
         max_input_bytes: config.max_input_bytes(),
         min_free_disk: config.min_free_disk(),
+        fetch_bandwidth: hetsched_agent::dataflow::FetchBandwidth::new(config.fetch_bandwidth()),
     })
 }
 
