@@ -24,4 +24,5 @@ mod stream_cli;
 mod support;
 mod topology_runtime;
 mod workflow_accel;
+mod workflow_fetch;
 mod workflow_runtime;
