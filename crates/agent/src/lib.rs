@@ -1538,34 +1538,55 @@ impl Launcher<'_> {
                     r
                 }
             };
-            bal.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .finished(task, launch::now_ns());
             opts.processes
                 .remove(spawned.load(std::sync::atomic::Ordering::Relaxed));
-            let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
-            sh.ledger.finished(&result);
-            sh.busy_cores = sh.busy_cores.saturating_sub(cores);
-            for d in &a.devices {
-                if let Some(n) = sh.busy_devices.get_mut(d) {
-                    *n -= 1;
-                    if *n == 0 {
-                        sh.busy_devices.remove(d);
+            end_task(&shared, &bal, task, |sh| {
+                sh.ledger.finished(&result);
+                sh.busy_cores = sh.busy_cores.saturating_sub(cores);
+                for d in &a.devices {
+                    if let Some(n) = sh.busy_devices.get_mut(d) {
+                        *n -= 1;
+                        if *n == 0 {
+                            sh.busy_devices.remove(d);
+                        }
                     }
                 }
-            }
-            sh.cpus.give_back(&held);
-            if let Some(t) = sh.running.get(&task)
-                && t.attempt == attempt
-            {
-                sh.stopped_ended |= t.kill.is_none();
-                sh.running.remove(&task);
-            }
-            sh.results.push(result);
-            drop(sh);
+                sh.cpus.give_back(&held);
+                if let Some(t) = sh.running.get(&task)
+                    && t.attempt == attempt
+                {
+                    sh.stopped_ended |= t.kill.is_none();
+                    sh.running.remove(&task);
+                }
+                sh.results.push(result);
+            });
             notify.notify_one();
         });
     }
+}
+
+/// Task `task` ended here: `record` puts its result where the next heartbeat takes it (under
+/// the lock of `shared`, as the heartbeat reads it), and only then does its PCDDB machine, if
+/// one took it, free the core it held ([`balance::Balancer::finished`]).
+///
+/// In that order because the server bounds a node's PCDDB claims by `MT × cores − x`, `x`
+/// what it placed there from the node's replies and still sees queued or running: a machine
+/// that freed the core first could take another instance and have its `reply` ride a heartbeat
+/// built before the result was queued — one that still lists the task as running — and the
+/// server would refuse that claim as one past the bound (dropped, placed again). Queued first,
+/// a heartbeat that carries such a reply (it reads the machine's outbox and the results under
+/// both locks at once) carries the result too, or a beat before it did.
+fn end_task<S>(
+    shared: &Mutex<S>,
+    balance: &balance::Handle,
+    task: u64,
+    record: impl FnOnce(&mut S),
+) {
+    record(&mut shared.lock().unwrap_or_else(|p| p.into_inner()));
+    balance
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .finished(task, launch::now_ns());
 }
 
 /// The agent's listeners' certificate from a server that certifies them (`[tls]` without
@@ -1904,6 +1925,41 @@ fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A PCDDB instance that ends here has its result queued before its machine frees the core
+    /// it held: while a heartbeat is being built (it holds the shared state), the machine still
+    /// holds the instance, so no `reply` it makes can ride a beat that lacks the result (the
+    /// server, bounding claims by `MT × cores − x`, would still count the task as running and
+    /// refuse one claim).
+    #[test]
+    fn a_task_that_ends_has_its_result_queued_before_its_pcddb_core_is_freed() {
+        let balance: balance::Handle = Arc::default();
+        {
+            let mut b = balance.lock().expect("balancer");
+            let key = balance::testing::key(1);
+            b.sync(1, 2, &[balance::testing::job(vec![0], 0, &key)]);
+            // From the launch node (a heartbeat reply): instance 0, task 1000, taken here.
+            b.deliver(balance::testing::request(99, 1, &[(0, 0)], &[1]), 0, false);
+            assert_eq!(b.held(), 1);
+        }
+        let results: Arc<Mutex<Vec<u64>>> = Arc::default();
+        // A heartbeat being built: it holds the shared state (and reads the results).
+        let beat = results.lock().expect("results");
+        let ended = {
+            let (results, balance) = (results.clone(), balance.clone());
+            std::thread::spawn(move || end_task(&results, &balance, 1000, |r| r.push(1000)))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            balance.lock().expect("balancer").held(),
+            1,
+            "the core was freed before the result was queued"
+        );
+        drop(beat);
+        ended.join().expect("the task's end");
+        assert_eq!(*results.lock().expect("results"), [1000]);
+        assert_eq!(balance.lock().expect("balancer").held(), 0, "freed after");
+    }
 
     #[test]
     fn a_respecced_task_takes_the_new_time_limit_and_keeps_its_memory_and_command() {
