@@ -37,6 +37,7 @@
 //! mt = 10
 //! cluster_size = 3             # minimum proximity-cluster size (default ⌊0.3·agents⌋)
 //! check_interval = "100ms"     # how often each agent checks itself against LT (10 ms to 10 s)
+//! offer_ttl = "60s"            # a PCDDB request unanswered this long is placed again (1 s to 1 h)
 //! [[allocation]]               # optional, repeatable: ask Slurm or PBS for nodes while work waits
 //! name = "cpu"                 # the queue (job names hetsched-cpu-TAG)
 //! manager = "slurm"            # or "pbs"
@@ -192,7 +193,23 @@ pub struct WorkflowConfig {
     /// give): default 100 ms. A stage of a chain waits for it (about half a period on average);
     /// each check of an underloaded agent sends a `status`, so a shorter period costs more calls.
     pub check_interval: Option<Duration>,
+    /// How long the instances of a PCDDB allocation request stay offered to the nodes it was
+    /// sent to: a request that no node claimed or handed back within it (an agent on its path
+    /// died holding it, kept it, or sent it off its table) is withdrawn and its instances
+    /// placed again. Default 60 s. A genuine request is answered within seconds, and a claim
+    /// that comes later is refused, so a short one wastes work (an instance taken too late is
+    /// placed again) but never runs an instance twice.
+    pub offer_ttl: Option<Duration>,
 }
+
+/// The bounds of `[workflow] offer_ttl`.
+pub const OFFER_TTL_RANGE: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(3600),
+);
+
+/// The default of `[workflow] offer_ttl`.
+pub const DEFAULT_OFFER_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The bounds of `[workflow] check_interval`.
 pub const CHECK_INTERVAL_RANGE: (std::time::Duration, std::time::Duration) = (
@@ -213,6 +230,24 @@ impl WorkflowConfig {
         if d < lo || d > hi {
             return Err(format!(
                 "workflow.check_interval ({}) must be between {} and {}",
+                humantime::format_duration(d),
+                humantime::format_duration(lo),
+                humantime::format_duration(hi),
+            ));
+        }
+        Ok(d)
+    }
+
+    /// How long a PCDDB request's instances stay offered: `offer_ttl`, else
+    /// [`DEFAULT_OFFER_TTL`]; refused outside [`OFFER_TTL_RANGE`].
+    pub fn offer_ttl(&self) -> Result<std::time::Duration, String> {
+        let d = self
+            .offer_ttl
+            .map_or(DEFAULT_OFFER_TTL, |d| std::time::Duration::from_nanos(d.0));
+        let (lo, hi) = OFFER_TTL_RANGE;
+        if d < lo || d > hi {
+            return Err(format!(
+                "workflow.offer_ttl ({}) must be between {} and {}",
                 humantime::format_duration(d),
                 humantime::format_duration(lo),
                 humantime::format_duration(hi),
@@ -445,6 +480,7 @@ impl ServerConfig {
         }
         if let Some(w) = &self.workflow {
             w.check_interval()?;
+            w.offer_ttl()?;
         }
         if let Some(f) = &self.fair_share
             && f.half_life < FairShareConfig::MIN_HALF_LIFE
@@ -590,6 +626,36 @@ mod tests {
             "idle_heartbeat_interval = \"2h\"\n[offload]\nkey_rotation = \"1h\"\nticket_lifetime = \"10m\"\n",
             "offload.key_rotation (1h)",
             "longer than the idle heartbeat (2h)",
+        );
+    }
+
+    #[test]
+    fn workflow_offer_ttl_defaults_to_a_minute_and_out_of_bounds_is_refused_naming_the_field() {
+        let ttl = |text: &str| {
+            ServerConfig::parse("server.toml", text)
+                .map_err(|e| e.to_string())
+                .and_then(|c| c.validate().map(|()| c))
+                .map(|c| c.workflow.unwrap_or_default().offer_ttl())
+        };
+        assert_eq!(ttl(""), Ok(Ok(DEFAULT_OFFER_TTL)));
+        assert_eq!(DEFAULT_OFFER_TTL, std::time::Duration::from_secs(60));
+        assert_eq!(
+            ttl("[workflow]\noffer_ttl = \"3s\"\n"),
+            Ok(Ok(std::time::Duration::from_secs(3)))
+        );
+        for bad in ["0s", "500ms", "2h"] {
+            let e = ttl(&format!("[workflow]\noffer_ttl = \"{bad}\"\n")).expect_err(bad);
+            assert!(
+                e.contains("workflow.offer_ttl") && e.contains("between 1s and 1h"),
+                "{bad}: {e}"
+            );
+        }
+        let e = ServerConfig::parse("server.toml", "[workflow]\noffer_ttl = \"soon\"\n")
+            .expect_err("not a duration")
+            .to_string();
+        assert!(
+            e.contains("server.toml:2") && e.contains("offer_ttl"),
+            "{e}"
         );
     }
 

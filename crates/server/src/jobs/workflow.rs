@@ -782,6 +782,9 @@ pub struct Workflows {
     cluster_size: Option<u32>,
     /// `[workflow] check_interval`: the agents' self-check period, ms.
     check_interval_ms: u64,
+    /// `[workflow] offer_ttl`: how long a PCDDB request's instances stay offered before they
+    /// are placed again ([`offers::Offers::expire`]).
+    offer_ttl: std::time::Duration,
     dirty: HashSet<(u64, u32)>,
     dirty_jobs: HashSet<u64>,
     /// Nodes the machines queued an instance or a message for in this event (woken at its end,
@@ -892,6 +895,12 @@ impl Workflows {
             reclustered_ns: None,
             cluster_size,
             check_interval_ms,
+            // Checked when the state is built (`State::from_snapshot`).
+            offer_ttl: config
+                .workflow
+                .as_ref()
+                .map_or(Ok(crate::config::DEFAULT_OFFER_TTL), |w| w.offer_ttl())
+                .unwrap_or(crate::config::DEFAULT_OFFER_TTL),
             dirty: HashSet::new(),
             dirty_jobs: HashSet::new(),
             woken: BTreeSet::new(),
@@ -3018,14 +3027,14 @@ impl JobKind for Workflows {
             }
             // Requests nobody answered in time (kept, sent off their table, or lost with an
             // agent or a reply): what they still offer is placed again.
-            let expired = job.offers.expire(cx.now);
+            let expired = job.offers.expire(cx.now, self.offer_ttl);
             if !expired.is_empty() {
                 warn!(
                     job = jid,
                     instances = expired.len(),
-                    "PCDDB allocation requests went unanswered for {} s: their instances are \
-                     placed again",
-                    offers::OFFER_TTL.as_secs()
+                    "PCDDB allocation requests went unanswered for {} (`[workflow] offer_ttl`): \
+                     their instances are placed again",
+                    humantime::format_duration(self.offer_ttl)
                 );
                 job.rerun.extend(expired);
             }

@@ -18,8 +18,9 @@
 //!
 //! A request that stops on its way — an agent keeps it, sends it to a node off its table (whose
 //! claims are refused), or dies holding it, or the heartbeat reply carrying it is lost — would
-//! leave its instances offered and placed nowhere for ever: after [`OFFER_TTL`] its instances
-//! still offered are withdrawn and placed again ([`Offers::expire`]). A genuine request is
+//! leave its instances offered and placed nowhere for ever: after the offer's time to live
+//! (`[workflow] offer_ttl`, 60 s by default) its instances still offered are withdrawn and
+//! placed again ([`Offers::expire`]). A genuine request is
 //! answered within seconds (each hop is one gRPC call, each reply rides the next heartbeat, which
 //! an agent sends at once for it), and a claim that comes later is refused as any claim of an
 //! instance no longer offered, so nothing runs twice either way.
@@ -28,9 +29,6 @@ use hetsched_core::NodeId;
 use hetsched_core::policy::graph::pcddb::SharedTable;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
-
-/// How long a granted request's instances stay offered ([`Offers::expire`]).
-pub(super) const OFFER_TTL: Duration = Duration::from_secs(60);
 
 /// One granted request with instances still offered.
 struct Offer {
@@ -230,7 +228,8 @@ impl Offers {
     /// return whose table is not the request's less the nodes it visited (a suffix of the table
     /// it was granted with) hands back nothing: the launch node would drop the entries it
     /// lacks from its own table, and a node on the path could prune the underloaded nodes it
-    /// liked (the request's instances stay offered, placed again after [`OFFER_TTL`]).
+    /// liked (the request's instances stay offered, placed again after the offer's time to
+    /// live, [`Offers::expire`]).
     pub(super) fn hand_back(
         &mut self,
         node: u32,
@@ -257,10 +256,11 @@ impl Offers {
         back
     }
 
-    /// The requests granted [`OFFER_TTL`] or longer before `now` (ns) offer nothing any more:
-    /// their instances still offered, ascending, which the launch node is to place again.
-    pub(super) fn expire(&mut self, now: u64) -> Vec<u32> {
-        let ttl = OFFER_TTL.as_nanos() as u64;
+    /// The requests granted `ttl` (`[workflow] offer_ttl`) or longer before `now` (ns) offer
+    /// nothing any more: their instances still offered, ascending, which the launch node is to
+    /// place again.
+    pub(super) fn expire(&mut self, now: u64, ttl: Duration) -> Vec<u32> {
+        let ttl = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
         let mut expired = std::collections::HashSet::new();
         while let Some(&(at, serial)) = self.granted.front() {
             if at.saturating_add(ttl) > now {
@@ -306,6 +306,7 @@ impl Offers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::DEFAULT_OFFER_TTL as OFFER_TTL;
 
     fn table(nodes: &[u32]) -> SharedTable {
         nodes.iter().map(|&n| NodeId(n)).collect()
@@ -428,13 +429,13 @@ mod tests {
         o.grant(300, 3, 0, 30, table(&[3]), [(8, 0)]);
         assert_eq!(o.claim(3, 0, 0, 4), Ok(()));
         assert_eq!(o.claim(3, 0, 0, 7), Ok(()), "request 2 answered in full");
-        assert_eq!(o.expire(100 + ttl - 1), Vec::<u32>::new());
-        assert_eq!(o.expire(200 + ttl), [5, 6]);
+        assert_eq!(o.expire(100 + ttl - 1, OFFER_TTL), Vec::<u32>::new());
+        assert_eq!(o.expire(200 + ttl, OFFER_TTL), [5, 6]);
         assert_eq!(o.claim(3, 0, 0, 5), Err(Refused::NotOffered), "too late");
         assert_eq!(o.claim(3, 0, 0, 8), Ok(()), "request 3 stands");
         assert_eq!(o.len(), (0, 0));
         assert_eq!(
-            o.expire(u64::MAX),
+            o.expire(u64::MAX, OFFER_TTL),
             Vec::<u32>::new(),
             "nothing offered, nothing expires"
         );
