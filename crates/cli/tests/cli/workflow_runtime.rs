@@ -364,6 +364,140 @@ fn a_killed_agent_and_a_killed_server_do_not_stop_the_workflow() {
     kill_mid_workflow("pcddb");
 }
 
+/// An agent that dies holding a PCDDB request — killed mid-hop, while it passes the request's
+/// rest to the next node of its table, which is stopped and never takes it — leaves instances
+/// that no node claimed or handed back: after `[workflow] offer_ttl` the server withdraws them
+/// and places them again, and the workflow completes on the agent left. Without the offer's
+/// time to live they stayed offered for ever and the workflow never ended.
+#[test]
+fn instances_of_a_request_an_agent_died_holding_run_elsewhere_after_the_offer_ttl() {
+    // One core each, MT = 2: the first node of a request takes two instances and passes the
+    // rest on. Nodes stopped for the hop are declared dead after 3 s, not before the test
+    // found which of them holds the request.
+    let mut c = Cluster::start_configured_beating(
+        "wf-offer-ttl",
+        "[workflow]\ncluster_size = 3\nlt = 1\nmt = 2\noffer_ttl = \"3s\"\n",
+        "100ms",
+        "3s",
+    );
+    for a in ["n1", "n2", "n3"] {
+        c.start_agent(a, 1, &[]);
+    }
+    c.wait_for_nodes(3);
+    let go = c.dir.join("go");
+    // `gate` holds its node until `go` exists; then the eight `work` instances are ready at
+    // once, and a `sum` reads them all.
+    let file = c.write(
+        "wf.toml",
+        &format!(
+            r#"balancer = "pcddb"
+
+[[task]]
+name = "gate"
+instances = 1
+cost = "1s"
+outputs = ["g"]
+command = "while [ ! -e {go} ]; do sleep 0.05; done; echo 1 > {{output:g}}"
+
+[[task]]
+name = "work"
+instances = 8
+cost = "1s"
+inputs = ["g"]
+outputs = ["w"]
+command = "echo $(( $(cat {{input:g}}) + {{index}} )) > {{output:w}}"
+
+[[task]]
+name = "sum"
+instances = 1
+cost = "1s"
+inputs = ["w"]
+outputs = ["s"]
+command = "s=0; for f in {{input:w}}; do s=$((s + $(cat $f))); done; echo $s > {{output:s}}"
+"#,
+            go = go.display()
+        ),
+    );
+    let job = submit(&c, &file);
+    let running_on = |app: &str| -> Vec<String> {
+        c.tasks(job)
+            .iter()
+            .filter(|t| t["app"] == app && t["state"] != "ready")
+            .filter_map(|t| t["node"].as_str().map(str::to_string))
+            .collect()
+    };
+    let mut gate = Vec::new();
+    wait_until("the gate to run", Duration::from_secs(20), || {
+        gate = running_on("gate");
+        !gate.is_empty()
+    });
+    let survivor = gate[0].clone();
+    let others: Vec<&str> = ["n1", "n2", "n3"]
+        .into_iter()
+        .filter(|n| *n != survivor)
+        .collect();
+    // Both idle agents have reported themselves underloaded by now; stopped, neither takes
+    // the request sent to the first of them until it runs again.
+    std::thread::sleep(Duration::from_millis(500));
+    for n in &others {
+        c.signal_agent(n, "STOP");
+    }
+    std::fs::write(&go, "").expect("go");
+    // Run one of them again: if the request waits for it, it takes two instances and passes
+    // the rest to the other, stopped one (the hop waits for an answer for up to 5 s);
+    // otherwise stop it again and try the other.
+    let mut holder = None;
+    for (i, n) in others.iter().enumerate() {
+        c.signal_agent(n, "CONT");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(1200) {
+            if running_on("work").iter().any(|w| w == n) {
+                holder = Some((n.to_string(), others[1 - i].to_string()));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if holder.is_some() {
+            break;
+        }
+        c.signal_agent(n, "STOP");
+    }
+    let (holder, next) = holder.expect("one of the idle agents took the request");
+    // Killed mid-hop, and the next node with it: nobody claims or returns the rest.
+    c.signal_agent(&holder, "KILL");
+    c.signal_agent(&next, "KILL");
+    let _ = c.agent_exit(&holder, Duration::from_secs(10));
+    let _ = c.agent_exit(&next, Duration::from_secs(10));
+    let v = wait_done(&c, job, Duration::from_secs(25));
+    assert_eq!(v["state"], "completed", "{v}");
+    let log = std::fs::read_to_string(c.dir.join("server.log")).unwrap_or_default();
+    assert!(
+        log.contains("went unanswered for 3s"),
+        "the request's instances were not placed again for want of an answer: {log}"
+    );
+    let tasks = c.tasks(job);
+    assert!(
+        tasks
+            .iter()
+            .filter(|t| t["app"] == "work" || t["app"] == "sum")
+            .all(|t| t["node"] == survivor.as_str()),
+        "every instance ends on {survivor}, the agent left: {tasks:?}"
+    );
+    // The sum of 1 + i over the eight instances, read where it was made.
+    let seq = job & 0xff_ffff_ffff_ffff;
+    let out = c
+        .dir
+        .join(format!("agent-{survivor}"))
+        .join(format!("wf/{seq}/sum-0/out/s"));
+    let sum = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    let indices: i64 = tasks
+        .iter()
+        .filter(|t| t["app"] == "work")
+        .filter_map(|t| t["index"].as_i64())
+        .sum();
+    assert_eq!(sum.trim(), (8 + indices).to_string(), "{tasks:?}");
+}
+
 #[test]
 fn bad_workflows_are_refused_at_submission_and_nothing_is_stored() {
     let c = Cluster::start("wf-bad", false);

@@ -161,6 +161,20 @@ impl Cluster {
         c
     }
 
+    /// As [`Cluster::start_configured`], with agents told to heartbeat every `heartbeat` and
+    /// nodes declared dead after `dead_timeout` of silence.
+    pub fn start_configured_beating(
+        name: &str,
+        config: &str,
+        heartbeat: &'static str,
+        dead_timeout: &'static str,
+    ) -> Cluster {
+        let mut c = Cluster::new_stopped(name, false, false, Some(config.to_string()));
+        c.beat = (heartbeat, dead_timeout);
+        c.start_server();
+        c
+    }
+
     fn new(name: &str, http: bool, tls: bool, server_config: Option<String>) -> Cluster {
         let mut c = Cluster::new_stopped(name, http, tls, server_config);
         c.start_server();
