@@ -1120,26 +1120,35 @@ impl State {
     /// its silence is counted from then.
     pub fn presence(&mut self, who: &Presence, open: bool) {
         match who {
-            Presence::Node(id) => {
-                if let Some(rec) = self.nodes.recs.get_mut(*id as usize) {
-                    rec.awaiting = if open {
-                        rec.awaiting + 1
-                    } else {
-                        rec.awaiting.saturating_sub(1)
-                    };
-                    rec.last_seen = Instant::now();
-                }
-                if !open {
-                    self.node_may_die(*id);
-                }
-            }
+            Presence::Node(id) => self.node_presence(*id, open),
             Presence::Chunks(name) => {
                 self.jobs.divisible.held(name, open);
+                // A held chunk ask is the node's sign of life as an open `AwaitWork` is: its
+                // agent asks long instead of often, and a node declared dead meanwhile would
+                // have its ask refused when a job came (`on_next_chunk`).
+                if let Some(id) = self.nodes.by_name(name) {
+                    self.node_presence(id, open);
+                }
                 if !open {
                     self.agent_may_be_lost();
                 }
             }
             Presence::Workers(name) => self.jobs.topology.held(name, open),
+        }
+    }
+
+    /// A call that says node `id`'s agent lives began (`open`) or ended ([`Self::presence`]).
+    fn node_presence(&mut self, id: u32, open: bool) {
+        if let Some(rec) = self.nodes.recs.get_mut(id as usize) {
+            rec.awaiting = if open {
+                rec.awaiting + 1
+            } else {
+                rec.awaiting.saturating_sub(1)
+            };
+            rec.last_seen = Instant::now();
+        }
+        if !open {
+            self.node_may_die(id);
         }
     }
 
