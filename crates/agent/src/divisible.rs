@@ -44,6 +44,14 @@ type Client = DivisibleClient<
 /// How often an agent asks for work (and says it is alive).
 pub const POLL: Duration = Duration::from_millis(100);
 
+/// The longest pause between asks the server refused (`FailedPrecondition`: the node is
+/// dead, left, kept out, drained or asked to stop, which may last hours) or that failed
+/// otherwise (the server restarting, unreachable). The pause doubles from [`POLL`] with each
+/// refusal in a row, up to this, and is back to none once an ask is answered; a node that
+/// works again gets its chunks at most this late. 5 s: the longest the server holds an ask of
+/// an agent that holds chunks (a working node waits as long for its next chunk).
+pub const REFUSED_MAX: Duration = Duration::from_secs(5);
+
 /// How long an agent with room waits before asking again when it got nothing. The server holds
 /// such an ask open until divisible jobs change (a new job, a result, whose turn it is) or for a
 /// few seconds, so this is a pause between held asks, not a polling period.
@@ -265,6 +273,7 @@ pub async fn run(
     let mut client = client;
     // Whether this node's disk was below the floor at the last ask with room.
     let mut short = false;
+    let mut refusals = Refusals::default();
     loop {
         if connection.has_changed().unwrap_or(false) {
             connection.mark_unchanged();
@@ -317,6 +326,9 @@ pub async fn run(
         };
         match reply {
             Ok(reply) => {
+                if refusals.answered() {
+                    info!("the server answers this node's chunk asks again");
+                }
                 let reply = reply.into_inner();
                 if let Ok(mut h) = shared.held.lock() {
                     for k in &reply.drop {
@@ -384,8 +396,76 @@ pub async fn run(
                 // A server without divisible jobs.
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
-            Err(_) => tokio::time::sleep(POLL).await,
+            Err(s) => {
+                let refused = s.code() == tonic::Code::FailedPrecondition;
+                // The server's refusal names why (drained, declared dead …); other failures
+                // (the server restarting or unreachable) are told by their code as well.
+                let why = if refused {
+                    s.message().to_string()
+                } else {
+                    format!("{:?}: {}", s.code(), s.message())
+                };
+                let (pause, changed) = refusals.failed(why);
+                if changed && refused {
+                    warn!(
+                        "the server refuses this node's chunk asks: {}; asking again with pauses \
+                         growing to {REFUSED_MAX:?}",
+                        s.message()
+                    );
+                } else if changed {
+                    warn!(
+                        "a chunk ask failed: {:?}: {}; asking again with pauses growing to \
+                         {REFUSED_MAX:?}",
+                        s.code(),
+                        s.message()
+                    );
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    // A new connection (the old one may be dead): ask there at once.
+                    changed = connection.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        connection.mark_changed();
+                    }
+                }
+            }
         }
+    }
+}
+
+/// The pauses between chunk asks that the server refused or that failed, and the reason last
+/// logged: a node the server refuses (drained, dead …) may stay so for hours, and asking every
+/// [`POLL`] meanwhile cost the server ten calls a second per agent, and the log a line each.
+#[derive(Debug, Default)]
+struct Refusals {
+    /// The pause after the last failed ask; zero once an ask is answered.
+    pause: Duration,
+    /// Why the last ask failed, while asks fail: logged when it changes, not at every ask.
+    why: Option<String>,
+}
+
+impl Refusals {
+    /// An ask failed for `why`: the pause before the next one ([`POLL`] after an answered ask,
+    /// then doubling up to [`REFUSED_MAX`]), and whether `why` differs from the last failure's
+    /// (to be logged).
+    fn failed(&mut self, why: String) -> (Duration, bool) {
+        self.pause = if self.pause.is_zero() {
+            POLL
+        } else {
+            (self.pause * 2).min(REFUSED_MAX)
+        };
+        let changed = self.why.as_deref() != Some(why.as_str());
+        self.why = Some(why);
+        (self.pause, changed)
+    }
+
+    /// An ask was answered: the next failure starts over from [`POLL`]. Whether asks had been
+    /// failing (to log that they are answered again).
+    fn answered(&mut self) -> bool {
+        self.pause = Duration::ZERO;
+        self.why.take().is_some()
     }
 }
 
@@ -943,16 +1023,21 @@ mod tests {
         asks: Vec<pb::NextChunkRequest>,
         inputs: u32,
         done: Vec<pb::ChunkResultHeader>,
+        /// Whether the chunk was handed out.
+        handed: bool,
     }
 
     /// A divisible service that hands chunk 4 of job 2 (`input` bytes of input, sent in 256 KiB
-    /// pieces) to the first ask with room, whatever the ask says of its disk, as a server
+    /// pieces) to the first ask with room it answers, whatever the ask says of its disk, as a server
     /// whose ask crossed the disk's filling would; `on_input` runs as the input is asked for.
     #[derive(Clone)]
     struct Fake {
         told: Arc<Mutex<Told>>,
         input: u64,
         on_input: Arc<dyn Fn() + Send + Sync>,
+        /// While set, every ask is refused with `FailedPrecondition` and this message, as the
+        /// server refuses a node it does not hold as working (dead, left, drained …).
+        refuse: Arc<Mutex<Option<String>>>,
     }
 
     type Pieces = std::pin::Pin<
@@ -967,8 +1052,12 @@ mod tests {
         ) -> Result<tonic::Response<pb::NextChunkReply>, tonic::Status> {
             let mut told = self.told.lock().expect("told");
             let req = req.into_inner();
-            let first = req.room && told.asks.iter().all(|a| !a.room);
-            told.asks.push(req);
+            told.asks.push(req.clone());
+            if let Some(why) = self.refuse.lock().expect("refuse").clone() {
+                return Err(tonic::Status::failed_precondition(why));
+            }
+            let first = req.room && !told.handed;
+            told.handed |= first;
             let orders = if first {
                 vec![pb::ChunkOrder {
                     job_id: 2,
@@ -1018,10 +1107,15 @@ mod tests {
         }
     }
 
-    /// Runs the divisible loop of `me` against `fake` until it reported a chunk done (at most
-    /// 10 s): what the service was told.
-    async fn run_against(me: DivisibleAgent, fake: Fake) -> Arc<Mutex<Told>> {
-        let told = fake.told.clone();
+    /// Serves `fake` on a local port and starts the divisible loop of `me` against it: the
+    /// loop (aborted when dropped) and the server.
+    async fn start(
+        me: DivisibleAgent,
+        fake: Fake,
+    ) -> (
+        Running,
+        tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    ) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -1034,12 +1128,25 @@ mod tests {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
             .expect("endpoint")
             .connect_lazy();
-        let (_keep, connection) = tokio::sync::watch::channel(channel);
-        let agent = Running(tokio::spawn(run(
-            connection,
-            pb::TokenInterceptor::new("t").expect("token"),
-            me,
-        )));
+        // The sender lives as long as the loop's task: a closed watch would end the loop.
+        let (keep, connection) = tokio::sync::watch::channel(channel);
+        let agent = Running(tokio::spawn(async move {
+            let _keep = keep;
+            run(
+                connection,
+                pb::TokenInterceptor::new("t").expect("token"),
+                me,
+            )
+            .await
+        }));
+        (agent, server)
+    }
+
+    /// Runs the divisible loop of `me` against `fake` until it reported a chunk done (at most
+    /// 10 s): what the service was told.
+    async fn run_against(me: DivisibleAgent, fake: Fake) -> Arc<Mutex<Told>> {
+        let told = fake.told.clone();
+        let (agent, server) = start(me, fake).await;
         for _ in 0..1000 {
             if !told.lock().expect("told").done.is_empty() {
                 break;
@@ -1051,6 +1158,84 @@ mod tests {
         drop(agent);
         server.abort();
         told
+    }
+
+    /// A node the server refuses (drained, dead, left: `FailedPrecondition`) may stay so for
+    /// hours: its agent backs off, doubling its pause from `POLL` up to `REFUSED_MAX`, rather
+    /// than asking every `POLL`. In the 2 s after the first ask that is at most 4 more (at 0.1,
+    /// 0.3, 0.7 and 1.5 s; a slow machine asks fewer), where asking every `POLL` made about 20. Once the server
+    /// answers again, the agent asks on as before and takes its chunk.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn agent_a_refused_chunk_ask_backs_off_until_the_server_answers_again() {
+        let dir =
+            std::env::temp_dir().join(format!("hetsched-chunk-refused-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (me, _) = agent(&dir, false);
+        let fake = Fake {
+            told: Arc::default(),
+            input: 0,
+            on_input: Arc::new(|| {}),
+            refuse: Arc::new(Mutex::new(Some(
+                "node `n1` takes no work now: it is drained".into(),
+            ))),
+        };
+        let (told, refuse) = (fake.told.clone(), fake.refuse.clone());
+        let (agent, server) = start(me, fake).await;
+        // The first ask opens the window: the loop starts by reading its ledger.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while told.lock().expect("told").asks.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let first = told.lock().expect("told").asks.len();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let refused = told.lock().expect("told").asks.len();
+        assert!(
+            refused > first && refused - first <= 4,
+            "asked again, backing off: {} asks in 2 s after the first",
+            refused - first
+        );
+        // The node works again: within the longest pause the agent asks, takes its chunk
+        // and reports it.
+        *refuse.lock().expect("refuse") = None;
+        let deadline = Instant::now() + REFUSED_MAX + Duration::from_secs(10);
+        while told.lock().expect("told").done.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(agent);
+        server.abort();
+        let told = told.lock().expect("told");
+        let [h] = &told.done[..] else {
+            panic!("one report after the refusals ended: {:?}", told.done);
+        };
+        assert!(h.success && h.chunk == 4 && h.job_id == 2, "{h:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Refusals in a row double the pause up to `REFUSED_MAX`; a refusal is logged once per
+    /// change of reason; an answer starts the pauses over and says the refusals ended.
+    #[test]
+    fn agent_refusals_back_off_log_once_per_reason_and_start_over_when_answered() {
+        let mut r = Refusals::default();
+        assert!(!r.answered(), "nothing was refused");
+        let drained = || "node `n1` takes no work now: it is drained".to_string();
+        let pauses: Vec<_> = (0..8).map(|_| r.failed(drained())).collect();
+        let ms = |p: &(Duration, bool)| p.0.as_millis();
+        assert_eq!(
+            pauses.iter().map(ms).collect::<Vec<_>>(),
+            [100, 200, 400, 800, 1600, 3200, 5000, 5000]
+        );
+        assert_eq!(
+            pauses.iter().filter(|p| p.1).count(),
+            1,
+            "logged once: {pauses:?}"
+        );
+        let (pause, changed) = r.failed("node `n1` takes no work now: it was declared dead".into());
+        assert!(changed, "a new reason is logged");
+        assert_eq!(pause, REFUSED_MAX, "and the pause stays long");
+        assert!(r.answered(), "the end of the refusals is logged");
+        assert!(!r.answered(), "once");
+        assert_eq!(r.failed(drained()), (POLL, true), "starts over");
     }
 
     /// A chunk's input keeps the disk's floor (`min_free_disk`) as a workflow input does. A
@@ -1071,6 +1256,7 @@ mod tests {
             told: Arc::default(),
             input: 1 << 20,
             on_input: Arc::new(|| {}),
+            refuse: Arc::default(),
         };
         let told = run_against(me, fake).await;
         let told = told.lock().expect("told");
@@ -1133,6 +1319,7 @@ mod tests {
             told: Arc::default(),
             input,
             on_input: Arc::new(move || fills.store(floor - 1, Relaxed)),
+            refuse: Arc::default(),
         };
         let told = run_against(me, fake).await;
         let told = told.lock().expect("told");
