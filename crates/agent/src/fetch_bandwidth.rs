@@ -72,9 +72,31 @@ impl FetchBandwidth {
     }
 }
 
+/// The cap as the agent's start-up log and its operator write it: `100.0 MiB/s`, or `no cap`.
+impl std::fmt::Display for FetchBandwidth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.bytes_per_sec() {
+            0 => f.write_str("no cap"),
+            rate => write!(f, "{}/s", bytesize::ByteSize(rate)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the agent logs of its `fetch_bandwidth` at start.
+    #[test]
+    fn agent_fetch_bandwidth_reads_as_a_rate_or_no_cap() {
+        assert_eq!(FetchBandwidth::default().to_string(), "no cap");
+        assert_eq!(FetchBandwidth::new(0).to_string(), "no cap");
+        assert_eq!(FetchBandwidth::new(100 << 20).to_string(), "100.0 MiB/s");
+        assert_eq!(
+            FetchBandwidth::new(MIN_FETCH_BANDWIDTH).to_string(),
+            "64.0 KiB/s"
+        );
+    }
 
     const CHUNK: u64 = 256 << 10;
 

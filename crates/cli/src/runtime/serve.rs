@@ -514,6 +514,7 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
         time_limit = %opts
             .time_limit
             .map_or("none".to_string(), |t| humantime::format_duration(t).to_string()),
+        fetch_bandwidth = %opts.data.fetch_bandwidth,
         "agent starting"
     );
     // The first SIGTERM/SIGINT shuts the agent down gracefully (see hetsched_agent::shutdown);
