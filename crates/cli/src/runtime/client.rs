@@ -1014,7 +1014,7 @@ fn attempt_cell(x: &pb::TaskInfo) -> String {
 
 fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     let mut t = table(&[
-        "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices",
+        "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices", "fetch",
         "run time", "cpu", "max rss", "message", "output",
     ]);
     for x in tasks {
@@ -1042,6 +1042,12 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
                 .map(u32::to_string)
                 .collect::<Vec<_>>()
                 .join(","),
+            // How long a workflow instance's inputs took to fetch before its program started
+            // (0: none, or not known yet while it still fetches).
+            match x.fetch_ms {
+                0 => "-".into(),
+                ms => super::human::duration(Duration::from_millis(ms)),
+            },
             if x.finished_ns > 0 {
                 span(x.started_ns, x.finished_ns)
             } else if x.queued {
@@ -2241,6 +2247,42 @@ mod tests {
         );
         let shown = tasks_table(&[task("pending")]).to_string();
         assert!(!shown.contains("2m"), "{shown}");
+    }
+
+    /// A workflow instance's fetch time (`fetch_ms`) has a column of its own, `fetch`: how long
+    /// its inputs took (`1.2s`), `-` for a task with none (or not known yet, still fetching).
+    #[test]
+    fn agent_the_tasks_table_shows_each_instances_fetch_time() {
+        let task = |id: u64, fetch_ms: u64| pb::TaskInfo {
+            id,
+            state: "succeeded".into(),
+            fetch_ms,
+            exit_code: 0,
+            ..Default::default()
+        };
+        let shown = tasks_table(&[task(1, 1234), task(2, 0)]).to_string();
+        // Empty cells kept, so that a column is at the same place in every line (the first,
+        // before the left border, is empty too).
+        let cells = |l: &str| -> Vec<String> {
+            l.split(['│', '┆']).map(|c| c.trim().to_string()).collect()
+        };
+        let header = shown
+            .lines()
+            .map(cells)
+            .find(|c| c.get(1).is_some_and(|f| f == "task"))
+            .unwrap_or_default();
+        let Some(at) = header.iter().position(|h| h == "fetch") else {
+            panic!("a fetch column:\n{shown}");
+        };
+        let fetch_of = |id: &str| {
+            shown
+                .lines()
+                .map(cells)
+                .find(|c| c.get(1).is_some_and(|f| f == id))
+                .and_then(|c| c.get(at).cloned())
+        };
+        assert_eq!(fetch_of("1").as_deref(), Some("1.2s"), "{shown}");
+        assert_eq!(fetch_of("2").as_deref(), Some("-"), "{shown}");
     }
 
     /// A refusal among several items says each cause once, led by its item unless it names

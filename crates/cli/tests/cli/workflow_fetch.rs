@@ -116,4 +116,12 @@ command = "test $(wc -c < {{input:blob}}) -eq {BLOB_BYTES} && sleep 2"
     );
     let table = c.ok(&["tasks", "--job", &job_arg]);
     assert!(!table.contains("fetching"), "{table}");
+    // The table's `fetch` column says how long the inputs took, as `hetsched` writes durations.
+    assert!(table.contains(" fetch "), "a fetch column:\n{table}");
+    let row = table
+        .lines()
+        .find(|l| l.contains(" use "))
+        .unwrap_or_else(|| panic!("no `use` row:\n{table}"));
+    let took = format!(" {:.1}s ", Duration::from_millis(fetch_ms).as_secs_f64());
+    assert!(row.contains(&took), "fetch time{took}in:\n{table}");
 }
