@@ -2312,6 +2312,155 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
+    /// A new attempt of an instance launched here while the old one still fetches kills the old
+    /// one and fetches into the same `in`. The old attempt's clean-up of its partial copies must
+    /// not take the new attempt's: it sets `in` aside only while it is still the task's attempt
+    /// here, looked at under the shared lock the launch holds. The test holds that lock from
+    /// the new attempt's launch until the new attempt has its first input copy, so the killed
+    /// attempt's clean-up runs after that copy exists (the ordering that would lose it); the
+    /// new attempt's copy stays, nothing is left set aside, and the new attempt runs with its
+    /// own inputs. Seen failing with the look at the attempt removed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn agent_a_killed_fetchs_clean_up_leaves_the_new_attempts_input_copies() {
+        use dataflow::tests::{KEY, consumer_auth, serve_producer, signed_input};
+        let root = std::env::temp_dir().join(format!("hetsched-fetch-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // `x` from a producer that serves it at once (another for the new attempt, with other
+        // data), `y` from one that holds no data key yet: each attempt's fetch of `y` waits.
+        let (old_x, new_x, keyless, consumer) = (
+            root.join("old-x"),
+            root.join("new-x"),
+            root.join("keyless"),
+            root.join("consumer"),
+        );
+        for (producer, name, data) in [
+            (&old_x, "x", "old x"),
+            (&new_x, "x", "new x"),
+            (&keyless, "y", "y"),
+        ] {
+            let out = producer.join("wf/7/P-0/out");
+            std::fs::create_dir_all(&out).expect("out");
+            std::fs::write(out.join(name), data).expect("data");
+        }
+        let (old_x_address, _, old_x_server) = serve_producer(&old_x, Some(&KEY)).await;
+        let (new_x_address, _, new_x_server) = serve_producer(&new_x, Some(&KEY)).await;
+        let (y_address, y_key, y_server) = serve_producer(&keyless, None).await;
+        std::fs::create_dir_all(&consumer).expect("consumer");
+        let (shared, opts) = consumer_agent(&consumer);
+        let (notify, outside) = (Arc::new(Notify::new()), outside::Outside::default());
+        let (balance, auth) = (balance::Handle::default(), consumer_auth());
+        let launcher = Launcher {
+            shared: &shared,
+            notify: &notify,
+            outside: &outside,
+            opts: &opts,
+            pipeline: None,
+            balance: &balance,
+            auth: &auth,
+        };
+        let instance = consumer.join("wf/7/C-0");
+        let assignment = |attempt, x_address: &str| pb::Assignment {
+            task_id: 5,
+            attempt,
+            spec: 9,
+            cores: 1,
+            instance_dir: "7/C-0".into(),
+            inputs: vec![
+                signed_input(x_address, "x", "b", 5, attempt),
+                signed_input(&y_address, "y", "b", 5, attempt),
+            ],
+            outputs: vec!["o".into()],
+            ..Default::default()
+        };
+        let spec = Arc::new(pb::TaskSpec {
+            key: 9,
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "cat {input:x} {input:y} > {output:o}".into(),
+            ],
+            ..Default::default()
+        });
+        // Waits until the instance's `in` holds `x` with `data` and a fetch of `y` under way.
+        let fetching = |data: &'static str, what: &'static str| {
+            let instance = instance.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while std::fs::read_to_string(instance.join("in/x/0"))
+                    .ok()
+                    .as_deref()
+                    != Some(data)
+                    || !instance.join("in/y").is_dir()
+                {
+                    assert!(Instant::now() < deadline, "{what}: x never fetched");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        launcher.launch(
+            &mut shared.lock().unwrap_or_else(|p| p.into_inner()),
+            assignment(1, &old_x_address),
+            spec.clone(),
+        );
+        fetching("old x", "attempt 1").await;
+        {
+            // The new attempt's launch kills the old one; the old one's clean-up waits for
+            // this lock until the new attempt's copies are in `in`.
+            let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            launcher.launch(&mut sh, assignment(2, &new_x_address), spec.clone());
+            fetching("new x", "attempt 2").await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let result_of = |attempt: u32| {
+            shared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .results
+                .iter()
+                .find(|r| r.attempt == attempt)
+                .cloned()
+        };
+        let old = loop {
+            if let Some(r) = result_of(1) {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "attempt 1: no result");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(!old.success, "{old:?}");
+        assert_eq!(
+            std::fs::read_to_string(instance.join("in/x/0"))
+                .ok()
+                .as_deref(),
+            Some("new x"),
+            "the new attempt's copy of x stays"
+        );
+        // The new attempt's `y` comes, and it runs with its own inputs.
+        y_key.set(&KEY);
+        let new = loop {
+            if let Some(r) = result_of(2) {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "attempt 2: no result");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(new.success, "{new:?}");
+        assert_eq!(
+            std::fs::read_to_string(instance.join("out/o")).expect("output"),
+            "new xy"
+        );
+        let aside: Vec<_> = std::fs::read_dir(&instance)
+            .expect("instance dir")
+            .map(|e| e.expect("entry").file_name())
+            .filter(|n| n.to_string_lossy().starts_with(".in-abandoned"))
+            .collect();
+        assert!(aside.is_empty(), "nothing left set aside: {aside:?}");
+        old_x_server.abort();
+        new_x_server.abort();
+        y_server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     /// A workflow instance's preparation (its inputs fetched from producers' agents, which may
     /// take long) ends at a kill — a cancel, or the agent shutting down — instead of running to
     /// its end first, where neither its time limit nor a cancel reached it; a kill sender
