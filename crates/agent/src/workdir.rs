@@ -39,23 +39,49 @@ pub fn open_no_follow(path: &Path, write: bool) -> std::io::Result<std::fs::File
 }
 
 /// Replaces the record at `path` with `text` whole — written to `path` with the extension
-/// `tmp`, then renamed over it, so a crash leaves the old record or the new one, never half —
-/// and opens it for appending the next lines. Neither file is opened through a symbolic link;
-/// a rewrite that failed leaves no `tmp` file behind.
+/// `tmp`, then renamed over it, so a crash of the agent leaves the old record or the new one,
+/// never half — and opens it for appending the next lines. Neither file is opened through a
+/// symbolic link; a rewrite that failed leaves no `tmp` file behind. Not synced: a crash of the
+/// whole machine may lose it ([`rewrite_for_append_synced`] is the durable one).
 pub fn rewrite_for_append(path: &Path, text: &str) -> std::io::Result<std::fs::File> {
+    rewrite(path, text, false)
+}
+
+/// [`rewrite_for_append`] that also outlives a crash of the machine: the new file's data is
+/// synced before the rename (else the rename could reach the disk before the data, leaving an
+/// empty record in the old one's place), and the directory after it (the rename itself).
+pub fn rewrite_for_append_synced(path: &Path, text: &str) -> std::io::Result<std::fs::File> {
+    rewrite(path, text, true)
+}
+
+fn rewrite(path: &Path, text: &str, sync: bool) -> std::io::Result<std::fs::File> {
     let tmp = path.with_extension("tmp");
     let written = open_no_follow(&tmp, true)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            if sync { f.sync_data() } else { Ok(()) }
+        })
         .and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    written.and_then(|()| {
-        std::fs::OpenOptions::new()
-            .append(true)
-            .custom_flags(no_follow())
-            .open(path)
-    })
+    written?;
+    if sync {
+        sync_dir_of(path)?;
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(no_follow())
+        .open(path)
+}
+
+/// Syncs the directory holding `path`, so that an entry renamed there outlives a crash.
+fn sync_dir_of(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
 }
 
 fn refuse(path: &Path, message: impl std::fmt::Display) -> std::io::Error {
@@ -318,6 +344,24 @@ mod tests {
             std::env::temp_dir().join(format!("hetsched-workdir-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
+    }
+
+    /// The synced rewrite replaces the record whole, leaves no `tmp`, and appends after it, as
+    /// the unsynced one does (that it reaches the disk no test here can show).
+    #[test]
+    fn agent_a_synced_rewrite_replaces_the_record_and_appends_after_it() {
+        let d = scratch("synced");
+        std::fs::create_dir_all(&d).expect("dir");
+        let path = d.join("offload.attempts");
+        std::fs::write(&path, "old\n").expect("old");
+        let mut f = rewrite_for_append_synced(&path, "run 1 1 9\n").expect("rewrite");
+        f.write_all(b"ended 1 1 9 done\n").expect("append");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "run 1 1 9\nended 1 1 9 done\n"
+        );
+        assert!(!path.with_extension("tmp").exists(), "no tmp left");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

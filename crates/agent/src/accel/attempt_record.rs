@@ -27,9 +27,13 @@
 //! memory, dropping the attempts forgotten meanwhile. An outcome is one line of at most
 //! [`MAX_OUTCOME`] bytes (control characters become spaces).
 //!
-//! As the agent's record of running tasks (`crate::ledger`), lines are written without
-//! `fsync`: a write reaches the kernel's page cache, which outlives the agent's process; only
-//! a crash of the whole machine loses it. A line is taken only whole (ending in its newline): a
+//! Unlike the agent's record of running tasks (`crate::ledger`), the lines that matter are
+//! synced to the disk: a `run` line is synced (`sync_data`) before the attempt's run starts,
+//! and a rewrite syncs the new file before renaming it over the old one and the directory after
+//! (`workdir::rewrite_for_append_synced`). A crash of the whole machine that lost a `run` line
+//! would let a replayed ticket run its attempt a second time. An `ended` line is not synced:
+//! lost, its attempt is read back as under way and refused all the same ([`RESTARTED`]). A
+//! line is taken only whole (ending in its newline): a
 //! `run` line cut inside its expiry must not pass for one that expires earlier. A write that
 //! fails (a full disk) is logged, and every record after it rewrites the whole file from
 //! memory until one succeeds, so the record is whole again once there is room.
@@ -233,7 +237,15 @@ impl Record {
             self.damaged = true;
             return;
         };
-        match f.write_all(recorded.line(key).as_bytes()) {
+        // An attempt recorded as running reaches the disk before its run starts (the caller
+        // starts it once this returns): a machine crash must not forget that it ran.
+        let written = f
+            .write_all(recorded.line(key).as_bytes())
+            .and_then(|()| match recorded {
+                Recorded::Running { .. } => f.sync_data(),
+                Recorded::Ended { .. } => Ok(()),
+            });
+        match written {
             Ok(()) => self.lines += 1,
             Err(e) => {
                 warn!("{}: {e}", self.path.display());
@@ -242,8 +254,8 @@ impl Record {
         }
     }
 
-    /// Rewrites the file with `all` (a temporary file renamed over it) and appends to it from
-    /// then on.
+    /// Rewrites the file with `all` (a temporary file, synced, renamed over it; the directory
+    /// synced) and appends to it from then on.
     fn rewrite<I>(&mut self, all: I) -> std::io::Result<()>
     where
         I: IntoIterator<Item = (Key, Recorded)>,
@@ -256,7 +268,7 @@ impl Record {
                 r.line(key)
             })
             .collect();
-        let written = crate::workdir::rewrite_for_append(&self.path, &text);
+        let written = crate::workdir::rewrite_for_append_synced(&self.path, &text);
         match written {
             Ok(f) => {
                 self.file = Some(f);
