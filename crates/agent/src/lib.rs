@@ -1930,7 +1930,9 @@ mod tests {
     /// it held: while a heartbeat is being built (it holds the shared state), the machine still
     /// holds the instance, so no `reply` it makes can ride a beat that lacks the result (the
     /// server, bounding claims by `MT × cores − x`, would still count the task as running and
-    /// refuse one claim).
+    /// refuse one claim). Seen where it matters: what the machine holds at the moment the result
+    /// is queued, under the shared state's lock (where a heartbeat reads the results), with no
+    /// thread to wait for.
     #[test]
     fn a_task_that_ends_has_its_result_queued_before_its_pcddb_core_is_freed() {
         let balance: balance::Handle = Arc::default();
@@ -1943,20 +1945,16 @@ mod tests {
             assert_eq!(b.held(), 1);
         }
         let results: Arc<Mutex<Vec<u64>>> = Arc::default();
-        // A heartbeat being built: it holds the shared state (and reads the results).
-        let beat = results.lock().expect("results");
-        let ended = {
-            let (results, balance) = (results.clone(), balance.clone());
-            std::thread::spawn(move || end_task(&results, &balance, 1000, |r| r.push(1000)))
-        };
-        std::thread::sleep(Duration::from_millis(300));
+        let mut held_when_queued = None;
+        end_task(&results, &balance, 1000, |r| {
+            held_when_queued = Some(balance.lock().expect("balancer").held());
+            r.push(1000);
+        });
         assert_eq!(
-            balance.lock().expect("balancer").held(),
-            1,
+            held_when_queued,
+            Some(1),
             "the core was freed before the result was queued"
         );
-        drop(beat);
-        ended.join().expect("the task's end");
         assert_eq!(*results.lock().expect("results"), [1000]);
         assert_eq!(balance.lock().expect("balancer").held(), 0, "freed after");
     }
