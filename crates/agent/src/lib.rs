@@ -2007,6 +2007,45 @@ mod tests {
         }
     }
 
+    /// What a test's [`Launcher`] borrows besides the agent's shared state and options: its
+    /// own wake-up, nothing running outside its records, no balancer's work, and node `b`'s
+    /// credentials towards other agents ([`consumer_agent`]'s node).
+    struct LaunchParts {
+        notify: Arc<Notify>,
+        outside: outside::Outside,
+        balance: balance::Handle,
+        auth: dataflow::PeerAuth,
+    }
+
+    impl Default for LaunchParts {
+        fn default() -> Self {
+            Self {
+                notify: Arc::new(Notify::new()),
+                outside: outside::Outside::default(),
+                balance: balance::Handle::default(),
+                auth: dataflow::tests::consumer_auth(),
+            }
+        }
+    }
+
+    /// A launcher of the agent whose state and options are `shared` and `opts` (from
+    /// [`consumer_agent`]), without an accelerator pipeline.
+    fn launcher_of<'a>(
+        shared: &'a Arc<Mutex<Shared>>,
+        opts: &'a AgentOptions,
+        parts: &'a LaunchParts,
+    ) -> Launcher<'a> {
+        Launcher {
+            shared,
+            notify: &parts.notify,
+            outside: &parts.outside,
+            opts,
+            pipeline: None,
+            balance: &parts.balance,
+            auth: &parts.auth,
+        }
+    }
+
     /// A one-core agent (node `b`) working in `work_dir`, with nothing running: its shared
     /// state and options, for tests that launch workflow instances on it.
     fn consumer_agent(work_dir: &std::path::Path) -> (Arc<Mutex<Shared>>, AgentOptions) {
@@ -2065,7 +2104,7 @@ mod tests {
     /// answered yet), so the consumer's fetch waits until the test gives it one.
     #[tokio::test]
     async fn a_workflow_instance_is_reported_fetching_until_its_inputs_are_here_then_running() {
-        use dataflow::tests::{KEY, consumer_auth, serve_producer, signed_input};
+        use dataflow::tests::{KEY, serve_producer, signed_input};
         let root = std::env::temp_dir().join(format!("hetsched-fetching-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let (producer, consumer) = (root.join("producer"), root.join("consumer"));
@@ -2075,17 +2114,8 @@ mod tests {
         std::fs::write(out.join("x"), "x's data").expect("x");
         let (address, key, server) = serve_producer(&producer, None).await;
         let (shared, opts) = consumer_agent(&consumer);
-        let (notify, outside) = (Arc::new(Notify::new()), outside::Outside::default());
-        let (balance, auth) = (balance::Handle::default(), consumer_auth());
-        let launcher = Launcher {
-            shared: &shared,
-            notify: &notify,
-            outside: &outside,
-            opts: &opts,
-            pipeline: None,
-            balance: &balance,
-            auth: &auth,
-        };
+        let parts = LaunchParts::default();
+        let launcher = launcher_of(&shared, &opts, &parts);
         let a = pb::Assignment {
             task_id: 5,
             attempt: 1,
@@ -2174,7 +2204,7 @@ mod tests {
     /// on a disk already short, too.
     #[tokio::test]
     async fn a_workflow_instance_killed_while_fetching_its_inputs_leaves_no_input_copy() {
-        use dataflow::tests::{KEY, consumer_auth, serve_producer, signed_input};
+        use dataflow::tests::{KEY, serve_producer, signed_input};
         let root =
             std::env::temp_dir().join(format!("hetsched-fetch-killed-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -2198,17 +2228,8 @@ mod tests {
         std::fs::create_dir_all(other.parent().expect("parent")).expect("other");
         std::fs::write(&other, "another instance's copy").expect("other copy");
         let (shared, opts) = consumer_agent(&consumer);
-        let (notify, outside) = (Arc::new(Notify::new()), outside::Outside::default());
-        let (balance, auth) = (balance::Handle::default(), consumer_auth());
-        let launcher = Launcher {
-            shared: &shared,
-            notify: &notify,
-            outside: &outside,
-            opts: &opts,
-            pipeline: None,
-            balance: &balance,
-            auth: &auth,
-        };
+        let parts = LaunchParts::default();
+        let launcher = launcher_of(&shared, &opts, &parts);
         let instance = consumer.join("wf/7/C-0");
         let cases = [
             (
@@ -2319,8 +2340,12 @@ mod tests {
     /// new attempt's copy stays, nothing is left set aside, and the new attempt runs with its
     /// own inputs. Seen failing with the look at the attempt removed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    // The shared lock is held across the wait on purpose: it is what orders the killed
+    // attempt's clean-up after the new attempt's copy (on a thread of its own, the test's, while
+    // the runtime's workers fetch).
+    #[allow(clippy::await_holding_lock)]
     async fn agent_a_killed_fetchs_clean_up_leaves_the_new_attempts_input_copies() {
-        use dataflow::tests::{KEY, consumer_auth, serve_producer, signed_input};
+        use dataflow::tests::{KEY, serve_producer, signed_input};
         let root = std::env::temp_dir().join(format!("hetsched-fetch-race-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         // `x` from a producer that serves it at once (another for the new attempt, with other
@@ -2345,17 +2370,8 @@ mod tests {
         let (y_address, y_key, y_server) = serve_producer(&keyless, None).await;
         std::fs::create_dir_all(&consumer).expect("consumer");
         let (shared, opts) = consumer_agent(&consumer);
-        let (notify, outside) = (Arc::new(Notify::new()), outside::Outside::default());
-        let (balance, auth) = (balance::Handle::default(), consumer_auth());
-        let launcher = Launcher {
-            shared: &shared,
-            notify: &notify,
-            outside: &outside,
-            opts: &opts,
-            pipeline: None,
-            balance: &balance,
-            auth: &auth,
-        };
+        let parts = LaunchParts::default();
+        let launcher = launcher_of(&shared, &opts, &parts);
         let instance = consumer.join("wf/7/C-0");
         let assignment = |attempt, x_address: &str| pb::Assignment {
             task_id: 5,
