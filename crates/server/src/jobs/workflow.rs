@@ -732,7 +732,8 @@ pub struct Workflows {
     addresses: BTreeMap<u32, String>,
     /// The version of `addresses` (`PcddbJob.peers_version`): drawn at random when the kind
     /// is built, so a restarted server's never names the book an agent holds from an earlier
-    /// run, and changed with every address added, changed or removed ([`Workflows::set_address`]).
+    /// run, and changed with every address added, changed or removed ([`Workflows::set_address`],
+    /// [`Workflows::drop_dead_addresses`]). It holds live nodes only.
     /// A heartbeat reply carries the book only to an agent that reports another version: at
     /// 1,000 agents the whole book is ~25 KB, once per PCDDB workflow in every reply before.
     peers_version: u64,
@@ -832,6 +833,21 @@ impl Workflows {
             self.peers_version = next_peers_version(self.peers_version);
         }
         before.is_some()
+    }
+
+    /// Drops from the address book every node that is not alive — declared dead, its agent
+    /// left, or removed (which it was declared dead or left before) — with a new version, so
+    /// every agent is sent the book without them: a request an agent holds is then never
+    /// forwarded to an agent known to be gone (with no address its hop fails at once and the
+    /// request returns to the launch node, as a failed dial would have, later). A node that
+    /// comes back is in the book again from its first beat ([`Workflows::set_address`]).
+    /// Called only while a PCDDB workflow runs: nothing reads the book otherwise, and this is
+    /// a pass over it.
+    fn drop_dead_addresses(&mut self, cx: &Ctx) {
+        if self.addresses.keys().any(|&n| !Self::alive(cx, n)) {
+            self.addresses.retain(|&n, _| Self::alive(cx, n));
+            self.peers_version = next_peers_version(self.peers_version);
+        }
     }
 
     /// The addresses a message from the launch node needs on its journey: a request hops
@@ -2850,6 +2866,14 @@ impl JobKind for Workflows {
             self.short_of_room.remove(&node.0);
             false
         };
+        let pcddb_runs = self.maybe_running.iter().any(|seq| {
+            self.jobs
+                .get(seq)
+                .is_some_and(|j| j.balancer == BalancerKind::Pcddb)
+        });
+        if pcddb_runs {
+            self.drop_dead_addresses(cx);
+        }
         let seqs: Vec<u64> = self.maybe_running.iter().copied().collect();
         for seq in seqs {
             let Some(mut job) = self.jobs.remove(&seq) else {

@@ -4649,6 +4649,74 @@ fn the_address_book_goes_only_to_an_agent_that_does_not_hold_its_version() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The address book holds the live nodes only: a node declared dead and one whose agent left
+/// are dropped from it, with a new version, so every agent is sent the book without them and
+/// stops forwarding requests there (a removed node was declared dead or left first); a node
+/// back from the dead is in the book again from its first beat. Before, every address stayed
+/// in the book for ever.
+#[test]
+fn the_address_book_drops_nodes_declared_dead_or_left_and_takes_back_one_that_returns() {
+    let dir = scratch("peers-dead");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let nodes: Vec<u32> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| common::register(&mut s, n, 2))
+        .collect();
+    let (a, b, c, d) = (nodes[0], nodes[1], nodes[2], nodes[3]);
+    let address = |n: u32| format!("10.0.0.{n}:7431");
+    s.submit("fan.toml", FAN_OUT, "/").expect("submit");
+    let beat = |s: &mut State, n: u32, version: u64, leaving: &str| {
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.advertise = address(n);
+        req.peers_version = version;
+        req.leaving = leaving.into();
+        let reply = s.heartbeat(req).expect("heartbeat");
+        let j = reply.pcddb.first().expect("the node balances the workflow");
+        let mut peers: Vec<u32> = j.peers.keys().copied().collect();
+        peers.sort_unstable();
+        (j.peers_version, peers)
+    };
+    for &n in &nodes {
+        beat(&mut s, n, 0, "");
+    }
+    let (version, peers) = beat(&mut s, a, 0, "");
+    assert_eq!(peers, [a, b, c, d]);
+    // c and d fall silent past the timeout and are declared dead.
+    std::thread::sleep(common::SILENCE);
+    beat(&mut s, a, version, "");
+    beat(&mut s, b, version, "");
+    s.check_dead(common::DEAD_TIMEOUT).expect("check dead");
+    let (dead, peers) = beat(&mut s, a, version, "");
+    assert_ne!(
+        dead, version,
+        "the book changed: agents holding it are sent the new one"
+    );
+    assert_eq!(peers, [a, b], "the dead nodes' addresses are dropped");
+    // d's agent is back: its address is in the book again, with a new version.
+    beat(&mut s, d, dead, "");
+    let (back, peers) = beat(&mut s, a, dead, "");
+    assert_ne!(back, dead);
+    assert_eq!(
+        peers,
+        [a, b, d],
+        "a node back from the dead is reachable again"
+    );
+    // b's agent leaves: its address goes at the next beat.
+    beat(&mut s, b, back, "operator");
+    let (left, peers) = beat(&mut s, a, back, "");
+    assert_ne!(left, back);
+    assert_eq!(peers, [a, d], "a node whose agent left is dropped");
+    assert_eq!(
+        beat(&mut s, a, left, ""),
+        (left, Vec::new()),
+        "then nothing changes"
+    );
+    // Removing the dead node c changes nothing more.
+    s.remove_node("c").expect("remove c");
+    assert_eq!(beat(&mut s, a, left, ""), (left, Vec::new()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A request the launch node sends carries the addresses of its underloaded table's nodes —
 /// where it hops — and no other agent's. Before, every request carried every agent's address.
 #[test]
