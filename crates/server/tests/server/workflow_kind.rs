@@ -4717,6 +4717,83 @@ fn the_address_book_drops_nodes_declared_dead_or_left_and_takes_back_one_that_re
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A heartbeat reply's encoded sizes ([`pcddb_reply_sizes`]), in bytes.
+#[derive(Debug)]
+struct ReplySizes {
+    /// To an agent holding the address book's version.
+    held: usize,
+    /// The same less the node's proximity clusters (`PcddbJob.clusters`).
+    held_less_clusters: usize,
+    /// How many clusters the node is in.
+    clusters: usize,
+    /// To an agent holding no version: the whole book.
+    whole: usize,
+}
+
+/// The heartbeat replies to one of `agents` agents, each advertising an address, while one
+/// PCDDB workflow runs (no round trips measured).
+fn pcddb_reply_sizes(name: &str, agents: u32) -> ReplySizes {
+    use prost::Message as _;
+    let dir = scratch(name);
+    let mut s = open(&dir, WorkflowConfig::default());
+    let nodes: Vec<u32> = (0..agents)
+        .map(|k| common::register(&mut s, &format!("n{k}"), 2))
+        .collect();
+    s.submit("fan.toml", FAN_OUT, "/").expect("submit");
+    let beat = |s: &mut State, n: u32, version: u64| {
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.advertise = format!("10.0.{}.{}:7431", n / 256, n % 256);
+        req.peers_version = version;
+        s.heartbeat(req).expect("heartbeat")
+    };
+    for &n in &nodes {
+        beat(&mut s, n, 0);
+    }
+    let whole = beat(&mut s, nodes[0], 0);
+    let j = whole.pcddb.first().expect("the node balances the workflow");
+    assert_eq!(
+        j.peers.len(),
+        nodes.len(),
+        "no version held: the whole book"
+    );
+    let held = beat(&mut s, nodes[0], j.peers_version);
+    let j = held.pcddb.first().expect("the node balances the workflow");
+    assert!(j.peers.is_empty(), "the version held: no peers");
+    let clusters = j.clusters.len();
+    let mut less = held.clone();
+    less.pcddb[0].clusters.clear();
+    let _ = std::fs::remove_dir_all(&dir);
+    ReplySizes {
+        held: held.encoded_len(),
+        held_less_clusters: less.encoded_len(),
+        clusters,
+        whole: whole.encoded_len(),
+    }
+}
+
+/// A heartbeat reply with one PCDDB workflow stays small for an agent that holds the address
+/// book's version, and but for the node's proximity clusters does not grow with the cluster;
+/// only an agent without the version is sent the book, about 20 bytes an agent. Before
+/// versions, every reply carried the whole book. Prints the figures that docs/performance.md
+/// quotes (`--nocapture`).
+#[test]
+fn a_pcddb_reply_to_an_agent_holding_the_books_version_does_not_grow_with_the_book() {
+    let small = pcddb_reply_sizes("reply-size-100", 100);
+    let large = pcddb_reply_sizes("reply-size-1000", 1000);
+    println!("heartbeat reply, one PCDDB workflow, 100 agents: {small:?}");
+    println!("heartbeat reply, one PCDDB workflow, 1,000 agents: {large:?}");
+    assert!(large.held < 4096, "{large:?}");
+    // Slack for the varints of the random book version and the epoch.
+    assert!(
+        large.held_less_clusters <= small.held_less_clusters + 16,
+        "the reply grew with the cluster: {small:?} {large:?}"
+    );
+    assert!(
+        large.whole >= large.held + 1000 * 15,
+        "the book goes to an agent without it: {large:?}"
+    );
+}
+
 /// A request the launch node sends carries the addresses of its underloaded table's nodes —
 /// where it hops — and no other agent's. Before, every request carried every agent's address.
 #[test]
