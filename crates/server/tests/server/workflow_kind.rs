@@ -4780,8 +4780,13 @@ fn pcddb_reply_sizes(name: &str, agents: u32) -> ReplySizes {
 fn a_pcddb_reply_to_an_agent_holding_the_books_version_does_not_grow_with_the_book() {
     let small = pcddb_reply_sizes("reply-size-100", 100);
     let large = pcddb_reply_sizes("reply-size-1000", 1000);
-    println!("heartbeat reply, one PCDDB workflow, 100 agents: {small:?}");
-    println!("heartbeat reply, one PCDDB workflow, 1,000 agents: {large:?}");
+    for (agents, r) in [(100, &small), (1000, &large)] {
+        println!(
+            "heartbeat reply, one PCDDB workflow, {agents} agents: {} B with the book's version \
+             held ({} B less the {} clusters the node is in), {} B with none held",
+            r.held, r.held_less_clusters, r.clusters, r.whole
+        );
+    }
     assert!(large.held < 4096, "{large:?}");
     // Slack for the varints of the random book version and the epoch.
     assert!(
