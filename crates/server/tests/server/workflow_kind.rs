@@ -357,6 +357,29 @@ impl Agents {
             self.beat(s, n);
         }
     }
+
+    /// Rounds of `nodes`, each finishing what it runs, until workflow `job` completes or
+    /// `rounds` went by (the caller asserts what it expects).
+    fn run_until_completed(&mut self, s: &mut State, nodes: &[u32], job: u64, rounds: u32) {
+        for _ in 0..rounds {
+            self.round(s, nodes);
+            for &n in nodes {
+                self.finish_all(n, true);
+            }
+            if s.get_job(job).expect("job").state == "completed" {
+                break;
+            }
+        }
+    }
+
+    /// The nodes each instance was assigned to, in order: instance → nodes.
+    fn runs(&self) -> BTreeMap<u32, Vec<u32>> {
+        let mut runs: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for &(node, i, _) in &self.assigned {
+            runs.entry(i).or_default().push(node);
+        }
+        runs
+    }
 }
 
 /// Round trips: 0.1 ms within {n0, n1} and within {n2, n3}, 5 ms between the pairs.
@@ -662,11 +685,7 @@ fn a_lost_output_is_produced_again_where_its_consumers_wait_even_when_they_fill_
     // so it never reports itself underloaded and no allocation request could place the seed
     // again. The seed runs again on that node, first, outside the balancer.
     let dir = scratch("lost-output");
-    let mut s = open(&dir, WorkflowConfig::default());
-    let n = common::register(&mut s, "n0", 2);
-    let mut agents = Agents::default();
-    agents.beat(&mut s, n);
-    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let (mut s, mut agents, [n], job) = fan_out_on(&dir, WorkflowConfig::default(), ["n0"]);
     let run_until = |agents: &mut Agents, s: &mut State, k: usize| {
         for _ in 0..10 {
             if agents.assigned.len() >= k {
@@ -711,11 +730,7 @@ fn a_lost_output_is_produced_again_where_its_consumers_wait_even_when_they_fill_
 #[test]
 fn an_input_that_can_never_be_fetched_fails_its_consumer_instead_of_looping() {
     let dir = scratch("unfetchable");
-    let mut s = open(&dir, WorkflowConfig::default());
-    let n = common::register(&mut s, "n0", 2);
-    let mut agents = Agents::default();
-    agents.beat(&mut s, n);
-    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let (mut s, mut agents, [n], job) = fan_out_on(&dir, WorkflowConfig::default(), ["n0"]);
     for _ in 0..200 {
         if !matches!(
             s.get_job(job).expect("job").state.as_str(),
@@ -3779,6 +3794,85 @@ fn a_workflow_instance_lost_with_its_anode_is_listed_so_after_a_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A server in `dir` under `config` with 2-core nodes named `names`, which beat once before
+/// [`FAN_OUT`] is submitted as job `job`: the set-up of the PCDDB protocol's scenarios.
+fn fan_out_on<const N: usize>(
+    dir: &Path,
+    config: WorkflowConfig,
+    names: [&str; N],
+) -> (State, Agents, [u32; N], u64) {
+    let mut s = open(dir, config);
+    let nodes = names.map(|name| common::register(&mut s, name, 2));
+    let mut agents = Agents::default();
+    for n in nodes {
+        agents.beat(&mut s, n);
+    }
+    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    (s, agents, nodes, job)
+}
+
+/// One PCDDB cluster of two nodes (`cluster_size = 2`), with `lt` and `mt` if given.
+fn one_cluster_of_two(lt: Option<u32>, mt: Option<u32>) -> WorkflowConfig {
+    WorkflowConfig {
+        cluster_size: Some(2),
+        lt,
+        mt: mt.and_then(std::num::NonZeroU32::new),
+        ..Default::default()
+    }
+}
+
+/// Drives `nodes` in turn — each reports itself underloaded, beats, and finishes what it runs
+/// — until a heartbeat reply carries an allocation request of `instances` instances, at most
+/// 20 rounds: that request as the node was sent it (its envelope and its message).
+fn drive_until_request(
+    s: &mut State,
+    agents: &mut Agents,
+    nodes: &[u32],
+    instances: usize,
+) -> (pb::BalanceMessage, Message) {
+    for _ in 0..20 {
+        for &n in nodes {
+            agents.self_check(n);
+            let reply = agents.beat(s, n);
+            agents.finish_all(n, true);
+            for env in reply.balance {
+                let msg: Message = serde_json::from_str(&env.message_json).expect("json");
+                if matches!(&msg.body, Body::Request(r) if r.instances.len() == instances) {
+                    return (env, msg);
+                }
+            }
+        }
+    }
+    panic!("no request of {instances} instances: {agents:?}");
+}
+
+/// The allocation request of a message [`drive_until_request`] captured.
+fn request(msg: &Message) -> &AllocationRequest {
+    match &msg.body {
+        Body::Request(r) => r,
+        other => panic!("not a request: {other:?}"),
+    }
+}
+
+/// The PCDDB workflow `job` as a heartbeat reply tells the node of it.
+fn pcddb_job(reply: &pb::HeartbeatReply, job: u64) -> &pb::PcddbJob {
+    reply
+        .pcddb
+        .iter()
+        .find(|j| j.job_id == job)
+        .expect("the node balances the workflow")
+}
+
+/// A PCDDB message for workflow `job` from `from` to `to`, as an agent's heartbeat carries it
+/// (no grant).
+fn balance_message(job: u64, from: NodeId, to: NodeId, body: Body) -> pb::BalanceMessage {
+    pb::BalanceMessage {
+        job_id: job,
+        message_json: serde_json::to_string(&Message { from, to, body }).expect("json"),
+        ..Default::default()
+    }
+}
+
 /// What an agent's heartbeat says for PCDDB is checked before the launch node acts on it: a
 /// `reply` or `return` naming instances the workflow does not have is ignored (it indexed the
 /// instance table with them and panicked holding the state's lock, which every later call then
@@ -3787,23 +3881,10 @@ fn a_workflow_instance_lost_with_its_anode_is_listed_so_after_a_restart() {
 fn pcddb_messages_naming_instances_the_workflow_lacks_are_ignored() {
     use hetsched_core::policy::graph::Wanted;
     let dir = scratch("forged-pcddb");
-    let mut s = open(&dir, WorkflowConfig::default());
-    let n = common::register(&mut s, "n0", 2);
-    let mut agents = Agents::default();
-    agents.beat(&mut s, n);
-    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let (mut s, mut agents, [n], job) = fan_out_on(&dir, WorkflowConfig::default(), ["n0"]);
     agents.round(&mut s, &[n]);
     let launch = NodeId(u32::MAX - 1);
-    let forged = |body: Body| pb::BalanceMessage {
-        job_id: job,
-        message_json: serde_json::to_string(&Message {
-            from: NodeId(n),
-            to: launch,
-            body,
-        })
-        .expect("json"),
-        ..Default::default()
-    };
+    let forged = |body: Body| balance_message(job, NodeId(n), launch, body);
     let bad = InstanceId(1_000_000);
     let returned = AllocationRequest {
         cluster: ClusterId(0),
@@ -3848,28 +3929,19 @@ fn pcddb_messages_naming_instances_the_workflow_lacks_are_ignored() {
 #[test]
 fn a_pcddb_reply_in_one_nodes_heartbeat_cannot_speak_for_another_node() {
     let dir = scratch("pcddb-from");
-    let mut s = open(&dir, WorkflowConfig::default());
-    let n0 = common::register(&mut s, "n0", 2);
-    let n1 = common::register(&mut s, "n1", 2);
-    let mut agents = Agents::default();
-    agents.beat(&mut s, n0);
-    agents.beat(&mut s, n1);
-    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let (mut s, mut agents, [n0, n1], job) =
+        fan_out_on(&dir, WorkflowConfig::default(), ["n0", "n1"]);
     // n0's heartbeat says n1 took the seed; n1's machine never did.
-    let forged = pb::BalanceMessage {
-        job_id: job,
-        message_json: serde_json::to_string(&Message {
-            from: NodeId(n1),
-            to: NodeId(u32::MAX - 1),
-            body: Body::Reply {
-                cluster: ClusterId(0),
-                taken: vec![InstanceId(0)],
-                remaining: 0,
-            },
-        })
-        .expect("json"),
-        ..Default::default()
-    };
+    let forged = balance_message(
+        job,
+        NodeId(n1),
+        NodeId(u32::MAX - 1),
+        Body::Reply {
+            cluster: ClusterId(0),
+            taken: vec![InstanceId(0)],
+            remaining: 0,
+        },
+    );
     agents.outbox.entry(n0).or_default().push(forged);
     agents.beat(&mut s, n0);
     agents.beat(&mut s, n1);
@@ -4020,52 +4092,19 @@ fn allocation_requests_carry_a_grant_only_their_workflows_balancing_key_verifies
 fn a_replayed_grant_claims_nothing_and_leaves_no_machine_holding_one() {
     let dir = scratch("replayed-grant");
     // One cluster of both nodes, so a request may hop from one to the other.
-    let mut s = open(
-        &dir,
-        WorkflowConfig {
-            cluster_size: Some(2),
-            ..Default::default()
-        },
-    );
-    let n0 = common::register(&mut s, "n0", 2);
-    let n1 = common::register(&mut s, "n1", 2);
-    let mut agents = Agents::default();
-    agents.beat(&mut s, n0);
-    agents.beat(&mut s, n1);
-    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let (mut s, mut agents, [n0, n1], job) =
+        fan_out_on(&dir, one_cluster_of_two(None, None), ["n0", "n1"]);
     // Only n0 reports itself underloaded: it takes the seed, then the 20 spread instances in
     // one request, which the insider keeps.
-    let mut captured = None;
-    for _ in 0..20 {
-        agents.self_check(n0);
-        let reply = agents.beat(&mut s, n0);
-        agents.finish_all(n0, true);
-        for env in reply.balance {
-            let msg: Message = serde_json::from_str(&env.message_json).expect("json");
-            if let Body::Request(r) = &msg.body
-                && r.instances.len() == 20
-            {
-                captured = Some((env, msg));
-            }
-        }
-        if captured.is_some() {
-            break;
-        }
-    }
-    let (env, mut msg) = captured.expect("the request of the 20 spread instances");
+    let (env, mut msg) = drive_until_request(&mut s, &mut agents, &[n0], 20);
     assert_eq!(agents.machines[&n0].held(), 20, "{agents:?}");
     // n1 balances the workflow too, and n1's agent would take the replay: its key verifies
     // the grant, and it offers only instances granted.
     let reply = agents.beat(&mut s, n1);
-    let j = reply
-        .pcddb
-        .iter()
-        .find(|j| j.job_id == job)
-        .expect("n1 balances it");
-    let Body::Request(r) = &msg.body else {
-        unreachable!("captured a request");
-    };
-    assert!(granted(&env, r, j), "a genuine grant");
+    assert!(
+        granted(&env, request(&msg), pcddb_job(&reply, job)),
+        "a genuine grant"
+    );
     msg.from = NodeId(n0);
     msg.to = NodeId(n1);
     agents.deliver(n1, msg);
@@ -4075,14 +4114,7 @@ fn a_replayed_grant_claims_nothing_and_leaves_no_machine_holding_one() {
     );
     // n1's reply reaches the server before n0's.
     agents.beat(&mut s, n1);
-    for _ in 0..60 {
-        agents.round(&mut s, &[n0, n1]);
-        agents.finish_all(n0, true);
-        agents.finish_all(n1, true);
-        if s.get_job(job).expect("job").state == "completed" {
-            break;
-        }
-    }
+    agents.run_until_completed(&mut s, &[n0, n1], job, 60);
     for _ in 0..5 {
         agents.round(&mut s, &[n0, n1]);
     }
@@ -4091,10 +4123,7 @@ fn a_replayed_grant_claims_nothing_and_leaves_no_machine_holding_one() {
         "completed",
         "{agents:?}"
     );
-    let mut runs: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    for &(node, i, _) in &agents.assigned {
-        runs.entry(i).or_default().push(node);
-    }
+    let runs = agents.runs();
     assert_eq!(runs.len(), 21, "every instance ran: {runs:?}");
     assert!(
         runs.values().all(|nodes| nodes == &[n0]),
@@ -4123,39 +4152,14 @@ fn a_replayed_grant_claims_nothing_and_leaves_no_machine_holding_one() {
 fn a_node_claims_or_hands_back_only_what_a_request_sent_to_it_offers() {
     use hetsched_core::policy::graph::Wanted;
     let dir = scratch("pcddb-claims");
-    let mut s = open(
-        &dir,
-        WorkflowConfig {
-            cluster_size: Some(2),
-            ..Default::default()
-        },
-    );
-    let n0 = common::register(&mut s, "n0", 2);
-    let n1 = common::register(&mut s, "n1", 2);
-    let mut agents = Agents::default();
-    agents.beat(&mut s, n0);
-    agents.beat(&mut s, n1);
-    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let (mut s, mut agents, [n0, n1], job) =
+        fan_out_on(&dir, one_cluster_of_two(None, None), ["n0", "n1"]);
     let reply = agents.beat(&mut s, n1);
-    let j = reply
-        .pcddb
-        .iter()
-        .find(|j| j.job_id == job)
-        .expect("n1 balances it")
-        .clone();
+    let j = pcddb_job(&reply, job);
     let cluster = ClusterId(j.clusters[0]);
     let launch = NodeId(j.launch);
     let all: Vec<InstanceId> = (0..21).map(InstanceId).collect();
-    let forged = |body: Body| pb::BalanceMessage {
-        job_id: job,
-        message_json: serde_json::to_string(&Message {
-            from: NodeId(n1),
-            to: launch,
-            body,
-        })
-        .expect("json"),
-        ..Default::default()
-    };
+    let forged = |body: Body| balance_message(job, NodeId(n1), launch, body);
     let claim = forged(Body::Reply {
         cluster,
         taken: all.clone(),
@@ -4223,69 +4227,25 @@ fn a_node_claims_or_hands_back_only_what_a_request_sent_to_it_offers() {
 #[test]
 fn a_node_claiming_more_than_mt_times_cores_less_what_it_holds_gets_no_more() {
     let dir = scratch("pcddb-over-claim");
-    let mut s = open(
-        &dir,
-        WorkflowConfig {
-            cluster_size: Some(2),
-            lt: Some(1),
-            mt: std::num::NonZeroU32::new(2),
-            ..Default::default()
-        },
-    );
-    let n0 = common::register(&mut s, "n0", 2);
-    let n1 = common::register(&mut s, "n1", 2);
-    let mut agents = Agents::default();
-    agents.beat(&mut s, n0);
-    agents.beat(&mut s, n1);
-    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let (mut s, mut agents, [n0, n1], job) =
+        fan_out_on(&dir, one_cluster_of_two(Some(1), Some(2)), ["n0", "n1"]);
     // Only n0 reports itself underloaded: it takes the seed, then is sent the 20 spread
     // instances in one request, of which its machine takes 4 and returns 16.
-    let mut captured = None;
-    for _ in 0..20 {
-        agents.self_check(n0);
-        let reply = agents.beat(&mut s, n0);
-        agents.finish_all(n0, true);
-        for env in reply.balance {
-            let msg: Message = serde_json::from_str(&env.message_json).expect("json");
-            if let Body::Request(r) = msg.body
-                && r.instances.len() == 20
-            {
-                captured = Some(r);
-            }
-        }
-        if captured.is_some() {
-            break;
-        }
-    }
-    let r = captured.expect("the request of the 20 spread instances");
+    let (_, msg) = drive_until_request(&mut s, &mut agents, &[n0], 20);
+    let r = request(&msg);
     assert_eq!(agents.machines[&n0].held(), 4, "MT × cores − 0: {agents:?}");
     let order: Vec<InstanceId> = r.instances.iter().map(|w| w.instance).collect();
     // The insider claims every instance of the request instead of returning 16.
-    agents.outbox.insert(
-        n0,
-        vec![pb::BalanceMessage {
-            job_id: job,
-            message_json: serde_json::to_string(&Message {
-                from: NodeId(n0),
-                to: r.launch,
-                body: Body::Reply {
-                    cluster: r.cluster,
-                    taken: order.clone(),
-                    remaining: 0,
-                },
-            })
-            .expect("json"),
-            ..Default::default()
-        }],
-    );
+    let claim = Body::Reply {
+        cluster: r.cluster,
+        taken: order.clone(),
+        remaining: 0,
+    };
+    agents
+        .outbox
+        .insert(n0, vec![balance_message(job, NodeId(n0), r.launch, claim)]);
     let reply = agents.beat(&mut s, n0);
-    let mut dropped = reply
-        .pcddb
-        .iter()
-        .find(|j| j.job_id == job)
-        .expect("n0 balances it")
-        .dropped
-        .clone();
+    let mut dropped = pcddb_job(&reply, job).dropped.clone();
     dropped.sort_unstable();
     let mut excess: Vec<u32> = order[4..].iter().map(|i| i.0).collect();
     excess.sort_unstable();
@@ -4309,10 +4269,7 @@ fn a_node_claiming_more_than_mt_times_cores_less_what_it_holds_gets_no_more() {
         "completed",
         "{agents:?}"
     );
-    let mut runs: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    for &(node, i, _) in &agents.assigned {
-        runs.entry(i).or_default().push(node);
-    }
+    let runs = agents.runs();
     assert_eq!(runs.len(), 21, "every instance ran: {runs:?}");
     for (i, nodes) in &runs {
         let first_four = order[..4].contains(&InstanceId(*i)) || *i == 0;
@@ -4341,48 +4298,14 @@ fn a_node_claiming_more_than_mt_times_cores_less_what_it_holds_gets_no_more() {
 #[test]
 fn a_return_with_an_altered_underloaded_table_hands_back_nothing() {
     let dir = scratch("pcddb-altered-table");
-    let mut s = open(
-        &dir,
-        WorkflowConfig {
-            cluster_size: Some(2),
-            lt: Some(1),
-            mt: std::num::NonZeroU32::new(1),
-            ..Default::default()
-        },
-    );
-    let n0 = common::register(&mut s, "n0", 2);
-    let n1 = common::register(&mut s, "n1", 2);
-    let mut agents = Agents::default();
-    agents.beat(&mut s, n0);
-    agents.beat(&mut s, n1);
-    let job = s.submit("fan.toml", FAN_OUT, "/").expect("submit").job_id;
+    let (mut s, mut agents, [n0, n1], job) =
+        fan_out_on(&dir, one_cluster_of_two(Some(1), Some(1)), ["n0", "n1"]);
     // Both report themselves underloaded; the request of the 20 spread instances goes to the
     // first, which takes 2 and passes it on to the other, which takes 2 and returns 16 with
     // the table its path left (empty).
-    let mut captured = None;
-    for _ in 0..20 {
-        for n in [n0, n1] {
-            agents.self_check(n);
-            let reply = agents.beat(&mut s, n);
-            for env in reply.balance {
-                let msg: Message = serde_json::from_str(&env.message_json).expect("json");
-                if let Body::Request(r) = msg.body
-                    && r.instances.len() == 20
-                {
-                    assert_eq!(env.granted_table.len(), 2, "{env:?}");
-                    captured = Some(r);
-                }
-            }
-            if captured.is_some() {
-                break;
-            }
-            agents.finish_all(n, true);
-        }
-        if captured.is_some() {
-            break;
-        }
-    }
-    let r = captured.expect("the request of the 20 spread instances");
+    let (env, msg) = drive_until_request(&mut s, &mut agents, &[n0, n1], 20);
+    assert_eq!(env.granted_table.len(), 2, "{env:?}");
+    let r = request(&msg);
     let last = r.table[1].0;
     let outbox = agents.outbox.remove(&last).unwrap_or_default();
     let (returns, others): (Vec<_>, Vec<_>) = outbox.into_iter().partition(|e| {
@@ -4441,14 +4364,7 @@ fn a_return_with_an_altered_underloaded_table_hands_back_nothing() {
     );
     // The return with the table its path left hands them back.
     agents.outbox.entry(last).or_default().push(honest);
-    for _ in 0..60 {
-        agents.round(&mut s, &[n0, n1]);
-        agents.finish_all(n0, true);
-        agents.finish_all(n1, true);
-        if s.get_job(job).expect("job").state == "completed" {
-            break;
-        }
-    }
+    agents.run_until_completed(&mut s, &[n0, n1], job, 60);
     assert_eq!(
         s.get_job(job).expect("job").state,
         "completed",
