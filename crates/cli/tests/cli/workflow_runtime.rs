@@ -436,33 +436,65 @@ command = "s=0; for f in {{input:w}}; do s=$((s + $(cat $f))); done; echo $s > {
         .into_iter()
         .filter(|n| *n != survivor)
         .collect();
-    // Both idle agents have reported themselves underloaded by now; stopped, neither takes
-    // the request sent to the first of them until it runs again.
-    std::thread::sleep(Duration::from_millis(500));
+    // Both idle agents report themselves underloaded (a PCDDB message sent, as their
+    // heartbeats tell the server) before they are stopped, so the launch node's table lists
+    // them; stopped, neither takes the request sent to the first of them until it runs again.
+    wait_until(
+        "both idle agents to report themselves underloaded",
+        Duration::from_secs(20),
+        || {
+            let nodes = c.json(&["nodes"]);
+            others
+                .iter()
+                .all(|n| node_named(&nodes, n)["balance_sent"].as_u64() > Some(0))
+        },
+    );
     for n in &others {
         c.signal_agent(n, "STOP");
     }
+    let launch_sent = |c: &Cluster| c.json(&["job", &job.to_string()])["launch_sent"].as_u64();
+    let before = launch_sent(&c);
     std::fs::write(&go, "").expect("go");
-    // Run one of them again: if the request waits for it, it takes two instances and passes
-    // the rest to the other, stopped one (the hop waits for an answer for up to 5 s);
-    // otherwise stop it again and try the other.
+    // The gate ended and the launch node sent the request of the eight `work` instances (to
+    // the first of the stopped agents: nothing else is underloaded).
+    wait_until(
+        "the gate to end and the request to go out",
+        Duration::from_secs(20),
+        || {
+            c.tasks(job)
+                .iter()
+                .any(|t| t["app"] == "gate" && t["state"] == "succeeded")
+                && launch_sent(&c) > before
+        },
+    );
+    // Run one of them again: if the request waits for it, the reply to its first heartbeat
+    // brings it, it takes two instances and passes the rest to the other, stopped one (the hop
+    // waits for an answer for up to 5 s), and its next heartbeat claims the two, which the
+    // server then lists on it. Once it was heard three times with no `work` instance listed
+    // on it, the request is not for it: stop it again and try the other.
     let mut holder = None;
     for (i, n) in others.iter().enumerate() {
         c.signal_agent(n, "CONT");
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(1200) {
-            if running_on("work").iter().any(|w| w == n) {
-                holder = Some((n.to_string(), others[1 - i].to_string()));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut beats = Beats::since(Instant::now());
+        wait_until(
+            &format!("{n} to take the request or be heard three times without it"),
+            Duration::from_secs(30),
+            || {
+                if running_on("work").iter().any(|w| w == n) {
+                    holder = Some((n.to_string(), others[1 - i].to_string()));
+                    return true;
+                }
+                beats.look(&c, n) >= 3
+            },
+        );
         if holder.is_some() {
             break;
         }
+        eprintln!("{n} was heard {} times without the request", beats.count);
         c.signal_agent(n, "STOP");
     }
     let (holder, next) = holder.expect("one of the idle agents took the request");
+    eprintln!("{holder} took the request and passed it on to {next}");
     // Killed mid-hop, and the next node with it: nobody claims or returns the rest.
     c.signal_agent(&holder, "KILL");
     c.signal_agent(&next, "KILL");
@@ -496,6 +528,51 @@ command = "s=0; for f in {{input:w}}; do s=$((s + $(cat $f))); done; echo $s > {
         .filter_map(|t| t["index"].as_i64())
         .sum();
     assert_eq!(sum.trim(), (8 + indices).to_string(), "{tasks:?}");
+}
+
+/// Node `name` in a `hetsched nodes` listing (null when it is not listed).
+fn node_named<'a>(nodes: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    nodes
+        .as_array()
+        .and_then(|a| a.iter().find(|n| n["name"] == name))
+        .unwrap_or(&serde_json::Value::Null)
+}
+
+/// Counts a node's heartbeats after an instant from what `hetsched nodes` says (the time since
+/// its last beat), counting a beat only when it provably came after the last one counted: the
+/// server's "ms since" is read at some instant between the command's start and its end, so a
+/// beat lies in [start − since, end − since]. No clock is compared with the agent's, and a slow
+/// machine only makes the count slower, never too high.
+struct Beats {
+    /// The latest instant the last beat counted (or the start) may have been at.
+    after: Instant,
+    count: u32,
+}
+
+impl Beats {
+    fn since(start: Instant) -> Beats {
+        Beats {
+            after: start,
+            count: 0,
+        }
+    }
+
+    /// Reads the listing once; the beats counted so far.
+    fn look(&mut self, c: &Cluster, name: &str) -> u32 {
+        let start = Instant::now();
+        let nodes = c.json(&["nodes"]);
+        let end = Instant::now();
+        if let Some(since) = node_named(&nodes, name)["last_seen_ms"]
+            .as_u64()
+            .map(Duration::from_millis)
+            && let Some(earliest) = start.checked_sub(since + Duration::from_millis(1))
+            && earliest > self.after
+        {
+            self.count += 1;
+            self.after = end.checked_sub(since).unwrap_or(end);
+        }
+        self.count
+    }
 }
 
 #[test]
