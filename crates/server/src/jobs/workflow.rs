@@ -837,10 +837,12 @@ impl Workflows {
 
     /// Drops from the address book every node that is not alive — declared dead, its agent
     /// left, or removed (which it was declared dead or left before) — with a new version, so
-    /// every agent is sent the book without them: a request an agent holds is then never
-    /// forwarded to an agent known to be gone (with no address its hop fails at once and the
-    /// request returns to the launch node, as a failed dial would have, later). A node that
-    /// comes back is in the book again from its first beat ([`Workflows::set_address`]).
+    /// every agent is sent the book without them and stops dialling agents known to be gone:
+    /// a hop whose next node has no address fails at once and the request returns to the
+    /// launch node, as a failed dial to the gone agent would have, sooner or later (a request
+    /// that brought the address with it still dials it, and fails as before). A node that
+    /// comes back is in the book again from its first beat ([`Workflows::set_address`]), so
+    /// the launch node's later tables may name it again.
     /// Called only while a PCDDB workflow runs: nothing reads the book otherwise, and this is
     /// a pass over it.
     fn drop_dead_addresses(&mut self, cx: &Ctx) {
