@@ -171,24 +171,27 @@ const KILL_GRACE: Duration = Duration::from_secs(2);
 /// started outlives it — a shell wrapper's children (`sh -c "python3 bolt.py"`), a program's
 /// own helpers, and on Linux those that left the group (`setsid`, `setpgid`) while their
 /// parents run ([`crate::process_tree`]). Storm's ShellProcess kills the program's process
-/// only, which leaves such children running.
+/// only, which leaves such children running. With it go its orphans that were re-parented
+/// to the worker (a child that left the group and whose parent exited), found by the
+/// program's serial ([`process_tree::adopted_of`]).
 #[derive(Debug)]
-struct Program(Child);
+struct Program(Child, u64);
 
 impl Drop for Program {
     fn drop(&mut self) {
-        end_group(&mut self.0, KILL_GRACE);
+        end_group(&mut self.0, self.1, KILL_GRACE);
     }
 }
 
-/// Ends `child`'s process group (its id is the child's pid, `process_group(0)`) and every
-/// process below the child: SIGTERM to each, then SIGKILL to those left after `grace`, and
+/// Ends `child`'s process group (its id is the child's pid, `process_group(0)`), every
+/// process below the child and its orphans adopted by the worker (program `serial`): SIGTERM to each, then SIGKILL to those left after `grace`, and
 /// reaps the child. The processes below are found before anything is signalled (once the
 /// child is reaped they are no longer below it) and signalled only while each is still the
 /// same process ([`process_tree::Proc`]). The group's id stays reserved while any member
 /// lives, so the signals cannot reach an unrelated process once the child itself has been
-/// reaped (`alive` reaps it): an empty group answers ESRCH.
-fn end_group(child: &mut Child, grace: Duration) {
+/// reaped (`alive` reaps it): an empty group answers ESRCH. The orphans it kills are reaped
+/// here, not left as the worker's zombies.
+fn end_group(child: &mut Child, serial: u64, grace: Duration) {
     use nix::sys::signal::{Signal, killpg};
     let pid = child.id();
     let group = match i32::try_from(pid) {
@@ -201,8 +204,10 @@ fn end_group(child: &mut Child, grace: Duration) {
             return;
         }
     };
-    // Those that left the group are found below the program while their parents run.
-    let below = process_tree::descendants(pid);
+    // Those that left the group are found below the program while their parents run, and
+    // among the worker's children by their mark once those parents exited.
+    let mut below = process_tree::descendants(pid);
+    below.extend(process_tree::adopted_of(serial));
     let group_there = killpg(group, Signal::SIGTERM).is_ok();
     for &p in &below {
         process_tree::signal(p, Signal::SIGTERM);
@@ -239,6 +244,7 @@ fn end_group(child: &mut Child, grace: Duration) {
     let _ = child.kill();
     let _ = child.wait();
     process_tree::forget_program(pid);
+    process_tree::reap_adopted();
 }
 
 /// A running multi-lang program.
@@ -281,10 +287,10 @@ impl Shell {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let child = process_tree::spawn_program(&mut command)
+        let (child, serial) = process_tree::spawn_program(&mut command)
             .map_err(|err| format!("cannot start `{}`: {err}", argv.join(" ")))?;
         // From here on every early return kills it.
-        let mut program = Program(child);
+        let mut program = Program(child, serial);
         let child = &mut program.0;
         let stdout = child.stdout.take().ok_or("no stdout pipe")?;
         let budget = Arc::new(LogBudget::default());

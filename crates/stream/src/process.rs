@@ -22,8 +22,9 @@
 //!
 //! On Linux the worker process is a child subreaper ([`crate::process_tree`]): what its
 //! multi-lang programs started and left behind (a daemon that forked twice and left the
-//! program's process group) is re-parented to it, reaped when it exits, and ended when the
-//! worker stops, so no program's descendant outlives its worker.
+//! program's process group) is re-parented to it, reaped when it exits, and ended with its
+//! program (found by the program's mark, [`crate::process_tree::MARK`]) or at the latest when
+//! the worker stops, so no program's descendant outlives its worker.
 
 use crate::process_tree;
 use crate::worker::{Worker, WorkerConfig, WorkerError};

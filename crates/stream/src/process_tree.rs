@@ -12,6 +12,15 @@
 //!   when it stops: [`end_all_descendants`] ends them all then, and [`reap_adopted`] reaps
 //!   those that exit before, so none lingers as a zombie of a long-running worker.
 //!
+//! - every program carries a **mark** in its environment ([`MARK`]: the worker's pid and start
+//!   time and the program's serial), which what it starts inherits. An orphan re-parented to the
+//!   worker is no longer below its program, so [`adopted_of`] finds it by its mark and its
+//!   program's end takes it too (`multilang::end_group`), while the worker runs on;
+//! - a worker that was SIGKILLed ends nothing: the agent that started it, finding it gone,
+//!   ends every process still carrying its mark ([`end_marked_by`]), the programs and what
+//!   they started, in their group or not (`setsid`). A process that cleared its environment
+//!   carries no mark and is not found so.
+//!
 //! Each process is named by its pid **and** its start time (`/proc/PID/stat`, field 22), and
 //! is signalled only while both still match, so a pid the kernel reused for an unrelated
 //! process in the meantime is never signalled.
@@ -21,7 +30,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// The environment variable that marks every program a worker starts, and what the program
+/// starts in turn (inherited): `PID:START:SERIAL`, the worker's pid and start time and the
+/// program's serial in that worker.
+pub const MARK: &str = "HETSCHED_STREAM_PROGRAM";
+
+/// The serial the next program gets (its [`MARK`]).
+static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// Whether this process made itself a subreaper ([`become_subreaper`]): only then are children
+/// it did not start its own (adopted orphans), which [`reap_adopted`] may reap. In another
+/// process (a test binary running workers in process) they are its other code's, whose exit
+/// statuses are not ours to take.
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
 /// Most processes one walk collects: a fork bomb below a program cannot make a walk endless.
 const MAX_WALKED: usize = 65_536;
@@ -47,13 +72,102 @@ fn programs() -> std::sync::MutexGuard<'static, BTreeMap<u32, u32>> {
     PROGRAMS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// This process as its programs' [`MARK`] names it (start time 0 where there is no `/proc`).
+fn me() -> Proc {
+    static ME: OnceLock<Proc> = OnceLock::new();
+    *ME.get_or_init(|| {
+        let pid = std::process::id();
+        proc_of(pid).unwrap_or(Proc { pid, start: 0 })
+    })
+}
+
+/// The [`MARK`] of program `serial` of worker `worker`.
+fn mark(worker: Proc, serial: u64) -> String {
+    format!("{}:{}:{serial}", worker.pid, worker.start)
+}
+
 /// Spawns `cmd` as a program of this process, noted so that [`reap_adopted`] leaves it to
-/// its `Child`; [`forget_program`] once the child is reaped.
-pub fn spawn_program(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+/// its `Child`; [`forget_program`] once the child is reaped. It carries its [`MARK`]; the
+/// serial returned names it to [`adopted_of`].
+pub fn spawn_program(
+    cmd: &mut std::process::Command,
+) -> std::io::Result<(std::process::Child, u64)> {
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    cmd.env(MARK, mark(me(), serial));
     let mut noted = programs();
     let child = cmd.spawn()?;
     *noted.entry(child.id()).or_default() += 1;
-    Ok(child)
+    Ok((child, serial))
+}
+
+/// The [`MARK`] process `pid` carries, if any (its environment as it was when it started).
+fn mark_of(pid: u32) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{MARK}=");
+    environ
+        .split(|&b| b == 0)
+        .find_map(|var| var.strip_prefix(prefix.as_bytes()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The orphans of program `serial` re-parented to this process (a subreaper): its children it
+/// did not start that carry the program's [`MARK`], and every process below them. Its
+/// descendants whose parents still run are below the program instead ([`descendants`]).
+pub fn adopted_of(serial: u64) -> Vec<Proc> {
+    if !SUBREAPER.load(Ordering::Relaxed) {
+        return Vec::new();
+    }
+    let me = me();
+    let wanted = mark(me, serial);
+    let orphans: Vec<u32> = {
+        let noted = programs();
+        children(me.pid)
+            .into_iter()
+            .filter(|c| !noted.contains_key(c))
+            .collect()
+    };
+    let mut out = Vec::new();
+    for c in orphans {
+        if mark_of(c).as_deref() == Some(wanted.as_str())
+            && let Some(p) = proc_of(c)
+        {
+            out.push(p);
+            out.extend(descendants(c));
+        }
+    }
+    out
+}
+
+/// Ends (SIGKILL) every process that carries a [`MARK`] of `worker`, a worker process that is
+/// gone (SIGKILLed: it ended nothing): its programs and everything they started, wherever they
+/// were re-parented. Only processes of user `uid` (the worker's) are signalled, so that a mark
+/// copied into another user's process cannot have it killed. Returns how many it signalled;
+/// 0 where there is no `/proc`.
+pub fn end_marked_by(worker: Proc, uid: u32) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let prefix = format!("{}:{}:", worker.pid, worker.start);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut ended = 0;
+    for entry in entries.flatten().take(MAX_WALKED) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if entry.metadata().is_ok_and(|m| m.uid() == uid)
+            && mark_of(pid).is_some_and(|m| m.starts_with(&prefix))
+            && let Some(p) = proc_of(pid)
+            && runs(p)
+        {
+            signal(p, nix::sys::signal::Signal::SIGKILL);
+            ended += 1;
+        }
+    }
+    ended
 }
 
 /// Program `pid` was reaped by its `Child`: its pid may be reused.
@@ -148,7 +262,9 @@ pub fn signal(p: Proc, signal: nix::sys::signal::Signal) {
 #[cfg(target_os = "linux")]
 pub fn become_subreaper() -> Result<(), String> {
     nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|e| format!("cannot become a child subreaper (prctl): {e}"))
+        .map_err(|e| format!("cannot become a child subreaper (prctl): {e}"))?;
+    SUBREAPER.store(true, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Not Linux: nothing to do; the group kill alone stands.
@@ -162,6 +278,9 @@ pub fn become_subreaper() -> Result<(), String> {
 /// Returns how many.
 pub fn reap_adopted() -> usize {
     use nix::sys::wait::{WaitPidFlag, waitpid};
+    if !SUBREAPER.load(Ordering::Relaxed) {
+        return 0;
+    }
     let noted = programs();
     let mut reaped = 0;
     for c in children(std::process::id()) {
