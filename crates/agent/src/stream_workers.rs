@@ -138,6 +138,30 @@ struct WorkerProc {
     dir: PathBuf,
     /// The account it runs as (`run_as_owner`), which reads its stderr file.
     account: Option<crate::run_as::Account>,
+    /// The process (pid and start time) whose mark its programs carry, and its user: what
+    /// still carries that mark once it is gone is ended ([`end_left_behind`]).
+    process: Option<hetsched_stream::process_tree::Proc>,
+    uid: u32,
+}
+
+/// Ends, off the async threads, what worker `w`'s programs left running after it exited: a
+/// worker ends its programs and all below them when it stops, but a SIGKILLed one ends
+/// nothing, and its programs, re-parented to init, would run on. They carry its mark
+/// (`hetsched_stream::process_tree::MARK`), inherited by what they started, in their process
+/// group or not.
+fn end_left_behind(w: &WorkerProc, label: String) {
+    let (Some(gone), uid) = (w.process, w.uid) else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || {
+        let ended = hetsched_stream::process_tree::end_marked_by(gone, uid);
+        if ended > 0 {
+            warn!(
+                worker = %label,
+                "ended what its programs left running ({ended} found by their mark)"
+            );
+        }
+    });
 }
 
 impl WorkerProc {
@@ -310,6 +334,7 @@ pub fn spawn(
                         warn!(topology = %k.0, worker = k.2, "stream worker exited: {why}");
                         refused.insert(k.clone(), why);
                     }
+                    end_left_behind(w, format!("{}#{}", k.0, k.2));
                     let _ = std::fs::remove_dir_all(&w.dir);
                     false
                 }
@@ -441,6 +466,8 @@ pub fn spawn(
                             .is_err()
                         {
                             let _ = w.child.kill().await;
+                            let _ = w.child.wait().await;
+                            end_left_behind(&w, format!("{}#{}", k.0, k.2));
                         }
                         let _ = std::fs::remove_dir_all(&w.dir);
                     });
@@ -605,6 +632,7 @@ fn start(
     };
     let stdin = child.stdin.take().ok_or("no stdin")?;
     let stdout = child.stdout.take().ok_or("no stdout")?;
+    let process = child.id().and_then(hetsched_stream::process_tree::proc_of);
     let info = Arc::new(Mutex::new(Info {
         pid: child.id().unwrap_or(0),
         ..Info::default()
@@ -650,6 +678,8 @@ fn start(
         cores: 0,
         dir,
         account: account.cloned(),
+        process,
+        uid: account.map_or_else(|| nix::unistd::geteuid().as_raw(), |a| a.uid),
     })
 }
 
