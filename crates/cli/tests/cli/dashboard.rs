@@ -1945,3 +1945,60 @@ fn the_sign_out_page_signs_out_with_its_button() {
         "the server ended the session"
     );
 }
+
+/// A topology row pressed just before the list refreshes (`loadTopologies`, every 5 s) and
+/// released after: the row under the pointer is the same element, so the first click opens
+/// the topology's detail, and the row stays marked across the next refresh.
+#[test]
+fn a_topology_row_clicked_as_the_list_refreshes_opens_its_detail_on_the_first_click() {
+    let c = Cluster::start("dashboard-topology-row-refresh", true);
+    // No agent: the topologies are listed, placed nowhere; no worker needs to start.
+    for (file, text) in [
+        ("live.toml", LIVE_TOPOLOGY),
+        ("broken.toml", BROKEN_TOPOLOGY),
+    ] {
+        let path = c.write(file, text);
+        c.ok(&["topology", "submit", path.to_str().expect("path")]);
+    }
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let mut b = signed_in(&c, bin);
+    let row = "#topologies tr[data-topology=\"broken\"]";
+    b.wait_for(
+        "both topologies' rows",
+        "document.querySelectorAll('#topologies tbody tr').length === 2",
+        t,
+    );
+    b.eval(&format!(
+        "window.pressedRow = document.querySelector('{row}'); true"
+    ));
+    let at = b.press(row, t);
+    // The refresh, between the press and the release.
+    b.eval("(async () => { renderTopologies(await api('/api/topologies')); return true; })()");
+    b.release(at);
+    b.wait_for(
+        "broken's detail after one click",
+        "document.getElementById('topology-detail').dataset.topology === 'broken' && \
+         !document.getElementById('topology-detail').hidden",
+        Duration::from_secs(5),
+    );
+    assert!(
+        b.eval(&format!(
+            "document.querySelector('{row}') === window.pressedRow"
+        )) == true,
+        "the refresh kept the row under the pointer"
+    );
+    b.eval("(async () => { renderTopologies(await api('/api/topologies')); return true; })()");
+    assert_eq!(
+        b.eval(
+            "[...document.querySelectorAll('#topologies tr.selected')].map((r) => r.dataset.topology)"
+        ),
+        serde_json::json!(["broken"]),
+        "the selection survives a refresh"
+    );
+}

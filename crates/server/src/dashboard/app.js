@@ -642,7 +642,9 @@ const cannotStart = (t) => (t.workers || []).filter((w) => w.start_error);
 const degradedText = (t) => (t.degraded ? `degraded: ${(t.executors_given_up || []).map(shown).join(" ")} given up` : "");
 const GIVEN_UP_HELP = "executors whose program ended too often to be started again (more than 5 restarts in 5 minutes): they pass no tuple";
 
-const topoView = { selected: null, seq: 0 };
+// `shown`: the rows by topology name, kept across refreshes and patched in place (see morph), as
+// the jobs' are, so a row pressed as the list refreshes is the one released and the click counts.
+const topoView = { selected: null, seq: 0, shown: new Map() };
 
 // A row of the Topologies table: `/api/topologies`' document of one topology (the JSON of
 // `hetsched topology list --output json`).
@@ -671,15 +673,19 @@ function topologyRow(t) {
 // `hetsched topology list`).
 function renderTopologies(list) {
   $("topologies-section").hidden = list.length === 0;
-  const body = $("topologies").querySelector("tbody");
-  body.innerHTML = "";
-  for (const t of list) {
-    const tr = document.createElement("tr");
-    tr.className = "clickable"; tr.dataset.topology = t.name; tr.innerHTML = topologyRow(t);
+  const rows = list.map((t) => {
+    let tr = topoView.shown.get(t.name);
+    if (!tr) {
+      tr = document.createElement("tr");
+      tr.className = "clickable"; tr.dataset.topology = t.name;
+      tr.addEventListener("click", () => selectTopology(t.name));
+    }
+    morph(tr, topologyRow(t));
     tr.classList.toggle("selected", t.name === topoView.selected);
-    tr.addEventListener("click", () => selectTopology(t.name));
-    body.appendChild(tr);
-  }
+    return tr;
+  });
+  topoView.shown = new Map(rows.map((tr) => [tr.dataset.topology, tr]));
+  placeInOrder($("topologies").querySelector("tbody"), rows);
   $("topologies").dataset.loaded = "1";
   if (topoView.selected !== null && !list.some((t) => t.name === topoView.selected)) {
     topoView.selected = null;
