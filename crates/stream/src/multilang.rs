@@ -77,7 +77,7 @@ use crate::tuple::{AckMsg, Tuple, Value};
 use crate::worker::{Emitter, Pending, Shared, Tracker};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, never, select, unbounded};
 use hetsched_core::model::stream_code::{
-    ComponentCode, SUBPROCESS_TIMEOUT_KEY, subprocess_timeout_secs,
+    ComponentCode, SUBPROCESS_TIMEOUT_KEY, restart_wait_ms, subprocess_timeout_secs,
 };
 use hetsched_core::model::topology::ExecutorId;
 use serde_json::{Value as Json, json};
@@ -427,12 +427,11 @@ fn end(shared: &Shared, me: u32, err: &ShellError) {
     }
 }
 
-/// First wait before a program that ended is started again ([`Restarts`]).
-const RESTART_FIRST: Duration = Duration::from_secs(1);
-/// Longest wait before a restart: the wait doubles from [`RESTART_FIRST`] up to it.
+/// Longest wait before a restart: the wait doubles from the first (the component's
+/// `topology.subprocess.restart.wait.ms`, default 1 s) up to it.
 const RESTART_MAX: Duration = Duration::from_secs(30);
-/// A program that ran this long before it ended was healthy: its next restart waits
-/// [`RESTART_FIRST`] again.
+/// A program that ran this long before it ended was healthy: its next restart waits the
+/// first wait again.
 const RESTART_HEALTHY: Duration = Duration::from_secs(60);
 /// Restarts allowed within [`RESTART_WINDOW`]: one more end within it and the worker gives
 /// up on the executor.
@@ -443,7 +442,7 @@ const RESTART_WINDOW: Duration = Duration::from_secs(300);
 /// When an executor whose program ended (it exited, closed its pipes, or was killed for its
 /// silence) starts it again. Storm ends the whole worker, which its supervisor starts again;
 /// here the executor starts its own program again in place, the worker and its other
-/// executors running on: after a wait that doubles from [`RESTART_FIRST`] up to
+/// executors running on: after a wait that doubles from its first (`first`) up to
 /// [`RESTART_MAX`] (back to the first once a program ran [`RESTART_HEALTHY`]), and not after
 /// more than [`RESTART_LIMIT`] restarts within [`RESTART_WINDOW`]: a program that cannot stay
 /// up is then left ended, and the executor reported as given up, rather than started for ever.
@@ -453,14 +452,13 @@ struct Restarts {
     ends: std::collections::VecDeque<Instant>,
     /// The wait before the next restart.
     wait: Duration,
+    /// The wait before a first restart (`hetsched_core::model::stream_code::RESTART_WAIT_KEY`).
+    first: Duration,
 }
 
 impl Default for Restarts {
     fn default() -> Self {
-        Self {
-            ends: std::collections::VecDeque::new(),
-            wait: RESTART_FIRST,
-        }
+        Self::first_after(Duration::from_secs(1))
     }
 }
 
@@ -474,11 +472,29 @@ enum Restart {
 }
 
 impl Restarts {
+    /// Restarts of a program whose first restart waits `first`.
+    fn first_after(first: Duration) -> Self {
+        Self {
+            ends: std::collections::VecDeque::new(),
+            wait: first,
+            first,
+        }
+    }
+
+    /// Restarts of the program `code`, as its component's params say.
+    fn of(code: &ProgramCode) -> Self {
+        // Checked by the topology's parser; a worker given an unchecked text waits the default.
+        restart_wait_ms(&code.conf).map_or_else(
+            |_| Self::default(),
+            |ms| Self::first_after(Duration::from_millis(ms)),
+        )
+    }
+
     /// A program started at `started` ended at `now` (a program that could not be started
     /// counts as one that ended at once).
     fn ended(&mut self, started: Instant, now: Instant) -> Restart {
         if now.saturating_duration_since(started) >= RESTART_HEALTHY {
-            self.wait = RESTART_FIRST;
+            self.wait = self.first;
         }
         while self
             .ends
@@ -904,7 +920,7 @@ pub fn run_shell_bolt(
     };
     let mut em = Emitter::new(shared.clone(), me);
     let mut hist = Histogram::default();
-    let mut restarts = Restarts::default();
+    let mut restarts = Restarts::of(&code);
     let mut next = Some(shell);
     while let Some(mut shell) = next.take() {
         let started = Instant::now();
@@ -1144,7 +1160,7 @@ pub fn run_shell_spout(
         ids: HashMap::new(),
         next_msg: 0,
     };
-    let mut restarts = Restarts::default();
+    let mut restarts = Restarts::of(&code);
     let mut next = Some(shell);
     while let Some(mut shell) = next.take() {
         let started = Instant::now();
@@ -1521,6 +1537,32 @@ mod tests {
         u.expire(now + Duration::from_secs(5), &mut gone);
         assert!(u.0.is_empty());
         assert_eq!(gone.len(), 4);
+    }
+
+    /// `topology.subprocess.restart.wait.ms` sets the first wait; it doubles from there, back
+    /// to it after a healthy minute, and the limit is the same.
+    #[test]
+    fn a_programs_restart_wait_starts_where_its_params_say() {
+        let t0 = Instant::now();
+        let ms = |n: u64| Duration::from_millis(n);
+        let code = ProgramCode {
+            argv: vec!["true".into()],
+            conf: BTreeMap::from([(
+                "topology.subprocess.restart.wait.ms".to_string(),
+                "100".to_string(),
+            )]),
+        };
+        let mut r = Restarts::of(&code);
+        for want in [100, 200, 400, 800, 1600] {
+            assert_eq!(r.ended(t0, t0), Restart::After(ms(want)));
+        }
+        assert_eq!(r.ended(t0, t0), Restart::GiveUp(6));
+        let mut r = Restarts::of(&code);
+        assert_eq!(r.ended(t0, t0), Restart::After(ms(100)));
+        assert_eq!(
+            r.ended(t0, t0 + Duration::from_secs(60)),
+            Restart::After(ms(100))
+        );
     }
 
     #[test]

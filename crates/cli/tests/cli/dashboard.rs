@@ -958,8 +958,10 @@ rate = 20.0
 "#;
 
 /// A topology whose multi-lang bolt's program passes its handshake and exits at once: its
-/// worker starts it again 5 times (after 1, 2, 4, 8 and 16 s) and gives up on it, so the
-/// topology is degraded about 31 s after it starts (`{}`: the program's path).
+/// worker starts it again 5 times (after 0.1, 0.2, 0.4, 0.8 and 1.6 s: its
+/// `topology.subprocess.restart.wait.ms`, 1 s by default, which would make that 31 s) and
+/// gives up on it, so the topology is degraded about 3 s after it starts (`{}`: the
+/// program's path).
 const FLAKY_TOPOLOGY: &str = r#"name = "flaky"
 [[component]]
 name = "numbers"
@@ -974,6 +976,7 @@ kind = "bolt"
 parallelism = 1
 cpu = 10.0
 command = ["sh", "{}"]
+params = { "topology.subprocess.restart.wait.ms" = 100 }
 [[stream]]
 from = "numbers"
 to = "sink"
@@ -988,7 +991,7 @@ rate = 2.0
 /// highlighted with its agent's reason — and its executors' rates, which the page looks at
 /// again while it stays open. The one given up on reads degraded in its row and its detail,
 /// naming the executor, as `hetsched topology list` and `show` do; it is submitted first, so
-/// that its give-up (about 31 s of restarts) runs while the rest is checked.
+/// that its give-up (about 3 s of restarts) runs while the rest is checked.
 #[test]
 fn the_topologies_panel_lists_each_topology_and_shows_its_workers_and_rates_on_a_click() {
     let mut c = Cluster::start("dashboard-topologies", true);
@@ -1185,7 +1188,7 @@ fn the_topologies_panel_lists_each_topology_and_shows_its_workers_and_rates_on_a
             "{0}.querySelector('td.state .badge.degraded') && {0}.querySelector('td.state').textContent",
             row("flaky")
         ),
-        // About 31 s of restarts from its submission: the rest of the test ran meanwhile.
+        // About 3 s of restarts from its submission, and the list looked at again (5 s).
         Duration::from_secs(120),
     );
     assert_eq!(given_up, "running, degraded: sink#0 given up");

@@ -40,8 +40,8 @@ use super::cluster::at;
 use super::topology::parse_topology;
 use super::{Duration, InputError, Source};
 use crate::model::stream_code::{
-    BUILTIN_NAMES, Builtin, ComponentCode, RateStep, RunnableTopology, SUBPROCESS_TIMEOUT_KEY,
-    SpoutSettings, subprocess_timeout_secs,
+    BUILTIN_NAMES, Builtin, ComponentCode, RESTART_WAIT_KEY, RateStep, RunnableTopology,
+    SUBPROCESS_TIMEOUT_KEY, SpoutSettings, restart_wait_ms, subprocess_timeout_secs,
 };
 use crate::model::topology::ComponentKind;
 use serde::Deserialize;
@@ -263,31 +263,34 @@ pub fn parse_runnable_topology(origin: &str, text: &str) -> Result<RunnableTopol
                         };
                         conf.insert(k.clone(), text);
                     }
-                    // Storm's key written unquoted is a TOML dotted key, i.e. nested tables:
-                    // it would reach the program as one `topology` entry and the worker would
-                    // not see it, so the user is told to quote it.
-                    let nested = SUBPROCESS_TIMEOUT_KEY
-                        .rsplit_once('.')
-                        .and_then(|(path, last)| {
-                            path.split('.')
-                                .try_fold(p.get_ref(), |t, k| match t.get(k) {
-                                    Some(toml::Value::Table(inner)) => Some(inner),
-                                    _ => None,
-                                })
-                                .map(|t| t.contains_key(last))
-                        })
-                        .unwrap_or(false);
-                    if nested {
-                        return Err(src.error(
-                            params_at,
-                            field("params"),
-                            format!(
-                                "`{SUBPROCESS_TIMEOUT_KEY}` unquoted is a nested TOML table: quote the key (`\"{SUBPROCESS_TIMEOUT_KEY}\" = 30`)"
-                            ),
-                        ));
+                    // A worker's key written unquoted is a TOML dotted key, i.e. nested
+                    // tables: it would reach the program as one `topology` entry and the
+                    // worker would not see it, so the user is told to quote it.
+                    for (key, example) in [(SUBPROCESS_TIMEOUT_KEY, 30), (RESTART_WAIT_KEY, 1000)] {
+                        let nested = key
+                            .rsplit_once('.')
+                            .and_then(|(path, last)| {
+                                path.split('.')
+                                    .try_fold(p.get_ref(), |t, k| match t.get(k) {
+                                        Some(toml::Value::Table(inner)) => Some(inner),
+                                        _ => None,
+                                    })
+                                    .map(|t| t.contains_key(last))
+                            })
+                            .unwrap_or(false);
+                        if nested {
+                            return Err(src.error(
+                                params_at,
+                                field("params"),
+                                format!(
+                                    "`{key}` unquoted is a nested TOML table: quote the key (`\"{key}\" = {example}`)"
+                                ),
+                            ));
+                        }
                     }
                 }
                 subprocess_timeout_secs(&conf)
+                    .and_then(|_| restart_wait_ms(&conf))
                     .map_err(|message| src.error(params_at, field("params"), message))?;
                 ComponentCode::Command {
                     argv: cmd.get_ref().clone(),
@@ -667,6 +670,46 @@ rate = 20.0
         }
         let e = err(&with("topology.subprocess.timeout.secs = 5"));
         assert!(e.starts_with("t.toml:15:10: component[1].params:"), "{e}");
+        assert!(e.contains("quote the key"), "{e}");
+    }
+
+    /// `topology.subprocess.restart.wait.ms` in a command's params reaches the worker (default
+    /// 1 s); a value it could not use, or the key unquoted, is refused at the params.
+    #[test]
+    fn a_commands_restart_wait_is_checked_where_it_is_written() {
+        let with = |v: &str| {
+            WORDCOUNT.replace(
+                "params = { lowercase = true, n = 2 }",
+                &format!("params = {{ lowercase = true, {v} }}"),
+            )
+        };
+        let r = parse_runnable_topology(
+            "t.toml",
+            &with("\"topology.subprocess.restart.wait.ms\" = 100"),
+        )
+        .expect("parses");
+        let ComponentCode::Command { conf, .. } = &r.code[1] else {
+            panic!("{:?}", r.code[1]);
+        };
+        assert_eq!(restart_wait_ms(conf), Ok(100));
+        let r = parse_runnable_topology("t.toml", WORDCOUNT).expect("parses");
+        let ComponentCode::Command { conf, .. } = &r.code[1] else {
+            panic!("{:?}", r.code[1]);
+        };
+        assert_eq!(restart_wait_ms(conf), Ok(1000));
+        for bad in ["0", "-1", "2.5", "\"soon\"", "30001"] {
+            let e = err(&with(&format!(
+                "\"topology.subprocess.restart.wait.ms\" = {bad}"
+            )));
+            assert!(
+                e.starts_with(
+                    "t.toml:15:10: component[1].params: `topology.subprocess.restart.wait.ms`"
+                ),
+                "{bad}: {e}"
+            );
+            assert!(e.contains("whole milliseconds from 1 to 30000"), "{e}");
+        }
+        let e = err(&with("topology.subprocess.restart.wait.ms = 5"));
         assert!(e.contains("quote the key"), "{e}");
     }
 

@@ -45,6 +45,33 @@ pub const DEFAULT_SUBPROCESS_TIMEOUT_SECS: u64 = 30;
 /// for ever in practice.
 pub const MAX_SUBPROCESS_TIMEOUT_SECS: u64 = 86_400;
 
+/// The `params` key of a `command` component that sets how long its worker waits before it
+/// starts the program again the first time after it ended, in milliseconds; each further
+/// restart waits twice the last, up to 30 s. Not Storm's (Storm restarts the whole worker): a
+/// program known to recover at once may be started again sooner than after the default.
+pub const RESTART_WAIT_KEY: &str = "topology.subprocess.restart.wait.ms";
+/// [`RESTART_WAIT_KEY`]'s default, milliseconds.
+pub const DEFAULT_RESTART_WAIT_MS: u64 = 1_000;
+/// [`RESTART_WAIT_KEY`]'s largest value, milliseconds: the longest wait between restarts.
+pub const MAX_RESTART_WAIT_MS: u64 = 30_000;
+
+/// A `command` component's [`RESTART_WAIT_KEY`] in milliseconds, from its `conf`: the default
+/// when absent; an error naming the key when it is not a whole number of milliseconds from 1
+/// to [`MAX_RESTART_WAIT_MS`].
+pub fn restart_wait_ms(conf: &BTreeMap<String, String>) -> Result<u64, String> {
+    let Some(text) = conf.get(RESTART_WAIT_KEY) else {
+        return Ok(DEFAULT_RESTART_WAIT_MS);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(ms) if (1..=MAX_RESTART_WAIT_MS).contains(&ms) => Ok(ms),
+        _ => Err(format!(
+            "`{RESTART_WAIT_KEY}` = {text}: expected whole milliseconds from 1 to \
+             {MAX_RESTART_WAIT_MS} (how long the worker waits before it first starts the program \
+             again after it ended; default {DEFAULT_RESTART_WAIT_MS})"
+        )),
+    }
+}
+
 /// A `command` component's [`SUBPROCESS_TIMEOUT_KEY`] in seconds, from its `conf`: the default
 /// when absent; an error naming the key when it is not a whole number of seconds from 1 to
 /// [`MAX_SUBPROCESS_TIMEOUT_SECS`].
