@@ -152,10 +152,7 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
         401
     );
 
-    let Some(browser) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(browser) = chromium_or_skip() else {
         return;
     };
     c.start_agent("a", 2, &[]);
@@ -261,10 +258,7 @@ fn the_dashboard_shows_the_allocation_queues_and_each_allocations_agents() {
     crate::operator::fake_slurm(&dir);
     let config = crate::operator::slurm_queue(&dir, "local", 1, "idle_timeout = \"15s\"\n");
     let c = Cluster::start_configured("dash-alloc", true, &config);
-    let Some(browser) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(browser) = chromium_or_skip() else {
         return;
     };
     c.ok(&["submit", "--", "true"]);
@@ -334,10 +328,7 @@ fn a_divisible_jobs_chunks_are_listed_with_links_to_their_output() {
         (200, format!("{end}\n"))
     );
 
-    let Some(browser) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(browser) = chromium_or_skip() else {
         return;
     };
     let bearer = format!("Bearer {}", token.trim());
@@ -398,10 +389,7 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
     );
     // A drain's reason is on the node's badge, as text.
     c.ok(&["node", "drain", "a", "--reason", "fan <b>"]);
-    let Some(browser) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(browser) = chromium_or_skip() else {
         return;
     };
     let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
@@ -453,10 +441,7 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
     wait_until("the high task to run", Duration::from_secs(20), || {
         c.json(&["tasks", "--job", "2"])[0]["state"] == "running"
     });
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
@@ -501,10 +486,7 @@ fn a_task_waiting_in_its_agents_queue_says_queued() {
         let t = c.json(&["tasks", "--job", "1"]);
         t[0]["state"] == "running" && t[1]["queued"] == true
     });
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         c.ok(&["cancel", "1"]);
         return;
     };
@@ -622,10 +604,7 @@ fn a_100000_task_job_is_paged_filtered_and_counted_live_without_reloading() {
         "the scan ended at the job's last task"
     );
 
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let ticket = login_ticket(&addr, &bearer);
@@ -1070,17 +1049,10 @@ fn the_topologies_panel_lists_each_topology_and_shows_its_workers_and_rates_on_a
         "{status}: {body}"
     );
 
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
-    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
-    let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
-    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
-    let mut b = Browser::start(bin, &c.dir.join("browser"));
-    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+    let mut b = signed_in(&c, bin);
     let t = Duration::from_secs(30);
     let row =
         |name: &str| format!("document.querySelector('#topologies tr[data-topology=\"{name}\"]')");
@@ -1295,10 +1267,7 @@ fn a_person_signs_in_with_the_form_reads_its_output_and_signs_out_with_the_butto
         "echo",
         "the admin's",
     ]);
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let t = Duration::from_secs(20);
@@ -1484,10 +1453,7 @@ fn another_sites_page_signs_the_browser_in_only_on_a_click_here_and_never_out() 
         None,
         &["submit", "--name", "mallorys", "--", "true"],
     );
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let bearer = format!("Bearer {}", mallorys.trim());
@@ -1599,10 +1565,7 @@ fn the_jobs_pager_and_a_click_on_an_older_job_and_its_tasks_first_page() {
     for i in 2..=22 {
         c.ok(&["submit", "--name", &format!("job-{i}"), "--", "true"]);
     }
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
@@ -1688,6 +1651,18 @@ fn the_jobs_pager_and_a_click_on_an_older_job_and_its_tasks_first_page() {
 }
 
 /// A browser on the dashboard of `c`, signed in with a login link of the read-only token.
+/// The Chromium binary to drive, or `None` having said that the browser part is skipped.
+fn chromium_or_skip() -> Option<&'static str> {
+    let bin = chromium();
+    if bin.is_none() {
+        eprintln!(
+            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
+        );
+    }
+    bin
+}
+
+/// A browser signed in to `c`'s dashboard with the read-only token.
 fn signed_in(c: &Cluster, bin: &str) -> Browser {
     let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
     let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
@@ -1732,10 +1707,7 @@ fn a_legend_click_hides_its_line_and_a_hidden_node_stays_hidden_when_another_joi
     let mut c = Cluster::start("dashboard-legend", true);
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let t = Duration::from_secs(20);
@@ -1789,10 +1761,7 @@ fn a_click_on_a_node_card_opens_its_detail_with_its_name_and_state() {
     c.start_agent("a", 1, &[]);
     c.start_agent("b", 2, &[]);
     c.wait_for_nodes(2);
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let t = Duration::from_secs(20);
@@ -1862,10 +1831,7 @@ fn a_job_row_clicked_as_the_list_refreshes_opens_its_detail_on_the_first_click()
     for name in ["first", "second", "third"] {
         c.ok(&["submit", "--name", name, "--", "true"]);
     }
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let t = Duration::from_secs(20);
@@ -1908,10 +1874,7 @@ fn the_sign_out_page_signs_out_with_its_button() {
     let c = Cluster::start("dashboard-logout-page", true);
     let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
     let addr = addr.trim();
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let t = Duration::from_secs(20);
@@ -1963,10 +1926,7 @@ fn a_topology_row_clicked_as_the_list_refreshes_opens_its_detail_on_the_first_cl
         let path = c.write(file, text);
         c.ok(&["topology", "submit", path.to_str().expect("path")]);
     }
-    let Some(bin) = chromium() else {
-        eprintln!(
-            "SKIPPED the browser part: no chromium binary (install Debian's `chromium`, as .ci/run does)"
-        );
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let t = Duration::from_secs(20);
