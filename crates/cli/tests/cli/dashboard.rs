@@ -16,8 +16,8 @@
 //! jobs pager, a click on an older job, and its tasks' `« first` button; `GET /logout`'s button.
 //!
 //! And the other clicks: a node card opens that node's detail, a chart's legend entry hides and
-//! shows its line, a divisible job's chunk links open the chunk's output, and a job row clicked
-//! while the list refreshes opens its detail on the first click.
+//! shows its line, a divisible job's chunk links open the chunk's output, and a job row or a
+//! topology row clicked while the list refreshes opens its detail on the first click.
 //!
 //! And at scale: a 100,000-task job in a browser driven over the DevTools protocol (it clicks the
 //! pager and the state filter), with the server's page-size cap checked over plain HTTP.

@@ -21,6 +21,7 @@ mod sim_bound_sweep;
 mod sim_cli;
 mod simgrid;
 mod stream_cli;
+mod stream_workers;
 mod support;
 mod topology_runtime;
 mod workflow_accel;
