@@ -423,6 +423,38 @@ impl SchedulerView {
         Ok(())
     }
 
+    /// Gives `node` new cores, memory and speeds while its work holds `held` of them (the driver
+    /// says what, where the view's own figures cannot: a node read back with a stand-in's
+    /// figures, against which its running work was booked): its free resources become the new
+    /// capacity less `held`. Its running count and devices stay as they are.
+    pub fn set_node_resources_holding(
+        &mut self,
+        node: NodeId,
+        new: &Node,
+        held: Resources,
+    ) -> Result<(), ViewError> {
+        let state = self
+            .nodes
+            .get_mut(node.index())
+            .ok_or(ViewError::UnknownNode(node))?;
+        let old = state.node.capacity();
+        let before = state.free;
+        state.node.cores = new.cores;
+        state.node.memory_bytes = new.memory_bytes;
+        state.node.core_speed = new.core_speed;
+        state.node.disk_read_bw = new.disk_read_bw;
+        state.node.net_bw = new.net_bw;
+        state.node.net_latency = new.net_latency;
+        let capacity = state.node.capacity();
+        state.free = capacity - held;
+        if state.alive {
+            self.totals = self.totals - old + capacity;
+            self.free_alive = self.free_alive - before + state.free;
+        }
+        self.placement_generation += 1;
+        Ok(())
+    }
+
     /// Sets when `node` goes away ([`NodeState::ends_at`], on the clock of
     /// [`SchedulerView::now`]; `None`: no end).
     pub fn set_node_end(&mut self, node: NodeId, ends_at: Option<Time>) -> Result<(), ViewError> {

@@ -814,8 +814,9 @@ impl State {
             rec.last_seen = Instant::now();
             rec.seen = true;
             // Its figures were checked with this registration: a stored description past a
-            // bound is replaced above, or kept as its stand-in (its devices differ, or work holds
-            // part of it), which takes nothing past a bound.
+            // bound is replaced above (work held there booked on the new figures), or kept as
+            // its stand-in (its devices differ, or the new figures would pass the cluster's
+            // totals), which takes nothing past a bound.
             rec.kept_out_awaiting_return = false;
             if let Some(why) = rec.out_of_bounds.take() {
                 info!(node = %name, was = %why, "a node whose stored description was past a registration bound registered again");
@@ -878,8 +879,9 @@ impl State {
     /// other `--cores`, memory or speeds): the new ones hold from now on if nothing runs there
     /// (stored first, then the scheduler's view). Its devices are not changed while the server
     /// runs: the accelerator binding and the tasks placed on them follow the first; nor is
-    /// anything changed while work holds part of the node. Returns what the agent is told
-    /// (empty: taken as given).
+    /// anything changed while work holds part of the node, unless its description is a
+    /// stand-in ([`NodeRec::out_of_bounds`]): that is replaced at once, the work booked on the
+    /// new figures. Returns what the agent is told (empty: taken as given).
     fn redescribe(&mut self, id: u32, name: &str, spec: &Node) -> Result<String, StateError> {
         let rec = &self.nodes.recs[id as usize];
         let kept = |why: &str| {
@@ -905,9 +907,15 @@ impl State {
         new.disk_read_bw = spec.disk_read_bw;
         new.net_bw = spec.net_bw;
         new.net_latency = spec.net_latency;
-        if self.view.nodes()[id as usize].running > 0
-            || self.view.nodes()[id as usize].free != self.view.nodes()[id as usize].node.capacity()
-        {
+        // A stand-in ([`out_of_bounds_stand_in`]) is no description the node had: the agent's
+        // replaces it even while work holds part of the node, which is booked on the new
+        // figures ([`State::held_on_stand_in`]). Kept, the node worked on with the stand-in's
+        // figures (no memory, say) and was read back past the bound at every restart.
+        let stand_in = rec.out_of_bounds.is_some();
+        let busy = self.view.nodes()[id as usize].running > 0
+            || self.view.nodes()[id as usize].free
+                != self.view.nodes()[id as usize].node.capacity();
+        if busy && !stand_in {
             return Ok(kept(
                 "work still holds part of it; register again once it is idle (restart the agent)",
             ));
@@ -918,6 +926,8 @@ impl State {
         {
             return Ok(kept(&why));
         }
+        let held = busy.then(|| self.held_on_stand_in(id));
+        let rec = &self.nodes.recs[id as usize];
         self.store.put_node(&NodeRow {
             id,
             name: name.to_string(),
@@ -925,12 +935,53 @@ impl State {
             identity: rec.identity.clone(),
             removed: false,
         })?;
-        self.view.set_node_resources(NodeId(id), &new)?;
+        match held {
+            Some(held) => self
+                .view
+                .set_node_resources_holding(NodeId(id), &new, held)?,
+            None => self.view.set_node_resources(NodeId(id), &new)?,
+        }
         info!(node = %name, cores = new.cores, memory = new.memory_bytes, "node registered again with new resources: they hold from now on");
         let old = Offered::of(&self.nodes.recs[id as usize].spec);
         self.nodes.offered = self.nodes.offered.minus(old).plus(Offered::of(&new));
         self.nodes.recs[id as usize].spec = new;
         Ok(String::new())
+    }
+
+    /// What the work recorded on node `id`, described by a stand-in, holds of it: in each
+    /// dimension the stand-in kept (a figure within bounds, which the work was booked against
+    /// before the restart), what the view books there; in one it replaced by none, where the
+    /// view's bookings were cut at nothing, what the running tasks and workflow instances
+    /// recorded there hold (their kinds' [`crate::jobs::JobKind::held`]).
+    fn held_on_stand_in(&self, id: u32) -> hetsched_core::Resources {
+        let st = &self.view.nodes()[id as usize];
+        let booked = st.node.capacity() - st.free;
+        let Some(rec) = self.nodes.recs.get(id as usize) else {
+            return booked;
+        };
+        let by_tasks = rec
+            .running
+            .iter()
+            .filter_map(|&t| self.jobs.owner(t)?.held(&self.view, t))
+            .fold(hetsched_core::Resources::default(), |sum, (_, r)| sum + r);
+        let capacity = st.node.capacity();
+        hetsched_core::Resources::new(
+            if capacity.cores == 0 {
+                by_tasks.cores
+            } else {
+                booked.cores
+            },
+            if capacity.memory_bytes == 0 {
+                by_tasks.memory_bytes
+            } else {
+                booked.memory_bytes
+            },
+            if capacity.gpus == 0 {
+                by_tasks.gpus
+            } else {
+                booked.gpus
+            },
+        )
     }
 
     /// Removes a dead node (`hetsched node remove`): it is no longer listed, counted or offered

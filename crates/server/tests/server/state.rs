@@ -608,3 +608,83 @@ fn a_stored_node_kept_out_past_a_bound_gives_back_its_tasks_after_the_restart_gr
         .expect("listed");
     assert!(!big.alive && !big.out_of_bounds.is_empty(), "{big:?}");
 }
+
+/// A node kept out at a restart (its stored row past a registration bound) whose agent
+/// registers again while the work recorded on it still runs takes the description its agent
+/// gives, not the stand-in the server put in its place (no memory, here): the held work is
+/// booked on the new figures, the rest is free for new work, and the description is stored,
+/// so the next restart reads it within bounds. Before, the stand-in stayed (as a changed
+/// description is kept while work holds part of a node): the node was listed and scheduled
+/// with no memory, and read back past the bound again at the next restart.
+#[test]
+fn hb_a_kept_out_node_registered_again_while_its_work_runs_takes_its_agents_description() {
+    const HALF: &str = "[[application]]\nname = \"a\"\ntasks = 3\n[application.cpu]\n\
+                        command = \"true\"\nmemory = \"512MiB\"\n";
+    let d = dir("out-of-bounds-busy");
+    {
+        let mut s = open(&d);
+        let big = common::register(&mut s, "big", 2);
+        s.submit("job.toml", HALF, "/").expect("submit");
+        assert_eq!(assigned(&beat(&mut s, big, &[], &[])), vec![(0, 1), (1, 1)]);
+    }
+    {
+        let db = rusqlite::Connection::open(d.join("state.db")).expect("db");
+        let edited = db
+            .execute(
+                "UPDATE nodes SET spec = replace(spec, '\"memory_bytes\":1073741824', \
+                 '\"memory_bytes\":18446744073709551615') WHERE name = 'big'",
+                [],
+            )
+            .expect("edit");
+        assert_eq!(edited, 1);
+    }
+    let listed = |s: &State| {
+        s.nodes(true)
+            .nodes
+            .into_iter()
+            .find(|n| n.name == "big")
+            .expect("listed")
+    };
+    {
+        let mut s = open(&d);
+        assert_eq!(listed(&s).memory_bytes, 0, "the stand-in has no memory");
+        // Its agent registers again with its two tasks still running.
+        let again = s
+            .register(pb::RegisterRequest {
+                identity: common::IDENTITY.into(),
+                name: "big".into(),
+                cores: 4,
+                memory_bytes: 1 << 30,
+                ..Default::default()
+            })
+            .expect("register");
+        assert_eq!(again.note, "", "taken as given");
+        let big = listed(&s);
+        assert_eq!(
+            (
+                big.alive,
+                big.out_of_bounds.as_str(),
+                big.cores,
+                big.memory_bytes
+            ),
+            (true, "", 4, 1 << 30)
+        );
+        assert_eq!(
+            big.free_cores, 2,
+            "the two running tasks hold two of its four cores"
+        );
+        // The running tasks hold its 1 GiB: the third task waits for one of them.
+        let r = beat(&mut s, 0, &[(0, 1), (1, 1)], &[]);
+        assert_eq!(assigned(&r), vec![]);
+        let r = beat(&mut s, 0, &[(1, 1)], &[(0, 1, true)]);
+        assert_eq!(assigned(&r), vec![(2, 1)], "the memory freed takes it");
+        assert_eq!(listed(&s).free_cores, 2);
+    }
+    let s = open(&d);
+    let big = listed(&s);
+    assert_eq!(
+        (big.out_of_bounds.as_str(), big.cores, big.memory_bytes),
+        ("", 4, 1 << 30),
+        "stored within bounds"
+    );
+}
