@@ -689,10 +689,14 @@ impl State {
         }
         // A node that left is not back for its agent's last beat said again (a lost reply).
         if !(rec.alive || rec.left.is_some() && req.leaving.is_some()) {
-            rec.alive = true;
             info!(node = %rec.spec.name, "node is back");
+            self.nodes.set_alive(nid.0, true);
             self.view.set_alive(nid, true)?;
-            if rec.left.take().is_some() {
+            if self
+                .nodes
+                .get_mut(nid.0)
+                .is_some_and(|rec| rec.left.take().is_some())
+            {
                 self.store.put_left(nid.0, None)?;
             }
         }
