@@ -145,9 +145,28 @@ pub(crate) struct Sharing {
     /// from again — else a crashed ANode, alive for the server until its dead timeout, had every
     /// GPU task of its NNodes lost attempt after attempt until the tasks failed.
     unreachable: HashSet<u32>,
+    /// Moves whenever something a node's binding as its agent is told it depends on changes:
+    /// the map (a node joins or leaves, a unit is bound or unbound) or an ANode's service
+    /// address (its peer address, port or TLS). What was told is kept per node with the
+    /// generation it was made at ([`Sharing::told`]), and ANodes' passes over their NNodes are
+    /// skipped while it and their closed state stay ([`Sharing::passed`]).
+    generation: u64,
+    /// Per node: the binding its agent was last told and the [`Sharing::generation`] it was
+    /// made at. A heartbeat's reply carries it again unless the generation moved.
+    told: HashMap<u32, (u64, NodeBinding)>,
+    /// Per ANode: whether it was closed ([`State::anode_closed`]) at its last pass over its
+    /// NNodes ([`State::hold_if_full`]), and the [`Sharing::generation`] then. Each change of
+    /// an ANode's closed state is followed by its pass, so one at the same closed state and
+    /// generation would change nothing.
+    passed: HashMap<u32, (bool, u64)>,
 }
 
 impl Sharing {
+    /// Something a binding depends on changed: every kept binding and pass is stale.
+    fn changed(&mut self) {
+        self.generation += 1;
+    }
+
     /// An empty map under the configured mode.
     pub(crate) fn new(kind: BindingKind, slots: u32) -> Self {
         let mode = match kind {
@@ -164,6 +183,9 @@ impl Sharing {
             executed: HashMap::new(),
             sent_since_report: HashMap::new(),
             unreachable: HashSet::new(),
+            generation: 0,
+            told: HashMap::new(),
+            passed: HashMap::new(),
         }
     }
 }
@@ -202,7 +224,11 @@ impl State {
     /// Records the address an agent's call came from (its accelerator service listens there).
     pub fn note_peer(&mut self, node: u32, ip: Option<IpAddr>) {
         if let Some(ip) = ip {
-            self.sharing.services.entry(node).or_default().ip = Some(ip);
+            let s = self.sharing.services.entry(node).or_default();
+            if s.ip != Some(ip) {
+                s.ip = Some(ip);
+                self.sharing.changed();
+            }
         }
     }
 
@@ -217,14 +243,24 @@ impl State {
     ) -> Result<(), StateError> {
         let id = nid.0;
         let s = self.sharing.services.entry(id).or_default();
-        s.port = req.accel.port;
-        s.tls = req.accel.tls;
-        s.state = req.accel.state.clone();
-        s.rack = if req.accel.rack.is_empty() {
-            DEFAULT_RACK.to_string()
+        if s.port != req.accel.port || s.tls != req.accel.tls {
+            s.port = req.accel.port;
+            s.tls = req.accel.tls;
+            // (`Sharing::changed`, on a field `s` does not borrow.)
+            self.sharing.generation += 1;
+        }
+        // Written only when they differ: most beats repeat them, and a copy costs allocations.
+        if s.state != req.accel.state {
+            s.state.clone_from(&req.accel.state);
+        }
+        let rack = if req.accel.rack.is_empty() {
+            DEFAULT_RACK
         } else {
-            req.accel.rack.clone()
+            req.accel.rack.as_str()
         };
+        if s.rack != rack {
+            s.rack = rack.to_string();
+        }
         if !self.sharing.members.contains_key(&id) {
             self.accel_join(id)?;
         }
@@ -250,7 +286,7 @@ impl State {
                     .map(|(_, k)| k.clone())
                     .unwrap_or_default();
             }
-            Some(Role::NNode) => {
+            Some(Role::NNode) if !reply.assignments.is_empty() => {
                 // The NNode runs no GPU task itself: each of its devices is one of its ANodes'
                 // (its containers' in mode `container`), and the task goes there.
                 let reached = self.reached_devices(id);
@@ -279,8 +315,24 @@ impl State {
             }
             _ => {}
         }
-        reply.binding = Some(self.binding_of(id));
+        reply.binding = Some(self.told_binding(id));
         Ok(())
+    }
+
+    /// Node `id`'s binding as its agent is told it ([`Self::binding_of`]), made again only when
+    /// the [`Sharing::generation`] moved since it was last made: an unchanged binding costs a
+    /// look-up and a copy at each heartbeat, not the map's and the services' look-ups.
+    fn told_binding(&mut self, id: u32) -> NodeBinding {
+        let generation = self.sharing.generation;
+        if let Some((at, told)) = self.sharing.told.get(&id)
+            && *at == generation
+        {
+            debug_assert_eq!(*told, self.binding_of(id), "a kept binding went stale");
+            return told.clone();
+        }
+        let binding = self.binding_of(id);
+        self.sharing.told.insert(id, (generation, binding.clone()));
+        binding
     }
 
     /// Offloads this reply kills whose kinds no longer hold them offloaded at that attempt
@@ -457,6 +509,19 @@ impl State {
     /// service unreachable), and lets them go when it is not (spec 01: the policy sees the
     /// ANodes' queue lengths).
     fn hold_if_full(&mut self, anode: u32) -> Result<(), StateError> {
+        // Each change of an ANode's closed state, and of the map, is followed by a pass: one
+        // at the same closed state and generation as the last would set nothing (an ANode's
+        // every heartbeat asks, and a pass looks at every member).
+        let closed = self.anode_closed(anode);
+        let now = (closed, self.sharing.generation);
+        if self.sharing.passed.get(&anode) == Some(&now) {
+            debug_assert!(
+                self.held_as_passed(anode),
+                "an ANode's pass was skipped while its NNodes' holds were not as it would set them"
+            );
+            return Ok(());
+        }
+        self.sharing.passed.insert(anode, now);
         let mut nnodes: Vec<u32> = self
             .sharing
             .members
@@ -480,6 +545,18 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Whether every NNode bound to ANode `anode` is held as a pass would hold it now (debug
+    /// builds check a skipped pass with it).
+    fn held_as_passed(&self, anode: u32) -> bool {
+        self.sharing.members.iter().all(|(&n, &r)| {
+            let anodes = self.container_anodes(n);
+            r != Role::NNode
+                || !anodes.contains(&Some(anode))
+                || self.view.node(NodeId(n)).accel_held
+                    == anodes.into_iter().flatten().any(|a| self.anode_closed(a))
+        })
     }
 
     /// The ANode node `id` is bound to.
@@ -636,6 +713,7 @@ impl State {
             }
         };
         self.sharing.members.insert(id, role);
+        self.sharing.changed();
         info!(node = %name, rack = %rack, role = ?role, "joined the accelerator binding");
         self.apply_binding_events(&events, None)
     }
@@ -653,8 +731,11 @@ impl State {
         gone.sort_unstable();
         for id in gone {
             let role = self.sharing.members.remove(&id);
+            self.sharing.changed();
             self.sharing.sent_since_report.remove(&id);
             self.sharing.unreachable.remove(&id);
+            self.sharing.told.remove(&id);
+            self.sharing.passed.remove(&id);
             let name = self.nodes.name(id).to_string();
             if role == Some(Role::Alone) {
                 continue;
@@ -712,6 +793,9 @@ impl State {
         events: &[BindingEvent],
         lost_anode: Option<&str>,
     ) -> Result<(), StateError> {
+        if !events.is_empty() {
+            self.sharing.changed();
+        }
         for e in events {
             let (unit, anode) = match e {
                 BindingEvent::Bound { nnode, anode } => (nnode, Some(anode)),
