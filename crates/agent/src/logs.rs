@@ -351,7 +351,9 @@ impl LogService {
     }
 }
 
-/// Admits calls carrying `authorization: Bearer <agent token>` only.
+/// Admits calls carrying `authorization: Bearer <agent token>` only: the check of every
+/// listener of the agent (this one, the dataflow service, the accelerator service), so that they
+/// cannot come to differ on who gets in.
 #[derive(Clone)]
 pub struct CheckToken(std::sync::Arc<str>);
 

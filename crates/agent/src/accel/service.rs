@@ -831,24 +831,6 @@ async fn send_back(f: &Finished, to: &Reply) -> Result<pb::OffloadReply, String>
     })
 }
 
-/// Admits calls carrying `authorization: Bearer <agent token>` only.
-#[derive(Clone)]
-struct CheckToken(std::sync::Arc<str>);
-
-impl tonic::service::Interceptor for CheckToken {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let ok = req.metadata().get(pb::AUTH_HEADER).is_some_and(|v| {
-            let (a, b) = (v.as_bytes(), self.0.as_bytes());
-            a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-        });
-        if ok {
-            Ok(req)
-        } else {
-            Err(Status::unauthenticated("wrong or missing agent token"))
-        }
-    }
-}
-
 /// A bound accelerator service listener.
 pub struct AccelListener {
     /// The bound address.
@@ -874,7 +856,8 @@ impl AccelListener {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let service = AccelServer::with_interceptor(
             AccelService { pipeline },
-            CheckToken(pb::bearer(token).into()),
+            // The same token check as the agent's other listeners (logs, dataflow).
+            crate::logs::check_token(token),
         );
         let mut builder = tonic::transport::Server::builder();
         let has_tls = tls.is_some();
