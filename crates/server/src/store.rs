@@ -553,12 +553,7 @@ impl Store {
         // shared fdatasync of the WAL (`crate::durable`), so nothing acknowledged is lost.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
-        conn.execute_batch(crate::jobs::topology::SCHEMA)?;
-        conn.execute_batch(crate::accounting::SCHEMA)?;
-        add_missing_columns(&conn, MIGRATIONS)?;
-        conn.execute_batch(INDEXES)?;
+        create_tables(&conn)?;
         move_multi_node_meta(&conn)?;
         Ok(Self {
             conn,
@@ -571,12 +566,7 @@ impl Store {
     /// and column a store on disk has: the rebuild reads it as it reads a real one.
     pub fn in_memory() -> Result<Self, StoreError> {
         let conn = Connection::open_in_memory()?;
-        conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
-        conn.execute_batch(crate::jobs::topology::SCHEMA)?;
-        conn.execute_batch(crate::accounting::SCHEMA)?;
-        add_missing_columns(&conn, MIGRATIONS)?;
-        conn.execute_batch(INDEXES)?;
+        create_tables(&conn)?;
         Ok(Self {
             conn,
             full: false,
@@ -1089,6 +1079,20 @@ fn multi_node_rows(
     Ok(out)
 }
 
+/// Creates what is missing of every table, column and index a store has: the core schema, the
+/// divisible, topology and accounting kinds' tables, the columns later versions added, then
+/// the indexes (some are on those columns). Shared by a store on disk and one in memory, so
+/// that the state's rebuild reads a placeholder exactly as it reads a real store.
+fn create_tables(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch(SCHEMA)?;
+    conn.execute_batch(crate::jobs::divisible::SCHEMA)?;
+    conn.execute_batch(crate::jobs::topology::SCHEMA)?;
+    conn.execute_batch(crate::accounting::SCHEMA)?;
+    add_missing_columns(conn, MIGRATIONS)?;
+    conn.execute_batch(INDEXES)?;
+    Ok(())
+}
+
 /// Moves what a store of an earlier version kept of running multi-node tasks' nodes (`meta`
 /// rows `multi-node/TASK/K`, K = 0 the first node) into their rows' `other_nodes`.
 fn move_multi_node_meta(conn: &Connection) -> Result<(), StoreError> {
@@ -1340,6 +1344,45 @@ mod tests {
         dir.join("state.db")
     }
 
+    /// Every table, index and column of a store, as SQLite lists them.
+    fn schema_of(conn: &Connection) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut q = conn
+            .prepare("SELECT type, name, tbl_name FROM sqlite_master ORDER BY type, name")
+            .expect("sqlite_master");
+        let items: Vec<(String, String, String)> = q
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        for (kind, name, table) in items {
+            out.push(format!("{kind} {name} on {table}"));
+            if kind == "table" {
+                let mut c = conn
+                    .prepare("SELECT name, type FROM pragma_table_info(?1) ORDER BY cid")
+                    .expect("table_info");
+                let columns: Vec<(String, String)> = c
+                    .query_map([&name], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .expect("query")
+                    .collect::<Result<_, _>>()
+                    .expect("rows");
+                out.extend(columns.iter().map(|(c, t)| format!("  {name}.{c} {t}")));
+            }
+        }
+        out
+    }
+
+    /// The placeholder the state's rebuild reads must be read as a real store is.
+    #[test]
+    fn a_store_in_memory_has_every_table_index_and_column_of_a_new_store_on_disk() {
+        let path = temp_db("in-memory-schema");
+        let disk = Store::open(&path).expect("open");
+        let memory = Store::in_memory().expect("in memory");
+        let on_disk = schema_of(&disk.conn);
+        assert!(on_disk.iter().any(|l| l.starts_with("table tasks")), "{on_disk:?}");
+        assert_eq!(schema_of(&memory.conn), on_disk);
+    }
+
     #[test]
     fn a_job_and_its_task_updates_survive_reopening() {
         let path = temp_db("roundtrip");
@@ -1362,24 +1405,7 @@ mod tests {
             held: false,
             begin_ms: Some(1_893_456_000_000),
         };
-        let mut task = TaskRow {
-            id: 0,
-            app: 0,
-            index: 0,
-            state: TaskState::Pending,
-            attempt: 0,
-            node: None,
-            variant: None,
-            devices: Box::default(),
-            started_ns: 0,
-            finished_ns: 0,
-            exit_code: None,
-            message: String::new(),
-            failures: 0,
-            preemptions: 0,
-            usage: None,
-            executed: None,
-        };
+        let mut task = TaskRow::submitted(0, 0, 0);
         {
             let mut s = Store::open(&path).expect("open");
             s.insert_job(&job, &[(0, "a".into())], std::slice::from_ref(&task))
