@@ -1379,7 +1379,10 @@ mod tests {
         let disk = Store::open(&path).expect("open");
         let memory = Store::in_memory().expect("in memory");
         let on_disk = schema_of(&disk.conn);
-        assert!(on_disk.iter().any(|l| l.starts_with("table tasks")), "{on_disk:?}");
+        assert!(
+            on_disk.iter().any(|l| l.starts_with("table tasks")),
+            "{on_disk:?}"
+        );
         assert_eq!(schema_of(&memory.conn), on_disk);
     }
 
