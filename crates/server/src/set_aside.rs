@@ -461,12 +461,28 @@ fn counts(rows: Vec<(String, u64)>) -> BTreeMap<String, u64> {
     m
 }
 
-fn refuse_readable(what: &str, flag: &str, way: &str) -> StateError {
-    invalid(format!(
-        "{flag}: {what} still reads under this version of hetsched, so the server starts with \
-         it: nothing was set aside (only a job or topology whose file this version refuses may \
-         be; {way})"
-    ))
+/// Why a stored file no longer reads (`read`: what its kind's reader said of it), for the
+/// set-aside record. A file that still reads is refused instead, naming `what` and the way
+/// past it (`way`), so that the flag cannot delete live work.
+fn why_unreadable<T, E: std::fmt::Display>(
+    read: Result<T, E>,
+    what: &str,
+    flag: &str,
+    way: &str,
+) -> Result<String, StateError> {
+    match read {
+        Ok(_) => Err(invalid(format!(
+            "{flag}: {what} still reads under this version of hetsched, so the server starts \
+             with it: nothing was set aside (only a job or topology whose file this version \
+             refuses may be; {way})"
+        ))),
+        Err(e) => Ok(e.to_string()),
+    }
+}
+
+/// What to do instead with job `id`, which still reads.
+fn job_way(id: u64) -> String {
+    format!("`hetsched cancel {id}` stops it, `hetsched purge {id}` drops it once finished")
 }
 
 /// Checks job `id`: `None` when it was purged (or set aside) already, the chosen item when its
@@ -528,23 +544,12 @@ fn check_job(
         if purged != 0 {
             return passed("batch");
         }
-        let why = match jobs::batch::read_stored(
-            &origin,
-            &text,
-            first_app,
-            config.profile_estimate.0.max(1),
-        ) {
-            Ok(_) => {
-                return Err(refuse_readable(
-                    &format!("job {id}"),
-                    &flag,
-                    &format!(
-                        "`hetsched cancel {id}` stops it, `hetsched purge {id}` drops it once finished"
-                    ),
-                ));
-            }
-            Err(e) => e.to_string(),
-        };
+        let why = why_unreadable(
+            jobs::batch::read_stored(&origin, &text, first_app, config.profile_estimate.0.max(1)),
+            &format!("job {id}"),
+            &flag,
+            &job_way(id),
+        )?;
         let first_task = first_task.max(0) as u64;
         // Its ids: every task row of its applications (rows stay until a purge), and its
         // applications' rows (which stay after it, keeping their ids taken).
@@ -644,18 +649,12 @@ fn check_job(
         if purged != 0 {
             return passed("workflow");
         }
-        let why = match jobs::workflow::read_stored(&origin, &text) {
-            Ok(_) => {
-                return Err(refuse_readable(
-                    &format!("workflow job {id}"),
-                    &flag,
-                    &format!(
-                        "`hetsched cancel {id}` stops it, `hetsched purge {id}` drops it once finished"
-                    ),
-                ));
-            }
-            Err(e) => e.to_string(),
-        };
+        let why = why_unreadable(
+            jobs::workflow::read_stored(&origin, &text),
+            &format!("workflow job {id}"),
+            &flag,
+            &job_way(id),
+        )?;
         let by_state = count_by_state(conn, "wf_instances", key)?;
         let state = if cancelled != 0 {
             "cancelled"
@@ -735,18 +734,12 @@ fn check_job(
         if state == jobs::divisible::PURGED {
             return passed("divisible");
         }
-        let why = match jobs::divisible::read_stored(&origin, &text) {
-            Ok(_) => {
-                return Err(refuse_readable(
-                    &format!("divisible job {id}"),
-                    &flag,
-                    &format!(
-                        "`hetsched cancel {id}` stops it, `hetsched purge {id}` drops it once finished"
-                    ),
-                ));
-            }
-            Err(e) => e.to_string(),
-        };
+        let why = why_unreadable(
+            jobs::divisible::read_stored(&origin, &text),
+            &format!("divisible job {id}"),
+            &flag,
+            &job_way(id),
+        )?;
         let by_state = count_by_state(conn, "div_chunks", key)?;
         let files = jobs::divisible::job_dir(&config.data_dir.join("divisible"), id);
         // As the divisible kind reads its end.
@@ -840,19 +833,15 @@ fn check_topology(
         .map_err(|e| StateError::Store(StoreError::Corrupt(format!("topology {name}: {e}"))))?;
     let field = |k: &str| rec.get(k).and_then(Value::as_str).unwrap_or("").to_string();
     let (origin, text) = (field("origin"), field("text"));
-    let why = match jobs::topology::read_stored(&origin, &text) {
-        Ok(()) => {
-            return Err(refuse_readable(
-                &format!("topology `{name}`"),
-                &flag,
-                &format!(
-                    "`hetsched topology kill {name}` stops it, `hetsched topology purge {name}` \
-                     drops it once killed"
-                ),
-            ));
-        }
-        Err(e) => e.to_string(),
-    };
+    let why = why_unreadable(
+        jobs::topology::read_stored(&origin, &text),
+        &format!("topology `{name}`"),
+        &flag,
+        &format!(
+            "`hetsched topology kill {name}` stops it, `hetsched topology purge {name}` drops it \
+             once killed"
+        ),
+    )?;
     let owner: Option<String> = conn
         .query_row(
             "SELECT owner FROM topology_owners WHERE name = ?1",
