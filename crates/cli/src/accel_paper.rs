@@ -3,7 +3,7 @@
 
 use clap::Args;
 use hetsched_sim::scenario::accel_paper::{self, AccelPaperOptions};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use std::path::PathBuf;
 
 use crate::sim::Output;
@@ -71,11 +71,9 @@ pub fn run(args: AccelPaperArgs) -> anyhow::Result<()> {
         ..AccelPaperOptions::default()
     };
     let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("accel-paper [{bar:40}] {pos}/{len} simulations ({elapsed})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
+    bar.set_style(crate::sim::bar_style(
+        "accel-paper [{bar:40}] {pos}/{len} simulations ({elapsed})",
+    ));
     let report = accel_paper::run(&options, &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);

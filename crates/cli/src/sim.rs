@@ -64,6 +64,17 @@ pub struct CompareArgs {
     /// workload (cpu-only with a GPU-only application) are skipped with a note.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub policies: Vec<String>,
+    #[command(flatten)]
+    pub settings: SimSettingsArgs,
+    /// Print a table or JSON (one summary per policy).
+    #[arg(long, value_enum, default_value_t)]
+    pub output: Output,
+}
+
+/// The run's settings `sim run` and `sim compare` share: one declaration, so the two commands
+/// take the same options with the same defaults and checks ([`Case::config`]).
+#[derive(Clone, Copy, Debug, Args)]
+pub struct SimSettingsArgs {
     /// Seed of the simulation (heartbeat phases).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -81,9 +92,6 @@ pub struct CompareArgs {
     pub fair_share: Option<Duration>,
     #[command(flatten)]
     pub preempt: PreemptionArgs,
-    /// Print a table or JSON (one summary per policy).
-    #[arg(long, value_enum, default_value_t)]
-    pub output: Output,
 }
 
 /// Priority preemption in a simulation: the server's `preemption` and `preempt_exempt_time`.
@@ -172,23 +180,8 @@ pub struct RunArgs {
     /// Scheduling policy: hdas, hdas-hetero, hadoop-model, drf, fifo or cpu-only.
     #[arg(long, default_value = "hdas")]
     pub policy: BatchPolicyKind,
-    /// Seed of the simulation (heartbeat phases).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Heartbeat interval of every node, e.g. "1s" or "250ms"; at least 1ms.
-    #[arg(long, default_value = "1s")]
-    pub heartbeat: Duration,
-    /// What heartbeats report as a node's disk load.
-    #[arg(long, value_enum, default_value_t)]
-    pub io_report: IoReportArg,
-    /// Fair share between the workload's users (its applications' `user`): within a
-    /// priority, the user whose work held the least of the cluster per share (`[[user]]
-    /// shares`), decayed with this half-life (e.g. "1h"), goes first — the server's
-    /// `[fair_share]`. Off without it; the workload's caps hold either way.
-    #[arg(long, value_name = "HALF_LIFE")]
-    pub fair_share: Option<Duration>,
     #[command(flatten)]
-    pub preempt: PreemptionArgs,
+    pub settings: SimSettingsArgs,
     /// Print a table or JSON (the whole result, task records included).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
@@ -214,13 +207,19 @@ pub fn run(cmd: SimCommand) -> anyhow::Result<()> {
     }
 }
 
+/// The simulator commands' progress bar style: `template` (indicatif's) drawn with `=> `; the
+/// default bar should the template not parse, since a bar is no reason to fail a run.
+pub(crate) fn bar_style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ")
+}
+
 fn progress_bar(total: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} tasks ({elapsed})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
+    bar.set_style(bar_style(
+        "{msg:>12} [{bar:40}] {pos}/{len} tasks ({elapsed})",
+    ));
     bar.set_message(what.to_string());
     bar
 }
@@ -236,13 +235,9 @@ fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
     options.sim.io_report = args.io_report.into();
     options.hdas_policy = args.hdas_policy;
     let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "hdas-paper [{bar:40}] {pos}/{len} simulations ({elapsed}) {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
+    bar.set_style(bar_style(
+        "hdas-paper [{bar:40}] {pos}/{len} simulations ({elapsed}) {msg}",
+    ));
     let report = hdas_paper::run(&options, &mut |p: hdas_paper::ScenarioProgress| {
         bar.set_length(p.runs_total as u64);
         bar.set_position(p.runs_done as u64);
@@ -326,14 +321,14 @@ impl Case {
     }
 
     /// The run's settings: the command line's, with the workload's users.
-    fn config(
-        &self,
-        heartbeat: Duration,
-        seed: u64,
-        io_report: IoReportArg,
-        fair_share: Option<Duration>,
-        preempt: PreemptionArgs,
-    ) -> anyhow::Result<SimConfig> {
+    fn config(&self, settings: SimSettingsArgs) -> anyhow::Result<SimConfig> {
+        let SimSettingsArgs {
+            seed,
+            heartbeat,
+            io_report,
+            fair_share,
+            preempt,
+        } = settings;
         Ok(SimConfig {
             users: self.users.clone(),
             accelerator: self.accelerator.clone(),
@@ -398,16 +393,7 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
     if let Some(why) = case.refusal(args.policy) {
         bail!(why);
     }
-    let result = case.simulate(
-        args.policy,
-        &case.config(
-            args.heartbeat,
-            args.seed,
-            args.io_report,
-            args.fair_share,
-            args.preempt,
-        )?,
-    )?;
+    let result = case.simulate(args.policy, &case.config(args.settings)?)?;
     let json = with_bound(&result, case.bound_s)?;
     if let Some(dir) = &args.out {
         crate::out_dir::write(dir, "result.json", json.as_bytes())?;
@@ -430,13 +416,7 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
     }
     policies.dedup();
     let case = load_case(&args.cluster, &args.workload)?;
-    let config = case.config(
-        args.heartbeat,
-        args.seed,
-        args.io_report,
-        args.fair_share,
-        args.preempt,
-    )?;
+    let config = case.config(args.settings)?;
     let mut rows = Vec::new();
     for policy in policies {
         match case.refusal(policy) {
@@ -479,7 +459,7 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
             table.load_preset(UTF8_FULL_CONDENSED);
             let vs = format!("vs {}", fifo.0);
             let with_users = rows.iter().any(|r| !r.users.is_empty());
-            let preempting = args.preempt.preemption;
+            let preempting = args.settings.preempt.preemption;
             let mut header = vec![
                 "policy",
                 "makespan (s)",
