@@ -156,6 +156,14 @@ pub struct Balancer {
     /// reported in every heartbeat (`HeartbeatRequest.peers_version`); 0: none, or a book
     /// from a server that predates versions (which sends it whole in every reply).
     peers_version: u64,
+    /// The proximity clusters the server computed for this node (`PcddbJob.clusters`, the
+    /// launch nodes' table ids), one list for every workflow: the server sends them only when
+    /// this agent does not hold their version.
+    clusters: Vec<u32>,
+    /// The version of `clusters` as the server named it (`PcddbJob.clusters_version`),
+    /// reported in every heartbeat (`HeartbeatRequest.clusters_version`); 0: none, or clusters
+    /// from a server that predates versions (which sends them in every reply).
+    clusters_version: u64,
     /// Whether any machine runs: the self-check and probe loops sleep while it is false, so an
     /// agent without PCDDB workflows wakes for none of them.
     balancing: tokio::sync::watch::Sender<bool>,
@@ -178,8 +186,22 @@ impl Balancer {
             if self.jobs.get(&j.job_id).is_some_and(|m| m.epoch != j.epoch) {
                 self.jobs.remove(&j.job_id);
             }
-            let memberships: Vec<(ClusterId, NodeId)> =
-                j.clusters.iter().map(|&c| (ClusterId(c), launch)).collect();
+            // As the book: the server sends this node's clusters only when this agent's
+            // version is not its own; empty with the version held here, the clusters held
+            // stand (for a workflow that starts later too). From a server before versions (0),
+            // every job carries them, used as they come.
+            if j.clusters_version == 0
+                || j.clusters_version != self.clusters_version
+                || !j.clusters.is_empty()
+            {
+                self.clusters.clone_from(&j.clusters);
+                self.clusters_version = j.clusters_version;
+            }
+            let memberships: Vec<(ClusterId, NodeId)> = self
+                .clusters
+                .iter()
+                .map(|&c| (ClusterId(c), launch))
+                .collect();
             let m = self.jobs.entry(j.job_id).or_insert_with(|| JobMachine {
                 node: PcddbNode::new(
                     GraphNode {
@@ -213,7 +235,7 @@ impl Balancer {
                 self.address_book = j.peers.iter().map(|(&k, v)| (k, v.clone())).collect();
                 self.peers_version = j.peers_version;
             }
-            if m.node.clusters() != j.clusters.iter().map(|&c| ClusterId(c)).collect::<Vec<_>>() {
+            if m.node.clusters() != memberships.iter().map(|&(c, _)| c).collect::<Vec<_>>() {
                 m.node.set_memberships(memberships);
             }
             m.node.set_attributes(j.attributes);
@@ -264,6 +286,11 @@ impl Balancer {
         self.peers_version
     }
 
+    /// The version of the proximity clusters held here, for the heartbeat (0: none).
+    pub fn clusters_version(&self) -> u64 {
+        self.clusters_version
+    }
+
     /// Where workflow `job`'s machine reaches `node`: the address a message brought when the
     /// server's book lacks it or the launch node sent it, else the book's.
     pub fn address_of(&self, job: u64, node: u32) -> Option<&str> {
@@ -274,13 +301,15 @@ impl Balancer {
             .map(String::as_str)
     }
 
-    /// Forgets every machine and the address book (the server was unreachable: it may have
-    /// restarted with fresh launch nodes, whose tables only new status messages fill, and
-    /// another book, which it sends to an agent reporting none).
+    /// Forgets every machine, the address book and the clusters (the server was unreachable:
+    /// it may have restarted with fresh launch nodes, whose tables only new status messages
+    /// fill, and another book and clusters, which it sends to an agent reporting none).
     pub fn reset(&mut self) {
         self.jobs.clear();
         self.address_book.clear();
         self.peers_version = 0;
+        self.clusters.clear();
+        self.clusters_version = 0;
         self.note_balancing();
     }
 
@@ -1192,5 +1221,67 @@ mod tests {
         b.reset();
         assert_eq!(b.peers_version(), 0);
         assert_eq!(b.address_of(7, 2), None);
+    }
+
+    /// A heartbeat reply sends the node's proximity clusters only to an agent that does not
+    /// hold their version: a job whose `clusters` came empty with the version held here (the
+    /// next reply, or a workflow that starts later) keeps, or starts with, the clusters held;
+    /// empty at another version, the node is in no cluster. The version held goes up in the
+    /// heartbeat and is forgotten with the server. Before, an empty `clusters` took every
+    /// machine out of its clusters.
+    #[test]
+    fn a_job_whose_clusters_came_empty_at_the_version_held_keeps_the_clusters_held() {
+        let mut b = Balancer::default();
+        assert_eq!(b.clusters_version(), 0);
+        let first = pb::PcddbJob {
+            clusters_version: 5,
+            ..job(vec![0, 2], 0)
+        };
+        b.sync(1, 2, &[first]);
+        assert_eq!(b.clusters_version(), 5);
+        let current = pb::PcddbJob {
+            clusters_version: 5,
+            ..job(Vec::new(), 0)
+        };
+        let later = pb::PcddbJob {
+            job_id: 8,
+            ..current.clone()
+        };
+        b.sync(1, 2, &[current, later]);
+        for job_id in [7, 8] {
+            assert_eq!(
+                b.clusters(job_id),
+                Some(vec![ClusterId(0), ClusterId(2)]),
+                "workflow {job_id}"
+            );
+        }
+        // A new version replaces them; empty at another version, the node is in none.
+        let moved = pb::PcddbJob {
+            clusters_version: 6,
+            ..job(vec![1], 0)
+        };
+        b.sync(1, 2, &[moved]);
+        assert_eq!(b.clusters(7), Some(vec![ClusterId(1)]));
+        let emptied = pb::PcddbJob {
+            clusters_version: 7,
+            ..job(Vec::new(), 0)
+        };
+        b.sync(1, 2, &[emptied]);
+        assert_eq!(b.clusters(7), Some(Vec::new()));
+        assert_eq!(b.clusters_version(), 7);
+        b.reset();
+        assert_eq!(b.clusters_version(), 0);
+    }
+
+    /// A server that predates cluster versions sends the node's clusters with every job
+    /// (version 0): they are used as they come, empty or not, as before.
+    #[test]
+    fn an_old_servers_job_without_a_clusters_version_carries_its_clusters_as_before() {
+        let mut b = Balancer::default();
+        b.sync(1, 2, &[job(vec![0, 2], 0)]);
+        assert_eq!(b.clusters(7), Some(vec![ClusterId(0), ClusterId(2)]));
+        assert_eq!(b.clusters_version(), 0);
+        b.sync(1, 2, &[job(Vec::new(), 0)]);
+        assert_eq!(b.clusters(7), Some(Vec::new()));
     }
 }

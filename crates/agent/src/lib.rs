@@ -753,6 +753,8 @@ pub async fn run(
                     // The server sends its PCDDB address book only when this is not its
                     // version (`Balancer::sync`).
                     peers_version: bal.peers_version(),
+                    // And its proximity clusters only when this is not their version.
+                    clusters_version: bal.clusters_version(),
                     // Lost with a failed beat: the server sends those signals again, and
                     // they are acknowledged again without being sent twice.
                     signalled: std::mem::take(&mut sh.signal_acks),

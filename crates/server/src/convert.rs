@@ -115,6 +115,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
             }),
             signalled: r.signalled,
             peers_version: r.peers_version,
+            clusters_version: r.clusters_version,
         }
     }
 }
@@ -253,6 +254,7 @@ fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
         dropped: j.dropped.clone(),
         balance_key: j.balance_key.clone(),
         peers_version: j.peers_version,
+        clusters_version: j.clusters_version,
     }
 }
 

@@ -3343,6 +3343,7 @@ impl JobKind for Workflows {
                     peers,
                     peers_version: self.peers_version,
                     clusters: self.clusters_of(node.0),
+                    clusters_version: 0,
                     attributes: here,
                     check_interval_ms: self.check_interval_ms,
                     dropped: Self::take_dropped(&mut job, node.0),

@@ -183,6 +183,9 @@ pub struct HeartbeatReport {
     /// The version of the PCDDB address book the agent holds (0: none): the reply carries the
     /// book (`PcddbJob::peers`) only when it is not the server's.
     pub peers_version: u64,
+    /// The version of the PCDDB proximity clusters the agent holds (0: none): the reply
+    /// carries the node's clusters (`PcddbJob::clusters`) only when it is not the server's.
+    pub clusters_version: u64,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
@@ -944,8 +947,11 @@ pub struct PcddbJob {
     pub peers: BTreeMap<u32, String>,
     /// The version of the server's address book (never 0).
     pub peers_version: u64,
-    /// The proximity clusters the node is in.
+    /// The proximity clusters the node is in, or empty when the agent reported holding
+    /// `clusters_version` already.
     pub clusters: Vec<u32>,
+    /// The version of the server's proximity clusters (never 0).
+    pub clusters_version: u64,
     /// The node's attribute mask.
     pub attributes: u64,
     /// How often the node checks itself against LT, ms.
