@@ -48,7 +48,9 @@
 //! - **clusters** (spec 05 §2): the agents measure round trips to each other; the core's
 //!   [`proximity_clusters`] groups the live nodes (minimum size `[workflow] cluster_size`, else
 //!   ⌊0.3·N⌋); the launch node keeps one table per cluster and each agent's `PcddbNode` is a
-//!   member of its clusters, so a request travels within one cluster first;
+//!   member of its clusters, so a request travels within one cluster first. A heartbeat reply
+//!   carries a node's clusters only to an agent that does not hold their version
+//!   (`Workflows::clusters_version`), as the address book is carried;
 //! - **requirements and resources**: a task's `requires` and the capacity one instance needs
 //!   (`cores`, `memory`, `gpus`) are bits of an attribute mask (the node catalogue's idea, spec
 //!   05 §1), matched by the core machines (`PcddbNode` takes only what it meets, the
@@ -712,14 +714,15 @@ pub fn safe(name: &str) -> String {
         .collect()
 }
 
-/// A first address-book version for a server that starts (`Workflows::peers_version`): random,
-/// never 0 (what an agent without a book reports).
-fn fresh_peers_version() -> u64 {
-    next_peers_version(rand::random::<u64>())
+/// A first version, for a server that starts, of what agents hold between replies (the address
+/// book, `Workflows::peers_version`; the clusters, `Workflows::clusters_version`): random, never
+/// 0 (what an agent that holds none reports).
+fn fresh_version() -> u64 {
+    next_version(rand::random::<u64>())
 }
 
-/// The address-book version after `v` (skipping 0).
-fn next_peers_version(v: u64) -> u64 {
+/// The version after `v` (skipping 0).
+fn next_version(v: u64) -> u64 {
     v.wrapping_add(1).max(1)
 }
 
@@ -774,6 +777,12 @@ pub struct Workflows {
     rtt: BTreeMap<(u32, u32), u64>,
     /// Proximity clusters of the live nodes from those round trips (spec 05 §2): Sc1, Sc2, …
     clusters: Vec<Vec<u32>>,
+    /// The version of `clusters` (`PcddbJob.clusters_version`): drawn at random when the kind
+    /// is built, so a restarted (or rolled back) server's never names the clusters an agent
+    /// holds from before, and changed whenever a recluster changes them. A heartbeat reply
+    /// carries a node's clusters only to an agent that reports another version: at 1,000
+    /// agents they were ~700 bytes, once per PCDDB workflow in every reply before.
+    clusters_version: u64,
     /// The live nodes `clusters` was computed over.
     clustered: Vec<u32>,
     /// When `clusters` was last computed (None: never): while no PCDDB workflow runs, a change
@@ -830,7 +839,7 @@ impl Workflows {
             None => self.addresses.remove(&node),
         };
         if address.is_some() || before.is_some() {
-            self.peers_version = next_peers_version(self.peers_version);
+            self.peers_version = next_version(self.peers_version);
         }
         before.is_some()
     }
@@ -848,7 +857,7 @@ impl Workflows {
     fn drop_dead_addresses(&mut self, cx: &Ctx) {
         if self.addresses.keys().any(|&n| !Self::alive(cx, n)) {
             self.addresses.retain(|&n, _| Self::alive(cx, n));
-            self.peers_version = next_peers_version(self.peers_version);
+            self.peers_version = next_version(self.peers_version);
         }
     }
 
@@ -898,7 +907,7 @@ impl Workflows {
             default_balancer,
             thresholds,
             addresses: BTreeMap::new(),
-            peers_version: fresh_peers_version(),
+            peers_version: fresh_version(),
             heard: BTreeSet::new(),
             unreachable: BTreeSet::new(),
             no_room: BTreeMap::new(),
@@ -909,6 +918,7 @@ impl Workflows {
             grants: 0,
             rtt: BTreeMap::new(),
             clusters: Vec::new(),
+            clusters_version: fresh_version(),
             clustered: Vec::new(),
             reclustered_ns: None,
             cluster_size,
@@ -2109,10 +2119,15 @@ impl Workflows {
         let m = self
             .cluster_size
             .map_or(min_cluster_size(n), |m| (m as usize).clamp(1, n.max(1)));
-        self.clusters = proximity_clusters(&lat, &names, m)
+        let clusters: Vec<Vec<u32>> = proximity_clusters(&lat, &names, m)
             .into_iter()
             .map(|c| c.members.iter().map(|m| live[m.index()]).collect())
             .collect();
+        // Agents holding these clusters need not be sent them again.
+        if clusters != self.clusters {
+            self.clusters = clusters;
+            self.clusters_version = next_version(self.clusters_version);
+        }
         let table = self.cluster_table();
         for job in self.jobs.values_mut() {
             if let Machine::Pcddb(l) = &mut job.machine {
@@ -3332,6 +3347,15 @@ impl JobKind for Workflows {
                     }
                 }
             }
+            // The node's clusters likewise, only to an agent that does not hold their version
+            // (~700 bytes per workflow per reply at 1,000 agents).
+            let clusters = if job.balancer == BalancerKind::Pcddb
+                && report.clusters_version != self.clusters_version
+            {
+                self.clusters_of(node.0)
+            } else {
+                Vec::new()
+            };
             if job.balancer == BalancerKind::Pcddb {
                 out.pcddb(PcddbJob {
                     job_id: job.id(),
@@ -3342,8 +3366,8 @@ impl JobKind for Workflows {
                     epoch: self.epoch,
                     peers,
                     peers_version: self.peers_version,
-                    clusters: self.clusters_of(node.0),
-                    clusters_version: 0,
+                    clusters,
+                    clusters_version: self.clusters_version,
                     attributes: here,
                     check_interval_ms: self.check_interval_ms,
                     dropped: Self::take_dropped(&mut job, node.0),

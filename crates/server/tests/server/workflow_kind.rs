@@ -4633,16 +4633,85 @@ fn the_address_book_drops_nodes_declared_dead_or_left_and_takes_back_one_that_re
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A heartbeat reply carries the node's proximity clusters (`PcddbJob.clusters`) only to an
+/// agent that does not report holding their version (`HeartbeatRequest.clusters_version`): a
+/// beat reporting the current version gets the workflow with no clusters; one reporting an old
+/// version, or none (0, as agents before versions, at every beat), gets them. A node that joins
+/// or leaves reclusters, with a new version, so the agent holding the old one is sent them
+/// again. Before, every reply carried them for every PCDDB workflow (~700 bytes per workflow
+/// per reply at 1,000 agents).
+#[test]
+fn the_clusters_go_only_to_an_agent_that_does_not_hold_their_version() {
+    let dir = scratch("clusters-version");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let nodes: Vec<u32> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| common::register(&mut s, n, 2))
+        .collect();
+    s.submit("fan.toml", FAN_OUT, "/").expect("submit");
+    let beat = |s: &mut State, n: u32, version: u64, leaving: &str| {
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.advertise = format!("10.0.0.{n}:7431");
+        req.clusters_version = version;
+        req.leaving = leaving.into();
+        let reply = s.heartbeat(req).expect("heartbeat");
+        let j = reply.pcddb.first().expect("the node balances the workflow");
+        (j.clusters_version, j.clusters.clone())
+    };
+    for &n in &nodes {
+        beat(&mut s, n, 0, "");
+    }
+    let a = nodes[0];
+    let (version, clusters) = beat(&mut s, a, 0, "");
+    assert_ne!(version, 0, "a server's clusters have a version");
+    assert!(!clusters.is_empty(), "no version held: the node's clusters");
+    assert_eq!(
+        beat(&mut s, a, 0, ""),
+        (version, clusters.clone()),
+        "an agent before versions gets them at every beat"
+    );
+    assert_eq!(
+        beat(&mut s, a, version, ""),
+        (version, Vec::new()),
+        "the version held: no clusters"
+    );
+    assert_eq!(
+        beat(&mut s, a, version.wrapping_sub(1), ""),
+        (version, clusters),
+        "another version: the clusters"
+    );
+    // Node e joins: the clusters change, with a new version that an agent holding the old one
+    // is sent.
+    let e = common::register(&mut s, "e", 2);
+    beat(&mut s, e, 0, "");
+    let (joined, clusters) = beat(&mut s, a, version, "");
+    assert_ne!(joined, version, "a node joined: new clusters");
+    assert!(!clusters.is_empty(), "{clusters:?}");
+    assert_eq!(beat(&mut s, a, joined, ""), (joined, Vec::new()));
+    // Node b's agent leaves: again.
+    beat(&mut s, nodes[1], joined, "operator");
+    let (left, clusters) = beat(&mut s, a, joined, "");
+    assert_ne!(left, joined, "a node left: new clusters");
+    assert!(!clusters.is_empty(), "{clusters:?}");
+    assert_eq!(
+        beat(&mut s, a, left, ""),
+        (left, Vec::new()),
+        "then nothing changes"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A heartbeat reply's encoded sizes ([`pcddb_reply_sizes`]), in bytes.
 #[derive(Debug)]
 struct ReplySizes {
-    /// To an agent holding the address book's version.
+    /// To an agent holding the address book's and the clusters' versions.
     held: usize,
-    /// The same less the node's proximity clusters (`PcddbJob.clusters`).
-    held_less_clusters: usize,
+    /// To an agent holding the book's version only (as one before clusters versions): the
+    /// node's proximity clusters (`PcddbJob.clusters`) come with it.
+    book_held: usize,
     /// How many clusters the node is in.
     clusters: usize,
-    /// To an agent holding no version: the whole book.
+    /// To an agent holding neither: the whole book and the clusters.
     whole: usize,
 }
 
@@ -4656,61 +4725,71 @@ fn pcddb_reply_sizes(name: &str, agents: u32) -> ReplySizes {
         .map(|k| common::register(&mut s, &format!("n{k}"), 2))
         .collect();
     s.submit("fan.toml", FAN_OUT, "/").expect("submit");
-    let beat = |s: &mut State, n: u32, version: u64| {
+    let beat = |s: &mut State, n: u32, peers_version: u64, clusters_version: u64| {
         let mut req = heartbeat_request(n, &[], &[]);
         req.advertise = format!("10.0.{}.{}:7431", n / 256, n % 256);
-        req.peers_version = version;
+        req.peers_version = peers_version;
+        req.clusters_version = clusters_version;
         s.heartbeat(req).expect("heartbeat")
     };
     for &n in &nodes {
-        beat(&mut s, n, 0);
+        beat(&mut s, n, 0, 0);
     }
-    let whole = beat(&mut s, nodes[0], 0);
+    let whole = beat(&mut s, nodes[0], 0, 0);
     let j = whole.pcddb.first().expect("the node balances the workflow");
     assert_eq!(
         j.peers.len(),
         nodes.len(),
         "no version held: the whole book"
     );
-    let held = beat(&mut s, nodes[0], j.peers_version);
-    let j = held.pcddb.first().expect("the node balances the workflow");
-    assert!(j.peers.is_empty(), "the version held: no peers");
     let clusters = j.clusters.len();
-    let mut less = held.clone();
-    less.pcddb[0].clusters.clear();
+    let (peers_version, clusters_version) = (j.peers_version, j.clusters_version);
+    let book_held = beat(&mut s, nodes[0], peers_version, 0);
+    let j = book_held.pcddb.first().expect("the node balances the workflow");
+    assert!(j.peers.is_empty(), "the book's version held: no peers");
+    assert_eq!(j.clusters.len(), clusters, "no clusters version held");
+    let held = beat(&mut s, nodes[0], peers_version, clusters_version);
+    let j = held.pcddb.first().expect("the node balances the workflow");
+    assert!(j.peers.is_empty(), "the book's version held: no peers");
+    assert!(j.clusters.is_empty(), "the clusters' version held: none");
     let _ = std::fs::remove_dir_all(&dir);
     ReplySizes {
         held: held.encoded_len(),
-        held_less_clusters: less.encoded_len(),
+        book_held: book_held.encoded_len(),
         clusters,
         whole: whole.encoded_len(),
     }
 }
 
-/// A heartbeat reply with one PCDDB workflow stays small for an agent that holds the address
-/// book's version, and but for the node's proximity clusters does not grow with the cluster;
-/// only an agent without the version is sent the book, about 20 bytes an agent. Before
-/// versions, every reply carried the whole book. Prints the figures that docs/performance.md
-/// quotes (`--nocapture`).
+/// A heartbeat reply with one PCDDB workflow stays small, and does not grow with the cluster,
+/// for an agent that holds the address book's and the clusters' versions; only an agent without
+/// the book's version is sent the book (about 20 bytes an agent), and only one without the
+/// clusters' version the node's clusters. Before versions, every reply carried the whole book;
+/// before clusters versions, every reply carried the clusters (701 bytes at 1,000 agents).
+/// Prints the figures that docs/performance.md quotes (`--nocapture`).
 #[test]
 fn a_pcddb_reply_to_an_agent_holding_the_books_version_does_not_grow_with_the_book() {
     let small = pcddb_reply_sizes("reply-size-100", 100);
     let large = pcddb_reply_sizes("reply-size-1000", 1000);
     for (agents, r) in [(100, &small), (1000, &large)] {
         println!(
-            "heartbeat reply, one PCDDB workflow, {agents} agents: {} B with the book's version \
-             held ({} B less the {} clusters the node is in), {} B with none held",
-            r.held, r.held_less_clusters, r.clusters, r.whole
+            "heartbeat reply, one PCDDB workflow, {agents} agents: {} B with the book's and the \
+             clusters' versions held, {} B with the book's only (the {} clusters the node is \
+             in), {} B with none held",
+            r.held, r.book_held, r.clusters, r.whole
         );
     }
-    assert!(large.held < 4096, "{large:?}");
-    // Slack for the varints of the random book version and the epoch.
+    // Slack for the varints of the random versions and the epoch.
     assert!(
-        large.held_less_clusters <= small.held_less_clusters + 16,
+        large.held <= small.held + 24,
         "the reply grew with the cluster: {small:?} {large:?}"
     );
     assert!(
-        large.whole >= large.held + 1000 * 15,
+        large.book_held > large.held + large.clusters,
+        "the clusters go to an agent without their version: {large:?}"
+    );
+    assert!(
+        large.whole >= large.book_held + 1000 * 15,
         "the book goes to an agent without it: {large:?}"
     );
 }
