@@ -4745,7 +4745,10 @@ fn pcddb_reply_sizes(name: &str, agents: u32) -> ReplySizes {
     let clusters = j.clusters.len();
     let (peers_version, clusters_version) = (j.peers_version, j.clusters_version);
     let book_held = beat(&mut s, nodes[0], peers_version, 0);
-    let j = book_held.pcddb.first().expect("the node balances the workflow");
+    let j = book_held
+        .pcddb
+        .first()
+        .expect("the node balances the workflow");
     assert!(j.peers.is_empty(), "the book's version held: no peers");
     assert_eq!(j.clusters.len(), clusters, "no clusters version held");
     let held = beat(&mut s, nodes[0], peers_version, clusters_version);
