@@ -16,7 +16,9 @@
 //! its account's, `run_as_owner`) holding its configuration (with the topology's worker key) and
 //! its stderr. It is removed when the worker is stopped or exits (a worker started again makes it
 //! afresh), and what an earlier agent left is removed when the agent starts: no key outlives its
-//! worker.
+//! worker. What the programs of an earlier agent's workers left running (they died with it,
+//! SIGKILLed, and ended nothing) is ended then too, found by their mark
+//! ([`end_dead_workers_leftovers`]).
 //! On an agent with `run_as_owner` a user's topology's workers run as the user's Unix account
 //! ([`crate::run_as`]), in the account's directory, so its executors' programs (multi-language
 //! bolts and spouts) have the account's rights, never the agent's.
@@ -229,6 +231,46 @@ pub fn remove_leftovers(work_dir: &std::path::Path) {
     }
 }
 
+/// The users whose processes may carry a worker's mark: the agent's own, and with
+/// `run_as_owner` each account whose directory is in `WORK_DIR/users` (a user's workers run as
+/// its account, in that directory, which [`crate::run_as::area`] made the account's).
+fn workers_users(
+    work_dir: &std::path::Path,
+    run_as_owner: bool,
+) -> std::collections::BTreeSet<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let mut uids = std::collections::BTreeSet::from([nix::unistd::geteuid().as_raw()]);
+    if run_as_owner && let Ok(areas) = std::fs::read_dir(work_dir.join(crate::run_as::AREA)) {
+        for area in areas.flatten() {
+            // Not followed: only a directory the agent made counts.
+            if let Ok(m) = std::fs::symlink_metadata(area.path())
+                && m.is_dir()
+            {
+                uids.insert(m.uid());
+            }
+        }
+    }
+    uids
+}
+
+/// Ends what the programs of workers that died with an earlier agent left running (blocking:
+/// it reads `/proc`). A worker ends its programs when it stops, and the agent ends what a
+/// SIGKILLed worker left ([`end_left_behind`]), but a worker SIGKILLed with its agent (a crash,
+/// the machine's agent killed) has no agent to do so: its programs, re-parented to init, would
+/// run for good. They carry its mark; every process of the workers' users whose mark names a
+/// worker (pid and start time) that no longer runs is ended. A worker that runs (another
+/// agent's on this machine) keeps its programs.
+pub fn end_dead_workers_leftovers(work_dir: &std::path::Path, run_as_owner: bool) {
+    let uids = workers_users(work_dir, run_as_owner);
+    let ended = hetsched_stream::process_tree::end_marked_by_dead_workers(&uids);
+    if ended > 0 {
+        warn!(
+            "ended what the programs of stream workers that died with an earlier agent left running \
+             ({ended} found by their mark)"
+        );
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
@@ -294,6 +336,9 @@ pub fn spawn(
         // Workers that exited before they listened: how many times in a row, and not to be
         // started again before when.
         let mut backoff: HashMap<Key, (u32, tokio::time::Instant)> = HashMap::new();
+        // Before any worker starts: what runs then is an earlier agent's.
+        let (dir, own) = (work_dir.clone(), run_as_owner);
+        let _ = tokio::task::spawn_blocking(move || end_dead_workers_leftovers(&dir, own)).await;
         remove_leftovers(&work_dir);
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hetsched"));
         let mut every = tokio::time::interval(SYNC_INTERVAL);

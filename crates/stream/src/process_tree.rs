@@ -19,7 +19,11 @@
 //! - a worker that was SIGKILLed ends nothing: the agent that started it, finding it gone,
 //!   ends every process still carrying its mark ([`end_marked_by`]), the programs and what
 //!   they started, in their group or not (`setsid`). A process that cleared its environment
-//!   carries no mark and is not found so.
+//!   carries no mark and is not found so;
+//! - a worker that died with its agent (both SIGKILLed, a crash) has no agent to end what its
+//!   programs left: an agent starting sweeps every process of its workers' users whose mark
+//!   names a worker (pid and start time) that no longer runs
+//!   ([`end_marked_by_dead_workers`]), never one whose worker runs (another agent's).
 //!
 //! Each process is named by its pid **and** its start time (`/proc/PID/stat`, field 22), and
 //! is signalled only while both still match, so a pid the kernel reused for an unrelated
@@ -144,8 +148,36 @@ pub fn adopted_of(serial: u64) -> Vec<Proc> {
 /// copied into another user's process cannot have it killed. Returns how many it signalled;
 /// 0 where there is no `/proc`.
 pub fn end_marked_by(worker: Proc, uid: u32) -> usize {
-    use std::os::unix::fs::MetadataExt;
     let prefix = format!("{}:{}:", worker.pid, worker.start);
+    end_marked_where(|u| u == uid, |mark| mark.starts_with(&prefix))
+}
+
+/// The worker a [`MARK`] names (`PID:START:SERIAL`), if it reads as one.
+fn worker_of(mark: &str) -> Option<Proc> {
+    let mut parts = mark.split(':');
+    let pid = parts.next()?.parse().ok()?;
+    let start = parts.next()?.parse().ok()?;
+    parts.next()?.parse::<u64>().ok()?;
+    Some(Proc { pid, start })
+}
+
+/// Ends (SIGKILL) every process of a user in `uids` that carries a [`MARK`] whose worker (pid
+/// and start time) no longer runs: what the programs of workers that died with their agent
+/// (crash, SIGKILL, the machine's agent restarted) left running, which no agent ended since.
+/// A process whose worker still runs (another agent's on this machine) is never signalled,
+/// nor one whose mark does not read as a mark. Returns how many it signalled; 0 where there is
+/// no `/proc`.
+pub fn end_marked_by_dead_workers(uids: &BTreeSet<u32>) -> usize {
+    end_marked_where(
+        |u| uids.contains(&u),
+        |mark| worker_of(mark).is_some_and(|w| !runs(w)),
+    )
+}
+
+/// SIGKILLs every running process of a user `of_user` accepts whose [`MARK`] `ends` accepts;
+/// how many.
+fn end_marked_where(of_user: impl Fn(u32) -> bool, ends: impl Fn(&str) -> bool) -> usize {
+    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return 0;
     };
@@ -158,8 +190,8 @@ pub fn end_marked_by(worker: Proc, uid: u32) -> usize {
         else {
             continue;
         };
-        if entry.metadata().is_ok_and(|m| m.uid() == uid)
-            && mark_of(pid).is_some_and(|m| m.starts_with(&prefix))
+        if entry.metadata().is_ok_and(|m| of_user(m.uid()))
+            && mark_of(pid).is_some_and(|m| ends(&m))
             && let Some(p) = proc_of(pid)
             && runs(p)
         {
@@ -361,5 +393,44 @@ mod tests {
         signal(p, nix::sys::signal::Signal::SIGKILL);
         let _ = sh.wait();
         assert!(!runs(p));
+    }
+
+    /// At an agent's start, a process whose mark names a worker that no longer runs is ended,
+    /// and one whose mark names a running worker (here: this test process) is left alone, as
+    /// is one whose mark does not read as one.
+    #[test]
+    fn only_processes_marked_by_a_worker_that_no_longer_runs_are_swept() {
+        use std::process::Command;
+        let mut gone = Command::new("true").spawn().expect("true");
+        let gone_pid = gone.id();
+        let dead = proc_of(gone_pid).expect("it exists until reaped");
+        let _ = gone.wait();
+        let sleeper = |mark: String| {
+            Command::new("sleep")
+                .arg("30")
+                .env(MARK, mark)
+                .spawn()
+                .expect("sleep")
+        };
+        let mut orphan = sleeper(format!("{}:{}:7", dead.pid, dead.start));
+        let mut kept = sleeper(mark(me(), 8));
+        let mut odd = sleeper(format!("{}:x:9", dead.pid));
+        let (o, k, d) = (
+            proc_of(orphan.id()).expect("runs"),
+            proc_of(kept.id()).expect("runs"),
+            proc_of(odd.id()).expect("runs"),
+        );
+        let uids = BTreeSet::from([nix::unistd::geteuid().as_raw()]);
+        assert!(end_marked_by_dead_workers(&uids) >= 1);
+        let _ = orphan.wait();
+        assert!(!runs(o));
+        assert!(runs(k), "a running worker's program was swept");
+        assert!(runs(d), "a process with an unreadable mark was swept");
+        for (c, p) in [(&mut kept, k), (&mut odd, d)] {
+            signal(p, nix::sys::signal::Signal::SIGKILL);
+            let _ = c.wait();
+        }
+        assert_eq!(worker_of("12:34:5"), Some(Proc { pid: 12, start: 34 }));
+        assert_eq!(worker_of("12:34"), None);
     }
 }

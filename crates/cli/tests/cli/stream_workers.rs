@@ -1,5 +1,6 @@
 //! Stream workers' processes through a real agent: what the multi-lang programs of a worker
-//! that was SIGKILLed (it could end nothing) left running is ended by the agent that started it.
+//! that was SIGKILLed (it could end nothing) left running is ended by the agent that started it,
+//! or, when the agent died with it, by the agent started again.
 
 use crate::support;
 
@@ -14,14 +15,10 @@ fn running(pid: u32) -> bool {
     })
 }
 
-/// A multi-lang bolt whose program (`sh`, passes its handshake then waits) runs a `sleep` in
-/// its group and one in a session of its own (`setsid`): its worker is SIGKILLed, and the
-/// program and both sleeps end within a deadline.
-#[test]
-fn a_sigkilled_workers_program_and_what_it_started_end() {
-    let mut c = Cluster::start("stream-worker-sigkill", false);
-    c.start_agent("a", 2, &[]);
-    c.wait_for_nodes(1);
+/// Submits topology `sleeper`: a multi-lang bolt whose program (`sh`, passes its handshake then
+/// waits) runs a `sleep` in its group and one in a session of its own (`setsid`). Returns the
+/// pids of both sleeps and the program, once they run, and the worker's pid.
+fn sleeper_topology(c: &Cluster) -> (Vec<u32>, u32) {
     let listed = c.dir.join("pids");
     let program = c.write(
         "sleeper.sh",
@@ -82,25 +79,75 @@ rate = 2.0
         worker != 0
     });
     assert!(pids.iter().all(|&p| running(p)), "{pids:?}");
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &worker.to_string()])
+    (pids, u32::try_from(worker).expect("a pid"))
+}
+
+/// Sends `signal` (`KILL`, `STOP`) to `pid`.
+fn signal(pid: u32, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
         .status()
         .expect("kill");
-    assert!(killed.success());
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// Waits (20 s at most) for every process of `pids` to end; SIGKILLs those left and fails
+/// saying `what` if some outlive it.
+fn all_end(pids: &[u32], what: &str) {
     let since = Instant::now();
     while pids.iter().any(|&p| running(p)) {
         if since.elapsed() > Duration::from_secs(20) {
             let left: Vec<u32> = pids.iter().copied().filter(|&p| running(p)).collect();
-            for p in &left {
+            for &p in &left {
                 let _ = std::process::Command::new("kill")
                     .args(["-9", &p.to_string()])
                     .status();
             }
-            panic!(
-                "{left:?} of {pids:?} (sleeps, program) outlive their SIGKILLed worker {worker}"
-            );
+            panic!("{left:?} of {pids:?} (sleeps, program) {what}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A multi-lang bolt's program runs a `sleep` in its group and one with `setsid`: its worker
+/// is SIGKILLed, and the program and both sleeps end within a deadline.
+#[test]
+fn a_sigkilled_workers_program_and_what_it_started_end() {
+    let mut c = Cluster::start("stream-worker-sigkill", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let (pids, worker) = sleeper_topology(&c);
+    signal(worker, "KILL");
+    all_end(&pids, &format!("outlive their SIGKILLed worker {worker}"));
+    c.ok(&["topology", "kill", "sleeper"]);
+}
+
+/// The agent and its worker are both SIGKILLed (the worker stopped first, so that it cannot
+/// see its stdin close and end its programs itself): nothing ends the programs then. The agent
+/// started again sweeps what carries the dead worker's mark before it starts workers, and the
+/// program and both sleeps end within a deadline.
+#[test]
+fn a_restarted_agent_ends_what_the_workers_that_died_with_it_left() {
+    let mut c = Cluster::start("stream-worker-agent-sigkill", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let (pids, worker) = sleeper_topology(&c);
+    signal(worker, "STOP");
+    c.kill_agent("a");
+    signal(worker, "KILL");
+    wait_until("the worker to end", Duration::from_secs(10), || {
+        !running(worker)
+    });
+    assert!(
+        pids.iter().all(|&p| running(p)),
+        "with no agent, nothing ended them yet: {pids:?}"
+    );
+    c.start_agent("a", 2, &[]);
+    all_end(
+        &pids,
+        &format!(
+            "outlive their worker {worker}, SIGKILLed with its agent, after the agent started again"
+        ),
+    );
     c.ok(&["topology", "kill", "sleeper"]);
 }
