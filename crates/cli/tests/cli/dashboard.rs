@@ -19,6 +19,9 @@
 //! shows its line, a divisible job's chunk links open the chunk's output, and a job row or a
 //! topology row clicked while the list refreshes opens its detail on the first click.
 //!
+//! And a workflow's tasks: an instance fetching its inputs reads `fetching`, then its `fetch`
+//! cell says how long the fetch took, as `hetsched tasks` does.
+//!
 //! And at scale: a 100,000-task job in a browser driven over the DevTools protocol (it clicks the
 //! pager and the state filter), with the server's page-size cap checked over plain HTTP.
 
@@ -457,7 +460,7 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
     b.wait_for("job 2's task", &format!("{} === 'running'", cell(3)), t);
     b.wait_for(
         "its run time so far",
-        &format!("/^[0-9.]+(ms|s)$/.test({})", cell(8)),
+        &format!("/^[0-9.]+(ms|s)$/.test({})", cell(9)),
         t,
     );
     b.eval("selectJob(1)");
@@ -467,7 +470,7 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
         t,
     );
     assert_eq!(b.eval(&cell(3)), "pending");
-    assert_eq!(b.eval(&cell(8)), "-");
+    assert_eq!(b.eval(&cell(9)), "-");
     c.ok(&["cancel", "1,2"]);
 }
 
@@ -496,7 +499,7 @@ fn a_task_waiting_in_its_agents_queue_says_queued() {
     let t = Duration::from_secs(20);
     let run_time = |task: u32| {
         format!(
-            "(document.querySelector('#tasks tbody tr[data-task=\"{task}\"]') || {{children: []}}).children[8]?.textContent"
+            "(document.querySelector('#tasks tbody tr[data-task=\"{task}\"]') || {{children: []}}).children[9]?.textContent"
         )
     };
     b.wait_for("task 1 queued", &format!("{} === 'queued'", run_time(1)), t);
@@ -523,6 +526,111 @@ fn a_task_waiting_in_its_agents_queue_says_queued() {
         t,
     );
     c.ok(&["cancel", "1"]);
+}
+
+/// A workflow instance fetching its inputs (its agent's `fetch_bandwidth`, 1 MiB/s, holds 6 MiB
+/// for about 6 s) reads `fetching` in the tasks table, its `fetch` cell `-`, as `hetsched tasks`
+/// shows it; once the workflow completes its `fetch` cell says how long the fetch took
+/// (`fetch_ms`, as the CLI writes it: `6.1s`).
+#[test]
+fn a_workflow_instance_shows_fetching_then_how_long_its_fetch_took() {
+    const BLOB_BYTES: u64 = 6 << 20;
+    let mut c =
+        Cluster::start_configured("dashboard-fetch", true, "[workflow]\ncluster_size = 2\n");
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
+    c.start_agent("maker", 1, &["--attributes", "producer"]);
+    let config = c.write(
+        "consumer.toml",
+        "attributes = [\"consumer\"]\nfetch_bandwidth = \"1MiB/s\"\n",
+    );
+    c.start_agent("user", 1, &["--config", &config.display().to_string()]);
+    c.wait_for_nodes(2);
+    let Some(bin) = chromium_or_skip() else {
+        return;
+    };
+    // The browser first: the fetch lasts seconds, a browser's start about as long.
+    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
+    let mut b = Browser::start(bin, &c.dir.join("browser"));
+    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+    let file = c.write(
+        "wf.toml",
+        &format!(
+            r#"balancer = "centralised"
+
+[[task]]
+name = "make"
+instances = 1
+cost = "1s"
+requires = ["producer"]
+outputs = ["blob"]
+command = "head -c {BLOB_BYTES} /dev/zero > {{output:blob}}"
+
+[[task]]
+name = "use"
+instances = 1
+cost = "1s"
+requires = ["consumer"]
+inputs = ["blob"]
+command = "test $(wc -c < {{input:blob}}) -eq {BLOB_BYTES}"
+"#
+        ),
+    );
+    let v = c.json(&["submit", &file.display().to_string()]);
+    let job = v["job_id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no job id in {v}"));
+    b.wait_for(
+        "the page to load",
+        "typeof selectJob === 'function'",
+        Duration::from_secs(20),
+    );
+    b.eval(&format!("selectJob({job})"));
+    // Cells of the row of task `app` (state: 3, fetch: 8).
+    let cell = |app: &str, column: usize| {
+        format!(
+            "([...document.querySelectorAll('#tasks tbody tr')].find((r) => r.children[1].textContent === '{app}') || {{children: []}}).children[{column}]?.textContent"
+        )
+    };
+    b.wait_for(
+        "`use` fetching, its fetch time not known yet",
+        &format!(
+            "{} === 'fetching' && {} === '-'",
+            cell("use", 3),
+            cell("use", 8)
+        ),
+        Duration::from_secs(30),
+    );
+    let done = crate::workflow_runtime::wait_done(&c, job, Duration::from_secs(40));
+    assert_eq!(done["state"], "completed", "{done}");
+    let t = c
+        .tasks(job)
+        .into_iter()
+        .find(|t| t["app"] == "use")
+        .unwrap_or_default();
+    let fetch_ms = t["fetch_ms"]
+        .as_u64()
+        .or_else(|| t["fetch_ms"].as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("no fetch_ms: {t}"));
+    assert!(fetch_ms >= 5_000, "6 MiB at 1 MiB/s in {fetch_ms} ms: {t}");
+    b.eval(&format!("selectJob({job})"));
+    b.wait_for(
+        "`use` succeeded",
+        &format!("{} === 'succeeded'", cell("use", 3)),
+        Duration::from_secs(20),
+    );
+    // Seconds with one decimal, as the CLI's `fetch` column (which rounds the same value).
+    let shown = b.eval(&cell("use", 8));
+    let text = shown.as_str().unwrap_or_default();
+    let seconds: f64 = text
+        .strip_suffix('s')
+        .filter(|n| n.len() >= 3 && n.as_bytes()[n.len() - 2] == b'.')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("`use`'s fetch cell {shown} is not seconds like 6.1s"));
+    assert!(
+        (seconds - fetch_ms as f64 / 1000.0).abs() <= 0.051,
+        "`use`'s fetch cell {text} for fetch_ms {fetch_ms}"
+    );
 }
 
 /// The task rows the page shows: (task id, state) of each.

@@ -453,7 +453,7 @@ function renderChunks() {
   $("tasks").querySelector("tbody").innerHTML = rows.map((c) => {
     const log = (s) => `<a href="/api/log?job=${tasksView.job}&task=${c.chunk}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
     return `<tr data-chunk="${c.chunk}"><td>chunk ${c.chunk}</td><td>round ${c.round}</td><td>units ${c.start}..${c.end}</td>
-      <td class="state-${esc(c.shown)}">${esc(c.shown)}</td><td>1</td><td>${esc(c.worker || "-")}</td><td>-</td><td>-</td>
+      <td class="state-${esc(c.shown)}">${esc(c.shown)}</td><td>1</td><td>${esc(c.worker || "-")}</td><td>-</td><td>-</td><td>-</td>
       <td>${c.compute_s ? human(c.compute_s * 1e9) : "-"}</td><td>-</td><td>-</td><td>${log("stdout")} ${log("stderr")}</td><td class="msg"></td></tr>`;
   }).join("");
   $("tasks-where").textContent = `${count(rows.length, "chunk")} shown of ${kept.length}${kept.length < all.length ? ` (${all.length} in the job)` : ""}, newest first`;
@@ -480,6 +480,13 @@ function attemptCell(t) {
   const notes = [[t.failed_attempts, "failed"], [t.preemptions, "preempted"]]
     .filter(([n]) => n > 0).map(([n, what]) => `${n} ${what}`);
   return notes.length ? `${t.attempt} (${notes.join(", ")})` : `${t.attempt}`;
+}
+
+// How long a workflow instance's inputs took to fetch before its program started (`fetch_ms`,
+// as `hetsched tasks`' fetch column): "-" for none, or not known yet while it still fetches.
+function fetchTime(t) {
+  const ms = Number(t.fetch_ms || 0);
+  return ms > 0 ? human(ms * 1e6) : "-";
 }
 
 // How long a task ran, or has run so far while it runs (by this browser's clock).
@@ -513,9 +520,12 @@ async function loadTasks() {
     const more = (t.nodes || []).length > 1
       ? `<span class="nodes" title="${esc(t.nodes.join(", "))}"> (+${t.nodes.length - 1})</span>` : "";
     const log = (s) => `<a href="/api/log?job=${t.job_id}&task=${t.id_text}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
-    return `<tr data-task="${t.id_text}"><td>${t.id_text}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(t.state)}">${esc(t.state)}</td>
+    // Running on its node, its inputs still being fetched (a workflow instance): its program
+    // has not started, as `hetsched tasks` says.
+    const state = t.fetching ? "fetching" : t.state;
+    return `<tr data-task="${t.id_text}"><td>${t.id_text}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(state)}">${esc(state)}</td>
       <td>${attemptCell(t)}</td><td>${esc(t.node || "-")}${more}</td><td>${esc(t.variant || "-")}</td>
-      <td>${esc((t.devices || []).join(",") || "-")}</td><td>${runTime(t)}</td>
+      <td>${esc((t.devices || []).join(",") || "-")}</td><td>${fetchTime(t)}</td><td>${runTime(t)}</td>
       <td>${t.usage ? human((t.usage.cpu_user_ms + t.usage.cpu_system_ms) * 1e6) : "-"}</td><td>${t.usage ? bytes(t.usage.max_rss_bytes) : "-"}</td>
       <td>${t.attempt > 0 ? `${log("stdout")} ${log("stderr")}` : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
   }).join("");
