@@ -407,12 +407,7 @@ impl SchedulerView {
         if state.running > 0 || state.free != old {
             return Err(ViewError::NodeBusy(node));
         }
-        state.node.cores = new.cores;
-        state.node.memory_bytes = new.memory_bytes;
-        state.node.core_speed = new.core_speed;
-        state.node.disk_read_bw = new.disk_read_bw;
-        state.node.net_bw = new.net_bw;
-        state.node.net_latency = new.net_latency;
+        take_figures(&mut state.node, new);
         let capacity = state.node.capacity();
         state.free = capacity;
         if state.alive {
@@ -439,12 +434,7 @@ impl SchedulerView {
             .ok_or(ViewError::UnknownNode(node))?;
         let old = state.node.capacity();
         let before = state.free;
-        state.node.cores = new.cores;
-        state.node.memory_bytes = new.memory_bytes;
-        state.node.core_speed = new.core_speed;
-        state.node.disk_read_bw = new.disk_read_bw;
-        state.node.net_bw = new.net_bw;
-        state.node.net_latency = new.net_latency;
+        take_figures(&mut state.node, new);
         let capacity = state.node.capacity();
         state.free = capacity - held;
         if state.alive {
@@ -1779,4 +1769,16 @@ fn device_speed(node: &Node) -> f64 {
 /// Elapsed time since an application started, at least 1 ns (relative progress divides by it).
 pub fn elapsed_since(now: Time, start: Time) -> Time {
     now.saturating_sub(start).max(1)
+}
+
+/// Gives `node` `new`'s cores, memory and speeds, keeping its name, devices and attributes: what
+/// an agent restarted with other figures changes ([`SchedulerView::set_node_resources`],
+/// [`SchedulerView::set_node_resources_holding`]).
+fn take_figures(node: &mut Node, new: &Node) {
+    node.cores = new.cores;
+    node.memory_bytes = new.memory_bytes;
+    node.core_speed = new.core_speed;
+    node.disk_read_bw = new.disk_read_bw;
+    node.net_bw = new.net_bw;
+    node.net_latency = new.net_latency;
 }
