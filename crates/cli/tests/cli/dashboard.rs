@@ -1929,6 +1929,54 @@ fn a_click_on_a_node_card_opens_its_detail_with_its_name_and_state() {
     );
 }
 
+/// The page moves between the test's look at a job row and its press (as it does while it
+/// loads: a chart, a panel or a table above fills in): the press that landed on another row
+/// is not taken for a click on the one asked for (`cdp::Browser::press` looks again and presses
+/// again), so the click opens the job asked for and no other. Before, the press landed on the
+/// row pushed under the pointer, and the test waiting for the job's detail timed out.
+#[test]
+fn a_click_the_page_moved_under_lands_on_the_element_asked_for() {
+    let c = Cluster::start("dashboard-moved-press", true);
+    // No agent: the jobs wait.
+    for name in ["first", "second", "third"] {
+        c.ok(&["submit", "--name", name, "--", "true"]);
+    }
+    let Some(bin) = chromium_or_skip() else {
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let mut b = signed_in(&c, bin);
+    b.wait_for(
+        "job 3's detail",
+        "document.getElementById('job-title').textContent.startsWith('Job 3 — third')",
+        t,
+    );
+    // The first time the pointer moves, the jobs table drops by one row: the row that was under
+    // the pointer is one row further down, and job 2's row (listed above job 1) takes its place.
+    b.eval(
+        "(() => { const table = document.getElementById('jobs'); \
+         const step = table.querySelector('tr[data-job=\"1\"]').getBoundingClientRect().height; \
+         document.addEventListener('mousemove', () => { \
+           const pad = document.createElement('div'); pad.style.height = `${step}px`; \
+           table.before(pad); }, { once: true }); \
+         window.clickedJobs = []; \
+         for (const tr of table.querySelectorAll('tbody tr')) \
+           tr.addEventListener('click', () => window.clickedJobs.push(tr.dataset.job)); \
+         return true; })()",
+    );
+    b.click("#jobs tr[data-job=\"1\"]", t);
+    b.wait_for(
+        "job 1's detail",
+        "document.getElementById('job-title').textContent.startsWith('Job 1 — first')",
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        b.eval("window.clickedJobs"),
+        serde_json::json!(["1"]),
+        "one click, on job 1's row"
+    );
+}
+
 /// A job row pressed just before the list refreshes (`loadJobs`, as a new job or the pager
 /// makes it, and an update of the event stream), and released after: the row under the pointer
 /// is the same element, so the first click opens the job's detail and the row stays marked.

@@ -118,6 +118,11 @@ function initCharts() {
     { label: "dispatched/s", stroke: "#2f7de1" },
     { label: "completed/s", stroke: "#2a9d5b" },
   ], "tasks/s"), [[], [], []], $("chart-rates"));
+  // The per-node charts take their place at once, with no node yet: built only at the first
+  // update, they pushed everything below them down as the page loaded, under a pointer about
+  // to click a job.
+  perNodeChart("load", $("chart-load"), [], "tasks");
+  perNodeChart("gpu", $("chart-gpu"), [], "%");
 }
 
 // A legend entry, clicked, hides its line (uPlot's own toggle; clicked again, shows it). The

@@ -263,26 +263,56 @@ impl Browser {
     /// is clickable and presses the left button there; where it pressed. [`Browser::release`]
     /// ends the click, so a test can change the page between the two (a refresh under the
     /// pointer).
+    ///
+    /// The page can move between the look and the press — a chart, a panel or a table above
+    /// fills in as the page loads and pushes the element down — so the press counts only when
+    /// the page saw it land on the element (a `mousedown` listener notes where each press
+    /// lands). One that landed elsewhere is released over the page's top-left corner, where the
+    /// click goes to what the two ends share, the page, which does nothing with it; and the
+    /// element is looked for and pressed again.
     pub fn press(&mut self, selector: &str, timeout: Duration) -> (f64, f64) {
         let sel = serde_json::to_string(selector).expect("json");
-        let at = self.wait_for(
-            &format!("{selector} to be clickable"),
-            &format!(
-                "(() => {{ const e = document.querySelector({sel}); \
-                 if (!e || e.disabled) return null; \
-                 e.scrollIntoView({{block: 'center', inline: 'center'}}); \
-                 const r = e.getBoundingClientRect(); \
-                 if (r.width === 0 || r.height === 0) return null; \
-                 const x = r.left + r.width / 2, y = r.top + r.height / 2; \
-                 const hit = document.elementFromPoint(x, y); \
-                 return hit && (hit === e || e.contains(hit)) ? [x, y] : null; }})()"
-            ),
-            timeout,
-        );
-        let at = (at[0].as_f64().expect("x"), at[1].as_f64().expect("y"));
-        self.mouse("mouseMoved", at);
-        self.mouse("mousePressed", at);
-        at
+        let start = Instant::now();
+        loop {
+            let at = self.wait_for(
+                &format!("{selector} to be clickable"),
+                &format!(
+                    "(() => {{ const e = document.querySelector({sel}); \
+                     if (!e || e.disabled) return null; \
+                     e.scrollIntoView({{block: 'center', inline: 'center'}}); \
+                     const r = e.getBoundingClientRect(); \
+                     if (r.width === 0 || r.height === 0) return null; \
+                     const x = r.left + r.width / 2, y = r.top + r.height / 2; \
+                     const hit = document.elementFromPoint(x, y); \
+                     if (!hit || (hit !== e && !e.contains(hit))) return null; \
+                     if (!window.__pressLanded) {{ document.addEventListener('mousedown', \
+                       (ev) => {{ window.__pressLanded.at = ev.target; }}, true); }} \
+                     window.__pressLanded = {{ at: null }}; \
+                     return [x, y]; }})()"
+                ),
+                timeout.saturating_sub(start.elapsed()),
+            );
+            let at = (at[0].as_f64().expect("x"), at[1].as_f64().expect("y"));
+            self.mouse("mouseMoved", at);
+            self.mouse("mousePressed", at);
+            let session = self.session.clone();
+            let landed = self.try_eval(
+                &session,
+                &format!(
+                    "(() => {{ const e = document.querySelector({sel}); \
+                     const t = window.__pressLanded && window.__pressLanded.at; \
+                     return !!(e && t && (t === e || e.contains(t))); }})()"
+                ),
+            );
+            if landed == Some(serde_json::Value::Bool(true)) {
+                return at;
+            }
+            self.mouse("mouseReleased", (0.0, 0.0));
+            assert!(
+                start.elapsed() < timeout,
+                "timed out pressing {selector}: the page moved under the pointer at every press"
+            );
+        }
     }
 
     /// Releases the left button at `at`, where [`Browser::press`] pressed it.
