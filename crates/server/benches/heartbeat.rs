@@ -19,7 +19,10 @@
 //! `hundred_running_workflows_with_their_own_requirements` has 100 running workflows, each
 //! requiring eight attributes of its own that ten nodes have: each beat matches what the 1,000
 //! nodes offer against 100 distinct vocabularies (a workflow's masks are over its own words,
-//! `jobs/workflow`).
+//! `jobs/workflow`). `a_running_pcddb_workflow_with_every_agents_address` has one PCDDB
+//! workflow running while every agent advertises its `AgentData` address: what the
+//! decentralised balancer's bookkeeping adds to a beat (the address book kept clear of dead
+//! nodes, the versions of the book and of the proximity clusters each reply checks).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hetsched_proto as pb;
@@ -136,6 +139,7 @@ fn heartbeat(c: &mut Criterion) {
             "hundred_running_workflows_with_their_own_requirements",
             false,
         ),
+        ("a_running_pcddb_workflow_with_every_agents_address", false),
     ] {
         // A case's set-up (20,000 jobs for one) is paid only when criterion's filter, if
         // given, selects it.
@@ -298,11 +302,51 @@ fn heartbeat(c: &mut Criterion) {
                 .expect("the user's job");
             }
         }
+        let pcddb = case == "a_running_pcddb_workflow_with_every_agents_address";
+        // Every agent advertises its address, as a real one does (the book is full), and
+        // holds the address book and clusters of the last reply, as an agent that heard it
+        // does: a beat carries them only when they changed.
+        let mut held = (0, 0);
+        let report =
+            |node_id: u32, (peers_version, clusters_version): (u64, u64)| HeartbeatReport {
+                advertise: if pcddb {
+                    format!("10.0.{}.{}:7422", node_id / 250, node_id % 250)
+                } else {
+                    String::new()
+                },
+                peers_version,
+                clusters_version,
+                ..beat(node_id, ending)
+            };
+        let versions = |reply: &hetsched_server::state::types::HeartbeatReply, held: (u64, u64)| {
+            reply
+                .pcddb
+                .first()
+                .map_or(held, |j| (j.peers_version, j.clusters_version))
+        };
+        if pcddb {
+            for n in 0..NODES {
+                s.on_heartbeat(report(n, held)).expect("beat");
+            }
+            // Forty instances, which the launch node's requests offer to the agents; none
+            // ends, so the workflow runs throughout.
+            s.on_submit(Submission {
+                origin: "wf.toml".into(),
+                text: "balancer = \"pcddb\"\n[[task]]\nname = \"A\"\ninstances = 40\n\
+                       command = \"true\"\n"
+                    .into(),
+                workdir: "/".into(),
+                ..Default::default()
+            })
+            .expect("a PCDDB workflow");
+        }
         let mut next = 0u32;
         g.bench_function(BenchmarkId::from_parameter(case), |b| {
             b.iter(|| {
                 next = (next + 1) % NODES;
-                black_box(s.on_heartbeat(beat(next, ending)).expect("beat"))
+                let reply = s.on_heartbeat(report(next, held)).expect("beat");
+                held = versions(&reply, held);
+                black_box(reply)
             })
         });
         drop(s);

@@ -262,6 +262,9 @@ pub struct Nodes {
     /// every event's settle of the accounts reads it (counted over every node, it was most of
     /// an idle heartbeat's cost on 1,000 nodes). Checked against a fresh count in debug builds.
     live_devices: u64,
+    /// Times a live node stopped being live (declared dead, its agent gone, removed), counted
+    /// in the same places ([`Nodes::departures`]).
+    departures: u64,
 }
 
 /// Cores, memory and devices summed over nodes, wider than the scheduler view's totals so that
@@ -503,9 +506,21 @@ impl Nodes {
             return;
         };
         let before = live_devices_of(rec);
+        let live = |rec: &NodeRec| rec.alive && !rec.removed;
+        let was_live = live(rec);
         change(rec);
         let after = live_devices_of(rec);
         self.live_devices = self.live_devices.saturating_sub(before) + after;
+        if was_live && !live(rec) {
+            self.departures += 1;
+        }
+    }
+
+    /// How many times a live node has stopped being live since this registry was built: a
+    /// reader that keeps something of the live nodes (the PCDDB address book) checks it again
+    /// only when this moved, rather than at every event.
+    pub fn departures(&self) -> u64 {
+        self.departures
     }
 
     /// Node `id` is alive (heartbeating) or not.
