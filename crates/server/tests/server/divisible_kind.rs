@@ -1245,17 +1245,7 @@ fn a_node_kept_out_at_a_restart_gets_no_chunk_until_its_agent_registers_again() 
         let mut s = open(&d.0);
         join_agents(&mut s, &["big", "ok"]);
     }
-    {
-        let db = rusqlite::Connection::open(d.0.join("state.db")).expect("db");
-        let edited = db
-            .execute(
-                "UPDATE nodes SET spec = replace(spec, '\"memory_bytes\":1073741824', \
-                 '\"memory_bytes\":18446744073709551615') WHERE name = 'big'",
-                [],
-            )
-            .expect("edit");
-        assert_eq!(edited, 1);
-    }
+    crate::common::store_memory_past_the_bound(&d.0, &["big"]);
     let mut s = open(&d.0);
     let id = s.on_submit(rows()).expect("submitted").job_id;
     let refused = ask(&mut s, "big").expect_err("a kept-out node's agent is refused");

@@ -70,12 +70,8 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
     // An agent that says its version (`n` is an older one that does not).
     let drained = s
         .register(pb::RegisterRequest {
-            identity: common::IDENTITY.into(),
-            name: "d".into(),
-            cores: 1,
-            memory_bytes: 1 << 30,
             version: "0.9.1".into(),
-            ..Default::default()
+            ..common::registration("d", 1)
         })
         .expect("register")
         .node_id;

@@ -449,15 +449,7 @@ fn a_node_registered_again_with_other_cores_has_them_once_it_is_idle() {
         let r = beat(&mut s, n, &[], &[]);
         assert_eq!(assigned(&r).len(), 2);
         // Busy: kept, and said.
-        let again = s
-            .register(pb::RegisterRequest {
-                identity: common::IDENTITY.into(),
-                name: "n".into(),
-                cores: 1,
-                memory_bytes: 1 << 30,
-                ..Default::default()
-            })
-            .expect("register");
+        let again = s.register(common::registration("n", 1)).expect("register");
         assert!(
             again
                 .note
@@ -498,17 +490,7 @@ fn a_stored_node_past_a_registration_bound_takes_no_work_until_its_agent_registe
         common::register(&mut s, "huge", 2);
         common::register(&mut s, "ok", 1);
     }
-    {
-        let db = rusqlite::Connection::open(d.join("state.db")).expect("db");
-        let edited = db
-            .execute(
-                "UPDATE nodes SET spec = replace(spec, '\"memory_bytes\":1073741824', \
-                 '\"memory_bytes\":18446744073709551615') WHERE name IN ('big', 'huge')",
-                [],
-            )
-            .expect("edit");
-        assert_eq!(edited, 2);
-    }
+    common::store_memory_past_the_bound(&d, &["big", "huge"]);
     let mut s = open(&d);
     let listed = |s: &State, name: &str| {
         s.nodes(true)
@@ -565,17 +547,7 @@ fn a_stored_node_kept_out_past_a_bound_gives_back_its_tasks_after_the_restart_gr
         s.submit("job.toml", JOB, "/").expect("submit");
         assert_eq!(assigned(&beat(&mut s, big, &[], &[])), vec![(0, 1)]);
     }
-    {
-        let db = rusqlite::Connection::open(d.join("state.db")).expect("db");
-        let edited = db
-            .execute(
-                "UPDATE nodes SET spec = replace(spec, '\"memory_bytes\":1073741824', \
-                 '\"memory_bytes\":18446744073709551615') WHERE name = 'big'",
-                [],
-            )
-            .expect("edit");
-        assert_eq!(edited, 1);
-    }
+    common::store_memory_past_the_bound(&d, &["big"]);
     let mut s = open(&d);
     let ok = common::register(&mut s, "ok", 3);
     assert_eq!(assigned(&beat(&mut s, ok, &[], &[])), vec![(1, 1), (2, 1)]);
@@ -627,17 +599,7 @@ fn hb_a_kept_out_node_registered_again_while_its_work_runs_takes_its_agents_desc
         s.submit("job.toml", HALF, "/").expect("submit");
         assert_eq!(assigned(&beat(&mut s, big, &[], &[])), vec![(0, 1), (1, 1)]);
     }
-    {
-        let db = rusqlite::Connection::open(d.join("state.db")).expect("db");
-        let edited = db
-            .execute(
-                "UPDATE nodes SET spec = replace(spec, '\"memory_bytes\":1073741824', \
-                 '\"memory_bytes\":18446744073709551615') WHERE name = 'big'",
-                [],
-            )
-            .expect("edit");
-        assert_eq!(edited, 1);
-    }
+    common::store_memory_past_the_bound(&d, &["big"]);
     let listed = |s: &State| {
         s.nodes(true)
             .nodes
@@ -650,13 +612,7 @@ fn hb_a_kept_out_node_registered_again_while_its_work_runs_takes_its_agents_desc
         assert_eq!(listed(&s).memory_bytes, 0, "the stand-in has no memory");
         // Its agent registers again with its two tasks still running.
         let again = s
-            .register(pb::RegisterRequest {
-                identity: common::IDENTITY.into(),
-                name: "big".into(),
-                cores: 4,
-                memory_bytes: 1 << 30,
-                ..Default::default()
-            })
+            .register(common::registration("big", 4))
             .expect("register");
         assert_eq!(again.note, "", "taken as given");
         let big = listed(&s);

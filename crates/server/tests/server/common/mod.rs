@@ -34,15 +34,23 @@ pub fn register(s: &mut State, name: &str, cores: u32) -> u32 {
     register_with(s, name, cores, &[])
 }
 
-/// Registers node `name` with `cores` cores, 1 GiB and `attributes`; returns its id.
-pub fn register_with(s: &mut State, name: &str, cores: u32, attributes: &[&str]) -> u32 {
-    s.register(pb::RegisterRequest {
+/// The registration of an agent `name` with `cores` cores and 1 GiB of memory, everything else
+/// default: a test changes what it needs with `..registration(name, cores)`.
+pub fn registration(name: &str, cores: u32) -> pb::RegisterRequest {
+    pb::RegisterRequest {
         identity: IDENTITY.into(),
         name: name.into(),
         cores,
         memory_bytes: 1 << 30,
-        attributes: attributes.iter().map(|a| (*a).to_string()).collect(),
         ..Default::default()
+    }
+}
+
+/// Registers node `name` with `cores` cores, 1 GiB and `attributes`; returns its id.
+pub fn register_with(s: &mut State, name: &str, cores: u32, attributes: &[&str]) -> u32 {
+    s.register(pb::RegisterRequest {
+        attributes: attributes.iter().map(|a| (*a).to_string()).collect(),
+        ..registration(name, cores)
     })
     .expect("register")
     .node_id
@@ -52,10 +60,6 @@ pub fn register_with(s: &mut State, name: &str, cores: u32, attributes: &[&str])
 /// `a100`; returns its id.
 pub fn register_with_gpus(s: &mut State, name: &str, cores: u32, gpus: u32) -> u32 {
     s.register(pb::RegisterRequest {
-        identity: IDENTITY.into(),
-        name: name.into(),
-        cores,
-        memory_bytes: 1 << 30,
         accelerators: (0..gpus)
             .map(|_| pb::Accelerator {
                 kind: "a100".into(),
@@ -63,10 +67,29 @@ pub fn register_with_gpus(s: &mut State, name: &str, cores: u32, gpus: u32) -> u
                 speed: 1.0,
             })
             .collect(),
-        ..Default::default()
+        ..registration(name, cores)
     })
     .expect("register")
     .node_id
+}
+
+/// Edits the stored rows of nodes `names` in the store of the stopped server whose data
+/// directory is `data_dir`: their 1 GiB of memory becomes 16 EiB, past a registration's bound,
+/// as a store edited by hand or written by a version with looser bounds holds.
+pub fn store_memory_past_the_bound(data_dir: &Path, names: &[&str]) {
+    let db = rusqlite::Connection::open(data_dir.join("state.db")).expect("db");
+    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    let edited = db
+        .execute(
+            &format!(
+                "UPDATE nodes SET spec = replace(spec, '\"memory_bytes\":1073741824', \
+                 '\"memory_bytes\":18446744073709551615') WHERE name IN ({})",
+                quoted.join(", ")
+            ),
+            [],
+        )
+        .expect("edit");
+    assert_eq!(edited, names.len(), "{names:?} stored");
 }
 
 /// `node` beats, reporting `running` (task, attempt) and `results` (task, attempt, success):
