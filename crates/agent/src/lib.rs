@@ -2099,6 +2099,38 @@ mod tests {
         (shared, opts)
     }
 
+    /// Attempt `attempt` of task 5, instance `7/C-0` of spec 9 ([`cat_x_and_y`]) on node `b`:
+    /// its input `x` from the producer's agent at `x_address`, `y` from the one at `y_address`.
+    fn x_and_y_instance(attempt: u32, x_address: &str, y_address: &str) -> pb::Assignment {
+        use dataflow::tests::signed_input;
+        pb::Assignment {
+            task_id: 5,
+            attempt,
+            spec: 9,
+            cores: 1,
+            instance_dir: "7/C-0".into(),
+            inputs: vec![
+                signed_input(x_address, "x", "b", 5, attempt),
+                signed_input(y_address, "y", "b", 5, attempt),
+            ],
+            outputs: vec!["o".into()],
+            ..Default::default()
+        }
+    }
+
+    /// Spec 9: its output `o` is its inputs `x` and `y` one after the other.
+    fn cat_x_and_y() -> pb::TaskSpec {
+        pb::TaskSpec {
+            key: 9,
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "cat {input:x} {input:y} > {output:o}".into(),
+            ],
+            ..Default::default()
+        }
+    }
+
     /// A workflow instance whose inputs are still being fetched is listed by the heartbeat as
     /// `fetching`, without a program start; once its inputs are all here, as running, with its
     /// program's start (after the fetch), and its result says how long the fetch took
@@ -2206,7 +2238,7 @@ mod tests {
     /// on a disk already short, too.
     #[tokio::test]
     async fn a_workflow_instance_killed_while_fetching_its_inputs_leaves_no_input_copy() {
-        use dataflow::tests::{KEY, serve_producer, signed_input};
+        use dataflow::tests::{KEY, serve_producer};
         let root =
             std::env::temp_dir().join(format!("hetsched-fetch-killed-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -2244,32 +2276,10 @@ mod tests {
             ),
         ];
         for (attempt, (why, message)) in (1..).zip(cases) {
-            let a = pb::Assignment {
-                task_id: 5,
-                attempt,
-                spec: 9,
-                cores: 1,
-                instance_dir: "7/C-0".into(),
-                inputs: vec![
-                    signed_input(&x_address, "x", "b", 5, attempt),
-                    signed_input(&y_address, "y", "b", 5, attempt),
-                ],
-                outputs: vec!["o".into()],
-                ..Default::default()
-            };
-            let spec = pb::TaskSpec {
-                key: 9,
-                argv: vec![
-                    "sh".into(),
-                    "-c".into(),
-                    "cat {input:x} {input:y} > {output:o}".into(),
-                ],
-                ..Default::default()
-            };
             launcher.launch(
                 &mut shared.lock().unwrap_or_else(|p| p.into_inner()),
-                a,
-                Arc::new(spec),
+                x_and_y_instance(attempt, &x_address, &y_address),
+                Arc::new(cat_x_and_y()),
             );
             // `x` is here whole; `y`'s fetch waits for its producer's key.
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -2347,7 +2357,7 @@ mod tests {
     // the runtime's workers fetch).
     #[allow(clippy::await_holding_lock)]
     async fn agent_a_killed_fetchs_clean_up_leaves_the_new_attempts_input_copies() {
-        use dataflow::tests::{KEY, serve_producer, signed_input};
+        use dataflow::tests::{KEY, serve_producer};
         let root = std::env::temp_dir().join(format!("hetsched-fetch-race-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         // `x` from a producer that serves it at once (another for the new attempt, with other
@@ -2375,28 +2385,9 @@ mod tests {
         let parts = LaunchParts::default();
         let launcher = launcher_of(&shared, &opts, &parts);
         let instance = consumer.join("wf/7/C-0");
-        let assignment = |attempt, x_address: &str| pb::Assignment {
-            task_id: 5,
-            attempt,
-            spec: 9,
-            cores: 1,
-            instance_dir: "7/C-0".into(),
-            inputs: vec![
-                signed_input(x_address, "x", "b", 5, attempt),
-                signed_input(&y_address, "y", "b", 5, attempt),
-            ],
-            outputs: vec!["o".into()],
-            ..Default::default()
-        };
-        let spec = Arc::new(pb::TaskSpec {
-            key: 9,
-            argv: vec![
-                "sh".into(),
-                "-c".into(),
-                "cat {input:x} {input:y} > {output:o}".into(),
-            ],
-            ..Default::default()
-        });
+        let assignment =
+            |attempt, x_address: &str| x_and_y_instance(attempt, x_address, &y_address);
+        let spec = Arc::new(cat_x_and_y());
         // Waits until the instance's `in` holds `x` with `data` and a fetch of `y` under way.
         let fetching = |data: &'static str, what: &'static str| {
             let instance = instance.clone();
