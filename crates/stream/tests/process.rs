@@ -18,11 +18,16 @@ const AS_WORKER: &str = "HETSCHED_TEST_AS_WORKER";
 /// How long anything asserted here may take: far more than it needs.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-fn python3() -> bool {
-    Command::new("python3")
+/// Whether python3 runs the multi-lang bolt; says the test is skipped when it does not.
+fn python3_or_skip() -> bool {
+    let runs = Command::new("python3")
         .args(["-c", "import json"])
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok_and(|s| s.success());
+    if !runs {
+        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+    }
+    runs
 }
 
 /// A spout feeding `misbehaving.py` as a bolt (executor 1) with `params`.
@@ -193,8 +198,7 @@ fn as_worker() {
 /// worker runs on, and is reaped.
 #[test]
 fn an_orphan_that_left_its_programs_group_ends_with_its_program_while_the_worker_runs() {
-    if !python3() {
-        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+    if !python3_or_skip() {
         return;
     }
     let dir = ScratchDir::new("stream", "orphans");
@@ -208,8 +212,7 @@ fn an_orphan_that_left_its_programs_group_ends_with_its_program_while_the_worker
 /// mark, its hanging program and the program's `setsid` child and orphan alike.
 #[test]
 fn what_a_sigkilled_workers_programs_left_running_is_ended_by_its_mark() {
-    if !python3() {
-        eprintln!("SKIPPED: python3 is not installed; the multi-lang bolt test needs it");
+    if !python3_or_skip() {
         return;
     }
     let dir = ScratchDir::new("stream", "sigkilled");
