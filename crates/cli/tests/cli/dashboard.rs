@@ -539,13 +539,7 @@ fn a_workflow_instance_shows_fetching_then_how_long_its_fetch_took() {
         Cluster::start_configured("dashboard-fetch", true, "[workflow]\ncluster_size = 2\n");
     let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
     let token = std::fs::read_to_string(c.data().join("token")).expect("token");
-    c.start_agent("maker", 1, &["--attributes", "producer"]);
-    let config = c.write(
-        "consumer.toml",
-        "attributes = [\"consumer\"]\nfetch_bandwidth = \"1MiB/s\"\n",
-    );
-    c.start_agent("user", 1, &["--config", &config.display().to_string()]);
-    c.wait_for_nodes(2);
+    c.start_producer_and_capped_consumer();
     let Some(bin) = chromium_or_skip() else {
         return;
     };
@@ -553,33 +547,7 @@ fn a_workflow_instance_shows_fetching_then_how_long_its_fetch_took() {
     let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
     let mut b = Browser::start(bin, &c.dir.join("browser"));
     b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
-    let file = c.write(
-        "wf.toml",
-        &format!(
-            r#"balancer = "centralised"
-
-[[task]]
-name = "make"
-instances = 1
-cost = "1s"
-requires = ["producer"]
-outputs = ["blob"]
-command = "head -c {BLOB_BYTES} /dev/zero > {{output:blob}}"
-
-[[task]]
-name = "use"
-instances = 1
-cost = "1s"
-requires = ["consumer"]
-inputs = ["blob"]
-command = "test $(wc -c < {{input:blob}}) -eq {BLOB_BYTES}"
-"#
-        ),
-    );
-    let v = c.json(&["submit", &file.display().to_string()]);
-    let job = v["job_id"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no job id in {v}"));
+    let job = c.submit_blob_workflow(BLOB_BYTES, "");
     b.wait_for(
         "the page to load",
         "typeof selectJob === 'function'",

@@ -20,40 +20,8 @@ const BLOB_BYTES: u64 = 3 << 20;
 #[test]
 fn an_instance_fetching_under_its_agents_fetch_bandwidth_shows_fetching_then_runs() {
     let mut c = Cluster::start_configured("wf-fetch-cap", false, "[workflow]\ncluster_size = 2\n");
-    c.start_agent("maker", 1, &["--attributes", "producer"]);
-    let config = c.write(
-        "consumer.toml",
-        "attributes = [\"consumer\"]\nfetch_bandwidth = \"1MiB/s\"\n",
-    );
-    c.start_agent("user", 1, &["--config", &config.display().to_string()]);
-    c.wait_for_nodes(2);
-    let file = c.write(
-        "wf.toml",
-        &format!(
-            r#"balancer = "centralised"
-
-[[task]]
-name = "make"
-instances = 1
-cost = "1s"
-requires = ["producer"]
-outputs = ["blob"]
-command = "head -c {BLOB_BYTES} /dev/zero > {{output:blob}}"
-
-[[task]]
-name = "use"
-instances = 1
-cost = "1s"
-requires = ["consumer"]
-inputs = ["blob"]
-command = "test $(wc -c < {{input:blob}}) -eq {BLOB_BYTES} && sleep 2"
-"#
-        ),
-    );
-    let v = c.json(&["submit", &file.display().to_string()]);
-    let job = v["job_id"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no job id in {v}"));
+    c.start_producer_and_capped_consumer();
+    let job = c.submit_blob_workflow(BLOB_BYTES, " && sleep 2");
     let job_arg = job.to_string();
     let user_task = |tasks: &[serde_json::Value]| {
         tasks

@@ -587,6 +587,54 @@ impl Cluster {
         );
     }
 
+    /// Agents `maker` (attribute `producer`) and `user` (attribute `consumer`, its fetches
+    /// capped at 1 MiB/s by its configuration file), one core each, once both are registered:
+    /// an input `user` fetches takes a second a MiB.
+    pub fn start_producer_and_capped_consumer(&mut self) {
+        self.start_agent("maker", 1, &["--attributes", "producer"]);
+        let config = self.write(
+            "consumer.toml",
+            "attributes = [\"consumer\"]\nfetch_bandwidth = \"1MiB/s\"\n",
+        );
+        self.start_agent("user", 1, &["--config", &config.display().to_string()]);
+        self.wait_for_nodes(2);
+    }
+
+    /// Submits workflow `wf.toml` for the agents of
+    /// [`Cluster::start_producer_and_capped_consumer`]: `make` (on `producer`) writes `bytes`
+    /// bytes as its output `blob`, `use` (on `consumer`) checks that its input `blob` holds
+    /// them, then runs `and_then` (the rest of its shell command, e.g. ` && sleep 2`). The job's
+    /// id.
+    pub fn submit_blob_workflow(&self, bytes: u64, and_then: &str) -> u64 {
+        let file = self.write(
+            "wf.toml",
+            &format!(
+                r#"balancer = "centralised"
+
+[[task]]
+name = "make"
+instances = 1
+cost = "1s"
+requires = ["producer"]
+outputs = ["blob"]
+command = "head -c {bytes} /dev/zero > {{output:blob}}"
+
+[[task]]
+name = "use"
+instances = 1
+cost = "1s"
+requires = ["consumer"]
+inputs = ["blob"]
+command = "test $(wc -c < {{input:blob}}) -eq {bytes}{and_then}"
+"#
+            ),
+        );
+        let v = self.json(&["submit", &file.display().to_string()]);
+        v["job_id"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no job id in {v}"))
+    }
+
     pub fn tasks(&self, job: u64) -> Vec<serde_json::Value> {
         self.json(&["tasks", "--job", &job.to_string()])
             .as_array()
