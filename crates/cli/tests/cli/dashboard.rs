@@ -1015,29 +1015,18 @@ rate = 20.0
 /// A topology whose multi-lang bolt's program passes its handshake and exits at once: its
 /// worker starts it again 5 times (after 0.1, 0.2, 0.4, 0.8 and 1.6 s: its
 /// `topology.subprocess.restart.wait.ms`, 1 s by default, which would make that 31 s) and
-/// gives up on it, so the topology is degraded about 3 s after it starts (`{}`: the
+/// gives up on it, so the topology is degraded about 3 s after it starts (`program`: the
 /// program's path).
-const FLAKY_TOPOLOGY: &str = r#"name = "flaky"
-[[component]]
-name = "numbers"
-kind = "spout"
-parallelism = 1
-cpu = 10.0
-builtin = "sequence-spout"
-params = { rate = 2.0 }
-[[component]]
-name = "sink"
-kind = "bolt"
-parallelism = 1
-cpu = 10.0
-command = ["sh", "{}"]
-params = { "topology.subprocess.restart.wait.ms" = 100 }
-[[stream]]
-from = "numbers"
-to = "sink"
-grouping = "shuffle"
-rate = 2.0
-"#;
+fn flaky_topology(program: &str) -> String {
+    support::numbers_into(
+        "flaky",
+        &[support::CommandBolt {
+            name: "sink",
+            command: &["sh", program],
+            params: "\"topology.subprocess.restart.wait.ms\" = 100",
+        }],
+    )
+}
 
 /// The Topologies panel: alice's running topology, the admin's whose worker cannot start and
 /// the admin's whose executor was given up on are listed (owner, state, workers running of the
@@ -1060,7 +1049,7 @@ fn the_topologies_panel_lists_each_topology_and_shows_its_workers_and_rates_on_a
     );
     let flaky = c.write(
         "flaky.toml",
-        &FLAKY_TOPOLOGY.replace("{}", program.to_str().expect("path")),
+        &flaky_topology(program.to_str().expect("path")),
     );
     c.ok(&["topology", "submit", flaky.to_str().expect("path")]);
     let alice = c.add_user("alice");

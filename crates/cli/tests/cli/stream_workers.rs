@@ -15,10 +15,14 @@ fn running(pid: u32) -> bool {
     })
 }
 
-/// Submits topology `sleeper`: a multi-lang bolt whose program (`sh`, passes its handshake then
-/// waits) runs a `sleep` in its group and one in a session of its own (`setsid`). Returns the
-/// pids of both sleeps and the program, once they run, and the worker's pid.
-fn sleeper_topology(c: &Cluster) -> (Vec<u32>, u32) {
+/// Starts cluster `name` with one agent, `a` (2 cores), and submits topology `sleeper`: a
+/// multi-lang bolt whose program (`sh`, passes its handshake then waits) runs a `sleep` in its
+/// group and one in a session of its own (`setsid`). Returns the cluster, the pids of both
+/// sleeps and the program, once they run, and the worker's pid.
+fn sleeper_topology(name: &str) -> (Cluster, Vec<u32>, u32) {
+    let mut c = Cluster::start(name, false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
     let listed = c.dir.join("pids");
     let program = c.write(
         "sleeper.sh",
@@ -31,29 +35,17 @@ fn sleeper_topology(c: &Cluster) -> (Vec<u32>, u32) {
          printf '{\"pid\": %d}\\nend\\n' $$\n\
          wait\n",
     );
-    let topology = format!(
-        r#"name = "sleeper"
-[[component]]
-name = "numbers"
-kind = "spout"
-parallelism = 1
-cpu = 10.0
-builtin = "sequence-spout"
-params = {{ rate = 2.0 }}
-[[component]]
-name = "sleeper"
-kind = "bolt"
-parallelism = 1
-cpu = 10.0
-command = ["sh", "{}", "{}"]
-params = {{ "topology.subprocess.timeout.secs" = 600 }}
-[[stream]]
-from = "numbers"
-to = "sleeper"
-rate = 2.0
-"#,
-        program.display(),
-        listed.display()
+    let topology = support::numbers_into(
+        "sleeper",
+        &[support::CommandBolt {
+            name: "sleeper",
+            command: &[
+                "sh",
+                program.to_str().expect("path"),
+                listed.to_str().expect("path"),
+            ],
+            params: "\"topology.subprocess.timeout.secs\" = 600",
+        }],
     );
     let file = c.write("sleeper.toml", &topology);
     c.ok(&["topology", "submit", file.to_str().expect("path")]);
@@ -79,7 +71,7 @@ rate = 2.0
         worker != 0
     });
     assert!(pids.iter().all(|&p| running(p)), "{pids:?}");
-    (pids, u32::try_from(worker).expect("a pid"))
+    (c, pids, u32::try_from(worker).expect("a pid"))
 }
 
 /// Sends `signal` (`KILL`, `STOP`) to `pid`.
@@ -113,10 +105,7 @@ fn all_end(pids: &[u32], what: &str) {
 /// is SIGKILLed, and the program and both sleeps end within a deadline.
 #[test]
 fn a_sigkilled_workers_program_and_what_it_started_end() {
-    let mut c = Cluster::start("stream-worker-sigkill", false);
-    c.start_agent("a", 2, &[]);
-    c.wait_for_nodes(1);
-    let (pids, worker) = sleeper_topology(&c);
+    let (c, pids, worker) = sleeper_topology("stream-worker-sigkill");
     signal(worker, "KILL");
     all_end(&pids, &format!("outlive their SIGKILLed worker {worker}"));
     c.ok(&["topology", "kill", "sleeper"]);
@@ -128,10 +117,7 @@ fn a_sigkilled_workers_program_and_what_it_started_end() {
 /// program and both sleeps end within a deadline.
 #[test]
 fn a_restarted_agent_ends_what_the_workers_that_died_with_it_left() {
-    let mut c = Cluster::start("stream-worker-agent-sigkill", false);
-    c.start_agent("a", 2, &[]);
-    c.wait_for_nodes(1);
-    let (pids, worker) = sleeper_topology(&c);
+    let (mut c, pids, worker) = sleeper_topology("stream-worker-agent-sigkill");
     signal(worker, "STOP");
     c.kill_agent("a");
     signal(worker, "KILL");

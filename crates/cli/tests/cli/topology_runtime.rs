@@ -1313,42 +1313,24 @@ fn a_multilang_executor_that_keeps_failing_shows_its_restarts_and_give_up_and_le
          printf '{\"pid\": %d}\\nend\\n' $$\n\
          exec sleep 600\n",
     );
-    let text = format!(
-        r#"name = "flaky"
-[[component]]
-name = "numbers"
-kind = "spout"
-parallelism = 1
-cpu = 10.0
-builtin = "sequence-spout"
-params = {{ rate = 2.0 }}
-[[component]]
-name = "sink"
-kind = "bolt"
-parallelism = 1
-cpu = 10.0
-command = ["sh", "{}"]
-[[component]]
-name = "escaper"
-kind = "bolt"
-parallelism = 1
-cpu = 10.0
-command = ["sh", "{}", "{}"]
-params = {{ "topology.subprocess.timeout.secs" = 600 }}
-[[stream]]
-from = "numbers"
-to = "sink"
-grouping = "shuffle"
-rate = 2.0
-[[stream]]
-from = "numbers"
-to = "escaper"
-grouping = "shuffle"
-rate = 2.0
-"#,
-        flaky.display(),
-        escaper.display(),
-        escapees.display()
+    let text = support::numbers_into(
+        "flaky",
+        &[
+            support::CommandBolt {
+                name: "sink",
+                command: &["sh", flaky.to_str().expect("path")],
+                params: "",
+            },
+            support::CommandBolt {
+                name: "escaper",
+                command: &[
+                    "sh",
+                    escaper.to_str().expect("path"),
+                    escapees.to_str().expect("path"),
+                ],
+                params: "\"topology.subprocess.timeout.secs\" = 600",
+            },
+        ],
     );
     let file = c.write("flaky.toml", &text);
     c.ok(&["topology", "submit", file.to_str().expect("path")]);

@@ -105,6 +105,59 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
     found
 }
 
+/// A multi-lang bolt of a topology from [`numbers_into`]: its component's name, its `command`
+/// and its `params` (the inside of a TOML inline table; empty for none).
+pub struct CommandBolt<'a> {
+    pub name: &'a str,
+    pub command: &'a [&'a str],
+    pub params: &'a str,
+}
+
+/// The text of topology `name`: a `sequence-spout` `numbers` (2 tuples/s) feeding each of
+/// `bolts` (shuffle grouping), every component one executor of 10 % of a core.
+pub fn numbers_into(name: &str, bolts: &[CommandBolt]) -> String {
+    let mut text = format!(
+        r#"name = "{name}"
+[[component]]
+name = "numbers"
+kind = "spout"
+parallelism = 1
+cpu = 10.0
+builtin = "sequence-spout"
+params = {{ rate = 2.0 }}
+"#
+    );
+    for bolt in bolts {
+        let command: Vec<String> = bolt.command.iter().map(|a| format!("\"{a}\"")).collect();
+        text.push_str(&format!(
+            r#"[[component]]
+name = "{}"
+kind = "bolt"
+parallelism = 1
+cpu = 10.0
+command = [{}]
+"#,
+            bolt.name,
+            command.join(", ")
+        ));
+        if !bolt.params.is_empty() {
+            text.push_str(&format!("params = {{ {} }}\n", bolt.params));
+        }
+    }
+    for bolt in bolts {
+        text.push_str(&format!(
+            r#"[[stream]]
+from = "numbers"
+to = "{}"
+grouping = "shuffle"
+rate = 2.0
+"#,
+            bolt.name
+        ));
+    }
+    text
+}
+
 /// A fresh directory for one cluster. Every test module of this binary shares the process id, so a
 /// counter keeps two clusters of the same name apart.
 pub fn temp_dir(name: &str) -> PathBuf {
