@@ -1737,6 +1737,23 @@ fn signed_in(c: &Cluster, bin: &str) -> Browser {
     b
 }
 
+/// Cluster `name` with no agent, so that its jobs `first`, `second` and `third` (1 to 3) wait,
+/// and a browser signed in to its dashboard once it shows job 3's detail (the newest job is
+/// shown at first); `None` without chromium.
+fn three_waiting_jobs_shown(name: &str) -> Option<(Cluster, Browser)> {
+    let c = Cluster::start(name, true);
+    for name in ["first", "second", "third"] {
+        c.ok(&["submit", "--name", name, "--", "true"]);
+    }
+    let mut b = signed_in(&c, chromium_or_skip()?);
+    b.wait_for(
+        "job 3's detail",
+        "document.getElementById('job-title').textContent.startsWith('Job 3 — third')",
+        Duration::from_secs(20),
+    );
+    Some((c, b))
+}
+
 /// A selector of the legend entry labelled `label` of the chart in `#chart`, found by its text
 /// (uPlot marks its legend rows by class only).
 fn legend_entry(b: &mut Browser, chart: &str, label: &str, t: Duration) -> String {
@@ -1893,21 +1910,10 @@ fn a_click_on_a_node_card_opens_its_detail_with_its_name_and_state() {
 /// row pushed under the pointer, and the test waiting for the job's detail timed out.
 #[test]
 fn a_click_the_page_moved_under_lands_on_the_element_asked_for() {
-    let c = Cluster::start("dashboard-moved-press", true);
-    // No agent: the jobs wait.
-    for name in ["first", "second", "third"] {
-        c.ok(&["submit", "--name", name, "--", "true"]);
-    }
-    let Some(bin) = chromium_or_skip() else {
+    let Some((_c, mut b)) = three_waiting_jobs_shown("dashboard-moved-press") else {
         return;
     };
     let t = Duration::from_secs(20);
-    let mut b = signed_in(&c, bin);
-    b.wait_for(
-        "job 3's detail",
-        "document.getElementById('job-title').textContent.startsWith('Job 3 — third')",
-        t,
-    );
     // The first time the pointer moves, the jobs table drops by one row: the row that was under
     // the pointer is one row further down, and job 2's row (listed above job 1) takes its place.
     b.eval(
@@ -1939,22 +1945,10 @@ fn a_click_the_page_moved_under_lands_on_the_element_asked_for() {
 /// is the same element, so the first click opens the job's detail and the row stays marked.
 #[test]
 fn a_job_row_clicked_as_the_list_refreshes_opens_its_detail_on_the_first_click() {
-    let c = Cluster::start("dashboard-row-refresh", true);
-    // No agent: the jobs wait.
-    for name in ["first", "second", "third"] {
-        c.ok(&["submit", "--name", name, "--", "true"]);
-    }
-    let Some(bin) = chromium_or_skip() else {
+    let Some((_c, mut b)) = three_waiting_jobs_shown("dashboard-row-refresh") else {
         return;
     };
     let t = Duration::from_secs(20);
-    let mut b = signed_in(&c, bin);
-    // The newest job is shown at first.
-    b.wait_for(
-        "job 3's detail",
-        "document.getElementById('job-title').textContent.startsWith('Job 3 — third')",
-        t,
-    );
     b.eval("window.pressedRow = document.querySelector('#jobs tr[data-job=\"1\"]'); true");
     let at = b.press("#jobs tr[data-job=\"1\"]", t);
     // The refresh, between the press and the release.
