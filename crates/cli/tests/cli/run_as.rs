@@ -1,6 +1,7 @@
 //! `hetsched agent --run-as-owner`: a user's job runs as the Unix account of the user's name, the
 //! admin's as the agent's own user (root). Needs root, as the setting does (CI runs as root).
 
+use crate::stream_workers::{a_restarted_agent_ends_them, sleeper_topology};
 use crate::support::*;
 use std::time::Duration;
 
@@ -12,6 +13,18 @@ fn root() -> bool {
         eprintln!("skipped: needs root");
     }
     root
+}
+
+/// The real, effective, saved and file-system uids of process `pid`.
+fn uids(pid: u32) -> Vec<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .expect("its uids")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
@@ -238,13 +251,8 @@ rate = 50.0
         pid = v["workers"][0]["pid"].as_u64().unwrap_or(0) as u32;
         pid != 0
     });
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the worker");
-    let uid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .expect("its uids");
     assert_eq!(
-        uid.split_whitespace().collect::<Vec<_>>(),
+        uids(pid),
         ["65534"; 4],
         "real, effective, saved and file-system uid are nobody's"
     );
@@ -289,4 +297,26 @@ rate = 50.0
         shown.contains(&format!("worker 0 cannot start on a: {says}")),
         "{shown}"
     );
+}
+
+/// A user's worker and its agent are both SIGKILLed on an agent with `--run-as-owner`: the
+/// worker's programs, which run as the user's account, and what they started (in their group
+/// and under `setsid`) are ended by the agent started again, as the admin's are
+/// (`stream_workers::a_restarted_agent_ends_what_the_workers_that_died_with_it_left`).
+#[test]
+fn with_run_as_owner_a_restarted_agent_ends_what_a_users_dead_worker_left() {
+    if !root() {
+        return;
+    }
+    let run_as_owner = ["--run-as-owner"];
+    let (mut c, pids, worker) = sleeper_topology(
+        "run-as-agent-sigkill",
+        &run_as_owner,
+        Some(("nobody", 65534)),
+    );
+    for p in pids.iter().copied().chain([worker]) {
+        assert_eq!(uids(p), ["65534"; 4], "process {p} runs as nobody");
+    }
+    a_restarted_agent_ends_them(&mut c, &pids, worker, &run_as_owner);
+    c.ok(&["topology", "kill", "sleeper"]);
 }
