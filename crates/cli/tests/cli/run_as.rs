@@ -1,7 +1,7 @@
 //! `hetsched agent --run-as-owner`: a user's job runs as the Unix account of the user's name, the
 //! admin's as the agent's own user (root). Needs root, as the setting does (CI runs as root).
 
-use crate::stream_workers::{a_restarted_agent_ends_them, sleeper_topology};
+use crate::stream_workers::{a_restarted_agent_ends_them, all_end, signal, sleeper_topology};
 use crate::support::*;
 use std::time::Duration;
 
@@ -297,6 +297,26 @@ rate = 50.0
         shown.contains(&format!("worker 0 cannot start on a: {says}")),
         "{shown}"
     );
+}
+
+/// A user's worker is SIGKILLed on an agent with `--run-as-owner` that runs on: the worker's
+/// programs, which run as the user's account, and what they started (in their group and under
+/// `setsid`) are ended by the agent, which finds them by the worker's mark, as the admin's are
+/// (`stream_workers::a_sigkilled_workers_program_and_what_it_started_end`).
+#[test]
+fn with_run_as_owner_a_users_sigkilled_workers_programs_end() {
+    if !root() {
+        return;
+    }
+    let (c, pids, worker) = sleeper_topology(
+        "run-as-worker-sigkill",
+        &["--run-as-owner"],
+        Some(("nobody", 65534)),
+    );
+    assert_eq!(uids(worker), ["65534"; 4], "the worker runs as nobody");
+    signal(worker, "KILL");
+    all_end(&pids, &format!("outlive their SIGKILLed worker {worker}"));
+    c.ok(&["topology", "kill", "sleeper"]);
 }
 
 /// A user's worker and its agent are both SIGKILLed on an agent with `--run-as-owner`: the

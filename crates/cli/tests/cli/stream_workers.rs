@@ -100,7 +100,7 @@ pub(crate) fn sleeper_topology(
 }
 
 /// Sends `signal` (`KILL`, `STOP`) to `pid`.
-fn signal(pid: u32, signal: &str) {
+pub(crate) fn signal(pid: u32, signal: &str) {
     let sent = std::process::Command::new("kill")
         .args([format!("-{signal}"), pid.to_string()])
         .status()
@@ -110,7 +110,7 @@ fn signal(pid: u32, signal: &str) {
 
 /// Waits (20 s at most) for every process of `pids` to end; SIGKILLs those left and fails
 /// saying `what` if some outlive it.
-fn all_end(pids: &[u32], what: &str) {
+pub(crate) fn all_end(pids: &[u32], what: &str) {
     let since = Instant::now();
     while pids.iter().any(|&p| running(p)) {
         if since.elapsed() > Duration::from_secs(20) {
