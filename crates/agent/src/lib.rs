@@ -1344,9 +1344,10 @@ impl Launcher<'_> {
         let (tx, rx) = oneshot::channel();
         let (limit_tx, limit_rx) = watch::channel(spec.time_limit_ms);
         let (signal_tx, signal_rx) = tokio::sync::mpsc::unbounded_channel();
-        // A workflow instance fetches its inputs (prepares its directory) before its program
-        // starts; any other task's program starts now.
-        let fetching = !a.instance_dir.is_empty();
+        // A workflow instance with inputs fetches them before its program starts; any other
+        // task's program starts now (an instance without inputs only has its directory made,
+        // which is no fetch: `fetch_ms` 0 says "no inputs").
+        let fetching = !a.instance_dir.is_empty() && !a.inputs.is_empty();
         let started_ns = launch::now_ns();
         let old = sh.running.insert(
             a.task_id,
@@ -2226,6 +2227,70 @@ mod tests {
             "x's data"
         );
         server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A workflow instance without inputs fetches nothing: it is never listed `fetching`, its
+    /// program's start is its launch, and its result's `fetch_ms` is 0 ("no inputs", as the
+    /// protocol says) — not the few milliseconds its directory took to make.
+    #[tokio::test]
+    async fn a_workflow_instance_without_inputs_reports_no_fetch() {
+        let root = std::env::temp_dir().join(format!("hetsched-nofetch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("root");
+        let (shared, opts) = consumer_agent(&root);
+        let parts = LaunchParts::default();
+        let launcher = launcher_of(&shared, &opts, &parts);
+        let a = pb::Assignment {
+            task_id: 5,
+            attempt: 1,
+            spec: 9,
+            cores: 1,
+            instance_dir: "7/P-0".into(),
+            outputs: vec!["o".into()],
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            key: 9,
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo x > {output:o}; sleep 0.3".into(),
+            ],
+            ..Default::default()
+        };
+        launcher.launch(
+            &mut shared.lock().unwrap_or_else(|p| p.into_inner()),
+            a,
+            Arc::new(spec),
+        );
+        let t = {
+            let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            sh.reported_tasks()[0]
+        };
+        assert!(
+            !t.fetching && t.program_started_ns == t.started_ns && t.started_ns > 0,
+            "{t:?}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let r = loop {
+            if let Some(r) = shared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .results
+                .first()
+            {
+                break r.clone();
+            }
+            assert!(Instant::now() < deadline, "no result");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(r.success, "{r:?}");
+        assert_eq!(r.fetch_ms, 0, "{r:?}");
+        assert_eq!(
+            std::fs::read_to_string(root.join("wf/7/P-0/out/o")).expect("output"),
+            "x\n"
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 
