@@ -17,7 +17,9 @@
 //!
 //! And the other clicks: a node card opens that node's detail, a chart's legend entry hides and
 //! shows its line, a divisible job's chunk links open the chunk's output, and a job row or a
-//! topology row clicked while the list refreshes opens its detail on the first click.
+//! topology row clicked while the list refreshes opens its detail on the first click. And the
+//! jobs table, once shown, stays where it is as the page's first answers fill in the sections
+//! above it, a refused answer or event stream not keeping the page from being shown.
 //!
 //! And a workflow's tasks: an instance fetching its inputs reads `fetching`, then its `fetch`
 //! cell says how long the fetch took, as `hetsched tasks` does.
@@ -1729,10 +1731,14 @@ fn chromium_or_skip() -> Option<&'static str> {
 
 /// A browser signed in to `c`'s dashboard with the read-only token.
 fn signed_in(c: &Cluster, bin: &str) -> Browser {
+    sign_in(c, Browser::start(bin, &c.dir.join("browser")))
+}
+
+/// `b` signed in to `c`'s dashboard with the read-only token (a login link).
+fn sign_in(c: &Cluster, mut b: Browser) -> Browser {
     let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
     let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
     let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
-    let mut b = Browser::start(bin, &c.dir.join("browser"));
     b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
     b
 }
@@ -1741,11 +1747,19 @@ fn signed_in(c: &Cluster, bin: &str) -> Browser {
 /// and a browser signed in to its dashboard once it shows job 3's detail (the newest job is
 /// shown at first); `None` without chromium.
 fn three_waiting_jobs_shown(name: &str) -> Option<(Cluster, Browser)> {
-    let c = Cluster::start(name, true);
+    three_waiting_jobs_shown_on(Cluster::start(name, true), "")
+}
+
+/// [`three_waiting_jobs_shown`] on the cluster `c` (with no agent), the JavaScript `before`
+/// run in every page the browser loads before the page's own scripts
+/// ([`Browser::on_every_page`]).
+fn three_waiting_jobs_shown_on(c: Cluster, before: &str) -> Option<(Cluster, Browser)> {
     for name in ["first", "second", "third"] {
         c.ok(&["submit", "--name", name, "--", "true"]);
     }
-    let mut b = signed_in(&c, chromium_or_skip()?);
+    let mut b = Browser::start(chromium_or_skip()?, &c.dir.join("browser"));
+    b.on_every_page(before);
+    let mut b = sign_in(&c, b);
     b.wait_for(
         "job 3's detail",
         "document.getElementById('job-title').textContent.startsWith('Job 3 — third')",
@@ -1903,8 +1917,8 @@ fn a_click_on_a_node_card_opens_its_detail_with_its_name_and_state() {
     );
 }
 
-/// The page moves between the test's look at a job row and its press (as it does while it
-/// loads: a chart, a panel or a table above fills in): the press that landed on another row
+/// The page moves between the test's look at a job row and its press (as it does when a panel
+/// or a table above fills in after the page is shown): the press that landed on another row
 /// is not taken for a click on the one asked for (`cdp::Browser::press` looks again and presses
 /// again), so the click opens the job asked for and no other. Before, the press landed on the
 /// row pushed under the pointer, and the test waiting for the job's detail timed out.
@@ -1937,6 +1951,87 @@ fn a_click_the_page_moved_under_lands_on_the_element_asked_for() {
         b.eval("window.clickedJobs"),
         serde_json::json!(["1"]),
         "one click, on job 1's row"
+    );
+}
+
+/// Once the jobs table shows, the page's first data filling in above it — the Nodes section,
+/// the Users panel's rows and its summary line, the Automatic allocation and Topologies panels
+/// shown once they have something — does not move it: a person who clicks a job as the page
+/// loads clicks that job. Every frame the browser draws is looked at from the page's first, by
+/// a recorder run before the page's own script. Before, the table dropped down the page as each
+/// of those answers came.
+#[test]
+fn the_jobs_table_does_not_move_once_shown_as_the_page_loads() {
+    let dir = support::temp_dir("dash-steady-bin");
+    crate::operator::fake_slurm(&dir);
+    let config = crate::operator::slurm_queue(&dir, "local", 1, "");
+    let c = Cluster::start_configured("dashboard-steady-jobs", true, &config);
+    // Listed on the page, but starting no agent for the jobs that wait.
+    c.ok(&["allocations", "--pause", "local"]);
+    c.add_user("alice");
+    c.add_user("bob");
+    let topology = c.write("live.toml", LIVE_TOPOLOGY);
+    c.ok(&["topology", "submit", topology.to_str().expect("path")]);
+    // Run before the page's script: the table's distinct places (its top in the document) in
+    // the frames it was visible in; and the answers of the panels above it held back (a busy
+    // server's: accounts take a while to add up), the users' last, so that the jobs' come first.
+    let recorder = "(() => { window.jobsTops = []; \
+        const look = () => { const t = document.getElementById('jobs'); \
+          if (t && t.getClientRects().length && getComputedStyle(t).visibility === 'visible') { \
+            const top = t.getBoundingClientRect().top + window.scrollY; \
+            if (window.jobsTops[window.jobsTops.length - 1] !== top) window.jobsTops.push(top); } \
+          requestAnimationFrame(look); }; \
+        requestAnimationFrame(look); \
+        const held = [['/api/nodes', 400], ['/api/allocations', 600], ['/api/topologies', 800], \
+          ['/api/users', 1000], ['/api/usage', 1000]]; \
+        const fetchNow = window.fetch; \
+        window.fetch = (url, opts) => fetchNow(url, opts).then((r) => { \
+          const ms = (held.find(([p]) => String(url).startsWith(p)) || [])[1]; \
+          return ms ? new Promise((done) => setTimeout(() => done(r), ms)) : r; }); })();";
+    let Some((_c, mut b)) = three_waiting_jobs_shown_on(c, recorder) else {
+        return;
+    };
+    b.wait_for(
+        "every panel's first data",
+        "document.getElementById('usage-summary').dataset.loaded === '1' \
+         && document.querySelectorAll('#users tbody tr').length === 4 \
+         && !document.getElementById('allocations-section').hidden \
+         && !document.getElementById('topologies-section').hidden \
+         && document.querySelectorAll('#topologies tbody tr').length === 1 \
+         && document.getElementById('nodes').textContent !== '' \
+         && Number(document.getElementById('live').dataset.events) >= 2",
+        Duration::from_secs(20),
+    );
+    // Two frames more: what was drawn last is recorded.
+    b.eval("new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))");
+    let tops = b.eval("window.jobsTops");
+    assert_eq!(
+        tops.as_array().map(Vec::len),
+        Some(1),
+        "the jobs table's top in the frames it showed in: {tops}"
+    );
+}
+
+/// The page is shown as soon as its first answers are in even when some are refusals: the
+/// Users panel's answered 403 and the event stream refused (as a 9th tab's is, 429), a job row
+/// is clickable well before the page would give up waiting (10 s), and the click opens it.
+#[test]
+fn the_page_is_shown_at_once_when_a_first_answer_is_a_refusal() {
+    let refusals = "(() => { const fetchNow = window.fetch; \
+        window.fetch = (url, opts) => String(url).startsWith('/api/users') \
+          ? Promise.resolve(new Response('not yours', { status: 403 })) : fetchNow(url, opts); \
+        const Stream = window.EventSource; \
+        window.EventSource = class extends Stream { constructor() { super('/api/no-such-stream'); } }; })();";
+    let Some((_c, mut b)) =
+        three_waiting_jobs_shown_on(Cluster::start("dashboard-refused-panel", true), refusals)
+    else {
+        return;
+    };
+    b.click("#jobs tr[data-job=\"1\"]", Duration::from_secs(5));
+    b.wait_for(
+        "job 1's detail",
+        "document.getElementById('job-title').textContent.startsWith('Job 1 — first')",
+        Duration::from_secs(5),
     );
 }
 

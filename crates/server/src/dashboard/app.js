@@ -568,7 +568,7 @@ function renderAllocations(queues) {
 // must go idle).
 let allocationPoll = null;
 function loadAllocations() {
-  api("/api/allocations").then((queues) => {
+  return api("/api/allocations").then((queues) => {
     renderAllocations(queues);
     if (queues.length && !allocationPoll && !stopAfter) allocationPoll = setInterval(loadAllocations, 10000);
   }).catch((e) => console.error(e));
@@ -630,7 +630,7 @@ function renderUsers(users, usage) {
 // 10 s — not in a `#events=N` snapshot (whose network must go idle).
 let usersPoll = null;
 function loadUsers() {
-  Promise.all([api("/api/users"), api(`/api/usage?since=${USAGE_DAYS - 1}d&until=today`)])
+  return Promise.all([api("/api/users"), api(`/api/usage?since=${USAGE_DAYS - 1}d&until=today`)])
     .then(([users, usage]) => renderUsers(users, usage))
     .catch((e) => console.error(e))
     .finally(() => { if (!usersPoll && !stopAfter) usersPoll = setInterval(loadUsers, 10000); });
@@ -764,7 +764,7 @@ function selectTopology(name) {
 // (whose network must go idle).
 let topologiesPoll = null;
 function loadTopologies() {
-  api("/api/topologies")
+  return api("/api/topologies")
     .then((list) => { renderTopologies(list); return loadTopology(); })
     .catch((e) => console.error(e))
     .finally(() => { if (!topologiesPoll && !stopAfter) topologiesPoll = setInterval(loadTopologies, 5000); });
@@ -772,23 +772,39 @@ function loadTopologies() {
 
 // ---------------------------------------------------------------- start
 
+// The page's first answers fill in sections above the jobs table (the node cards, the Users
+// panel's rows, the allocation and topology panels shown once they have something): drawn as
+// they came, they pushed the table down the page under a pointer about to click a job, which
+// then clicked another. So `<main>` is out of sight from the start (class `loading`, app.css:
+// laid out, not drawn, not clickable) until the first answer of everything asked for here —
+// jobs, nodes, allocations, users, topologies and the event stream's first update — has been
+// rendered or has failed, and is then shown once. Reserving the space instead cannot work: how
+// many users, queues and nodes there are is known only from the answers. Later changes (a new
+// user, a topology submitted minutes later) may still move the table, as they must. A server
+// too slow to answer them all within LOAD_WAIT_MS still gets its page shown.
+const LOAD_WAIT_MS = 10000;
+const loaded = [];
+
 initCharts();
-loadJobs().catch((e) => console.error(e));
+loaded.push(loadJobs().catch((e) => console.error(e)));
 // The nodes at once, before the first update; an update that came first is newer, so it stays.
-api("/api/nodes").then((nodes) => liveState.events ? null : renderNodes(nodes.map((n) => ({
+loaded.push(api("/api/nodes").then((nodes) => liveState.events ? null : renderNodes(nodes.map((n) => ({
   name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
   gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, drain_reason: n.drain_reason, draining: n.draining, gpu_util: null,
   attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for, left: n.left, stopping: n.stopping,
-})))).catch((e) => console.error(e));
+})))).catch((e) => console.error(e)));
 // `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the
 // page's network to go idle; a person never needs it).
 const stopAfter = parseInt((location.hash.match(/events=(\d+)/) || [])[1] || "0", 10);
-loadAllocations();
-loadUsers();
-loadTopologies();
+loaded.push(loadAllocations(), loadUsers(), loadTopologies());
 const events = new EventSource("/api/events");
 events.addEventListener("tick", (m) => {
   try { onTick(JSON.parse(m.data)); } catch (e) { console.error(e); }
   if (stopAfter && liveState.events >= stopAfter) { events.close(); $("live").dataset.closed = "1"; $("live").textContent += " (stopped)"; }
 });
 events.onerror = () => { $("live").textContent = "reconnecting…"; };
+// After the listener above: the first update is rendered when this settles. A stream refused
+// (429 past its bound) or cut settles it too.
+loaded.push(new Promise((settle) => { events.addEventListener("tick", settle, { once: true }); events.addEventListener("error", settle, { once: true }); }));
+Promise.race([Promise.allSettled(loaded), new Promise((settle) => setTimeout(settle, LOAD_WAIT_MS))])
+  .then(() => document.querySelector("main").classList.remove("loading"));

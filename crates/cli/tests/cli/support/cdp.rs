@@ -185,6 +185,15 @@ impl Browser {
         self.page("Page.navigate", serde_json::json!({ "url": url }));
     }
 
+    /// Runs the JavaScript `source` in every page loaded from now on, before the page's own
+    /// scripts: a recorder that must see the page from its first frame.
+    pub fn on_every_page(&mut self, source: &str) {
+        self.page(
+            "Page.addScriptToEvaluateOnNewDocument",
+            serde_json::json!({ "source": source }),
+        );
+    }
+
     /// The value of a JavaScript expression in the page (promises awaited).
     pub fn eval(&mut self, expr: &str) -> serde_json::Value {
         let r = self.page(
@@ -264,8 +273,9 @@ impl Browser {
     /// ends the click, so a test can change the page between the two (a refresh under the
     /// pointer).
     ///
-    /// The page can move between the look and the press — a chart, a panel or a table above
-    /// fills in as the page loads and pushes the element down — so the press counts only when
+    /// The page can move between the look and the press — a panel or a table above fills in (a
+    /// topology or a user that appeared, on the dashboard) and pushes the element down — so
+    /// the press counts only when
     /// the page saw it land on the element (a `mousedown` listener notes where each press
     /// lands). One that landed elsewhere is released over the page's top-left corner, where the
     /// click goes to what the two ends share, the page, which does nothing with it; and the
