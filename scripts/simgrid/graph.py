@@ -14,6 +14,9 @@
 """
 import replay_out
 
+# A dependency's kind as graph_replay.cpp reads it.
+KINDS = {"instance-wise": 0, "all": 1, "one-to-one": 2}
+
 
 def replay_input(run, out):
     node_index = {n["name"]: k for k, n in enumerate(run["nodes"])}
@@ -26,10 +29,7 @@ def replay_input(run, out):
             )
         f.write(f'tasks {len(run["tasks"])}\n')
         for t in run["tasks"]:
-            deps = " ".join(
-                f'{task_index[d["task"]]} {0 if d["kind"] == "instance-wise" else 1}'
-                for d in t["depends_on"]
-            )
+            deps = " ".join(f'{task_index[d["task"]]} {KINDS[d["kind"]]}' for d in t["depends_on"])
             f.write(f'{t["instances"]} {t["processes"]} {len(t["depends_on"])} {deps}\n')
         f.write(f'instances {len(run["instances"])}\n')
         for i in run["instances"]:

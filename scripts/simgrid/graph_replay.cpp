@@ -6,8 +6,9 @@
 //
 // The model is spec 05's, as docs/results/graphs.md states it:
 // - the launch node's task manager marks an instance ready when every producer it waits for has
-//   finished (an instance-wise dependency: the producer's instances of the same argument value,
-//   all their processes; an all-to-all one: the whole producer task) and sends its pre-assigned
+//   finished (a one-to-one dependency: the producer's instance of the same number; an
+//   instance-wise one: the producer's instances of the same argument value, all their processes;
+//   an all-to-all one: the whole producer task) and sends its pre-assigned
 //   node a `dispatch` message; results travel back as `result` messages; a message takes the
 //   one-way latency between the two nodes (SimGrid's network: one-byte messages over a star zone
 //   whose links carry the latencies to and from the launch node);
@@ -35,7 +36,7 @@
 // RUN.txt (written by scripts/simgrid/graph.py from the export):
 //   nodes N            then N lines: cores core_speed latency_from_launch latency_to_launch
 //   tasks T            then T lines: instances processes D, then D pairs `producer kind`
-//                      (kind 0: instance-wise, 1: all-to-all)
+//                      (kind 0: instance-wise, 1: all-to-all, 2: one-to-one)
 //   instances M        then M lines: node cost (seconds on a 1.0-speed core), in instance order
 //   placements P       (optional; P > 0 for a pcddb run) then P lines: time instance, in the
 //                      order the run placed them
@@ -286,6 +287,9 @@ void result(int i) {
     if (kind == 0) {
       lo = ct.first + value * ct.processes;
       hi = lo + ct.processes;
+    } else if (kind == 2) {
+      lo = ct.first + (i - t.first);
+      hi = lo + 1;
     } else if (t.left > 0) {
       continue;
     }
@@ -374,6 +378,10 @@ int main(int argc, char** argv) {
       int kind = 0;
       if (!(in >> producer >> kind) || producer < 0 || producer >= t_count) {
         std::fprintf(stderr, "%s: task %ld: a dependency names no task\n", argv[1], t);
+        return 2;
+      }
+      if (kind < 0 || kind > 2) {
+        std::fprintf(stderr, "%s: task %ld: unknown dependency kind %d\n", argv[1], t, kind);
         return 2;
       }
       per_instance[t] += kind == 0 ? tasks[producer].processes : 1;

@@ -16,7 +16,7 @@ use support::{Cluster, tls_file, wait_until};
 /// Four stages, 60 instances:
 /// - `seed` ×4: a_k = 10·k;
 /// - `spread` ×24 (fan-out: every instance reads all four `a`): b_i = Σa + i = 100 + i;
-/// - `double` ×24 (instance-wise on `spread`): c_i = 2·b_i;
+/// - `double` ×24 (one-to-one on `spread`): c_i = 2·b_i;
 /// - `gather` ×8 (fan-in: every instance reads all 24 `c`): d_j = Σc + j = 5400 + j.
 ///
 /// Every instance appends its name to `RUNLOG` (each must appear once).
@@ -1106,6 +1106,44 @@ command = "while [ ! -e GATE ]; do sleep 0.05; done; echo {index} > {output:s}"
     let v = wait_done(&c, last, Duration::from_secs(20));
     assert_eq!(v["state"], "completed", "{v}");
     assert!(c.dir.join("second-ran").exists());
+}
+
+/// Producer and consumer of the same range and the same `processes` (spec 05's loop example,
+/// `<map>default</map>`): MPI process p of C(i) reads the output of process p of P(i) only. Each
+/// C rank once read all three of P(i)'s outputs.
+#[test]
+fn a_consumer_process_reads_the_output_of_its_own_rank() {
+    let mut c = Cluster::start_configured("wf-one-to-one", false, SERVER_CONFIG);
+    c.start_agent("n1", 4, &[]);
+    c.wait_for_nodes(1);
+    let file = c.write(
+        "one-to-one.toml",
+        "[[task]]\nname = \"P\"\ninstances = \"1..=2\"\nprocesses = 3\noutputs = [\"x\"]\n\
+         command = \"echo {index}.$HETSCHED_PROCESS > {output:x}\"\n\
+         [[task]]\nname = \"C\"\ninstances = \"1..=2\"\nprocesses = 3\ninputs = [\"x\"]\n\
+         command = \"set -- {input:x}; echo {index}.$HETSCHED_PROCESS $# $(cat {input:x})\"\n",
+    );
+    let job = submit(&c, &file);
+    let v = wait_done(&c, job, Duration::from_secs(60));
+    assert_eq!(v["state"], "completed", "{v}");
+    let mut heard = Vec::new();
+    for t in c.tasks(job).iter().filter(|t| t["app"] == "C") {
+        let id = t["id"].as_u64().expect("id");
+        heard.push(c.ok(&["log", &job.to_string(), &id.to_string()]));
+    }
+    heard.sort();
+    // `rank inputs what-they-hold`: one input each, its own rank's.
+    assert_eq!(
+        heard,
+        [
+            "1.1 1 1.1\n",
+            "1.2 1 1.2\n",
+            "1.3 1 1.3\n",
+            "2.1 1 2.1\n",
+            "2.2 1 2.2\n",
+            "2.3 1 2.3\n"
+        ]
+    );
 }
 
 /// A task of `processes = 3` runs three instances per argument value, sharing its `{index}`:

@@ -19,7 +19,12 @@
 //! ```
 //!
 //! [`parse_workflow`] checks everything one file can tell (ranges, costs, one producer per output,
-//! a producer for every input, no cycles) and derives the dependencies;
+//! a producer for every input, no cycles) and derives the dependencies
+//! ([`DependencyKind::between`]): a consumer of the same `instances` range and the same
+//! `processes` as its producer waits, instance by instance, for the producer instance of the same
+//! argument value and rank (one-to-one: spec 05's `<map>default</map>`); of the same range and
+//! other `processes`, for every process of the producer's same value (instance-wise); of another
+//! range, for every producer instance (all-to-all);
 //! [`ParsedWorkflow::check_requirements`] checks `requires` against the attributes a cluster
 //! offers. The runtime reads the same file; its extra fields (a command, an environment) are new
 //! optional fields of [`TaskSpec`], so the simulator and the runtime keep one parser.
@@ -392,11 +397,7 @@ pub fn parse_workflow_with(
                 None => deps.push(Dependency {
                     producer: p,
                     data: vec![input.get_ref().clone()],
-                    kind: if tasks[p].args == tasks[i].args {
-                        DependencyKind::InstanceWise
-                    } else {
-                        DependencyKind::All
-                    },
+                    kind: DependencyKind::between(&tasks[p], &tasks[i]),
                 }),
             }
         }
@@ -748,6 +749,35 @@ inputs = ["m"]
             }
         );
         assert_eq!(w.total_instances(), 50);
+    }
+
+    #[test]
+    fn the_kind_follows_the_range_and_the_processes() {
+        // (consumer's instances, consumer's processes) → its kind on A = [p4]{1-10}.
+        for (instances, processes, kind) in [
+            ("\"1..=10\"", 4, DependencyKind::OneToOne),
+            ("\"1..=10\"", 1, DependencyKind::InstanceWise),
+            ("\"1..=10\"", 2, DependencyKind::InstanceWise),
+            ("10", 4, DependencyKind::OneToOne),
+            ("\"0..10\"", 4, DependencyKind::All),
+            ("\"1..=9\"", 4, DependencyKind::All),
+        ] {
+            let text = format!(
+                "[[task]]\nname = \"A\"\ninstances = \"1..=10\"\nprocesses = 4\ncost = \"1s\"\n\
+                 outputs = [\"m\"]\n[[task]]\nname = \"B\"\ninstances = {instances}\n\
+                 processes = {processes}\ncost = \"1s\"\ninputs = [\"m\"]\n"
+            );
+            let w = parse(&text).unwrap_or_else(|e| panic!("{e}")).workflow;
+            assert_eq!(w.tasks[1].depends_on[0].kind, kind, "{text}");
+        }
+        // One process on both sides: one-to-one (the instance-wise map is the same then).
+        let w = parse(
+            "[[task]]\nname = \"A\"\ninstances = 3\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             [[task]]\nname = \"B\"\ninstances = 3\ncost = \"1s\"\ninputs = [\"m\"]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .workflow;
+        assert_eq!(w.tasks[1].depends_on[0].kind, DependencyKind::OneToOne);
     }
 
     #[test]

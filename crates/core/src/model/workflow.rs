@@ -1,13 +1,18 @@
 //! Workflows: tasks of many component *instances* whose dependencies come from the data flow
-//! (spec 05 §3). A task that consumes output `m` depends on the task that produces `m`; when both
-//! have the same argument range, instance *a* of the consumer depends only on instance *a* of the
-//! producer (the loop `m = A(i); B(m)` of spec 05), otherwise on every producer instance.
+//! (spec 05 §3). A task that consumes output `m` depends on the task that produces `m`
+//! ([`DependencyKind`]): when both have the same argument range and the same `processes`,
+//! instance *k* of the consumer depends only on instance *k* of the producer (the loop
+//! `m = A(i); B(m)` of spec 05, process *p* of B(i) reading process *p* of A(i)'s `m`); the same
+//! range with other `processes`, on every process of the producer's same argument value;
+//! otherwise on every producer instance. [`DependencyKind::producers_of`] and
+//! [`DependencyKind::consumers_of`] are the one place that map is written.
 //!
 //! The file format is parsed by [`crate::input::workflow`]; the balancers in
 //! [`crate::policy::graph`] run the instances.
 
 use crate::time::{NANOS_PER_SEC, Time};
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// A whole workflow: tasks in file order, dependencies already derived and checked acyclic.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -99,14 +104,84 @@ impl Cost {
     }
 }
 
-/// How a consumer's instances wait for one producer task.
+/// How a consumer's instances wait for one producer task. Instances are numbered value-major:
+/// instance k of a task is argument value k / processes, process (rank) k % processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DependencyKind {
-    /// Same argument range: the consumer's instances for argument *a* wait for the producer's
-    /// instances for argument *a* (all its processes).
+    /// Same argument range, different `processes`: the consumer's instances for argument *a*
+    /// wait for the producer's instances for argument *a* (all its processes).
     InstanceWise,
     /// Different ranges: every consumer instance waits for every producer instance.
     All,
+    /// Same argument range and same `processes` (spec 05's `<map>default</map>`): consumer
+    /// instance k waits for producer instance k only. In the paper's loop
+    /// `for i { m = A(i); B(m) }` inside a 4-process MPI program, process p of B(i) consumes
+    /// the `m` that process p of A(i) returned, not its siblings'. (With one process on both
+    /// sides this is also the instance-wise map; the parser chooses this kind then.)
+    OneToOne,
+}
+
+/// How a task's instances are numbered: all a dependency's instance map needs of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InstanceShape {
+    /// Instances (argument values × processes).
+    pub instances: u64,
+    /// Processes per argument value (at least 1).
+    pub processes: u32,
+}
+
+impl DependencyKind {
+    /// The kind the data flow gives a consumer of `consumer` fed by `producer`: one-to-one for
+    /// the same range and processes, instance-wise for the same range, else all-to-all.
+    pub fn between(producer: &WorkflowTask, consumer: &WorkflowTask) -> Self {
+        if producer.args != consumer.args {
+            DependencyKind::All
+        } else if producer.processes == consumer.processes {
+            DependencyKind::OneToOne
+        } else {
+            DependencyKind::InstanceWise
+        }
+    }
+
+    /// The producer's instances (indices within the producer task) that consumer instance `k`
+    /// (an index within the consumer task) waits for.
+    pub fn producers_of(
+        self,
+        k: u64,
+        producer: InstanceShape,
+        consumer: InstanceShape,
+    ) -> Range<u64> {
+        match self {
+            DependencyKind::OneToOne => k..k + 1,
+            DependencyKind::InstanceWise => {
+                value_group(k / u64::from(consumer.processes.max(1)), producer.processes)
+            }
+            DependencyKind::All => 0..producer.instances,
+        }
+    }
+
+    /// The consumer's instances (indices within the consumer task) that wait for producer
+    /// instance `k` (an index within the producer task): the inverse of [`Self::producers_of`].
+    pub fn consumers_of(
+        self,
+        k: u64,
+        producer: InstanceShape,
+        consumer: InstanceShape,
+    ) -> Range<u64> {
+        match self {
+            DependencyKind::OneToOne => k..k + 1,
+            DependencyKind::InstanceWise => {
+                value_group(k / u64::from(producer.processes.max(1)), consumer.processes)
+            }
+            DependencyKind::All => 0..consumer.instances,
+        }
+    }
+}
+
+/// The instances of the argument value at position `value` of a task of `processes` processes.
+fn value_group(value: u64, processes: u32) -> Range<u64> {
+    let n = u64::from(processes.max(1));
+    value * n..(value + 1) * n
 }
 
 /// One producer a task waits for.
@@ -116,7 +191,7 @@ pub struct Dependency {
     pub producer: usize,
     /// The data items that flow from it (for reports and error messages).
     pub data: Vec<String>,
-    /// Instance-wise or all-to-all.
+    /// Which producer instances each consumer instance waits for.
     pub kind: DependencyKind,
 }
 
@@ -125,12 +200,40 @@ impl WorkflowTask {
     pub fn instances(&self) -> u64 {
         self.args.len() * self.processes as u64
     }
+
+    /// How its instances are numbered.
+    pub fn shape(&self) -> InstanceShape {
+        InstanceShape {
+            instances: self.instances(),
+            processes: self.processes,
+        }
+    }
 }
 
 impl Workflow {
     /// Total number of instances of every task.
     pub fn total_instances(&self) -> u64 {
         self.tasks.iter().map(WorkflowTask::instances).sum()
+    }
+
+    /// The instances of `dep`'s producer (indices within that task) that instance `k` of task
+    /// `consumer` waits for.
+    pub fn producers_of(&self, consumer: usize, dep: &Dependency, k: u64) -> Range<u64> {
+        dep.kind.producers_of(
+            k,
+            self.tasks[dep.producer].shape(),
+            self.tasks[consumer].shape(),
+        )
+    }
+
+    /// The instances of task `consumer` that wait, through `dep`, for instance `k` of its
+    /// producer.
+    pub fn consumers_of(&self, consumer: usize, dep: &Dependency, k: u64) -> Range<u64> {
+        dep.kind.consumers_of(
+            k,
+            self.tasks[dep.producer].shape(),
+            self.tasks[consumer].shape(),
+        )
     }
 
     /// The index of the task called `name`.
@@ -154,6 +257,47 @@ impl Workflow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_kind_maps_consumers_to_producers_and_back_the_same_way() {
+        let shape = |values: u64, processes: u32| InstanceShape {
+            instances: values * u64::from(processes),
+            processes,
+        };
+        for (kind, pv, pp, cv, cp) in [
+            (DependencyKind::OneToOne, 10, 4, 10, 4),
+            (DependencyKind::OneToOne, 3, 1, 3, 1),
+            (DependencyKind::InstanceWise, 10, 4, 10, 1),
+            (DependencyKind::InstanceWise, 10, 2, 10, 3),
+            (DependencyKind::All, 10, 4, 2, 3),
+        ] {
+            let (p, c) = (shape(pv, pp), shape(cv, cp));
+            for k in 0..c.instances {
+                let waits = kind.producers_of(k, p, c);
+                // An independent statement of each map, by (value, rank).
+                let expected: Vec<u64> = (0..p.instances)
+                    .filter(|&j| match kind {
+                        DependencyKind::OneToOne => j == k,
+                        DependencyKind::InstanceWise => j / u64::from(pp) == k / u64::from(cp),
+                        DependencyKind::All => true,
+                    })
+                    .collect();
+                assert_eq!(waits.clone().collect::<Vec<_>>(), expected, "{kind:?} {k}");
+                for j in 0..p.instances {
+                    assert_eq!(
+                        kind.consumers_of(j, p, c).contains(&k),
+                        waits.contains(&j),
+                        "{kind:?}: producer {j}, consumer {k}"
+                    );
+                }
+            }
+        }
+        // The paper's loop: B(3, rank 2) waits for A(3, rank 2) alone.
+        assert_eq!(
+            DependencyKind::OneToOne.producers_of(10, shape(10, 4), shape(10, 4)),
+            10..11
+        );
+    }
 
     #[test]
     fn lognormal_keeps_its_median_below_the_mean() {

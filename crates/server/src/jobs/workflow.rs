@@ -631,44 +631,33 @@ impl WfJob {
             crate::jobs::workflow::safe(&self.rt.parsed.workflow.tasks[t].name)
         )
     }
-    /// The producer instances of instance `i`, with the data items each provides.
+    /// The producer instances of instance `i`, with the data items each provides (the
+    /// workflow's one dependency map,
+    /// [`hetsched_core::model::workflow::Workflow::producers_of`]).
     fn producers(&self, i: u32) -> Vec<(u32, Vec<String>)> {
         let (c, k) = self.task_of(i);
-        let tasks = &self.rt.parsed.workflow.tasks;
-        let value_pos = k / tasks[c].processes;
+        let workflow = &self.rt.parsed.workflow;
         let mut out = Vec::new();
-        for d in &tasks[c].depends_on {
-            let p = d.producer;
-            let range = match d.kind {
-                DependencyKind::InstanceWise => {
-                    let pp = tasks[p].processes;
-                    let first = self.offset[p] + value_pos * pp;
-                    first..first + pp
-                }
-                DependencyKind::All => self.offset[p]..self.offset[p + 1],
-            };
-            for j in range {
-                out.push((j, d.data.clone()));
+        for d in &workflow.tasks[c].depends_on {
+            for j in workflow.producers_of(c, d, u64::from(k)) {
+                out.push((self.offset[d.producer] + j as u32, d.data.clone()));
             }
         }
         out
     }
-    /// The consumer instances of instance `i`.
+    /// The consumer instances of instance `i`
+    /// ([`hetsched_core::model::workflow::Workflow::consumers_of`]).
     fn consumers(&self, i: u32) -> Vec<u32> {
         let (p, k) = self.task_of(i);
-        let tasks = &self.rt.parsed.workflow.tasks;
-        let value_pos = k / tasks[p].processes;
+        let workflow = &self.rt.parsed.workflow;
         let mut out = Vec::new();
-        for (c, t) in tasks.iter().enumerate() {
+        for (c, t) in workflow.tasks.iter().enumerate() {
             for d in t.depends_on.iter().filter(|d| d.producer == p) {
-                match d.kind {
-                    DependencyKind::InstanceWise => {
-                        let pc = t.processes;
-                        let first = self.offset[c] + value_pos * pc;
-                        out.extend(first..first + pc);
-                    }
-                    DependencyKind::All => out.extend(self.offset[c]..self.offset[c + 1]),
-                }
+                out.extend(
+                    workflow
+                        .consumers_of(c, d, u64::from(k))
+                        .map(|j| self.offset[c] + j as u32),
+                );
             }
         }
         out

@@ -13,7 +13,9 @@
 //!
 //! `execution` is `queue` or `time-share` ([`super::Execution`]; under `time-share` an instance
 //! starts when placed and `core` is the one its agent spread it to). `cost` is the instance's
-//! drawn cost on a 1.0-speed core; `kind` is `instance-wise` or `all`.
+//! drawn cost on a 1.0-speed core; `kind` is `one-to-one` (consumer instance k waits for producer
+//! instance k), `instance-wise` (for every process of the producer's same argument value) or `all`
+//! ([`DependencyKind`]).
 //! `placed` is when its node took it and queued it on `core` (static, centralised: when the launch
 //! node's message arrived; pcddb: when the node accepted it from a request), `placement` its rank
 //! among every placement of the run. With the nodes' speeds and latencies and the tasks' graph
@@ -150,6 +152,7 @@ impl GraphResult {
                             kind: match kind {
                                 DependencyKind::InstanceWise => "instance-wise",
                                 DependencyKind::All => "all",
+                                DependencyKind::OneToOne => "one-to-one",
                             },
                         })
                         .collect(),

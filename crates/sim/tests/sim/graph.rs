@@ -142,7 +142,9 @@ fn check(case: &Case, config: &GraphSimConfig, r: &GraphResult) -> Result<(), Te
         }
         for dep in &task.depends_on {
             let p = &w.tasks[dep.producer];
+            // An independent statement of each kind's map (instances are value-major).
             let producers: Vec<usize> = match dep.kind {
+                DependencyKind::OneToOne => vec![offsets[dep.producer] + rec.index as usize],
                 DependencyKind::InstanceWise => {
                     let value = rec.index / task.processes;
                     (0..p.processes)

@@ -1,13 +1,15 @@
 //! Instance readiness: the launch node's task manager marks an instance ready when every producer
 //! instance it waits for has finished (spec 05 §3; §2.4 event 2). Instances are numbered densely in
 //! task order, and within a task by argument value then process: index = value_position ×
-//! processes + process.
+//! processes + process. Which producer instances an instance waits for is
+//! [`DependencyKind::producers_of`]'s answer (and whom a finished one readies,
+//! [`DependencyKind::consumers_of`]'s), the map the runtime uses too.
 //!
 //! An all-to-all dependency is counted once per producer *task* (not per producer instance), so a
 //! million-instance workflow never materialises a quadratic edge list.
 
 use super::{AttrMask, InstanceId, Wanted};
-use crate::model::workflow::{DependencyKind, Workflow};
+use crate::model::workflow::{DependencyKind, InstanceShape, Workflow};
 use thiserror::Error;
 
 /// A driver reported something the graph cannot accept.
@@ -32,7 +34,8 @@ pub enum GraphError {
 pub struct InstanceGraph {
     /// First instance of each task; `offset[tasks]` = total.
     offset: Vec<u32>,
-    processes: Vec<u32>,
+    /// How each task's instances are numbered (what its dependencies' maps need).
+    shapes: Vec<InstanceShape>,
     requires: Vec<AttrMask>,
     /// Consumers of each task and how they wait.
     consumers: Vec<Vec<(usize, DependencyKind)>>,
@@ -66,23 +69,27 @@ impl InstanceGraph {
         let mut consumers = vec![Vec::new(); workflow.tasks.len()];
         let mut waiting = vec![0u32; total as usize];
         for (c, t) in workflow.tasks.iter().enumerate() {
-            let per_instance: u32 = t
-                .depends_on
-                .iter()
-                .map(|d| match d.kind {
-                    DependencyKind::InstanceWise => workflow.tasks[d.producer].processes,
-                    DependencyKind::All => 1,
-                })
-                .sum();
-            for w in &mut waiting[offset[c] as usize..offset[c + 1] as usize] {
-                *w = per_instance;
+            let first = offset[c] as usize;
+            for (k, w) in waiting[first..offset[c + 1] as usize]
+                .iter_mut()
+                .enumerate()
+            {
+                *w = t
+                    .depends_on
+                    .iter()
+                    .map(|d| match d.kind {
+                        // Counted once per producer task (see the module doc).
+                        DependencyKind::All => 1,
+                        _ => workflow.producers_of(c, d, k as u64).count() as u32,
+                    })
+                    .sum();
             }
             for d in &t.depends_on {
                 consumers[d.producer].push((c, d.kind));
             }
         }
         Self {
-            processes: workflow.tasks.iter().map(|t| t.processes).collect(),
+            shapes: workflow.tasks.iter().map(|t| t.shape()).collect(),
             requires: (0..workflow.tasks.len())
                 .map(|t| requires.get(t).copied().unwrap_or(0))
                 .collect(),
@@ -192,25 +199,19 @@ impl InstanceGraph {
         self.finished += 1;
         let (t, index) = self.task_of(id);
         self.task_left[t] -= 1;
-        let value_pos = index / self.processes[t];
         let mut ready = Vec::new();
         for k in 0..self.consumers[t].len() {
             let (c, kind) = self.consumers[t][k];
-            let range = match kind {
-                DependencyKind::InstanceWise => {
-                    let pc = self.processes[c];
-                    let first = self.offset[c] + value_pos * pc;
-                    first..first + pc
-                }
-                DependencyKind::All if self.task_left[t] == 0 => self.offset[c]..self.offset[c + 1],
-                DependencyKind::All => continue,
-            };
-            for j in range {
-                let w = &mut self.waiting[j as usize];
+            if kind == DependencyKind::All && self.task_left[t] > 0 {
+                continue;
+            }
+            for j in kind.consumers_of(u64::from(index), self.shapes[t], self.shapes[c]) {
+                let j = self.offset[c] as usize + j as usize;
+                let w = &mut self.waiting[j];
                 *w = w.saturating_sub(1);
-                if *w == 0 && self.state[j as usize] == State::Waiting {
-                    self.state[j as usize] = State::Ready;
-                    ready.push(InstanceId(j));
+                if *w == 0 && self.state[j] == State::Waiting {
+                    self.state[j] = State::Ready;
+                    ready.push(InstanceId(j as u32));
                 }
             }
         }
@@ -274,7 +275,7 @@ mod tests {
     }
 
     #[test]
-    fn in_the_loop_example_b_i_waits_for_the_four_processes_of_a_i() {
+    fn a_b_of_one_process_waits_for_the_four_processes_of_a_i() {
         let mut g = graph(
             "[[task]]\nname = \"A\"\ninstances = \"1..=10\"\nprocesses = 4\ncost = \"1s\"\noutputs = [\"m\"]\n\
              [[task]]\nname = \"B\"\ninstances = \"1..=10\"\ncost = \"1s\"\ninputs = [\"m\"]\n",
@@ -289,6 +290,46 @@ mod tests {
         assert_eq!(g.task_of(InstanceId(42)), (1, 2));
         assert_eq!(g.finish(InstanceId(11)), Err(GraphError::FinishedTwice(11)));
         assert_eq!(g.finish(InstanceId(45)), Err(GraphError::NotReady(45)));
+    }
+
+    #[test]
+    fn in_the_papers_loop_example_b_i_p_waits_for_a_i_p_only() {
+        // Spec 05's XML: A `[p4]{1-10}`, B `[p4]{m*10}` with `<map>default</map>`: MPI process
+        // p of B(i) consumes the `m` that process p of A(i) returned.
+        let mut g = graph(
+            "[[task]]\nname = \"A\"\ninstances = \"1..=10\"\nprocesses = 4\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             [[task]]\nname = \"B\"\ninstances = \"1..=10\"\nprocesses = 4\ncost = \"1s\"\ninputs = [\"m\"]\n",
+        );
+        assert_eq!(g.len(), 80);
+        assert_eq!(g.start().len(), 40, "all of A is ready at the start");
+        // A(3, rank 2) is 2 × 4 + 2 = 10; B(3, rank 2) is 40 + 10.
+        assert_eq!(g.finish(InstanceId(10)), Ok(vec![InstanceId(50)]));
+        assert_eq!(g.task_of(InstanceId(50)), (1, 10));
+        for p in [8, 9, 11] {
+            assert_eq!(
+                g.finish(InstanceId(p)),
+                Ok(vec![InstanceId(40 + p)]),
+                "A(3, rank {}) readies B(3, rank {0}) alone",
+                p - 8
+            );
+        }
+    }
+
+    #[test]
+    fn with_other_processes_b_i_waits_for_every_process_of_a_i() {
+        let mut g = graph(
+            "[[task]]\nname = \"A\"\ninstances = \"1..=10\"\nprocesses = 4\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             [[task]]\nname = \"B\"\ninstances = \"1..=10\"\nprocesses = 2\ncost = \"1s\"\ninputs = [\"m\"]\n",
+        );
+        assert_eq!(g.start().len(), 40);
+        for p in 8..11 {
+            assert_eq!(g.finish(InstanceId(p)), Ok(vec![]));
+        }
+        // B(3) is 40 + 2 × 2 and 40 + 2 × 2 + 1.
+        assert_eq!(
+            g.finish(InstanceId(11)),
+            Ok(vec![InstanceId(44), InstanceId(45)])
+        );
     }
 
     #[test]
