@@ -71,12 +71,18 @@ struct Node {
   std::vector<int> running;  // instance per core, or kIdle
   std::vector<int> held;     // instances placed on each core and not finished
   std::vector<sg4::SemaphorePtr> go;
+  // Results the handler sent from this node, put on the network by its `outbox` actor: a
+  // transfer starts at its sender's host.
+  std::deque<std::pair<sg4::Mailbox*, struct Arrival*>> out;
+  sg4::SemaphorePtr outgoing;
 };
 
 struct Instance {
   int task = 0;
   int node = 0;
   int core = 0;  // the core it was placed on (it may run on another)
+  int ran_on = 0;  // the core that runs it
+  uint64_t end_seq = 0;  // its end's place in the event order, taken when it starts
   double cost = 0;
   double ready = -1;
   double start = -1;
@@ -110,7 +116,10 @@ sg4::Host* manager_host = nullptr;
 std::vector<sg4::Host*> hosts;
 size_t finished = 0;
 
-// Messages that have arrived and wait to be handled, with their send order.
+// Events that happened and wait to be handled — messages that arrived, instances whose run
+// ended — with their place in hetsched's event order: its event queue numbers an event when it
+// is scheduled (a message when it is sent, an instance's end when the instance starts) and handles
+// those of one instant in that order, so `seq` is taken at the same points here.
 struct Arrival {
   uint64_t seq;
   void (*handle)(int);
@@ -118,14 +127,15 @@ struct Arrival {
 };
 std::vector<Arrival> arrived;
 sg4::SemaphorePtr arrivals;
-uint64_t sent = 0;
+uint64_t sent = 0;  // the next event's number
 bool done = false;
 
 // Every directed pair of hosts (launch node to node k, node k to launch node) is a mailbox with a
 // permanent receiver, so that each message starts its transfer when it is sent. One pair's
 // messages all take the same latency and so arrive in the order they were sent; the handler actor
 // handles those that arrived at the same instant, from any pair, in the order they were sent, as
-// hetsched's event queue does. (One mailbox for all senders would hand messages over in the order
+// hetsched's event queue does (and, among them, the runs that ended then, in the order they
+// started: SimGrid ends simultaneous executions in an order of its own). (One mailbox for all senders would hand messages over in the order
 // they were sent, whatever their latencies.)
 sg4::Mailbox* dispatch_box(int k) { return sg4::Mailbox::by_name("d" + std::to_string(k)); }
 sg4::Mailbox* result_box(int k) { return sg4::Mailbox::by_name("r" + std::to_string(k)); }
@@ -136,6 +146,23 @@ sg4::Mailbox* result_box(int k) { return sg4::Mailbox::by_name("r" + std::to_str
 // per node.
 void send(sg4::Mailbox* box, void (*handle)(int), std::vector<int> batch) {
   box->put_init(new Arrival{sent++, handle, std::move(batch)}, kMessageBytes)->detach();
+}
+
+// As `send`, for a message node `n` sends while the handler handles one of its events: numbered
+// now, put on the network by the node's own actor (at the same instant).
+void send_from(int n, sg4::Mailbox* box, void (*handle)(int), std::vector<int> batch) {
+  nodes[n].out.emplace_back(box, new Arrival{sent++, handle, std::move(batch)});
+  nodes[n].outgoing->release();
+}
+
+void outbox(int n) {
+  Node& node = nodes[n];
+  while (true) {
+    node.outgoing->acquire();
+    auto [box, a] = node.out.front();
+    node.out.pop_front();
+    box->put_init(a, kMessageBytes)->detach();
+  }
 }
 
 void receiver(sg4::Mailbox* box) {
@@ -181,10 +208,23 @@ void start_next(int n, int core) {
   node.queue[from].pop_front();
   node.running[core] = i;
   instances[i].start = sg4::Engine::get_clock();
+  instances[i].ran_on = core;
+  instances[i].end_seq = sent++;
   node.go[core]->release();
 }
 
 void result(int i);
+
+// Instance `i`'s run ended (handled in the event order): its core takes the next one and the
+// result goes back to the launch node.
+void ended(int i) {
+  Node& node = nodes[instances[i].node];
+  int core = instances[i].ran_on;
+  node.running[core] = kIdle;
+  node.held[instances[i].core]--;
+  send_from(instances[i].node, result_box(instances[i].node), result, {i});
+  start_next(instances[i].node, core);
+}
 
 void core_actor(int n, int core) {
   Node& node = nodes[n];
@@ -200,10 +240,8 @@ void core_actor(int n, int core) {
     double run_s = std::ceil(cost_ns / node.speed) / 1e9;
     sg4::this_actor::execute(run_s * node.speed * kScale);
     instances[i].end = sg4::Engine::get_clock();
-    node.running[core] = kIdle;
-    node.held[instances[i].core]--;
-    send(result_box(n), result, {i});
-    start_next(n, core);
+    arrived.push_back(Arrival{instances[i].end_seq, ended, {i}});
+    arrivals->release();
   }
 }
 
@@ -346,6 +384,7 @@ int main(int argc, char** argv) {
     node.held.assign(cores, 0);
     for (long c = 0; c < cores; c++)
       node.go.push_back(sg4::Semaphore::create(0));
+    node.outgoing = sg4::Semaphore::create(0);
     auto name = "n" + std::to_string(k);
     auto* host = star->create_host(name, std::vector<double>{node.speed * kScale});
     host->set_core_count(static_cast<int>(cores));
@@ -436,6 +475,7 @@ int main(int argc, char** argv) {
     for (size_t c = 0; c < nodes[k].go.size(); c++)
       sg4::Actor::create("core", hosts[k], core_actor, static_cast<int>(k), static_cast<int>(c));
     sg4::Actor::create("agent", hosts[k], receiver, dispatch_box(static_cast<int>(k)))->daemonize();
+    sg4::Actor::create("outbox", hosts[k], outbox, static_cast<int>(k))->daemonize();
     sg4::Actor::create("results", manager_host, receiver, result_box(static_cast<int>(k)))->daemonize();
   }
   e.run();
