@@ -90,15 +90,19 @@ fn the_export_lists_every_instance_node_and_message_counter() {
         doc["tasks"],
         serde_json::json!([
             {"name": "A", "instances": 40, "processes": 4, "depends_on": []},
-            {"name": "B", "instances": 10, "processes": 1,
-             "depends_on": [{"task": "A", "kind": "instance-wise"}]},
+            {"name": "B", "instances": 40, "processes": 4,
+             "depends_on": [{"task": "A", "kind": "one-to-one"}]},
             {"name": "C", "instances": 2, "processes": 1,
              "depends_on": [{"task": "B", "kind": "all"}]},
         ])
     );
     assert_eq!(keys(&doc["messages"]), ["by_kind", "launch_node", "total"]);
     let instances = doc["instances"].as_array().expect("instances");
-    assert_eq!(instances.len(), 40 + 10 + 2, "A [p4]{{1-10}}, B ×10, C ×2");
+    assert_eq!(
+        instances.len(),
+        40 + 40 + 2,
+        "A [p4]{{1-10}}, B [p4]{{1-10}}, C ×2"
+    );
     for i in instances {
         assert_eq!(
             keys(i),
@@ -173,7 +177,7 @@ fn the_export_lists_every_instance_node_and_message_counter() {
         );
     }
     let m = &doc["messages"];
-    assert_eq!(m["by_kind"]["result"], 52);
+    assert_eq!(m["by_kind"]["result"], 82);
     assert!(m["by_kind"]["request"].as_u64() > Some(0));
     assert!(m["launch_node"].as_u64() <= m["total"].as_u64());
     assert!(
@@ -211,7 +215,7 @@ fn every_balancer_runs_and_prints_json() {
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
         assert_eq!(v["balancer"], balancer);
-        assert_eq!(v["instances"], 52);
+        assert_eq!(v["instances"], 82);
         // Where ready instances waited: static and centralised send each to its node at once.
         let wait = |k: &str| v["waits"][k].as_f64().unwrap_or(f64::NAN);
         assert!(wait("for_node_mean_s") <= wait("for_node_max_s"), "{v}");
@@ -233,7 +237,7 @@ fn every_balancer_runs_and_prints_json() {
         );
         assert!(out.status.success(), "{balancer}, time-share");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
-        assert_eq!(v["instances"], 52);
+        assert_eq!(v["instances"], 82);
         assert_eq!(
             v["waits"]["in_queue_max_s"], 0.0,
             "{balancer}: no queue: {v}"
@@ -437,7 +441,7 @@ fn a_cluster_past_100000_nodes_is_refused_and_one_of_100000_runs_in_little_memor
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["instances"], 52);
+    assert_eq!(v["instances"], 82);
 }
 
 #[test]
