@@ -2,7 +2,7 @@
 # Throughput of a wide task graph on a small cluster: one server and two agents of 4 cores on
 # this machine (scripts/small-cluster.sh). SHAPE=wide (default): a workflow of N independent
 # `true` instances; SHAPE=data: N/2 producers that each write a file and N/2 consumers that
-# each read the matching one (one-to-one, fetched from the producer's agent when it ran
+# each read the matching one (instance by instance, fetched from the producer's agent when it ran
 # elsewhere); SHAPE=batch: a batch job of N `true` tasks, for comparison. Times the submission
 # with `--wait` and prints one JSON line: wall seconds from submission to the job's end, and the
 # CPU seconds (user + system) the server and the agents spent meanwhile.

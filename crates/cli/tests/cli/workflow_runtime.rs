@@ -16,7 +16,7 @@ use support::{Cluster, tls_file, wait_until};
 /// Four stages, 60 instances:
 /// - `seed` ×4: a_k = 10·k;
 /// - `spread` ×24 (fan-out: every instance reads all four `a`): b_i = Σa + i = 100 + i;
-/// - `double` ×24 (one-to-one on `spread`): c_i = 2·b_i;
+/// - `double` ×24 (instance by instance on `spread`): c_i = 2·b_i;
 /// - `gather` ×8 (fan-in: every instance reads all 24 `c`): d_j = Σc + j = 5400 + j.
 ///
 /// Every instance appends its name to `RUNLOG` (each must appear once).

@@ -21,10 +21,11 @@
 //! [`parse_workflow`] checks everything one file can tell (ranges, costs, one producer per output,
 //! a producer for every input, no cycles) and derives the dependencies
 //! ([`DependencyKind::between`]): a consumer of the same `instances` range and the same
-//! `processes` as its producer waits, instance by instance, for the producer instance of the same
-//! argument value and rank (one-to-one: spec 05's `<map>default</map>`); of the same range and
-//! other `processes`, for every process of the producer's same value (instance-wise); of another
-//! range, for every producer instance (all-to-all);
+//! `processes` (more than one) as its producer waits, instance by instance, for the producer
+//! instance of the same argument value and rank (one-to-one: spec 05's `<map>default</map>`); of
+//! the same range and other `processes` — or one process on both sides, the same map — for every
+//! process of the producer's same value (instance-wise); of another range, for every producer
+//! instance (all-to-all);
 //! [`ParsedWorkflow::check_requirements`] checks `requires` against the attributes a cluster
 //! offers. The runtime reads the same file; its extra fields (a command, an environment) are new
 //! optional fields of [`TaskSpec`], so the simulator and the runtime keep one parser.
@@ -770,14 +771,14 @@ inputs = ["m"]
             let w = parse(&text).unwrap_or_else(|e| panic!("{e}")).workflow;
             assert_eq!(w.tasks[1].depends_on[0].kind, kind, "{text}");
         }
-        // One process on both sides: one-to-one (the instance-wise map is the same then).
+        // One process on both sides: instance-wise, as before (the one-to-one map is the same).
         let w = parse(
             "[[task]]\nname = \"A\"\ninstances = 3\ncost = \"1s\"\noutputs = [\"m\"]\n\
              [[task]]\nname = \"B\"\ninstances = 3\ncost = \"1s\"\ninputs = [\"m\"]\n",
         )
         .unwrap_or_else(|e| panic!("{e}"))
         .workflow;
-        assert_eq!(w.tasks[1].depends_on[0].kind, DependencyKind::OneToOne);
+        assert_eq!(w.tasks[1].depends_on[0].kind, DependencyKind::InstanceWise);
     }
 
     #[test]

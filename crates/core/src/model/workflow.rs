@@ -117,7 +117,7 @@ pub enum DependencyKind {
     /// instance k waits for producer instance k only. In the paper's loop
     /// `for i { m = A(i); B(m) }` inside a 4-process MPI program, process p of B(i) consumes
     /// the `m` that process p of A(i) returned, not its siblings'. (With one process on both
-    /// sides this is also the instance-wise map; the parser chooses this kind then.)
+    /// sides this is also the instance-wise map; the parser keeps that kind then.)
     OneToOne,
 }
 
@@ -132,11 +132,14 @@ pub struct InstanceShape {
 
 impl DependencyKind {
     /// The kind the data flow gives a consumer of `consumer` fed by `producer`: one-to-one for
-    /// the same range and processes, instance-wise for the same range, else all-to-all.
+    /// the same range and the same processes (more than one), instance-wise for the same range,
+    /// else all-to-all. With one process on both sides the two maps are the same; that case
+    /// stays instance-wise, the kind it always had, so exports and scripts reading it see no
+    /// change.
     pub fn between(producer: &WorkflowTask, consumer: &WorkflowTask) -> Self {
         if producer.args != consumer.args {
             DependencyKind::All
-        } else if producer.processes == consumer.processes {
+        } else if producer.processes == consumer.processes && producer.processes > 1 {
             DependencyKind::OneToOne
         } else {
             DependencyKind::InstanceWise
