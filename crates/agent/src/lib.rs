@@ -2049,6 +2049,23 @@ mod tests {
         }
     }
 
+    /// The first result the agent of `shared` queued for the server, waited for until
+    /// `deadline`.
+    async fn first_result(shared: &Arc<Mutex<Shared>>, deadline: Instant) -> pb::TaskResult {
+        loop {
+            if let Some(r) = shared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .results
+                .first()
+            {
+                return r.clone();
+            }
+            assert!(Instant::now() < deadline, "no result");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// A one-core agent (node `b`) working in `work_dir`, with nothing running: its shared
     /// state and options, for tests that launch workflow instances on it.
     fn consumer_agent(work_dir: &std::path::Path) -> (Arc<Mutex<Shared>>, AgentOptions) {
@@ -2203,18 +2220,7 @@ mod tests {
             t.program_started_ns >= released && t.started_ns < released,
             "its program started once its input was here: {t:?}"
         );
-        let r = loop {
-            if let Some(r) = shared
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .results
-                .first()
-            {
-                break r.clone();
-            }
-            assert!(Instant::now() < deadline, "no result");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let r = first_result(&shared, deadline).await;
         assert!(r.success, "{r:?}");
         assert_eq!(
             r.fetch_ms,
@@ -2273,18 +2279,7 @@ mod tests {
             "{t:?}"
         );
         let deadline = Instant::now() + Duration::from_secs(10);
-        let r = loop {
-            if let Some(r) = shared
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .results
-                .first()
-            {
-                break r.clone();
-            }
-            assert!(Instant::now() < deadline, "no result");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let r = first_result(&shared, deadline).await;
         assert!(r.success, "{r:?}");
         assert_eq!(r.fetch_ms, 0, "{r:?}");
         assert_eq!(

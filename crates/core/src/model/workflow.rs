@@ -171,13 +171,9 @@ impl DependencyKind {
         producer: InstanceShape,
         consumer: InstanceShape,
     ) -> Range<u64> {
-        match self {
-            DependencyKind::OneToOne => k..k + 1,
-            DependencyKind::InstanceWise => {
-                value_group(k / u64::from(producer.processes.max(1)), consumer.processes)
-            }
-            DependencyKind::All => 0..consumer.instances,
-        }
+        // Each map is symmetric in its two sides (the same number, the same argument value, or
+        // everything), so the inverse is the same map with the roles swapped.
+        self.producers_of(k, consumer, producer)
     }
 }
 
