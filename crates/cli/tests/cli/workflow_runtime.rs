@@ -1144,6 +1144,13 @@ fn a_consumer_process_reads_the_output_of_its_own_rank() {
             "2.3 1 2.3\n"
         ]
     );
+    // The graph says so: each C process reads its own P process's `x`.
+    let out = c.cli(&["job", &job.to_string(), "--graph", "--output", "dot"]);
+    let dot = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dot.contains("\"P\" -> \"C\" [label=\"x (per process)\"]"),
+        "{dot}"
+    );
 }
 
 /// A task of `processes = 3` runs three instances per argument value, sharing its `{index}`:

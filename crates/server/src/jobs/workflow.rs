@@ -2394,16 +2394,20 @@ impl Workflows {
             ));
             for d in &t.depends_on {
                 let p = &j.rt.parsed.workflow.tasks[d.producer];
+                // How each consumer instance reads the producer's: every instance, its own
+                // process's (the same range and processes), every process of its argument value
+                // (the same range, other processes), or the one of its value (unlabelled).
+                let map = match d.kind {
+                    DependencyKind::All => " (all)",
+                    DependencyKind::OneToOne => " (per process)",
+                    DependencyKind::InstanceWise if p.processes > 1 => " (every process)",
+                    DependencyKind::InstanceWise => "",
+                };
                 s.push_str(&format!(
-                    "  \"{}\" -> \"{}\" [label=\"{}{}\"];\n",
+                    "  \"{}\" -> \"{}\" [label=\"{}{map}\"];\n",
                     p.name,
                     t.name,
                     d.data.join(","),
-                    if d.kind == DependencyKind::All {
-                        " (all)"
-                    } else {
-                        ""
-                    }
                 ));
             }
         }
