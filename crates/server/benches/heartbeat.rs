@@ -23,13 +23,17 @@
 //! workflow running while every agent advertises its `AgentData` address: what the
 //! decentralised balancer's bookkeeping adds to a beat (the address book kept clear of dead
 //! nodes, the versions of the book and of the proximity clusters each reply checks).
+//! `a_beat_while_every_node_owes_prefetched_cores` runs with `prefetch = 4`: every agent runs
+//! four one-core tasks and holds four more queued, which it reports at each beat, so every node
+//! owes four cores (`state/prefetch`): what a beat pays for the debts of nodes other than its own.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
-use hetsched_server::state::types::{HeartbeatReport, Submission};
+use hetsched_server::state::prefetch::Setting;
+use hetsched_server::state::types::{HeartbeatReport, RunningTask, Submission};
 use hetsched_server::store::Store;
 use std::hint::black_box;
 use std::time::Duration;
@@ -38,8 +42,15 @@ const NODES: u32 = 1_000;
 
 /// A state with `NODES` registered nodes; with `ending`, every agent has reported a time left;
 /// with `fair`, `[fair_share]` is on (a one-hour half-life);
-/// with `labelled`, node i has the eight attributes `w{i % 100}x0` … `w{i % 100}x7`.
-fn state(dir: &std::path::Path, ending: bool, fair: bool, labelled: bool) -> State {
+/// with `labelled`, node i has the eight attributes `w{i % 100}x0` … `w{i % 100}x7`; `prefetch`:
+/// the server's `prefetch` setting.
+fn state(
+    dir: &std::path::Path,
+    ending: bool,
+    fair: bool,
+    labelled: bool,
+    prefetch: Setting,
+) -> State {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).expect("dir");
     let config = ServerConfig {
@@ -47,6 +58,7 @@ fn state(dir: &std::path::Path, ending: bool, fair: bool, labelled: bool) -> Sta
         fair_share: fair.then_some(hetsched_server::config::FairShareConfig {
             half_life: hetsched_core::input::Duration(3_600_000_000_000),
         }),
+        prefetch,
         ..Default::default()
     };
     let mut s =
@@ -140,6 +152,7 @@ fn heartbeat(c: &mut Criterion) {
             false,
         ),
         ("a_running_pcddb_workflow_with_every_agents_address", false),
+        ("a_beat_while_every_node_owes_prefetched_cores", false),
     ] {
         // A case's set-up (20,000 jobs for one) is paid only when criterion's filter, if
         // given, selects it.
@@ -149,7 +162,13 @@ fn heartbeat(c: &mut Criterion) {
         let dir = base.join(case);
         let fair = case.ends_with("under_fair_share");
         let labelled = case == "hundred_running_workflows_with_their_own_requirements";
-        let mut s = state(&dir, ending, fair, labelled);
+        let owing = case == "a_beat_while_every_node_owes_prefetched_cores";
+        let prefetch = if owing {
+            Setting::Cores(4)
+        } else {
+            Setting::default()
+        };
+        let mut s = state(&dir, ending, fair, labelled, prefetch);
         let waiting = match case {
             "multi_node_task_that_cannot_gather" => 1,
             "sixteen_multi_node_tasks_that_cannot_gather" => 16,
@@ -340,11 +359,52 @@ fn heartbeat(c: &mut Criterion) {
             })
             .expect("a PCDDB workflow");
         }
+        // What each agent runs and holds queued, as its beats report it.
+        let mut running: Vec<Vec<RunningTask>> = vec![Vec::new(); NODES as usize];
+        if owing {
+            // Eight one-core tasks per node: each beat places four on the node's free cores and
+            // queues four more (prefetched), which the node then owes.
+            s.on_submit(Submission {
+                origin: "job.toml".into(),
+                text: format!(
+                    "[[application]]\nname = \"short\"\ntasks = {}\n\
+                     [application.cpu]\ncommand = \"true\"\n",
+                    8 * NODES
+                ),
+                workdir: "/".into(),
+                ..Default::default()
+            })
+            .expect("a job of eight tasks per node");
+            for n in 0..NODES {
+                let reply = s.on_heartbeat(report(n, held)).expect("beat");
+                running[n as usize] = reply
+                    .assignments
+                    .iter()
+                    .map(|d| RunningTask {
+                        task_id: d.task_id,
+                        attempt: d.attempt,
+                        queued: d.prefetched,
+                        ..Default::default()
+                    })
+                    .collect();
+                let queued = running[n as usize].iter().filter(|t| t.queued).count();
+                assert_eq!(
+                    (running[n as usize].len(), queued),
+                    (8, 4),
+                    "node {n}: four tasks run, four are queued"
+                );
+            }
+        }
         let mut next = 0u32;
         g.bench_function(BenchmarkId::from_parameter(case), |b| {
             b.iter(|| {
                 next = (next + 1) % NODES;
-                let reply = s.on_heartbeat(report(next, held)).expect("beat");
+                let reply = s
+                    .on_heartbeat(HeartbeatReport {
+                        running: running[next as usize].clone(),
+                        ..report(next, held)
+                    })
+                    .expect("beat");
                 held = versions(&reply, held);
                 black_box(reply)
             })
