@@ -308,6 +308,17 @@ pub struct SchedulerView {
     groups: Vec<GroupState>,
     /// Each group's decayed usage and standing ([`SchedulerView::set_fair_share`]).
     fair: FairShare,
+    /// The nodes whose free cores rose since the last [`SchedulerView::take_cores_freed`], each
+    /// once (`cores_freed_listed[i]`: node i is in the list), so that what was booked beyond a
+    /// node's capacity (the runtime's prefetch debt) is repaid from the nodes that released
+    /// cores, not sought on every node at every event. Nobody draining it costs at most a
+    /// list of every node.
+    cores_freed: Vec<NodeId>,
+    /// See `cores_freed`.
+    cores_freed_listed: Vec<bool>,
+    /// How many times a node was added or its liveness changed
+    /// ([`SchedulerView::liveness_generation`]).
+    liveness_generation: u64,
 }
 
 impl SchedulerView {
@@ -338,6 +349,7 @@ impl SchedulerView {
         self.totals = self.totals + capacity;
         self.free_alive = self.free_alive + capacity;
         self.device_speed_total += device_speed(&node);
+        self.liveness_generation += 1;
         self.nodes.push(NodeState {
             device_free: vec![true; node.accelerators.len()],
             node,
@@ -361,6 +373,7 @@ impl SchedulerView {
             .ok_or(ViewError::UnknownNode(node))?;
         if state.alive != alive {
             state.alive = alive;
+            self.liveness_generation += 1;
             let capacity = state.node.capacity();
             let speed = device_speed(&state.node);
             let free = state.free;
@@ -412,8 +425,8 @@ impl SchedulerView {
         state.free = capacity;
         if state.alive {
             self.totals = self.totals - old + capacity;
-            self.free_alive = self.free_alive - old + capacity;
         }
+        self.free_changed(node.index(), old);
         self.placement_generation += 1;
         Ok(())
     }
@@ -439,8 +452,8 @@ impl SchedulerView {
         state.free = capacity - held;
         if state.alive {
             self.totals = self.totals - old + capacity;
-            self.free_alive = self.free_alive - before + state.free;
         }
+        self.free_changed(node.index(), before);
         self.placement_generation += 1;
         Ok(())
     }
@@ -587,12 +600,39 @@ impl SchedulerView {
         self.groups.iter().map(|g| g.usage)
     }
 
-    /// Keeps `free_alive` in step with node `index`'s free resources, which were `before`.
+    /// Keeps `free_alive` in step with node `index`'s free resources, which were `before`, and
+    /// lists the node if its free cores rose ([`SchedulerView::take_cores_freed`]).
     fn free_changed(&mut self, index: usize, before: Resources) {
-        if let Some(n) = self.nodes.get(index)
-            && n.alive
-        {
+        let Some(n) = self.nodes.get(index) else {
+            return;
+        };
+        if n.alive {
             self.free_alive = self.free_alive - before + n.free;
+        }
+        if n.free.cores > before.cores {
+            self.note_cores_freed(index);
+        }
+    }
+
+    /// Lists node `index` among those whose free cores rose, once.
+    fn note_cores_freed(&mut self, index: usize) {
+        if self.cores_freed_listed.len() <= index {
+            self.cores_freed_listed.resize(index + 1, false);
+        }
+        if !self.cores_freed_listed[index] {
+            self.cores_freed_listed[index] = true;
+            self.cores_freed.push(NodeId(index as u32));
+        }
+    }
+
+    /// Moves into `into` (emptied first) the nodes whose free cores rose since the last call,
+    /// each once, and starts a new list: O(those nodes). A node not listed has no more free
+    /// cores than it had at the last call.
+    pub fn take_cores_freed(&mut self, into: &mut Vec<NodeId>) {
+        into.clear();
+        std::mem::swap(into, &mut self.cores_freed);
+        for n in into.iter() {
+            self.cores_freed_listed[n.index()] = false;
         }
     }
 
@@ -607,6 +647,12 @@ impl SchedulerView {
                 .collect(),
             self.ungrouped_usage().dominant_share(&totals),
         )
+    }
+
+    /// Changes whenever a node is added or marked lost or back ([`SchedulerView::set_alive`]):
+    /// a figure kept over the live nodes holds while this stays the same.
+    pub fn liveness_generation(&self) -> u64 {
+        self.liveness_generation
     }
 
     /// The view's clock ([`SchedulerView::set_now`]).

@@ -16,6 +16,7 @@ mod properties;
 mod stream;
 mod task_files;
 mod view_accelerator;
+mod view_cores_freed;
 mod view_exclusion;
 mod view_fair_share;
 mod view_groups;
