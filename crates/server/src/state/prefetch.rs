@@ -367,6 +367,15 @@ pub struct Prefetch {
     setting: Setting,
     /// Per node: cores booked in the view beyond the node's capacity, not yet repaid.
     debt: Vec<u32>,
+    /// What the live nodes owe, kept as debts change, and the view's
+    /// [`SchedulerView::liveness_generation`] it holds for: a node lost or back since, it is
+    /// summed again over every node ([`Prefetch::live_debt`]).
+    live: u32,
+    /// See `live`.
+    live_at: Option<u64>,
+    /// The nodes whose free cores rose since the last repayment, as the view lists them: a
+    /// buffer kept between events.
+    freed: Vec<NodeId>,
     /// The tasks the agents hold queued.
     pub queued: Queued,
     /// Tasks restored beyond their node's free cores since the last
@@ -402,8 +411,24 @@ impl Prefetch {
         self.debt.get(node.index()).copied().unwrap_or(0)
     }
 
-    /// The cores the live nodes owe: what the view books beyond their capacity (O(nodes)).
-    pub fn live_debt(&self, view: &SchedulerView) -> u32 {
+    /// The cores the live nodes owe: what the view books beyond their capacity. O(1), but for
+    /// the first call after a node was added, lost or back (O(nodes)).
+    pub fn live_debt(&mut self, view: &SchedulerView) -> u32 {
+        if self.live_at != Some(view.liveness_generation()) {
+            self.live = self.live_debt_afresh(view);
+            self.live_at = Some(view.liveness_generation());
+        }
+        // Every test run in a debug build checks the kept sum against the nodes.
+        debug_assert_eq!(
+            self.live,
+            self.live_debt_afresh(view),
+            "the live debt kept differs from that summed"
+        );
+        self.live
+    }
+
+    /// [`Prefetch::live_debt`] summed over every node.
+    fn live_debt_afresh(&self, view: &SchedulerView) -> u32 {
         view.nodes()
             .iter()
             .zip(&self.debt)
@@ -412,7 +437,15 @@ impl Prefetch {
             .sum()
     }
 
-    fn add_debt(&mut self, node: NodeId, cores: u32) {
+    /// Whether the kept live debt holds for the view's live nodes (none lost or back since it
+    /// was summed: if one was, it is summed again when next read) and counts node `node`'s.
+    fn counts_live(&self, view: &SchedulerView, node: NodeId) -> bool {
+        self.live_at == Some(view.liveness_generation())
+            && view.nodes().get(node.index()).is_some_and(|n| n.alive)
+    }
+
+    /// Node `node` owes `cores` more.
+    fn add_debt(&mut self, view: &SchedulerView, node: NodeId, cores: u32) {
         if cores == 0 {
             return;
         }
@@ -420,16 +453,38 @@ impl Prefetch {
             self.debt.resize(node.index() + 1, 0);
         }
         self.debt[node.index()] += cores;
+        if self.counts_live(view, node) {
+            self.live += cores;
+        }
     }
 
     /// Takes every node's debt out of the cores released on it since (free cores the node does
-    /// not really have).
+    /// not really have): O(nodes that released cores since the last call). A node that owes
+    /// was left with no free core when it last repaid or borrowed, so only a node whose free
+    /// cores rose since ([`SchedulerView::take_cores_freed`]) can repay.
     pub fn repay_all(&mut self, view: &mut SchedulerView) {
-        for (n, debt) in self.debt.iter_mut().enumerate() {
+        view.take_cores_freed(&mut self.freed);
+        for &n in &self.freed {
+            let Some(debt) = self.debt.get_mut(n.index()) else {
+                continue;
+            };
             if *debt > 0 {
-                *debt -= view.hold_cores(NodeId(n as u32), *debt);
+                let repaid = view.hold_cores(n, *debt);
+                *debt -= repaid;
+                if self.counts_live(view, n) {
+                    self.live -= repaid;
+                }
             }
         }
+        // Every test run in a debug build checks that no node that owes has a free core left,
+        // which a pass over every node would have taken.
+        debug_assert!(
+            self.debt
+                .iter()
+                .zip(view.nodes())
+                .all(|(&d, n)| d == 0 || n.free.cores == 0),
+            "a node that owes cores has some free"
+        );
     }
 
     /// Lends node `node` `cores` for one policy decision.
@@ -450,7 +505,7 @@ impl Prefetch {
     /// Takes the loan back after the decision; what the policy used of it becomes debt.
     pub fn close(&mut self, view: &mut SchedulerView, node: NodeId, credit: Credit) {
         let taken = view.hold_cores(node, credit.lent);
-        self.add_debt(node, credit.lent - taken);
+        self.add_debt(view, node, credit.lent - taken);
     }
 
     /// Task `task`, of `cores` cores, is being put back on `node` after a restart (a running
@@ -465,7 +520,7 @@ impl Prefetch {
         if beyond > 0 {
             self.restored.push((node, task));
         }
-        self.add_debt(node, beyond);
+        self.add_debt(view, node, beyond);
     }
 
     /// The tasks restored beyond their node's free cores since the last call: the state
@@ -481,10 +536,22 @@ mod tests {
     use hetsched_core::{Node, Resources};
 
     fn view(cores: u32) -> SchedulerView {
+        nodes(1, cores)
+    }
+
+    /// A view of `count` nodes of `cores` cores each.
+    fn nodes(count: u32, cores: u32) -> SchedulerView {
         let mut v = SchedulerView::new();
+        for n in 0..count {
+            add_node(&mut v, NodeId(n), cores);
+        }
+        v
+    }
+
+    fn add_node(v: &mut SchedulerView, id: NodeId, cores: u32) {
         v.add_node(Node {
-            id: NodeId(0),
-            name: "n0".into(),
+            id,
+            name: format!("n{}", id.0),
             rack: hetsched_core::RackId(0),
             cores,
             core_speed: 1.0,
@@ -496,7 +563,66 @@ mod tests {
             attributes: Vec::new(),
         })
         .expect("node");
-        v
+    }
+
+    fn cores(cores: u32) -> Resources {
+        Resources {
+            cores,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_the_nodes_that_released_cores_repay_and_the_live_debt_is_kept() {
+        let mut v = nodes(4, 2);
+        let mut p = Prefetch::new(Setting::Cores(2));
+        // Kept as nodes borrow, repay, are lost and come back: the live debt is what a pass
+        // over every node sums.
+        let kept = |p: &mut Prefetch, v: &SchedulerView| {
+            assert_eq!(p.live_debt(v), p.live_debt_afresh(v));
+            (0..4).map(|n| p.debt(NodeId(n))).collect::<Vec<_>>()
+        };
+        // Nodes 0, 2 and 3 fill their two cores and use their two-core loan: each owes two.
+        for n in [0, 2, 3].map(NodeId) {
+            let c = p.open(&mut v, n, 2);
+            v.book(n, cores(4)).expect("fits in the loan");
+            p.close(&mut v, n, c);
+        }
+        assert_eq!(kept(&mut p, &v), [2, 0, 2, 2]);
+        assert_eq!(p.live_debt(&v), 6);
+        // Node 1's core comes and goes; node 0 gets one back: it repays one, owes one.
+        v.book(NodeId(1), cores(1)).expect("a free core");
+        v.unbook(NodeId(1), cores(1), &[]);
+        v.unbook(NodeId(0), cores(1), &[]);
+        p.repay_all(&mut v);
+        assert_eq!(kept(&mut p, &v), [1, 0, 2, 2]);
+        assert_eq!(v.node(NodeId(1)).free.cores, 2, "node 1 owes nothing");
+        // Node 3 is lost: what it owes is no longer live, though still owed.
+        v.set_alive(NodeId(3), false).expect("node 3");
+        assert_eq!(kept(&mut p, &v), [1, 0, 2, 2]);
+        assert_eq!(p.live_debt(&v), 3);
+        // Its tasks leave it, and node 0's second core comes back: both repay in full, and
+        // are no longer kept as owing; node 0 has one core really free.
+        v.unbook(NodeId(3), cores(4), &[]);
+        v.unbook(NodeId(0), cores(2), &[]);
+        p.repay_all(&mut v);
+        assert_eq!(kept(&mut p, &v), [0, 0, 2, 0]);
+        assert_eq!(v.node(NodeId(0)).free.cores, 1);
+        // Node 2 is given its loan in debt: none, so it owes no more.
+        let c = p.open(&mut v, NodeId(2), 2);
+        assert_eq!(c.lent, 0);
+        p.close(&mut v, NodeId(2), c);
+        assert_eq!(kept(&mut p, &v), [0, 0, 2, 0]);
+        // Node 3 comes back owing nothing; node 2 is lost owing two, and comes back before its
+        // tasks leave it: what it repays then was not in the sum last read.
+        v.set_alive(NodeId(3), true).expect("node 3");
+        v.set_alive(NodeId(2), false).expect("node 2");
+        assert_eq!(p.live_debt(&v), 0);
+        v.set_alive(NodeId(2), true).expect("node 2");
+        v.unbook(NodeId(2), cores(4), &[]);
+        p.repay_all(&mut v);
+        assert_eq!(kept(&mut p, &v), [0, 0, 0, 0]);
+        assert_eq!(v.node(NodeId(2)).free.cores, 2);
     }
 
     #[test]

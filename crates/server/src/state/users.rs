@@ -394,11 +394,12 @@ impl State {
     /// live nodes hold, with the cores booked beyond their capacity (queues,
     /// [`super::prefetch::Prefetch::live_debt`]), less the groups' and the admin's queued work.
     pub(super) fn settle_accounts(&mut self) {
+        let debt = self.nodes.prefetch.live_debt(&self.view);
         let view = &self.view;
         let queued = &self.nodes.prefetch.queued;
         let booked = view.in_use()
             + Resources {
-                cores: self.nodes.prefetch.live_debt(view),
+                cores: debt,
                 ..Default::default()
             };
         let grouped = view
