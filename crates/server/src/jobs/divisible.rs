@@ -58,8 +58,7 @@ use super::{Ctx, JobKind, Kind, Read};
 use crate::state::StateError;
 use crate::state::nodes::Nodes;
 use crate::state::types::{
-    HeartbeatReport, JobInfo, JobsPage, RunningAttempt, RunningTask, Submission, Submitted,
-    TaskCounts, TaskResult, TasksPage,
+    JobInfo, JobsPage, RunningAttempt, Submission, Submitted, TaskCounts, TasksPage,
 };
 use crate::store::StoreError;
 use hetsched_core::input::divisible::DivisibleSpec;
@@ -1905,35 +1904,8 @@ impl JobKind for Divisible {
             .collect())
     }
 
-    // Chunks do not travel in heartbeats (see the module documentation): no task of this kind
-    // is ever reported, expected, lost or dispatched there.
-    fn on_result(
-        &mut self,
-        _cx: &mut Ctx,
-        _node: NodeId,
-        _r: &TaskResult,
-    ) -> Result<(), StateError> {
-        Ok(())
-    }
-
-    fn expects(&self, _node: NodeId, _t: &RunningTask) -> bool {
-        false
-    }
-
-    fn on_lost(&mut self, _cx: &mut Ctx, _task: u64, _reason: &str) -> Result<(), StateError> {
-        Ok(())
-    }
-
-    fn on_heartbeat(
-        &mut self,
-        _cx: &mut Ctx,
-        _node: NodeId,
-        _report: &HeartbeatReport,
-        _open: bool,
-        _out: &mut super::Outbox,
-    ) -> Result<(), StateError> {
-        Ok(())
-    }
+    // Chunks do not travel in heartbeats (see the module documentation): the heartbeat hooks
+    // keep their defaults.
 
     fn has_changes(&self) -> bool {
         !self.dirty_jobs.is_empty()

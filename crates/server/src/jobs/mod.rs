@@ -416,11 +416,23 @@ pub trait JobKind: Send {
     /// Which kind this is.
     fn kind(&self) -> Kind;
 
-    /// A result from `node` for one of this kind's tasks.
-    fn on_result(&mut self, cx: &mut Ctx, node: NodeId, r: &TaskResult) -> Result<(), StateError>;
+    /// A result from `node` for one of this kind's tasks. The default, like those of
+    /// [`JobKind::expects`], [`JobKind::on_lost`] and [`JobKind::on_heartbeat`], is for a kind
+    /// whose tasks never travel in heartbeats (divisible chunks, topology executors): nothing
+    /// of it is ever reported, expected, lost or handed out there.
+    fn on_result(
+        &mut self,
+        _cx: &mut Ctx,
+        _node: NodeId,
+        _r: &TaskResult,
+    ) -> Result<(), StateError> {
+        Ok(())
+    }
 
     /// Whether `node` should be running this attempt (if not, the agent is told to kill it).
-    fn expects(&self, node: NodeId, t: &RunningTask) -> bool;
+    fn expects(&self, _node: NodeId, _t: &RunningTask) -> bool {
+        false
+    }
 
     /// What running task `task` holds on its node, and the owner group it counts against
     /// (`None`: the admin's): what the accounts leave out while its agent holds it queued
@@ -431,18 +443,22 @@ pub trait JobKind: Send {
     }
 
     /// A task that was running on a node is gone (the node lost it or was declared dead).
-    fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError>;
+    fn on_lost(&mut self, _cx: &mut Ctx, _task: u64, _reason: &str) -> Result<(), StateError> {
+        Ok(())
+    }
 
     /// A heartbeat from `node` (its results and losses already handed over): hand it work
     /// through `out` — unless `open` is false (the node is drained or its agent shuts down).
     fn on_heartbeat(
         &mut self,
-        cx: &mut Ctx,
-        node: NodeId,
-        report: &HeartbeatReport,
-        open: bool,
-        out: &mut Outbox,
-    ) -> Result<(), StateError>;
+        _cx: &mut Ctx,
+        _node: NodeId,
+        _report: &HeartbeatReport,
+        _open: bool,
+        _out: &mut Outbox,
+    ) -> Result<(), StateError> {
+        Ok(())
+    }
 
     /// Whether an event changed something [`JobKind::persist`] must write.
     fn has_changes(&self) -> bool;

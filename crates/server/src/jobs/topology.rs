@@ -45,12 +45,10 @@
 //! the same executors on the same node as a running one is kept (its agent hands it the new
 //! routes); agents stop the other old workers and start the other new ones.
 
-use crate::jobs::{Ctx, JobKind, Kind, Outbox, Read};
+use crate::jobs::{Ctx, JobKind, Kind, Read};
 use crate::state::StateError;
 use crate::state::nodes::Nodes;
-use crate::state::types::{
-    HeartbeatReport, JobInfo, JobsPage, RunningTask, TaskCounts, TaskResult, TasksPage,
-};
+use crate::state::types::{JobInfo, JobsPage, TaskCounts, TasksPage};
 use crate::store::StoreError;
 use crate::users::Users;
 use hetsched_core::input::stream_code::parse_runnable_topology;
@@ -2491,40 +2489,12 @@ fn encode(what: &str, e: serde_json::Error) -> StoreError {
     StoreError::Corrupt(format!("{what}: {e}"))
 }
 
-/// A topology hands out no tasks: the heartbeat hooks have nothing to do, and its workers are
+/// A topology hands out no tasks: the heartbeat hooks keep their defaults, and its workers are
 /// supervised through the agents' sync (`State::topology_sync`). Its jobs are listed by
 /// `hetsched topology list`, not `ListJobs`.
 impl JobKind for Topology {
     fn kind(&self) -> Kind {
         Kind::Topology
-    }
-
-    fn on_result(
-        &mut self,
-        _cx: &mut Ctx,
-        _node: NodeId,
-        _r: &TaskResult,
-    ) -> Result<(), StateError> {
-        Ok(())
-    }
-
-    fn expects(&self, _node: NodeId, _t: &RunningTask) -> bool {
-        false
-    }
-
-    fn on_lost(&mut self, _cx: &mut Ctx, _task: u64, _reason: &str) -> Result<(), StateError> {
-        Ok(())
-    }
-
-    fn on_heartbeat(
-        &mut self,
-        _cx: &mut Ctx,
-        _node: NodeId,
-        _report: &HeartbeatReport,
-        _open: bool,
-        _out: &mut Outbox,
-    ) -> Result<(), StateError> {
-        Ok(())
     }
 
     fn has_changes(&self) -> bool {
