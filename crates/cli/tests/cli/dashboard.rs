@@ -271,10 +271,7 @@ fn the_dashboard_shows_the_allocation_queues_and_each_allocations_agents() {
     wait_until("the allocation listed", Duration::from_secs(10), || {
         c.json(&["allocations"])[0]["allocations"][0]["state"] == "RUNNING"
     });
-    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
-    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
-    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
-    let url = format!("http://{}/login?ticket={ticket}#events=1", addr.trim());
+    let url = login_url(&c, "token", "#events=1");
     let dom = run_browser(browser, &["--dump-dom", "--virtual-time-budget=5000", &url]);
     let queue = dom
         .split("<div class=\"queue\" data-queue=\"local\">")
@@ -379,8 +376,6 @@ fn a_divisible_jobs_chunks_are_listed_with_links_to_their_output() {
 #[test]
 fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
     let mut c = Cluster::start("dashboard-multi-node", true);
-    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
-    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
     c.start_agent("a", 1, &[]);
     c.start_agent("b", 1, &[]);
     c.wait_for_nodes(2);
@@ -397,8 +392,7 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
     let Some(browser) = chromium_or_skip() else {
         return;
     };
-    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
-    let url = format!("http://{}/login?ticket={ticket}#events=1", addr.trim());
+    let url = login_url(&c, "token", "#events=1");
     let dom = run_browser(browser, &["--dump-dom", "--virtual-time-budget=5000", &url]);
     assert!(
         dom.contains("<span class=\"nodes\" title=\"a, b\"> (+1)</span>")
@@ -434,8 +428,6 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
         true,
         "preemption = \"requeue\"\nprefetch = 0\n",
     );
-    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
-    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
     c.ok(&["submit", "--", "sleep", "60"]);
@@ -449,9 +441,7 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
     let Some(bin) = chromium_or_skip() else {
         return;
     };
-    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
-    let mut b = Browser::start(bin, &c.dir.join("browser"));
-    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+    let mut b = signed_in_as(&c, bin, "token");
     let t = Duration::from_secs(20);
     let cell = |column: usize| {
         format!(
@@ -482,8 +472,6 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
 #[test]
 fn a_task_waiting_in_its_agents_queue_says_queued() {
     let mut c = Cluster::start_configured("dashboard-queued", true, "prefetch = 1\n");
-    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
-    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
     c.ok(&["submit", "--tasks", "2", "--", "sleep", "60"]);
@@ -495,9 +483,7 @@ fn a_task_waiting_in_its_agents_queue_says_queued() {
         c.ok(&["cancel", "1"]);
         return;
     };
-    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
-    let mut b = Browser::start(bin, &c.dir.join("browser"));
-    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+    let mut b = signed_in_as(&c, bin, "token");
     let t = Duration::from_secs(20);
     let run_time = |task: u32| {
         format!(
@@ -539,16 +525,12 @@ fn a_workflow_instance_shows_fetching_then_how_long_its_fetch_took() {
     const BLOB_BYTES: u64 = 6 << 20;
     let mut c =
         Cluster::start_configured("dashboard-fetch", true, "[workflow]\ncluster_size = 2\n");
-    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
-    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
     c.start_producer_and_capped_consumer();
     let Some(bin) = chromium_or_skip() else {
         return;
     };
     // The browser first: the fetch lasts seconds, a browser's start about as long.
-    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
-    let mut b = Browser::start(bin, &c.dir.join("browser"));
-    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+    let mut b = signed_in_as(&c, bin, "token");
     let job = c.submit_blob_workflow(BLOB_BYTES, "");
     b.wait_for(
         "the page to load",
@@ -1625,8 +1607,6 @@ fn another_sites_page_signs_the_browser_in_only_on_a_click_here_and_never_out() 
 #[test]
 fn the_jobs_pager_and_a_click_on_an_older_job_and_its_tasks_first_page() {
     let c = Cluster::start("dashboard-pager", true);
-    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
-    let addr = addr.trim();
     // No agent: the jobs wait. Job 1 has three pages of tasks.
     c.ok(&["submit", "--name", "oldest", "--tasks", "250", "--", "true"]);
     for i in 2..=22 {
@@ -1635,10 +1615,7 @@ fn the_jobs_pager_and_a_click_on_an_older_job_and_its_tasks_first_page() {
     let Some(bin) = chromium_or_skip() else {
         return;
     };
-    let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
-    let ticket = login_ticket(addr, &format!("Bearer {}", token.trim()));
-    let mut b = Browser::start(bin, &c.dir.join("browser"));
-    b.navigate(&format!("http://{addr}/login?ticket={ticket}"));
+    let mut b = signed_in(&c, bin);
     let t = Duration::from_secs(20);
     let listed =
         "[...document.querySelectorAll('#jobs tbody tr')].map((r) => Number(r.dataset.job))";
@@ -1731,16 +1708,32 @@ fn chromium_or_skip() -> Option<&'static str> {
 
 /// A browser signed in to `c`'s dashboard with the read-only token.
 fn signed_in(c: &Cluster, bin: &str) -> Browser {
-    sign_in(c, Browser::start(bin, &c.dir.join("browser")))
+    signed_in_as(c, bin, "read-token")
+}
+
+/// A browser signed in to `c`'s dashboard with the token in the data directory's `token_file`
+/// (`token`: the admin's; `read-token`).
+fn signed_in_as(c: &Cluster, bin: &str, token_file: &str) -> Browser {
+    sign_in_as(c, Browser::start(bin, &c.dir.join("browser")), token_file)
 }
 
 /// `b` signed in to `c`'s dashboard with the read-only token (a login link).
-fn sign_in(c: &Cluster, mut b: Browser) -> Browser {
-    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
-    let token = std::fs::read_to_string(c.data().join("read-token")).expect("read-token");
-    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
-    b.navigate(&format!("http://{}/login?ticket={ticket}", addr.trim()));
+fn sign_in(c: &Cluster, b: Browser) -> Browser {
+    sign_in_as(c, b, "read-token")
+}
+
+fn sign_in_as(c: &Cluster, mut b: Browser, token_file: &str) -> Browser {
+    b.navigate(&login_url(c, token_file, ""));
     b
+}
+
+/// A one-use login link to `c`'s dashboard for the token in the data directory's `token_file`,
+/// ending in `fragment` (`#events=1`, or empty).
+fn login_url(c: &Cluster, token_file: &str, fragment: &str) -> String {
+    let addr = std::fs::read_to_string(c.data().join("http-address")).expect("http-address");
+    let token = std::fs::read_to_string(c.data().join(token_file)).expect(token_file);
+    let ticket = login_ticket(addr.trim(), &format!("Bearer {}", token.trim()));
+    format!("http://{}/login?ticket={ticket}{fragment}", addr.trim())
 }
 
 /// Cluster `name` with no agent, so that its jobs `first`, `second` and `third` (1 to 3) wait,
