@@ -5,6 +5,7 @@
 //!   profiles (spec 02, "Heterogeneous task model");
 //! - [`view`]: the scheduler's live view of the cluster that policies read and update;
 //! - [`slots`]: records by dense id whose retired ids cost a pointer;
+//! - [`node_list`]: nodes noted since a reader last took them, each once;
 //! - [`user`]: a user's fair-share shares and caps (simulator workloads' `[[user]]`).
 
 pub mod application;
@@ -12,6 +13,7 @@ pub mod cluster;
 pub mod fair_share;
 pub mod ids;
 pub mod latency;
+pub mod node_list;
 pub mod resources;
 pub mod slots;
 pub mod stream_code;
@@ -23,6 +25,7 @@ pub mod workflow;
 pub use application::{Application, CpuVariant, GpuVariant, Need, Variant};
 pub use cluster::{Accelerator, Cluster, ClusterError, Node, Rack};
 pub use ids::{AppId, NodeId, RackId, TaskId};
+pub use node_list::NodeList;
 pub use resources::Resources;
 pub use slots::Slots;
 pub use user::UserLimits;

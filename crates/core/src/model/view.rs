@@ -290,7 +290,7 @@ pub struct SchedulerView {
     /// (application, node) pairs on which the application must not be placed for now (the
     /// runtime's failing-node back-off); nothing fits there.
     excluded: std::collections::BTreeSet<(AppId, NodeId)>,
-    /// How many times a node's attributes or an application's request changed
+    /// How many times a node's attributes or capacity or an application's request changed
     /// ([`SchedulerView::placement_generation`]).
     placement_generation: u64,
     /// The time now, on the clock of the nodes' ends ([`NodeState::ends_at`]).
@@ -309,13 +309,10 @@ pub struct SchedulerView {
     /// Each group's decayed usage and standing ([`SchedulerView::set_fair_share`]).
     fair: FairShare,
     /// The nodes whose free cores rose since the last [`SchedulerView::take_cores_freed`], each
-    /// once (`cores_freed_listed[i]`: node i is in the list), so that what was booked beyond a
-    /// node's capacity (the runtime's prefetch debt) is repaid from the nodes that released
-    /// cores, not sought on every node at every event. Nobody draining it costs at most a
-    /// list of every node.
-    cores_freed: Vec<NodeId>,
-    /// See `cores_freed`.
-    cores_freed_listed: Vec<bool>,
+    /// once, so that what was booked beyond a node's capacity (the runtime's prefetch debt) is
+    /// repaid from the nodes that released cores, not sought on every node at every event.
+    /// Nobody draining it costs at most a list of every node.
+    cores_freed: super::NodeList,
     /// How many times a node was added or its liveness changed
     /// ([`SchedulerView::liveness_generation`]).
     liveness_generation: u64,
@@ -610,18 +607,7 @@ impl SchedulerView {
             self.free_alive = self.free_alive - before + n.free;
         }
         if n.free.cores > before.cores {
-            self.note_cores_freed(index);
-        }
-    }
-
-    /// Lists node `index` among those whose free cores rose, once.
-    fn note_cores_freed(&mut self, index: usize) {
-        if self.cores_freed_listed.len() <= index {
-            self.cores_freed_listed.resize(index + 1, false);
-        }
-        if !self.cores_freed_listed[index] {
-            self.cores_freed_listed[index] = true;
-            self.cores_freed.push(NodeId(index as u32));
+            self.cores_freed.note(NodeId(index as u32));
         }
     }
 
@@ -629,11 +615,7 @@ impl SchedulerView {
     /// each once, and starts a new list: O(those nodes). A node not listed has no more free
     /// cores than it had at the last call.
     pub fn take_cores_freed(&mut self, into: &mut Vec<NodeId>) {
-        into.clear();
-        std::mem::swap(into, &mut self.cores_freed);
-        for n in into.iter() {
-            self.cores_freed_listed[n.index()] = false;
-        }
+        self.cores_freed.take(into);
     }
 
     /// The dominant share of the cluster each group's running work holds now, by group id,
@@ -667,9 +649,11 @@ impl SchedulerView {
         Some(end.saturating_sub(self.now))
     }
 
-    /// Moves each time a node's attributes or an application's request change: a policy that
-    /// caches where an application can run ([`Node::has_attributes`] against its `requires`,
-    /// its request against a node's capacity) computes it again.
+    /// Moves each time a node's attributes or capacity (its own figures, or how many devices
+    /// the binding shows it with: [`SchedulerView::set_attached_accelerators`]) or an
+    /// application's request change: a policy that caches where an application can run
+    /// ([`Node::has_attributes`] against its `requires`, its request against a node's capacity)
+    /// computes it again.
     pub fn placement_generation(&self) -> u64 {
         self.placement_generation
     }
@@ -703,6 +687,10 @@ impl SchedulerView {
                 (self.device_speed_total - old_speed + device_speed(&state.node)).max(0.0);
         }
         self.free_changed(node.index(), before);
+        // Its capacity and its `gpu` attribute follow how many devices it is seen with.
+        if old_n != new_n {
+            self.placement_generation += 1;
+        }
         Ok(())
     }
 

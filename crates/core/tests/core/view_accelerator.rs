@@ -91,3 +91,23 @@ fn an_nnode_held_for_its_anodes_full_queue_gets_no_accelerator_work_until_releas
     v.set_accelerator_held(NodeId(1), true).expect("held");
     assert_eq!(beat(&mut v, 2), vec![Variant::Cpu; 4]);
 }
+
+/// A node bound to an ANode, or unbound, changes its capacity and its `gpu` attribute: a cache
+/// of where work can run (kept by the placement generation) must be computed again; the binding
+/// said again with as many devices changes neither.
+#[test]
+fn binding_a_node_to_devices_or_unbinding_it_moves_the_placement_generation() {
+    let mut v = view(AcceleratorNeed::None, 1);
+    let generation = v.placement_generation();
+    let devices = v.node(NodeId(0)).node.accelerators.clone();
+    v.set_attached_accelerators(NodeId(1), devices.clone())
+        .expect("bound again, as before");
+    assert_eq!(v.placement_generation(), generation, "nothing changed");
+    v.set_attached_accelerators(NodeId(1), Vec::new())
+        .expect("unbound");
+    assert!(v.placement_generation() > generation, "its device went");
+    let generation = v.placement_generation();
+    v.set_attached_accelerators(NodeId(2), devices)
+        .expect("bound");
+    assert!(v.placement_generation() > generation, "it reaches a device");
+}
