@@ -805,6 +805,8 @@ pub struct Workflows {
     /// The live nodes' offers and each running vocabulary's masks over them, kept from one
     /// heartbeat to the next ([`masks`]).
     node_masks: NodeMasks,
+    /// What the last refresh of `node_masks` took from the registry, kept for its capacity.
+    nodes_changed: Vec<NodeId>,
 }
 
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, u64) {
@@ -937,6 +939,7 @@ impl Workflows {
             maybe_unstarted: BTreeSet::new(),
             maybe_running: BTreeSet::new(),
             node_masks: NodeMasks::default(),
+            nodes_changed: Vec::new(),
         };
         {
             let mut q = source
@@ -2544,6 +2547,7 @@ impl JobKind for Workflows {
                 );
                 if let Some(rec) = cx.nodes.get(node.0) {
                     self.no_room.insert(node.0, rec.last_seen);
+                    self.node_masks.note(node.0);
                 }
                 // This heartbeat takes back what else waits for the node with inputs to fetch
                 // ([`Self::take_back`]), even if the node was already short: an instance placed
@@ -2787,6 +2791,7 @@ impl JobKind for Workflows {
             && cx.nodes.get(node.0).is_some_and(|rec| rec.last_seen > at)
         {
             self.no_room.remove(&node.0);
+            self.node_masks.note(node.0);
         }
         if self.heard.insert(node.0) {
             // Its outputs can be fetched from now on: the nodes holding instances that waited
@@ -2860,19 +2865,24 @@ impl JobKind for Workflows {
         self.maybe_running
             .retain(|seq| jobs.get(seq).is_some_and(|j| j.finished_ns == 0));
         // What every live node offers and each running vocabulary's masks over them, brought
-        // up to date: only while a workflow runs (a pass over the registry's scalars; the
-        // nodes whose offer changed are matched again, [`masks`]).
+        // up to date: only while a workflow runs (the scalars of the nodes the registry lists
+        // as changed since; those whose offer changed are matched again, [`masks`]). The list
+        // waits in the registry while none runs.
         let now = std::time::Instant::now();
         if !self.maybe_running.is_empty() {
             let mut masks = std::mem::take(&mut self.node_masks);
+            let mut changed = std::mem::take(&mut self.nodes_changed);
+            cx.nodes.take_changed(&mut changed);
             masks.refresh(
                 cx.nodes.len() as u32,
                 cx.view.placement_generation(),
+                changed.iter().map(|n| n.0),
                 now,
                 |n| self.offer_key(cx, n),
                 |n| self.offer_of(cx, n),
             );
             self.node_masks = masks;
+            self.nodes_changed = changed;
         }
         // Whether this node has no room for inputs now, and whether it just ran short (its
         // report, or a result that found no room): then what waits for it with inputs to

@@ -622,6 +622,7 @@ impl State {
     fn beat(&mut self, mut req: HeartbeatReport) -> Result<HeartbeatReply, StateError> {
         let nid = NodeId(req.node_id);
         let paused = self.paused();
+        self.nodes.note_beat(nid.0);
         let Some(rec) = self.nodes.get_mut(nid.0) else {
             return Ok(HeartbeatReply {
                 reregister: true,

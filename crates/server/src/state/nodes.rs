@@ -265,6 +265,10 @@ pub struct Nodes {
     /// Times a live node stopped being live (declared dead, its agent gone, removed), counted
     /// in the same places ([`Nodes::departures`]).
     departures: u64,
+    /// The nodes whose liveness, removal, description, end or reported figures changed since
+    /// the last [`Nodes::take_changed`]: noted in the same places, at [`Nodes::set_end`] and
+    /// at each beat ([`Nodes::note_beat`]).
+    changed: hetsched_core::model::NodeList,
 }
 
 /// Cores, memory and devices summed over nodes, wider than the scheduler view's totals so that
@@ -497,6 +501,7 @@ impl Nodes {
     /// Adds node `rec` (the next id), counting its devices if it is live.
     fn admit(&mut self, rec: NodeRec) {
         self.live_devices += live_devices_of(&rec);
+        self.changed.note(NodeId(self.recs.len() as u32));
         self.recs.push(rec);
     }
 
@@ -514,6 +519,7 @@ impl Nodes {
         if was_live && !live(rec) {
             self.departures += 1;
         }
+        self.changed.note(NodeId(id));
     }
 
     /// How many times a live node has stopped being live since this registry was built: a
@@ -521,6 +527,19 @@ impl Nodes {
     /// only when this moved, rather than at every event.
     pub fn departures(&self) -> u64 {
         self.departures
+    }
+
+    /// Node `id`'s agent beat: its reported figures (its disk among them) are rewritten.
+    pub fn note_beat(&mut self, id: u32) {
+        self.changed.note(NodeId(id));
+    }
+
+    /// Moves into `into` (emptied first) the nodes whose liveness, removal, description, end
+    /// or reported figures may have changed since the last call, each once: a reader that
+    /// keeps what the nodes offer (the workflows' masks, `jobs/workflow/masks`) looks at these
+    /// rather than at every node. One reader: taking empties the list.
+    pub fn take_changed(&mut self, into: &mut Vec<NodeId>) {
+        self.changed.take(into);
     }
 
     /// Node `id` is alive (heartbeating) or not.
@@ -641,6 +660,10 @@ impl Nodes {
         }
         self.clock = old.clock;
         self.wakes.carry_over(&old.wakes);
+        // Liveness, disk reports and ends came from `old`: every node changed.
+        for id in 0..self.recs.len() {
+            self.changed.note(NodeId(id as u32));
+        }
         // Liveness came from `old`, node by node: counted once here.
         self.live_devices = u64::from(self.live_devices_afresh());
     }
@@ -665,6 +688,7 @@ impl Nodes {
         }
         if rec.ends_at != end {
             rec.ends_at = end;
+            self.changed.note(NodeId(id));
             // Every node in the registry is in the view (same dense ids).
             let _ = view.set_node_end(NodeId(id), end.map(|e| self.clock.at(e)));
         }

@@ -7,10 +7,14 @@
 //! vocabularies 44 ms under the state's lock (`docs/performance.md`, session 72). [`NodeMasks`]
 //! keeps each live node's [`Offer`] and each vocabulary's masks over the nodes, and at a
 //! heartbeat matches again only:
-//! - the nodes whose offer changed: a scalar [`Key`] per node is read at each heartbeat (its
-//!   cores, capacity, end, room for inputs); its attributes, the only strings, are read again
-//!   only when the view's placement generation moved (every change of a node's attributes
-//!   moves it);
+//! - the nodes whose offer changed: a scalar [`Key`] (its cores, capacity, end, room for
+//!   inputs) is read at a heartbeat only for the nodes whose registry record changed since the
+//!   last one (`Nodes::take_changed`: liveness, removal, description, end, a beat's disk report)
+//!   or whose room the workflows themselves took away or gave back ([`NodeMasks::note`]), so a
+//!   beat costs O(those nodes), not O(every node); every node's key and attributes (the only
+//!   strings) are read again when the view's placement generation moved (every change of a
+//!   node's attributes or capacity moves it). Debug builds check after each heartbeat that
+//!   every node's key equals the one kept;
 //! - a vocabulary's time-limit words ([`Word::Lasts`]) once the clock passes the first instant
 //!   one of them turns off on some node ([`View::flips_at`]): a node's time left shrinks with
 //!   the clock, nothing else changes it.
@@ -22,6 +26,7 @@
 use super::Word;
 use hetsched_core::NodeId;
 use hetsched_core::Resources;
+use hetsched_core::model::NodeList;
 use hetsched_core::policy::graph::{AttrMask, GraphNode};
 use std::time::{Duration, Instant};
 
@@ -174,66 +179,112 @@ pub(super) struct NodeMasks {
     views: Vec<View>,
     /// The last stamp given.
     stamps: u64,
+    /// The nodes [`NodeMasks::note`]d since the last refresh.
+    noted: NodeList,
+    /// What a refresh took from `noted`, kept for its capacity.
+    visit: Vec<NodeId>,
 }
 
 impl NodeMasks {
+    /// Node `n`'s offer may have changed in a way the registry does not list (the workflows'
+    /// own `no_room`): its key is read at the next [`NodeMasks::refresh`].
+    pub fn note(&mut self, n: u32) {
+        self.noted.note(NodeId(n));
+    }
+
     /// Brings the offers of `count` nodes up to date at `now`: `key(n)` (None: node `n` is not
-    /// live) for every node, `offer(n)` for those whose key changed (every one when the view's
-    /// placement `generation` moved); each vocabulary matches again the nodes whose offer
-    /// changed.
+    /// live) for the nodes whose key may have changed since the last call, `offer(n)` for those
+    /// whose key did; each vocabulary matches again the nodes whose offer changed. Those are
+    /// the nodes `changed` lists (all those whose record changed since the last call), those
+    /// [`NodeMasks::note`]d and those new since; every node when the view's placement
+    /// `generation` moved (the attributes, the capacities), and then every offer is read again.
     pub fn refresh(
         &mut self,
         count: u32,
         generation: u64,
+        changed: impl IntoIterator<Item = u32>,
         now: Instant,
         key: impl Fn(u32) -> Option<Key>,
         offer: impl Fn(u32) -> Offer,
     ) {
         let all = self.generation != Some(generation);
         self.generation = Some(generation);
+        let known = self.nodes.len() as u32;
         self.nodes.resize(count as usize, None);
-        for n in 0..count {
-            let slot = &mut self.nodes[n as usize];
-            let k = key(n);
-            let (was_live, old_cores) = (slot.is_some(), slot.as_ref().map(|(_, o)| o.cores));
-            let changed = match (slot.as_mut(), k) {
-                (None, None) => false,
-                (Some(_), None) => {
-                    *slot = None;
-                    true
-                }
-                (None, Some(k)) => {
-                    *slot = Some((k, offer(n)));
-                    true
-                }
-                (Some((old, o)), Some(k)) => {
-                    if all || *old != k {
-                        *old = k;
-                        let fresh = offer(n);
-                        let moved = *o != fresh;
-                        *o = fresh;
-                        moved
-                    } else {
-                        false
-                    }
-                }
-            };
-            if !changed {
-                continue;
+        for v in &mut self.views {
+            v.masks.resize(count as usize, 0);
+        }
+        let mut noted = std::mem::take(&mut self.visit);
+        self.noted.take(&mut noted);
+        if all {
+            for n in 0..count {
+                self.read(n, true, now, &key, &offer);
             }
-            let o = slot.as_ref().map(|(_, o)| o);
-            // A node that joined or left, or whose cores changed, changes the members even at
-            // an equal mask.
-            let moved = was_live != o.is_some() || old_cores != o.map(|o| o.cores);
-            for v in &mut self.views {
-                v.masks.resize(count as usize, 0);
-                let m = o.map_or(0, |o| {
-                    v.flips_at = min_instant(v.flips_at, o.flips_at(&v.vocab, now));
-                    o.mask(&v.vocab, now)
-                });
-                v.stale |= moved || v.masks[n as usize] != m;
-                v.masks[n as usize] = m;
+        } else {
+            let listed = changed.into_iter().chain(noted.iter().map(|n| n.0));
+            for n in listed.chain(known.min(count)..count) {
+                if n < count {
+                    self.read(n, false, now, &key, &offer);
+                }
             }
+        }
+        self.visit = noted;
+        // Every key read afresh equals the one kept: no node whose offer changed went unlisted.
+        debug_assert!(
+            (0..count).all(|n| self.nodes[n as usize].as_ref().map(|(k, _)| *k) == key(n)),
+            "a node's key changed without being listed"
+        );
+    }
+
+    /// Reads node `n`'s key, and its offer if the key changed (or `all`); each vocabulary
+    /// matches it again if its offer changed.
+    fn read(
+        &mut self,
+        n: u32,
+        all: bool,
+        now: Instant,
+        key: impl Fn(u32) -> Option<Key>,
+        offer: impl Fn(u32) -> Offer,
+    ) {
+        let slot = &mut self.nodes[n as usize];
+        let k = key(n);
+        let (was_live, old_cores) = (slot.is_some(), slot.as_ref().map(|(_, o)| o.cores));
+        let changed = match (slot.as_mut(), k) {
+            (None, None) => false,
+            (Some(_), None) => {
+                *slot = None;
+                true
+            }
+            (None, Some(k)) => {
+                *slot = Some((k, offer(n)));
+                true
+            }
+            (Some((old, o)), Some(k)) => {
+                if all || *old != k {
+                    *old = k;
+                    let fresh = offer(n);
+                    let moved = *o != fresh;
+                    *o = fresh;
+                    moved
+                } else {
+                    false
+                }
+            }
+        };
+        if !changed {
+            return;
+        }
+        let o = slot.as_ref().map(|(_, o)| o);
+        // A node that joined or left, or whose cores changed, changes the members even at an
+        // equal mask.
+        let moved = was_live != o.is_some() || old_cores != o.map(|o| o.cores);
+        for v in &mut self.views {
+            let m = o.map_or(0, |o| {
+                v.flips_at = min_instant(v.flips_at, o.flips_at(&v.vocab, now));
+                o.mask(&v.vocab, now)
+            });
+            v.stale |= moved || v.masks[n as usize] != m;
+            v.masks[n as usize] = m;
         }
     }
 
@@ -352,12 +403,21 @@ mod tests {
         let (mut hint, mut hint2) = (0, 0);
         let mut last_stamp = 0;
         let mut last_members: Vec<GraphNode> = Vec::new();
-        // Each step changes the cluster or the clock, then checks against a fresh match.
-        for step in 0..9u64 {
+        // Each step changes the cluster or the clock, lists the nodes it changed as the
+        // registry would (or notes them as the workflows do), then checks against a fresh
+        // match.
+        for step in 0..10u64 {
             let now = t0 + Duration::from_secs(step * 2);
+            let mut changed = Vec::new();
             match step {
-                2 => cluster[2] = Some(offer(2, &["a"], 4, None, true)),
-                6 => cluster[0] = None,
+                2 => {
+                    cluster[2] = Some(offer(2, &["a"], 4, None, true));
+                    changed.push(2);
+                }
+                6 => {
+                    cluster[0] = None;
+                    changed.push(0);
+                }
                 4 => {
                     // Attributes change with the key unchanged: only a new generation tells.
                     if let Some(f) = cluster[3].as_mut().and_then(|o| o.facts.as_mut()) {
@@ -369,18 +429,28 @@ mod tests {
                     if let Some(f) = cluster[3].as_mut().and_then(|o| o.facts.as_mut()) {
                         f.room = true;
                     }
+                    changed.push(3);
                 }
                 7 => {
                     // A key that changes with every mask unchanged: the members stay.
                     if let Some(f) = cluster[2].as_mut().and_then(|o| o.facts.as_mut()) {
                         f.capacity = Resources::new(4, 1 << 30, 0);
                     }
+                    changed.push(2);
+                }
+                8 => {
+                    // The workflows took its room away: noted, not listed by the registry.
+                    if let Some(f) = cluster[3].as_mut().and_then(|o| o.facts.as_mut()) {
+                        f.room = false;
+                    }
+                    masks.note(3);
                 }
                 _ => {}
             }
             masks.refresh(
                 cluster.len() as u32,
                 generation,
+                changed,
                 now,
                 |n| cluster[n as usize].as_ref().map(key_of),
                 |n| cluster[n as usize].clone().expect("read only while live"),
@@ -414,13 +484,29 @@ mod tests {
         );
     }
 
+    /// Debug builds catch a node whose key changed but that nobody listed: its offer would stay
+    /// stale, and workflows would place on what it no longer offers.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "without being listed")]
+    fn a_change_nobody_listed_fails_the_debug_check() {
+        let now = Instant::now();
+        let mut masks = NodeMasks::default();
+        let mut o = offer(0, &["a"], 1, None, true);
+        masks.refresh(1, 0, [], now, |_| Some(key_of(&o)), |_| o.clone());
+        if let Some(f) = o.facts.as_mut() {
+            f.room = false;
+        }
+        masks.refresh(1, 0, [], now, |_| Some(key_of(&o)), |_| o.clone());
+    }
+
     /// A vocabulary no running workflow asked for at a heartbeat is forgotten.
     #[test]
     fn a_vocabulary_nobody_asks_for_is_forgotten() {
         let now = Instant::now();
         let mut masks = NodeMasks::default();
         let o = offer(0, &["a"], 1, None, true);
-        masks.refresh(1, 0, now, |_| Some(key_of(&o)), |_| o.clone());
+        masks.refresh(1, 0, [], now, |_| Some(key_of(&o)), |_| o.clone());
         let (a, b) = (vec![Word::Attr("a".into())], vec![Word::Attr("b".into())]);
         let (mut ha, mut hb) = (0, 0);
         masks.view(&a, &mut ha, now);
