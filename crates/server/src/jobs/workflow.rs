@@ -778,6 +778,10 @@ pub struct Workflows {
     clusters_version: u64,
     /// The live nodes `clusters` was computed over.
     clustered: Vec<u32>,
+    /// The registry's [`Nodes::liveness_generation`](crate::state::nodes::Nodes::liveness_generation)
+    /// at which the live nodes were last found to be `clustered` (None: not since `clustered`
+    /// changed): [`Workflows::clusters_lag`] compares them again only when it moved.
+    clustered_live_at: Option<u64>,
     /// When `clusters` was last computed (None: never): while no PCDDB workflow runs, a change
     /// of the live nodes is followed at most every [`RECLUSTER_IDLE_NS`].
     reclustered_ns: Option<u64>,
@@ -923,6 +927,7 @@ impl Workflows {
             clusters: Vec::new(),
             clusters_version: fresh_version(),
             clustered: Vec::new(),
+            clustered_live_at: None,
             reclustered_ns: None,
             cluster_size,
             check_interval_ms,
@@ -1183,7 +1188,7 @@ impl Workflows {
             BalancerKind::Pcddb => {
                 // Clusters that lag a change of the live nodes (see `RECLUSTER_IDLE_NS`) are
                 // brought up to date before a launch node takes them.
-                if !Self::live_ids(cx).eq(self.clustered.iter().copied()) {
+                if self.clusters_lag(cx) {
                     self.recluster(cx);
                 }
                 let mut launch = LaunchNode::with_clusters(LAUNCH, Vec::new(), graph);
@@ -1993,6 +1998,28 @@ impl Workflows {
         Self::live_ids(cx).collect()
     }
 
+    /// Whether the live nodes are not those the clusters were computed over (`clustered`).
+    /// Compared only when the registry's liveness generation moved since they were last found
+    /// the same: the pass over every node at every beat was a third of an idle beat on 1,000
+    /// nodes (and a list of the live nodes built at every beat, before that, a sixth).
+    fn clusters_lag(&mut self, cx: &Ctx) -> bool {
+        let generation = cx.nodes.liveness_generation();
+        if self.clustered_live_at == Some(generation) {
+            // Every test run in a debug build checks that an unmoved generation means the same
+            // live nodes.
+            debug_assert!(
+                Self::live_ids(cx).eq(self.clustered.iter().copied()),
+                "the live nodes changed without the registry's liveness generation"
+            );
+            return false;
+        }
+        let lag = !Self::live_ids(cx).eq(self.clustered.iter().copied());
+        if !lag {
+            self.clustered_live_at = Some(generation);
+        }
+        lag
+    }
+
     /// The live nodes' ids, in order.
     fn live_ids<'a>(cx: &'a Ctx) -> impl Iterator<Item = u32> + 'a {
         (0..cx.nodes.len() as u32).filter(|&n| Self::alive(cx, n))
@@ -2097,6 +2124,7 @@ impl Workflows {
     fn recluster(&mut self, cx: &Ctx) {
         let live = Self::live(cx);
         self.clustered = live.clone();
+        self.clustered_live_at = Some(cx.nodes.liveness_generation());
         self.reclustered_ns = Some(cx.now);
         let names: Vec<String> = live.iter().map(|&n| cx.nodes.name(n).to_string()).collect();
         let n = live.len();
@@ -2836,6 +2864,7 @@ impl JobKind for Workflows {
                     .is_none_or(|old| old.abs_diff(q) > RTT_RESOLUTION)
                 {
                     self.clustered.clear();
+                    self.clustered_live_at = None;
                 }
             }
         }
@@ -2844,9 +2873,7 @@ impl JobKind for Workflows {
         // 1,000 agents registering one after another cost 1,000 reclusters of a growing
         // cluster, each a sort of every node per broadcast. Round trips are measured only
         // while PCDDB balances, and a new one clusters at once (`clustered` cleared above).
-        // Compared in place: a list of the live nodes built at every beat was a sixth of an
-        // idle beat on 1,000 nodes.
-        if !Self::live_ids(cx).eq(self.clustered.iter().copied()) {
+        if self.clusters_lag(cx) {
             let pcddb_runs = self.maybe_running.iter().any(|seq| {
                 self.jobs
                     .get(seq)

@@ -265,6 +265,9 @@ pub struct Nodes {
     /// Times a live node stopped being live (declared dead, its agent gone, removed), counted
     /// in the same places ([`Nodes::departures`]).
     departures: u64,
+    /// Times a node was added or became or stopped being live (heartbeating and not removed)
+    /// ([`Nodes::liveness_generation`]).
+    liveness_generation: u64,
     /// The nodes whose liveness, removal, description, end or reported figures changed since
     /// the last [`Nodes::take_changed`]: noted in the same places, at [`Nodes::set_end`] and
     /// at each beat ([`Nodes::note_beat`]).
@@ -501,6 +504,7 @@ impl Nodes {
     /// Adds node `rec` (the next id), counting its devices if it is live.
     fn admit(&mut self, rec: NodeRec) {
         self.live_devices += live_devices_of(&rec);
+        self.liveness_generation += 1;
         self.changed.note(NodeId(self.recs.len() as u32));
         self.recs.push(rec);
     }
@@ -519,6 +523,9 @@ impl Nodes {
         if was_live && !live(rec) {
             self.departures += 1;
         }
+        if was_live != live(rec) {
+            self.liveness_generation += 1;
+        }
         self.changed.note(NodeId(id));
     }
 
@@ -527,6 +534,13 @@ impl Nodes {
     /// only when this moved, rather than at every event.
     pub fn departures(&self) -> u64 {
         self.departures
+    }
+
+    /// Moves whenever a node is added or becomes or stops being live (heartbeating and not
+    /// removed): a reader that keeps something computed over the live nodes (the PCDDB
+    /// proximity clusters) need not compare it with them again while this stays the same.
+    pub fn liveness_generation(&self) -> u64 {
+        self.liveness_generation
     }
 
     /// Node `id`'s agent beat: its reported figures (its disk among them) are rewritten.
@@ -661,6 +675,7 @@ impl Nodes {
         self.clock = old.clock;
         self.wakes.carry_over(&old.wakes);
         // Liveness, disk reports and ends came from `old`: every node changed.
+        self.liveness_generation += 1;
         for id in 0..self.recs.len() {
             self.changed.note(NodeId(id as u32));
         }
