@@ -19,11 +19,26 @@
 //! - a worker that was SIGKILLed ends nothing: the agent that started it, finding it gone,
 //!   ends every process still carrying its mark ([`end_marked_by`]), the programs and what
 //!   they started, in their group or not (`setsid`). A process that cleared its environment
-//!   carries no mark and is not found so;
+//!   (`env -i`, an exec with an empty environment) carries no mark; one that stayed in its
+//!   program's process group is ended with the marked ones all the same, that group being the
+//!   program's (a group with a marked member whose leader is marked too or gone: see
+//!   `programs_groups`);
 //! - a worker that died with its agent (both SIGKILLed, a crash) has no agent to end what its
 //!   programs left: an agent starting sweeps every process of its workers' users whose mark
 //!   names a worker (pid and start time) that no longer runs
 //!   ([`end_marked_by_dead_workers`]), never one whose worker runs (another agent's).
+//!
+//! What the sweeps cannot find once the worker was SIGKILLed (while it runs, the walk below a
+//! program and the subreaper still do), short of a cgroup per program:
+//! - a process that both cleared its environment and left its program's group (`setsid`,
+//!   `setpgid`): nothing ties it to the program any more;
+//! - an unmarked process in a group with no marked member left (the program and all it
+//!   started that kept the mark exited);
+//! - what stayed in the group of a program that cleared its own environment (`env -i` as its
+//!   command, or an exec with an empty one): a group whose leader runs unmarked is never taken,
+//!   as the agent's or a shell's group, which a marked process may join, looks the same.
+//!
+//! Such a process runs on until someone ends it.
 //!
 //! Each process is named by its pid **and** its start time (`/proc/PID/stat`, field 22), and
 //! is signalled only while both still match, so a pid the kernel reused for an unrelated
@@ -174,32 +189,89 @@ pub fn end_marked_by_dead_workers(uids: &BTreeSet<u32>) -> usize {
     )
 }
 
-/// SIGKILLs every running process of a user `of_user` accepts whose [`MARK`] `ends` accepts;
-/// how many.
+/// A process of a swept user as the sweep found it.
+struct Found {
+    proc: Proc,
+    /// Its process group.
+    pgid: u32,
+    /// Its [`MARK`], if it carries one.
+    mark: Option<String>,
+}
+
+/// SIGKILLs every running process of a user `of_user` accepts whose [`MARK`] `ends` accepts,
+/// and every unmarked one of those users left in such a process's program group
+/// ([`programs_groups`]); how many.
 fn end_marked_where(of_user: impl Fn(u32) -> bool, ends: impl Fn(&str) -> bool) -> usize {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
+    let found = processes_of(of_user);
+    let marked: Vec<&Found> = found
+        .iter()
+        .filter(|f| f.mark.as_deref().is_some_and(&ends))
+        .collect();
+    let groups = programs_groups(&marked);
     let mut ended = 0;
-    for entry in entries.flatten().take(MAX_WALKED) {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
+    for f in &found {
+        // A process marked otherwise (another worker's, or not a mark) is never taken for
+        // its group: its mark says it is not this program's.
+        let take = match &f.mark {
+            Some(m) => ends(m),
+            None => groups.contains(&f.pgid),
         };
-        if entry.metadata().is_ok_and(|m| of_user(m.uid()))
-            && mark_of(pid).is_some_and(|m| ends(&m))
-            && let Some(p) = proc_of(pid)
-            && runs(p)
-        {
-            signal(p, nix::sys::signal::Signal::SIGKILL);
+        if take && runs(f.proc) {
+            signal(f.proc, nix::sys::signal::Signal::SIGKILL);
             ended += 1;
         }
     }
     ended
+}
+
+/// Every process of a user `of_user` accepts, with its group and mark; empty where there is
+/// no `/proc`.
+fn processes_of(of_user: impl Fn(u32) -> bool) -> Vec<Found> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .take(MAX_WALKED)
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            if !entry.metadata().is_ok_and(|m| of_user(m.uid())) {
+                return None;
+            }
+            Some(Found {
+                proc: proc_of(pid)?,
+                pgid: pgid_of(pid)?,
+                mark: mark_of(pid),
+            })
+        })
+        .collect()
+}
+
+/// The process groups of `marked` (processes whose mark a sweep ends) that are their
+/// programs' own: a program is started as the leader of a group of its own
+/// (`multilang`, `process_group(0)`), and what it starts stays in it unless it leaves, so an
+/// unmarked process there (one that cleared its environment, `env -i`) is the program's too.
+///
+/// A group is taken when a marked process is in it and its leader (the process whose pid is
+/// the group's id, which created it) is one of `marked` or no longer runs. The kernel does
+/// not give a new process the pid of a group that still has members, so that leader is the
+/// group's creator and not a pid reused since. A group whose leader runs unmarked (the
+/// agent's, a shell's job, a test harness's, which a marked process may have joined with
+/// `setpgid`) or carries a mark not ended (a running worker's program) is never taken, nor
+/// the sweeping process's own group.
+fn programs_groups(marked: &[&Found]) -> BTreeSet<u32> {
+    let own = pgid_of(std::process::id());
+    marked
+        .iter()
+        .map(|f| f.pgid)
+        .filter(|&g| {
+            // Never 0 or 1 (init's), whatever `/proc` said.
+            g > 1
+                && Some(g) != own
+                && (marked.iter().any(|m| m.proc.pid == g) || !proc_of(g).is_some_and(runs))
+        })
+        .collect()
 }
 
 /// Program `pid` was reaped by its `Child`: its pid may be reused.
@@ -226,6 +298,11 @@ pub fn proc_of(pid: u32) -> Option<Proc> {
     // Field 22 of the whole line: the 20th after the command (state is field 3).
     let start = stat_fields(pid)?.get(19)?.parse().ok()?;
     Some(Proc { pid, start })
+}
+
+/// The process group of process `pid`, `/proc/PID/stat` field 5.
+fn pgid_of(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(2)?.parse().ok()
 }
 
 /// Whether `p` still runs: the same process (pid and start time), not a zombie.
@@ -363,6 +440,14 @@ pub fn end_all_descendants(grace: Duration) -> usize {
 mod tests {
     use super::*;
 
+    /// Held by each test that sweeps or starts processes marked by a gone worker: another's
+    /// sweep would end them under it (every such mark names a worker that no longer runs).
+    static SWEEPS: Mutex<()> = Mutex::new(());
+
+    fn sweeping() -> std::sync::MutexGuard<'static, ()> {
+        SWEEPS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A grandchild that left its group (`setsid`) is still found below the process that
     /// started it, and a process is not taken for another of its pid.
     #[test]
@@ -400,6 +485,7 @@ mod tests {
     /// is one whose mark does not read as one.
     #[test]
     fn only_processes_marked_by_a_worker_that_no_longer_runs_are_swept() {
+        let _sweeping = sweeping();
         use std::process::Command;
         let mut gone = Command::new("true").spawn().expect("true");
         let gone_pid = gone.id();
@@ -432,5 +518,134 @@ mod tests {
         }
         assert_eq!(worker_of("12:34:5"), Some(Proc { pid: 12, start: 34 }));
         assert_eq!(worker_of("12:34"), None);
+    }
+
+    /// How long a process may take to start or to end here: far more than it needs.
+    const DEADLINE: Duration = Duration::from_secs(30);
+
+    /// Waits until `done`, failing with `what` past [`DEADLINE`].
+    fn wait_until(what: &str, done: impl Fn() -> bool) {
+        let started = Instant::now();
+        while !done() {
+            assert!(started.elapsed() < DEADLINE, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A worker process that no longer runs (pid and start time), as a SIGKILLed one is.
+    fn a_gone_worker() -> Proc {
+        let mut gone = std::process::Command::new("true").spawn().expect("true");
+        let dead = proc_of(gone.id()).expect("it exists until reaped");
+        let _ = gone.wait();
+        dead
+    }
+
+    /// Runs `script` under `sh` in a process group of its own, as `multilang` starts a
+    /// program, carrying `mark` if any (and never this process's), and reads the pids it
+    /// prints, one a line, `n` of them.
+    fn program(script: &str, mark: Option<String>, n: usize) -> (std::process::Child, Vec<u32>) {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", script])
+            .process_group(0)
+            .env_remove(MARK)
+            .stdout(std::process::Stdio::piped());
+        if let Some(m) = mark {
+            cmd.env(MARK, m);
+        }
+        let mut sh = cmd.spawn().expect("sh");
+        let mut out = std::io::BufReader::new(sh.stdout.take().expect("stdout"));
+        let pids = (0..n)
+            .map(|_| {
+                let mut line = String::new();
+                std::io::BufRead::read_line(&mut out, &mut line).expect("a pid");
+                line.trim().parse().expect("a pid")
+            })
+            .collect();
+        (sh, pids)
+    }
+
+    /// `pid` once it runs `sleep` (its `env -i` exec'd) with no mark left: before the exec
+    /// it still carries its parent's environment, and a sweep then would find it by its mark.
+    fn unmarked_sleeper(pid: u32) -> Proc {
+        let comm = || std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        wait_until("`env -i` to exec `sleep`", || comm().trim() == "sleep");
+        assert_eq!(comm().trim(), "sleep");
+        assert_eq!(mark_of(pid), None, "{pid} still carries a mark");
+        proc_of(pid).expect("it runs")
+    }
+
+    /// A program's child that cleared its environment (`env -i`) carries no mark, but it
+    /// stayed in its program's process group: when the program's worker is gone, both sweeps
+    /// (the agent's for a SIGKILLed worker, and an agent's at its start) end it with its
+    /// program. An unmarked process of the same user in another group is left alone.
+    #[test]
+    fn an_unmarked_process_left_in_a_gone_workers_program_group_is_ended_with_it() {
+        let _sweeping = sweeping();
+        let uid = nix::unistd::geteuid().as_raw();
+        let sweeps: [(&str, &dyn Fn(Proc) -> usize); 2] = [
+            ("end_marked_by", &|w| end_marked_by(w, uid)),
+            ("end_marked_by_dead_workers", &|_| {
+                end_marked_by_dead_workers(&BTreeSet::from([uid]))
+            }),
+        ];
+        for (name, sweep) in sweeps {
+            let worker = a_gone_worker();
+            let (mut sh, pids) =
+                program("env -i sleep 300 & echo $!; wait", Some(mark(worker, 1)), 1);
+            let leader = proc_of(sh.id()).expect("the program runs");
+            let child = unmarked_sleeper(pids[0]);
+            assert_eq!(
+                pgid_of(child.pid),
+                Some(leader.pid),
+                "in its program's group"
+            );
+            assert!(mark_of(leader.pid).is_some(), "the program is marked");
+            let (mut other, _) = program("echo $$; exec sleep 300", None, 1);
+            let stranger = proc_of(other.id()).expect("it runs");
+            let ended = sweep(worker);
+            let _ = sh.wait();
+            wait_until(&format!("{name} to end the unmarked child"), || {
+                !runs(child)
+            });
+            assert!(ended >= 2, "{name}: {ended}");
+            assert!(
+                runs(stranger),
+                "{name} ended an unmarked process of another group"
+            );
+            signal(stranger, nix::sys::signal::Signal::SIGKILL);
+            let _ = other.wait();
+        }
+    }
+
+    /// A group whose leader runs unmarked is not a program's, though a process in it carries
+    /// a gone worker's mark (one that joined it, or was started there marked): the marked
+    /// process is ended, the group's unmarked members are not.
+    #[test]
+    fn a_marked_process_in_an_unmarked_leaders_group_does_not_take_the_group() {
+        let _sweeping = sweeping();
+        let worker = a_gone_worker();
+        let script = format!(
+            "{MARK}={} sleep 300 & echo $!; sleep 300 & echo $!; wait",
+            mark(worker, 1)
+        );
+        let (mut sh, pids) = program(&script, None, 2);
+        let leader = proc_of(sh.id()).expect("the leader runs");
+        let marked = proc_of(pids[0]).expect("runs");
+        let sibling = proc_of(pids[1]).expect("runs");
+        wait_until("the marked sleeper to exec", || {
+            mark_of(marked.pid).is_some()
+        });
+        assert_eq!(pgid_of(marked.pid), Some(leader.pid));
+        assert_eq!(pgid_of(sibling.pid), Some(leader.pid));
+        let uid = nix::unistd::geteuid().as_raw();
+        assert!(end_marked_by(worker, uid) >= 1);
+        wait_until("the marked process to end", || !runs(marked));
+        assert!(runs(leader), "an unmarked leader was ended");
+        assert!(runs(sibling), "an unmarked member of its group was ended");
+        for p in [sibling, leader] {
+            signal(p, nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = sh.wait();
     }
 }
