@@ -185,6 +185,9 @@ pub fn build(
              the line through a shell with --shell (`--shell -- 'sleep 3; echo done'`)"
         );
     }
+    if !args.shell {
+        refuse_unexecutable(program, args.workdir.is_some())?;
+    }
     if args.kind.is_some() && args.gpus.is_none_or(|g| g == 0) {
         bail!("--kind names the kind of GPU a task needs: give --gpus too");
     }
@@ -349,6 +352,26 @@ pub fn build(
     w.check_commands().map_err(flag_error)?;
     limits::check(&w).map_err(flag_error)?;
     Ok(CommandJob { text })
+}
+
+/// Refuses a program given as a path (`./job.sh`, `/shared/run.sh`) that is a file here without
+/// an execute bit: every task would fail to start with `Permission denied` on a node that sees
+/// the same file (the usual shared file system), and `sbatch` users write scripts without one,
+/// since `sbatch` runs them through their shell. A bare name is looked up in the nodes' `PATH`,
+/// and a relative path with `--workdir` names a file there, so neither is checked.
+fn refuse_unexecutable(program: &str, workdir: bool) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::path::Path::new(program);
+    if !program.contains('/') || (workdir && path.is_relative()) {
+        return Ok(());
+    }
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 == 0 => bail!(
+            "`{program}` is not executable: `chmod +x {program}`, or run it with its shell \
+             (`-- sh {program}`)"
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// The lines of `--each-line FILE` (`-`: standard input), one task each; a last line without its

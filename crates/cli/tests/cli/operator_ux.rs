@@ -231,3 +231,22 @@ fn nodes_list_each_agents_version_and_whoami_the_servers() {
         c.agent_log("a")
     );
 }
+
+/// A script submitted as the command without its execute bit (`sbatch` runs such scripts, so
+/// Slurm users write them) is refused at submission, saying how to run it, instead of being
+/// stored as a job whose every task fails with `Permission denied` on its node.
+#[test]
+fn a_script_that_is_not_executable_is_refused_at_submission_saying_how_to_run_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = Cluster::start("ux-not-executable", false);
+    let script = c.dir.join("job.sh");
+    std::fs::write(&script, "#!/bin/sh\n#HETSCHED --tasks 3\necho hi\n").expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    for program in ["./job.sh", script.to_str().expect("path")] {
+        c.refused(
+            &["submit", "--", program],
+            &format!("`{program}` is not executable: `chmod +x {program}`, or run it with its shell (`-- sh {program}`)"),
+        );
+    }
+    assert_eq!(c.json(&["jobs"]), serde_json::json!([]), "nothing stored");
+}
