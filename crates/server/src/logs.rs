@@ -654,6 +654,13 @@ pub async fn read_log(
                 format!(": {}", task.message)
             };
             format!("never ran (it is {}{said})", task.state)
+        } else if r.follow {
+            // The follower waits for the start: an empty page says which task and its state.
+            return Ok(pb::ReadLogReply {
+                task_id: task.id,
+                task_state: task.state.clone(),
+                ..Default::default()
+            });
         } else {
             "has not run yet".to_string()
         };

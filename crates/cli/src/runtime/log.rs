@@ -28,6 +28,8 @@ pub async fn log(
     let mut api = connect(args).await?;
     let mut offset = 0i64;
     let mut announced = false;
+    // Said once that the task has not started yet.
+    let mut waiting = false;
     // The attempt followed: the one asked for, else the latest when the first page is read.
     let mut pinned = attempt;
     let out = std::io::stdout();
@@ -41,10 +43,31 @@ pub async fn log(
                 attempt: pinned.unwrap_or(0),
                 offset,
                 limit: PAGE,
+                follow,
             })
             .await
             .map_err(read_refused)?
             .into_inner();
+        // Attempts count from 1: 0 is a task that has not started yet (only a follower is told
+        // so rather than refused), which it waits for, `tail -F` fashion, as `submit … && log
+        // last APP:0 --follow` expects however soon the task runs.
+        if page.attempt == 0 && !page.divisible_chunk {
+            if !waiting {
+                waiting = true;
+                // Named as the user named it too, when that was not its id.
+                let named = if task.contains(':') {
+                    format!("task {} ({task})", page.task_id)
+                } else {
+                    format!("task {}", page.task_id)
+                };
+                eprintln!(
+                    "{named} has not started yet ({}): waiting for it",
+                    shown(&page.task_state)
+                );
+            }
+            tokio::time::sleep(FOLLOW_EVERY).await;
+            continue;
+        }
         pinned.get_or_insert(page.attempt);
         if !announced {
             announced = true;
@@ -243,6 +266,7 @@ pub async fn log_all(
             attempt: t.attempt,
             offset: 0,
             limit: PAGE,
+            follow: false,
         };
         tokio::spawn(async move { api.read_log(req).await.map(tonic::Response::into_inner) })
     };
@@ -307,6 +331,7 @@ pub async fn log_all(
                         attempt: first.attempt,
                         offset: offset as i64,
                         limit: PAGE,
+                        follow: false,
                     })
                     .await
                 {
@@ -354,6 +379,7 @@ async fn print_stderr_tail(api: &mut Api, job: u64, task: &str) {
             attempt: 0,
             offset: -4096,
             limit: 4096,
+            follow: false,
         })
         .await
     {

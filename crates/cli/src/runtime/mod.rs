@@ -293,7 +293,8 @@ pub enum RuntimeCommand {
         /// Which attempt, from 1 (default: the latest).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         attempt: Option<u32>,
-        /// Keep printing new output while the task runs.
+        /// Keep printing new output while the task runs (one that has not started yet — held,
+        /// waiting, queued — is waited for).
         #[arg(long, short = 'f')]
         follow: bool,
         #[command(flatten)]

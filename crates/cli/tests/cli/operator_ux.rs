@@ -250,3 +250,47 @@ fn a_script_that_is_not_executable_is_refused_at_submission_saying_how_to_run_it
     }
     assert_eq!(c.json(&["jobs"]), serde_json::json!([]), "nothing stored");
 }
+
+/// `log --follow` on a task that has not started yet (its job held, waiting for another, or
+/// queued behind busy nodes) waits for it to start and then follows it, as `tail -F` waits for
+/// its file: `submit … && log last APP:0 --follow` works however soon it runs. It failed at
+/// once, saying the task had not run yet.
+#[test]
+fn log_follow_waits_for_a_task_that_has_not_started_yet() {
+    use std::process::Stdio;
+    let mut c = Cluster::start("ux-follow-pending", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&[
+        "submit",
+        "--hold",
+        "--app",
+        "greet",
+        "--shell",
+        "--",
+        "echo first; sleep 1; echo second",
+    ]);
+    let mut follow = c
+        .command(&["log", "1", "greet:0", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hetsched log");
+    std::thread::sleep(Duration::from_millis(1500));
+    let early = follow.try_wait().expect("try_wait");
+    if early.is_none() {
+        c.ok(&["release", "1"]);
+        wait_until("log --follow to end", Duration::from_secs(30), || {
+            follow.try_wait().expect("try_wait").is_some()
+        });
+    }
+    let out = follow.wait_with_output().expect("log output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(early.is_none(), "it waited for the held task: {err}");
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "first\nsecond\n");
+    assert!(
+        err.contains("task 0 (greet:0) has not started yet (pending): waiting for it"),
+        "{err}"
+    );
+}

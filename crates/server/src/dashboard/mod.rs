@@ -1158,6 +1158,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 // The last MiB: what a person looks at first.
                 offset: -(crate::logs::MAX_PAGE as i64),
                 limit: crate::logs::MAX_PAGE,
+                follow: false,
             };
             // A user reads the logs of its own jobs only, as with `hetsched log`.
             match crate::logs::read_log(&d.state, &d.relay, req, &who).await {
