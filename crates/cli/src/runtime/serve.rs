@@ -164,27 +164,6 @@ fn nanos(d: humantime::Duration) -> u64 {
     std::time::Duration::from(d).as_nanos() as u64
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            () = term => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-}
-
 /// Runs the server until a signal.
 pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     super::init_logging("info");
@@ -242,8 +221,15 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
                 .display()
         );
     }
-    shutdown_signal().await;
+    // Said in the log, as the agents say theirs: a log that just ends reads as a crash.
+    let signal = hetsched_agent::shutdown::Signals::new().next().await;
+    tracing::info!(
+        "{signal}: stopping: no new calls; the state stays in {} (start `hetsched server` on it \
+         again to go on)",
+        config.data_dir.display()
+    );
     handle.stop().await?;
+    tracing::info!("server stopped");
     Ok(())
 }
 

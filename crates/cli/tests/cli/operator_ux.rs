@@ -294,3 +294,18 @@ fn log_follow_waits_for_a_task_that_has_not_started_yet() {
         "{err}"
     );
 }
+
+/// A server stopped by SIGTERM says so in its log, and that it stopped, as its agents do: it
+/// exited without a word, so an operator reading the log after a restart could not tell a clean
+/// stop from a crash.
+#[test]
+fn a_server_stopped_by_sigterm_says_so_in_its_log() {
+    let mut c = Cluster::start("ux-server-term", false);
+    assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
+    let log = std::fs::read_to_string(c.dir.join("server.log")).expect("server log");
+    assert!(
+        log.contains("SIGTERM: stopping: no new calls; the state stays in"),
+        "{log}"
+    );
+    assert!(log.contains("server stopped"), "{log}");
+}

@@ -316,6 +316,30 @@ impl Cluster {
         }
     }
 
+    /// Sends `signal` (e.g. `TERM`) to the server and waits (bounded) for it to exit; its exit
+    /// code (None: killed by a signal).
+    pub fn stop_server(&mut self, signal: &str, timeout: Duration) -> Option<i32> {
+        let mut child = self.server.take().expect("a running server");
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill -{signal} the server");
+        let start = Instant::now();
+        loop {
+            if let Some(s) = child.try_wait().expect("try_wait") {
+                return s.code();
+            }
+            if start.elapsed() > timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the server did not exit within {timeout:?} of SIG{signal}");
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
     pub fn url(&self) -> String {
         format!(
             "{}://{}",
