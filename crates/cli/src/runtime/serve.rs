@@ -224,9 +224,9 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     // Said in the log, as the agents say theirs: a log that just ends reads as a crash.
     let signal = hetsched_agent::shutdown::Signals::new().next().await;
     tracing::info!(
-        "{signal}: stopping: no new calls; the state stays in {} (start `hetsched server` on it \
-         again to go on)",
-        config.data_dir.display()
+        "{signal}: stopping: no new calls; the state stays in {dir} (`hetsched server \
+         --data-dir {dir}` goes on from it)",
+        dir = config.data_dir.display()
     );
     handle.stop().await?;
     tracing::info!("server stopped");
