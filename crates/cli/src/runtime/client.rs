@@ -552,7 +552,19 @@ pub async fn jobs(
         next_cursor: 0,
     };
     if args.output == Output::Json {
-        let jobs: Vec<_> = reply.jobs.iter().map(super::human::job_json).collect();
+        let jobs: Vec<_> = reply
+            .jobs
+            .iter()
+            .map(|j| {
+                let mut v = super::human::job_json(j);
+                // A listing carries no job's applications (`job N` has them): no key rather
+                // than an empty list, which a script would read as "none".
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("apps");
+                }
+                v
+            })
+            .collect();
         return json(&jobs);
     }
     // Why pending tasks wait, where the state does not say it already (held; `waiting` does not
@@ -952,6 +964,37 @@ pub async fn tasks(
         writeln!(out, "\n]")?;
     }
     out.flush()?;
+    if shown == 0 && !nodes.is_empty() {
+        // A name no node has matches nothing: say so rather than "no tasks match", which reads
+        // as "none ran there" (a typo, or another cluster's node). Checked only when nothing
+        // matched: a removed node is no longer listed, yet its tasks still name it.
+        let known: Vec<String> = api
+            .list_nodes(pb::ListNodesRequest { all: true })
+            .await
+            .map_err(refused)?
+            .into_inner()
+            .nodes
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        let unknown: Vec<&str> = nodes
+            .iter()
+            .filter(|n| !known.contains(n))
+            .map(String::as_str)
+            .collect();
+        if !unknown.is_empty() {
+            let listed: Vec<String> = known.iter().map(|n| format!("`{n}`")).collect();
+            bail!(
+                "--node {}: no node is named so (the nodes: {})",
+                unknown.join(","),
+                if listed.is_empty() {
+                    "none registered".to_string()
+                } else {
+                    listed.join(", ")
+                }
+            );
+        }
+    }
     if shown > 0 || args.output == Output::Json || limit == Some(0) {
         return Ok(());
     }

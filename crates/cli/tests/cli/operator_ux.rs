@@ -309,3 +309,24 @@ fn a_server_stopped_by_sigterm_says_so_in_its_log() {
     );
     assert!(log.contains("server stopped"), "{log}");
 }
+
+/// A listing carries no job's applications (`job N` has them): `jobs --output json` leaves
+/// the key out rather than give every job `"apps": []`, which a script reads as "no
+/// applications"; `job N --output json` lists them. `tasks --node` with a name no node has
+/// is refused naming the nodes there are, not answered "no tasks match".
+#[test]
+fn jobs_json_leaves_out_the_applications_it_does_not_carry_and_tasks_checks_its_node() {
+    let mut c = Cluster::start("ux-jobs-apps", false);
+    c.ok(&["submit", "--name", "one", "--", "true"]);
+    let listed = c.json(&["jobs"]);
+    assert_eq!(listed[0]["name"], "one", "{listed}");
+    assert!(listed[0].get("apps").is_none(), "{listed}");
+    assert_eq!(c.json(&["job", "1"])["apps"][0]["name"], "true");
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let out = c.cli(&["tasks", "--job", "1", "--node", "a9"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("a9") && err.contains("`a`"), "{err}");
+    c.ok(&["tasks", "--job", "1", "--node", "a"]);
+}
