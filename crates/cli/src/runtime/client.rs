@@ -572,6 +572,10 @@ pub async fn jobs(
     let reason = |j: &pb::JobInfo| {
         if j.held {
             String::new()
+        } else if j.deferred && j.begin_ms > 0 {
+            // As `submit` and `job` say it (the local date and time), not as the server's
+            // reason does (RFC 3339, UTC).
+            format!("begins {}", super::begin::describe(j.begin_ms))
         } else {
             j.pending_reason.clone()
         }

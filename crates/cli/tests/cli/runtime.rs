@@ -2987,7 +2987,13 @@ fn a_job_submitted_with_a_begin_time_starts_no_sooner_even_across_a_restart() {
             .as_str()
             .is_some_and(|r| r.starts_with("begins at "))
     );
-    assert!(c.ok(&["jobs"]).contains("deferred"));
+    // The listing says its begin time as `submit` and `job` do (the local date and time), not
+    // as the server's RFC 3339 reason (`begins at 2026-12-03T14:51:31Z`).
+    let listed = c.ok(&["jobs"]);
+    assert!(
+        listed.contains("deferred") && listed.contains("begins ") && !listed.contains("begins at"),
+        "{listed}"
+    );
     let deferred = c.json(&["jobs", "--state", "deferred"]);
     assert_eq!(deferred.as_array().map(Vec::len), Some(1), "{deferred}");
     // The server restarts before the time: the time is stored.
