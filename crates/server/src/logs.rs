@@ -462,10 +462,15 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
             .apps
             .first()
             .map_or(String::new(), |a| format!(" (`{}:{first_index}`)", a.name));
+        let last = first + info.tasks.saturating_sub(1);
+        let ids = if last == first {
+            format!("its one task's id is {first}")
+        } else {
+            format!("its task ids are {first}–{last}")
+        };
         Status::not_found(format!(
-            "job {job} has no task {id}: its task ids are {first}–{} (`hetsched tasks --job \
-             {job}`), or name one as APP:INDEX{example}",
-            first + info.tasks.saturating_sub(1)
+            "job {job} has no task {id}: {ids} (`hetsched tasks --job {job}`), or name one as \
+             APP:INDEX{example}"
         ))
     })
 }
@@ -648,7 +653,8 @@ pub async fn read_log(
         // One that ended without running (cancelled, or not run because a producer failed)
         // never will: say so, and why.
         let why = if matches!(task.state.as_str(), "cancelled" | "failed") {
-            let said = if task.message.is_empty() {
+            // A message that only repeats the state (`cancelled`) says nothing more.
+            let said = if task.message.is_empty() || task.message == task.state {
                 String::new()
             } else {
                 format!(": {}", task.message)

@@ -312,8 +312,9 @@ fn a_server_stopped_by_sigterm_says_so_in_its_log() {
 
 /// A listing carries no job's applications (`job N` has them): `jobs --output json` leaves
 /// the key out rather than give every job `"apps": []`, which a script reads as "no
-/// applications"; `job N --output json` lists them. `tasks --node` with a name no node has
-/// is refused naming the nodes there are, not answered "no tasks match".
+/// applications"; `job N --output json` lists them. `log` names a one-task job's one id, and a
+/// cancelled task's state once. `tasks --node` with a name no node has is refused naming the
+/// nodes there are, not answered "no tasks match".
 #[test]
 fn jobs_json_leaves_out_the_applications_it_does_not_carry_and_tasks_checks_its_node() {
     let mut c = Cluster::start("ux-jobs-apps", false);
@@ -322,6 +323,22 @@ fn jobs_json_leaves_out_the_applications_it_does_not_carry_and_tasks_checks_its_
     assert_eq!(listed[0]["name"], "one", "{listed}");
     assert!(listed[0].get("apps").is_none(), "{listed}");
     assert_eq!(c.json(&["job", "1"])["apps"][0]["name"], "true");
+    // A one-task job's ids are one id, not a range `0–0`; a task cancelled before it ran says
+    // so once (not `cancelled: cancelled`).
+    let out = c.cli(&["log", "1", "7"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("job 1 has no task 7: its one task's id is 0"),
+        "{err}"
+    );
+    c.ok(&["submit", "--name", "two", "--", "true"]);
+    c.ok(&["cancel", "2"]);
+    let out = c.cli(&["log", "2", "true:0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("never ran (it is cancelled)") && !err.contains("cancelled: cancelled"),
+        "{err}"
+    );
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
     let out = c.cli(&["tasks", "--job", "1", "--node", "a9"]);
