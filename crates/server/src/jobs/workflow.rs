@@ -2685,11 +2685,18 @@ impl JobKind for Workflows {
                     job.rerun.push(i);
                 } else {
                     cx.metrics.result(crate::metrics::Outcome::Failed);
+                    // Worded as a batch task's: the agent's message (which names the exit
+                    // status) or the exit code, and the attempt it ended (counted across
+                    // resubmissions: a resubmitted instance's failures start again at 0).
+                    let x = &job.insts[i as usize];
                     let why = format!(
-                        "exit code {} after {}: {}",
-                        r.exit_code,
-                        hetsched_core::text::count(job.insts[i as usize].failures, "attempt"),
-                        r.message
+                        "attempt {} failed ({})",
+                        x.attempt,
+                        if r.message.is_empty() {
+                            format!("exit code {}", r.exit_code)
+                        } else {
+                            r.message.clone()
+                        }
                     );
                     self.fail(&mut job, i, &why, cx.now);
                 }

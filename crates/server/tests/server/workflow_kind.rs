@@ -677,6 +677,40 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An instance that used up its retries says so as a batch task does: the attempt that
+/// failed last and what ended it (the exit code where the agent said nothing more). Before, it
+/// read `exit code 1 after 2 attempts: `, and after a resubmission counted only the attempts
+/// since.
+#[test]
+fn an_instance_that_used_up_its_retries_names_its_last_attempt() {
+    let dir = scratch("retries-used-up");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    let job = s
+        .submit(
+            "flaky.toml",
+            "balancer = \"pcddb\"\n[[task]]\nname = \"flaky\"\ninstances = 1\ncost = \"1s\"\n\
+             outputs = [\"o\"]\ncommand = \"echo > {output:o}\"\nretries = 1\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    for attempt in 1..=2 {
+        for _ in 0..5 {
+            agents.round(&mut s, &[n]);
+        }
+        assert_eq!(agents.assigned.last(), Some(&(n, 0, attempt)));
+        agents.finish_all(n, false);
+        agents.beat(&mut s, n);
+    }
+    let page = s.list_tasks(job, 0, 10).expect("tasks");
+    assert_eq!(page.tasks[0].state, "failed");
+    assert_eq!(page.tasks[0].message, "attempt 2 failed (exit code 1)");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_lost_output_is_produced_again_where_its_consumers_wait_even_when_they_fill_the_node() {
     // One dual-core node, LT = 2 and MT = 10 per core (4 and 20): it takes the seed, then all
