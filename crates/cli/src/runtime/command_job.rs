@@ -460,12 +460,13 @@ pub fn relocate(message: &str) -> String {
     }
 }
 
-/// The default application name: the program's file name (a shell line's first word's), made
+/// The default application name: the program's file name (a shell line's program's,
+/// [`shell_program`]), made
 /// a valid application name (no `/`, no leading `.`, no control characters or invisible
 /// formatting characters, at most 128 bytes).
 fn app_name(program: &str, shell: bool) -> String {
     let word = if shell {
-        program.split_whitespace().next().unwrap_or("")
+        shell_program(program).unwrap_or("")
     } else {
         program
     };
@@ -490,7 +491,40 @@ fn app_name(program: &str, shell: bool) -> String {
     }
 }
 
-/// The default job name: the program's file name (a shell line's first word's), as the
+/// The program a shell line runs, as a name for it: the first word of its simple commands
+/// (split at `;`, `&`, `|`, newlines and brackets) that is not a variable assignment (`i=0`),
+/// a shell keyword (`while`, `do`, …) or a command that only prepares the environment (`cd`,
+/// `export`, `module`, …). `cd /data && ./run` → `./run`; `i=0; while …; do echo $i; done` →
+/// `echo`. None when every command is such (the caller's fallback).
+fn shell_program(line: &str) -> Option<&str> {
+    // Words that start a command but name no program of the user's.
+    const KEYWORDS: &[&str] = &[
+        "!", "{", "}", "do", "done", "then", "else", "elif", "fi", "esac", "time", "exec", "nohup",
+        "command", "builtin", "env",
+    ];
+    // Commands that only prepare what follows: a line's program is after them.
+    const PREPARING: &[&str] = &[
+        "cd", "pushd", "popd", "export", "unset", "set", "source", ".", "umask", "ulimit",
+        "module", "ml", "while", "until", "for", "if", "case", "[", "[[", "test", "trap", "shift",
+        "local", "declare",
+    ];
+    let assignment = |w: &str| {
+        w.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        })
+    };
+    line.split([';', '&', '|', '\n', '(', ')'])
+        .find_map(|command| {
+            let first = command
+                .split_whitespace()
+                .find(|w| !assignment(w) && !KEYWORDS.contains(w))?;
+            (!PREPARING.contains(&first)).then_some(first)
+        })
+}
+
+/// The default job name: the program's file name (a shell line's program's), as the
 /// default application name. Not the command line: every user lists every job's name, and a
 /// command's arguments may hold what only its owner should read (`--password=…`).
 fn job_name(program: &str, shell: bool) -> String {
@@ -837,5 +871,29 @@ mod tests {
         // A job is listed to every user: its default name holds no argument.
         assert_eq!(job_name("/opt/bin/deploy", false), "deploy");
         assert_eq!(job_name("curl -u admin:hunter2 https://x", true), "curl");
+    }
+
+    /// A shell line is named after the program it runs, not its first word: not a variable
+    /// assignment (`i=0;`, which also named the output files), a keyword or a command that
+    /// only prepares the environment (`cd`, `module`).
+    #[test]
+    fn a_shell_lines_default_name_is_its_program() {
+        for (line, name) in [
+            ("cd /data && ./run --x 1", "run"),
+            (
+                "i=0; while [ $i -lt 3 ]; do echo $i; i=$((i+1)); done",
+                "echo",
+            ),
+            ("module load gcc; OMP_NUM_THREADS=4 srun ./sim", "srun"),
+            ("export A=1\n/opt/bin/train --epochs 3", "train"),
+            ("time nohup python3 x.py > log", "python3"),
+            ("(cd sub; make -j4)", "make"),
+            ("sleep 3; echo done", "sleep"),
+            ("echo {index} > out", "echo"),
+            ("cd /data", "command"),
+            ("X=1", "command"),
+        ] {
+            assert_eq!(app_name(line, true), name, "{line}");
+        }
     }
 }
