@@ -1098,11 +1098,19 @@ impl Workload {
                         .map(|n| n.capacity().memory_bytes)
                         .max()
                         .unwrap_or(0);
+                    // Memory only where the task asks for some: `0 B` read as an ask.
+                    let what = if asked.memory_bytes == 0 {
+                        crate::text::count(asked.cores, "core")
+                    } else {
+                        format!(
+                            "{}, {}",
+                            crate::text::count(asked.cores, "core"),
+                            bytesize::ByteSize(asked.memory_bytes)
+                        )
+                    };
                     format!(
                         "application `{name}`: no node has the cores and memory one task asks \
-                             for ({}, {}; the largest nodes offer {}, {})",
-                        crate::text::count(asked.cores, "core"),
-                        bytesize::ByteSize(asked.memory_bytes),
+                             for ({what}; the largest nodes offer {}, {})",
                         crate::text::count(cores, "core"),
                         bytesize::ByteSize(memory)
                     )

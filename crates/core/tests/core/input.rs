@@ -178,6 +178,18 @@ fn a_task_larger_than_every_node_is_refused_with_what_it_asks_and_what_is_offere
         e.contains("no node has the cores and memory one task asks for (1 core, 100.0 TiB; the largest nodes offer 8 cores, 64.0 GiB)"),
         "{e}"
     );
+    // One that asks for no memory is not said to ask for `0 B`.
+    let w = parse_workload(
+        "w.toml",
+        "[[application]]\nname = \"wide\"\ntasks = 1\n[application.cpu]\ncommand = \"x\"\n\
+         cores = 1000\n",
+    )
+    .expect("valid");
+    let e = w.check_runnable(&nodes).expect_err("too wide").to_string();
+    assert!(
+        e.contains("one task asks for (1000 cores; the largest nodes offer 8 cores, 64.0 GiB)"),
+        "{e}"
+    );
 }
 
 #[test]
