@@ -136,7 +136,10 @@ fn main() -> std::process::ExitCode {
         }
         Err(e) => {
             eprintln!("error: {}", runtime::human::error_chain(&e));
-            std::process::ExitCode::FAILURE
+            runtime::human::exit_status(&e).map_or(
+                std::process::ExitCode::FAILURE,
+                std::process::ExitCode::from,
+            )
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The client commands: connect with the token, call the server, print a table or JSON.
 
-use super::human::shown;
+use super::human::{TIMED_OUT_STATUS, shown};
 use super::select::Selected;
 use super::{ClientArgs, Output};
 use anyhow::{Context, bail};
@@ -1942,7 +1942,8 @@ fn nothing_selected(args: &ClientArgs, what: &str) -> anyhow::Result<()> {
 
 /// `hetsched wait`: one job as [`wait_on`]; several in turn (the time-out bounds them all), a
 /// line each (a JSON array of the jobs with `--output json`), failing at the end unless every
-/// one completed.
+/// one completed: with status 1 when one ended otherwise, else with [`TIMED_OUT_STATUS`] when
+/// the time-out passed before one ended (a failure says more than a job still running).
 pub async fn wait(
     args: &ClientArgs,
     sel: &Selected,
@@ -1958,33 +1959,80 @@ pub async fn wait(
     }
     let start = Instant::now();
     let mut jobs = Vec::with_capacity(ids.len());
+    let mut late = Vec::new();
     for &id in ids {
-        let j = wait_for(&mut api, id, timeout, start).await?;
-        if args.output != Output::Json {
-            println!("{}", ended_line(&j));
-            if counts(&j.counts).failed > 0 {
-                super::log::print_failures(&mut api, &j).await;
+        // Once the time-out has passed, each job left is looked at once, so that a failure
+        // among them still counts and the unfinished ones are named.
+        match wait_for(&mut api, id, timeout, start).await? {
+            Waited::Ended(j) => {
+                if args.output != Output::Json {
+                    println!("{}", ended_line(&j));
+                    if counts(&j.counts).failed > 0 {
+                        super::log::print_failures(&mut api, &j).await;
+                    }
+                }
+                jobs.push(j);
+            }
+            Waited::Unfinished(j) => {
+                late.push(j.clone());
+                jobs.push(j);
             }
         }
-        jobs.push(j);
     }
     if args.output == Output::Json {
         json(&jobs.iter().map(super::human::job_json).collect::<Vec<_>>())?;
     }
     let not: Vec<String> = jobs
         .iter()
-        .filter(|j| j.state != "completed")
+        .filter(|j| is_final(&j.state) && j.state != "completed")
         .map(|j| format!("{} {}", j.id, j.state))
         .collect();
     if !not.is_empty() {
+        let still = if late.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", still_unfinished(&late))
+        };
         bail!(
-            "{} of {} jobs did not complete: {}",
+            "{} of {} jobs did not complete: {}{still}",
             not.len(),
             jobs.len(),
             not.join(", ")
         );
     }
-    Ok(())
+    match timeout {
+        Some(t) if !late.is_empty() => Err(timed_out(&late, t)),
+        _ => Ok(()),
+    }
+}
+
+/// How a wait for one job ended: the job ended, or the time-out passed first (the job as last
+/// seen).
+enum Waited {
+    Ended(pb::JobInfo),
+    Unfinished(pb::JobInfo),
+}
+
+/// `job 3 still running, job 4 still pending`: the jobs a time-out left unfinished.
+fn still_unfinished(late: &[pb::JobInfo]) -> String {
+    late.iter()
+        .map(|j| format!("job {} still {}", j.id, shown(&j.state)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The failure of a wait whose time-out passed before the jobs `late` ended: exit status
+/// [`TIMED_OUT_STATUS`], naming them.
+fn timed_out(late: &[pb::JobInfo], timeout: Duration) -> anyhow::Error {
+    super::human::Exit {
+        status: TIMED_OUT_STATUS,
+        message: format!(
+            "timed out after {}: {}",
+            humantime::format_duration(timeout),
+            still_unfinished(late)
+        ),
+    }
+    .into()
 }
 
 /// `job N STATE: … succeeded, … failed, … cancelled, makespan …`: how a waited-for job ended.
@@ -2030,7 +2078,15 @@ pub async fn wait_on(
     id: u64,
     timeout: Option<Duration>,
 ) -> anyhow::Result<()> {
-    let j = wait_for(api, id, timeout, Instant::now()).await?;
+    let j = match wait_for(api, id, timeout, Instant::now()).await? {
+        Waited::Ended(j) => j,
+        Waited::Unfinished(j) => {
+            if output == Output::Json {
+                json(&super::human::job_json(&j))?;
+            }
+            return Err(timed_out(&[j], timeout.unwrap_or_default()));
+        }
+    };
     match output {
         Output::Json => json(&super::human::job_json(&j))?,
         Output::Table | Output::Dot => println!("{}", ended_line(&j)),
@@ -2044,14 +2100,14 @@ pub async fn wait_on(
     Ok(())
 }
 
-/// Waits for job `id` to finish (a progress bar on a terminal) and returns it; fails once
-/// `timeout` has passed since `start`.
+/// Waits for job `id` to finish (a progress bar on a terminal) and returns it; returns it
+/// unfinished once `timeout` has passed since `start`.
 async fn wait_for(
     api: &mut Api,
     id: u64,
     timeout: Option<Duration>,
     start: Instant,
-) -> anyhow::Result<pb::JobInfo> {
+) -> anyhow::Result<Waited> {
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} tasks {msg} [{elapsed}]")
@@ -2152,11 +2208,7 @@ async fn wait_for(
         }
         if timeout.is_some_and(|t| start.elapsed() >= t) {
             bar.abandon();
-            let waited = Duration::from_millis(start.elapsed().as_millis() as u64);
-            bail!(
-                "job {id} not finished after {}",
-                humantime::format_duration(waited)
-            );
+            return Ok(Waited::Unfinished(j));
         }
         if asked.elapsed() < WAIT_STEP / 5 {
             // A server that does not hold the call: poll, backing off.
@@ -2165,7 +2217,7 @@ async fn wait_for(
         }
     };
     bar.finish_and_clear();
-    Ok(j)
+    Ok(Waited::Ended(j))
 }
 
 /// What a submission holds, in its kind's words: a divisible job's units, a workflow's

@@ -230,6 +230,34 @@ pub fn quiet_broken_pipe() {
     }));
 }
 
+/// A command's failure that ends it with its own exit status rather than 1, so that a script
+/// can tell it from a failed job: `wait` past its `--timeout` (124, as `timeout(1)` exits).
+#[derive(Debug)]
+pub struct Exit {
+    /// The process's exit status.
+    pub status: u8,
+    /// What the `error:` line says.
+    pub message: String,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// The exit status of `wait` and `submit --wait` when the time-out passed before the jobs ended
+/// (that of `timeout(1)`).
+pub const TIMED_OUT_STATUS: u8 = 124;
+
+/// The exit status an error asks for ([`Exit`]); `None`: the usual failure (1).
+pub fn exit_status(e: &anyhow::Error) -> Option<u8> {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<Exit>().map(|x| x.status))
+}
+
 /// The exit status after the reader of stdout went away (128 + SIGPIPE).
 pub const BROKEN_PIPE_STATUS: i32 = 141;
 

@@ -307,7 +307,8 @@ pub enum RuntimeCommand {
         /// spaces or commas.
         #[arg(required = true, value_name = "JOB", value_delimiter = ',', num_args = 1..)]
         ids: Vec<select::JobItem>,
-        /// Give up after this long (e.g. `10m`; for all the jobs together).
+        /// Give up after this long (e.g. `10m`; for all the jobs together): exit status 124
+        /// (unless a job failed: 1), naming the jobs still unfinished.
         #[arg(long)]
         timeout: Option<humantime::Duration>,
         #[command(flatten)]

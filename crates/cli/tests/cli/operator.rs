@@ -1049,10 +1049,13 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
             && lines[1].starts_with("job 3 completed: 2 succeeded"),
         "{said}"
     );
-    // Job 4 is still held: a wait for it runs out of time, naming it.
-    c.refused(
-        &["wait", "2", "4", "--timeout", "1s"],
-        "job 4 not finished after",
+    // Job 4 is still held: a wait for it runs out of time, naming it (status 124).
+    let out = c.cli(&["wait", "2", "4", "--timeout", "1s"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{err}");
+    assert!(
+        err.contains("timed out after 1s: job 4 still pending"),
+        "{err}"
     );
     // `--timeout 0s` looks once: it answers at once, the time in plain words. "At once" is
     // told from waiting a step (500 ms held by the server, after a first look) by the
@@ -1062,10 +1065,10 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
         let asked = std::time::Instant::now();
         let out = c.cli(&["wait", "4", "--timeout", "0s"]);
         fastest = fastest.min(asked.elapsed());
-        assert!(!out.status.success());
         let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(124), "{err}");
         assert!(
-            err.contains("job 4 not finished after") && !err.contains('.'),
+            err.contains("timed out after 0s: job 4 still pending") && !err.contains('.'),
             "{err}"
         );
         if fastest < std::time::Duration::from_millis(400) {

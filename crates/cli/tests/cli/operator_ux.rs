@@ -347,3 +347,39 @@ fn jobs_json_leaves_out_the_applications_it_does_not_carry_and_tasks_checks_its_
     assert!(err.contains("a9") && err.contains("`a`"), "{err}");
     c.ok(&["tasks", "--job", "1", "--node", "a"]);
 }
+
+/// `wait --timeout` that runs out exits 124, as `timeout(1)` does, and names the jobs still
+/// unfinished, so that a script tells "still running" from a failed job (1); a failure among the
+/// jobs waited for wins over the time-out; a completed job exits 0.
+#[test]
+fn a_wait_that_times_out_exits_124_naming_the_unfinished_jobs_unlike_a_failure() {
+    let mut c = Cluster::start("ux-wait-timeout", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "60"]);
+    wait_until("the task to run", Duration::from_secs(10), || {
+        c.json(&["job", "1"])["counts"]["running"] == 1
+    });
+    let out = c.cli(&["wait", "1", "--timeout", "300ms"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{err}");
+    assert!(
+        err.contains("timed out after 300ms: job 1 still running"),
+        "{err}"
+    );
+    c.ok(&["submit", "--", "false"]);
+    let out = c.cli(&["wait", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    // One failed, one still running: the failure is what the status says.
+    let out = c.cli(&["wait", "1,2", "--timeout", "300ms"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("2 failed") && err.contains("job 1 still running"),
+        "{err}"
+    );
+    c.ok(&["submit", "--", "true"]);
+    let out = c.cli(&["wait", "3", "--timeout", "30s"]);
+    assert_eq!(out.status.code(), Some(0));
+    c.ok(&["cancel", "1"]);
+}
