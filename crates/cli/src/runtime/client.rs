@@ -459,7 +459,9 @@ pub async fn submit(
         }
     }
     if wait_for_it {
-        wait_on(&mut api, args.output, reply.job_id, None).await?;
+        let looker = api.clone();
+        let waiting = wait_on(&mut api, args.output, reply.job_id, None);
+        unless_interrupted(looker, &[reply.job_id], waiting).await?;
     }
     Ok(())
 }
@@ -505,7 +507,9 @@ pub async fn resubmit(
         }
     }
     if wait_for_it {
-        wait_on(&mut api, args.output, id, None).await?;
+        let looker = api.clone();
+        let waiting = wait_on(&mut api, args.output, id, None);
+        unless_interrupted(looker, &[id], waiting).await?;
     }
     Ok(())
 }
@@ -1950,9 +1954,21 @@ pub async fn wait(
     timeout: Option<Duration>,
 ) -> anyhow::Result<()> {
     let mut api = connect(args).await?;
+    let looker = api.clone();
+    let waiting = wait_selected(&mut api, args, sel, timeout);
+    unless_interrupted(looker, &sel.ids, waiting).await
+}
+
+/// The wait of [`wait`], on a connection.
+async fn wait_selected(
+    api: &mut Api,
+    args: &ClientArgs,
+    sel: &Selected,
+    timeout: Option<Duration>,
+) -> anyhow::Result<()> {
     let ids = &sel.ids[..];
     if let ([id], false) = (ids, sel.many) {
-        return wait_on(&mut api, args.output, *id, timeout).await;
+        return wait_on(api, args.output, *id, timeout).await;
     }
     if ids.is_empty() {
         return nothing_selected(args, "nothing to wait for");
@@ -1963,12 +1979,12 @@ pub async fn wait(
     for &id in ids {
         // Once the time-out has passed, each job left is looked at once, so that a failure
         // among them still counts and the unfinished ones are named.
-        match wait_for(&mut api, id, timeout, start).await? {
+        match wait_for(api, id, timeout, start).await? {
             Waited::Ended(j) => {
                 if args.output != Output::Json {
                     println!("{}", ended_line(&j));
                     if counts(&j.counts).failed > 0 {
-                        super::log::print_failures(&mut api, &j).await;
+                        super::log::print_failures(api, &j).await;
                     }
                 }
                 jobs.push(j);
@@ -2004,6 +2020,49 @@ pub async fn wait(
         Some(t) if !late.is_empty() => Err(timed_out(&late, t)),
         _ => Ok(()),
     }
+}
+
+/// Runs `waiting`, a wait for the jobs `ids`, unless SIGINT or SIGTERM comes first. Then the
+/// jobs are left as they are — the wait watches them, it does not own them, and a user who meant
+/// to stop them says so — but each one still unfinished is named with how to stop it, so that
+/// none runs on unnoticed; the exit status is the shell's for that signal (130, 143).
+async fn unless_interrupted(
+    mut api: Api,
+    ids: &[u64],
+    waiting: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    // Registered before the wait starts, so that a signal during it is never the default kill.
+    let mut signals = hetsched_agent::shutdown::Signals::new();
+    let name = tokio::select! {
+        r = waiting => return r,
+        name = signals.next() => name,
+    };
+    let status = if name == "SIGINT" { 130 } else { 143 };
+    // A look at each job, bounded: a user who interrupts does not wait for a slow server (a
+    // job not seen is named as running, the safe side).
+    let mut ended = Vec::new();
+    let look = async {
+        for &id in ids {
+            let req = pb::GetJobRequest {
+                job_id: id,
+                wait_ms: 0,
+            };
+            if let Ok(j) = api.get_job(req).await
+                && is_final(&j.into_inner().state)
+            {
+                ended.push(id);
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), look).await;
+    for id in ids.iter().filter(|id| !ended.contains(id)) {
+        eprintln!("job {id} keeps running: `hetsched cancel {id}` stops it");
+    }
+    Err(super::human::Exit {
+        status,
+        message: format!("{name}: stopped waiting"),
+    }
+    .into())
 }
 
 /// How a wait for one job ended: the job ended, or the time-out passed first (the job as last

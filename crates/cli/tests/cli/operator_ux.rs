@@ -383,3 +383,48 @@ fn a_wait_that_times_out_exits_124_naming_the_unfinished_jobs_unlike_a_failure()
     assert_eq!(out.status.code(), Some(0));
     c.ok(&["cancel", "1"]);
 }
+
+/// Ctrl-C on `submit --wait` (or SIGTERM on `wait`) stops the waiting, not the job: the job keeps
+/// running, and the user is told so with the command that stops it; the exit status is the
+/// shell's for the signal (130, 143).
+#[test]
+fn an_interrupted_wait_leaves_the_job_running_and_says_how_to_cancel_it() {
+    let mut c = Cluster::start("ux-wait-interrupted", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    for (args, signal, status) in [
+        (&["submit", "--wait", "--", "sleep", "60"][..], "INT", 130),
+        (&["wait", "1"][..], "TERM", 143),
+    ] {
+        let child = c
+            .command(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // (`submit --wait` may not have submitted yet: no job 1.)
+        wait_until("the task to run", Duration::from_secs(10), || {
+            let out = c.cli(&["job", "1", "--output", "json"]);
+            out.status.success()
+                && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                    .is_ok_and(|j| j["counts"]["running"] == 1)
+        });
+        // The waiting has begun (the submission was answered before the task ran).
+        std::thread::sleep(Duration::from_millis(500));
+        let ok = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+        let out = child.wait_with_output().expect("wait");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
+        assert!(
+            err.contains("job 1 keeps running: `hetsched cancel 1` stops it"),
+            "{err}"
+        );
+        assert_eq!(c.json(&["job", "1"])["state"], "running");
+    }
+    c.ok(&["cancel", "1"]);
+}
