@@ -102,8 +102,8 @@ pub struct AgentConfig {
     pub ca: Option<PathBuf>,
     /// Where task outputs go.
     pub work_dir: Option<PathBuf>,
-    /// Cores offered to tasks.
-    pub cores: Option<u32>,
+    /// Cores offered to tasks (1 to `MAX_NODE_CORES`).
+    pub cores: Option<serde_spanned::Spanned<u32>>,
     /// Memory offered to tasks.
     pub memory: Option<ByteSize>,
     /// Relative core speed.
@@ -199,6 +199,18 @@ impl<'de> Deserialize<'de> for FetchRate {
     }
 }
 
+/// Whether `cores` is a number of cores a node may offer: 1 to `MAX_NODE_CORES` (what the server
+/// accepts at registration); why not.
+pub fn check_cores(cores: u32) -> Result<u32, String> {
+    use hetsched_core::input::cluster::MAX_NODE_CORES;
+    if cores == 0 || cores > MAX_NODE_CORES {
+        return Err(format!(
+            "{cores} cores; an agent offers 1 to {MAX_NODE_CORES}"
+        ));
+    }
+    Ok(cores)
+}
+
 impl AgentConfig {
     /// Parses a configuration file's text; errors name the line and field.
     pub fn parse(origin: &str, text: &str) -> Result<Self, hetsched_core::input::InputError> {
@@ -215,6 +227,12 @@ impl AgentConfig {
                     humantime::format_duration(crate::launch::MAX_KILL_GRACE)
                 ),
             ));
+        }
+        // Refused here, naming the field, rather than by the server at registration.
+        if let Some(c) = &config.cores
+            && let Err(e) = check_cores(*c.get_ref())
+        {
+            return Err(src.error(Some(c.span().start), Some("cores".into()), e));
         }
         if let Some(m) = &config.max_input_bytes
             && m.get_ref().as_u64() == 0
@@ -287,6 +305,25 @@ impl AgentConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cores_are_read_and_zero_or_too_many_are_refused_at_their_line() {
+        let c = AgentConfig::parse("agent.toml", "cores = 2\n").expect("valid");
+        assert_eq!(c.cores.map(|c| *c.get_ref()), Some(2));
+        for (text, said) in [
+            (
+                "cores = 0\n",
+                "agent.toml:1:9: cores: 0 cores; an agent offers 1 to 65536",
+            ),
+            (
+                "cores = 100000\n",
+                "agent.toml:1:9: cores: 100000 cores; an agent offers 1 to 65536",
+            ),
+        ] {
+            let e = AgentConfig::parse("agent.toml", text).expect_err(text);
+            assert_eq!(e.to_string(), said);
+        }
+    }
 
     #[test]
     fn a_kill_grace_is_read_and_one_over_an_hour_is_refused_at_its_line() {

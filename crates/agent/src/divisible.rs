@@ -184,6 +184,7 @@ struct Held {
 /// is given up and asked again on the new.
 pub async fn run(
     mut connection: crate::Connection,
+    mut registered: crate::Registered,
     token: pb::TokenInterceptor,
     me: DivisibleAgent,
 ) {
@@ -215,6 +216,11 @@ pub async fn run(
             crate::ledger::Ledger::disabled()
         }
     };
+    // The predecessor's chunks are killed at once, but chunks are asked for only as a registered
+    // node.
+    if !crate::first_registration(&mut registered).await {
+        return;
+    }
     let shared = Arc::new(Shared {
         held: Mutex::default(),
         dropped: tokio::sync::Notify::new(),
@@ -1107,11 +1113,12 @@ mod tests {
         }
     }
 
-    /// Serves `fake` on a local port and starts the divisible loop of `me` against it: the
-    /// loop (aborted when dropped) and the server.
+    /// Serves `fake` on a local port and starts the divisible loop of `me` against it, its agent
+    /// registered as `registered` says: the loop (aborted when dropped) and the server.
     async fn start(
         me: DivisibleAgent,
         fake: Fake,
+        registered: crate::Registered,
     ) -> (
         Running,
         tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
@@ -1134,6 +1141,7 @@ mod tests {
             let _keep = keep;
             run(
                 connection,
+                registered,
                 pb::TokenInterceptor::new("t").expect("token"),
                 me,
             )
@@ -1146,7 +1154,8 @@ mod tests {
     /// 10 s): what the service was told.
     async fn run_against(me: DivisibleAgent, fake: Fake) -> Arc<Mutex<Told>> {
         let told = fake.told.clone();
-        let (agent, server) = start(me, fake).await;
+        let (_registered, registered) = tokio::sync::watch::channel(Some(1));
+        let (agent, server) = start(me, fake, registered).await;
         for _ in 0..1000 {
             if !told.lock().expect("told").done.is_empty() {
                 break;
@@ -1158,6 +1167,43 @@ mod tests {
         drop(agent);
         server.abort();
         told
+    }
+
+    /// The loop asks for no chunk before its agent has registered: the server does not know the
+    /// node yet, and the refusal would be logged before — and read as the cause of — a failed
+    /// registration's own error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn agent_asks_for_no_chunk_before_it_has_registered() {
+        let dir = std::env::temp_dir().join(format!(
+            "hetsched-chunk-unregistered-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (me, _) = agent(&dir, false);
+        let fake = Fake {
+            told: Arc::default(),
+            input: 0,
+            on_input: Arc::new(|| {}),
+            refuse: Arc::default(),
+        };
+        let told = fake.told.clone();
+        let (registering, registered) = tokio::sync::watch::channel(None);
+        let (agent, server) = start(me, fake, registered).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(told.lock().expect("told").asks.len(), 0);
+        registering.send_replace(Some(1));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while told.lock().expect("told").asks.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(agent);
+        server.abort();
+        assert!(
+            !told.lock().expect("told").asks.is_empty(),
+            "asked once registered"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A node the server refuses (drained, dead, left: `FailedPrecondition`) may stay so for
@@ -1181,7 +1227,8 @@ mod tests {
             ))),
         };
         let (told, refuse) = (fake.told.clone(), fake.refuse.clone());
-        let (agent, server) = start(me, fake).await;
+        let (_registered, registered) = tokio::sync::watch::channel(Some(1));
+        let (agent, server) = start(me, fake, registered).await;
         // The first ask opens the window: the loop starts by reading its ledger.
         let deadline = Instant::now() + Duration::from_secs(10);
         while told.lock().expect("told").asks.is_empty() && Instant::now() < deadline {

@@ -54,6 +54,19 @@ pub mod version;
 /// when a beat times out (the old one may be dead — a hung relay keeps it open), and every loop
 /// that holds calls open follows.
 pub type Connection = tokio::sync::watch::Receiver<tonic::transport::Channel>;
+
+/// The node id while the agent is registered (`None` before the first registration, and while it
+/// registers again).
+pub type Registered = tokio::sync::watch::Receiver<Option<u32>>;
+
+/// Returns once the agent has registered for the first time; `false`: the agent is ending
+/// without having registered. The loops that speak for the node (divisible chunks, stream
+/// workers) wait for it: until then the server does not know the node's identity, and their
+/// refusals would come before — and read as the cause of — the registration's own error (a
+/// wrong token, cores out of range).
+pub(crate) async fn first_registration(registered: &mut Registered) -> bool {
+    registered.wait_for(Option::is_some).await.is_ok()
+}
 pub mod workdir;
 
 use hetsched_proto as pb;
@@ -381,9 +394,12 @@ pub async fn run(
         .map_err(AgentError::Config)?;
     let identity = workdir::identity(&opts.work_dir)
         .map_err(|e| AgentError::Config(format!("agent identity: {e}")))?;
+    // The node id while registered: the wake-up waiter asks for this node's work.
+    let (registered, registered_rx) = tokio::sync::watch::channel(None);
     // The stream workers' sync speaks for this node: it carries the identity.
     stream_workers::spawn(
         connection_rx.clone(),
+        registered_rx.clone(),
         interceptor.clone(),
         stream_workers::Secrecy {
             token: opts.token.clone(),
@@ -398,20 +414,19 @@ pub async fn run(
         },
         outside.clone(),
     );
-    // The node id while registered: the wake-up waiter asks for this node's work.
-    let (registered, registered_rx) = tokio::sync::watch::channel(None);
     // Set by the waiter: the server has work for this node (beat at once, without coalescing).
     let woken = Arc::new(Notify::new());
     let _waiter = divisible::Running(tokio::spawn(await_work(
         connection_rx.clone(),
         interceptor.clone(),
         identity.clone(),
-        registered_rx,
+        registered_rx.clone(),
         woken.clone(),
     )));
     let computing = divisible::Computing::default();
     let _divisible = divisible::Running(tokio::spawn(divisible::run(
         connection_rx,
+        registered_rx,
         interceptor.clone(),
         divisible::DivisibleAgent {
             name: opts.name.clone(),

@@ -311,6 +311,7 @@ pub struct Host {
 /// agent's idle timeout and its queue of prefetched tasks read it).
 pub fn spawn(
     mut connection: crate::Connection,
+    mut registered: crate::Registered,
     interceptor: pb::TokenInterceptor,
     secrecy: Secrecy,
     host: Host,
@@ -340,6 +341,10 @@ pub fn spawn(
         let (dir, own) = (work_dir.clone(), run_as_owner);
         let _ = tokio::task::spawn_blocking(move || end_dead_workers_leftovers(&dir, own)).await;
         remove_leftovers(&work_dir);
+        // An earlier agent's leftovers go at once, but syncs are made only as a registered node.
+        if !crate::first_registration(&mut registered).await {
+            return;
+        }
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("hetsched"));
         let mut every = tokio::time::interval(SYNC_INTERVAL);
         // After a held call the tick is overdue: sync once at once, not once per missed tick.

@@ -83,8 +83,7 @@ pub struct AgentArgs {
     /// CA certificate (PEM) for an `https://` server.
     #[arg(long, env = "HETSCHED_CA")]
     pub ca: Option<PathBuf>,
-    /// Cores to offer [default: detected].
-    #[arg(long)]
+    #[arg(long, value_parser = parse_cores, help = format!("Cores to offer, 1 to {} [default: detected]", hetsched_core::input::cluster::MAX_NODE_CORES))]
     pub cores: Option<u32>,
     /// Work directory: task outputs, the running-task record and the agent's identity; one per
     /// agent (default: $XDG_STATE_HOME/hetsched/agent-NAME, ~/.local/state/…, or
@@ -158,6 +157,13 @@ pub struct AgentArgs {
     /// Private key (PEM) of the accelerator service.
     #[arg(long, requires = "accel_cert")]
     pub accel_key: Option<PathBuf>,
+}
+
+/// `--cores`: a number of cores, refused here (naming the flag) as the configuration's `cores`
+/// is, rather than by the server at registration.
+fn parse_cores(s: &str) -> Result<u32, String> {
+    let cores = s.parse::<u32>().map_err(|e| e.to_string())?;
+    hetsched_agent::config::check_cores(cores)
 }
 
 fn nanos(d: humantime::Duration) -> u64 {
@@ -422,7 +428,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         resources: hetsched_agent::detect::Resources {
             cores: a
                 .cores
-                .or(config.cores)
+                .or(config.cores.as_ref().map(|c| *c.get_ref()))
                 .unwrap_or_else(hetsched_agent::detect::cores),
             memory_bytes: config
                 .memory

@@ -428,3 +428,60 @@ fn an_interrupted_wait_leaves_the_job_running_and_says_how_to_cancel_it() {
     }
     c.ok(&["cancel", "1"]);
 }
+
+/// An agent whose registration the server refuses (here: a name it does not take) exits with
+/// that refusal as its only error: no loop speaking for the node (divisible chunks, stream
+/// workers) runs before the registration and warns first of a refusal that reads as the cause.
+/// `--cores 0` or too many are refused by the agent itself, naming the flag.
+#[test]
+fn an_agent_refused_at_registration_says_only_why() {
+    let c = Cluster::start("ux-agent-refused", false);
+    let agent = |name: &str, cores: &str| {
+        let mut child = std::process::Command::new(crate::support::BIN)
+            .args([
+                "agent",
+                "--server",
+                &c.url(),
+                "--name",
+                name,
+                "--cores",
+                cores,
+            ])
+            .arg("--token-file")
+            .arg(c.data().join("agent-token"))
+            .arg("--work-dir")
+            .arg(c.data().join("../agent-z"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn agent");
+        let start = std::time::Instant::now();
+        while child.try_wait().expect("try_wait").is_none() {
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("the refused agent did not exit");
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let out = child.wait_with_output().expect("output");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, err) = agent("bad!name", "2");
+    assert_eq!(status, Some(1), "{err}");
+    assert!(
+        err.contains("error: the server refused to register this node: node name `bad!name`"),
+        "{err}"
+    );
+    assert!(!err.contains("chunk ask"), "{err}");
+    for cores in ["0", "100000"] {
+        let (status, err) = agent("z", cores);
+        assert_eq!(status, Some(2), "{err}");
+        assert!(
+            err.contains("--cores") && err.contains("an agent offers 1 to 65536"),
+            "{err}"
+        );
+    }
+}
