@@ -556,19 +556,7 @@ pub async fn jobs(
         next_cursor: 0,
     };
     if args.output == Output::Json {
-        let jobs: Vec<_> = reply
-            .jobs
-            .iter()
-            .map(|j| {
-                let mut v = super::human::job_json(j);
-                // A listing carries no job's applications (`job N` has them): no key rather
-                // than an empty list, which a script would read as "none".
-                if let Some(o) = v.as_object_mut() {
-                    o.remove("apps");
-                }
-                v
-            })
-            .collect();
+        let jobs: Vec<_> = reply.jobs.iter().map(super::human::job_json).collect();
         return json(&jobs);
     }
     // Why pending tasks wait, where the state does not say it already (held; `waiting` does not

@@ -310,19 +310,12 @@ fn a_server_stopped_by_sigterm_says_so_in_its_log() {
     assert!(log.contains("server stopped"), "{log}");
 }
 
-/// A listing carries no job's applications (`job N` has them): `jobs --output json` leaves
-/// the key out rather than give every job `"apps": []`, which a script reads as "no
-/// applications"; `job N --output json` lists them. `log` names a one-task job's one id, and a
-/// cancelled task's state once. `tasks --node` with a name no node has is refused naming the
-/// nodes there are, not answered "no tasks match".
+/// `log` names a one-task job's one id, and a cancelled task's state once. `tasks --node` with
+/// a name no node has is refused naming the nodes there are, not answered "no tasks match".
 #[test]
-fn jobs_json_leaves_out_the_applications_it_does_not_carry_and_tasks_checks_its_node() {
+fn log_names_a_one_task_jobs_id_and_tasks_checks_its_node() {
     let mut c = Cluster::start("ux-jobs-apps", false);
     c.ok(&["submit", "--name", "one", "--", "true"]);
-    let listed = c.json(&["jobs"]);
-    assert_eq!(listed[0]["name"], "one", "{listed}");
-    assert!(listed[0].get("apps").is_none(), "{listed}");
-    assert_eq!(c.json(&["job", "1"])["apps"][0]["name"], "true");
     // A one-task job's ids are one id, not a range `0–0`; a task cancelled before it ran says
     // so once (not `cancelled: cancelled`).
     let out = c.cli(&["log", "1", "7"]);
