@@ -649,6 +649,7 @@ impl From<Drained> for pb::DrainNodeReply {
             running: d.running,
             stream_workers: d.stream_workers,
             chunks: d.chunks,
+            was_drained: d.was_drained,
         }
     }
 }

@@ -1441,29 +1441,36 @@ pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
 /// `hetsched node drain NAME [--reason TEXT]` (`drain`) and `hetsched node resume NAME`.
 /// Several nodes (`node drain a,b`) are drained in turn, a line each (`--output json`: an
 /// array, each entry with `name`, and `error` for a refusal), going on past a refusal and failing
-/// at the end naming the nodes not drained.
+/// at the end naming the nodes not drained. Each node's JSON, one or several, has its `name`,
+/// `drained` as it now stands and `was_drained` before, beside the counts of what runs there.
 pub async fn drain_node(
     args: &ClientArgs,
     names: &[String],
     drain: bool,
     reason: &str,
 ) -> anyhow::Result<()> {
-    let mut api = connect(args).await?;
-    if let [name] = names {
-        let reply = drain_one(&mut api, name, drain, reason).await?;
-        return answer(args, &reply, |r| drained_line(name, drain, reason, r));
-    }
-    let done = if drain { "drained" } else { "resumed" };
-    each_in_turn(args, names, "name", "node", done, |name| {
+    let api = connect(args).await?;
+    let act = |name: &String| {
         let mut api = api.clone();
         let name = name.clone();
         async move {
             let r = drain_one(&mut api, &name, drain, reason).await?;
             let line = drained_line(&name, drain, reason, &r);
-            Ok((serde_json::to_value(r)?, line))
+            let mut value = serde_json::to_value(r)?;
+            // Which node, and what it now is: drain and resume answered alike without them.
+            if let Some(o) = value.as_object_mut() {
+                o.insert("name".into(), name.into());
+                o.insert("drained".into(), drain.into());
+            }
+            Ok((value, line))
         }
-    })
-    .await
+    };
+    if let [name] = names {
+        let (value, line) = act(name).await?;
+        return one_answer(args, &value, &line);
+    }
+    let done = if drain { "drained" } else { "resumed" };
+    each_in_turn(args, names, "name", "node", done, act).await
 }
 
 /// `hetsched node stop NAME… [--drain]`: each node's agent is asked to shut down.
@@ -1496,13 +1503,7 @@ pub async fn stop_node(args: &ClientArgs, names: &[String], drain: bool) -> anyh
     };
     if let [name] = names {
         let (value, line) = stop(name).await?;
-        return match args.output {
-            Output::Json => json(&value),
-            Output::Table | Output::Dot => {
-                println!("{}", shown(&line));
-                Ok(())
-            }
-        };
+        return one_answer(args, &value, &line);
     }
     each_in_turn(args, names, "name", "node", "stopped", stop).await
 }
@@ -1526,6 +1527,9 @@ async fn drain_one(
 
 /// What `node drain` or `node resume` says of one node.
 fn drained_line(name: &str, drain: bool, reason: &str, r: &pb::DrainNodeReply) -> String {
+    if !drain && !r.was_drained {
+        return format!("node `{name}` was not drained: it takes new work, as before");
+    }
     if !drain {
         return format!("node `{name}` resumed: it takes new work again");
     }
@@ -1840,18 +1844,23 @@ where
         if let Some(o) = value.as_object_mut() {
             o.entry("job_id").or_insert((*id).into());
         }
-        return match args.output {
-            Output::Json => json(&value),
-            Output::Table | Output::Dot => {
-                println!("{}", shown(&line));
-                Ok(())
-            }
-        };
+        return one_answer(args, &value, &line);
     }
     if ids.is_empty() {
         return nothing_selected(args, &format!("nothing {done}"));
     }
     each_in_turn(args, ids, "job_id", "job", done, |&id| act(id)).await
+}
+
+/// What a command acting on one job or node says: its reply `value` in JSON, else its `line`.
+fn one_answer(args: &ClientArgs, value: &serde_json::Value, line: &str) -> anyhow::Result<()> {
+    match args.output {
+        Output::Json => json(value),
+        Output::Table | Output::Dot => {
+            println!("{}", shown(line));
+            Ok(())
+        }
+    }
 }
 
 /// Runs `act` on each of `items` (jobs, nodes) in turn, for a command given several: a line each

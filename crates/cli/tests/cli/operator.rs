@@ -426,7 +426,8 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     // Several at once: each in turn, the refusals named at the end.
     let out = c.cli(&["node", "resume", "a,nosuch"]);
     assert!(!out.status.success());
-    assert!(text(&out.stdout).contains("node `a` resumed"));
+    // `a` was resumed above: this resume changes nothing there, and says so.
+    assert!(text(&out.stdout).contains("node `a` was not drained"));
     assert!(
         text(&out.stderr).contains("1 of 2 nodes not resumed: nosuch"),
         "{}",

@@ -478,3 +478,46 @@ fn an_agent_refused_at_registration_says_only_why() {
         );
     }
 }
+
+/// `node drain` and `node resume` of one node answer in JSON with its `name`, as each entry of
+/// several nodes has it, and say what was done: `drained` as the node now stands, and
+/// `was_drained` before. Resuming a node that was not drained says so rather than "resumed".
+#[test]
+fn node_drain_and_resume_json_name_the_node_and_say_what_was_done() {
+    let mut c = Cluster::start("ux-drain-json", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let said = c.ok(&["node", "resume", "a"]);
+    assert!(
+        said.contains("node `a` was not drained") && !said.contains("resumed"),
+        "{said}"
+    );
+    let v = c.json(&["node", "resume", "a"]);
+    assert_eq!(
+        (&v["name"], &v["drained"], &v["was_drained"]),
+        (&"a".into(), &false.into(), &false.into()),
+        "{v}"
+    );
+    let v = c.json(&["node", "drain", "a"]);
+    assert_eq!(
+        (&v["name"], &v["drained"], &v["was_drained"]),
+        (&"a".into(), &true.into(), &false.into()),
+        "{v}"
+    );
+    // The keys scripts read stay.
+    assert_eq!(v["running"], 0, "{v}");
+    let v = c.json(&["node", "resume", "a"]);
+    assert_eq!(
+        (&v["name"], &v["drained"], &v["was_drained"]),
+        (&"a".into(), &false.into(), &true.into()),
+        "{v}"
+    );
+    let v = c.json(&["node", "drain", "a,a"]);
+    assert_eq!(
+        (&v[0]["name"], &v[0]["drained"], &v[1]["was_drained"]),
+        (&"a".into(), &true.into(), &true.into()),
+        "{v}"
+    );
+    let said = c.ok(&["node", "resume", "a"]);
+    assert!(said.contains("node `a` resumed"), "{said}");
+}

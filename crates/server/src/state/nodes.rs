@@ -1177,6 +1177,7 @@ impl State {
             ));
         }
         let was = &self.nodes.recs[id as usize];
+        let was_drained = was.drained;
         let note = drain.then(|| crate::store::DrainNote {
             // Draining a drained node again without a reason keeps the operator's note.
             reason: if was.drained && reason.is_empty() {
@@ -1215,7 +1216,10 @@ impl State {
                 self.wake(None);
             }
         }
-        Ok(self.what_runs_on(id, name))
+        Ok(Drained {
+            was_drained,
+            ..self.what_runs_on(id, name)
+        })
     }
 
     /// What node `id` (called `name`) runs, as a drain or a stop answers it: its running tasks
@@ -1228,6 +1232,7 @@ impl State {
             running: (self.nodes.recs[id as usize].running.len() + members) as u32,
             stream_workers: self.jobs.topology.workers_on(name),
             chunks: self.jobs.divisible.chunks_on(name),
+            was_drained: self.nodes.recs[id as usize].drained,
         }
     }
 

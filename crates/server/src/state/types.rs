@@ -856,6 +856,8 @@ pub struct Drained {
     pub stream_workers: u32,
     /// Divisible-load chunks out there, which finish and count.
     pub chunks: u32,
+    /// Whether an operator had drained the node before the call (`hetsched node drain`).
+    pub was_drained: bool,
 }
 
 /// One consumed output a workflow instance fetches before it starts (issue 13).
