@@ -745,9 +745,44 @@ pub async fn read_log(
             Ok(reply)
         }
         (Some(reply), _) => Ok(reply),
+        (None, Some(e)) if !earlier => Err(unanswered(state, relay, &task, e)),
         (None, Some(e)) => Err(e),
         (None, None) => Err(Status::unavailable("no agent serves task outputs")),
     }
+}
+
+/// `e`, the error of asking the node that ran `task`'s latest attempt for its output — unless
+/// the server knows why that node cannot answer: its agent left or it was declared dead. Then
+/// that, and where the output stays (a transport error alone sent the user to the network).
+fn unanswered(
+    state: &Arc<Mutex<State>>,
+    relay: &LogRelay,
+    task: &pb::TaskInfo,
+    e: Status,
+) -> Status {
+    if e.code() != tonic::Code::Unavailable {
+        return e;
+    }
+    let (why, own) = {
+        let Ok(s) = state.lock() else {
+            return e;
+        };
+        let Some(why) = s.node_not_working(&task.node) else {
+            return e;
+        };
+        (why, s.own_streams(&[(task.job_id, task.app.clone())]))
+    };
+    let mut shown = [task.clone()];
+    relay.fill_outputs(&mut shown, &own);
+    let place = match shown[0].output.as_str() {
+        "" => String::new(),
+        at => format!(", in {at},"),
+    };
+    Status::unavailable(format!(
+        "node `{}` cannot be asked for the task's output: {why}; the output stays on the \
+         node{place} until its agent runs there again",
+        task.node
+    ))
 }
 
 #[cfg(test)]

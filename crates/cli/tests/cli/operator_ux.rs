@@ -521,3 +521,43 @@ fn node_drain_and_resume_json_name_the_node_and_say_what_was_done() {
     let said = c.ok(&["node", "resume", "a"]);
     assert!(said.contains("node `a` resumed"), "{said}");
 }
+
+/// `log` of a task whose node's agent has left (SIGTERM), or whose node was declared dead
+/// (SIGKILL), says so and where the output stays, instead of a transport error.
+#[test]
+fn log_from_a_node_whose_agent_left_or_died_says_so() {
+    let mut c = Cluster::start("ux-log-left", false);
+    c.start_agent("a", 1, &[]);
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    c.ok(&["submit", "--requires", "node:a", "--", "echo", "hello"]);
+    c.ok(&["submit", "--requires", "node:b", "--", "echo", "hello"]);
+    c.ok(&["wait", "1,2"]);
+    c.signal_agent("a", "TERM");
+    assert_eq!(c.agent_exit("a", Duration::from_secs(30)), Some(0));
+    c.kill_agent("b");
+    wait_until("a left and b dead", Duration::from_secs(20), || {
+        let nodes = c.json(&["nodes", "--all"]);
+        nodes
+            .as_array()
+            .is_some_and(|n| n.len() == 2 && n.iter().all(|n| n["alive"] == false))
+    });
+    for (job, node, why) in [
+        ("1", "a", "its agent left (signal)"),
+        ("2", "b", "it was declared dead"),
+    ] {
+        let task = &c.tasks(job.parse().expect("a job id"))[0];
+        let app = task["app"].as_str().expect("its application");
+        let out = c.cli(&["log", job, &format!("{app}:0")]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!(
+                "node `{node}` cannot be asked for the task's output: {why}"
+            )) && err.contains(&format!("in {node}:"))
+                && err.contains(&format!("job-{job}/{app}-0.1.{{out,err}}"))
+                && !err.contains("transport error"),
+            "{err}"
+        );
+    }
+}

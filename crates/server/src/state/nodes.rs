@@ -846,6 +846,12 @@ fn node_json(spec: &Node, at: Place<'_>) -> Result<String, StateError> {
 }
 
 impl State {
+    /// Why the node named `name` does not work ([`NodeRec::not_working`]: its agent left, it
+    /// was declared dead…); `None` when it works, or when no node has that name.
+    pub fn node_not_working(&self, name: &str) -> Option<String> {
+        self.nodes.not_working(name)
+    }
+
     /// An agent (re-)registers: a new name gets the next node id; a known name gets its old id,
     /// if the caller proves the identity that registered it, or if that node is dead (a
     /// replacement agent takes the name over). A name held by a live node with another identity
