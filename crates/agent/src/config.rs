@@ -111,10 +111,12 @@ pub struct AgentConfig {
     /// Disk read bandwidth.
     pub disk_read: Option<Bandwidth>,
     /// Where the log listener binds (`hetsched log` reads task outputs through it).
+    #[serde(deserialize_with = "hetsched_core::input::listen::deserialize_option")]
     pub log_listen: Option<std::net::SocketAddr>,
     /// The rack the node sits in (spec 01: binding never crosses racks).
     pub rack: Option<String>,
     /// Where a node with accelerators serves its accelerator service (spec 01's AcCt).
+    #[serde(deserialize_with = "hetsched_core::input::listen::deserialize_option")]
     pub accel_listen: Option<std::net::SocketAddr>,
     /// Where other agents reach this agent (`host:port` of its log listener, or of its TLS
     /// data listener with `[tls]`; issue 13).

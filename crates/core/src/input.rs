@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod divisible;
 pub mod latency;
 pub mod limits;
+pub mod listen;
 pub mod output_path;
 pub mod star_platform;
 pub mod stream_code;

@@ -66,7 +66,8 @@ use std::path::PathBuf;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// Address to listen on (port 0 = any free port).
+    /// Address to listen on (port 0 = any free port): an IP address and port.
+    #[serde(deserialize_with = "hetsched_core::input::listen::deserialize")]
     pub listen: SocketAddr,
     /// Directory of the store (`state.db`), the token file and the address file.
     pub data_dir: PathBuf,
@@ -95,6 +96,7 @@ pub struct ServerConfig {
     /// behind a token) and `/healthz` (port 0 = any free port; the bound address goes to
     /// `DATA_DIR/http-address`); HTTPS with [`ServerConfig::tls`]'s certificate. None: no HTTP
     /// listener.
+    #[serde(deserialize_with = "hetsched_core::input::listen::deserialize_option")]
     pub http_listen: Option<SocketAddr>,
     /// Consecutive start failures of one application on one node after which the server stops
     /// placing it there for `start_failure_backoff` (0 = never). See [`crate::backoff`].

@@ -3,7 +3,6 @@
 
 use super::human::shown;
 use anyhow::Context;
-use std::net::SocketAddr;
 
 /// The rack a node joins when none is given.
 pub const DEFAULT_RACK: &str = "default";
@@ -21,18 +20,11 @@ pub fn agent_accel_options(
     if let Some(problem) = rack_problem(&rack) {
         anyhow::bail!("--rack `{}`: {problem}", shown(&rack));
     }
-    let listen = match a.accel_listen.as_deref() {
-        Some("none") => None,
-        None => Some(
-            config
-                .accel_listen
-                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
-        ),
-        Some(s) => Some(
-            s.parse()
-                .with_context(|| format!("--accel-listen `{s}`: expected HOST:PORT or none"))?,
-        ),
-    };
+    let listen = super::serve::agent_listen(
+        "--accel-listen",
+        a.accel_listen.as_deref(),
+        config.accel_listen,
+    )?;
     let tls = match (&a.accel_cert, &a.accel_key) {
         (Some(c), Some(k)) => Some((
             std::fs::read(c).with_context(|| format!("reading {}", c.display()))?,

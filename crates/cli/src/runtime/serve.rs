@@ -19,7 +19,7 @@ pub struct ServerArgs {
     #[arg(long, help = format!("Data directory (store, tokens, address) [default: {}]", ServerConfig::default().data_dir.display()))]
     pub data_dir: Option<PathBuf>,
     /// Address to listen on (port 0 = any free port; the bound address goes to DATA_DIR/address).
-    #[arg(long, help = format!("Address to listen on (port 0 = any free port; the bound address goes to DATA_DIR/address) [default: {}]", ServerConfig::default().listen))]
+    #[arg(long, value_parser = hetsched_core::input::listen::parse, help = format!("Address to listen on, an IP address and port (port 0 = any free port; the bound address goes to DATA_DIR/address) [default: {}]", ServerConfig::default().listen))]
     pub listen: Option<SocketAddr>,
     /// Batch policy (every policy the core has).
     #[arg(
@@ -49,7 +49,7 @@ pub struct ServerArgs {
     /// Serve the dashboard, Prometheus `/metrics` (both need a token: DATA_DIR/read-token) and
     /// `/healthz` over HTTP on this address — HTTPS when the configuration has `[tls]` (port 0 =
     /// any free port, the bound address goes to DATA_DIR/http-address).
-    #[arg(long)]
+    #[arg(long, value_parser = hetsched_core::input::listen::parse)]
     pub http_listen: Option<SocketAddr>,
     /// Set aside stored job JOB, whose file this version no longer reads (the start refuses
     /// it, naming it): before the state is restored, its file and a record of it (owner,
@@ -164,6 +164,24 @@ pub struct AgentArgs {
 fn parse_cores(s: &str) -> Result<u32, String> {
     let cores = s.parse::<u32>().map_err(|e| e.to_string())?;
     hetsched_agent::config::check_cores(cores)
+}
+
+/// Where an agent's listener binds (`flag`: `--log-listen`, `--accel-listen`): the flag's
+/// `given` value (`none`: no listener), else the configuration's, else any free port on every
+/// interface. An address must be an IP address and port ([`hetsched_core::input::listen`]).
+pub(super) fn agent_listen(
+    flag: &str,
+    given: Option<&str>,
+    configured: Option<SocketAddr>,
+) -> anyhow::Result<Option<SocketAddr>> {
+    Ok(match given {
+        Some("none") => None,
+        None => Some(configured.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))),
+        Some(s) => Some(
+            hetsched_core::input::listen::parse(s)
+                .map_err(|e| anyhow::anyhow!("{flag} `{s}`: {e}, or none for no listener"))?,
+        ),
+    })
 }
 
 fn nanos(d: humantime::Duration) -> u64 {
@@ -441,18 +459,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         name,
         no_exec: a.no_exec,
         exe: std::env::current_exe().ok(),
-        log_listen: match a.log_listen.as_deref() {
-            Some("none") => None,
-            None => Some(
-                config
-                    .log_listen
-                    .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
-            ),
-            Some(s) => Some(
-                s.parse()
-                    .with_context(|| format!("--log-listen `{s}`: expected HOST:PORT or none"))?,
-            ),
-        },
+        log_listen: agent_listen("--log-listen", a.log_listen.as_deref(), config.log_listen)?,
         log_tls: match (&a.log_cert, &a.log_key) {
             (Some(c), Some(k)) => Some((
                 std::fs::read(c).with_context(|| format!("--log-cert: reading {}", c.display()))?,

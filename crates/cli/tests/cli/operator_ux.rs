@@ -561,3 +561,87 @@ fn log_from_a_node_whose_agent_left_or_died_says_so() {
         );
     }
 }
+
+/// `server --listen localhost:7420` is refused naming the flag, with the forms it takes (it
+/// said only `invalid socket address syntax`); so are an agent's `--log-listen` and the
+/// configuration files' `listen` and `log_listen`, at their line.
+#[test]
+fn a_listen_address_with_a_host_name_is_refused_with_the_forms_taken() {
+    let c = Cluster::start("ux-listen-name", false);
+    let token = c.data().join("agent-token");
+    let token = token.to_str().expect("a UTF-8 path");
+    let work = crate::support::temp_dir("ux-listen-name-agent");
+    let work = work.to_str().expect("a UTF-8 path");
+    let url = c.url();
+    for (args, flag) in [
+        (
+            &["server", "--listen", "localhost:7420", "--data-dir", work][..],
+            "--listen",
+        ),
+        (
+            &[
+                "agent",
+                "--server",
+                &url,
+                "--token-file",
+                token,
+                "--cores",
+                "1",
+                "--work-dir",
+                work,
+                "--log-listen",
+                "localhost:0",
+            ],
+            "--log-listen",
+        ),
+    ] {
+        let out = c.cli(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(flag)
+                && err.contains("localhost:")
+                && err.contains("give an IP address and port (127.0.0.1:")
+                && err.contains("for this host only, 0.0.0.0:"),
+            "{args:?}: {err}"
+        );
+    }
+    let server_config = c.write("server.toml", "listen = \"localhost:7420\"\n");
+    let agent_config = c.write("agent.toml", "cores = 1\nlog_listen = \"localhost:0\"\n");
+    for (args, line) in [
+        (
+            vec![
+                "server",
+                "--config",
+                server_config.to_str().expect("a UTF-8 path"),
+                "--data-dir",
+                work,
+            ],
+            "server.toml:1:",
+        ),
+        (
+            vec![
+                "agent",
+                "--server",
+                &url,
+                "--token-file",
+                token,
+                "--work-dir",
+                work,
+                "--config",
+                agent_config.to_str().expect("a UTF-8 path"),
+            ],
+            "agent.toml:2:",
+        ),
+    ] {
+        let out = c.cli(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(line)
+                && err.contains("`localhost:")
+                && err.contains("give an IP address and port (127.0.0.1:"),
+            "{args:?}: {err}"
+        );
+    }
+}
