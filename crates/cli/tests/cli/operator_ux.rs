@@ -645,3 +645,25 @@ fn a_listen_address_with_a_host_name_is_refused_with_the_forms_taken() {
         );
     }
 }
+
+/// `submit` of a file with both `[[application]]` and `[[task]]` says a file is one or the
+/// other, at its line (it said `unknown field `application``, as if a key were mistyped).
+#[test]
+fn a_job_file_with_applications_and_tasks_is_refused_as_both_kinds() {
+    let c = Cluster::start("ux-both-kinds", false);
+    let file = c.write(
+        "both.toml",
+        "[[task]]\nname = \"t\"\ninstances = 1\ncommand = \"true\"\n\
+         [[application]]\nname = \"a\"\ncommand = \"true\"\n",
+    );
+    let out = c.cli(&["submit", file.to_str().expect("a UTF-8 path")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "both.toml:5:1: a file is either a batch job ([[application]] tables) or a \
+                      workflow ([[task]] tables), not both"
+        ) && !err.contains("unknown field"),
+        "{err}"
+    );
+}

@@ -67,8 +67,11 @@ pub struct RuntimeWorkflow {
 /// runtime runs the real program), then every task must have a command whose placeholders name
 /// its own inputs and outputs, and `balancer` must be a runtime balancer.
 pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflow, InputError> {
-    let parsed = parse_workflow_with(origin, text, Costs::Optional)?;
     let src = Source::new(origin, text);
+    if let Some(e) = both_kinds(&src) {
+        return Err(e);
+    }
+    let parsed = parse_workflow_with(origin, text, Costs::Optional)?;
     let balancer = match &parsed.balancer {
         None => None,
         Some(b) => match b.get_ref().as_str() {
@@ -241,6 +244,43 @@ impl RuntimeWorkflow {
         }
         Ok(())
     }
+}
+
+/// The refusal of a file with both `[[application]]` and `[[task]]` tables, at its first
+/// application: such a file is taken for a workflow ([`is_workflow`]), whose parser would call
+/// `application` an unknown field, as if the user had mistyped a key.
+fn both_kinds(src: &Source) -> Option<InputError> {
+    let table = src.text.parse::<toml::Table>().ok()?;
+    if !(table.contains_key("application") && table.contains_key("task")) {
+        return None;
+    }
+    Some(src.error(
+        table_offset(src.text, "application"),
+        None,
+        "a file is either a batch job ([[application]] tables) or a workflow ([[task]] tables), \
+         not both: put the applications and the tasks in files of their own",
+    ))
+}
+
+/// The byte offset of the first line that opens top-level table array `key` (`[[key]]`) or
+/// sets it (`key = [...]`); `None` when none does plainly (a quoted key, say).
+fn table_offset(text: &str, key: &str) -> Option<usize> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let header = trimmed
+            .strip_prefix("[[")
+            .and_then(|r| r.split_once("]]"))
+            .is_some_and(|(name, _)| name.trim() == key);
+        let set = trimmed
+            .strip_prefix(key)
+            .is_some_and(|r| r.trim_start().starts_with('='));
+        if header || set {
+            return Some(offset + line.len() - trimmed.len());
+        }
+        offset += line.len();
+    }
+    None
 }
 
 /// Whether a submitted file is a workflow (it has `[[task]]` tables) rather than a batch job.
@@ -418,6 +458,31 @@ time_limit = "10s"
         assert_eq!(w.tasks[1].env.get("X").map(String::as_str), Some("1"));
         assert!(is_workflow(GOOD));
         assert!(!is_workflow("[[application]]\nname = \"x\"\n"));
+    }
+
+    /// A file with `[[application]]` and `[[task]]` is refused as both kinds, at the first
+    /// application's line (the workflow parser called `application` an unknown field).
+    #[test]
+    fn a_file_with_applications_and_tasks_is_refused_as_both_kinds() {
+        let text = format!("{GOOD}\n  [[application]]\nname = \"x\"\ncommand = \"true\"\n");
+        let line = text
+            .lines()
+            .position(|l| l.contains("[[application]]"))
+            .map(|i| i + 1);
+        let e = parse_runtime_workflow("job.toml", &text)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            e,
+            format!(
+                "job.toml:{}:3: a file is either a batch job ([[application]] tables) or a \
+                 workflow ([[task]] tables), not both: put the applications and the tasks in \
+                 files of their own",
+                line.unwrap_or(0)
+            )
+        );
+        assert!(!e.contains("unknown field"), "{e}");
     }
 
     #[test]
