@@ -320,24 +320,10 @@ impl Cluster {
     /// code (None: killed by a signal).
     pub fn stop_server(&mut self, signal: &str, timeout: Duration) -> Option<i32> {
         let mut child = self.server.take().expect("a running server");
-        let ok = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(child.id().to_string())
-            .status()
-            .expect("kill");
-        assert!(ok.success(), "kill -{signal} the server");
-        let start = Instant::now();
-        loop {
-            if let Some(s) = child.try_wait().expect("try_wait") {
-                return s.code();
-            }
-            if start.elapsed() > timeout {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the server did not exit within {timeout:?} of SIG{signal}");
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        send_signal(child.id(), signal);
+        exit_within(&mut child, timeout, || {
+            format!("the server did not exit within {timeout:?} of SIG{signal}")
+        })
     }
 
     pub fn url(&self) -> String {
@@ -525,33 +511,18 @@ impl Cluster {
 
     /// Sends `signal` (e.g. `TERM`) to agent `name`.
     pub fn signal_agent(&self, name: &str, signal: &str) {
-        let pid = self.agents[name].id();
-        let ok = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("kill");
-        assert!(ok.success(), "kill -{signal} {pid}");
+        send_signal(self.agents[name].id(), signal);
     }
 
     /// Waits (bounded) for agent `name` to exit; its exit code (None: killed by a signal).
     pub fn agent_exit(&mut self, name: &str, timeout: Duration) -> Option<i32> {
         let mut child = self.agents.remove(name).expect("agent");
-        let start = Instant::now();
-        loop {
-            if let Some(s) = child.try_wait().expect("try_wait") {
-                return s.code();
-            }
-            if start.elapsed() > timeout {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "agent {name} did not exit within {timeout:?}; its log:\n{}",
-                    self.agent_log(name)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        exit_within(&mut child, timeout, || {
+            format!(
+                "agent {name} did not exit within {timeout:?}; its log:\n{}",
+                self.agent_log(name)
+            )
+        })
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
@@ -730,5 +701,32 @@ impl Drop for Cluster {
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// Sends `signal` (e.g. `TERM`) to process `pid`.
+fn send_signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(ok.success(), "kill -{signal} {pid}");
+}
+
+/// Waits (bounded) for `child` to exit; its exit code (None: killed by a signal). Past
+/// `timeout` it is killed and the test fails with `why()`.
+fn exit_within(child: &mut Child, timeout: Duration, why: impl FnOnce() -> String) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return s.code();
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{}", why());
+        }
+        std::thread::sleep(Duration::from_millis(25));
     }
 }
