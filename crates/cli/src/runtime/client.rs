@@ -1457,9 +1457,8 @@ pub async fn drain_node(
             let r = drain_one(&mut api, &name, drain, reason).await?;
             let line = drained_line(&name, drain, reason, &r);
             let mut value = serde_json::to_value(r)?;
-            // Which node, and what it now is: drain and resume answered alike without them.
+            // What the node now is: drain and resume answered alike without it.
             if let Some(o) = value.as_object_mut() {
-                o.insert("name".into(), name.into());
                 o.insert("drained".into(), drain.into());
             }
             Ok((value, line))
@@ -1467,7 +1466,7 @@ pub async fn drain_node(
     };
     if let [name] = names {
         let (value, line) = act(name).await?;
-        return one_answer(args, &value, &line);
+        return one_answer(args, "name", name.as_str(), value, &line);
     }
     let done = if drain { "drained" } else { "resumed" };
     each_in_turn(args, names, "name", "node", done, act).await
@@ -1503,7 +1502,7 @@ pub async fn stop_node(args: &ClientArgs, names: &[String], drain: bool) -> anyh
     };
     if let [name] = names {
         let (value, line) = stop(name).await?;
-        return one_answer(args, &value, &line);
+        return one_answer(args, "name", name.as_str(), value, &line);
     }
     each_in_turn(args, names, "name", "node", "stopped", stop).await
 }
@@ -1839,12 +1838,8 @@ where
 {
     let ids = &sel.ids[..];
     if let ([id], false) = (ids, sel.many) {
-        let (mut value, line) = act(*id).await?;
-        // Which job, as each entry of several says (`cancel last` names none).
-        if let Some(o) = value.as_object_mut() {
-            o.entry("job_id").or_insert((*id).into());
-        }
-        return one_answer(args, &value, &line);
+        let (value, line) = act(*id).await?;
+        return one_answer(args, "job_id", *id, value, &line);
     }
     if ids.is_empty() {
         return nothing_selected(args, &format!("nothing {done}"));
@@ -1852,10 +1847,20 @@ where
     each_in_turn(args, ids, "job_id", "job", done, |&id| act(id)).await
 }
 
-/// What a command acting on one job or node says: its reply `value` in JSON, else its `line`.
-fn one_answer(args: &ClientArgs, value: &serde_json::Value, line: &str) -> anyhow::Result<()> {
+/// What a command acting on one job or node says: its reply `value` in JSON, with `key` =
+/// `item` as each entry of several has it (unless the reply names it already), else its `line`.
+fn one_answer(
+    args: &ClientArgs,
+    key: &str,
+    item: impl Into<serde_json::Value>,
+    mut value: serde_json::Value,
+    line: &str,
+) -> anyhow::Result<()> {
+    if let Some(o) = value.as_object_mut() {
+        o.entry(key).or_insert(item.into());
+    }
     match args.output {
-        Output::Json => json(value),
+        Output::Json => json(&value),
         Output::Table | Output::Dot => {
             println!("{}", shown(line));
             Ok(())

@@ -479,7 +479,7 @@ fn an_agent_refused_at_registration_says_only_why() {
     }
 }
 
-/// `node drain` and `node resume` of one node answer in JSON with its `name`, as each entry of
+/// `node drain`, `node resume` and `node stop` of one node answer in JSON with its `name`, as each entry of
 /// several nodes has it, and say what was done: `drained` as the node now stands, and
 /// `was_drained` before. Resuming a node that was not drained says so rather than "resumed".
 #[test]
@@ -520,6 +520,9 @@ fn node_drain_and_resume_json_name_the_node_and_say_what_was_done() {
     );
     let said = c.ok(&["node", "resume", "a"]);
     assert!(said.contains("node `a` resumed"), "{said}");
+    // `node stop` of one node names it too.
+    let v = c.json(&["node", "stop", "a"]);
+    assert_eq!(v["name"], "a", "{v}");
 }
 
 /// `log` of a task whose node's agent has left (SIGTERM), or whose node was declared dead
