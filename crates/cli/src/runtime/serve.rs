@@ -184,6 +184,23 @@ pub(super) fn agent_listen(
     })
 }
 
+/// `message` with each whole-word `field` (not part of a longer name: `heartbeat_interval` in
+/// `idle_heartbeat_interval`) written as `flag`.
+fn name_field_by_flag(message: &str, field: &str, flag: &str) -> String {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(field) {
+        let (before, after) = (&rest[..at], &rest[at + field.len()..]);
+        let whole = !before.ends_with(word) && !after.starts_with(word);
+        out.push_str(before);
+        out.push_str(if whole { flag } else { field });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 fn nanos(d: humantime::Duration) -> u64 {
     std::time::Duration::from(d).as_nanos() as u64
 }
@@ -208,6 +225,12 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     if let Some(p) = a.policy {
         config.policy = p;
     }
+    // Which timings came by flag: (dead timeout, heartbeat, idle heartbeat).
+    let timing_flags = (
+        a.dead_timeout.is_some(),
+        a.heartbeat_interval.is_some(),
+        a.idle_heartbeat_interval.is_some(),
+    );
     if let Some(d) = a.dead_timeout {
         config.dead_timeout = hetsched_core::input::Duration(nanos(d));
     }
@@ -222,6 +245,25 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     }
     config.set_aside = a.set_aside;
     config.set_aside_topologies = a.set_aside_topology;
+    // The server checks the bounds again, naming the configuration's fields: a value given by
+    // flag is named here by its flag (`--dead-timeout 0s` is no `dead_timeout` of the user's).
+    config.validate().map_err(|e| {
+        anyhow::anyhow!(
+            "invalid server configuration: {}",
+            [
+                (
+                    timing_flags.2,
+                    "idle_heartbeat_interval",
+                    "--idle-heartbeat-interval"
+                ),
+                (timing_flags.1, "heartbeat_interval", "--heartbeat-interval"),
+                (timing_flags.0, "dead_timeout", "--dead-timeout"),
+            ]
+            .into_iter()
+            .filter(|&(given, ..)| given)
+            .fold(e, |e, (_, field, flag)| name_field_by_flag(&e, field, flag))
+        )
+    })?;
     let handle = hetsched_server::start(config.clone()).await?;
     println!(
         "hetsched server listening on {} (policy {}, data in {}, client token in {}, agent token in {})",

@@ -670,3 +670,35 @@ fn a_job_file_with_applications_and_tasks_is_refused_as_both_kinds() {
         "{err}"
     );
 }
+
+/// A server's timing given by flag and out of bounds is refused naming the flag, not the
+/// configuration field a user never wrote (`dead_timeout`).
+#[test]
+fn a_timing_flag_out_of_bounds_is_refused_naming_the_flag() {
+    let c = Cluster::start("ux-timing-flags", false);
+    let data = crate::support::temp_dir("ux-timing-flags-server");
+    let data = data.to_str().expect("a UTF-8 path");
+    let server = |extra: &[&str]| {
+        let mut args = vec!["server", "--listen", "127.0.0.1:0", "--data-dir", data];
+        args.extend_from_slice(extra);
+        let out = c.cli(&args);
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = server(&["--dead-timeout", "0s"]);
+    assert!(
+        err.contains("--dead-timeout (0s) must be at least"),
+        "{err}"
+    );
+    let err = server(&["--heartbeat-interval", "20s", "--dead-timeout", "10s"]);
+    assert!(
+        err.contains("--heartbeat-interval (20s) must be below --dead-timeout (10s)"),
+        "{err}"
+    );
+    // Only what came by flag: the other is the configuration's default, named as its field.
+    let err = server(&["--heartbeat-interval", "1h"]);
+    assert!(
+        err.contains("--heartbeat-interval (1h) must be below dead_timeout"),
+        "{err}"
+    );
+}
