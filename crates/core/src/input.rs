@@ -3,7 +3,7 @@
 //! parsers, so a file that one accepts the other reads the same way.
 //!
 //! Every error is an [`InputError`] that names the file, line, column and field, and says what was
-//! expected: `cluster.toml:12:9: node[1].cores: invalid value: integer `-2`, expected u32`.
+//! expected: `cluster.toml:12:9: node[1].cores: invalid value: integer `-2`, expected a whole number, 0 or more`.
 
 pub mod binding;
 pub mod cluster;
@@ -139,12 +139,41 @@ impl<'a> Source<'a> {
     }
 
     fn toml_error(&self, e: &toml::de::Error, field: Option<String>) -> InputError {
-        self.error(
-            e.span().map(|s| s.start),
-            field,
-            e.message().trim().to_string(),
-        )
+        self.error(e.span().map(|s| s.start), field, in_words(e.message()))
     }
+}
+
+/// A TOML or serde message in a user's words: the Rust type a field is read as (`expected
+/// u32`) is said as what the file may hold (`expected a whole number, 0 or more`).
+pub(crate) fn in_words(message: &str) -> String {
+    const UNSIGNED: &str = "a whole number, 0 or more";
+    const SIGNED: &str = "a whole number";
+    const TYPES: [(&str, &str); 12] = [
+        ("u8", UNSIGNED),
+        ("u16", UNSIGNED),
+        ("u32", UNSIGNED),
+        ("u64", UNSIGNED),
+        ("usize", UNSIGNED),
+        ("i8", SIGNED),
+        ("i16", SIGNED),
+        ("i32", SIGNED),
+        ("i64", SIGNED),
+        ("isize", SIGNED),
+        ("f32", "a number"),
+        ("f64", "a number"),
+    ];
+    let mut out = message.trim().to_string();
+    for (ty, words) in TYPES {
+        let expected = format!("expected {ty}");
+        // Whole words only: `expected u32` is not the start of `expected u32s`.
+        let found = out.match_indices(&expected).map(|(at, _)| at).find(|&at| {
+            !out[at + expected.len()..].starts_with(|c: char| c.is_ascii_alphanumeric())
+        });
+        if let Some(at) = found {
+            out.replace_range(at..at + expected.len(), &format!("expected {words}"));
+        }
+    }
+    out
 }
 
 /// One step of a path into a file's TOML ([`Source::value_at`]).

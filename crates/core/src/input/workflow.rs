@@ -580,7 +580,7 @@ fn cost(src: &Source<'_>, value: &Spanned<toml::Value>, index: usize) -> Result<
         let d: Duration = v
             .clone()
             .try_into()
-            .map_err(|e: toml::de::Error| bad(f, e.message().trim().to_string()))?;
+            .map_err(|e: toml::de::Error| bad(f, super::in_words(e.message())))?;
         if d.0 == 0 {
             return Err(bad(f, "must be positive".into()));
         }

@@ -408,8 +408,8 @@ fn retries_default_to_zero_and_bad_values_name_the_field() {
     let w = parse_workload("j.toml", &job("retries = 3")).expect("valid");
     assert_eq!(*w.applications[0].retries.get_ref(), 3);
     for (value, says) in [
-        ("retries = -1", "expected u32"),
-        ("retries = \"two\"", "expected u32"),
+        ("retries = -1", "expected a whole number, 0 or more"),
+        ("retries = \"two\"", "expected a whole number, 0 or more"),
         ("retries = 101", "must be at most 100"),
     ] {
         let e = parse_workload("j.toml", &job(value)).expect_err(value);
@@ -523,7 +523,12 @@ fn a_bad_user_table_is_refused_naming_its_line_and_field() {
             "user[0].shares",
             "must be 1 to 1000000",
         ),
-        ("shares = -2", 9, "user[0].shares", "expected u32"),
+        (
+            "shares = -2",
+            9,
+            "user[0].shares",
+            "expected a whole number, 0 or more",
+        ),
         (
             "max_cores = 0",
             9,
