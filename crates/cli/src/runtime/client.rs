@@ -92,6 +92,14 @@ pub fn refused(s: tonic::Status) -> anyhow::Error {
     };
     let said = |what: &str| anyhow::anyhow!("{}", with(what));
     match s.code() {
+        // A job id that never was (a purged one is said so by the server): where the ids are.
+        tonic::Code::NotFound
+            if message
+                .strip_prefix("no job ")
+                .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            anyhow::anyhow!("{message} (`hetsched jobs` lists the jobs there are)")
+        }
         tonic::Code::InvalidArgument
         | tonic::Code::NotFound
         | tonic::Code::AlreadyExists

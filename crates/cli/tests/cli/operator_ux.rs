@@ -324,6 +324,13 @@ fn log_names_a_one_task_jobs_id_and_tasks_checks_its_node() {
         err.contains("job 1 has no task 7: its one task's id is 0"),
         "{err}"
     );
+    // A job that never was: where the ids are.
+    let out = c.cli(&["cancel", "999"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no job 999 (`hetsched jobs` lists the jobs there are)"),
+        "{err}"
+    );
     c.ok(&["submit", "--name", "two", "--", "true"]);
     c.ok(&["cancel", "2"]);
     let out = c.cli(&["log", "2", "true:0"]);
