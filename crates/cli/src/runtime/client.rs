@@ -522,14 +522,34 @@ pub async fn resubmit(
     Ok(())
 }
 
+/// How many finished jobs `hetsched jobs` shows by default, the newest: HyperQueue's `job list`
+/// and Slurm's `squeue` show running work only, and a long-lived server's finished jobs would
+/// bury it.
+const FINISHED_SHOWN: usize = 20;
+
+/// Which jobs `hetsched jobs` lists.
+pub struct JobsSelect<'a> {
+    /// `--state`: any of these (none: every state).
+    pub states: &'a [super::JobStateFilter],
+    /// `--last N`: the newest N of those selected.
+    pub last: Option<usize>,
+    /// `--name`.
+    pub name: Option<&'a str>,
+    /// `--user`, `--mine`.
+    pub owner: Option<&'a str>,
+    /// `--all`: every finished job in the table too.
+    pub all: bool,
+}
+
 /// `hetsched jobs`.
-pub async fn jobs(
-    args: &ClientArgs,
-    states: &[super::JobStateFilter],
-    last: Option<usize>,
-    name: Option<&str>,
-    owner: Option<&str>,
-) -> anyhow::Result<()> {
+pub async fn jobs(args: &ClientArgs, select: JobsSelect<'_>) -> anyhow::Result<()> {
+    let JobsSelect {
+        states,
+        last,
+        name,
+        owner,
+        all: every,
+    } = select;
     let mut api = connect(args).await?;
     let mut all = Vec::new();
     let mut cursor = 0;
@@ -566,6 +586,23 @@ pub async fn jobs(
     if args.output == Output::Json {
         let jobs: Vec<_> = reply.jobs.iter().map(super::human::job_json).collect();
         return json(&jobs);
+    }
+    let mut reply = reply;
+    // The table: every unfinished job and the newest finished ones, unless the user chose.
+    let mut left_out = 0;
+    if !every && states.is_empty() && last.is_none() && name.is_none() {
+        let finished = reply.jobs.iter().filter(|j| !unfinished(j)).count();
+        left_out = finished.saturating_sub(FINISHED_SHOWN);
+        let mut older = left_out;
+        // Listed oldest first: the first finished ones are the older.
+        reply.jobs.retain(|j| {
+            if older > 0 && !unfinished(j) {
+                older -= 1;
+                false
+            } else {
+                true
+            }
+        });
     }
     // Why pending tasks wait, where the state does not say it already (held; `waiting` does not
     // say for which job, so its reason shows): a column only when some job has such a reason.
@@ -629,6 +666,13 @@ pub async fn jobs(
         t.add_row(super::human::row(row));
     }
     println!("{t}");
+    if left_out > 0 {
+        println!(
+            "{} not shown (`hetsched jobs --all` lists every job, `--state completed` those \
+             that completed)",
+            count(left_out as u64, "older finished job")
+        );
+    }
     Ok(())
 }
 

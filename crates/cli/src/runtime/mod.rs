@@ -165,6 +165,11 @@ pub enum RuntimeCommand {
         /// Only your own jobs (those of the user the token names; Slurm's `squeue --me`).
         #[arg(long)]
         mine: bool,
+        /// Every finished job too. Without it (and without --state, --last or --name) the table
+        /// shows every unfinished job and the newest finished ones only, saying how many older
+        /// ones it leaves out; `--output json` always lists every job.
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -997,6 +1002,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             name,
             user,
             mine,
+            all,
             client,
         } => {
             let owner = match (user, mine) {
@@ -1004,7 +1010,14 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
                 (None, true) => Some(users::whoami_name(&client).await?.name),
                 (None, false) => None,
             };
-            client::jobs(&client, &state, last, name.as_deref(), owner.as_deref()).await
+            let select = client::JobsSelect {
+                states: &state,
+                last,
+                name: name.as_deref(),
+                owner: owner.as_deref(),
+                all,
+            };
+            client::jobs(&client, select).await
         }
         RuntimeCommand::Job { id, graph, client } if graph => {
             workflow::graph(&client, id.resolve(&client).await?).await

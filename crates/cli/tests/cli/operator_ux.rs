@@ -709,3 +709,37 @@ fn a_timing_flag_out_of_bounds_is_refused_naming_the_flag() {
         "{err}"
     );
 }
+
+/// `hetsched jobs` shows every unfinished job and the 20 newest finished ones, saying how many
+/// older ones it leaves out, as HyperQueue's `job list` and Slurm's `squeue` keep running work
+/// in view; `--all`, a `--state`, and `--output json` list every job.
+#[test]
+fn jobs_shows_the_unfinished_and_the_newest_finished_unless_asked_for_all() {
+    let c = Cluster::start("ux-jobs-all", false);
+    // No agent: job 1 stays pending, jobs 2–23 are cancelled (finished).
+    for _ in 0..23 {
+        c.ok(&["submit", "--", "true"]);
+    }
+    c.ok(&["cancel", "2-23"]);
+    let ids = |table: &str| -> Vec<u64> {
+        table
+            .lines()
+            .filter_map(|l| l.strip_prefix('│'))
+            .filter_map(|l| l.split('┆').next()?.trim().parse().ok())
+            .collect()
+    };
+    let shown = c.ok(&["jobs"]);
+    let mut expected = vec![1];
+    expected.extend(4..=23);
+    assert_eq!(ids(&shown), expected, "{shown}");
+    assert!(
+        shown.contains("2 older finished jobs not shown (`hetsched jobs --all` lists every job"),
+        "{shown}"
+    );
+    let every = c.ok(&["jobs", "--all"]);
+    assert_eq!(ids(&every), (1..=23).collect::<Vec<_>>(), "{every}");
+    assert!(!every.contains("not shown"), "{every}");
+    let cancelled = c.ok(&["jobs", "--state", "cancelled"]);
+    assert_eq!(ids(&cancelled).len(), 22, "{cancelled}");
+    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(23));
+}
