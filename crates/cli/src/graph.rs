@@ -35,10 +35,12 @@ pub struct GraphArgs {
     /// The balancer: static, centralised or pcddb.
     #[arg(long, default_value = "pcddb")]
     pub balancer: BalancerKind,
-    /// Underload threshold per core (pcddb).
+    /// Underload threshold per core (pcddb): a node holding fewer than LT × cores instances asks
+    /// for work; at least 1.
     #[arg(long, default_value_t = 2)]
     pub lt: u32,
-    /// Moderate-load cap per core (pcddb).
+    /// Moderate-load cap per core (pcddb): a node takes work up to MT × cores instances; at
+    /// least LT.
     #[arg(long, default_value_t = 10)]
     pub mt: u32,
     /// The launch node (by name); the first node of the cluster file by default.
@@ -139,15 +141,16 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
             to_secs(args.message_cost.0)
         );
     }
-    if args.mt == 0 || args.lt > args.mt {
-        bail!("--lt {} --mt {}: need MT ≥ 1 and LT ≤ MT", args.lt, args.mt);
+    let thresholds = Thresholds {
+        lt: args.lt,
+        mt: args.mt,
+    };
+    if !thresholds.is_valid() {
+        bail!("--lt {} --mt {}: need 1 ≤ LT ≤ MT", args.lt, args.mt);
     }
     let config = GraphSimConfig {
         balancer: args.balancer,
-        thresholds: Thresholds {
-            lt: args.lt,
-            mt: args.mt,
-        },
+        thresholds,
         launch,
         members: None,
         check_interval: args.check_interval.0,

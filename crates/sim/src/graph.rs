@@ -786,9 +786,9 @@ pub fn simulate_graph(
             "the self-check interval must be positive".into(),
         ));
     }
-    if config.thresholds.mt == 0 || config.thresholds.lt > config.thresholds.mt {
+    if !config.thresholds.is_valid() {
         return Err(GraphSimError::Config(format!(
-            "need 0 < MT and LT ≤ MT, got LT = {} and MT = {}",
+            "need 1 ≤ LT ≤ MT, got LT = {} and MT = {}",
             config.thresholds.lt, config.thresholds.mt
         )));
     }

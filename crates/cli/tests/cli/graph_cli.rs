@@ -338,6 +338,15 @@ fn bad_options_say_what_is_wrong() {
     let out = graph(WORKFLOW, &["--lt", "5", "--mt", "3"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("LT ≤ MT"));
+    // LT 0 leaves no node ever underloaded, so no node would ask for work and PCDDB would stall:
+    // refused up front rather than reported as a simulation that never finishes.
+    let out = graph(WORKFLOW, &["--lt", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--lt 0") && stderr.contains("1 ≤ LT ≤ MT"),
+        "{stderr}"
+    );
     let out = graph(WORKFLOW, &["--balancer", "round-robin"]);
     assert_eq!(out.status.code(), Some(2), "clap refuses unknown balancers");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown balancer `round-robin`"));

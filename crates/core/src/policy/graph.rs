@@ -83,6 +83,12 @@ impl Default for Thresholds {
 }
 
 impl Thresholds {
+    /// Whether `1 ≤ LT ≤ MT`: with LT 0 no node is ever underloaded, so none asks for work and a
+    /// workflow never starts; with MT below LT an underloaded node has no room to take any.
+    pub fn is_valid(&self) -> bool {
+        1 <= self.lt && self.lt <= self.mt
+    }
+
     /// The most instances one allocation request gives a node of `cores` cores that holds
     /// `held` (spec 05 §4 c b): `MT × cores − held` while it is underloaded (`held < LT ×
     /// cores`), none otherwise. The one acceptance rule: a node's machine takes by it
