@@ -60,8 +60,9 @@ pub struct CompareArgs {
     /// Workload (TOML).
     #[arg(long, value_name = "FILE")]
     pub workload: PathBuf,
-    /// Policies to compare, comma-separated; `all` for every policy. Policies that cannot run the
-    /// workload (cpu-only with a GPU-only application) are skipped with a note.
+    /// Policies to compare, comma-separated; `all` for every policy. Each runs once, in the order
+    /// first named. Policies that cannot run the workload (cpu-only with a GPU-only application)
+    /// are skipped with a note.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub policies: Vec<String>,
     #[command(flatten)]
@@ -406,15 +407,21 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
 }
 
 fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
-    let mut policies = Vec::new();
-    for name in &args.policies {
-        if name == "all" {
-            policies.extend(BatchPolicyKind::ALL);
+    // Each policy runs once, where it was first named: `fifo,hdas,fifo` or `hdas,all` would
+    // otherwise simulate (and print) a policy twice. Spaces after commas are what people type.
+    let mut policies: Vec<BatchPolicyKind> = Vec::new();
+    for name in args.policies.iter().map(|n| n.trim()) {
+        let named = if name == "all" {
+            BatchPolicyKind::ALL.to_vec()
         } else {
-            policies.push(name.parse::<BatchPolicyKind>()?);
+            vec![name.parse::<BatchPolicyKind>()?]
+        };
+        for policy in named {
+            if !policies.contains(&policy) {
+                policies.push(policy);
+            }
         }
     }
-    policies.dedup();
     let case = load_case(&args.cluster, &args.workload)?;
     let config = case.config(args.settings)?;
     let mut rows = Vec::new();

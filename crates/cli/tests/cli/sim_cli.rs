@@ -386,6 +386,68 @@ fn compare_runs_every_policy_side_by_side() {
     );
 }
 
+/// `--policies` as a user types it: spaces after the commas are allowed, and a policy named twice
+/// (or named beside `all`) runs once, in the place it was first named.
+#[test]
+fn compare_policies_trims_spaces_and_runs_each_policy_once() {
+    let out = hetsched(&[
+        "sim",
+        "compare",
+        "--cluster",
+        CLUSTER,
+        "--workload",
+        WORKLOAD,
+        "--policies",
+        "fifo, hdas,fifo , hdas",
+        "--output",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let names: Vec<&str> = v
+        .as_array()
+        .expect("one summary per policy")
+        .iter()
+        .filter_map(|r| r["policy"].as_str())
+        .collect();
+    assert_eq!(names, ["fifo", "hdas"], "{v}");
+    let out = hetsched(&[
+        "sim",
+        "compare",
+        "--cluster",
+        CLUSTER,
+        "--workload",
+        WORKLOAD,
+        "--policies",
+        "hdas,all",
+        "--output",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let names: Vec<&str> = v
+        .as_array()
+        .expect("one summary per policy")
+        .iter()
+        .filter_map(|r| r["policy"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "hdas",
+            "cpu-only",
+            "fifo",
+            "drf",
+            "hadoop-model",
+            "hdas-hetero"
+        ],
+        "{v}"
+    );
+}
+
 /// A workload's `requires` in the simulator: the cluster file's `attributes` decide which nodes
 /// take an application's tasks, under every policy; a requirement no node has is refused at its
 /// line.
