@@ -194,6 +194,33 @@ fn a_required_application_on_a_cluster_without_accelerators_is_refused() {
     );
 }
 
+/// A GPU-only application written for `sim run` (no `accelerator` field, as in
+/// examples/workload-mixed.toml) is refused by `sim accel`, whose default is `none` (on CPUs): the
+/// error says so and names the field that makes it run, rather than an `accelerator = "none"` the
+/// user never wrote.
+#[test]
+fn a_gpu_only_application_without_the_field_is_told_to_add_accelerator_required() {
+    let out = hetsched(&[
+        "sim",
+        "accel",
+        "--cluster",
+        "examples/cluster-mixed-generations.toml",
+        "--workload",
+        "examples/workload-mixed.toml",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = stderr(&out);
+    assert!(
+        err.contains("examples/workload-mixed.toml:")
+            && err.contains("application[2].cpu")
+            && err.contains("no `accelerator` field")
+            && err.contains("accelerator = \"required\""),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn a_bad_binding_mode_is_refused() {
     let mut args = EXAMPLE.to_vec();

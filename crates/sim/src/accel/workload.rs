@@ -80,12 +80,20 @@ pub fn accel_apps(workload: &Workload, cluster: &Cluster) -> Result<Vec<AccelApp
                 }
             },
             (None, _) => {
+                // A GPU-only application written for `sim run` has no `accelerator` field, and
+                // here that means `none`: say so and name the fix instead of quoting a field the
+                // user never wrote.
+                let why = if a.accelerator.is_some() {
+                    format!("accelerator = \"{}\"", need.as_str())
+                } else {
+                    "no `accelerator` field: `none`, CPUs only".to_string()
+                };
                 return Err(src.error(
                     start(a.name.span()),
                     Some(format!("application[{i}].cpu")),
                     format!(
-                        "application `{name}` may run on a CPU (accelerator = \"{}\") but has no CPU variant",
-                        need.as_str()
+                        "application `{name}` may run on a CPU ({why}) but has no CPU variant; \
+                         add accelerator = \"required\" to run it on accelerators only"
                     ),
                 ));
             }
