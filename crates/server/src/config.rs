@@ -220,6 +220,26 @@ pub const CHECK_INTERVAL_RANGE: (std::time::Duration, std::time::Duration) = (
 );
 
 impl WorkflowConfig {
+    /// The PCDDB thresholds per core, `lt` and `mt` or their defaults, refused unless
+    /// `1 ≤ lt ≤ mt`: with `lt = 0` no node is ever underloaded, so none asks for work and a
+    /// PCDDB workflow never starts; with `mt` below `lt` an underloaded node has no room.
+    pub fn thresholds(&self) -> Result<hetsched_core::policy::graph::Thresholds, String> {
+        let d = hetsched_core::policy::graph::Thresholds::default();
+        let t = hetsched_core::policy::graph::Thresholds {
+            lt: self.lt.unwrap_or(d.lt),
+            mt: self.mt.map_or(d.mt, std::num::NonZeroU32::get),
+        };
+        if t.is_valid() {
+            Ok(t)
+        } else {
+            Err(format!(
+                "workflow.lt ({}) must be at least 1 and at most workflow.mt ({}): a PCDDB node \
+                 asks for work only below lt × cores and takes up to mt × cores",
+                t.lt, t.mt
+            ))
+        }
+    }
+
     /// The agents' self-check period: `check_interval`, else 100 ms; refused outside
     /// [`CHECK_INTERVAL_RANGE`].
     pub fn check_interval(&self) -> Result<std::time::Duration, String> {
@@ -481,6 +501,7 @@ impl ServerConfig {
             return Err("max_unfinished_tasks_per_user must be at least 1".into());
         }
         if let Some(w) = &self.workflow {
+            w.thresholds()?;
             w.check_interval()?;
             w.offer_ttl()?;
         }
@@ -629,6 +650,33 @@ mod tests {
             "offload.key_rotation (1h)",
             "longer than the idle heartbeat (2h)",
         );
+    }
+
+    /// `[workflow] lt = 0` left every PCDDB node never underloaded, so a workflow never started;
+    /// `lt` above `mt` left an underloaded node no room. Both are refused at the start, naming
+    /// the fields; the defaults (2, 10) and `1 ≤ lt ≤ mt` are taken.
+    #[test]
+    fn workflow_thresholds_out_of_order_are_refused_naming_the_fields() {
+        let validate = |text: &str| {
+            ServerConfig::parse("server.toml", text)
+                .map_err(|e| e.to_string())
+                .and_then(|c| c.validate())
+        };
+        for text in [
+            "[workflow]\nlt = 0\n",
+            "[workflow]\nlt = 12\n",
+            "[workflow]\nlt = 3\nmt = 2\n",
+        ] {
+            let e = validate(text).expect_err(text);
+            assert!(
+                e.contains("workflow.lt (")
+                    && e.contains("must be at least 1 and at most workflow.mt"),
+                "{text}: {e}"
+            );
+        }
+        for text in ["", "[workflow]\nlt = 1\nmt = 1\n", "[workflow]\nlt = 10\n"] {
+            assert_eq!(validate(text), Ok(()), "{text}");
+        }
     }
 
     #[test]

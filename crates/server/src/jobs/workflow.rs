@@ -815,13 +815,10 @@ pub struct Workflows {
 
 fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, u64) {
     let w = config.workflow.clone().unwrap_or_default();
-    let d = Thresholds::default();
     (
         w.balancer.unwrap_or_default().into(),
-        Thresholds {
-            lt: w.lt.unwrap_or(d.lt),
-            mt: w.mt.map_or(d.mt, std::num::NonZeroU32::get),
-        },
+        // Checked when the configuration is (`ServerConfig::validate`).
+        w.thresholds().unwrap_or_default(),
         w.cluster_size,
         // Checked when the state is built (`State::from_snapshot`).
         w.check_interval().map_or(100, |d| d.as_millis() as u64),
