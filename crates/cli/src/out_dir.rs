@@ -23,6 +23,16 @@ pub fn prepare(dir: &Path) -> anyhow::Result<()> {
     }
 }
 
+/// Writes `text` as `dir/name` ([`write`]), ending in a newline as a text file does (the
+/// simulator's own JSON files do; `serde_json` writes none).
+pub fn write_text(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
+    if text.ends_with('\n') {
+        write(dir, name, text.as_bytes())
+    } else {
+        write(dir, name, format!("{text}\n").as_bytes())
+    }
+}
+
 /// Writes `bytes` as `dir/name` (`dir` prepared with [`prepare`]) and says so on stderr.
 pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
     let path = dir.join(name);

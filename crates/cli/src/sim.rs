@@ -397,7 +397,7 @@ fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
     let result = case.simulate(args.policy, &case.config(args.settings)?)?;
     let json = with_bound(&result, case.bound_s)?;
     if let Some(dir) = &args.out {
-        crate::out_dir::write(dir, "result.json", json.as_bytes())?;
+        crate::out_dir::write_text(dir, "result.json", &json)?;
     }
     match args.output {
         Output::Table => print_result(&result, case.bound_s),

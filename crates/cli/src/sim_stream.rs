@@ -69,7 +69,7 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     eprintln!();
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(dir) = &args.out {
-        crate::out_dir::write(dir, "report.json", json.as_bytes())?;
+        crate::out_dir::write_text(dir, "report.json", &json)?;
     }
     match args.output {
         crate::sim::Output::Table => println!("{}", report.render_table()),

@@ -50,7 +50,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(dir) = &args.out {
-        crate::out_dir::write(dir, "report.json", json.as_bytes())?;
+        crate::out_dir::write_text(dir, "report.json", &json)?;
     }
     match args.output {
         Output::Table => println!("{}", report.render_table()),

@@ -51,10 +51,14 @@ fn sim_run_and_sim_sweep_write_their_named_file_into_a_new_directory() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let result: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(run_dir.join("result.json")).expect("result.json"))
-            .expect("json");
+    let written = std::fs::read(run_dir.join("result.json")).expect("result.json");
+    let result: serde_json::Value = serde_json::from_slice(&written).expect("json");
     assert!(result["makespan_s"].as_f64() > Some(0.0), "{result}");
+    // A text file ends in a newline, as the paper commands' JSON files and `cat`ing it expect.
+    assert!(
+        written.ends_with(b"}\n"),
+        "result.json ends without a newline"
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("result.json"),
         "it says what it wrote"
