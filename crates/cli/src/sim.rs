@@ -411,6 +411,12 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
     // otherwise simulate (and print) a policy twice. Spaces after commas are what people type.
     let mut policies: Vec<BatchPolicyKind> = Vec::new();
     for name in args.policies.iter().map(|n| n.trim()) {
+        if name.is_empty() {
+            bail!(
+                "--policies: an empty name (nothing given, or a stray comma): name policies \
+                 comma-separated, or `all`"
+            );
+        }
         let named = if name == "all" {
             BatchPolicyKind::ALL.to_vec()
         } else {

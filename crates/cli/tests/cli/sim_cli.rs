@@ -446,6 +446,24 @@ fn compare_policies_trims_spaces_and_runs_each_policy_once() {
         ],
         "{v}"
     );
+    // An empty name (`--policies ''`, or a stray comma) is said so, not "unknown batch policy ``".
+    for given in ["", "fifo,"] {
+        let out = hetsched(&[
+            "sim",
+            "compare",
+            "--cluster",
+            CLUSTER,
+            "--workload",
+            WORKLOAD,
+            "--policies",
+            given,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("--policies: an empty name"),
+            "{given:?}: {err}"
+        );
+    }
 }
 
 /// A workload's `requires` in the simulator: the cluster file's `attributes` decide which nodes
