@@ -103,7 +103,14 @@ pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
         std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
     }
     match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&summary(&run))?),
+        Output::Json => {
+            // With the prediction error and its seed, which (with the platform, load and
+            // algorithm) make the run again.
+            let mut v = summary(&run);
+            v["error"] = args.error.into();
+            v["seed"] = args.seed.into();
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
         Output::Table => print_run(&run),
     }
     Ok(())

@@ -489,6 +489,12 @@ fn the_same_seed_gives_the_same_output_byte_for_byte() {
     };
     assert_eq!(run("4"), run("4"));
     assert_ne!(run("4"), run("5"));
+    // The JSON records what made it, so that the run can be made again from it alone.
+    let v: serde_json::Value = serde_json::from_slice(&run("4")).expect("JSON");
+    assert_eq!(
+        (v["seed"].as_u64(), v["error"].as_f64()),
+        (Some(4), Some(0.3))
+    );
 }
 
 #[test]
