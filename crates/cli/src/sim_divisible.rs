@@ -77,6 +77,11 @@ pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
     if !(args.error.is_finite() && (0.0..1.0).contains(&args.error)) {
         bail!("--error must be in [0, 1), got {}", args.error);
     }
+    for (flag, weight) in [("--c1", args.c1), ("--c2", args.c2), ("--c3", args.c3)] {
+        if !(weight.is_finite() && weight >= 0.0) {
+            bail!("{flag} must be a finite number, 0 or more, got {weight}");
+        }
+    }
     check_load(&platform, args.load)
         .with_context(|| format!("--load is too large for {origin}"))?;
     let options = PlanOptions {

@@ -276,8 +276,12 @@ fn bad_loads_errors_and_algorithms_are_refused_clearly() {
             "--error must be in [0, 1), got 1.5",
         ),
         (
-            vec!["--load", "100", "--algo", "umrlm", "--c1", "-1"],
-            "c1/c2/c3 must be non-negative numbers",
+            vec!["--load", "100", "--algo", "umrlm", "--c1=-1"],
+            "--c1 must be a finite number, 0 or more, got -1",
+        ),
+        (
+            vec!["--load", "100", "--algo", "umrlm", "--c3", "inf"],
+            "--c3 must be a finite number, 0 or more, got inf",
         ),
     ] {
         let mut all = vec!["sim", "divisible", "--platform", PLATFORM];

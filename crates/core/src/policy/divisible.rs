@@ -378,11 +378,13 @@ pub fn plan(
         });
     }
     let Weights { c1, c2, c3 } = options.weights;
-    if ![c1, c2, c3].iter().all(|c| c.is_finite() && *c >= 0.0) {
-        return Err(PlanError::Option {
-            field: "c1/c2/c3",
-            problem: "must be non-negative numbers".into(),
-        });
+    for (field, weight) in [("c1", c1), ("c2", c2), ("c3", c3)] {
+        if !(weight.is_finite() && weight >= 0.0) {
+            return Err(PlanError::Option {
+                field,
+                problem: format!("must be a finite number, 0 or more, got {weight}"),
+            });
+        }
     }
     match algo {
         Algo::Umr => umr::plan(platform, load),
