@@ -829,7 +829,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         );
     }
     if let Some(d) = &j.divisible {
-        super::divisible::print(d);
+        super::divisible::print(d, &j.state);
         return Ok(());
     }
     if super::workflow::is_workflow(&j) {

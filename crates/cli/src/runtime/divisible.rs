@@ -48,8 +48,17 @@ pub fn read_input(file: &Path, text: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// The divisible part of `hetsched job N` (table form).
-pub fn print(d: &pb::DivisibleInfo) {
-    println!(
+pub fn print(d: &pb::DivisibleInfo, state: &str) {
+    print!("{}", text(d, state));
+}
+
+/// The divisible part of `hetsched job N` as text, for job state `state`.
+fn text(d: &pb::DivisibleInfo, state: &str) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        s,
         "divisible load `{}`{}: {} units with {}, {} done; {} round(s); lower bound W/ΣS = {}{}",
         shown(&d.name),
         if d.requires.is_empty() {
@@ -68,8 +77,12 @@ pub fn print(d: &pb::DivisibleInfo) {
         },
         if d.message.is_empty() {
             String::new()
-        } else {
+        } else if state == "failed" {
             format!("\nfailed: {}", shown(&d.message))
+        } else {
+            // A cancelled job's reason says so itself (`cancelled by a user`, `cancelled: job 7,
+            // which this job runs after, ended failed`): it is no failure.
+            format!("\n{}", shown(&d.message))
         }
     );
     let mut t = Table::new();
@@ -100,7 +113,7 @@ pub fn print(d: &pb::DivisibleInfo) {
             if w.alive { "yes" } else { "no" }.into(),
         ]));
     }
-    println!("{t}");
+    let _ = writeln!(s, "{t}");
     // Rounds: per agent, the sizes of its chunks in that round.
     let mut rounds: BTreeMap<u32, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     for c in &d.chunks {
@@ -108,6 +121,9 @@ pub fn print(d: &pb::DivisibleInfo) {
             "done" => "",
             "out" => "…",
             "lost" => " lost",
+            // Out when its job was cancelled or failed by another chunk: its agent stopped it,
+            // and nothing went wrong with it.
+            "stopped" => " stopped",
             _ => " failed",
         };
         rounds
@@ -134,7 +150,8 @@ pub fn print(d: &pb::DivisibleInfo) {
             cells.join("; "),
         ]));
     }
-    println!("{t}");
+    let _ = writeln!(s, "{t}");
+    s
 }
 
 /// Streams job `id`'s gathered output into `sink`.
@@ -282,7 +299,7 @@ memory_per_unit = "1MiB"
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
     if let Some(d) = &job.divisible {
-        print(d);
+        print(d, &job.state);
     }
     if job.state != "completed" {
         anyhow::bail!("divisible job {} {}", job.id, job.state);
@@ -304,4 +321,56 @@ memory_per_unit = "1MiB"
         job.finished_ns.saturating_sub(job.submitted_ns) as f64 / 1e9
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(chunk: u64, worker: &str, start: u64, end: u64, state: &str) -> pb::DivisibleChunk {
+        pb::DivisibleChunk {
+            chunk,
+            round: 0,
+            worker: worker.into(),
+            start,
+            end,
+            state: state.into(),
+            ..Default::default()
+        }
+    }
+
+    /// A cancelled job's chunks that were out are stopped by the cancel, not failed, and its
+    /// reason is not a failure: `hetsched job N` must not report failures a user never had.
+    #[test]
+    fn a_cancelled_jobs_stopped_chunks_are_not_shown_failed() {
+        let d = pb::DivisibleInfo {
+            name: "count".into(),
+            algo: "umrlm".into(),
+            units: 400,
+            rounds: 1,
+            message: "cancelled by a user".into(),
+            chunks: vec![
+                chunk(0, "a1", 0, 5, "done"),
+                chunk(1, "a1", 5, 15, "stopped"),
+                chunk(2, "a2", 15, 20, "failed"),
+                chunk(3, "a2", 20, 30, "lost"),
+            ],
+            ..Default::default()
+        };
+        let shown = text(&d, "cancelled");
+        assert!(shown.contains("a1: 5 10 stopped;"), "{shown}");
+        assert!(shown.contains("a2: 5 failed 10 lost"), "{shown}");
+        assert!(!shown.contains("failed: cancelled"), "{shown}");
+        assert!(shown.contains("\ncancelled by a user\n"), "{shown}");
+        // A failed job still says it failed, and why.
+        let d = pb::DivisibleInfo {
+            message: "chunk 4 (units 0..4) failed: exited with exit status: 4".into(),
+            ..d
+        };
+        let shown = text(&d, "failed");
+        assert!(
+            shown.contains("\nfailed: chunk 4 (units 0..4) failed: exited"),
+            "{shown}"
+        );
+    }
 }
