@@ -88,6 +88,20 @@ pub(crate) fn check_workers(workers: Option<u32>) -> anyhow::Result<()> {
     }
 }
 
+/// Says on stderr that `--workers` is ignored by `placer` when it chooses its processes itself
+/// (one-phase, resource-aware), so that a user who asked for K workers and sees fewer knows why;
+/// `stream place` and `topology submit` alike.
+pub(crate) fn note_ignored_workers(workers: Option<u32>, placer: StreamPlacerKind) {
+    if workers.is_some()
+        && matches!(
+            placer,
+            StreamPlacerKind::OnePhase | StreamPlacerKind::ResourceAware
+        )
+    {
+        eprintln!("note: --workers is ignored by {placer} (it chooses its processes itself)");
+    }
+}
+
 fn place(args: PlaceArgs) -> anyhow::Result<()> {
     check_workers(args.workers)?;
     let topo_origin = args.topology.display().to_string();
@@ -114,17 +128,7 @@ fn place(args: PlaceArgs) -> anyhow::Result<()> {
         None => PlacementProblem::declared(&topology, &nodes),
     };
     problem.workers = args.workers;
-    if args.workers.is_some()
-        && matches!(
-            args.placer,
-            StreamPlacerKind::OnePhase | StreamPlacerKind::ResourceAware
-        )
-    {
-        eprintln!(
-            "note: --workers is ignored by {} (it chooses its processes itself)",
-            args.placer
-        );
-    }
+    note_ignored_workers(args.workers, args.placer);
     // Even and two-phase-traffic use at most one worker per slot: say so rather than print
     // fewer processes than asked for without a word.
     let total_slots: u64 = nodes.iter().map(|n| u64::from(n.slots)).sum();

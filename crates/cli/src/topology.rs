@@ -223,6 +223,7 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                 bail!("--max-utilisation must be in (0, 1]");
             }
             crate::stream::check_workers(a.workers)?;
+            crate::stream::note_ignored_workers(a.workers, a.placer);
             let base_dir = std::env::current_dir()?.display().to_string();
             let mut api = connect(&a.client).await?;
             let r = api

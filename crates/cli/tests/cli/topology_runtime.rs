@@ -445,6 +445,40 @@ fn bad_topologies_are_refused_with_their_line() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no topology named `nothing`"));
 }
 
+/// `--workers` fixes the worker count of `even` and `two-phase-traffic` only: with the default
+/// `one-phase` placer (and `resource-aware`) the submission says it is ignored, as `stream
+/// place` does, rather than run fewer workers than asked without a word.
+#[test]
+fn topology_submit_says_when_workers_is_ignored_by_its_placer() {
+    let c = Cluster::start("ignored-workers", &["n1"]);
+    let file = c.write("one.toml", &wordcount("wc-ignored", 1, 10));
+    let path = file.to_str().expect("path");
+    let out = c.cli(&["topology", "submit", path, "--workers", "3"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("note: --workers is ignored by one-phase (it chooses its processes itself)"),
+        "{err}"
+    );
+    c.ok(&["topology", "kill", "wc-ignored"]);
+    // `even` takes it: no note.
+    let file = c.write("even.toml", &wordcount("wc-even-taken", 1, 10));
+    let path = file.to_str().expect("path");
+    let out = c.cli(&[
+        "topology",
+        "submit",
+        path,
+        "--placer",
+        "even",
+        "--workers",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("--workers is ignored"), "{err}");
+    c.ok(&["topology", "kill", "wc-even-taken"]);
+}
+
 fn pid_alive(pid: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         !s.rsplit_once(')')
