@@ -904,7 +904,8 @@ impl Divisible {
             .map(|c| c.worker.clone())
             .collect();
         // Workers of the rebuilt masters that held nothing are taken for gone until they call.
-        for job in d.jobs.values_mut() {
+        // (Not those of a finished job: its record stays as it ended.)
+        for job in d.jobs.values_mut().filter(|j| j.state == "running") {
             let gone: Vec<usize> = (0..job.master.workers().len())
                 .filter(|&i| !names.contains(&job.master.workers()[i].name))
                 .collect();
@@ -1499,7 +1500,9 @@ impl Divisible {
     /// its next call.
     pub fn lose_agent(&mut self, name: &str) {
         self.agents.remove(name);
-        for (&id, job) in self.jobs.iter_mut() {
+        // A finished job has no plan left to leave: its record stays as it ended, whatever
+        // happens to its agents afterwards.
+        for (&id, job) in self.jobs.iter_mut().filter(|(_, j)| j.state == "running") {
             leave_plan(&mut self.dirty_chunks, &mut self.dirty_jobs, id, job, name);
         }
     }
@@ -2477,6 +2480,31 @@ mod tests {
             many < few * 10 + Duration::from_secs(1),
             "2,000 asks took {many:?} beside 200,000 finished chunks, {few:?} beside 2"
         );
+    }
+
+    /// A finished job's record does not change with what happens to its agents afterwards:
+    /// `hetsched job N` of a job that completed kept saying its agent `a` was not alive once
+    /// `a` died, hours later, while it showed the same agent alive in every other job.
+    #[test]
+    fn an_agent_lost_after_a_job_ended_stays_alive_in_that_jobs_record() {
+        let dir = std::env::temp_dir().join(format!("hetsched-div-ended-{}", std::process::id()));
+        let mut ended = stored(4, 4, 0);
+        ended.state = "completed".into();
+        let mut d =
+            Divisible::restore(dir, Duration::from_secs(60), vec![ended]).expect("restored");
+        let alive = |d: &Divisible| -> Vec<(String, bool)> {
+            d.view(1)
+                .expect("a divisible job")
+                .info
+                .workers
+                .into_iter()
+                .map(|w| (w.name, w.alive))
+                .collect()
+        };
+        let before = alive(&d);
+        assert_eq!(before, vec![("a".to_string(), true)]);
+        d.lose_agent("a");
+        assert_eq!(alive(&d), before);
     }
 
     /// Every way a chunk changes state keeps the index: handed out, done, failed, lost at an
