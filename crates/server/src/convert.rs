@@ -476,6 +476,7 @@ impl From<JobInfo> for pb::JobInfo {
     fn from(j: JobInfo) -> Self {
         pb::JobInfo {
             id: j.id,
+            kind: j.kind.as_str().into(),
             name: j.name,
             state: j.state,
             tasks: j.tasks,

@@ -743,3 +743,33 @@ fn jobs_shows_the_unfinished_and_the_newest_finished_unless_asked_for_all() {
     assert_eq!(ids(&cancelled).len(), 22, "{cancelled}");
     assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(23));
 }
+
+/// Every job's JSON says its kind (`batch`, `divisible`, `workflow`), as `submit` does: a script
+/// reading `jobs` or `job N` had to guess it from `balancer` or `divisible`.
+#[test]
+fn jobs_and_job_json_say_each_jobs_kind() {
+    let c = Cluster::start("ux-job-kind", false);
+    c.ok(&["submit", "--", "true"]);
+    let divisible = c.write(
+        "d.toml",
+        "[[divisible]]\nname = \"d\"\nunits = 10\ncommand = \"echo {start} {end}\"\n",
+    );
+    c.ok(&["submit", divisible.to_str().expect("utf-8")]);
+    let workflow = c.write(
+        "w.toml",
+        "[[task]]\nname = \"t\"\ninstances = 1\ncost = \"1s\"\ncommand = \"true\"\n",
+    );
+    c.ok(&["submit", workflow.to_str().expect("utf-8")]);
+    let listed = c.json(&["jobs"]);
+    let kinds: Vec<&str> = listed
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|j| j["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["batch", "divisible", "workflow"], "{listed}");
+    for (i, kind) in ["batch", "divisible", "workflow"].iter().enumerate() {
+        let id = listed[i]["id"].as_u64().expect("id").to_string();
+        assert_eq!(c.json(&["job", &id])["kind"], *kind);
+    }
+}

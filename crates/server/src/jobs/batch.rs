@@ -1663,6 +1663,7 @@ impl Batch {
         };
         JobInfo {
             id: j.row.id,
+            kind: super::Kind::Batch,
             name: j.name.clone(),
             state: state.to_string(),
             tasks: j.tasks.end - j.tasks.start,

@@ -1685,6 +1685,7 @@ impl Divisible {
             blocked,
             pending_reason,
             id,
+            kind: super::Kind::Divisible,
             name: job.name.clone(),
             state,
             tasks: v.units,

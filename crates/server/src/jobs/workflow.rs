@@ -2344,6 +2344,7 @@ impl Workflows {
         };
         let used = j.insts.iter().filter_map(|x| x.usage);
         let mut info = JobInfo {
+            kind: super::Kind::Workflow,
             cpu_ms: used
                 .clone()
                 .fold(0, |sum, u| sum.saturating_add(u.cpu_ms())),

@@ -545,6 +545,8 @@ pub struct AppInfo {
 pub struct JobInfo {
     /// Its id.
     pub id: u64,
+    /// Its kind (batch, divisible, workflow).
+    pub kind: crate::jobs::Kind,
     /// Its name.
     pub name: String,
     /// `pending`, `running`, `completed`, `failed` or `cancelled`.
