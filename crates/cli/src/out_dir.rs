@@ -23,7 +23,7 @@ pub fn prepare(dir: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// Writes `text` as `dir/name` ([`write`]), ending in a newline as a text file does (the
+/// Writes `text` as `dir/name` ([`write()`]), ending in a newline as a text file does (the
 /// simulator's own JSON files do; `serde_json` writes none).
 pub fn write_text(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
     if text.ends_with('\n') {
