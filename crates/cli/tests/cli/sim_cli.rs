@@ -390,65 +390,8 @@ fn compare_runs_every_policy_side_by_side() {
 /// (or named beside `all`) runs once, in the place it was first named.
 #[test]
 fn compare_policies_trims_spaces_and_runs_each_policy_once() {
-    let out = hetsched(&[
-        "sim",
-        "compare",
-        "--cluster",
-        CLUSTER,
-        "--workload",
-        WORKLOAD,
-        "--policies",
-        "fifo, hdas,fifo , hdas",
-        "--output",
-        "json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
-    let names: Vec<&str> = v
-        .as_array()
-        .expect("one summary per policy")
-        .iter()
-        .filter_map(|r| r["policy"].as_str())
-        .collect();
-    assert_eq!(names, ["fifo", "hdas"], "{v}");
-    let out = hetsched(&[
-        "sim",
-        "compare",
-        "--cluster",
-        CLUSTER,
-        "--workload",
-        WORKLOAD,
-        "--policies",
-        "hdas,all",
-        "--output",
-        "json",
-    ]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
-    let names: Vec<&str> = v
-        .as_array()
-        .expect("one summary per policy")
-        .iter()
-        .filter_map(|r| r["policy"].as_str())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "hdas",
-            "cpu-only",
-            "fifo",
-            "drf",
-            "hadoop-model",
-            "hdas-hetero"
-        ],
-        "{v}"
-    );
-    // An empty name (`--policies ''`, or a stray comma) is said so, not "unknown batch policy ``".
-    for given in ["", "fifo,"] {
-        let out = hetsched(&[
+    let compare = |policies: &str| {
+        hetsched(&[
             "sim",
             "compare",
             "--cluster",
@@ -456,8 +399,41 @@ fn compare_policies_trims_spaces_and_runs_each_policy_once() {
             "--workload",
             WORKLOAD,
             "--policies",
-            given,
-        ]);
+            policies,
+            "--output",
+            "json",
+        ])
+    };
+    // The policies a run compared, in its order.
+    let ran = |policies: &str| -> Vec<String> {
+        let out = compare(policies);
+        assert!(
+            out.status.success(),
+            "{policies}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+        v.as_array()
+            .expect("one summary per policy")
+            .iter()
+            .filter_map(|r| r["policy"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(ran("fifo, hdas,fifo , hdas"), ["fifo", "hdas"]);
+    assert_eq!(
+        ran("hdas,all"),
+        [
+            "hdas",
+            "cpu-only",
+            "fifo",
+            "drf",
+            "hadoop-model",
+            "hdas-hetero"
+        ]
+    );
+    // An empty name (`--policies ''`, or a stray comma) is said so, not "unknown batch policy ``".
+    for given in ["", "fifo,"] {
+        let out = compare(given);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success() && err.contains("--policies: an empty name"),
