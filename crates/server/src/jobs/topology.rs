@@ -240,6 +240,11 @@ struct Run {
     window_cpu: HashMap<u32, u64>,
     window_emitted: HashMap<u32, u64>,
     window_start: Instant,
+    /// When this server began measuring the topology (its submission, or the server's start
+    /// for a stored one). A counter first reported by an executor that ran before then holds
+    /// counts the monitors never covered: it is taken as the base the next reports are
+    /// measured against ([`Run::feed`]), not as traffic of the current window.
+    measured_from: Instant,
     shown: Rates,
     /// The latest executor traffic list the controller saw.
     traffic: Vec<ExecutorPair>,
@@ -596,6 +601,12 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// The sum of `rates`, 0 for none. (Rust sums floats from −0.0, so an executor that received
+/// nothing showed `-0.0` in JSON and `-0` in `topology show`.)
+fn rate_sum(rates: impl Iterator<Item = f64>) -> f64 {
+    rates.fold(0.0, |sum, r| sum + r)
+}
+
 /// Wall-clock ms since the Unix epoch (what the store keeps of a drain's start).
 fn now_ms() -> u64 {
     now_ns() / 1_000_000
@@ -650,6 +661,7 @@ impl Run {
             window_cpu: HashMap::new(),
             window_emitted: HashMap::new(),
             window_start: Instant::now(),
+            measured_from: Instant::now(),
             shown: Rates::default(),
             traffic: Vec::new(),
             controller,
@@ -754,11 +766,33 @@ impl Run {
                  {MAX_MEASURED_PAIRS} pairs a topology's measurement keeps: not counted"
             );
         }
+        // Executors of this report that ran before this server measured the topology (a
+        // server restarted under running workers): their first counts since then span hours
+        // the monitors never covered, and would show as one window's rate (and one interval's
+        // traffic for the controller). Those counts are the base later reports are measured
+        // from. The age is the worker's own (`at_ns` − `started_ns`, one clock), so no clock
+        // skew between agent and server enters; `started_ns` 0 is an agent that does not say.
+        let measured_for = self.measured_from.elapsed();
+        let predates: HashSet<u32> = report
+            .executors
+            .iter()
+            .filter(|e| {
+                e.started_ns != 0
+                    && Duration::from_nanos(report.at_ns.saturating_sub(e.started_ns))
+                        > measured_for
+            })
+            .map(|e| e.executor)
+            .collect();
         for p in &report.pairs {
+            let first = !self.prev_pairs.contains_key(&(worker, p.from, p.to));
             let prev = self
                 .prev_pairs
                 .insert((worker, p.from, p.to), p.tuples)
-                .unwrap_or(0);
+                .unwrap_or(if first && predates.contains(&p.to) {
+                    p.tuples
+                } else {
+                    0
+                });
             let delta = p.tuples.saturating_sub(prev) as f64;
             if delta > 0.0 {
                 self.monitor
@@ -768,10 +802,17 @@ impl Run {
             }
         }
         for e in &report.executors {
+            let base = |count: u64| {
+                if predates.contains(&e.executor) {
+                    count
+                } else {
+                    0
+                }
+            };
             let prev = self
                 .prev_cpu
                 .insert((worker, e.executor), e.cpu_ns)
-                .unwrap_or(0);
+                .unwrap_or_else(|| base(e.cpu_ns));
             // (Two workers may report one executor while it moves: their agents' counts are
             // summed without overflow.)
             let cpu = self.window_cpu.entry(e.executor).or_default();
@@ -779,7 +820,7 @@ impl Run {
             let prev = self
                 .prev_emitted
                 .insert((worker, e.executor), e.emitted)
-                .unwrap_or(0);
+                .unwrap_or_else(|| base(e.emitted));
             let emitted = self.window_emitted.entry(e.executor).or_default();
             *emitted = emitted.saturating_add(e.emitted.saturating_sub(prev));
         }
@@ -2369,13 +2410,13 @@ impl Cfg {
         }
         let executors: Vec<serde_json::Value> = (0..topo.executor_count() as u32)
             .map(|e| {
-                let received: f64 = run
-                    .shown
-                    .pairs
-                    .iter()
-                    .filter(|p| p.to.0 == e)
-                    .map(|p| p.tuples_per_s)
-                    .sum();
+                let received = rate_sum(
+                    run.shown
+                        .pairs
+                        .iter()
+                        .filter(|p| p.to.0 == e)
+                        .map(|p| p.tuples_per_s),
+                );
                 json!({
                     "executor": name_of(e),
                     "node": run.rec.placement.as_ref().and_then(|p| p.nodes.get(e as usize)),
@@ -2419,17 +2460,18 @@ impl Cfg {
                 }
             }
         }
-        let throughput: f64 = run
-            .shown
-            .emitted_per_s
-            .iter()
-            .filter(|(e, _)| {
-                topo.locate(ExecutorId(**e)).is_some_and(|(c, _)| {
-                    topo.components[c].kind == hetsched_core::model::topology::ComponentKind::Spout
+        let throughput = rate_sum(
+            run.shown
+                .emitted_per_s
+                .iter()
+                .filter(|(e, _)| {
+                    topo.locate(ExecutorId(**e)).is_some_and(|(c, _)| {
+                        topo.components[c].kind
+                            == hetsched_core::model::topology::ComponentKind::Spout
+                    })
                 })
-            })
-            .map(|(_, r)| r)
-            .sum();
+                .map(|(_, r)| *r),
+        );
         json!({
             "name": run.rec.name,
             "state": run.rec.state,
@@ -2751,6 +2793,99 @@ mod tests {
                 .iter()
                 .map(|w| w.peers.len())
                 .collect::<Vec<_>>()
+        );
+    }
+
+    /// A server restarted under a running topology measures its rates from then on. The
+    /// workers' counters are cumulative since their executors started; before, the first
+    /// report after the restart was taken whole as the current window's traffic, so `topology
+    /// show` gave a spout that had emitted 1,000 tuples a second for an hour 1.8 million a
+    /// second, and the controller's monitor saw the hour as one interval.
+    #[test]
+    fn after_a_restart_the_first_window_shows_the_rate_not_the_workers_whole_history() {
+        let t = pipe("even", 2);
+        let stored = t
+            .inner
+            .runs
+            .values()
+            .map(|run| Stored {
+                record: run.rec.clone(),
+                traffic: Vec::new(),
+            })
+            .collect();
+        let mut t = Topology::restore(stored, Duration::from_secs(60)).expect("restored");
+        let hour = 3_600_000_000_000u64;
+        let now = now_ns();
+        // Executor 0 (a spout) started an hour ago at 1,000 tuples a second; its receiver,
+        // executor 2, has received them all.
+        let report = |at_ns: u64, count: u64| WorkerReport {
+            worker: 0,
+            at_ns,
+            pairs: vec![hetsched_stream::metrics::PairCount {
+                from: 0,
+                to: 2,
+                tuples: count,
+            }],
+            executors: [0, 2]
+                .map(|e| ExecutorReport {
+                    started_ns: now - hour,
+                    ..executor(e, count)
+                })
+                .to_vec(),
+            remote_out: 0,
+            remote_in: 0,
+            dropped: 0,
+            latency: LatencySummary::default(),
+            rss_bytes: 0,
+            encrypted: false,
+            refused_connections: 0,
+        };
+        let sync = |t: &mut Topology, r: WorkerReport| {
+            t.sync(
+                seen(vec![WorkerSeen {
+                    topology: "pipe".into(),
+                    generation: 1,
+                    worker: 0,
+                    addr: "127.0.0.1:1".into(),
+                    pid: 1,
+                    report: Some(r),
+                }]),
+                None,
+            );
+        };
+        sync(&mut t, report(now, 3_600_000));
+        // Two seconds on: 2,000 more.
+        sync(&mut t, report(now + 2_000_000_000, 3_602_000));
+        // The window closes two seconds after it opened, by both of its clocks (the restored
+        // run's traffic monitor opened at the server's start, core time 0).
+        let run = t.inner.runs.get_mut("pipe").expect("run");
+        run.window_start = Instant::now() - Duration::from_secs(2);
+        run.roll_window(2_000_000_000);
+        let shown = t.show("pipe").expect("show");
+        // `executors` lists every executor in order of its number.
+        let rate = |e: usize, key: &str| {
+            shown["executors"]
+                .as_array()
+                .expect("executors")
+                .get(e)
+                .and_then(|x| x[key].as_f64())
+                .unwrap_or_else(|| panic!("executor {e}'s {key}: {shown}"))
+        };
+        let emitted = rate(0, "emitted_per_s");
+        assert!(
+            (900.0..=1_100.0).contains(&emitted),
+            "the spout emits about 1,000 a second, shown {emitted}: {shown}"
+        );
+        let idle = &shown["executors"][3]["received_per_s"];
+        assert_eq!(
+            idle.to_string(),
+            "0.0",
+            "an executor that received nothing: {shown}"
+        );
+        let received = rate(2, "received_per_s");
+        assert!(
+            (900.0..=1_100.0).contains(&received),
+            "the bolt receives about 1,000 a second, shown {received}: {shown}"
         );
     }
 }
