@@ -829,7 +829,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         );
     }
     if let Some(d) = &j.divisible {
-        super::divisible::print(d, &j.state);
+        super::divisible::print(d, &j.state, &counts(&j.counts));
         return Ok(());
     }
     if super::workflow::is_workflow(&j) {

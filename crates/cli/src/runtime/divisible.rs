@@ -48,12 +48,13 @@ pub fn read_input(file: &Path, text: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// The divisible part of `hetsched job N` (table form).
-pub fn print(d: &pb::DivisibleInfo, state: &str) {
-    print!("{}", text(d, state));
+pub fn print(d: &pb::DivisibleInfo, state: &str, counts: &pb::TaskCounts) {
+    print!("{}", text(d, state, counts));
 }
 
-/// The divisible part of `hetsched job N` as text, for job state `state`.
-fn text(d: &pb::DivisibleInfo, state: &str) -> String {
+/// The divisible part of `hetsched job N` as text, for job state `state` with unit counts
+/// `counts`.
+fn text(d: &pb::DivisibleInfo, state: &str, counts: &pb::TaskCounts) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     // Writing to a String cannot fail.
@@ -85,6 +86,23 @@ fn text(d: &pb::DivisibleInfo, state: &str) -> String {
             format!("\n{}", shown(&d.message))
         }
     );
+    // A job that ended short of its units: which ran and failed, and which never ran (the
+    // server counts those as cancelled, also for a failed job) — the counts line alone read as
+    // if every unit not done had failed.
+    if matches!(state, "failed" | "cancelled") && d.units_done < d.units {
+        let _ = writeln!(
+            s,
+            "units: {} done, {} ran and failed, {} not run (stopped or never sent when the job {})",
+            d.units_done,
+            counts.failed,
+            counts.cancelled,
+            if state == "failed" {
+                "failed"
+            } else {
+                "was cancelled"
+            }
+        );
+    }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header([
@@ -299,7 +317,7 @@ memory_per_unit = "1MiB"
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
     if let Some(d) = &job.divisible {
-        print(d, &job.state);
+        print(d, &job.state, &job.counts.unwrap_or_default());
     }
     if job.state != "completed" {
         anyhow::bail!("divisible job {} {}", job.id, job.state);
@@ -357,7 +375,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let shown = text(&d, "cancelled");
+        let shown = text(&d, "cancelled", &pb::TaskCounts::default());
         assert!(shown.contains("a1: 5 10 stopped;"), "{shown}");
         assert!(shown.contains("a2: 5 failed 10 lost"), "{shown}");
         assert!(!shown.contains("failed: cancelled"), "{shown}");
@@ -367,10 +385,53 @@ mod tests {
             message: "chunk 4 (units 0..4) failed: exited with exit status: 4".into(),
             ..d
         };
-        let shown = text(&d, "failed");
+        let shown = text(&d, "failed", &pb::TaskCounts::default());
         assert!(
             shown.contains("\nfailed: chunk 4 (units 0..4) failed: exited"),
             "{shown}"
         );
+    }
+
+    /// A failed job's units that never ran read as not run, not as failures: `hetsched job N`
+    /// of a 100-unit job that failed on one unit said `96 failed` and nothing else.
+    #[test]
+    fn a_failed_jobs_units_that_never_ran_are_shown_not_run() {
+        let d = pb::DivisibleInfo {
+            name: "count".into(),
+            algo: "umrlm".into(),
+            units: 100,
+            units_done: 4,
+            rounds: 1,
+            message: "unit 4 failed 1 time (retries = 0): exit 3".into(),
+            chunks: vec![
+                chunk(0, "a1", 0, 4, "done"),
+                chunk(1, "a1", 4, 5, "failed"),
+                chunk(2, "a2", 5, 6, "stopped"),
+            ],
+            ..Default::default()
+        };
+        let counts = pb::TaskCounts {
+            succeeded: 4,
+            failed: 1,
+            cancelled: 95,
+            ..Default::default()
+        };
+        let shown = text(&d, "failed", &counts);
+        assert!(
+            shown.contains(
+                "\nunits: 4 done, 1 ran and failed, 95 not run (stopped or never sent when the \
+                 job failed)\n"
+            ),
+            "{shown}"
+        );
+        assert!(shown.contains("a1: 4 1 failed; a2: 1 stopped"), "{shown}");
+        // A completed job has nothing to say of it.
+        let d = pb::DivisibleInfo {
+            units_done: 100,
+            message: String::new(),
+            ..d
+        };
+        let shown = text(&d, "completed", &pb::TaskCounts::default());
+        assert!(!shown.contains("units:"), "{shown}");
     }
 }

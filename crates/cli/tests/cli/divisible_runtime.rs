@@ -390,6 +390,45 @@ fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
     let wait = c.cli(&["wait", &id.to_string()]);
     assert!(!wait.status.success());
 
+    // A job that fails on unit 7 (no retries) counts as failed only the units of the chunk that
+    // ran and failed; those never run (stopped with it, or never sent) count as cancelled, and
+    // `job N` says they were not run. Before, every unit not done read as failed.
+    let id = submit(
+        &c,
+        "unit-7.toml",
+        "[[divisible]]\nname = \"x\"\nunits = 1000\ncommand = \"if [ {start} -le 7 ] && [ 7 -lt {end} ]; then exit 3; fi; echo {start} {end}\"\n",
+    );
+    let j = wait_done(&c, id);
+    assert_eq!(j["state"], "failed");
+    let counts = &j["counts"];
+    let n = |k: &str| counts[k].as_u64().unwrap_or(0);
+    let ran_and_failed: u64 = j["divisible"]["chunks"]
+        .as_array()
+        .expect("chunks")
+        .iter()
+        .filter(|k| k["state"] == "failed")
+        .map(|k| k["end"].as_u64().unwrap_or(0) - k["start"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(ran_and_failed > 0, "{j}");
+    assert_eq!(n("failed"), ran_and_failed, "{counts}");
+    assert_eq!(
+        n("succeeded") + n("failed") + n("cancelled"),
+        1000,
+        "{counts}"
+    );
+    assert!(n("cancelled") > 0, "{counts}");
+    let out = c.cli(&["job", &id.to_string(), "--output", "table"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!(
+            "units: {} done, {} ran and failed, {} not run (stopped or never sent when the job failed)",
+            n("succeeded"),
+            n("failed"),
+            n("cancelled")
+        )),
+        "{said}"
+    );
+
     // A cancelled job stops: it ends `cancelled`, and its output is not served.
     let id = submit(
         &c,

@@ -303,9 +303,10 @@ pub struct DivisibleView {
     pub running: u64,
     /// Units done.
     pub succeeded: u64,
-    /// Units not done when the job failed.
+    /// Units not done, of a job that ended, that a chunk ran and failed.
     pub failed: u64,
-    /// Units not done when the job was cancelled.
+    /// Units not done, of a job that ended, that no chunk ran to a failure: stopped when their
+    /// job was cancelled or failed, or never sent.
     pub cancelled: u64,
     /// The rest.
     pub info: DivisibleInfo,
@@ -1548,6 +1549,16 @@ impl Divisible {
             rounds,
             requires: job.spec.requires(),
         };
+        // A job that ended without completing counts each unit not done once: failed if a
+        // chunk of it ran and failed, else not run (stopped with its job, or never sent) —
+        // counted as cancelled, as a cancelled job's are, so that no unit reads as a failure
+        // it never had.
+        let (failed, cancelled) = if matches!(job.state.as_str(), "failed" | "cancelled") {
+            let failed = units_failed(job);
+            (failed, (units - done).saturating_sub(failed))
+        } else {
+            (0, 0)
+        };
         Some(DivisibleView {
             state: job.state.clone(),
             units,
@@ -1555,16 +1566,8 @@ impl Divisible {
             pending: if running { units - done - out } else { 0 },
             running: if running { out } else { 0 },
             succeeded: done,
-            failed: if job.state == "failed" {
-                units - done
-            } else {
-                0
-            },
-            cancelled: if job.state == "cancelled" {
-                units - done
-            } else {
-                0
-            },
+            failed,
+            cancelled,
             info,
         })
     }
@@ -2323,6 +2326,56 @@ fn set_chunk(
     }
 }
 
+/// How many of `job`'s units not done a chunk ran and failed (a unit whose failed chunk was
+/// re-planned and then done is done; one in two failed chunks counts once).
+fn units_failed(job: &Job) -> u64 {
+    failed_not_done(
+        job.chunks
+            .values()
+            .map(|c| (c.state, c.order.start, c.order.end)),
+    )
+}
+
+/// Of chunks `(state, start, end)`, how many units lie in a failed chunk and in no done one.
+fn failed_not_done(chunks: impl Iterator<Item = (ChunkState, u64, u64)> + Clone) -> u64 {
+    let merged = |state: ChunkState| {
+        let mut r: Vec<(u64, u64)> = chunks
+            .clone()
+            .filter(|c| c.0 == state)
+            .map(|c| (c.1, c.2))
+            .collect();
+        r.sort_unstable();
+        let mut m: Vec<(u64, u64)> = Vec::with_capacity(r.len());
+        for (start, end) in r {
+            match m.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => m.push((start, end)),
+            }
+        }
+        m
+    };
+    let failed = merged(ChunkState::Failed);
+    if failed.is_empty() {
+        return 0;
+    }
+    let done = merged(ChunkState::Done);
+    let mut n = 0;
+    let mut d = 0;
+    for (start, end) in failed {
+        n += end - start;
+        // Both are sorted and disjoint: take off the done units inside this failed range.
+        while d < done.len() && done[d].1 <= start {
+            d += 1;
+        }
+        let mut k = d;
+        while k < done.len() && done[k].0 < end {
+            n -= done[k].1.min(end) - done[k].0.max(start);
+            k += 1;
+        }
+    }
+    n
+}
+
 fn finish_job(id: u64, job: &mut Job, state: &str, message: &str) {
     job.state = state.into();
     job.message = message.into();
@@ -2608,5 +2661,52 @@ mod tests {
         assert_eq!(d.jobs[&1].state, "failed");
         assert!(d.jobs[&1].out.is_empty());
         index_holds(&d);
+    }
+
+    /// A failed job's units that never ran are not failures: `hetsched job N` of a 100-unit job
+    /// that failed when its unit 4 failed (no retries) said `96 failed`, though only that one
+    /// unit ran and failed; the chunk out beside it was stopped and 94 were never sent.
+    #[test]
+    fn a_failed_jobs_units_that_never_ran_are_not_counted_failed() {
+        let dir = std::env::temp_dir().join(format!("hetsched-div-notrun-{}", std::process::id()));
+        // Units 0..4 done on a; b holds chunk 4 (unit 4) and chunk 5 (unit 5).
+        let mut d = Divisible::restore(dir, Duration::from_secs(60), vec![stored(100, 4, 2)])
+            .expect("restored");
+        let r = ChunkResult {
+            job_id: 1,
+            chunk: 4,
+            success: false,
+            message: "exit 3".into(),
+            transfer_ns: 0,
+            compute_ns: 0,
+        };
+        assert!(d.record(&r, None).expect("recorded"));
+        let v = d.view(1).expect("a divisible job");
+        assert_eq!(v.state, "failed");
+        assert_eq!(
+            (v.succeeded, v.failed, v.cancelled, v.pending, v.running),
+            (4, 1, 95, 0, 0),
+            "done, ran and failed, not run (stopped or never sent), pending, running"
+        );
+    }
+
+    /// A unit counts as failed once however many failed chunks held it, and not at all once a
+    /// re-planned chunk did it.
+    #[test]
+    fn units_that_failed_and_were_done_again_are_done() {
+        use ChunkState::*;
+        let chunks = [
+            (Done, 0, 4),
+            // Units 4..10 failed; 4..6 and 9..10 were done again after, in other cuts.
+            (Failed, 4, 10),
+            (Done, 4, 6),
+            (Failed, 6, 8),
+            (Done, 9, 10),
+            (Stopped, 10, 12),
+            (Failed, 12, 13),
+            (Lost, 13, 20),
+        ];
+        assert_eq!(failed_not_done(chunks.iter().copied()), 3 + 1);
+        assert_eq!(failed_not_done([(Done, 0, 5)].into_iter()), 0);
     }
 }
