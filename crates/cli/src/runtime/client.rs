@@ -628,8 +628,11 @@ pub async fn jobs(args: &ClientArgs, select: JobsSelect<'_>) -> anyhow::Result<(
     if owners {
         header.push("user");
     }
+    // Its kind, so that batch jobs, workflows and divisible loads listed together are told
+    // apart (`JobInfo.kind`, which the JSON has as `kind`).
     header.extend([
         "name",
+        "kind",
         "state",
         "tasks",
         "pending",
@@ -651,6 +654,7 @@ pub async fn jobs(args: &ClientArgs, select: JobsSelect<'_>) -> anyhow::Result<(
         }
         row.extend([
             j.name.clone(),
+            kind_of(j).to_string(),
             shown_state(j),
             j.tasks.to_string(),
             c.pending.to_string(),
@@ -725,16 +729,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         shown(&j.name),
         // As `hetsched jobs` shows it (`held`, `waiting`, `running (deferred)`…).
         shown_state(&j),
-        count(
-            j.tasks,
-            work_noun(if j.divisible.is_some() {
-                "divisible"
-            } else if !j.balancer.is_empty() {
-                "workflow"
-            } else {
-                "batch"
-            })
-        ),
+        count(j.tasks, work_noun(kind_of(&j))),
         c.pending,
         c.running,
         super::human::running_notes(&c),
@@ -2340,6 +2335,20 @@ fn submitted_size(reply: &pb::SubmitReply) -> String {
 }
 
 /// What a job of kind `kind` (`divisible`, `workflow`, …) is made of, in its own words.
+/// Job `j`'s kind (`batch`, `divisible`, `workflow`): as the server says it, else (a server
+/// that predates `JobInfo.kind`) as its fields tell it.
+fn kind_of(j: &pb::JobInfo) -> &str {
+    if !j.kind.is_empty() {
+        &j.kind
+    } else if j.divisible.is_some() {
+        "divisible"
+    } else if !j.balancer.is_empty() {
+        "workflow"
+    } else {
+        "batch"
+    }
+}
+
 fn work_noun(kind: &str) -> &'static str {
     match kind {
         "divisible" => "unit",

@@ -745,7 +745,8 @@ fn jobs_shows_the_unfinished_and_the_newest_finished_unless_asked_for_all() {
 }
 
 /// Every job's JSON says its kind (`batch`, `divisible`, `workflow`), as `submit` does: a script
-/// reading `jobs` or `job N` had to guess it from `balancer` or `divisible`.
+/// reading `jobs` or `job N` had to guess it from `balancer` or `divisible`. The `jobs` table
+/// has a `kind` column.
 #[test]
 fn jobs_and_job_json_say_each_jobs_kind() {
     let c = Cluster::start("ux-job-kind", false);
@@ -772,4 +773,20 @@ fn jobs_and_job_json_say_each_jobs_kind() {
         let id = listed[i]["id"].as_u64().expect("id").to_string();
         assert_eq!(c.json(&["job", &id])["kind"], *kind);
     }
+    // The table says it too, in a `kind` column beside the name: a user listing mixed kinds
+    // could not tell a workflow's row from a batch job's.
+    let table = c.ok(&["jobs"]);
+    let rows: Vec<Vec<String>> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix('│')?.strip_suffix('│'))
+        .map(|l| l.split('┆').map(|cell| cell.trim().to_string()).collect())
+        .collect();
+    let header = rows.first().expect("a header row");
+    assert_eq!(
+        header[..4],
+        ["job", "name", "kind", "state"].map(String::from),
+        "{table}"
+    );
+    let shown: Vec<&str> = rows[1..].iter().map(|r| r[2].as_str()).collect();
+    assert_eq!(shown, ["batch", "divisible", "workflow"], "{table}");
 }
