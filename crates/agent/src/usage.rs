@@ -10,7 +10,11 @@
 //!   then at doubling intervals up to every second, the sampler sums the resident memory of the
 //!   task's process tree (found through `/proc/PID/task/PID/children`); the peak is the largest
 //!   such sum, or the process's own high-water mark (`VmHWM`) if larger. A task that ends within
-//!   10 ms gets no sample; a tree's peak between two samples can be missed.
+//!   10 ms gets no sample; a tree's peak between two samples can be missed. The exact figure,
+//!   `ru_maxrss` of the rusage `wait4` fills when it reaps the process, is out of reach without
+//!   `unsafe` (forbidden in the workspace): std's `Child::wait` and rustix's `waitpid`/`waitid`
+//!   give the kernel no rusage to fill, nix has no `wait4`, and `getrusage(RUSAGE_CHILDREN)` is
+//!   the largest peak of every child the agent ever reaped, not one task's.
 //!
 //! The same samples enforce a task's declared `memory`, as Slurm's `OverMemoryKill` does: a
 //! sample above it ends the watch early ([`Exit::OverMemory`]) and the task is stopped.
