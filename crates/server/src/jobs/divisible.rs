@@ -2220,20 +2220,23 @@ impl JobKind for Divisible {
         }
     }
 
-    /// Cancels a running job: no more chunks are sent, results are ignored, and agents are told
-    /// to drop the chunks they hold. The units not done (0 if it had finished).
     fn resubmit_failed(&mut self, _cx: &mut Ctx, job: u64) -> Result<u64, StateError> {
         Err(StateError::Invalid(format!(
             "job {job} is a divisible job: its failed chunks are re-planned while it runs; submit it again"
         )))
     }
 
+    /// Cancels a running job: no more chunks are sent, results are ignored, and agents are told
+    /// to drop the chunks they hold. The units it cancelled: not done, nor run to a failure (0
+    /// if it had finished).
     fn cancel(&mut self, _cx: &mut Ctx, id: u64, why: &str) -> Result<u64, StateError> {
         let job = self.jobs.get_mut(&id).ok_or(StateError::NoJob(id))?;
         if job.state != "running" {
             return Ok(0);
         }
-        let left = job.spec.units() - job.master.units_done();
+        // The units it stops: not done, and not run to a failure (those stay failed, as the
+        // job's counts say).
+        let left = (job.spec.units() - job.master.units_done()).saturating_sub(units_failed(job));
         let why = if why == "cancelled" {
             "cancelled by a user"
         } else {

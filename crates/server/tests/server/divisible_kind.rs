@@ -965,6 +965,48 @@ fn a_units_failures_before_a_restart_count_against_its_retries_after_it() {
     );
 }
 
+/// A job cancelled while a unit that ran and failed waited for its retry counts that unit
+/// failed, the units it never ran cancelled, and its cancel says it cancelled those only (it
+/// counted every unit not done as cancelled, the failed one included).
+#[test]
+fn a_cancelled_jobs_unit_that_ran_and_failed_stays_failed() {
+    let d = crate::common::scratch("divisible-kind", "cancel-after-failure");
+    let mut s = open(&d.0);
+    join_agents(&mut s, &["a"]);
+    let id = s
+        .on_submit(Submission {
+            text: format!("{JOB}retries = 1\n"),
+            ..rows()
+        })
+        .expect("submitted")
+        .job_id;
+    assert_eq!(ask(&mut s, "a").expect("asked"), vec![(id, 0)]);
+    let failed = ChunkResult {
+        success: false,
+        message: "exited with exit status: 3".into(),
+        ..success(id, 0)
+    };
+    assert!(s.on_chunk_done(&failed, None).expect("recorded"));
+    let ran = {
+        let j = s.get_job(id).expect("job");
+        assert_eq!(j.state, "running", "one retry left");
+        let c = &j.divisible.expect("divisible").chunks[0];
+        c.end - c.start
+    };
+    let cancelled = s.on_cancel(id).expect("cancelled");
+    let j = s.get_job(id).expect("job");
+    assert_eq!(j.state, "cancelled");
+    assert_eq!(
+        (j.counts.succeeded, j.counts.failed, j.counts.cancelled),
+        (0, ran, 100 - ran)
+    );
+    assert_eq!(
+        cancelled,
+        100 - ran,
+        "the cancel counts the units it stopped"
+    );
+}
+
 /// An agent whose node has registered is a worker of a job submitted before its first ask: its
 /// asks are refused until it registers (the identity check), and a `static` job planned on the
 /// agents that had asked gave it nothing (the CLI test of a restart while chunks are out timed
