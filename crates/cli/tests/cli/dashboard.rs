@@ -2160,3 +2160,19 @@ fn a_topology_row_clicked_as_the_list_refreshes_opens_its_detail_on_the_first_cl
         "the selection survives a refresh"
     );
 }
+
+/// A job's title counts its cancelled tasks beside the others, so that its counts add up to its
+/// tasks. Before, it listed succeeded, failed, running and pending only: a cancelled one-task
+/// job read `1 tasks, 0 succeeded, 0 failed, 0 running, 0 pending`.
+#[test]
+fn a_jobs_title_counts_its_cancelled_tasks() {
+    let Some((c, mut b)) = three_waiting_jobs_shown("dashboard-cancelled-title") else {
+        return;
+    };
+    c.ok(&["cancel", "3"]);
+    b.wait_for(
+        "job 3's title with its cancelled task",
+        "document.getElementById('job-title').textContent.includes('0 failed, 1 cancelled, 0 running')",
+        Duration::from_secs(20),
+    );
+}

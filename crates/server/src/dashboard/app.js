@@ -409,7 +409,7 @@ function updateJobTitle(j) {
   const c = j.counts || {};
   tasksView.jobState = j.state;
   const why = pendingBecause(j);
-  $("job-title").textContent = `Job ${j.id} — ${shown(j.name)} — ${shown(shownState(j))}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed, ${c.running || 0} running${c.queued ? ` (${c.queued} queued)` : ""}, ${c.pending || 0} pending`
+  $("job-title").textContent = `Job ${j.id} — ${shown(j.name)} — ${shown(shownState(j))}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed${c.cancelled ? `, ${c.cancelled} cancelled` : ""}, ${c.running || 0} running${c.queued ? ` (${c.queued} queued)` : ""}, ${c.pending || 0} pending`
     + (why ? ` — pending because: ${shown(why)}` : "");
 }
 
