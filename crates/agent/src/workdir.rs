@@ -286,7 +286,8 @@ pub fn default_dir(
         .map(|h| PathBuf::from(h).join(".local/state/hetsched").join(leaf))
 }
 
-/// Reads the agent's identity from `dir`, creating it the first time.
+/// Reads the agent's identity from `dir`, creating it the first time (0600); a kept one others
+/// may read is made 0600 again.
 pub fn identity(dir: &Path) -> std::io::Result<String> {
     let path = dir.join(IDENTITY);
     match std::fs::OpenOptions::new()
@@ -295,6 +296,15 @@ pub fn identity(dir: &Path) -> std::io::Result<String> {
         .open(&path)
     {
         Ok(mut f) => {
+            let meta = f.metadata()?;
+            if meta.mode() & 0o077 != 0 && meta.uid() == euid() {
+                warn!(
+                    file = %path.display(),
+                    mode = format!("{:o}", meta.mode() & 0o777),
+                    "the agent's identity was readable by other users: setting it to 0600"
+                );
+                f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            }
             let mut s = String::new();
             f.read_to_string(&mut s)?;
             let id = s.trim();
@@ -376,6 +386,22 @@ mod tests {
             std::fs::metadata(d.join(IDENTITY)).expect("meta").mode() & 0o777,
             0o600
         );
+        let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
+    }
+
+    /// An identity kept from an earlier start that others may read (an older version's, or a
+    /// work directory restored with wider modes) is made 0600 again at the next start: with it,
+    /// another local user could speak for the node.
+    #[test]
+    fn a_kept_identity_open_to_others_is_made_private_again() {
+        let d = scratch("reopen").join("agent-a");
+        prepare(&d).expect("prepare");
+        let id = identity(&d).expect("identity");
+        let path = d.join(IDENTITY);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        assert_eq!(identity(&d).expect("kept"), id);
+        let mode = std::fs::metadata(&path).expect("meta").mode() & 0o777;
+        assert_eq!(mode, 0o600, "the identity is still {mode:o}");
         let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
     }
 

@@ -73,14 +73,15 @@ fn cert_error(e: impl std::fmt::Display) -> AgentCaError {
 }
 
 impl AgentCa {
-    /// The CA kept in `dir`, created there (key 0600, never through a symbolic link) if absent.
+    /// The CA kept in `dir`, created there (key 0600, never through a symbolic link) if absent;
+    /// a kept key open to others is made 0600 again.
     pub fn open(dir: &Path) -> Result<AgentCa, AgentCaError> {
         let (key_path, cert_path) = (dir.join(KEY_FILE), dir.join(CERT_FILE));
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| AgentCaError::Io { path, source }
         };
-        match std::fs::read_to_string(&key_path) {
+        match read_private(&key_path) {
             Ok(key_pem) => {
                 let key = KeyPair::from_pem(&key_pem).map_err(|e| {
                     AgentCaError::Certificate(format!("{}: {e}", key_path.display()))
@@ -179,6 +180,37 @@ impl PublicKeyData for AgentKey<'_> {
     }
 }
 
+/// Reads the CA's key, never through a symbolic link; a key this user owns that others may
+/// read (kept from an earlier version, or restored with a wider mode) is made 0600 again.
+fn read_private(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)?;
+    let meta = f.metadata()?;
+    if meta.mode() & 0o077 != 0 {
+        if meta.uid() == nix::unistd::geteuid().as_raw() {
+            tracing::warn!(
+                file = %path.display(),
+                mode = format!("{:o}", meta.mode() & 0o777),
+                "the agents' CA key was readable by other users: setting it to 0600"
+            );
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        } else {
+            tracing::warn!(
+                file = %path.display(),
+                mode = format!("{:o}", meta.mode() & 0o777),
+                "the agents' CA key is readable by other users: `chmod 600` it"
+            );
+        }
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// Writes a new file (`O_EXCL`: never through one someone put there) with `mode`.
 fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
@@ -220,6 +252,25 @@ mod tests {
             .certify(agent.public_key_raw(), ip, Some("bad host!"))
             .expect_err("not a name");
         assert!(e.contains("advertised host `bad host!`"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A CA key kept from an earlier start open to others (an older version's, or restored
+    /// from a backup with a wider mode) is made 0600 again when the server opens it.
+    #[test]
+    fn a_kept_ca_key_open_to_others_is_made_private_again() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir =
+            std::env::temp_dir().join(format!("hetsched-agent-ca-open-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let ca = AgentCa::open(&dir).expect("created");
+        let key = dir.join(KEY_FILE);
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let again = AgentCa::open(&dir).expect("kept");
+        assert_eq!(again.cert_pem, ca.cert_pem);
+        let mode = std::fs::metadata(&key).expect("key").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the key is still {:o}", mode & 0o777);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! Each is 256 random bits in hex, created once with `O_EXCL` and mode 0600. A file that exists
 //! but is empty is refused (it was truncated by something; silently replacing it would lock every
-//! agent or user out with a new secret), and one readable by others is used with a warning.
+//! agent or user out with a new secret), and one readable by others (kept from an older version,
+//! or copied in with a wider mode) is made 0600 again, with a warning.
 //!
 //! The lock is `DATA_DIR/server.lock`, held with `flock` for the server's lifetime and holding its
 //! PID, so a second server on the same directory exits with a message naming the first.
@@ -143,6 +144,13 @@ pub fn protect_store(dir: &Path) -> Result<PathBuf, DataDirError> {
 
 /// Reads a token file: refuses an empty one, warns when others may read it, follows no symlink.
 pub fn read_token(path: &Path) -> Result<String, DataDirError> {
+    read_token_file(path, false)
+}
+
+/// [`read_token`]; with `own` (a secret of the data directory, which the server keeps), one
+/// others may read is made 0600 (with a warning) rather than only warned about, as the store's
+/// files are ([`protect_store`]).
+fn read_token_file(path: &Path, own: bool) -> Result<String, DataDirError> {
     let mut f = OpenOptions::new()
         .read(true)
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
@@ -150,11 +158,22 @@ pub fn read_token(path: &Path) -> Result<String, DataDirError> {
         .map_err(io(path))?;
     let meta = f.metadata().map_err(io(path))?;
     if meta.mode() & 0o077 != 0 {
-        warn!(
-            file = %path.display(),
-            mode = format!("{:o}", meta.mode() & 0o777),
-            "the token file is readable by other users: `chmod 600` it"
-        );
+        // Only this user's own file can be (and is) changed; another's is used with the warning.
+        if own && meta.uid() == nix::unistd::geteuid().as_raw() {
+            warn!(
+                file = %path.display(),
+                mode = format!("{:o}", meta.mode() & 0o777),
+                "the secret file was readable by other users: setting it to 0600"
+            );
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))
+                .map_err(io(path))?;
+        } else {
+            warn!(
+                file = %path.display(),
+                mode = format!("{:o}", meta.mode() & 0o777),
+                "the token file is readable by other users: `chmod 600` it"
+            );
+        }
     }
     let mut text = String::new();
     f.read_to_string(&mut text).map_err(io(path))?;
@@ -177,7 +196,7 @@ fn load_or_create(path: &Path) -> Result<String, DataDirError> {
 /// [`load_or_create`], writing `bytes` in hex when the file does not exist.
 fn load_or_create_with(path: &Path, bytes: [u8; 32]) -> Result<String, DataDirError> {
     match std::fs::symlink_metadata(path) {
-        Ok(_) => return read_token(path),
+        Ok(_) => return read_token_file(path, true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(path)(e)),
     }
@@ -327,6 +346,28 @@ mod tests {
         let e = offload_secret(&d).expect_err("refused");
         assert!(e.to_string().contains("64 hexadecimal digits"), "{e}");
         assert_eq!(std::fs::read_to_string(&path).expect("kept"), "zz");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A secret kept from an earlier start (an older version's, or one a `cp` or an editor
+    /// left open to others) is made private again at the next start, not only warned about:
+    /// the files holding secrets are 0600 whoever wrote them.
+    #[test]
+    fn secrets_kept_from_an_earlier_start_are_made_private_again() {
+        let d = scratch("reopen");
+        prepare(&d).expect("prepare");
+        let c = credentials(&d).expect("tokens");
+        let s = offload_secret(&d).expect("secret");
+        for f in [CLIENT_TOKEN, AGENT_TOKEN, OFFLOAD_SECRET] {
+            std::fs::set_permissions(d.join(f), std::fs::Permissions::from_mode(0o644))
+                .expect("open it");
+        }
+        assert_eq!(credentials(&d).expect("kept"), c);
+        assert_eq!(offload_secret(&d).expect("kept"), s);
+        for f in [CLIENT_TOKEN, AGENT_TOKEN, OFFLOAD_SECRET] {
+            let m = std::fs::metadata(d.join(f)).expect("meta").mode() & 0o777;
+            assert_eq!(m, 0o600, "{f} is still {m:o}");
+        }
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -154,26 +154,43 @@ pub struct Dashboard {
     reader: std::sync::OnceLock<Option<Arc<crate::store::StoreReader>>>,
 }
 
-/// Reads `DATA_DIR/read-token`, creating it (256 random bits in hex, mode 0600) on first start.
+/// Reads `DATA_DIR/read-token`, creating it (256 random bits in hex, mode 0600) on first start
+/// or when empty; a kept one open to others is made 0600 again. Never through a symbolic link.
 pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     let path = data_dir.join(READ_TOKEN);
-    match std::fs::read_to_string(&path) {
-        Ok(t) if !t.trim().is_empty() => {
-            use std::os::unix::fs::MetadataExt;
-            if let Ok(meta) = std::fs::metadata(&path)
-                && meta.mode() & 0o077 != 0
-            {
-                tracing::warn!(
-                    file = %path.display(),
-                    mode = format!("{:o}", meta.mode() & 0o777),
-                    "the read-only token file is readable by other users: `chmod 600` it"
-                );
+    let no_follow = nix::fcntl::OFlag::O_NOFOLLOW.bits();
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(no_follow)
+        .open(&path)
+    {
+        Ok(mut f) => {
+            let mut t = String::new();
+            f.read_to_string(&mut t)?;
+            let meta = f.metadata()?;
+            if meta.mode() & 0o077 != 0 {
+                // The server's own file is made private; another user's is only warned about.
+                if meta.uid() == nix::unistd::geteuid().as_raw() {
+                    tracing::warn!(
+                        file = %path.display(),
+                        mode = format!("{:o}", meta.mode() & 0o777),
+                        "the read-only token file was readable by other users: setting it to 0600"
+                    );
+                    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+                } else {
+                    tracing::warn!(
+                        file = %path.display(),
+                        mode = format!("{:o}", meta.mode() & 0o777),
+                        "the read-only token file is readable by other users: `chmod 600` it"
+                    );
+                }
             }
-            return Ok(t.trim().to_string());
+            if !t.trim().is_empty() {
+                return Ok(t.trim().to_string());
+            }
         }
-        Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
@@ -183,7 +200,10 @@ pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
         .create(true)
         .truncate(true)
         .mode(0o600)
+        .custom_flags(no_follow)
         .open(&path)?;
+    // `mode` applies to a file created now only: an empty one found here keeps its own.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     f.write_all(token.as_bytes())?;
     f.sync_all()?;
     Ok(token)
@@ -1378,6 +1398,33 @@ mod tests {
             );
         }
         h
+    }
+
+    /// The read-only token's file is private whatever was there before: one kept from an
+    /// earlier start open to others is made 0600, and so is an empty one the server fills with
+    /// a new token (`create` + `mode` leaves an existing file's mode as it was).
+    #[test]
+    fn the_read_only_token_file_is_made_private_when_kept_or_refilled() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let d = std::env::temp_dir().join(format!("hetsched-read-token-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("dir");
+        let path = d.join(READ_TOKEN);
+        let mode = || std::fs::metadata(&path).expect("meta").mode() & 0o777;
+        let open = || {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod")
+        };
+        let t = read_token(&d).expect("created");
+        assert_eq!(mode(), 0o600);
+        open();
+        assert_eq!(read_token(&d).expect("kept"), t);
+        assert_eq!(mode(), 0o600, "a kept token file open to others");
+        std::fs::write(&path, "").expect("emptied");
+        open();
+        let fresh = read_token(&d).expect("refilled");
+        assert_ne!(fresh, t);
+        assert_eq!(mode(), 0o600, "an empty file refilled with a new token");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
