@@ -891,12 +891,29 @@ async fn wait_chunk(
 }
 
 /// Uploads a chunk's result until the server has it.
-async fn upload(mut client: Client, header: pb::ChunkResultHeader, out: Option<PathBuf>) {
+/// An output past what the server stores of one chunk ([`pb::MAX_CHUNK_OUTPUT`]) is not read
+/// nor sent: the chunk is reported failed, saying so; and only the bytes measured when the
+/// chunk ended (`output_bytes`) are sent, should something still write to the file.
+async fn upload(mut client: Client, mut header: pb::ChunkResultHeader, mut out: Option<PathBuf>) {
     let mut delay = Duration::from_millis(100);
+    if out.is_some() && header.output_bytes > pb::MAX_CHUNK_OUTPUT {
+        header.success = false;
+        header.message = format!(
+            "its output is {} bytes, more than the {} GiB of output one chunk may send the server",
+            header.output_bytes,
+            pb::MAX_CHUNK_OUTPUT >> 30
+        );
+        if let Some(p) = out.take() {
+            let _ = tokio::fs::remove_file(p).await;
+        }
+    }
     loop {
         let data = match &out {
             Some(p) => match tokio::fs::read(p).await {
-                Ok(d) => d,
+                Ok(mut d) => {
+                    d.truncate(usize::try_from(header.output_bytes).unwrap_or(usize::MAX));
+                    d
+                }
                 Err(e) => {
                     let mut h = header.clone();
                     h.success = false;
@@ -1029,6 +1046,8 @@ mod tests {
         asks: Vec<pb::NextChunkRequest>,
         inputs: u32,
         done: Vec<pb::ChunkResultHeader>,
+        /// Bytes of output received with the results.
+        output: u64,
         /// Whether the chunk was handed out.
         handed: bool,
     }
@@ -1105,8 +1124,14 @@ mod tests {
         ) -> Result<tonic::Response<pb::ChunkDoneReply>, tonic::Status> {
             let mut pieces = req.into_inner();
             while let Some(p) = pieces.message().await? {
-                if let Some(pb::chunk_done_piece::Piece::Header(h)) = p.piece {
-                    self.told.lock().expect("told").done.push(h);
+                match p.piece {
+                    Some(pb::chunk_done_piece::Piece::Header(h)) => {
+                        self.told.lock().expect("told").done.push(h);
+                    }
+                    Some(pb::chunk_done_piece::Piece::Data(d)) => {
+                        self.told.lock().expect("told").output += d.len() as u64;
+                    }
+                    None => {}
                 }
             }
             Ok(tonic::Response::new(pb::ChunkDoneReply { recorded: true }))
@@ -1167,6 +1192,78 @@ mod tests {
         drop(agent);
         server.abort();
         told
+    }
+
+    /// A chunk's output goes to the server within the bound the server keeps
+    /// ([`pb::MAX_CHUNK_OUTPUT`]) and as declared: an output past the bound is reported as the
+    /// chunk's failure, naming it, without reading or sending it (it was read whole into
+    /// memory), and a file that grew after it was measured sends only the bytes declared.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_chunks_output_past_the_servers_bound_fails_the_chunk_and_only_what_was_declared_is_sent()
+     {
+        let dir = std::env::temp_dir().join(format!("hetsched-chunk-out-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let fake = Fake {
+            told: Arc::default(),
+            input: 0,
+            on_input: Arc::new(|| {}),
+            refuse: Arc::default(),
+        };
+        let told = fake.told.clone();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::divisible_server::DivisibleServer::new(fake))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .expect("endpoint")
+            .connect_lazy();
+        let client: Client =
+            DivisibleClient::with_interceptor(channel, pb::TokenInterceptor::new("t").expect("t"));
+        let out = dir.join("chunk-4.out");
+        std::fs::write(&out, vec![b'x'; 64 << 10]).expect("output");
+        let header = |declared: u64| pb::ChunkResultHeader {
+            job_id: 2,
+            chunk: 4,
+            success: true,
+            output_bytes: declared,
+            ..Default::default()
+        };
+        upload(
+            client.clone(),
+            header(pb::MAX_CHUNK_OUTPUT + 1),
+            Some(out.clone()),
+        )
+        .await;
+        {
+            let told = told.lock().expect("told");
+            let h = told.done.last().expect("reported");
+            assert!(
+                !h.success,
+                "an output past the bound was reported done: {h:?}"
+            );
+            assert!(
+                h.message
+                    .contains("4 GiB of output one chunk may send the server"),
+                "{}",
+                h.message
+            );
+            assert_eq!(told.output, 0, "none of it was sent");
+        }
+        std::fs::write(&out, vec![b'x'; 64 << 10]).expect("output");
+        upload(client, header(4), Some(out)).await;
+        {
+            let told = told.lock().expect("told");
+            assert!(told.done.last().expect("reported").success);
+            assert_eq!(told.output, 4, "only the bytes declared were sent");
+        }
+        server.abort();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The loop asks for no chunk before its agent has registered: the server does not know the

@@ -27,6 +27,11 @@ pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
 /// Largest page of a task's output one `ReadLog` call returns.
 pub const LOG_MAX_PAGE: u32 = 1 << 20;
 
+/// Most output one divisible chunk may send the server (`ChunkDone`), 4 GiB: chunk outputs are
+/// stored in the server's data directory, beside its store, so one chunk printing without end
+/// must not fill that disk. A chunk past it fails, saying so.
+pub const MAX_CHUNK_OUTPUT: u64 = 4 << 30;
+
 /// Most job ids one `PurgedJobs` call may ask about (an agent with more asks in several calls).
 pub const MAX_PURGED_JOBS_ASKED: usize = 10_000;
 /// The page size of a `ReadLog` call that does not say (`limit = 0`).

@@ -278,11 +278,12 @@ impl pb::divisible_server::Divisible for DivisibleService {
             return Err(Status::invalid_argument("ChunkDone starts with its header"));
         };
         let (node, identity) = (h.name, h.identity);
+        let declared = h.output_bytes;
         // An agent's words, kept with the job and shown to every user: bounded and without
         // terminal escapes, as a task's result's.
         let mut message = h.message;
         crate::limits::clip_result_message(&mut message);
-        let h = ChunkResult {
+        let mut h = ChunkResult {
             job_id: h.job_id,
             chunk: h.chunk,
             success: h.success,
@@ -299,22 +300,59 @@ impl pb::divisible_server::Divisible for DivisibleService {
             })
             .await?;
         }
-        let tmp = if h.success {
+        // What it stores is bounded (it lands beside the store): more than a chunk may send is
+        // refused before a byte is written, and a stream past what it declared is cut off, the
+        // bytes taken so far removed; either way the chunk is recorded as failed, saying why.
+        let mut over = (h.success && declared > pb::MAX_CHUNK_OUTPUT).then(|| {
+            format!(
+                "its output is {declared} bytes, more than the {} GiB of output one chunk may \
+                 send the server",
+                pb::MAX_CHUNK_OUTPUT >> 30
+            )
+        });
+        let tmp = if h.success && over.is_none() {
             let dir = read_state(&self.state, |s| Ok(s.divisible_dir()))
                 .await?
                 .into_inner();
             let path = crate::jobs::divisible::temp_output(&dir, &h);
             let mut f = std::fs::File::create(&path).map_err(internal)?;
-            while let Some(p) = s.message().await? {
-                if let Some(Piece::Data(d)) = p.piece {
-                    f.write_all(&d).map_err(internal)?;
+            let mut taken = 0u64;
+            let received = async {
+                while let Some(p) = s.message().await? {
+                    if let Some(Piece::Data(d)) = p.piece {
+                        taken = taken.saturating_add(d.len() as u64);
+                        if taken > declared {
+                            over = Some(format!(
+                                "it sent more than the {declared} bytes of output it declared"
+                            ));
+                            break;
+                        }
+                        f.write_all(&d).map_err(internal)?;
+                    }
                 }
+                Ok::<(), Status>(())
             }
-            blocking(|| f.sync_all()).map_err(internal)?;
-            Some(path)
+            .await;
+            if let Err(e) = received {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+            if over.is_some() {
+                drop(f);
+                let _ = std::fs::remove_file(&path);
+                None
+            } else {
+                blocking(|| f.sync_all()).map_err(internal)?;
+                Some(path)
+            }
         } else {
             None
         };
+        if let Some(why) = over {
+            tracing::warn!(node = %node, job = h.job_id, chunk = h.chunk, "chunk output refused: {why}");
+            h.success = false;
+            h.message = why;
+        }
         let tmp2 = tmp.clone();
         let recorded = with_state(&self.state, &self.durable, Run::Blocking, move |s| {
             s.on_chunk_done_from(&node, &identity, &h, tmp2.as_deref())

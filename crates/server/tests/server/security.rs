@@ -476,6 +476,113 @@ async fn only_the_agent_a_chunk_is_out_to_reads_its_input_and_records_its_result
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What one chunk's agent may store on the server is bounded: a chunk's output lands in the
+/// server's data directory (beside `state.db`), so a user's chunk command printing without end
+/// would otherwise fill the server's disk. A result declaring more than 4 GiB of output is
+/// refused before a byte is written, and one sending more than it declared is cut off: either
+/// way the chunk fails, saying why, and nothing of it is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunks_output_past_its_bound_or_its_declared_size_fails_the_chunk_and_is_not_stored() {
+    use pb::divisible_client::DivisibleClient;
+    let dir = scratch("chunk-output-bound");
+    let (server, channel) = serve_with_agents(&dir, &[("n1", "n1-identity")]).await;
+    let mut div = DivisibleClient::with_interceptor(channel.clone(), agent_token(&server));
+    let ask = |room: bool| pb::NextChunkRequest {
+        name: "n1".into(),
+        identity: "n1-identity".into(),
+        memory_bytes: 1 << 30,
+        incarnation: "n1-1".into(),
+        room,
+        ..Default::default()
+    };
+    div.next_chunk(ask(false)).await.expect("n1 joins");
+    let done = |id: u64, chunk: u64, declared: u64, data: Vec<u8>| {
+        tokio_stream::iter(vec![
+            pb::ChunkDonePiece {
+                piece: Some(pb::chunk_done_piece::Piece::Header(pb::ChunkResultHeader {
+                    job_id: id,
+                    chunk,
+                    success: true,
+                    name: "n1".into(),
+                    identity: "n1-identity".into(),
+                    output_bytes: declared,
+                    ..Default::default()
+                })),
+            },
+            pb::ChunkDonePiece {
+                piece: Some(pb::chunk_done_piece::Piece::Data(data)),
+            },
+        ])
+    };
+    let cases: [(&str, u64, Vec<u8>, &str); 2] = [
+        (
+            "huge",
+            (4 << 30) + 1,
+            b"some\n".to_vec(),
+            "more than the 4 GiB of output one chunk may send the server",
+        ),
+        (
+            "liar",
+            4,
+            vec![b'x'; 64 << 10],
+            "sent more than the 4 bytes of output it declared",
+        ),
+    ];
+    for (name, declared, data, why) in cases {
+        let id = ClientClient::with_interceptor(channel.clone(), client_token(&server))
+            .submit(pb::SubmitRequest {
+                origin: format!("{name}.toml"),
+                text: format!(
+                    "[[divisible]]\nname = \"{name}\"\nunits = 1\n\
+                     command = \"echo {{start}} {{end}}\"\n"
+                ),
+                workdir: "/".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("submitted")
+            .into_inner()
+            .job_id;
+        let order = div
+            .next_chunk(ask(true))
+            .await
+            .expect("n1 asks")
+            .into_inner()
+            .orders
+            .into_iter()
+            .find(|o| o.job_id == id)
+            .expect("n1 gets the chunk");
+        div.chunk_done(done(id, order.chunk, declared, data))
+            .await
+            .expect("answered");
+        assert_eq!(
+            chunk_state(&channel, client_token(&server), id, order.chunk).await,
+            "failed",
+            "{name}: the chunk's output was taken"
+        );
+        let job = ClientClient::with_interceptor(channel.clone(), client_token(&server))
+            .get_job(pb::GetJobRequest {
+                job_id: id,
+                wait_ms: 0,
+            })
+            .await
+            .expect("job")
+            .into_inner();
+        let message = job.divisible.expect("divisible").message;
+        assert!(message.contains(why), "{name}: {message}");
+        let kept: Vec<_> = std::fs::read_dir(dir.join("divisible").join(format!("job-{id}")))
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            kept.iter()
+                .all(|f| !f.to_string_lossy().starts_with("chunk-")),
+            "{name}: a chunk's output was kept: {kept:?}"
+        );
+    }
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The agent token alone does not speak for a node's stream workers: `SyncWorkers` for node n
 /// is refused (`PermissionDenied`, naming it) with another node's identity, a wrong or empty
 /// one, and for a node no agent registered; n's own agent syncs.
