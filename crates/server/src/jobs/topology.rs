@@ -1273,6 +1273,24 @@ impl Topology {
         }
     }
 
+    /// Each running (or waiting) topology's name with what its executors declare in all: CPU
+    /// in percent of a core, and memory in bytes (what its workers hold, charged to its owner).
+    pub fn running_declared(&self) -> Vec<(&str, f64, u64)> {
+        self.inner
+            .runs
+            .values()
+            .filter(|r| r.rec.state == "running")
+            .map(|r| {
+                let t = &r.topo.topology;
+                (
+                    r.rec.name.as_str(),
+                    t.declared_loads().iter().sum(),
+                    t.memory().into_iter().fold(0u64, u64::saturating_add),
+                )
+            })
+            .collect()
+    }
+
     /// Whether a topology runs (or waits to be placed): the controller's tick has work.
     pub fn is_running(&self) -> bool {
         self.inner.runs.values().any(|r| r.rec.state == "running")

@@ -73,14 +73,35 @@ impl State {
             }
             // Its workers hold at least its executors' declared load in cores, charged to the
             // owner: one that could never run under the owner's cap on cores is refused (a
-            // worker is not stopped for the cap, so it would hold them beyond it).
+            // worker is not stopped for the cap, so it would hold them beyond it) — with the
+            // owner's other running topologies, which hold theirs as long as they run (each
+            // checked alone, any number of them passed the cap together).
+            let (mut others_cpu, mut others_memory) = (0.0f64, 0u64);
+            if owner != crate::users::ADMIN {
+                for (other, cpu, memory) in self.jobs.topology.running_declared() {
+                    if other != name.as_str() && self.users.topology_owner(other) == owner {
+                        others_cpu += cpu;
+                        others_memory = others_memory.saturating_add(memory);
+                    }
+                }
+            }
             let cap = self.users.cap(owner).cores;
             let declared: f64 = topo.topology.declared_loads().iter().sum();
             let cores = (declared / 100.0).ceil();
+            let others = (others_cpu / 100.0).ceil();
             if cap > 0 && cores > f64::from(cap) {
                 return Err(StateError::Invalid(format!(
                     "topology `{name}` declares {declared}% of a core over its executors: its \
                      workers would hold at least {cores} cores, more than the {} {owner} may \
+                     hold at once (`hetsched user limit`)",
+                    hetsched_core::text::count(cap, "core")
+                )));
+            }
+            if cap > 0 && ((declared + others_cpu) / 100.0).ceil() > f64::from(cap) {
+                return Err(StateError::Invalid(format!(
+                    "topology `{name}` declares {declared}% of a core over its executors: its \
+                     workers would hold at least {cores} cores, and {owner}'s running \
+                     topologies hold {others} already: together more than the {} {owner} may \
                      hold at once (`hetsched user limit`)",
                     hetsched_core::text::count(cap, "core")
                 )));
@@ -97,6 +118,16 @@ impl State {
                     "topology `{name}` declares {} of memory over its executors, more than the \
                      {} {owner} may hold at once (`hetsched user limit`)",
                     bytesize::ByteSize(memory),
+                    bytesize::ByteSize(cap)
+                )));
+            }
+            if cap > 0 && memory.saturating_add(others_memory) > cap {
+                return Err(StateError::Invalid(format!(
+                    "topology `{name}` declares {} of memory over its executors, and {owner}'s \
+                     running topologies hold {} already: together more than the {} {owner} may \
+                     hold at once (`hetsched user limit`)",
+                    bytesize::ByteSize(memory),
+                    bytesize::ByteSize(others_memory),
                     bytesize::ByteSize(cap)
                 )));
             }

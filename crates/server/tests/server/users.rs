@@ -800,6 +800,78 @@ fn a_users_topology_workers_hold_cores_as_its_tasks_do_against_its_cap() {
     common::assert_metrics(s, "hdas", &["hetsched_user_cores{user=\"alice\"} 1"]);
 }
 
+/// A user's cap on cores and memory bounds its topologies together, not each alone: a worker
+/// is never stopped for the cap, so a second topology that would take the declared cores (or
+/// memory) of the user's running topologies past the cap is refused at submission, saying
+/// so — before, each was checked alone, and a user capped at 3 cores ran two topologies of 2
+/// cores each (4 held), or any number of them. One killed gives its share back; the admin has
+/// no cap; another user's topologies do not count.
+#[test]
+fn a_users_topologies_together_stay_within_its_caps() {
+    let d = common::scratch("users", "topologies-cap");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_add_user("bob", false).expect("bob");
+    s.on_limit_user("alice", CapChange::cores(3))
+        .expect("capped");
+    common::register(&mut s, "n", 16);
+    crate::topology_kind::sync(&mut s, vec![]);
+    let named = |name: &str, memory: Option<&str>| {
+        let mut text = crate::topology_kind::TOPOLOGY
+            .replace("name = \"pipe\"", &format!("name = \"{name}\""));
+        if let Some(m) = memory {
+            text = text.replace("cpu = 50.0", &format!("cpu = 50.0\nmemory = \"{m}\""));
+        }
+        hetsched_server::jobs::topology::TopologySubmission {
+            origin: format!("{name}.toml"),
+            text,
+            ..crate::topology_kind::submission()
+        }
+    };
+    s.topology_submit_as(named("one", None), "alice")
+        .expect("her first topology, 2 cores of her 3");
+    let e = s
+        .topology_submit_as(named("two", None), "alice")
+        .expect_err("two topologies of 2 cores pass her cap of 3");
+    assert_eq!(
+        e.to_string(),
+        "topology `two` declares 200% of a core over its executors: its workers would hold at \
+         least 2 cores, and alice's running topologies hold 2 already: together more than the 3 \
+         cores alice may hold at once (`hetsched user limit`)"
+    );
+    // Another user's, and the admin's, are theirs.
+    s.topology_submit_as(named("bobs", None), "bob")
+        .expect("bob has no cap");
+    s.topology_submit_as(named("admins", None), hetsched_server::users::ADMIN)
+        .expect("the admin's");
+    // Killed, hers gives its share back.
+    s.topology_kill("one").expect("killed");
+    s.topology_submit_as(named("two", None), "alice")
+        .expect("within her cap again");
+    // Memory the same way.
+    s.topology_kill("two").expect("killed");
+    s.on_limit_user(
+        "alice",
+        CapChange {
+            max_cores: Some(16),
+            max_memory_bytes: Some(300 << 20),
+            ..CapChange::default()
+        },
+    )
+    .expect("capped");
+    s.topology_submit_as(named("three", Some("50MiB")), "alice")
+        .expect("200 MiB of her 300");
+    let e = s
+        .topology_submit_as(named("four", Some("50MiB")), "alice")
+        .expect_err("400 MiB together");
+    assert_eq!(
+        e.to_string(),
+        "topology `four` declares 200.0 MiB of memory over its executors, and alice's running \
+         topologies hold 200.0 MiB already: together more than the 300.0 MiB alice may hold at \
+         once (`hetsched user limit`)"
+    );
+}
+
 /// A user's caps on GPUs and memory (`hetsched user limit --max-gpus N --max-memory S`): its
 /// running tasks hold at most that many devices and bytes, the devices it leaves go to others,
 /// its pending jobs say which cap binds, a cap not named keeps its value, and a restart and
