@@ -107,9 +107,8 @@ fn wait_for_file(path: &Path, timeout: Duration) -> anyhow::Result<String> {
 /// Runs the benchmark.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the hetsched binary")?;
-    let dir = std::env::temp_dir().join(format!("hetsched-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
+    let dir = super::scratch::dir("hetsched-bench")
+        .context("creating the benchmark's directory in the temporary directory")?;
     let mut children = Children(Vec::new());
     let log = |name: &str| -> anyhow::Result<Stdio> {
         Ok(Stdio::from(std::fs::File::create(

@@ -99,8 +99,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         n = tokio::task::spawn_blocking(move || calibrate(args.task_secs)) => n??,
         _ = interrupted.changed() => anyhow::bail!("interrupted"),
     };
-    let dir = std::env::temp_dir().join(format!("hetsched-demo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = super::scratch::dir("hetsched-demo")
+        .context("creating the demo's directory in the temporary directory")?;
     // Removed however the demo ends: done, failed or interrupted (unless `--keep`).
     let _cleanup = DemoDir {
         dir: dir.clone(),

@@ -20,6 +20,7 @@ mod log;
 mod matrows;
 mod placeholders;
 mod purge;
+mod scratch;
 mod select;
 mod serve;
 mod usage;
