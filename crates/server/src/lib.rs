@@ -234,7 +234,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                 .lock()
                 .map_err(|_| ServerError::Poisoned)?
                 .register_topology_metrics(&mut registry);
-            let read_token = dashboard::read_token(&dir).map_err(io_err(&dir))?;
+            let read_token_file = dir.join(dashboard::READ_TOKEN);
+            let read_token = dashboard::read_token(&dir).map_err(io_err(&read_token_file))?;
             let listener = http::bind(at, config.tls.as_ref()).await?;
             let mut board = dashboard::Dashboard::new(
                 shared.clone(),
