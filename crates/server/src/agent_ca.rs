@@ -134,6 +134,16 @@ impl AgentCa {
                 !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
             });
             let name = match h.parse::<IpAddr>() {
+                // Only the address the call came from is one the server has seen the agent at:
+                // any other would let an agent-token holder pass for another agent.
+                Ok(addr) if addr.to_canonical() != ip.to_canonical() => {
+                    return Err(format!(
+                        "advertised host `{h}` is not the address this call came from ({ip}): \
+                         the server certifies only the address it sees an agent at; advertise \
+                         that address or a DNS name, or give the agent --log-cert and --log-key \
+                         from the operator's CA (the server's `[tls] agent_ca`)"
+                    ));
+                }
                 Ok(addr) => SanType::IpAddress(addr),
                 Err(_) if !dns_name => {
                     return Err(format!(
@@ -252,6 +262,36 @@ mod tests {
             .certify(agent.public_key_raw(), ip, Some("bad host!"))
             .expect_err("not a name");
         assert!(e.contains("advertised host `bad host!`"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The server vouches in a certificate only for the address it sees the agent at: an
+    /// advertised IP address other than the one the request came from is refused, naming both
+    /// (with one, any holder of the agent token got a certificate for another agent's address,
+    /// and from a place on the network to intercept its traffic, read the task output and
+    /// workflow data the server's and the consumers' tickets were sent for). The caller's own
+    /// address, however written, is certified as before.
+    #[test]
+    fn an_advertised_ip_address_other_than_the_callers_is_not_certified() {
+        let dir = std::env::temp_dir().join(format!("hetsched-agent-ca-ip-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let ca = AgentCa::open(&dir).expect("created");
+        let agent = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("key");
+        let caller: IpAddr = "10.1.2.3".parse().expect("ip");
+        let e = ca
+            .certify(agent.public_key_raw(), caller, Some("10.9.9.9"))
+            .expect_err("another agent's address");
+        assert!(
+            e.contains(
+                "advertised host `10.9.9.9` is not the address this call came from (10.1.2.3)"
+            ),
+            "{e}"
+        );
+        for own in ["10.1.2.3", "::ffff:10.1.2.3"] {
+            ca.certify(agent.public_key_raw(), caller, Some(own))
+                .unwrap_or_else(|e| panic!("{own}: {e}"));
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 
