@@ -28,7 +28,13 @@ pub fn agent_accel_options(
     let tls = match (&a.accel_cert, &a.accel_key) {
         (Some(c), Some(k)) => Some((
             std::fs::read(c).with_context(|| format!("reading {}", c.display()))?,
-            std::fs::read(k).with_context(|| format!("reading {}", k.display()))?,
+            {
+                let (key, warning) = super::serve::read_private_key("--accel-key", k)?;
+                if let Some(w) = warning {
+                    eprintln!("warning: {w}");
+                }
+                key
+            },
         )),
         _ => None,
     };

@@ -299,6 +299,28 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Reads the private key of a listener's certificate (`flag`, e.g. `--log-key`), and the
+/// warning to print when other users may read it (a secret, as the agent token is; the server
+/// warns of its own TLS key the same way).
+pub fn read_private_key(
+    flag: &str,
+    path: &std::path::Path,
+) -> anyhow::Result<(Vec<u8>, Option<String>)> {
+    use std::os::unix::fs::MetadataExt;
+    let key = std::fs::read(path).with_context(|| format!("{flag}: reading {}", path.display()))?;
+    let warning = std::fs::metadata(path)
+        .ok()
+        .filter(|m| m.mode() & 0o077 != 0)
+        .map(|m| {
+            format!(
+                "{flag}: {} is readable by other users (mode {:o}): `chmod 600` it",
+                path.display(),
+                m.mode() & 0o777
+            )
+        });
+    Ok((key, warning))
+}
+
 /// Reads a token from `path`: refuses an empty file and warns when other users may read it.
 pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
     use std::os::unix::fs::MetadataExt;
@@ -505,7 +527,13 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         log_tls: match (&a.log_cert, &a.log_key) {
             (Some(c), Some(k)) => Some((
                 std::fs::read(c).with_context(|| format!("--log-cert: reading {}", c.display()))?,
-                std::fs::read(k).with_context(|| format!("--log-key: reading {}", k.display()))?,
+                {
+                    let (key, warning) = read_private_key("--log-key", k)?;
+                    if let Some(w) = warning {
+                        eprintln!("warning: {w}");
+                    }
+                    key
+                },
             )),
             _ => None,
         },
@@ -585,6 +613,35 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::server_url;
+
+    /// The private key of an agent's listener certificate (`--log-key`, `--accel-key`) is a
+    /// secret as its token is: one other users may read is used with a warning naming the flag,
+    /// the file and its mode, as the server warns of its own TLS key; a private one, without.
+    #[test]
+    fn a_listener_key_others_may_read_is_warned_about() {
+        use super::read_private_key;
+        use std::os::unix::fs::PermissionsExt;
+        let dir =
+            std::env::temp_dir().join(format!("hetsched-listener-key-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let key = dir.join("agent.key");
+        std::fs::write(&key, "KEY").expect("key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("open");
+        let (bytes, warning) = read_private_key("--log-key", &key).expect("read");
+        assert_eq!(bytes, b"KEY");
+        let warning = warning.expect("warned");
+        assert!(
+            warning.contains("--log-key")
+                && warning.contains(&key.display().to_string())
+                && warning.contains("mode 644")
+                && warning.contains("chmod 600"),
+            "{warning}"
+        );
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("close");
+        assert_eq!(read_private_key("--log-key", &key).expect("read").1, None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_server_is_named_by_url_or_by_the_address_the_server_writes() {
