@@ -677,9 +677,28 @@ impl State {
         let stop = rec.stop;
         if paused {
             // The store refuses writes: the node is alive (in memory), but nothing is recorded,
-            // so nothing is acknowledged (the agent keeps its results), assigned or reconciled;
-            // a member of a running multi-node task is still told so (else it might leave).
+            // so nothing is acknowledged (the agent keeps its results), assigned or lost; a
+            // member of a running multi-node task is still told so (else it might leave). What
+            // the agent runs that the store no longer gives it (a task cancelled before the
+            // disk filled, its kill not yet delivered) is still killed: that needs no write,
+            // and memory is the store's since the rollback. Before, such a task ran on until
+            // the disk had room again.
+            let kill = req
+                .running
+                .iter()
+                .filter(|rt| {
+                    !self
+                        .jobs
+                        .owner(rt.task_id)
+                        .is_some_and(|k| k.expects(nid, rt))
+                })
+                .map(|rt| TaskRef {
+                    task_id: rt.task_id,
+                    attempt: rt.attempt,
+                })
+                .collect();
             return Ok(HeartbeatReply {
+                kill,
                 member_of: self.jobs.batch.multi_node_member_of(nid.0),
                 gathering: self.jobs.batch.held_for_gathering(nid),
                 // Its agent (started meanwhile, say) serves the outputs it holds to the fetches

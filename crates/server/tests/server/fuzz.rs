@@ -1722,3 +1722,20 @@ fn cancelling_a_completed_job_leaves_it_and_the_job_that_ran_after_it_as_they_we
     ];
     day(&common::scratch("fuzz", "repro"), ops, false).expect("day");
 }
+
+/// A case the full-disk day found: alice's task 0, running on node b, is cancelled; the disk
+/// fills, and node a's beat is refused (memory rolled back to the store). Node b's next beat
+/// must still tell its agent to kill the cancelled task.
+#[test]
+fn a_cancelled_running_task_is_still_killed_after_a_refused_beat_rolled_memory_back() {
+    let ops = vec![
+        Op::Submit(3),
+        Op::SubmitAs(0),
+        Op::Beat(1, 0),
+        Op::CancelTasks(2, "0"),
+        Op::DiskFull(true),
+        Op::Beat(0, 0),
+        Op::Beat(1, 79),
+    ];
+    day(&common::scratch("fuzz", "rollback-kill"), ops, false).expect("day");
+}
