@@ -70,6 +70,10 @@ pub struct GraphArgs {
     /// Print a table or JSON (a summary).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
+    /// Also write the summary (the JSON `--output json` prints) as `graph.json` into this
+    /// directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// Options of `sim pcddb-paper`.
@@ -99,6 +103,15 @@ const MAX_MESSAGE_COST: Time = 3600 * NANOS_PER_SEC;
 
 /// Runs `sim graph`.
 pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
+    let mut inputs = vec![
+        ("--cluster", args.cluster.as_path()),
+        ("--workflow", args.workflow.as_path()),
+    ];
+    if let Some(latency) = &args.latency {
+        inputs.push(("--latency", latency.as_path()));
+    }
+    let out = crate::out_dir::Named::prepare(args.out.as_deref(), "graph.json", &inputs)?;
+    out.check_file("--export", args.export.as_deref(), &inputs)?;
     let cluster_origin = args.cluster.display().to_string();
     let cluster_text = read(&args.cluster)?;
     let cluster = parse_cluster(&cluster_origin, &cluster_text)?;
@@ -163,11 +176,8 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
         std::fs::write(path, result.export_json()?)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&summary(&result))?),
-        Output::Table => print_result(&result),
-    }
-    Ok(())
+    let json = serde_json::to_string_pretty(&summary(&result))?;
+    crate::sim::emit_json(args.output, &json, &out, || print_result(&result))
 }
 
 fn node_list(cluster: &hetsched_core::Cluster) -> String {

@@ -70,6 +70,10 @@ pub struct CompareArgs {
     /// Print a table or JSON (one summary per policy).
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
+    /// Also write the summaries (the JSON `--output json` prints) as `compare.json` into this
+    /// directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// The run's settings `sim run` and `sim compare` share: one declaration, so the two commands
@@ -387,20 +391,34 @@ fn sim_config(
 }
 
 fn run_cmd(args: RunArgs) -> anyhow::Result<()> {
-    if let Some(dir) = &args.out {
-        crate::out_dir::prepare(dir)?;
-    }
+    let inputs = [
+        ("--cluster", args.cluster.as_path()),
+        ("--workload", args.workload.as_path()),
+    ];
+    let out = crate::out_dir::Named::prepare(args.out.as_deref(), "result.json", &inputs)?;
     let case = load_case(&args.cluster, &args.workload)?;
     if let Some(why) = case.refusal(args.policy) {
         bail!(why);
     }
     let result = case.simulate(args.policy, &case.config(args.settings)?)?;
     let json = with_bound(&result, case.bound_s)?;
-    if let Some(dir) = &args.out {
-        crate::out_dir::write_text(dir, "result.json", &json)?;
-    }
-    match args.output {
-        Output::Table => print_result(&result, case.bound_s),
+    emit_json(args.output, &json, &out, || {
+        print_result(&result, case.bound_s)
+    })
+}
+
+/// Writes a command's JSON `json` to its `--out` file, if any, then prints it (`--output json`)
+/// or the command's table (`table`): what `sim run`, `compare`, `graph`, `divisible`, `accel`
+/// and `sweep` end with.
+pub(crate) fn emit_json(
+    output: Output,
+    json: &str,
+    out: &crate::out_dir::Named,
+    table: impl FnOnce(),
+) -> anyhow::Result<()> {
+    out.write_text(json)?;
+    match output {
+        Output::Table => table(),
         Output::Json => println!("{json}"),
     }
     Ok(())
@@ -428,6 +446,11 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
             }
         }
     }
+    let inputs = [
+        ("--cluster", args.cluster.as_path()),
+        ("--workload", args.workload.as_path()),
+    ];
+    let out = crate::out_dir::Named::prepare(args.out.as_deref(), "compare.json", &inputs)?;
     let case = load_case(&args.cluster, &args.workload)?;
     let config = case.config(args.settings)?;
     let mut rows = Vec::new();
@@ -445,83 +468,78 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
     else {
         bail!("no policy could run this workload");
     };
-    match args.output {
-        Output::Json => {
-            let summaries: Vec<serde_json::Value> = rows
-                .iter()
-                .map(|r| {
-                    serde_json::json!({
-                        "policy": r.policy,
-                        "makespan_s": r.makespan_s,
-                        "average_task_delay": r.average_task_delay,
-                        "gpu_tasks": r.gpu_tasks,
-                        "cpu_tasks": r.cpu_tasks,
-                        "vs_reference": r.makespan_s / fifo.1 - 1.0,
-                        "reference": fifo.0,
-                        "lower_bound_s": case.bound_s,
-                        "makespan_over_bound": r.makespan_s / case.bound_s,
-                        "preemptions": r.preemptions,
-                        "users": r.users,
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&summaries)?);
+    let summaries: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "policy": r.policy,
+                "makespan_s": r.makespan_s,
+                "average_task_delay": r.average_task_delay,
+                "gpu_tasks": r.gpu_tasks,
+                "cpu_tasks": r.cpu_tasks,
+                "vs_reference": r.makespan_s / fifo.1 - 1.0,
+                "reference": fifo.0,
+                "lower_bound_s": case.bound_s,
+                "makespan_over_bound": r.makespan_s / case.bound_s,
+                "preemptions": r.preemptions,
+                "users": r.users,
+            })
+        })
+        .collect();
+    let json = serde_json::to_string_pretty(&summaries)?;
+    emit_json(args.output, &json, &out, || {
+        let mut table = Table::new();
+        table.load_preset(UTF8_FULL_CONDENSED);
+        let vs = format!("vs {}", fifo.0);
+        let with_users = rows.iter().any(|r| !r.users.is_empty());
+        let preempting = args.settings.preempt.preemption;
+        let mut header = vec![
+            "policy",
+            "makespan (s)",
+            vs.as_str(),
+            "average task delay",
+            "on GPU",
+            "on CPU",
+            "bound (s)",
+            "makespan / bound",
+        ];
+        if preempting {
+            header.push("preempted");
         }
-        Output::Table => {
-            let mut table = Table::new();
-            table.load_preset(UTF8_FULL_CONDENSED);
-            let vs = format!("vs {}", fifo.0);
-            let with_users = rows.iter().any(|r| !r.users.is_empty());
-            let preempting = args.settings.preempt.preemption;
-            let mut header = vec![
-                "policy",
-                "makespan (s)",
-                vs.as_str(),
-                "average task delay",
-                "on GPU",
-                "on CPU",
-                "bound (s)",
-                "makespan / bound",
+        if with_users {
+            header.push("users' mean turnaround (s)");
+        }
+        table.set_header(header);
+        for r in &rows {
+            let mut row = vec![
+                r.policy.clone(),
+                format!("{:.1}", r.makespan_s),
+                format!("{:+.1} %", (r.makespan_s / fifo.1 - 1.0) * 100.0),
+                format!("{:.2}×", r.average_task_delay),
+                r.gpu_tasks.to_string(),
+                r.cpu_tasks.to_string(),
+                format!("{:.1}", case.bound_s),
+                format!("{:.3}", r.makespan_s / case.bound_s),
             ];
             if preempting {
-                header.push("preempted");
+                row.push(r.preemptions.to_string());
             }
             if with_users {
-                header.push("users' mean turnaround (s)");
+                row.push(
+                    r.users
+                        .iter()
+                        .map(|u| match limits(u) {
+                            Some(l) => format!("{} {:.1} ({l})", u.user, u.mean_turnaround_s),
+                            None => format!("{} {:.1}", u.user, u.mean_turnaround_s),
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                );
             }
-            table.set_header(header);
-            for r in &rows {
-                let mut row = vec![
-                    r.policy.clone(),
-                    format!("{:.1}", r.makespan_s),
-                    format!("{:+.1} %", (r.makespan_s / fifo.1 - 1.0) * 100.0),
-                    format!("{:.2}×", r.average_task_delay),
-                    r.gpu_tasks.to_string(),
-                    r.cpu_tasks.to_string(),
-                    format!("{:.1}", case.bound_s),
-                    format!("{:.3}", r.makespan_s / case.bound_s),
-                ];
-                if preempting {
-                    row.push(r.preemptions.to_string());
-                }
-                if with_users {
-                    row.push(
-                        r.users
-                            .iter()
-                            .map(|u| match limits(u) {
-                                Some(l) => format!("{} {:.1} ({l})", u.user, u.mean_turnaround_s),
-                                None => format!("{} {:.1}", u.user, u.mean_turnaround_s),
-                            })
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    );
-                }
-                table.add_row(row);
-            }
-            println!("{table}");
+            table.add_row(row);
         }
-    }
-    Ok(())
+        println!("{table}");
+    })
 }
 
 /// The result as JSON with the lower bound added (`lower_bound_s`, `makespan_over_bound`).

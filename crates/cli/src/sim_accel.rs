@@ -48,6 +48,10 @@ pub struct AccelArgs {
     /// bytes, start, end) as JSON to this file; `scripts/simgrid-accel.sh` replays them in SimGrid.
     #[arg(long, value_name = "FILE.json")]
     pub export: Option<PathBuf>,
+    /// Also write the report (the JSON `--output json` prints) as `accel.json` into this
+    /// directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// The `--export` document: `{"links":[{"name","bandwidth","latency"}],
@@ -151,6 +155,12 @@ struct ANodeLine {
 /// Runs `sim accel`.
 pub fn run(args: AccelArgs) -> anyhow::Result<()> {
     let read = |p: &PathBuf| crate::input_file::read_input(p);
+    let inputs = [
+        ("--cluster", args.cluster.as_path()),
+        ("--workload", args.workload.as_path()),
+    ];
+    let out = crate::out_dir::Named::prepare(args.out.as_deref(), "accel.json", &inputs)?;
+    out.check_file("--export", args.export.as_deref(), &inputs)?;
     let cluster_origin = args.cluster.display().to_string();
     let cluster = parse_cluster(&cluster_origin, &read(&args.cluster)?)?;
     let workload_origin = args.workload.display().to_string();
@@ -171,11 +181,8 @@ pub fn run(args: AccelArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
     let report = report(&args, &apps, result, cluster_origin, workload_origin);
-    match args.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Output::Table => print_table(&report),
-    }
-    Ok(())
+    let json = serde_json::to_string_pretty(&report)?;
+    crate::sim::emit_json(args.output, &json, &out, || print_table(&report))
 }
 
 fn report(

@@ -47,6 +47,10 @@ pub struct DivisibleArgs {
     /// Print a table or JSON.
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
+    /// Also write the summary (the JSON `--output json` prints) as `divisible.json` into this
+    /// directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// Options of `sim divisible-paper`.
@@ -65,6 +69,13 @@ pub struct DivisiblePaperArgs {
 
 /// `sim divisible`.
 pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
+    let inputs = [("--platform", args.platform.as_path())];
+    let out = crate::out_dir::Named::prepare(args.out.as_deref(), "divisible.json", &inputs)?;
+    out.check_file(
+        "--export-schedule",
+        args.export_schedule.as_deref(),
+        &inputs,
+    )?;
     let origin = args.platform.display().to_string();
     let text = crate::input_file::read_input(&args.platform)?;
     let platform = parse_star_platform(&origin, &text)?;
@@ -107,18 +118,13 @@ pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
         let json = serde_json::to_string_pretty(&ScheduleExport::from(&run))?;
         std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    match args.output {
-        Output::Json => {
-            // With the prediction error and its seed, which (with the platform, load and
-            // algorithm) make the run again.
-            let mut v = summary(&run);
-            v["error"] = args.error.into();
-            v["seed"] = args.seed.into();
-            println!("{}", serde_json::to_string_pretty(&v)?);
-        }
-        Output::Table => print_run(&run),
-    }
-    Ok(())
+    // With the prediction error and its seed, which (with the platform, load and algorithm)
+    // make the run again.
+    let mut v = summary(&run);
+    v["error"] = args.error.into();
+    v["seed"] = args.seed.into();
+    let json = serde_json::to_string_pretty(&v)?;
+    crate::sim::emit_json(args.output, &json, &out, || print_run(&run))
 }
 
 fn summary(run: &StarRun) -> serde_json::Value {

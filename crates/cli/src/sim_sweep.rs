@@ -31,9 +31,7 @@ pub struct SweepArgs {
 
 /// Runs `sim sweep`.
 pub fn run(args: SweepArgs) -> anyhow::Result<()> {
-    if let Some(dir) = &args.out {
-        crate::out_dir::prepare(dir)?;
-    }
+    let out = crate::out_dir::Named::prepare(args.out.as_deref(), "report.json", &[])?;
     let options = SweepOptions {
         cases: args.cases,
         seed: args.seed,
@@ -49,12 +47,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
     let report = sweep::run(&options, &mut |done, _| bar.set_position(done as u64))?;
     bar.finish_and_clear();
     let json = serde_json::to_string_pretty(&report)?;
-    if let Some(dir) = &args.out {
-        crate::out_dir::write_text(dir, "report.json", &json)?;
-    }
-    match args.output {
-        Output::Table => println!("{}", report.render_table()),
-        Output::Json => println!("{json}"),
-    }
-    Ok(())
+    crate::sim::emit_json(args.output, &json, &out, || {
+        println!("{}", report.render_table())
+    })
 }

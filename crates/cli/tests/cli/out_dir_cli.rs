@@ -164,3 +164,229 @@ fn every_out_flag_refuses_a_file_before_starting_and_its_help_says_dir() {
     );
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `sim compare`, `sim graph`, `sim divisible` and `sim accel` take `--out DIR` as `sim run`
+/// does: each writes its named file there, the same JSON `--output json` prints, ending in a
+/// newline.
+#[test]
+fn compare_graph_divisible_and_accel_write_their_json_as_their_named_file() {
+    let base = scratch("named");
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "compare.json",
+            vec![
+                "sim",
+                "compare",
+                "--cluster",
+                CLUSTER,
+                "--workload",
+                WORKLOAD,
+                "--policies",
+                "fifo,hdas",
+            ],
+        ),
+        (
+            "graph.json",
+            vec![
+                "sim",
+                "graph",
+                "--cluster",
+                "examples/cluster-graph-small.toml",
+                "--workflow",
+                "examples/workflow-loop.toml",
+            ],
+        ),
+        (
+            "divisible.json",
+            vec![
+                "sim",
+                "divisible",
+                "--platform",
+                "examples/platform-divisible-paper.toml",
+                "--load",
+                "5000",
+                "--algo",
+                "umr",
+            ],
+        ),
+        (
+            "accel.json",
+            vec![
+                "sim",
+                "accel",
+                "--cluster",
+                "examples/cluster-offload.toml",
+                "--workload",
+                "examples/workload-offload.toml",
+            ],
+        ),
+    ];
+    for (name, args) in cases {
+        let dir = base.join(args[1]).join("new");
+        let mut with_out = args.clone();
+        with_out.extend(["--output", "json", "--out", s(&dir)]);
+        let out = hetsched(&with_out);
+        assert!(
+            out.status.success(),
+            "{with_out:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let written =
+            std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{with_out:?}: {name}: {e}"));
+        assert_eq!(
+            written, out.stdout,
+            "{with_out:?}: {name} is what --output json prints"
+        );
+        assert!(written.ends_with(b"\n"), "{name} ends in a newline");
+        let json: serde_json::Value = serde_json::from_slice(&written).expect("json");
+        assert!(json.is_object() || json.is_array(), "{json}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(name),
+            "{with_out:?}: it says what it wrote"
+        );
+        // With the table on stdout, the file is the same JSON.
+        let mut table = args.clone();
+        let dir2 = base.join(args[1]).join("table");
+        table.extend(["--out", s(&dir2)]);
+        let out = hetsched(&table);
+        assert!(out.status.success(), "{table:?}");
+        assert_eq!(
+            std::fs::read(dir2.join(name)).expect("written"),
+            written,
+            "{table:?}"
+        );
+        // A file for --out is refused, and the help names the file.
+        let mut refused = args.clone();
+        let file = base.join(format!("{name}.taken"));
+        std::fs::write(&file, "x").expect("file");
+        refused.extend(["--out", s(&file)]);
+        let out = hetsched(&refused);
+        assert!(!out.status.success(), "{refused:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("is a file, not a directory"),
+            "{refused:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let help = hetsched(&[args[0], args[1], "--help"]);
+        let h = String::from_utf8_lossy(&help.stdout);
+        assert!(h.contains("--out <DIR>") && h.contains(name), "{h}");
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// An output file that is one of the command's inputs is refused before any work, naming both
+/// flags, and the input is left as it was: `sim graph --export WORKFLOW` destroyed the workflow.
+#[test]
+fn an_export_or_out_file_that_is_an_input_is_refused_and_the_input_kept() {
+    let base = scratch("inputs");
+    let copy = |from: &str, name: &str| {
+        let to = base.join(name);
+        std::fs::copy(repo().join(from), &to).expect("copy");
+        to
+    };
+    let workflow = copy("examples/workflow-loop.toml", "workflow.toml");
+    let platform = copy("examples/platform-divisible-paper.toml", "platform.toml");
+    let offload = copy("examples/workload-offload.toml", "offload.toml");
+    let workload = copy(WORKLOAD, "result.json");
+    // Another spelling of the same file.
+    let spelled = base.join(".").join("workflow.toml");
+    let cases: Vec<(Vec<&str>, &Path, &str, &str)> = vec![
+        (
+            vec![
+                "sim",
+                "graph",
+                "--cluster",
+                "examples/cluster-graph-small.toml",
+                "--workflow",
+                s(&workflow),
+                "--export",
+                s(&spelled),
+            ],
+            &workflow,
+            "--export",
+            "--workflow",
+        ),
+        (
+            vec![
+                "sim",
+                "divisible",
+                "--platform",
+                s(&platform),
+                "--load",
+                "5000",
+                "--algo",
+                "umr",
+                "--export-schedule",
+                s(&platform),
+            ],
+            &platform,
+            "--export-schedule",
+            "--platform",
+        ),
+        (
+            vec![
+                "sim",
+                "accel",
+                "--cluster",
+                "examples/cluster-offload.toml",
+                "--workload",
+                s(&offload),
+                "--export",
+                s(&offload),
+            ],
+            &offload,
+            "--export",
+            "--workload",
+        ),
+        (
+            vec![
+                "sim",
+                "run",
+                "--cluster",
+                CLUSTER,
+                "--workload",
+                s(&workload),
+                "--out",
+                s(&base),
+            ],
+            &workload,
+            "--out",
+            "--workload",
+        ),
+    ];
+    for (args, input, out_flag, in_flag) in cases {
+        let before = std::fs::read(input).expect("input");
+        let out = hetsched(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} wrote over its input");
+        assert!(
+            err.contains(out_flag) && err.contains(in_flag),
+            "{args:?}: {err}"
+        );
+        assert_eq!(
+            std::fs::read(input).expect("input"),
+            before,
+            "{args:?}: the input is kept"
+        );
+    }
+    // `--export` a directory, or into a missing one: refused before the run, not after.
+    for export in [s(&base).to_string(), format!("{}/missing/g.json", s(&base))] {
+        let out = hetsched(&[
+            "sim",
+            "graph",
+            "--cluster",
+            "examples/cluster-graph-small.toml",
+            "--workflow",
+            s(&workflow),
+            "--export",
+            &export,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{export}");
+        assert!(
+            err.contains("--export") && !err.contains("cannot write"),
+            "{export}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
