@@ -91,8 +91,8 @@ pub struct SimSettingsArgs {
     pub io_report: IoReportArg,
     /// Fair share between the workload's users (its applications' `user`): within a
     /// priority, the user whose work held the least of the cluster per share (`[[user]]
-    /// shares`), decayed with this half-life (e.g. "1h"), goes first — the server's
-    /// `[fair_share]`. Off without it; the workload's caps hold either way.
+    /// shares`), decayed with this half-life (e.g. "1h"; at least 1m, as the server's), goes
+    /// first — the server's `[fair_share]`. Off without it; the workload's caps hold either way.
     #[arg(long, value_name = "HALF_LIFE")]
     pub fair_share: Option<Duration>,
     #[command(flatten)]
@@ -370,10 +370,8 @@ fn sim_config(
     io_report: IoReportArg,
     fair_share: Option<Duration>,
 ) -> anyhow::Result<SimConfig> {
-    if let Some(h) = fair_share
-        && h.0 == 0
-    {
-        bail!("--fair-share: the half-life must be above 0 (e.g. \"1h\")");
+    if let Some(h) = fair_share {
+        hetsched_core::model::fair_share::check_half_life("--fair-share", h.0)?;
     }
     if heartbeat.0 < MIN_HEARTBEAT {
         bail!(

@@ -313,8 +313,9 @@ pub struct FairShareConfig {
 impl FairShareConfig {
     /// Slurm's default.
     pub const DEFAULT_HALF_LIFE: Duration = Duration(7 * 24 * 3600 * 1_000_000_000);
-    /// The shortest half-life: usage is sampled every second.
-    pub const MIN_HALF_LIFE: Duration = Duration(60 * 1_000_000_000);
+    /// The shortest half-life: usage is sampled every second
+    /// (`hetsched_core::model::fair_share::MIN_HALF_LIFE`, the simulator's too).
+    pub const MIN_HALF_LIFE: Duration = Duration(hetsched_core::model::fair_share::MIN_HALF_LIFE);
 
     fn default_half_life() -> Duration {
         Self::DEFAULT_HALF_LIFE
@@ -505,14 +506,12 @@ impl ServerConfig {
             w.check_interval()?;
             w.offer_ttl()?;
         }
-        if let Some(f) = &self.fair_share
-            && f.half_life < FairShareConfig::MIN_HALF_LIFE
-        {
-            return Err(format!(
-                "fair_share.half_life ({}) must be at least {}: usage is sampled every second",
-                shown(f.half_life.0),
-                shown(FairShareConfig::MIN_HALF_LIFE.0)
-            ));
+        if let Some(f) = &self.fair_share {
+            hetsched_core::model::fair_share::check_half_life(
+                "fair_share.half_life",
+                f.half_life.0,
+            )
+            .map_err(|e| e.to_string())?;
         }
         self.offload_timing()?;
         crate::allocation::validate(&self.allocation)?;

@@ -248,12 +248,42 @@ fn compare_with_fair_share_reports_each_user_and_serves_the_light_one_first() {
     ]);
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("--fair-share: the half-life must be above 0"),
+        String::from_utf8_lossy(&out.stderr).contains("--fair-share (0s) must be at least 1m"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A half-life tuned in the simulator works on the server: `sim run --fair-share` and the
+/// server's `[fair_share] half_life` accept the same values and refuse the rest in the same
+/// words, each naming its own flag or field (`hetsched_core::model::fair_share::MIN_HALF_LIFE`).
+#[test]
+fn fair_share_half_lives_are_bounded_as_the_server_bounds_them() {
+    for half_life in ["0s", "1ms", "10s", "59s", "1m", "90s", "1h"] {
+        let sim = sim_run(CLUSTER, WORKLOAD, &["--fair-share", half_life]);
+        let server = hetsched_server::config::ServerConfig::parse(
+            "s.toml",
+            &format!("[fair_share]\nhalf_life = \"{half_life}\"\n"),
+        )
+        .expect("parses")
+        .validate();
+        let sim_err = String::from_utf8_lossy(&sim.stderr).into_owned();
+        assert_eq!(
+            sim.status.success(),
+            server.is_ok(),
+            "{half_life}: sim {sim_err}, server {server:?}"
+        );
+        if let Err(e) = server {
+            let said = e
+                .strip_prefix("fair_share.half_life ")
+                .unwrap_or_else(|| panic!("{half_life}: the server names its field: {e}"));
+            assert!(
+                sim_err.contains(&format!("--fair-share {said}")),
+                "{half_life}: the same words, naming the flag: sim {sim_err}, server {e}"
+            );
+        }
+    }
 }
 
 /// A workload's `[[user]]` shares and caps (`examples/workload-two-users-shares.toml`): each

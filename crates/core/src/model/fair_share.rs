@@ -23,6 +23,41 @@ use crate::time::{NANOS_PER_SEC, Time};
 /// How often usage is settled and standings recomputed, in view time.
 pub const SETTLE_PERIOD: Time = NANOS_PER_SEC;
 
+/// The shortest half-life fair share takes, the server's (`[fair_share] half_life`) and the
+/// simulator's (`--fair-share`) alike: a minute. Usage is settled every [`SETTLE_PERIOD`] (a
+/// second), so a shorter half-life would let usage decay by a large part between two samples.
+pub const MIN_HALF_LIFE: Time = 60 * NANOS_PER_SEC;
+
+/// A half-life below [`MIN_HALF_LIFE`], under the name of the flag or field that gave it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{name} ({}) must be at least {}: usage is sampled every second",
+    shown(*half_life),
+    shown(MIN_HALF_LIFE)
+)]
+pub struct HalfLifeTooShort {
+    /// The flag or field (`--fair-share`, `fair_share.half_life`).
+    pub name: String,
+    /// The half-life given, ns.
+    pub half_life: Time,
+}
+
+/// Checks a fair-share half-life given as `name` (a flag or a config field): at least
+/// [`MIN_HALF_LIFE`]. The one check the server's config and the simulator's command line share.
+pub fn check_half_life(name: &str, half_life: Time) -> Result<(), HalfLifeTooShort> {
+    if half_life < MIN_HALF_LIFE {
+        return Err(HalfLifeTooShort {
+            name: name.to_string(),
+            half_life,
+        });
+    }
+    Ok(())
+}
+
+fn shown(ns: Time) -> humantime::FormattedDuration {
+    humantime::format_duration(std::time::Duration::from_nanos(ns))
+}
+
 /// Bits of a level under the priority: a group's standing (0: the group that used most).
 pub const STANDING_BITS: u32 = 20;
 
@@ -249,6 +284,18 @@ mod tests {
     use super::*;
 
     const HOUR: Time = 3600 * NANOS_PER_SEC;
+
+    #[test]
+    fn a_half_life_under_a_minute_is_refused_under_the_name_given() {
+        assert_eq!(check_half_life("--fair-share", MIN_HALF_LIFE), Ok(()));
+        assert_eq!(check_half_life("fair_share.half_life", HOUR), Ok(()));
+        let e = check_half_life("--fair-share", 59 * NANOS_PER_SEC).expect_err("too short");
+        assert_eq!(
+            e.to_string(),
+            "--fair-share (59s) must be at least 1m: usage is sampled every second"
+        );
+        assert!(check_half_life("--fair-share", 0).is_err());
+    }
 
     #[test]
     fn usage_accrues_at_the_rate_held_and_halves_every_half_life() {
