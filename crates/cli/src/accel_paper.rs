@@ -48,17 +48,19 @@ pub fn run(args: AccelPaperArgs) -> anyhow::Result<()> {
             .iter()
             .any(|x| x.name.eq_ignore_ascii_case(k))
         {
-            anyhow::bail!("unknown kernel `{k}`: expected LU, QR or Cholesky");
+            anyhow::bail!("--kernels: unknown kernel `{k}`: expected LU, QR or Cholesky");
         }
     }
     for i in &args.intensities {
         if !accel_paper::INTENSITIES.contains(i) {
-            anyhow::bail!("intensity {i} is not one of the paper's (1, 2, 4, 8)");
+            anyhow::bail!("--intensities: intensity {i} is not one of the paper's (1, 2, 4, 8)");
         }
     }
     for d in &args.data_mb {
         if !accel_paper::DATA_MB.contains(d) {
-            anyhow::bail!("data size {d} MB is not one of the paper's (1, 5, 10, 20, 50)");
+            anyhow::bail!(
+                "--data-mb: data size {d} MB is not one of the paper's (1, 5, 10, 20, 50)"
+            );
         }
     }
     let options = AccelPaperOptions {
@@ -77,6 +79,9 @@ pub fn run(args: AccelPaperArgs) -> anyhow::Result<()> {
     let report = accel_paper::run(&options, &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
+    })
+    .map_err(|e| {
+        crate::sim::under_flag(e, &["tasks", "slots", "kernels", "intensities", "data_mb"])
     })?;
     bar.finish_and_clear();
     crate::sim::emit_report(

@@ -157,7 +157,7 @@ pub struct HdasPaperArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Multiply every application's task count (1.0 = the documented experiment; 0.1 for a quick look).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub scale: f64,
     /// What heartbeats report as a node's disk load.
     #[arg(long, value_enum, default_value_t)]
@@ -247,7 +247,8 @@ fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
         bar.set_length(p.runs_total as u64);
         bar.set_position(p.runs_done as u64);
         bar.set_message(p.last);
-    })?;
+    })
+    .map_err(|e| under_flag(e, &["scale", "hdas_policy", "workloads"]))?;
     bar.finish_and_clear();
     crate::sim::emit_report(
         args.output,
@@ -256,6 +257,19 @@ fn hdas_paper_cmd(args: HdasPaperArgs) -> anyhow::Result<()> {
         args.out.as_deref(),
         |dir| report.write_outputs(dir),
     )
+}
+
+/// A scenario's refusal of one of its options (`SimError::Config`) said under the command-line
+/// flag that set it, `--scale: must be a positive number, not -1`, when its field is one of
+/// `flags` (the scenario's options the command takes as flags, named alike with `_` for `-`);
+/// any other error as it is.
+pub(crate) fn under_flag(e: hetsched_sim::SimError, flags: &[&str]) -> anyhow::Error {
+    match e {
+        hetsched_sim::SimError::Config { field, problem } if flags.contains(&field) => {
+            anyhow::anyhow!("--{}: {problem}", field.replace('_', "-"))
+        }
+        e => e.into(),
+    }
 }
 
 /// A cluster and workload read from files and checked against each other.

@@ -16,15 +16,15 @@ pub struct StreamPaperArgs {
     /// Simulated time of each run, e.g. "120s"; more than 0.
     #[arg(long, default_value = "120s")]
     pub duration: Duration,
-    /// Rate factor of the surge (from 40 s to 80 s).
-    #[arg(long, default_value_t = 1.6)]
+    /// Rate factor of the surge (from 40 s to 80 s); 0 or more.
+    #[arg(long, default_value_t = 1.6, allow_negative_numbers = true)]
     pub surge: f64,
-    /// One-phase's relative traffic gain threshold for rescheduling (0.1 = 10 %).
-    #[arg(long, default_value_t = 0.1)]
+    /// One-phase's relative traffic gain threshold for rescheduling (0.1 = 10 %); 0 or more.
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
     pub gain_threshold: f64,
     /// One-phase's maximum utilisation of a node's CPU (0 < x ≤ 1), the headroom its
     /// self-tuning leaves.
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = 0.9, allow_negative_numbers = true)]
     pub max_utilisation: f64,
     /// One-phase's refinement after best-schedule: local-search (default) or none (the
     /// patent's algorithm alone).
@@ -44,11 +44,21 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
         crate::out_dir::prepare(dir)?;
     }
     if !(args.surge.is_finite() && args.surge >= 0.0) {
-        anyhow::bail!("--surge must be a non-negative number");
+        anyhow::bail!(
+            "--surge must be a finite number, 0 or more, got {}",
+            args.surge
+        );
     }
     if !(args.max_utilisation > 0.0 && args.max_utilisation <= 1.0) {
-        anyhow::bail!("--max-utilisation must be in (0, 1]");
+        anyhow::bail!(
+            "--max-utilisation must be in (0, 1], got {}",
+            args.max_utilisation
+        );
     }
+    hetsched_core::policy::stream::reschedule::check_gain_threshold(
+        "--gain-threshold",
+        args.gain_threshold,
+    )?;
     if args.duration.0 == 0 {
         anyhow::bail!(
             "--duration must be more than 0 (e.g. \"120s\"): a run of no time measures nothing"

@@ -18,7 +18,7 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Multiply every task count (1.0 = the documented sweep; smaller for a quick look).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub scale: f64,
     /// Print a table or JSON (JSON includes every case).
     #[arg(long, value_enum, default_value_t)]
@@ -44,7 +44,8 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    let report = sweep::run(&options, &mut |done, _| bar.set_position(done as u64))?;
+    let report = sweep::run(&options, &mut |done, _| bar.set_position(done as u64))
+        .map_err(|e| crate::sim::under_flag(e, &["cases", "scale"]))?;
     bar.finish_and_clear();
     let json = serde_json::to_string_pretty(&report)?;
     crate::sim::emit_json(args.output, &json, &out, || {

@@ -849,3 +849,69 @@ fn every_input_file_is_read_only_if_it_is_a_regular_file_of_at_most_256_mib() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A negative or non-finite number for a scenario's numeric flag is refused in words that name
+/// the flag and the value given — not clap's "unexpected argument '-1'" (a negative number read
+/// as a flag), nor the library's field name — and `stream-paper --gain-threshold` refuses NaN,
+/// infinity and negatives, as the server's topology settings do.
+#[test]
+fn scenario_numbers_out_of_range_are_refused_naming_the_flag_and_the_value() {
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        (
+            vec!["sweep", "--cases", "1", "--scale", "-1"],
+            "--scale",
+            "-1",
+        ),
+        (
+            vec!["sweep", "--cases", "1", "--scale", "NaN"],
+            "--scale",
+            "NaN",
+        ),
+        (vec!["sweep", "--cases", "0"], "--cases", "at least 1"),
+        (
+            vec!["hdas-paper", "--workloads", "A", "--scale", "-0.5"],
+            "--scale",
+            "-0.5",
+        ),
+        (vec!["stream-paper", "--surge", "-1"], "--surge", "-1"),
+        (
+            vec!["stream-paper", "--max-utilisation", "-0.5"],
+            "--max-utilisation",
+            "-0.5",
+        ),
+        (
+            vec!["stream-paper", "--gain-threshold", "-0.1"],
+            "--gain-threshold",
+            "-0.1",
+        ),
+        (
+            vec!["stream-paper", "--gain-threshold", "NaN"],
+            "--gain-threshold",
+            "NaN",
+        ),
+        (
+            vec!["stream-paper", "--gain-threshold", "inf"],
+            "--gain-threshold",
+            "inf",
+        ),
+        (vec!["accel-paper", "--kernels", "foo"], "--kernels", "foo"),
+        (
+            vec!["accel-paper", "--intensities", "3"],
+            "--intensities",
+            "3",
+        ),
+        (vec!["accel-paper", "--data-mb", "7"], "--data-mb", "7"),
+    ];
+    for (args, flag, value) in cases {
+        let mut full = vec!["sim"];
+        full.extend(&args);
+        let out = hetsched(&full);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{full:?}: {err}");
+        assert!(
+            err.contains(flag) && err.contains(value),
+            "{full:?}: names {flag} and {value}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{full:?} printed a result");
+    }
+}

@@ -1627,9 +1627,11 @@ impl Topology {
         if !(req.max_utilisation > 0.0 && req.max_utilisation <= 1.0) {
             return Err(invalid("max_utilisation must be in (0, 1]"));
         }
-        if !(req.gain_threshold.is_finite() && req.gain_threshold >= 0.0) {
-            return Err(invalid("gain_threshold must be a non-negative number"));
-        }
+        hetsched_core::policy::stream::reschedule::check_gain_threshold(
+            "gain_threshold",
+            req.gain_threshold,
+        )
+        .map_err(invalid)?;
         // A worker per executor at most: more would only be clamped by the placers.
         let most = hetsched_core::input::stream_code::MAX_RUNTIME_EXECUTORS;
         if u64::from(req.workers) > most {

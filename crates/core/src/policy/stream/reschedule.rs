@@ -28,6 +28,30 @@ pub struct RescheduleSettings {
     pub gain_threshold: f64,
 }
 
+/// A `gain_threshold` that is not a finite number, 0 or more (NaN would never reschedule, a
+/// negative one would apply placements that add traffic), under the name of the flag or field
+/// that gave it.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{name} must be a finite number, 0 or more, got {value}")]
+pub struct InvalidGainThreshold {
+    /// The flag or field (`--gain-threshold`, `gain_threshold`).
+    pub name: String,
+    /// The value given.
+    pub value: f64,
+}
+
+/// Checks a gain threshold given as `name`: finite and 0 or more. The one check the runtime's
+/// topologies and the simulator's `sim stream-paper` share.
+pub fn check_gain_threshold(name: &str, value: f64) -> Result<(), InvalidGainThreshold> {
+    if value.is_finite() && value >= 0.0 {
+        return Ok(());
+    }
+    Err(InvalidGainThreshold {
+        name: name.to_string(),
+        value,
+    })
+}
+
 /// Why a new placement is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -117,5 +141,23 @@ impl RescheduleController {
             });
         }
         Ok(Decision::Keep { gain })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gain_threshold_is_finite_and_not_negative_under_the_name_given() {
+        assert_eq!(check_gain_threshold("gain_threshold", 0.0), Ok(()));
+        assert_eq!(check_gain_threshold("gain_threshold", 0.1), Ok(()));
+        for bad in [-0.1, f64::NAN, f64::INFINITY] {
+            let e = check_gain_threshold("--gain-threshold", bad).expect_err("refused");
+            assert_eq!(
+                e.to_string(),
+                format!("--gain-threshold must be a finite number, 0 or more, got {bad}")
+            );
+        }
     }
 }
