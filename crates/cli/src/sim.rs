@@ -450,7 +450,10 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
         let named = if name == "all" {
             BatchPolicyKind::ALL.to_vec()
         } else {
-            vec![name.parse::<BatchPolicyKind>()?]
+            vec![
+                name.parse::<BatchPolicyKind>()
+                    .map_err(|e| anyhow::anyhow!("--policies: {e}"))?,
+            ]
         };
         for policy in named {
             if !policies.contains(&policy) {

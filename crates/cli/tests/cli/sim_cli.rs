@@ -470,6 +470,13 @@ fn compare_policies_trims_spaces_and_runs_each_policy_once() {
             "{given:?}: {err}"
         );
     }
+    // An unknown name is refused under the flag, as `sim run --policy` names its flag.
+    let out = compare("fifo,hdsa");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--policies: unknown batch policy `hdsa`"),
+        "{err}"
+    );
 }
 
 /// A workload's `requires` in the simulator: the cluster file's `attributes` decide which nodes
