@@ -40,9 +40,7 @@ pub struct StreamPaperArgs {
 
 /// Runs `sim stream-paper`.
 pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
-    if let Some(dir) = &args.out {
-        crate::out_dir::prepare(dir)?;
-    }
+    let out = crate::out_dir::Named::prepare(args.out.as_deref(), "report.json", &[])?;
     if !(args.surge.is_finite() && args.surge >= 0.0) {
         anyhow::bail!(
             "--surge must be a finite number, 0 or more, got {}",
@@ -78,12 +76,7 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     })?;
     eprintln!();
     let json = serde_json::to_string_pretty(&report)?;
-    if let Some(dir) = &args.out {
-        crate::out_dir::write_text(dir, "report.json", &json)?;
-    }
-    match args.output {
-        crate::sim::Output::Table => println!("{}", report.render_table()),
-        crate::sim::Output::Json => println!("{json}"),
-    }
-    Ok(())
+    crate::sim::emit_json(args.output, &json, &out, || {
+        println!("{}", report.render_table())
+    })
 }
