@@ -3,7 +3,7 @@
 
 use crate::input_file::read_input as read;
 use crate::sim::Output;
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::NodeId;
@@ -173,8 +173,7 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
     };
     let result = simulate_graph(&cluster, &attributes, &latency, &workflow.workflow, &config)?;
     if let Some(path) = &args.export {
-        std::fs::write(path, result.export_json()?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        crate::out_dir::write_text(path, &result.export_json()?)?;
     }
     let json = serde_json::to_string_pretty(&summary(&result))?;
     crate::sim::emit_json(args.output, &json, &out, || print_result(&result))

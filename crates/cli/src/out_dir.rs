@@ -101,10 +101,10 @@ impl Named {
 
     /// Writes `text` as the file ([`write_text`]), if `--out` was given.
     pub fn write_text(&self, text: &str) -> anyhow::Result<()> {
-        if let Some((dir, name)) = &self.target {
-            write_text(dir, name, text)?;
+        match self.path() {
+            Some(path) => write_text(&path, text),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -163,22 +163,23 @@ fn resolve(path: &Path) -> Option<PathBuf> {
     Some(std::fs::canonicalize(parent).ok()?.join(name))
 }
 
-/// Writes `text` as `dir/name` ([`write()`]), ending in a newline as a text file does (the
-/// simulator's own JSON files do; `serde_json` writes none).
-pub fn write_text(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {
+/// Writes `text` to `path` ([`write()`]), ending in a newline as a text file does (the
+/// simulator's own JSON files do; `serde_json` writes none): `--out`'s named files, `--export`'s
+/// and `--export-schedule`'s.
+pub fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
     if text.ends_with('\n') {
-        write(dir, name, text.as_bytes())
+        write(path, text.as_bytes())
     } else {
-        write(dir, name, format!("{text}\n").as_bytes())
+        write(path, format!("{text}\n").as_bytes())
     }
 }
 
-/// Writes `bytes` as `dir/name` (`dir` prepared with [`prepare`]) and says so on stderr.
-pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<PathBuf> {
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+/// Writes `bytes` to `path` (checked with [`check_file`], or in a directory prepared with
+/// [`prepare`]) and says so on stderr.
+pub fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
     eprintln!("wrote {}", path.display());
-    Ok(path)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -193,7 +194,8 @@ mod tests {
         prepare(&dir).expect("created");
         assert!(dir.is_dir());
         prepare(&dir).expect("an existing directory is fine");
-        let p = write(&dir, "x.json", b"{}").expect("written");
+        let p = dir.join("x.json");
+        write(&p, b"{}").expect("written");
         assert_eq!(std::fs::read(&p).expect("read"), b"{}");
         let e = prepare(&p).expect_err("a file").to_string();
         assert!(e.contains("is a file, not a directory"), "{e}");

@@ -177,8 +177,7 @@ pub fn run(args: AccelArgs) -> anyhow::Result<()> {
     };
     let result = simulate_accel(&cluster, &apps, &config)?;
     if let Some(path) = &args.export {
-        std::fs::write(path, serde_json::to_string(&export(&cluster, &result))?)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        crate::out_dir::write_text(path, &serde_json::to_string(&export(&cluster, &result))?)?;
     }
     let report = report(&args, &apps, result, cluster_origin, workload_origin);
     let json = serde_json::to_string_pretty(&report)?;

@@ -116,7 +116,7 @@ pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
     })?;
     if let Some(path) = &args.export_schedule {
         let json = serde_json::to_string_pretty(&ScheduleExport::from(&run))?;
-        std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        crate::out_dir::write_text(path, &json)?;
     }
     // With the prediction error and its seed, which (with the platform, load and algorithm)
     // make the run again.

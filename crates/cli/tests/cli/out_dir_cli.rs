@@ -390,3 +390,75 @@ fn an_export_or_out_file_that_is_an_input_is_refused_and_the_input_kept() {
     }
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Every `--export` file is a text file as `--out`'s are: valid JSON ending in a newline, and
+/// the command says on stderr what it wrote.
+#[test]
+fn export_files_end_in_a_newline_and_are_announced() {
+    let base = scratch("exports");
+    let file = |name: &str| base.join(name);
+    let (g, d, a) = (file("g.json"), file("d.json"), file("a.json"));
+    let runs: Vec<(Vec<&str>, &Path)> = vec![
+        (
+            vec![
+                "sim",
+                "graph",
+                "--cluster",
+                "examples/cluster-graph-small.toml",
+                "--workflow",
+                "examples/workflow-loop.toml",
+                "--export",
+                s(&g),
+            ],
+            &g,
+        ),
+        (
+            vec![
+                "sim",
+                "divisible",
+                "--platform",
+                "examples/platform-divisible-paper.toml",
+                "--load",
+                "100",
+                "--algo",
+                "umr",
+                "--export-schedule",
+                s(&d),
+            ],
+            &d,
+        ),
+        (
+            vec![
+                "sim",
+                "accel",
+                "--cluster",
+                "examples/cluster-offload.toml",
+                "--workload",
+                "examples/workload-offload.toml",
+                "--export",
+                s(&a),
+            ],
+            &a,
+        ),
+    ];
+    for (args, path) in runs {
+        let out = hetsched(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let written = std::fs::read(path).expect("exported");
+        let _: serde_json::Value = serde_json::from_slice(&written).expect("json");
+        assert!(
+            written.ends_with(b"}\n"),
+            "{args:?}: the export ends without a newline"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&format!("wrote {}", s(path))),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
