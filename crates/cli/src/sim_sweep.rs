@@ -11,7 +11,8 @@ use std::path::PathBuf;
 /// Options of `sim sweep`.
 #[derive(Debug, Args)]
 pub struct SweepArgs {
-    /// Number of random cases (each runs under fifo, drf, hadoop-model, hdas and hdas-hetero).
+    /// Number of random cases (each runs under fifo, drf, hadoop-model, hdas and hdas-hetero);
+    /// 1 to 1,000,000.
     #[arg(long, default_value_t = 1000)]
     pub cases: usize,
     /// Seed of every draw; the same seed gives the same sweep.

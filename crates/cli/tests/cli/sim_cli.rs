@@ -875,6 +875,18 @@ fn scenario_numbers_out_of_range_are_refused_naming_the_flag_and_the_value() {
             "NaN",
         ),
         (vec!["sweep", "--cases", "0"], "--cases", "at least 1"),
+        // Once a "capacity overflow" panic (every case's slot was allocated up front; 10^12
+        // cases asked for 120 TB).
+        (
+            vec!["sweep", "--cases", "18446744073709551615"],
+            "--cases",
+            "18446744073709551615",
+        ),
+        (
+            vec!["sweep", "--cases", "1000000000000"],
+            "--cases",
+            "1000000000000",
+        ),
         (
             vec!["hdas-paper", "--workloads", "A", "--scale", "-0.5"],
             "--scale",

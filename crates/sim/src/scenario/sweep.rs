@@ -26,6 +26,11 @@ use serde::Serialize;
 /// `fifo` and `hadoop-model`.
 pub const LOSS_MARGIN: f64 = 0.02;
 
+/// The most cases a sweep runs: a million, days of runs at the documented sweep's pace (1,000
+/// cases in minutes). Every case's result is kept for the report, and its slot is allocated
+/// before the first case runs: 10^12 cases asked for 120 TB, and `usize::MAX` panicked.
+pub const MAX_CASES: usize = 1_000_000;
+
 /// The policies the sweep compares (cpu-only is left out: it is the baseline of speedups, not a
 /// contender, and its day-long runs would dominate the sweep's time).
 pub const POLICIES: [BatchPolicyKind; 5] = [
@@ -39,7 +44,7 @@ pub const POLICIES: [BatchPolicyKind; 5] = [
 /// Settings of a sweep.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SweepOptions {
-    /// Number of cases.
+    /// Number of cases: 1 to [`MAX_CASES`].
     pub cases: usize,
     /// Seed of every draw (clusters, workloads, noise, heartbeat phases).
     pub seed: u64,
@@ -317,6 +322,15 @@ pub fn run(
         return Err(SimError::Config {
             field: "cases",
             problem: "must be at least 1".into(),
+        });
+    }
+    if options.cases > MAX_CASES {
+        return Err(SimError::Config {
+            field: "cases",
+            problem: format!(
+                "must be at most {MAX_CASES} (every case's result is kept for the report), not {}",
+                options.cases
+            ),
         });
     }
     if !(options.scale.is_finite() && options.scale > 0.0) {
