@@ -15,7 +15,7 @@ pub struct AccelPaperArgs {
     /// (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Tasks per kernel application (the paper: 100).
+    /// Tasks per kernel application (the paper: 100); at most 10,000,000.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub tasks: u32,
     /// Containers per node: 1 to 1024.
@@ -30,7 +30,7 @@ pub struct AccelPaperArgs {
     /// Run only these data sizes in MB (1, 5, 10, 20, 50).
     #[arg(long, value_delimiter = ',')]
     pub data_mb: Vec<u32>,
-    /// Images of the K-means job (0 skips it).
+    /// Images of the K-means job (0 skips it); one task per 250, at most 10,000,000 tasks.
     #[arg(long, default_value_t = 50_000)]
     pub kmeans_images: u32,
     /// Print a table or JSON.
@@ -81,7 +81,17 @@ pub fn run(args: AccelPaperArgs) -> anyhow::Result<()> {
         bar.set_position(done as u64);
     })
     .map_err(|e| {
-        crate::sim::under_flag(e, &["tasks", "slots", "kernels", "intensities", "data_mb"])
+        crate::sim::under_flag(
+            e,
+            &[
+                "tasks",
+                "slots",
+                "kernels",
+                "intensities",
+                "data_mb",
+                "kmeans_images",
+            ],
+        )
     })?;
     bar.finish_and_clear();
     crate::sim::emit_report(

@@ -920,6 +920,17 @@ fn scenario_numbers_out_of_range_are_refused_naming_the_flag_and_the_value() {
             "3",
         ),
         (vec!["accel-paper", "--data-mb", "7"], "--data-mb", "7"),
+        // Gigabytes allocated before the first simulation (a 2 GB allocation failed).
+        (
+            vec!["accel-paper", "--tasks", "4294967295"],
+            "--tasks",
+            "4294967295",
+        ),
+        (
+            vec!["accel-paper", "--kmeans-images", "4294967295"],
+            "--kmeans-images",
+            "4294967295",
+        ),
     ];
     for (args, flag, value) in cases {
         let mut full = vec!["sim"];

@@ -260,6 +260,27 @@ pub fn run(
             problem: "must be at least 1".into(),
         });
     }
+    // As many tasks as a workload file may hold: `--tasks 4294967295` asked for gigabytes
+    // before its first simulation.
+    let most = hetsched_core::input::workload::MAX_WORKLOAD_TASKS;
+    let maps = u64::from(options.kmeans_images).div_ceil(250);
+    if u64::from(options.tasks) > most || maps > most {
+        let (field, given) = if u64::from(options.tasks) > most {
+            ("tasks", format!("{} tasks", options.tasks))
+        } else {
+            (
+                "kmeans_images",
+                format!("{} images ({maps} tasks)", options.kmeans_images),
+            )
+        };
+        return Err(SimError::Config {
+            field,
+            problem: format!(
+                "{given}: at most {most} tasks per application (the simulator holds every task \
+                 in memory)"
+            ),
+        });
+    }
     let kernels: Vec<Kernel> = KERNELS
         .iter()
         .copied()
