@@ -17,6 +17,18 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
     }
 }
 
+/// A real number as a message shows it: as Rust writes it (`0.5`, `1200`), but in scientific
+/// notation when that would take many digits (`1e-300`, `2.5e20`): Rust's `{}` writes 1e-300 as
+/// `0.` and 300 digits.
+pub fn number(x: f64) -> String {
+    let a = x.abs();
+    if a != 0.0 && a.is_finite() && !(1e-4..1e16).contains(&a) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
 /// The form of a verb that agrees with a count of `n`: `one` for 1, `many` otherwise
 /// (`agree(1, "finishes", "finish")`).
 pub fn agree<'a>(n: impl Into<u64>, one: &'a str, many: &'a str) -> &'a str {
@@ -215,8 +227,18 @@ pub fn escaped(s: &str) -> Cow<'_, str> {
 mod tests {
     use super::{
         Cow, HIDDEN, agree, clip, code_point, count, escape_controls, escaped, escaped_class,
-        hidden, hidden_problem, unshown_problem,
+        hidden, hidden_problem, number, unshown_problem,
     };
+
+    #[test]
+    fn numbers_are_plain_unless_they_would_take_many_digits() {
+        assert_eq!(number(0.5), "0.5");
+        assert_eq!(number(1200.0), "1200");
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(1e-300), "1e-300");
+        assert_eq!(number(-2.5e20), "-2.5e20");
+        assert_eq!(number(f64::NAN), "NaN");
+    }
 
     /// "Trojan Source": a name such as `job\u{202e}txt.exe` reads `jobexe.txt` wherever it is
     /// shown. Names holding a bidi control, a zero-width joiner or another invisible formatting

@@ -524,3 +524,26 @@ fn divisible_paper_writes_its_tables_and_plots() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A load too small to cut says its smallest chunk as a number one can read: `1e-300`'s
+/// refusal once printed 0.000… with 300 zeros.
+#[test]
+fn a_tiny_loads_refusal_shows_its_numbers_in_scientific_notation() {
+    let out = hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        PLATFORM,
+        "--load",
+        "1e-300",
+        "--algo",
+        "umr",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no round count"), "{err}");
+    assert!(
+        !err.contains("0.0000000000") && err.len() < 300,
+        "unreadable: {err}"
+    );
+}

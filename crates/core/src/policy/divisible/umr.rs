@@ -203,7 +203,7 @@ fn best_rounds(sums: &Sums, load: f64) -> Result<(u32, f64, f64, f64, f64), Stri
     let rec = Recursion::of(sums);
     let mut why = format!(
         "every round count gives a chunk below {} load units",
-        sums.unit
+        crate::text::number(sums.unit)
     );
     let mut max_rounds = MAX_ROUNDS;
     loop {
@@ -216,7 +216,7 @@ fn best_rounds(sums: &Sums, load: f64) -> Result<(u32, f64, f64, f64, f64), Stri
         why = format!(
             "from {m} rounds on, the rounds the recursion gives have a chunk below {} load units or \
              do not add up to the load (round_0 is too close to the recursion's unstable fixed point)",
-            sums.unit
+            crate::text::number(sums.unit)
         );
         if m == 1 {
             return Err(why);
