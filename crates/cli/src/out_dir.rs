@@ -7,7 +7,8 @@
 //! `--output json` prints —, `sim sweep`, `sim stream-paper` → `report.json`, `sim pcddb-paper` →
 //! `pcddb-paper.json`, `sim hdas-paper`/`accel-paper`/`divisible-paper` → `report.json` with CSV
 //! and SVG files, `output JOB` → `job-JOB.out`). The directory is created when missing (with its
-//! parents); a path that exists and is not a directory is refused.
+//! parents); a path that exists and is not a directory is refused, and so is a directory the
+//! command cannot create files in.
 //!
 //! An output file (`--export FILE`, `--export-schedule FILE`, or a named file in `--out DIR`) is
 //! refused when it is one of the command's input files or another of its outputs (the same file
@@ -18,8 +19,34 @@
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 
-/// Makes `dir` ready for `--out`: creates it if missing; refuses a file.
+/// Makes `dir` ready for `--out`: creates it if missing; refuses a file and a directory the
+/// command cannot create files in ([`probe`]).
 pub fn prepare(dir: &Path) -> anyhow::Result<()> {
+    exists_as_dir(dir)?;
+    probe(dir)
+}
+
+/// Tries what the command will do at the end, create a file in `dir`, and removes it: a
+/// directory that takes none (`/proc`, read-only, another user's) is refused before the run
+/// (`sim sweep --out /proc` ran every case, then failed).
+fn probe(dir: &Path) -> anyhow::Result<()> {
+    let path = dir.join(format!(".hetsched-out-probe-{}", std::process::id()));
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+    {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&path);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e)
+            .with_context(|| format!("--out {}: cannot write into this directory", dir.display())),
+    }
+}
+
+fn exists_as_dir(dir: &Path) -> anyhow::Result<()> {
     match std::fs::metadata(dir) {
         Ok(m) if m.is_dir() => Ok(()),
         Ok(_) => bail!(

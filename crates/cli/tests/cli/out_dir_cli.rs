@@ -462,3 +462,34 @@ fn export_files_end_in_a_newline_and_are_announced() {
     }
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A directory the command cannot write into is refused before the run, not after it: `sim
+/// sweep --out /proc` ran every case, then failed to write `report.json`.
+#[test]
+fn an_out_directory_that_cannot_be_written_is_refused_before_the_run() {
+    for args in [
+        vec![
+            "sim", "sweep", "--cases", "1", "--scale", "0.05", "--out", "/proc",
+        ],
+        vec![
+            "sim",
+            "run",
+            "--cluster",
+            CLUSTER,
+            "--workload",
+            WORKLOAD,
+            "--out",
+            "/proc",
+        ],
+        vec!["sim", "divisible-paper", "--seeds", "1", "--out", "/proc"],
+    ] {
+        let out = hetsched(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            err.contains("--out /proc: cannot write into this directory"),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?} ran before refusing");
+    }
+}
