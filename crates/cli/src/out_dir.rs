@@ -23,13 +23,13 @@ use std::path::{Path, PathBuf};
 /// command cannot create files in ([`probe`]).
 pub fn prepare(dir: &Path) -> anyhow::Result<()> {
     exists_as_dir(dir)?;
-    probe(dir)
+    probe(dir).with_context(|| format!("--out {}: cannot write into this directory", dir.display()))
 }
 
 /// Tries what the command will do at the end, create a file in `dir`, and removes it: a
 /// directory that takes none (`/proc`, read-only, another user's) is refused before the run
 /// (`sim sweep --out /proc` ran every case, then failed).
-fn probe(dir: &Path) -> anyhow::Result<()> {
+fn probe(dir: &Path) -> std::io::Result<()> {
     let path = dir.join(format!(".hetsched-out-probe-{}", std::process::id()));
     match std::fs::OpenOptions::new()
         .write(true)
@@ -41,8 +41,7 @@ fn probe(dir: &Path) -> anyhow::Result<()> {
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e)
-            .with_context(|| format!("--out {}: cannot write into this directory", dir.display())),
+        Err(e) => Err(e),
     }
 }
 
@@ -159,7 +158,16 @@ pub fn check_file(flag: &str, path: &Path, others: &[(&str, &Path)]) -> anyhow::
             other.display()
         );
     }
-    Ok(())
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    probe(parent).with_context(|| {
+        format!(
+            "{flag} {shown}: cannot write into the directory {}",
+            parent.display()
+        )
+    })
 }
 
 /// The first of `others` that is the same file as `target`: the same canonical path (`target`

@@ -492,4 +492,21 @@ fn an_out_directory_that_cannot_be_written_is_refused_before_the_run() {
         );
         assert!(out.stdout.is_empty(), "{args:?} ran before refusing");
     }
+    // `--export` alike.
+    let out = hetsched(&[
+        "sim",
+        "graph",
+        "--cluster",
+        "examples/cluster-graph-small.toml",
+        "--workflow",
+        "examples/workflow-loop.toml",
+        "--export",
+        "/proc/graph.json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--export /proc/graph.json: cannot write into the directory /proc"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "it ran before refusing");
 }
