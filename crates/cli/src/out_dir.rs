@@ -14,7 +14,7 @@
 //! refused when it is one of the command's input files or another of its outputs (the same file
 //! after following links: `--export examples/workflow-mm5.toml` would have destroyed the
 //! workflow it simulates), and `--export`'s file when it is a directory or its directory is
-//! missing ([`check_file`], [`prepare_named`]).
+//! missing or takes no file ([`check_file`], [`prepare_named`]).
 
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
