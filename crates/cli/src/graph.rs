@@ -79,7 +79,7 @@ pub struct GraphArgs {
 /// Options of `sim pcddb-paper`.
 #[derive(Debug, Args)]
 pub struct PcddbPaperArgs {
-    /// Seeds to repeat every run with (costs and self-check phases), comma-separated.
+    /// Seeds to repeat every run with (costs and self-check phases), comma-separated, each once.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub seeds: Vec<u64>,
     /// Also write the report into this directory (created if missing): `pcddb-paper.json`, a
@@ -272,6 +272,12 @@ fn print_result(r: &GraphResult) {
 pub fn pcddb_paper_cmd(args: PcddbPaperArgs) -> anyhow::Result<()> {
     if args.seeds.is_empty() {
         bail!("--seeds: give at least one seed");
+    }
+    let mut seen = std::collections::HashSet::new();
+    for seed in &args.seeds {
+        if !seen.insert(seed) {
+            bail!("--seeds: seed {seed} is given twice (its runs would count twice in every mean)");
+        }
     }
     if let Some(dir) = &args.out {
         crate::out_dir::prepare(dir)?;

@@ -554,3 +554,14 @@ fn the_pcddb_paper_scenario_reports_the_papers_figures() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A seed named twice in `pcddb-paper --seeds` would count its runs twice in every mean; it is
+/// refused, naming the flag and the seed, before any run.
+#[test]
+fn pcddb_paper_refuses_a_seed_given_twice() {
+    let out = hetsched(&["sim", "pcddb-paper", "--seeds", "1,2,1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--seeds") && err.contains("seed 1"), "{err}");
+    assert!(out.stdout.is_empty(), "it ran");
+}
