@@ -196,6 +196,8 @@ fn summary(r: &GraphResult) -> serde_json::Value {
     serde_json::json!({
         "balancer": r.balancer,
         "makespan": r.makespan_s(),
+        // As `sim run`, `compare` and `accel` name it.
+        "makespan_s": r.makespan_s(),
         "instances": r.instances.len(),
         "messages": {
             "total": r.messages.total,

@@ -139,6 +139,8 @@ fn summary(run: &StarRun) -> serde_json::Value {
         "algo": run.algo,
         "load": run.load,
         "makespan": run.makespan_s(),
+        // As `sim run`, `compare` and `accel` name it.
+        "makespan_s": run.makespan_s(),
         "rounds": run.rounds(),
         "sends": run.sends.len(),
         "lower_bound": run.lower_bound_s(),

@@ -945,3 +945,58 @@ fn scenario_numbers_out_of_range_are_refused_naming_the_flag_and_the_value() {
         assert!(out.stdout.is_empty(), "{full:?} printed a result");
     }
 }
+
+/// Every simulator command that prints a run's JSON names its makespan `makespan_s` (seconds),
+/// so one script reads them all; `sim graph` and `sim divisible` keep their `makespan` beside it.
+#[test]
+fn every_runs_json_carries_makespan_s() {
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["run", "--cluster", CLUSTER, "--workload", WORKLOAD],
+        vec![
+            "compare",
+            "--cluster",
+            CLUSTER,
+            "--workload",
+            WORKLOAD,
+            "--policies",
+            "fifo",
+        ],
+        vec![
+            "graph",
+            "--cluster",
+            "examples/cluster-graph-small.toml",
+            "--workflow",
+            "examples/workflow-loop.toml",
+        ],
+        vec![
+            "divisible",
+            "--platform",
+            "examples/platform-divisible-paper.toml",
+            "--load",
+            "1000",
+            "--algo",
+            "umr",
+        ],
+        vec![
+            "accel",
+            "--cluster",
+            "examples/cluster-offload.toml",
+            "--workload",
+            "examples/workload-offload.toml",
+        ],
+    ];
+    for args in runs {
+        let mut full = vec!["sim"];
+        full.extend(&args);
+        full.extend(["--output", "json"]);
+        let out = hetsched(&full);
+        assert!(out.status.success(), "{full:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        let run = if v.is_array() { &v[0] } else { &v };
+        let s = run["makespan_s"].as_f64();
+        assert!(s > Some(0.0), "{full:?}: makespan_s {run}");
+        if let Some(m) = run.get("makespan") {
+            assert_eq!(m.as_f64(), s, "{full:?}");
+        }
+    }
+}
