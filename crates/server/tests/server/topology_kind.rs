@@ -1637,3 +1637,32 @@ fn a_restarted_server_places_by_the_traffic_measured_before_the_restart() {
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A topology's `gain_threshold` is refused as `sim stream-paper --gain-threshold` refuses it
+/// (one check, `hetsched_core::policy::stream::reschedule::check_gain_threshold`): NaN, infinite
+/// and negative thresholds, each with the value given.
+#[test]
+fn a_gain_threshold_that_is_not_a_finite_number_0_or_more_is_refused_with_its_value() {
+    let dir = scratch("gain-threshold");
+    let mut s = two_nodes(&dir, false);
+    for bad in [f64::NAN, f64::INFINITY, -0.1] {
+        let e = s
+            .topology_submit(TopologySubmission {
+                gain_threshold: bad,
+                ..submission()
+            })
+            .expect_err("refused");
+        assert!(
+            e.to_string().contains(&format!(
+                "gain_threshold must be a finite number, 0 or more, got {bad}"
+            )),
+            "{bad}: {e}"
+        );
+    }
+    s.topology_submit(TopologySubmission {
+        gain_threshold: 0.0,
+        ..submission()
+    })
+    .expect("0 is a threshold");
+    let _ = std::fs::remove_dir_all(&dir);
+}
