@@ -194,28 +194,12 @@ impl PublicKeyData for AgentKey<'_> {
 /// read (kept from an earlier version, or restored with a wider mode) is made 0600 again.
 fn read_private(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)?;
-    let meta = f.metadata()?;
-    if meta.mode() & 0o077 != 0 {
-        if meta.uid() == nix::unistd::geteuid().as_raw() {
-            tracing::warn!(
-                file = %path.display(),
-                mode = format!("{:o}", meta.mode() & 0o777),
-                "the agents' CA key was readable by other users: setting it to 0600"
-            );
-            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        } else {
-            tracing::warn!(
-                file = %path.display(),
-                mode = format!("{:o}", meta.mode() & 0o777),
-                "the agents' CA key is readable by other users: `chmod 600` it"
-            );
-        }
-    }
+    crate::datadir::keep_private(&f, path, "the agents' CA key", true)?;
     let mut text = String::new();
     f.read_to_string(&mut text)?;
     Ok(text)

@@ -142,6 +142,30 @@ pub fn protect_store(dir: &Path) -> Result<PathBuf, DataDirError> {
     Ok(db)
 }
 
+/// Checks that secret file `f` (at `path`; `what` names it in the log) is not open to other
+/// users. One that is is made 0600, with a warning, when `own` (a secret the server keeps) and
+/// it belongs to this user (only an owner can change it); otherwise it is used with a warning
+/// saying to `chmod 600` it.
+pub(crate) fn keep_private(
+    f: &std::fs::File,
+    path: &Path,
+    what: &str,
+    own: bool,
+) -> std::io::Result<()> {
+    let meta = f.metadata()?;
+    if meta.mode() & 0o077 == 0 {
+        return Ok(());
+    }
+    let mode = format!("{:o}", meta.mode() & 0o777);
+    if own && meta.uid() == nix::unistd::geteuid().as_raw() {
+        warn!(file = %path.display(), mode, "{what} was readable by other users: setting it to 0600");
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+    } else {
+        warn!(file = %path.display(), mode, "{what} is readable by other users: `chmod 600` it");
+        Ok(())
+    }
+}
+
 /// Reads a token file: refuses an empty one, warns when others may read it, follows no symlink.
 pub fn read_token(path: &Path) -> Result<String, DataDirError> {
     read_token_file(path, false)
@@ -156,25 +180,7 @@ fn read_token_file(path: &Path, own: bool) -> Result<String, DataDirError> {
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)
         .map_err(io(path))?;
-    let meta = f.metadata().map_err(io(path))?;
-    if meta.mode() & 0o077 != 0 {
-        // Only this user's own file can be (and is) changed; another's is used with the warning.
-        if own && meta.uid() == nix::unistd::geteuid().as_raw() {
-            warn!(
-                file = %path.display(),
-                mode = format!("{:o}", meta.mode() & 0o777),
-                "the secret file was readable by other users: setting it to 0600"
-            );
-            f.set_permissions(std::fs::Permissions::from_mode(0o600))
-                .map_err(io(path))?;
-        } else {
-            warn!(
-                file = %path.display(),
-                mode = format!("{:o}", meta.mode() & 0o777),
-                "the token file is readable by other users: `chmod 600` it"
-            );
-        }
-    }
+    keep_private(&f, path, "the token file", own).map_err(io(path))?;
     let mut text = String::new();
     f.read_to_string(&mut text).map_err(io(path))?;
     let token = text.trim();

@@ -158,7 +158,7 @@ pub struct Dashboard {
 /// or when empty; a kept one open to others is made 0600 again. Never through a symbolic link.
 pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
     use std::io::{Read, Write};
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let path = data_dir.join(READ_TOKEN);
     let no_follow = nix::fcntl::OFlag::O_NOFOLLOW.bits();
     match std::fs::OpenOptions::new()
@@ -169,24 +169,8 @@ pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
         Ok(mut f) => {
             let mut t = String::new();
             f.read_to_string(&mut t)?;
-            let meta = f.metadata()?;
-            if meta.mode() & 0o077 != 0 {
-                // The server's own file is made private; another user's is only warned about.
-                if meta.uid() == nix::unistd::geteuid().as_raw() {
-                    tracing::warn!(
-                        file = %path.display(),
-                        mode = format!("{:o}", meta.mode() & 0o777),
-                        "the read-only token file was readable by other users: setting it to 0600"
-                    );
-                    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-                } else {
-                    tracing::warn!(
-                        file = %path.display(),
-                        mode = format!("{:o}", meta.mode() & 0o777),
-                        "the read-only token file is readable by other users: `chmod 600` it"
-                    );
-                }
-            }
+            // The server's own file is made private; another user's is only warned about.
+            crate::datadir::keep_private(&f, &path, "the read-only token file", true)?;
             if !t.trim().is_empty() {
                 return Ok(t.trim().to_string());
             }
