@@ -1138,14 +1138,11 @@ mod tests {
         }
     }
 
-    /// Serves `fake` on a local port and starts the divisible loop of `me` against it, its agent
-    /// registered as `registered` says: the loop (aborted when dropped) and the server.
-    async fn start(
-        me: DivisibleAgent,
+    /// Serves `fake` on a local port: a channel to it and the server's task.
+    async fn serve(
         fake: Fake,
-        registered: crate::Registered,
     ) -> (
-        Running,
+        tonic::transport::Channel,
         tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     ) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -1160,6 +1157,20 @@ mod tests {
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
             .expect("endpoint")
             .connect_lazy();
+        (channel, server)
+    }
+
+    /// Serves `fake` on a local port and starts the divisible loop of `me` against it, its agent
+    /// registered as `registered` says: the loop (aborted when dropped) and the server.
+    async fn start(
+        me: DivisibleAgent,
+        fake: Fake,
+        registered: crate::Registered,
+    ) -> (
+        Running,
+        tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    ) {
+        let (channel, server) = serve(fake).await;
         // The sender lives as long as the loop's task: a closed watch would end the loop.
         let (keep, connection) = tokio::sync::watch::channel(channel);
         let agent = Running(tokio::spawn(async move {
@@ -1211,18 +1222,7 @@ mod tests {
             refuse: Arc::default(),
         };
         let told = fake.told.clone();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let address = listener.local_addr().expect("address");
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(pb::divisible_server::DivisibleServer::new(fake))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .expect("endpoint")
-            .connect_lazy();
+        let (channel, server) = serve(fake).await;
         let client: Client =
             DivisibleClient::with_interceptor(channel, pb::TokenInterceptor::new("t").expect("t"));
         let out = dir.join("chunk-4.out");
