@@ -2176,3 +2176,16 @@ fn a_jobs_title_counts_its_cancelled_tasks() {
         Duration::from_secs(20),
     );
 }
+
+/// A job's title counts its tasks in the words of `hetsched job N`: `1 task`, not `1 tasks`.
+#[test]
+fn a_one_task_jobs_title_says_1_task() {
+    let Some((_c, mut b)) = three_waiting_jobs_shown("dashboard-one-task-title") else {
+        return;
+    };
+    b.wait_for(
+        "job 3's title counting its one task",
+        "document.getElementById('job-title').textContent.startsWith('Job 3 — third — pending: 1 task, 0 succeeded')",
+        Duration::from_secs(20),
+    );
+}

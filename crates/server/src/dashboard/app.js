@@ -405,11 +405,14 @@ $("jobs-next").addEventListener("click", () => { jobsView.from = Math.max(1, job
 
 const tasksView = { job: null, cursors: ["0"], next: "0", state: "all", jobState: "", timer: null, seq: 0, chunks: null };
 
+// What a job of each kind counts, in the words of `hetsched job N` (`8 instances`, `200 units`).
+const JOB_UNIT = { workflow: "instance", divisible: "unit" };
+
 function updateJobTitle(j) {
   const c = j.counts || {};
   tasksView.jobState = j.state;
   const why = pendingBecause(j);
-  $("job-title").textContent = `Job ${j.id} — ${shown(j.name)} — ${shown(shownState(j))}: ${j.tasks} tasks, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed${c.cancelled ? `, ${c.cancelled} cancelled` : ""}, ${c.running || 0} running${c.queued ? ` (${c.queued} queued)` : ""}, ${c.pending || 0} pending`
+  $("job-title").textContent = `Job ${j.id} — ${shown(j.name)} — ${shown(shownState(j))}: ${count(j.tasks, JOB_UNIT[j.kind] || "task")}, ${c.succeeded || 0} succeeded, ${c.failed || 0} failed${c.cancelled ? `, ${c.cancelled} cancelled` : ""}, ${c.running || 0} running${c.queued ? ` (${c.queued} queued)` : ""}, ${c.pending || 0} pending`
     + (why ? ` — pending because: ${shown(why)}` : "");
 }
 

@@ -695,6 +695,8 @@ impl Dashboard {
                 "id": j.id, "state": j.state, "tasks": j.tasks, "counts": j.counts,
                 "name": j.name, "waiting": j.waiting, "held": j.held, "deferred": j.deferred,
                 "owner": j.owner,
+                // The job's title counts tasks, instances or units by it.
+                "kind": j.kind,
                 // The row's hover says why it waits, live as on the first load.
                 "pending_reason": j.pending_reason,
             })).collect::<Vec<_>>(),
