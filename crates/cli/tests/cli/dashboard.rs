@@ -2189,3 +2189,27 @@ fn a_one_task_jobs_title_says_1_task() {
         Duration::from_secs(20),
     );
 }
+
+/// A job that waits for another (`submit --after`) says which in its title, as `hetsched jobs`'
+/// `pending because` does (`waiting for job 3`). Before, the title said `waiting` and nothing
+/// of what for, and neither did the row.
+#[test]
+fn a_job_waiting_for_another_says_which_in_its_title() {
+    let Some((c, mut b)) = three_waiting_jobs_shown("dashboard-waiting-title") else {
+        return;
+    };
+    c.ok(&["submit", "--name", "fourth", "--after", "3", "--", "true"]);
+    let t = Duration::from_secs(20);
+    b.click("#jobs tr[data-job=\"4\"]", t);
+    b.wait_for(
+        "job 4's title saying what it waits for",
+        "document.getElementById('job-title').textContent.startsWith('Job 4 — fourth — waiting: 1 task') && \
+         document.getElementById('job-title').textContent.includes('waiting for job 3')",
+        t,
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#jobs tr[data-job=\"4\"] td:nth-child(3)').title"),
+        serde_json::json!("waiting for job 3"),
+        "the row's state says it on hover"
+    );
+}

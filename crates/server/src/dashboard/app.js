@@ -335,9 +335,11 @@ function shownState(j) {
   return !why ? j.state : j.state === "running" ? `running (${why})` : why;
 }
 
-// Why a job's pending tasks wait (`pending_reason`), where its shown state does not say it.
+// Why a job's pending tasks wait (`pending_reason`), where its shown state does not say it: a
+// held job's says nothing more, but a waiting one's names the jobs it waits for (`waiting for
+// job 6`, as `hetsched jobs`' pending because), which `waiting` alone does not.
 function pendingBecause(j) {
-  return j.held || j.waiting ? "" : j.pending_reason || "";
+  return j.held ? "" : j.pending_reason || "";
 }
 
 function jobRow(j) {
