@@ -2213,3 +2213,45 @@ fn a_job_waiting_for_another_says_which_in_its_title() {
         "the row's state says it on hover"
     );
 }
+
+/// A workflow's title counts instances, as `hetsched job N` does, and the task-state filter
+/// offers its instances' own states, `waiting` and `ready` (`hetsched tasks --state`): its
+/// pending instances are in those, so `pending` lists none of them. Before, the filter offered
+/// only the batch states and a workflow's 4 pending instances could not be picked out.
+#[test]
+fn a_workflows_instances_are_counted_and_filtered_in_their_own_words() {
+    let Some((c, mut b)) = three_waiting_jobs_shown("dashboard-workflow-filter") else {
+        return;
+    };
+    let wf = c.write(
+        "wf.toml",
+        "name = \"wf\"\n\
+         [[task]]\nname = \"A\"\ninstances = 2\noutputs = [\"m\"]\ncommand = \"echo {index} > {output:m}\"\n\
+         [[task]]\nname = \"B\"\ninstances = 2\ninputs = [\"m\"]\ncommand = \"cat {input:m}\"\n",
+    );
+    c.ok(&["submit", wf.to_str().expect("path")]);
+    let t = Duration::from_secs(20);
+    b.click("#jobs tr[data-job=\"4\"]", t);
+    b.wait_for(
+        "the workflow's title in instances",
+        "document.getElementById('job-title').textContent.startsWith('Job 4 — wf — pending: 4 instances, 0 succeeded')",
+        t,
+    );
+    let rows_in = |b: &mut Browser, state: &str| {
+        b.eval(&format!(
+            "(() => {{ const s = document.getElementById('task-state'); s.value = '{state}'; \
+             s.dispatchEvent(new Event('change')); return [...s.options].some((o) => o.value === '{state}'); }})()"
+        ));
+        b.wait_for(
+            &format!("the workflow's {state} instances"),
+            &format!(
+                "[...document.querySelectorAll('#tasks tbody tr')].length > 0 && \
+                 [...document.querySelectorAll('#tasks tbody tr td:nth-child(4)')].every((td) => td.textContent === '{state}') && \
+                 [...document.querySelectorAll('#tasks tbody tr td:nth-child(2)')].map((td) => td.textContent).join()"
+            ),
+            t,
+        )
+    };
+    assert_eq!(rows_in(&mut b, "ready"), serde_json::json!("A,A"));
+    assert_eq!(rows_in(&mut b, "waiting"), serde_json::json!("B,B"));
+}

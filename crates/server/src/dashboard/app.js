@@ -445,6 +445,15 @@ function renderJobDetail(j) {
     kind = `workflow balanced by <b>${esc(j.balancer)}</b>: its launch node sent ${j.launch_sent} and received ${j.launch_received} messages`;
   }
   $("job-kind").innerHTML = kind;
+  // A workflow's pending instances are `waiting` or `ready` (`hetsched tasks --state`), never
+  // `pending`: the filter offers those states for a workflow only, and a job of another kind
+  // opened with one of them chosen lists all its tasks.
+  const workflow = j.kind === "workflow";
+  for (const o of $("task-state").querySelectorAll(".workflow-state")) o.hidden = !workflow;
+  if (!workflow && (tasksView.state === "waiting" || tasksView.state === "ready")) {
+    tasksView.state = "all";
+    $("task-state").value = "all";
+  }
   // A divisible job runs chunks, not tasks: the tasks table lists them, and it has no
   // applications to show.
   tasksView.chunks = d ? (d.chunks || []) : null;
