@@ -2255,3 +2255,20 @@ fn a_workflows_instances_are_counted_and_filtered_in_their_own_words() {
     assert_eq!(rows_in(&mut b, "ready"), serde_json::json!("A,A"));
     assert_eq!(rows_in(&mut b, "waiting"), serde_json::json!("B,B"));
 }
+
+/// The chart of tasks by state draws the cancelled ones too, as the header's counts do: its
+/// lines add up to every task. Before, it drew pending, running, succeeded and failed only, and
+/// a cancelled job's tasks left the pending line for no other.
+#[test]
+fn the_tasks_by_state_chart_draws_the_cancelled_tasks() {
+    let Some((c, mut b)) = three_waiting_jobs_shown("dashboard-cancelled-chart") else {
+        return;
+    };
+    c.ok(&["cancel", "3"]);
+    b.wait_for(
+        "the cancelled task on the chart beside the two pending",
+        "(() => { const s = charts.states, i = s.series.findIndex((x) => x.label === 'cancelled'); \
+         return i > 0 && s.data[i].at(-1) === 1 && s.data[s.series.findIndex((x) => x.label === 'pending')].at(-1) === 2; })()",
+        Duration::from_secs(20),
+    );
+}

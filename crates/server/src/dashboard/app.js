@@ -103,7 +103,7 @@ const palette = ["#2f7de1", "#2a9d5b", "#d64545", "#b58b00", "#8e44ad", "#16a085
 
 const charts = {
   states: null, rates: null, load: null, gpu: null,
-  data: { t: [], pending: [], running: [], succeeded: [], failed: [], dispatch: [], complete: [] },
+  data: { t: [], pending: [], running: [], succeeded: [], failed: [], cancelled: [], dispatch: [], complete: [] },
   nodeNames: [], load: null, loadData: [], gpuData: [],
 };
 
@@ -113,7 +113,9 @@ function initCharts() {
     { label: "running", stroke: "#2f7de1" },
     { label: "succeeded", stroke: "#2a9d5b" },
     { label: "failed", stroke: "#d64545" },
-  ], "tasks"), [[], [], [], [], []], $("chart-states"));
+    // Cancelled tasks leave the pending or running line: drawn, the lines add up to every task.
+    { label: "cancelled", stroke: "#b58b00" },
+  ], "tasks"), [[], [], [], [], [], []], $("chart-states"));
   charts.rates = new uPlot(chartOpts($("chart-rates"), [
     { label: "dispatched/s", stroke: "#2f7de1" },
     { label: "completed/s", stroke: "#2a9d5b" },
@@ -144,14 +146,14 @@ function onTick(ev) {
   const done = (c.succeeded || 0) + (c.failed || 0) + (c.cancelled || 0);
   live(done);
   push(d.t, ev.t);
-  for (const k of ["pending", "running", "succeeded", "failed"]) push(d[k], c[k] || 0);
+  for (const k of ["pending", "running", "succeeded", "failed", "cancelled"]) push(d[k], c[k] || 0);
   if (last) {
     const dt = Math.max(1e-3, ev.t - last.t);
     push(d.dispatch, Math.max(0, (ev.dispatched - last.dispatched) / dt));
     push(d.complete, Math.max(0, (done - last.done) / dt));
   } else { push(d.dispatch, 0); push(d.complete, 0); }
   last = { t: ev.t, dispatched: ev.dispatched, done };
-  charts.states.setData([d.t, d.pending, d.running, d.succeeded, d.failed]);
+  charts.states.setData([d.t, d.pending, d.running, d.succeeded, d.failed, d.cancelled]);
   charts.rates.setData([d.t, d.dispatch, d.complete]);
 
   const names = (ev.nodes || []).map((n) => n.name);
