@@ -2272,3 +2272,36 @@ fn the_tasks_by_state_chart_draws_the_cancelled_tasks() {
         Duration::from_secs(20),
     );
 }
+
+/// A running job whose pending tasks are held reads `running (held)` in the jobs table, as in
+/// its title and in `hetsched jobs`. Before, the row cut the state to its first word and read
+/// `running`, as if its pending tasks would start.
+#[test]
+fn a_running_jobs_row_says_its_pending_tasks_are_held() {
+    let mut c = Cluster::start("dashboard-running-held", true);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&[
+        "submit", "--name", "pair", "--tasks", "2", "--", "sleep", "60",
+    ]);
+    let start = std::time::Instant::now();
+    while c.json(&["job", "1"])["counts"]["running"].as_u64() != Some(1) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "job 1's first task never ran"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.ok(&["hold", "1"]);
+    let Some(bin) = chromium_or_skip() else {
+        return;
+    };
+    let mut b = signed_in(&c, bin);
+    b.wait_for(
+        "job 1's row reading running (held)",
+        "(() => { const td = document.querySelector('#jobs tr[data-job=\"1\"] td:nth-child(3)'); \
+         return td.textContent === 'running (held)' && td.classList.contains('state-running'); })()",
+        Duration::from_secs(20),
+    );
+    c.ok(&["cancel", "1"]);
+}

@@ -346,10 +346,11 @@ function pendingBecause(j) {
 
 function jobRow(j) {
   const c = j.counts || {};
-  const st = shownState(j).split(" ")[0];
+  // The state as `hetsched jobs` writes it (`running (held)`); coloured by its first word.
+  const state = shownState(j), st = state.split(" ")[0];
   // Whose it is, once users submit (the admin's jobs show no owner).
   const owner = j.owner && j.owner !== "admin" ? ` <span class="owner">(${esc(j.owner)})</span>` : "";
-  return `<td>${j.id}</td><td>${esc(j.name)}${owner}</td><td class="state-${esc(st)}" title="${esc(pendingBecause(j))}">${esc(st)}</td><td>${bar(j)}</td>
+  return `<td>${j.id}</td><td>${esc(j.name)}${owner}</td><td class="state-${esc(st)}" title="${esc(pendingBecause(j))}">${esc(state)}</td><td>${bar(j)}</td>
     <td>${c.pending || 0}</td><td>${runningText(c)}</td><td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td>`;
 }
 
