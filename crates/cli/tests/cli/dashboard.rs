@@ -2305,3 +2305,36 @@ fn a_running_jobs_row_says_its_pending_tasks_are_held() {
     );
     c.ok(&["cancel", "1"]);
 }
+
+/// A divisible job's detail lists its workers as `hetsched job N` does: each agent's measured
+/// speed, its memory cap, the units and chunks it did and whether it is alive. Before, the page
+/// showed the job's units done in all and its chunks, not who computed them or how fast.
+#[test]
+fn a_divisible_jobs_workers_are_listed_with_their_speed_and_units() {
+    let mut c = Cluster::start("dashboard-div-workers", true);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let job = c.write(
+        "div.toml",
+        "[[divisible]]\nname = \"count\"\nunits = 60\ncommand = \"echo {start} {end}\"\n",
+    );
+    c.ok(&["submit", job.to_str().expect("path"), "--wait"]);
+    let worker = &c.json(&["job", "1"])["divisible"]["workers"][0];
+    let chunks = worker["chunks_done"].as_u64().expect("chunks_done");
+    let speed = format!("{:.1}", worker["speed"].as_f64().expect("speed"));
+    let Some(bin) = chromium_or_skip() else {
+        return;
+    };
+    let mut b = signed_in(&c, bin);
+    let row = b.wait_for(
+        "agent a's row among the job's workers",
+        "(() => { const tr = document.querySelector('#divisible-workers tbody tr[data-worker=\"a\"]'); \
+         return tr && [...tr.children].map((td) => td.textContent); })()",
+        Duration::from_secs(20),
+    );
+    assert_eq!(
+        row,
+        serde_json::json!(["a", speed, "unlimited", "60", chunks.to_string(), "yes"]),
+        "a's speed, memory, units, chunks and liveness"
+    );
+}

@@ -444,6 +444,15 @@ function renderJobDetail(j) {
     kind = `divisible load <b>${esc(d.name)}</b> (${esc(d.algo)}): ${d.units_done}/${d.units} units, ${count(d.rounds, "round")}`
       + ((d.requires || []).length ? ` · on nodes with <span class="requires">${esc(d.requires.join(", "))}</span>` : "")
       + (d.message ? ` · ${esc(d.message)}` : "");
+    // Who computes it and how fast, as `hetsched job N`'s table of agents: the planner sizes
+    // each agent's chunks by its measured speed and memory.
+    const workers = (d.workers || []).map((w) => `<tr data-worker="${esc(w.name)}"><td>${esc(w.name)}</td>`
+      + `<td class="num">${(Number(w.speed) || 0).toFixed(1)}</td><td class="num">${w.memory_units ? w.memory_units : "unlimited"}</td>`
+      + `<td class="num">${w.units_done}</td><td class="num">${w.chunks_done}</td><td>${w.alive ? "yes" : "no"}</td></tr>`).join("");
+    if (workers) {
+      kind += `<table id="divisible-workers"><thead><tr><th>agent</th><th title="measured">speed (units/s)</th><th title="the most units a chunk holds on it">memory (units)</th>`
+        + `<th>units</th><th>chunks</th><th>alive</th></tr></thead><tbody>${workers}</tbody></table>`;
+    }
   } else if (j.balancer) {
     kind = `workflow balanced by <b>${esc(j.balancer)}</b>: its launch node sent ${j.launch_sent} and received ${j.launch_received} messages`;
   }
