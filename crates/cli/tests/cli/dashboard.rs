@@ -2338,3 +2338,29 @@ fn a_divisible_jobs_workers_are_listed_with_their_speed_and_units() {
         "a's speed, memory, units, chunks and liveness"
     );
 }
+
+/// A workflow's applications say how many of their pending instances are ready (their inputs
+/// made, waiting for a node) beside those that wait for their producers, as `hetsched job N`'s
+/// waiting and ready columns do. Before, the row said `2` pending for either.
+#[test]
+fn a_workflows_applications_say_how_many_pending_instances_are_ready() {
+    let Some((c, mut b)) = three_waiting_jobs_shown("dashboard-workflow-ready") else {
+        return;
+    };
+    let wf = c.write(
+        "wf.toml",
+        "name = \"wf\"\n\
+         [[task]]\nname = \"A\"\ninstances = 2\noutputs = [\"m\"]\ncommand = \"echo {index} > {output:m}\"\n\
+         [[task]]\nname = \"B\"\ninstances = 2\ninputs = [\"m\"]\ncommand = \"cat {input:m}\"\n",
+    );
+    c.ok(&["submit", wf.to_str().expect("path")]);
+    let t = Duration::from_secs(20);
+    b.click("#jobs tr[data-job=\"4\"]", t);
+    let pending = b.wait_for(
+        "the workflow's applications",
+        "document.getElementById('job-title').textContent.startsWith('Job 4 — wf') && \
+         ['A', 'B'].map((a) => document.querySelector(`#apps tr[data-app=\"${a}\"] td:nth-child(3)`).textContent)",
+        t,
+    );
+    assert_eq!(pending, serde_json::json!(["2 (2 ready)", "2"]));
+}

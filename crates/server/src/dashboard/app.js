@@ -428,12 +428,14 @@ function renderJobDetail(j) {
   const ms = (x) => (x ? human(x * 1e6) : "-");
   $("apps").querySelector("tbody").innerHTML = (j.apps || []).map((a) => {
     const c = a.counts || {};
+    // Of a workflow task's pending instances, those whose inputs are made (`ready`, as `hetsched
+    // job N`'s column): they wait for a node, the others for their producers.
     const variants = [a.has_cpu ? "cpu" : "", a.has_gpu ? "gpu" : ""].filter(Boolean).join(", ") || "-";
     const mean = [a.has_cpu ? `cpu ${ms(a.mean_cpu_ms)}` : "", a.has_gpu ? `gpu ${ms(a.mean_gpu_ms)}` : ""].filter(Boolean).join(" · ") || "-";
     // One figure when the variants agree (or one has none), as `hetsched job` writes it.
     const cl = a.cpu_time_limit_ms || 0, gl = a.gpu_time_limit_ms || 0;
     const limit = !cl && !gl ? "none" : cl === gl || !gl ? ms(cl) : !cl ? ms(gl) : `cpu ${ms(cl)} · gpu ${ms(gl)}`;
-    return `<tr data-app="${esc(a.name)}"><td>${esc(a.name)}</td><td>${a.tasks}</td><td>${c.pending || 0}</td><td>${runningText(c)}</td>
+    return `<tr data-app="${esc(a.name)}"><td>${esc(a.name)}</td><td>${a.tasks}</td><td>${c.pending || 0}${a.ready ? ` (${a.ready} ready)` : ""}</td><td>${runningText(c)}</td>
       <td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td><td>${variants}</td>
       <td class="requires">${esc((a.requires || []).join(", ") || "-")}</td><td class="priority">${a.priority || 0}</td><td class="max-running">${a.max_running || "no limit"}</td><td class="time-limit">${limit}</td>
       <td>${mean}</td><td>${ms(a.cpu_ms)}</td><td>${bytes(a.max_rss_bytes)}</td></tr>`;
