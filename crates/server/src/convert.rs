@@ -34,6 +34,7 @@ pub fn registration(req: &pb::RegisterRequest) -> Result<Registration, StateErro
         hostname: req.hostname.clone(),
         work_dir: req.work_dir.clone(),
         version: req.version.clone(),
+        rack: req.rack.clone(),
     })
 }
 

@@ -71,6 +71,11 @@ pub struct NodeRec {
     /// predates saying it). Stored with its description: an agent registers again only when
     /// it restarts, so a restarted server would otherwise list every node as unknown.
     pub version: String,
+    /// The rack its agent named as it last registered (empty: the default rack, or a row stored
+    /// before racks were kept). Stored with its description: heartbeats say it too, but a node
+    /// not heard since the server started (a dead one) was listed in a rack of no one's
+    /// naming, `rack0`.
+    pub rack: String,
     /// Why its stored description was past a registration bound when the server read it
     /// ([`crate::limits::stored_node_problem`], naming the field): it is then kept out of the
     /// scheduler (not alive, its figures past a bound replaced by none, [`out_of_bounds_stand_in`])
@@ -179,6 +184,7 @@ impl NodeRec {
             hostname: String::new(),
             work_dir: String::new(),
             version: String::new(),
+            rack: String::new(),
             out_of_bounds: None,
             kept_out_awaiting_return: false,
         }
@@ -578,6 +584,7 @@ impl Nodes {
             hostname,
             work_dir,
             agent_version,
+            agent_rack,
         } = serde_json::from_str(&row.spec)
             .map_err(|e| StoreError::Corrupt(format!("node {}: {e}", row.id)))?;
         if spec.id != NodeId(row.id) || row.id as usize != self.recs.len() {
@@ -613,6 +620,7 @@ impl Nodes {
         rec.hostname = hostname;
         rec.work_dir = work_dir;
         rec.version = agent_version;
+        rec.rack = agent_rack;
         self.admit(rec);
         Ok(&self.recs[self.recs.len() - 1])
     }
@@ -814,6 +822,9 @@ struct StoredNode {
     work_dir: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     agent_version: String,
+    /// Not `rack`: the flattened description has a `rack` of its own (a number).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    agent_rack: String,
 }
 
 /// Where a node's agent is, and what it runs, as stored beside its description: its host
@@ -823,6 +834,7 @@ struct Place<'a> {
     hostname: &'a str,
     work_dir: &'a str,
     version: &'a str,
+    rack: &'a str,
 }
 
 impl NodeRec {
@@ -831,6 +843,7 @@ impl NodeRec {
             hostname: &self.hostname,
             work_dir: &self.work_dir,
             version: &self.version,
+            rack: &self.rack,
         }
     }
 }
@@ -841,6 +854,7 @@ fn node_json(spec: &Node, at: Place<'_>) -> Result<String, StateError> {
         hostname: at.hostname.to_string(),
         work_dir: at.work_dir.to_string(),
         agent_version: at.version.to_string(),
+        agent_rack: at.rack.to_string(),
     })
     .map_err(|e| StateError::Invalid(format!("node description: {e}")))
 }
@@ -864,6 +878,7 @@ impl State {
             hostname,
             work_dir,
             version,
+            rack,
         } = req;
         // Once per registration: a mixed-version cluster behaves differently (docs/runtime.md,
         // "Upgrading"), and the operator should hear which node lags.
@@ -874,6 +889,7 @@ impl State {
             hostname: &hostname,
             work_dir: &work_dir,
             version: &version,
+            rack: &rack,
         };
         // What the agent is told about its description, if the server kept another.
         let mut note = String::new();
@@ -905,8 +921,9 @@ impl State {
                 || rec.hostname != hostname
                 || rec.work_dir != work_dir
                 || rec.version != version
+                || rec.rack != rack
             {
-                info!(node = %name, attributes = ?spec.attributes, %hostname, %work_dir, %version, "node attributes, host name, work directory or agent version changed");
+                info!(node = %name, attributes = ?spec.attributes, %hostname, %work_dir, %version, %rack, "node attributes, host name, work directory, agent version or rack changed");
                 let mut relabelled = rec.spec.clone();
                 relabelled.attributes = std::mem::take(&mut spec.attributes);
                 self.store.put_node(&NodeRow {
@@ -923,6 +940,7 @@ impl State {
                 rec.hostname = hostname;
                 rec.work_dir = work_dir;
                 rec.version = version;
+                rec.rack = rack;
             }
             let rec = &self.nodes.recs[id as usize];
             spec.attributes.clone_from(&rec.spec.attributes);
@@ -974,6 +992,7 @@ impl State {
             rec.hostname = hostname;
             rec.work_dir = work_dir;
             rec.version = version;
+            rec.rack = rack;
             self.nodes.admit(rec);
             id
         };
@@ -1486,7 +1505,13 @@ impl State {
                             e.saturating_duration_since(Instant::now()).as_millis() as u64
                         }),
                         left: n.left,
-                        rack: n.spec.rack.to_string(),
+                        // As its agent registered it; a heartbeat's, once heard, in
+                        // `accel_nodes`.
+                        rack: if n.rack.is_empty() {
+                            super::accel::DEFAULT_RACK.to_string()
+                        } else {
+                            n.rack.clone()
+                        },
                         attributes: n.spec.all_attributes(),
                         backed_off: self
                             .jobs
@@ -1554,6 +1579,7 @@ mod tests {
             hostname: String::new(),
             work_dir: String::new(),
             version: crate::VERSION.into(),
+            rack: String::new(),
         })
         .expect("register")
         .node_id
@@ -1568,6 +1594,50 @@ mod tests {
             ..Default::default()
         })
         .expect("beat");
+    }
+
+    /// A node is listed in the rack its agent registered with, before its first heartbeat and
+    /// after a restart that has not heard from it again (a dead node). Before, both listed it in
+    /// `rack0`, a rack of no one's naming, which the dashboard drew as a rack of its own.
+    #[test]
+    fn a_node_is_listed_in_its_agents_rack_before_a_heartbeat_and_after_a_restart() {
+        let dir = std::env::temp_dir().join(format!("hetsched-node-rack-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let open = || {
+            State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+        };
+        let rack_of = |s: &State| {
+            s.list_nodes()
+                .into_iter()
+                .find(|n| n.name == "n")
+                .map(|n| n.rack)
+        };
+        let mut s = open();
+        s.on_register(Registration {
+            name: "n".into(),
+            spec: described("n", 0),
+            identity: IDENTITY.into(),
+            hostname: String::new(),
+            work_dir: String::new(),
+            version: crate::VERSION.into(),
+            rack: "r2".into(),
+        })
+        .expect("register");
+        assert_eq!(
+            rack_of(&s).as_deref(),
+            Some("r2"),
+            "before its first heartbeat"
+        );
+        drop(s);
+        let s = open();
+        assert_eq!(rack_of(&s).as_deref(), Some("r2"), "after a restart");
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The live devices kept equal those counted afresh over the nodes.
@@ -1668,6 +1738,7 @@ mod tests {
                             hostname: "",
                             work_dir: "",
                             version: "",
+                            rack: "",
                         },
                     )
                     .expect("json"),

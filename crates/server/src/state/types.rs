@@ -23,6 +23,8 @@ pub struct Registration {
     pub work_dir: String,
     /// The agent's hetsched version (empty: an agent that predates saying it).
     pub version: String,
+    /// The rack its agent names (`--rack`; empty: the default rack).
+    pub rack: String,
 }
 
 /// The free space of an agent's work directory's filesystem, as its heartbeat reported it.
