@@ -2364,3 +2364,20 @@ fn a_workflows_applications_say_how_many_pending_instances_are_ready() {
     );
     assert_eq!(pending, serde_json::json!(["2 (2 ready)", "2"]));
 }
+
+/// The header's counts say what they count on hover: batch tasks and workflow instances, not a
+/// divisible job's units (its row counts those), so that a reader adding up the jobs table
+/// knows why they differ. Before, nothing said so.
+#[test]
+fn the_headers_counts_say_what_they_count() {
+    let Some((_c, mut b)) = three_waiting_jobs_shown("dashboard-summary-title") else {
+        return;
+    };
+    let title = b.eval("document.getElementById('summary').title");
+    assert!(
+        title
+            .as_str()
+            .is_some_and(|t| t.contains("workflow instances") && t.contains("divisible")),
+        "{title}"
+    );
+}
