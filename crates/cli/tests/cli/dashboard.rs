@@ -2381,3 +2381,38 @@ fn the_headers_counts_say_what_they_count() {
         "{title}"
     );
 }
+
+/// Signed in with the read-only token, which reads no task output, a task's output cell says so
+/// on hover instead of offering links that answer 403; the client token's page has the links.
+/// Before, the read-only page offered `stdout` and `stderr` links that only said it was refused.
+#[test]
+fn the_read_only_token_is_offered_no_output_links_it_cannot_follow() {
+    let mut c = Cluster::start("dashboard-read-only-links", true);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--name", "hello", "--wait", "--", "echo", "hi"]);
+    let Some(bin) = chromium_or_skip() else {
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let output_cell = "(() => { const tr = document.querySelector('#tasks tbody tr[data-task=\"0\"]'); \
+         const td = tr && tr.querySelector('td:nth-child(13)'); \
+         return td && [td.querySelectorAll('a').length, td.textContent, td.querySelector('[title]')?.title || '']; })()";
+    let mut b = signed_in(&c, bin);
+    let read_only = b.wait_for("task 0's output cell, read-only", output_cell, t);
+    assert_eq!(read_only[0], 0, "no links: {read_only}");
+    assert_eq!(read_only[1], "-");
+    assert!(
+        read_only[2]
+            .as_str()
+            .is_some_and(|t| t.contains("read-only token reads no task output")),
+        "{read_only}"
+    );
+    let mut b = sign_in_as(
+        &c,
+        Browser::start(bin, &c.dir.join("browser-client")),
+        "token",
+    );
+    let client = b.wait_for("task 0's output cell, client token", output_cell, t);
+    assert_eq!(client[0], 2, "stdout and stderr: {client}");
+}

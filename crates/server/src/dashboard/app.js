@@ -61,6 +61,14 @@ const shown = (s) => String(s ?? "").replace(ESCAPED, (c) => ({ "\t": "\\t", "\r
 // The same, HTML-escaped: every string of the server's put into innerHTML goes through it.
 const esc = (s) => shown(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 
+// Who the page is signed in as (`/api/me`): the read-only token reads no task output, so its
+// page offers no output links (they would answer 403). Until the answer comes, links are shown.
+let me = null;
+const meLoaded = Promise.resolve().then(() => api("/api/me")).then((m) => { me = m; }, (e) => console.error(e));
+const NO_OUTPUT = "the read-only token reads no task output: sign in with the client token or your own";
+// A task's or chunk's output cell: its stdout and stderr links (`link(stream)`), or why there are none.
+const outputLinks = (link) => (me && me.reads_output === false ? `<span title="${esc(NO_OUTPUT)}">-</span>` : `${link("stdout")} ${link("stderr")}`);
+
 async function api(path) {
   const r = await fetch(path, { credentials: "same-origin", cache: "no-store" });
   if (r.status === 401) { location.href = "/login"; throw new Error("signed out"); }
@@ -487,7 +495,7 @@ function renderChunks() {
     const log = (s) => `<a href="/api/log?job=${tasksView.job}&task=${c.chunk}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
     return `<tr data-chunk="${c.chunk}"><td>chunk ${c.chunk}</td><td>round ${c.round}</td><td>units ${c.start}..${c.end}</td>
       <td class="state-${esc(c.shown)}">${esc(c.shown)}</td><td>1</td><td>${esc(c.worker || "-")}</td><td>-</td><td>-</td><td>-</td>
-      <td>${c.compute_s ? human(c.compute_s * 1e9) : "-"}</td><td>-</td><td>-</td><td>${log("stdout")} ${log("stderr")}</td><td class="msg"></td></tr>`;
+      <td>${c.compute_s ? human(c.compute_s * 1e9) : "-"}</td><td>-</td><td>-</td><td>${outputLinks(log)}</td><td class="msg"></td></tr>`;
   }).join("");
   $("tasks-where").textContent = `${count(rows.length, "chunk")} shown of ${kept.length}${kept.length < all.length ? ` (${all.length} in the job)` : ""}, newest first`;
   for (const b of ["tasks-prev", "tasks-first", "tasks-next"]) $(b).disabled = true;
@@ -531,6 +539,7 @@ function runTime(t) {
 }
 
 async function loadTasks() {
+  await meLoaded;
   const cursor = tasksView.cursors[tasksView.cursors.length - 1];
   const seq = ++tasksView.seq;
   clearTimeout(tasksView.timer);
@@ -560,7 +569,7 @@ async function loadTasks() {
       <td>${attemptCell(t)}</td><td>${esc(t.node || "-")}${more}</td><td>${esc(t.variant || "-")}</td>
       <td>${esc((t.devices || []).join(",") || "-")}</td><td>${fetchTime(t)}</td><td>${runTime(t)}</td>
       <td>${t.usage ? human((t.usage.cpu_user_ms + t.usage.cpu_system_ms) * 1e6) : "-"}</td><td>${t.usage ? bytes(t.usage.max_rss_bytes) : "-"}</td>
-      <td>${t.attempt > 0 ? `${log("stdout")} ${log("stderr")}` : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
+      <td>${t.attempt > 0 ? outputLinks(log) : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
   }).join("");
   const n = tasksView.cursors.length;
   $("tasks-where").textContent = `page ${n} · ${count(page.tasks.length, "task")} shown of ${page.total} in the job`;

@@ -1039,6 +1039,21 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             }
         }
     };
+    // Who the page is signed in as, so that it offers only what that caller may follow: the
+    // read-only token reads no task output, and its page shows no links that would answer 403.
+    let me = {
+        let d = d.clone();
+        move |headers: HeaderMap| async move {
+            let Some(who) = d.authed(&headers) else {
+                return unauthorized();
+            };
+            json(&serde_json::json!({
+                "name": &*who.name,
+                "admin": who.admin,
+                "reads_output": who.reads_output(),
+            }))
+        }
+    };
     let allocations = {
         let d = d.clone();
         move |headers: HeaderMap| async move {
@@ -1229,6 +1244,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         .route("/api/job", get(job))
         .route("/api/tasks", get(tasks))
         .route("/api/nodes", get(nodes))
+        .route("/api/me", get(me))
         .route("/api/allocations", get(allocations))
         .route("/api/users", get(users))
         .route("/api/usage", get(usage))
