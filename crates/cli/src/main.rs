@@ -44,7 +44,7 @@ enum Command {
     Stream(stream::StreamCommand),
     #[command(flatten)]
     Runtime(Box<runtime::RuntimeCommand>),
-    /// Long-running stream topologies on the runtime: submit, list, show, kill, rebalance.
+    /// Long-running stream topologies on the runtime: submit, list, show, log, kill, rebalance, purge.
     #[command(subcommand)]
     Topology(topology::TopologyCommand),
     /// A stream topology's worker process (started by agents).
@@ -141,5 +141,69 @@ fn main() -> std::process::ExitCode {
                 std::process::ExitCode::from,
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// A command group whose help names its subcommands as `hetsched GROUP a|b|c` (`node`, `user`)
+    /// (or ends with `: a, b, c`, `topology`) names every one of them, so that `hetsched --help` does not hide one (`user limit` was
+    /// missing) and names none that does not exist.
+    #[test]
+    fn a_command_groups_help_lists_every_subcommand_it_has() {
+        let cli = Cli::command();
+        let mut checked = 0;
+        for group in cli.get_subcommands() {
+            let about = group.get_about().map(|a| a.to_string()).unwrap_or_default();
+            let marker = format!("`hetsched {} ", group.get_name());
+            let listed = if let Some(at) = about.find(&marker) {
+                // `hetsched node remove|drain|resume|stop NAME`
+                let list = about[at + marker.len()..]
+                    .split([' ', '`'])
+                    .next()
+                    .unwrap_or_default();
+                if !list.contains('|') {
+                    continue;
+                }
+                list.to_string()
+            } else {
+                // `…: submit, list, show, kill, rebalance` at the end of the line.
+                let Some((_, tail)) = about.rsplit_once(": ") else {
+                    continue;
+                };
+                let words: Vec<&str> = tail.split(", ").collect();
+                if words.len() < 2
+                    || words
+                        .iter()
+                        .any(|w| w.is_empty() || !w.chars().all(|c| c.is_ascii_lowercase()))
+                {
+                    continue;
+                }
+                words.join("|")
+            };
+            let list = listed.as_str();
+            let mut listed: Vec<&str> = list.split('|').collect();
+            listed.sort_unstable();
+            let mut actual: Vec<&str> = group
+                .get_subcommands()
+                .map(|c| c.get_name())
+                .filter(|n| *n != "help")
+                .collect();
+            actual.sort_unstable();
+            assert_eq!(
+                listed,
+                actual,
+                "`hetsched {} --help` names {list}",
+                group.get_name()
+            );
+            checked += 1;
+        }
+        assert!(
+            checked >= 3,
+            "the `node`, `user` and `topology` groups are checked"
+        );
     }
 }

@@ -266,7 +266,7 @@ pub enum RuntimeCommand {
     /// Manage nodes (`hetsched node remove|drain|resume|stop NAME`).
     #[command(subcommand)]
     Node(NodeCommand),
-    /// Manage users (`hetsched user add|remove|list|whoami`): the admin (who holds the server's
+    /// Manage users (`hetsched user add|remove|list|limit|whoami`): the admin (who holds the server's
     /// DATA_DIR/token) gives each user a token of its own; a user's jobs are its own to change.
     #[command(subcommand)]
     User(UserCommand),

@@ -1,4 +1,4 @@
-//! `hetsched user add|remove|list|whoami`: the admin gives each user a token of its own (see
+//! `hetsched user add|remove|list|limit|whoami`: the admin gives each user a token of its own (see
 //! docs/runtime.md, "Users"); a user's jobs are its own to change.
 
 use super::client::{answer, connect, json, refused, table};
