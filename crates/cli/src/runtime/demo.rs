@@ -274,8 +274,9 @@ async fn jobs(
         .await?
         .into_inner();
     println!(
-        "submitted job {}: lu (CPU+GPU), qr (CPU), cholesky (GPU+CPU), {} tasks each, n ≈ {n}",
-        reply.job_id, tasks
+        "submitted job {}: lu (CPU+GPU), qr (CPU), cholesky (GPU+CPU), {} each, n ≈ {n}",
+        reply.job_id,
+        hetsched_core::text::count(u64::from(tasks), "task")
     );
     let waited = wait_on(
         &mut api,

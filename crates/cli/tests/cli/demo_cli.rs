@@ -26,6 +26,11 @@ fn the_demo_runs_its_workflow_and_prints_the_checked_sum() {
         assert!(stdout.contains(&format!("{task}[")), "{task}: {stdout}");
     }
     assert!(stdout.contains("launch node:"), "{stdout}");
+    // `--tasks 1` reads as one task, not `1 tasks`.
+    assert!(
+        stdout.contains("cholesky (GPU+CPU), 1 task each,"),
+        "{stdout}"
+    );
 }
 
 /// The directory the demo said it keeps its data in (`…, data in DIR`).
