@@ -228,7 +228,8 @@ pub enum RuntimeCommand {
         #[arg(long, value_name = "STATE", value_delimiter = ',')]
         state: Vec<NodeStateFilter>,
         /// Also the nodes whose agents left on purpose (their time limit or idle timeout
-        /// ended, or a signal stopped them): `left (idle-timeout)` in the `alive` column. Dead
+        /// ended, a signal or `hetsched node stop` stopped them): `left (idle-timeout)`,
+        /// `left (operator)`… in the `alive` column. Dead
         /// nodes, whose agents stopped heartbeating, are always listed.
         #[arg(long)]
         all: bool,
