@@ -50,8 +50,8 @@ pub struct CommandJobArgs {
     pub kind: Option<String>,
     /// Whole nodes each task holds (HyperQueue's and Slurm's `--nodes`): with 2 or more, a task
     /// holds every core, all memory and every GPU of N nodes and runs on the first of them, with
-    /// `HETSCHED_NODE_FILE` naming their hosts one per line (`mpirun --hostfile
-    /// $HETSCHED_NODE_FILE -np $HETSCHED_TOTAL_CORES …`), `HETSCHED_NODES`, `HETSCHED_NUM_NODES`
+    /// `HETSCHED_NODE_FILE` naming their hosts one per line (`--shell -- 'mpirun --hostfile
+    /// "$HETSCHED_NODE_FILE" -np "$HETSCHED_TOTAL_CORES" …'`), `HETSCHED_NODES`, `HETSCHED_NUM_NODES`
     /// and `HETSCHED_NODE_CORES`; not with `--cores`, `--memory`, `--gpus` or `--pin`.
     #[arg(long, value_name = "N")]
     pub nodes: Option<u32>,
