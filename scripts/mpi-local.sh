@@ -46,7 +46,7 @@ for _ in $(seq 100); do
 done
 echo "$(mpirun --version | head -1); three agents of one core on $(hostname)"
 
-echo "1. hetsched submit --nodes 3 -- mpirun --hostfile \$HETSCHED_NODE_FILE -np \$HETSCHED_TOTAL_CORES"
+echo "1. hetsched submit --nodes 3 --shell -- 'mpirun --hostfile \"\$HETSCHED_NODE_FILE\" -np \$HETSCHED_TOTAL_CORES …'"
 "$BIN" submit --nodes 3 --name mpi --app mpi --shell -- \
   "mpirun $ROOT_FLAG --oversubscribe --hostfile \"\$HETSCHED_NODE_FILE\" -np \$HETSCHED_TOTAL_CORES \
    sh -c 'echo rank \$OMPI_COMM_WORLD_RANK of \$OMPI_COMM_WORLD_SIZE on \$(hostname); sleep 3'; \
