@@ -1047,9 +1047,13 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let Some(who) = d.authed(&headers) else {
                 return unauthorized();
             };
+            // The read-only token sees what the admin sees (`Caller::admin` is set for that)
+            // but may change nothing: it is said to be no admin.
+            let read_only = !who.reads_output();
             json(&serde_json::json!({
                 "name": &*who.name,
-                "admin": who.admin,
+                "admin": who.admin && !read_only,
+                "read_only": read_only,
                 "reads_output": who.reads_output(),
             }))
         }

@@ -386,3 +386,49 @@ async fn the_dashboard_shows_each_users_caps_holdings_jobs_and_accounts_to_whom_
     assert!(body.contains("it was purged"), "{body}");
     server.stop().await.expect("stopped");
 }
+
+/// `/api/me` says who the page is signed in as: the admin is an admin who reads output; the
+/// read-only token (what Prometheus holds) is neither — it sees what the admin sees but may
+/// change nothing and read no output; a user is itself. Before, the read-only token was
+/// said to be `"admin": true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_me_says_who_the_caller_is_and_the_read_only_token_is_no_admin() {
+    let d = common::scratch("dashboard-users", "me");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        http_listen: Some("127.0.0.1:0".parse().expect("addr")),
+        ..Default::default()
+    };
+    let (server, channel, http, read_token) = common::serve_http(config).await;
+    let alice_token = api(&channel, &server.token)
+        .add_user(pb::AddUserRequest {
+            name: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("alice")
+        .into_inner()
+        .token;
+    let me = |token: String| async move {
+        let v = get_json(http, "/api/me", &token).await;
+        (
+            v["name"].as_str().unwrap_or_default().to_string(),
+            v["admin"].as_bool(),
+            v["read_only"].as_bool(),
+            v["reads_output"].as_bool(),
+        )
+    };
+    assert_eq!(
+        me(server.token.clone()).await,
+        ("admin".into(), Some(true), Some(false), Some(true))
+    );
+    assert_eq!(
+        me(read_token).await,
+        ("(read-only)".into(), Some(false), Some(true), Some(false)),
+        "the read-only token is no admin"
+    );
+    assert_eq!(
+        me(alice_token).await,
+        ("alice".into(), Some(false), Some(false), Some(true))
+    );
+}
