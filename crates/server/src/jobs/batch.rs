@@ -1612,7 +1612,7 @@ impl Batch {
         let queued = &rd.nodes.prefetch.queued;
         let mut counts = self.job_counts(j);
         counts.queued = queued.count_within(j.tasks.clone());
-        let state = state_of(&counts, j.row.cancelled);
+        let state = shown_state(&counts, j.row.cancelled, j.row.held);
         let finished_ns = if counts.pending + counts.running == 0 {
             self.job_finished_ns(j)
         } else {
@@ -1711,6 +1711,17 @@ fn state_of(counts: &TaskCounts, cancelled: bool) -> &'static str {
         "failed"
     } else {
         "completed"
+    }
+}
+
+/// A job's state as listings show it (`hetsched jobs`, `hetsched job N`, the dashboard, the
+/// users' counts): [`state_of`], except that a started job that is held with none of its tasks
+/// running is `pending`, as a job held at submission: nothing of it runs until it is released,
+/// when it is `running` again. (Dependencies and cancellation go by [`state_of`]: it started.)
+fn shown_state(counts: &TaskCounts, cancelled: bool, held: bool) -> &'static str {
+    match state_of(counts, cancelled) {
+        "running" if held && counts.running == 0 => "pending",
+        state => state,
     }
 }
 
@@ -2875,7 +2886,7 @@ impl JobKind for Batch {
     fn listed_state(&self, id: u64) -> Option<&str> {
         self.job_rec(id)
             .filter(|j| !self.retention.is_purged(j.row.id))
-            .map(|j| self.job_state(j))
+            .map(|j| shown_state(&self.job_counts(j), j.row.cancelled, j.row.held))
     }
 
     fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError> {

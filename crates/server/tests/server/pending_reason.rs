@@ -267,3 +267,49 @@ fn work_an_allocation_queue_could_run_waits_for_it_instead_of_being_refused_or_b
         State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
     assert_eq!(s.allocation_demand(&config.allocation[0], None).1, 0);
 }
+
+/// A running job held (`hetsched hold`) runs on while tasks of it run (`running (held)` in
+/// listings); once they end, only held tasks are left and nothing runs: it reads as a job held
+/// at submission does (`pending`, held: `held`), in its listing and in the users' counts, and
+/// goes back to `running` on release.
+#[test]
+fn a_started_job_whose_running_tasks_ended_while_held_reads_as_held_until_released() {
+    let dir = common::scratch("pending-reason", "held-after-start");
+    let mut s = open(&dir);
+    let n = register_with(&mut s, "n", 2, &[]);
+    let job = submit(&mut s, "a", "", false, &[]);
+    let at_submission = submit(&mut s, "b", "", true, &[]);
+    let first = beat(&mut s, n, &[]);
+    assert_eq!(first.len(), 2, "two of its four tasks start");
+    s.hold(job, true).expect("hold");
+    let info = s.job(job).expect("job");
+    assert_eq!(
+        (info.state.as_str(), info.held),
+        ("running", true),
+        "tasks of it run"
+    );
+    // Its two running tasks end: two tasks are left, both held.
+    let done: Vec<(u64, u32, bool)> = first.iter().map(|&(t, a)| (t, a, true)).collect();
+    let next = s
+        .heartbeat(heartbeat_request(n, &[], &done))
+        .expect("beat")
+        .assignments;
+    assert!(next.is_empty(), "held tasks do not start: {next:?}");
+    let held = s.job(at_submission).expect("job");
+    let info = s.job(job).expect("job");
+    assert_eq!(info.counts.as_ref().map(|c| c.running), Some(0));
+    assert_eq!(
+        (info.state.as_str(), info.held),
+        (held.state.as_str(), held.held),
+        "as a job held at submission: {info:?}"
+    );
+    assert_eq!((info.state.as_str(), info.held), ("pending", true));
+    let listed = s.list_jobs(0, 10);
+    let row = listed.jobs.iter().find(|j| j.id == job).expect("listed");
+    assert_eq!(row.state, "pending", "the listing says so too");
+    // Released: it runs again.
+    s.hold(job, false).expect("release");
+    let info = s.job(job).expect("job");
+    assert_eq!((info.state.as_str(), info.held), ("running", false));
+    assert_eq!(beat(&mut s, n, &[]).len(), 2, "its last two tasks start");
+}
