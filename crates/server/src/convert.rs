@@ -596,6 +596,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             running: n.running,
             queued: n.queued,
             last_seen_ms: n.last_seen_ms,
+            last_heard_ms: n.last_heard_ms,
             read_bytes_per_sec: n.read_bytes_per_sec,
             gpus: n
                 .gpus

@@ -377,6 +377,12 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         {
             tracing::error!("storing the accounts at stop failed: {e}");
         }
+        // When each node was last heard, for `hetsched nodes` after the restart.
+        if let Ok(mut state) = at_stop.lock()
+            && let Err(e) = state.store_heard()
+        {
+            tracing::error!("storing when the nodes were last heard at stop failed: {e}");
+        }
         served
     });
     tracing::info!(%addr, policy = %config.policy, "server listening");

@@ -1259,7 +1259,8 @@ pub async fn nodes(
             } else {
                 n.running.to_string()
             },
-            if n.alive {
+            // A dead node: when it was last heard, if the server knows (after a restart too).
+            if n.alive || n.last_heard_ms > 0 {
                 super::human::ago(Duration::from_millis(n.last_seen_ms))
             } else {
                 "-".to_string()

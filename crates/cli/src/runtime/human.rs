@@ -351,6 +351,10 @@ pub fn node_json(n: &pb::NodeInfo) -> Value {
     if n.version.is_empty() {
         v["version"] = Value::Null;
     }
+    // Unknown: never heard, or dead before a server that kept it.
+    if n.last_heard_ms == 0 {
+        v["last_heard_ms"] = Value::Null;
+    }
     v
 }
 

@@ -1439,9 +1439,36 @@ fn agents_that_leave_on_purpose_are_listed_as_left_and_only_with_all() {
         table.contains("left (idle-timeout)") && !table.contains("DEAD"),
         "{table}"
     );
+    // When each was last heard (Unix ms), which a restart keeps: not `null`, not the restart.
+    let heard = |c: &Cluster| -> Vec<(String, u64)> {
+        let mut l: Vec<(String, u64)> = c
+            .json(&["nodes", "--all"])
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| {
+                let ms = n["last_heard_ms"].as_u64().unwrap_or(0);
+                assert!(ms > 0, "{n}");
+                (n["name"].as_str().unwrap_or("").to_string(), ms)
+            })
+            .collect();
+        l.sort();
+        l
+    };
+    let before = heard(&c);
     c.kill_server();
     c.start_server();
     assert_eq!(left(&c), expected, "a restarted server still knows");
+    assert_eq!(heard(&c), before, "and when it last heard from each");
+    let table = text(&c.cli(&["nodes", "--all"]).stdout);
+    assert!(
+        table.lines().filter(|l| l.contains("left (")).count() == 3
+            && table
+                .lines()
+                .filter(|l| l.contains("left ("))
+                .all(|l| l.contains(" ago")),
+        "each row says how long ago: {table}"
+    );
     c.start_agent("idle", 1, &[]);
     c.wait_for_nodes(1);
     let listed = c.json(&["nodes"]);

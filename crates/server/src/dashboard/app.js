@@ -295,7 +295,8 @@ function renderNodeDetail(n) {
       ? `${(n.accelerators || []).length - n.free_gpus}/${(n.accelerators || []).length} in use: ${(n.accelerators || []).map((a) => esc(a.kind)).join(", ")}` : "none"],
     ["attributes", esc((n.attributes || []).join(", ") || "-")],
     // Heard within the millisecond: "1ms ago" (human writes 0 as "-").
-    ["last heartbeat", n.alive ? `${human(Math.max(1, n.last_seen_ms) * 1e6)} ago` : "-"],
+    // A dead node's: when it was last heard, if the server knows (kept across a restart).
+    ["last heartbeat", n.alive || n.last_heard_ms ? `${human(Math.max(1, n.last_seen_ms) * 1e6)} ago` : "-"],
     ["time left", n.alive && n.time_left_ms != null ? esc(timeLeft(n.time_left_ms)) : "-"],
     ["disk free", n.disk_free_bytes != null ? `${bytes(n.disk_free_bytes)}${n.min_free_disk ? ` (floor ${bytes(n.min_free_disk)})` : ""}` : "-"],
     ["backed off", esc((n.backed_off || []).map((b) => `${b.app} (job ${b.job_id}, ${count(b.failures, "start failure")})`).join("; ") || "-")],

@@ -649,7 +649,7 @@ impl State {
                 ..Default::default()
             });
         }
-        rec.last_seen = Instant::now();
+        rec.heard();
         rec.seen = true;
         rec.read_bps = req.read_bytes_per_sec;
         rec.available_memory = req.available_memory_bytes;

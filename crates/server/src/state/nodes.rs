@@ -22,6 +22,10 @@ pub struct NodeRec {
     pub alive: bool,
     /// Its last registration or heartbeat, or when its agent's last `AwaitWork` call ended.
     pub last_seen: Instant,
+    /// The same moment by the wall clock, Unix ms (0: never heard, as far as the store says). Kept
+    /// in the store when the node is declared dead or leaves and when the server stops
+    /// ([`crate::store::Store::put_heard`]), so a restart still says when a dead node was heard.
+    pub heard_ms: u64,
     /// `AwaitWork` calls its agent holds open now. While one is open and no task runs here, the
     /// node lives without heartbeats (an idle agent beats seldom: `idle_heartbeat_interval`).
     pub awaiting: u32,
@@ -161,11 +165,18 @@ impl NodeRec {
         Some(self.last_seen + limit)
     }
 
+    /// Heard from now (a registration, a heartbeat, an agent's call).
+    pub fn heard(&mut self) {
+        self.last_seen = Instant::now();
+        self.heard_ms = super::now_ns() / 1_000_000;
+    }
+
     fn new(spec: Node, identity: String, removed: bool, seen: bool) -> Self {
         NodeRec {
             spec,
             alive: !removed,
             last_seen: Instant::now(),
+            heard_ms: 0,
             awaiting: 0,
             seen,
             running: HashSet::new(),
@@ -625,8 +636,14 @@ impl Nodes {
         Ok(&self.recs[self.recs.len() - 1])
     }
 
-    /// Marks the nodes the store records as drained (`hetsched node drain` before a restart).
+    /// Marks the nodes the store records as drained (`hetsched node drain` before a restart),
+    /// and when each was last heard from.
     pub(super) fn restore_drains(&mut self, store: &crate::store::Store) -> Result<(), StoreError> {
+        for (id, ms) in store.heard_nodes()? {
+            if let Some(rec) = self.recs.get_mut(id as usize) {
+                rec.heard_ms = ms;
+            }
+        }
         for (id, note) in store.drained_nodes()? {
             if let Some(rec) = self.recs.get_mut(id as usize) {
                 rec.drained = true;
@@ -668,6 +685,7 @@ impl Nodes {
             new.kept_out_awaiting_return = old.kept_out_awaiting_return;
             new.seen = old.seen;
             new.last_seen = old.last_seen;
+            new.heard_ms = old.heard_ms;
             new.awaiting = old.awaiting;
             new.read_bps = old.read_bps;
             new.available_memory = old.available_memory;
@@ -948,7 +966,7 @@ impl State {
                 note = self.redescribe(id, &name, &spec)?;
             }
             let rec = &mut self.nodes.recs[id as usize];
-            rec.last_seen = Instant::now();
+            rec.heard();
             rec.seen = true;
             // Its figures were checked with this registration: a stored description past a
             // bound is replaced above (work held there booked on the new figures), or kept as
@@ -1339,7 +1357,13 @@ impl State {
             } else {
                 rec.awaiting.saturating_sub(1)
             };
-            rec.last_seen = Instant::now();
+            // A call that ends after its node died or left (its connection closed) is not
+            // hearing from it: the time stored then stands.
+            if rec.alive {
+                rec.heard();
+            } else {
+                rec.last_seen = Instant::now();
+            }
         }
         if !open {
             self.node_may_die(id);
@@ -1426,6 +1450,15 @@ impl State {
             d.forget_node(id);
         }
         let mut lost: Vec<u64> = n.running.iter().copied().collect();
+        // When it was last heard, for `hetsched nodes` after a restart too (one write per death).
+        if n.heard_ms > 0
+            && let Err(e) = self.store.put_heard(id, n.heard_ms)
+        {
+            warn!(
+                node = id,
+                "storing when the node was last heard failed: {e}"
+            );
+        }
         // Each re-queued task goes to the front: re-queue the last first, so they keep order.
         lost.sort_unstable_by(|a, b| b.cmp(a));
         let name = n.spec.name.clone();
@@ -1465,6 +1498,18 @@ impl State {
         self.accel_left()
     }
 
+    /// Stores when each node heard from since this server started was last heard (when the
+    /// server stops: a node that does not come back reads its last heartbeat's time after the
+    /// restart as before; the heartbeats themselves write nothing for it).
+    pub fn store_heard(&mut self) -> Result<(), StateError> {
+        for (id, n) in self.nodes.recs.iter().enumerate() {
+            if n.seen && !n.removed && n.heard_ms > 0 {
+                self.store.put_heard(id as u32, n.heard_ms)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Every node (removed ones are not listed).
     pub fn list_nodes(&self) -> Vec<NodeInfo> {
         let mut list: Vec<NodeInfo> =
@@ -1487,12 +1532,16 @@ impl State {
                         free_gpus: v.free_devices(None),
                         running: n.running.len() as u32,
                         queued: self.nodes.prefetch.queued.on(NodeId(i as u32)),
-                        // 0 while its agent holds a call open: heard from now.
+                        // 0 while its agent holds a call open: heard from now. A node not heard
+                        // since this server started: since the stored time it was last heard.
                         last_seen_ms: if n.awaiting > 0 {
                             0
+                        } else if !n.seen && n.heard_ms > 0 {
+                            (super::now_ns() / 1_000_000).saturating_sub(n.heard_ms)
                         } else {
                             n.last_seen.elapsed().as_millis() as u64
                         },
+                        last_heard_ms: n.heard_ms,
                         read_bytes_per_sec: n.read_bps,
                         available_memory_bytes: n.available_memory,
                         disk: n.disk,

@@ -715,6 +715,9 @@ pub struct NodeInfo {
     pub queued: u32,
     /// Since its last heartbeat.
     pub last_seen_ms: u64,
+    /// When it was last heard from (registration, heartbeat, an agent's call), Unix ms; 0:
+    /// unknown (never heard, or dead before a server that kept it).
+    pub last_heard_ms: u64,
     /// Disk read rate it reported.
     pub read_bytes_per_sec: f64,
     /// Device utilisation it reported.

@@ -4,7 +4,8 @@
 //! one row each — `drain/NODE` = 1, `backoff/APP/NODE` = the time the node is tried again for the
 //! application (Unix nanoseconds, so a restart keeps the remaining time), `stop/NODE` = 1 (2:
 //! `--drain`) while an operator's `hetsched node stop` waits for the agent to leave, `left/NODE` = why
-//! ([`Store::put_left`]) and `allocation-paused/QUEUE` = 1 — so the
+//! ([`Store::put_left`]), `heard/NODE` = when the node was last heard from (Unix ms; written when it
+//! is declared dead or leaves, and for every live node when the server stops: [`Store::put_heard`]) and `allocation-paused/QUEUE` = 1 — so the
 //! store's schema does not change. A resumed node's row, an expired back-off's row and the row of
 //! a node registered again are deleted. Why and since when a node is drained is in the table
 //! `node_drains` (a store of an earlier version has a drain without one: no reason, time
@@ -19,6 +20,7 @@ const LEFT: &str = "left/";
 const PAUSED_QUEUE: &str = "allocation-paused/";
 const BACKOFF: &str = "backoff/";
 const STOP: &str = "stop/";
+const HEARD: &str = "heard/";
 
 /// Why and since when an operator drained a node (`hetsched node drain --reason`; Slurm's
 /// `Reason=`).
@@ -101,6 +103,29 @@ impl Store {
     /// time limit, 3 its idle timeout), or that it is back (`None`).
     pub fn put_left(&mut self, node: u32, code: Option<i64>) -> Result<(), StoreError> {
         self.put_meta(&format!("{LEFT}{node}"), code)
+    }
+
+    /// Records when node `node` was last heard from (its last registration, heartbeat or call),
+    /// Unix ms: written when it is declared dead or leaves and when the server stops, not at each
+    /// heartbeat, so that `hetsched nodes` says when a dead node was last heard across a restart.
+    pub fn put_heard(&mut self, node: u32, ms: u64) -> Result<(), StoreError> {
+        self.put_meta(
+            &format!("{HEARD}{node}"),
+            Some(i64::try_from(ms).unwrap_or(i64::MAX)),
+        )
+    }
+
+    /// When each node was last heard from, as [`Store::put_heard`] stored it: (node, Unix ms).
+    pub fn heard_nodes(&self) -> Result<Vec<(u32, u64)>, StoreError> {
+        let mut out = Vec::new();
+        for (rest, value) in self.meta_with(HEARD)? {
+            out.push((
+                rest.parse()
+                    .map_err(|_| StoreError::Corrupt(format!("meta key {HEARD}{rest}")))?,
+                u64::try_from(value).unwrap_or(0),
+            ));
+        }
+        Ok(out)
     }
 
     /// The nodes whose agents left: (node, code as [`Store::put_left`] takes it).

@@ -119,6 +119,57 @@ fn a_task_the_agent_does_not_know_is_requeued_and_an_unexpected_one_is_killed() 
     assert_eq!(states(&s)[0].0, "failed");
 }
 
+/// Unix ms now.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// "When did we last hear from node X": a dead node says when it was last heard (Unix ms, and
+/// how long ago), after a server restart too — not the restart's time, nor nothing; a live node
+/// whose server stops keeps its last beat's time the same way (`store_heard`, at stop).
+#[test]
+fn a_dead_node_says_when_it_was_last_heard_from_across_a_restart() {
+    let d = dir("last-heard");
+    let before = unix_ms();
+    let heard = {
+        let mut s = open(&d);
+        let a = common::register(&mut s, "a", 1);
+        let b = common::register(&mut s, "b", 1);
+        beat(&mut s, a, &[], &[]);
+        std::thread::sleep(crate::common::SILENCE);
+        beat(&mut s, b, &[], &[]);
+        s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
+        let nodes = s.nodes(true).nodes;
+        assert!(!nodes[a as usize].alive && nodes[b as usize].alive);
+        let heard = [a, b].map(|n| nodes[n as usize].last_heard_ms);
+        assert!(
+            heard[0] >= before && heard[0] < heard[1],
+            "a was heard before b: {heard:?}"
+        );
+        s.store_heard().expect("at stop");
+        heard
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let s = open(&d);
+    let nodes = s.nodes(true).nodes;
+    for (i, n) in nodes.iter().enumerate() {
+        assert!(!n.alive, "not heard since the restart");
+        assert_eq!(
+            n.last_heard_ms, heard[i],
+            "{} kept its last heartbeat's time",
+            n.name
+        );
+        assert!(
+            n.last_seen_ms >= 200 && n.last_seen_ms >= unix_ms().saturating_sub(heard[i]) - 50,
+            "{}: {} ms ago, counted from its last beat, not the restart",
+            n.name,
+            n.last_seen_ms
+        );
+    }
+}
+
 #[test]
 fn a_silent_node_is_declared_dead_and_its_tasks_run_elsewhere() {
     let d = dir("dead");
