@@ -2379,8 +2379,17 @@ impl Workflows {
                         // What one instance holds: a GPU request when it asks for devices.
                         let request = j.rt.tasks.get(t).map(|x| x.request());
                         let gpu = request.is_some_and(|r| r.gpus > 0);
+                        // The mean run time of its instances that succeeded (as a batch
+                        // application's: the figure `prefetch = "auto"` judges by), ms.
+                        let mean = j
+                            .observed
+                            .get(t)
+                            .and_then(Observed::mean_ns)
+                            .map_or(0.0, |n| n as f64 / 1e6);
                         AppInfo {
                             id: t as u32,
+                            mean_cpu_ms: if gpu { 0.0 } else { mean },
+                            mean_gpu_ms: if gpu { mean } else { 0.0 },
                             name: task.name.clone(),
                             tasks: task.instances(),
                             counts,

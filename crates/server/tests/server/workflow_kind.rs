@@ -630,13 +630,15 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     let n = common::register(&mut s, "n0", 2);
     let mut agents = Agents::default();
     agents.beat(&mut s, n);
-    s.submit(
-        "flaky.toml",
-        "balancer = \"pcddb\"\n[[task]]\nname = \"flaky\"\ninstances = 1\ncost = \"1s\"\n\
+    let job = s
+        .submit(
+            "flaky.toml",
+            "balancer = \"pcddb\"\n[[task]]\nname = \"flaky\"\ninstances = 1\ncost = \"1s\"\n\
          outputs = [\"o\"]\ncommand = \"echo > {output:o}\"\nretries = 1\n",
-        "/",
-    )
-    .expect("submit");
+            "/",
+        )
+        .expect("submit")
+        .job_id;
     for _ in 0..5 {
         agents.round(&mut s, &[n]);
     }
@@ -657,6 +659,10 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     // job's do (they agreed neither with `hetsched_tasks` nor with the dashboard's chart).
     agents.finish_all(n, true);
     agents.beat(&mut s, n);
+    // Its mean run time, as a batch application's (`job N`, the dashboard: not `cpu -`).
+    let app = &s.job(job).expect("job").apps[0];
+    assert!(app.has_cpu && app.mean_cpu_ms > 0.0, "{app:?}");
+    assert_eq!(app.mean_gpu_ms, 0.0);
     let metrics = s.metrics();
     let reg = hetsched_server::metrics::registry(
         &metrics,
