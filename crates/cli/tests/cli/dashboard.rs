@@ -2253,6 +2253,15 @@ fn a_workflows_instances_are_counted_and_filtered_in_their_own_words() {
         )
     };
     assert_eq!(rows_in(&mut b, "ready"), serde_json::json!("A,A"));
+    // Coloured as the other states are (before, a `ready` cell had the plain text colour).
+    assert_eq!(
+        b.eval(
+            "(() => { const td = document.querySelector('#tasks tbody tr td:nth-child(4)'); \
+             return getComputedStyle(td).color !== getComputedStyle(td.parentElement).color; })()"
+        ),
+        serde_json::json!(true),
+        "a ready instance's state has a colour"
+    );
     assert_eq!(rows_in(&mut b, "waiting"), serde_json::json!("B,B"));
 }
 
