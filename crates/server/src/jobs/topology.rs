@@ -1555,9 +1555,15 @@ impl Topology {
             m.inter_process
                 .get_or_create(&l)
                 .set(f("inter_process_tuples_per_s"));
-            m.latency_p99
-                .get_or_create(&l)
-                .set(f("latency_p99_us") / 1e6);
+            // No tuple measured yet: no series (Prometheus practice), not a p99 of 0 s that
+            // reads as a very fast topology.
+            if s["latency_count"].as_u64().unwrap_or(0) == 0 {
+                m.latency_p99.remove(&l);
+            } else {
+                m.latency_p99
+                    .get_or_create(&l)
+                    .set(f("latency_p99_us") / 1e6);
+            }
             m.workers
                 .get_or_create(&l)
                 .set(s["workers_running"].as_i64().unwrap_or(0));

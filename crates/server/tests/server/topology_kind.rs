@@ -1163,6 +1163,28 @@ fn an_executors_program_restarts_and_unacked_inputs_reach_topology_show_and_metr
     ] {
         assert!(text.contains(line), "no `{line}` in\n{text}");
     }
+    // No latency measured yet: no p99 series (Prometheus practice), not a p99 of 0 s.
+    let p99 = "hetsched_topology_latency_p99_seconds{topology=\"pipe\"}";
+    assert!(!text.contains(p99), "`{p99}` with no sample in\n{text}");
+    // Once a worker measured some, the series says their 99th percentile.
+    let mut worker = running_worker(1);
+    worker.report = Some(hetsched_stream::WorkerReport {
+        latency: hetsched_stream::metrics::LatencySummary {
+            count: 10,
+            p50_us: 1_000,
+            p99_us: 250_000,
+            max_us: 300_000,
+        },
+        ..worker_report(&[], 0)
+    });
+    sync(&mut s, vec![worker]);
+    s.topology_tick().expect("tick");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+    assert!(
+        text.lines().any(|l| l == format!("{p99} 0.25")),
+        "`{p99} 0.25` in\n{text}"
+    );
 }
 
 /// The server's log as a test reads it: what `tracing` writes while `f` runs on this thread.
