@@ -2263,6 +2263,14 @@ fn a_workflows_instances_are_counted_and_filtered_in_their_own_words() {
         "a ready instance's state has a colour"
     );
     assert_eq!(rows_in(&mut b, "waiting"), serde_json::json!("B,B"));
+    // `lost` is a divisible job's chunks' state only: not offered for a workflow.
+    assert_eq!(
+        b.eval(
+            "[...document.getElementById('task-state').options].some((o) => o.value === 'lost' && !o.hidden)"
+        ),
+        serde_json::json!(false),
+        "no lost for a workflow"
+    );
 }
 
 /// The chart of tasks by state draws the cancelled ones too, as the header's counts do: its
@@ -2345,6 +2353,14 @@ fn a_divisible_jobs_workers_are_listed_with_their_speed_and_units() {
         row,
         serde_json::json!(["a", speed, "unlimited", "60", chunks.to_string(), "yes"]),
         "a's speed, memory, units, chunks and liveness"
+    );
+    // Its chunks can be lost with their agent: the state filter offers `lost` for it.
+    assert_eq!(
+        b.eval(
+            "[...document.getElementById('task-state').options].some((o) => o.value === 'lost' && !o.hidden)"
+        ),
+        serde_json::json!(true),
+        "the chunk filter offers lost"
     );
 }
 

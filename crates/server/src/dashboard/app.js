@@ -477,6 +477,12 @@ function renderJobDetail(j) {
     tasksView.state = "all";
     $("task-state").value = "all";
   }
+  // Only a divisible job's chunks can be `lost` (their agent died): offered for such a job only.
+  for (const o of $("task-state").querySelectorAll(".chunk-state")) o.hidden = !j.divisible;
+  if (!j.divisible && tasksView.state === "lost") {
+    tasksView.state = "all";
+    $("task-state").value = "all";
+  }
   // A divisible job runs chunks, not tasks: the tasks table lists them, and it has no
   // applications to show.
   tasksView.chunks = d ? (d.chunks || []) : null;
