@@ -964,16 +964,18 @@ impl State {
         if !self.jobs.all().iter().any(|k| k.has_changes())
             && !self.users.has_changes()
             && !self.ledger.has_changes()
+            && !self.nodes.has_heard_staged()
         {
             return Ok(());
         }
-        let (jobs, users, ledger) = (&self.jobs, &self.users, &self.ledger);
+        let (jobs, users, ledger, nodes) = (&self.jobs, &self.users, &self.ledger, &self.nodes);
         let written = self.store.transaction(|tx| {
             for kind in jobs.all() {
                 kind.persist(tx)?;
             }
             users.persist(tx)?;
-            ledger.persist(tx)
+            ledger.persist(tx)?;
+            nodes.persist_heard(tx)
         });
         match written {
             Ok(()) => {
@@ -989,6 +991,7 @@ impl State {
                 }
                 self.users.committed();
                 self.ledger.committed();
+                self.nodes.heard_committed();
                 self.commits.send_modify(|c| *c = c.wrapping_add(1));
                 Ok(())
             }

@@ -289,6 +289,8 @@ pub struct Nodes {
     /// the last [`Nodes::take_changed`]: noted in the same places, at [`Nodes::set_end`] and
     /// at each beat ([`Nodes::note_beat`]).
     changed: hetsched_core::model::NodeList,
+    /// When each live node was last heard, staged for the next commit ([`Nodes::stage_heard`]).
+    heard_staged: Vec<(u32, u64)>,
 }
 
 /// Cores, memory and devices summed over nodes, wider than the scheduler view's totals so that
@@ -357,6 +359,36 @@ impl Clock {
 }
 
 impl Nodes {
+    /// Stages, for the next commit, when each live node was last heard: the heartbeats write
+    /// nothing for it, so a server that crashes (no [`State::store_heard`] at stop) would
+    /// otherwise restart knowing nothing newer than its last planned stop. Staged with the
+    /// accounts ([`crate::accounting::STORED_EVERY`]), so a crash loses at most that much.
+    pub(super) fn stage_heard(&mut self) {
+        self.heard_staged = self
+            .recs
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.alive && !n.removed && n.heard_ms > 0)
+            .map(|(id, n)| (id as u32, n.heard_ms))
+            .collect();
+    }
+
+    /// Whether the next commit has last-heard times to write.
+    pub(super) fn has_heard_staged(&self) -> bool {
+        !self.heard_staged.is_empty()
+    }
+
+    /// Writes the staged last-heard times inside the state's transaction.
+    pub(super) fn persist_heard(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
+        crate::store::Store::put_heard_in(tx, &self.heard_staged)
+    }
+
+    /// The staged last-heard times were written (or lost with a rolled-back commit: the next
+    /// period stages them again).
+    pub(super) fn heard_committed(&mut self) {
+        self.heard_staged.clear();
+    }
+
     /// Node `id`.
     pub fn get(&self, id: u32) -> Option<&NodeRec> {
         self.recs.get(id as usize)
@@ -1498,7 +1530,7 @@ impl State {
         self.accel_left()
     }
 
-    /// Stores when each node heard from since this server started was last heard (when the
+    /// Stores when each node heard from since this server started was last heard, now (when the
     /// server stops: a node that does not come back reads its last heartbeat's time after the
     /// restart as before; the heartbeats themselves write nothing for it).
     pub fn store_heard(&mut self) -> Result<(), StateError> {

@@ -222,6 +222,8 @@ impl State {
         }
         self.usage_stored = Some(std::time::Instant::now());
         self.stage_usage();
+        // The live nodes' last beats go with them (a crash then keeps those too).
+        self.nodes.stage_heard();
     }
 
     /// `hetsched usage`: the accounts from day `since` to day `until` (both included; days

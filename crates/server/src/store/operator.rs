@@ -107,12 +107,35 @@ impl Store {
 
     /// Records when node `node` was last heard from (its last registration, heartbeat or call),
     /// Unix ms: written when it is declared dead or leaves and when the server stops, not at each
-    /// heartbeat, so that `hetsched nodes` says when a dead node was last heard across a restart.
+    /// heartbeat (the live nodes' are also written every [`crate::accounting::STORED_EVERY`]:
+    /// [`Store::put_heard_in`]), so that `hetsched nodes` says when a dead node was last heard across a restart.
     pub fn put_heard(&mut self, node: u32, ms: u64) -> Result<(), StoreError> {
         self.put_meta(
             &format!("{HEARD}{node}"),
             Some(i64::try_from(ms).unwrap_or(i64::MAX)),
         )
+    }
+
+    /// [`Store::put_heard`] for many nodes inside the state's transaction `tx`: the live nodes'
+    /// last beats, written periodically so that a crash keeps them too.
+    pub fn put_heard_in(
+        tx: &rusqlite::Transaction,
+        heard: &[(u32, u64)],
+    ) -> Result<(), StoreError> {
+        if heard.is_empty() {
+            return Ok(());
+        }
+        let mut put = tx.prepare_cached(
+            "INSERT INTO meta(key, value) VALUES (?1, ?2)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        )?;
+        for (node, ms) in heard {
+            put.execute(params![
+                format!("{HEARD}{node}"),
+                i64::try_from(*ms).unwrap_or(i64::MAX)
+            ])?;
+        }
+        Ok(())
     }
 
     /// When each node was last heard from, as [`Store::put_heard`] stored it: (node, Unix ms).

@@ -170,6 +170,30 @@ fn a_dead_node_says_when_it_was_last_heard_from_across_a_restart() {
     }
 }
 
+/// A server that crashes (no `store_heard` at stop) still says, after its restart, when a node
+/// that never came back was last heard: the live nodes' last beats are written with the
+/// accounts' periodic write (at the first beat, then every `STORED_EVERY`), not only at a
+/// planned stop — before, such a node read "never heard".
+#[test]
+fn a_node_heard_before_a_server_crash_says_so_after_the_restart() {
+    let d = dir("last-heard-crash");
+    let before = unix_ms();
+    {
+        let mut s = open(&d);
+        let a = common::register(&mut s, "a", 1);
+        beat(&mut s, a, &[], &[]);
+        // The state is dropped without `store_heard`: the crash.
+    }
+    let s = open(&d);
+    let a = &s.nodes(true).nodes[0];
+    assert!(!a.alive, "not heard since the restart");
+    assert!(
+        a.last_heard_ms >= before && a.last_heard_ms <= unix_ms(),
+        "the node's last beat before the crash, not never: {}",
+        a.last_heard_ms
+    );
+}
+
 #[test]
 fn a_silent_node_is_declared_dead_and_its_tasks_run_elsewhere() {
     let d = dir("dead");
