@@ -3,8 +3,8 @@
 //!
 //! A selection is a list of items, given as arguments or separated by commas: a job id (`7`),
 //! a range of ids (`4-9`: the jobs the server lists in it, so purged ids in between are
-//! skipped), `name:NAME` (every job the server lists with that name, `submit --name`; Slurm's
-//! `scancel --name`), `last` (the newest job) or `all` (every job not finished yet: pending or
+//! skipped, and named in a note on stderr), `name:NAME` (every job the server lists with that
+//! name, `submit --name`; Slurm's `scancel --name`), `last` (the newest job) or `all` (every job not finished yet: pending or
 //! running, held or waiting included). An id named on its own is kept even if the server does
 //! not list it, so the command says `no job N` for it, as it does for one job.
 
@@ -131,8 +131,12 @@ pub async fn resolve(items: &[JobItem], args: &ClientArgs) -> anyhow::Result<Sel
     } else {
         Vec::new()
     };
+    let ids = select(items, &jobs)?;
+    for note in unlisted(items, &jobs) {
+        eprintln!("note: {note}");
+    }
     Ok(Selected {
-        ids: select(items, &jobs)?,
+        ids,
         many: items.len() > 1
             || items
                 .iter()
@@ -156,7 +160,71 @@ pub async fn resolve_finished(items: &[JobItem], args: &ClientArgs) -> anyhow::R
     } else {
         Vec::new()
     };
-    select_where(items, &jobs, "finished job", is_final)
+    let ids = select_where(items, &jobs, "finished job", is_final)?;
+    for note in unlisted(items, &jobs) {
+        eprintln!("note: {note}");
+    }
+    Ok(ids)
+}
+
+/// Most runs of missing ids one note names; the rest are counted.
+const MAX_GAPS_NAMED: usize = 8;
+
+/// What each range of `items` names that the server does not list (purged, another user's, or
+/// never submitted), one note a range (`` `1-9`: the server lists no job 3, 5-9 (skipped) ``):
+/// a range acts on the jobs listed in it, and says which of its ids it skipped, so a
+/// mistyped range does not look done. A range with no job listed at all is refused instead
+/// ([`select`]), and says nothing here.
+pub fn unlisted(items: &[JobItem], jobs: &[Listed]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for item in items {
+        let JobItem::Range(a, b) = *item else {
+            continue;
+        };
+        let mut listed: Vec<u64> = jobs
+            .iter()
+            .map(|j| j.id)
+            .filter(|id| (a..=b).contains(id))
+            .collect();
+        if listed.is_empty() {
+            continue;
+        }
+        listed.sort_unstable();
+        listed.dedup();
+        // The runs of ids between the listed ones, and before and after them (`next`: the
+        // first id not yet accounted for; `None` past `u64::MAX`).
+        let mut gaps: Vec<(u64, u64)> = Vec::new();
+        let mut next = Some(a);
+        for id in listed {
+            if let Some(n) = next
+                && id > n
+            {
+                gaps.push((n, id - 1));
+            }
+            next = id.checked_add(1);
+        }
+        if let Some(n) = next
+            && n <= b
+        {
+            gaps.push((n, b));
+        }
+        if gaps.is_empty() {
+            continue;
+        }
+        let mut named: Vec<String> = gaps
+            .iter()
+            .take(MAX_GAPS_NAMED)
+            .map(|&(x, y)| if x == y { x.to_string() } else { format!("{x}-{y}") })
+            .collect();
+        if gaps.len() > MAX_GAPS_NAMED {
+            named.push(format!("and {} more runs", gaps.len() - MAX_GAPS_NAMED));
+        }
+        notes.push(format!(
+            "`{a}-{b}`: the server lists no job {} (skipped)",
+            named.join(", ")
+        ));
+    }
+    notes
 }
 
 /// [`resolve`] against the listing `jobs`.
@@ -321,5 +389,43 @@ mod tests {
             })
             .collect();
         assert!(select(&items(&["all"]), &many).is_err());
+    }
+
+    #[test]
+    fn a_range_names_the_ids_in_it_the_server_does_not_list() {
+        let listed = |ids: &[u64]| -> Vec<Listed> {
+            ids.iter()
+                .map(|&id| Listed {
+                    id,
+                    state: "pending".to_string(),
+                    name: String::new(),
+                })
+                .collect()
+        };
+        let jobs = listed(&[1, 2, 4, 8]);
+        assert_eq!(
+            unlisted(&items(&["1-9", "2", "1-2", "last"]), &jobs),
+            vec!["`1-9`: the server lists no job 3, 5-7, 9 (skipped)".to_string()]
+        );
+        // A range with nothing listed is select's refusal, not a note.
+        assert!(unlisted(&items(&["20-30"]), &jobs).is_empty());
+        // The top of the id space, and many runs cut short.
+        let top = listed(&[u64::MAX - 1]);
+        assert_eq!(
+            unlisted(&[JobItem::Range(u64::MAX - 2, u64::MAX)], &top),
+            vec![format!(
+                "`{}-{}`: the server lists no job {}, {} (skipped)",
+                u64::MAX - 2,
+                u64::MAX,
+                u64::MAX - 2,
+                u64::MAX
+            )]
+        );
+        let odd = listed(&(1..=40).step_by(2).collect::<Vec<_>>());
+        let note = &unlisted(&items(&["1-40"]), &odd)[0];
+        assert!(
+            note.ends_with("2, 4, 6, 8, 10, 12, 14, 16, and 12 more runs (skipped)"),
+            "{note}"
+        );
     }
 }

@@ -790,3 +790,65 @@ fn jobs_and_job_json_say_each_jobs_kind() {
     let shown: Vec<&str> = rows[1..].iter().map(|r| r[2].as_str()).collect();
     assert_eq!(shown, ["batch", "divisible", "workflow"], "{table}");
 }
+
+/// `cancel` of a range names the ids in it the server does not list (`cancel 1-2` with no job
+/// 2): before, the range cancelled job 1 and said nothing of 2, so a mistyped range looked
+/// done. A list of ids names its missing one as a refusal (exit status 1), after cancelling
+/// the rest; JSON carries both.
+#[test]
+fn cancel_names_the_ids_of_a_range_or_list_the_server_does_not_list() {
+    let c = Cluster::start("ux-cancel-missing", false);
+    // No agent: jobs 1, 2 and 4 stay pending; 3 is purged, so the server lists no job 3.
+    for _ in 0..4 {
+        c.ok(&["submit", "--", "true"]);
+    }
+    c.ok(&["cancel", "3"]);
+    c.ok(&["purge", "3"]);
+    let out = c.cli(&["cancel", "1-3"]);
+    let (said, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    assert_eq!(said, "job 1: 1 task cancelled\njob 2: 1 task cancelled\n");
+    assert!(
+        err.contains("note: `1-3`: the server lists no job 3 (skipped)"),
+        "{err}"
+    );
+    // Several gaps, and the ids past the newest job, each named once, as ranges.
+    let out = c.cli(&["cancel", "3-9", "--output", "json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("note: `3-9`: the server lists no job 3, 5-9 (skipped)"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        v,
+        serde_json::json!([{"job_id": 4, "cancelled": 1, "kind": "batch"}]),
+        "{v}"
+    );
+    // None of a range listed: refused, naming the range.
+    c.refused(
+        &["cancel", "7-9"],
+        "`7-9`: the server lists no job in this range",
+    );
+    // A list: the listed jobs are told, the missing one refused by name, and the status fails.
+    c.ok(&["submit", "--", "true"]);
+    let out = c.cli(&["cancel", "5,3", "--output", "json"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no job 3") && err.contains("1 of 2 jobs not cancelled: 3"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v[0]["job_id"], 5, "{v}");
+    assert_eq!(v[0]["cancelled"], 1, "{v}");
+    assert_eq!(v[1]["job_id"], 3, "{v}");
+    assert!(
+        v[1]["error"].as_str().is_some_and(|e| e.contains("no job 3")),
+        "{v}"
+    );
+}
