@@ -37,13 +37,21 @@ fn cells(h: &Held, total_core_seconds: Option<f64>) -> Vec<String> {
     cells
 }
 
+/// The smallest amount of hours the table prints as a number (0.36 s); less reads
+/// `<0.0001`. `--output json` keeps every amount whole.
+const SMALLEST_HOURS: f64 = 1e-4;
+
 /// An amount of hours as the table prints it: two decimals, or three significant digits below
-/// 0.01 (a short span's few core-seconds read `0.00169`, not `0.00`).
+/// 0.01 (a short span's few core-seconds read `0.00169`, not `0.00`), down to
+/// [`SMALLEST_HOURS`]; below it `<0.0001`, not `0.0000123` or twelve decimals.
 fn hours(h: f64) -> String {
     if h <= 0.0 || h >= 0.01 || !h.is_finite() {
         return format!("{h:.2}");
     }
-    let decimals = (2 - h.log10().floor() as i32).clamp(2, 12) as usize;
+    if h < SMALLEST_HOURS {
+        return format!("<{SMALLEST_HOURS}");
+    }
+    let decimals = (2 - h.log10().floor() as i32).clamp(2, 6) as usize;
     format!("{h:.decimals$}")
 }
 
@@ -162,5 +170,16 @@ mod tests {
         assert_eq!(hours(0.00339), "0.00339");
         assert_eq!(hours(0.0016853), "0.00169");
         assert_eq!(hours(0.01), "0.01");
+    }
+
+    /// Below a ten-thousandth of an hour (0.36 s) an amount is noise: it reads `<0.0001`, not
+    /// `0.0000123` or twelve decimals; a large one keeps two decimals, never an exponent.
+    #[test]
+    fn tiny_amounts_read_as_below_the_smallest_shown() {
+        assert_eq!(hours(1.2345678e-5), "<0.0001");
+        assert_eq!(hours(1e-13), "<0.0001");
+        assert_eq!(hours(0.0001), "0.000100");
+        assert_eq!(hours(0.00012345678), "0.000123");
+        assert_eq!(hours(1.5e9), "1500000000.00");
     }
 }
