@@ -1,5 +1,5 @@
 //! `hetsched bench-dispatch`: dispatch throughput of the real system. Starts `hetsched server` and
-//! two `hetsched agent` processes on loopback (this same binary), submits one job of N tasks that
+//! `--agents` (default two) `hetsched agent` processes on loopback (this same binary), submits one job of N tasks that
 //! run `true` (or `--command`), and measures from submission to the last recorded success; reports tasks/s and the
 //! server's peak resident memory (`VmHWM` of `/proc/PID/status`).
 
@@ -14,14 +14,16 @@ use std::time::{Duration, Instant};
 /// `hetsched bench-dispatch`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Number of tasks.
-    #[arg(long, default_value_t = 10_000)]
+    /// Number of tasks, all in one job: 1 to 10,000,000 (a job file's bound).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub tasks: u32,
-    /// Number of agents.
-    #[arg(long, default_value_t = 2)]
+    /// Number of agents, each its own `hetsched agent` process on this machine (named
+    /// `bench-0`, `bench-1`, …), all registered before the job is submitted: 1 to 64. The
+    /// documented figures use the default, 2 (docs/performance.md, Runtime).
+    #[arg(long, value_name = "N", default_value_t = 2)]
     pub agents: u32,
-    /// Task slots (declared cores) per agent.
-    #[arg(long, default_value_t = 4)]
+    /// Task slots (declared cores) per agent: 1 to 1024.
+    #[arg(long, value_name = "N", default_value_t = 4)]
     pub slots: u32,
     /// Print the result as JSON.
     #[arg(long)]
@@ -105,7 +107,29 @@ fn wait_for_file(path: &Path, timeout: Duration) -> anyhow::Result<String> {
 }
 
 /// Runs the benchmark.
+/// Most agents `--agents` starts: each is a process on this one machine.
+pub const MAX_AGENTS: u32 = 64;
+/// Most slots `--slots` gives an agent.
+pub const MAX_SLOTS: u32 = 1024;
+
+/// Refuses counts out of their bounds before anything starts, naming the flag: `--agents 0`
+/// would otherwise wait for a job no agent runs.
+fn check(args: &BenchArgs) -> anyhow::Result<()> {
+    let max_tasks = hetsched_core::input::workload::MAX_WORKLOAD_TASKS;
+    for (flag, n, max) in [
+        ("--tasks", args.tasks, max_tasks),
+        ("--agents", args.agents, u64::from(MAX_AGENTS)),
+        ("--slots", args.slots, u64::from(MAX_SLOTS)),
+    ] {
+        if n == 0 || u64::from(n) > max {
+            bail!("{flag} must be 1 to {max}, got {n}");
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    check(args)?;
     let exe = std::env::current_exe().context("locating the hetsched binary")?;
     let dir = super::scratch::dir("hetsched-bench")
         .context("creating the benchmark's directory in the temporary directory")?;

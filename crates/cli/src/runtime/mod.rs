@@ -475,7 +475,8 @@ pub enum RuntimeCommand {
     /// Start a server and three agents (one with GPUs) on loopback, run a small mixed workload of
     /// real linear-algebra tasks, and show where each ran and the makespan.
     Demo(demo::DemoArgs),
-    /// Measure dispatch throughput: N `true` tasks through 1 server and 2 agents on loopback.
+    /// Measure dispatch throughput: N `true` tasks through 1 server and `--agents` agents
+    /// (default 2) on loopback.
     BenchDispatch(bench::BenchArgs),
     /// A demo task: a dense LU, QR or Cholesky solve with faer (what `demo` runs).
     #[command(hide = true)]

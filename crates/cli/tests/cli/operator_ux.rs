@@ -852,3 +852,40 @@ fn cancel_names_the_ids_of_a_range_or_list_the_server_does_not_list() {
         "{v}"
     );
 }
+
+/// `bench-dispatch --agents` is documented in its help with its bounds, and an out-of-range
+/// count is refused before anything starts, naming the flag: before, `--agents 0` started a
+/// server, submitted the job and waited 600 s for agents that never came.
+#[test]
+fn bench_dispatch_documents_and_bounds_its_agents() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
+            .args(args)
+            .output()
+            .expect("hetsched runs")
+    };
+    let help = run(&["bench-dispatch", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--agents <N>") && help.contains("1 to 64"),
+        "{help}"
+    );
+    for (args, says) in [
+        (&["--agents", "0"][..], "--agents must be 1 to 64, got 0"),
+        (&["--agents", "65"][..], "--agents must be 1 to 64, got 65"),
+        (&["--slots", "0"][..], "--slots must be 1 to 1024, got 0"),
+        (&["--tasks", "0"][..], "--tasks must be 1 to 10000000, got 0"),
+    ] {
+        let mut full = vec!["bench-dispatch"];
+        full.extend_from_slice(args);
+        let asked = std::time::Instant::now();
+        let out = run(&full);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "{args:?}: refused only after {:?}",
+            asked.elapsed()
+        );
+    }
+}
