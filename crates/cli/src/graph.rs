@@ -175,7 +175,10 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.export {
         crate::out_dir::write_text(path, &result.export_json()?)?;
     }
-    let json = serde_json::to_string_pretty(&summary(&result))?;
+    // With the seed it ran with, which (with its files and flags) makes the run again.
+    let mut v = summary(&result);
+    v["seed"] = args.seed.into();
+    let json = serde_json::to_string_pretty(&v)?;
     crate::sim::emit_json(args.output, &json, &out, || print_result(&result))
 }
 
@@ -211,6 +214,8 @@ fn summary(r: &GraphResult) -> serde_json::Value {
             "instances": n.instances_per_core.iter().sum::<u32>(),
             "peak_instances": n.peak_instances,
             "busy": n.busy_per_core.iter().map(|&b| to_secs(b)).sum::<f64>(),
+            // The same, named in seconds as the other keys of the simulators are.
+            "busy_s": n.busy_per_core.iter().map(|&b| to_secs(b)).sum::<f64>(),
             "sent": n.sent,
             "received": n.received,
         })).collect::<Vec<_>>(),

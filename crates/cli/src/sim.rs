@@ -498,6 +498,8 @@ fn compare_cmd(args: CompareArgs) -> anyhow::Result<()> {
                 "makespan_over_bound": r.makespan_s / case.bound_s,
                 "preemptions": r.preemptions,
                 "users": r.users,
+                // The seed it ran with: with the files and flags, it makes the run again.
+                "seed": args.settings.seed,
             })
         })
         .collect();

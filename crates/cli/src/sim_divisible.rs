@@ -59,7 +59,7 @@ pub struct DivisiblePaperArgs {
     /// Also write CSV, JSON and SVG plots into this directory (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Seeds per error level in the RUMR-vs-UMR robustness runs.
+    /// Seeds per error level in the RUMR-vs-UMR robustness runs: 1 to 10,000.
     #[arg(long, default_value_t = 100)]
     pub seeds: u64,
     /// Print a table or JSON.
@@ -144,6 +144,8 @@ fn summary(run: &StarRun) -> serde_json::Value {
         "rounds": run.rounds(),
         "sends": run.sends.len(),
         "lower_bound": run.lower_bound_s(),
+        // The same, named in seconds as `makespan_s` is.
+        "lower_bound_s": run.lower_bound_s(),
         "workers": run.platform.workers.iter().enumerate().map(|(i, w)| serde_json::json!({
             "name": w.name,
             "chunks": chunks[i],
@@ -186,6 +188,13 @@ pub fn divisible_paper_cmd(args: DivisiblePaperArgs) -> anyhow::Result<()> {
     }
     if args.seeds == 0 {
         bail!("--seeds must be at least 1");
+    }
+    if args.seeds > divisible_paper::MAX_SEEDS {
+        bail!(
+            "--seeds must be at most {}, got {} (each seed is 45 simulations)",
+            divisible_paper::MAX_SEEDS,
+            args.seeds
+        );
     }
     let options = divisible_paper::DivisiblePaperOptions {
         seeds: args.seeds,

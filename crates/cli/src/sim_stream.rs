@@ -13,7 +13,7 @@ pub struct StreamPaperArgs {
     /// Seed of the latency sampler.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Simulated time of each run, e.g. "120s"; more than 0.
+    /// Simulated time of each run, e.g. "120s"; more than 0, at most 1h.
     #[arg(long, default_value = "120s")]
     pub duration: Duration,
     /// Rate factor of the surge (from 40 s to 80 s); 0 or more.
@@ -60,6 +60,13 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     if args.duration.0 == 0 {
         anyhow::bail!(
             "--duration must be more than 0 (e.g. \"120s\"): a run of no time measures nothing"
+        );
+    }
+    if args.duration.0 > hetsched_sim::scenario::stream_paper::MAX_DURATION {
+        anyhow::bail!(
+            "--duration must be at most 1h (each of the twenty runs steps through it every \
+             100 ms; the paper's runs are 120s), got {} s",
+            args.duration.0 as f64 / 1e9
         );
     }
     let mut options = StreamPaperOptions {

@@ -18,7 +18,8 @@ pub struct SweepArgs {
     /// Seed of every draw; the same seed gives the same sweep.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Multiply every task count (1.0 = the documented sweep; smaller for a quick look).
+    /// Multiply every task count (1.0 = the documented sweep; smaller for a quick look); more
+    /// than 0, at most 10.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub scale: f64,
     /// Print a table or JSON (JSON includes every case).

@@ -547,3 +547,37 @@ fn a_tiny_loads_refusal_shows_its_numbers_in_scientific_notation() {
         "unreadable: {err}"
     );
 }
+
+/// The JSON names its seconds as the other simulator commands do: `lower_bound_s` beside
+/// `lower_bound` (kept for scripts that read it).
+#[test]
+fn the_lower_bound_is_also_named_in_seconds() {
+    let v = json(&hetsched(&[
+        "sim",
+        "divisible",
+        "--platform",
+        PLATFORM,
+        "--load",
+        "10000",
+        "--algo",
+        "umr",
+        "--output",
+        "json",
+    ]));
+    assert_eq!(v["lower_bound_s"], v["lower_bound"], "{v}");
+    assert!(v["lower_bound_s"].as_f64().is_some_and(|b| b > 0.0), "{v}");
+}
+
+/// `divisible-paper --seeds` is bounded, the refusal naming the flag: before, a large count
+/// ran for hours (45 simulations a seed).
+#[test]
+fn divisible_paper_refuses_more_seeds_than_its_bound() {
+    let asked = std::time::Instant::now();
+    let out = hetsched(&["sim", "divisible-paper", "--seeds", "100000000"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--seeds must be at most 10000, got 100000000"),
+        "{err}"
+    );
+    assert!(asked.elapsed() < std::time::Duration::from_secs(10));
+}

@@ -565,3 +565,26 @@ fn pcddb_paper_refuses_a_seed_given_twice() {
     assert!(err.contains("--seeds") && err.contains("seed 1"), "{err}");
     assert!(out.stdout.is_empty(), "it ran");
 }
+
+/// The summary carries the seed it ran with (a run is made again from its inputs and seed),
+/// and each node's busy time is also named in seconds (`busy_s`, beside `busy`).
+#[test]
+fn the_summary_carries_its_seed_and_busy_seconds() {
+    let out = graph(
+        WORKFLOW,
+        &["--balancer", "pcddb", "--seed", "7", "--output", "json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["seed"], 7, "{v}");
+    let nodes = v["nodes"].as_array().expect("nodes");
+    assert!(!nodes.is_empty());
+    for n in nodes {
+        assert_eq!(n["busy_s"], n["busy"], "{n}");
+        assert!(n["busy_s"].is_number(), "{n}");
+    }
+}

@@ -122,3 +122,17 @@ fn a_sweep_of_zero_cases_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cases"));
 }
+
+/// `--scale` is bounded above as `--cases` is, the refusal naming the flag: before, a large
+/// scale was taken, and one case of millions of tasks ran for hours.
+#[test]
+fn a_sweep_past_its_scale_bound_is_refused_naming_the_flag() {
+    let asked = std::time::Instant::now();
+    let out = hetsched(&["sim", "sweep", "--cases", "1", "--scale", "100"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--scale: must be at most 10"),
+        "{err}"
+    );
+    assert!(asked.elapsed() < std::time::Duration::from_secs(10));
+}

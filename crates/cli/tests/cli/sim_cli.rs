@@ -1000,3 +1000,48 @@ fn every_runs_json_carries_makespan_s() {
         }
     }
 }
+
+/// `sim compare`'s summaries carry the seed they ran with, as `sim divisible`'s do: a
+/// comparison is made again from its files and seed.
+#[test]
+fn compare_summaries_carry_their_seed() {
+    let out = hetsched(&[
+        "sim",
+        "compare",
+        "--cluster",
+        CLUSTER,
+        "--workload",
+        WORKLOAD,
+        "--policies",
+        "fifo,hdas",
+        "--seed",
+        "9",
+        "--output",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let rows = v.as_array().expect("one summary per policy");
+    assert_eq!(rows.len(), 2, "{v}");
+    for r in rows {
+        assert_eq!(r["seed"], 9, "{r}");
+    }
+}
+
+/// `stream-paper --duration` is bounded, the refusal naming the flag: before, any duration up
+/// to the parser's ten years was taken, and twenty runs of it ran for days.
+#[test]
+fn stream_paper_refuses_a_duration_past_its_bound() {
+    let asked = std::time::Instant::now();
+    let out = hetsched(&["sim", "stream-paper", "--duration", "2h"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--duration must be at most 1h"),
+        "{err}"
+    );
+    assert!(asked.elapsed() < std::time::Duration::from_secs(10));
+}

@@ -231,8 +231,21 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-/// Runs the whole scenario.
+/// The most seeds per error level: each is 45 simulations (three configurations × five
+/// error levels × three algorithms), so 10,000 take minutes and a billion ran for weeks.
+pub const MAX_SEEDS: u64 = 10_000;
+
+/// Runs the whole scenario; `options.seeds` is 1 to [`MAX_SEEDS`].
 pub fn run(options: &DivisiblePaperOptions) -> Result<DivisiblePaperReport, SimError> {
+    if options.seeds == 0 || options.seeds > MAX_SEEDS {
+        return Err(SimError::Config {
+            field: "seeds",
+            problem: format!(
+                "must be 1 to {MAX_SEEDS} (45 simulations each), got {}",
+                options.seeds
+            ),
+        });
+    }
     let mut vs_rows = Vec::new();
     for &k in &options.worker_counts {
         if k == 0 || k > WORKERS.len() {

@@ -155,7 +155,17 @@ pub enum StreamPaperError {
     /// A placement failed.
     #[error("placement: {0}")]
     Placement(#[from] hetsched_core::policy::stream::PlacementError),
+    /// The simulated time of each run is past [`MAX_DURATION`].
+    #[error(
+        "duration must be at most 1h (each of the twenty runs steps through it every 100 ms; \
+         the paper's runs are 120 s), got {0} s"
+    )]
+    TooLong(f64),
 }
+
+/// The longest simulated time of each run: an hour, 30 times the paper's 120 s. Twenty runs
+/// step through it every 100 ms, so a week asked for ran for days.
+pub const MAX_DURATION: Time = 3600 * NANOS_PER_SEC;
 
 /// The scenario's cluster and its slots.
 pub fn cluster() -> Result<(Cluster, Vec<u32>), InputError> {
@@ -175,6 +185,11 @@ pub fn run(
     options: &StreamPaperOptions,
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<StreamPaperReport, StreamPaperError> {
+    if options.sim.duration > MAX_DURATION {
+        return Err(StreamPaperError::TooLong(
+            options.sim.duration as f64 / NANOS_PER_SEC as f64,
+        ));
+    }
     let (cluster, slots) = cluster()?;
     // The paper's topologies require no node attribute.
     let nodes = stream_nodes(&cluster, &slots, &[]);

@@ -31,6 +31,11 @@ pub const LOSS_MARGIN: f64 = 0.02;
 /// before the first case runs: 10^12 cases asked for 120 TB, and `usize::MAX` panicked.
 pub const MAX_CASES: usize = 1_000_000;
 
+/// The largest `scale`: ten times the documented sweep's task counts. A case's tasks grow with
+/// it (a case of the paper's workloads holds thousands at 1.0), and so does its time: at 100,
+/// one case ran for hours.
+pub const MAX_SCALE: f64 = 10.0;
+
 /// The policies the sweep compares (cpu-only is left out: it is the baseline of speedups, not a
 /// contender, and its day-long runs would dominate the sweep's time).
 pub const POLICIES: [BatchPolicyKind; 5] = [
@@ -48,7 +53,8 @@ pub struct SweepOptions {
     pub cases: usize,
     /// Seed of every draw (clusters, workloads, noise, heartbeat phases).
     pub seed: u64,
-    /// Multiplies every task count (1.0: the documented sweep).
+    /// Multiplies every task count (1.0: the documented sweep); more than 0, at most
+    /// [`MAX_SCALE`].
     pub scale: f64,
     /// Worker threads (0: as many as the machine has cores). Results do not depend on it.
     pub threads: usize,
@@ -337,6 +343,15 @@ pub fn run(
         return Err(SimError::Config {
             field: "scale",
             problem: format!("must be a positive number, not {}", options.scale),
+        });
+    }
+    if options.scale > MAX_SCALE {
+        return Err(SimError::Config {
+            field: "scale",
+            problem: format!(
+                "must be at most {MAX_SCALE} (ten times the documented sweep's tasks), not {}",
+                options.scale
+            ),
         });
     }
     let threads = if options.threads == 0 {
