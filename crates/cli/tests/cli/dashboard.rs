@@ -2441,3 +2441,82 @@ fn the_read_only_token_is_offered_no_output_links_it_cannot_follow() {
     let client = b.wait_for("task 0's output cell, client token", output_cell, t);
     assert_eq!(client[0], 2, "stdout and stderr: {client}");
 }
+
+/// A node whose agent left (`hetsched node stop`) is kept out of the cards, as `hetsched nodes`
+/// keeps it out of its table, and the Nodes panel says how many left with a box that shows
+/// them, greyed and marked `left`, as `hetsched nodes --all` lists them; a click opens its
+/// detail in the words of `nodes --all`. Before, a node that left was shown nowhere.
+#[test]
+fn nodes_that_left_are_counted_and_shown_greyed_on_asking() {
+    let mut c = Cluster::start("dashboard-nodes-left", true);
+    c.start_agent("a", 1, &[]);
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    c.ok(&["node", "stop", "b"]);
+    assert_eq!(c.agent_exit("b", Duration::from_secs(20)), Some(0));
+    wait_until("b to be listed as left", Duration::from_secs(20), || {
+        c.ok(&["nodes", "--all"]).contains("left (operator)")
+    });
+    let Some(bin) = chromium_or_skip() else {
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let mut b = signed_in(&c, bin);
+    let cards = "[...document.querySelectorAll('#nodes .node')].map((e) => e.dataset.node + (e.classList.contains('left') ? ' left' : ''))";
+    b.wait_for(
+        "the live cards without b, and the box saying one left",
+        "Number(document.getElementById('live').dataset.events) >= 2 \
+         && !document.getElementById('nodes-left-filter').hidden \
+         && document.getElementById('nodes-left-filter').textContent.includes('1 node that left')",
+        t,
+    );
+    assert_eq!(b.eval(cards), serde_json::json!(["a"]));
+    b.click("#nodes-left", t);
+    b.wait_for(
+        "b's card, marked left",
+        &format!("JSON.stringify({cards}) === JSON.stringify(['a', 'b left'])"),
+        t,
+    );
+    let badge = b.eval("document.querySelector('#nodes .node[data-node=\"b\"] .name').textContent");
+    assert_eq!(badge, "bleft (operator)", "{badge}");
+    b.click("#nodes .node[data-node=\"b\"]", t);
+    b.wait_for(
+        "b's detail in the words of nodes --all",
+        "!document.getElementById('node-detail').hidden && document.getElementById('node-title').textContent === 'Node b — left (operator)'",
+        t,
+    );
+    // Unticked, the cards are the live ones again, over the next updates too.
+    b.click("#nodes-left", t);
+    b.wait_for(
+        "b's card gone again",
+        &format!("JSON.stringify({cards}) === JSON.stringify(['a'])"),
+        t,
+    );
+}
+
+/// A divisible chunk `lost` with its agent has a colour of its own in the tasks table, as the
+/// other states have (`out`, `done` and `stopped` read `running`, `succeeded` and `cancelled`,
+/// and take theirs): before, `lost` was drawn in the text's colour.
+#[test]
+fn a_lost_chunks_state_has_a_colour_of_its_own() {
+    let Some((_c, mut b)) = three_waiting_jobs_shown("dashboard-lost-colour") else {
+        return;
+    };
+    let colours = b.eval(
+        "(() => { const td = (s) => { const e = document.createElement('td'); e.className = `state-${s}`; \
+         document.querySelector('#tasks tbody').append(e); const c = getComputedStyle(e).color; e.remove(); return c; }; \
+         return ['lost', 'running', 'succeeded', 'failed', 'cancelled', 'pending', 'nothing'].map(td); })()",
+    );
+    let c: Vec<&str> = colours
+        .as_array()
+        .expect("colours")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(c.len(), 7, "{colours}");
+    let lost = c[0];
+    assert!(
+        c[1..].iter().all(|o| *o != lost),
+        "lost's colour {lost} is another state's or the text's: {colours}"
+    );
+}

@@ -181,7 +181,7 @@ function onTick(ev) {
   }
 
   for (const k of ["pending", "running", "succeeded", "failed", "cancelled"]) $(`count-${k}`).textContent = c[k] || 0;
-  renderNodes(ev.nodes || []);
+  renderNodes(ev.nodes || [], ev.left_nodes || []);
   updateJobs(ev.jobs || []);
 }
 
@@ -224,7 +224,7 @@ function nodeState(n) {
 // A node card's lines (HTML): what the card shows of `n`, a node of the event stream.
 function nodeCard(n) {
   const usedCores = n.cores - n.free_cores, usedGpus = n.gpus - n.free_gpus;
-  const flags = (!n.alive ? '<span class="badge">dead</span>' : "") + (n.drained ? `<span class="badge" title="${esc(n.drain_reason)}">drained${n.drain_reason ? ": " + esc(n.drain_reason) : ""}</span>` : "") + (n.draining ? '<span class="badge">shutting down</span>' : "");
+  const flags = (n.left ? `<span class="badge" title="its agent left: hetsched nodes --all lists it">left (${esc(n.left)})</span>` : !n.alive ? '<span class="badge">dead</span>' : "") + (n.drained ? `<span class="badge" title="${esc(n.drain_reason)}">drained${n.drain_reason ? ": " + esc(n.drain_reason) : ""}</span>` : "") + (n.draining && n.alive ? '<span class="badge">shutting down</span>' : "");
   return `<div class="name">${esc(n.name)}${flags}</div>`
     + `<div>cores ${usedCores}/${n.cores} in use · ${n.running} running</div>`
     + `<div class="meter"><span data-w="${n.cores ? (100 * usedCores / n.cores) : 0}%"></span></div>`
@@ -237,15 +237,21 @@ function nodeCard(n) {
 
 // Racks and node cards by name, patched in place at every update (see morph): a click on a
 // card opens that node's detail even while the cards change under the pointer.
-const nodesView = { racks: new Map(), cards: new Map(), selected: null, seq: 0 };
+// `live` and `left`: the last update's nodes and those whose agents left (shown only while the
+// box "show the N nodes that left" is ticked, as `hetsched nodes --all` lists them).
+const nodesView = { racks: new Map(), cards: new Map(), selected: null, seq: 0, live: [], left: [], showLeft: false };
 
-function renderNodes(nodes) {
+function renderNodes(live, left = []) {
+  nodesView.live = live; nodesView.left = left;
+  $("nodes-left-filter").hidden = !left.length;
+  $("nodes-left-count").textContent = count(left.length, "node");
+  const nodes = nodesView.showLeft ? live.concat(left) : live;
   const racks = new Map();
   for (const n of nodes) { if (!racks.has(n.rack)) racks.set(n.rack, []); racks.get(n.rack).push(n); }
   const root = $("nodes");
   if (!nodes.length) {
     nodesView.racks.clear(); nodesView.cards.clear();
-    root.innerHTML = "<p>No agent has registered yet.</p>";
+    root.innerHTML = left.length ? `<p>No agent is registered now: ${esc(count(left.length, "node"))} left.</p>` : "<p>No agent has registered yet.</p>";
     return;
   }
   root.querySelector(":scope > p")?.remove();
@@ -268,7 +274,7 @@ function renderNodes(nodes) {
         card.title = "click: this node's detail";
         nodesView.cards.set(n.name, card);
       }
-      card.className = `node clickable${n.alive ? "" : " dead"}${n.name === nodesView.selected ? " selected" : ""}`;
+      card.className = `node clickable${n.alive ? "" : " dead"}${n.left ? " left" : ""}${n.name === nodesView.selected ? " selected" : ""}`;
       morph(card, nodeCard(n));
       return card;
     });
@@ -312,12 +318,17 @@ async function selectNode(name) {
   nodesView.selected = name;
   for (const [n, card] of nodesView.cards) card.classList.toggle("selected", n === name);
   const seq = ++nodesView.seq;
-  const n = (await api("/api/nodes")).find((x) => x.name === name);
+  const n = (await api("/api/nodes?all=1")).find((x) => x.name === name);
   // Another card was clicked meanwhile: its answer is the one to show.
   if (seq !== nodesView.seq) return;
   if (n) renderNodeDetail(n);
   else { $("node-title").textContent = `Node ${shown(name)} — no longer known to the server`; $("node-detail").hidden = false; }
 }
+
+$("nodes-left").addEventListener("change", (e) => {
+  nodesView.showLeft = e.target.checked;
+  renderNodes(nodesView.live, nodesView.left);
+});
 
 $("nodes").addEventListener("click", (e) => {
   const card = e.target.closest(".node[data-node]");
@@ -832,11 +843,16 @@ const loaded = [];
 initCharts();
 loaded.push(loadJobs().catch((e) => console.error(e)));
 // The nodes at once, before the first update; an update that came first is newer, so it stays.
-loaded.push(api("/api/nodes").then((nodes) => liveState.events ? null : renderNodes(nodes.map((n) => ({
-  name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
-  gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, drain_reason: n.drain_reason, draining: n.draining, gpu_util: null,
-  attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for, left: n.left, stopping: n.stopping,
-})))).catch((e) => console.error(e)));
+// Those whose agents left come apart, as the updates carry them.
+loaded.push(api("/api/nodes?all=1").then((all) => {
+  if (liveState.events) return;
+  const nodes = all.map((n) => ({
+    name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
+    gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, drain_reason: n.drain_reason, draining: n.draining, gpu_util: null,
+    attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for, left: n.left, stopping: n.stopping,
+  }));
+  renderNodes(nodes.filter((n) => !n.left), nodes.filter((n) => n.left));
+}).catch((e) => console.error(e)));
 // `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the
 // page's network to go idle; a person never needs it).
 const stopAfter = parseInt((location.hash.match(/events=(\d+)/) || [])[1] || "0", 10);

@@ -683,7 +683,10 @@ impl Dashboard {
     /// One event of the live stream.
     fn snapshot(&self, s: &State) -> serde_json::Value {
         let counts = s.task_counts();
-        let nodes = s.nodes(false).nodes;
+        // The nodes whose agents left go apart (`left_nodes`): `nodes`, as before, are those
+        // `hetsched nodes` lists, and the page shows the others on asking, as `--all` does.
+        let (left, nodes): (Vec<_>, Vec<_>) =
+            s.nodes(true).nodes.into_iter().partition(|n| !n.left.is_empty());
         let n = s.job_count();
         let from = n.saturating_sub(EVENT_JOBS) + 1;
         let jobs = s.jobs_page(from, EVENT_JOBS as u32).jobs;
@@ -700,21 +703,27 @@ impl Dashboard {
                 // The row's hover says why it waits, live as on the first load.
                 "pending_reason": j.pending_reason,
             })).collect::<Vec<_>>(),
-            "nodes": nodes.iter().map(|n| serde_json::json!({
-                "name": n.name, "rack": n.rack, "alive": n.alive, "running": n.running,
-                "cores": n.cores, "free_cores": n.free_cores, "gpus": n.accelerators.len(),
-                "free_gpus": n.free_gpus, "drained": n.drained, "draining": n.draining,
-                "drain_reason": n.drain_reason,
-                "attributes": n.attributes, "time_left_ms": n.time_left_ms,
-                "held_for": n.held_for,
-                // The open node detail's state line follows these, in `hetsched nodes`' words.
-                "left": n.left, "stopping": n.stopping,
-                "gpu_util": if n.gpus.is_empty() { serde_json::Value::Null } else {
-                    serde_json::json!(n.gpus.iter().map(|g| f64::from(g.percent)).sum::<f64>() / n.gpus.len() as f64)
-                },
-            })).collect::<Vec<_>>(),
+            "nodes": nodes.iter().map(node_event).collect::<Vec<_>>(),
+            "left_nodes": left.iter().map(node_event).collect::<Vec<_>>(),
         })
     }
+}
+
+/// One node in an event of the live stream.
+fn node_event(n: &pb::NodeInfo) -> serde_json::Value {
+    serde_json::json!({
+        "name": n.name, "rack": n.rack, "alive": n.alive, "running": n.running,
+        "cores": n.cores, "free_cores": n.free_cores, "gpus": n.accelerators.len(),
+        "free_gpus": n.free_gpus, "drained": n.drained, "draining": n.draining,
+        "drain_reason": n.drain_reason,
+        "attributes": n.attributes, "time_left_ms": n.time_left_ms,
+        "held_for": n.held_for,
+        // The open node detail's state line follows these, in `hetsched nodes`' words.
+        "left": n.left, "stopping": n.stopping,
+        "gpu_util": if n.gpus.is_empty() { serde_json::Value::Null } else {
+            serde_json::json!(n.gpus.iter().map(|g| f64::from(g.percent)).sum::<f64>() / n.gpus.len() as f64)
+        },
+    })
 }
 
 /// One open event stream of a caller, counted until it is dropped: when its stream ends (its
@@ -1029,11 +1038,13 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     };
     let nodes = {
         let d = d.clone();
-        move |headers: HeaderMap| async move {
+        move |headers: HeaderMap, uri: Uri| async move {
             if d.authed(&headers).is_none() {
                 return unauthorized();
             }
-            match d.read(|s| s.nodes(false)).await {
+            // `?all=1`: the nodes whose agents left too, as `hetsched nodes --all` lists them.
+            let all = query(&uri, "all").is_some_and(|v| v == "1" || v == "true");
+            match d.read(move |s| s.nodes(all)).await {
                 Some(n) => json(&n.nodes),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }
