@@ -2520,3 +2520,44 @@ fn a_lost_chunks_state_has_a_colour_of_its_own() {
         "lost's colour {lost} is another state's or the text's: {colours}"
     );
 }
+
+/// The header counts a running divisible load's units apart from the tasks (which leave them
+/// out): `units 0/10` for a job of 10 units that no agent has started, hidden while no
+/// divisible load runs. Before, the header counted no unit anywhere, only a hover said so.
+#[test]
+fn the_header_counts_the_running_divisible_loads_units_apart() {
+    let Some((c, mut b)) = three_waiting_jobs_shown("dashboard-units-pill") else {
+        return;
+    };
+    let t = Duration::from_secs(20);
+    let pill = "(() => { const p = document.getElementById('units-pill'); \
+         return p.hidden ? 'hidden' : p.textContent + ' | ' + p.title; })()";
+    b.wait_for(
+        "live updates",
+        "Number(document.getElementById('live').dataset.events) >= 1",
+        t,
+    );
+    assert_eq!(b.eval(pill), "hidden");
+    let divisible = c.write(
+        "d.toml",
+        "[[divisible]]\nname = \"d\"\nunits = 10\ncommand = \"echo {start} {end}\"\n",
+    );
+    c.ok(&["submit", divisible.to_str().expect("utf-8")]);
+    let shown = b.wait_for(
+        "the units pill",
+        &format!("(() => {{ const s = {pill}; return s.startsWith('units 0/10') ? s : null; }})()"),
+        t,
+    );
+    assert!(
+        shown
+            .as_str()
+            .is_some_and(|s| s.contains("units of the 1 running divisible load")),
+        "{shown}"
+    );
+    c.ok(&["cancel", "4"]);
+    b.wait_for(
+        "the units pill hidden once the load ended",
+        &format!("{pill} === 'hidden'"),
+        t,
+    );
+}

@@ -181,6 +181,11 @@ function onTick(ev) {
   }
 
   for (const k of ["pending", "running", "succeeded", "failed", "cancelled"]) $(`count-${k}`).textContent = c[k] || 0;
+  // The running divisible loads' units, which the task counts leave out: shown while there are some.
+  const u = ev.units || { jobs: 0, done: 0, units: 0 };
+  $("units-pill").hidden = !u.jobs;
+  $("count-units").textContent = `${u.done}/${u.units}`;
+  $("units-pill").title = `units of the ${count(u.jobs, "running divisible load")}: done of all (each job's row counts its own; hetsched job N lists its rounds)`;
   renderNodes(ev.nodes || [], ev.left_nodes || []);
   updateJobs(ev.jobs || []);
 }

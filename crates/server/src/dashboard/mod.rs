@@ -683,6 +683,8 @@ impl Dashboard {
     /// One event of the live stream.
     fn snapshot(&self, s: &State) -> serde_json::Value {
         let counts = s.task_counts();
+        // A divisible load's units, which `counts` leaves out: the header counts them apart.
+        let units = s.running_units();
         // The nodes whose agents left go apart (`left_nodes`): `nodes`, as before, are those
         // `hetsched nodes` lists, and the page shows the others on asking, as `--all` does.
         let (left, nodes): (Vec<_>, Vec<_>) =
@@ -693,6 +695,7 @@ impl Dashboard {
         serde_json::json!({
             "t": crate::state::now_ns() as f64 / 1e9,
             "counts": counts,
+            "units": {"jobs": units.jobs, "done": units.done, "units": units.units},
             "dispatched": self.metrics.dispatched_total(),
             "jobs": jobs.iter().map(|j| serde_json::json!({
                 "id": j.id, "state": j.state, "tasks": j.tasks, "counts": j.counts,

@@ -2079,6 +2079,16 @@ impl JobKind for Divisible {
         TaskCounts::default()
     }
 
+    fn running_units(&self) -> super::RunningUnits {
+        let mut r = super::RunningUnits::default();
+        for job in self.jobs.values().filter(|j| j.state == "running") {
+            r.jobs += 1;
+            r.done += job.master.units_done();
+            r.units += job.spec.units();
+        }
+        r
+    }
+
     fn job_count(&self) -> u64 {
         (self.jobs.len() + self.purged.len()) as u64
     }

@@ -411,6 +411,17 @@ pub enum JobEnd {
     SetAside,
 }
 
+/// The units of the running divisible loads ([`JobKind::running_units`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunningUnits {
+    /// Running jobs with units.
+    pub jobs: u64,
+    /// Their units done.
+    pub done: u64,
+    /// Their units in all.
+    pub units: u64,
+}
+
 /// What the state asks of every job kind (see the module documentation for the whole contract).
 pub trait JobKind: Send {
     /// Which kind this is.
@@ -496,6 +507,12 @@ pub trait JobKind: Send {
 
     /// This kind's tasks by state.
     fn counts(&self) -> TaskCounts;
+
+    /// The units of this kind's running jobs, done and in all, and how many such jobs: a
+    /// divisible load's, whose units [`JobKind::counts`] does not count. Other kinds have none.
+    fn running_units(&self) -> RunningUnits {
+        RunningUnits::default()
+    }
 
     /// How many jobs of this kind were ever submitted.
     fn job_count(&self) -> u64;

@@ -2048,6 +2048,19 @@ impl State {
         c
     }
 
+    /// The units of the running divisible loads, which [`State::count_tasks`] leaves out (the
+    /// dashboard's header counts them apart).
+    pub fn running_units(&self) -> crate::jobs::RunningUnits {
+        let mut r = crate::jobs::RunningUnits::default();
+        for kind in self.jobs.all() {
+            let k = kind.running_units();
+            r.jobs += k.jobs;
+            r.done += k.done;
+            r.units += k.units;
+        }
+        r
+    }
+
     /// What kind job `id` is (`None`: no such job).
     pub fn job_kind(&self, id: u64) -> Option<Kind> {
         self.ids.kind(id)
