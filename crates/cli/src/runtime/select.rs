@@ -214,7 +214,13 @@ pub fn unlisted(items: &[JobItem], jobs: &[Listed]) -> Vec<String> {
         let mut named: Vec<String> = gaps
             .iter()
             .take(MAX_GAPS_NAMED)
-            .map(|&(x, y)| if x == y { x.to_string() } else { format!("{x}-{y}") })
+            .map(|&(x, y)| {
+                if x == y {
+                    x.to_string()
+                } else {
+                    format!("{x}-{y}")
+                }
+            })
             .collect();
         if gaps.len() > MAX_GAPS_NAMED {
             named.push(format!("and {} more runs", gaps.len() - MAX_GAPS_NAMED));

@@ -848,7 +848,9 @@ fn cancel_names_the_ids_of_a_range_or_list_the_server_does_not_list() {
     assert_eq!(v[0]["cancelled"], 1, "{v}");
     assert_eq!(v[1]["job_id"], 3, "{v}");
     assert!(
-        v[1]["error"].as_str().is_some_and(|e| e.contains("no job 3")),
+        v[1]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no job 3")),
         "{v}"
     );
 }
@@ -874,14 +876,20 @@ fn bench_dispatch_documents_and_bounds_its_agents() {
         (&["--agents", "0"][..], "--agents must be 1 to 64, got 0"),
         (&["--agents", "65"][..], "--agents must be 1 to 64, got 65"),
         (&["--slots", "0"][..], "--slots must be 1 to 1024, got 0"),
-        (&["--tasks", "0"][..], "--tasks must be 1 to 10000000, got 0"),
+        (
+            &["--tasks", "0"][..],
+            "--tasks must be 1 to 10000000, got 0",
+        ),
     ] {
         let mut full = vec!["bench-dispatch"];
         full.extend_from_slice(args);
         let asked = std::time::Instant::now();
         let out = run(&full);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
         assert!(
             asked.elapsed() < Duration::from_secs(10),
             "{args:?}: refused only after {:?}",

@@ -687,8 +687,11 @@ impl Dashboard {
         let units = s.running_units();
         // The nodes whose agents left go apart (`left_nodes`): `nodes`, as before, are those
         // `hetsched nodes` lists, and the page shows the others on asking, as `--all` does.
-        let (left, nodes): (Vec<_>, Vec<_>) =
-            s.nodes(true).nodes.into_iter().partition(|n| !n.left.is_empty());
+        let (left, nodes): (Vec<_>, Vec<_>) = s
+            .nodes(true)
+            .nodes
+            .into_iter()
+            .partition(|n| !n.left.is_empty());
         let n = s.job_count();
         let from = n.saturating_sub(EVENT_JOBS) + 1;
         let jobs = s.jobs_page(from, EVENT_JOBS as u32).jobs;
