@@ -899,9 +899,21 @@ fn a_user_signs_in_with_its_token_and_reads_the_output_of_its_own_jobs_only() {
             alice_row.contains("<td class=\"num shares\">1</td>")
                 && alice_row.contains("<td class=\"num max-cores\">-</td>")
                 && alice_row.contains("<td class=\"num running-jobs\">0</td>")
-                && alice_row.contains("<td class=\"num core-hours\">0.00</td>")
                 && alice_row.contains("<td class=\"num core-share\">100.0 %</td>"),
             "alice's shares, caps, jobs and accounts: {alice_row}"
+        );
+        // Her short job's core-hours, as `hetsched usage` writes them: under a hundredth of an
+        // hour, three significant digits or `<0.0001`.
+        let core_hours = alice_row
+            .split("<td class=\"num core-hours\">")
+            .nth(1)
+            .and_then(|rest| rest.split("</td>").next())
+            .unwrap_or_default();
+        assert!(
+            core_hours == "0.00"
+                || core_hours == "&lt;0.0001"
+                || (core_hours.starts_with("0.00") && core_hours.len() <= 8),
+            "alice's core-hours: {alice_row}"
         );
         // Her own panel lists her alone: a share of herself would say nothing.
         let dom = panel(&alice);
@@ -2559,5 +2571,22 @@ fn the_header_counts_the_running_divisible_loads_units_apart() {
         "the units pill hidden once the load ended",
         &format!("{pill} === 'hidden'"),
         t,
+    );
+}
+
+/// The Users panel writes hours as `hetsched usage` does: two decimals, three significant
+/// digits below 0.01, `<0.0001` below a ten-thousandth of an hour. Before, the panel wrote
+/// `0.00` for the `0.00169` core-hours the CLI printed for the same account.
+#[test]
+fn the_users_panel_writes_hours_as_hetsched_usage_does() {
+    let Some((_c, mut b)) = three_waiting_jobs_shown("dashboard-usage-hours") else {
+        return;
+    };
+    let shown = b.eval("[0, 12.345, 0.0339, 0.0016853, 0.0001, 1.2345678e-5, 1e-13].map(hours)");
+    assert_eq!(
+        shown,
+        serde_json::json!([
+            "0.00", "12.35", "0.03", "0.00169", "0.000100", "<0.0001", "<0.0001"
+        ])
     );
 }

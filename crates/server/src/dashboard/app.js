@@ -638,7 +638,14 @@ function loadAllocations() {
 
 // Days the panel's accounts cover (`/api/usage`'s default: the last 7, today included).
 const USAGE_DAYS = 7;
-const hours = (x) => (x || 0).toFixed(2);
+// Hours as `hetsched usage` writes them: two decimals, three significant digits below 0.01 (a
+// short span's few core-seconds read `0.00169`, not `0.00`), `<0.0001` below a ten-thousandth.
+const hours = (x) => {
+  const h = Number(x) || 0;
+  if (h <= 0 || h >= 0.01 || !Number.isFinite(h)) return h.toFixed(2);
+  if (h < 1e-4) return "<0.0001";
+  return h.toFixed(Math.min(6, Math.max(2, 2 - Math.floor(Math.log10(h)))));
+};
 const percent = (f) => (f === null || f === undefined ? "-" : `${(100 * f).toFixed(1)} %`);
 const capOf = (n, show) => (n === null || n === undefined ? "-" : show(n));
 
@@ -662,9 +669,9 @@ function userRow(name, u, acc, totalCoreSeconds) {
     + cell("fair-per-share", u ? fair(u.fair_usage_per_share, 3) : "-")
     + cell("pending-jobs", u ? u.pending_jobs : "-")
     + cell("running-jobs", u ? u.running_jobs : "-")
-    + cell("core-hours", acc ? hours(acc.core_hours) : "-")
-    + cell("gpu-hours", acc ? hours(acc.gpu_hours) : "-")
-    + cell("memory-gib-hours", acc ? hours(acc.memory_gib_hours) : "-")
+    + cell("core-hours", acc ? esc(hours(acc.core_hours)) : "-")
+    + cell("gpu-hours", acc ? esc(hours(acc.gpu_hours)) : "-")
+    + cell("memory-gib-hours", acc ? esc(hours(acc.memory_gib_hours)) : "-")
     + cell("core-share", share) + "</tr>";
 }
 
@@ -678,7 +685,7 @@ function renderUsers(users, usage) {
   // A user sees its own row only (the admin's is listed to the admin): its share of itself says nothing.
   const everyOwner = users.users.some((u) => u.admin);
   const rows = names.map((n) => userRow(n, byName.get(n) || null, accounts.get(n) || null, everyOwner ? total.core_seconds : 0));
-  rows.push(`<tr class="total"><td>total</td>${"<td></td>".repeat(11)}<td class="num">${hours(total.core_hours)}</td><td class="num">${hours(total.gpu_hours)}</td><td class="num">${hours(total.memory_gib_hours)}</td><td></td></tr>`);
+  rows.push(`<tr class="total"><td>total</td>${"<td></td>".repeat(11)}<td class="num">${esc(hours(total.core_hours))}</td><td class="num">${esc(hours(total.gpu_hours))}</td><td class="num">${esc(hours(total.memory_gib_hours))}</td><td></td></tr>`);
   $("users").querySelector("tbody").innerHTML = rows.join("");
   $("usage-span").textContent = `accounts ${usage.since} – ${usage.until} (UTC)`;
   $("usage-summary").textContent = `Last ${USAGE_DAYS} days: the live nodes offered ${hours(cap.core_hours)} core-hours, ${hours(cap.gpu_hours)} GPU-hours and ${hours(cap.memory_gib_hours)} memory GiB-hours; running work used ${percent(util.cores)} of the cores, ${percent(util.gpus)} of the GPUs and ${percent(util.memory)} of the memory.`
