@@ -156,7 +156,8 @@ pub struct HdasPaperArgs {
     /// Seed of the simulation (heartbeat phases).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Multiply every application's task count (1.0 = the documented experiment; 0.1 for a quick look).
+    /// Multiply every application's task count (1.0 = the documented experiment; 0.1 for a
+    /// quick look); more than 0, at most 10.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub scale: f64,
     /// What heartbeats report as a node's disk load.

@@ -1045,3 +1045,17 @@ fn stream_paper_refuses_a_duration_past_its_bound() {
     );
     assert!(asked.elapsed() < std::time::Duration::from_secs(10));
 }
+
+/// `hdas-paper --scale` is bounded above, as `sweep --scale` is, the refusal naming the flag:
+/// before, `--scale 1000` was taken and ran for hours under the simulator's bound on tasks.
+#[test]
+fn hdas_paper_refuses_a_scale_past_its_bound() {
+    let asked = std::time::Instant::now();
+    let out = hetsched(&["sim", "hdas-paper", "--scale", "1000"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--scale: must be at most 10"),
+        "{err}"
+    );
+    assert!(asked.elapsed() < std::time::Duration::from_secs(10));
+}

@@ -353,6 +353,11 @@ enum JobKey {
     Single(usize),
 }
 
+/// The largest `scale`: ten times the paper's task counts. A run's time grows with it (the
+/// paper's scale runs in seconds; at 1,000 it ran for hours, under the simulator's bound on
+/// tasks); `sim sweep` takes the same bound.
+pub const MAX_SCALE: f64 = 10.0;
+
 /// Runs the scenario; `progress` is called after each simulation.
 pub fn run(
     options: &HdasPaperOptions,
@@ -362,6 +367,15 @@ pub fn run(
         return Err(SimError::Config {
             field: "scale",
             problem: format!("must be a positive number, not {}", options.scale),
+        });
+    }
+    if options.scale > MAX_SCALE {
+        return Err(SimError::Config {
+            field: "scale",
+            problem: format!(
+                "must be at most {MAX_SCALE} (ten times the paper's tasks), not {}",
+                options.scale
+            ),
         });
     }
     if !matches!(

@@ -31,10 +31,10 @@ pub const LOSS_MARGIN: f64 = 0.02;
 /// before the first case runs: 10^12 cases asked for 120 TB, and `usize::MAX` panicked.
 pub const MAX_CASES: usize = 1_000_000;
 
-/// The largest `scale`: ten times the documented sweep's task counts. A case's tasks grow with
-/// it (a case of the paper's workloads holds thousands at 1.0), and so does its time: at 100,
-/// one case ran for hours.
-pub const MAX_SCALE: f64 = 10.0;
+/// The largest `scale`: ten times the documented sweep's task counts, as `hdas-paper`'s
+/// ([`hdas_paper::MAX_SCALE`]). A case's tasks grow with it, and so does its time: at 100, one
+/// case ran for hours.
+pub const MAX_SCALE: f64 = hdas_paper::MAX_SCALE;
 
 /// The policies the sweep compares (cpu-only is left out: it is the baseline of speedups, not a
 /// contender, and its day-long runs would dominate the sweep's time).
