@@ -186,7 +186,7 @@ function onTick(ev) {
   $("units-pill").hidden = !u.jobs;
   $("count-units").textContent = `${u.done}/${u.units}`;
   $("units-pill").title = `units of the ${count(u.jobs, "running divisible load")}: done of all (each job's row counts its own; hetsched job N lists its rounds)`;
-  renderNodes(ev.nodes || [], ev.left_nodes || []);
+  renderNodes(ev.nodes || [], ev.nodes_left || 0);
   updateJobs(ev.jobs || []);
 }
 
@@ -242,21 +242,44 @@ function nodeCard(n) {
 
 // Racks and node cards by name, patched in place at every update (see morph): a click on a
 // card opens that node's detail even while the cards change under the pointer.
-// `live` and `left`: the last update's nodes and those whose agents left (shown only while the
-// box "show the N nodes that left" is ticked, as `hetsched nodes --all` lists them).
-const nodesView = { racks: new Map(), cards: new Map(), selected: null, seq: 0, live: [], left: [], showLeft: false };
+// `live`: the last update's nodes. The nodes whose agents left are counted in every update
+// (`leftCount`) and shown only while the box "show the N nodes that left" is ticked, as
+// `hetsched nodes --all` lists them: then `left` holds them, asked of `/api/nodes?all=1` when
+// the box is ticked, when their number changes and every LEFT_POLL_MS.
+const LEFT_POLL_MS = 5000;
+const nodesView = { racks: new Map(), cards: new Map(), selected: null, seq: 0, live: [], left: [], leftCount: 0, leftAsked: 0, showLeft: false };
 
-function renderNodes(live, left = []) {
-  nodesView.live = live; nodesView.left = left;
-  $("nodes-left-filter").hidden = !left.length;
-  $("nodes-left-count").textContent = count(left.length, "node");
-  const nodes = nodesView.showLeft ? live.concat(left) : live;
+// A node of `/api/nodes` as the cards read it (the event stream's shape).
+function nodeOfApi(n) {
+  return {
+    name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
+    gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, drain_reason: n.drain_reason, draining: n.draining, gpu_util: null,
+    attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for, left: n.left, stopping: n.stopping,
+  };
+}
+
+async function loadLeft() {
+  nodesView.leftAsked = Date.now();
+  const all = await api("/api/nodes?all=1");
+  nodesView.left = all.filter((n) => n.left).map(nodeOfApi);
+  renderNodes(nodesView.live, nodesView.leftCount);
+}
+
+function renderNodes(live, leftCount = nodesView.leftCount) {
+  nodesView.live = live;
+  if (leftCount !== nodesView.leftCount) { nodesView.leftCount = leftCount; nodesView.leftAsked = 0; }
+  if (!leftCount) nodesView.left = [];
+  $("nodes-left-filter").hidden = !leftCount;
+  $("nodes-left-count").textContent = count(leftCount, "node");
+  if (nodesView.showLeft && leftCount && Date.now() - nodesView.leftAsked > LEFT_POLL_MS) loadLeft().catch((e) => console.error(e));
+  const left = nodesView.showLeft ? nodesView.left : [];
+  const nodes = live.concat(left);
   const racks = new Map();
   for (const n of nodes) { if (!racks.has(n.rack)) racks.set(n.rack, []); racks.get(n.rack).push(n); }
   const root = $("nodes");
   if (!nodes.length) {
     nodesView.racks.clear(); nodesView.cards.clear();
-    root.innerHTML = left.length ? `<p>No agent is registered now: ${esc(count(left.length, "node"))} left.</p>` : "<p>No agent has registered yet.</p>";
+    root.innerHTML = leftCount ? `<p>No agent is registered now: ${esc(count(leftCount, "node"))} left.</p>` : "<p>No agent has registered yet.</p>";
     return;
   }
   root.querySelector(":scope > p")?.remove();
@@ -332,7 +355,8 @@ async function selectNode(name) {
 
 $("nodes-left").addEventListener("change", (e) => {
   nodesView.showLeft = e.target.checked;
-  renderNodes(nodesView.live, nodesView.left);
+  nodesView.leftAsked = 0;
+  renderNodes(nodesView.live);
 });
 
 $("nodes").addEventListener("click", (e) => {
@@ -855,15 +879,12 @@ const loaded = [];
 initCharts();
 loaded.push(loadJobs().catch((e) => console.error(e)));
 // The nodes at once, before the first update; an update that came first is newer, so it stays.
-// Those whose agents left come apart, as the updates carry them.
+// Those whose agents left are counted, as the updates count them.
 loaded.push(api("/api/nodes?all=1").then((all) => {
   if (liveState.events) return;
-  const nodes = all.map((n) => ({
-    name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
-    gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, drain_reason: n.drain_reason, draining: n.draining, gpu_util: null,
-    attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for, left: n.left, stopping: n.stopping,
-  }));
-  renderNodes(nodes.filter((n) => !n.left), nodes.filter((n) => n.left));
+  const nodes = all.map(nodeOfApi);
+  nodesView.left = nodes.filter((n) => n.left);
+  renderNodes(nodes.filter((n) => !n.left), nodesView.left.length);
 }).catch((e) => console.error(e)));
 // `#events=N` in the address: stop listening after N updates (headless snapshots and tests need the
 // page's network to go idle; a person never needs it).

@@ -685,8 +685,9 @@ impl Dashboard {
         let counts = s.task_counts();
         // A divisible load's units, which `counts` leaves out: the header counts them apart.
         let units = s.running_units();
-        // The nodes whose agents left go apart (`left_nodes`): `nodes`, as before, are those
-        // `hetsched nodes` lists, and the page shows the others on asking, as `--all` does.
+        // `nodes`, as before, are those `hetsched nodes` lists; of the nodes whose agents left
+        // (automatic allocation leaves many behind) only their number goes out at every tick,
+        // and the page asks `/api/nodes?all=1` for them while a person wants them shown.
         let (left, nodes): (Vec<_>, Vec<_>) = s
             .nodes(true)
             .nodes
@@ -710,7 +711,7 @@ impl Dashboard {
                 "pending_reason": j.pending_reason,
             })).collect::<Vec<_>>(),
             "nodes": nodes.iter().map(node_event).collect::<Vec<_>>(),
-            "left_nodes": left.iter().map(node_event).collect::<Vec<_>>(),
+            "nodes_left": left.len(),
         })
     }
 }
