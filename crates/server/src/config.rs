@@ -131,11 +131,13 @@ pub struct ServerConfig {
     /// Under preemption, a task that has run less than this is not stopped (Slurm's
     /// `PreemptExemptTime`): every task makes at least this much progress.
     pub preempt_exempt_time: Duration,
-    /// The most unfinished tasks (pending or running batch tasks and workflow instances) a user
+    /// The most unfinished tasks (pending or running batch tasks and workflow instances; an
+    /// unfinished divisible job counts as one, a running topology as its executors) a user
     /// other than the admin may have at once: a submission that would pass it is refused,
     /// naming it (Slurm's `MaxSubmitJobsPerUser`, counted in tasks). Each waiting task costs the
-    /// server memory (about 120 bytes) and store rows, so one user's loop of submissions does
-    /// not exhaust the server. Default [`MAX_UNFINISHED_TASKS_PER_USER`]; at least 1.
+    /// server memory (about 120 bytes) and store rows, and each job its stored file (and a
+    /// divisible job its input), so one user's loop of submissions does not exhaust the
+    /// server. Default [`MAX_UNFINISHED_TASKS_PER_USER`]; at least 1.
     pub max_unfinished_tasks_per_user: u64,
     /// Jobs to set aside at this start (`hetsched server --set-aside JOB`, see
     /// [`crate::set_aside`]): flags only, not configuration keys, for a set-aside is one act of

@@ -1045,6 +1045,12 @@ impl Divisible {
                 });
             }
         }
+        // Counted against its owner's `max_unfinished_tasks_per_user` (a new job only: the
+        // same key above returns the stored one).
+        if let Some(room) = &sub.task_room {
+            room.check_divisible(&sub.origin)
+                .map_err(StateError::Invalid)?;
+        }
         // The state's next job id (one sequence across kinds).
         let jd = job_dir(&self.dir, id);
         std::fs::create_dir_all(&jd)
@@ -2199,6 +2205,16 @@ impl JobKind for Divisible {
             jobs,
             next_cursor: ids.next().unwrap_or(0),
         }
+    }
+
+    /// An unfinished divisible job counts as one task against its owner's
+    /// `max_unfinished_tasks_per_user`, whatever its units: what it stores is one job row, its
+    /// input and the chunk rows of its own progress.
+    fn unfinished_tasks(&self, id: u64) -> u64 {
+        self.jobs
+            .get(&id)
+            .filter(|j| !matches!(j.state.as_str(), "completed" | "failed" | "cancelled"))
+            .map_or(0, |_| 1)
     }
 
     fn listed_state(&self, id: u64) -> Option<&str> {

@@ -1291,6 +1291,16 @@ impl Topology {
             .collect()
     }
 
+    /// Each running topology's name and executor count (what it counts against its owner's
+    /// `max_unfinished_tasks_per_user`).
+    pub fn running_executors(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.inner
+            .runs
+            .values()
+            .filter(|r| r.rec.state == "running")
+            .map(|r| (r.rec.name.as_str(), r.topo.topology.executor_count() as u64))
+    }
+
     /// Whether a topology runs (or waits to be placed): the controller's tick has work.
     pub fn is_running(&self) -> bool {
         self.inner.runs.values().any(|r| r.rec.state == "running")

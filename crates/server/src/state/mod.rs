@@ -1499,9 +1499,10 @@ impl State {
     }
 
     /// What user `owner` may still submit: its unfinished tasks of every kind against the
-    /// server's `max_unfinished_tasks_per_user` (its jobs' counts, O(jobs owned by users)).
+    /// server's `max_unfinished_tasks_per_user` (its jobs' counts, O(jobs owned by users)),
+    /// its running topologies' executors included (O(topologies)).
     fn task_room(&self, owner: &str) -> types::TaskRoom {
-        let unfinished = self
+        let jobs: u64 = self
             .users
             .owned()
             .filter(|&(_, o)| o == owner)
@@ -1510,6 +1511,14 @@ impl State {
                 Some(self.jobs.of_kind(kind).unfinished_tasks(job))
             })
             .sum();
+        let executors: u64 = self
+            .jobs
+            .topology
+            .running_executors()
+            .filter(|&(name, _)| self.users.topology_owner(name) == owner)
+            .map(|(_, n)| n)
+            .sum();
+        let unfinished = jobs.saturating_add(executors);
         types::TaskRoom {
             user: owner.to_string(),
             unfinished,

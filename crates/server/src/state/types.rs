@@ -423,6 +423,25 @@ impl TaskRoom {
         self.check_as(tasks, || format!("{origin}: the job has {tasks} tasks"))
     }
 
+    /// Refuses a divisible job from `origin`: an unfinished one counts as one task (one stored
+    /// job with its input, whatever its units).
+    pub fn check_divisible(&self, origin: &str) -> Result<(), String> {
+        self.check_as(1, || {
+            format!("{origin}: the divisible job counts as 1 task")
+        })
+    }
+
+    /// Refuses a topology from `origin` of `executors` executors: a running one counts its
+    /// executors as tasks.
+    pub fn check_topology(&self, origin: &str, executors: u64) -> Result<(), String> {
+        self.check_as(executors, || {
+            format!(
+                "{origin}: the topology has {}",
+                hetsched_core::text::count(executors, "executor")
+            )
+        })
+    }
+
     /// Refuses `resubmit JOB` bringing `tasks` ended tasks of job `job` back to pending when
     /// they would pass the cap: they are unfinished again, as a submission's are.
     pub fn check_resubmit(&self, job: u64, tasks: u64) -> Result<(), String> {

@@ -1771,3 +1771,82 @@ fn a_resubmission_past_the_users_unfinished_tasks_is_refused() {
         20
     );
 }
+
+/// Divisible jobs and topologies count against `max_unfinished_tasks_per_user` as batch
+/// tasks and workflow instances do: an unfinished divisible job as one task (one stored job,
+/// its input and its chunk rows), a running topology as its executors. Before, neither
+/// counted, so a user at its cap could still submit them without end and fill the server's
+/// store and disk. A refusal names the limit and stores nothing; ended work gives the room
+/// back; the admin is not bound.
+#[test]
+fn divisible_jobs_and_topologies_count_against_the_users_unfinished_tasks() {
+    let d = common::scratch("users", "unfinished-other-kinds");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        max_unfinished_tasks_per_user: 10,
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    s.on_add_user("alice", false).expect("user");
+    let divisible = |name: &str| Submission {
+        origin: format!("{name}.toml"),
+        text: format!(
+            "[[divisible]]\nname = \"{name}\"\nunits = 1000\ncommand = \"echo {{start}} {{end}}\"\n"
+        ),
+        workdir: "/".into(),
+        ..Default::default()
+    };
+    let topology = |name: &str| hetsched_server::jobs::topology::TopologySubmission {
+        origin: format!("{name}.toml"),
+        text: crate::topology_kind::TOPOLOGY
+            .replace("name = \"pipe\"", &format!("name = \"{name}\"")),
+        ..crate::topology_kind::submission()
+    };
+    s.on_submit_as(sweep(5), "alice").expect("5 of 10");
+    let rows = s
+        .on_submit_as(divisible("rows"), "alice")
+        .expect("6 of 10")
+        .job_id;
+    // The topology's four executors: 10 of 10.
+    s.topology_submit_as(topology("pipe"), "alice")
+        .expect("10 of 10");
+    let jobs = s.jobs().jobs.len();
+    let e = s
+        .on_submit_as(divisible("more"), "alice")
+        .expect_err("11 of 10")
+        .to_string();
+    assert!(
+        e.contains(
+            "more.toml: the divisible job counts as 1 task, and user `alice` has 10 unfinished"
+        ) && e.contains("max_unfinished_tasks_per_user"),
+        "{e}"
+    );
+    assert_eq!(s.jobs().jobs.len(), jobs, "nothing stored");
+    let e = s
+        .topology_submit_as(topology("other"), "alice")
+        .expect_err("14 of 10")
+        .to_string();
+    assert!(
+        e.contains("other.toml: the topology has 4 executors, and user `alice` has 10 unfinished")
+            && e.contains("max_unfinished_tasks_per_user"),
+        "{e}"
+    );
+    assert!(s.topology_show("other").is_err(), "nothing stored");
+    // A batch job counts the others' too.
+    let e = s
+        .on_submit_as(sweep(1), "alice")
+        .expect_err("11 of 10")
+        .to_string();
+    assert!(e.contains("user `alice` has 10 unfinished"), "{e}");
+    // The admin is not bound.
+    s.on_submit(divisible("admins")).expect("the admin's");
+    s.topology_submit(topology("admins")).expect("the admin's");
+    // Ended work gives the room back: the topology killed, then the divisible job cancelled.
+    s.topology_kill("pipe").expect("killed");
+    s.topology_submit_as(topology("other"), "alice")
+        .expect("4 given back");
+    s.on_cancel(rows).expect("cancelled");
+    s.on_submit_as(divisible("more"), "alice")
+        .expect("1 given back");
+}
