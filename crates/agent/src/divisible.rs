@@ -547,7 +547,14 @@ async fn fetch(
         .await
         .map_err(|e| write_error(&dir, &e))?;
     let input = dir.join(format!("chunk-{}.in", o.chunk));
-    let mut f = tokio::fs::File::create(&input)
+    // The job's data: private to the agent's user (0600).
+    let mut f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(crate::workdir::no_follow())
+        .open(&input)
         .await
         .map_err(|e| write_error(&input, &e))?;
     let fetched = async {
@@ -740,7 +747,9 @@ async fn run_chunk(
         let _ = std::fs::remove_file(&input);
         return fail(header, "empty command".into());
     };
-    let (stdout, stderr) = match (std::fs::File::create(&out), std::fs::File::create(&err)) {
+    // Private to the agent's user (0600), as a task's captured streams are.
+    let create = |p: &Path| crate::workdir::open_no_follow(p, true);
+    let (stdout, stderr) = match (create(&out), create(&err)) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
             let _ = std::fs::remove_file(&input);
@@ -1492,6 +1501,29 @@ mod tests {
             "short after: {:?}",
             told.asks.last()
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A chunk's captured stdout and stderr are private to the agent's user (mode 0600, whatever
+    /// its umask); before, they were created 0644.
+    #[tokio::test]
+    async fn a_chunks_captured_output_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("hetsched-chunk-mode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (me, shared) = agent(&dir, false);
+        let (h, out) = chunk(&me, &shared, "", "echo out; echo err >&2").await;
+        assert!(h.success, "{h:?}");
+        assert_eq!(out, "out\n");
+        for stderr in [false, true] {
+            let p = chunk_output_path(&dir, 2, 4, stderr);
+            let mode = std::fs::metadata(&p)
+                .expect("captured")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{}: {mode:o}", p.display());
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

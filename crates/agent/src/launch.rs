@@ -792,9 +792,9 @@ pub async fn run(
     result
 }
 
-/// Copies a task's output stream to `path`, creating the file (and its directory) only when the
-/// first byte arrives: most short tasks print nothing, and creating two files per task dominated
-/// the agent's cost of running them.
+/// Copies a task's output stream to `path`, creating the file (mode 0600, and its directory)
+/// only when the first byte arrives: most short tasks print nothing, and creating two files per
+/// task dominated the agent's cost of running them.
 async fn drain(
     mut stream: impl tokio::io::AsyncRead + Unpin,
     path: PathBuf,
@@ -814,7 +814,8 @@ async fn drain(
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
-                file.insert(std::fs::File::create(&path)?)
+                // Private to the agent's user (0600): what a task prints may be its data.
+                file.insert(crate::workdir::open_no_follow(&path, true)?)
             }
         };
         f.write_all(&buf[..n])?;
@@ -1391,6 +1392,38 @@ mod tests {
         .await;
         let out = std::fs::read_to_string(output_paths(dir, &spec, &a).0).unwrap_or_default();
         (r, out)
+    }
+
+    /// A task's captured stdout and stderr (in the agent's work directory) are private to the
+    /// agent's user, mode 0600 whatever its umask: they may hold what the task printed of its
+    /// data. Before, they were created 0644 (kept private only by their directories).
+    #[tokio::test]
+    async fn a_tasks_captured_output_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = test_dir("private-output");
+        let (a, spec) = task(&dir, "echo to-out; echo to-err >&2", 0);
+        let (_tx, rx) = oneshot::channel();
+        let r = run(
+            &a,
+            &spec,
+            "n1",
+            &dir,
+            rx,
+            Duration::from_secs(60),
+            false,
+            |_| {},
+        )
+        .await;
+        assert!(r.success, "{r:?}");
+        let (out, err) = output_paths(&dir, &spec, &a);
+        for p in [out, err] {
+            let mode = std::fs::metadata(&p)
+                .expect("captured")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{}: {mode:o}", p.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]

@@ -659,7 +659,9 @@ fn start(
         // in the account's own directory).
         crate::workdir::write_private(&path, config.to_string().as_bytes())
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        let stderr = std::fs::File::create(dir.join("worker.err")).map_err(|e| e.to_string())?;
+        // Private (0600), as a task's captured streams are.
+        let stderr = crate::workdir::open_no_follow(&dir.join("worker.err"), true)
+            .map_err(|e| e.to_string())?;
         let mut cmd = Command::new(exe);
         cmd.arg("stream-worker")
             .arg("--config")

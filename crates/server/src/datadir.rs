@@ -115,6 +115,20 @@ pub fn prepare(dir: &Path) -> Result<(), DataDirError> {
     Ok(())
 }
 
+/// Creates (or truncates) `path` for writing, private to the server's user (mode 0600,
+/// whatever the umask) and not through a symbolic link: what the server keeps of jobs in the
+/// data directory (a divisible job's input, its chunks' outputs, its gathered output) may be
+/// users' data.
+pub fn create_private(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+}
+
 /// Makes `state.db` (creating it empty if needed) and its `-wal`/`-shm` files mode 0600 before
 /// SQLite opens them: SQLite gives the WAL and SHM files the database file's mode.
 pub fn protect_store(dir: &Path) -> Result<PathBuf, DataDirError> {

@@ -315,7 +315,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
                 .await?
                 .into_inner();
             let path = crate::jobs::divisible::temp_output(&dir, &h);
-            let mut f = std::fs::File::create(&path).map_err(internal)?;
+            let mut f = crate::datadir::create_private(&path).map_err(internal)?;
             let mut taken = 0u64;
             let received = async {
                 while let Some(p) = s.message().await? {

@@ -431,7 +431,7 @@ pub(crate) fn job_dir(dir: &Path, id: u64) -> PathBuf {
 
 fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut f = crate::datadir::create_private(&tmp)?;
     f.write_all(data)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
@@ -2423,7 +2423,7 @@ fn gather(jd: &Path, id: u64, job: &mut Job) {
     done.sort_by_key(|c| c.order.start);
     let tmp = jd.join("output.tmp");
     let result = (|| -> Result<u64, String> {
-        let mut out = std::fs::File::create(&tmp).map_err(|e| format!("output: {e}"))?;
+        let mut out = crate::datadir::create_private(&tmp).map_err(|e| format!("output: {e}"))?;
         let mut total = 0;
         for c in &done {
             let path = jd.join(format!("chunk-{}.out", c.order.chunk));

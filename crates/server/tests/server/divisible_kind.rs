@@ -1338,3 +1338,37 @@ fn a_node_asked_to_stop_gets_no_new_chunk() {
     }
     assert_eq!(ask(&mut s, "b").expect("asked"), vec![(id, 0)]);
 }
+
+/// What a divisible job stores in the data directory — its input and its gathered output —
+/// is private to the server's user (mode 0600, whatever its umask), as its store is; before,
+/// both were created 0644.
+#[test]
+fn a_divisible_jobs_stored_input_and_output_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = crate::common::scratch("divisible-kind", "private");
+    let mut s = open(&d.0);
+    join_agents(&mut s, &["a"]);
+    let id = s.on_submit(with_input()).expect("submitted").job_id;
+    let jd = d.0.join("divisible").join(format!("job-{id}"));
+    for _ in 0..200 {
+        for (_, chunk) in ask_short(&mut s, "a", false) {
+            let tmp = jd.join(format!("chunk-{chunk}.part"));
+            std::fs::write(&tmp, b"x\n").expect("output");
+            assert!(
+                s.on_chunk_done(&success(id, chunk), Some(&tmp))
+                    .expect("recorded")
+            );
+        }
+        if s.get_job(id).expect("job").state != "running" {
+            break;
+        }
+    }
+    assert_eq!(s.get_job(id).expect("job").state, "completed");
+    for name in ["input", "output"] {
+        let mode = std::fs::metadata(jd.join(name))
+            .expect(name)
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{name}: {mode:o}");
+    }
+}
