@@ -1615,6 +1615,10 @@ struct Issued {
     ca_pem: String,
 }
 
+/// How long an agent whose ask for a listener certificate the server refused for its bound
+/// per address waits before asking again.
+const CERTIFY_RETRY: Duration = Duration::from_secs(5);
+
 /// Asks the server to certify a fresh key for this agent's listeners (see the server's
 /// `agent_ca`): `None` when it does not certify agents (no `[tls]`, or an operator's
 /// `agent_ca`); a server not reached yet is asked again every second.
@@ -1669,6 +1673,12 @@ where
             }
             Err(s) if s.code() == tonic::Code::Unauthenticated => {
                 return Err(AgentError::Unauthenticated(s.message().to_string()));
+            }
+            // The server bounds the certificates it signs per address (agents behind one NAT
+            // address starting together): asked again a few seconds later.
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                warn!("{}", s.message());
+                tokio::time::sleep(CERTIFY_RETRY).await;
             }
             Err(s) if unreachable(&s) => {
                 if !told {

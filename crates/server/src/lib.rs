@@ -50,6 +50,7 @@ pub mod service;
 pub mod set_aside;
 pub mod state;
 pub mod store;
+pub mod throttle;
 pub mod tickets;
 pub mod topology_service;
 pub mod users;

@@ -60,6 +60,11 @@ pub struct LogRelay {
     /// The server's own agent CA ([`crate::agent_ca`]), when it certifies its agents' listeners
     /// (`[tls]` without `agent_ca`): `agent_ca` is then its certificate.
     pub issuer: Option<crate::agent_ca::AgentCa>,
+    /// Each user's client calls held open or relayed to agents (`GetJob` waits, `ReadLog`,
+    /// `WorkerLog`): bounded per user ([`crate::throttle::InFlight`]).
+    pub calls: crate::throttle::InFlight,
+    /// The listener certificates signed per caller address ([`crate::throttle::CertifyRate`]).
+    pub certify_rate: crate::throttle::CertifyRate,
 }
 
 impl LogRelay {
@@ -71,6 +76,8 @@ impl LogRelay {
             agent_token: agent_token.to_string(),
             agent_ca: None,
             issuer: None,
+            calls: crate::throttle::InFlight::default(),
+            certify_rate: crate::throttle::CertifyRate::default(),
         }
     }
 
@@ -589,6 +596,8 @@ pub async fn read_log(
     r: pb::ReadLogRequest,
     caller: &crate::users::Caller,
 ) -> Result<pb::ReadLogReply, Status> {
+    // Counted among the caller's calls in flight until answered (it may call an agent).
+    let _slot = relay.calls.enter(&caller.name, "ReadLog")?;
     {
         let s = state
             .lock()

@@ -337,6 +337,11 @@ impl Agent for AgentService {
             .remote_addr()
             .map(|a| a.ip())
             .ok_or_else(|| Status::failed_precondition("the call's address is unknown"))?;
+        // Signing costs CPU: bounded per caller address (an agent asks once at each start).
+        self.2
+            .certify_rate
+            .admit(ip, std::time::Instant::now())
+            .map_err(Status::resource_exhausted)?;
         let r = req.into_inner();
         let host = (!r.advertise_host.is_empty()).then_some(r.advertise_host.as_str());
         let cert_pem = ca
@@ -583,12 +588,15 @@ impl Client for ClientService {
         &self,
         req: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::JobInfo>, Status> {
+        let who = caller(&req)?;
         let r = req.into_inner();
         let id = r.job_id;
         let wait = std::time::Duration::from_millis(r.wait_ms.into()).min(MAX_JOB_WAIT);
         if wait.is_zero() {
             return read_state_inline(&self.0, move |s| s.job(id)).await;
         }
+        // A held call counts among the caller's calls in flight until it ends.
+        let _slot = self.1.calls.enter(&who.name, "GetJob (held)")?;
         // Held until the job ends: looked at again after each commit (what can end it), not
         // polled by the client.
         let until = tokio::time::Instant::now() + wait;

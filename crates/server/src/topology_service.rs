@@ -214,6 +214,8 @@ impl pb::topology_client_server::TopologyClient for ClientService {
         r: Request<pb::WorkerLogRequest>,
     ) -> Result<Response<pb::ReadLogReply>, Status> {
         let who = crate::service::caller(&r)?;
+        // Counted among the caller's calls in flight until answered (it calls an agent).
+        let _slot = self.2.calls.enter(&who.name, "WorkerLog")?;
         let r = r.into_inner();
         let name = r.name.clone();
         let (generation, started_as, node, run_as) =

@@ -631,3 +631,202 @@ async fn only_a_nodes_own_agent_syncs_its_stream_workers() {
     server.stop().await.expect("stops");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A user's calls held open or relayed to agents are bounded
+/// (`throttle::MAX_CALLS_IN_FLIGHT_PER_USER`): `GetJob` waits and `ReadLog` calls together
+/// past the bound are refused `RESOURCE_EXHAUSTED`, naming it; another user is not; a
+/// look that is not held still answers; a call that ends gives its place back. Before, a
+/// client could hold any number open, each a task and a subscription on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_held_and_relayed_calls_are_bounded() {
+    use hetsched_server::throttle::MAX_CALLS_IN_FLIGHT_PER_USER as MOST;
+    let dir = scratch("in-flight");
+    let (server, channel) = common::serve(ServerConfig {
+        data_dir: dir.clone(),
+        ..Default::default()
+    })
+    .await;
+    let mut admin = ClientClient::with_interceptor(channel.clone(), client_token(&server));
+    let alice_token = admin
+        .add_user(pb::AddUserRequest {
+            name: "alice".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("alice")
+        .into_inner()
+        .token;
+    let alice = ClientClient::with_interceptor(
+        channel.clone(),
+        pb::TokenInterceptor::new(&alice_token).expect("ascii"),
+    );
+    let job = admin
+        .submit(pb::SubmitRequest {
+            origin: "job.toml".into(),
+            text:
+                "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n"
+                    .into(),
+            hold: true,
+            ..Default::default()
+        })
+        .await
+        .expect("submitted")
+        .into_inner()
+        .job_id;
+    let wait = pb::GetJobRequest {
+        job_id: job,
+        wait_ms: 60_000,
+    };
+    // One more than the bound: exactly one of them, the last to arrive, is refused.
+    let mut held = Vec::new();
+    for _ in 0..=MOST {
+        let mut c = alice.clone();
+        let w = wait.clone();
+        held.push(tokio::spawn(async move { c.get_job(w).await }));
+    }
+    let mut refused = None;
+    for _ in 0..500 {
+        if let Some(i) = held.iter().position(|h| h.is_finished()) {
+            refused = Some(held.swap_remove(i).await.expect("joined"));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let e = refused
+        .expect("one past the bound ends")
+        .expect_err("one past the bound is refused");
+    assert!(held.iter().all(|h| !h.is_finished()), "the others are held");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains(&format!(
+            "user `alice` has {MOST} held open or relayed to agents already, the most one user \
+             may have at once"
+        )),
+        "{}",
+        e.message()
+    );
+    // A log read counts with them.
+    let e = alice
+        .clone()
+        .read_log(pb::ReadLogRequest {
+            job_id: job,
+            task: "0".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("past the bound");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    // A look that is not held, and another user's wait, still answer.
+    alice
+        .clone()
+        .get_job(pb::GetJobRequest {
+            job_id: job,
+            wait_ms: 0,
+        })
+        .await
+        .expect("not held");
+    admin
+        .get_job(pb::GetJobRequest {
+            job_id: job,
+            wait_ms: 10,
+        })
+        .await
+        .expect("the admin's own");
+    // The held calls end (cancelled with their tasks): their places are given back.
+    for h in &held {
+        h.abort();
+    }
+    let mut back = false;
+    for _ in 0..200 {
+        let w = pb::GetJobRequest {
+            wait_ms: 10,
+            ..wait.clone()
+        };
+        if alice.clone().get_job(w).await.is_ok() {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(back, "the places were given back");
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server with `[tls]` and no `agent_ca` (so it certifies its agents' listeners), over
+/// `dir`, and an agent client of it over TLS from 127.0.0.1.
+pub(crate) async fn tls_server(
+    dir: &std::path::Path,
+) -> (
+    hetsched_server::ServerHandle,
+    AgentClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            pb::TokenInterceptor,
+        >,
+    >,
+) {
+    let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/tls");
+    let server = hetsched_server::start(ServerConfig {
+        data_dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        tls: Some(hetsched_server::config::TlsConfig {
+            cert: tls.join("server.pem"),
+            key: tls.join("server.key"),
+            agent_ca: None,
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("server starts");
+    let ca = std::fs::read(tls.join("ca.pem")).expect("ca");
+    let channel = pb::endpoint(&format!("https://{}", server.addr), Some(&ca))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let agent = AgentClient::with_interceptor(channel, agent_token(&server));
+    (server, agent)
+}
+
+/// A P-256 public key as an agent sends it.
+pub(crate) fn listener_key() -> Vec<u8> {
+    rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .expect("key")
+        .public_key_raw()
+        .to_vec()
+}
+
+/// `ListenerCertificate` signs (CPU) for whoever holds the agent token: at most
+/// `throttle::CERTIFICATES_PER_ADDRESS` a minute per caller address, one more refused
+/// `RESOURCE_EXHAUSTED` naming the bound. Before, an agent could ask in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_certificates_are_bounded_per_caller_address() {
+    use hetsched_server::throttle::CERTIFICATES_PER_ADDRESS as MOST;
+    let dir = scratch("certify-rate");
+    let (server, mut agent) = tls_server(&dir).await;
+    let ask = || pb::ListenerCertificateRequest {
+        public_key: listener_key(),
+        advertise_host: String::new(),
+    };
+    for _ in 0..MOST {
+        agent
+            .listener_certificate(ask())
+            .await
+            .expect("within the bound");
+    }
+    let e = agent
+        .listener_certificate(ask())
+        .await
+        .expect_err("one more");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains(&format!(
+            "certified {MOST} listener keys for 127.0.0.1 in the last 60 s"
+        )),
+        "{}",
+        e.message()
+    );
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
