@@ -7,7 +7,11 @@
 //! key in memory, and asks the server (`Agent.ListenerCertificate`, agent token) to certify the
 //! public key ([`AgentCa::certify`]). The certificate names the IP address the request came from
 //! — the address the server calls the agent's log listener at — and the host the agent
-//! advertises to its peers, and is valid for a year; an agent asks again at each start. The
+//! advertises to its peers, and is valid for a year; an agent asks again at each start. An
+//! advertised IP address must be the caller's ([`AgentCa::certify`]); an advertised DNS name
+//! must resolve on the server's host to the caller's address ([`check_resolves_to`]) and be
+//! advertised by no live node calling from elsewhere (`State::check_listener_name`), both
+//! checked by the service before it certifies. The
 //! server then calls every agent over TLS, checking certificates against this CA (as it would an
 //! operator's `agent_ca`), and agents check each other's the same way: the reply carries the CA.
 //! The private key never leaves the agent.
@@ -177,6 +181,56 @@ impl AgentCa {
     }
 }
 
+/// Whether `host` (what an agent advertises, trimmed) is a DNS name rather than an IP address.
+pub fn is_dns_name(host: &str) -> bool {
+    let h = host.trim();
+    !h.is_empty() && h.parse::<IpAddr>().is_err()
+}
+
+/// Resolves DNS name `host` on the server's host (its resolver: `/etc/hosts`, DNS) and refuses
+/// it unless one of its addresses is `ip`, the address the agent's call came from: the server
+/// vouches for a name only where it sees the agent (`localhost` resolves to the loopback
+/// addresses). Blocking: call it off the async workers.
+pub fn check_resolves_to(host: &str, ip: IpAddr) -> Result<(), String> {
+    use std::net::ToSocketAddrs;
+    let h = host.trim();
+    let found: Vec<IpAddr> = match (h, 0u16).to_socket_addrs() {
+        Ok(addrs) => addrs.map(|a| a.ip().to_canonical()).collect(),
+        Err(e) => {
+            return Err(format!(
+                "advertised host `{h}` does not resolve on the server's host ({e}): the server \
+                 certifies a name only if it resolves to the address this call came from \
+                 ({ip}); advertise such a name or the address, or give the agent --log-cert and \
+                 --log-key from the operator's CA (the server's `[tls] agent_ca`)"
+            ));
+        }
+    };
+    check_resolved(h, ip, &found)
+}
+
+/// [`check_resolves_to`] once `host` resolved to `found`.
+pub fn check_resolved(host: &str, ip: IpAddr, found: &[IpAddr]) -> Result<(), String> {
+    let ip = ip.to_canonical();
+    if found.iter().any(|a| a.to_canonical() == ip) {
+        return Ok(());
+    }
+    let mut shown: Vec<String> = found.iter().map(ToString::to_string).collect();
+    shown.sort();
+    shown.dedup();
+    shown.truncate(8);
+    Err(format!(
+        "advertised host `{host}` resolves to {} on the server's host, not to the address this \
+         call came from ({ip}): the server certifies a name only where it sees the agent; \
+         advertise this agent's own name or address, or give the agent --log-cert and \
+         --log-key from the operator's CA (the server's `[tls] agent_ca`)",
+        if shown.is_empty() {
+            "no address".to_string()
+        } else {
+            shown.join(", ")
+        }
+    ))
+}
+
 /// An agent's public key as rcgen signs it.
 struct AgentKey<'a>(&'a [u8]);
 
@@ -277,6 +331,27 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{own}: {e}"));
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A DNS name is certified only where it resolves to the caller's address (written as
+    /// IPv4 or IPv4-mapped IPv6 alike); the refusal names what it resolves to.
+    #[test]
+    fn a_dns_name_must_resolve_to_the_callers_address() {
+        let caller: IpAddr = "10.1.2.3".parse().expect("ip");
+        let other: IpAddr = "10.9.9.9".parse().expect("ip");
+        let mapped: IpAddr = "::ffff:10.1.2.3".parse().expect("ip");
+        check_resolved("n1.example", caller, &[other, mapped]).expect("one of them is the caller");
+        let e = check_resolved("n1.example", caller, &[other]).expect_err("another host's");
+        assert!(
+            e.contains(
+                "advertised host `n1.example` resolves to 10.9.9.9 on the server's host, \
+                        not to the address this call came from (10.1.2.3)"
+            ),
+            "{e}"
+        );
+        let lo: IpAddr = "127.0.0.1".parse().expect("ip");
+        check_resolves_to("localhost", lo).expect("localhost is the loopback address");
+        assert!(is_dns_name("node7.example") && !is_dns_name("10.1.2.3") && !is_dns_name("::1"));
     }
 
     /// A CA key kept from an earlier start open to others (an older version's, or restored

@@ -344,6 +344,24 @@ impl Agent for AgentService {
             .map_err(Status::resource_exhausted)?;
         let r = req.into_inner();
         let host = (!r.advertise_host.is_empty()).then_some(r.advertise_host.as_str());
+        // A DNS name is certified only if it resolves to the caller's address here and no
+        // other live agent advertises it (an IP address must be the caller's: `certify`).
+        if let Some(h) = host
+            .map(str::trim)
+            .filter(|h| crate::agent_ca::is_dns_name(h))
+        {
+            let name = h.to_string();
+            read_state(&self.0, move |s| {
+                s.check_listener_name(&name, ip)
+                    .map_err(crate::state::StateError::Invalid)
+            })
+            .await?;
+            let name = h.to_string();
+            tokio::task::spawn_blocking(move || crate::agent_ca::check_resolves_to(&name, ip))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(Status::invalid_argument)?;
+        }
         let cert_pem = ca
             .certify(&r.public_key, ip, host)
             .map_err(Status::invalid_argument)?;

@@ -828,6 +828,12 @@ fn thresholds(config: &ServerConfig) -> (BalancerKind, Thresholds, Option<u32>, 
 impl Workflows {
     /// Sets (`Some`) or removes (`None`) `node`'s address in the address book, changing its
     /// version when the book changes. Whether the node had an address before.
+    /// Each node's advertised address (`host:port`, possibly `https://`), as its heartbeats
+    /// last said it.
+    pub(crate) fn advertised(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.addresses.iter().map(|(&n, a)| (n, a.as_str()))
+    }
+
     fn set_address(&mut self, node: u32, address: Option<&str>) -> bool {
         let before = match address {
             Some(a) if self.addresses.get(&node).map(String::as_str) == Some(a) => return true,

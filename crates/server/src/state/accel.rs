@@ -232,6 +232,39 @@ impl State {
         }
     }
 
+    /// Refuses certifying `host` (a DNS name an agent advertises) for a call from `ip` when a
+    /// live node whose calls come from another address advertises it: that name is the other
+    /// agent's, and a certificate for it would let the caller pass for it
+    /// (`Agent.ListenerCertificate`, [`crate::agent_ca`]).
+    pub fn check_listener_name(&self, host: &str, ip: IpAddr) -> Result<(), String> {
+        for (node, address) in self.jobs.workflow.advertised() {
+            let Some(rec) = self.nodes.get(node).filter(|r| r.alive && !r.removed) else {
+                continue;
+            };
+            let bare = address.strip_prefix("https://").unwrap_or(address);
+            let advertised = bare
+                .rsplit_once(':')
+                .map_or(bare, |(h, _port)| h)
+                .trim_matches(['[', ']']);
+            if !advertised.eq_ignore_ascii_case(host) {
+                continue;
+            }
+            let from = self.sharing.services.get(&node).and_then(|s| s.ip);
+            if from.map(|f| f.to_canonical()) == Some(ip.to_canonical()) {
+                continue;
+            }
+            return Err(format!(
+                "advertised host `{host}` is advertised by node `{}`{}: the server certifies a \
+                 name for one agent only; advertise a name of this agent's own, or give the \
+                 agent --log-cert and --log-key from the operator's CA (the server's `[tls] \
+                 agent_ca`)",
+                rec.spec.name,
+                from.map_or(String::new(), |f| format!(", whose calls come from {f}"))
+            ));
+        }
+        Ok(())
+    }
+
     /// The part of a heartbeat that concerns accelerator sharing, run after the kinds filled the
     /// node: the node's service and rack, its joining the binding, the ANode of each GPU task just
     /// sent to an NNode, and the node's binding in the reply.

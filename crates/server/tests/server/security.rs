@@ -681,7 +681,7 @@ async fn a_users_held_and_relayed_calls_are_bounded() {
     let mut held = Vec::new();
     for _ in 0..=MOST {
         let mut c = alice.clone();
-        let w = wait.clone();
+        let w = wait;
         held.push(tokio::spawn(async move { c.get_job(w).await }));
     }
     let mut refused = None;
@@ -740,7 +740,7 @@ async fn a_users_held_and_relayed_calls_are_bounded() {
     for _ in 0..200 {
         let w = pb::GetJobRequest {
             wait_ms: 10,
-            ..wait.clone()
+            ..wait
         };
         if alice.clone().get_job(w).await.is_ok() {
             back = true;
@@ -828,5 +828,89 @@ async fn listener_certificates_are_bounded_per_caller_address() {
         e.message()
     );
     server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A DNS name an agent advertises is certified only if it resolves, on the server's host, to
+/// the address the call came from: before, any name was certified blindly, so an agent-token
+/// holder could get a certificate for another agent's name (or any host's) and pass for it
+/// to every peer that trusts the agents' CA. `localhost` from the loopback address is
+/// certified; a name that does not resolve is refused, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_advertised_dns_name_is_certified_only_where_it_resolves_to_the_caller() {
+    let dir = scratch("certify-dns");
+    let (server, mut agent) = tls_server(&dir).await;
+    let ask = |host: &str| pb::ListenerCertificateRequest {
+        public_key: listener_key(),
+        advertise_host: host.into(),
+    };
+    agent
+        .listener_certificate(ask("localhost"))
+        .await
+        .expect("localhost resolves to the caller");
+    let e = agent
+        .listener_certificate(ask("hetsched-test.invalid"))
+        .await
+        .expect_err("a name that resolves nowhere");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains(
+            "advertised host `hetsched-test.invalid` does not resolve on the server's host"
+        ),
+        "{}",
+        e.message()
+    );
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A DNS name a live node advertises is not certified for a call from another address: it
+/// is that node's (its heartbeats advertise it, its calls come from its address). The same
+/// node asking again from its own address is certified; once the node is dead, or removed,
+/// the name is free (an agent that restarts from a new address is certified once its old node
+/// is declared dead).
+#[test]
+fn a_dns_name_another_live_node_advertises_is_not_certified_for_another_address() {
+    let dir = scratch("certify-taken");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut s = State::open(
+        &ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        },
+        Store::open(&dir.join("state.db")).expect("store"),
+    )
+    .expect("state");
+    let n7 = s
+        .register(registration("n7", common::IDENTITY))
+        .expect("n7")
+        .node_id;
+    let own: std::net::IpAddr = "10.0.0.7".parse().expect("ip");
+    let other: std::net::IpAddr = "10.0.0.9".parse().expect("ip");
+    s.note_peer(n7, Some(own));
+    s.heartbeat(pb::HeartbeatRequest {
+        advertise: "https://N7.example:7430".into(),
+        ..heartbeat_request(n7, &[], &[])
+    })
+    .expect("beat");
+    let e = s
+        .check_listener_name("n7.example", other)
+        .expect_err("n7's name, from another address");
+    assert!(
+        e.contains("advertised host `n7.example` is advertised by node `n7`, whose calls come from 10.0.0.7"),
+        "{e}"
+    );
+    s.check_listener_name("n7.example", own)
+        .expect("n7 itself, again");
+    s.check_listener_name("n8.example", other)
+        .expect("a name no node advertises");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    s.check_dead(std::time::Duration::from_millis(10))
+        .expect("checked");
+    s.check_listener_name("n7.example", other)
+        .expect("a dead node's name is free");
+    s.remove_node("n7").expect("removed");
+    s.check_listener_name("n7.example", other)
+        .expect("a removed node's name is free");
     let _ = std::fs::remove_dir_all(&dir);
 }
