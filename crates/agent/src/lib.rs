@@ -2142,6 +2142,93 @@ mod tests {
         (shared, opts)
     }
 
+    /// An agent service that refuses the first `refusals` listener-certificate asks for its
+    /// bound per address, then certifies; nothing else.
+    struct Certifier {
+        refusals: std::sync::atomic::AtomicU32,
+    }
+
+    #[tonic::async_trait]
+    impl pb::agent_server::Agent for Certifier {
+        async fn register(
+            &self,
+            _: tonic::Request<pb::RegisterRequest>,
+        ) -> Result<tonic::Response<pb::RegisterReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("register"))
+        }
+        async fn heartbeat(
+            &self,
+            _: tonic::Request<pb::HeartbeatRequest>,
+        ) -> Result<tonic::Response<pb::HeartbeatReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("heartbeat"))
+        }
+        async fn await_work(
+            &self,
+            _: tonic::Request<pb::AwaitWorkRequest>,
+        ) -> Result<tonic::Response<pb::AwaitWorkReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("await_work"))
+        }
+        async fn purged_jobs(
+            &self,
+            _: tonic::Request<pb::PurgedJobsRequest>,
+        ) -> Result<tonic::Response<pb::PurgedJobsReply>, tonic::Status> {
+            Err(tonic::Status::unimplemented("purged_jobs"))
+        }
+        async fn listener_certificate(
+            &self,
+            _: tonic::Request<pb::ListenerCertificateRequest>,
+        ) -> Result<tonic::Response<pb::ListenerCertificateReply>, tonic::Status> {
+            use std::sync::atomic::Ordering;
+            let left = self.refusals.load(Ordering::SeqCst);
+            if left > 0 {
+                self.refusals.store(left - 1, Ordering::SeqCst);
+                return Err(tonic::Status::resource_exhausted(
+                    "the server certified 64 listener keys for 127.0.0.1 in the last 60 s",
+                ));
+            }
+            Ok(tonic::Response::new(pb::ListenerCertificateReply {
+                cert_pem: "cert".into(),
+                ca_pem: "ca".into(),
+            }))
+        }
+    }
+
+    /// An agent whose ask for a listener certificate the server refuses for its bound per
+    /// address (agents behind one NAT address starting together) asks again a little later and
+    /// is certified; before, it exited at once.
+    #[tokio::test]
+    async fn an_agent_refused_a_certificate_for_the_servers_bound_asks_again() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::agent_server::AgentServer::new(Certifier {
+                    refusals: 1.into(),
+                }))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .expect("endpoint")
+            .connect_lazy();
+        let mut client = AgentClient::new(channel);
+        let dir = std::env::temp_dir().join(format!("hetsched-certify-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (_, opts) = consumer_agent(&dir);
+        let issued = listener_certificate(&mut client, &opts)
+            .await
+            .expect("certified once the bound allows")
+            .expect("a certificate");
+        assert_eq!(
+            (issued.cert_pem.as_str(), issued.ca_pem.as_str()),
+            ("cert", "ca")
+        );
+        server.abort();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Attempt `attempt` of task 5, instance `7/C-0` of spec 9 ([`cat_x_and_y`]) on node `b`:
     /// its input `x` from the producer's agent at `x_address`, `y` from the one at `y_address`.
     fn x_and_y_instance(attempt: u32, x_address: &str, y_address: &str) -> pb::Assignment {
