@@ -370,7 +370,10 @@ impl pb::divisible_server::Divisible for DivisibleService {
 }
 
 /// The `DivisibleClient` service (users).
-pub struct DivisibleClientService(pub Shared);
+/// The second field holds each user's calls in flight ([`crate::throttle::InFlight`], the
+/// relay's): a `ReadOutput` stream counts among them until it ends, since it holds a blocking
+/// thread while its reader is slow.
+pub struct DivisibleClientService(pub Shared, pub Arc<crate::logs::LogRelay>);
 
 #[tonic::async_trait]
 impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
@@ -381,6 +384,8 @@ impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
         req: Request<pb::ReadOutputRequest>,
     ) -> Result<Response<DataStream>, Status> {
         let who = crate::service::caller(&req)?;
+        // Counted until the stream ends (its reader done, or gone).
+        let slot = self.1.calls.enter(&who.name, "ReadOutput")?;
         let id = req.into_inner().job_id;
         let path = read_state(&self.0, move |s| {
             s.authorize(&who, id, "read its output")?;
@@ -389,6 +394,6 @@ impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
         .await?
         .into_inner();
         let len = std::fs::metadata(&path).map_err(internal)?.len();
-        Ok(Response::new(stream_file(path, 0, len, ())))
+        Ok(Response::new(stream_file(path, 0, len, slot)))
     }
 }

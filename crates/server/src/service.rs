@@ -1364,7 +1364,7 @@ pub async fn router_with(
         .add_service(ClientServer::with_interceptor(
             ClientService(
                 state.clone(),
-                relay,
+                relay.clone(),
                 durable.clone(),
                 reader,
                 stopping.clone(),
@@ -1378,7 +1378,7 @@ pub async fn router_with(
         ))
         .add_service(
             pb::divisible_client_server::DivisibleClientServer::with_interceptor(
-                crate::divisible_service::DivisibleClientService(state),
+                crate::divisible_service::DivisibleClientService(state, relay),
                 CheckToken::new(Role::Client, creds, users.clone()),
             ),
         ))

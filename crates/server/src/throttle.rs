@@ -2,7 +2,8 @@
 //! holding a token cannot exhaust it:
 //!
 //! - [`InFlight`]: a client's calls held open or relayed to an agent — `GetJob` with `wait_ms`
-//!   (what `hetsched wait` holds), `ReadLog` (the dashboard's log reads too) and `WorkerLog` —
+//!   (what `hetsched wait` holds), `ReadLog` (the dashboard's log reads too), `WorkerLog` and
+//!   a divisible job's `ReadOutput` stream (until it ends) —
 //!   at most [`MAX_CALLS_IN_FLIGHT_PER_USER`] at once per user (the admin's token included);
 //!   one more is refused `RESOURCE_EXHAUSTED`, naming the bound. Each such call holds a task,
 //!   a subscription to the state's commits or a connection to an agent until it ends.
@@ -60,8 +61,8 @@ impl InFlight {
         if *n >= self.most {
             return Err(Status::resource_exhausted(format!(
                 "{what}: user `{who}` has {} held open or relayed to agents already, the most \
-                 one user may have at once ({} `GetJob` waits, `ReadLog` and `WorkerLog` \
-                 calls together); wait for some to end",
+                 one user may have at once ({} `GetJob` waits, `ReadLog`, `WorkerLog` and \
+                 `ReadOutput` calls together); wait for some to end",
                 *n, self.most
             )));
         }

@@ -716,6 +716,15 @@ async fn a_users_held_and_relayed_calls_are_bounded() {
         .await
         .expect_err("past the bound");
     assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    // So does a divisible job's output stream.
+    let e = pb::divisible_client_client::DivisibleClientClient::with_interceptor(
+        channel.clone(),
+        pb::TokenInterceptor::new(&alice_token).expect("ascii"),
+    )
+    .read_output(pb::ReadOutputRequest { job_id: job })
+    .await
+    .expect_err("past the bound");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
     // A look that is not held, and another user's wait, still answer.
     alice
         .clone()
