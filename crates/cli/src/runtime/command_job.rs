@@ -66,7 +66,8 @@ pub struct CommandJobArgs {
     /// attribute.)
     #[arg(long, value_name = "NODES", value_parser = super::hostlist::expand)]
     pub exclude: Vec<Vec<String>>,
-    /// Wall-clock limit of one task (`90s`, `2m`): it is killed and the attempt fails.
+    /// Wall-clock limit of one task (`90s`, `2m`, or as Slurm and HyperQueue write it,
+    /// `01:30:00`, `1-00:00:00`): it is killed and the attempt fails.
     #[arg(long, value_name = "DURATION")]
     pub time_limit: Option<String>,
     /// A stopped task's time between SIGTERM and SIGKILL, to save its state (`2m`; default:

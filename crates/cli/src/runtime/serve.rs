@@ -551,11 +551,7 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
         },
         time_limit: match a.time_limit.as_deref() {
             Some("auto") => super::allocation::auto_time_limit()?,
-            Some(t) => Some(
-                t.parse::<humantime::Duration>()
-                    .map_err(|e| anyhow::anyhow!("--time-limit `{t}`: {e} (a duration, or auto)"))?
-                    .into(),
-            ),
+            Some(t) => Some(agent_time_limit(t)?),
             None => config.time_limit(),
         },
         idle_timeout: a
@@ -610,9 +606,29 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The agent's `--time-limit` other than `auto`: a duration as job files write it (`11h50m`),
+/// or as a clock, Slurm's and HyperQueue's `11:50:00` (`1-00:00:00` with days).
+fn agent_time_limit(t: &str) -> anyhow::Result<std::time::Duration> {
+    t.parse::<hetsched_core::input::Duration>()
+        .map(|d| std::time::Duration::from_nanos(d.0))
+        .map_err(|e| anyhow::anyhow!("--time-limit: {e} (a duration, or auto)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::server_url;
+
+    /// An agent inside an allocation takes its length as the batch system writes it.
+    #[test]
+    fn an_agents_time_limit_reads_as_a_duration_or_a_slurm_clock() {
+        use super::agent_time_limit;
+        use std::time::Duration;
+        assert_eq!(agent_time_limit("11h50m").ok(), Some(Duration::from_secs(42_600)));
+        assert_eq!(agent_time_limit("11:50:00").ok(), Some(Duration::from_secs(42_600)));
+        assert_eq!(agent_time_limit("1-00:00:00").ok(), Some(Duration::from_secs(86_400)));
+        let e = agent_time_limit("11:75:00").expect_err("bad minutes").to_string();
+        assert!(e.starts_with("--time-limit: invalid duration `11:75:00`"), "{e}");
+    }
 
     /// The private key of an agent's listener certificate (`--log-key`, `--accel-key`) is a
     /// secret as its token is: one other users may read is used with a warning naming the flag,

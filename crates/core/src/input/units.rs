@@ -69,6 +69,9 @@ fn bounded(t: Time, shown: &dyn std::fmt::Display) -> Result<Time, String> {
 fn parse_any_duration(text: &str) -> Result<Time, String> {
     // humantime rejects fractional units ("23.6s"); accept them as users write them.
     let t = text.trim();
+    if is_clock_form(t) {
+        return parse_clock(t);
+    }
     // The unit is the trailing run of letters, so an exponent stays in the number ("1e3s").
     let unit_len: usize = t
         .chars()
@@ -115,6 +118,58 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
                 clip(&e.to_string())
             )
         })
+}
+
+/// Whether `t` is written as a clock (`01:00:00`, `1-12`) rather than with units: it holds a
+/// `:`, or starts with digits followed by `-` (Slurm's days).
+fn is_clock_form(t: &str) -> bool {
+    let digits = t.len() - t.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    t.contains(':') || (digits > 0 && t[digits..].starts_with('-'))
+}
+
+/// A duration written as a clock, as Slurm's `--time` and HyperQueue's `--time-limit` take it:
+/// `MM:SS`, `HH:MM:SS` (hours unbounded), `D-HH`, `D-HH:MM` or `D-HH:MM:SS`. Minutes and
+/// seconds are below 60, and hours below 24 after days.
+fn parse_clock(t: &str) -> Result<Time, String> {
+    let invalid = |why: &str| {
+        format!(
+            "invalid duration `{}`: {why} (a clock is written MM:SS, HH:MM:SS, D-HH, D-HH:MM or \
+             D-HH:MM:SS; or write e.g. \"90s\", \"2h30m\")",
+            clip(t)
+        )
+    };
+    let number = |field: &str| -> Result<u64, String> {
+        if field.is_empty() || field.len() > 9 || !field.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid(&format!("`{}` is not a number", clip(field))));
+        }
+        field.parse::<u64>().map_err(|_| invalid("a field is not a number"))
+    };
+    let (days, clock) = match t.split_once('-') {
+        Some((d, rest)) => (Some(number(d)?), rest),
+        None => (None, t),
+    };
+    let fields: Vec<&str> = clock.split(':').collect();
+    let nums = fields
+        .iter()
+        .map(|f| number(f))
+        .collect::<Result<Vec<u64>, String>>()?;
+    let sixty = |x: u64| x < 60;
+    let (h, m, s, ok) = match (days.is_some(), nums.as_slice()) {
+        // Minutes unbounded before seconds alone, as Slurm's `minutes:seconds`.
+        (false, &[m, s]) => (0, m, s, sixty(s)),
+        (false, &[h, m, s]) => (h, m, s, sixty(m) && sixty(s)),
+        (true, &[h]) => (h, 0, 0, h < 24),
+        (true, &[h, m]) => (h, m, 0, h < 24 && sixty(m)),
+        (true, &[h, m, s]) => (h, m, s, h < 24 && sixty(m) && sixty(s)),
+        _ => return Err(invalid("too many or too few fields")),
+    };
+    if !ok {
+        return Err(invalid(
+            "minutes and seconds run from 00 to 59, and hours after days from 00 to 23",
+        ));
+    }
+    let secs = days.unwrap_or(0) * 86_400 + h * 3600 + m * 60 + s;
+    Ok(secs.saturating_mul(crate::time::NANOS_PER_SEC))
 }
 
 /// How to write a size, for every error about one.
@@ -371,6 +426,32 @@ impl Serialize for WarnSignal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_reads_as_slurms_and_hyperqueues_clock_forms() {
+        let d = |t: &str| t.parse::<Duration>().map(|d| d.0 / crate::time::NANOS_PER_SEC);
+        // HyperQueue's `HH:MM:SS`, Slurm's `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`.
+        assert_eq!(d("01:00:00"), Ok(3600));
+        assert_eq!(d("12:30:05"), Ok(12 * 3600 + 30 * 60 + 5));
+        assert_eq!(d("100:00:00"), Ok(100 * 3600));
+        assert_eq!(d("2:30"), Ok(150));
+        assert_eq!(d("1-00:00:00"), Ok(86_400));
+        assert_eq!(d("2-12"), Ok(2 * 86_400 + 12 * 3600));
+        assert_eq!(d("1-2:03"), Ok(86_400 + 2 * 3600 + 180));
+        assert_eq!(d(" 0:00:01 "), Ok(1));
+        // Minutes and seconds past 59, too many fields, empty fields and signs are refused,
+        // naming the forms taken.
+        for bad in ["1:60:00", "1:00:60", "1:2:3:4", "1::00", ":30", "1-", "-1:00", "1-2-3", "1:-5", "1-24x"] {
+            let e = d(bad).expect_err(bad);
+            assert!(e.contains(&format!("`{}`", bad.trim())), "{bad}: {e}");
+            assert!(e.contains("HH:MM:SS"), "{bad}: {e}");
+        }
+        // Ten years at most, as every other form.
+        assert!(d("3651-00:00:00").expect_err("too long").contains("at most 10 years"));
+        // The other forms are unchanged.
+        assert_eq!(d("1h30m"), Ok(5400));
+        assert_eq!(d("90s"), Ok(90));
+    }
 
     #[test]
     fn a_warning_signal_reads_as_slurms_with_a_duration() {
