@@ -606,6 +606,28 @@ mod tests {
         assert_eq!(w.name.as_deref(), Some("sleep"));
     }
 
+    /// `--array 1-4 --stdout same.out` (Slurm's `--output` without `%a`) would have the four
+    /// tasks truncate one file, and `log` show the last one's output for each: refused, naming
+    /// the flag and the placeholder to add; with `{index}`, or for one task, accepted.
+    #[test]
+    fn an_output_file_shared_by_every_task_is_refused_naming_the_flag() {
+        let args = |stdout: &str, array: &str| CommandJobArgs {
+            array: Some(array.into()),
+            stdout: Some(stdout.into()),
+            ..CommandJobArgs::default()
+        };
+        let e = build(&args("same.out", "1-4"), &words(&["true"]), None)
+            .expect_err("one file for four tasks")
+            .to_string();
+        assert!(
+            e.starts_with("--stdout: `same.out` names one file for all 4 tasks")
+                && e.contains("`same-{index}.out`"),
+            "{e}"
+        );
+        build(&args("out/{index}.out", "1-4"), &words(&["true"]), None).expect("one per task");
+        build(&args("same.out", "7"), &words(&["true"]), None).expect("one task");
+    }
+
     #[test]
     fn an_each_line_entry_over_the_bound_is_refused_at_its_line() {
         let dir = std::env::temp_dir().join(format!("hetsched-each-line-{}", std::process::id()));

@@ -96,6 +96,26 @@ pub fn check(template: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a checked template names a file of its own for each task of an application: it
+/// holds `{index}` or `{task}`, or it names no file kept ([`DISCARD`], a device under `/dev/`).
+/// Without that, the tasks of an application of more than one task would each truncate the
+/// same file, and only the last one's output would be kept.
+pub fn per_task(template: &str) -> bool {
+    template == DISCARD
+        || template.starts_with("/dev/")
+        || template.contains("{index}")
+        || template.contains("{task}")
+}
+
+/// Whether a checked template names files of their own for each application: it holds `{app}`
+/// or `{task}`, or it names no file kept.
+pub fn per_app(template: &str) -> bool {
+    template == DISCARD
+        || template.starts_with("/dev/")
+        || template.contains("{app}")
+        || template.contains("{task}")
+}
+
 /// `{job}, {app}, {index}, {task} or {attempt}`.
 fn placeholders_in_words() -> String {
     let all: Vec<String> = PLACEHOLDERS.iter().map(|p| format!("{{{p}}}")).collect();

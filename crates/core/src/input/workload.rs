@@ -22,7 +22,7 @@ use crate::time::Time;
 use bytesize::ByteSize;
 use serde::{Deserialize, Serialize};
 use serde_spanned::Spanned;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1205,6 +1205,64 @@ impl Workload {
                 }
             }
         }
+        self.check_output_paths()
+    }
+
+    /// The runtime's rule for `stdout` and `stderr` templates: each task writes files of its
+    /// own. A template that names one file for every task of an application (no `{index}` or
+    /// `{task}`), or the same files for two applications (no `{app}` or `{task}`), would have
+    /// the tasks truncate each other's output: only the last writer's would be kept, and
+    /// `hetsched log` would show it for every task. Checked at submission only (with
+    /// [`Workload::check_commands`]), so a job stored before the rule still restores.
+    pub fn check_output_paths(&self) -> Result<(), InputError> {
+        use super::output_path::{per_app, per_task};
+        let src = self.source();
+        // Templates without `{app}` or `{task}`, and the first application that gave each.
+        let mut shared: HashMap<&str, &str> = HashMap::new();
+        for (i, a) in self.applications.iter().enumerate() {
+            let name = a.name.get_ref().as_str();
+            let count = a.task_count();
+            for (stream, what) in [(&a.stdout, "stdout"), (&a.stderr, "stderr")] {
+                let Some(t) = stream else { continue };
+                let template = t.get_ref().as_str();
+                let field = Some(format!("application[{i}].{what}"));
+                if count > 1 && !per_task(template) {
+                    return Err(src.error(
+                        at(t),
+                        field,
+                        format!(
+                            "`{}` names one file for all {count} tasks: each would overwrite \
+                             the others' output and only the last one's would be kept; put \
+                             `{{index}}` (or `{{task}}`) in it, e.g. `{}`, or `none` to discard it",
+                            crate::text::clip(template),
+                            crate::text::clip(&with_placeholder(template, "index")),
+                        ),
+                    ));
+                }
+                if per_app(template) {
+                    continue;
+                }
+                match shared.get(template) {
+                    Some(other) if *other != name => {
+                        return Err(src.error(
+                            at(t),
+                            field,
+                            format!(
+                                "`{}` is also application `{}`'s output path: their tasks \
+                                 would overwrite each other's files; put `{{app}}` in it, e.g. \
+                                 `{}`",
+                                crate::text::clip(template),
+                                crate::text::clip(other),
+                                crate::text::clip(&with_placeholder(template, "app")),
+                            ),
+                        ));
+                    }
+                    _ => {
+                        shared.insert(template, name);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1294,6 +1352,19 @@ fn nodes_with<'n>(
             ),
         ),
     })
+}
+
+/// `template` with `{name}` put before its file name's extension (`logs/run.out` →
+/// `logs/run-{index}.out`), for a message's example.
+fn with_placeholder(template: &str, name: &str) -> String {
+    let file_start = template.rfind('/').map_or(0, |i| i + 1);
+    match template[file_start..].rfind('.') {
+        Some(dot) if dot > 0 => {
+            let at = file_start + dot;
+            format!("{}-{{{name}}}{}", &template[..at], &template[at..])
+        }
+        _ => format!("{template}-{{{name}}}"),
+    }
 }
 
 #[cfg(test)]

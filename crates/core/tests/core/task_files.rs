@@ -98,3 +98,83 @@ stderr = "none""#),
         assert!(err.contains(field) && err.contains(says), "{err}");
     }
 }
+
+/// An output template that names one file for several tasks would have each task truncate the
+/// others' output (only the last writer's survives, and `hetsched log` would show it for every
+/// task): refused at submission (`check_commands`), naming the field and the placeholder that
+/// tells the tasks apart. `parse_workload` alone still reads it, so a stored job restores.
+#[test]
+fn an_output_template_shared_by_several_tasks_is_refused() {
+    for (bad, field) in [
+        (r#"stdout = "logs/all.out""#, "application[0].stdout"),
+        (r#"stderr = "logs/{job}-{attempt}.err""#, "application[0].stderr"),
+    ] {
+        let err = parse_workload("j.toml", &job(bad))
+            .unwrap()
+            .check_commands()
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("j.toml:6:"), "{err}");
+        assert!(
+            err.contains(field) && err.contains("all 40 tasks") && err.contains("{index}"),
+            "{err}"
+        );
+    }
+    // Told apart by index or task id, discarded, a device, or one task: accepted.
+    for good in [
+        r#"stdout = "logs/{index}.out""#,
+        r#"stdout = "logs/{task}.out""#,
+        r#"stdout = "none""#,
+        r#"stdout = "/dev/null""#,
+    ] {
+        parse_workload("j.toml", &job(good))
+            .unwrap()
+            .check_commands()
+            .unwrap();
+    }
+    let one = job(r#"stdout = "logs/all.out""#).replace("tasks = 40", "tasks = 1");
+    parse_workload("j.toml", &one)
+        .unwrap()
+        .check_commands()
+        .unwrap();
+    // Two applications with the same template and no `{app}` write the same files.
+    let two = |template: &str| {
+        format!(
+            r#"
+[[application]]
+name = "a"
+tasks = 2
+stdout = "{template}"
+[application.cpu]
+command = "true"
+
+[[application]]
+name = "b"
+tasks = 2
+stdout = "{template}"
+[application.cpu]
+command = "true"
+"#
+        )
+    };
+    let err = parse_workload("j.toml", &two("out/{index}.log"))
+        .unwrap()
+        .check_commands()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("application[1].stdout") && err.contains("`a`") && err.contains("{app}"),
+        "{err}"
+    );
+    parse_workload("j.toml", &two("out/{app}-{index}.log"))
+        .unwrap()
+        .check_commands()
+        .unwrap();
+    // One application may send both streams to one file.
+    let both = job(r#"stdout = "logs/{index}.log"
+stderr = "logs/{index}.log""#);
+    parse_workload("j.toml", &both)
+        .unwrap()
+        .check_commands()
+        .unwrap();
+}
