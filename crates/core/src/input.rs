@@ -21,7 +21,8 @@ pub mod workflow_runtime;
 pub mod workload;
 
 pub use units::{
-    Bandwidth, Duration, MAX_BANDWIDTH, MAX_DURATION, TASK_SIGNALS, WarnSignal, task_signal,
+    Bandwidth, Duration, MAX_BANDWIDTH, MAX_DURATION, TASK_SIGNALS, WarnSignal, size_bytes,
+    task_signal,
 };
 
 use std::fmt;

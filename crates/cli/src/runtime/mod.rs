@@ -850,9 +850,13 @@ fn parse_cap(s: &str, what: &str) -> Result<u32, String> {
 }
 
 /// `hetsched update --memory`: a size as job files write it (`512MiB`, `8GiB`), in bytes;
-/// `none` or `0` for none declared.
+/// `none` or `0` for none declared. Under 1 MiB is refused, as at submission.
 fn parse_memory(s: &str) -> Result<u64, String> {
-    parse_size(s, "none declared")
+    let bytes = parse_size(s, "none declared")?;
+    match hetsched_core::input::limits::task_memory_floor_problem(bytes) {
+        Some(problem) => Err(problem),
+        None => Ok(bytes),
+    }
 }
 
 /// `hetsched user limit --max-memory`: a size as job files write it, in bytes; `none` or `0`
@@ -867,16 +871,20 @@ fn parse_max_memory(s: &str) -> Result<u64, String> {
 fn parse_size(s: &str, none_is: &str) -> Result<u64, String> {
     match s.trim() {
         "none" | "0" => Ok(0),
-        t => t
-            .parse::<bytesize::ByteSize>()
-            .map(|b| b.as_u64())
-            .map_err(|_| {
+        // Read as a job file reads it (a fraction of a byte and a size past 16 EiB refused,
+        // not read as 0 or saturated, as the `bytesize` crate would); a text that crate does
+        // not read either is no size at all, said in these words.
+        t => hetsched_core::input::size_bytes(t).map_err(|e| {
+            if t.parse::<bytesize::ByteSize>().is_ok() {
+                e
+            } else {
                 format!(
                     "it is not a size such as 512MiB, 8GiB or 2GB (a number and a unit: B, \
                      KB, MB, GB, TB, KiB, MiB, GiB or TiB; or a number of bytes), nor `none` \
                      for {none_is}"
                 )
-            }),
+            }
+        }),
     }
 }
 
@@ -1279,5 +1287,24 @@ mod tests {
         assert!(e.ends_with("nor `none` for no cap"), "{e}");
         // Neither the value (clap names it) nor the crate's own words.
         assert!(!e.contains("gigs") && !e.contains("SI unit"), "{e}");
+    }
+
+    /// `update --memory` reads a size as submission does: a fraction of a byte is refused, not
+    /// read as none; a size past 16 EiB is refused as such, not saturated; and a figure under
+    /// 1 MiB (a bare number meant as Slurm's megabytes) is refused saying it is bytes.
+    #[test]
+    fn an_updated_memory_is_refused_where_a_submitted_one_is() {
+        let e = parse_memory("0.1B").expect_err("below a byte");
+        assert!(e.contains("below 1 byte"), "{e}");
+        let e = parse_memory("99999PiB").expect_err("past 16 EiB");
+        assert!(e.contains("over 16 EiB"), "{e}");
+        let e = parse_memory("4000").expect_err("4000 bytes");
+        assert!(
+            e.starts_with("4000 bytes is less than any process holds") && e.contains("4000MiB"),
+            "{e}"
+        );
+        assert_eq!(parse_memory("1MiB"), Ok(1 << 20));
+        // A cap on a user's memory is not a task's: no floor.
+        assert_eq!(super::parse_max_memory("1000"), Ok(1000));
     }
 }

@@ -42,6 +42,26 @@ pub fn task_memory_problem(bytes: u64) -> Option<String> {
         .then(|| format!("{bytes} bytes is more than a task may take, {MAX_TASK_MEMORY} (1 PiB)"))
 }
 
+/// The least memory one batch task may declare, other than none (0): 1 MiB. Every process
+/// holds more than that, and its agent stops a task whose processes hold more than its
+/// memory, so a smaller figure — mostly a bare number meant as megabytes, as Slurm's `--mem`
+/// reads one — would fail every task. Submission and `update` refuse it with the same words
+/// ([`task_memory_floor_problem`]).
+pub const MIN_TASK_MEMORY: u64 = 1 << 20;
+
+/// Why a task cannot declare `bytes` of memory for being too little, if it cannot: more than
+/// none and less than [`MIN_TASK_MEMORY`]. After the field, as [`task_memory_problem`].
+pub fn task_memory_floor_problem(bytes: u64) -> Option<String> {
+    (bytes > 0 && bytes < MIN_TASK_MEMORY).then(|| {
+        format!(
+            "{bytes} bytes is less than any process holds (at least 1 MiB, or none): its agent \
+             stops a task whose processes hold more than its memory, so every task would fail; \
+             a size without a unit is bytes (Slurm's `--mem` counts megabytes): write e.g. \
+             `{bytes}MiB`"
+        )
+    })
+}
+
 /// Most applications one job may have, and tasks one workflow: the scheduler keeps counters per
 /// application and ranks them at every dispatch, so 20,000 one-task applications dispatch ~17×
 /// slower than one application of 20,000 tasks, for every job on the cluster.
@@ -182,7 +202,9 @@ pub fn check(w: &Workload) -> Result<(), InputError> {
                 .map(|g| ("gpu", g.get_ref().memory.as_u64(), g.span().start)),
         ];
         for (variant, memory, header) in memories.into_iter().flatten() {
-            if let Some(problem) = task_memory_problem(memory) {
+            if let Some(problem) =
+                task_memory_problem(memory).or_else(|| task_memory_floor_problem(memory))
+            {
                 return Err(src.error(
                     variant_value_at(&src, i, variant, "memory").or(Some(header)),
                     Some(format!("application[{i}].{variant}.memory")),
@@ -422,6 +444,30 @@ mod tests {
     fn err(text: &str) -> String {
         let w = parse_workload("job.toml", text).expect("parses");
         check(&w).expect_err("over a limit").to_string()
+    }
+
+    /// `memory = "4000"` (or `submit --memory 4000`, Slurm's `--mem=4000`, megabytes there)
+    /// is 4000 bytes here: less than any process holds, so its agent would stop every task at
+    /// once. Refused, saying a bare number is bytes; 1 MiB and up, and none, are accepted.
+    #[test]
+    fn a_task_memory_under_a_mebibyte_is_refused_saying_a_bare_number_is_bytes() {
+        let with = |memory: &str| {
+            let text = format!("{}memory = {memory}\n", job("a", "true", ""));
+            parse_workload("job.toml", &text).expect("parses")
+        };
+        let e = check(&with("\"4000\"")).expect_err("4000 bytes").to_string();
+        assert!(
+            e.starts_with("job.toml:6:10: application[0].cpu.memory: 4000 bytes is less than")
+                && e.contains("a size without a unit is bytes")
+                && e.contains("4000MiB"),
+            "{e}"
+        );
+        assert!(check(&with("\"512KiB\"")).is_err());
+        check(&with("\"1MiB\"")).expect("a mebibyte");
+        check(&with("0")).expect("none declared");
+        assert_eq!(task_memory_floor_problem(0), None);
+        assert!(task_memory_floor_problem(MIN_TASK_MEMORY - 1).is_some());
+        assert_eq!(task_memory_floor_problem(MIN_TASK_MEMORY), None);
     }
 
     #[test]

@@ -212,6 +212,12 @@ pub fn optional_byte_size<'de, D: Deserializer<'de>>(
     Ok(Option::<super::cluster::Size>::deserialize(d)?.map(|s| s.0))
 }
 
+/// The bytes `text` writes, as a job file's sizes read it (`"512MiB"`, `"1.5 GiB"`, `"4096"`):
+/// for a flag that takes a size, so that it reads one as a job file does.
+pub fn size_bytes(text: &str) -> Result<u64, String> {
+    parse_size(text)
+}
+
 /// The bytes `text` writes (`"512MiB"`, `"1.5 GiB"`, `"4096"`). The `bytesize` crate reads the
 /// same syntax but saturates a size past `u64` at 16 EiB and reads `"0.1B"` as 0, so that a typo
 /// became all the memory there is, or none: both are refused here.

@@ -158,10 +158,10 @@ impl Update {
                 "cores: {c} is more than a task may take, {MAX_TASK_CORES}"
             )));
         }
-        if let Some(problem) = self
-            .memory_bytes
-            .and_then(hetsched_core::input::limits::task_memory_problem)
-        {
+        if let Some(problem) = self.memory_bytes.and_then(|m| {
+            hetsched_core::input::limits::task_memory_problem(m)
+                .or_else(|| hetsched_core::input::limits::task_memory_floor_problem(m))
+        }) {
             return Err(StateError::Invalid(format!("memory: {problem}")));
         }
         let max_ms = MAX_DURATION / 1_000_000;
