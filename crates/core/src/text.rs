@@ -35,6 +35,28 @@ pub fn agree<'a>(n: impl Into<u64>, one: &'a str, many: &'a str) -> &'a str {
     if n.into() == 1 { one } else { many }
 }
 
+/// How many names [`some_names`] lists before it says how many there are in all.
+pub const NAMES_LISTED: usize = 8;
+
+/// Names someone else supplied, as a message lists them: each [`clip`]ped, separated by commas,
+/// the first [`NAMES_LISTED`] then `… (N in all)` when there are more (`a, b, c`), so that a
+/// refusal that lists what there is stays short whatever a job holds.
+pub fn some_names<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut shown = Vec::new();
+    let mut total = 0usize;
+    for n in names {
+        if shown.len() < NAMES_LISTED {
+            shown.push(clip(n));
+        }
+        total += 1;
+    }
+    let mut out = shown.join(", ");
+    if total > shown.len() {
+        out.push_str(&format!(", … ({total} in all)"));
+    }
+    out
+}
+
 /// How many characters of a string a message quotes ([`clip`]).
 pub const QUOTED: usize = 64;
 
@@ -227,8 +249,20 @@ pub fn escaped(s: &str) -> Cow<'_, str> {
 mod tests {
     use super::{
         Cow, HIDDEN, agree, clip, code_point, count, escape_controls, escaped, escaped_class,
-        hidden, hidden_problem, number, unshown_problem,
+        hidden, hidden_problem, number, some_names, unshown_problem,
     };
+
+    #[test]
+    fn a_list_of_names_is_bounded_and_says_how_many_in_all() {
+        assert_eq!(some_names(["echo"]), "echo");
+        assert_eq!(some_names(["a", "b\u{1b}"]), "a, b\\u{1b}");
+        let many: Vec<String> = (0..20).map(|i| format!("n{i}")).collect();
+        assert_eq!(
+            some_names(many.iter().map(String::as_str)),
+            "n0, n1, n2, n3, n4, n5, n6, n7, … (20 in all)"
+        );
+        assert_eq!(some_names(std::iter::empty()), "");
+    }
 
     #[test]
     fn numbers_are_plain_unless_they_would_take_many_digits() {

@@ -449,8 +449,9 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
         }
         found.ok_or_else(|| {
             Status::not_found(format!(
-                "job {job} has no application `{}`",
-                hetsched_core::text::clip(app)
+                "job {job} has no application `{}` (it has: {})",
+                hetsched_core::text::clip(app),
+                hetsched_core::text::some_names(info.apps.iter().map(|a| a.name.as_str()))
             ))
         })?
     } else {

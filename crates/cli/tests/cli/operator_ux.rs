@@ -897,3 +897,35 @@ fn bench_dispatch_documents_and_bounds_its_agents() {
         );
     }
 }
+
+/// An application name that a job lacks is refused with the names it has: a `--shell` job's
+/// application is named after the line's program (`echo`), not `sh`, which a user guesses
+/// first; `log` and `cancel --app` say so as `update --app` does.
+#[test]
+fn an_unknown_application_is_refused_with_the_names_the_job_has() {
+    let mut c = Cluster::start("ux-app-names", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&[
+        "submit",
+        "--tasks",
+        "2",
+        "--shell",
+        "--wait",
+        "--",
+        "echo hi {index}",
+    ]);
+    assert_eq!(c.ok(&["log", "1", "echo:1"]), "hi 1\n");
+    c.refused(
+        &["log", "1", "sh:0"],
+        "job 1 has no application `sh` (it has: echo)",
+    );
+    c.ok(&[
+        "submit", "--tasks", "2", "--app", "long", "--", "sleep", "30",
+    ]);
+    c.refused(
+        &["cancel", "2", "--tasks", "0", "--app", "sleep"],
+        "job 2 has no application `sleep` (it has: long)",
+    );
+    c.ok(&["cancel", "2"]);
+}

@@ -1386,6 +1386,7 @@ impl Batch {
             return Err(StateError::NoJob(job));
         };
         let (apps, range, state) = (j.apps.clone(), j.tasks.clone(), self.job_state(j));
+        let all = apps.clone();
         let apps: Vec<u32> = apps
             .filter(|&a| app.is_none_or(|n| self.apps.get(a as usize).is_some_and(|r| r.name == n)))
             .collect();
@@ -1393,8 +1394,11 @@ impl Batch {
             && apps.is_empty()
         {
             return Err(StateError::Invalid(format!(
-                "job {job} has no application `{}`",
-                hetsched_core::text::clip(name)
+                "job {job} has no application `{}` (it has: {})",
+                hetsched_core::text::clip(name),
+                hetsched_core::text::some_names(
+                    all.filter_map(|a| self.apps.get(a as usize).map(|r| r.name.as_str()))
+                )
             )));
         }
         let wanted: Option<HashSet<u32>> = indices.map(|i| i.iter().copied().collect());
