@@ -929,3 +929,35 @@ fn an_unknown_application_is_refused_with_the_names_the_job_has() {
     );
     c.ok(&["cancel", "2"]);
 }
+
+/// After a server restart, a job submitted to the idle cluster starts at once, as before the
+/// restart, although a node stored from before (the larger one) has not come back yet: its
+/// wake-up goes to a node whose agent the server has heard from, not to the one it only
+/// restored, and the job does not wait for the idle agent's next heartbeat (a minute by default;
+/// the stored node is declared dead after the restart grace without waking anyone).
+#[test]
+fn a_job_submitted_after_a_server_restart_starts_without_waiting_for_an_idle_beat() {
+    let mut c = Cluster::start("ux-restart-wake", false);
+    c.start_agent("a", 2, &[]);
+    c.start_agent("big", 4, &[]);
+    c.wait_for_nodes(2);
+    c.ok(&["submit", "--wait", "--", "true"]);
+    c.stop_server("TERM", Duration::from_secs(20));
+    c.kill_agent("big");
+    c.start_server();
+    // Agent `a` meets the restarted server within its retry pause and stays idle; `big` is
+    // restored, not heard from, until its restart grace runs out.
+    std::thread::sleep(Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    let out = c.cli(&["submit", "--wait", "--", "true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the job waited {:?} for the idle agent",
+        started.elapsed()
+    );
+}

@@ -777,7 +777,10 @@ impl Nodes {
     /// whose heartbeat reply carries the work). An application's new batch work goes to live
     /// nodes that take work and that one of its tasks fits on now (free resources, GPUs,
     /// `requires`: `SchedulerView::fits`), the most free cores first, at most one node per new
-    /// task.
+    /// task. Only nodes heard from since this server started are woken: a node restored at a
+    /// restart whose agent has not come back has no agent waiting, and a wake-up spent on it
+    /// left the job to the next idle beat of a node that could run it (its agent, if it comes
+    /// back, beats at once and its reply carries the work).
     pub fn flush_wakes(&mut self, view: &SchedulerView, answered: Option<u32>) {
         let free = self.wakes.take_free();
         if !free.is_empty() {
@@ -785,7 +788,7 @@ impl Nodes {
                 .recs
                 .iter()
                 .enumerate()
-                .filter(|(_, n)| n.alive && !n.removed && !n.drained && !n.draining)
+                .filter(|(_, n)| n.alive && n.seen && !n.removed && !n.drained && !n.draining)
                 .filter_map(|(i, _)| {
                     let cores = view.nodes().get(i)?.free.cores;
                     (cores > 0).then_some((i as u32, cores))
@@ -804,6 +807,7 @@ impl Nodes {
                         let node = NodeId(i as u32);
                         if woken < whole.saturating_mul(tasks)
                             && n.alive
+                            && n.seen
                             && !n.removed
                             && !n.drained
                             && !n.draining
