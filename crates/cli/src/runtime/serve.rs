@@ -623,11 +623,25 @@ mod tests {
     fn an_agents_time_limit_reads_as_a_duration_or_a_slurm_clock() {
         use super::agent_time_limit;
         use std::time::Duration;
-        assert_eq!(agent_time_limit("11h50m").ok(), Some(Duration::from_secs(42_600)));
-        assert_eq!(agent_time_limit("11:50:00").ok(), Some(Duration::from_secs(42_600)));
-        assert_eq!(agent_time_limit("1-00:00:00").ok(), Some(Duration::from_secs(86_400)));
-        let e = agent_time_limit("11:75:00").expect_err("bad minutes").to_string();
-        assert!(e.starts_with("--time-limit: invalid duration `11:75:00`"), "{e}");
+        assert_eq!(
+            agent_time_limit("11h50m").ok(),
+            Some(Duration::from_secs(42_600))
+        );
+        assert_eq!(
+            agent_time_limit("11:50:00").ok(),
+            Some(Duration::from_secs(42_600))
+        );
+        assert_eq!(
+            agent_time_limit("1-00:00:00").ok(),
+            Some(Duration::from_secs(86_400))
+        );
+        let e = agent_time_limit("11:75:00")
+            .expect_err("bad minutes")
+            .to_string();
+        assert!(
+            e.starts_with("--time-limit: invalid duration `11:75:00`"),
+            "{e}"
+        );
     }
 
     /// The private key of an agent's listener certificate (`--log-key`, `--accel-key`) is a

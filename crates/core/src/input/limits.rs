@@ -455,7 +455,9 @@ mod tests {
             let text = format!("{}memory = {memory}\n", job("a", "true", ""));
             parse_workload("job.toml", &text).expect("parses")
         };
-        let e = check(&with("\"4000\"")).expect_err("4000 bytes").to_string();
+        let e = check(&with("\"4000\""))
+            .expect_err("4000 bytes")
+            .to_string();
         assert!(
             e.starts_with("job.toml:6:10: application[0].cpu.memory: 4000 bytes is less than")
                 && e.contains("a size without a unit is bytes")

@@ -142,7 +142,9 @@ fn parse_clock(t: &str) -> Result<Time, String> {
         if field.is_empty() || field.len() > 9 || !field.bytes().all(|b| b.is_ascii_digit()) {
             return Err(invalid(&format!("`{}` is not a number", clip(field))));
         }
-        field.parse::<u64>().map_err(|_| invalid("a field is not a number"))
+        field
+            .parse::<u64>()
+            .map_err(|_| invalid("a field is not a number"))
     };
     let (days, clock) = match t.split_once('-') {
         Some((d, rest)) => (Some(number(d)?), rest),
@@ -435,7 +437,10 @@ mod tests {
 
     #[test]
     fn a_duration_reads_as_slurms_and_hyperqueues_clock_forms() {
-        let d = |t: &str| t.parse::<Duration>().map(|d| d.0 / crate::time::NANOS_PER_SEC);
+        let d = |t: &str| {
+            t.parse::<Duration>()
+                .map(|d| d.0 / crate::time::NANOS_PER_SEC)
+        };
         // HyperQueue's `HH:MM:SS`, Slurm's `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`.
         assert_eq!(d("01:00:00"), Ok(3600));
         assert_eq!(d("12:30:05"), Ok(12 * 3600 + 30 * 60 + 5));
@@ -447,13 +452,20 @@ mod tests {
         assert_eq!(d(" 0:00:01 "), Ok(1));
         // Minutes and seconds past 59, too many fields, empty fields and signs are refused,
         // naming the forms taken.
-        for bad in ["1:60:00", "1:00:60", "1:2:3:4", "1::00", ":30", "1-", "-1:00", "1-2-3", "1:-5", "1-24x"] {
+        for bad in [
+            "1:60:00", "1:00:60", "1:2:3:4", "1::00", ":30", "1-", "-1:00", "1-2-3", "1:-5",
+            "1-24x",
+        ] {
             let e = d(bad).expect_err(bad);
             assert!(e.contains(&format!("`{}`", bad.trim())), "{bad}: {e}");
             assert!(e.contains("HH:MM:SS"), "{bad}: {e}");
         }
         // Ten years at most, as every other form.
-        assert!(d("3651-00:00:00").expect_err("too long").contains("at most 10 years"));
+        assert!(
+            d("3651-00:00:00")
+                .expect_err("too long")
+                .contains("at most 10 years")
+        );
         // The other forms are unchanged.
         assert_eq!(d("1h30m"), Ok(5400));
         assert_eq!(d("90s"), Ok(90));

@@ -107,7 +107,10 @@ stderr = "none""#),
 fn an_output_template_shared_by_several_tasks_is_refused() {
     for (bad, field) in [
         (r#"stdout = "logs/all.out""#, "application[0].stdout"),
-        (r#"stderr = "logs/{job}-{attempt}.err""#, "application[0].stderr"),
+        (
+            r#"stderr = "logs/{job}-{attempt}.err""#,
+            "application[0].stderr",
+        ),
     ] {
         let err = parse_workload("j.toml", &job(bad))
             .unwrap()
