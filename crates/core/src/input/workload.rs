@@ -1222,6 +1222,21 @@ impl Workload {
         for (i, a) in self.applications.iter().enumerate() {
             let name = a.name.get_ref().as_str();
             let count = a.task_count();
+            if let Some(w) = &a.workdir
+                && let Some(p) = workdir_placeholder(w.get_ref())
+            {
+                return Err(src.error(
+                    at(w),
+                    Some(format!("application[{i}].workdir")),
+                    format!(
+                        "`{p}` in `{}` is not filled in: the workdir is the same directory for \
+                         every task (placeholders are filled in the command and in stdout and \
+                         stderr paths); make a directory per task in the command instead, e.g. \
+                         `mkdir -p run/{{index}} && cd run/{{index}} && …` with --shell",
+                        crate::text::clip(w.get_ref())
+                    ),
+                ));
+            }
             for (stream, what) in [(&a.stdout, "stdout"), (&a.stderr, "stderr")] {
                 let Some(t) = stream else { continue };
                 let template = t.get_ref().as_str();
@@ -1352,6 +1367,21 @@ fn nodes_with<'n>(
             ),
         ),
     })
+}
+
+/// The first placeholder a `workdir` holds, ours (`{index}`) or HyperQueue's (`%{TASK_ID}`),
+/// if any: a workdir is taken as written.
+fn workdir_placeholder(dir: &str) -> Option<String> {
+    let ours = super::output_path::PLACEHOLDERS
+        .iter()
+        .chain(&["entry"])
+        .map(|p| format!("{{{p}}}"))
+        .filter_map(|p| dir.find(&p).map(|at| (at, p)));
+    let theirs = dir.find("%{").map(|at| {
+        let end = dir[at..].find('}').map_or(dir.len(), |e| at + e + 1);
+        (at, dir[at..end].to_string())
+    });
+    ours.chain(theirs).min_by_key(|(at, _)| *at).map(|(_, p)| p)
 }
 
 /// `template` with `{name}` put before its file name's extension (`logs/run.out` →

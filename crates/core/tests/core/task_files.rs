@@ -181,3 +181,31 @@ stderr = "logs/{index}.log""#);
         .check_commands()
         .unwrap();
 }
+
+/// A `workdir` is one directory for every task: a placeholder in it (`run/{index}`,
+/// HyperQueue's `%{TASK_ID}` in its `--cwd`) is not filled in, and every task failed to start
+/// on its node (`workdir … is not a directory`). Refused at submission, naming the field and
+/// saying where placeholders are filled; `parse_workload` alone still reads it (a stored job).
+#[test]
+fn a_placeholder_in_the_workdir_is_refused_at_submission() {
+    for (dir, shown) in [
+        ("/scratch/run/{index}", "{index}"),
+        ("out/{job}-{app}", "{job}"),
+        ("/w/%{TASK_ID}", "%{TASK_ID}"),
+    ] {
+        let w = parse_workload("j.toml", &job(&format!("workdir = \"{dir}\"")))
+            .unwrap_or_else(|e| panic!("{dir}: {e}"));
+        let err = w.check_commands().unwrap_err().to_string();
+        assert!(err.starts_with("j.toml:6:"), "{err}");
+        assert!(
+            err.contains("application[0].workdir")
+                && err.contains(&format!("`{shown}`"))
+                && err.contains("the same directory for every task"),
+            "{err}"
+        );
+    }
+    parse_workload("j.toml", &job(r#"workdir = "/scratch/run""#))
+        .unwrap()
+        .check_commands()
+        .unwrap();
+}
