@@ -18,6 +18,14 @@ pub type Api = ClientClient<InterceptedService<Channel, pb::TokenInterceptor>>;
 
 /// Connects to the server named in `args` with its token.
 pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
+    let (server, token, ca) = client_setup(args)?;
+    connect_with(&server, &token, ca.as_deref()).await
+}
+
+/// What a connection needs from here, read and checked without the network: the server's URL,
+/// the token and the CA certificate, if any. A mistake here (a token file that cannot be read,
+/// an `https://` URL without `--ca`) is final: retrying cannot mend it.
+fn client_setup(args: &ClientArgs) -> anyhow::Result<(String, String, Option<Vec<u8>>)> {
     let token = args.token()?;
     let server = args.url();
     super::serve::check_tls(&server, args.ca.is_some())?;
@@ -40,7 +48,7 @@ pub async fn connect(args: &ClientArgs) -> anyhow::Result<Api> {
         }
         None => None,
     };
-    connect_with(&server, &token, ca.as_deref()).await
+    Ok((server, token, ca))
 }
 
 /// Connects to `server` with `token`.
@@ -208,10 +216,12 @@ pub async fn submit_with_retries(
 ) -> anyhow::Result<(Api, pb::SubmitReply)> {
     let mut delay = Duration::from_millis(200);
     let mut tries = 0;
+    // Local mistakes fail at once; only the network is retried.
+    let (server, token, ca) = client_setup(args)?;
     loop {
         tries += 1;
         let last = tries >= SUBMIT_TRIES;
-        let mut api = match connect(args).await {
+        let mut api = match connect_with(&server, &token, ca.as_deref()).await {
             Ok(api) => api,
             Err(e) if !last => {
                 eprintln!(

@@ -961,3 +961,32 @@ fn a_job_submitted_after_a_server_restart_starts_without_waiting_for_an_idle_bea
         started.elapsed()
     );
 }
+
+/// A token file that cannot be read is a mistake here, not a server that is away: `submit`
+/// says so once and exits at once, instead of retrying it five times over three seconds with a
+/// warning each time as it does for a server that does not answer.
+#[test]
+fn a_submission_without_a_readable_token_fails_at_once_without_retries() {
+    let dir = std::env::temp_dir().join(format!("hetsched-no-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let missing = dir.join("no-such-token");
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(crate::support::BIN)
+        .args(["submit", "--server", "http://127.0.0.1:1", "--token-file"])
+        .arg(&missing)
+        .args(["--", "true"])
+        .output()
+        .expect("run hetsched");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("reading the token from") && !said.contains("retrying"),
+        "{said}"
+    );
+    assert_eq!(said.matches("error:").count(), 1, "{said}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
