@@ -35,6 +35,7 @@ pub mod accounting;
 pub mod agent_ca;
 pub mod allocation;
 pub mod backoff;
+pub mod backup;
 pub mod config;
 pub mod convert;
 pub mod dashboard;

@@ -11,7 +11,11 @@ use std::path::PathBuf;
 
 /// `hetsched server`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct ServerArgs {
+    /// An operation on a server's data directory instead of running the server.
+    #[command(subcommand)]
+    pub command: Option<ServerCommand>,
     /// Configuration file (TOML); flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -63,6 +67,98 @@ pub struct ServerArgs {
     /// `--set-aside` does a job. Repeat for more.
     #[arg(long, value_name = "NAME")]
     pub set_aside_topology: Vec<String>,
+}
+
+/// `hetsched server backup|restore`.
+#[derive(Debug, clap::Subcommand)]
+pub enum ServerCommand {
+    /// Copy the store (DATA_DIR/state.db) into a new FILE, consistently, while the server runs
+    /// or not (SQLite's online backup: one commit's state, the WAL's included; copying the
+    /// file itself under a running server is not safe). FILE is created mode 0600, never over
+    /// an existing file, and not in the data directory. Tokens, secrets and `divisible/` are
+    /// plain files beside the store: copy them once (see docs/runtime.md, "Backup and
+    /// restore").
+    #[command(
+        after_help = "Example:\n  hetsched server backup --config /etc/hetsched/server.toml /backup/hetsched-$(date +%F).db"
+    )]
+    Backup {
+        /// The backup file to create.
+        file: PathBuf,
+        #[command(flatten)]
+        dir: DataDirArgs,
+    },
+    /// Put backup FILE in place as the store of a STOPPED server's data directory (created if
+    /// missing); the store it replaces, with its WAL, is kept in DATA_DIR/before-restore-SECS/.
+    /// Refused while a server runs on the directory, and for a file that is no sound hetsched
+    /// store.
+    Restore {
+        /// The backup file (`hetsched server backup`'s).
+        file: PathBuf,
+        #[command(flatten)]
+        dir: DataDirArgs,
+    },
+}
+
+/// Which data directory `hetsched server backup|restore` acts on.
+#[derive(Debug, Args)]
+pub struct DataDirArgs {
+    /// The server's configuration file, for its `data_dir`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The server's data directory (overrides the configuration's).
+    #[arg(long, help = format!("The server's data directory (overrides the configuration's) [default: {}]", ServerConfig::default().data_dir.display()))]
+    pub data_dir: Option<PathBuf>,
+}
+
+impl DataDirArgs {
+    fn resolve(&self) -> anyhow::Result<PathBuf> {
+        if let Some(d) = &self.data_dir {
+            return Ok(d.clone());
+        }
+        Ok(match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                ServerConfig::parse(&path.display().to_string(), &text)?.data_dir
+            }
+            None => ServerConfig::default().data_dir,
+        })
+    }
+}
+
+/// `hetsched server backup|restore`.
+fn server_command(command: ServerCommand) -> anyhow::Result<()> {
+    match command {
+        ServerCommand::Backup { file, dir } => {
+            let data_dir = dir.resolve()?;
+            let b = hetsched_server::backup::backup(&data_dir, &file)
+                .with_context(|| format!("backing up the store of {}", data_dir.display()))?;
+            println!(
+                "backed up {} into {} ({} bytes, {} jobs)",
+                data_dir.join(hetsched_server::datadir::STORE).display(),
+                b.path.display(),
+                b.bytes,
+                b.jobs
+            );
+        }
+        ServerCommand::Restore { file, dir } => {
+            let data_dir = dir.resolve()?;
+            let r = hetsched_server::backup::restore(&data_dir, &file).with_context(|| {
+                format!("restoring {} into {}", file.display(), data_dir.display())
+            })?;
+            println!(
+                "restored {} into {} ({} jobs){}; start the server",
+                file.display(),
+                r.store.display(),
+                r.jobs,
+                r.replaced.map_or(String::new(), |d| format!(
+                    "; the store it replaced is in {}",
+                    d.display()
+                ))
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `hetsched agent`.
@@ -207,6 +303,9 @@ fn nanos(d: humantime::Duration) -> u64 {
 
 /// Runs the server until a signal.
 pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
+    if let Some(command) = a.command {
+        return server_command(command);
+    }
     super::init_logging("info");
     let mut config = match &a.config {
         Some(path) => {

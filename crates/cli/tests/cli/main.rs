@@ -1,5 +1,6 @@
 //! End-to-end tests through the real `hetsched` binary, gathered in one test binary (one link instead of one per file).
 
+mod backup;
 mod binding_cli;
 mod chaos;
 mod dashboard;

@@ -1,0 +1,135 @@
+//! `hetsched server backup` and `hetsched server restore`: a consistent copy of a running
+//! server's store, and putting one back into a stopped server's data directory.
+
+use crate::support::Cluster;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+fn job_names(c: &Cluster) -> Vec<String> {
+    c.json(&["jobs"])
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_running_servers_store_is_backed_up_and_restored_into_its_stopped_data_directory() {
+    let mut c = Cluster::start("backup", false);
+    let data = c.data();
+    let data_dir = data.to_str().expect("path").to_string();
+    // No agent: the job stays pending, in the store.
+    c.ok(&["submit", "--name", "before", "--", "true"]);
+    let backup = c.dir.join("state-backup.db");
+    let backup_s = backup.to_str().expect("path").to_string();
+    // While the server runs (its WAL holds what it committed; copying the file would not do).
+    let said = c.ok(&["server", "backup", "--data-dir", &data_dir, &backup_s]);
+    assert!(said.contains("state-backup.db"), "{said}");
+    let mode = std::fs::metadata(&backup)
+        .expect("backup")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(
+        mode, 0o600,
+        "the backup holds jobs' commands and environments"
+    );
+    c.ok(&["submit", "--name", "after", "--", "true"]);
+
+    // Never over a file: not an earlier backup, not the store or any file in the data directory.
+    c.refused(
+        &["server", "backup", "--data-dir", &data_dir, &backup_s],
+        "already exists",
+    );
+    let store = data.join("state.db");
+    c.refused(
+        &[
+            "server",
+            "backup",
+            "--data-dir",
+            &data_dir,
+            store.to_str().expect("path"),
+        ],
+        "already exists",
+    );
+    let inside = data.join("state.db-journal");
+    c.refused(
+        &[
+            "server",
+            "backup",
+            "--data-dir",
+            &data_dir,
+            inside.to_str().expect("path"),
+        ],
+        "is in the data directory",
+    );
+    let nowhere = c.dir.join("nosuch");
+    c.refused(
+        &[
+            "server",
+            "backup",
+            "--data-dir",
+            nowhere.to_str().expect("path"),
+            &c.dir.join("x.db").to_string_lossy(),
+        ],
+        "no store",
+    );
+
+    // A restore needs the server stopped: it takes the server's lock.
+    c.refused(
+        &["server", "restore", "--data-dir", &data_dir, &backup_s],
+        "another hetsched server",
+    );
+    // What is not a hetsched store is refused, naming the file.
+    let text = c.write("notes.txt", "not a database\n");
+    c.refused(
+        &[
+            "server",
+            "restore",
+            "--data-dir",
+            &data_dir,
+            text.to_str().expect("path"),
+        ],
+        "notes.txt",
+    );
+    assert_eq!(job_names(&c), ["before", "after"]);
+
+    assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
+    let said = c.ok(&["server", "restore", "--data-dir", &data_dir, &backup_s]);
+    assert!(said.contains("before-restore-"), "{said}");
+    // The store it replaced is kept, whole (with its WAL), in the data directory.
+    let kept: Vec<_> = std::fs::read_dir(&data)
+        .expect("data dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("before-restore-")
+        })
+        .collect();
+    assert_eq!(kept.len(), 1);
+    let kept_mode = kept[0].metadata().expect("kept").permissions().mode() & 0o777;
+    assert_eq!(kept_mode, 0o700);
+    assert!(kept[0].path().join("state.db").exists());
+    let restored_mode = std::fs::metadata(&store)
+        .expect("store")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(restored_mode, 0o600);
+    assert!(
+        !data.join("state.db-wal").exists(),
+        "no stale WAL beside the restored store"
+    );
+
+    c.start_server();
+    assert_eq!(
+        job_names(&c),
+        ["before"],
+        "the state as it was at the backup"
+    );
+    // Ids go on from the backup's: the next job is 2 again.
+    let id = c.ok(&["submit", "--name", "again", "--", "true"]);
+    assert!(id.contains("job 2 "), "{id}");
+}
