@@ -230,6 +230,13 @@ pub fn registry(metrics: &Metrics, state: Arc<Mutex<State>>, policy: &str) -> Re
     r
 }
 
+/// The bytes an unprivileged process may still write on the filesystem holding `path`
+/// (`f_bavail`: the blocks reserved for root are not counted).
+fn store_disk_free(path: &std::path::Path) -> Option<u64> {
+    let s = nix::sys::statvfs::statvfs(path).ok()?;
+    Some(u64::from(s.blocks_available()).saturating_mul(u64::from(s.fragment_size())))
+}
+
 /// Computes the state's gauges at scrape time.
 struct StateCollector(Arc<Mutex<State>>);
 
@@ -291,18 +298,39 @@ fn single_counter(
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         // Copy under the lock, encode after releasing it. A poisoned lock: no state gauges.
-        let Ok((counts, nodes, queues, users, accounts)) = self.0.lock().map(|s| {
-            (
-                s.task_counts(),
-                s.nodes(false).nodes,
-                s.allocations(),
-                s.user_usage_all(),
-                s.usage_since_start(),
-            )
-        }) else {
+        let Ok((counts, nodes, queues, users, accounts, (paused, store))) =
+            self.0.lock().map(|s| {
+                (
+                    s.task_counts(),
+                    s.nodes(false).nodes,
+                    s.allocations(),
+                    s.user_usage_all(),
+                    s.usage_since_start(),
+                    (s.is_paused(), s.store_path()),
+                )
+            })
+        else {
             return Ok(());
         };
         let e = &mut encoder;
+        single_gauge(
+            e,
+            "store_writable",
+            "1 while the store accepts writes; 0 once it refused one (a full disk, a failed sync): \
+             dispatch is paused and submissions are refused until a probe write succeeds.",
+            i64::from(!paused),
+        )?;
+        // Read outside the lock; left out when it cannot be read (a store in memory).
+        if let Some(free) = store.and_then(|p| store_disk_free(&p)) {
+            let m = e.encode_descriptor(
+                "store_disk_free_bytes",
+                "Free space on the filesystem of the server's store (DATA_DIR/state.db), as an \
+                 unprivileged process may use it: when it runs out the store refuses writes.",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(free as f64).encode(m)?;
+        }
         gauge(
             e,
             "tasks",

@@ -962,6 +962,14 @@ impl Store {
         task_rows_from(&self.conn, range, limit, &[])
     }
 
+    /// The store's file (`None` for a store in memory).
+    pub fn path(&self) -> Option<std::path::PathBuf> {
+        self.conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from)
+    }
+
     /// A second, read-only connection to this store (`None` for a store in memory): listings
     /// read finished jobs' rows through it without the state's lock (WAL readers do not block
     /// the writer, nor it them).

@@ -1275,6 +1275,12 @@ impl State {
         self.paused_since.is_some()
     }
 
+    /// The store's file (`None` for a store in memory): `/metrics` gauges the room left on its
+    /// filesystem.
+    pub fn store_path(&self) -> Option<std::path::PathBuf> {
+        self.store.path()
+    }
+
     /// Makes the store refuse (or accept again) every write as a full disk does: for tests of the
     /// rollback path where a small filesystem cannot be mounted.
     #[doc(hidden)]

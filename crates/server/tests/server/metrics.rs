@@ -242,3 +242,55 @@ fn lost_workflow_instances_are_counted_by_cause() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A store that refuses writes (a full disk) pauses dispatch and refuses submissions: the
+/// metrics say so, and how much room the store's filesystem has left, so an alert fires before
+/// and while it happens (`/healthz` stays `ok`: the server runs, and a restart frees nothing).
+#[test]
+fn a_store_that_refuses_writes_and_the_room_left_for_it_are_gauged() {
+    let d = std::env::temp_dir().join(format!("hetsched-metrics-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("dir");
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let n = common::register(&mut s, "n", 2);
+    s.submit("job.toml", FLAKY, "/").expect("submit");
+    assert_eq!(beat(&mut s, n, &[], &[]), vec![(0, 1), (1, 1)]);
+    let metrics = s.metrics();
+    let state = Arc::new(Mutex::new(s));
+    let reg = registry(&metrics, state.clone(), "fifo");
+    let scrape = || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &reg).expect("encode");
+        text
+    };
+    let text = scrape();
+    assert!(text.contains("hetsched_store_writable 1\n"), "{text}");
+    let free = text
+        .lines()
+        .find_map(|l| l.strip_prefix("hetsched_store_disk_free_bytes "))
+        .unwrap_or_else(|| panic!("no hetsched_store_disk_free_bytes in {text}"));
+    assert!(free.parse::<f64>().is_ok_and(|b| b > 0.0), "{free}");
+    {
+        let mut s = state.lock().expect("lock");
+        s.simulate_full_disk(true);
+        s.heartbeat(heartbeat_request(n, &[], &[(1, 1, true)]))
+            .expect_err("the store refused the beat's commit");
+    }
+    let text = scrape();
+    assert!(text.contains("hetsched_store_writable 0\n"), "{text}");
+    {
+        let mut s = state.lock().expect("lock");
+        s.simulate_full_disk(false);
+        std::thread::sleep(hetsched_server::state::PROBE_INTERVAL);
+        s.heartbeat(heartbeat_request(n, &[], &[(1, 1, true)]))
+            .expect("the store accepts writes again");
+    }
+    let text = scrape();
+    assert!(text.contains("hetsched_store_writable 1\n"), "{text}");
+    let _ = std::fs::remove_dir_all(&d);
+}
