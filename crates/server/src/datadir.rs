@@ -129,6 +129,60 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Checks `dir` as [`prepare`] and [`lock`] would, changing nothing: a missing directory is
+/// fine (it would be created); one that is a symlink, not a directory, or another user's is
+/// refused. The PID of the server that holds its lock, if one does (`hetsched server
+/// --check` on a running server's configuration).
+pub fn check(dir: &Path) -> Result<Option<String>, DataDirError> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(dir)(e)),
+        Ok(m) => m,
+    };
+    let refused = |message: String| DataDirError::Refused {
+        path: dir.to_path_buf(),
+        message,
+    };
+    if meta.file_type().is_symlink() {
+        return Err(refused(
+            "is a symbolic link; give the real directory".into(),
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(refused("is not a directory".into()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(refused(format!(
+            "is owned by user {}, not by this user ({me}); refusing to keep jobs' secrets there",
+            meta.uid()
+        )));
+    }
+    let path = dir.join(LOCK);
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&path)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&path)(e)),
+        Ok(f) => f,
+    };
+    // A shared lock, released at once, writes nothing; a running server's exclusive one
+    // refuses it.
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+        Ok(_) => Ok(None),
+        Err((_, errno)) if errno == nix::errno::Errno::EWOULDBLOCK => Ok(Some(
+            std::fs::read_to_string(&path)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "unknown".into()),
+        )),
+        Err((_, errno)) => Err(io(&path)(std::io::Error::from(errno))),
+    }
+}
+
 /// Makes `state.db` (creating it empty if needed) and its `-wal`/`-shm` files mode 0600 before
 /// SQLite opens them: SQLite gives the WAL and SHM files the database file's mode.
 pub fn protect_store(dir: &Path) -> Result<PathBuf, DataDirError> {

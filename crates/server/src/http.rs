@@ -83,6 +83,27 @@ fn rustls_config(tls: &TlsConfig) -> Result<RustlsConfig, HttpError> {
     Ok(RustlsConfig::from_config(Arc::new(config)))
 }
 
+/// Checks that `tls`'s certificate chain and key read and fit together, and that its
+/// `agent_ca`, if any, holds a certificate, as a start would (`hetsched server --check`).
+pub fn check_tls(tls: &TlsConfig) -> Result<(), HttpError> {
+    rustls_config(tls)?;
+    if let Some(ca) = &tls.agent_ca {
+        let certs = CertificateDer::pem_file_iter(ca)
+            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| HttpError::Tls {
+                path: ca.clone(),
+                message: format!("agent_ca: cannot read the certificates: {e}"),
+            })?;
+        if certs.is_empty() {
+            return Err(HttpError::Tls {
+                path: ca.clone(),
+                message: "agent_ca: no certificate in the file".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Binds `addr` (HTTPS with `tls`'s certificate when given) with `GET /healthz` (`ok`).
 pub async fn bind(addr: SocketAddr, tls: Option<&TlsConfig>) -> Result<HttpServer, HttpError> {
     let tls = tls.map(rustls_config).transpose()?;

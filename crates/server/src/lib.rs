@@ -174,6 +174,17 @@ impl ServerHandle {
     }
 }
 
+/// Checks `config` as [`start`] would before it opens anything — its bounds, the `[tls]`
+/// certificate, key and `agent_ca`, the data directory — changing nothing (`hetsched server
+/// --check`). The PID of the server that runs on the data directory, if one does.
+pub fn check(config: &ServerConfig) -> Result<Option<String>, ServerError> {
+    config.validate().map_err(ServerError::Config)?;
+    if let Some(tls) = &config.tls {
+        http::check_tls(tls)?;
+    }
+    Ok(datadir::check(&config.data_dir)?)
+}
+
 /// Starts a server: opens (or creates) the data directory, the token and the store, rebuilds the
 /// state, binds `config.listen`, writes the bound address to `DATA_DIR/address`, and serves; with
 /// `config.http_listen`, also serves `/metrics` and `/healthz` there and writes that bound address

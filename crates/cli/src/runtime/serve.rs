@@ -67,6 +67,12 @@ pub struct ServerArgs {
     /// `--set-aside` does a job. Repeat for more.
     #[arg(long, value_name = "NAME")]
     pub set_aside_topology: Vec<String>,
+    /// Check the configuration (the file and these flags) as a start would — bounds, the
+    /// `[tls]` certificate, key and `agent_ca`, the data directory — and exit: 0 if it would
+    /// start. Starts nothing and changes nothing, so it may check the file a running server
+    /// will restart with.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// `hetsched server backup|restore`.
@@ -363,6 +369,29 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
             .fold(e, |e, (_, field, flag)| name_field_by_flag(&e, field, flag))
         )
     })?;
+    if a.check {
+        let running = hetsched_server::check(&config)?;
+        println!(
+            "{}: OK (listen {}, policy {}, data in {}{}{}){}",
+            a.config
+                .as_deref()
+                .map_or("the default configuration".into(), |p| p
+                    .display()
+                    .to_string()),
+            config.listen,
+            config.policy,
+            config.data_dir.display(),
+            config
+                .http_listen
+                .map_or(String::new(), |h| format!(", HTTP on {h}")),
+            if config.tls.is_some() { ", TLS" } else { "" },
+            running.map_or(String::new(), |pid| format!(
+                "; a server runs on {} (PID {pid}): it reads the configuration when it restarts",
+                config.data_dir.display()
+            ))
+        );
+        return Ok(());
+    }
     let handle = hetsched_server::start(config.clone()).await?;
     println!(
         "hetsched server listening on {} (policy {}, data in {}, client token in {}, agent token in {})",

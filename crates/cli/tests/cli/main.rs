@@ -3,6 +3,7 @@
 mod backup;
 mod binding_cli;
 mod chaos;
+mod config_check;
 mod dashboard;
 mod demo_cli;
 mod divisible_cli;

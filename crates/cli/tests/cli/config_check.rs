@@ -1,0 +1,94 @@
+//! `hetsched server --check`: a configuration (file and flags) checked as a start would check
+//! it, without starting anything or touching the data directory, so an operator can check the
+//! file a running server will restart with.
+
+use crate::support::{BIN, Cluster, temp_dir, tls_file};
+use std::process::Command;
+
+fn check(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN)
+        .args(["server", "--check"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run hetsched");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_server_configuration_is_checked_without_starting_or_touching_the_data_directory() {
+    let dir = temp_dir("config-check");
+    let data = dir.join("data");
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p.to_str().expect("path").to_string()
+    };
+    let good = write(
+        "good.toml",
+        format!(
+            "data_dir = \"{}\"\nlisten = \"127.0.0.1:0\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            data.display(),
+            tls_file("server.pem").display(),
+            tls_file("server.key").display()
+        ),
+    );
+    let (ok, stdout, stderr) = check(&dir, &["--config", &good]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("good.toml") && stdout.contains("OK"),
+        "{stdout}"
+    );
+    assert!(!data.exists(), "the check creates nothing");
+
+    // A key file that is no key, named.
+    let bad_key = write(
+        "bad-tls.toml",
+        format!(
+            "data_dir = \"{}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            data.display(),
+            tls_file("server.pem").display(),
+            tls_file("server.pem").display()
+        ),
+    );
+    let (ok, _, stderr) = check(&dir, &["--config", &bad_key]);
+    assert!(!ok && stderr.contains("server.pem"), "{stderr}");
+    // A missing agent CA, named.
+    let no_ca = write(
+        "no-ca.toml",
+        format!(
+            "data_dir = \"{}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\nagent_ca = \"{}\"\n",
+            data.display(),
+            tls_file("server.pem").display(),
+            tls_file("server.key").display(),
+            dir.join("nosuch-ca.pem").display()
+        ),
+    );
+    let (ok, _, stderr) = check(&dir, &["--config", &no_ca]);
+    assert!(!ok && stderr.contains("nosuch-ca.pem"), "{stderr}");
+    // A flag out of bounds, named by its flag as at a start.
+    let (ok, _, stderr) = check(&dir, &["--config", &good, "--dead-timeout", "0s"]);
+    assert!(!ok && stderr.contains("--dead-timeout"), "{stderr}");
+    // A data directory that is a file.
+    let file = write("file", String::new());
+    let (ok, _, stderr) = check(&dir, &["--data-dir", &file]);
+    assert!(!ok && stderr.contains("not a directory"), "{stderr}");
+    assert!(!data.exists());
+
+    // The configuration of a running server checks while it runs, and leaves it be.
+    let c = Cluster::start("config-check-live", false);
+    let lock = std::fs::read_to_string(c.data().join("server.lock")).expect("lock");
+    let (ok, stdout, stderr) = check(&dir, &["--data-dir", c.data().to_str().expect("path")]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("a server runs on"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(c.data().join("server.lock")).expect("lock"),
+        lock
+    );
+    c.ok(&["jobs"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
