@@ -392,6 +392,19 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    // A SIGHUP (log rotation's `postrotate`, a `systemctl reload`, a closed terminal) would end
+    // the server at once with nothing in its log: it is logged and the server goes on.
+    if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                tracing::warn!(
+                    "SIGHUP: ignored, the server goes on: it reads its configuration only when \
+                     it starts (check a new one with `hetsched server --check`, then restart \
+                     it) and logs to standard error, which its supervisor keeps and rotates"
+                );
+            }
+        });
+    }
     let handle = hetsched_server::start(config.clone()).await?;
     println!(
         "hetsched server listening on {} (policy {}, data in {}, client token in {}, agent token in {})",

@@ -310,6 +310,24 @@ fn a_server_stopped_by_sigterm_says_so_in_its_log() {
     assert!(log.contains("server stopped"), "{log}");
 }
 
+/// A SIGHUP (log rotation's `postrotate`, a `systemctl reload`, a closed terminal) does not end
+/// the server: it ended it at once, its log saying nothing, as a crash does.
+#[test]
+fn a_server_sent_sighup_goes_on_and_its_log_says_why() {
+    let mut c = Cluster::start("ux-server-hup", false);
+    c.signal_server("HUP");
+    crate::support::wait_until(
+        "the server's log of the SIGHUP",
+        Duration::from_secs(20),
+        || {
+            std::fs::read_to_string(c.dir.join("server.log"))
+                .is_ok_and(|log| log.contains("SIGHUP: ignored"))
+        },
+    );
+    c.ok(&["jobs"]);
+    assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
+}
+
 /// `log` names a one-task job's one id, and a cancelled task's state once. `tasks --node` with
 /// a name no node has is refused naming the nodes there are, not answered "no tasks match".
 #[test]

@@ -326,6 +326,11 @@ impl Cluster {
         })
     }
 
+    /// Sends `signal` (e.g. `HUP`) to the running server, and does not wait.
+    pub fn signal_server(&self, signal: &str) {
+        send_signal(self.server.as_ref().expect("a running server").id(), signal);
+    }
+
     pub fn url(&self) -> String {
         format!(
             "{}://{}",
