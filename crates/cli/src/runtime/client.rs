@@ -56,7 +56,10 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
     let channel = match pb::endpoint(server, ca)?.connect().await {
         Ok(c) => c,
         Err(e) if super::human::refused_connection(&e) => {
-            return Err(anyhow::Error::new(e).context(super::human::start_hint(server)));
+            return Err(anyhow::Error::new(e).context(super::human::Exit {
+                status: super::human::UNAVAILABLE_STATUS,
+                message: super::human::start_hint(server),
+            }));
         }
         Err(e) => {
             // TLS to a plain server: rustls reads its HTTP/2 bytes as a corrupt TLS record.
@@ -67,15 +70,16 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
                 cause = c.source();
             }
             let plain = server.starts_with("https://") && chain.contains("InvalidContentType");
-            let context = if plain {
-                format!(
+            if plain {
+                return Err(anyhow::Error::new(e).context(format!(
                     "connecting to {server}: the server does not speak TLS; use an http:// URL \
                      (without --ca)"
-                )
-            } else {
-                format!("connecting to {server}")
-            };
-            return Err(anyhow::Error::new(e).context(context));
+                )));
+            }
+            return Err(anyhow::Error::new(e).context(super::human::Exit {
+                status: super::human::UNAVAILABLE_STATUS,
+                message: format!("connecting to {server}"),
+            }));
         }
     };
     Ok(ClientClient::with_interceptor(
@@ -99,6 +103,13 @@ pub fn refused(s: tonic::Status) -> anyhow::Error {
         }
     };
     let said = |what: &str| anyhow::anyhow!("{}", with(what));
+    // A script tells these from a refused request (1) by their exit status.
+    let exit = |status: u8, what: &str| {
+        anyhow::Error::new(super::human::Exit {
+            status,
+            message: with(what),
+        })
+    };
     match s.code() {
         // A job id that never was (a purged one is said so by the server): where the ids are.
         tonic::Code::NotFound
@@ -117,8 +128,14 @@ pub fn refused(s: tonic::Status) -> anyhow::Error {
         {
             anyhow::anyhow!("{message}")
         }
-        tonic::Code::Unauthenticated => said("the server refused the token"),
-        tonic::Code::PermissionDenied => said("the server refused this call"),
+        tonic::Code::Unauthenticated => exit(
+            super::human::NO_PERMISSION_STATUS,
+            "the server refused the token",
+        ),
+        tonic::Code::PermissionDenied => exit(
+            super::human::NO_PERMISSION_STATUS,
+            "the server refused this call",
+        ),
         // Plain HTTP/2 to a TLS port: the server drops the connection before any answer.
         code if code == tonic::Code::Cancelled
             || code == tonic::Code::Unknown
@@ -136,8 +153,14 @@ pub fn refused(s: tonic::Status) -> anyhow::Error {
              hetsched server (DATA_DIR/address), not of an agent or another program, and is the \
              server as new as this client (`hetsched --version`)?"
         ),
-        tonic::Code::Unavailable => said("the server is unavailable"),
-        tonic::Code::DeadlineExceeded => said("the server did not answer in time"),
+        tonic::Code::Unavailable => exit(
+            super::human::UNAVAILABLE_STATUS,
+            "the server is unavailable",
+        ),
+        tonic::Code::DeadlineExceeded => exit(
+            super::human::UNAVAILABLE_STATUS,
+            "the server did not answer in time",
+        ),
         tonic::Code::ResourceExhausted => said("the server refused this call as too large"),
         tonic::Code::Aborted => said("the server aborted the call; try it again"),
         tonic::Code::Internal | tonic::Code::DataLoss => said("the server failed"),
@@ -438,11 +461,13 @@ pub async fn submit(
     let (mut api, reply) = match (submitted, &source) {
         (Ok(done), _) => done,
         // The server's checks against its nodes name the generated text's lines: say the flags.
+        // Its exit status kept (an unreachable server's, a refused token's).
         (Err(e), JobSource::Command(_)) => {
-            bail!(
-                "{}",
-                super::command_job::relocate(&super::human::error_chain(&e))
-            )
+            let message = super::command_job::relocate(&super::human::error_chain(&e));
+            return Err(match super::human::exit_status(&e) {
+                Some(status) => anyhow::Error::new(super::human::Exit { status, message }),
+                None => anyhow::anyhow!("{message}"),
+            });
         }
         (Err(e), JobSource::File(_)) => return Err(e),
     };

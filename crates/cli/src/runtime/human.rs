@@ -252,10 +252,21 @@ impl std::error::Error for Exit {}
 /// (that of `timeout(1)`).
 pub const TIMED_OUT_STATUS: u8 = 124;
 
-/// The exit status an error asks for ([`Exit`]); `None`: the usual failure (1).
+/// The exit status when the server cannot be reached or does not answer (sysexits'
+/// `EX_UNAVAILABLE`): a script may try again later.
+pub const UNAVAILABLE_STATUS: u8 = 69;
+
+/// The exit status when the server refuses the token or the call to this user (sysexits'
+/// `EX_NOPERM`): the credentials need fixing, not the request.
+pub const NO_PERMISSION_STATUS: u8 = 77;
+
+/// The exit status an error asks for ([`Exit`], as the error or a context of it); `None`: the
+/// usual failure (1).
 pub fn exit_status(e: &anyhow::Error) -> Option<u8> {
-    e.chain()
-        .find_map(|c| c.downcast_ref::<Exit>().map(|x| x.status))
+    e.downcast_ref::<Exit>().map(|x| x.status).or_else(|| {
+        e.chain()
+            .find_map(|c| c.downcast_ref::<Exit>().map(|x| x.status))
+    })
 }
 
 /// The exit status after the reader of stdout went away (128 + SIGPIPE).

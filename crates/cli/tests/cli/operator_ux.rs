@@ -328,6 +328,39 @@ fn a_server_sent_sighup_goes_on_and_its_log_says_why() {
     assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
 }
 
+/// A script tells "the server is not there" (69, sysexits' EX_UNAVAILABLE: try again later)
+/// and "the token was refused" (77, EX_NOPERM: fix the credentials) from a failed job or a
+/// refused request (1): every failure exited 1, so a cron job's `hetsched wait` could not tell
+/// a job that failed from a server being restarted.
+#[test]
+fn an_unreachable_server_and_a_refused_token_have_exit_statuses_of_their_own() {
+    let c = Cluster::start("ux-exit-status", false);
+    let wrong = c.write("wrong-token", "0123456789abcdef\n");
+    let mut cmd = c.command(&["jobs"]);
+    cmd.env("HETSCHED_TOKEN_FILE", &wrong);
+    let out = cmd.output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "{err}");
+    assert!(err.contains("the server refused the token"), "{err}");
+    // Nothing listens there (a port of this host that was just free).
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let url = format!("http://{free}");
+    let out = c.cli(&["jobs", "--server", &url]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("is the server running?"), "{err}");
+    // A submission retries first, then says the same.
+    let out = c.cli(&["submit", "--server", &url, "--", "true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("gave up after"), "{err}");
+    // Bad input stays 1.
+    let out = c.cli(&["job", "99"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
 /// `log` names a one-task job's one id, and a cancelled task's state once. `tasks --node` with
 /// a name no node has is refused naming the nodes there are, not answered "no tasks match".
 #[test]
