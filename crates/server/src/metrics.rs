@@ -232,6 +232,7 @@ pub fn registry(metrics: &Metrics, state: Arc<Mutex<State>>, policy: &str) -> Re
 
 /// The bytes an unprivileged process may still write on the filesystem holding `path`
 /// (`f_bavail`: the blocks reserved for root are not counted).
+#[allow(clippy::useless_conversion)] // u64 here; narrower on some targets
 fn store_disk_free(path: &std::path::Path) -> Option<u64> {
     let s = nix::sys::statvfs::statvfs(path).ok()?;
     Some(u64::from(s.blocks_available()).saturating_mul(u64::from(s.fragment_size())))
