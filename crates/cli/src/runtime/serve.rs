@@ -82,7 +82,7 @@ pub enum ServerCommand {
     /// or not (SQLite's online backup: one commit's state, the WAL's included; copying the
     /// file itself under a running server is not safe). FILE is created mode 0600, never over
     /// an existing file, and not in the data directory. Tokens, secrets and `divisible/` are
-    /// plain files beside the store: copy them once (see docs/runtime.md, "Backup and
+    /// plain files beside the store: copy them too (see docs/runtime.md, "Backup and
     /// restore").
     #[command(
         after_help = "Example:\n  hetsched server backup --config /etc/hetsched/server.toml /backup/hetsched-$(date +%F).db"
@@ -405,6 +405,9 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
             }
         });
     }
+    // Registered before the start writes DATA_DIR/address: a SIGTERM sent as soon as the
+    // address is there stops the server cleanly instead of killing it.
+    let mut signals = hetsched_agent::shutdown::Signals::new();
     let handle = hetsched_server::start(config.clone()).await?;
     println!(
         "hetsched server listening on {} (policy {}, data in {}, client token in {}, agent token in {})",
@@ -429,7 +432,7 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         );
     }
     // Said in the log, as the agents say theirs: a log that just ends reads as a crash.
-    let signal = hetsched_agent::shutdown::Signals::new().next().await;
+    let signal = signals.next().await;
     tracing::info!(
         "{signal}: stopping: no new calls; the state stays in {dir} (`hetsched server \
          --data-dir {dir}` goes on from it)",

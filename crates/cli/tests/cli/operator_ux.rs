@@ -310,6 +310,21 @@ fn a_server_stopped_by_sigterm_says_so_in_its_log() {
     assert!(log.contains("server stopped"), "{log}");
 }
 
+/// A SIGTERM sent as soon as the server has written its address (a supervisor's quick stop, a
+/// test harness) stops it cleanly: the handler was registered only after the start, so such a
+/// signal killed the server with nothing in its log.
+#[test]
+fn a_server_sent_sigterm_as_soon_as_its_address_is_written_stops_cleanly() {
+    for i in 0..20 {
+        let mut c = Cluster::start(&format!("ux-early-term-{i}"), false);
+        assert_eq!(
+            c.stop_server("TERM", Duration::from_secs(20)),
+            Some(0),
+            "start {i}"
+        );
+    }
+}
+
 /// A SIGHUP (log rotation's `postrotate`, a `systemctl reload`, a closed terminal) does not end
 /// the server: it ended it at once, its log saying nothing, as a crash does.
 #[test]
