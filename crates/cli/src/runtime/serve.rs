@@ -392,19 +392,11 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    // A SIGHUP (log rotation's `postrotate`, a `systemctl reload`, a closed terminal) would end
-    // the server at once with nothing in its log: it is logged and the server goes on.
-    if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        tokio::spawn(async move {
-            while hup.recv().await.is_some() {
-                tracing::warn!(
-                    "SIGHUP: ignored, the server goes on: it reads its configuration only when \
-                     it starts (check a new one with `hetsched server --check`, then restart \
-                     it) and logs to standard error, which its supervisor keeps and rotates"
-                );
-            }
-        });
-    }
+    ignore_hangups(
+        "the server goes on: it reads its configuration only when it starts (check a new one \
+         with `hetsched server --check`, then restart it) and logs to standard error, which its \
+         supervisor keeps and rotates",
+    );
     // Registered before the start writes DATA_DIR/address: a SIGTERM sent as soon as the
     // address is there stops the server cleanly instead of killing it.
     let mut signals = hetsched_agent::shutdown::Signals::new();
@@ -710,9 +702,26 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
     })
 }
 
+/// A SIGHUP (log rotation's `postrotate`, a `systemctl reload`, a closed terminal) would end
+/// the process at once with nothing in its log (an agent's tasks killed by its guard): each one
+/// is logged, `SIGHUP: ignored, WHAT`, and the process goes on.
+fn ignore_hangups(what: &'static str) {
+    if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                tracing::warn!("SIGHUP: ignored, {what}");
+            }
+        });
+    }
+}
+
 /// Runs an agent until a signal.
 pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
     super::init_logging("info");
+    ignore_hangups(
+        "the agent goes on with its tasks: it reads its configuration only when it starts, and \
+         logs to standard error, which its supervisor keeps and rotates (SIGTERM stops it)",
+    );
     let opts = agent_options(&a)?;
     tracing::info!(
         name = %opts.name,

@@ -376,6 +376,35 @@ fn an_unreachable_server_and_a_refused_token_have_exit_statuses_of_their_own() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// A SIGHUP does not end an agent either: it ended it at once, and the tasks it ran were killed
+/// by its guard and run again elsewhere (as slurmd does, it goes on).
+#[test]
+fn an_agent_sent_sighup_goes_on_with_its_task() {
+    let mut c = Cluster::start("ux-agent-hup", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "30"]);
+    crate::support::wait_until("the task to run", Duration::from_secs(20), || {
+        c.json(&["job", "1"])["counts"]["running"] == 1
+    });
+    c.signal_agent("a", "HUP");
+    crate::support::wait_until(
+        "the agent's log of the SIGHUP",
+        Duration::from_secs(20),
+        || c.agent_log("a").contains("SIGHUP: ignored"),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let agent = c.agents.get_mut("a").expect("agent a");
+    assert!(
+        agent.try_wait().expect("try_wait").is_none(),
+        "the agent exited"
+    );
+    let job = c.json(&["job", "1"]);
+    assert_eq!(job["counts"]["running"], 1, "{job}");
+    let tasks = c.tasks(1);
+    assert_eq!(tasks[0]["attempt"], 1, "{tasks:?}");
+}
+
 /// `log` names a one-task job's one id, and a cancelled task's state once. `tasks --node` with
 /// a name no node has is refused naming the nodes there are, not answered "no tasks match".
 #[test]
