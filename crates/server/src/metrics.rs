@@ -322,6 +322,25 @@ impl Collector for StateCollector {
             i64::from(!paused),
         )?;
         // Read outside the lock; left out when it cannot be read (a store in memory).
+        if let Some(path) = &store {
+            let mut wal = path.clone().into_os_string();
+            wal.push("-wal");
+            let sizes: Vec<_> = [("db", path.clone()), ("wal", std::path::PathBuf::from(wal))]
+                .into_iter()
+                .filter_map(|(file, p)| {
+                    let bytes = std::fs::metadata(p).ok()?.len();
+                    Some((vec![("file", file.to_string())], bytes as f64))
+                })
+                .collect();
+            gauge(
+                e,
+                "store_bytes",
+                "Size of the server's store: file=\"db\" DATA_DIR/state.db, file=\"wal\" its \
+                 write-ahead log (emptied into the db at checkpoints; one that keeps growing has \
+                 its checkpoints held back).",
+                sizes,
+            )?;
+        }
         if let Some(free) = store.and_then(|p| store_disk_free(&p)) {
             let m = e.encode_descriptor(
                 "store_disk_free_bytes",

@@ -275,6 +275,14 @@ fn a_store_that_refuses_writes_and_the_room_left_for_it_are_gauged() {
         .find_map(|l| l.strip_prefix("hetsched_store_disk_free_bytes "))
         .unwrap_or_else(|| panic!("no hetsched_store_disk_free_bytes in {text}"));
     assert!(free.parse::<f64>().is_ok_and(|b| b > 0.0), "{free}");
+    // The store's size, its WAL apart (a WAL that keeps growing: checkpoints held back).
+    for file in ["db", "wal"] {
+        let size = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("hetsched_store_bytes{{file=\"{file}\"}} ")))
+            .unwrap_or_else(|| panic!("no hetsched_store_bytes of the {file} in {text}"));
+        assert!(size.parse::<f64>().is_ok_and(|b| b > 0.0), "{file}: {size}");
+    }
     {
         let mut s = state.lock().expect("lock");
         s.simulate_full_disk(true);
