@@ -474,7 +474,7 @@ pub async fn run(
     let issued = match (&opts.log_listen, &opts.log_tls) {
         (Some(_), None) if opts.server.starts_with("https://") => {
             tokio::select! {
-                issued = listener_certificate(&mut client, &opts) => issued?,
+                issued = listener_certificate(&mut client, &opts, &identity) => issued?,
                 _ = &mut shutdown => return Ok(()),
             }
         }
@@ -1621,10 +1621,13 @@ const CERTIFY_RETRY: Duration = Duration::from_secs(5);
 
 /// Asks the server to certify a fresh key for this agent's listeners (see the server's
 /// `agent_ca`): `None` when it does not certify agents (no `[tls]`, or an operator's
-/// `agent_ca`); a server not reached yet is asked again every second.
+/// `agent_ca`); a server not reached yet is asked again every second. The request says which
+/// node this agent is, with its `identity`, so the server tells it apart from other agents at
+/// its address and knows it again from a new one.
 async fn listener_certificate<T>(
     client: &mut AgentClient<T>,
     opts: &AgentOptions,
+    identity: &str,
 ) -> Result<Option<Issued>, AgentError>
 where
     T: tonic::client::GrpcService<tonic::body::Body>,
@@ -1650,6 +1653,8 @@ where
             .listener_certificate(pb::ListenerCertificateRequest {
                 public_key: key.public_key_raw().to_vec(),
                 advertise_host: advertise_host.clone(),
+                node: opts.name.clone(),
+                identity: identity.to_string(),
             })
             .await;
         match call {
@@ -2146,6 +2151,8 @@ mod tests {
     /// bound per address, then certifies; nothing else.
     struct Certifier {
         refusals: std::sync::atomic::AtomicU32,
+        /// The node and identity of each request.
+        asked: Arc<std::sync::Mutex<Vec<(String, String)>>>,
     }
 
     #[tonic::async_trait]
@@ -2176,9 +2183,11 @@ mod tests {
         }
         async fn listener_certificate(
             &self,
-            _: tonic::Request<pb::ListenerCertificateRequest>,
+            req: tonic::Request<pb::ListenerCertificateRequest>,
         ) -> Result<tonic::Response<pb::ListenerCertificateReply>, tonic::Status> {
             use std::sync::atomic::Ordering;
+            let r = req.into_inner();
+            self.asked.lock().expect("asked").push((r.node, r.identity));
             let left = self.refusals.load(Ordering::SeqCst);
             if left > 0 {
                 self.refusals.store(left - 1, Ordering::SeqCst);
@@ -2198,6 +2207,7 @@ mod tests {
     /// is certified; before, it exited at once.
     #[tokio::test]
     async fn an_agent_refused_a_certificate_for_the_servers_bound_asks_again() {
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -2206,6 +2216,7 @@ mod tests {
             tonic::transport::Server::builder()
                 .add_service(pb::agent_server::AgentServer::new(Certifier {
                     refusals: 1.into(),
+                    asked: asked.clone(),
                 }))
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
@@ -2217,13 +2228,20 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
         let (_, opts) = consumer_agent(&dir);
-        let issued = listener_certificate(&mut client, &opts)
+        let issued = listener_certificate(&mut client, &opts, "the-identity")
             .await
             .expect("certified once the bound allows")
             .expect("a certificate");
         assert_eq!(
             (issued.cert_pem.as_str(), issued.ca_pem.as_str()),
             ("cert", "ca")
+        );
+        // Each ask says which node this agent is, and proves it (the server tells agents at one
+        // address apart by it).
+        let asked = asked.lock().expect("asked").clone();
+        assert_eq!(
+            asked,
+            vec![(opts.name.clone(), "the-identity".to_string()); 2]
         );
         server.abort();
         let _ = std::fs::remove_dir_all(&dir);
