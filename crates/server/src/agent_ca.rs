@@ -10,8 +10,11 @@
 //! advertises to its peers, and is valid for a year; an agent asks again at each start. An
 //! advertised IP address must be the caller's ([`AgentCa::certify`]); an advertised DNS name
 //! must resolve on the server's host to the caller's address ([`check_resolves_to`]) and be
-//! advertised by no live node calling from elsewhere (`State::check_listener_name`), both
-//! checked by the service before it certifies. The
+//! advertised by no other live node, both checked by the service before it certifies: by node
+//! when the request names its node and proves its identity
+//! (`State::check_listener_name_for_node`), by the caller's address for an agent that predates
+//! those fields (`State::check_listener_name`). Neither may be one of the server's own names
+//! ([`ServerNames`]: its host name, what its `[tls]` certificate is valid for). The
 //! server then calls every agent over TLS, checking certificates against this CA (as it would an
 //! operator's `agent_ca`), and agents check each other's the same way: the reply carries the CA.
 //! The private key never leaves the agent.
@@ -58,6 +61,98 @@ pub struct AgentCa {
     issuer: Issuer<'static, KeyPair>,
     /// The CA certificate, PEM: what the server and the agents trust for agents' listeners.
     pub cert_pem: String,
+    /// The server's own names, never certified for an agent ([`ServerNames`]).
+    pub server_names: ServerNames,
+}
+
+/// The server's own names, which no agent's certificate may name: its host name (and that
+/// name's first label, what a search domain completes to it) and whatever its `[tls]`
+/// certificate is valid for (DNS names, wildcards, IP addresses). A certificate for one of them
+/// from the agents' CA would let an agent pass for the server to whoever trusts that CA.
+#[derive(Default)]
+pub struct ServerNames {
+    /// The host name and its first label, lower case.
+    hosts: Vec<String>,
+    /// The server's certificate (DER), the first of its `[tls] cert` file.
+    cert: Option<rustls::pki_types::CertificateDer<'static>>,
+}
+
+impl ServerNames {
+    /// `hostname` (empty: none) and the first certificate of the PEM file `cert`, if any.
+    pub fn new(hostname: &str, cert: Option<&Path>) -> Result<ServerNames, AgentCaError> {
+        use rustls::pki_types::pem::PemObject;
+        let host = hostname.trim().trim_end_matches('.').to_ascii_lowercase();
+        let mut hosts = Vec::new();
+        if !host.is_empty() {
+            if let Some((first, _)) = host.split_once('.')
+                && host.parse::<IpAddr>().is_err()
+                && !first.is_empty()
+            {
+                hosts.push(first.to_string());
+            }
+            hosts.push(host);
+        }
+        let cert = match cert {
+            None => None,
+            Some(path) => Some(
+                rustls::pki_types::CertificateDer::pem_file_iter(path)
+                    .and_then(|mut certs| certs.next().transpose())
+                    .map_err(|e| AgentCaError::Certificate(format!("{}: {e}", path.display())))?
+                    .ok_or_else(|| {
+                        AgentCaError::Certificate(format!(
+                            "{}: no certificate in it",
+                            path.display()
+                        ))
+                    })?,
+            ),
+        };
+        if let Some(c) = &cert
+            && let Err(e) = rustls::server::ParsedCertificate::try_from(c)
+        {
+            tracing::warn!(
+                "the server's [tls] certificate could not be read for its names ({e}): only \
+                 its host name is refused to agents"
+            );
+        }
+        Ok(ServerNames { hosts, cert })
+    }
+
+    /// The server's host name as the kernel has it (`/proc/sys/kernel/hostname`); empty if
+    /// unreadable.
+    pub fn this_host() -> String {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Refuses `host` (a DNS name or IP address an agent advertises) if it is one of the
+    /// server's own names.
+    pub fn check(&self, host: &str) -> Result<(), String> {
+        let h = host.trim().trim_end_matches('.');
+        let refuse = |what: &str| {
+            Err(format!(
+                "advertised host `{h}` is {what}: the server certifies no agent for its own \
+                 names; advertise a name of the agent's own, or give the agent --log-cert and \
+                 --log-key from the operator's CA (the server's `[tls] agent_ca`)"
+            ))
+        };
+        if self.hosts.iter().any(|own| own.eq_ignore_ascii_case(h)) {
+            return refuse("the server's host name");
+        }
+        let Some(cert) = &self.cert else {
+            return Ok(());
+        };
+        let Ok(name) = rustls::pki_types::ServerName::try_from(h) else {
+            return Ok(());
+        };
+        let Ok(parsed) = rustls::server::ParsedCertificate::try_from(cert) else {
+            return Ok(());
+        };
+        if rustls::client::verify_server_name(&parsed, &name).is_ok() {
+            return refuse("a name the server's own TLS certificate is valid for");
+        }
+        Ok(())
+    }
 }
 
 /// The CA's own parameters; the same at every start, so the kept key signs as the kept
@@ -94,6 +189,7 @@ impl AgentCa {
                 Ok(AgentCa {
                     issuer: Issuer::new(ca_params(), key),
                     cert_pem,
+                    server_names: ServerNames::default(),
                 })
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -107,6 +203,7 @@ impl AgentCa {
                 Ok(AgentCa {
                     issuer: Issuer::new(ca_params(), key),
                     cert_pem,
+                    server_names: ServerNames::default(),
                 })
             }
             Err(e) => Err(io(&key_path)(e)),
@@ -131,6 +228,7 @@ impl AgentCa {
         }
         let mut names = vec![SanType::IpAddress(ip)];
         if let Some(h) = host.map(str::trim).filter(|h| !h.is_empty()) {
+            self.server_names.check(h)?;
             if h.len() > 253 {
                 return Err("the advertised host is longer than 253 bytes".into());
             }
@@ -352,6 +450,53 @@ mod tests {
         let lo: IpAddr = "127.0.0.1".parse().expect("ip");
         check_resolves_to("localhost", lo).expect("localhost is the loopback address");
         assert!(is_dns_name("node7.example") && !is_dns_name("10.1.2.3") && !is_dns_name("::1"));
+    }
+
+    /// The server certifies no agent for its own names: its host name (and the name's first
+    /// label, case aside) and the DNS names and IP addresses its `[tls]` certificate is valid
+    /// for (the test certificate's: `localhost`, 127.0.0.1). Before, they were certified like
+    /// any name, so an agent on the server's host could pass for the server. Other names are
+    /// certified as before.
+    #[test]
+    fn the_servers_own_names_are_not_certified() {
+        let dir =
+            std::env::temp_dir().join(format!("hetsched-agent-ca-own-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut ca = AgentCa::open(&dir).expect("created");
+        let cert = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/tls/server.pem");
+        ca.server_names = ServerNames::new("srv1.example.org", Some(&cert)).expect("names");
+        let agent = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("key");
+        let lo: IpAddr = "127.0.0.1".parse().expect("ip");
+        for (host, why) in [
+            ("srv1.example.org", "the server's host name"),
+            ("SRV1", "the server's host name"),
+            (
+                "localhost",
+                "a name the server's own TLS certificate is valid for",
+            ),
+            (
+                "127.0.0.1",
+                "a name the server's own TLS certificate is valid for",
+            ),
+        ] {
+            let e = ca
+                .certify(agent.public_key_raw(), lo, Some(host))
+                .expect_err(host);
+            assert!(
+                e.contains(&format!("advertised host `{host}` is {why}")),
+                "{e}"
+            );
+        }
+        ca.certify(agent.public_key_raw(), lo, Some("node7.example"))
+            .expect("an agent's own name");
+        ca.certify(agent.public_key_raw(), lo, None)
+            .expect("the caller's address alone");
+        let e = ServerNames::new("", Some(&dir.join("none.pem")))
+            .err()
+            .expect("no such file");
+        assert!(e.to_string().contains("none.pem"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A CA key kept from an earlier start open to others (an older version's, or restored

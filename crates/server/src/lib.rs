@@ -217,18 +217,22 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     {
         relay.restored(id, &name, &work_dir);
     }
-    match config.tls.as_ref().map(|t| t.agent_ca.as_ref()) {
-        Some(Some(ca)) => {
+    match config.tls.as_ref().map(|t| (t, t.agent_ca.as_ref())) {
+        Some((_, Some(ca))) => {
             relay.agent_ca = Some(std::fs::read(ca).map_err(|e| ServerError::Io {
                 path: ca.clone(),
                 source: e,
             })?);
         }
-        Some(None) => {
+        Some((tls, None)) => {
             // The server certifies its agents' listeners itself and calls them over TLS.
-            let ca = agent_ca::AgentCa::open(&dir).map_err(|e| {
+            let mut ca = agent_ca::AgentCa::open(&dir).map_err(|e| {
                 ServerError::Config(format!("the agents' CA in {}: {e}", dir.display()))
             })?;
+            // Never for the server's own names.
+            ca.server_names =
+                agent_ca::ServerNames::new(&agent_ca::ServerNames::this_host(), Some(&tls.cert))
+                    .map_err(|e| ServerError::Config(format!("[tls] cert: {e}")))?;
             relay.agent_ca = Some(ca.cert_pem.clone().into_bytes());
             relay.issuer = Some(ca);
             tracing::info!(

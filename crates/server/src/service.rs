@@ -350,10 +350,18 @@ impl Agent for AgentService {
             .map(str::trim)
             .filter(|h| crate::agent_ca::is_dns_name(h))
         {
+            ca.server_names.check(h).map_err(Status::invalid_argument)?;
             let name = h.to_string();
+            // By node when the agent says which it is (and proves it); by the caller's address
+            // for an agent that predates `node` and `identity`.
+            let (node, identity) = (r.node.clone(), r.identity.clone());
             read_state(&self.0, move |s| {
-                s.check_listener_name(&name, ip)
-                    .map_err(crate::state::StateError::Invalid)
+                if node.is_empty() {
+                    s.check_listener_name(&name, ip)
+                } else {
+                    s.check_listener_name_for_node(&name, &node, &identity)
+                }
+                .map_err(crate::state::StateError::Invalid)
             })
             .await?;
             let name = h.to_string();

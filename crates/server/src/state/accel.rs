@@ -235,8 +235,69 @@ impl State {
     /// Refuses certifying `host` (a DNS name an agent advertises) for a call from `ip` when a
     /// live node whose calls come from another address advertises it: that name is the other
     /// agent's, and a certificate for it would let the caller pass for it
-    /// (`Agent.ListenerCertificate`, [`crate::agent_ca`]).
+    /// (`Agent.ListenerCertificate`, [`crate::agent_ca`]). The rule for an agent that does not
+    /// say which node it is (one that predates `ListenerCertificateRequest.node`): agents
+    /// sharing an address are not told apart, and one that restarts from a new address is
+    /// refused its own name until its old node is declared dead.
+    /// [`Self::check_listener_name_for_node`] is the rule for one that says.
     pub fn check_listener_name(&self, host: &str, ip: IpAddr) -> Result<(), String> {
+        self.check_listener_name_by(host, |node| {
+            let from = self.sharing.services.get(&node).and_then(|s| s.ip);
+            if from.map(|f| f.to_canonical()) == Some(ip.to_canonical()) {
+                None
+            } else {
+                Some(from.map_or(String::new(), |f| format!(", whose calls come from {f}")))
+            }
+        })
+    }
+
+    /// Refuses certifying `host` (a DNS name an agent advertises) for the agent of node `name`
+    /// proving `identity` when any other live node advertises it, wherever the calls of either
+    /// come from: agents sharing an address (one host, NAT) cannot get each other's names, and
+    /// an agent that restarts from a new address is certified its own. `name` registered to a
+    /// live node with another identity is refused (as its registration would be); a dead
+    /// node's name, or one not registered yet, is this caller's to take.
+    pub fn check_listener_name_for_node(
+        &self,
+        host: &str,
+        name: &str,
+        identity: &str,
+    ) -> Result<(), String> {
+        if identity.is_empty() {
+            return Err(format!(
+                "the request names node `{name}` without its identity: send both or neither"
+            ));
+        }
+        let own = self.nodes.by_name(name).and_then(|id| {
+            let rec = self.nodes.get(id)?;
+            (!rec.identity.is_empty() && super::nodes::same_secret(&rec.identity, identity))
+                .then_some(id)
+        });
+        if own.is_none()
+            && let Some(rec) = self
+                .nodes
+                .by_name(name)
+                .and_then(|id| self.nodes.get(id))
+                .filter(|r| r.alive && !r.removed && !r.identity.is_empty())
+        {
+            warn!(node = %rec.spec.name, "a listener certificate asked for the node with another identity: refused");
+            return Err(format!(
+                "this call speaks for node `{name}` without the identity that node \
+                     registered with: only the node's own agent may ask for its certificate \
+                     (give this agent its own --name, or stop the other one and retry once it \
+                     is declared dead)"
+            ));
+        }
+        self.check_listener_name_by(host, |node| (Some(node) != own).then(String::new))
+    }
+
+    /// The refusal of `host` if a live node advertises it that `other` says is not the caller
+    /// (`Some(what to add about it)`).
+    fn check_listener_name_by(
+        &self,
+        host: &str,
+        other: impl Fn(u32) -> Option<String>,
+    ) -> Result<(), String> {
         for (node, address) in self.jobs.workflow.advertised() {
             let Some(rec) = self.nodes.get(node).filter(|r| r.alive && !r.removed) else {
                 continue;
@@ -249,17 +310,15 @@ impl State {
             if !advertised.eq_ignore_ascii_case(host) {
                 continue;
             }
-            let from = self.sharing.services.get(&node).and_then(|s| s.ip);
-            if from.map(|f| f.to_canonical()) == Some(ip.to_canonical()) {
+            let Some(about) = other(node) else {
                 continue;
-            }
+            };
             return Err(format!(
-                "advertised host `{host}` is advertised by node `{}`{}: the server certifies a \
-                 name for one agent only; advertise a name of this agent's own, or give the \
-                 agent --log-cert and --log-key from the operator's CA (the server's `[tls] \
-                 agent_ca`)",
+                "advertised host `{host}` is advertised by node `{}`{about}: the server \
+                 certifies a name for one agent only; advertise a name of this agent's own, or \
+                 give the agent --log-cert and --log-key from the operator's CA (the server's \
+                 `[tls] agent_ca`)",
                 rec.spec.name,
-                from.map_or(String::new(), |f| format!(", whose calls come from {f}"))
             ));
         }
         Ok(())

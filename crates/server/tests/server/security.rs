@@ -816,7 +816,7 @@ async fn listener_certificates_are_bounded_per_caller_address() {
     let (server, mut agent) = tls_server(&dir).await;
     let ask = || pb::ListenerCertificateRequest {
         public_key: listener_key(),
-        advertise_host: String::new(),
+        ..Default::default()
     };
     for _ in 0..MOST {
         agent
@@ -843,8 +843,9 @@ async fn listener_certificates_are_bounded_per_caller_address() {
 /// A DNS name an agent advertises is certified only if it resolves, on the server's host, to
 /// the address the call came from: before, any name was certified blindly, so an agent-token
 /// holder could get a certificate for another agent's name (or any host's) and pass for it
-/// to every peer that trusts the agents' CA. `localhost` from the loopback address is
-/// certified; a name that does not resolve is refused, naming it.
+/// to every peer that trusts the agents' CA. A name that does not resolve is refused, naming
+/// it. (One that resolves to the caller is certified: `agent_ca::tests`; here every name that
+/// resolves to 127.0.0.1 is the server's own, below.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_advertised_dns_name_is_certified_only_where_it_resolves_to_the_caller() {
     let dir = scratch("certify-dns");
@@ -852,11 +853,12 @@ async fn an_advertised_dns_name_is_certified_only_where_it_resolves_to_the_calle
     let ask = |host: &str| pb::ListenerCertificateRequest {
         public_key: listener_key(),
         advertise_host: host.into(),
+        ..Default::default()
     };
     agent
-        .listener_certificate(ask("localhost"))
+        .listener_certificate(ask(""))
         .await
-        .expect("localhost resolves to the caller");
+        .expect("no advertised host: the caller's address alone");
     let e = agent
         .listener_certificate(ask("hetsched-test.invalid"))
         .await
@@ -870,6 +872,166 @@ async fn an_advertised_dns_name_is_certified_only_where_it_resolves_to_the_calle
         e.message()
     );
     server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The server certifies no agent for its own names: before, an agent on the server's host
+/// (or any agent-token holder there) got a certificate from the agents' CA for `localhost` or
+/// `127.0.0.1`, names the server's own TLS certificate is for, and could pass for the server
+/// to whoever trusts that CA. Both are refused, naming the reason; no advertised host is still
+/// certified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_own_names_are_not_certified_for_an_agent() {
+    let dir = scratch("certify-own");
+    let (server, mut agent) = tls_server(&dir).await;
+    let ask = |host: &str| pb::ListenerCertificateRequest {
+        public_key: listener_key(),
+        advertise_host: host.into(),
+        ..Default::default()
+    };
+    for own in ["localhost", "LocalHost", "127.0.0.1"] {
+        let e = agent
+            .listener_certificate(ask(own))
+            .await
+            .expect_err("a name of the server's certificate");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{own}: {e:?}");
+        assert!(
+            e.message().contains(&format!(
+                "advertised host `{own}` is a name the server's own TLS certificate is valid for"
+            )),
+            "{}",
+            e.message()
+        );
+    }
+    agent
+        .listener_certificate(ask(""))
+        .await
+        .expect("the caller's address alone");
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An agent that says which node it is (`node`, `identity`) is told apart by node, not by the
+/// address its call comes from: over the RPC, a name a registered node advertises is refused
+/// to another node's agent calling from the same address (before, agents sharing an address
+/// could get each other's names), and to a caller naming that node without its identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_another_node_advertises_is_refused_by_node_over_the_rpc() {
+    let dir = scratch("certify-by-node");
+    let (server, mut agent) = tls_server(&dir).await;
+    let n7 = agent
+        .register(registration("n7", common::IDENTITY))
+        .await
+        .expect("n7")
+        .into_inner()
+        .node_id;
+    agent
+        .heartbeat(pb::HeartbeatRequest {
+            advertise: "https://n7.example:7430".into(),
+            ..heartbeat_request(n7, &[], &[])
+        })
+        .await
+        .expect("n7 advertises its name");
+    let ask = |node: &str, identity: &str| pb::ListenerCertificateRequest {
+        public_key: listener_key(),
+        advertise_host: "n7.example".into(),
+        node: node.into(),
+        identity: identity.into(),
+    };
+    let e = agent
+        .listener_certificate(ask("n8", "identity-of-n8"))
+        .await
+        .expect_err("n7's name for n8, from n7's address");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message()
+            .contains("advertised host `n7.example` is advertised by node `n7`"),
+        "{}",
+        e.message()
+    );
+    let e = agent
+        .listener_certificate(ask("n7", "identity-of-n8"))
+        .await
+        .expect_err("n7 without its identity");
+    assert!(
+        e.message().contains(
+            "this call speaks for node `n7` without the identity that node registered with"
+        ),
+        "{}",
+        e.message()
+    );
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// By node: a name a live node advertises is refused to every other node's agent, wherever
+/// its calls come from — before, the rule went by address, so agents sharing one (one host,
+/// NAT) got certificates for each other's names — and is certified to that node's own agent
+/// from any address, so an agent that restarts from a new address keeps its name while its
+/// old node still counts as live (before, it was refused until the node was declared dead).
+/// Naming a live node without its identity, or a node with no identity, is refused; a node
+/// not registered yet (an agent asks before its first registration) may take a free name.
+#[test]
+fn a_dns_name_is_certified_by_node_when_the_agent_says_which_it_is() {
+    let dir = scratch("certify-node");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut s = State::open(
+        &ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        },
+        Store::open(&dir.join("state.db")).expect("store"),
+    )
+    .expect("state");
+    let n7 = s
+        .register(registration("n7", common::IDENTITY))
+        .expect("n7")
+        .node_id;
+    let n8 = s
+        .register(registration("n8", "identity-of-n8"))
+        .expect("n8")
+        .node_id;
+    let shared: std::net::IpAddr = "10.0.0.7".parse().expect("ip");
+    s.note_peer(n7, Some(shared));
+    s.note_peer(n8, Some(shared));
+    s.heartbeat(pb::HeartbeatRequest {
+        advertise: "https://n7.example:7430".into(),
+        ..heartbeat_request(n7, &[], &[])
+    })
+    .expect("beat");
+    // By address, n8's agent (same address) would pass; by node it does not.
+    s.check_listener_name("n7.example", shared)
+        .expect("the address rule cannot tell them apart");
+    let e = s
+        .check_listener_name_for_node("n7.example", "n8", "identity-of-n8")
+        .expect_err("n7's name for n8");
+    assert!(
+        e.contains("advertised host `n7.example` is advertised by node `n7`: the server"),
+        "{e}"
+    );
+    let e = s
+        .check_listener_name_for_node("n7.example", "n9", "identity-of-n9")
+        .expect_err("n7's name for a node not registered yet");
+    assert!(e.contains("is advertised by node `n7`"), "{e}");
+    // n7's own agent, restarted (from whatever address) while n7 is still live.
+    s.check_listener_name_for_node("n7.example", "n7", common::IDENTITY)
+        .expect("its own name");
+    let e = s
+        .check_listener_name_for_node("n7.example", "n7", "identity-of-n8")
+        .expect_err("n7 without its identity");
+    assert!(
+        e.contains("this call speaks for node `n7` without the identity that node registered with"),
+        "{e}"
+    );
+    let e = s
+        .check_listener_name_for_node("n9.example", "n9", "")
+        .expect_err("a node without identity");
+    assert!(
+        e.contains("the request names node `n9` without its identity"),
+        "{e}"
+    );
+    s.check_listener_name_for_node("n9.example", "n9", "identity-of-n9")
+        .expect("a free name for a node not registered yet");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
