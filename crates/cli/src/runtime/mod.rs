@@ -316,7 +316,7 @@ pub enum RuntimeCommand {
         ids: Vec<select::JobItem>,
         /// Give up after this long (e.g. `10m`; for all the jobs together): exit status 124
         /// (unless a job failed: 1), naming the jobs still unfinished.
-        #[arg(long)]
+        #[arg(long, value_parser = duration_flag)]
         timeout: Option<humantime::Duration>,
         #[command(flatten)]
         client: ClientArgs,
@@ -767,6 +767,16 @@ impl RuntimeCommand {
                 | RuntimeCommand::Demo(_)
                 | RuntimeCommand::BenchDispatch(_)
         )
+    }
+}
+
+/// A duration flag (`--kill-grace`, `--dead-timeout`, `wait --timeout`, …): as job files and
+/// `--time-limit` write it (`90s`, `1.5m`, Slurm's `05:00` and `1-00:00:00`), or in humantime's
+/// forms the flags read before (`1h 30m`, `2days`), so one spelling works everywhere.
+pub(crate) fn duration_flag(s: &str) -> Result<humantime::Duration, String> {
+    match s.parse::<hetsched_core::input::Duration>() {
+        Ok(d) => Ok(std::time::Duration::from_nanos(d.0).into()),
+        Err(e) => s.trim().parse::<humantime::Duration>().map_err(|_| e),
     }
 }
 

@@ -22,7 +22,7 @@ pub struct PurgeArgs {
     #[arg(value_name = "JOB", value_delimiter = ',')]
     pub jobs: Vec<JobItem>,
     /// Purge every job that finished at least this long ago (e.g. `24h`, `30m`, `0s`).
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", value_parser = super::duration_flag)]
     pub older_than: Option<humantime::Duration>,
     /// Purge all finished jobs but the N most recently finished.
     #[arg(long, value_name = "N")]

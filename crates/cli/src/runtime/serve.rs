@@ -37,17 +37,18 @@ pub struct ServerArgs {
     )]
     pub policy: Option<BatchPolicyKind>,
     /// Declare a node dead after this long without a heartbeat (e.g. `10s`).
-    #[arg(long, help = format!("Declare a node dead after this long without a heartbeat [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().dead_timeout.0))))]
+    #[arg(long, value_parser = super::duration_flag, help = format!("Declare a node dead after this long without a heartbeat [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().dead_timeout.0))))]
     pub dead_timeout: Option<humantime::Duration>,
     /// How often an agent with work heartbeats when nothing happens (e.g. `500ms`).
-    #[arg(long, help = format!("How often an agent with work (a task running, queued or unreported) heartbeats when nothing happens [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().heartbeat_interval.0))))]
+    #[arg(long, value_parser = super::duration_flag, help = format!("How often an agent with work (a task running, queued or unreported) heartbeats when nothing happens [default: {}]", humantime::format_duration(std::time::Duration::from_nanos(ServerConfig::default().heartbeat_interval.0))))]
     pub heartbeat_interval: Option<humantime::Duration>,
     /// How often an agent with nothing to report heartbeats (e.g. `10s`).
     #[arg(
         long,
         help = "How often an agent with nothing to report heartbeats: new work reaches it at once \
                 anyway, and its open wait for work says it lives, so idle beats only refresh what \
-                `hetsched nodes` shows [default: 60s, at least --heartbeat-interval]"
+                `hetsched nodes` shows [default: 60s, at least --heartbeat-interval]",
+        value_parser = super::duration_flag
     )]
     pub idle_heartbeat_interval: Option<humantime::Duration>,
     /// Serve the dashboard, Prometheus `/metrics` (both need a token: DATA_DIR/read-token) and
@@ -216,7 +217,7 @@ pub struct AgentArgs {
     /// How long a task asked to stop (cancelled, past its time limit, the agent shutting down)
     /// has between SIGTERM and SIGKILL to save its state [default: the configuration's
     /// `kill_grace`, else 10s].
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", value_parser = super::duration_flag)]
     pub kill_grace: Option<humantime::Duration>,
     /// How long the agent runs (`11h50m`; HyperQueue's worker `--time-limit`): inside a batch
     /// allocation, its length less a margin, or `auto` to ask Slurm (`squeue`) or PBS (`qstat`)
@@ -230,7 +231,7 @@ pub struct AgentArgs {
     /// `--idle-timeout`): a batch allocation holding the agent then ends when the work does,
     /// instead of holding its nodes to its time limit [default: the configuration's
     /// `idle_timeout`, else never].
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", value_parser = super::duration_flag)]
     pub idle_timeout: Option<humantime::Duration>,
     /// Run each user's tasks and divisible chunks as the Unix account of the user's name (as
     /// Slurm does), the admin's as the agent's own user; the agent must run as root. An
@@ -770,6 +771,55 @@ fn agent_time_limit(t: &str) -> anyhow::Result<std::time::Duration> {
 #[cfg(test)]
 mod tests {
     use super::server_url;
+
+    /// Every duration flag of the server and the agent reads what `--time-limit` and job files
+    /// read (`1.5m`, Slurm's `05:00`), and what it read before (`1h 30m`): before, these took
+    /// only humantime's forms and refused `1.5m` and `05:00`.
+    #[test]
+    fn the_server_and_agent_duration_flags_read_as_job_files_do() {
+        use clap::Parser;
+        use std::time::Duration;
+        #[derive(Parser)]
+        struct Agent {
+            #[command(flatten)]
+            args: super::AgentArgs,
+        }
+        #[derive(Parser)]
+        struct Server {
+            #[command(flatten)]
+            args: super::ServerArgs,
+        }
+        let agent =
+            Agent::try_parse_from(["agent", "--idle-timeout", "05:00", "--kill-grace", "1.5m"])
+                .expect("a clock and a fractional unit");
+        let secs = |d: Option<humantime::Duration>| d.map(|d| Duration::from(d).as_secs());
+        assert_eq!(secs(agent.args.idle_timeout), Some(300));
+        assert_eq!(secs(agent.args.kill_grace), Some(90));
+        let agent = Agent::try_parse_from(["agent", "--idle-timeout", "1h 30m"])
+            .expect("humantime's form, as before");
+        assert_eq!(secs(agent.args.idle_timeout), Some(5_400));
+        let server = Server::try_parse_from([
+            "server",
+            "--dead-timeout",
+            "0.5m",
+            "--heartbeat-interval",
+            "00:02",
+            "--idle-heartbeat-interval",
+            "1m",
+        ])
+        .expect("the server's too");
+        assert_eq!(secs(server.args.dead_timeout), Some(30));
+        assert_eq!(secs(server.args.heartbeat_interval), Some(2));
+        assert_eq!(secs(server.args.idle_heartbeat_interval), Some(60));
+        let refused = Agent::try_parse_from(["agent", "--idle-timeout", "soon"])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            refused.contains("--idle-timeout") && refused.contains("invalid duration `soon`"),
+            "{refused}"
+        );
+    }
 
     /// An agent inside an allocation takes its length as the batch system writes it.
     #[test]
