@@ -653,6 +653,7 @@ impl From<Drained> for pb::DrainNodeReply {
             stream_workers: d.stream_workers,
             chunks: d.chunks,
             was_drained: d.was_drained,
+            reason: d.reason,
         }
     }
 }

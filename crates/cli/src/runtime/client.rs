@@ -1615,12 +1615,20 @@ fn drained_line(name: &str, drain: bool, reason: &str, r: &pb::DrainNodeReply) -
     if !drain {
         return format!("node `{name}` resumed: it takes new work again");
     }
-    let why = match reason.trim() {
+    // The server's kept reason (a drain again without one keeps the first); an older server
+    // sends none: the one given.
+    let kept = if r.reason.trim().is_empty() {
+        reason.trim()
+    } else {
+        r.reason.trim()
+    };
+    let why = match kept {
         "" => String::new(),
         r => format!(" ({r})"),
     };
+    let already = if r.was_drained { "already " } else { "" };
     let mut said = format!(
-        "node `{name}` drained{why}: no new work; {} {} there",
+        "node `{name}` {already}drained{why}: no new work; {} {} there",
         count(r.running, "running task"),
         agree(r.running, "finishes", "finish")
     );

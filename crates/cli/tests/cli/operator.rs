@@ -298,6 +298,12 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
     let out = c.cli(&["node", "drain", "a", "--reason", "bad fan"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("node `a` drained (bad fan)"));
+    // Drained again without a reason: the kept reason is said, not dropped from the line.
+    let again = c.ok(&["node", "drain", "a"]);
+    assert!(
+        again.contains("node `a` already drained (bad fan): no new work"),
+        "{again}"
+    );
     let nodes = c.json(&["nodes"]);
     let a = nodes
         .as_array()

@@ -1312,6 +1312,7 @@ impl State {
             stream_workers: self.jobs.topology.workers_on(name),
             chunks: self.jobs.divisible.chunks_on(name),
             was_drained: self.nodes.recs[id as usize].drained,
+            reason: self.nodes.recs[id as usize].drain_note.reason.clone(),
         }
     }
 

@@ -871,7 +871,7 @@ pub struct Purged {
 }
 
 /// What draining or resuming a node answers.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Drained {
     /// The node's id.
     pub node_id: u32,
@@ -884,6 +884,9 @@ pub struct Drained {
     pub chunks: u32,
     /// Whether an operator had drained the node before the call (`hetsched node drain`).
     pub was_drained: bool,
+    /// The drain's reason as kept after the call (a drain of a drained node without a reason
+    /// keeps the operator's); empty: none, or not drained.
+    pub reason: String,
 }
 
 /// One consumed output a workflow instance fetches before it starts (issue 13).
