@@ -83,9 +83,10 @@ fn agent_guard(work_dir: &std::path::Path) -> std::process::ExitCode {
         Ok(Outcome::Killed(0)) => std::process::ExitCode::SUCCESS,
         Ok(Outcome::Killed(n)) => {
             eprintln!(
-                "hetsched agent-guard: the agent of {} ended with {n} task process group(s) \
-                 running: killed them",
-                work_dir.display()
+                "hetsched agent-guard: the agent of {} ended with {} running: killed {}",
+                work_dir.display(),
+                hetsched_core::text::count(n as u64, "task process group"),
+                if n == 1 { "it" } else { "them" }
             );
             std::process::ExitCode::SUCCESS
         }

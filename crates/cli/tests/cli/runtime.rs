@@ -442,7 +442,7 @@ fn a_sigkilled_agents_guard_kills_the_tasks_it_left_running_without_a_restart() 
     });
     assert!(
         c.agent_log("n")
-            .contains("ended with 2 task process group(s) running: killed them"),
+            .contains("ended with 2 task process groups running: killed them"),
         "{}",
         c.agent_log("n")
     );
