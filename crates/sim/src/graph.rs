@@ -297,6 +297,8 @@ pub struct GraphResult {
     pub messages: MessageCounts,
     /// The launch node.
     pub launch: NodeId,
+    /// The seed the run drew its costs and phases from ([`GraphSimConfig::seed`]).
+    pub seed: u64,
 }
 
 impl GraphResult {
@@ -989,6 +991,7 @@ pub fn simulate_graph(
         })
         .collect();
     Ok(GraphResult {
+        seed: config.seed,
         balancer: config.balancer.as_str().to_string(),
         execution: config.execution,
         makespan: sim.makespan.saturating_sub(origin),

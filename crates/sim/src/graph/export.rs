@@ -7,7 +7,7 @@
 //!  "nodes":[{"name","cores","peak_instances","core_speed","latency_from_launch","latency_to_launch"}],
 //!  "messages":{"total","by_kind":{…},"launch_node":…},
 //!  "makespan",
-//!  "launch",
+//!  "launch", "seed",
 //!  "tasks":[{"name","instances","processes","depends_on":[{"task","kind"}]}]}
 //! ```
 //!
@@ -86,6 +86,8 @@ struct Export<'a> {
     messages: Messages<'a>,
     makespan: f64,
     launch: &'a str,
+    /// The seed of the run: with the cluster, workflow and flags, it makes the run again.
+    seed: u64,
     tasks: Vec<Task<'a>>,
 }
 
@@ -132,6 +134,7 @@ impl GraphResult {
                 launch_node: self.messages.launch_node,
             },
             makespan: self.makespan_s(),
+            seed: self.seed,
             launch: self
                 .nodes
                 .get(self.launch.index())
