@@ -83,7 +83,10 @@ fn the_export_lists_every_instance_node_and_message_counter() {
             "tasks"
         ]
     );
-    assert_eq!(doc["seed"], 3, "the seed that, with the files, makes the run again");
+    assert_eq!(
+        doc["seed"], 3,
+        "the seed that, with the files, makes the run again"
+    );
     assert_eq!(doc["launch"], "eight-1");
     assert_eq!(doc["balancer"], "pcddb");
     assert_eq!(doc["execution"], "queue", "the default");

@@ -358,26 +358,30 @@ enum JobKey {
 /// tasks); `sim sweep` takes the same bound.
 pub const MAX_SCALE: f64 = 10.0;
 
+/// Checks a `scale` of task counts: positive, finite and at most [`MAX_SCALE`] (ten times
+/// `of`'s tasks; `sim sweep` checks its own with this too).
+pub(crate) fn check_scale(scale: f64, of: &str) -> Result<(), SimError> {
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(SimError::Config {
+            field: "scale",
+            problem: format!("must be a positive number, not {scale}"),
+        });
+    }
+    if scale > MAX_SCALE {
+        return Err(SimError::Config {
+            field: "scale",
+            problem: format!("must be at most {MAX_SCALE} (ten times {of}'s tasks), not {scale}"),
+        });
+    }
+    Ok(())
+}
+
 /// Runs the scenario; `progress` is called after each simulation.
 pub fn run(
     options: &HdasPaperOptions,
     progress: &mut dyn FnMut(ScenarioProgress),
 ) -> Result<HdasPaperReport, SimError> {
-    if !(options.scale.is_finite() && options.scale > 0.0) {
-        return Err(SimError::Config {
-            field: "scale",
-            problem: format!("must be a positive number, not {}", options.scale),
-        });
-    }
-    if options.scale > MAX_SCALE {
-        return Err(SimError::Config {
-            field: "scale",
-            problem: format!(
-                "must be at most {MAX_SCALE} (ten times the paper's tasks), not {}",
-                options.scale
-            ),
-        });
-    }
+    check_scale(options.scale, "the paper")?;
     if !matches!(
         options.hdas_policy,
         BatchPolicyKind::Hdas | BatchPolicyKind::HdasHetero

@@ -339,21 +339,7 @@ pub fn run(
             ),
         });
     }
-    if !(options.scale.is_finite() && options.scale > 0.0) {
-        return Err(SimError::Config {
-            field: "scale",
-            problem: format!("must be a positive number, not {}", options.scale),
-        });
-    }
-    if options.scale > MAX_SCALE {
-        return Err(SimError::Config {
-            field: "scale",
-            problem: format!(
-                "must be at most {MAX_SCALE} (ten times the documented sweep's tasks), not {}",
-                options.scale
-            ),
-        });
-    }
+    hdas_paper::check_scale(options.scale, "the documented sweep")?;
     let threads = if options.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
