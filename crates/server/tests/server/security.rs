@@ -964,6 +964,21 @@ async fn a_name_another_node_advertises_is_refused_by_node_over_the_rpc() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A state of its own over a new store in scratch directory `name` (removed by the caller).
+fn fresh_state(name: &str) -> (std::path::PathBuf, State) {
+    let dir = scratch(name);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let s = State::open(
+        &ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        },
+        Store::open(&dir.join("state.db")).expect("store"),
+    )
+    .expect("state");
+    (dir, s)
+}
+
 /// By node: a name a live node advertises is refused to every other node's agent, wherever
 /// its calls come from — before, the rule went by address, so agents sharing one (one host,
 /// NAT) got certificates for each other's names — and is certified to that node's own agent
@@ -973,16 +988,7 @@ async fn a_name_another_node_advertises_is_refused_by_node_over_the_rpc() {
 /// not registered yet (an agent asks before its first registration) may take a free name.
 #[test]
 fn a_dns_name_is_certified_by_node_when_the_agent_says_which_it_is() {
-    let dir = scratch("certify-node");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let mut s = State::open(
-        &ServerConfig {
-            data_dir: dir.clone(),
-            ..Default::default()
-        },
-        Store::open(&dir.join("state.db")).expect("store"),
-    )
-    .expect("state");
+    let (dir, mut s) = fresh_state("certify-node");
     let n7 = s
         .register(registration("n7", common::IDENTITY))
         .expect("n7")
@@ -1042,16 +1048,7 @@ fn a_dns_name_is_certified_by_node_when_the_agent_says_which_it_is() {
 /// is declared dead).
 #[test]
 fn a_dns_name_another_live_node_advertises_is_not_certified_for_another_address() {
-    let dir = scratch("certify-taken");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let mut s = State::open(
-        &ServerConfig {
-            data_dir: dir.clone(),
-            ..Default::default()
-        },
-        Store::open(&dir.join("state.db")).expect("store"),
-    )
-    .expect("state");
+    let (dir, mut s) = fresh_state("certify-taken");
     let n7 = s
         .register(registration("n7", common::IDENTITY))
         .expect("n7")
