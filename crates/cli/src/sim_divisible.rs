@@ -151,6 +151,10 @@ fn summary(run: &StarRun) -> serde_json::Value {
             "chunks": chunks[i],
             "load": load[i],
             "busy": busy[i],
+            // The same fraction under a name that says so, and the seconds it stands for, as
+            // `sim graph` and `sim run` report busy time.
+            "busy_fraction": busy[i],
+            "busy_s": busy[i] * run.makespan_s(),
         })).collect::<Vec<_>>(),
     })
 }

@@ -70,6 +70,10 @@ fn umrlm_on_the_example_platform_reports_makespan_rounds_busy_and_the_bound() {
     for w in workers {
         let busy = w["busy"].as_f64().expect("busy");
         assert!(busy > 0.9 && busy <= 1.0, "{w}");
+        // `busy` is a fraction of the makespan; `busy_fraction` names it, `busy_s` in seconds.
+        assert_eq!(w["busy_fraction"].as_f64(), Some(busy), "{w}");
+        let busy_s = w["busy_s"].as_f64().expect("busy_s");
+        assert!((busy_s - busy * makespan).abs() < 1e-9, "{w}");
     }
     let table = hetsched(&[
         "sim",
