@@ -23,6 +23,8 @@
 //! max_input_bytes = "64GiB"         # the most written for one fetched workflow input
 //! min_free_disk = "1GiB"            # fetched workflow inputs leave this free on work_dir's disk (0: off)
 //! fetch_bandwidth = "100MiB"        # bytes/s all workflow input fetches together (0: no cap)
+//! log_format = "text"               # or "json": one JSON object a line (`--log-format`)
+//! log_file = "/var/log/hetsched/agent.log" # append the log here, not to stderr; reopened on SIGHUP
 //! [tls]                             # optional: workflow data and PCDDB between agents over TLS
 //! cert = "agent.pem"                # (peers verify it with their `ca`; same as the server's)
 //! key = "agent.key"
@@ -157,6 +159,11 @@ pub struct AgentConfig {
     /// Declared accelerators (replace detected ones).
     #[serde(default)]
     pub accelerator: Vec<AcceleratorSpec>,
+    /// The format of the agent's own log (`--log-format` overrides it).
+    pub log_format: hetsched_core::input::log_format::LogFormat,
+    /// The file the agent appends its log to, reopened on SIGHUP; none: standard error
+    /// (`--log-file` overrides it).
+    pub log_file: Option<PathBuf>,
 }
 
 /// `[tls]`: the certificate and key (PEM files) of the agent's data listener.

@@ -11,6 +11,7 @@ pub mod divisible;
 pub mod latency;
 pub mod limits;
 pub mod listen;
+pub mod log_format;
 pub mod output_path;
 pub mod star_platform;
 pub mod stream_code;

@@ -22,6 +22,9 @@
 //! preemption = "off"           # or "requeue": a batch task of a higher priority that fits
 //!                              # nowhere stops lower-priority batch tasks, which run again later
 //! preempt_exempt_time = "0s"   # a task that has run less than this is not preempted
+//! log_format = "text"          # or "json": one JSON object a line (`--log-format`)
+//! log_file = "/var/log/hetsched/server.log" # append the log here, not to stderr; reopened
+//!                              # on SIGHUP (logrotate); `--log-file` overrides it
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
@@ -147,6 +150,11 @@ pub struct ServerConfig {
     /// Topologies to set aside at this start (`hetsched server --set-aside-topology NAME`).
     #[serde(skip)]
     pub set_aside_topologies: Vec<String>,
+    /// The format of the server's own log (`--log-format` overrides it).
+    pub log_format: hetsched_core::input::log_format::LogFormat,
+    /// The file the server appends its log to, reopened on SIGHUP; none: standard error
+    /// (`--log-file` overrides it). Opened by the `hetsched` command, not by [`crate::start`].
+    pub log_file: Option<PathBuf>,
 }
 
 /// The default of `max_unfinished_tasks_per_user`: ten jobs of the most tasks a job may have.
@@ -439,6 +447,8 @@ impl Default for ServerConfig {
             max_unfinished_tasks_per_user: MAX_UNFINISHED_TASKS_PER_USER,
             set_aside: Vec::new(),
             set_aside_topologies: Vec::new(),
+            log_format: Default::default(),
+            log_file: None,
         }
     }
 }

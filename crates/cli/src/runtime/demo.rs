@@ -80,7 +80,7 @@ command = {ch_cmd}
 
 /// Runs the demo.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
-    super::init_logging("warn");
+    super::logging::init("warn", Default::default(), None);
     let exe = std::env::current_exe().context("locating the hetsched binary")?;
     let exe = exe.display().to_string();
     println!(

@@ -17,6 +17,7 @@ mod hostlist;
 pub mod human;
 mod kernel;
 mod log;
+mod logging;
 mod matrows;
 mod placeholders;
 mod purge;
@@ -1244,17 +1245,6 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         | RuntimeCommand::Matrows(_)
         | RuntimeCommand::BenchDispatch(_) => Ok(()),
     }
-}
-
-/// Starts logging to stderr (`RUST_LOG` overrides `default`).
-pub fn init_logging(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(human::colour())
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// The job ids a list of `--after`-style references names (`name:NAME`: every job of that name).

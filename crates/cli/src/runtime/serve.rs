@@ -74,6 +74,8 @@ pub struct ServerArgs {
     /// will restart with.
     #[arg(long)]
     pub check: bool,
+    #[command(flatten)]
+    pub logs: super::logging::LogArgs,
 }
 
 /// `hetsched server backup|restore`.
@@ -260,6 +262,8 @@ pub struct AgentArgs {
     /// Private key (PEM) of the accelerator service.
     #[arg(long, requires = "accel_cert")]
     pub accel_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub logs: super::logging::LogArgs,
 }
 
 /// `--cores`: a number of cores, refused here (naming the flag) as the configuration's `cores`
@@ -313,7 +317,6 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     if let Some(command) = a.command {
         return server_command(command);
     }
-    super::init_logging("info");
     let mut config = match &a.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -370,10 +373,19 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
             .fold(e, |e, (_, field, flag)| name_field_by_flag(&e, field, flag))
         )
     })?;
+    let logs = super::logging::Settings::resolve(
+        &a.logs,
+        config.log_format,
+        config.log_file.as_deref(),
+        a.config.as_deref(),
+    );
     if a.check {
+        // The check writes nothing, so its own log goes to standard error.
+        logs.check()?;
+        super::logging::init("info", logs.format, None);
         let running = hetsched_server::check(&config)?;
         println!(
-            "{}: OK (listen {}, policy {}, data in {}{}{}){}",
+            "{}: OK (listen {}, policy {}, data in {}{}{}{}){}",
             a.config
                 .as_deref()
                 .map_or("the default configuration".into(), |p| p
@@ -386,6 +398,11 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
                 .http_listen
                 .map_or(String::new(), |h| format!(", HTTP on {h}")),
             if config.tls.is_some() { ", TLS" } else { "" },
+            logs.file.as_ref().map_or(String::new(), |(f, _)| format!(
+                ", {} log in {}",
+                logs.format,
+                f.display()
+            )),
             running.map_or(String::new(), |pid| format!(
                 "; a server runs on {} (PID {pid}): it reads the configuration when it restarts",
                 config.data_dir.display()
@@ -393,10 +410,13 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    ignore_hangups(
+    let log_file = logs.open()?;
+    super::logging::init("info", logs.format, log_file.clone());
+    super::logging::on_hangups(
         "the server goes on: it reads its configuration only when it starts (check a new one \
          with `hetsched server --check`, then restart it) and logs to standard error, which its \
-         supervisor keeps and rotates",
+         supervisor keeps and rotates (with --log-file, a SIGHUP reopens that file)",
+        log_file,
     );
     // Registered before the start writes DATA_DIR/address: a SIGTERM sent as soon as the
     // address is there stops the server cleanly instead of killing it.
@@ -574,9 +594,10 @@ fn host_name() -> String {
         .unwrap_or_else(|| "node".into())
 }
 
-/// Builds the agent's options from its configuration file, flags and detection.
-pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptions> {
-    let (mut config, origin, text) = match &a.config {
+/// The agent's configuration file (`--config`), parsed: the configuration, the file's name and
+/// its text (for errors at a line); the defaults without one.
+fn read_agent_config(a: &AgentArgs) -> anyhow::Result<(AgentConfig, String, String)> {
+    Ok(match &a.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
@@ -584,7 +605,15 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
             (AgentConfig::parse(&origin, &text)?, origin, text)
         }
         None => (AgentConfig::default(), String::new(), String::new()),
-    };
+    })
+}
+
+/// Builds the agent's options from its configuration file (as [`read_agent_config`] reads it),
+/// flags and detection.
+pub fn agent_options(
+    a: &AgentArgs,
+    (mut config, origin, text): (AgentConfig, String, String),
+) -> anyhow::Result<hetsched_agent::AgentOptions> {
     if !a.attributes.is_empty() {
         hetsched_core::model::cluster::attribute_set(a.attributes.iter().map(String::as_str))
             .map_err(|(_, e)| anyhow::anyhow!("--attributes: {e}"))?;
@@ -703,27 +732,24 @@ pub fn agent_options(a: &AgentArgs) -> anyhow::Result<hetsched_agent::AgentOptio
     })
 }
 
-/// A SIGHUP (log rotation's `postrotate`, a `systemctl reload`, a closed terminal) would end
-/// the process at once with nothing in its log (an agent's tasks killed by its guard): each one
-/// is logged, `SIGHUP: ignored, WHAT`, and the process goes on.
-fn ignore_hangups(what: &'static str) {
-    if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        tokio::spawn(async move {
-            while hup.recv().await.is_some() {
-                tracing::warn!("SIGHUP: ignored, {what}");
-            }
-        });
-    }
-}
-
 /// Runs an agent until a signal.
 pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
-    super::init_logging("info");
-    ignore_hangups(
-        "the agent goes on with its tasks: it reads its configuration only when it starts, and \
-         logs to standard error, which its supervisor keeps and rotates (SIGTERM stops it)",
+    let config = read_agent_config(&a)?;
+    let logs = super::logging::Settings::resolve(
+        &a.logs,
+        config.0.log_format,
+        config.0.log_file.as_deref(),
+        a.config.as_deref(),
     );
-    let opts = agent_options(&a)?;
+    let log_file = logs.open()?;
+    super::logging::init("info", logs.format, log_file.clone());
+    super::logging::on_hangups(
+        "the agent goes on with its tasks: it reads its configuration only when it starts, and \
+         logs to standard error, which its supervisor keeps and rotates (SIGTERM stops it; with \
+         --log-file, a SIGHUP reopens that file)",
+        log_file,
+    );
+    let opts = agent_options(&a, config)?;
     tracing::info!(
         name = %opts.name,
         server = %opts.server,

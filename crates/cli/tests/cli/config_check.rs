@@ -92,3 +92,89 @@ fn a_server_configuration_is_checked_without_starting_or_touching_the_data_direc
     c.ok(&["jobs"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--check` checks the log settings as a start would, creating no log file: a `log_file` in a
+/// directory that does not exist is refused naming the file, the key and the directory (the
+/// flag when given by flag), a `log_format` that is none at its line with the formats taken.
+#[test]
+fn the_check_checks_the_log_file_and_format_without_creating_the_file() {
+    let dir = temp_dir("config-check-logs");
+    let data = dir.join("data");
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p.to_str().expect("path").to_string()
+    };
+    let log = dir.join("server.log");
+    let good = write(
+        "good.toml",
+        format!(
+            "data_dir = \"{}\"\nlog_format = \"json\"\nlog_file = \"{}\"\n",
+            data.display(),
+            log.display()
+        ),
+    );
+    let (ok, stdout, stderr) = check(&dir, &["--config", &good]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("json log in {}", log.display())),
+        "{stdout}"
+    );
+    assert!(!log.exists(), "the check created the log file");
+
+    let missing = dir.join("nosuch").join("server.log");
+    let bad_dir = write(
+        "bad-dir.toml",
+        format!(
+            "data_dir = \"{}\"\nlog_file = \"{}\"\n",
+            data.display(),
+            missing.display()
+        ),
+    );
+    let (ok, _, stderr) = check(&dir, &["--config", &bad_dir]);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains(&format!("bad-dir.toml: log_file {}", missing.display()))
+            && stderr.contains(&format!(
+                "the directory {} does not exist",
+                dir.join("nosuch").display()
+            )),
+        "{stderr}"
+    );
+    // The flag overrides the key, and is named.
+    let (ok, stdout, stderr) = check(
+        &dir,
+        &[
+            "--config",
+            &bad_dir,
+            "--log-file",
+            log.to_str().expect("path"),
+        ],
+    );
+    assert!(ok, "{stdout}{stderr}");
+    let (ok, _, stderr) = check(
+        &dir,
+        &[
+            "--config",
+            &good,
+            "--log-file",
+            missing.to_str().expect("path"),
+        ],
+    );
+    assert!(!ok && stderr.contains("--log-file"), "{stderr}");
+
+    let bad_format = write(
+        "bad-format.toml",
+        format!("data_dir = \"{}\"\nlog_format = \"xml\"\n", data.display()),
+    );
+    let (ok, _, stderr) = check(&dir, &["--config", &bad_format]);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("bad-format.toml:2:")
+            && stderr.contains("log_format")
+            && stderr.contains("expected `text` or `json`"),
+        "{stderr}"
+    );
+    assert!(!log.exists() && !data.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

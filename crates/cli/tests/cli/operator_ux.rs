@@ -376,6 +376,113 @@ fn an_unreachable_server_and_a_refused_token_have_exit_statuses_of_their_own() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// `--log-format json --log-file F`: the server's own log goes to F (not to standard error),
+/// one JSON object a line, and F is private (0600). logrotate renames F and sends SIGHUP: the
+/// renamed file keeps the lines before, and the server opens a new F for the lines after. An
+/// agent reads the same settings from its configuration file (`log_format`, `log_file`). A
+/// format that is none is refused naming the flag and the formats taken.
+#[test]
+fn a_server_logs_json_lines_to_a_private_file_that_sighup_reopens() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Cluster::stopped("ux-log-file");
+    let logs = c.dir.join("logs");
+    std::fs::create_dir(&logs).expect("log dir");
+    let file = logs.join("server.json");
+    c.server_args = vec![
+        "--log-format".into(),
+        "json".into(),
+        "--log-file".into(),
+        file.to_str().expect("path").into(),
+    ];
+    c.start_server();
+    let read = |path: &std::path::Path| std::fs::read_to_string(path).unwrap_or_default();
+    wait_until("the server's first line", Duration::from_secs(20), || {
+        read(&file).contains("server listening")
+    });
+    let mode = std::fs::metadata(&file)
+        .expect("log file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let messages = |path: &std::path::Path| -> Vec<String> {
+        read(path)
+            .lines()
+            .map(|line| {
+                let v: serde_json::Value = serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+                assert!(v["timestamp"].is_string() && v["level"].is_string(), "{v}");
+                v["fields"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert!(
+        messages(&file).iter().any(|m| m == "server listening"),
+        "{}",
+        read(&file)
+    );
+    // Nothing of it on standard error.
+    let stderr = read(&c.dir.join("server.log"));
+    assert!(!stderr.contains("server listening"), "{stderr}");
+
+    let rotated = logs.join("server.json.1");
+    std::fs::rename(&file, &rotated).expect("rotate");
+    c.signal_server("HUP");
+    wait_until("a new log file", Duration::from_secs(20), || {
+        read(&file).contains("SIGHUP: reopened the log file")
+    });
+    let mode = std::fs::metadata(&file)
+        .expect("new log file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    c.ok(&["jobs"]);
+    assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
+    let after = messages(&file);
+    assert!(after.iter().any(|m| m == "server stopped"), "{after:?}");
+    assert!(!after.iter().any(|m| m == "server listening"), "{after:?}");
+    let before = messages(&rotated);
+    assert!(before.iter().any(|m| m == "server listening"), "{before:?}");
+    assert!(
+        !before
+            .iter()
+            .any(|m| m.starts_with("SIGHUP") || m == "server stopped"),
+        "{before:?}"
+    );
+
+    // An agent's configuration file says the same.
+    c.start_server();
+    let agent_file = logs.join("agent.json");
+    c.start_agent_with_config(
+        "a",
+        &format!(
+            "cores = 1\nlog_format = \"json\"\nlog_file = \"{}\"\n",
+            agent_file.display()
+        ),
+    );
+    wait_until("the agent's first line", Duration::from_secs(20), || {
+        read(&agent_file).contains("agent starting")
+    });
+    assert!(
+        messages(&agent_file).iter().any(|m| m == "agent starting"),
+        "{}",
+        read(&agent_file)
+    );
+
+    let out = std::process::Command::new(crate::support::BIN)
+        .args(["server", "--log-format", "xml"])
+        .output()
+        .expect("run hetsched");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("invalid value 'xml' for '--log-format") && err.contains("text, json"),
+        "{err}"
+    );
+}
+
 /// A SIGHUP does not end an agent either: it ended it at once, and the tasks it ran were killed
 /// by its guard and run again elsewhere (as slurmd does, it goes on).
 #[test]

@@ -196,6 +196,12 @@ impl Cluster {
         Cluster::new(name, true, true, None)
     }
 
+    /// A cluster whose server is not started yet: set `server_args` or `server_config`, then
+    /// [`Cluster::start_server`].
+    pub fn stopped(name: &str) -> Cluster {
+        Cluster::new_stopped(name, false, false, None)
+    }
+
     /// As [`Cluster::start`], the server also reading the configuration `config` (TOML text).
     pub fn start_configured(name: &str, http: bool, config: &str) -> Cluster {
         Cluster::new(name, http, false, Some(config.to_string()))
