@@ -195,11 +195,12 @@ fn refused(s: tonic::Status) -> anyhow::Error {
         | tonic::Code::NotFound
         | tonic::Code::AlreadyExists
         | tonic::Code::FailedPrecondition => anyhow::anyhow!("{}", s.message()),
-        tonic::Code::Unimplemented => {
-            anyhow::anyhow!(
-                "this server does not run stream topologies (it is older than this client)"
-            )
-        }
+        tonic::Code::Unimplemented => anyhow::Error::new(crate::runtime::human::Exit {
+            status: crate::runtime::human::PROTOCOL_STATUS,
+            message: "this server does not run stream topologies: it is older than this client \
+                      (`hetsched --version` here, `hetsched user whoami` says the server's)"
+                .into(),
+        }),
         _ => crate::runtime::refused(s),
     }
 }

@@ -51,8 +51,13 @@ fn client_setup(args: &ClientArgs) -> anyhow::Result<(String, String, Option<Vec
     Ok((server, token, ca))
 }
 
+/// The server the command connected to first (a client command talks to one), for
+/// [`diagnose`].
+static CONNECTED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// Connects to `server` with `token`.
 pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyhow::Result<Api> {
+    let _ = CONNECTED.set(server.to_string());
     let channel = match pb::endpoint(server, ca)?.connect().await {
         Ok(c) => c,
         Err(e) if super::human::refused_connection(&e) => {
@@ -71,10 +76,13 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
             }
             let plain = server.starts_with("https://") && chain.contains("InvalidContentType");
             if plain {
-                return Err(anyhow::Error::new(e).context(format!(
-                    "connecting to {server}: the server does not speak TLS; use an http:// URL \
-                     (without --ca)"
-                )));
+                return Err(anyhow::Error::new(e).context(super::human::Exit {
+                    status: super::human::PROTOCOL_STATUS,
+                    message: format!(
+                        "connecting to {server}: the server does not speak TLS; use an http:// \
+                         URL (without --ca)"
+                    ),
+                }));
             }
             return Err(anyhow::Error::new(e).context(super::human::Exit {
                 status: super::human::UNAVAILABLE_STATUS,
@@ -136,22 +144,35 @@ pub fn refused(s: tonic::Status) -> anyhow::Error {
             super::human::NO_PERMISSION_STATUS,
             "the server refused this call",
         ),
-        // Plain HTTP/2 to a TLS port: the server drops the connection before any answer.
+        // Plain HTTP/2 to a TLS port: the server drops the connection before any answer, or
+        // answers with a TLS alert, which is no HTTP/2 (`h2 protocol error`: another protocol,
+        // whatever it is). A dropped connection may also be a server that died mid-call:
+        // [`diagnose`] asks the address whether it speaks TLS.
         code if code == tonic::Code::Cancelled
             || code == tonic::Code::Unknown
             || message.contains("h2 protocol error") =>
         {
-            anyhow::anyhow!(
+            let what = format!(
                 "{}; if the server uses TLS, use an https:// URL with --ca",
                 with("the call ended without an answer")
-            )
+            );
+            if message.contains("h2 protocol error") {
+                anyhow::Error::new(super::human::Exit {
+                    status: super::human::PROTOCOL_STATUS,
+                    message: what,
+                })
+            } else {
+                anyhow::Error::new(NoAnswer(what))
+            }
         }
         // Something else listens there: an agent's log or accelerator port, or another program
         // speaking gRPC; or a server older than this client.
-        tonic::Code::Unimplemented => anyhow::anyhow!(
+        tonic::Code::Unimplemented => exit(
+            super::human::PROTOCOL_STATUS,
             "the server does not offer this call: is --server (HETSCHED_SERVER) the address of a \
              hetsched server (DATA_DIR/address), not of an agent or another program, and is the \
-             server as new as this client (`hetsched --version`)?"
+             server as new as this client (`hetsched --version` here, `hetsched user whoami` says \
+             the server's)?",
         ),
         tonic::Code::Unavailable => exit(
             super::human::UNAVAILABLE_STATUS,
@@ -166,6 +187,41 @@ pub fn refused(s: tonic::Status) -> anyhow::Error {
         tonic::Code::Internal | tonic::Code::DataLoss => said("the server failed"),
         _ => said("the server refused this call"),
     }
+}
+
+/// A call that ended without an answer ([`refused`]'s words), which [`diagnose`] looks into.
+#[derive(Debug)]
+struct NoAnswer(String);
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoAnswer {}
+
+/// A client command's failure, diagnosed further where the network can tell more: a call that
+/// ended without an answer (or with one in another protocol) from a server reached over
+/// `http://` that in fact speaks TLS — it drops the connection or answers with a TLS alert, at
+/// random — is a protocol mismatch ([`super::human::PROTOCOL_STATUS`]), said so with what to
+/// change.
+pub async fn diagnose(e: anyhow::Error) -> anyhow::Error {
+    let Some(url) = CONNECTED.get() else {
+        return e;
+    };
+    let unanswered = e.chain().any(|c| c.is::<NoAnswer>())
+        || super::human::exit_status(&e) == Some(super::human::PROTOCOL_STATUS);
+    if unanswered && speaks_tls(url).await {
+        return anyhow::Error::new(super::human::Exit {
+            status: super::human::PROTOCOL_STATUS,
+            message: format!(
+                "the server at {url} speaks TLS: use an https:// URL with --ca (--server or \
+                 HETSCHED_SERVER)"
+            ),
+        });
+    }
+    e
 }
 
 pub(super) fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
@@ -246,7 +302,11 @@ pub async fn submit_with_retries(
         let last = tries >= SUBMIT_TRIES;
         let mut api = match connect_with(&server, &token, ca.as_deref()).await {
             Ok(api) => api,
-            Err(e) if !last => {
+            // A server that does not speak TLS does not learn to.
+            Err(e)
+                if !last
+                    && super::human::exit_status(&e) != Some(super::human::PROTOCOL_STATUS) =>
+            {
                 eprintln!(
                     "warning: {}; retrying in {delay:?}",
                     super::human::error_chain(&e)
@@ -255,7 +315,8 @@ pub async fn submit_with_retries(
                 delay = (delay * 2).min(Duration::from_secs(3));
                 continue;
             }
-            Err(e) => return Err(e.context(format!("gave up after {tries} tries"))),
+            Err(e) if last => return Err(e.context(format!("gave up after {tries} tries"))),
+            Err(e) => return Err(e),
         };
         match api.submit(req.clone()).await {
             Ok(r) => return Ok((api, r.into_inner())),
@@ -264,12 +325,15 @@ pub async fn submit_with_retries(
                     && args.url().starts_with("http://")
                     && speaks_tls(&args.url()).await =>
             {
-                bail!(
-                    "the server at {} speaks TLS: use an https:// URL with --ca ({}: {})",
-                    args.url(),
-                    s.code(),
-                    shown(s.message())
-                );
+                return Err(anyhow::Error::new(super::human::Exit {
+                    status: super::human::PROTOCOL_STATUS,
+                    message: format!(
+                        "the server at {} speaks TLS: use an https:// URL with --ca ({}: {})",
+                        args.url(),
+                        s.code(),
+                        shown(s.message())
+                    ),
+                }));
             }
             Err(s) if retryable(&s) && !last => {
                 eprintln!(

@@ -260,6 +260,12 @@ pub const UNAVAILABLE_STATUS: u8 = 69;
 /// `EX_NOPERM`): the credentials need fixing, not the request.
 pub const NO_PERMISSION_STATUS: u8 = 77;
 
+/// The exit status when the server speaks another protocol or version (sysexits'
+/// `EX_PROTOCOL`): TLS to a plain server or plain text to a TLS one (the address's scheme,
+/// `http://` or `https://`, needs fixing), or a call the server does not offer (an older server,
+/// or no hetsched server at that address): neither waiting nor other credentials mend it.
+pub const PROTOCOL_STATUS: u8 = 76;
+
 /// The exit status an error asks for ([`Exit`], as the error or a context of it); `None`: the
 /// usual failure (1).
 pub fn exit_status(e: &anyhow::Error) -> Option<u8> {

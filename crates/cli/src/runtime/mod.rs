@@ -918,7 +918,12 @@ pub fn run(cmd: RuntimeCommand) -> anyhow::Result<()> {
                     .enable_all()
                     .build()?
             };
-            rt.block_on(run_async(cmd))
+            rt.block_on(async {
+                match run_async(cmd).await {
+                    Err(e) => Err(client::diagnose(e).await),
+                    ok => ok,
+                }
+            })
         }
     }
 }

@@ -483,6 +483,92 @@ fn a_server_logs_json_lines_to_a_private_file_that_sighup_reopens() {
     );
 }
 
+/// A server that speaks another protocol exits 76 (sysexits' EX_PROTOCOL), saying what to check:
+/// `http://` to a TLS server, `https://` to a plain one (the address's scheme), and a call the
+/// server does not offer (an older server, or no hetsched server at that address: the versions,
+/// the address). Each exited 1, as a refused request does; and neither is retried by `submit`,
+/// as waiting mends neither.
+#[test]
+fn a_tls_mismatch_and_a_call_the_server_lacks_exit_76() {
+    use crate::support::tls_file;
+    let tls = Cluster::start_tls("ux-exit-protocol-tls");
+    let plain_url = format!("http://{}", tls.listen);
+    // The server drops the connection or answers with a TLS alert, at random: a few tries.
+    for _ in 0..3 {
+        let out = tls
+            .command(&["jobs", "--server", &plain_url])
+            .env_remove("HETSCHED_CA")
+            .output()
+            .expect("run hetsched");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(76), "{err}");
+        assert!(
+            err.contains(&format!(
+                "the server at {plain_url} speaks TLS: use an https:// URL with --ca"
+            )),
+            "{err}"
+        );
+    }
+    let out = tls
+        .command(&["submit", "--server", &plain_url, "--", "true"])
+        .env_remove("HETSCHED_CA")
+        .output()
+        .expect("run hetsched");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(76), "{err}");
+    assert!(
+        err.contains("speaks TLS") && !err.contains("retrying"),
+        "{err}"
+    );
+
+    let mut c = Cluster::start("ux-exit-protocol", false);
+    let tls_url = format!("https://{}", c.listen);
+    let ca = tls_file("ca.pem");
+    for command in ["jobs", "submit"] {
+        let mut args = vec![
+            command,
+            "--server",
+            &tls_url,
+            "--ca",
+            ca.to_str().expect("path"),
+        ];
+        if command == "submit" {
+            args.extend(["--", "true"]);
+        }
+        let out = c.cli(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(76), "{command}: {err}");
+        assert!(
+            err.contains("the server does not speak TLS; use an http:// URL")
+                && !err.contains("retrying"),
+            "{command}: {err}"
+        );
+    }
+    // An agent's log listener speaks gRPC, but not the client service.
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let log = c.agent_log("a");
+    let port = log
+        .split("serving task outputs to the server addr=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .expect("the agent's log port")
+        .to_string();
+    let out = c
+        .command(&["jobs"])
+        .env("HETSCHED_SERVER", format!("127.0.0.1:{port}"))
+        .output()
+        .expect("run hetsched");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(76), "{err}");
+    assert!(
+        err.contains("the server does not offer this call")
+            && err.contains("as new as this client"),
+        "{err}"
+    );
+}
+
 /// A SIGHUP does not end an agent either: it ended it at once, and the tasks it ran were killed
 /// by its guard and run again elsewhere (as slurmd does, it goes on).
 #[test]
