@@ -596,8 +596,10 @@ async fn fetch_within(
             Err(s) => return Err(Unavailable(s.message().to_string())),
         }
     };
-    let mut file = tokio::fs::File::create(to)
-        .await
+    // Private, and never through a link in its place: a task that ran in the instance's
+    // directory cannot redirect the copy.
+    let mut file = crate::workdir::create_private(to)
+        .map(tokio::fs::File::from_std)
         .map_err(|e| write_error(to, &e))?;
     let copied = async {
         let mut n = 0u64;
@@ -749,9 +751,7 @@ pub async fn prepare(
             }
             _ => {}
         }
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        crate::workdir::create_private_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     // Only the directories the instance uses (`in/NAME` below, `out`): a wide workflow's
     // instances make many, and making directories was most of what an agent spent on a short
@@ -761,19 +761,16 @@ pub async fn prepare(
         let _ = tokio::fs::remove_dir_all(dir.join("in")).await;
     }
     if !a.outputs.is_empty() {
-        tokio::fs::create_dir_all(dir.join("out"))
-            .await
+        crate::workdir::create_private_dir(&dir.join("out"))
             .map_err(|e| format!("{}: {e}", dir.join("out").display()))?;
     }
     // An instance run on an ANode ships the marker that makes its `out/` there (the outputs'
     // directory need not exist on the ANode otherwise) with its inputs.
     if remote {
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        crate::workdir::create_private_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         if !a.outputs.is_empty() {
-            tokio::fs::write(dir.join(OUT_MARKER), b"")
-                .await
+            crate::workdir::create_private(&dir.join(OUT_MARKER))
+                .map(drop)
                 .map_err(|e| format!("{}: {e}", dir.join(OUT_MARKER).display()))?;
         }
     }
@@ -781,8 +778,7 @@ pub async fn prepare(
     for (k, input) in a.inputs.iter().enumerate() {
         let name = crate::launch::component(&input.name);
         let into = dir.join("in").join(&name);
-        tokio::fs::create_dir_all(&into)
-            .await
+        crate::workdir::create_private_dir(&into)
             .map_err(|e| format!("{}: {e}", into.display()))?;
         let to = into.join(k.to_string());
         // What the server's ticket was signed for: the producer's agent checks it.
@@ -1636,6 +1632,98 @@ pub(crate) mod tests {
             std::fs::metadata(&ready.argv[2]).expect("big").len(),
             4 * CHUNK as u64 + CHUNK as u64 / 2
         );
+        server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// What a consumer's agent fetches for a workflow instance (its inputs) and the
+    /// directories it makes for them (the instance's, `in`, `in/NAME`, `out`) are private to the
+    /// agent's user — files 0600, directories 0700 — even under umask 000. Before, they were
+    /// created with the agent's umask (0666 and 0777 here).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fetched_inputs_and_their_directories_are_private_whatever_the_umask() {
+        let root = std::env::temp_dir().join(format!("hetsched-wf-private-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (producer, consumer) = (root.join("producer"), root.join("consumer"));
+        let out = producer.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::write(out.join("x"), "x's data").expect("x");
+        let (address, _key, server) = serve_producer(&producer, Some(&KEY)).await;
+        let a = pb::Assignment {
+            task_id: 5,
+            attempt: 1,
+            instance_dir: "7/C-0".into(),
+            inputs: vec![signed_input(&address, "x", "b", 5, 1)],
+            outputs: vec!["y".into()],
+            ..Default::default()
+        };
+        let spec = pb::TaskSpec {
+            argv: vec!["cat".into(), "{input:x}".into()],
+            ..Default::default()
+        };
+        let auth = consumer_auth();
+        let limits = InputLimits::default();
+        crate::workdir::under_umask(0, prepare(&a, &spec, &consumer, &auth, None, &limits))
+            .expect("prepared");
+        let dir = consumer.join("wf/7/C-0");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("in/x/0")).expect("fetched"),
+            "x's data"
+        );
+        assert_eq!(crate::workdir::mode_of(&dir.join("in/x/0")), 0o600);
+        for d in [
+            "wf",
+            "wf/7",
+            "wf/7/C-0",
+            "wf/7/C-0/in",
+            "wf/7/C-0/in/x",
+            "wf/7/C-0/out",
+        ] {
+            assert_eq!(crate::workdir::mode_of(&consumer.join(d)), 0o700, "{d}");
+        }
+        server.abort();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A symbolic link in an input copy's place does not redirect the fetch: it fails, naming
+    /// the path and why, and the link's target keeps what it held. Before, the fetch truncated
+    /// and overwrote the target.
+    #[tokio::test]
+    async fn a_fetch_does_not_write_through_a_link_in_the_inputs_place() {
+        let root = std::env::temp_dir().join(format!("hetsched-wf-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (producer, consumer) = (root.join("producer"), root.join("consumer"));
+        let out = producer.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::write(out.join("x"), "x's data").expect("x");
+        std::fs::create_dir_all(&consumer).expect("consumer");
+        let target = root.join("elsewhere");
+        std::fs::write(&target, "keep").expect("target");
+        let to = consumer.join("0");
+        std::os::unix::fs::symlink(&target, &to).expect("link");
+        let (address, _key, server) = serve_producer(&producer, Some(&KEY)).await;
+        let input = signed_input(&address, "x", "b", 5, 1);
+        let req = pb::FetchRequest {
+            path: input.path.clone(),
+            ticket: input.ticket.clone(),
+            consumer: "b".into(),
+            task_id: 5,
+            attempt: 1,
+        };
+        let e = fetch(
+            &address,
+            &consumer_auth(),
+            req,
+            &to,
+            &InputLimits::default(),
+        )
+        .await
+        .expect_err("not through the link");
+        assert_eq!(
+            e.to_string(),
+            format!("{}: {}", to.display(), crate::workdir::LINK_IN_PLACE)
+        );
+        assert_eq!(std::fs::read_to_string(&target).expect("target"), "keep");
         server.abort();
         let _ = std::fs::remove_dir_all(&root);
     }

@@ -38,6 +38,46 @@ pub fn open_no_follow(path: &Path, write: bool) -> std::io::Result<std::fs::File
     o.custom_flags(no_follow()).open(path)
 }
 
+/// Why [`create_private`] wrote nothing: a symbolic link is where the file goes.
+pub const LINK_IN_PLACE: &str =
+    "a symbolic link is in its place, and the agent writes through none";
+
+/// Creates `dir` and its missing parents private to their creator: mode 0700 whatever the
+/// umask (directories that exist keep theirs).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Creates (or truncates) `path` for writing, private to its creator — mode 0600 whatever the
+/// umask, its missing directories 0700 ([`create_private_dir`]) — and never through a symbolic
+/// link in its place: a task that planted one in its directory cannot redirect the write
+/// (the error says so, [`LINK_IN_PLACE`], for the caller to name the path; the link's target
+/// is untouched). For the files the
+/// agent writes into a task's directory: fetched workflow inputs ([`crate::dataflow`]) and an
+/// offloaded task's inputs staged on its ANode ([`crate::accel::files::Sink`]).
+pub fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        create_private_dir(dir)?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(no_follow())
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+                std::io::Error::new(e.kind(), LINK_IN_PLACE)
+            } else {
+                e
+            }
+        })
+}
+
 /// Replaces the record at `path` with `text` whole — written to `path` with the extension
 /// `tmp`, then renamed over it, so a crash of the agent leaves the old record or the new one,
 /// never half — and opens it for appending the next lines. Neither file is opened through a
@@ -343,6 +383,35 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .open(path)?;
     f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     f.write_all(bytes)
+}
+
+/// Runs `f` on a thread of its own whose umask is `mask` (its own, unshared: the other tests'
+/// threads keep theirs), with a Tokio runtime of its own for what `f` awaits: to show that a file
+/// is private whatever the umask.
+#[cfg(test)]
+pub(crate) fn under_umask<T: Send>(mask: u32, f: impl std::future::Future<Output = T> + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS).expect("own umask");
+            nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(mask));
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(f)
+        })
+        .join()
+        .expect("the test's thread")
+    })
+}
+
+/// The permission bits of `path` (not following a link).
+#[cfg(test)]
+pub(crate) fn mode_of(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .mode()
+        & 0o777
 }
 
 #[cfg(test)]

@@ -82,10 +82,16 @@ where
 
 /// Writes received chunks to files below a directory: each file is created (with its parent
 /// directories) at its first chunk and appended to by the following ones.
+///
+/// A sink's files are private ([`crate::workdir::create_private`]: mode 0600, directories 0700,
+/// never written through a symbolic link in their place) — what the ANode stages, what the
+/// NNode captures — except those of [`Sink::users_files`].
 pub struct Sink {
     dir: PathBuf,
     /// Who creates the files (`run_as_owner`: a user's task's account), else the agent.
     account: Option<crate::run_as::Account>,
+    /// Whether the files are created as a local run's own files are ([`Sink::users_files`]).
+    users: bool,
     /// The file being written: where, for which stream, and the handle.
     open: Option<(PathBuf, u32, tokio::fs::File)>,
 }
@@ -102,7 +108,18 @@ impl Sink {
         Self {
             dir: dir.to_path_buf(),
             account,
+            users: false,
             open: None,
+        }
+    }
+
+    /// A sink for an offloaded task's own files on its NNode (its `stdout =` file, its declared
+    /// outputs): created as `account` (when given) with the tasks' umask, as the task's own
+    /// process would create them in a local run ([`crate::run_as::create_as`]).
+    pub fn users_files(dir: &Path, account: Option<crate::run_as::Account>) -> Self {
+        Self {
+            users: true,
+            ..Self::as_account(dir, account)
         }
     }
 
@@ -116,15 +133,15 @@ impl Sink {
             .is_some_and(|(p, s, _)| *p == full && *s == chunk.stream);
         if !same {
             self.finish().await?;
-            let f = match &self.account {
-                None => {
-                    if let Some(parent) = full.parent() {
-                        tokio::fs::create_dir_all(parent).await?;
-                    }
-                    tokio::fs::File::create(&full).await?
+            let f = match (&self.account, self.users) {
+                (a, true) => crate::run_as::create_as(a.as_ref(), &full)?,
+                (None, false) => crate::workdir::create_private(&full)?,
+                (Some(a), false) => {
+                    crate::run_as::hop(Some(a), || crate::workdir::create_private(&full))
+                        .map_err(std::io::Error::other)??
                 }
-                Some(a) => tokio::fs::File::from_std(crate::run_as::create_as(Some(a), &full)?),
             };
+            let f = tokio::fs::File::from_std(f);
             self.open = Some((full, chunk.stream, f));
         }
         if let Some((_, _, f)) = &mut self.open {
@@ -160,5 +177,62 @@ mod tests {
         for bad in ["", "/etc/passwd", "../x", "a/../../x", ".", "a/.."] {
             assert!(resolve(bad, 0).is_err(), "{bad} was accepted");
         }
+    }
+
+    fn chunk(path: &str, data: &[u8]) -> pb::FileChunk {
+        pb::FileChunk {
+            path: path.into(),
+            data: data.to_vec(),
+            stream: 0,
+        }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("hetsched-sink-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch");
+        d
+    }
+
+    /// What an ANode stages of an offloaded task (its inputs, their directories) is private to
+    /// the agent's user — files 0600, directories 0700 — even under umask 000. Before, they were
+    /// created with the agent's umask (0666 and 0777 here).
+    #[test]
+    fn staged_files_are_private_whatever_the_umask() {
+        let dir = scratch("private");
+        crate::workdir::under_umask(0, async {
+            let mut sink = Sink::new(&dir);
+            sink.write(Path::new("in/x/0"), &chunk("in/x/0", b"data"))
+                .await
+                .expect("written");
+            sink.finish().await.expect("finished");
+        });
+        assert_eq!(std::fs::read(dir.join("in/x/0")).expect("staged"), b"data");
+        assert_eq!(crate::workdir::mode_of(&dir.join("in/x/0")), 0o600);
+        for d in ["in", "in/x"] {
+            assert_eq!(crate::workdir::mode_of(&dir.join(d)), 0o700, "{d}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A symbolic link in a staged file's place (planted by a task that ran in the directory)
+    /// does not redirect the write: it fails saying why (the caller names the path), and the link's target
+    /// keeps what it held. Before, the chunk truncated and overwrote the target.
+    #[tokio::test]
+    async fn a_link_in_a_staged_files_place_is_not_written_through() {
+        let dir = scratch("link");
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, "keep").expect("target");
+        let stage = dir.join("stage");
+        std::fs::create_dir_all(&stage).expect("stage");
+        std::os::unix::fs::symlink(&target, stage.join("x")).expect("link");
+        let mut sink = Sink::new(&stage);
+        let e = sink
+            .write(Path::new("x"), &chunk("x", b"overwritten"))
+            .await
+            .expect_err("not through the link");
+        assert_eq!(e.to_string(), crate::workdir::LINK_IN_PLACE);
+        assert_eq!(std::fs::read_to_string(&target).expect("target"), "keep");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -161,7 +161,7 @@ impl Pipeline {
                 let _ = std::fs::remove_dir_all(area.path().join("accel"));
             }
         }
-        std::fs::create_dir_all(&staging)?;
+        crate::workdir::create_private_dir(&staging)?;
         let counters = Arc::new(Counters {
             busy: Mutex::new(vec![false; devices.max(1) as usize]),
             ..Counters::default()

@@ -410,10 +410,10 @@ async fn once(
         _ => false,
     };
     drop(files);
-    let mut outputs = Sink::as_account(&tmp, account.cloned());
+    let mut outputs = Sink::users_files(&tmp, account.cloned());
     // The capture files are the agent's; an application's own files its account's.
     let mut captured = Sink::new(Path::new("/"));
-    let mut own = Sink::as_account(Path::new("/"), account.cloned());
+    let mut own = Sink::users_files(Path::new("/"), account.cloned());
     let is_file = |k: usize| matches!(targets[k], launch::StreamTo::File(_));
     let (out_own, err_own) = (is_file(0), is_file(1));
     let result = loop {

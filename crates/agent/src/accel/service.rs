@@ -140,7 +140,7 @@ impl Accel for AccelService {
             task.attempt
         );
         let staging = p.staging.join(&name);
-        if let Err(e) = std::fs::create_dir_all(&staging) {
+        if let Err(e) = crate::workdir::create_private_dir(&staging) {
             p.attempts.not_received(key, call);
             return Err(Status::internal(format!("{}: {e}", staging.display())));
         }
@@ -362,7 +362,7 @@ fn staged_as(
         .join("accel")
         .join(name);
     cleanup(&dir);
-    crate::run_as::hop(Some(account), || std::fs::create_dir_all(&dir))
+    crate::run_as::hop(Some(account), || crate::workdir::create_private_dir(&dir))
         .map_err(std::io::Error::other)??;
     Ok(dir)
 }
