@@ -599,8 +599,9 @@ pub async fn run(
         .envs((a.process > 0).then(|| ("HETSCHED_PROCESS", a.process.to_string())))
         .current_dir(cwd)
         .stdin(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true);
+        .process_group(0);
+    // Spawned with std's `Command` and reaped by `usage::Process` (with its rusage), not by
+    // tokio; the process is SIGKILLed if the run is abandoned.
     let spawned = if run_as_owner {
         // The pointers first (the agent's, in its work directory); then, on a thread that has
         // become the account (with the tasks' umask), the task's own files and its process.
@@ -614,7 +615,7 @@ pub async fn run(
                 let [out_file, err_file] = open_streams(&targets)?;
                 cmd.stdout(stdio(&targets[0], out_file))
                     .stderr(stdio(&targets[1], err_file));
-                cmd.spawn().map_err(|e| match &account {
+                cmd.as_std_mut().spawn().map_err(|e| match &account {
                     Some(acc) => format!(
                         "cannot start `{program}` as `{}` in {}: {e}",
                         acc.name,
@@ -629,7 +630,8 @@ pub async fn run(
         open_stream_files(&targets, [&out, &err]).and_then(|[out_file, err_file]| {
             cmd.stdout(stdio(&targets[0], out_file))
                 .stderr(stdio(&targets[1], err_file));
-            cmd.spawn()
+            cmd.as_std_mut()
+                .spawn()
                 .map_err(|e| format!("cannot start `{program}`: {e}"))
         })
     };
@@ -645,16 +647,31 @@ pub async fn run(
             return fail(result, m);
         }
     };
-    let pid = child.id();
+    let pipes = (child.stdout.take(), child.stderr.take());
+    let mut process = crate::usage::Process::new(child);
+    let pid = Some(process.id());
     if let Some(pid) = pid {
         on_spawn(pid);
     }
     // Watches the process until it exits, leaving it unreaped so that its counters can be read.
     let mut watch = pid.and_then(|p| crate::usage::Watch::new(p, spec.memory_limit_bytes));
-    let drains = [
-        child.stdout.take().map(|s| tokio::spawn(drain(s, out))),
-        child.stderr.take().map(|s| tokio::spawn(drain(s, err))),
-    ];
+    let drains = match (
+        pipes
+            .0
+            .map(tokio::process::ChildStdout::from_std)
+            .transpose(),
+        pipes
+            .1
+            .map(tokio::process::ChildStderr::from_std)
+            .transpose(),
+    ) {
+        (Ok(o), Ok(e)) => [
+            o.map(|s| tokio::spawn(drain(s, out))),
+            e.map(|s| tokio::spawn(drain(s, err))),
+        ],
+        // (The process is SIGKILLed and reaped as `process` is dropped.)
+        (Err(e), _) | (_, Err(e)) => return fail(result, format!("capturing output: {e}")),
+    };
     let warn_group = |signal| {
         if let Some(p) = pid {
             tracing::debug!(pid = p, ?signal, "the time limit nears: the task is warned");
@@ -676,9 +693,9 @@ pub async fn run(
                     crate::usage::Exit::Exited => Ended::Exited,
                     crate::usage::Exit::OverMemory(bytes) => Ended::OverMemory(bytes),
                 },
-                // Unwatched: reaped here; the status is kept for the `wait` below.
+                // Unwatched: waited for, not reaped.
                 None => {
-                    drop(child.wait().await);
+                    process.exited().await;
                     Ended::Exited
                 }
             }
@@ -713,8 +730,7 @@ pub async fn run(
         group(Signal::SIGCONT);
         let gone = match watch.as_mut() {
             Some(w) => tokio::time::timeout(grace, w.exited()).await.is_ok(),
-            // Unwatched: a wait reaps the process; the status is kept for the `wait` below.
-            None => tokio::time::timeout(grace, child.wait()).await.is_ok(),
+            None => tokio::time::timeout(grace, process.exited()).await.is_ok(),
         };
         if !gone {
             forced = true;
@@ -725,13 +741,20 @@ pub async fn run(
             }
         }
     }
-    // What the task left running in its group. Only while the leader is an unreaped zombie: it
+    // What the task left running in its group. While the leader is unreaped (until `reap`): it
     // keeps the group's id from being given to a new process group.
-    if let (Some(pid), Some(_)) = (pid, &watch) {
+    if let Some(pid) = pid {
         signal_group(pid, nix::sys::signal::Signal::SIGKILL);
     }
     result.usage = watch.as_ref().and_then(crate::usage::Watch::usage);
-    let status = child.wait().await;
+    // Reaped here, with its rusage: its peak memory is at least `ru_maxrss` (a task too short
+    // for a sample has no other figure).
+    let status = process.reap().await.map(|(status, max_rss)| {
+        if let Some(u) = result.usage.as_mut() {
+            u.max_rss_bytes = u.max_rss_bytes.max(max_rss);
+        }
+        status
+    });
     let forced = if forced {
         format!("; SIGKILLed after ignoring SIGTERM for {}", humanize(grace))
     } else {
@@ -1392,6 +1415,48 @@ mod tests {
         .await;
         let out = std::fs::read_to_string(output_paths(dir, &spec, &a).0).unwrap_or_default();
         (r, out)
+    }
+
+    /// A run abandoned (its future dropped, as when the agent's runtime shuts down) SIGKILLs its
+    /// task's process and reaps it: nothing is left running, nor a zombie. (tokio's
+    /// `kill_on_drop` did it until the agent reaped its tasks itself, `usage::Process`.)
+    #[tokio::test]
+    async fn an_abandoned_run_kills_and_reaps_its_tasks_process() {
+        let dir = test_dir("abandoned");
+        let (a, spec) = task(&dir, "echo > \"$D/started\"; exec sleep 100", 0);
+        let (pid_tx, pid_rx) = std::sync::mpsc::channel();
+        let (_tx, rx) = oneshot::channel::<Kill>();
+        {
+            let run = run(
+                &a,
+                &spec,
+                "n",
+                &dir,
+                rx,
+                Duration::from_secs(1),
+                false,
+                |p| {
+                    let _ = pid_tx.send(p);
+                },
+            );
+            tokio::select! {
+                r = run => panic!("the task ended: {r:?}"),
+                () = started(&dir) => {}
+            }
+        }
+        let pid = pid_rx.recv().expect("its pid");
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        for _ in 0..500 {
+            if !proc_dir.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            !proc_dir.exists(),
+            "process {pid} was left running or unreaped"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A task's captured stdout and stderr (in the agent's work directory) are private to the

@@ -9,12 +9,19 @@
 //! - **Peak memory is sampled**, as Slurm's `jobacct_gather/linux` does: 10 ms after the start,
 //!   then at doubling intervals up to every second, the sampler sums the resident memory of the
 //!   task's process tree (found through `/proc/PID/task/PID/children`); the peak is the largest
-//!   such sum, or the process's own high-water mark (`VmHWM`) if larger. A task that ends within
-//!   10 ms gets no sample; a tree's peak between two samples can be missed. The exact figure,
-//!   `ru_maxrss` of the rusage `wait4` fills when it reaps the process, is out of reach without
-//!   `unsafe` (forbidden in the workspace): std's `Child::wait` and rustix's `waitpid`/`waitid`
-//!   give the kernel no rusage to fill, nix has no `wait4`, and `getrusage(RUSAGE_CHILDREN)` is
-//!   the largest peak of every child the agent ever reaped, not one task's.
+//!   such sum, or the process's own high-water mark (`VmHWM`) if larger. A tree's peak between
+//!   two samples can be missed, and a task that ends within 10 ms gets no sample at all — so
+//!   the peak reported is also at least `ru_maxrss` of the rusage `wait4` fills when it reaps
+//!   the process ([`Process::reap`]): the largest resident set of the process itself and of the
+//!   descendants it waited for. But the kernel counts in it the memory the process had before
+//!   its `exec`, which was the agent's (a `vfork` shares the agent's memory, a `fork` copies
+//!   it): a figure no larger than the agent's own peak (`VmHWM`, read once the spawn returned,
+//!   after the `exec`) may be the agent's, and is not used; above it, it is the task's. So a
+//!   short task shows its peak when it exceeds the agent's. That is why a task's process is spawned with std's `Command`
+//!   and reaped here, not by tokio (whose `Child::wait`, like std's and rustix's `waitpid`, gives
+//!   the kernel no rusage to fill; `getrusage(RUSAGE_CHILDREN)` is the largest peak of every
+//!   child the agent ever reaped, not one task's). The `wait4` crate wraps the call (the
+//!   workspace forbids `unsafe`).
 //!
 //! The same samples enforce a task's declared `memory`, as Slurm's `OverMemoryKill` does: a
 //! sample above it ends the watch early ([`Exit::OverMemory`]) and the task is stopped.
@@ -58,6 +65,97 @@ pub struct Watch {
     peak_bytes: u64,
     /// The task's declared memory, bytes (0 = none); cleared once exceeded.
     limit_bytes: u64,
+}
+
+/// A task's process, spawned with std's `Command` and reaped here with `wait4`, for its rusage
+/// (the module's doc). Until it is reaped the process keeps its pid, so signals sent to that pid
+/// (or its group) reach no other process. Dropped unreaped (the task's run was abandoned), it is
+/// SIGKILLed and reaped on a thread of its own, as tokio's `kill_on_drop` does.
+#[derive(Debug)]
+pub struct Process {
+    /// `None` once reaped.
+    child: Option<std::process::Child>,
+    pid: u32,
+    /// The agent's own peak resident memory once the process had `exec`ed, bytes: what its
+    /// `ru_maxrss` may hold of the agent's (the module's doc).
+    inherited: u64,
+}
+
+impl Process {
+    /// Takes charge of `child` (its pipes taken or not), as soon as its spawn has returned.
+    pub fn new(child: std::process::Child) -> Self {
+        let pid = child.id();
+        Self {
+            child: Some(child),
+            pid,
+            inherited: agents_peak(),
+        }
+    }
+
+    /// The process's id.
+    pub fn id(&self) -> u32 {
+        self.pid
+    }
+
+    /// Waits until the process has exited, leaving it unreaped (`waitid` with `WNOWAIT`, on a
+    /// blocking thread): where there is no [`Watch`] (no pidfd). Returns at once once reaped.
+    pub async fn exited(&self) {
+        if self.child.is_none() {
+            return;
+        }
+        let Some(pid) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) else {
+            return;
+        };
+        let waited = tokio::task::spawn_blocking(move || {
+            use rustix::process::{WaitId, WaitIdOptions, waitid};
+            loop {
+                match waitid(
+                    WaitId::Pid(pid),
+                    WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+                ) {
+                    Err(rustix::io::Errno::INTR) => {}
+                    _ => return,
+                }
+            }
+        });
+        let _ = waited.await;
+    }
+
+    /// Reaps the exited process (waiting for its exit first if need be): its exit status and
+    /// its `ru_maxrss` in bytes, the peak resident memory of the process and of the descendants
+    /// it waited for — or 0 when that is no more than the agent's own peak, which it may be.
+    pub async fn reap(&mut self) -> std::io::Result<(std::process::ExitStatus, u64)> {
+        use wait4::Wait4;
+        for first in [true, false] {
+            let Some(child) = self.child.as_mut() else {
+                break;
+            };
+            if let Some(r) = child.try_wait4()? {
+                // Reaped: its pid may name another process from now on; nothing signals it.
+                self.child = None;
+                let peak = r.rusage.maxrss;
+                return Ok((r.status, if peak > self.inherited { peak } else { 0 }));
+            }
+            if first {
+                self.exited().await;
+            }
+        }
+        Err(std::io::Error::other(
+            "the task's process was reaped already, or has not exited",
+        ))
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Unreaped, so the pid is still this process's.
+            let _ = child.kill();
+            std::thread::spawn(move || {
+                let _ = child.wait();
+            });
+        }
+    }
 }
 
 /// How a watch ended.
@@ -159,6 +257,16 @@ fn resident_bytes(pid: u32) -> (u64, u64) {
         return (0, 0);
     };
     status_memory(&status)
+}
+
+/// The agent's own peak resident memory (`VmHWM`), bytes; unreadable, the largest figure (no
+/// `ru_maxrss` is then known to be the task's).
+fn agents_peak() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .map(|s| status_memory(&s).1)
+        .filter(|&b| b > 0)
+        .unwrap_or(u64::MAX)
 }
 
 /// `VmRSS` and `VmHWM` of a `/proc/PID/status` text, bytes.
