@@ -24,6 +24,11 @@
 //! before it reads its ledger, and the guard only acts once it holds it. If a new agent took it
 //! first, that agent has killed what was left itself, and the guard gives up after
 //! [`LOCK_WAIT`]; if the guard took it first, the new agent waits for it ([`AGENT_LOCK_WAIT`]).
+//!
+//! Tasks get no `PR_SET_PDEATHSIG` besides: the guard kills each task's whole group where a
+//! death signal reaches only the direct child; it would take an `unsafe` `pre_exec` hook; and it
+//! fires when the *thread* that forked the child ends — [`crate::run_as::hop`]'s thread, which
+//! ends as soon as it has spawned the task, would kill every task run as its owner at start.
 
 use crate::workdir::Locked;
 use std::io::Read;
