@@ -25,6 +25,7 @@
 //! log_format = "text"          # or "json": one JSON object a line (`--log-format`)
 //! log_file = "/var/log/hetsched/server.log" # append the log here, not to stderr; reopened
 //!                              # on SIGHUP (logrotate); `--log-file` overrides it
+//! max_output_streams = 256     # divisible jobs' output streams held at once, all users together
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
@@ -142,6 +143,11 @@ pub struct ServerConfig {
     /// divisible job its input), so one user's loop of submissions does not exhaust the
     /// server. Default [`MAX_UNFINISHED_TASKS_PER_USER`]; at least 1.
     pub max_unfinished_tasks_per_user: u64,
+    /// The most divisible jobs' `ReadOutput` streams the server holds at once, for all users
+    /// together: each holds a blocking thread while its reader is slow, and one more is refused
+    /// `RESOURCE_EXHAUSTED`, naming this key ([`crate::throttle::OutputStreams`]). Default
+    /// [`crate::throttle::MAX_OUTPUT_STREAMS`]; 1 to [`MAX_OUTPUT_STREAMS_CAP`].
+    pub max_output_streams: u32,
     /// Jobs to set aside at this start (`hetsched server --set-aside JOB`, see
     /// [`crate::set_aside`]): flags only, not configuration keys, for a set-aside is one act of
     /// an operator, not a setting that holds at every start.
@@ -159,6 +165,10 @@ pub struct ServerConfig {
 
 /// The default of `max_unfinished_tasks_per_user`: ten jobs of the most tasks a job may have.
 pub const MAX_UNFINISHED_TASKS_PER_USER: u64 = 10_000_000;
+
+/// The highest `max_output_streams`: tokio's blocking threads (512) less a few for the state's
+/// own blocking work.
+pub const MAX_OUTPUT_STREAMS_CAP: u32 = 448;
 
 /// What happens to running batch tasks when waiting batch work of a higher priority fits
 /// nowhere (the rule: `hetsched_core::policy::batch::preempt`).
@@ -445,6 +455,7 @@ impl Default for ServerConfig {
             preemption: PreemptionMode::Off,
             preempt_exempt_time: Duration(0),
             max_unfinished_tasks_per_user: MAX_UNFINISHED_TASKS_PER_USER,
+            max_output_streams: crate::throttle::MAX_OUTPUT_STREAMS,
             set_aside: Vec::new(),
             set_aside_topologies: Vec::new(),
             log_format: Default::default(),
@@ -512,6 +523,13 @@ impl ServerConfig {
         self.idle_heartbeat()?;
         if self.max_unfinished_tasks_per_user == 0 {
             return Err("max_unfinished_tasks_per_user must be at least 1".into());
+        }
+        if !(1..=MAX_OUTPUT_STREAMS_CAP).contains(&self.max_output_streams) {
+            return Err(format!(
+                "max_output_streams ({}) must be from 1 to {MAX_OUTPUT_STREAMS_CAP}: each stream \
+                 holds one of the server's 512 blocking threads",
+                self.max_output_streams
+            ));
         }
         if let Some(w) = &self.workflow {
             w.thresholds()?;
@@ -597,6 +615,26 @@ mod tests {
         ServerConfig::parse("server.toml", text)
             .map_err(|e| e.to_string())?
             .offload_timing()
+    }
+
+    /// `max_output_streams` is read from the file, defaults to 256, and is refused at 0 and
+    /// above what the blocking threads allow, naming the key.
+    #[test]
+    fn max_output_streams_is_read_and_bounded() {
+        let parse = |text: &str| ServerConfig::parse("server.toml", text).expect("parses");
+        assert_eq!(parse("").max_output_streams, 256);
+        let c = parse("max_output_streams = 8\n");
+        assert_eq!(c.max_output_streams, 8);
+        assert_eq!(c.validate(), Ok(()));
+        for bad in [0, MAX_OUTPUT_STREAMS_CAP + 1] {
+            let e = parse(&format!("max_output_streams = {bad}\n"))
+                .validate()
+                .expect_err("out of bounds");
+            assert!(
+                e.contains(&format!("max_output_streams ({bad}) must be from 1 to 448")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -372,7 +372,8 @@ impl pb::divisible_server::Divisible for DivisibleService {
 /// The `DivisibleClient` service (users).
 /// The second field holds each user's calls in flight ([`crate::throttle::InFlight`], the
 /// relay's): a `ReadOutput` stream counts among them until it ends, since it holds a blocking
-/// thread while its reader is slow.
+/// thread while its reader is slow; and among the server's streams of all users together
+/// (the relay's [`crate::throttle::OutputStreams`]).
 pub struct DivisibleClientService(pub Shared, pub Arc<crate::logs::LogRelay>);
 
 #[tonic::async_trait]
@@ -386,6 +387,8 @@ impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
         let who = crate::service::caller(&req)?;
         // Counted until the stream ends (its reader done, or gone).
         let slot = self.1.calls.enter(&who.name, "ReadOutput")?;
+        // And among the server's streams of all users (`max_output_streams`), until it ends.
+        let permit = self.1.output_streams.enter()?;
         let id = req.into_inner().job_id;
         let path = read_state(&self.0, move |s| {
             s.authorize(&who, id, "read its output")?;
@@ -394,6 +397,6 @@ impl pb::divisible_client_server::DivisibleClient for DivisibleClientService {
         .await?
         .into_inner();
         let len = std::fs::metadata(&path).map_err(internal)?.len();
-        Ok(Response::new(stream_file(path, 0, len, slot)))
+        Ok(Response::new(stream_file(path, 0, len, (slot, permit))))
     }
 }

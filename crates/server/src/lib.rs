@@ -210,6 +210,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         })?;
     let addr = listener.local_addr().map_err(io_err(&dir))?;
     let mut relay = logs::LogRelay::new(&creds.agent);
+    relay.output_streams = throttle::OutputStreams::new(config.max_output_streams);
     for (id, name, work_dir) in shared
         .lock()
         .map_err(|_| ServerError::Poisoned)?

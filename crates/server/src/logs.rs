@@ -63,6 +63,9 @@ pub struct LogRelay {
     /// Each user's client calls held open or relayed to agents (`GetJob` waits, `ReadLog`,
     /// `WorkerLog`): bounded per user ([`crate::throttle::InFlight`]).
     pub calls: crate::throttle::InFlight,
+    /// The `ReadOutput` streams of all users together: bounded by the server's
+    /// `max_output_streams` ([`crate::throttle::OutputStreams`]).
+    pub output_streams: crate::throttle::OutputStreams,
     /// The listener certificates signed per caller address ([`crate::throttle::CertifyRate`]).
     pub certify_rate: crate::throttle::CertifyRate,
 }
@@ -77,6 +80,7 @@ impl LogRelay {
             agent_ca: None,
             issuer: None,
             calls: crate::throttle::InFlight::default(),
+            output_streams: crate::throttle::OutputStreams::default(),
             certify_rate: crate::throttle::CertifyRate::default(),
         }
     }

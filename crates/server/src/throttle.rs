@@ -7,6 +7,10 @@
 //!   at most [`MAX_CALLS_IN_FLIGHT_PER_USER`] at once per user (the admin's token included);
 //!   one more is refused `RESOURCE_EXHAUSTED`, naming the bound. Each such call holds a task,
 //!   a subscription to the state's commits or a connection to an agent until it ends.
+//! - [`OutputStreams`]: the `ReadOutput` streams of all users together, at most the server's
+//!   `max_output_streams` (default [`MAX_OUTPUT_STREAMS`]). Each holds one of tokio's blocking
+//!   threads (512 in all, shared with the state's work) while its reader is slow, so several
+//!   users, each within their own bound, could otherwise take them all.
 //! - [`CertifyRate`]: `Agent.ListenerCertificate` signs a key (CPU) for the address the call
 //!   comes from; at most [`CERTIFICATES_PER_ADDRESS`] per address in any
 //!   [`CERTIFY_WINDOW`] (an agent asks once at each start; several agents may share a host or
@@ -92,6 +96,45 @@ impl Drop for Slot {
     }
 }
 
+/// The default of the server's `max_output_streams`: half of tokio's blocking threads, so the
+/// state's own blocking work always finds one.
+pub const MAX_OUTPUT_STREAMS: u32 = 256;
+
+/// The server-wide bound on `ReadOutput` streams held at once.
+#[derive(Debug)]
+pub struct OutputStreams {
+    permits: Arc<tokio::sync::Semaphore>,
+    most: u32,
+}
+
+impl Default for OutputStreams {
+    fn default() -> Self {
+        Self::new(MAX_OUTPUT_STREAMS)
+    }
+}
+
+impl OutputStreams {
+    /// At most `most` streams at once.
+    pub fn new(most: u32) -> Self {
+        Self {
+            permits: Arc::new(tokio::sync::Semaphore::new(most as usize)),
+            most,
+        }
+    }
+
+    /// One more stream, held until the permit drops (the stream ended, or its reader gone),
+    /// or a refusal naming the bound when the server holds the most already.
+    pub fn enter(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        self.permits.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "ReadOutput: the server streams {} outputs already, the most it streams at once \
+                 for all users together (its `max_output_streams`); try again when some end",
+                self.most
+            ))
+        })
+    }
+}
+
 /// The most listener certificates signed for one address in a [`CERTIFY_WINDOW`].
 pub const CERTIFICATES_PER_ADDRESS: u32 = 64;
 
@@ -152,6 +195,26 @@ mod tests {
         drop(a);
         assert_eq!(f.of("alice"), 1);
         let _d = f.enter(&alice, "GetJob").expect("given back");
+    }
+
+    /// The server's output streams are bounded for all users together; one that ends gives
+    /// its place back.
+    #[test]
+    fn output_streams_are_bounded_server_wide_and_given_back() {
+        let o = OutputStreams::new(2);
+        let a = o.enter().expect("1 of 2");
+        let _b = o.enter().expect("2 of 2");
+        let e = o.enter().expect_err("3 of 2");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            e.message()
+                .contains("streams 2 outputs already, the most it streams at once for all users")
+                && e.message().contains("`max_output_streams`"),
+            "{}",
+            e.message()
+        );
+        drop(a);
+        let _c = o.enter().expect("given back");
     }
 
     /// Listener certificates are bounded per address and window; another address, and the

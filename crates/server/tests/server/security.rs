@@ -1082,3 +1082,103 @@ fn a_dns_name_another_live_node_advertises_is_not_certified_for_another_address(
         .expect("a removed node's name is free");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A divisible job of one unit, run through the state in `dir` until it completes, its gathered
+/// output then replaced by `len` bytes (a sparse file): its id.
+fn completed_divisible_job(dir: &std::path::Path, len: u64) -> u64 {
+    let mut s = open(dir);
+    s.register(registration("n", common::IDENTITY))
+        .expect("register");
+    let id = s
+        .submit(
+            "one.toml",
+            "[[divisible]]\nname = \"one\"\nunits = 1\ncommand = \"echo {start} {end}\"\n",
+            "/",
+        )
+        .expect("submitted")
+        .job_id;
+    for _ in 0..10 {
+        if s.get_job(id).expect("job").state == "completed" {
+            break;
+        }
+        for o in common::ask_chunk(&mut s, "n").orders {
+            let tmp = dir
+                .join("divisible")
+                .join(format!("job-{id}"))
+                .join(format!("chunk-{}.part", o.chunk));
+            std::fs::write(&tmp, b"0 1\n").expect("chunk output");
+            s.on_chunk_done(
+                &hetsched_server::jobs::divisible::ChunkResult {
+                    job_id: id,
+                    chunk: o.chunk,
+                    success: true,
+                    message: String::new(),
+                    transfer_ns: 1_000,
+                    compute_ns: 1_000_000,
+                },
+                Some(&tmp),
+            )
+            .expect("recorded");
+        }
+    }
+    let out = s.divisible_output(id).expect("completed");
+    std::fs::File::create(&out)
+        .and_then(|f| f.set_len(len))
+        .expect("a large output");
+    id
+}
+
+/// The server's `ReadOutput` streams are bounded for all users together
+/// (`max_output_streams`), not only each user's: with the bound at 2, two streams held open
+/// leave no room for a third, which is refused `RESOURCE_EXHAUSTED` naming the key; once one
+/// closes, a new one is streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_output_streams_are_bounded_for_all_users_together() {
+    use pb::divisible_client_client::DivisibleClientClient;
+    let dir = scratch("output-streams");
+    // Far more than the connection's flow-control windows: a stream nobody reads stays open.
+    let id = completed_divisible_job(&dir, 256 << 20);
+    let (server, channel) = common::serve(ServerConfig {
+        data_dir: dir.clone(),
+        max_output_streams: 2,
+        ..Default::default()
+    })
+    .await;
+    // The admin's streams (the job is the admin's), far within the 64 one user may hold: the
+    // bound met is the server's.
+    let c = DivisibleClientClient::with_interceptor(channel.clone(), client_token(&server));
+    let read = || {
+        let mut c = c.clone();
+        async move { c.read_output(pb::ReadOutputRequest { job_id: id }).await }
+    };
+    let first = read().await.expect("1 of 2");
+    let second = read().await.expect("2 of 2");
+    let e = read().await.expect_err("3 of 2");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("the server streams 2 outputs already")
+            && e.message().contains("`max_output_streams`"),
+        "{}",
+        e.message()
+    );
+    // The first reader goes: its place is given back once the server sees the stream closed.
+    drop(first);
+    let mut again = None;
+    for _ in 0..250 {
+        match read().await {
+            Ok(s) => {
+                again = Some(s);
+                break;
+            }
+            Err(e) => assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut again = again.expect("a new stream once one closed").into_inner();
+    let piece = again.message().await.expect("streamed").expect("a piece");
+    assert!(!piece.data.is_empty());
+    // A graceful stop waits for open streams: these end first.
+    drop((second, again));
+    server.stop().await.expect("stops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
