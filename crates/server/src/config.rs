@@ -25,6 +25,7 @@
 //! log_format = "text"          # or "json": one JSON object a line (`--log-format`)
 //! log_file = "/var/log/hetsched/server.log" # append the log here, not to stderr; reopened
 //!                              # on SIGHUP (logrotate); `--log-file` overrides it
+//! max_stored_bytes_per_user = 1073741824 # what a user's jobs' files and inputs may store
 //! max_output_streams = 256     # divisible jobs' output streams held at once, all users together
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
@@ -143,6 +144,12 @@ pub struct ServerConfig {
     /// divisible job its input), so one user's loop of submissions does not exhaust the
     /// server. Default [`MAX_UNFINISHED_TASKS_PER_USER`]; at least 1.
     pub max_unfinished_tasks_per_user: u64,
+    /// The most bytes the submissions of a user other than the admin may keep stored: their
+    /// jobs' files, divisible jobs' inputs and topologies' files, until purged. Each request is
+    /// bounded by the gRPC message size (4 MiB) and each file by 2 MiB, but not how many a user
+    /// keeps: a submission that would pass this is refused, naming it. Default
+    /// [`MAX_STORED_BYTES_PER_USER`]; at least 1.
+    pub max_stored_bytes_per_user: u64,
     /// The most divisible jobs' `ReadOutput` streams the server holds at once, for all users
     /// together: each holds a blocking thread while its reader is slow, and one more is refused
     /// `RESOURCE_EXHAUSTED`, naming this key ([`crate::throttle::OutputStreams`]). Default
@@ -165,6 +172,9 @@ pub struct ServerConfig {
 
 /// The default of `max_unfinished_tasks_per_user`: ten jobs of the most tasks a job may have.
 pub const MAX_UNFINISHED_TASKS_PER_USER: u64 = 10_000_000;
+
+/// The default of `max_stored_bytes_per_user`: 1 GiB, five hundred of the largest job files.
+pub const MAX_STORED_BYTES_PER_USER: u64 = 1 << 30;
 
 /// The highest `max_output_streams`: tokio's blocking threads (512) less a few for the state's
 /// own blocking work.
@@ -455,6 +465,7 @@ impl Default for ServerConfig {
             preemption: PreemptionMode::Off,
             preempt_exempt_time: Duration(0),
             max_unfinished_tasks_per_user: MAX_UNFINISHED_TASKS_PER_USER,
+            max_stored_bytes_per_user: MAX_STORED_BYTES_PER_USER,
             max_output_streams: crate::throttle::MAX_OUTPUT_STREAMS,
             set_aside: Vec::new(),
             set_aside_topologies: Vec::new(),
@@ -523,6 +534,9 @@ impl ServerConfig {
         self.idle_heartbeat()?;
         if self.max_unfinished_tasks_per_user == 0 {
             return Err("max_unfinished_tasks_per_user must be at least 1".into());
+        }
+        if self.max_stored_bytes_per_user == 0 {
+            return Err("max_stored_bytes_per_user must be at least 1".into());
         }
         if !(1..=MAX_OUTPUT_STREAMS_CAP).contains(&self.max_output_streams) {
             return Err(format!(

@@ -320,6 +320,8 @@ struct JobRec {
     name: String,
     apps: std::ops::Range<u32>,
     tasks: std::ops::Range<u64>,
+    /// The length of its file, which the store holds (`max_stored_bytes_per_user`).
+    text_bytes: u64,
 }
 
 /// The batch job kind.
@@ -759,9 +761,11 @@ impl Batch {
             self.waiting.defer(row.id, deferred);
         }
         let mut row = row;
+        let text_bytes = row.text.len() as u64;
         row.text = String::new();
         let (id, named) = (row.id, row.after_corr.clone());
         self.jobs.push(JobRec {
+            text_bytes,
             name: row
                 .name
                 .clone()
@@ -2885,6 +2889,12 @@ impl JobKind for Batch {
                 let c = self.job_counts(j);
                 c.pending + c.running
             })
+    }
+
+    fn stored_bytes(&self, id: u64) -> u64 {
+        self.job_rec(id)
+            .filter(|j| !self.retention.is_purged(j.row.id))
+            .map_or(0, |j| j.text_bytes)
     }
 
     fn listed_state(&self, id: u64) -> Option<&str> {

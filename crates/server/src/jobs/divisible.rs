@@ -523,6 +523,8 @@ struct Job {
     message: String,
     finished_ns: u64,
     output_bytes: u64,
+    /// What its submission stored: its file and its input (`max_stored_bytes_per_user`).
+    stored_bytes: u64,
     chunks: BTreeMap<u64, ChunkRec>,
     /// The last [`ChunkRec::done_seq`] given.
     done_seq: u64,
@@ -767,6 +769,7 @@ fn new_job(spec: DivisibleSpec, name: String, key: String, submitted_ns: u64) ->
         message: String::new(),
         finished_ns: 0,
         output_bytes: 0,
+        stored_bytes: 0,
         chunks: BTreeMap::new(),
         done_seq: 0,
         out: BTreeSet::new(),
@@ -827,7 +830,13 @@ impl Divisible {
                 parsed.map_err(|error| StateError::StoredJobUnreadable { job: row.id, error })?;
             // Rows stored before names were resolved at submission hold an empty name.
             let name = job_name(&row.name, file_name, &row.origin);
+            let input = if spec.input.is_some() {
+                spec.input_bytes()
+            } else {
+                0
+            };
             let mut job = new_job(spec, name, row.key, row.submitted_ns);
+            job.stored_bytes = (row.text.len() as u64).saturating_add(input);
             job.state = row.state;
             job.message = row.message;
             job.finished_ns = row.finished_ns;
@@ -1055,11 +1064,14 @@ impl Divisible {
         let jd = job_dir(&self.dir, id);
         std::fs::create_dir_all(&jd)
             .map_err(|e| StateError::Divisible(internal(format!("{}: {e}", jd.display()))))?;
+        let mut input_stored = 0;
         if spec.input.is_some() {
             let need = spec.input_bytes() as usize;
             let input = &sub.divisible_input;
-            write_durably(&jd.join("input"), &input[..need.min(input.len())])
+            let kept = &input[..need.min(input.len())];
+            write_durably(&jd.join("input"), kept)
                 .map_err(|e| StateError::Divisible(internal(e)))?;
+            input_stored = kept.len() as u64;
         }
         let submitted = cx.now;
         let key = (!sub.key.is_empty()).then_some(sub.key.clone());
@@ -1089,6 +1101,7 @@ impl Divisible {
             Ok(())
         })?;
         let mut job = new_job(spec, name, sub.key, submitted);
+        job.stored_bytes = (sub.text.len() as u64).saturating_add(input_stored);
         if !gate.started {
             self.maybe_unstarted.insert(id);
         }
@@ -2210,6 +2223,10 @@ impl JobKind for Divisible {
     /// An unfinished divisible job counts as one task against its owner's
     /// `max_unfinished_tasks_per_user`, whatever its units: what it stores is one job row, its
     /// input and the chunk rows of its own progress.
+    fn stored_bytes(&self, id: u64) -> u64 {
+        self.jobs.get(&id).map_or(0, |j| j.stored_bytes)
+    }
+
     fn unfinished_tasks(&self, id: u64) -> u64 {
         self.jobs
             .get(&id)

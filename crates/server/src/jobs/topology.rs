@@ -1301,6 +1301,15 @@ impl Topology {
             .map(|r| (r.rec.name.as_str(), r.topo.topology.executor_count() as u64))
     }
 
+    /// Each stored topology's name and the length of its file (what it counts against its
+    /// owner's `max_stored_bytes_per_user` until it is purged).
+    pub fn stored_bytes(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.inner
+            .runs
+            .values()
+            .map(|r| (r.rec.name.as_str(), r.rec.text.len() as u64))
+    }
+
     /// Whether a topology runs (or waits to be placed): the controller's tick has work.
     pub fn is_running(&self) -> bool {
         self.inner.runs.values().any(|r| r.rec.state == "running")

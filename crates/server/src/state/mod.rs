@@ -1407,7 +1407,10 @@ impl State {
         sub.max_priority = (owner != crate::users::ADMIN)
             .then(|| self.users.max_priority(owner))
             .flatten();
-        sub.task_room = (owner != crate::users::ADMIN).then(|| self.task_room(owner));
+        sub.task_room = (owner != crate::users::ADMIN).then(|| types::TaskRoom {
+            adding_bytes: (sub.text.len() as u64).saturating_add(sub.divisible_input.len() as u64),
+            ..self.task_room(owner)
+        });
         if sub.singleton {
             self.singleton(&mut sub, owner)?;
         }
@@ -1508,15 +1511,20 @@ impl State {
     /// server's `max_unfinished_tasks_per_user` (its jobs' counts, O(jobs owned by users)),
     /// its running topologies' executors included (O(topologies)).
     fn task_room(&self, owner: &str) -> types::TaskRoom {
-        let jobs: u64 = self
-            .users
-            .owned()
-            .filter(|&(_, o)| o == owner)
-            .filter_map(|(job, _)| {
-                let kind = self.ids.kind(job)?;
-                Some(self.jobs.of_kind(kind).unfinished_tasks(job))
-            })
-            .sum();
+        let (mut jobs, mut stored_bytes) = (0u64, 0u64);
+        for (job, o) in self.users.owned() {
+            let Some(kind) = self.ids.kind(job).filter(|_| o == owner) else {
+                continue;
+            };
+            let k = self.jobs.of_kind(kind);
+            jobs = jobs.saturating_add(k.unfinished_tasks(job));
+            stored_bytes = stored_bytes.saturating_add(k.stored_bytes(job));
+        }
+        for (name, bytes) in self.jobs.topology.stored_bytes() {
+            if self.users.topology_owner(name) == owner {
+                stored_bytes = stored_bytes.saturating_add(bytes);
+            }
+        }
         let executors: u64 = self
             .jobs
             .topology
@@ -1529,6 +1537,9 @@ impl State {
             user: owner.to_string(),
             unfinished,
             cap: self.config.max_unfinished_tasks_per_user,
+            stored_bytes,
+            adding_bytes: 0,
+            bytes_cap: self.config.max_stored_bytes_per_user,
         }
     }
 

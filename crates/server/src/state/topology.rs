@@ -88,9 +88,12 @@ impl State {
             // Its executors count against the owner's `max_unfinished_tasks_per_user`, as
             // tasks do (a running topology of the same name is refused by the kind anyway).
             if owner != crate::users::ADMIN {
-                self.task_room(owner)
-                    .check_topology(&sub.origin, topo.topology.executor_count() as u64)
-                    .map_err(StateError::Invalid)?;
+                super::types::TaskRoom {
+                    adding_bytes: sub.text.len() as u64,
+                    ..self.task_room(owner)
+                }
+                .check_topology(&sub.origin, topo.topology.executor_count() as u64)
+                .map_err(StateError::Invalid)?;
             }
             let cap = self.users.cap(owner).cores;
             let declared: f64 = topo.topology.declared_loads().iter().sum();

@@ -415,6 +415,14 @@ pub struct TaskRoom {
     pub unfinished: u64,
     /// The server's `max_unfinished_tasks_per_user`.
     pub cap: u64,
+    /// The bytes its stored jobs' and topologies' submissions hold now (their files, divisible
+    /// jobs' inputs; purged ones not counted).
+    pub stored_bytes: u64,
+    /// The bytes this submission stores (set by the state from it; 0: none new, as a
+    /// `resubmit`'s).
+    pub adding_bytes: u64,
+    /// The server's `max_stored_bytes_per_user`.
+    pub bytes_cap: u64,
 }
 
 impl TaskRoom {
@@ -450,10 +458,11 @@ impl TaskRoom {
         })
     }
 
-    /// Refuses `tasks` more, the message starting with what `said` says they are.
+    /// Refuses `tasks` more, the message starting with what `said` says they are; and a
+    /// submission whose bytes would take the owner's stored bytes above its cap.
     fn check_as(&self, tasks: u64, said: impl FnOnce() -> String) -> Result<(), String> {
         if self.unfinished.saturating_add(tasks) <= self.cap {
-            return Ok(());
+            return self.check_bytes(said);
         }
         Err(format!(
             "{}, and user `{}` has {} unfinished: together above the {} unfinished tasks a \
@@ -463,6 +472,30 @@ impl TaskRoom {
             self.user,
             self.unfinished,
             self.cap
+        ))
+    }
+}
+
+impl TaskRoom {
+    /// Refuses a submission of [`TaskRoom::adding_bytes`] that would take the owner's stored
+    /// bytes above [`TaskRoom::bytes_cap`]. Each request is bounded by the gRPC message size (4
+    /// MiB) and its file by 2 MiB, but not how many a user keeps stored.
+    fn check_bytes(&self, said: impl FnOnce() -> String) -> Result<(), String> {
+        if self.adding_bytes == 0
+            || self.stored_bytes.saturating_add(self.adding_bytes) <= self.bytes_cap
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "{} and stores {} bytes (its file and input), and user `{}`'s jobs and topologies \
+             store {} bytes already: together above the {} bytes a user's may store (the \
+             server's `max_stored_bytes_per_user`); purge some (`hetsched purge`, `hetsched \
+             topology purge`)",
+            said(),
+            self.adding_bytes,
+            self.user,
+            self.stored_bytes,
+            self.bytes_cap
         ))
     }
 }

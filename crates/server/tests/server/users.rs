@@ -1850,3 +1850,106 @@ fn divisible_jobs_and_topologies_count_against_the_users_unfinished_tasks() {
     s.on_submit_as(divisible("more"), "alice")
         .expect("1 given back");
 }
+
+/// `text` with a comment line added that makes it `len` bytes long.
+fn padded(text: &str, len: usize) -> String {
+    let pad = len - text.len() - 2;
+    format!("{text}#{}\n", "x".repeat(pad))
+}
+
+/// `max_stored_bytes_per_user`: each request is bounded by the gRPC message size and each file
+/// by 2 MiB, but before, nothing bounded how many bytes a user kept stored. A user's
+/// submission that would take the bytes of its stored jobs' and topologies' files (and
+/// divisible inputs) above the cap is refused, naming the sizes and the limit, and stores
+/// nothing; another user and the admin are not bound; a purge gives the bytes back; a restart
+/// counts the same bytes.
+#[test]
+fn a_users_stored_submissions_are_bounded_in_bytes() {
+    let d = common::scratch("users", "stored-bytes");
+    let topology = |name: &str| hetsched_server::jobs::topology::TopologySubmission {
+        origin: format!("{name}.toml"),
+        text: crate::topology_kind::TOPOLOGY
+            .replace("name = \"pipe\"", &format!("name = \"{name}\"")),
+        ..crate::topology_kind::submission()
+    };
+    let t = topology("pipe").text.len() as u64;
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        max_stored_bytes_per_user: 2_000 + t + 500,
+        ..Default::default()
+    };
+    let open =
+        || State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let mut s = open();
+    s.on_add_user("alice", false).expect("alice");
+    s.on_add_user("bob", false).expect("bob");
+    let batch = |len: usize| Submission {
+        text: padded(&sweep(1).text, len),
+        ..sweep(1)
+    };
+    let divisible = Submission {
+        origin: "rows.toml".into(),
+        text: padded(
+            "[[divisible]]\nname = \"rows\"\nunits = 10\ncommand = \"echo {start} {end}\"\n",
+            1_000,
+        ),
+        workdir: "/".into(),
+        ..Default::default()
+    };
+    let first = s.on_submit_as(batch(1_000), "alice").expect("1000").job_id;
+    s.on_submit_as(divisible, "alice").expect("2000");
+    s.topology_submit_as(topology("pipe"), "alice")
+        .expect("with the topology's file");
+    // Bytes, not counts: a small job still fits.
+    s.on_submit_as(batch(400), "alice").expect("400 more");
+    let jobs = s.jobs().jobs.len();
+    let e = s
+        .on_submit_as(batch(1_000), "alice")
+        .expect_err("past the bytes")
+        .to_string();
+    let stored = 2_400 + t;
+    assert!(
+        e.contains(&format!(
+            "job.toml: the job has 1 tasks and stores 1000 bytes (its file and input), and \
+             user `alice`'s jobs and topologies store {stored} bytes already"
+        )) && e.contains("max_stored_bytes_per_user"),
+        "{e}"
+    );
+    assert_eq!(s.jobs().jobs.len(), jobs, "nothing stored");
+    let e = s
+        .topology_submit_as(topology("other"), "alice")
+        .expect_err("a topology past the bytes")
+        .to_string();
+    assert!(e.contains("max_stored_bytes_per_user"), "{e}");
+    assert!(s.topology_show("other").is_err(), "nothing stored");
+    // Another user and the admin are not bound by alice's bytes.
+    s.on_submit_as(batch(1_000), "bob").expect("bob's own");
+    s.on_submit(batch(100_000)).expect("the admin's");
+    // A purge gives the bytes back.
+    s.on_cancel(first).expect("cancelled");
+    s.on_purge(&PurgeSelection {
+        job_ids: vec![first],
+        ..Default::default()
+    })
+    .expect("purged");
+    s.on_submit_as(batch(1_000), "alice")
+        .expect("1000 given back");
+    // A restart counts the same bytes.
+    drop(s);
+    let mut s = open();
+    let e = s
+        .on_submit_as(batch(1_000), "alice")
+        .expect_err("still past the bytes")
+        .to_string();
+    assert!(e.contains(&format!("store {stored} bytes already")), "{e}");
+    s.on_submit_as(batch(100), "alice").expect("what is left");
+    // Zero is refused at the configuration.
+    let zero = ServerConfig {
+        max_stored_bytes_per_user: 0,
+        ..Default::default()
+    };
+    assert_eq!(
+        zero.validate(),
+        Err("max_stored_bytes_per_user must be at least 1".to_string())
+    );
+}
