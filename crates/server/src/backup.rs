@@ -11,11 +11,25 @@
 //! environments), written beside its final name and linked into place only once it is complete,
 //! synced and checked (`PRAGMA quick_check`), and never over an existing file.
 //!
+//! The copy is taken in one step: one read transaction, so one commit's state. Steps with pauses
+//! would let the WAL be checkpointed meanwhile, but SQLite restarts a backup whose source
+//! another connection wrote between two steps, so under a busy server it might never end; the
+//! WAL grows by what the server commits while the one step runs, and shrinks at the next
+//! checkpoint once it ended.
+//!
+//! The backup also holds the data directory's own files that make the server the same server
+//! ([`SECRETS`]: the client, agent and read tokens, the offload secret, the agents' CA, the
+//! allocation tag), in a table of the copy ([`FILES_TABLE`]) that [`restore`] writes back
+//! (0600) and drops from the restored store: the users' tokens' digests are in the store, so a
+//! restored server answers every token it answered when the backup was taken.
+//!
 //! [`restore`] takes the data directory's server lock (so a running server refuses it), checks
 //! the file is a hetsched store, moves the store it replaces — `state.db` with its `-wal` and
-//! `-shm`, together, so nothing committed is lost — into `DATA_DIR/before-restore-SECS/`
-//! (0700), and copies the backup into place as `state.db` (0600). Leaving an old `-wal` beside a
-//! new `state.db` would have SQLite replay the old log into the new file.
+//! `-shm`, together, so nothing committed is lost — and the files of [`SECRETS`] the backup
+//! holds into `DATA_DIR/before-restore-SECS/` (0700), and copies the backup into place as
+//! `state.db` (0600). Leaving an old `-wal` beside a new `state.db` would have SQLite replay the
+//! old log into the new file. A backup taken before backups held the files restores the store
+//! alone, and the data directory's files stay as they are.
 
 use crate::datadir::{self, DataDirError};
 use rusqlite::{Connection, OpenFlags};
@@ -27,6 +41,26 @@ use thiserror::Error;
 
 /// The store's companion files, moved with it by a restore.
 const COMPANIONS: [&str; 3] = ["state.db-wal", "state.db-shm", "state.db-journal"];
+
+/// The data directory's files a backup holds beside the store, by name: without them a restored
+/// server (on a new machine, or after the directory was lost) would make new tokens and keys,
+/// and every agent, user token, offload ticket and listener certificate would stop working.
+pub const SECRETS: [&str; 7] = [
+    datadir::CLIENT_TOKEN,
+    datadir::AGENT_TOKEN,
+    crate::dashboard::READ_TOKEN,
+    datadir::OFFLOAD_SECRET,
+    crate::agent_ca::KEY_FILE,
+    crate::agent_ca::CERT_FILE,
+    crate::allocation::TAG_FILE,
+];
+
+/// The table of a backup that holds [`SECRETS`]' files (name, contents).
+pub const FILES_TABLE: &str = "hetsched_backup_files";
+
+/// The largest such file a backup takes (they are a few hundred bytes; a larger one is not
+/// one the server wrote).
+const MAX_SECRET_BYTES: u64 = 64 << 10;
 
 /// Why a backup or a restore did not happen.
 #[derive(Debug, Error)]
@@ -90,6 +124,8 @@ pub struct Backup {
     pub bytes: u64,
     /// The jobs it holds (purged ones not counted).
     pub jobs: u64,
+    /// The data directory's files of [`SECRETS`] it holds, by name.
+    pub files: Vec<String>,
 }
 
 /// What [`restore`] did.
@@ -101,6 +137,9 @@ pub struct Restored {
     pub replaced: Option<PathBuf>,
     /// The jobs the restored store holds.
     pub jobs: u64,
+    /// The data directory's files of [`SECRETS`] written back from the backup, by name (none
+    /// from a backup taken before backups held them).
+    pub files: Vec<String>,
 }
 
 /// Copies the store of `data_dir` — while its server runs or not — into the new file `dest`,
@@ -133,6 +172,7 @@ pub fn backup(data_dir: &Path, dest: &Path) -> Result<Backup, BackupError> {
         std::process::id()
     ));
     let result = write_copy(&store, &tmp, true).and_then(|jobs| {
+        let files = add_secrets(data_dir, &tmp)?;
         // Linked, not renamed: a file that appeared at `dest` meanwhile is not replaced.
         std::fs::hard_link(&tmp, dest).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
@@ -145,15 +185,16 @@ pub fn backup(data_dir: &Path, dest: &Path) -> Result<Backup, BackupError> {
             }
         })?;
         sync_dir(&dir)?;
-        Ok(jobs)
+        Ok((jobs, files))
     });
     let _ = std::fs::remove_file(&tmp);
-    let jobs = result?;
+    let (jobs, files) = result?;
     let bytes = std::fs::metadata(dest).map_err(io(dest))?.len();
     Ok(Backup {
         path: dest.to_path_buf(),
         bytes,
         jobs,
+        files,
     })
 }
 
@@ -180,11 +221,23 @@ pub fn restore(data_dir: &Path, src: &Path) -> Result<Restored, BackupError> {
             "is in the data directory: move it out first (a restore moves the store's files)",
         ));
     }
-    check_store(&open_read_only(src)?, src)?;
+    let files = {
+        let conn = open_read_only(src)?;
+        check_store(&conn, src)?;
+        read_secrets(&conn, src)?
+    };
     let tmp = data_dir.join("state.db.restoring");
     let _ = std::fs::remove_file(&tmp);
     let result = write_copy(src, &tmp, false).and_then(|jobs| {
-        let replaced = set_aside_store(data_dir)?;
+        // The store keeps no copy of the files: they live in the data directory alone.
+        Connection::open(&tmp)
+            .and_then(|c| c.execute_batch(&format!("DROP TABLE IF EXISTS {FILES_TABLE}")))
+            .map_err(sql(&tmp))?;
+        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        let replaced = set_aside_store(data_dir, &names)?;
+        for (name, data) in &files {
+            write_private(&data_dir.join(name), data)?;
+        }
         std::fs::rename(&tmp, &store).map_err(io(&store))?;
         sync_dir(data_dir)?;
         Ok((jobs, replaced))
@@ -195,6 +248,7 @@ pub fn restore(data_dir: &Path, src: &Path) -> Result<Restored, BackupError> {
         store,
         replaced,
         jobs,
+        files: files.into_iter().map(|(n, _)| n).collect(),
     })
 }
 
@@ -310,11 +364,121 @@ fn write_copy(src: &Path, tmp: &Path, self_contained: bool) -> Result<u64, Backu
     Ok(jobs)
 }
 
-/// Moves the store of `data_dir` and its companion files, if any, into a new
-/// `before-restore-SECS` directory (0700); that directory.
-fn set_aside_store(data_dir: &Path) -> Result<Option<PathBuf>, BackupError> {
+/// Copies the files of [`SECRETS`] that `data_dir` holds into [`FILES_TABLE`] of the backup
+/// copy `tmp`, and syncs it; their names. A symbolic link, or a file too large to be one the
+/// server wrote, is refused, naming it.
+fn add_secrets(data_dir: &Path, tmp: &Path) -> Result<Vec<String>, BackupError> {
+    let mut files = Vec::new();
+    for name in SECRETS {
+        let path = data_dir.join(name);
+        let f = match OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&path)(e)),
+        };
+        let meta = f.metadata().map_err(io(&path))?;
+        if !meta.is_file() || meta.len() > MAX_SECRET_BYTES {
+            return Err(refused(
+                &path,
+                format!(
+                    "is not a file of at most {MAX_SECRET_BYTES} bytes, as the server writes it"
+                ),
+            ));
+        }
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_SECRET_BYTES), &mut data)
+            .map_err(io(&path))?;
+        files.push((name, data));
+    }
+    let conn = Connection::open(tmp).map_err(sql(tmp))?;
+    conn.execute_batch(&format!(
+        "CREATE TABLE {FILES_TABLE}(name TEXT PRIMARY KEY, data BLOB NOT NULL)"
+    ))
+    .map_err(sql(tmp))?;
+    for (name, data) in &files {
+        conn.execute(
+            &format!("INSERT INTO {FILES_TABLE}(name, data) VALUES (?1, ?2)"),
+            rusqlite::params![name, data],
+        )
+        .map_err(sql(tmp))?;
+    }
+    conn.close().map_err(|(_, e)| sql(tmp)(e))?;
+    std::fs::File::open(tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io(tmp))?;
+    Ok(files.into_iter().map(|(n, _)| n.to_string()).collect())
+}
+
+/// The files [`add_secrets`] put in backup `src` (none in a backup taken before), each
+/// checked to be one of [`SECRETS`] — a name from the file never becomes a path otherwise —
+/// and of a size the server writes.
+fn read_secrets(conn: &Connection, src: &Path) -> Result<Vec<(String, Vec<u8>)>, BackupError> {
+    let has: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [FILES_TABLE],
+            |r| r.get(0),
+        )
+        .map_err(sql(src))?;
+    if has == 0 {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT name, data FROM {FILES_TABLE} ORDER BY rowid"
+        ))
+        .map_err(sql(src))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })
+        .map_err(sql(src))?;
+    let mut files = Vec::new();
+    for row in rows {
+        let (name, data) = row.map_err(sql(src))?;
+        if !SECRETS.contains(&name.as_str()) || data.len() as u64 > MAX_SECRET_BYTES {
+            return Err(refused(
+                src,
+                format!(
+                    "holds a data directory file `{}` that no backup writes (of at most {} \
+                     bytes: {}); it is not a backup of this version",
+                    hetsched_core::text::clip(&name),
+                    MAX_SECRET_BYTES,
+                    SECRETS.join(", ")
+                ),
+            ));
+        }
+        files.push((name, data));
+    }
+    Ok(files)
+}
+
+/// Writes `data` into the new file `path`, 0600, not through a symbolic link, and syncs it.
+fn write_private(path: &Path, data: &[u8]) -> Result<(), BackupError> {
+    use std::io::Write;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+        .map_err(io(path))?;
+    f.write_all(data)
+        .and_then(|()| f.sync_all())
+        .map_err(io(path))
+}
+
+/// Moves the store of `data_dir` and its companion files, and the data directory's files
+/// named in `files` (those the backup replaces), if any, into a new `before-restore-SECS`
+/// directory (0700); that directory.
+fn set_aside_store(data_dir: &Path, files: &[&str]) -> Result<Option<PathBuf>, BackupError> {
     let names: Vec<&str> = std::iter::once(datadir::STORE)
         .chain(COMPANIONS)
+        .chain(files.iter().copied())
         .filter(|n| std::fs::symlink_metadata(data_dir.join(n)).is_ok())
         .collect();
     if names.is_empty() {
@@ -462,5 +626,47 @@ mod tests {
         assert_eq!(mode, 0o600);
         assert!(!data.join("state.db-wal").exists());
         crate::store::Store::open(&r.store).expect("the server opens it");
+    }
+
+    /// A backup's data directory files are written back only under the names a backup gives
+    /// them: a row naming another file (`../x`, `state.db`) is refused before anything changes.
+    #[test]
+    fn a_restore_writes_back_only_the_files_a_backup_holds_by_name() {
+        let d = scratch("names");
+        let (data, store) = store_in(&d);
+        std::fs::write(data.join(datadir::CLIENT_TOKEN), "the-admin-token").expect("token");
+        let out = d.join("b.db");
+        let b = backup(&data, &out).expect("backup");
+        assert_eq!(b.files, [datadir::CLIENT_TOKEN]);
+        drop(store);
+        for name in ["../escaped", "state.db", "token/../../x"] {
+            let forged = d.join(format!("forged-{}.db", name.len()));
+            std::fs::copy(&out, &forged).expect("copy");
+            Connection::open(&forged)
+                .and_then(|c| {
+                    c.execute(
+                        &format!("INSERT INTO {FILES_TABLE}(name, data) VALUES (?1, x'00')"),
+                        [name],
+                    )
+                })
+                .expect("forged row");
+            let e = restore(&data, &forged).expect_err("an unknown name");
+            assert!(
+                e.to_string()
+                    .contains(&format!("holds a data directory file `{name}`")),
+                "{e}"
+            );
+        }
+        assert!(!d.join("escaped").exists() && !d.join("x").exists());
+        assert_eq!(
+            std::fs::read_to_string(data.join(datadir::CLIENT_TOKEN)).expect("token"),
+            "the-admin-token"
+        );
+        let r = restore(&data, &out).expect("restore");
+        assert_eq!(r.files, [datadir::CLIENT_TOKEN]);
+        assert_eq!(
+            std::fs::read_to_string(data.join(datadir::CLIENT_TOKEN)).expect("token"),
+            "the-admin-token"
+        );
     }
 }

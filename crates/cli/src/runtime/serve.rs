@@ -84,9 +84,9 @@ pub enum ServerCommand {
     /// Copy the store (DATA_DIR/state.db) into a new FILE, consistently, while the server runs
     /// or not (SQLite's online backup: one commit's state, the WAL's included; copying the
     /// file itself under a running server is not safe). FILE is created mode 0600, never over
-    /// an existing file, and not in the data directory. Tokens, secrets and `divisible/` are
-    /// plain files beside the store: copy them too (see docs/runtime.md, "Backup and
-    /// restore").
+    /// an existing file, and not in the data directory. It holds the data directory's tokens
+    /// and secrets too (a restore writes them back); `divisible/` is plain files beside the
+    /// store: copy it too (see docs/runtime.md, "Backup and restore").
     #[command(
         after_help = "Example:\n  hetsched server backup --config /etc/hetsched/server.toml /backup/hetsched-$(date +%F).db"
     )]
@@ -97,7 +97,8 @@ pub enum ServerCommand {
         dir: DataDirArgs,
     },
     /// Put backup FILE in place as the store of a STOPPED server's data directory (created if
-    /// missing); the store it replaces, with its WAL, is kept in DATA_DIR/before-restore-SECS/.
+    /// missing), and the backup's tokens and secrets beside it (0600); the store and files it
+    /// replaces, the store with its WAL, are kept in DATA_DIR/before-restore-SECS/.
     /// Refused while a server runs on the directory, and for a file that is no sound hetsched
     /// store.
     Restore {
@@ -135,6 +136,16 @@ impl DataDirArgs {
     }
 }
 
+/// The data directory's files a backup holds or a restore wrote back, for its line: ` with
+/// token, agent-token` (`word` = `with`), or nothing when none.
+fn with_files(files: &[String], word: &str) -> String {
+    if files.is_empty() {
+        String::new()
+    } else {
+        format!(" {word} {}", files.join(", "))
+    }
+}
+
 /// `hetsched server backup|restore`.
 fn server_command(command: ServerCommand) -> anyhow::Result<()> {
     match command {
@@ -143,11 +154,12 @@ fn server_command(command: ServerCommand) -> anyhow::Result<()> {
             let b = hetsched_server::backup::backup(&data_dir, &file)
                 .with_context(|| format!("backing up the store of {}", data_dir.display()))?;
             println!(
-                "backed up {} into {} ({} bytes, {} jobs)",
+                "backed up {} into {} ({} bytes, {} jobs){}",
                 data_dir.join(hetsched_server::datadir::STORE).display(),
                 b.path.display(),
                 b.bytes,
-                b.jobs
+                b.jobs,
+                with_files(&b.files, "with")
             );
         }
         ServerCommand::Restore { file, dir } => {
@@ -156,10 +168,11 @@ fn server_command(command: ServerCommand) -> anyhow::Result<()> {
                 format!("restoring {} into {}", file.display(), data_dir.display())
             })?;
             println!(
-                "restored {} into {} ({} jobs){}; start the server",
+                "restored {} into {} ({} jobs){}{}; start the server",
                 file.display(),
                 r.store.display(),
                 r.jobs,
+                with_files(&r.files, "and"),
                 r.replaced.map_or(String::new(), |d| format!(
                     "; the store it replaced is in {}",
                     d.display()

@@ -26,6 +26,8 @@ fn a_running_servers_store_is_backed_up_and_restored_into_its_stopped_data_direc
     // While the server runs (its WAL holds what it committed; copying the file would not do).
     let said = c.ok(&["server", "backup", "--data-dir", &data_dir, &backup_s]);
     assert!(said.contains("state-backup.db"), "{said}");
+    // With the data directory's tokens and secrets, which a restore writes back.
+    assert!(said.contains(" with token, agent-token, "), "{said}");
     let mode = std::fs::metadata(&backup)
         .expect("backup")
         .permissions()
@@ -98,6 +100,7 @@ fn a_running_servers_store_is_backed_up_and_restored_into_its_stopped_data_direc
     assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
     let said = c.ok(&["server", "restore", "--data-dir", &data_dir, &backup_s]);
     assert!(said.contains("before-restore-"), "{said}");
+    assert!(said.contains(" and token, agent-token, "), "{said}");
     // The store it replaced is kept, whole (with its WAL), in the data directory.
     let kept: Vec<_> = std::fs::read_dir(&data)
         .expect("data dir")

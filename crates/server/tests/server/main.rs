@@ -4,6 +4,7 @@ mod accel_binding;
 mod after;
 mod after_corr;
 mod allocation_queues;
+mod backup;
 mod bounds;
 mod common;
 mod dashboard_sessions;
