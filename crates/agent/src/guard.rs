@@ -48,6 +48,18 @@ pub const AGENT_LOCK_WAIT: Duration = Duration::from_secs(5);
 /// How often a held lock is tried again.
 const LOCK_RETRY: Duration = Duration::from_millis(20);
 
+/// Where the guard writes its one line: the agent's own log settings (`--log-file`,
+/// `--log-format`), passed on as the same flags. The guard opens the file only when it has
+/// something to write, at its path: a log rotated since the agent started gets the line in the
+/// new file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogTo {
+    /// The agent's log file; None: standard error, which the guard shares with its agent.
+    pub file: Option<std::path::PathBuf>,
+    /// The agent's log format.
+    pub format: hetsched_core::input::log_format::LogFormat,
+}
+
 /// A running guard. Dropping it (the agent's run ends) closes the pipe: the guard looks at the
 /// ledgers once and exits.
 #[derive(Debug)]
@@ -57,12 +69,19 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// Starts `exe agent-guard --work-dir WORK_DIR`.
-    pub fn start(exe: &Path, work_dir: &Path) -> std::io::Result<Guard> {
-        let mut child = tokio::process::Command::new(exe)
+    /// Starts `exe agent-guard --work-dir WORK_DIR --log-format FORMAT [--log-file PATH]`.
+    pub fn start(exe: &Path, work_dir: &Path, log: &LogTo) -> std::io::Result<Guard> {
+        let mut command = tokio::process::Command::new(exe);
+        command
             .arg(SUBCOMMAND)
             .arg("--work-dir")
             .arg(work_dir)
+            .arg("--log-format")
+            .arg(log.format.as_str());
+        if let Some(file) = &log.file {
+            command.arg("--log-file").arg(file);
+        }
+        let mut child = command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .process_group(0)

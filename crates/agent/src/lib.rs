@@ -174,6 +174,8 @@ pub struct AgentOptions {
     /// and its hidden `agent-guard` kills the tasks this agent leaves running if it dies
     /// ([`guard`]). None: pinned tasks run unbound, as any task, and nothing guards the agent.
     pub exe: Option<PathBuf>,
+    /// The agent's own log (`--log-file`, `--log-format`): its guard writes its line there too.
+    pub log: guard::LogTo,
     /// How long the agent runs (`--time-limit`: the batch allocation it runs in, e.g.); None:
     /// until a signal. Its heartbeats say how long tasks may still run here, so the server
     /// sends no task whose time limit is longer; `kill_grace` before the end it stops what still
@@ -457,7 +459,7 @@ pub async fn run(
     }
     // Kills what this agent leaves running if it dies without stopping its tasks.
     let _guard = opts.exe.as_deref().and_then(|exe| {
-        match guard::Guard::start(exe, &opts.work_dir) {
+        match guard::Guard::start(exe, &opts.work_dir, &opts.log) {
             Ok(g) => Some(g),
             Err(e) => {
                 warn!(
@@ -2131,6 +2133,7 @@ mod tests {
             disk_read_bw: 200e6,
             work_dir: work_dir.to_path_buf(),
             no_exec: false,
+            log: Default::default(),
             log_listen: None,
             log_tls: None,
             drain: false,

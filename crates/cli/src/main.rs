@@ -68,6 +68,9 @@ enum Command {
         /// The agent's work directory.
         #[arg(long)]
         work_dir: std::path::PathBuf,
+        /// The agent's log settings: the guard's line goes where the agent's log goes.
+        #[command(flatten)]
+        logs: runtime::logging::LogArgs,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
@@ -76,13 +79,29 @@ enum Command {
     },
 }
 
-/// `hetsched agent-guard`: its one line goes to the agent's standard error, which it shares.
-fn agent_guard(work_dir: &std::path::Path) -> std::process::ExitCode {
+/// `hetsched agent-guard`: its one line goes where the agent's log goes (`--log-file`,
+/// `--log-format`, which the agent passes on), else to the agent's standard error, which it
+/// shares. The file is opened only once there is a line to write.
+fn agent_guard(
+    work_dir: &std::path::Path,
+    logs: &runtime::logging::LogArgs,
+) -> std::process::ExitCode {
     use hetsched_agent::guard::{LOCK_WAIT, Outcome, run};
-    match run(std::io::stdin().lock(), work_dir, LOCK_WAIT) {
-        Ok(Outcome::Killed(0)) => std::process::ExitCode::SUCCESS,
+    let outcome = run(std::io::stdin().lock(), work_dir, LOCK_WAIT);
+    if matches!(outcome, Ok(Outcome::Killed(0) | Outcome::TakenOver)) {
+        return std::process::ExitCode::SUCCESS;
+    }
+    let format = logs.log_format.unwrap_or_default();
+    let file = logs.log_file.as_ref().and_then(|path| {
+        runtime::logging::LogFile::open(path, "--log-file")
+            .inspect_err(|e| eprintln!("hetsched agent-guard: {e:#}; writing to standard error"))
+            .ok()
+    });
+    runtime::logging::init("info", format, file.map(std::sync::Arc::new));
+    match outcome {
         Ok(Outcome::Killed(n)) => {
-            eprintln!(
+            tracing::warn!(
+                target: "hetsched_agent::guard",
                 "hetsched agent-guard: the agent of {} ended with {} running: killed {}",
                 work_dir.display(),
                 hetsched_core::text::count(n as u64, "task process group"),
@@ -92,7 +111,11 @@ fn agent_guard(work_dir: &std::path::Path) -> std::process::ExitCode {
         }
         Ok(Outcome::TakenOver) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hetsched agent-guard: {}: {e}", work_dir.display());
+            tracing::error!(
+                target: "hetsched_agent::guard",
+                "hetsched agent-guard: {}: {e}",
+                work_dir.display()
+            );
             std::process::ExitCode::FAILURE
         }
     }
@@ -106,8 +129,8 @@ fn main() -> std::process::ExitCode {
         eprintln!("hetsched pin-exec: {e}");
         return std::process::ExitCode::from(e.exit_code() as u8);
     }
-    if let Command::AgentGuard { work_dir } = &cli.command {
-        return agent_guard(work_dir);
+    if let Command::AgentGuard { work_dir, logs } = &cli.command {
+        return agent_guard(work_dir, logs);
     }
     if !matches!(&cli.command, Command::Runtime(c) if c.long_running()) {
         runtime::human::quiet_broken_pipe();

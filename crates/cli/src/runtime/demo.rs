@@ -188,6 +188,8 @@ async fn run_in(
             work_dir: dir.join(name),
             no_exec: false,
             exe: std::env::current_exe().ok(),
+            // The demo's agents log to its standard error, as their guards then do.
+            log: Default::default(),
             time_limit: None,
             idle_timeout: None,
             run_as_owner: false,

@@ -17,7 +17,7 @@ mod hostlist;
 pub mod human;
 mod kernel;
 mod log;
-mod logging;
+pub mod logging;
 mod matrows;
 mod placeholders;
 mod purge;

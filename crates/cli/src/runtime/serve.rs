@@ -702,6 +702,8 @@ pub fn agent_options(
         name,
         no_exec: a.no_exec,
         exe: std::env::current_exe().ok(),
+        // Set by [`agent`], which has resolved the log settings.
+        log: Default::default(),
         log_listen: agent_listen("--log-listen", a.log_listen.as_deref(), config.log_listen)?,
         log_tls: match (&a.log_cert, &a.log_key) {
             (Some(c), Some(k)) => Some((
@@ -762,7 +764,16 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
          --log-file, a SIGHUP reopens that file)",
         log_file,
     );
-    let opts = agent_options(&a, config)?;
+    let mut opts = agent_options(&a, config)?;
+    // The guard writes its line where this log goes, opening the file by the same path (made
+    // absolute: nothing ties the guard to this process's working directory).
+    opts.log = hetsched_agent::guard::LogTo {
+        file: logs
+            .file
+            .as_ref()
+            .map(|(path, _)| std::path::absolute(path).unwrap_or_else(|_| path.clone())),
+        format: logs.format,
+    };
     tracing::info!(
         name = %opts.name,
         server = %opts.server,

@@ -458,6 +458,54 @@ fn a_sigkilled_agents_guard_kills_the_tasks_it_left_running_without_a_restart() 
     );
 }
 
+/// An agent logging to a file (`--log-file`, `--log-format json`) gets its guard's line there,
+/// in its format, not on the standard error a supervisor may not keep (it went there before).
+#[test]
+fn a_sigkilled_agents_guard_writes_its_line_to_the_agents_log_file() {
+    let mut c = Cluster::start("agent-guard-log", false);
+    let file = c.dir.join("agent-n.jsonl");
+    let file_arg = file.display().to_string();
+    c.start_agent("n", 1, &["--log-file", &file_arg, "--log-format", "json"]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "60"]);
+    wait_until("the task to run", Duration::from_secs(20), || {
+        c.json(&["job", "1"])["counts"]["running"] == 1
+    });
+    // Rotated without a SIGHUP: the guard opens the path when it writes, so it creates the
+    // file anew, private.
+    std::fs::rename(&file, c.dir.join("agent-n.jsonl.1")).expect("rotate");
+    c.kill_agent("n");
+    let guard_line = || {
+        lines(&file).into_iter().find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l).ok()?;
+            v["fields"]["message"]
+                .as_str()?
+                .contains("ended with 1 task process group running: killed it")
+                .then_some(v)
+        })
+    };
+    wait_until(
+        "the guard's line in the log file",
+        Duration::from_secs(10),
+        || guard_line().is_some(),
+    );
+    let line = guard_line().expect("the guard's line");
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert!(
+        line["timestamp"].as_str().is_some_and(|t| !t.is_empty()),
+        "{line}"
+    );
+    assert!(
+        !c.agent_log("n").contains("killed it"),
+        "not on standard error: {}",
+        c.agent_log("n")
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&file).expect("log file").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+}
+
 #[test]
 fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names() {
     let mut c = Cluster::start("multi-node", false);
