@@ -118,6 +118,54 @@ pub enum AgentError {
     /// The server refused this agent (wrong role's token, or a name another live agent holds).
     #[error("the server refused this agent: {0}")]
     Refused(String),
+    /// What answers at the server's URL speaks another protocol or version: TLS where the URL
+    /// says `http://`, plain text where it says `https://`, or no agent registration (an older
+    /// server, or no hetsched server there). Retrying never mends it ([`mismatch`]).
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// Whether the failed call `s` to `server` met a server of the other scheme: plain text to a
+/// TLS server (which [`probe::speaks_tls`] asks the address, as the client commands do) or TLS
+/// to a plain one (rustls could not read its answer). The error says which URL to use instead.
+async fn mismatch(server: &str, s: &tonic::Status) -> Option<AgentError> {
+    if server.starts_with("https://") && probe::answered_in_plain(s) {
+        return Some(plain_server(server));
+    }
+    // A refusal is an answer: the server spoke our protocol.
+    let answered = matches!(
+        s.code(),
+        tonic::Code::Unauthenticated
+            | tonic::Code::PermissionDenied
+            | tonic::Code::AlreadyExists
+            | tonic::Code::InvalidArgument
+    );
+    if !answered && probe::speaks_tls(server).await {
+        return Some(AgentError::Protocol(format!(
+            "the server at {server} speaks TLS: use an https:// URL with --ca ({}: {})",
+            s.code(),
+            s.message()
+        )));
+    }
+    None
+}
+
+/// The error for a server reached over `https://` that answers in plain text.
+fn plain_server(server: &str) -> AgentError {
+    AgentError::Protocol(format!(
+        "connecting to {server}: the server does not speak TLS; use an http:// URL (without --ca)"
+    ))
+}
+
+/// The error for a server that answers registration with `Unimplemented`.
+fn no_registration(server: &str) -> AgentError {
+    AgentError::Protocol(format!(
+        "the server at {server} does not offer agent registration: is --server the address of a \
+         hetsched server (DATA_DIR/address), not of an agent or another program, and is the \
+         server as new as this agent (hetsched {}; `hetsched user whoami` prints the server's \
+         version)?",
+        version::VERSION
+    ))
 }
 
 /// Whether a failed call means the server could not be reached (as opposed to an answer that
@@ -631,6 +679,8 @@ pub async fn run(
     let mut available_memory = 0;
     let mut disk_free = None;
     let mut first_failure: Option<Instant> = None;
+    // Registered with the server at least once: it speaks this agent's protocol.
+    let mut ever_registered = false;
     // The last reply said it was cut at its size cap: beat again at once.
     let mut more = false;
     // An operator asked this agent to stop (`hetsched node stop`): `Some(drain)`.
@@ -668,6 +718,7 @@ pub async fn run(
                     Ok(r) => {
                         let r = r.into_inner();
                         node_id = Some(r.node_id);
+                        ever_registered = true;
                         registered.send_replace(node_id);
                         // Spec keys are a server's: after a (re-)registration, hold none, so a
                         // server with a fresh store never meets a key it did not send.
@@ -1156,24 +1207,18 @@ pub async fn run(
                 }
             }
             Err(s) => {
-                // `http://` to a server that speaks TLS: the same final diagnosis as the client
-                // commands give, not retries that can never succeed.
-                if first_failure.is_none()
-                    && !matches!(
-                        s.code(),
-                        tonic::Code::Unauthenticated
-                            | tonic::Code::PermissionDenied
-                            | tonic::Code::AlreadyExists
-                            | tonic::Code::InvalidArgument
-                    )
-                    && probe::speaks_tls(&opts.server).await
-                {
-                    return Err(AgentError::Config(format!(
-                        "the server at {} speaks TLS: use an https:// URL with --ca ({}: {})",
-                        opts.server,
-                        s.code(),
-                        s.message()
-                    )));
+                // Until the agent has registered once, a URL of the wrong scheme or a server
+                // without agent registration ends it with the same diagnosis as the client
+                // commands give, not retries that can never succeed; every failure is looked
+                // at, as a server started after its agent fails first with nothing listening.
+                // Once registered, the server has spoken this protocol: failures are waited out.
+                if !ever_registered {
+                    if node_id.is_none() && s.code() == tonic::Code::Unimplemented {
+                        return Err(no_registration(&opts.server));
+                    }
+                    if let Some(e) = mismatch(&opts.server, &s).await {
+                        return Err(e);
+                    }
                 }
                 match s.code() {
                     tonic::Code::Unauthenticated => {
@@ -1681,6 +1726,8 @@ where
             Err(s) if s.code() == tonic::Code::Unauthenticated => {
                 return Err(AgentError::Unauthenticated(s.message().to_string()));
             }
+            // Asked over `https://` only: a plain server never answers.
+            Err(s) if probe::answered_in_plain(&s) => return Err(plain_server(&opts.server)),
             // The server bounds the certificates it signs per address (agents behind one NAT
             // address starting together): asked again a few seconds later.
             Err(s) if s.code() == tonic::Code::ResourceExhausted => {

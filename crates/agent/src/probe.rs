@@ -1,5 +1,6 @@
-//! Whether a server reached over plain `http://` in fact speaks TLS: the one diagnosis the
-//! client commands and the agent give for a URL that needs `https://`.
+//! Whether a server reached over plain `http://` in fact speaks TLS, or one reached over
+//! `https://` answers in plain text: the one diagnosis the client commands and the agent give
+//! for a URL whose scheme needs changing.
 
 use std::time::Duration;
 
@@ -28,6 +29,20 @@ pub async fn speaks_tls(url: &str) -> bool {
         tokio::time::timeout(Duration::from_secs(2), probe).await,
         Ok(Some(true))
     )
+}
+
+/// Whether a call over `https://` failed because the server answered in plain text: rustls reads
+/// its HTTP/2 bytes as a TLS record of a type that does not exist (`InvalidContentType`),
+/// somewhere in the error's chain of causes.
+pub fn answered_in_plain(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(c) = cause {
+        if c.to_string().contains("InvalidContentType") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// Whether `head`, the first two bytes a server sent, start a TLS alert or handshake record.

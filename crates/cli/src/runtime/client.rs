@@ -68,13 +68,8 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
         }
         Err(e) => {
             // TLS to a plain server: rustls reads its HTTP/2 bytes as a corrupt TLS record.
-            let mut chain = String::new();
-            let mut cause: Option<&dyn std::error::Error> = Some(&e);
-            while let Some(c) = cause {
-                chain.push_str(&c.to_string());
-                cause = c.source();
-            }
-            let plain = server.starts_with("https://") && chain.contains("InvalidContentType");
+            let plain =
+                server.starts_with("https://") && hetsched_agent::probe::answered_in_plain(&e);
             if plain {
                 return Err(anyhow::Error::new(e).context(super::human::Exit {
                     status: super::human::PROTOCOL_STATUS,

@@ -806,8 +806,16 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
     hetsched_agent::run(opts, async {
         let _ = first_rx.await;
     })
-    .await?;
-    Ok(())
+    .await
+    .map_err(|e| match e {
+        // A script or supervisor tells a wrong URL or server version from a failure that may
+        // pass, as with the client commands.
+        hetsched_agent::AgentError::Protocol(message) => anyhow::Error::new(super::human::Exit {
+            status: super::human::PROTOCOL_STATUS,
+            message,
+        }),
+        e => e.into(),
+    })
 }
 
 /// The agent's `--time-limit` other than `auto`: a duration as job files write it (`11h50m`),

@@ -569,6 +569,103 @@ fn a_tls_mismatch_and_a_call_the_server_lacks_exit_76() {
     );
 }
 
+/// `hetsched agent --server URL` (with `extra` flags) on cluster `c`'s agent token, waited for
+/// up to 30 s: its exit status and standard error. An agent still retrying then fails the test.
+fn agent_against(c: &Cluster, name: &str, url: &str, extra: &[&str]) -> (Option<i32>, String) {
+    let err_path = c.dir.join(format!("agent-{name}.err"));
+    let err = std::fs::File::create(&err_path).expect("stderr file");
+    let mut child = std::process::Command::new(crate::support::BIN)
+        .args(["agent", "--server", url, "--name", name, "--cores", "1"])
+        .arg("--token-file")
+        .arg(c.data().join("agent-token"))
+        .arg("--work-dir")
+        .arg(c.dir.join(format!("agent-{name}")))
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(err)
+        .spawn()
+        .expect("spawn agent");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s.code();
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the agent against {url} still runs after 30 s: {}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (
+        status,
+        std::fs::read_to_string(&err_path).unwrap_or_default(),
+    )
+}
+
+/// An agent given the wrong scheme for its server, or a server without agent registration,
+/// exits 76 at start saying what to change, as the client commands do: it retried for ever (a
+/// TLS server reached over `http://`, said with exit status 1 at best), and a mismatch never
+/// mends.
+#[test]
+fn an_agent_facing_a_tls_mismatch_or_no_registration_exits_76() {
+    use crate::support::tls_file;
+    let tls = Cluster::start_tls("ux-agent-76-tls");
+    let plain_url = format!("http://{}", tls.listen);
+    let (status, err) = agent_against(&tls, "a", &plain_url, &["--log-listen", "127.0.0.1:0"]);
+    assert_eq!(status, Some(76), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the server at {plain_url} speaks TLS: use an https:// URL with --ca"
+        )),
+        "{err}"
+    );
+
+    let mut c = Cluster::start("ux-agent-76", false);
+    let tls_url = format!("https://{}", c.listen);
+    let ca = tls_file("ca.pem");
+    let ca = ca.to_str().expect("path");
+    // With a log listener the agent first asks the server to certify it; without, it registers.
+    for listen in ["127.0.0.1:0", "none"] {
+        let (status, err) = agent_against(&c, "b", &tls_url, &["--ca", ca, "--log-listen", listen]);
+        assert_eq!(status, Some(76), "{listen}: {err}");
+        assert!(
+            err.contains(&format!(
+                "connecting to {tls_url}: the server does not speak TLS; use an http:// URL (without --ca)"
+            )),
+            "{listen}: {err}"
+        );
+    }
+
+    // An agent's log listener speaks gRPC, but registers no agents (as an older server lacks a
+    // call).
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    let log = c.agent_log("a");
+    let port = log
+        .split("serving task outputs to the server addr=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .expect("the agent's log port")
+        .to_string();
+    let listener_url = format!("http://127.0.0.1:{port}");
+    let (status, err) = agent_against(&c, "c", &listener_url, &["--log-listen", "none"]);
+    assert_eq!(status, Some(76), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the server at {listener_url} does not offer agent registration"
+        )) && err.contains(&format!(
+            "as new as this agent (hetsched {};",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{err}"
+    );
+}
+
 /// A SIGHUP does not end an agent either: it ended it at once, and the tasks it ran were killed
 /// by its guard and run again elsewhere (as slurmd does, it goes on).
 #[test]
