@@ -140,7 +140,10 @@ async fn mismatch(server: &str, s: &tonic::Status) -> Option<AgentError> {
             | tonic::Code::AlreadyExists
             | tonic::Code::InvalidArgument
     );
-    if !answered && probe::speaks_tls(server).await {
+    // Nothing answered (refused, no route, a beat that timed out): no TLS server either, and
+    // asking would add the probe's wait to every retry against a host that drops packets.
+    let silent = s.code() == tonic::Code::DeadlineExceeded || probe::never_connected(s);
+    if !answered && !silent && probe::speaks_tls(server).await {
         return Some(AgentError::Protocol(format!(
             "the server at {server} speaks TLS: use an https:// URL with --ca ({}: {})",
             s.code(),
@@ -1210,7 +1213,8 @@ pub async fn run(
                 // Until the agent has registered once, a URL of the wrong scheme or a server
                 // without agent registration ends it with the same diagnosis as the client
                 // commands give, not retries that can never succeed; every failure is looked
-                // at, as a server started after its agent fails first with nothing listening.
+                // at, as a server started after its agent fails first with nothing listening
+                // (such a failure is not probed: `mismatch` asks only an address that answered).
                 // Once registered, the server has spoken this protocol: failures are waited out.
                 if !ever_registered {
                     if node_id.is_none() && s.code() == tonic::Code::Unimplemented {

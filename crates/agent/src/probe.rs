@@ -45,6 +45,36 @@ pub fn answered_in_plain(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Whether a call failed before anything answered at the server's address: the TCP connection
+/// was refused, timed out or had no route, or the name did not resolve (somewhere in the
+/// error's chain of causes). Nothing that never answered TCP is a TLS server, so [`speaks_tls`]
+/// need not ask it: against a host that drops packets that question would add its whole 2 s
+/// wait to every retry.
+pub fn never_connected(error: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind;
+    let mut cause = Some(error);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::TimedOut
+                    | ErrorKind::HostUnreachable
+                    | ErrorKind::NetworkUnreachable
+                    | ErrorKind::AddrNotAvailable
+            )
+        {
+            return true;
+        }
+        let text = c.to_string();
+        if text.contains("tcp connect error") || text.contains("dns error") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// Whether `head`, the first two bytes a server sent, start a TLS alert or handshake record.
 fn is_tls_record(head: [u8; 2]) -> bool {
     matches!(head, [0x15 | 0x16, 0x03])
@@ -86,5 +116,31 @@ mod tests {
         drop(l);
         assert!(!speaks_tls(&format!("http://{addr}")).await);
         assert!(!speaks_tls("https://127.0.0.1:1").await);
+    }
+
+    /// The status of a gRPC call to `url`, as the agent's calls fail.
+    async fn call(url: &str) -> tonic::Status {
+        let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+            .expect("url")
+            .connect_lazy();
+        hetsched_proto::agent_client::AgentClient::new(channel)
+            .heartbeat(hetsched_proto::HeartbeatRequest::default())
+            .await
+            .expect_err("nothing there speaks gRPC")
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_never_connected_and_an_answer_did() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        drop(l);
+        let refused = call(&format!("http://{addr}")).await;
+        assert!(never_connected(&refused), "{refused:?}");
+        // What a TLS server does with plain HTTP/2: an alert, then the connection closes. This
+        // is the failure the agent must still ask `speaks_tls` about.
+        let alert = call(&answering(b"\x15\x03\x03\x00\x02\x02\x32").await).await;
+        assert!(!never_connected(&alert), "{alert:?}");
+        let closed = call(&answering(b"").await).await;
+        assert!(!never_connected(&closed), "{closed:?}");
     }
 }
