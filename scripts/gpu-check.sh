@@ -1,0 +1,100 @@
+#!/bin/bash
+# The runtime on a real NVIDIA GPU node: one server and one agent on loopback, the agent's GPUs
+# detected through NVML (nothing declared). Checks, and exits non-zero naming the first that
+# fails:
+#   1. the agent registers (before the fix of session 82 the server refused it: NVML names a
+#      device `NVIDIA H200`, and a kind may not hold a space);
+#   2. `hetsched nodes` lists every device of `nvidia-smi -L`, each of the kind the agent names
+#      after its model (`h200`, `a100`, …: `detect::gpu_kind`);
+#   3. a job whose GPU variant asks for that kind runs on the devices: each task sees
+#      CUDA_VISIBLE_DEVICES, PyTorch finds the device and multiplies bf16 matrices on it;
+#   4. while it runs, the node's GPU utilisation (NVML, `/metrics`) rises above 0;
+#   5. a job asking for a kind no node has is refused at submission, naming it.
+# It needs nvidia-smi and python3 with PyTorch (CUDA) on the machine; CI has no GPU and does not
+# run it. Usage: scripts/gpu-check.sh [HETSCHED] (default target/release/hetsched).
+set -u
+B=$(realpath "${1:-target/release/hetsched}")
+W=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$W"' EXIT
+fail() { echo "FAIL: $*"; echo "-- agent log"; tail -n 20 "$W/agent.log"; exit 1; }
+P=${PORT:-7640}
+export HETSCHED_SERVER=http://127.0.0.1:$P HETSCHED_TOKEN_FILE=$W/data/token
+
+nvidia-smi -L || fail "nvidia-smi found no GPU"
+DEVICES=$(nvidia-smi -L | grep -c '^GPU ')
+"$B" server --data-dir "$W/data" --listen 127.0.0.1:$P --http-listen 127.0.0.1:$((P + 1)) \
+    > "$W/server.log" 2>&1 &
+for _ in $(seq 100); do [ -s "$W/data/address" ] && break; sleep 0.1; done
+"$B" agent --server "http://127.0.0.1:$P" --token-file "$W/data/agent-token" --name gpu01 \
+    --work-dir "$W/work" > "$W/agent.log" 2>&1 &
+AGENT=$!
+for _ in $(seq 50); do
+    "$B" nodes --output json 2>/dev/null | grep -q '"alive": true' && break
+    kill -0 $AGENT 2>/dev/null || fail "1. the agent exited: $(grep -i error "$W/agent.log" | tail -n 1)"
+    sleep 0.2
+done
+echo "1. the agent registered"
+grep "detect: GPU" "$W/agent.log"
+
+NODES=$("$B" nodes --output json)
+KIND=$(python3 -c 'import json,sys; n=json.load(sys.stdin)[0]; print(" ".join(a["kind"] for a in n["accelerators"]))' <<< "$NODES")
+set -- $KIND
+[ $# -eq "$DEVICES" ] || fail "2. nvidia-smi lists $DEVICES devices, hetsched nodes $# ($KIND)"
+KIND=$1
+echo "2. $# device(s) of kind $KIND"
+
+cat > "$W/gpu-job.toml" <<EOF
+[[application]]
+name = "burn"
+tasks = 2
+[application.gpu]
+gpus = 1
+cores = 1
+kind = "$KIND"
+command = ["python3", "-c", """
+import os, time, torch
+print("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"], "device", torch.cuda.get_device_name(0))
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+torch.cuda.synchronize()
+start = time.time()
+n = 0
+while time.time() < start + 8:
+    for _ in range(20):
+        b = a @ a
+    torch.cuda.synchronize()
+    n += 20
+print("bf16 TFLOP/s", round(n * 2 * 8192**3 / (time.time() - start) / 1e12))
+"""]
+EOF
+"$B" submit "$W/gpu-job.toml" || fail "3. the GPU job of kind $KIND was refused"
+PEAK=0
+for _ in $(seq 40); do
+    U=$(curl -s -H "Authorization: Bearer $(cat "$W/data/read-token")" "http://127.0.0.1:$((P + 1))/metrics" |
+        awk '/^hetsched_node_gpu_utilisation_ratio/ {print $2}' | sort -g | tail -n 1)
+    PEAK=$(python3 -c "print(max($PEAK, ${U:-0}))")
+    "$B" job 1 --output json | grep -q '"state": "completed"' && break
+    sleep 0.5
+done
+"$B" wait 1 --timeout 180s || fail "3. the GPU job did not complete"
+for i in 0 1; do
+    OUT=$("$B" log 1 "burn:$i")
+    echo "   burn:$i: $OUT" | tr '\n' ' '; echo
+    grep -q "CUDA_VISIBLE_DEVICES [0-9]" <<< "$OUT" || fail "3. burn:$i saw no CUDA_VISIBLE_DEVICES"
+done
+echo "3. the GPU job of kind $KIND completed on the device"
+python3 -c "import sys; sys.exit(0 if $PEAK > 0 else 1)" || fail "4. GPU utilisation stayed 0"
+echo "4. GPU utilisation reached $PEAK while it ran"
+
+cat > "$W/other-kind.toml" <<EOF
+[[application]]
+name = "elsewhere"
+tasks = 1
+[application.gpu]
+gpus = 1
+kind = "no-such-gpu"
+command = ["true"]
+EOF
+if ERR=$("$B" submit "$W/other-kind.toml" 2>&1); then fail "5. a job of a kind no node has was accepted"; fi
+grep -q "no-such-gpu" <<< "$ERR" || fail "5. the refusal does not name the kind: $ERR"
+echo "5. refused: $ERR"
+echo "all checks passed"
