@@ -23,6 +23,30 @@
 //! (0600) and drops from the restored store: the users' tokens' digests are in the store, so a
 //! restored server answers every token it answered when the backup was taken.
 //!
+//! **Divisible jobs' files.** A divisible job keeps its users' data as plain files under
+//! `DATA_DIR/divisible/job-N/` (`input`, `chunk-K.out`, `output`: see
+//! [`crate::jobs::divisible`]). After the store's snapshot, the backup copies into its table
+//! [`DIVISIBLE_TABLE`] (`path` relative to `divisible/`, `piece`, `mode`, `data`) the files of
+//! the divisible jobs *that snapshot holds* (its `div_jobs` rows not purged): a job submitted
+//! after the snapshot is not in the restored store, so its files would be orphans there, and a
+//! job purged after it has no files left to copy (the backup warns, naming its directory).
+//! Contents are streamed with SQLite's incremental blob I/O, in pieces of at most
+//! [`PIECE_BYTES`]: SQLite holds at most `SQLITE_MAX_LENGTH` (1e9 by default) bytes in one value,
+//! so a gathered output of any size is carried, and memory stays bounded whatever the size.
+//!
+//! The copy is not torn: the server writes every file of `divisible/` whole under a temporary
+//! name (`*.tmp`, `*.part`) and renames it into place once synced, never rewriting a file under
+//! its final name. The backup skips the temporary names (writes in flight) and copies each
+//! final file through one open descriptor, which a later rename does not change; should the
+//! file still change while it is copied (something other than the server writing it), the
+//! backup fails, naming it, rather than keep a torn copy. A file taken after the snapshot may
+//! be newer than the snapshot's rows (a chunk's output that arrived meanwhile, a gathered
+//! output of a job the snapshot has running): the restored server goes on from its rows, so
+//! a chunk not recorded done there is handed out and run again, and its new output replaces
+//! the file; an output gathered again replaces `output` likewise. A symbolic link, a
+//! directory or a special file (FIFO, socket, device) in a job's directory is not the
+//! server's: it is skipped with a warning naming it ([`Backup::skipped`]), not followed.
+//!
 //! [`restore`] takes the data directory's server lock (so a running server refuses it), checks
 //! the file is a hetsched store, moves the store it replaces — `state.db` with its `-wal` and
 //! `-shm`, together, so nothing committed is lost — and the files of [`SECRETS`] the backup
@@ -30,6 +54,16 @@
 //! `state.db` (0600). Leaving an old `-wal` beside a new `state.db` would have SQLite replay the
 //! old log into the new file. A backup taken before backups held the files restores the store
 //! alone, and the data directory's files stay as they are.
+//!
+//! A backup with [`DIVISIBLE_TABLE`] has its every path checked — `job-N/NAME`, one plain name
+//! in one job's directory, so nothing absolute, no `..`, nothing deeper — before anything
+//! changes, then written into a fresh `DATA_DIR/divisible.restoring/` (directories 0700, files
+//! owner-only, 0600 at least as private as the server writes them; created, never opened
+//! through a link) and synced; only then is the `divisible/` it replaces moved into
+//! `before-restore-SECS/` with the store, and the new one renamed into place. A disk that
+//! fills while the files are written changes nothing but the scratch directory, which goes. A
+//! backup without the table (taken before backups held these files) leaves `divisible/` as it
+//! is.
 
 use crate::datadir::{self, DataDirError};
 use rusqlite::{Connection, OpenFlags};
@@ -57,6 +91,25 @@ pub const SECRETS: [&str; 7] = [
 
 /// The table of a backup that holds [`SECRETS`]' files (name, contents).
 pub const FILES_TABLE: &str = "hetsched_backup_files";
+
+/// The table of a backup that holds the divisible jobs' files: `path` (relative to
+/// `divisible/`: `job-N/NAME`), `piece` (0, 1, … in order), `mode` (the file's permission
+/// bits), `data` (at most [`PIECE_BYTES`] of its contents). A file of 0 bytes has one empty
+/// piece.
+pub const DIVISIBLE_TABLE: &str = "hetsched_backup_divisible";
+
+/// The data directory's directory of divisible jobs' files (`crate::jobs::divisible`'s).
+pub const DIVISIBLE_DIR: &str = "divisible";
+
+/// Where [`restore`] writes the divisible jobs' files before it renames them into place.
+const DIVISIBLE_STAGING: &str = "divisible.restoring";
+
+/// The most bytes of a file in one row of [`DIVISIBLE_TABLE`]: far below SQLite's limit on one
+/// value (`SQLITE_MAX_LENGTH`, 1e9 bytes by default), so a file of any size is carried.
+pub const PIECE_BYTES: u64 = 64 << 20;
+
+/// The buffer the divisible jobs' files are streamed through.
+const STREAM_BUFFER: usize = 256 << 10;
 
 /// The largest such file a backup takes (they are a few hundred bytes; a larger one is not
 /// one the server wrote).
@@ -115,6 +168,15 @@ fn refused(path: &Path, message: impl Into<String>) -> BackupError {
     }
 }
 
+/// How many divisible jobs' files a backup carried, and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Carried {
+    /// Files.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 /// What [`backup`] wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Backup {
@@ -126,6 +188,11 @@ pub struct Backup {
     pub jobs: u64,
     /// The data directory's files of [`SECRETS`] it holds, by name.
     pub files: Vec<String>,
+    /// The divisible jobs' files it holds ([`DIVISIBLE_TABLE`]).
+    pub divisible: Carried,
+    /// What under `divisible/` it did not take, each `PATH: why` (a symbolic link, a special
+    /// file, the directory of a job purged since the snapshot), for warnings.
+    pub skipped: Vec<String>,
 }
 
 /// What [`restore`] did.
@@ -140,12 +207,20 @@ pub struct Restored {
     /// The data directory's files of [`SECRETS`] written back from the backup, by name (none
     /// from a backup taken before backups held them).
     pub files: Vec<String>,
+    /// The divisible jobs' files written back into `divisible/`; `None` from a backup taken
+    /// before backups held them (`divisible/` was left as it was).
+    pub divisible: Option<Carried>,
 }
 
 /// Copies the store of `data_dir` — while its server runs or not — into the new file `dest`,
 /// consistently (see the module's documentation). `dest` must not exist, and must not be in the
 /// data directory (a file there named like the store's WAL would be taken for it).
 pub fn backup(data_dir: &Path, dest: &Path) -> Result<Backup, BackupError> {
+    backup_in_pieces(data_dir, dest, PIECE_BYTES)
+}
+
+/// [`backup`], the divisible jobs' files cut in pieces of at most `piece` bytes.
+fn backup_in_pieces(data_dir: &Path, dest: &Path, piece: u64) -> Result<Backup, BackupError> {
     let store = store_of(data_dir)?;
     let dir = parent_of(dest)?;
     let real_dir = dir.canonicalize().map_err(io(&dir))?;
@@ -173,6 +248,7 @@ pub fn backup(data_dir: &Path, dest: &Path) -> Result<Backup, BackupError> {
     ));
     let result = write_copy(&store, &tmp, true).and_then(|jobs| {
         let files = add_secrets(data_dir, &tmp)?;
+        let (divisible, skipped) = add_divisible(data_dir, &tmp, piece)?;
         // Linked, not renamed: a file that appeared at `dest` meanwhile is not replaced.
         std::fs::hard_link(&tmp, dest).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
@@ -185,16 +261,18 @@ pub fn backup(data_dir: &Path, dest: &Path) -> Result<Backup, BackupError> {
             }
         })?;
         sync_dir(&dir)?;
-        Ok((jobs, files))
+        Ok((jobs, files, divisible, skipped))
     });
     let _ = std::fs::remove_file(&tmp);
-    let (jobs, files) = result?;
+    let (jobs, files, divisible, skipped) = result?;
     let bytes = std::fs::metadata(dest).map_err(io(dest))?.len();
     Ok(Backup {
         path: dest.to_path_buf(),
         bytes,
         jobs,
         files,
+        divisible,
+        skipped,
     })
 }
 
@@ -221,34 +299,58 @@ pub fn restore(data_dir: &Path, src: &Path) -> Result<Restored, BackupError> {
             "is in the data directory: move it out first (a restore moves the store's files)",
         ));
     }
-    let files = {
-        let conn = open_read_only(src)?;
-        check_store(&conn, src)?;
-        read_secrets(&conn, src)?
-    };
+    // Everything the backup holds is checked before anything changes.
+    let conn = open_read_only(src)?;
+    check_store(&conn, src)?;
+    let files = read_secrets(&conn, src)?;
+    let divisible = read_divisible(&conn, src)?;
     let tmp = data_dir.join("state.db.restoring");
     let _ = std::fs::remove_file(&tmp);
+    let staging = data_dir.join(DIVISIBLE_STAGING);
     let result = write_copy(src, &tmp, false).and_then(|jobs| {
         // The store keeps no copy of the files: they live in the data directory alone.
         Connection::open(&tmp)
-            .and_then(|c| c.execute_batch(&format!("DROP TABLE IF EXISTS {FILES_TABLE}")))
+            .and_then(|c| {
+                c.execute_batch(&format!(
+                    "DROP TABLE IF EXISTS {FILES_TABLE}; DROP TABLE IF EXISTS {DIVISIBLE_TABLE}"
+                ))?;
+                // The divisible files' pages would stay in the store as free pages.
+                if divisible.as_ref().is_some_and(|(_, c)| c.bytes > 0) {
+                    c.execute_batch("VACUUM")?;
+                }
+                Ok(())
+            })
             .map_err(sql(&tmp))?;
-        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        if let Some((entries, _)) = &divisible {
+            stage_divisible(&conn, src, &staging, entries)?;
+        }
+        let mut names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        if divisible.is_some() {
+            names.push(DIVISIBLE_DIR);
+        }
         let replaced = set_aside_store(data_dir, &names)?;
         for (name, data) in &files {
             write_private(&data_dir.join(name), data)?;
+        }
+        if divisible.is_some() {
+            let dir = data_dir.join(DIVISIBLE_DIR);
+            std::fs::rename(&staging, &dir).map_err(io(&dir))?;
         }
         std::fs::rename(&tmp, &store).map_err(io(&store))?;
         sync_dir(data_dir)?;
         Ok((jobs, replaced))
     });
     let _ = std::fs::remove_file(&tmp);
+    if std::fs::symlink_metadata(&staging).is_ok_and(|m| m.is_dir()) {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
     let (jobs, replaced) = result?;
     Ok(Restored {
         store,
         replaced,
         jobs,
         files: files.into_iter().map(|(n, _)| n).collect(),
+        divisible: divisible.map(|(_, c)| c),
     })
 }
 
@@ -455,6 +557,402 @@ fn read_secrets(conn: &Connection, src: &Path) -> Result<Vec<(String, Vec<u8>)>,
         files.push((name, data));
     }
     Ok(files)
+}
+
+/// Whether `conn` has table `name`.
+fn has_table(conn: &Connection, path: &Path, name: &str) -> Result<bool, BackupError> {
+    let n: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [name],
+            |r| r.get(0),
+        )
+        .map_err(sql(path))?;
+    Ok(n > 0)
+}
+
+/// Whether the server writes `name` under a temporary name (being written: see
+/// `crate::jobs::divisible`'s `write_durably`, `temp_output` and `gather`), then renames it.
+fn is_temporary(name: &str) -> bool {
+    name.ends_with(".tmp") || name.ends_with(".part")
+}
+
+/// Copies into [`DIVISIBLE_TABLE`] of the backup copy `tmp` (created here) the files under
+/// `DATA_DIR/divisible/` of the divisible jobs the copy holds, in pieces of at most `piece`
+/// bytes, and syncs it: what it carried, and what it skipped (`PATH: why`). See the module's
+/// documentation.
+fn add_divisible(
+    data_dir: &Path,
+    tmp: &Path,
+    piece: u64,
+) -> Result<(Carried, Vec<String>), BackupError> {
+    let mut conn = Connection::open(tmp).map_err(sql(tmp))?;
+    let ids: Vec<i64> = if has_table(&conn, tmp, "div_jobs")? {
+        let mut stmt = conn
+            .prepare("SELECT id FROM div_jobs WHERE state != ?1 ORDER BY id")
+            .map_err(sql(tmp))?;
+        stmt.query_map([crate::jobs::divisible::PURGED], |r| r.get(0))
+            .and_then(|rows| rows.collect::<Result<_, _>>())
+            .map_err(sql(tmp))?
+    } else {
+        Vec::new()
+    };
+    let tx = conn.transaction().map_err(sql(tmp))?;
+    tx.execute_batch(&format!(
+        "CREATE TABLE {DIVISIBLE_TABLE}(path TEXT NOT NULL, piece INTEGER NOT NULL, \
+         mode INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY(path, piece))"
+    ))
+    .map_err(sql(tmp))?;
+    let root = data_dir.join(DIVISIBLE_DIR);
+    let mut carried = Carried::default();
+    let mut skipped = Vec::new();
+    for id in ids {
+        let rel_dir = format!("job-{id}");
+        let dir = root.join(&rel_dir);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                skipped.push(format!(
+                    "{}: is not a directory (a symbolic link?): divisible job {id}'s files are \
+                     not in the backup",
+                    dir.display()
+                ));
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                skipped.push(format!(
+                    "{}: is gone (the job was purged after the snapshot?): divisible job {id} is \
+                     in the backup without its files",
+                    dir.display()
+                ));
+                continue;
+            }
+            Err(e) => return Err(io(&dir)(e)),
+        }
+        let listed: std::io::Result<Vec<std::ffi::OsString>> = std::fs::read_dir(&dir)
+            .and_then(|entries| entries.map(|e| e.map(|e| e.file_name())).collect());
+        let mut names = match listed {
+            Ok(names) => names,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                skipped.push(format!(
+                    "{}: went while the backup ran (the job was purged after the snapshot?): \
+                     divisible job {id} is in the backup without its files",
+                    dir.display()
+                ));
+                continue;
+            }
+            Err(e) => return Err(io(&dir)(e)),
+        };
+        names.sort();
+        for name in names {
+            let path = dir.join(&name);
+            let Some(name) = name.to_str() else {
+                skipped.push(format!(
+                    "{}: a name that is not UTF-8 is not one the server writes: not in the backup",
+                    path.display()
+                ));
+                continue;
+            };
+            if is_temporary(name) {
+                continue;
+            }
+            match copy_file(&tx, &path, &format!("{rel_dir}/{name}"), piece)? {
+                Ok(bytes) => {
+                    carried.files += 1;
+                    carried.bytes += bytes;
+                }
+                Err(why) => skipped.push(format!("{}: {why}: not in the backup", path.display())),
+            }
+        }
+    }
+    tx.commit().map_err(sql(tmp))?;
+    conn.close().map_err(|(_, e)| sql(tmp)(e))?;
+    std::fs::File::open(tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io(tmp))?;
+    Ok((carried, skipped))
+}
+
+/// Copies the file `path` into [`DIVISIBLE_TABLE`] as `rel`, in pieces of at most `piece`
+/// bytes, streaming: its size, or why it is not a file to copy (a link, a directory, a special
+/// file). A file that changes while it is copied is an error naming it.
+fn copy_file(
+    tx: &rusqlite::Transaction,
+    path: &Path,
+    rel: &str,
+    piece: u64,
+) -> Result<Result<u64, &'static str>, BackupError> {
+    use std::io::{BufReader, Read};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let kind = |t: std::fs::FileType| {
+        if t.is_symlink() {
+            Err("is a symbolic link, which the server never writes there")
+        } else if t.is_dir() {
+            Err("is a directory, which the server never makes there")
+        } else if t.is_fifo() || t.is_socket() || t.is_block_device() || t.is_char_device() {
+            Err("is a special file (FIFO, socket or device), which the server never makes there")
+        } else {
+            Ok(())
+        }
+    };
+    // Its job purged while the backup ran (after the snapshot) takes its files away.
+    const GONE: &str = "is gone (its job was purged after the snapshot?)";
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Err(GONE)),
+        Err(e) => return Err(io(path)(e)),
+    };
+    if let Err(why) = kind(meta.file_type()) {
+        return Ok(Err(why));
+    }
+    // Not through a link, and not blocking should a FIFO have taken the name meanwhile.
+    let f = match OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Ok(Err(
+                "is a symbolic link, which the server never writes there",
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Err(GONE)),
+        Err(e) => return Err(io(path)(e)),
+    };
+    let before = f.metadata().map_err(io(path))?;
+    if let Err(why) = kind(before.file_type()) {
+        return Ok(Err(why));
+    }
+    let changed = || {
+        refused(
+            path,
+            "changed while the backup copied it (the server writes the files of `divisible/` \
+             whole, under a temporary name it then renames: something else is writing this \
+             one); no backup was written, try again",
+        )
+    };
+    let mode = before.mode() & 0o7777;
+    let len = before.len();
+    let mut left = len;
+    let mut k: i64 = 0;
+    loop {
+        let n = left.min(piece);
+        let size = i32::try_from(n).map_err(|_| refused(path, "a piece too large for SQLite"))?;
+        tx.prepare_cached(&format!(
+            "INSERT INTO {DIVISIBLE_TABLE}(path, piece, mode, data) VALUES (?1, ?2, ?3, ?4)"
+        ))
+        .and_then(|mut s| {
+            s.execute(rusqlite::params![
+                rel,
+                k,
+                mode,
+                rusqlite::blob::ZeroBlob(size)
+            ])
+        })
+        .map_err(sql(path))?;
+        if n > 0 {
+            let mut blob = tx
+                .blob_open(
+                    rusqlite::MAIN_DB,
+                    DIVISIBLE_TABLE,
+                    "data",
+                    tx.last_insert_rowid(),
+                    false,
+                )
+                .map_err(sql(path))?;
+            let mut reader = BufReader::with_capacity(STREAM_BUFFER, (&f).take(n));
+            let copied = std::io::copy(&mut reader, &mut blob).map_err(io(path))?;
+            if copied != n {
+                return Err(changed());
+            }
+        }
+        left -= n;
+        k += 1;
+        if left == 0 {
+            break;
+        }
+    }
+    let mut more = [0u8; 1];
+    let grew = (&f).read(&mut more).map_err(io(path))? != 0;
+    let after = f.metadata().map_err(io(path))?;
+    if grew
+        || after.len() != len
+        || after.mtime_nsec() != before.mtime_nsec()
+        || after.mtime() != before.mtime()
+    {
+        return Err(changed());
+    }
+    Ok(Ok(len))
+}
+
+/// One file of [`DIVISIBLE_TABLE`] as [`read_divisible`] checked it.
+struct StoredFile {
+    /// `job-N/NAME`.
+    rel: String,
+    /// Its permission bits as backed up.
+    mode: u32,
+    /// Its pieces in order: the row and its bytes.
+    pieces: Vec<(i64, u64)>,
+}
+
+/// Whether `rel` is a path [`add_divisible`] writes: `job-N/NAME`, one plain name in one job's
+/// directory (nothing absolute, no `.` or `..`, nothing deeper).
+fn is_divisible_path(rel: &str) -> bool {
+    let mut parts = rel.split('/');
+    let (Some(dir), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let job = dir
+        .strip_prefix("job-")
+        .is_some_and(|n| !n.is_empty() && n.len() <= 20 && n.bytes().all(|b| b.is_ascii_digit()));
+    job && !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.len() <= 255
+        && !name.contains('\0')
+}
+
+/// The files [`add_divisible`] put in backup `src`, each checked (a path [`is_divisible_path`]
+/// allows, pieces 0, 1, … of at most [`PIECE_BYTES`], blobs), with what they add up to; `None`
+/// for a backup without the table. Nothing is read of their contents.
+fn read_divisible(
+    conn: &Connection,
+    src: &Path,
+) -> Result<Option<(Vec<StoredFile>, Carried)>, BackupError> {
+    if !has_table(conn, src, DIVISIBLE_TABLE)? {
+        return Ok(None);
+    }
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT rowid, path, piece, mode, length(data), typeof(data) = 'blob' \
+             FROM {DIVISIBLE_TABLE} ORDER BY path, piece"
+        ))
+        .map_err(sql(src))?;
+    let mut rows = stmt.query([]).map_err(sql(src))?;
+    let mut files: Vec<StoredFile> = Vec::new();
+    let mut carried = Carried::default();
+    while let Some(row) = rows.next().map_err(sql(src))? {
+        let read = || -> rusqlite::Result<(i64, String, i64, i64, i64, bool)> {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+            ))
+        };
+        let (rowid, rel, piece, mode, len, is_blob) = read().map_err(sql(src))?;
+        let bad = |why: &str| {
+            refused(
+                src,
+                format!(
+                    "holds a divisible-job file `{}` {why}; it is not a backup hetsched writes",
+                    hetsched_core::text::clip(&rel)
+                ),
+            )
+        };
+        if !is_divisible_path(&rel) {
+            return Err(bad(
+                "whose path would not be one file in one job's directory under `divisible/` \
+                 (job-N/NAME)",
+            ));
+        }
+        let len = u64::try_from(len)
+            .ok()
+            .filter(|&l| is_blob && l <= PIECE_BYTES)
+            .ok_or_else(|| {
+                bad(&format!(
+                    "with a piece that is no blob of at most {PIECE_BYTES} bytes"
+                ))
+            })?;
+        let mode = u32::try_from(mode)
+            .ok()
+            .filter(|m| m & !0o7777 == 0)
+            .ok_or_else(|| bad("with a mode that is no file's"))?;
+        match files.last_mut() {
+            Some(f) if f.rel == rel => {
+                if usize::try_from(piece).ok() != Some(f.pieces.len()) {
+                    return Err(bad("with a piece missing or repeated"));
+                }
+                f.pieces.push((rowid, len));
+            }
+            _ => {
+                if piece != 0 {
+                    return Err(bad("with a piece missing or repeated"));
+                }
+                carried.files += 1;
+                files.push(StoredFile {
+                    rel,
+                    mode,
+                    pieces: vec![(rowid, len)],
+                });
+            }
+        }
+        carried.bytes += len;
+    }
+    Ok(Some((files, carried)))
+}
+
+/// Writes the files of `src` (open as `conn`) that [`read_divisible`] checked into the new
+/// directory `staging` (0700; each job's directory 0700; each file owner-only, at most 0600
+/// plus the owner's execute bit it had), streaming, and syncs them. A leftover `staging` (a
+/// restore that died) is removed first.
+fn stage_divisible(
+    conn: &Connection,
+    src: &Path,
+    staging: &Path,
+    files: &[StoredFile],
+) -> Result<(), BackupError> {
+    use std::io::{BufReader, Write};
+    match std::fs::symlink_metadata(staging) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(staging).map_err(io(staging))?,
+        Ok(_) => std::fs::remove_file(staging).map_err(io(staging))?,
+        Err(_) => {}
+    }
+    let private_dir = |dir: &Path| {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(io(dir))
+    };
+    private_dir(staging)?;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for file in files {
+        // Checked by `read_divisible`: `job-N/NAME`.
+        let (job, name) = file.rel.split_once('/').unwrap_or((&file.rel, ""));
+        let dir = staging.join(job);
+        if dirs.last() != Some(&dir) && !dir.exists() {
+            private_dir(&dir)?;
+            dirs.push(dir.clone());
+        }
+        let path = dir.join(name);
+        let mut out = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode((file.mode & 0o700) | 0o600)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&path)
+            .map_err(io(&path))?;
+        for &(rowid, len) in &file.pieces {
+            if len == 0 {
+                continue;
+            }
+            let blob = conn
+                .blob_open(rusqlite::MAIN_DB, DIVISIBLE_TABLE, "data", rowid, true)
+                .map_err(sql(src))?;
+            let mut reader = BufReader::with_capacity(STREAM_BUFFER, blob);
+            std::io::copy(&mut reader, &mut out).map_err(io(&path))?;
+        }
+        out.flush()
+            .and_then(|()| out.sync_all())
+            .map_err(io(&path))?;
+    }
+    for dir in &dirs {
+        sync_dir(dir)?;
+    }
+    sync_dir(staging)
 }
 
 /// Writes `data` into the new file `path`, 0600, not through a symbolic link, and syncs it.
@@ -667,6 +1165,216 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(data.join(datadir::CLIENT_TOKEN)).expect("token"),
             "the-admin-token"
+        );
+    }
+
+    /// Divisible job `id` in state `state` in `store`, as its kind stores it.
+    fn divisible_job(store: &crate::store::Store, id: i64, state: &str) {
+        store
+            .conn()
+            .execute(
+                "INSERT INTO div_jobs(id, origin, text, state, submitted_ns) \
+                 VALUES (?1, 'rows.toml', '', ?2, 0)",
+                rusqlite::params![id, state],
+            )
+            .expect("a divisible job row");
+    }
+
+    fn mode_of(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path)
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    /// The files of the divisible jobs the snapshot holds travel in the backup — cut in
+    /// pieces, skipping what the server never writes there and what it is still writing — and
+    /// a restore into a new data directory writes them back, private; into a data directory
+    /// with a `divisible/`, it keeps the one it replaces with the store.
+    #[test]
+    fn a_backup_carries_the_divisible_jobs_files_and_a_restore_writes_them_back_private() {
+        let d = scratch("divisible");
+        let (data, store) = store_in(&d);
+        divisible_job(&store, 1, "completed");
+        divisible_job(&store, 2, crate::jobs::divisible::PURGED);
+        let div = data.join(DIVISIBLE_DIR);
+        let job1 = div.join("job-1");
+        std::fs::create_dir_all(&job1).expect("job dir");
+        let input: Vec<u8> = (0..23u8).collect();
+        std::fs::write(job1.join("input"), &input).expect("input");
+        std::fs::write(job1.join("chunk-0.out"), "").expect("an empty chunk output");
+        std::fs::write(job1.join("output"), "the product\n").expect("output");
+        // Being written: the server renames it into place once whole.
+        std::fs::write(job1.join("output.tmp"), "half").expect("temporary");
+        std::os::unix::fs::symlink(d.join("outside"), job1.join("link")).expect("link");
+        nix::unistd::mkfifo(&job1.join("fifo"), nix::sys::stat::Mode::S_IRWXU).expect("fifo");
+        for job in ["job-2", "job-3"] {
+            std::fs::create_dir_all(div.join(job)).expect("dir");
+            std::fs::write(div.join(job).join("input"), job).expect("input");
+        }
+        let out = d.join("b.db");
+        let b = backup_in_pieces(&data, &out, 5).expect("backup");
+        assert_eq!(
+            b.divisible,
+            Carried {
+                files: 3,
+                bytes: 35
+            }
+        );
+        assert_eq!(b.skipped.len(), 2, "{:?}", b.skipped);
+        assert!(b.skipped[0].contains("job-1/fifo") && b.skipped[0].contains("special"));
+        assert!(b.skipped[1].contains("job-1/link") && b.skipped[1].contains("symbolic link"));
+        let pieces: i64 = Connection::open(&out)
+            .and_then(|c| {
+                c.query_row(
+                    &format!("SELECT COUNT(*) FROM {DIVISIBLE_TABLE} WHERE path = 'job-1/input'"),
+                    [],
+                    |r| r.get(0),
+                )
+            })
+            .expect("pieces");
+        assert_eq!(pieces, 5, "23 bytes in pieces of at most 5");
+        drop(store);
+
+        // A new machine: a data directory that does not exist yet.
+        let fresh = d.join("fresh");
+        let r = restore(&fresh, &out).expect("restore");
+        assert_eq!(
+            r.divisible,
+            Some(Carried {
+                files: 3,
+                bytes: 35
+            })
+        );
+        let restored = fresh.join(DIVISIBLE_DIR).join("job-1");
+        assert_eq!(std::fs::read(restored.join("input")).expect("input"), input);
+        assert_eq!(
+            std::fs::read(restored.join("chunk-0.out")).expect("chunk"),
+            b""
+        );
+        assert_eq!(
+            std::fs::read_to_string(restored.join("output")).expect("output"),
+            "the product\n"
+        );
+        let mut names: Vec<_> = std::fs::read_dir(&restored)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["chunk-0.out", "input", "output"]);
+        assert!(!fresh.join(DIVISIBLE_DIR).join("job-2").exists());
+        assert!(!fresh.join(DIVISIBLE_DIR).join("job-3").exists());
+        assert!(!fresh.join(DIVISIBLE_STAGING).exists());
+        assert_eq!(mode_of(&fresh.join(DIVISIBLE_DIR)), 0o700);
+        assert_eq!(mode_of(&restored), 0o700);
+        for name in ["input", "chunk-0.out", "output"] {
+            assert_eq!(mode_of(&restored.join(name)), 0o600, "{name}");
+        }
+        // The store keeps no copy of them.
+        let c = Connection::open(&r.store).expect("restored store");
+        assert!(!has_table(&c, &r.store, DIVISIBLE_TABLE).expect("tables"));
+
+        // Over a data directory with its own `divisible/`: that one is kept aside.
+        let r = restore(&data, &out).expect("restore over");
+        let kept = r.replaced.expect("what it replaced");
+        assert!(
+            kept.join(DIVISIBLE_DIR)
+                .join("job-3")
+                .join("input")
+                .exists()
+        );
+        assert!(!div.join("job-3").exists());
+        assert_eq!(
+            std::fs::read(div.join("job-1").join("input")).expect("input"),
+            input
+        );
+    }
+
+    /// A backup whose divisible-job files table names a path that would leave `divisible/` (or
+    /// go deeper than a job's directory) is refused before anything changes; one without the
+    /// table (an older backup) leaves `divisible/` as it is.
+    #[test]
+    fn a_restore_refuses_a_divisible_path_escaping_divisible_before_anything_changes() {
+        let d = scratch("escape");
+        let (data, store) = store_in(&d);
+        divisible_job(&store, 1, "running");
+        let job1 = data.join(DIVISIBLE_DIR).join("job-1");
+        std::fs::create_dir_all(&job1).expect("job dir");
+        std::fs::write(job1.join("input"), "mine").expect("input");
+        let out = d.join("b.db");
+        backup(&data, &out).expect("backup");
+        drop(store);
+        let forged_paths = [
+            "../escaped",
+            "/tmp/escaped",
+            "job-1/../../escaped",
+            "job-1/a/b",
+            "job-1/..",
+            "job-1/",
+            "escaped",
+            "job-x/escaped",
+            "",
+        ];
+        for (i, path) in forged_paths.iter().enumerate() {
+            let forged = d.join(format!("forged-{i}.db"));
+            std::fs::copy(&out, &forged).expect("copy");
+            Connection::open(&forged)
+                .and_then(|c| {
+                    c.execute(
+                        &format!(
+                            "INSERT INTO {DIVISIBLE_TABLE}(path, piece, mode, data) \
+                             VALUES (?1, 0, 384, x'00')"
+                        ),
+                        [path],
+                    )
+                })
+                .expect("forged row");
+            let e = restore(&data, &forged).expect_err("a path out of `divisible/`");
+            assert!(
+                e.to_string()
+                    .contains(&format!("holds a divisible-job file `{path}` whose path")),
+                "{e}"
+            );
+        }
+        // Nothing changed: no file outside, the store and `divisible/` as they were, nothing
+        // set aside or left half-written.
+        assert!(!d.join("escaped").exists() && !data.join("escaped").exists());
+        assert!(!std::path::Path::new("/tmp/escaped").exists());
+        assert_eq!(
+            std::fs::read_to_string(job1.join("input")).expect("input"),
+            "mine"
+        );
+        let names: Vec<String> = std::fs::read_dir(&data)
+            .expect("data dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with("before-restore") || n.contains("restoring")),
+            "{names:?}"
+        );
+        let s = crate::store::Store::open(&data.join(datadir::STORE)).expect("the store");
+        let jobs: i64 = s
+            .conn()
+            .query_row("SELECT COUNT(*) FROM div_jobs", [], |r| r.get(0))
+            .expect("read");
+        assert_eq!(jobs, 1);
+        drop(s);
+
+        // A backup from before backups held these files restores the store alone.
+        let old = d.join("old.db");
+        std::fs::copy(&out, &old).expect("copy");
+        Connection::open(&old)
+            .and_then(|c| c.execute_batch(&format!("DROP TABLE {DIVISIBLE_TABLE}")))
+            .expect("an older backup");
+        std::fs::write(job1.join("output"), "gathered since").expect("output");
+        let r = restore(&data, &old).expect("restore");
+        assert_eq!(r.divisible, None);
+        assert_eq!(
+            std::fs::read_to_string(job1.join("output")).expect("output"),
+            "gathered since"
         );
     }
 }

@@ -85,8 +85,9 @@ pub enum ServerCommand {
     /// or not (SQLite's online backup: one commit's state, the WAL's included; copying the
     /// file itself under a running server is not safe). FILE is created mode 0600, never over
     /// an existing file, and not in the data directory. It holds the data directory's tokens
-    /// and secrets too (a restore writes them back); `divisible/` is plain files beside the
-    /// store: copy it too (see docs/runtime.md, "Backup and restore").
+    /// and secrets too, and the files of the divisible jobs the copy holds (DATA_DIR/divisible/:
+    /// inputs, chunk outputs, gathered outputs); a restore writes them all back (see
+    /// docs/runtime.md, "Backup and restore").
     #[command(
         after_help = "Example:\n  hetsched server backup --config /etc/hetsched/server.toml /backup/hetsched-$(date +%F).db"
     )]
@@ -97,8 +98,9 @@ pub enum ServerCommand {
         dir: DataDirArgs,
     },
     /// Put backup FILE in place as the store of a STOPPED server's data directory (created if
-    /// missing), and the backup's tokens and secrets beside it (0600); the store and files it
-    /// replaces, the store with its WAL, are kept in DATA_DIR/before-restore-SECS/.
+    /// missing), and the backup's tokens and secrets (0600) and divisible jobs' files
+    /// (DATA_DIR/divisible/) beside it; the store and files it replaces, the store with its WAL,
+    /// are kept in DATA_DIR/before-restore-SECS/.
     /// Refused while a server runs on the directory, and for a file that is no sound hetsched
     /// store.
     Restore {
@@ -146,6 +148,17 @@ fn with_files(files: &[String], word: &str) -> String {
     }
 }
 
+/// The divisible jobs' files a backup holds or a restore wrote back, for its line: ` and 3
+/// divisible-job files (1234 bytes)`.
+fn with_divisible(c: hetsched_server::backup::Carried) -> String {
+    format!(
+        " and {} divisible-job file{} ({} bytes)",
+        c.files,
+        if c.files == 1 { "" } else { "s" },
+        c.bytes
+    )
+}
+
 /// `hetsched server backup|restore`.
 fn server_command(command: ServerCommand) -> anyhow::Result<()> {
     match command {
@@ -153,13 +166,17 @@ fn server_command(command: ServerCommand) -> anyhow::Result<()> {
             let data_dir = dir.resolve()?;
             let b = hetsched_server::backup::backup(&data_dir, &file)
                 .with_context(|| format!("backing up the store of {}", data_dir.display()))?;
+            for why in &b.skipped {
+                eprintln!("warning: {why}");
+            }
             println!(
-                "backed up {} into {} ({} bytes, {} jobs){}",
+                "backed up {} into {} ({} bytes, {} jobs){}{}",
                 data_dir.join(hetsched_server::datadir::STORE).display(),
                 b.path.display(),
                 b.bytes,
                 b.jobs,
-                with_files(&b.files, "with")
+                with_files(&b.files, "with"),
+                with_divisible(b.divisible)
             );
         }
         ServerCommand::Restore { file, dir } => {
@@ -168,11 +185,12 @@ fn server_command(command: ServerCommand) -> anyhow::Result<()> {
                 format!("restoring {} into {}", file.display(), data_dir.display())
             })?;
             println!(
-                "restored {} into {} ({} jobs){}{}; start the server",
+                "restored {} into {} ({} jobs){}{}{}; start the server",
                 file.display(),
                 r.store.display(),
                 r.jobs,
                 with_files(&r.files, "and"),
+                r.divisible.map_or(String::new(), with_divisible),
                 r.replaced.map_or(String::new(), |d| format!(
                     "; the store it replaced is in {}",
                     d.display()

@@ -136,3 +136,82 @@ fn a_running_servers_store_is_backed_up_and_restored_into_its_stopped_data_direc
     let id = c.ok(&["submit", "--name", "again", "--", "true"]);
     assert!(id.contains("job 2 "), "{id}");
 }
+
+/// `hetsched output ID` into `dir` (under the cluster's directory): the gathered output of
+/// divisible job `id`.
+fn gathered(c: &Cluster, id: &str, dir: &str) -> Vec<u8> {
+    let to = c.dir.join(dir);
+    c.ok(&["output", id, "-o", to.to_str().expect("path")]);
+    std::fs::read(to.join(format!("job-{id}.out"))).expect("the gathered output")
+}
+
+/// One backup file restores the whole server: a divisible job's files (its input, its chunks'
+/// outputs, its gathered output) travel in it, and a server started on a new, empty data
+/// directory restored from it serves the job's output and its chunks' as before.
+#[test]
+fn a_divisible_jobs_files_travel_in_the_backup_to_a_server_on_a_new_data_directory() {
+    let mut c = Cluster::start("backup-div", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let numbers: String = (0..100).map(|i| format!("{i:03}\n")).collect();
+    std::fs::write(c.dir.join("numbers.txt"), numbers).expect("input");
+    let file = c.write(
+        "sum.toml",
+        "[[divisible]]\nname = \"sum\"\nunits = 100\n\
+         command = \"echo units {start}..{end} >&2; awk '{ s += $1 } END { print s }' {input}\"\n\
+         input = \"numbers.txt\"\nunit_bytes = 4\n",
+    );
+    let id = c.json(&["submit", file.to_str().expect("path")])["job_id"]
+        .as_u64()
+        .expect("job id")
+        .to_string();
+    c.ok(&["wait", &id]);
+    let before = gathered(&c, &id, "out-before");
+    let sum: u64 = String::from_utf8_lossy(&before)
+        .lines()
+        .map(|l| l.trim().parse::<u64>().expect("a chunk's sum"))
+        .sum();
+    assert_eq!(sum, 4950);
+    let chunk0 = c.ok(&["log", &id, "0"]);
+
+    // Taken while the server runs.
+    let backup = c.dir.join("whole.db");
+    let said = c.ok(&[
+        "server",
+        "backup",
+        "--data-dir",
+        c.data().to_str().expect("path"),
+        backup.to_str().expect("path"),
+    ]);
+    assert!(said.contains(" divisible-job files ("), "{said}");
+    c.kill_agent("a");
+    assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
+
+    // A new machine: a data directory that does not exist yet, nothing copied beside.
+    let mut fresh = Cluster::stopped("backup-div-new");
+    let fresh_data = fresh.data();
+    assert!(!fresh_data.exists());
+    let said = fresh.ok(&[
+        "server",
+        "restore",
+        "--data-dir",
+        fresh_data.to_str().expect("path"),
+        backup.to_str().expect("path"),
+    ]);
+    assert!(said.contains(" divisible-job files ("), "{said}");
+    fresh.start_server();
+    assert_eq!(gathered(&fresh, &id, "out-after"), before);
+    assert_eq!(fresh.ok(&["log", &id, "0"]), chunk0);
+    // Written back private: users' data.
+    let files = fresh_data.join("divisible").join(format!("job-{id}"));
+    for path in [fresh_data.join("divisible"), files.clone()] {
+        let mode = std::fs::metadata(&path).expect("dir").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", path.display());
+    }
+    let mode = std::fs::metadata(files.join("output"))
+        .expect("output")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+}
