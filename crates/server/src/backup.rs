@@ -47,6 +47,13 @@
 //! directory or a special file (FIFO, socket, device) in a job's directory is not the
 //! server's: it is skipped with a warning naming it ([`Backup::skipped`]), not followed.
 //!
+//! **Set-aside files.** `DATA_DIR/set-aside/` holds what `hetsched server --set-aside` took out
+//! of the store ([`crate::set_aside`]: `job-N.toml`, `job-N.json`, a divisible job's
+//! `job-N.files/`): their only copy, so the backup holds all of it the same way, in
+//! [`SET_ASIDE_TABLE`]. It is written only at a server's start, so never while a backup of a
+//! running server reads it. `DATA_DIR/allocations/` is not held: the batch system's output of
+//! past allocations, and scripts the server writes again at start.
+//!
 //! [`restore`] takes the data directory's server lock (so a running server refuses it), checks
 //! the file is a hetsched store, moves the store it replaces — `state.db` with its `-wal` and
 //! `-shm`, together, so nothing committed is lost — and the files of [`SECRETS`] the backup
@@ -63,7 +70,8 @@
 //! `before-restore-SECS/` with the store, and the new one renamed into place. A disk that
 //! fills while the files are written changes nothing but the scratch directory, which goes. A
 //! backup without the table (taken before backups held these files) leaves `divisible/` as it
-//! is.
+//! is. [`SET_ASIDE_TABLE`] goes the same way (`NAME` or `STEM.files/NAME`, through
+//! `set-aside.restoring/`).
 
 use crate::datadir::{self, DataDirError};
 use rusqlite::{Connection, OpenFlags};
@@ -101,8 +109,10 @@ pub const DIVISIBLE_TABLE: &str = "hetsched_backup_divisible";
 /// The data directory's directory of divisible jobs' files (`crate::jobs::divisible`'s).
 pub const DIVISIBLE_DIR: &str = "divisible";
 
-/// Where [`restore`] writes the divisible jobs' files before it renames them into place.
-const DIVISIBLE_STAGING: &str = "divisible.restoring";
+/// The table of a backup that holds the files of `DATA_DIR/set-aside/` (what `hetsched server
+/// --set-aside` kept of jobs and topologies it took out of the store: their only copy), as
+/// [`DIVISIBLE_TABLE`] does, `path` relative to `set-aside/` (`NAME`, `STEM.files/NAME`).
+pub const SET_ASIDE_TABLE: &str = "hetsched_backup_set_aside";
 
 /// The most bytes of a file in one row of [`DIVISIBLE_TABLE`]: far below SQLite's limit on one
 /// value (`SQLITE_MAX_LENGTH`, 1e9 bytes by default), so a file of any size is carried.
@@ -190,8 +200,10 @@ pub struct Backup {
     pub files: Vec<String>,
     /// The divisible jobs' files it holds ([`DIVISIBLE_TABLE`]).
     pub divisible: Carried,
-    /// What under `divisible/` it did not take, each `PATH: why` (a symbolic link, a special
-    /// file, the directory of a job purged since the snapshot), for warnings.
+    /// The files of `set-aside/` it holds ([`SET_ASIDE_TABLE`]).
+    pub set_aside: Carried,
+    /// What under `divisible/` and `set-aside/` it did not take, each `PATH: why` (a symbolic
+    /// link, a special file, the directory of a job purged since the snapshot), for warnings.
     pub skipped: Vec<String>,
 }
 
@@ -210,6 +222,8 @@ pub struct Restored {
     /// The divisible jobs' files written back into `divisible/`; `None` from a backup taken
     /// before backups held them (`divisible/` was left as it was).
     pub divisible: Option<Carried>,
+    /// The files written back into `set-aside/`; `None` likewise.
+    pub set_aside: Option<Carried>,
 }
 
 /// Copies the store of `data_dir` — while its server runs or not — into the new file `dest`,
@@ -248,7 +262,7 @@ fn backup_in_pieces(data_dir: &Path, dest: &Path, piece: u64) -> Result<Backup, 
     ));
     let result = write_copy(&store, &tmp, true).and_then(|jobs| {
         let files = add_secrets(data_dir, &tmp)?;
-        let (divisible, skipped) = add_divisible(data_dir, &tmp, piece)?;
+        let added = add_trees(data_dir, &tmp, piece)?;
         // Linked, not renamed: a file that appeared at `dest` meanwhile is not replaced.
         std::fs::hard_link(&tmp, dest).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AlreadyExists {
@@ -261,18 +275,19 @@ fn backup_in_pieces(data_dir: &Path, dest: &Path, piece: u64) -> Result<Backup, 
             }
         })?;
         sync_dir(&dir)?;
-        Ok((jobs, files, divisible, skipped))
+        Ok((jobs, files, added))
     });
     let _ = std::fs::remove_file(&tmp);
-    let (jobs, files, divisible, skipped) = result?;
+    let (jobs, files, added) = result?;
     let bytes = std::fs::metadata(dest).map_err(io(dest))?.len();
     Ok(Backup {
         path: dest.to_path_buf(),
         bytes,
         jobs,
         files,
-        divisible,
-        skipped,
+        divisible: added.divisible,
+        set_aside: added.set_aside,
+        skipped: added.skipped,
     })
 }
 
@@ -303,54 +318,71 @@ pub fn restore(data_dir: &Path, src: &Path) -> Result<Restored, BackupError> {
     let conn = open_read_only(src)?;
     check_store(&conn, src)?;
     let files = read_secrets(&conn, src)?;
-    let divisible = read_divisible(&conn, src)?;
+    let trees: Vec<(Tree, Option<Held>)> = TREES
+        .iter()
+        .map(|&tree| Ok((tree, read_tree(&conn, src, tree)?)))
+        .collect::<Result<_, BackupError>>()?;
+    let held = || {
+        trees
+            .iter()
+            .filter_map(|(tree, f)| f.as_ref().map(|f| (*tree, f)))
+    };
     let tmp = data_dir.join("state.db.restoring");
     let _ = std::fs::remove_file(&tmp);
-    let staging = data_dir.join(DIVISIBLE_STAGING);
     let result = write_copy(src, &tmp, false).and_then(|jobs| {
         // The store keeps no copy of the files: they live in the data directory alone.
         Connection::open(&tmp)
             .and_then(|c| {
-                c.execute_batch(&format!(
-                    "DROP TABLE IF EXISTS {FILES_TABLE}; DROP TABLE IF EXISTS {DIVISIBLE_TABLE}"
-                ))?;
-                // The divisible files' pages would stay in the store as free pages.
-                if divisible.as_ref().is_some_and(|(_, c)| c.bytes > 0) {
+                c.execute_batch(&format!("DROP TABLE IF EXISTS {FILES_TABLE}"))?;
+                for tree in TREES {
+                    c.execute_batch(&format!("DROP TABLE IF EXISTS {}", tree.table))?;
+                }
+                // The files' pages would stay in the store as free pages.
+                if held().any(|(_, (_, c))| c.bytes > 0) {
                     c.execute_batch("VACUUM")?;
                 }
                 Ok(())
             })
             .map_err(sql(&tmp))?;
-        if let Some((entries, _)) = &divisible {
-            stage_divisible(&conn, src, &staging, entries)?;
+        // Written and synced aside first: a disk that fills changes nothing.
+        for (tree, (entries, _)) in held() {
+            stage_tree(&conn, src, data_dir, tree, entries)?;
         }
-        let mut names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
-        if divisible.is_some() {
-            names.push(DIVISIBLE_DIR);
-        }
+        let names: Vec<&str> = files
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .chain(held().map(|(tree, _)| tree.dir))
+            .collect();
         let replaced = set_aside_store(data_dir, &names)?;
         for (name, data) in &files {
             write_private(&data_dir.join(name), data)?;
         }
-        if divisible.is_some() {
-            let dir = data_dir.join(DIVISIBLE_DIR);
-            std::fs::rename(&staging, &dir).map_err(io(&dir))?;
+        for (tree, _) in held() {
+            let dir = data_dir.join(tree.dir);
+            std::fs::rename(data_dir.join(tree.staging), &dir).map_err(io(&dir))?;
         }
         std::fs::rename(&tmp, &store).map_err(io(&store))?;
         sync_dir(data_dir)?;
         Ok((jobs, replaced))
     });
     let _ = std::fs::remove_file(&tmp);
-    if std::fs::symlink_metadata(&staging).is_ok_and(|m| m.is_dir()) {
-        let _ = std::fs::remove_dir_all(&staging);
+    for tree in TREES {
+        let _ = remove_staging(&data_dir.join(tree.staging));
     }
     let (jobs, replaced) = result?;
+    let carried = |tree: Tree| {
+        trees
+            .iter()
+            .find(|(t, _)| t.table == tree.table)
+            .and_then(|(_, f)| f.as_ref().map(|(_, c)| *c))
+    };
     Ok(Restored {
         store,
         replaced,
         jobs,
         files: files.into_iter().map(|(n, _)| n).collect(),
-        divisible: divisible.map(|(_, c)| c),
+        divisible: carried(DIVISIBLE),
+        set_aside: carried(SET_ASIDE),
     })
 }
 
@@ -571,21 +603,62 @@ fn has_table(conn: &Connection, path: &Path, name: &str) -> Result<bool, BackupE
     Ok(n > 0)
 }
 
+/// A directory of the data directory whose files a backup holds, in a table of its own.
+#[derive(Clone, Copy, Debug)]
+struct Tree {
+    /// The directory, under `DATA_DIR`.
+    dir: &'static str,
+    /// The backup's table of its files.
+    table: &'static str,
+    /// Where [`restore`] writes them before it renames them into place.
+    staging: &'static str,
+    /// Whether a path of the table is one the backup writes, relative to `dir`.
+    is_path: fn(&str) -> bool,
+    /// Those paths, for a refusal.
+    rule: &'static str,
+}
+
+/// The divisible jobs' files: `divisible/job-N/NAME`.
+const DIVISIBLE: Tree = Tree {
+    dir: DIVISIBLE_DIR,
+    table: DIVISIBLE_TABLE,
+    staging: "divisible.restoring",
+    is_path: is_divisible_path,
+    rule: "one file in one job's directory under `divisible/` (job-N/NAME)",
+};
+
+/// What `hetsched server --set-aside` kept ([`crate::set_aside`]): `set-aside/NAME`, and a
+/// divisible job's files moved to `set-aside/STEM.files/NAME`.
+const SET_ASIDE: Tree = Tree {
+    dir: crate::set_aside::DIR,
+    table: SET_ASIDE_TABLE,
+    staging: "set-aside.restoring",
+    is_path: is_set_aside_path,
+    rule: "one file of `set-aside/` or of one `.files` directory there (NAME, STEM.files/NAME)",
+};
+
+/// The trees a backup holds, in order.
+const TREES: [Tree; 2] = [DIVISIBLE, SET_ASIDE];
+
 /// Whether the server writes `name` under a temporary name (being written: see
 /// `crate::jobs::divisible`'s `write_durably`, `temp_output` and `gather`), then renames it.
 fn is_temporary(name: &str) -> bool {
     name.ends_with(".tmp") || name.ends_with(".part")
 }
 
-/// Copies into [`DIVISIBLE_TABLE`] of the backup copy `tmp` (created here) the files under
-/// `DATA_DIR/divisible/` of the divisible jobs the copy holds, in pieces of at most `piece`
-/// bytes, and syncs it: what it carried, and what it skipped (`PATH: why`). See the module's
-/// documentation.
-fn add_divisible(
-    data_dir: &Path,
-    tmp: &Path,
-    piece: u64,
-) -> Result<(Carried, Vec<String>), BackupError> {
+/// What [`add_trees`] copied and skipped.
+#[derive(Default)]
+struct Added {
+    divisible: Carried,
+    set_aside: Carried,
+    skipped: Vec<String>,
+}
+
+/// Copies into the backup copy `tmp` the files of [`TREES`], in pieces of at most `piece`
+/// bytes, and syncs it: into [`DIVISIBLE_TABLE`] those under `DATA_DIR/divisible/` of the
+/// divisible jobs the copy holds, into [`SET_ASIDE_TABLE`] those of `DATA_DIR/set-aside/`.
+/// See the module's documentation.
+fn add_trees(data_dir: &Path, tmp: &Path, piece: u64) -> Result<Added, BackupError> {
     let mut conn = Connection::open(tmp).map_err(sql(tmp))?;
     let ids: Vec<i64> = if has_table(&conn, tmp, "div_jobs")? {
         let mut stmt = conn
@@ -598,21 +671,23 @@ fn add_divisible(
         Vec::new()
     };
     let tx = conn.transaction().map_err(sql(tmp))?;
-    tx.execute_batch(&format!(
-        "CREATE TABLE {DIVISIBLE_TABLE}(path TEXT NOT NULL, piece INTEGER NOT NULL, \
-         mode INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY(path, piece))"
-    ))
-    .map_err(sql(tmp))?;
+    for tree in TREES {
+        tx.execute_batch(&format!(
+            "CREATE TABLE {}(path TEXT NOT NULL, piece INTEGER NOT NULL, \
+             mode INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY(path, piece))",
+            tree.table
+        ))
+        .map_err(sql(tmp))?;
+    }
+    let mut added = Added::default();
     let root = data_dir.join(DIVISIBLE_DIR);
-    let mut carried = Carried::default();
-    let mut skipped = Vec::new();
     for id in ids {
         let rel_dir = format!("job-{id}");
         let dir = root.join(&rel_dir);
         match std::fs::symlink_metadata(&dir) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
-                skipped.push(format!(
+                added.skipped.push(format!(
                     "{}: is not a directory (a symbolic link?): divisible job {id}'s files are \
                      not in the backup",
                     dir.display()
@@ -620,7 +695,7 @@ fn add_divisible(
                 continue;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                skipped.push(format!(
+                added.skipped.push(format!(
                     "{}: is gone (the job was purged after the snapshot?): divisible job {id} is \
                      in the backup without its files",
                     dir.display()
@@ -629,25 +704,75 @@ fn add_divisible(
             }
             Err(e) => return Err(io(&dir)(e)),
         }
-        let listed: std::io::Result<Vec<std::ffi::OsString>> = std::fs::read_dir(&dir)
+        let mut into = TreeCopy {
+            tx: &tx,
+            table: DIVISIBLE.table,
+            piece,
+            carried: &mut added.divisible,
+            skipped: &mut added.skipped,
+        };
+        into.add_dir(&dir, &format!("{rel_dir}/"), false)?;
+    }
+    let dir = data_dir.join(SET_ASIDE.dir);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => {
+            let mut into = TreeCopy {
+                tx: &tx,
+                table: SET_ASIDE.table,
+                piece,
+                carried: &mut added.set_aside,
+                skipped: &mut added.skipped,
+            };
+            into.add_dir(&dir, "", true)?;
+        }
+        Ok(_) => added.skipped.push(format!(
+            "{}: is not a directory (a symbolic link?): not in the backup",
+            dir.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&dir)(e)),
+    }
+    tx.commit().map_err(sql(tmp))?;
+    conn.close().map_err(|(_, e)| sql(tmp)(e))?;
+    std::fs::File::open(tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io(tmp))?;
+    Ok(added)
+}
+
+/// Where [`add_trees`] copies one tree's files to, and what it counts.
+struct TreeCopy<'a> {
+    tx: &'a rusqlite::Transaction<'a>,
+    table: &'static str,
+    piece: u64,
+    carried: &'a mut Carried,
+    skipped: &'a mut Vec<String>,
+}
+
+impl TreeCopy<'_> {
+    /// Copies the files of directory `dir` as `{prefix}NAME`, skipping temporary names (and,
+    /// with a warning, what is no file); with `nested`, the files of its directories named
+    /// `STEM.files` too, as `{prefix}STEM.files/NAME`.
+    fn add_dir(&mut self, dir: &Path, prefix: &str, nested: bool) -> Result<(), BackupError> {
+        let listed: std::io::Result<Vec<std::ffi::OsString>> = std::fs::read_dir(dir)
             .and_then(|entries| entries.map(|e| e.map(|e| e.file_name())).collect());
         let mut names = match listed {
             Ok(names) => names,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                skipped.push(format!(
-                    "{}: went while the backup ran (the job was purged after the snapshot?): \
-                     divisible job {id} is in the backup without its files",
+                self.skipped.push(format!(
+                    "{}: went while the backup ran (its job was purged after the snapshot?): \
+                     its files are not in the backup",
                     dir.display()
                 ));
-                continue;
+                return Ok(());
             }
-            Err(e) => return Err(io(&dir)(e)),
+            Err(e) => return Err(io(dir)(e)),
         };
         names.sort();
         for name in names {
             let path = dir.join(&name);
             let Some(name) = name.to_str() else {
-                skipped.push(format!(
+                self.skipped.push(format!(
                     "{}: a name that is not UTF-8 is not one the server writes: not in the backup",
                     path.display()
                 ));
@@ -656,28 +781,39 @@ fn add_divisible(
             if is_temporary(name) {
                 continue;
             }
-            match copy_file(&tx, &path, &format!("{rel_dir}/{name}"), piece)? {
+            if nested
+                && name.ends_with(".files")
+                && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir())
+            {
+                self.add_dir(&path, &format!("{prefix}{name}/"), false)?;
+                continue;
+            }
+            match copy_file(
+                self.tx,
+                self.table,
+                &path,
+                &format!("{prefix}{name}"),
+                self.piece,
+            )? {
                 Ok(bytes) => {
-                    carried.files += 1;
-                    carried.bytes += bytes;
+                    self.carried.files += 1;
+                    self.carried.bytes += bytes;
                 }
-                Err(why) => skipped.push(format!("{}: {why}: not in the backup", path.display())),
+                Err(why) => self
+                    .skipped
+                    .push(format!("{}: {why}: not in the backup", path.display())),
             }
         }
+        Ok(())
     }
-    tx.commit().map_err(sql(tmp))?;
-    conn.close().map_err(|(_, e)| sql(tmp)(e))?;
-    std::fs::File::open(tmp)
-        .and_then(|f| f.sync_all())
-        .map_err(io(tmp))?;
-    Ok((carried, skipped))
 }
 
-/// Copies the file `path` into [`DIVISIBLE_TABLE`] as `rel`, in pieces of at most `piece`
-/// bytes, streaming: its size, or why it is not a file to copy (a link, a directory, a special
-/// file). A file that changes while it is copied is an error naming it.
+/// Copies the file `path` into `table` as `rel`, in pieces of at most `piece` bytes,
+/// streaming: its size, or why it is not a file to copy (a link, a directory, a special file,
+/// gone). A file that changes while it is copied is an error naming it.
 fn copy_file(
     tx: &rusqlite::Transaction,
+    table: &str,
     path: &Path,
     rel: &str,
     piece: u64,
@@ -740,7 +876,7 @@ fn copy_file(
         let n = left.min(piece);
         let size = i32::try_from(n).map_err(|_| refused(path, "a piece too large for SQLite"))?;
         tx.prepare_cached(&format!(
-            "INSERT INTO {DIVISIBLE_TABLE}(path, piece, mode, data) VALUES (?1, ?2, ?3, ?4)"
+            "INSERT INTO {table}(path, piece, mode, data) VALUES (?1, ?2, ?3, ?4)"
         ))
         .and_then(|mut s| {
             s.execute(rusqlite::params![
@@ -755,7 +891,7 @@ fn copy_file(
             let mut blob = tx
                 .blob_open(
                     rusqlite::MAIN_DB,
-                    DIVISIBLE_TABLE,
+                    table,
                     "data",
                     tx.last_insert_rowid(),
                     false,
@@ -786,9 +922,12 @@ fn copy_file(
     Ok(Ok(len))
 }
 
-/// One file of [`DIVISIBLE_TABLE`] as [`read_divisible`] checked it.
+/// A tree's files as [`read_tree`] checked them, and what they add up to.
+type Held = (Vec<StoredFile>, Carried);
+
+/// One file of a tree's table as [`read_tree`] checked it.
 struct StoredFile {
-    /// `job-N/NAME`.
+    /// Its path in the tree (`job-N/NAME`, `NAME`, `STEM.files/NAME`).
     rel: String,
     /// Its permission bits as backed up.
     mode: u32,
@@ -796,37 +935,49 @@ struct StoredFile {
     pieces: Vec<(i64, u64)>,
 }
 
-/// Whether `rel` is a path [`add_divisible`] writes: `job-N/NAME`, one plain name in one job's
+/// Whether `name` is one plain name: not empty, `.` or `..`, no `/`, no NUL, at most 255 bytes.
+fn is_plain(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.len() <= 255
+        && !name.contains(['/', '\0'])
+}
+
+/// Whether `rel` is a path of [`DIVISIBLE`]: `job-N/NAME`, one plain name in one job's
 /// directory (nothing absolute, no `.` or `..`, nothing deeper).
 fn is_divisible_path(rel: &str) -> bool {
-    let mut parts = rel.split('/');
-    let (Some(dir), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
+    let Some((dir, name)) = rel.split_once('/') else {
         return false;
     };
     let job = dir
         .strip_prefix("job-")
         .is_some_and(|n| !n.is_empty() && n.len() <= 20 && n.bytes().all(|b| b.is_ascii_digit()));
-    job && !name.is_empty()
-        && name != "."
-        && name != ".."
-        && name.len() <= 255
-        && !name.contains('\0')
+    job && is_plain(name)
 }
 
-/// The files [`add_divisible`] put in backup `src`, each checked (a path [`is_divisible_path`]
-/// allows, pieces 0, 1, … of at most [`PIECE_BYTES`], blobs), with what they add up to; `None`
-/// for a backup without the table. Nothing is read of their contents.
-fn read_divisible(
-    conn: &Connection,
-    src: &Path,
-) -> Result<Option<(Vec<StoredFile>, Carried)>, BackupError> {
-    if !has_table(conn, src, DIVISIBLE_TABLE)? {
+/// Whether `rel` is a path of [`SET_ASIDE`]: `NAME`, or `STEM.files/NAME` (plain names).
+fn is_set_aside_path(rel: &str) -> bool {
+    match rel.split_once('/') {
+        None => is_plain(rel),
+        Some((dir, name)) => {
+            is_plain(dir) && dir.len() > ".files".len() && dir.ends_with(".files") && is_plain(name)
+        }
+    }
+}
+
+/// The files [`add_trees`] put in `tree`'s table of backup `src`, each checked (a path the
+/// tree allows, pieces 0, 1, … of at most [`PIECE_BYTES`], blobs), with what they add up to;
+/// `None` for a backup without the table. Nothing is read of their contents.
+fn read_tree(conn: &Connection, src: &Path, tree: Tree) -> Result<Option<Held>, BackupError> {
+    if !has_table(conn, src, tree.table)? {
         return Ok(None);
     }
     let mut stmt = conn
         .prepare(&format!(
             "SELECT rowid, path, piece, mode, length(data), typeof(data) = 'blob' \
-             FROM {DIVISIBLE_TABLE} ORDER BY path, piece"
+             FROM {} ORDER BY path, piece",
+            tree.table
         ))
         .map_err(sql(src))?;
     let mut rows = stmt.query([]).map_err(sql(src))?;
@@ -848,16 +999,14 @@ fn read_divisible(
             refused(
                 src,
                 format!(
-                    "holds a divisible-job file `{}` {why}; it is not a backup hetsched writes",
+                    "holds a `{}/` file `{}` {why}; it is not a backup hetsched writes",
+                    tree.dir,
                     hetsched_core::text::clip(&rel)
                 ),
             )
         };
-        if !is_divisible_path(&rel) {
-            return Err(bad(
-                "whose path would not be one file in one job's directory under `divisible/` \
-                 (job-N/NAME)",
-            ));
+        if !(tree.is_path)(&rel) {
+            return Err(bad(&format!("whose path would not be {}", tree.rule)));
         }
         let len = u64::try_from(len)
             .ok()
@@ -895,39 +1044,41 @@ fn read_divisible(
     Ok(Some((files, carried)))
 }
 
-/// Writes the files of `src` (open as `conn`) that [`read_divisible`] checked into the new
-/// directory `staging` (0700; each job's directory 0700; each file owner-only, at most 0600
-/// plus the owner's execute bit it had), streaming, and syncs them. A leftover `staging` (a
-/// restore that died) is removed first.
-fn stage_divisible(
+/// Writes the files of `tree`'s table of `src` (open as `conn`) that [`read_tree`] checked
+/// into the new directory `DATA_DIR/{tree.staging}` (0700; its directories 0700; each file
+/// owner-only, 0600 plus the owner's execute bit it had), streaming, and syncs them. A leftover
+/// staging directory (a restore that died) is removed first.
+fn stage_tree(
     conn: &Connection,
     src: &Path,
-    staging: &Path,
+    data_dir: &Path,
+    tree: Tree,
     files: &[StoredFile],
 ) -> Result<(), BackupError> {
     use std::io::{BufReader, Write};
-    match std::fs::symlink_metadata(staging) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(staging).map_err(io(staging))?,
-        Ok(_) => std::fs::remove_file(staging).map_err(io(staging))?,
-        Err(_) => {}
-    }
+    let staging = data_dir.join(tree.staging);
+    remove_staging(&staging).map_err(io(&staging))?;
     let private_dir = |dir: &Path| {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(dir)
             .map_err(io(dir))
     };
-    private_dir(staging)?;
-    let mut dirs: Vec<PathBuf> = Vec::new();
+    private_dir(&staging)?;
+    let mut dirs = std::collections::BTreeSet::new();
     for file in files {
-        // Checked by `read_divisible`: `job-N/NAME`.
-        let (job, name) = file.rel.split_once('/').unwrap_or((&file.rel, ""));
-        let dir = staging.join(job);
-        if dirs.last() != Some(&dir) && !dir.exists() {
-            private_dir(&dir)?;
-            dirs.push(dir.clone());
-        }
-        let path = dir.join(name);
+        // Checked by `read_tree`: `NAME` or `DIR/NAME`, plain names.
+        let path = match file.rel.split_once('/') {
+            Some((sub, name)) => {
+                let dir = staging.join(sub);
+                if !dirs.contains(&dir) {
+                    private_dir(&dir)?;
+                    dirs.insert(dir.clone());
+                }
+                dir.join(name)
+            }
+            None => staging.join(&file.rel),
+        };
         let mut out = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -940,7 +1091,7 @@ fn stage_divisible(
                 continue;
             }
             let blob = conn
-                .blob_open(rusqlite::MAIN_DB, DIVISIBLE_TABLE, "data", rowid, true)
+                .blob_open(rusqlite::MAIN_DB, tree.table, "data", rowid, true)
                 .map_err(sql(src))?;
             let mut reader = BufReader::with_capacity(STREAM_BUFFER, blob);
             std::io::copy(&mut reader, &mut out).map_err(io(&path))?;
@@ -952,7 +1103,17 @@ fn stage_divisible(
     for dir in &dirs {
         sync_dir(dir)?;
     }
-    sync_dir(staging)
+    sync_dir(&staging)
+}
+
+/// Removes `staging` if it is there (a directory is removed whole, a link or file alone).
+fn remove_staging(staging: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(staging) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(staging),
+        Ok(_) => std::fs::remove_file(staging),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Writes `data` into the new file `path`, 0600, not through a symbolic link, and syncs it.
@@ -1180,6 +1341,10 @@ mod tests {
             .expect("a divisible job row");
     }
 
+    fn carried(files: u64, bytes: u64) -> Carried {
+        Carried { files, bytes }
+    }
+
     fn mode_of(path: &Path) -> u32 {
         std::fs::symlink_metadata(path)
             .expect("meta")
@@ -1188,12 +1353,13 @@ mod tests {
             & 0o777
     }
 
-    /// The files of the divisible jobs the snapshot holds travel in the backup — cut in
-    /// pieces, skipping what the server never writes there and what it is still writing — and
-    /// a restore into a new data directory writes them back, private; into a data directory
-    /// with a `divisible/`, it keeps the one it replaces with the store.
+    /// The files of the divisible jobs the snapshot holds, and those of `set-aside/`, travel in
+    /// the backup — cut in pieces, skipping what the server never writes there and what it is
+    /// still writing — and a restore into a new data directory writes them back, private; into
+    /// a data directory with a `divisible/` and a `set-aside/`, it keeps those it replaces with
+    /// the store.
     #[test]
-    fn a_backup_carries_the_divisible_jobs_files_and_a_restore_writes_them_back_private() {
+    fn a_backup_carries_the_divisible_and_set_aside_files_and_a_restore_writes_them_back_private() {
         let d = scratch("divisible");
         let (data, store) = store_in(&d);
         divisible_job(&store, 1, "completed");
@@ -1213,18 +1379,21 @@ mod tests {
             std::fs::create_dir_all(div.join(job)).expect("dir");
             std::fs::write(div.join(job).join("input"), job).expect("input");
         }
+        // What `--set-aside` kept: a job's file, its record, its divisible files.
+        let aside = data.join(SET_ASIDE.dir);
+        std::fs::create_dir_all(aside.join("job-4.files")).expect("set-aside");
+        std::fs::write(aside.join("job-4.toml"), "[[divisible]]\n").expect("file");
+        std::fs::write(aside.join("job-4.json"), "{}").expect("record");
+        std::fs::write(aside.join("job-4.files").join("output"), "kept").expect("files");
+        std::fs::create_dir_all(aside.join("deep")).expect("not the server's");
         let out = d.join("b.db");
         let b = backup_in_pieces(&data, &out, 5).expect("backup");
-        assert_eq!(
-            b.divisible,
-            Carried {
-                files: 3,
-                bytes: 35
-            }
-        );
-        assert_eq!(b.skipped.len(), 2, "{:?}", b.skipped);
+        assert_eq!(b.divisible, carried(3, 35));
+        assert_eq!(b.set_aside, carried(3, 20));
+        assert_eq!(b.skipped.len(), 3, "{:?}", b.skipped);
         assert!(b.skipped[0].contains("job-1/fifo") && b.skipped[0].contains("special"));
         assert!(b.skipped[1].contains("job-1/link") && b.skipped[1].contains("symbolic link"));
+        assert!(b.skipped[2].contains("set-aside/deep") && b.skipped[2].contains("directory"));
         let pieces: i64 = Connection::open(&out)
             .and_then(|c| {
                 c.query_row(
@@ -1240,13 +1409,18 @@ mod tests {
         // A new machine: a data directory that does not exist yet.
         let fresh = d.join("fresh");
         let r = restore(&fresh, &out).expect("restore");
+        assert_eq!(r.divisible, Some(carried(3, 35)));
+        assert_eq!(r.set_aside, Some(carried(3, 20)));
+        let kept_aside = fresh.join(SET_ASIDE.dir);
+        let kept_files = kept_aside.join("job-4.files");
         assert_eq!(
-            r.divisible,
-            Some(Carried {
-                files: 3,
-                bytes: 35
-            })
+            std::fs::read_to_string(kept_files.join("output")).expect("kept"),
+            "kept"
         );
+        assert_eq!(mode_of(&kept_aside), 0o700);
+        assert_eq!(mode_of(&kept_files), 0o700);
+        assert_eq!(mode_of(&kept_aside.join("job-4.toml")), 0o600);
+        assert!(!kept_aside.join("deep").exists());
         let restored = fresh.join(DIVISIBLE_DIR).join("job-1");
         assert_eq!(std::fs::read(restored.join("input")).expect("input"), input);
         assert_eq!(
@@ -1265,7 +1439,8 @@ mod tests {
         assert_eq!(names, ["chunk-0.out", "input", "output"]);
         assert!(!fresh.join(DIVISIBLE_DIR).join("job-2").exists());
         assert!(!fresh.join(DIVISIBLE_DIR).join("job-3").exists());
-        assert!(!fresh.join(DIVISIBLE_STAGING).exists());
+        assert!(!fresh.join(DIVISIBLE.staging).exists());
+        assert!(!fresh.join(SET_ASIDE.staging).exists());
         assert_eq!(mode_of(&fresh.join(DIVISIBLE_DIR)), 0o700);
         assert_eq!(mode_of(&restored), 0o700);
         for name in ["input", "chunk-0.out", "output"] {
@@ -1273,7 +1448,9 @@ mod tests {
         }
         // The store keeps no copy of them.
         let c = Connection::open(&r.store).expect("restored store");
-        assert!(!has_table(&c, &r.store, DIVISIBLE_TABLE).expect("tables"));
+        for tree in TREES {
+            assert!(!has_table(&c, &r.store, tree.table).expect("tables"));
+        }
 
         // Over a data directory with its own `divisible/`: that one is kept aside.
         let r = restore(&data, &out).expect("restore over");
@@ -1285,17 +1462,20 @@ mod tests {
                 .exists()
         );
         assert!(!div.join("job-3").exists());
+        assert!(kept.join(SET_ASIDE.dir).join("deep").is_dir());
+        assert!(!aside.join("deep").exists());
         assert_eq!(
             std::fs::read(div.join("job-1").join("input")).expect("input"),
             input
         );
     }
 
-    /// A backup whose divisible-job files table names a path that would leave `divisible/` (or
-    /// go deeper than a job's directory) is refused before anything changes; one without the
-    /// table (an older backup) leaves `divisible/` as it is.
+    /// A backup whose table of divisible-job or set-aside files names a path that would leave
+    /// `divisible/` or `set-aside/` (or go deeper than the server writes) is refused before
+    /// anything changes; one without the divisible table (an older backup) leaves `divisible/`
+    /// as it is.
     #[test]
-    fn a_restore_refuses_a_divisible_path_escaping_divisible_before_anything_changes() {
+    fn a_restore_refuses_a_path_escaping_divisible_or_set_aside_before_anything_changes() {
         let d = scratch("escape");
         let (data, store) = store_in(&d);
         divisible_job(&store, 1, "running");
@@ -1305,7 +1485,7 @@ mod tests {
         let out = d.join("b.db");
         backup(&data, &out).expect("backup");
         drop(store);
-        let forged_paths = [
+        let divisible_paths = [
             "../escaped",
             "/tmp/escaped",
             "job-1/../../escaped",
@@ -1316,26 +1496,42 @@ mod tests {
             "job-x/escaped",
             "",
         ];
-        for (i, path) in forged_paths.iter().enumerate() {
-            let forged = d.join(format!("forged-{i}.db"));
-            std::fs::copy(&out, &forged).expect("copy");
-            Connection::open(&forged)
-                .and_then(|c| {
-                    c.execute(
-                        &format!(
-                            "INSERT INTO {DIVISIBLE_TABLE}(path, piece, mode, data) \
-                             VALUES (?1, 0, 384, x'00')"
-                        ),
-                        [path],
-                    )
-                })
-                .expect("forged row");
-            let e = restore(&data, &forged).expect_err("a path out of `divisible/`");
-            assert!(
-                e.to_string()
-                    .contains(&format!("holds a divisible-job file `{path}` whose path")),
-                "{e}"
-            );
+        let set_aside_paths = [
+            "../escaped",
+            "/tmp/escaped",
+            "job-4.files/../../escaped",
+            "job-4.files/a/b",
+            "deep/escaped",
+            ".files/escaped",
+            "..",
+            "",
+        ];
+        let forged = [
+            (DIVISIBLE, &divisible_paths[..]),
+            (SET_ASIDE, &set_aside_paths[..]),
+        ];
+        let mut i = 0;
+        for (tree, paths) in forged {
+            for path in paths {
+                i += 1;
+                let forged = d.join(format!("forged-{i}.db"));
+                std::fs::copy(&out, &forged).expect("copy");
+                Connection::open(&forged)
+                    .and_then(|c| {
+                        c.execute(
+                            &format!(
+                                "INSERT INTO {}(path, piece, mode, data) \
+                                 VALUES (?1, 0, 384, x'00')",
+                                tree.table
+                            ),
+                            [path],
+                        )
+                    })
+                    .expect("forged row");
+                let e = restore(&data, &forged).expect_err("a path out of its directory");
+                let says = format!("holds a `{}/` file `{path}` whose path", tree.dir);
+                assert!(e.to_string().contains(&says), "{e}");
+            }
         }
         // Nothing changed: no file outside, the store and `divisible/` as they were, nothing
         // set aside or left half-written.
@@ -1372,6 +1568,7 @@ mod tests {
         std::fs::write(job1.join("output"), "gathered since").expect("output");
         let r = restore(&data, &old).expect("restore");
         assert_eq!(r.divisible, None);
+        assert_eq!(r.set_aside, Some(carried(0, 0)));
         assert_eq!(
             std::fs::read_to_string(job1.join("output")).expect("output"),
             "gathered since"

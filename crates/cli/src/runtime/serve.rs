@@ -85,9 +85,9 @@ pub enum ServerCommand {
     /// or not (SQLite's online backup: one commit's state, the WAL's included; copying the
     /// file itself under a running server is not safe). FILE is created mode 0600, never over
     /// an existing file, and not in the data directory. It holds the data directory's tokens
-    /// and secrets too, and the files of the divisible jobs the copy holds (DATA_DIR/divisible/:
-    /// inputs, chunk outputs, gathered outputs); a restore writes them all back (see
-    /// docs/runtime.md, "Backup and restore").
+    /// and secrets too, the files of the divisible jobs the copy holds (DATA_DIR/divisible/:
+    /// inputs, chunk outputs, gathered outputs) and those of DATA_DIR/set-aside/; a restore
+    /// writes them all back (see docs/runtime.md, "Backup and restore").
     #[command(
         after_help = "Example:\n  hetsched server backup --config /etc/hetsched/server.toml /backup/hetsched-$(date +%F).db"
     )]
@@ -98,9 +98,9 @@ pub enum ServerCommand {
         dir: DataDirArgs,
     },
     /// Put backup FILE in place as the store of a STOPPED server's data directory (created if
-    /// missing), and the backup's tokens and secrets (0600) and divisible jobs' files
-    /// (DATA_DIR/divisible/) beside it; the store and files it replaces, the store with its WAL,
-    /// are kept in DATA_DIR/before-restore-SECS/.
+    /// missing), and the backup's tokens and secrets (0600), divisible jobs' files
+    /// (DATA_DIR/divisible/) and set-aside files (DATA_DIR/set-aside/) beside it; the store and
+    /// files it replaces, the store with its WAL, are kept in DATA_DIR/before-restore-SECS/.
     /// Refused while a server runs on the directory, and for a file that is no sound hetsched
     /// store.
     Restore {
@@ -148,15 +148,21 @@ fn with_files(files: &[String], word: &str) -> String {
     }
 }
 
-/// The divisible jobs' files a backup holds or a restore wrote back, for its line: ` and 3
-/// divisible-job files (1234 bytes)`.
-fn with_divisible(c: hetsched_server::backup::Carried) -> String {
+/// The files of a data directory's tree a backup holds or a restore wrote back, for its line:
+/// ` and 3 divisible-job files (1234 bytes)` (`what` = `divisible-job`).
+fn with_carried(c: hetsched_server::backup::Carried, what: &str) -> String {
     format!(
-        " and {} divisible-job file{} ({} bytes)",
+        " and {} {what} file{} ({} bytes)",
         c.files,
         if c.files == 1 { "" } else { "s" },
         c.bytes
     )
+}
+
+/// ` and 2 set-aside files (B bytes)`, or nothing when there are none (`set-aside/` is rare).
+fn with_set_aside(c: Option<hetsched_server::backup::Carried>) -> String {
+    c.filter(|c| c.files > 0)
+        .map_or(String::new(), |c| with_carried(c, "set-aside"))
 }
 
 /// `hetsched server backup|restore`.
@@ -170,13 +176,14 @@ fn server_command(command: ServerCommand) -> anyhow::Result<()> {
                 eprintln!("warning: {why}");
             }
             println!(
-                "backed up {} into {} ({} bytes, {} jobs){}{}",
+                "backed up {} into {} ({} bytes, {} jobs){}{}{}",
                 data_dir.join(hetsched_server::datadir::STORE).display(),
                 b.path.display(),
                 b.bytes,
                 b.jobs,
                 with_files(&b.files, "with"),
-                with_divisible(b.divisible)
+                with_carried(b.divisible, "divisible-job"),
+                with_set_aside(Some(b.set_aside))
             );
         }
         ServerCommand::Restore { file, dir } => {
@@ -185,12 +192,14 @@ fn server_command(command: ServerCommand) -> anyhow::Result<()> {
                 format!("restoring {} into {}", file.display(), data_dir.display())
             })?;
             println!(
-                "restored {} into {} ({} jobs){}{}{}; start the server",
+                "restored {} into {} ({} jobs){}{}{}{}; start the server",
                 file.display(),
                 r.store.display(),
                 r.jobs,
                 with_files(&r.files, "and"),
-                r.divisible.map_or(String::new(), with_divisible),
+                r.divisible
+                    .map_or(String::new(), |c| with_carried(c, "divisible-job")),
+                with_set_aside(r.set_aside),
                 r.replaced.map_or(String::new(), |d| format!(
                     "; the store it replaced is in {}",
                     d.display()
