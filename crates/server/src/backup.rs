@@ -446,9 +446,25 @@ fn check_store(conn: &Connection, path: &Path) -> Result<u64, BackupError> {
             "is an SQLite database but not a hetsched store (no jobs, tasks and meta tables)",
         ));
     }
-    let jobs: i64 = conn
-        .query_row("SELECT COUNT(*) FROM jobs", [], |r| r.get(0))
-        .map_err(sql(path))?;
+    // Every kind's jobs: batch jobs in `jobs`, divisible jobs and workflows in tables of their
+    // own (absent from a store older than those kinds).
+    let mut jobs: i64 = 0;
+    for table in ["jobs", "div_jobs", "wf_jobs"] {
+        let present: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .map_err(sql(path))?;
+        if present == 1 {
+            jobs += conn
+                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .map_err(sql(path))?;
+        }
+    }
     Ok(u64::try_from(jobs).unwrap_or(0))
 }
 

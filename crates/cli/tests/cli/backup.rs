@@ -184,6 +184,8 @@ fn a_divisible_jobs_files_travel_in_the_backup_to_a_server_on_a_new_data_directo
         backup.to_str().expect("path"),
     ]);
     assert!(said.contains(" divisible-job files ("), "{said}");
+    // The divisible job is one of the backup's jobs (batch jobs alone were counted: `0 jobs`).
+    assert!(said.contains(" bytes, 1 jobs)"), "{said}");
     c.kill_agent("a");
     assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
 
@@ -199,6 +201,7 @@ fn a_divisible_jobs_files_travel_in_the_backup_to_a_server_on_a_new_data_directo
         backup.to_str().expect("path"),
     ]);
     assert!(said.contains(" divisible-job files ("), "{said}");
+    assert!(said.contains(" (1 jobs)"), "{said}");
     fresh.start_server();
     assert_eq!(gathered(&fresh, &id, "out-after"), before);
     assert_eq!(fresh.ok(&["log", &id, "0"]), chunk0);
