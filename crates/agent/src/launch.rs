@@ -1,5 +1,6 @@
 //! Runs one assigned task as a child process in its own process group: environment
-//! (`CUDA_VISIBLE_DEVICES` = the assigned devices, `HETSCHED_*`), working directory, stdout and
+//! (`CUDA_VISIBLE_DEVICES` = the assigned devices, numbered in PCI bus order as
+//! `CUDA_DEVICE_ORDER=PCI_BUS_ID` tells CUDA; `HETSCHED_*`), working directory, stdout and
 //! stderr captured to files; waits for it and reports the result. With `run_as_owner` a user's
 //! task runs as the user's Unix account ([`crate::run_as`]).
 //!
@@ -594,6 +595,11 @@ pub async fn run(
         .env("HETSCHED_VARIANT", &spec.variant)
         .env("HETSCHED_NODE", node)
         .env("CUDA_VISIBLE_DEVICES", devices.join(","))
+        // The device numbers are NVML's (`detect::Gpus`), which counts in PCI bus order; CUDA
+        // counts fastest first unless told otherwise, so on a node with GPUs of two models
+        // device 0 would be the other card. Set after the job's environment: the numbers are
+        // the agent's, so their order is too.
+        .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         .envs(a.entry.as_ref().map(|e| ("HETSCHED_ENTRY", e)))
         // A workflow instance's rank among the processes of its argument value (`processes = N`).
         .envs((a.process > 0).then(|| ("HETSCHED_PROCESS", a.process.to_string())))

@@ -1582,7 +1582,8 @@ fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
         "job.toml",
         &format!(
             "[[application]]\nname = \"cuda\"\ntasks = 4\n[application.gpu]\nkind = \"test-gpu\"\n\
-             command = \"echo {{index}} $CUDA_VISIBLE_DEVICES $HETSCHED_VARIANT >> {}; sleep 0.1\"\n",
+             command = \"echo {{index}} $CUDA_VISIBLE_DEVICES $HETSCHED_VARIANT $CUDA_DEVICE_ORDER >> {}; sleep 0.1\"\n\
+             env = {{ CUDA_DEVICE_ORDER = \"FASTEST_FIRST\" }}\n",
             log.display()
         ),
     );
@@ -1601,6 +1602,10 @@ fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
             "one device each: {l}"
         );
         assert_eq!(f.get(2), Some(&"gpu"), "{l}");
+        // The agent's device numbers are NVML's, in PCI bus order: CUDA must count them so,
+        // whatever the job's environment says, or a node with two kinds of GPU hands a task the
+        // other device.
+        assert_eq!(f.get(3), Some(&"PCI_BUS_ID"), "{l}");
     }
     let tasks = c.json(&["tasks", "--job", "1"]);
     assert!(
