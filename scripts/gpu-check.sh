@@ -9,7 +9,11 @@
 #   3. a job whose GPU variant asks for that kind runs on the devices: each task sees
 #      CUDA_VISIBLE_DEVICES, PyTorch finds the device and multiplies bf16 matrices on it;
 #   4. while it runs, the node's GPU utilisation (NVML, `/metrics`) rises above 0;
-#   5. a job asking for a kind no node has is refused at submission, naming it.
+#   5. a job asking for a kind no node has is refused at submission, naming it;
+#   6. (spec 01) a GPU task placed on a GPU-less agent of the same rack, an NNode, is offloaded to
+#      this node's accelerator service (it is the rack's ANode) and runs on its device. The
+#      NNode's agent runs in a mount namespace with NVML hidden, so that it detects no GPU (and
+#      warns that the driver's NVML did not load); skipped where `unshare -m` is not allowed.
 # It needs nvidia-smi and python3 with PyTorch (CUDA) on the machine; CI has no GPU and does not
 # run it. Usage: scripts/gpu-check.sh [HETSCHED] (default target/release/hetsched).
 set -u
@@ -97,4 +101,33 @@ EOF
 if ERR=$("$B" submit "$W/other-kind.toml" 2>&1); then fail "5. a job of a kind no node has was accepted"; fi
 grep -q "no-such-gpu" <<< "$ERR" || fail "5. the refusal does not name the kind: $ERR"
 echo "5. refused: $ERR"
+
+if unshare -m true 2>/dev/null; then
+    : > "$W/empty"
+    HIDE=""
+    for f in $(ldconfig -p | awk '/libnvidia-ml\.so\.1 / {print $NF}'); do
+        HIDE="$HIDE mount --bind $W/empty $(realpath "$f") &&"
+    done
+    unshare -m sh -c "$HIDE exec '$B' agent --server http://127.0.0.1:$P \
+        --token-file '$W/data/agent-token' --name nnode01 --work-dir '$W/nwork'" \
+        > "$W/nnode.log" 2>&1 &
+    for _ in $(seq 50); do
+        "$B" bindings 2>/dev/null | grep -q "<- nnode01" && break
+        sleep 0.2
+    done
+    "$B" bindings | grep -q "gpu01.*<- nnode01" || fail "6. nnode01 is not bound to gpu01: $("$B" bindings 2>&1)"
+    grep "NVML did not load" "$W/nnode.log"
+    "$B" submit --requires node:nnode01 --gpus 1 --wait -- python3 -c 'import os, torch
+a = torch.randn(4096, 4096, device="cuda")
+print("offloaded from nnode01, ran on", os.environ["HETSCHED_NODE"], "device", torch.cuda.get_device_name(0), "sum", float((a @ a).abs().sum()) > 0)' \
+        || fail "6. the offloaded GPU task failed"
+    TASK=$("$B" tasks --job last --output json)
+    python3 -c 'import json,sys; t=json.load(sys.stdin)[0]; sys.exit(0 if (t["node"], t["executed_node"], t["variant"]) == ("nnode01", "gpu01", "gpu") else 1)' <<< "$TASK" \
+        || fail "6. the task was not placed on nnode01 and run on gpu01: $TASK"
+    OUT=$("$B" log last python3:0)
+    grep -q "ran on gpu01 device NVIDIA" <<< "$OUT" || fail "6. the offloaded task's output: $OUT"
+    echo "6. offloaded: $OUT"
+else
+    echo "6. skipped: unshare -m is not allowed here"
+fi
 echo "all checks passed"

@@ -63,11 +63,15 @@ impl Gpus {
         match nvml_wrapper::Nvml::init() {
             Ok(nvml) => Self { nvml: Some(nvml) },
             Err(e) if std::path::Path::new("/proc/driver/nvidia").exists() => {
-                warn!(
-                    "an NVIDIA driver is loaded but NVML did not load ({e}): no GPUs detected; \
+                // Once: the agent loads NVML for its devices and again for their utilisation.
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    warn!(
+                        "an NVIDIA driver is loaded but NVML did not load ({e}): no GPUs detected; \
                      put libnvidia-ml.so.1 on the loader's path, or declare the devices with \
                      [[accelerator]] in the agent's configuration"
-                );
+                    )
+                });
                 Self { nvml: None }
             }
             Err(e) => {
