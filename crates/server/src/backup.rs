@@ -450,14 +450,7 @@ fn check_store(conn: &Connection, path: &Path) -> Result<u64, BackupError> {
     // own (absent from a store older than those kinds).
     let mut jobs: i64 = 0;
     for table in ["jobs", "div_jobs", "wf_jobs"] {
-        let present: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                [table],
-                |r| r.get(0),
-            )
-            .map_err(sql(path))?;
-        if present == 1 {
+        if has_table(conn, path, table)? {
             jobs += conn
                 .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| {
                     r.get::<_, i64>(0)
@@ -567,14 +560,7 @@ fn add_secrets(data_dir: &Path, tmp: &Path) -> Result<Vec<String>, BackupError> 
 /// checked to be one of [`SECRETS`] — a name from the file never becomes a path otherwise —
 /// and of a size the server writes.
 fn read_secrets(conn: &Connection, src: &Path) -> Result<Vec<(String, Vec<u8>)>, BackupError> {
-    let has: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
-            [FILES_TABLE],
-            |r| r.get(0),
-        )
-        .map_err(sql(src))?;
-    if has == 0 {
+    if !has_table(conn, src, FILES_TABLE)? {
         return Ok(Vec::new());
     }
     let mut stmt = conn
