@@ -718,9 +718,7 @@ pub fn agent_options(
                 .cores
                 .or(config.cores.as_ref().map(|c| *c.get_ref()))
                 .unwrap_or_else(hetsched_agent::detect::cores),
-            memory_bytes: config
-                .memory
-                .map_or_else(hetsched_agent::detect::memory_bytes, |m| m.as_u64()),
+            memory_bytes: hetsched_agent::detect::node_memory(config.memory.map(|m| m.as_u64())),
             accelerators,
         },
         core_speed: config.core_speed.unwrap_or(1.0),
