@@ -423,6 +423,32 @@ impl Gpus {
             })
             .collect()
     }
+
+    /// The GPU memory each process uses on device `device` (NVML's index), as (pid, bytes): its
+    /// compute and graphics processes, a process in both once (at its larger figure). Empty
+    /// without NVML or the device; a process whose figure NVML does not give is left out.
+    pub fn process_memory(&self, device: u32) -> Vec<(u32, u64)> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let Some(d) = self
+            .nvml
+            .as_ref()
+            .and_then(|n| n.device_by_index(device).ok())
+        else {
+            return Vec::new();
+        };
+        let mut used: Vec<(u32, u64)> = Vec::new();
+        let lists = [d.running_compute_processes(), d.running_graphics_processes()];
+        for p in lists.into_iter().flat_map(Result::unwrap_or_default) {
+            let UsedGpuMemory::Used(bytes) = p.used_gpu_memory else {
+                continue;
+            };
+            match used.iter_mut().find(|(pid, _)| *pid == p.pid) {
+                Some(seen) => seen.1 = seen.1.max(bytes),
+                None => used.push((p.pid, bytes)),
+            }
+        }
+        used
+    }
 }
 
 /// Longest kind [`gpu_kind`] gives: the server's bound on an accelerator kind.

@@ -660,7 +660,16 @@ pub async fn run(
         on_spawn(pid);
     }
     // Watches the process until it exits, leaving it unreaped so that its counters can be read.
-    let mut watch = pid.and_then(|p| crate::usage::Watch::new(p, spec.memory_limit_bytes));
+    // A GPU task's watch samples its devices' memory too (NVML loaded by the first).
+    let mut watch = pid
+        .and_then(|p| crate::usage::Watch::new(p, spec.memory_limit_bytes))
+        .map(|w| {
+            if a.devices.is_empty() {
+                w
+            } else {
+                w.with_gpu_memory(&a.devices, crate::usage::nvml_processes())
+            }
+        });
     let drains = match (
         pipes
             .0

@@ -9,7 +9,8 @@
 //! ```text
 //! start TASK ATTEMPT PID STARTTIME   # STARTTIME: field 22 of /proc/PID/stat (clock ticks since boot)
 //! end TASK ATTEMPT                   # (older agents) the process ended
-//! usage TASK ATTEMPT USER_MS SYSTEM_MS MAX_RSS_BYTES    # what it used (written with its result)
+//! usage TASK ATTEMPT USER_MS SYSTEM_MS MAX_RSS_BYTES [GPU_BYTES]  # what it used (written with
+//!                                    # its result; GPU_BYTES, peak GPU memory: only when measured)
 //! offload TASK ATTEMPT STARTED_NS DEVICES  # offloaded: the ANode's start and devices (`0,1`, `-`)
 //! fetch TASK ATTEMPT FETCH_MS        # a workflow instance: how long its inputs took to fetch
 //! result TASK ATTEMPT OK EXIT STARTED FINISHED MESSAGE   # it ended; the result awaits its ack
@@ -186,6 +187,8 @@ fn parse_usage(mut f: std::str::SplitWhitespace<'_>) -> Option<pb::TaskUsage> {
         cpu_user_ms: f.next()?.parse().ok()?,
         cpu_system_ms: f.next()?.parse().ok()?,
         max_rss_bytes: f.next()?.parse().ok()?,
+        // An older agent's line ends before it: not measured.
+        max_gpu_memory_bytes: f.next().map_or(Some(0), |b| b.parse().ok())?,
     })
 }
 
@@ -207,8 +210,17 @@ fn parse_offload(mut f: std::str::SplitWhitespace<'_>) -> Option<(u64, Vec<u32>)
 fn result_line(r: &pb::TaskResult) -> String {
     let usage = r.usage.as_ref().map_or(String::new(), |u| {
         format!(
-            "usage {} {} {} {} {}\n",
-            r.task_id, r.attempt, u.cpu_user_ms, u.cpu_system_ms, u.max_rss_bytes
+            "usage {} {} {} {} {}{}\n",
+            r.task_id,
+            r.attempt,
+            u.cpu_user_ms,
+            u.cpu_system_ms,
+            u.max_rss_bytes,
+            // Only when measured: the line stays as an older agent wrote (and reads) it.
+            match u.max_gpu_memory_bytes {
+                0 => String::new(),
+                b => format!(" {b}"),
+            }
         )
     });
     let offload = if r.offload_started_ns == 0 && r.offload_devices.is_empty() {
@@ -662,6 +674,7 @@ mod tests {
                 cpu_user_ms: 1_250,
                 cpu_system_ms: 40,
                 max_rss_bytes: 3 << 30,
+                max_gpu_memory_bytes: 2 << 30,
             }),
             offload_started_ns: 0,
             offload_devices: Vec::new(),
@@ -715,6 +728,7 @@ mod tests {
                 cpu_user_ms: 70,
                 cpu_system_ms: 5,
                 max_rss_bytes: 1 << 20,
+                max_gpu_memory_bytes: 0,
             }),
             offload_started_ns: 1_500,
             offload_devices: devices,
@@ -861,6 +875,8 @@ mod tests {
                     cpu_user_ms: 1_250,
                     cpu_system_ms: 40,
                     max_rss_bytes: 3 << 30,
+                    // Not in an older agent's line: not measured.
+                    max_gpu_memory_bytes: 0,
                 }),
                 ..Default::default()
             },

@@ -23,6 +23,15 @@
 //!   child the agent ever reaped, not one task's). The `wait4` crate wraps the call (the
 //!   workspace forbids `unsafe`).
 //!
+//! - **Peak GPU memory is sampled** with the resident memory, as Slurm's `gres/gpumem` (its
+//!   NVML plugin) is: a GPU task's watch ([`Watch::with_gpu_memory`]) asks NVML at each sample
+//!   for the processes using each of the task's devices and the memory each uses
+//!   ([`crate::detect::Gpus::process_memory`]), sums that of the processes of the task's tree
+//!   (the same walk as the resident memory's), and keeps the largest sum. Another task's
+//!   processes on the same device are not counted. 0 when nothing was measured: a CPU task, a
+//!   node without NVML, or a task that ended before its first sample (NVML keeps no
+//!   high-water mark of a process).
+//!
 //! The same samples enforce a task's declared `memory`, as Slurm's `OverMemoryKill` does: a
 //! sample above it ends the watch early ([`Exit::OverMemory`]) and the task is stopped.
 //!
@@ -32,6 +41,7 @@
 use hetsched_proto as pb;
 use rustix::process::{Pid, PidfdFlags};
 use std::os::fd::OwnedFd;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
@@ -55,6 +65,30 @@ fn exit_watch(pid: Pid) -> Option<AsyncFd<OwnedFd>> {
     Some(watch)
 }
 
+/// The GPU memory each process uses on one device (NVML's index), as (pid, bytes): NVML's view
+/// ([`crate::detect::Gpus::process_memory`]) on an agent, a fake in tests.
+pub type GpuProcesses = Arc<dyn Fn(u32) -> Vec<(u32, u64)> + Send + Sync>;
+
+/// NVML's view of the processes on each device, for the agent's GPU tasks (nothing where NVML
+/// does not load). Loaded once, by the first GPU task (a CPU-only agent never loads it), and
+/// shared by every task: `launch::run` has no handle of the agent's own to take.
+pub fn nvml_processes() -> GpuProcesses {
+    static NVML: OnceLock<Arc<crate::detect::Gpus>> = OnceLock::new();
+    let gpus = NVML
+        .get_or_init(|| Arc::new(crate::detect::Gpus::init()))
+        .clone();
+    Arc::new(move |device| gpus.process_memory(device))
+}
+
+/// What a GPU task's watch asks at each sample.
+struct GpuWatch {
+    /// The task's devices.
+    devices: Vec<u32>,
+    processes: GpuProcesses,
+    /// The largest sum yet, bytes.
+    peak_bytes: u64,
+}
+
 /// A running task's process, watched until it exits.
 pub struct Watch {
     pid: u32,
@@ -65,6 +99,8 @@ pub struct Watch {
     peak_bytes: u64,
     /// The task's declared memory, bytes (0 = none); cleared once exceeded.
     limit_bytes: u64,
+    /// A GPU task's devices, sampled too ([`Watch::with_gpu_memory`]).
+    gpu: Option<GpuWatch>,
 }
 
 /// A task's process, spawned with std's `Command` and reaped here with `wait4`, for its rusage
@@ -181,7 +217,34 @@ impl Watch {
             interval: FIRST_SAMPLE,
             peak_bytes: 0,
             limit_bytes,
+            gpu: None,
         })
+    }
+
+    /// Samples also the GPU memory that the processes of the task's tree use on `devices`,
+    /// as `processes` gives it (the module's doc); no devices: nothing to sample.
+    pub fn with_gpu_memory(mut self, devices: &[u32], processes: GpuProcesses) -> Self {
+        if !devices.is_empty() {
+            self.gpu = Some(GpuWatch {
+                devices: devices.to_vec(),
+                processes,
+                peak_bytes: 0,
+            });
+        }
+        self
+    }
+
+    /// One sample: the tree's resident memory now, bytes (the peaks are kept).
+    fn sample(&mut self) -> u64 {
+        let mut tree = tree_pids(self.pid);
+        let now = tree_resident_bytes(&tree);
+        self.peak_bytes = self.peak_bytes.max(now);
+        if let Some(g) = &mut self.gpu {
+            tree.sort_unstable();
+            let used = gpu_bytes(&tree, &g.devices, &*g.processes);
+            g.peak_bytes = g.peak_bytes.max(used);
+        }
+        now
     }
 
     /// Waits until the process has exited, sampling its tree's memory meanwhile — or until a
@@ -194,8 +257,7 @@ impl Watch {
                 // without its usage.
                 _ = self.exited.readable() => return Exit::Exited,
                 () = tokio::time::sleep_until(self.next_sample) => {
-                    let now = tree_resident_bytes(self.pid);
-                    self.peak_bytes = self.peak_bytes.max(now);
+                    let now = self.sample();
                     self.interval = (self.interval * 2).min(MAX_SAMPLE_INTERVAL);
                     self.next_sample = Instant::now() + self.interval;
                     if self.limit_bytes > 0 && now > self.limit_bytes {
@@ -217,6 +279,7 @@ impl Watch {
             cpu_user_ms: ms(ticks.user),
             cpu_system_ms: ms(ticks.system),
             max_rss_bytes: self.peak_bytes,
+            max_gpu_memory_bytes: self.gpu.as_ref().map_or(0, |g| g.peak_bytes),
         })
     }
 }
@@ -281,22 +344,41 @@ fn status_memory(status: &str) -> (u64, u64) {
     (kib("VmRSS:"), kib("VmHWM:"))
 }
 
-/// The peak to record now for the tree rooted at `pid`: its summed resident memory, or the
-/// root's own high-water mark if larger.
-fn tree_resident_bytes(pid: u32) -> u64 {
-    let (root_rss, root_hwm) = resident_bytes(pid);
-    let mut sum = root_rss;
+/// The processes of the tree rooted at `pid`, the root first; at most [`MAX_TREE`].
+fn tree_pids(pid: u32) -> Vec<u32> {
+    let mut tree = vec![pid];
     let mut stack = children(pid);
-    let mut seen = 1;
     while let Some(p) = stack.pop() {
-        if seen >= MAX_TREE {
+        if tree.len() >= MAX_TREE {
             break;
         }
-        seen += 1;
-        sum = sum.saturating_add(resident_bytes(p).0);
+        tree.push(p);
         stack.extend(children(p));
     }
+    tree
+}
+
+/// The peak to record now for `tree` (its root first): its summed resident memory, or the
+/// root's own high-water mark if larger.
+fn tree_resident_bytes(tree: &[u32]) -> u64 {
+    let Some((&root, rest)) = tree.split_first() else {
+        return 0;
+    };
+    let (root_rss, root_hwm) = resident_bytes(root);
+    let sum = rest
+        .iter()
+        .fold(root_rss, |sum, &p| sum.saturating_add(resident_bytes(p).0));
     sum.max(root_hwm)
+}
+
+/// The GPU memory the processes of `tree` (sorted) use on `devices` now, bytes, as `processes`
+/// gives each device's; other processes on those devices are not counted.
+fn gpu_bytes(tree: &[u32], devices: &[u32], processes: &dyn Fn(u32) -> Vec<(u32, u64)>) -> u64 {
+    devices
+        .iter()
+        .flat_map(|&d| processes(d))
+        .filter(|(pid, _)| tree.binary_search(pid).is_ok())
+        .fold(0, |sum, (_, bytes)| sum.saturating_add(bytes))
 }
 
 /// The children of `pid`'s main thread (`/proc/PID/task/PID/children`).
@@ -380,5 +462,65 @@ mod tests {
             small.max_rss_bytes > 0 && small.max_rss_bytes < 60 << 20,
             "{small:?}"
         );
+    }
+
+    /// Runs `sh -c script` as the agent runs a GPU task on `devices`, NVML's view of each
+    /// device given by `processes` (called with the device and the task's pid).
+    async fn gpu_usage_of(
+        script: &str,
+        devices: &[u32],
+        processes: impl Fn(u32, u32) -> Vec<(u32, u64)> + Send + Sync + 'static,
+    ) -> pb::TaskUsage {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", script])
+            .spawn()
+            .expect("sh starts");
+        let pid = child.id().expect("running");
+        let watch = Watch::new(pid, 0).expect("this kernel has pidfd");
+        let mut watch = watch.with_gpu_memory(devices, Arc::new(move |d| processes(d, pid)));
+        assert_eq!(watch.exited().await, Exit::Exited);
+        let usage = watch.usage().expect("the zombie's counters are readable");
+        child.wait().await.expect("reaped");
+        usage
+    }
+
+    #[tokio::test]
+    async fn a_gpu_tasks_peak_gpu_memory_counts_its_tree_on_its_devices_only() {
+        // The shell's child (`sleep`) holds 2 GiB on device 0 and the shell 1 GiB on device 2;
+        // pid 1 (no part of the tree) holds 8 GiB on device 0, and device 1 is not the task's.
+        let u = gpu_usage_of("sleep 0.3; true", &[0, 2], |device, root| match device {
+            0 => {
+                let mut on = vec![(1, 8 << 30)];
+                on.extend(children(root).into_iter().map(|p| (p, 2 << 30)));
+                on
+            }
+            1 => vec![(root, 16 << 30)],
+            2 => vec![(root, 1 << 30)],
+            _ => Vec::new(),
+        })
+        .await;
+        assert_eq!(u.max_gpu_memory_bytes, 3 << 30, "{u:?}");
+    }
+
+    #[tokio::test]
+    async fn a_gpu_tasks_peak_gpu_memory_is_the_largest_sample() {
+        // The first sample sees 5 GiB, every later one 1 GiB.
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let u = gpu_usage_of("sleep 0.3", &[0], move |_, root| {
+            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            vec![(root, if n == 0 { 5 << 30 } else { 1 << 30 })]
+        })
+        .await;
+        assert_eq!(u.max_gpu_memory_bytes, 5 << 30, "{u:?}");
+    }
+
+    #[tokio::test]
+    async fn no_gpu_memory_is_measured_for_a_cpu_task_or_a_device_without_the_tasks_processes() {
+        let cpu = usage_of("sleep 0.1").await;
+        assert_eq!(cpu.max_gpu_memory_bytes, 0);
+        let no_devices = gpu_usage_of("sleep 0.1", &[], |_, root| vec![(root, 1 << 30)]).await;
+        assert_eq!(no_devices.max_gpu_memory_bytes, 0);
+        let others_only = gpu_usage_of("sleep 0.1", &[0], |_, _| vec![(1, 1 << 30)]).await;
+        assert_eq!(others_only.max_gpu_memory_bytes, 0);
     }
 }
