@@ -102,6 +102,8 @@ pub struct TaskUsage {
     pub cpu_system_ms: u64,
     /// Peak resident memory of its process tree, bytes (sampled).
     pub max_rss_bytes: u64,
+    /// Peak GPU memory of its process tree on its devices, bytes (sampled; 0: not measured).
+    pub max_gpu_memory_bytes: u64,
 }
 
 impl TaskUsage {
@@ -461,6 +463,8 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // The order a divisible job's chunks' successes were recorded in (0: before the column), so
     // that a restart replays their times into the estimates in the order they were measured.
     ("div_chunks", "done_seq", "INTEGER NOT NULL DEFAULT 0"),
+    // A task's peak GPU memory (NULL: stored before the column, or not measured; read as 0).
+    ("tasks", "max_gpu_memory_bytes", "INTEGER"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -471,7 +475,8 @@ CREATE INDEX IF NOT EXISTS tasks_other_nodes ON tasks(id) WHERE other_nodes != '
 
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
     started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10, cpu_user_ms=?11,
-    cpu_system_ms=?12, max_rss_bytes=?13, preemptions=?15, executed_node=?16 WHERE id=?14";
+    cpu_system_ms=?12, max_rss_bytes=?13, preemptions=?15, executed_node=?16,
+    max_gpu_memory_bytes=?17 WHERE id=?14";
 
 /// Adds each (`table`, `column`, definition) of `columns` that `table` lacks: a column added
 /// after a store was created.
@@ -1218,7 +1223,8 @@ pub fn write_tasks<'a>(
             t.usage.as_ref().map(|u| u.max_rss_bytes as i64),
             t.id as i64,
             t.preemptions,
-            t.executed
+            t.executed,
+            t.usage.as_ref().map(|u| u.max_gpu_memory_bytes as i64)
         ])?;
     }
     for job in cancelled_jobs {
@@ -1277,7 +1283,7 @@ impl StoreReader {
 const TASK_COLUMNS: &str =
     "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns,
     finished_ns, exit_code, message, failures, cpu_user_ms, cpu_system_ms, max_rss_bytes,
-    preemptions, executed_node FROM tasks";
+    preemptions, executed_node, max_gpu_memory_bytes FROM tasks";
 
 /// One row of a query on [`TASK_COLUMNS`].
 fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
@@ -1307,6 +1313,7 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
                 cpu_user_ms: user as u64,
                 cpu_system_ms: system as u64,
                 max_rss_bytes: rss as u64,
+                max_gpu_memory_bytes: r.get::<_, Option<i64>>(18)?.unwrap_or(0) as u64,
             })),
             _ => None,
         },
@@ -1434,6 +1441,7 @@ mod tests {
                 cpu_user_ms: 61_000,
                 cpu_system_ms: 250,
                 max_rss_bytes: 5 << 30,
+                max_gpu_memory_bytes: 3 << 30,
             }));
             s.update_tasks([&task], &[1]).expect("update");
         }

@@ -266,6 +266,9 @@ pub(super) struct Used {
     pub cpu_ms: u64,
     /// Peak resident memory, bytes.
     pub max_rss_bytes: u64,
+    /// Peak GPU memory, bytes (absent from a summary stored before it: none measured).
+    #[serde(default)]
+    pub max_gpu_memory_bytes: u64,
 }
 
 impl Used {
@@ -275,6 +278,7 @@ impl Used {
         for r in rows.iter().filter_map(|t| t.usage.as_deref()) {
             u.cpu_ms = u.cpu_ms.saturating_add(r.cpu_ms());
             u.max_rss_bytes = u.max_rss_bytes.max(r.max_rss_bytes);
+            u.max_gpu_memory_bytes = u.max_gpu_memory_bytes.max(r.max_gpu_memory_bytes);
         }
         u
     }
@@ -1219,12 +1223,28 @@ impl Batch {
             old.map_or(0, |u| u.max_rss_bytes),
             new.map_or(0, |u| u.max_rss_bytes),
         );
-        if new_rss >= r.used.max_rss_bytes {
+        let (old_gpu, new_gpu) = (
+            old.map_or(0, |u| u.max_gpu_memory_bytes),
+            new.map_or(0, |u| u.max_gpu_memory_bytes),
+        );
+        let rss_fell = if new_rss >= r.used.max_rss_bytes {
             r.used.max_rss_bytes = new_rss;
-        } else if old_rss == r.used.max_rss_bytes {
+            false
+        } else {
+            old_rss == r.used.max_rss_bytes
+        };
+        let gpu_fell = if new_gpu >= r.used.max_gpu_memory_bytes {
+            r.used.max_gpu_memory_bytes = new_gpu;
+            false
+        } else {
+            old_gpu == r.used.max_gpu_memory_bytes
+        };
+        if rss_fell || gpu_fell {
             let range = r.first_task..r.first_task + u64::from(r.tasks);
             if let Some(rows) = self.tasks.slice(range) {
-                r.used.max_rss_bytes = Used::of(rows).max_rss_bytes;
+                let of = Used::of(rows);
+                r.used.max_rss_bytes = of.max_rss_bytes;
+                r.used.max_gpu_memory_bytes = of.max_gpu_memory_bytes;
             }
         }
     }
@@ -1631,6 +1651,7 @@ impl Batch {
         for r in j.apps.clone().filter_map(|a| self.apps.get(a as usize)) {
             used.cpu_ms = used.cpu_ms.saturating_add(r.used.cpu_ms);
             used.max_rss_bytes = used.max_rss_bytes.max(r.used.max_rss_bytes);
+            used.max_gpu_memory_bytes = used.max_gpu_memory_bytes.max(r.used.max_gpu_memory_bytes);
         }
         let apps = if with_apps {
             j.apps
@@ -1654,6 +1675,7 @@ impl Batch {
                         ready: 0,
                         cpu_ms: r.used.cpu_ms,
                         max_rss_bytes: r.used.max_rss_bytes,
+                        max_gpu_memory_bytes: r.used.max_gpu_memory_bytes,
                         requires: r.requires.clone(),
                         max_running: r.max_running,
                         streams: r.streams.clone(),
@@ -1697,6 +1719,7 @@ impl Batch {
             deferred: self.waiting.deferred(j.row.id) && matches!(state, "pending" | "running"),
             cpu_ms: used.cpu_ms,
             max_rss_bytes: used.max_rss_bytes,
+            max_gpu_memory_bytes: used.max_gpu_memory_bytes,
             pending_reason,
             blocked,
             ..Default::default()

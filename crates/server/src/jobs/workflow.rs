@@ -337,6 +337,8 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("wf_instances", "cpu_user_ms", "INTEGER"),
     ("wf_instances", "cpu_system_ms", "INTEGER"),
     ("wf_instances", "max_rss_bytes", "INTEGER"),
+    // Its peak GPU memory (NULL: stored before the column, or not measured; read as 0).
+    ("wf_instances", "max_gpu_memory_bytes", "INTEGER"),
     ("wf_jobs", "cancelled", "INTEGER NOT NULL DEFAULT 0"),
     ("wf_jobs", "purged", "INTEGER NOT NULL DEFAULT 0"),
     // What it waits for before it starts (`waiting`); a workflow stored before waited for
@@ -1019,7 +1021,7 @@ impl Workflows {
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
-                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms FROM wf_instances WHERE job=?1")
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms,max_gpu_memory_bytes FROM wf_instances WHERE job=?1")
                     .map_err(StoreError::from)?;
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
@@ -1050,6 +1052,7 @@ impl Workflows {
                             cpu_user_ms: user as u64,
                             cpu_system_ms: system as u64,
                             max_rss_bytes: rss as u64,
+                            max_gpu_memory_bytes: measured(19)?.unwrap_or(0) as u64,
                         }),
                         _ => None,
                     };
@@ -2354,7 +2357,8 @@ impl Workflows {
             cpu_ms: used
                 .clone()
                 .fold(0, |sum, u| sum.saturating_add(u.cpu_ms())),
-            max_rss_bytes: used.map(|u| u.max_rss_bytes).max().unwrap_or(0),
+            max_rss_bytes: used.clone().map(|u| u.max_rss_bytes).max().unwrap_or(0),
+            max_gpu_memory_bytes: used.map(|u| u.max_gpu_memory_bytes).max().unwrap_or(0),
             id: j.id(),
             name: j.name.clone(),
             state: j.state().into(),
@@ -2410,7 +2414,15 @@ impl Workflows {
                             cpu_ms: used
                                 .clone()
                                 .fold(0, |sum, u| sum.saturating_add(u.cpu_ms())),
-                            max_rss_bytes: used.map(|u| u.max_rss_bytes).max().unwrap_or(0),
+                            max_rss_bytes: used
+                                .clone()
+                                .map(|u| u.max_rss_bytes)
+                                .max()
+                                .unwrap_or(0),
+                            max_gpu_memory_bytes: used
+                                .map(|u| u.max_gpu_memory_bytes)
+                                .max()
+                                .unwrap_or(0),
                             requires: task.requires.clone(),
                             ..Default::default()
                         }
@@ -3494,7 +3506,7 @@ impl JobKind for Workflows {
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
-            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)",
+            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms,max_gpu_memory_bytes) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)",
         )?;
         for &(seq, i) in &self.dirty {
             let Some(x) = self.jobs.get(&seq).and_then(|j| j.insts.get(i as usize)) else {
@@ -3520,7 +3532,8 @@ impl JobKind for Workflows {
                 i64::from(x.disk_losses),
                 i64::from(x.unstarted),
                 crate::store::list_text(&x.taken_back_from),
-                i64::try_from(x.fetch_ms).unwrap_or(i64::MAX)
+                i64::try_from(x.fetch_ms).unwrap_or(i64::MAX),
+                x.usage.map(|u| u.max_gpu_memory_bytes as i64)
             ])?;
         }
         for &seq in &self.dirty_jobs {

@@ -571,6 +571,8 @@ pub struct AppInfo {
     pub cpu_ms: u64,
     /// The largest peak resident memory among them (bytes).
     pub max_rss_bytes: u64,
+    /// The largest peak GPU memory among them (bytes; 0 = none measured).
+    pub max_gpu_memory_bytes: u64,
     /// The node attributes its tasks require.
     pub requires: Vec<String>,
     /// The most of its tasks that may run at once (0: no limit).
@@ -644,6 +646,8 @@ pub struct JobInfo {
     pub cpu_ms: u64,
     /// The largest peak resident memory among them (bytes).
     pub max_rss_bytes: u64,
+    /// The largest peak GPU memory among them (bytes; 0 = none measured).
+    pub max_gpu_memory_bytes: u64,
     /// Why its pending tasks are not running (batch jobs; empty when none is pending):
     /// `held: …`, `waiting for job M`, `no live node can run …`, `resources`, …
     pub pending_reason: String,

@@ -358,6 +358,7 @@ fn a_results_message_is_cut_and_its_usage_adds_up_saturating() {
             cpu_user_ms: u64::MAX - 1,
             cpu_system_ms: 7,
             max_rss_bytes: 1,
+            max_gpu_memory_bytes: 0,
         });
     }
     s.heartbeat(beat).expect("heartbeat");

@@ -344,6 +344,7 @@ fn measured(task: u64, attempt: u32, ok: bool, cpu_ms: u64, rss: u64) -> pb::Tas
             cpu_user_ms: cpu_ms,
             cpu_system_ms: 0,
             max_rss_bytes: rss,
+            max_gpu_memory_bytes: 0,
         }),
         ..Default::default()
     }
@@ -420,6 +421,54 @@ fn an_applications_usage_follows_its_tasks_latest_attempts_and_survives_eviction
         Some(2_000),
         "each task's usage is read back from the store"
     );
+}
+
+#[test]
+fn a_tasks_peak_gpu_memory_is_stored_and_shown_per_task_application_and_job_across_restarts() {
+    let d = dir("gpu-usage");
+    let job_text = "[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\n";
+    // As the server answers (the wire's messages): each task's, its application's largest and
+    // its job's.
+    let gpu = |s: &State| {
+        let job = s.job(1).expect("job");
+        let tasks = s.tasks(1).expect("tasks").tasks;
+        (
+            tasks
+                .iter()
+                .map(|t| t.usage.map_or(0, |u| u.max_gpu_memory_bytes))
+                .collect::<Vec<_>>(),
+            job.apps[0].max_gpu_memory_bytes,
+            job.max_gpu_memory_bytes,
+        )
+    };
+    let expected = (vec![6 << 30, 0], 6 << 30, 6 << 30);
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 2);
+        s.submit("job.toml", job_text, "/").expect("submit");
+        let ids: Vec<u64> = beat(&mut s, n, &[], &[])
+            .assignments
+            .iter()
+            .map(|a| a.task_id)
+            .collect();
+        assert_eq!(ids.len(), 2);
+        // The first used 6 GiB of GPU memory; the second was not measured (a CPU task).
+        let mut gpu_task = measured(ids[0], 1, true, 100, 1 << 20);
+        if let Some(u) = gpu_task.usage.as_mut() {
+            u.max_gpu_memory_bytes = 6 << 30;
+        }
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.results = vec![gpu_task, measured(ids[1], 1, true, 100, 1 << 20)];
+        s.heartbeat(req).expect("heartbeat");
+        assert_eq!(s.job(1).expect("job").state, "completed");
+        assert_eq!(gpu(&s), expected);
+        // The job's rows leave memory: its summary keeps the figures.
+        assert_eq!(s.evict_finished(), 1);
+        assert_eq!(gpu(&s), expected);
+    }
+    // A restart reads the summary and the stored rows.
+    let s = open(&d);
+    assert_eq!(gpu(&s), expected, "the figures survive a restart");
 }
 
 /// A stored job whose file a later version refuses (here an application name the name rule

@@ -4893,9 +4893,10 @@ fn a_launch_node_request_carries_only_its_tables_addresses() {
 
 /// A workflow's usage, its instances' CPU times as their agents report them (u64s), adds up
 /// saturating in its listing. Before, two near the top overflowed the sum while the state's
-/// lock was held (a panic in a debug build, at every `job N`).
+/// lock was held (a panic in a debug build, at every `job N`). Its peak GPU memory is its
+/// instances' largest, and is read back after a restart.
 #[test]
-fn a_workflows_usage_adds_up_saturating() {
+fn a_workflows_usage_adds_up_saturating_and_its_gpu_memory_survives_a_restart() {
     let dir = scratch("usage-saturates");
     let mut s = open(&dir, WorkflowConfig::default());
     let n = common::register(&mut s, "n", 2);
@@ -4920,6 +4921,7 @@ fn a_workflows_usage_adds_up_saturating() {
                     cpu_user_ms: u64::MAX - 1,
                     cpu_system_ms: 7,
                     max_rss_bytes: 1,
+                    max_gpu_memory_bytes: 3 << 30,
                 }),
                 ..Default::default()
             });
@@ -4933,6 +4935,21 @@ fn a_workflows_usage_adds_up_saturating() {
         "{:?}",
         info.apps
     );
+    let gpu = |info: &pb::JobInfo| {
+        (
+            info.max_gpu_memory_bytes,
+            info.apps
+                .iter()
+                .map(|a| a.max_gpu_memory_bytes)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let before = gpu(&info);
+    assert_eq!(before.0, 3 << 30);
+    assert!(before.1.iter().all(|&b| b == 3 << 30), "{before:?}");
+    drop(s);
+    let s = open(&dir, WorkflowConfig::default());
+    assert_eq!(gpu(&s.job(job).expect("job")), before, "read back from the store");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
