@@ -839,12 +839,8 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
     if !j.owner.is_empty() && j.owner != "admin" {
         println!("user: {}", shown(&j.owner));
     }
-    if j.cpu_ms > 0 || j.max_rss_bytes > 0 {
-        println!(
-            "used: cpu time {}, max rss {} (its tasks' latest attempts)",
-            super::human::measured_cpu_time(j.cpu_ms, j.max_rss_bytes),
-            super::human::memory(j.max_rss_bytes)
-        );
+    if let Some(line) = used_line(&j) {
+        println!("{line}");
     }
     if j.begin_ms > 0 {
         let verb = match (j.deferred, unfinished(&j)) {
@@ -1195,7 +1191,7 @@ fn attempt_cell(x: &pb::TaskInfo) -> String {
 fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     let mut t = table(&[
         "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices", "fetch",
-        "run time", "cpu", "max rss", "message", "output",
+        "run time", "cpu", "max rss", "gpu mem", "message", "output",
     ]);
     for x in tasks {
         t.add_row(super::human::row(vec![
@@ -1250,11 +1246,32 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
             }),
             x.usage
                 .map_or("-".into(), |u| super::human::memory(u.max_rss_bytes)),
+            // Peak GPU memory: `-` when not measured (a CPU task, a node without NVML).
+            x.usage
+                .map_or("-".into(), |u| super::human::memory(u.max_gpu_memory_bytes)),
             x.message.clone(),
             x.output.clone(),
         ]));
     }
     t
+}
+
+/// `job N`'s `used:` line: what the job's tasks used, as `sacct` sums it (CPU time, the largest
+/// peak resident memory, and the largest peak GPU memory when any task's was measured); `None`
+/// while nothing was measured.
+fn used_line(j: &pb::JobInfo) -> Option<String> {
+    if j.cpu_ms == 0 && j.max_rss_bytes == 0 && j.max_gpu_memory_bytes == 0 {
+        return None;
+    }
+    let gpu = match j.max_gpu_memory_bytes {
+        0 => String::new(),
+        b => format!(", max gpu memory {}", super::human::memory(b)),
+    };
+    Some(format!(
+        "used: cpu time {}, max rss {}{gpu} (its tasks' latest attempts)",
+        super::human::measured_cpu_time(j.cpu_ms, j.max_rss_bytes),
+        super::human::memory(j.max_rss_bytes)
+    ))
 }
 
 /// `hetsched nodes [--all]`.
@@ -2463,6 +2480,46 @@ fn work_noun(kind: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A GPU task's peak GPU memory shows in `tasks` beside its peak resident memory, and in
+    /// `job N`'s `used:` line; a CPU task's (not measured) as `-`, and no `max gpu memory` for
+    /// a job none of whose tasks had one.
+    #[test]
+    fn a_gpu_tasks_peak_gpu_memory_is_shown_like_its_peak_resident_memory() {
+        let task = |gpu: u64| pb::TaskInfo {
+            state: "succeeded".into(),
+            usage: Some(pb::TaskUsage {
+                cpu_user_ms: 1_000,
+                cpu_system_ms: 0,
+                max_rss_bytes: 1 << 20,
+                max_gpu_memory_bytes: gpu,
+            }),
+            ..Default::default()
+        };
+        let shown = tasks_table(&[task(3 << 30), task(0)]).to_string();
+        let header = shown
+            .lines()
+            .find(|l| l.contains("task"))
+            .unwrap_or_default();
+        assert!(header.contains("max rss") && header.contains("gpu mem"), "{shown}");
+        let gib = super::super::human::memory(3 << 30);
+        let rows: Vec<&str> = shown.lines().filter(|l| l.contains("succeeded")).collect();
+        assert_eq!(rows.len(), 2, "{shown}");
+        assert!(rows[0].contains(&gib), "{shown}");
+        assert!(!rows[1].contains(&gib), "{shown}");
+        let mut job = pb::JobInfo {
+            cpu_ms: 2_000,
+            max_rss_bytes: 1 << 20,
+            max_gpu_memory_bytes: 3 << 30,
+            ..Default::default()
+        };
+        let line = used_line(&job).unwrap_or_default();
+        assert!(line.contains(&format!("max gpu memory {gib}")), "{line}");
+        job.max_gpu_memory_bytes = 0;
+        let line = used_line(&job).unwrap_or_default();
+        assert!(line.starts_with("used: cpu time") && !line.contains("gpu"), "{line}");
+        assert_eq!(used_line(&pb::JobInfo::default()), None);
+    }
 
     /// An older or hostile server's names and messages reach the terminal escaped: no escape
     /// sequence of theirs acts on it.

@@ -3527,6 +3527,8 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
             .map(|t| {
                 let u = &t["usage"];
                 assert!(u.is_object(), "a finished task has its usage: {t}");
+                // Beside its peak resident memory: a CPU task's GPU memory is not measured.
+                assert_eq!(u["max_gpu_memory_bytes"].as_u64(), Some(0), "{t}");
                 (
                     t["index"].as_u64().unwrap_or(9),
                     u["cpu_user_ms"].as_u64().unwrap_or(0)
@@ -3560,6 +3562,7 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
     // The job adds them up (CPU time) and keeps the largest peak, as `sacct` does per job.
     let job_usage = |c: &Cluster| {
         let j = c.json(&["job", "1"]);
+        assert_eq!(j["max_gpu_memory_bytes"].as_u64(), Some(0), "{j}");
         (j["cpu_ms"].as_u64(), j["max_rss_bytes"].as_u64())
     };
     let job_before = job_usage(&c);
