@@ -437,7 +437,10 @@ impl Gpus {
             return Vec::new();
         };
         let mut used: Vec<(u32, u64)> = Vec::new();
-        let lists = [d.running_compute_processes(), d.running_graphics_processes()];
+        let lists = [
+            d.running_compute_processes(),
+            d.running_graphics_processes(),
+        ];
         for p in lists.into_iter().flat_map(Result::unwrap_or_default) {
             let UsedGpuMemory::Used(bytes) = p.used_gpu_memory else {
                 continue;

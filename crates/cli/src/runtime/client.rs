@@ -2501,7 +2501,10 @@ mod tests {
             .lines()
             .find(|l| l.contains("task"))
             .unwrap_or_default();
-        assert!(header.contains("max rss") && header.contains("gpu mem"), "{shown}");
+        assert!(
+            header.contains("max rss") && header.contains("gpu mem"),
+            "{shown}"
+        );
         let gib = super::super::human::memory(3 << 30);
         let rows: Vec<&str> = shown.lines().filter(|l| l.contains("succeeded")).collect();
         assert_eq!(rows.len(), 2, "{shown}");
@@ -2517,7 +2520,10 @@ mod tests {
         assert!(line.contains(&format!("max gpu memory {gib}")), "{line}");
         job.max_gpu_memory_bytes = 0;
         let line = used_line(&job).unwrap_or_default();
-        assert!(line.starts_with("used: cpu time") && !line.contains("gpu"), "{line}");
+        assert!(
+            line.starts_with("used: cpu time") && !line.contains("gpu"),
+            "{line}"
+        );
         assert_eq!(used_line(&pb::JobInfo::default()), None);
     }
 

@@ -2414,11 +2414,7 @@ impl Workflows {
                             cpu_ms: used
                                 .clone()
                                 .fold(0, |sum, u| sum.saturating_add(u.cpu_ms())),
-                            max_rss_bytes: used
-                                .clone()
-                                .map(|u| u.max_rss_bytes)
-                                .max()
-                                .unwrap_or(0),
+                            max_rss_bytes: used.clone().map(|u| u.max_rss_bytes).max().unwrap_or(0),
                             max_gpu_memory_bytes: used
                                 .map(|u| u.max_gpu_memory_bytes)
                                 .max()

@@ -426,7 +426,8 @@ fn an_applications_usage_follows_its_tasks_latest_attempts_and_survives_eviction
 #[test]
 fn a_tasks_peak_gpu_memory_is_stored_and_shown_per_task_application_and_job_across_restarts() {
     let d = dir("gpu-usage");
-    let job_text = "[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\n";
+    let job_text =
+        "[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\n";
     // As the server answers (the wire's messages): each task's, its application's largest and
     // its job's.
     let gpu = |s: &State| {

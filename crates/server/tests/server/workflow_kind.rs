@@ -4949,7 +4949,11 @@ fn a_workflows_usage_adds_up_saturating_and_its_gpu_memory_survives_a_restart() 
     assert!(before.1.iter().all(|&b| b == 3 << 30), "{before:?}");
     drop(s);
     let s = open(&dir, WorkflowConfig::default());
-    assert_eq!(gpu(&s.job(job).expect("job")), before, "read back from the store");
+    assert_eq!(
+        gpu(&s.job(job).expect("job")),
+        before,
+        "read back from the store"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
