@@ -8,6 +8,7 @@
 #      after its model (`h200`, `a100`, …: `detect::gpu_kind`);
 #   3. a job whose GPU variant asks for that kind runs on the devices: each task sees
 #      CUDA_VISIBLE_DEVICES, PyTorch finds the device and multiplies bf16 matrices on it;
+#      and each task's peak GPU memory (`usage.max_gpu_memory_bytes`) is at least its matrix's;
 #   4. while it runs, the node's GPU utilisation (NVML, `/metrics`) rises above 0;
 #   5. a job asking for a kind no node has is refused at submission, naming it;
 #   6. (spec 01) a GPU task placed on a GPU-less agent of the same rack, an NNode, is offloaded to
@@ -85,7 +86,11 @@ for i in 0 1; do
     echo "   burn:$i: $OUT" | tr '\n' ' '; echo
     grep -q "CUDA_VISIBLE_DEVICES [0-9]" <<< "$OUT" || fail "3. burn:$i saw no CUDA_VISIBLE_DEVICES"
 done
-echo "3. the GPU job of kind $KIND completed on the device"
+GPUMEM=$("$B" tasks --job 1 --output json | python3 -c 'import json,sys; print(" ".join(str(t["usage"]["max_gpu_memory_bytes"]) for t in json.load(sys.stdin)))')
+for m in $GPUMEM; do
+    [ "$m" -ge $((128 << 20)) ] || fail "3. a task's peak GPU memory is $m bytes, below its 128 MiB matrix ($GPUMEM)"
+done
+echo "3. the GPU job of kind $KIND completed on the device; peak GPU memory per task: $GPUMEM bytes"
 python3 -c "import sys; sys.exit(0 if $PEAK > 0 else 1)" || fail "4. GPU utilisation stayed 0"
 echo "4. GPU utilisation reached $PEAK while it ran"
 
@@ -126,7 +131,9 @@ print("offloaded from nnode01, ran on", os.environ["HETSCHED_NODE"], "device", t
         || fail "6. the task was not placed on nnode01 and run on gpu01: $TASK"
     OUT=$("$B" log last python3:0)
     grep -q "ran on gpu01 device NVIDIA" <<< "$OUT" || fail "6. the offloaded task's output: $OUT"
-    echo "6. offloaded: $OUT"
+    M=$(python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["usage"]["max_gpu_memory_bytes"])' <<< "$TASK")
+    [ "$M" -ge $((64 << 20)) ] || fail "6. the offloaded task's peak GPU memory is $M bytes, below its 64 MiB matrix"
+    echo "6. offloaded: $OUT; peak GPU memory $M bytes"
 else
     echo "6. skipped: unshare -m is not allowed here"
 fi
