@@ -222,6 +222,11 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
         dom.contains("<th>max rss</th>") && dom.contains(" MiB</td>"),
         "finished tasks show the memory their agents measured"
     );
+    // CPU tasks: no GPU memory measured, shown as `-` as `hetsched tasks` shows it.
+    assert!(
+        dom.contains("gpu mem</th>") && dom.contains("<td class=\"gpu-mem\">-</td>"),
+        "the peak GPU memory column"
+    );
     assert!(
         dom.contains("<section id=\"topologies-section\" hidden=\"\">")
             && dom.contains("<table id=\"topologies\" data-loaded=\"1\">"),
@@ -2433,7 +2438,7 @@ fn the_read_only_token_is_offered_no_output_links_it_cannot_follow() {
     };
     let t = Duration::from_secs(20);
     let output_cell = "(() => { const tr = document.querySelector('#tasks tbody tr[data-task=\"0\"]'); \
-         const td = tr && tr.querySelector('td:nth-child(13)'); \
+         const td = tr && tr.querySelector('td.output'); \
          return td && [td.querySelectorAll('a').length, td.textContent, td.querySelector('[title]')?.title || '']; })()";
     let mut b = signed_in(&c, bin);
     let read_only = b.wait_for("task 0's output cell, read-only", output_cell, t);

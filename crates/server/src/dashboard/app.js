@@ -487,7 +487,7 @@ function renderJobDetail(j) {
     return `<tr data-app="${esc(a.name)}"><td>${esc(a.name)}</td><td>${a.tasks}</td><td>${c.pending || 0}${a.ready ? ` (${a.ready} ready)` : ""}</td><td>${runningText(c)}</td>
       <td>${c.succeeded || 0}</td><td>${c.failed || 0}</td><td>${c.cancelled || 0}</td><td>${variants}</td>
       <td class="requires">${esc((a.requires || []).join(", ") || "-")}</td><td class="priority">${a.priority || 0}</td><td class="max-running">${a.max_running || "no limit"}</td><td class="time-limit">${limit}</td>
-      <td>${mean}</td><td>${ms(a.cpu_ms)}</td><td>${bytes(a.max_rss_bytes)}</td></tr>`;
+      <td>${mean}</td><td>${ms(a.cpu_ms)}</td><td>${bytes(a.max_rss_bytes)}</td><td class="gpu-mem">${bytes(a.max_gpu_memory_bytes)}</td></tr>`;
   }).join("");
   let kind = "";
   const d = j.divisible;
@@ -616,7 +616,8 @@ async function loadTasks() {
       <td>${attemptCell(t)}</td><td>${esc(t.node || "-")}${more}</td><td>${esc(t.variant || "-")}</td>
       <td>${esc((t.devices || []).join(",") || "-")}</td><td>${fetchTime(t)}</td><td>${runTime(t)}</td>
       <td>${t.usage ? human((t.usage.cpu_user_ms + t.usage.cpu_system_ms) * 1e6) : "-"}</td><td>${t.usage ? bytes(t.usage.max_rss_bytes) : "-"}</td>
-      <td>${t.attempt > 0 ? outputLinks(log) : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
+      <td class="gpu-mem">${t.usage ? bytes(t.usage.max_gpu_memory_bytes) : "-"}</td>
+      <td class="output">${t.attempt > 0 ? outputLinks(log) : "-"}</td><td class="msg">${esc(t.message)}</td></tr>`;
   }).join("");
   const n = tasksView.cursors.length;
   $("tasks-where").textContent = `page ${n} · ${count(page.tasks.length, "task")} shown of ${page.total} in the job`;
