@@ -931,6 +931,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
         "mean run, gpu (ms)",
         "cpu time",
         "max rss",
+        "gpu mem",
         "per task",
         "requires",
         "priority",
@@ -955,6 +956,7 @@ pub async fn job(args: &ClientArgs, id: u64) -> anyhow::Result<()> {
             ms(a.mean_gpu_ms),
             super::human::measured_cpu_time(a.cpu_ms, a.max_rss_bytes),
             super::human::memory(a.max_rss_bytes),
+            super::human::memory(a.max_gpu_memory_bytes),
             if a.nodes > 1 {
                 format!("{} nodes", a.nodes)
             } else {

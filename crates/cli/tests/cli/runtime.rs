@@ -3581,6 +3581,12 @@ fn each_task_reports_the_cpu_time_and_peak_memory_it_used_and_a_restart_keeps_th
     assert!(text.contains("MiB"), "peak memory is shown in MiB: {text}");
     let shown = c.cli(&["job", "1"]);
     let text = String::from_utf8_lossy(&shown.stdout);
+    // Per application too, beside `max rss`: `-` for these CPU tasks (no GPU memory measured).
+    let header = text
+        .lines()
+        .find(|l| l.contains("app") && l.contains("max rss"))
+        .unwrap_or_default();
+    assert!(header.contains("gpu mem"), "{text}");
     assert!(
         text.contains("used: cpu time") && text.contains("MiB"),
         "job N says what the job used: {text}"
