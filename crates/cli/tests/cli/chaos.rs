@@ -971,6 +971,13 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
                             && e["running_in_worker"].as_u64().is_some()
                             && e["running_in_worker"] == p["worker"]
                     });
+            // Every process the server names runs (a worker whose agent was started again
+            // is a new process: the server must not name the dead one).
+            let processes = self.worker_processes(name);
+            let placed = placed
+                && worker_pids(&s)
+                    .iter()
+                    .all(|p| processes.iter().any(|q| u64::from(*q) == *p));
             let total = s["tuples_total"].as_u64().unwrap_or(0);
             if placed {
                 match flowing_from {

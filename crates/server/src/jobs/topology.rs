@@ -1995,6 +1995,13 @@ impl Topology {
         // for one of them is about an earlier process (the agent keeps a worker's last words
         // until a new process listens).
         let mut running_here: HashSet<(String, u32)> = HashSet::new();
+        // Every key the agent reports, of any generation: a worker a new placement keeps runs
+        // under its old key until the agent has taken the new routes.
+        let reported: HashSet<(String, u64, u32)> = req
+            .workers
+            .iter()
+            .map(|w| (w.topology.clone(), w.generation, w.worker))
+            .collect();
         for w in req.workers {
             let Some(run) = inner.runs.get_mut(&w.topology) else {
                 continue;
@@ -2042,6 +2049,29 @@ impl Topology {
             running_here.insert((w.topology, w.worker));
             if report.is_some() {
                 entry.report = report;
+            }
+        }
+        // The agent speaks for every worker of its node: one it does not report runs no more
+        // (an agent started again runs none of its predecessor's), so its process and address
+        // go — `topology show` names no dead process and peers are sent no dead address.
+        for run in inner.runs.values_mut() {
+            if run.rec.state != "running" {
+                continue;
+            }
+            let gone: Vec<u32> = run
+                .live
+                .keys()
+                .copied()
+                .filter(|&w| run.node_of(w) == Some(req.node.as_str()))
+                .filter(|&w| !running_here.contains(&(run.rec.name.clone(), w)))
+                .filter(|w| {
+                    !run.kept.get(w).is_some_and(|&(g, old)| {
+                        reported.contains(&(run.rec.name.clone(), g, old))
+                    })
+                })
+                .collect();
+            for w in gone {
+                run.forget_worker(w);
             }
         }
         // What this node cannot start replaces what it said before.

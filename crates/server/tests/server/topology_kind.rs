@@ -1688,3 +1688,83 @@ fn a_gain_threshold_that_is_not_a_finite_number_0_or_more_is_refused_with_its_va
     .expect("0 is a threshold");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An agent speaks for every worker of its node: one it no longer reports runs no more, and
+/// `topology show` drops its process and address at once (its peers are not sent a dead
+/// address either). Before, the server kept the last process it heard of until a new one was
+/// reported: an agent killed and started again (its workers die with it) left `show` naming
+/// the dead process, and a server restarted then adopted "a new pid" (`chaos::topology_soak`,
+/// seed 9200).
+#[test]
+fn a_worker_its_agent_no_longer_reports_shows_no_process_until_one_runs_again() {
+    let dir = scratch("agent-restarted");
+    let mut s = open(&dir);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    let worker = |s: &State| s.topology_show("pipe").expect("show")["workers"][0].clone();
+    sync(&mut s, vec![running_worker(1)]);
+    assert_eq!(worker(&s)["pid"], 4242);
+    // The agent was killed and started again: its first sync runs no worker.
+    assert_eq!(sync(&mut s, vec![]), 1, "it is told to start the worker again");
+    let w = worker(&s);
+    assert!(w["pid"].is_null(), "no process runs it: {w}");
+    assert_eq!(
+        s.topology_show("pipe").expect("show")["workers_running"],
+        0
+    );
+    // The new process.
+    sync(
+        &mut s,
+        vec![WorkerSeen {
+            pid: 5151,
+            ..running_worker(1)
+        }],
+    );
+    assert_eq!(worker(&s)["pid"], 5151);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A worker a new placement keeps runs on under its old key until its agent has taken the new
+/// routes: reported so, it still runs (its process and counters are kept), and a worker of
+/// the node reported under no key at all does not.
+#[test]
+fn a_kept_worker_reported_under_its_old_key_still_runs() {
+    let dir = scratch("kept-old-key");
+    let mut s = short_grace(&dir, &["a", "b", "c"]);
+    let mut sub = submission();
+    sub.placer = "even".into();
+    sub.workers = 2;
+    s.topology_submit(sub).expect("submit");
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    sync_node(&mut s, "a", vec![running_worker(1)]);
+    sync_node(
+        &mut s,
+        "b",
+        vec![WorkerSeen {
+            worker: 1,
+            pid: 4343,
+            ..running_worker(1)
+        }],
+    );
+    sync_node(&mut s, "c", vec![]);
+    s.on_drain("b", true).expect("drain");
+    s.topology_tick().expect("tick");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["generation"], 2, "{shown}");
+    assert_eq!(shown["reschedules"][0]["workers_kept"], 1, "{shown}");
+    // a's agent has not synced since: it still reports the worker as (generation 1, 0).
+    sync_node(&mut s, "a", vec![running_worker(1)]);
+    let shown = s.topology_show("pipe").expect("show");
+    let on_a: Vec<&serde_json::Value> = shown["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .filter(|w| w["node"] == "a")
+        .collect();
+    assert_eq!(on_a.len(), 1, "{shown}");
+    assert_eq!(on_a[0]["pid"], 4242, "the kept worker runs on: {shown}");
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
