@@ -44,6 +44,7 @@ fn submission(r: pb::SubmitTopologyRequest) -> TopologySubmission {
 
 fn workers_seen(r: pb::SyncWorkersRequest) -> WorkersSeen {
     WorkersSeen {
+        restated: false,
         start_errors: r
             .start_errors
             .into_iter()
@@ -310,6 +311,9 @@ impl pb::topology_agent_server::TopologyAgent for AgentService {
         let may_hold = hold_ms > 0 && seen.workers.is_empty();
         // Held, the open call keeps the node alive in the kind (`Topology::held`).
         let presence = may_hold.then(|| Presence::Workers(seen.node.clone()));
+        // Looked at again after a wait, the call's lists are as old as the call: an agent
+        // started again meanwhile may run workers this one did not (`WorkersSeen::restated`).
+        let looked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let answer = crate::service::held_event(
             &self.0,
             &self.1,
@@ -319,7 +323,9 @@ impl pb::topology_agent_server::TopologyAgent for AgentService {
             move |s| {
                 s.prove_agent(&seen.node, &identity)?;
                 let (changes, hold) = s.topology_changes();
-                Ok((s.topology_sync(seen.clone(), from)?, changes, hold))
+                let mut seen = seen.clone();
+                seen.restated = looked.swap(true, std::sync::atomic::Ordering::Relaxed);
+                Ok((s.topology_sync(seen, from)?, changes, hold))
             },
             |answer| !may_hold || !answer.workers.is_empty(),
         )

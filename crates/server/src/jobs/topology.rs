@@ -441,6 +441,9 @@ pub struct WorkersSeen {
     pub workers: Vec<WorkerSeen>,
     /// Workers assigned to it that it cannot start, and why.
     pub start_errors: Vec<WorkerStartError>,
+    /// A held call looked at again: its lists are as old as the call, so they do not speak
+    /// for a worker the node's agent started (and reported in another call) since.
+    pub restated: bool,
 }
 
 /// A worker an agent cannot start (its process failed to spawn, its owner's account is not on
@@ -2053,9 +2056,10 @@ impl Topology {
         }
         // The agent speaks for every worker of its node: one it does not report runs no more
         // (an agent started again runs none of its predecessor's), so its process and address
-        // go — `topology show` names no dead process and peers are sent no dead address.
+        // go — `topology show` names no dead process and peers are sent no dead address. A
+        // held call looked at again speaks only for when it was sent.
         for run in inner.runs.values_mut() {
-            if run.rec.state != "running" {
+            if req.restated || run.rec.state != "running" {
                 continue;
             }
             let gone: Vec<u32> = run
@@ -2065,17 +2069,23 @@ impl Topology {
                 .filter(|&w| run.node_of(w) == Some(req.node.as_str()))
                 .filter(|&w| !running_here.contains(&(run.rec.name.clone(), w)))
                 .filter(|w| {
-                    !run.kept.get(w).is_some_and(|&(g, old)| {
-                        reported.contains(&(run.rec.name.clone(), g, old))
-                    })
+                    !run.kept
+                        .get(w)
+                        .is_some_and(|&(g, old)| reported.contains(&(run.rec.name.clone(), g, old)))
                 })
                 .collect();
             for w in gone {
                 run.forget_worker(w);
             }
         }
-        // What this node cannot start replaces what it said before.
-        for run in inner.runs.values_mut() {
+        // What this node cannot start replaces what it said before (a held call looked at
+        // again says nothing new).
+        let start_errors = if req.restated {
+            Vec::new()
+        } else {
+            req.start_errors
+        };
+        for run in inner.runs.values_mut().filter(|_| !req.restated) {
             let placed_here = |w: u32| {
                 run.rec.placement.as_ref().is_some_and(|p| {
                     p.workers
@@ -2085,7 +2095,7 @@ impl Topology {
             };
             run.start_errors.retain(|&w, _| !placed_here(w));
         }
-        for e in req.start_errors {
+        for e in start_errors {
             let Some(run) = inner.runs.get_mut(&e.topology) else {
                 continue;
             };
@@ -2695,6 +2705,7 @@ mod tests {
 
     fn seen(workers: Vec<WorkerSeen>) -> WorkersSeen {
         WorkersSeen {
+            restated: false,
             node: "n".into(),
             cores: 4,
             attributes: Vec::new(),

@@ -1445,6 +1445,7 @@ fn stream_day(dir: &Path, ops: Vec<TopoOp>) -> Result<(), TestCaseError> {
                     .collect();
                 let told = match s.topology_sync(
                     WorkersSeen {
+                        restated: false,
                         start_errors: Vec::new(),
                         node: names[n].into(),
                         cores: 4,

@@ -78,6 +78,7 @@ pub(crate) fn submission() -> TopologySubmission {
 pub(crate) fn sync(s: &mut State, workers: Vec<WorkerSeen>) -> usize {
     s.topology_sync(
         WorkersSeen {
+            restated: false,
             start_errors: Vec::new(),
             node: "n".into(),
             cores: 4,
@@ -126,6 +127,7 @@ fn a_running_worker_holds_its_declared_cores_and_topologies_live_in_the_one_stor
     let told = s
         .topology_sync(
             WorkersSeen {
+                restated: false,
                 start_errors: Vec::new(),
                 node: "n".into(),
                 cores: 4,
@@ -227,6 +229,7 @@ fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left(
         for name in ["n", "m"] {
             s.topology_sync(
                 WorkersSeen {
+                    restated: false,
                     start_errors: Vec::new(),
                     node: name.into(),
                     cores: 4,
@@ -280,6 +283,7 @@ fn join(s: &mut State, name: &str, attributes: Vec<String>) -> u32 {
         .node_id;
     s.topology_sync(
         WorkersSeen {
+            restated: false,
             start_errors: Vec::new(),
             node: name.into(),
             cores: 4,
@@ -334,6 +338,7 @@ fn the_placer_sees_the_cores_batch_tasks_and_other_topologies_hold() {
     // fills a node to 90 %: 360 %) no longer fits on a beside it, and goes to b.
     s.topology_sync(
         WorkersSeen {
+            restated: false,
             start_errors: Vec::new(),
             node: "a".into(),
             cores: 4,
@@ -455,6 +460,7 @@ fn a_topology_status_is_a_typed_message_with_the_keys_of_the_json_document() {
     s.topology_submit(submission()).expect("submit");
     s.topology_sync(
         WorkersSeen {
+            restated: false,
             start_errors: Vec::new(),
             node: "a".into(),
             cores: 4,
@@ -611,6 +617,7 @@ fn short_grace(dir: &Path, names: &[&str]) -> State {
 fn sync_node(s: &mut State, node: &str, workers: Vec<WorkerSeen>) {
     s.topology_sync(
         WorkersSeen {
+            restated: false,
             start_errors: Vec::new(),
             node: node.into(),
             cores: 4,
@@ -750,6 +757,7 @@ fn a_server_restarted_before_the_agents_sync_still_hands_a_kept_worker_its_new_p
     let keep_order = |s: &mut State| {
         s.topology_sync(
             WorkersSeen {
+                restated: false,
                 start_errors: Vec::new(),
                 node: "a".into(),
                 cores: 4,
@@ -804,6 +812,7 @@ fn a_server_restarted_during_a_move_still_drains_the_old_worker_and_the_new_one_
     let orders = |s: &mut State, node: &str, workers: Vec<WorkerSeen>| {
         s.topology_sync(
             WorkersSeen {
+                restated: false,
                 start_errors: Vec::new(),
                 node: node.into(),
                 cores: 4,
@@ -909,6 +918,7 @@ fn a_worker_its_agent_cannot_start_shows_why_until_it_runs() {
     sync(&mut s, vec![]);
     s.topology_submit(submission()).expect("submit");
     let error = |node: &str, generation: u64, message: &str| WorkersSeen {
+        restated: false,
         start_errors: vec![WorkerStartError {
             topology: "pipe".into(),
             generation,
@@ -982,6 +992,7 @@ fn a_worker_that_fails_again_after_a_sync_saw_it_running_shows_why_and_runs_no_m
     sync(&mut s, vec![]);
     s.topology_submit(submission()).expect("submit");
     let seen = |workers: Vec<WorkerSeen>, message: &str| WorkersSeen {
+        restated: false,
         start_errors: vec![WorkerStartError {
             topology: "pipe".into(),
             generation: 1,
@@ -1544,6 +1555,7 @@ fn a_sync_does_not_speak_for_a_worker_placed_on_another_node() {
     let told = s
         .topology_sync(
             WorkersSeen {
+                restated: false,
                 start_errors: Vec::new(),
                 node: "b".into(),
                 cores: 4,
@@ -1706,13 +1718,14 @@ fn a_worker_its_agent_no_longer_reports_shows_no_process_until_one_runs_again() 
     sync(&mut s, vec![running_worker(1)]);
     assert_eq!(worker(&s)["pid"], 4242);
     // The agent was killed and started again: its first sync runs no worker.
-    assert_eq!(sync(&mut s, vec![]), 1, "it is told to start the worker again");
+    assert_eq!(
+        sync(&mut s, vec![]),
+        1,
+        "it is told to start the worker again"
+    );
     let w = worker(&s);
     assert!(w["pid"].is_null(), "no process runs it: {w}");
-    assert_eq!(
-        s.topology_show("pipe").expect("show")["workers_running"],
-        0
-    );
+    assert_eq!(s.topology_show("pipe").expect("show")["workers_running"], 0);
     // The new process.
     sync(
         &mut s,
@@ -1722,6 +1735,59 @@ fn a_worker_its_agent_no_longer_reports_shows_no_process_until_one_runs_again() 
         }],
     );
     assert_eq!(worker(&s)["pid"], 5151);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A held sync looked at again (`WorkersSeen::restated`) speaks only for when it was sent: an
+/// agent started again may have reported a new process in another call since, and the old
+/// call's empty lists neither forget that process nor replace what the node said it cannot
+/// start. The first look of a call still speaks for every worker of the node.
+#[test]
+fn a_held_sync_looked_at_again_forgets_no_worker_reported_since() {
+    use hetsched_server::jobs::topology::WorkerStartError;
+    let dir = scratch("restated-sync");
+    let mut s = open(&dir);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    let worker = |s: &State| s.topology_show("pipe").expect("show")["workers"][0].clone();
+    sync(&mut s, vec![running_worker(1)]);
+    assert_eq!(worker(&s)["pid"], 4242);
+    let restated = |start_errors: Vec<WorkerStartError>| WorkersSeen {
+        restated: true,
+        start_errors,
+        node: "n".into(),
+        cores: 4,
+        attributes: Vec::new(),
+        workers: Vec::new(),
+    };
+    let told = s.topology_sync(restated(Vec::new()), None).expect("sync");
+    assert_eq!(told.workers.len(), 1, "it is still told what runs there");
+    assert_eq!(
+        worker(&s)["pid"],
+        4242,
+        "the process runs on: {}",
+        worker(&s)
+    );
+    assert_eq!(s.topology_show("pipe").expect("show")["workers_running"], 1);
+    // Nor does an old call's start error stop a worker reported running since.
+    s.topology_sync(
+        restated(vec![WorkerStartError {
+            topology: "pipe".into(),
+            generation: 1,
+            worker: 0,
+            message: "old words".into(),
+        }]),
+        None,
+    )
+    .expect("sync");
+    let w = worker(&s);
+    assert_eq!(w["pid"], 4242, "{w}");
+    assert!(w["start_error"].is_null(), "{w}");
+    // A call's first look speaks for the node.
+    sync(&mut s, vec![]);
+    assert!(worker(&s)["pid"].is_null(), "{}", worker(&s));
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1219,6 +1219,7 @@ fn tasks_and_chunks_carry_their_owners_account_and_the_admins_none() {
     let workers = |s: &mut State| -> Vec<(String, String)> {
         s.topology_sync(
             hetsched_server::jobs::topology::WorkersSeen {
+                restated: false,
                 start_errors: Vec::new(),
                 node: "n".into(),
                 cores: 8,
