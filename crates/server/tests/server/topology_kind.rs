@@ -1701,6 +1701,22 @@ fn a_gain_threshold_that_is_not_a_finite_number_0_or_more_is_refused_with_its_va
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A store in `dir` where node `n`'s agent runs topology `pipe`'s one worker (pid 4242).
+fn pipe_running_on_n(dir: &Path) -> State {
+    let mut s = open(dir);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    sync(&mut s, vec![running_worker(1)]);
+    assert_eq!(worker(&s)["pid"], 4242);
+    s
+}
+
+/// `pipe`'s first worker as `topology show` shows it.
+fn worker(s: &State) -> serde_json::Value {
+    s.topology_show("pipe").expect("show")["workers"][0].clone()
+}
+
 /// An agent speaks for every worker of its node: one it no longer reports runs no more, and
 /// `topology show` drops its process and address at once (its peers are not sent a dead
 /// address either). Before, the server kept the last process it heard of until a new one was
@@ -1710,13 +1726,7 @@ fn a_gain_threshold_that_is_not_a_finite_number_0_or_more_is_refused_with_its_va
 #[test]
 fn a_worker_its_agent_no_longer_reports_shows_no_process_until_one_runs_again() {
     let dir = scratch("agent-restarted");
-    let mut s = open(&dir);
-    common::register(&mut s, "n", 4);
-    sync(&mut s, vec![]);
-    s.topology_submit(submission()).expect("submit");
-    let worker = |s: &State| s.topology_show("pipe").expect("show")["workers"][0].clone();
-    sync(&mut s, vec![running_worker(1)]);
-    assert_eq!(worker(&s)["pid"], 4242);
+    let mut s = pipe_running_on_n(&dir);
     // The agent was killed and started again: its first sync runs no worker.
     assert_eq!(
         sync(&mut s, vec![]),
@@ -1747,13 +1757,7 @@ fn a_worker_its_agent_no_longer_reports_shows_no_process_until_one_runs_again() 
 fn a_held_sync_looked_at_again_forgets_no_worker_reported_since() {
     use hetsched_server::jobs::topology::WorkerStartError;
     let dir = scratch("restated-sync");
-    let mut s = open(&dir);
-    common::register(&mut s, "n", 4);
-    sync(&mut s, vec![]);
-    s.topology_submit(submission()).expect("submit");
-    let worker = |s: &State| s.topology_show("pipe").expect("show")["workers"][0].clone();
-    sync(&mut s, vec![running_worker(1)]);
-    assert_eq!(worker(&s)["pid"], 4242);
+    let mut s = pipe_running_on_n(&dir);
     let restated = |start_errors: Vec<WorkerStartError>| WorkersSeen {
         restated: true,
         start_errors,
