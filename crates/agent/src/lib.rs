@@ -416,13 +416,17 @@ pub async fn run(
         run_as::keep_files_private();
     } else if crate::workdir::euid() == 0 {
         // Every task, every user's, runs as root and can read this agent's token and identity:
-        // fine for one trusted user, not for a node shared by several.
-        warn!(
-            "this agent runs as root without --run-as-owner: every task, whoever submitted it, \
+        // fine for one trusted user, not for a node shared by several. Said once per process:
+        // `hetsched demo` runs three agents in one.
+        static ROOT_WARNING: std::sync::Once = std::sync::Once::new();
+        ROOT_WARNING.call_once(|| {
+            warn!(
+                "this agent runs as root without --run-as-owner: every task, whoever submitted it, \
              runs as root and can read the agent's token and identity; on a node that several \
              hetsched users share, start it with --run-as-owner (tasks run as their owner's \
              account) or as an unprivileged user"
-        );
+            )
+        });
     }
     let endpoint = pb::endpoint(&opts.server, opts.ca_pem.as_deref())?;
     let channel = endpoint.connect_lazy();

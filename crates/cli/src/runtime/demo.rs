@@ -329,7 +329,7 @@ async fn jobs(
     );
     for a in &job.apps {
         println!(
-            "  learned profile of {:<9} cpu {:>8} ms  gpu {:>8} ms",
+            "  learned profile of {:<9} cpu {:>10}  gpu {:>10}",
             a.name,
             learned(a.has_cpu, a.mean_cpu_ms),
             learned(a.has_gpu, a.mean_gpu_ms)
@@ -350,7 +350,7 @@ fn learned(has: bool, mean_ms: f64) -> String {
     if !has {
         "–".into()
     } else if mean_ms > 0.0 {
-        format!("{mean_ms:.1}")
+        format!("{mean_ms:.1} ms")
     } else {
         "not run".into()
     }
@@ -361,7 +361,8 @@ mod tests {
     #[test]
     fn a_missing_variant_prints_a_dash_and_one_never_run_says_so_not_zero() {
         assert_eq!(super::learned(false, 0.0), "–");
-        assert_eq!(super::learned(true, 12.34), "12.3");
+        // The unit goes with a figure only: "not run ms" read as a time.
+        assert_eq!(super::learned(true, 12.34), "12.3 ms");
         assert_eq!(super::learned(true, 0.0), "not run");
     }
 }

@@ -31,6 +31,16 @@ fn the_demo_runs_its_workflow_and_prints_the_checked_sum() {
         stdout.contains("cholesky (GPU+CPU), 1 task each,"),
         "{stdout}"
     );
+    // The learned means carry their unit; a variant never run does not read as a time.
+    assert!(
+        stdout.contains("learned profile of qr        cpu ") && !stdout.contains("not run ms"),
+        "{stdout}"
+    );
+    // Run as root, the three in-process agents warn about it once, not three times.
+    let root_warnings = stderr
+        .matches("runs as root without --run-as-owner")
+        .count();
+    assert!(root_warnings <= 1, "{root_warnings} warnings: {stderr}");
 }
 
 /// The directory the demo said it keeps its data in (`…, data in DIR`).
