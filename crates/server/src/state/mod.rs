@@ -254,6 +254,12 @@ pub enum StateError {
     UserExists(String),
 }
 
+/// Whether a job in `state` (as [`JobInfo::state`] says it) has ended: `completed`, `failed` and
+/// `cancelled` are never left.
+pub fn is_final_job_state(state: &str) -> bool {
+    matches!(state, "completed" | "failed" | "cancelled")
+}
+
 /// Nanoseconds since the Unix epoch: the time base of the server's policies and records.
 pub fn now_ns() -> u64 {
     SystemTime::now()
@@ -2152,6 +2158,20 @@ impl State {
                 j
             }),
             None => Err(StateError::NoJob(id)),
+        }
+    }
+
+    /// Whether job `id` has ended: its state (as [`State::get_job`] shows it) is `completed`,
+    /// `failed` or `cancelled`, states it never leaves. A look-up
+    /// ([`crate::jobs::JobKind::listed_state`]) where the job's kind has one, not the whole entry:
+    /// a call held until a job ends asks this after every commit.
+    pub fn job_ended(&self, id: u64) -> Result<bool, StateError> {
+        let kind = self.job_owner(id).ok_or(StateError::NoJob(id))?;
+        match kind.listed_state(id) {
+            Some(state) => Ok(is_final_job_state(state)),
+            None => kind
+                .job(&self.read(), id)
+                .map(|j| is_final_job_state(&j.state)),
         }
     }
 

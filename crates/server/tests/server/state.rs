@@ -719,3 +719,41 @@ fn hb_a_kept_out_node_registered_again_while_its_work_runs_takes_its_agents_desc
         "stored within bounds"
     );
 }
+
+#[test]
+fn a_job_has_ended_exactly_when_its_entry_says_a_final_state() {
+    // A call held until a job ends (`GetJob` with `wait_ms`) asks `job_ended` after every
+    // commit instead of building the job's entry: the two must agree at every step.
+    let d = dir("ended");
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 2);
+    s.submit("job.toml", JOB, "/").expect("submit");
+    let agree = |s: &State, ended: bool| {
+        assert_eq!(s.job_ended(1).expect("job 1"), ended);
+        let state = s.job(1).expect("job").state;
+        assert_eq!(
+            hetsched_server::state::is_final_job_state(&state),
+            ended,
+            "{state}"
+        );
+    };
+    agree(&s, false);
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!(assigned(&r), vec![(0, 1), (1, 1)]);
+    agree(&s, false);
+    let r = beat(&mut s, n, &[], &[(0, 1, true), (1, 1, false)]);
+    assert_eq!(assigned(&r), vec![(2, 1)]);
+    agree(&s, false);
+    // Task 2 still runs: the job has not ended though one of its tasks failed.
+    beat(&mut s, n, &[(2, 1)], &[]);
+    agree(&s, false);
+    beat(&mut s, n, &[], &[(2, 1, true)]);
+    agree(&s, true);
+    assert_eq!(s.job(1).expect("job").state, "failed");
+    // A second job, cancelled while pending, has ended too; no job 99 is an error, as for `job`.
+    s.submit("job.toml", JOB, "/").expect("submit");
+    assert!(!s.job_ended(2).expect("job 2"));
+    s.cancel(2).expect("cancel");
+    assert!(s.job_ended(2).expect("job 2"));
+    assert!(s.job_ended(99).is_err());
+}
