@@ -618,28 +618,29 @@ impl Client for ClientService {
         }
         // A held call counts among the caller's calls in flight until it ends.
         let _slot = self.1.calls.enter(&who?.name, "GetJob (held)")?;
-        // Held until the job ends: looked at again after each commit (what can end it), not
-        // polled by the client. A look after a commit asks only whether the job ended (a
-        // look-up); the whole entry is built once, for the answer.
+        // Held until the job ends: looked at again after each commit that ended a job (what
+        // can end this one), not polled by the client, and not woken by the commits that end
+        // no job. A look asks only whether the job ended (a look-up); the whole entry is built
+        // once, for the answer.
         let until = tokio::time::Instant::now() + wait;
         let mut stopping = self.4.clone();
         loop {
             let answer_now = *stopping.borrow() || tokio::time::Instant::now() >= until;
-            // Subscribed under the same lock as the look: no commit is missed between.
-            let (job, mut commits) = read_state_inline(&self.0, move |s| {
+            // Subscribed under the same lock as the look: no end is missed between.
+            let (job, mut ends) = read_state_inline(&self.0, move |s| {
                 let job = if answer_now || s.job_ended(id)? {
                     Some(s.job(id)?)
                 } else {
                     None
                 };
-                Ok((job, s.commits()))
+                Ok((job, s.job_ends()))
             })
             .await?
             .into_inner();
             if let Some(job) = job {
                 return Ok(Response::new(job));
             }
-            held(&mut commits, until, &mut stopping).await;
+            held(&mut ends, until, &mut stopping).await;
         }
     }
 

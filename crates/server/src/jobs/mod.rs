@@ -753,7 +753,9 @@ pub trait JobKind: Send {
 
     /// Whether a job of this kind ended, or runs again, in this event (since the last commit):
     /// only then may a job waiting for it be released or cancelled, so the state decides on
-    /// waiting jobs again only then (or when asked: a submission, a hold, a begin time).
+    /// waiting jobs again only then (or when asked: a submission, a hold, a begin time); and
+    /// only then are the clients waiting for a job's end woken (`State::job_ends`). A kind must
+    /// say so for every way its jobs end, or those wait for their calls' deadline.
     fn ends_in_event(&self) -> bool {
         self.finished_in_event()
     }

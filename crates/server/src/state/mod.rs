@@ -300,9 +300,12 @@ pub struct State {
     offload_keys: crate::tickets::OffloadKeys,
     /// Which kind owns each job id; the next id ([`job_ids`]).
     ids: job_ids::JobIds,
-    /// Bumped after every commit that changed something (and after a rollback): what a client
-    /// waiting for a job's end (`GetJob` with `wait_ms`) waits on, instead of polling.
-    commits: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Bumped after every commit in which a job of any kind ended or runs again
+    /// (`JobKind::ends_in_event`), after a purge and after a rollback or a rebuild (memory
+    /// changed back): what a client waiting for a job's end (`GetJob` with `wait_ms`) waits on,
+    /// instead of polling. Not after every commit: a heartbeat that ends no job wakes none of
+    /// the waiting clients, however many wait.
+    job_ends: Arc<tokio::sync::watch::Sender<u64>>,
     /// When the reaper runs next ([`alarm`]).
     alarm: alarm::Alarm,
     /// A job finished since the `[retention]` rule was last applied: the next retention pass
@@ -448,7 +451,7 @@ impl State {
             downtime: None,
             sharing: accel::Sharing::new(config.binding, config.binding_slots),
             offload_keys: crate::tickets::OffloadKeys::ephemeral().with_timing(offload_timing),
-            commits: Arc::new(tokio::sync::watch::Sender::new(0)),
+            job_ends: Arc::new(tokio::sync::watch::Sender::new(0)),
             alarm: alarm::Alarm::default(),
             // With a rule, its first pass comes at once: restored jobs may be past it.
             retention_pending: config.retention.is_some(),
@@ -466,9 +469,10 @@ impl State {
         Ok(state)
     }
 
-    /// A receiver that sees every later commit (see the `commits` field).
-    pub fn commits(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.commits.subscribe()
+    /// A receiver that sees every later commit that ended a job, or may have (see the
+    /// `job_ends` field).
+    pub fn job_ends(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.job_ends.subscribe()
     }
 
     /// The event metrics this state updates (shared with the service and the `/metrics` registry).
@@ -985,6 +989,7 @@ impl State {
         });
         match written {
             Ok(()) => {
+                let ended = self.jobs.all().iter().any(|k| k.ends_in_event());
                 // A job that finished may be one the retention rule no longer keeps.
                 if self.config.retention.is_some()
                     && self.jobs.all().iter().any(|k| k.finished_in_event())
@@ -998,7 +1003,9 @@ impl State {
                 self.users.committed();
                 self.ledger.committed();
                 self.nodes.heard_committed();
-                self.commits.send_modify(|c| *c = c.wrapping_add(1));
+                if ended {
+                    self.job_ends.send_modify(|c| *c = c.wrapping_add(1));
+                }
                 Ok(())
             }
             Err(e) => {
@@ -1226,8 +1233,8 @@ impl State {
         fresh.ledger.carry_over(&self.ledger);
         fresh.downtime = self.downtime.take();
         // Waiters hold receivers of this state's channel; memory changed back.
-        fresh.commits = self.commits.clone();
-        fresh.commits.send_modify(|c| *c = c.wrapping_add(1));
+        fresh.job_ends = self.job_ends.clone();
+        fresh.job_ends.send_modify(|c| *c = c.wrapping_add(1));
         // The reaper watches this state's plan.
         fresh.alarm = std::mem::take(&mut self.alarm);
         fresh.allocations = self.allocations.take();
@@ -2027,7 +2034,7 @@ impl State {
         // Agents delete what these jobs left with them ([`State::purged_jobs`]) once a reply
         // carries the new epoch: idle ones are woken to beat now, not at their next idle beat.
         self.purge_epoch = self.purge_epoch.wrapping_add(1).max(1);
-        self.commits.send_modify(|g| *g = g.wrapping_add(1));
+        self.job_ends.send_modify(|g| *g = g.wrapping_add(1));
         let live: Vec<u32> = (0..self.nodes.len() as u32)
             .filter(|&n| self.nodes.get(n).is_some_and(|r| r.alive && !r.removed))
             .collect();

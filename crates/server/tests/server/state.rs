@@ -757,3 +757,57 @@ fn a_job_has_ended_exactly_when_its_entry_says_a_final_state() {
     assert!(s.job_ended(2).expect("job 2"));
     assert!(s.job_ended(99).is_err());
 }
+
+#[test]
+fn clients_waiting_for_a_job_end_are_woken_by_ends_only() {
+    // `GetJob` with `wait_ms` is held on `job_ends`: a commit that ends a job (any way it ends)
+    // must wake it, and one that ends none must not, or every heartbeat wakes every waiter.
+    let d = dir("job-ends");
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 2);
+    let mut ends = s.job_ends();
+    s.submit("job.toml", JOB, "/").expect("submit");
+    // Job 2 runs after job 1 has completed.
+    let after = s
+        .on_submit(hetsched_server::state::types::Submission {
+            origin: "after.toml".into(),
+            text: JOB.into(),
+            workdir: "/".into(),
+            after: vec![1],
+            ..Default::default()
+        })
+        .expect("submit after")
+        .job_id;
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!(assigned(&r), vec![(0, 1), (1, 1)]);
+    let r = beat(&mut s, n, &[(1, 1)], &[(0, 1, true)]);
+    assert_eq!(assigned(&r), vec![(2, 1)]);
+    beat(&mut s, n, &[(1, 1), (2, 1)], &[]);
+    assert!(
+        !ends.has_changed().expect("open"),
+        "submissions, dispatches and a result that ends no job wake no waiter"
+    );
+    // Job 1's last tasks end, one failed for good: job 1 ended failed, and job 2 after it is
+    // cancelled in the same event.
+    beat(&mut s, n, &[], &[(1, 1, false), (2, 1, true)]);
+    assert!(ends.has_changed().expect("open"), "the jobs' end wakes");
+    assert!(s.job_ended(1).expect("job 1"));
+    assert!(s.job_ended(after).expect("job 2"));
+    assert_eq!(s.job(after).expect("job").state, "cancelled");
+    ends.mark_unchanged();
+    // A pending job cancelled wakes; so does a running one.
+    let pending = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    assert!(!ends.has_changed().expect("open"));
+    s.cancel(pending).expect("cancel");
+    assert!(ends.has_changed().expect("open"), "a cancel wakes");
+    ends.mark_unchanged();
+    let running = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!(r.assignments.len(), 2);
+    assert!(!ends.has_changed().expect("open"));
+    s.cancel(running).expect("cancel");
+    assert!(
+        ends.has_changed().expect("open"),
+        "cancelling a running job wakes"
+    );
+}
