@@ -2171,7 +2171,7 @@ impl State {
     /// Whether job `id` has ended: its state (as [`State::get_job`] shows it) is `completed`,
     /// `failed` or `cancelled`, states it never leaves. A look-up
     /// ([`crate::jobs::JobKind::listed_state`]) where the job's kind has one, not the whole entry:
-    /// a call held until a job ends asks this after every commit.
+    /// a call held until a job ends asks this at each wake-up (`State::job_ends`).
     pub fn job_ended(&self, id: u64) -> Result<bool, StateError> {
         let kind = self.job_owner(id).ok_or(StateError::NoJob(id))?;
         match kind.listed_state(id) {

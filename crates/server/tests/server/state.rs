@@ -722,8 +722,8 @@ fn hb_a_kept_out_node_registered_again_while_its_work_runs_takes_its_agents_desc
 
 #[test]
 fn a_job_has_ended_exactly_when_its_entry_says_a_final_state() {
-    // A call held until a job ends (`GetJob` with `wait_ms`) asks `job_ended` after every
-    // commit instead of building the job's entry: the two must agree at every step.
+    // A call held until a job ends (`GetJob` with `wait_ms`) asks `job_ended` at each wake-up
+    // instead of building the job's entry: the two must agree at every step.
     let d = dir("ended");
     let mut s = open(&d);
     let n = common::register(&mut s, "n", 2);
