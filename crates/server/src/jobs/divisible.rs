@@ -2230,7 +2230,7 @@ impl JobKind for Divisible {
     fn unfinished_tasks(&self, id: u64) -> u64 {
         self.jobs
             .get(&id)
-            .filter(|j| !matches!(j.state.as_str(), "completed" | "failed" | "cancelled"))
+            .filter(|j| !crate::state::is_final_job_state(&j.state))
             .map_or(0, |_| 1)
     }
 
