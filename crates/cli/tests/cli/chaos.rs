@@ -143,16 +143,17 @@ struct Run {
     t0: Instant,
 }
 
-/// Prints the seed (and what the run did) when the test fails, for a replay.
-struct SeedOnFailure(u64);
+/// Prints the seed when the test fails, with the command that replays it: the soak of the
+/// scenario that failed (`chaos::soak`, `chaos::accel_soak`, …).
+struct SeedOnFailure(u64, &'static str);
 
 impl Drop for SeedOnFailure {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!(
                 "chaos: seed {} failed; replay with HETSCHED_CHAOS_SEED={} cargo test -p \
-                 hetsched-cli --test cli chaos::soak -- --ignored --nocapture",
-                self.0, self.0
+                 hetsched-cli --test cli -- --ignored --exact chaos::{} --nocapture",
+                self.0, self.0, self.1
             );
         }
     }
@@ -1335,7 +1336,7 @@ fn run(seed: u64) -> Duration {
     } else {
         (6 + (seed % 5) as u32, 8)
     };
-    let _report = SeedOnFailure(seed);
+    let _report = SeedOnFailure(seed, "soak");
     let t0 = Instant::now();
     let mut r = Run::new(seed);
     let first = if r.rng.random_bool(0.5) {
@@ -1431,7 +1432,7 @@ fn accel_run(seed: u64) -> Duration {
     } else {
         (5 + (seed % 4) as u32, 6)
     };
-    let _report = SeedOnFailure(seed);
+    let _report = SeedOnFailure(seed, "accel_soak");
     let t0 = Instant::now();
     let c = Cluster::start_configured(&format!("chaos-accel-{seed}"), false, SERVER_CONFIG);
     let agents = accel_agents(&c);
@@ -1469,7 +1470,7 @@ fn topology_run(seed: u64) -> Duration {
     } else {
         (4 + (seed % 4) as u32, 5)
     };
-    let _report = SeedOnFailure(seed);
+    let _report = SeedOnFailure(seed, "topology_soak");
     let t0 = Instant::now();
     let c = Cluster::start_beating(&format!("chaos-topo-{seed}"), "100ms", "2s");
     let agents = ["t1", "t2", "t3"]
@@ -1508,7 +1509,7 @@ fn streams_run(seed: u64) -> Duration {
     } else {
         (4 + (seed % 4) as u32, 5)
     };
-    let _report = SeedOnFailure(seed);
+    let _report = SeedOnFailure(seed, "streams_soak");
     let t0 = Instant::now();
     let c = Cluster::start_beating(&format!("chaos-streams-{seed}"), "100ms", "2s");
     let agents = ["s1", "s2", "s3"]

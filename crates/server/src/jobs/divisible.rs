@@ -1520,10 +1520,16 @@ impl Divisible {
     /// its next call.
     pub fn lose_agent(&mut self, name: &str) {
         self.agents.remove(name);
+        let turns_before = self.turns();
         // A finished job has no plan left to leave: its record stays as it ended, whatever
         // happens to its agents afterwards.
         for (&id, job) in self.jobs.iter_mut().filter(|(_, j)| j.state == "running") {
             leave_plan(&mut self.dirty_chunks, &mut self.dirty_jobs, id, job, name);
+        }
+        // Its items left the plan: the turn may have passed to another worker, whose ask is
+        // held open. A loss of chunks wakes it with the commit; one of no chunk writes no row.
+        if self.turns() != turns_before {
+            self.changed();
         }
     }
 
@@ -2605,6 +2611,48 @@ mod tests {
         assert_eq!(before, vec![("a".to_string(), true)]);
         d.lose_agent("a");
         assert_eq!(alive(&d), before);
+    }
+
+    /// Asks held open wait for their agent's turn in the plan, and are woken when it changes. An
+    /// agent lost while holding no chunk (silent for the dead timeout, or its node declared
+    /// dead) leaves the plan, and the turn passes to the next worker, with no row written: that
+    /// next worker's held ask was not woken, and the job waited for the ask's whole hold (the
+    /// accelerator chaos soak, seed 11100: 9 units pending for over 90 s, every agent idle).
+    #[test]
+    fn a_worker_lost_holding_nothing_wakes_the_ask_whose_turn_it_becomes() {
+        let dir = std::env::temp_dir().join(format!("hetsched-div-turn-{}", std::process::id()));
+        let mut d = Divisible::restore(dir, Duration::from_secs(60), vec![stored(400, 20, 0)])
+            .expect("restored");
+        // a, b and c join; b's ask makes a plan over the three.
+        for name in ["a", "c"] {
+            d.next_chunk(ask(name, false, &[])).expect("asked");
+        }
+        let mut holds: HashMap<&str, Vec<u64>> = HashMap::new();
+        // Only b has room (a and c compute something else): it takes what its turns give it.
+        for _ in 0..2 {
+            let name = "b";
+            let holding = holds.get(name).cloned().unwrap_or_default();
+            let got = d.next_chunk(ask(name, true, &holding)).expect("asked");
+            holds
+                .entry(name)
+                .or_default()
+                .extend(got.orders.iter().map(|o| o.chunk));
+        }
+        let job = &d.jobs[&1];
+        let turn = job.master.turn().expect("a plan is queued");
+        let whose = job.master.workers()[turn].name.clone();
+        assert!(
+            holds.get(whose.as_str()).is_none_or(Vec::is_empty),
+            "the worker whose turn it is holds no chunk (else its loss writes rows)"
+        );
+        let mut changes = d.changes();
+        d.lose_agent(&whose);
+        let next = d.jobs[&1].master.turn();
+        assert_ne!(next, Some(turn), "the turn passed on");
+        assert!(
+            changes.has_changed().expect("the kind lives"),
+            "the asks held open were woken when the turn passed from {whose} to {next:?}"
+        );
     }
 
     /// Every way a chunk changes state keeps the index: handed out, done, failed, lost at an
