@@ -2645,7 +2645,7 @@ mod tests {
             holds.get(whose.as_str()).is_none_or(Vec::is_empty),
             "the worker whose turn it is holds no chunk (else its loss writes rows)"
         );
-        let mut changes = d.changes();
+        let changes = d.changes();
         d.lose_agent(&whose);
         let next = d.jobs[&1].master.turn();
         assert_ne!(next, Some(turn), "the turn passed on");
