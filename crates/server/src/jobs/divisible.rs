@@ -979,6 +979,12 @@ impl Divisible {
         self.changes.bump();
     }
 
+    /// Wakes the asks held open because something outside the kind changed what an ask may
+    /// get (a node resumed from a drain): an idle agent's ask is held for minutes.
+    pub fn wake_asks(&self) {
+        self.changed();
+    }
+
     /// Whether job `id` is a divisible job.
     pub fn knows(&self, id: u64) -> bool {
         self.jobs.contains_key(&id)

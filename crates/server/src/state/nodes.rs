@@ -1290,9 +1290,11 @@ impl State {
             rec.drained = drain;
             info!(node = %name, drained = drain, running = rec.running.len(), "node {}", if drain { "drained" } else { "resumed" });
             if !drain {
-                // Work may wait for it.
+                // Work may wait for it: its agent beats at once, and its chunk asks held open
+                // while it was drained are looked at again.
                 self.nodes.wakes.node(id);
                 self.wake(None);
+                self.jobs.divisible.wake_asks();
             }
         }
         Ok(Drained {

@@ -328,7 +328,14 @@ fn a_drained_node_gets_no_new_chunk_and_finishes_the_one_it_holds() {
         reason(&s),
         "every agent that can take its chunks is drained: a, b (`hetsched node resume NAME`)"
     );
+    // Resumed, b is told at once: its ask, held open while it was drained (an idle agent's
+    // hold lasts minutes), is looked at again now, not when the hold ends.
+    let (asks, _) = s.divisible_changes();
     s.on_drain("b", false).expect("resume b");
+    assert!(
+        asks.has_changed().expect("the kind lives"),
+        "a resume wakes the asks held open"
+    );
     let jd = d.join("divisible").join(format!("job-{id}"));
     let finish = |s: &mut State, chunk: u64| {
         let tmp = jd.join(format!("chunk-{chunk}.part"));
