@@ -610,6 +610,9 @@ pub struct Divisible {
     /// Whether an agent computing a chunk waits for its core (every core of its node was
     /// held at the last [`Divisible::rebook`]).
     short: bool,
+    /// Running jobs an ask with room got no chunk of because their owner was at its cap on
+    /// cores, since held asks were last woken for them ([`Divisible::wake_capped_asks`]).
+    capped_asks: BTreeSet<u64>,
 }
 
 /// The core an agent computing a chunk holds in the view.
@@ -811,6 +814,7 @@ impl Divisible {
             maybe_unstarted: BTreeSet::new(),
             booked: HashMap::new(),
             short: false,
+            capped_asks: BTreeSet::new(),
         };
         for row in rows {
             let parsed = read_stored(&row.origin, &row.text);
@@ -983,6 +987,22 @@ impl Divisible {
     /// get (a node resumed from a drain): an idle agent's ask is held for minutes.
     pub fn wake_asks(&self) {
         self.changed();
+    }
+
+    /// Wakes the asks held open if a job an ask got nothing of for its owner's cap has room
+    /// now (`has_room(job)`: its owner's cores freed outside this kind, as a batch task ended
+    /// or the cap was raised). Costs nothing while no ask met a cap.
+    pub fn wake_capped_asks(&mut self, mut has_room: impl FnMut(u64) -> bool) {
+        if self.capped_asks.is_empty() {
+            return;
+        }
+        let jobs = &self.jobs;
+        self.capped_asks
+            .retain(|id| jobs.get(id).is_some_and(|j| j.state == "running"));
+        if self.capped_asks.iter().any(|&id| has_room(id)) {
+            self.capped_asks.clear();
+            self.changed();
+        }
     }
 
     /// Whether job `id` is a divisible job.
@@ -1313,6 +1333,10 @@ impl Divisible {
                     job.master.retire(w);
                 }
                 continue;
+            }
+            if req.room && orders.is_empty() && req.capped.contains(&id) {
+                // Its owner's cores may free outside this kind: held asks are woken then.
+                self.capped_asks.insert(id);
             }
             if req.room
                 && orders.is_empty()

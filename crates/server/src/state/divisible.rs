@@ -48,6 +48,16 @@ impl State {
         Ok(reply)
     }
 
+    /// Wakes the chunk asks held open that met their job's owner's cap on cores, if the owner
+    /// has a core free now (after results gave cores back, or a cap changed).
+    pub(super) fn wake_capped_chunk_asks(&mut self) {
+        let (users, view) = (&mut self.users, &self.view);
+        self.jobs.divisible.wake_capped_asks(|job| {
+            let group = users.job_group(job);
+            group.is_none() || view.group_room_for(group, &ONE_CORE)
+        });
+    }
+
     /// The running divisible jobs whose owners are at their cap on cores and whose next chunk
     /// would take agent `agent` another core: the core it holds (if any) is charged to another
     /// owner, so the chunk would start on a core of its own once that one ends.

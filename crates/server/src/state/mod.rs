@@ -755,6 +755,10 @@ impl State {
             }
             self.offload_ended(r.task_id, r.attempt);
         }
+        if !req.results.is_empty() {
+            // The results gave cores back: chunk asks that met their owner's cap may get one.
+            self.wake_capped_chunk_asks();
+        }
         // Reconcile: what the agent runs against what the server dispatched there.
         let mut reported = HashSet::new();
         for rt in &req.running {

@@ -518,8 +518,9 @@ impl State {
         self.users.set_cap(name, cap);
         let g = self.users.group_of(name);
         self.view.set_group_cap(g, cap);
-        // A raised cap may let waiting tasks start now.
+        // A raised cap may let waiting tasks start now, and chunks.
         self.wake(None);
+        self.wake_capped_chunk_asks();
         tracing::info!(
             user = name,
             max_cores = cap.cores,

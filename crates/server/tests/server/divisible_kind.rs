@@ -598,6 +598,65 @@ fn an_agent_with_less_time_left_than_the_chunks_time_limit_gets_none() {
     );
 }
 
+/// An idle agent's chunk ask is held open for minutes. One that got nothing because the job's
+/// owner was at its cap on cores is looked at again as soon as the owner has a core free: when
+/// a batch task of hers ends (a heartbeat's result), or when her cap is raised. Before, it waited
+/// for the next change of divisible jobs or the end of its hold.
+#[test]
+fn a_chunk_ask_that_met_its_owners_cap_is_woken_when_a_core_frees() {
+    use hetsched_server::state::CapChange;
+    let d = crate::common::scratch("divisible-kind", "cap-wake");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user("alice", CapChange::cores(1))
+        .expect("capped");
+    join_agents(&mut s, &["a", "b"]);
+    // Her batch task holds her one core.
+    s.on_submit_as(sweep(1), "alice").expect("batch job");
+    let sent: Vec<(u64, u32, bool)> = crate::common::beat(&mut s, 0, &[], &[])
+        .assignments
+        .iter()
+        .map(|t| (t.task_id, t.attempt, true))
+        .collect();
+    assert_eq!(sent.len(), 1);
+    let id = s.on_submit_as(rows(), "alice").expect("submitted").job_id;
+    // A result that frees none of a capped owner's cores wakes nothing: no ask met a cap yet.
+    let (asks, _) = s.divisible_changes();
+    crate::common::beat(&mut s, 1, &[], &[]);
+    assert!(!asks.has_changed().expect("the kind lives"));
+    for agent in ["a", "b"] {
+        assert!(ask(&mut s, agent).expect("asked").is_empty(), "alice's cap");
+    }
+    // Her batch task ends: the asks held open are looked at again, and one gets a chunk.
+    let (asks, _) = s.divisible_changes();
+    crate::common::beat(&mut s, 0, &[], &sent);
+    assert!(
+        asks.has_changed().expect("the kind lives"),
+        "the end of her batch task wakes the asks that met her cap"
+    );
+    let got: Vec<(u64, u64)> = ["a", "b"]
+        .iter()
+        .flat_map(|agent| ask(&mut s, agent).expect("asked"))
+        .collect();
+    assert_eq!(
+        got.len(),
+        1,
+        "one chunk, her one core: {:?}",
+        chunks(&s, id)
+    );
+    // At her cap again; raised, the cap wakes the asks that met it.
+    for agent in ["a", "b"] {
+        let _ = ask(&mut s, agent).expect("asked");
+    }
+    let (asks, _) = s.divisible_changes();
+    s.on_limit_user("alice", CapChange::cores(2))
+        .expect("raised");
+    assert!(
+        asks.has_changed().expect("the kind lives"),
+        "a raised cap wakes the asks that met it"
+    );
+}
+
 /// A chunk being computed holds a core of its agent's node in the scheduler's view, charged to
 /// its job's owner as a batch task's core is: batch tasks are not placed on it, it counts as the
 /// owner's (its cap on cores, `user list`, fair-share usage), an agent whose chunk would take
