@@ -30,6 +30,6 @@ pub use resources::Resources;
 pub use slots::Slots;
 pub use user::UserLimits;
 pub use view::{
-    AppState, Assignment, CappedResource, GroupState, Held, NodeReport, NodeState, SchedulerView,
-    ViewError,
+    AppState, Assignment, CappedResource, GroupState, Held, NodeReport, NodeState, QueueAdmission,
+    SchedulerView, ViewError,
 };

@@ -272,6 +272,55 @@ pub enum ViewError {
     NoSuchVariant(AppId, Variant),
 }
 
+/// Which tasks a node's queue takes during one decision ([`SchedulerView::open_queue`]): the
+/// runtime's prefetch, where a task placed beyond a node's free cores waits in its agent's
+/// queue and starts there as soon as a core frees.
+pub trait QueueAdmission: Send {
+    /// A task of `app` as `variant`, holding `cores`, is about to be placed on the node;
+    /// `queued`: it lies beyond the node's free cores, so it would wait in the queue. `false`
+    /// refuses it, and then the node takes nothing more in this decision.
+    fn admit(&mut self, app: AppId, variant: Variant, cores: u32, queued: bool) -> bool;
+}
+
+/// A node's queue while one decision fills it.
+struct QueueGate {
+    node: NodeId,
+    /// The node's free cores before its loan: a task placed beyond them is queued.
+    free_cores: u32,
+    /// Cores placed on the node in this decision so far.
+    placed_cores: u32,
+    /// A placement was refused: nothing more fits on the node in this decision.
+    closed: bool,
+    admission: Box<dyn QueueAdmission>,
+}
+
+/// The open queue, if any. A gate lives only during one decision, so a copy of the view (a
+/// benchmark's, a what-if) has none.
+#[derive(Default)]
+struct QueueSlot(Option<QueueGate>);
+
+impl Clone for QueueSlot {
+    fn clone(&self) -> Self {
+        QueueSlot(None)
+    }
+}
+
+impl fmt::Debug for QueueSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(g) => write!(
+                f,
+                "queue on node {} ({} of {} free cores placed{})",
+                g.node.0,
+                g.placed_cores,
+                g.free_cores,
+                if g.closed { ", closed" } else { "" }
+            ),
+            None => f.write_str("no queue"),
+        }
+    }
+}
+
 /// The scheduler's whole view: nodes, applications and cluster totals.
 #[derive(Clone, Debug, Default)]
 pub struct SchedulerView {
@@ -298,6 +347,8 @@ pub struct SchedulerView {
     /// Running multi-node tasks and what each holds, by (application, task)
     /// ([`SchedulerView::start_multi_node`]).
     multi_node: std::collections::HashMap<(AppId, TaskId), Vec<Held>>,
+    /// The queue a decision under way may fill on its node ([`SchedulerView::open_queue`]).
+    queue: QueueSlot,
     /// How many [`Held`] handles each node is in ([`SchedulerView::is_held`]).
     held: std::collections::HashMap<NodeId, u32>,
     /// The applications with pending tasks, in id order ([`SchedulerView::pending_apps`]): a
@@ -959,6 +1010,14 @@ impl SchedulerView {
         if !n.alive || (!self.excluded.is_empty() && self.excluded.contains(&(app, node))) {
             return false;
         }
+        if self
+            .queue
+            .0
+            .as_ref()
+            .is_some_and(|g| g.closed && g.node == node)
+        {
+            return false;
+        }
         // A multi-node task is placed on whole nodes, not by a policy on one.
         if a.app.is_multi_node() {
             return false;
@@ -1378,12 +1437,48 @@ impl SchedulerView {
         }
     }
 
+    /// Opens `node`'s queue for the next decision there: the node has `free_cores` free
+    /// before a loan of cores that makes room for queued tasks (the runtime's prefetch), and
+    /// `admission` says which tasks may be queued. Each placement on the node asks it first;
+    /// the first it refuses ends the decision's placements there, so the queue holds only
+    /// tasks that rank before the refused one in the policy's order, and a task that may not be
+    /// queued (its run time unknown, or long) is not kept behind queued ones: it gets a core
+    /// the next time the node has one free. [`SchedulerView::close_queue`] ends it.
+    pub fn open_queue(
+        &mut self,
+        node: NodeId,
+        free_cores: u32,
+        admission: Box<dyn QueueAdmission>,
+    ) {
+        self.queue = QueueSlot(Some(QueueGate {
+            node,
+            free_cores,
+            placed_cores: 0,
+            closed: false,
+            admission,
+        }));
+    }
+
+    /// Ends the queue [`SchedulerView::open_queue`] opened: whether it refused a placement.
+    pub fn close_queue(&mut self) -> bool {
+        self.queue.0.take().is_some_and(|g| g.closed)
+    }
+
     /// Dispatches the next pending task of `app` to `node` as `variant`, if it has one and it fits;
     /// updates free resources, devices, `TotalIO`, `#IOtask` and the application's counters.
     pub fn assign(&mut self, app: AppId, node: NodeId, variant: Variant) -> Option<Assignment> {
         let a = self.apps.get(app.index())?;
         if !a.has_pending() || !self.fits(app, node, variant) {
             return None;
+        }
+        if let Some(g) = self.queue.0.as_mut().filter(|g| g.node == node) {
+            let cores = a.app.request(variant)?.cores;
+            let queued = g.placed_cores.saturating_add(cores) > g.free_cores;
+            if !g.admission.admit(app, variant, cores, queued) {
+                g.closed = true;
+                return None;
+            }
+            g.placed_cores = g.placed_cores.saturating_add(cores);
         }
         let (io_bytes, io_task) = self.io_request(&a.app, variant);
         let a = self.apps.get_mut(app.index())?;

@@ -21,5 +21,6 @@ mod view_exclusion;
 mod view_fair_share;
 mod view_groups;
 mod view_pending;
+mod view_queue;
 mod view_requires;
 mod view_time_left;

@@ -180,6 +180,32 @@ fn variant_of(code: Option<u8>) -> Variant {
     }
 }
 
+/// `prefetch = "auto"`'s admission to a node's queue during one decision
+/// ([`hetsched_core::model::QueueAdmission`]): a task placed on a free core of a variant
+/// measured short lets the queue drain through its cores; a queued one must be of a variant
+/// measured short and fit what the queue may still take ([`AutoQueue`]).
+struct AutoAdmission {
+    queue: AutoQueue,
+    /// What each waiting application's CPU and GPU variants measured, by application id.
+    run_times: BTreeMap<u32, [RunTimes; 2]>,
+}
+
+impl hetsched_core::model::QueueAdmission for AutoAdmission {
+    fn admit(&mut self, app: AppId, variant: Variant, cores: u32, queued: bool) -> bool {
+        let rt = self
+            .run_times
+            .get(&app.0)
+            .map_or_else(RunTimes::default, |r| r[variant_code(variant) as usize]);
+        if !queued {
+            if rt.short() {
+                self.queue.drain_through(cores);
+            }
+            return true;
+        }
+        self.queue.admit(rt, cores)
+    }
+}
+
 /// What one variant of an application runs.
 #[derive(Clone, Debug)]
 struct VariantRun {
@@ -1984,8 +2010,10 @@ impl Batch {
     /// sized for the shortest measured pending variant, and each task placed in it must be of
     /// a variant measured short and fit the time budget of the node's cores that free up
     /// soon — those its tasks measured short hold, running or placed now ([`AutoQueue`]): a
-    /// short task is never queued behind long (or unmeasured) work. Any other goes back to its
-    /// queue.
+    /// short task is never queued behind long (or unmeasured) work. The first placement the
+    /// queue refuses ends the decision on the node
+    /// ([`hetsched_core::model::SchedulerView::open_queue`]): the refused task gets the node's
+    /// next free core, not a place behind the queue.
     fn fill(&mut self, cx: &mut Ctx, nid: NodeId, out: &mut Outbox) -> bool {
         // What was sent queued and has since ended, been re-queued or sent again is forgotten.
         if let Some(q) = self.sent_queued.get_mut(&nid.0) {
@@ -1999,28 +2027,49 @@ impl Batch {
                 self.sent_queued.remove(&nid.0);
             }
         }
-        let (lend, mut auto) = match cx.nodes.prefetch.setting() {
+        let (lend, auto) = match cx.nodes.prefetch.setting() {
             Setting::Cores(n) => (n, None),
             Setting::Auto => {
                 let node_cores = cx.view.node(nid).node.cores;
                 let mut queue = AutoQueue::draining(node_cores);
                 queue.drain_through(self.short_cores_on(cx, nid));
-                let depth = cx
+                // What each waiting application's variants measured: the loan is sized for the
+                // shortest, and each placement is admitted by its own.
+                let run_times: BTreeMap<u32, [RunTimes; 2]> = cx
                     .view
                     .pending_apps()
-                    .filter_map(|p| self.apps.get(p.app.id.index()))
-                    .flat_map(|r| r.observed.iter().map(|o| o.run_times().depth()))
+                    .filter_map(|p| {
+                        let r = self.apps.get(p.app.id.index())?;
+                        Some((p.app.id.0, r.observed.map(|o| o.run_times())))
+                    })
+                    .collect();
+                let depth = run_times
+                    .values()
+                    .flatten()
+                    .map(|rt| rt.depth())
                     .max()
                     .unwrap_or(0);
-                (depth * node_cores, Some(queue))
+                (depth * node_cores, Some(AutoAdmission { queue, run_times }))
             }
         };
         let credit = cx.nodes.prefetch.open(cx.view, nid, lend);
+        // Under "auto" the node's queue admits each placement beyond its free cores
+        // ([`AutoAdmission`]); the first it refuses ends the decision there, so nothing is
+        // queued ahead of a task the policy ranked first but which may not wait in a queue.
+        let gated = match auto {
+            Some(admission) if credit.lent > 0 => {
+                cx.view.open_queue(nid, credit.free, Box::new(admission));
+                true
+            }
+            _ => false,
+        };
         let start = Instant::now();
         let decisions = self.policy.on_node_update(cx.view, nid, cx.now);
         cx.metrics.decision(start.elapsed());
+        if gated {
+            cx.view.close_queue();
+        }
         let mut deferred: Vec<Assignment> = Vec::new();
-        let mut declined: Vec<Assignment> = Vec::new();
         let mut used = 0u32;
         for a in decisions {
             if !deferred.is_empty() {
@@ -2029,16 +2078,6 @@ impl Batch {
             }
             let cores = a.request.cores;
             let prefetched = used + cores > credit.free;
-            if let Some(q) = auto.as_mut() {
-                let rt = self.run_times(a.app.0, a.variant);
-                if !prefetched && rt.short() {
-                    // Placed on free cores and short: the queue may drain through them.
-                    q.drain_through(cores);
-                } else if prefetched && !q.admit(rt, cores) {
-                    declined.push(a);
-                    continue;
-                }
-            }
             if !self.offer_task(cx, &a, prefetched, out) {
                 deferred.push(a);
                 continue;
@@ -2056,11 +2095,6 @@ impl Batch {
                 "reply size cap reached; the rest goes on the next heartbeat"
             );
             out.more();
-        }
-        // Not queueable (long, or not measured yet): back to the front of their queues, the
-        // last first so they keep their order.
-        for a in declined.iter().rev() {
-            cx.view.requeue(a);
         }
         cx.nodes.prefetch.close(cx.view, nid, credit);
         !deferred.is_empty()

@@ -719,6 +719,59 @@ fn auto_queues_nothing_behind_long_work_and_only_what_short_cores_drain() {
 }
 
 #[test]
+fn a_job_not_yet_measured_gets_the_next_free_core_not_a_place_behind_a_queue() {
+    let d = scratch("auto-new-job");
+    let mut s = open_auto(&d.0);
+    let n = register(&mut s, "n", 2);
+    submit_apps(&mut s, &[("short", 400)]);
+    // Four beats of two 1 ms tasks: the short application is measured.
+    let mut out = beat(&mut s, n, vec![], vec![]);
+    for _ in 0..3 {
+        let done = out.iter().map(|d| done_after(d, MS)).collect();
+        out = beat(&mut s, n, vec![], done);
+        assert_eq!(out.len(), 2);
+    }
+    // The next beat's reply fills both cores and queues 64 tasks behind each.
+    let done = out.iter().map(|d| done_after(d, MS)).collect();
+    out = beat(&mut s, n, vec![], done);
+    assert_eq!(out.iter().filter(|d| d.prefetched).count(), 128);
+    // A second job arrives; nothing of it is measured. The node beats with both cores busy:
+    // HDAS ranks the new job first (it has run nothing), and its tasks may not be queued, so
+    // nothing of the short job is queued ahead of it either.
+    s.on_submit(Submission {
+        origin: "new.toml".into(),
+        text: "[[application]]\nname = \"new\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("submit new");
+    // The agent has run its queue down to the last two tasks, and beats for more.
+    let (ran, last) = out.split_at(out.len() - 2);
+    let busy = beat(
+        &mut s,
+        n,
+        running(&last.iter().collect::<Vec<_>>()),
+        ran.iter().map(|d| done_after(d, MS)).collect(),
+    );
+    assert!(
+        busy.is_empty(),
+        "nothing queued ahead of the new job: {busy:?}"
+    );
+    // One core frees: it goes to the new job at once (then, by HDAS, the short job is the
+    // furthest behind again, and queues behind it).
+    let next = beat(
+        &mut s,
+        n,
+        running(&[&last[1]]),
+        vec![done_after(&last[0], MS)],
+    );
+    assert!(next[0].task_id >= 400, "a task of the new job first");
+    assert!(!next[0].prefetched, "on the free core");
+    assert!(next[1..].iter().all(|d| d.prefetched && d.task_id < 400));
+}
+
+#[test]
 fn auto_queues_the_short_application_of_a_job_and_never_its_long_one() {
     // Tasks 0..20 are the long application (2 s), 20..220 the short one (1 ms).
     let d = scratch("auto-mixed");
