@@ -36,6 +36,11 @@
 //!   ([`AutoQueue::draining`]). A node whose cores long or unmeasured work holds (or
 //!   other kinds' work) queues nothing, so a short task never waits behind a long one — with
 //!   `preemption = "requeue"`, an urgent short task is placed where it starts, or preempts.
+//! - the batch kind asks during the policy's decision (the core view's queue gate,
+//!   [`hetsched_core::model::SchedulerView::open_queue`]): the first placement beyond the free
+//!   cores that may not be queued, or that the allowance has no room for, ends the decision on
+//!   the node. The queue keeps the policy's order, so a task the policy ranks first (under HDAS,
+//!   a job that has run nothing yet) is not kept behind queued ones: it gets the next free core.
 //!
 //! Durability and exactly-once are those of any running task: a prefetched task is recorded as
 //! running on its node before the reply leaves; the agent lists it among its running tasks; if
