@@ -25,6 +25,7 @@ use crate::store::{
 };
 use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
+use hetsched_core::model::QueueAdmission;
 use hetsched_core::model::Slots;
 use hetsched_core::policy::batch::BatchPolicy;
 use hetsched_core::policy::batch::preempt::{Candidate, Rules, preempt_on};
@@ -190,7 +191,7 @@ struct AutoAdmission {
     run_times: BTreeMap<u32, [RunTimes; 2]>,
 }
 
-impl hetsched_core::model::QueueAdmission for AutoAdmission {
+impl QueueAdmission for AutoAdmission {
     fn admit(&mut self, app: AppId, variant: Variant, cores: u32, queued: bool) -> bool {
         let rt = self
             .run_times
@@ -2006,14 +2007,15 @@ impl Batch {
     /// The policy fills node `nid`: each decision goes to the reply, what the reply has no room
     /// for back to the front of its queue (then `true`: the agent beats again at once). With
     /// `prefetch`, the policy sees the node with more free cores; tasks placed beyond its real
-    /// free cores are queued by the agent (crate::state::prefetch). Under "auto" the loan is
-    /// sized for the shortest measured pending variant, and each task placed in it must be of
-    /// a variant measured short and fit the time budget of the node's cores that free up
-    /// soon — those its tasks measured short hold, running or placed now ([`AutoQueue`]): a
-    /// short task is never queued behind long (or unmeasured) work. The first placement the
-    /// queue refuses ends the decision on the node
-    /// ([`hetsched_core::model::SchedulerView::open_queue`]): the refused task gets the node's
-    /// next free core, not a place behind the queue.
+    /// free cores are queued by the agent (crate::state::prefetch). Under "auto" the policy
+    /// first fills the node's free cores as with prefetch off, then the loan, which is sized for
+    /// the shortest measured pending variant; each task placed in it must be of a variant
+    /// measured short and fit the time budget of the node's cores that free up soon — those its
+    /// tasks measured short hold, running or placed now ([`AutoQueue`]): a short task is never
+    /// queued behind long (or unmeasured) work. The first placement the queue refuses ends the
+    /// decision on the node ([`hetsched_core::model::SchedulerView::open_queue`]): the refused
+    /// task gets one of the node's next free cores, not a place behind the queue. (Two
+    /// decisions in one beat: `hdas-hetero` counts the node's readers at each.)
     fn fill(&mut self, cx: &mut Ctx, nid: NodeId, out: &mut Outbox) -> bool {
         // What was sent queued and has since ended, been re-queued or sent again is forgotten.
         if let Some(q) = self.sent_queued.get_mut(&nid.0) {
@@ -2052,37 +2054,56 @@ impl Batch {
                 (depth * node_cores, Some(AutoAdmission { queue, run_times }))
             }
         };
-        let credit = cx.nodes.prefetch.open(cx.view, nid, lend);
-        // Under "auto" the node's queue admits each placement beyond its free cores
-        // ([`AutoAdmission`]); the first it refuses ends the decision there, so nothing is
-        // queued ahead of a task the policy ranked first but which may not wait in a queue.
-        let gated = match auto {
-            Some(admission) if credit.lent > 0 => {
-                cx.view.open_queue(nid, credit.free, Box::new(admission));
-                true
-            }
-            _ => false,
-        };
         let start = Instant::now();
-        let decisions = self.policy.on_node_update(cx.view, nid, cx.now);
+        // Each placement, with whether it lies beyond the node's free cores (queued there).
+        let mut placed: Vec<(Assignment, bool)> = Vec::new();
+        let beyond =
+            |placed: &mut Vec<(Assignment, bool)>, decisions: Vec<Assignment>, free: u32| {
+                let mut used = 0u32;
+                for a in decisions {
+                    let cores = a.request.cores;
+                    placed.push((a, used + cores > free));
+                    used += cores;
+                }
+            };
+        let credit = match auto {
+            Some(mut admission) if lend > 0 => {
+                // Under "auto" the node's free cores are filled first, as with prefetch off: a
+                // task that would fit only in the loan does not keep a free core from what
+                // fits it now.
+                let own = cx.nodes.prefetch.open(cx.view, nid, 0);
+                if own.free > 0 {
+                    for a in self.policy.on_node_update(cx.view, nid, cx.now) {
+                        admission.admit(a.app, a.variant, a.request.cores, false);
+                        placed.push((a, false));
+                    }
+                }
+                cx.nodes.prefetch.close(cx.view, nid, own);
+                // Then the loan, each placement in it admitted by the queue (AutoAdmission);
+                // the first it refuses ends the decision, so nothing is queued ahead of a task
+                // the policy ranked first but which may not wait in a queue.
+                let credit = cx.nodes.prefetch.open(cx.view, nid, lend);
+                if credit.lent > 0 {
+                    cx.view.open_queue(nid, credit.free, Box::new(admission));
+                    let decisions = self.policy.on_node_update(cx.view, nid, cx.now);
+                    cx.view.close_queue();
+                    beyond(&mut placed, decisions, credit.free);
+                }
+                credit
+            }
+            _ => {
+                let credit = cx.nodes.prefetch.open(cx.view, nid, lend);
+                let decisions = self.policy.on_node_update(cx.view, nid, cx.now);
+                beyond(&mut placed, decisions, credit.free);
+                credit
+            }
+        };
         cx.metrics.decision(start.elapsed());
-        if gated {
-            cx.view.close_queue();
-        }
         let mut deferred: Vec<Assignment> = Vec::new();
-        let mut used = 0u32;
-        for a in decisions {
-            if !deferred.is_empty() {
+        for (a, prefetched) in placed {
+            if !deferred.is_empty() || !self.offer_task(cx, &a, prefetched, out) {
                 deferred.push(a);
-                continue;
             }
-            let cores = a.request.cores;
-            let prefetched = used + cores > credit.free;
-            if !self.offer_task(cx, &a, prefetched, out) {
-                deferred.push(a);
-                continue;
-            }
-            used += cores;
         }
         if !deferred.is_empty() {
             // The last first, so they keep their order at the front of their queues.

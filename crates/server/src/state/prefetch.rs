@@ -36,7 +36,8 @@
 //!   ([`AutoQueue::draining`]). A node whose cores long or unmeasured work holds (or
 //!   other kinds' work) queues nothing, so a short task never waits behind a long one — with
 //!   `preemption = "requeue"`, an urgent short task is placed where it starts, or preempts.
-//! - the batch kind asks during the policy's decision (the core view's queue gate,
+//! - the batch kind lets the policy fill the node's free cores first, as with prefetch off,
+//!   then the loan, asking during that decision (the core view's queue gate,
 //!   [`hetsched_core::model::SchedulerView::open_queue`]): the first placement beyond the free
 //!   cores that may not be queued, or that the allowance has no room for, ends the decision on
 //!   the node. The queue keeps the policy's order, so a task the policy ranks first (under HDAS,

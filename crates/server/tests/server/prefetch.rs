@@ -772,6 +772,49 @@ fn a_job_not_yet_measured_gets_the_next_free_core_not_a_place_behind_a_queue() {
 }
 
 #[test]
+fn a_free_core_goes_to_what_fits_it_while_a_wider_task_waits_and_nothing_is_queued() {
+    let d = scratch("auto-wide");
+    let mut s = open_auto(&d.0);
+    let n = register(&mut s, "n", 2);
+    submit_apps(&mut s, &[("short", 400)]);
+    let mut out = beat(&mut s, n, vec![], vec![]);
+    for _ in 0..4 {
+        let done = out.iter().map(|d| done_after(d, MS)).collect();
+        out = beat(&mut s, n, vec![], done);
+    }
+    assert_eq!(out.len(), 130, "measured: both cores and their queues");
+    // A job of one 2-core task arrives (not measured: never queued).
+    s.on_submit(Submission {
+        origin: "wide.toml".into(),
+        text: "[[application]]\nname = \"wide\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\ncores = 2\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("submit wide");
+    // One core frees. The wide task fits only once both are free: the free core goes to a short
+    // task, as with prefetch off, and nothing is queued ahead of the wide task (HDAS ranks it
+    // first: it has run nothing).
+    let (ran, last) = out.split_at(out.len() - 1);
+    let next = beat(
+        &mut s,
+        n,
+        running(&[&last[0]]),
+        ran.iter().map(|d| done_after(d, MS)).collect(),
+    );
+    assert_eq!(next.len(), 1, "one short task, nothing queued: {next:?}");
+    assert!(next[0].task_id < 400 && !next[0].prefetched);
+    // Both cores free: the wide task.
+    let both = beat(
+        &mut s,
+        n,
+        vec![],
+        vec![done_after(&last[0], MS), done_after(&next[0], MS)],
+    );
+    assert_eq!(both[0].task_id, 400, "{:?}", both[0]);
+}
+
+#[test]
 fn auto_queues_the_short_application_of_a_job_and_never_its_long_one() {
     // Tasks 0..20 are the long application (2 s), 20..220 the short one (1 ms).
     let d = scratch("auto-mixed");
