@@ -177,7 +177,9 @@ pub fn refused(s: tonic::Status) -> anyhow::Error {
             super::human::UNAVAILABLE_STATUS,
             "the server did not answer in time",
         ),
-        tonic::Code::ResourceExhausted => said("the server refused this call as too large"),
+        tonic::Code::ResourceExhausted => {
+            said("the server refused this call over one of its bounds")
+        }
         tonic::Code::Aborted => said("the server aborted the call; try it again"),
         tonic::Code::Internal | tonic::Code::DataLoss => said("the server failed"),
         _ => said("the server refused this call"),
@@ -2299,6 +2301,10 @@ pub fn is_final(state: &str) -> bool {
 /// How long one `GetJob` of [`wait_on`] is held by the server (the progress bar's refresh).
 const WAIT_STEP: Duration = Duration::from_millis(500);
 
+/// How long a wait whose held look the server refused (its bound on one user's calls held
+/// open) looks without being held before it asks to be held again.
+const UNHELD_FOR: Duration = Duration::from_secs(10);
+
 /// Waits for a job to finish, with a progress bar on a terminal. Each `GetJob` is held by the
 /// server until the job ends or [`WAIT_STEP`] passes, so the end is seen as it happens, without
 /// polling.
@@ -2351,6 +2357,11 @@ async fn wait_for(
     // report at once, not a restart to wait out), and since when it has not.
     let mut answered = false;
     let mut gone_since: Option<Instant> = None;
+    // Until when this wait looks without the server holding its call: the server refused a
+    // held look because this user holds as many calls open as it allows (`GetJob` waits of
+    // other scripts, log reads). The job runs all the same, so the wait looks every
+    // [`WAIT_STEP`] instead of failing, and asks to be held again later.
+    let mut unheld_until: Option<Instant> = None;
     let j = loop {
         let asked = Instant::now();
         // The server holds the call until the job changes, at most a step, and never past the
@@ -2360,7 +2371,12 @@ async fn wait_for(
         let step = timeout.map_or(WAIT_STEP, |t| {
             t.saturating_sub(start.elapsed()).min(WAIT_STEP)
         });
-        let step = if answered { step } else { Duration::ZERO };
+        let unheld = unheld_until.is_some_and(|t| Instant::now() < t);
+        let step = if answered && !unheld {
+            step
+        } else {
+            Duration::ZERO
+        };
         let j = match api
             .get_job(pb::GetJobRequest {
                 job_id: id,
@@ -2394,6 +2410,20 @@ async fn wait_for(
                     )));
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+            Err(s) if s.code() == tonic::Code::ResourceExhausted && !step.is_zero() => {
+                if unheld_until.is_none() {
+                    bar.suspend(|| {
+                        eprintln!(
+                            "warning: {}; job {id} is looked at every {} ms instead",
+                            shown(s.message()),
+                            WAIT_STEP.as_millis()
+                        )
+                    });
+                }
+                unheld_until = Some(Instant::now() + UNHELD_FOR);
+                tokio::time::sleep(step).await;
                 continue;
             }
             Err(s) => return Err(refused(s)),
@@ -2440,7 +2470,10 @@ async fn wait_for(
             bar.abandon();
             return Ok(Waited::Unfinished(j));
         }
-        if asked.elapsed() < WAIT_STEP / 5 {
+        if unheld {
+            let left = timeout.map_or(WAIT_STEP, |t| t.saturating_sub(start.elapsed()));
+            tokio::time::sleep(WAIT_STEP.min(left)).await;
+        } else if asked.elapsed() < WAIT_STEP / 5 {
             // A server that does not hold the call: poll, backing off.
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(250));

@@ -3745,3 +3745,60 @@ memory_per_unit = "1KiB"
         || read_counts(&c.dir, "wc") == want,
     );
 }
+
+#[test]
+fn submit_wait_goes_on_when_the_server_holds_as_many_waits_as_it_allows() {
+    use hetsched_proto as pb;
+    let mut c = Cluster::start("wait-bound", false);
+    // Job 1 is held: it never ends while this test runs, so waits on it stay open.
+    let out = c.cli(&["submit", "--hold", "--tasks", "1", "--", "true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = std::fs::read_to_string(c.data().join("token")).expect("token");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // As many held waits on job 1 as the server allows one user (64), as other scripts would.
+    let held: Vec<_> = rt.block_on(async {
+        let channel = pb::endpoint(&c.url(), None)
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        let auth = pb::TokenInterceptor::new(token.trim()).expect("token");
+        (0..64)
+            .map(|_| {
+                let mut api = pb::client_client::ClientClient::with_interceptor(
+                    channel.clone(),
+                    auth.clone(),
+                );
+                tokio::spawn(async move {
+                    api.get_job(pb::GetJobRequest {
+                        job_id: 1,
+                        wait_ms: 60_000,
+                    })
+                    .await
+                })
+            })
+            .collect()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    c.start_agent("n", 2, &[]);
+    c.wait_for_nodes(1);
+    // A 65th wait is refused its held call: `submit --wait` says so and looks instead, and
+    // ends with its job.
+    let out = c.cli(&["submit", "--wait", "--tasks", "3", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("looked at every 500 ms instead"),
+        "{stderr}"
+    );
+    assert_eq!(c.succeeded(2), 3);
+    // The 64 were held all along (job 1 did not change).
+    for h in &held {
+        assert!(!h.is_finished(), "a held wait ended early");
+    }
+    drop(rt);
+}
