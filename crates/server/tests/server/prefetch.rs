@@ -653,19 +653,48 @@ fn auto_queues_short_tasks_once_measured_and_never_long_ones() {
     assert_eq!(succeeded(&s), 40);
 }
 
-#[test]
-fn auto_queues_nothing_behind_long_work_and_only_what_short_cores_drain() {
-    let d = scratch("auto-behind-long");
+/// Submits the job file `text`, named `origin`.
+fn submit_text(s: &mut State, origin: &str, text: &str) {
+    s.on_submit(Submission {
+        origin: origin.into(),
+        text: text.into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("submit");
+}
+
+/// A 2-core node and a job of 400 short (1 ms) tasks, run for four beats of two tasks: the
+/// short application is measured. The state, the node and the last reply (two tasks, nothing
+/// queued yet).
+fn short_measured(name: &str) -> (Scratch, State, u32, Vec<Dispatch>) {
+    let d = scratch(name);
     let mut s = open_auto(&d.0);
     let n = register(&mut s, "n", 2);
     submit_apps(&mut s, &[("short", 400)]);
-    // Four beats of two 1 ms tasks: the short application is measured.
     let mut out = beat(&mut s, n, vec![], vec![]);
     for _ in 0..3 {
         let done = out.iter().map(|d| done_after(d, MS)).collect();
         out = beat(&mut s, n, vec![], done);
         assert_eq!(out.len(), 2);
     }
+    (d, s, n, out)
+}
+
+/// [`short_measured`], then the next beat: its reply fills both cores and queues 64 tasks
+/// behind each.
+fn short_queued(name: &str) -> (Scratch, State, u32, Vec<Dispatch>) {
+    let (d, mut s, n, out) = short_measured(name);
+    let done = out.iter().map(|d| done_after(d, MS)).collect();
+    let out = beat(&mut s, n, vec![], done);
+    assert_eq!(out.len(), 130);
+    assert_eq!(out.iter().filter(|d| d.prefetched).count(), 128);
+    (d, s, n, out)
+}
+
+#[test]
+fn auto_queues_nothing_behind_long_work_and_only_what_short_cores_drain() {
+    let (_d, mut s, n, out) = short_measured("auto-behind-long");
     // Two long tasks of a higher priority arrive and take both cores as they free: nothing
     // short is queued behind them.
     s.on_submit(Submission {
@@ -720,32 +749,15 @@ fn auto_queues_nothing_behind_long_work_and_only_what_short_cores_drain() {
 
 #[test]
 fn a_job_not_yet_measured_gets_the_next_free_core_not_a_place_behind_a_queue() {
-    let d = scratch("auto-new-job");
-    let mut s = open_auto(&d.0);
-    let n = register(&mut s, "n", 2);
-    submit_apps(&mut s, &[("short", 400)]);
-    // Four beats of two 1 ms tasks: the short application is measured.
-    let mut out = beat(&mut s, n, vec![], vec![]);
-    for _ in 0..3 {
-        let done = out.iter().map(|d| done_after(d, MS)).collect();
-        out = beat(&mut s, n, vec![], done);
-        assert_eq!(out.len(), 2);
-    }
-    // The next beat's reply fills both cores and queues 64 tasks behind each.
-    let done = out.iter().map(|d| done_after(d, MS)).collect();
-    out = beat(&mut s, n, vec![], done);
-    assert_eq!(out.iter().filter(|d| d.prefetched).count(), 128);
+    let (_d, mut s, n, out) = short_queued("auto-new-job");
     // A second job arrives; nothing of it is measured. The node beats with both cores busy:
     // HDAS ranks the new job first (it has run nothing), and its tasks may not be queued, so
     // nothing of the short job is queued ahead of it either.
-    s.on_submit(Submission {
-        origin: "new.toml".into(),
-        text: "[[application]]\nname = \"new\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n"
-            .into(),
-        workdir: "/".into(),
-        ..Default::default()
-    })
-    .expect("submit new");
+    submit_text(
+        &mut s,
+        "new.toml",
+        "[[application]]\nname = \"new\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n",
+    );
     // The agent has run its queue down to the last two tasks, and beats for more.
     let (ran, last) = out.split_at(out.len() - 2);
     let busy = beat(
@@ -773,25 +785,13 @@ fn a_job_not_yet_measured_gets_the_next_free_core_not_a_place_behind_a_queue() {
 
 #[test]
 fn a_free_core_goes_to_what_fits_it_while_a_wider_task_waits_and_nothing_is_queued() {
-    let d = scratch("auto-wide");
-    let mut s = open_auto(&d.0);
-    let n = register(&mut s, "n", 2);
-    submit_apps(&mut s, &[("short", 400)]);
-    let mut out = beat(&mut s, n, vec![], vec![]);
-    for _ in 0..4 {
-        let done = out.iter().map(|d| done_after(d, MS)).collect();
-        out = beat(&mut s, n, vec![], done);
-    }
-    assert_eq!(out.len(), 130, "measured: both cores and their queues");
+    let (_d, mut s, n, out) = short_queued("auto-wide");
     // A job of one 2-core task arrives (not measured: never queued).
-    s.on_submit(Submission {
-        origin: "wide.toml".into(),
-        text: "[[application]]\nname = \"wide\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\ncores = 2\n"
-            .into(),
-        workdir: "/".into(),
-        ..Default::default()
-    })
-    .expect("submit wide");
+    submit_text(
+        &mut s,
+        "wide.toml",
+        "[[application]]\nname = \"wide\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\ncores = 2\n",
+    );
     // One core frees. The wide task fits only once both are free: the free core goes to a short
     // task, as with prefetch off, and nothing is queued ahead of the wide task (HDAS ranks it
     // first: it has run nothing).
