@@ -187,7 +187,8 @@ fn variant_of(code: Option<u8>) -> Variant {
 /// measured short and fit what the queue may still take ([`AutoQueue`]).
 struct AutoAdmission {
     queue: AutoQueue,
-    /// What each waiting application's CPU and GPU variants measured, by application id.
+    /// What the CPU and GPU variants of each waiting application with a variant measured short
+    /// measured, by application id; an application not here may not be queued.
     run_times: BTreeMap<u32, [RunTimes; 2]>,
 }
 
@@ -2035,14 +2036,16 @@ impl Batch {
                 let node_cores = cx.view.node(nid).node.cores;
                 let mut queue = AutoQueue::draining(node_cores);
                 queue.drain_through(self.short_cores_on(cx, nid));
-                // What each waiting application's variants measured: the loan is sized for the
-                // shortest, and each placement is admitted by its own.
+                // What the waiting applications with a variant measured short measured (any
+                // other may not be queued): the loan is sized for the shortest, and each
+                // placement is admitted by its own. Kept small where many jobs wait unmeasured.
                 let run_times: BTreeMap<u32, [RunTimes; 2]> = cx
                     .view
                     .pending_apps()
                     .filter_map(|p| {
                         let r = self.apps.get(p.app.id.index())?;
-                        Some((p.app.id.0, r.observed.map(|o| o.run_times())))
+                        let rts = r.observed.map(|o| o.run_times());
+                        rts.iter().any(RunTimes::short).then_some((p.app.id.0, rts))
                     })
                     .collect();
                 let depth = run_times
