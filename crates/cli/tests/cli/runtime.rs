@@ -468,9 +468,14 @@ fn a_sigkilled_agents_guard_writes_its_line_to_the_agents_log_file() {
     c.start_agent("n", 1, &["--log-file", &file_arg, "--log-format", "json"]);
     c.wait_for_nodes(1);
     c.ok(&["submit", "--", "sleep", "60"]);
-    wait_until("the task to run", Duration::from_secs(20), || {
-        c.json(&["job", "1"])["counts"]["running"] == 1
-    });
+    // The server counts a task running once it is sent; the guard kills only what the agent
+    // recorded as started (its ledger), so wait for that record before the SIGKILL.
+    let ledger = c.dir.join("agent-n").join("running.tasks");
+    wait_until(
+        "the agent to record the task started",
+        Duration::from_secs(20),
+        || lines(&ledger).iter().any(|l| l.starts_with("start ")),
+    );
     // Rotated without a SIGHUP: the guard opens the path when it writes, so it creates the
     // file anew, private.
     std::fs::rename(&file, c.dir.join("agent-n.jsonl.1")).expect("rotate");
