@@ -114,7 +114,7 @@ fn setup() -> Setup {
     let (listener, client) = rt.block_on(async {
         let p = Pipeline::start(
             "anode",
-            1,
+            hetsched_agent::launch::unnamed_devices(1),
             &dir.join("anode"),
             Default::default(),
             launch::DEFAULT_KILL_GRACE,
@@ -205,6 +205,7 @@ fn overhead(c: &mut Criterion) {
             let r = s.rt.block_on(launch::run(
                 &assignment(&local),
                 &local,
+                &[],
                 "anode",
                 &work,
                 never(),

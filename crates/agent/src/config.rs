@@ -33,6 +33,11 @@
 //! count = 4
 //! memory = "40GiB"
 //! speed = 3.0
+//! [[accelerator]]                   # MIG instances: tasks see each by its UUID
+//! kind = "h100-1g"
+//! memory = "10GiB"
+//! visible = ["MIG-5c4b7a2e-9d1f-5e0b-8c3a-1f2e3d4c5b6a", "MIG-9e0a1b2c-3d4e-5f60-7182-93a4b5c6d7e8"]
+//!                                   # `CUDA_VISIBLE_DEVICES` names, one a device (`count` = 2)
 //! ```
 //!
 //! **Workflow inputs and the node's disk.** A workflow instance's inputs are fetched from their

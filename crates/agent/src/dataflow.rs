@@ -1013,6 +1013,7 @@ pub(crate) mod tests {
                 let mut r = crate::launch::run(
                     &a,
                     &ready,
+                    &[],
                     "n1",
                     &work,
                     rx,
@@ -1102,6 +1103,7 @@ pub(crate) mod tests {
         let r = crate::launch::run(
             &a,
             &ready,
+            &[],
             "n1",
             &work,
             rx,

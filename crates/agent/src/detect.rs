@@ -21,6 +21,10 @@ pub struct Resources {
     pub memory_bytes: u64,
     /// Accelerators.
     pub accelerators: Vec<pb::Accelerator>,
+    /// What a task finds in `CUDA_VISIBLE_DEVICES` for each accelerator, in order: its
+    /// declared name (`[[accelerator]] visible`, e.g. a MIG instance's UUID), else (`None`, or
+    /// past the list's end) its index.
+    pub device_names: crate::launch::DeviceNames,
 }
 
 /// Number of cores the process may use.
@@ -378,6 +382,11 @@ impl Gpus {
                     "GPU {i}: {model}, {:.1} GiB, of kind `{kind}`",
                     memory_bytes as f64 / f64::from(1u32 << 30)
                 );
+                if d.mig_mode()
+                    .is_ok_and(|m| m.current == NVML_DEVICE_MIG_ENABLE)
+                {
+                    warn!("{}", mig_warning(i));
+                }
                 Some(pb::Accelerator {
                     kind,
                     memory_bytes,
@@ -428,31 +437,58 @@ impl Gpus {
     /// compute and graphics processes, a process in both once (at its larger figure). Empty
     /// without NVML or the device; a process whose figure NVML does not give is left out.
     pub fn process_memory(&self, device: u32) -> Vec<(u32, u64)> {
-        use nvml_wrapper::enums::device::UsedGpuMemory;
-        let Some(d) = self
-            .nvml
+        self.nvml
             .as_ref()
             .and_then(|n| n.device_by_index(device).ok())
-        else {
-            return Vec::new();
-        };
-        let mut used: Vec<(u32, u64)> = Vec::new();
-        let lists = [
-            d.running_compute_processes(),
-            d.running_graphics_processes(),
-        ];
-        for p in lists.into_iter().flat_map(Result::unwrap_or_default) {
-            let UsedGpuMemory::Used(bytes) = p.used_gpu_memory else {
-                continue;
-            };
-            match used.iter_mut().find(|(pid, _)| *pid == p.pid) {
-                Some(seen) => seen.1 = seen.1.max(bytes),
-                None => used.push((p.pid, bytes)),
-            }
-        }
-        used
+            .map_or_else(Vec::new, |d| processes_on(&d))
+    }
+
+    /// As [`Gpus::process_memory`], for the device NVML knows by `uuid` (a `GPU-…` or a MIG
+    /// instance's `MIG-…` UUID, as `[[accelerator]] visible` names it); empty where NVML does
+    /// not know it.
+    pub fn process_memory_by_uuid(&self, uuid: &str) -> Vec<(u32, u64)> {
+        self.nvml
+            .as_ref()
+            .and_then(|n| n.device_by_uuid(uuid).ok())
+            .map_or_else(Vec::new, |d| processes_on(&d))
     }
 }
+
+/// The GPU memory each process uses on `d`, as (pid, bytes): its compute and graphics
+/// processes, a process in both once (at its larger figure).
+fn processes_on(d: &nvml_wrapper::Device) -> Vec<(u32, u64)> {
+    use nvml_wrapper::enums::device::UsedGpuMemory;
+    let mut used: Vec<(u32, u64)> = Vec::new();
+    let lists = [
+        d.running_compute_processes(),
+        d.running_graphics_processes(),
+    ];
+    for p in lists.into_iter().flat_map(Result::unwrap_or_default) {
+        let UsedGpuMemory::Used(bytes) = p.used_gpu_memory else {
+            continue;
+        };
+        match used.iter_mut().find(|(pid, _)| *pid == p.pid) {
+            Some(seen) => seen.1 = seen.1.max(bytes),
+            None => used.push((p.pid, bytes)),
+        }
+    }
+    used
+}
+
+/// What the agent says of detected GPU `index` with MIG enabled: CUDA programs given its index
+/// see no device.
+pub fn mig_warning(index: u32) -> String {
+    format!(
+        "GPU {index} has MIG enabled: a task given it by its index sees no CUDA device, and \
+         the agent does not detect MIG instances; declare them instead, one device each: \
+         [[accelerator]] kind = \"…\", memory = \"…\", visible = [\"MIG-…\", …] (their UUIDs \
+         as `nvidia-smi -L` lists them)"
+    )
+}
+
+/// NVML's `NVML_DEVICE_MIG_ENABLE`: the current MIG mode (`Device::mig_mode`) of a GPU split
+/// into MIG instances.
+const NVML_DEVICE_MIG_ENABLE: u32 = 1;
 
 /// Longest kind [`gpu_kind`] gives: the server's bound on an accelerator kind.
 const MAX_KIND: usize = 64;

@@ -443,6 +443,29 @@ enum Ended {
     OverMemory(u64),
 }
 
+/// Each accelerator's name in `CUDA_VISIBLE_DEVICES`, by the agent's device index
+/// ([`crate::detect::Resources::device_names`]).
+pub type DeviceNames = std::sync::Arc<[Option<String>]>;
+
+/// `count` devices known by their indices alone.
+pub fn unnamed_devices(count: u32) -> DeviceNames {
+    vec![None; count as usize].into()
+}
+
+/// `CUDA_VISIBLE_DEVICES` for a task given `devices` (the agent's indices): each device's
+/// name where `names` gives one (a MIG instance's `MIG-…` UUID: CUDA sees a MIG instance only
+/// by it), else its index.
+pub fn cuda_visible(devices: &[u32], names: &[Option<String>]) -> String {
+    devices
+        .iter()
+        .map(|&d| match names.get(d as usize) {
+            Some(Some(name)) => name.clone(),
+            _ => d.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
 /// spec's arguments becomes the task's index and then `{entry}` its entry (an application with
 /// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables.
@@ -452,6 +475,7 @@ enum Ended {
 pub async fn run(
     a: &pb::Assignment,
     spec: &pb::TaskSpec,
+    device_names: &[Option<String>],
     node: &str,
     work_dir: &Path,
     control: impl Into<Control>,
@@ -569,7 +593,7 @@ pub async fn run(
             }
         },
     };
-    let devices: Vec<String> = a.devices.iter().map(u32::to_string).collect();
+    let visible = cuda_visible(&a.devices, device_names);
     let mut cmd = tokio::process::Command::new(program);
     if let Some(acc) = &account {
         // First (it clears the environment): none of the agent's (root's); the job's own
@@ -594,7 +618,7 @@ pub async fn run(
         .env("HETSCHED_ATTEMPT", a.attempt.to_string())
         .env("HETSCHED_VARIANT", &spec.variant)
         .env("HETSCHED_NODE", node)
-        .env("CUDA_VISIBLE_DEVICES", devices.join(","))
+        .env("CUDA_VISIBLE_DEVICES", visible)
         // The device numbers are NVML's (`detect::Gpus`), which counts in PCI bus order; CUDA
         // counts fastest first unless told otherwise, so on a node with GPUs of two models
         // device 0 would be the other card. Set after the job's environment: the numbers are
@@ -667,7 +691,7 @@ pub async fn run(
             if a.devices.is_empty() {
                 w
             } else {
-                w.with_gpu_memory(&a.devices, crate::usage::nvml_processes())
+                w.with_gpu_memory(&a.devices, crate::usage::nvml_processes(device_names))
             }
         });
     let drains = match (
@@ -868,6 +892,16 @@ fn humanize(d: Duration) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_task_sees_its_devices_by_their_declared_names_else_by_index() {
+        let names = [Some("MIG-a".to_string()), None, Some("MIG-c".to_string())];
+        assert_eq!(cuda_visible(&[2, 0], &names), "MIG-c,MIG-a");
+        assert_eq!(cuda_visible(&[1], &names), "1");
+        // Devices past the list (detected ones) keep their index.
+        assert_eq!(cuda_visible(&[0, 5], &names[..1]), "MIG-a,5");
+        assert_eq!(cuda_visible(&[], &names), "");
+    }
+
     /// A fresh directory for one test, given to its script as `$D`.
     fn test_dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("hetsched-launch-{}-{name}", std::process::id()));
@@ -955,7 +989,7 @@ mod tests {
         control: impl Into<Control>,
         grace: Duration,
     ) -> pb::TaskResult {
-        run(a, spec, "n", dir, control, grace, false, |_| {}).await
+        run(a, spec, &[], "n", dir, control, grace, false, |_| {}).await
     }
 
     /// A workdir its application named that is not on the node fails the attempt before the
@@ -1420,6 +1454,7 @@ mod tests {
         let r = run(
             &a,
             &spec,
+            &[],
             "n1",
             dir,
             rx,
@@ -1445,6 +1480,7 @@ mod tests {
             let run = run(
                 &a,
                 &spec,
+                &[],
                 "n",
                 &dir,
                 rx,
@@ -1486,6 +1522,7 @@ mod tests {
         let r = run(
             &a,
             &spec,
+            &[],
             "n1",
             &dir,
             rx,

@@ -2183,6 +2183,7 @@ mod tests {
                 cores: 1,
                 memory_bytes: 1 << 30,
                 accelerators: Vec::new(),
+                device_names: launch::unnamed_devices(0),
             },
             core_speed: 1.0,
             disk_read_bw: 200e6,

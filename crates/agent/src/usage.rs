@@ -71,13 +71,19 @@ pub type GpuProcesses = Arc<dyn Fn(u32) -> Vec<(u32, u64)> + Send + Sync>;
 
 /// NVML's view of the processes on each device, for the agent's GPU tasks (nothing where NVML
 /// does not load). Loaded once, by the first GPU task (a CPU-only agent never loads it), and
-/// shared by every task: `launch::run` has no handle of the agent's own to take.
-pub fn nvml_processes() -> GpuProcesses {
+/// shared by every task: `launch::run` has no handle of the agent's own to take. A device the
+/// agent's configuration names (`names`: `[[accelerator]] visible`, a MIG instance's UUID) is
+/// looked up by that name, not by its index, which NVML numbers otherwise.
+pub fn nvml_processes(names: &[Option<String>]) -> GpuProcesses {
     static NVML: OnceLock<Arc<crate::detect::Gpus>> = OnceLock::new();
     let gpus = NVML
         .get_or_init(|| Arc::new(crate::detect::Gpus::init()))
         .clone();
-    Arc::new(move |device| gpus.process_memory(device))
+    let names = names.to_vec();
+    Arc::new(move |device| match names.get(device as usize) {
+        Some(Some(name)) => gpus.process_memory_by_uuid(name),
+        _ => gpus.process_memory(device),
+    })
 }
 
 /// What a GPU task's watch asks at each sample.

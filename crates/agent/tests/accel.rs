@@ -52,7 +52,7 @@ async fn anode(devices: u32) -> (Pipeline, AccelListener, Temp) {
 fn pipeline(work: &Path) -> Pipeline {
     let p = Pipeline::start(
         "anode-1",
-        1,
+        hetsched_agent::launch::unnamed_devices(1),
         work,
         Default::default(),
         DEFAULT_KILL_GRACE,
@@ -69,7 +69,7 @@ async fn anode_with(devices: u32, run_as_owner: bool) -> (Pipeline, AccelListene
     let work = temp("anode");
     let p = Pipeline::start(
         "anode-1",
-        devices,
+        hetsched_agent::launch::unnamed_devices(devices),
         &work,
         Default::default(),
         DEFAULT_KILL_GRACE,
@@ -908,7 +908,7 @@ async fn an_anode_without_a_key_from_its_server_runs_no_offload_until_it_gets_on
     let work = temp("keyless");
     let p = Pipeline::start(
         "anode-1",
-        1,
+        hetsched_agent::launch::unnamed_devices(1),
         &work,
         Default::default(),
         DEFAULT_KILL_GRACE,
@@ -953,7 +953,7 @@ async fn anode_limited(
     let work = temp("anode-limited");
     let p = Pipeline::start(
         "anode-1",
-        1,
+        hetsched_agent::launch::unnamed_devices(1),
         &work,
         Default::default(),
         DEFAULT_KILL_GRACE,

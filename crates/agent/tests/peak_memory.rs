@@ -25,6 +25,7 @@ async fn run(dir: &std::path::Path, argv: &[&str]) -> pb::TaskResult {
     let r = launch::run(
         &a,
         &spec,
+        &[],
         "n",
         dir,
         rx,

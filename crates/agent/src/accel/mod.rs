@@ -145,7 +145,7 @@ impl Pipeline {
     /// when that record cannot be read or written. Must run inside a Tokio runtime.
     pub fn start(
         node: &str,
-        devices: u32,
+        devices: launch::DeviceNames,
         work_dir: &std::path::Path,
         processes: crate::shutdown::Processes,
         kill_grace: std::time::Duration,
@@ -163,7 +163,7 @@ impl Pipeline {
         }
         crate::workdir::create_private_dir(&staging)?;
         let counters = Arc::new(Counters {
-            busy: Mutex::new(vec![false; devices.max(1) as usize]),
+            busy: Mutex::new(vec![false; devices.len().max(1)]),
             ..Counters::default()
         });
         let (process_tx, process_rx) = mpsc::channel(PROCESS_QUEUE);
@@ -175,7 +175,7 @@ impl Pipeline {
             process_rx,
             write_tx,
             counters.clone(),
-            node.clone(),
+            (node.clone(), devices),
             processes,
             (kill_grace, run_as_owner),
             held.clone(),
@@ -401,7 +401,7 @@ async fn process_stage(
     mut rx: mpsc::Receiver<Job>,
     write_tx: mpsc::Sender<service::Finished>,
     counters: Arc<Counters>,
-    node: Arc<str>,
+    (node, names): (Arc<str>, launch::DeviceNames),
     processes: crate::shutdown::Processes,
     (kill_grace, run_as_owner): (std::time::Duration, bool),
     attempts: Arc<attempts::Attempts>,
@@ -420,10 +420,11 @@ async fn process_stage(
             counters.freed.notified().await;
         };
         counters.process_queue.fetch_sub(1, Ordering::SeqCst);
-        let (counters, write_tx, node, processes, attempts) = (
+        let (counters, write_tx, node, names, processes, attempts) = (
             counters.clone(),
             write_tx.clone(),
             node.clone(),
+            names.clone(),
             processes.clone(),
             attempts.clone(),
         );
@@ -450,6 +451,7 @@ async fn process_stage(
                     let result = launch::run(
                         &assignment,
                         &spec,
+                        &names,
                         &node,
                         &work_dir,
                         control,
@@ -492,6 +494,7 @@ async fn process_stage(
                     let result = launch::run(
                         &assignment,
                         &spec,
+                        &names,
                         &node,
                         &work_dir,
                         control,
@@ -594,6 +597,13 @@ pub struct AccelOptions {
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
 }
 
+/// The pipeline's devices, `count` of them: each by its name where `names` gives one.
+fn device_names(names: &[Option<String>], count: usize) -> launch::DeviceNames {
+    (0..count)
+        .map(|i| names.get(i).cloned().flatten())
+        .collect()
+}
+
 /// Starts the pipeline and its listener when the node has accelerators and a service address.
 pub(crate) async fn start(
     opts: &crate::AgentOptions,
@@ -607,7 +617,7 @@ pub(crate) async fn start(
     }
     let pipeline = Pipeline::start(
         &opts.name,
-        accelerators.len() as u32,
+        device_names(&opts.resources.device_names, accelerators.len()),
         &opts.work_dir,
         opts.processes.clone(),
         opts.kill_grace,
@@ -697,6 +707,7 @@ pub(crate) async fn run(
             launch::run(
                 a,
                 spec,
+                &opts.resources.device_names,
                 &opts.name,
                 &opts.work_dir,
                 control,

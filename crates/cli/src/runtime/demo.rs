@@ -182,6 +182,7 @@ async fn run_in(
                         speed: 1.0,
                     })
                     .collect(),
+                device_names: hetsched_agent::launch::unnamed_devices(gpus),
             },
             core_speed: 1.0,
             disk_read_bw: 200e6,

@@ -690,8 +690,13 @@ pub fn agent_options(
                 speed: d.speed,
             })
             .collect();
+    // What tasks see of each: the declared names (`visible`), else the index.
+    let mut device_names: hetsched_agent::launch::DeviceNames =
+        hetsched_core::input::cluster::visible_names(&config.accelerator).into();
     if accelerators.is_empty() {
-        accelerators = hetsched_agent::detect::Gpus::init().devices();
+        let gpus = hetsched_agent::detect::Gpus::init();
+        accelerators = gpus.devices();
+        device_names = hetsched_agent::launch::unnamed_devices(accelerators.len() as u32);
     }
     hetsched_agent::detect::log_disks();
     let name = a
@@ -720,6 +725,7 @@ pub fn agent_options(
                 .unwrap_or_else(hetsched_agent::detect::cores),
             memory_bytes: hetsched_agent::detect::node_memory(config.memory.map(|m| m.as_u64())),
             accelerators,
+            device_names,
         },
         core_speed: config.core_speed.unwrap_or(1.0),
         disk_read_bw: config.disk_read.map_or(200e6, |b| b.0),

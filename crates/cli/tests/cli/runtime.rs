@@ -1634,6 +1634,59 @@ fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
     assert_eq!(c.json(&["job", "2"])["counts"]["succeeded"], 4);
 }
 
+/// A GPU split into MIG instances: CUDA programs see an instance only by its UUID, so the agent
+/// declares them with `visible`, and a task given one finds its UUID in `CUDA_VISIBLE_DEVICES`
+/// (a device declared without a name still goes by its index).
+#[test]
+fn gpu_tasks_on_declared_mig_instances_see_their_uuids() {
+    let mut c = Cluster::start("mig", false);
+    c.start_agent_with_config(
+        "h100",
+        "cores = 4\nmemory = \"8GiB\"\n\
+         [[accelerator]]\nkind = \"h100-1g\"\nmemory = \"10GiB\"\n\
+         visible = [\"MIG-4f1c-0001\", \"MIG-4f1c-0002\"]\n\
+         [[accelerator]]\nkind = \"h100-3g\"\nmemory = \"40GiB\"\n",
+    );
+    c.wait_for_nodes(1);
+    let nodes = c.json(&["nodes"]);
+    assert_eq!(
+        nodes[0]["accelerators"].as_array().map(Vec::len),
+        Some(3),
+        "{nodes}"
+    );
+    let log = c.dir.join("mig.log");
+    let job = |kind: &str| {
+        c.write(
+            &format!("{kind}.toml"),
+            &format!(
+                "[[application]]\nname = \"{kind}\"\ntasks = 4\n[application.gpu]\n\
+                 kind = \"{kind}\"\ncommand = \"echo {kind} $CUDA_VISIBLE_DEVICES >> {}; sleep 0.1\"\n",
+                log.display()
+            ),
+        )
+    };
+    for kind in ["h100-1g", "h100-3g"] {
+        let out = c.cli(&["submit", job(kind).to_str().expect("path"), "--wait"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let ran = lines(&log);
+    assert_eq!(ran.len(), 8, "{ran:?}");
+    for l in &ran {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f.first() {
+            Some(&"h100-1g") => assert!(
+                matches!(f.get(1), Some(&"MIG-4f1c-0001") | Some(&"MIG-4f1c-0002")),
+                "one MIG instance each, by its UUID: {l}"
+            ),
+            _ => assert_eq!(f.get(1), Some(&"2"), "the unnamed device by its index: {l}"),
+        }
+    }
+}
+
 /// Parses OpenMetrics / Prometheus text: every sample's family has `# TYPE` and `# HELP`, every
 /// value is a number, the text ends with `# EOF`. Returns sample (name with labels) → value.
 fn parse_exposition(text: &str) -> BTreeMap<String, f64> {

@@ -168,7 +168,15 @@ pub struct AcceleratorSpec {
     /// Relative speed (1.0 = the reference device of the profiles).
     #[serde(default = "unit_speed")]
     pub speed: Spanned<f64>,
+    /// An agent's only: what a task given each device finds in `CUDA_VISIBLE_DEVICES`, one name
+    /// per device in order (a MIG instance's `MIG-…` UUID, a GPU's `GPU-…` UUID); `count`,
+    /// when written, must agree. Left out: the device's index among the node's devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visible: Option<Spanned<Vec<String>>>,
 }
+
+/// Longest device name [`AcceleratorSpec::visible`] accepts (a UUID is 40 bytes).
+pub const MAX_VISIBLE_NAME: usize = 128;
 
 fn one() -> Spanned<u32> {
     Spanned::new(0..0, 1)
@@ -232,6 +240,40 @@ fn spanned_set(
     })
 }
 
+/// Why `name` cannot be a device's name in `CUDA_VISIBLE_DEVICES` (a comma-separated list).
+fn visible_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("empty".into());
+    }
+    if name.len() > MAX_VISIBLE_NAME {
+        return Some(format!("{} bytes; at most {MAX_VISIBLE_NAME}", name.len()));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':')))
+    {
+        return Some(format!(
+            "holds `{}`; a device name is letters, digits and `-_./:` (as `nvidia-smi -L` prints \
+             them: `MIG-…`, `GPU-…`, or an index)",
+            c.escape_debug()
+        ));
+    }
+    None
+}
+
+/// The device names of one node's accelerator entries, in device order
+/// ([`AcceleratorSpec::visible`]; `None` for a device whose entry names none). Check the entries
+/// first ([`node_accelerators`]); a name given twice is refused there.
+pub fn visible_names(specs: &[AcceleratorSpec]) -> Vec<Option<String>> {
+    specs
+        .iter()
+        .flat_map(|a| {
+            let count = a.count() as usize;
+            (0..count).map(move |i| a.visible.as_ref().and_then(|v| v.get_ref().get(i).cloned()))
+        })
+        .collect()
+}
+
 /// Offset of a spanned value, `None` for defaults (which have an empty span).
 pub(crate) fn at<T>(s: &Spanned<T>) -> Option<usize> {
     let span = s.span();
@@ -239,6 +281,16 @@ pub(crate) fn at<T>(s: &Spanned<T>) -> Option<usize> {
 }
 
 impl AcceleratorSpec {
+    /// How many devices: `count`, or the number of `visible` names where `count` is left out.
+    pub fn count(&self) -> u32 {
+        match &self.visible {
+            Some(v) if at(&self.count).is_none() => {
+                u32::try_from(v.get_ref().len()).unwrap_or(u32::MAX)
+            }
+            _ => *self.count.get_ref(),
+        }
+    }
+
     /// The devices this entry describes, checked.
     pub fn devices(&self, src: &Source<'_>, field: &str) -> Result<Vec<Accelerator>, InputError> {
         // Matched against a GPU variant's `kind` and shown in every listing: the rule that one
@@ -250,13 +302,43 @@ impl AcceleratorSpec {
                 format!("an accelerator kind is named as a node attribute: {problem}"),
             ));
         }
-        let count = *self.count.get_ref();
+        let count = self.count();
         if u64::from(count) > MAX_NODE_ACCELERATORS {
+            // Where the number was written: `count`, or the `visible` list it comes from.
+            let (at, what) = match &self.visible {
+                Some(v) if at(&self.count).is_none() => (at(v), "visible"),
+                _ => (at(&self.count), "count"),
+            };
             return Err(src.error(
-                at(&self.count),
-                Some(format!("{field}.count")),
+                at,
+                Some(format!("{field}.{what}")),
                 format!("{count} accelerators; a node has at most {MAX_NODE_ACCELERATORS}"),
             ));
+        }
+        if let Some(visible) = &self.visible {
+            let names = visible.get_ref();
+            let problem = |p: String| src.error(at(visible), Some(format!("{field}.visible")), p);
+            if at(&self.count).is_some() && names.len() != count as usize {
+                return Err(problem(format!(
+                    "names {} devices; `count` is {count} (leave `count` out: it is the number \
+                     of names)",
+                    names.len()
+                )));
+            }
+            if names.is_empty() {
+                return Err(problem(
+                    "names no device (leave the accelerator table out for none)".into(),
+                ));
+            }
+            for (i, name) in names.iter().enumerate() {
+                if let Some(p) = visible_name_problem(name) {
+                    return Err(problem(format!(
+                        "name {} `{}`: {p}",
+                        i + 1,
+                        name.escape_debug()
+                    )));
+                }
+            }
         }
         let speed = *self.speed.get_ref();
         if let Some(problem) = speed_problem(speed) {
@@ -301,8 +383,13 @@ pub fn node_accelerators(
     field: &str,
 ) -> Result<Vec<Accelerator>, InputError> {
     let mut accelerators = Vec::new();
+    let mut names = std::collections::HashSet::new();
     for (j, a) in specs.iter().enumerate() {
-        let count = *a.count.get_ref();
+        let count = a.count();
+        if count == 0 && a.visible.is_some() {
+            // Its own check says so, at `visible`.
+            a.devices(src, &format!("{field}[{j}]"))?;
+        }
         if count == 0 {
             return Err(src.error(
                 at(&a.count),
@@ -322,6 +409,20 @@ pub fn node_accelerators(
             ));
         }
         accelerators.extend(a.devices(src, &format!("{field}[{j}]"))?);
+        if let Some(visible) = &a.visible {
+            for name in visible.get_ref() {
+                if !names.insert(name.as_str()) {
+                    return Err(src.error(
+                        at(visible),
+                        Some(format!("{field}[{j}].visible")),
+                        format!(
+                            "names `{}` twice on the node: two tasks would share the device",
+                            name.escape_debug()
+                        ),
+                    ));
+                }
+            }
+        }
     }
     Ok(accelerators)
 }
@@ -478,6 +579,19 @@ pub fn parse_cluster_with_slots(
         }
         let accelerators =
             node_accelerators(&src, &spec.accelerator, &format!("node[{i}].accelerator"))?;
+        if let Some((j, v)) = spec
+            .accelerator
+            .iter()
+            .enumerate()
+            .find_map(|(j, a)| Some((j, a.visible.as_ref()?)))
+        {
+            return Err(src.error(
+                at(v),
+                Some(format!("node[{i}].accelerator[{j}].visible")),
+                "names the devices an agent's tasks see (`CUDA_VISIBLE_DEVICES`): an agent's \
+                 setting; a simulated node runs no program",
+            ));
+        }
         let attributes = attribute_list(&src, &spec.attributes, &format!("node[{i}].attributes"))?;
         if let Some(problem) = node_name_problem(spec.name.get_ref()) {
             return Err(src.error(at(&spec.name), field("name"), problem));

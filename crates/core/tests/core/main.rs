@@ -1,6 +1,7 @@
 //! Integration tests of the core, gathered in one test binary (one link instead of one per file).
 
 mod accelerator_field;
+mod accelerator_visible;
 mod binding;
 mod hidden_names;
 mod input;
