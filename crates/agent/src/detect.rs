@@ -396,35 +396,52 @@ impl Gpus {
             .collect()
     }
 
-    /// Memory used (bytes) and utilisation (percent) of each detected device, from NVML; empty
-    /// without NVML (issue 11: the accelerator service's per-device state).
-    pub fn device_states(&self) -> Vec<(u64, u32)> {
-        let Some(nvml) = &self.nvml else {
-            return Vec::new();
+    /// The agent's devices as NVML knows them, by the agent's index: `names` are the agent's
+    /// ([`Resources::device_names`]); a named device (a MIG instance) is found by its UUID, any
+    /// other by its index. No names: every device NVML lists.
+    fn handles<'n>(
+        &'n self,
+        names: &'n [Option<String>],
+    ) -> impl Iterator<Item = (u32, Option<nvml_wrapper::Device<'n>>)> + 'n {
+        let count = match (&self.nvml, names.len()) {
+            (None, _) => 0,
+            (Some(nvml), 0) => nvml.device_count().unwrap_or(0),
+            (Some(_), n) => u32::try_from(n).unwrap_or(u32::MAX),
         };
-        let count = nvml.device_count().unwrap_or(0);
-        (0..count)
-            .map(|i| {
-                let Ok(d) = nvml.device_by_index(i) else {
-                    return (0, 0);
-                };
-                (
+        (0..count).map(move |i| {
+            let d = self
+                .nvml
+                .as_ref()
+                .and_then(|nvml| match names.get(i as usize) {
+                    Some(Some(uuid)) => nvml.device_by_uuid(uuid.as_str()).ok(),
+                    _ => nvml.device_by_index(i).ok(),
+                });
+            (i, d)
+        })
+    }
+
+    /// Memory used (bytes) and utilisation (percent) of each of the agent's devices (`names`:
+    /// [`Gpus::handles`]), from NVML; `None` for one NVML does not know, and empty without NVML
+    /// (issue 11: the accelerator service's per-device state). A MIG instance has no
+    /// utilisation of its own in NVML: 0.
+    pub fn device_states(&self, names: &[Option<String>]) -> Vec<Option<(u64, u32)>> {
+        self.handles(names)
+            .map(|(_, d)| {
+                let d = d?;
+                Some((
                     d.memory_info().map_or(0, |m| m.used),
                     d.utilization_rates().map_or(0, |u| u.gpu),
-                )
+                ))
             })
             .collect()
     }
 
-    /// Utilisation (percent) of each detected device.
-    pub fn utilisation(&self) -> Vec<pb::GpuUtilisation> {
-        let Some(nvml) = &self.nvml else {
-            return Vec::new();
-        };
-        let count = nvml.device_count().unwrap_or(0);
-        (0..count)
-            .filter_map(|i| {
-                let u = nvml.device_by_index(i).ok()?.utilization_rates().ok()?;
+    /// Utilisation (percent) of each of the agent's devices NVML gives one for (`names`:
+    /// [`Gpus::handles`]; not a MIG instance).
+    pub fn utilisation(&self, names: &[Option<String>]) -> Vec<pb::GpuUtilisation> {
+        self.handles(names)
+            .filter_map(|(i, d)| {
+                let u = d?.utilization_rates().ok()?;
                 Some(pb::GpuUtilisation {
                     device: i,
                     percent: u.gpu,

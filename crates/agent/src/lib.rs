@@ -794,7 +794,7 @@ pub async fn run(
                     available_memory_bytes: available_memory,
                     disk_free_bytes: disk_free,
                     min_free_disk: opts.data.min_free_disk,
-                    gpus: gpus.utilisation(),
+                    gpus: gpus.utilisation(&opts.resources.device_names),
                     identity: identity.clone(),
                     known_specs: sh.specs.keys().copied().collect(),
                     log_port,
@@ -813,7 +813,9 @@ pub async fn run(
                         }
                         _ => String::new(),
                     },
-                    accel: pipeline.as_ref().map(|p| p.state(&gpus)),
+                    accel: pipeline
+                        .as_ref()
+                        .map(|p| p.state(&gpus, &opts.resources.device_names)),
                     accel_port,
                     accel_tls,
                     rack: opts.accel.rack.clone(),

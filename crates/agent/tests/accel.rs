@@ -393,7 +393,7 @@ async fn one_task_per_device_at_a_time_offloaded_and_local_alike() {
     for w in spans.windows(2) {
         assert!(w[0].1 <= w[1].0, "two tasks shared the device: {spans:?}");
     }
-    let st = p.state(&hetsched_agent::detect::Gpus::init());
+    let st = p.state(&hetsched_agent::detect::Gpus::init(), &[]);
     assert_eq!((st.process_queue, st.write_queue, st.reading), (0, 0, 0));
     assert!(st.devices.iter().all(|d| !d.busy));
 }
@@ -491,24 +491,24 @@ async fn when_the_requester_goes_away_the_anode_kills_the_task_and_drops_its_res
     // offload call and the task's start take well under a second, but more on a loaded machine:
     // up to 10 s.
     for _ in 0..1_000 {
-        if p.state(&gpus).devices[0].busy {
+        if p.state(&gpus, &[]).devices[0].busy {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(p.state(&gpus).devices[0].busy);
+    assert!(p.state(&gpus, &[]).devices[0].busy);
     kill_tx.send(Kill::Server).unwrap();
     let r = shipped.await.unwrap();
     assert!(!r.success);
     // The ANode notices the call is gone and, once no re-send took the run over within its
     // grace (5 s), kills the task and frees the device, long before 30 s.
     for _ in 0..2_000 {
-        if !p.state(&gpus).devices[0].busy {
+        if !p.state(&gpus, &[]).devices[0].busy {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let st = p.state(&gpus);
+    let st = p.state(&gpus, &[]);
     assert!(!st.devices[0].busy, "the task still holds the device");
     assert!(!dir.join("late.txt").exists());
 }
@@ -1382,7 +1382,7 @@ async fn a_resend_after_a_broken_transfer_gets_the_result_of_the_one_run() {
     // between the nodes breaks.
     let gpus = hetsched_agent::detect::Gpus::init();
     for _ in 0..1_000 {
-        if runs(&file) == 1 && p.state(&gpus).devices[0].busy {
+        if runs(&file) == 1 && p.state(&gpus, &[]).devices[0].busy {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

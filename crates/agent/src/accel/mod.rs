@@ -300,21 +300,22 @@ impl Pipeline {
     }
 
     /// The devices' state and the queue lengths, for a heartbeat; `nvml` adds memory used and
-    /// utilisation where NVML is present.
-    pub fn state(&self, nvml: &crate::detect::Gpus) -> pb::AccelState {
+    /// utilisation where NVML is present and knows the device (`names`: the agent's,
+    /// [`crate::detect::Resources::device_names`]).
+    pub fn state(&self, nvml: &crate::detect::Gpus, names: &[Option<String>]) -> pb::AccelState {
         let busy = self
             .counters
             .busy
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let measured = nvml.device_states();
+        let measured = nvml.device_states(names);
         pb::AccelState {
             devices: busy
                 .iter()
                 .enumerate()
                 .map(|(i, &b)| {
-                    let m = measured.get(i).copied();
+                    let m = measured.get(i).copied().flatten();
                     pb::DeviceState {
                         device: i as u32,
                         busy: b,
