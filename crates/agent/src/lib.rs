@@ -442,6 +442,19 @@ pub async fn run(
     let mut client = AgentClient::with_interceptor(channel.clone(), interceptor.clone())
         .max_decoding_message_size(MAX_REPLY_BYTES);
     let gpus = detect::Gpus::init();
+    // Listings name devices by index (`hetsched tasks`): the log says which declared name each
+    // index is, so an operator can tell which MIG instance a task had.
+    for (i, (d, name)) in opts
+        .resources
+        .accelerators
+        .iter()
+        .zip(opts.resources.device_names.iter())
+        .enumerate()
+    {
+        if let Some(name) = name {
+            info!("device {i} ({}): tasks see it as `{name}`", d.kind);
+        }
+    }
     workdir::prepare_for(&opts.work_dir, opts.run_as_owner)
         .map_err(|e| AgentError::Config(format!("work directory: {e}")))?;
     // One agent per work directory, held for the agent's whole life (before the ledger is read:

@@ -1685,6 +1685,13 @@ fn gpu_tasks_on_declared_mig_instances_see_their_uuids() {
             _ => assert_eq!(f.get(1), Some(&"2"), "the unnamed device by its index: {l}"),
         }
     }
+    // Listings name devices by index; the agent's log says which instance each index is.
+    let log = c.agent_log("h100");
+    assert!(
+        log.contains("device 1 (h100-1g): tasks see it as `MIG-4f1c-0002`")
+            && !log.contains("device 2 ("),
+        "{log}"
+    );
 }
 
 /// Parses OpenMetrics / Prometheus text: every sample's family has `# TYPE` and `# HELP`, every
