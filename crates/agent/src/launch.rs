@@ -468,7 +468,8 @@ pub fn cuda_visible(devices: &[u32], names: &[Option<String>]) -> String {
 
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
 /// spec's arguments becomes the task's index and then `{entry}` its entry (an application with
-/// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables.
+/// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables and
+/// `CUDA_VISIBLE_DEVICES` (its devices by `device_names`, [`cuda_visible`]).
 /// A kill request or the time limit (the spec's, or one `control` gives later) stops it with
 /// SIGTERM, then SIGKILL after the spec's `kill_grace_ms` or, without one, `grace` (the agent's).
 #[allow(clippy::too_many_arguments)]
