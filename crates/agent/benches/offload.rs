@@ -208,6 +208,7 @@ fn overhead(c: &mut Criterion) {
                 &[],
                 "anode",
                 &work,
+                &work,
                 never(),
                 launch::DEFAULT_KILL_GRACE,
                 false,

@@ -769,6 +769,7 @@ async fn run_chunk(
         .env("HETSCHED_CHUNK_END", o.end.to_string())
         .env("HETSCHED_CHUNK_OUTPUT", &out)
         .env("HETSCHED_NODE", &me.name)
+        .env(crate::marker::VAR, &me.work_dir)
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)

@@ -16,8 +16,10 @@
 //! agent's process ends, however it ends. The guard ([`run`]) then reads end of file, takes the
 //! work directory's lock ([`crate::workdir::try_lock`]), SIGKILLs the process groups the
 //! ledgers list as running (tasks and divisible chunks, with the ledger's check that a pid still
-//! names the recorded process), leaves the ledgers as they are (their unacknowledged results are
-//! for the next agent) and exits. After an agent that ended on its own nothing is listed as
+//! names the recorded process) and those of the processes that carry the agent's mark
+//! ([`crate::marker`]: a task spawned in the instant before the agent died, which no ledger
+//! lists yet, and an ANode's offloaded tasks), leaves the ledgers as they are (their
+//! unacknowledged results are for the next agent) and exits. After an agent that ended on its own nothing is listed as
 //! running and the guard just exits.
 //!
 //! The lock keeps the guard from acting while a new agent holds the directory: an agent takes it
@@ -100,7 +102,8 @@ impl Guard {
 /// What the guard did once its agent was gone.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// It held the work directory and killed this many process groups (tasks and chunks).
+    /// It held the work directory and killed this many process groups (tasks, chunks and the
+    /// marked processes no ledger listed).
     Killed(usize),
     /// Another agent took the work directory first (and killed what was left itself).
     TakenOver,
@@ -124,7 +127,11 @@ pub fn run(agent: impl Read, work_dir: &Path, lock_wait: Duration) -> std::io::R
     };
     let tasks = crate::ledger::kill_left_running(work_dir, crate::ledger::FILE_NAME)?;
     let chunks = crate::ledger::kill_left_running(work_dir, crate::ledger::CHUNKS_FILE_NAME)?;
-    Ok(Outcome::Killed(tasks.len() + chunks.len()))
+    // Then whatever still carries the directory's mark: a task spawned just before the agent
+    // died, whose `start` line was never written, and the ANode's offloaded tasks.
+    let recorded: Vec<u32> = tasks.iter().chain(&chunks).map(|e| e.pid).collect();
+    let marked = crate::marker::kill_marked(work_dir, &recorded);
+    Ok(Outcome::Killed(tasks.len() + chunks.len() + marked.len()))
 }
 
 /// Reads `agent` until end of file (anything written is ignored; an interrupted read is retried).
@@ -260,6 +267,40 @@ mod tests {
             "the record, with its unacknowledged result, is left for the next agent"
         );
         crate::launch::signal_group(ended, nix::sys::signal::Signal::SIGKILL);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A task spawned in the instant before its agent died: it carries the agent's mark, and
+    /// the ledger has no `start` line for it yet.
+    #[test]
+    fn the_guard_kills_a_marked_task_no_ledger_lists() {
+        use std::os::unix::process::CommandExt;
+        let dir = scratch("marked");
+        let (mut ledger, _) = crate::ledger::Ledger::recover(&dir).expect("test setup");
+        let recorded = recorded_sleep(&mut ledger, 5);
+        let mut unrecorded = std::process::Command::new("sleep")
+            .arg("300")
+            .env(crate::marker::VAR, &dir)
+            .process_group(0)
+            .spawn()
+            .expect("test setup");
+        let outcome = run(std::io::empty(), &dir, LOCK_WAIT).expect("test setup");
+        assert_eq!(
+            outcome,
+            Outcome::Killed(2),
+            "the recorded task and the marked one"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while (unrecorded.try_wait().expect("test setup").is_none() || alive(recorded))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            unrecorded.try_wait().expect("test setup").is_some(),
+            "the task no ledger listed was killed"
+        );
+        assert!(!alive(recorded));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

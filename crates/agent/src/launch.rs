@@ -469,7 +469,9 @@ pub fn cuda_visible(devices: &[u32], names: &[Option<String>]) -> String {
 /// Runs `a`, a task of `spec`, to the end; `on_spawn` receives the child's pid. `{index}` in the
 /// spec's arguments becomes the task's index and then `{entry}` its entry (an application with
 /// `entries`; the entry is inserted as it is), and the task gets the `HETSCHED_*` variables and
-/// `CUDA_VISIBLE_DEVICES` (its devices by `device_names`, [`cuda_visible`]).
+/// `CUDA_VISIBLE_DEVICES` (its devices by `device_names`, [`cuda_visible`]). Its files go below
+/// `work_dir` (the agent's work directory; an ANode's staging directory for an offloaded task);
+/// it carries the mark of `agent_dir`, the agent's work directory ([`crate::marker`]).
 /// A kill request or the time limit (the spec's, or one `control` gives later) stops it with
 /// SIGTERM, then SIGKILL after the spec's `kill_grace_ms` or, without one, `grace` (the agent's).
 #[allow(clippy::too_many_arguments)]
@@ -479,6 +481,7 @@ pub async fn run(
     device_names: &[Option<String>],
     node: &str,
     work_dir: &Path,
+    agent_dir: &Path,
     control: impl Into<Control>,
     grace: Duration,
     run_as_owner: bool,
@@ -620,6 +623,9 @@ pub async fn run(
         .env("HETSCHED_VARIANT", &spec.variant)
         .env("HETSCHED_NODE", node)
         .env("CUDA_VISIBLE_DEVICES", visible)
+        // After the job's environment: a job cannot unmark its processes, nor mark them as
+        // another agent's.
+        .env(crate::marker::VAR, agent_dir)
         // The device numbers are NVML's (`detect::Gpus`), which counts in PCI bus order; CUDA
         // counts fastest first unless told otherwise, so on a node with GPUs of two models
         // device 0 would be the other card. Set after the job's environment: the numbers are
@@ -903,6 +909,35 @@ mod tests {
         assert_eq!(cuda_visible(&[], &names), "");
     }
 
+    #[tokio::test]
+    async fn a_task_carries_its_agents_mark_which_its_job_cannot_set() {
+        let dir = test_dir("mark");
+        let agent_dir = dir.join("agent");
+        let (a, mut spec) = task(&dir, r#"echo "$HETSCHED_AGENT_WORK_DIR" > "$D/mark""#, 0);
+        spec.env
+            .insert(crate::marker::VAR.into(), "/elsewhere".into());
+        let (_tx, rx) = oneshot::channel();
+        let r = run(
+            &a,
+            &spec,
+            &[],
+            "n",
+            &dir,
+            &agent_dir,
+            rx,
+            Duration::from_secs(1),
+            false,
+            |_| {},
+        )
+        .await;
+        assert!(r.success, "{}", r.message);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("mark")).expect("the task wrote its mark"),
+            format!("{}\n", agent_dir.display())
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A fresh directory for one test, given to its script as `$D`.
     fn test_dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("hetsched-launch-{}-{name}", std::process::id()));
@@ -990,7 +1025,7 @@ mod tests {
         control: impl Into<Control>,
         grace: Duration,
     ) -> pb::TaskResult {
-        run(a, spec, &[], "n", dir, control, grace, false, |_| {}).await
+        run(a, spec, &[], "n", dir, dir, control, grace, false, |_| {}).await
     }
 
     /// A workdir its application named that is not on the node fails the attempt before the
@@ -1458,6 +1493,7 @@ mod tests {
             &[],
             "n1",
             dir,
+            dir,
             rx,
             Duration::from_secs(60),
             run_as_owner,
@@ -1483,6 +1519,7 @@ mod tests {
                 &spec,
                 &[],
                 "n",
+                &dir,
                 &dir,
                 rx,
                 Duration::from_secs(1),
@@ -1525,6 +1562,7 @@ mod tests {
             &spec,
             &[],
             "n1",
+            &dir,
             &dir,
             rx,
             Duration::from_secs(60),

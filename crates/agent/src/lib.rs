@@ -19,6 +19,8 @@
 //! - [`launch`]: one task as a child process;
 //! - [`ledger`]: the durable record of running tasks, from which a restarted agent kills what its
 //!   SIGKILLed predecessor left running (before it registers);
+//! - [`marker`]: the mark every process the agent starts for work carries, and the scan that
+//!   kills the marked processes an agent left behind (what no ledger lists);
 //! - [`guard`]: the process that kills what the agent leaves running when it dies, even if it is
 //!   never restarted, and the work directory's lock (one agent per directory);
 //! - [`workdir`]: the private work directory (0700, no symlink, ours) and the agent's identity;
@@ -40,6 +42,7 @@ pub mod guard;
 pub mod launch;
 pub mod ledger;
 pub mod logs;
+pub mod marker;
 pub mod outside;
 pub mod probe;
 pub mod room;
@@ -523,6 +526,21 @@ pub async fn run(
         warn!(
             tasks = recovered.killed.len(),
             "killed tasks left running by a previous agent in this work directory"
+        );
+    }
+    // And what still carries the directory's mark, which no ledger lists: a task spawned just
+    // before that agent died, an ANode's offloaded task (its guard took them, unless this agent
+    // took the directory first).
+    let recorded: Vec<u32> = recovered.killed.iter().map(|e| e.pid).collect();
+    let work_dir = opts.work_dir.clone();
+    let marked = tokio::task::spawn_blocking(move || marker::kill_marked(&work_dir, &recorded))
+        .await
+        .unwrap_or_default();
+    if !marked.is_empty() {
+        warn!(
+            process_groups = marked.len(),
+            "killed processes a previous agent in this work directory left running, which its \
+             record did not list"
         );
     }
     // Kills what this agent leaves running if it dies without stopping its tasks.

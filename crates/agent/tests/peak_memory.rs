@@ -28,6 +28,7 @@ async fn run(dir: &std::path::Path, argv: &[&str]) -> pb::TaskResult {
         &[],
         "n",
         dir,
+        dir,
         rx,
         Duration::from_secs(1),
         false,

@@ -175,7 +175,7 @@ impl Pipeline {
             process_rx,
             write_tx,
             counters.clone(),
-            (node.clone(), devices),
+            (node.clone(), devices, Arc::from(work_dir)),
             processes,
             (kill_grace, run_as_owner),
             held.clone(),
@@ -402,7 +402,7 @@ async fn process_stage(
     mut rx: mpsc::Receiver<Job>,
     write_tx: mpsc::Sender<service::Finished>,
     counters: Arc<Counters>,
-    (node, names): (Arc<str>, launch::DeviceNames),
+    (node, names, agent_dir): (Arc<str>, launch::DeviceNames, Arc<Path>),
     processes: crate::shutdown::Processes,
     (kill_grace, run_as_owner): (std::time::Duration, bool),
     attempts: Arc<attempts::Attempts>,
@@ -421,11 +421,12 @@ async fn process_stage(
             counters.freed.notified().await;
         };
         counters.process_queue.fetch_sub(1, Ordering::SeqCst);
-        let (counters, write_tx, node, names, processes, attempts) = (
+        let (counters, write_tx, node, names, agent_dir, processes, attempts) = (
             counters.clone(),
             write_tx.clone(),
             node.clone(),
             names.clone(),
+            agent_dir.clone(),
             processes.clone(),
             attempts.clone(),
         );
@@ -455,6 +456,7 @@ async fn process_stage(
                         &names,
                         &node,
                         &work_dir,
+                        &agent_dir,
                         control,
                         kill_grace,
                         run_as_owner,
@@ -498,6 +500,7 @@ async fn process_stage(
                         &names,
                         &node,
                         &work_dir,
+                        &agent_dir,
                         control,
                         kill_grace,
                         run_as_owner,
@@ -710,6 +713,7 @@ pub(crate) async fn run(
                 spec,
                 &opts.resources.device_names,
                 &opts.name,
+                &opts.work_dir,
                 &opts.work_dir,
                 control,
                 opts.kill_grace,

@@ -325,7 +325,7 @@ fn nodes_marks_a_node_whose_disk_is_below_its_agents_floor() {
 }
 
 /// Whether process `pid` is gone (no `/proc/PID`, or a zombie nobody has reaped yet).
-fn process_gone(pid: u32) -> bool {
+pub(crate) fn process_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -772,6 +772,17 @@ fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
         || pids().len() == 6,
     );
     let old = pids();
+    // A task the agent spawned just before its SIGKILL, whose `start` line it never wrote: no
+    // ledger lists it, but it carries the agent's mark.
+    let unrecorded = {
+        use std::os::unix::process::CommandExt;
+        Command::new("sleep")
+            .arg("300")
+            .env("HETSCHED_AGENT_WORK_DIR", c.dir.join("agent-n"))
+            .process_group(0)
+            .spawn()
+            .expect("test setup")
+    };
     // Without its guard (which would kill them at once: the next test), the orphans outlive
     // the SIGKILLed agent.
     c.kill_guard("n");
@@ -781,10 +792,14 @@ fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
         "the orphans outlive the SIGKILLed agent"
     );
     c.start_agent("n", 3, &[]);
+    let mut unrecorded = unrecorded;
     wait_until(
         "the restarted agent to kill the orphans (well before their 6 s sleep ends)",
         Duration::from_secs(4),
-        || old.iter().all(|&p| process_gone(p)),
+        || {
+            old.iter().all(|&p| process_gone(p))
+                && unrecorded.try_wait().ok().flatten().is_some()
+        },
     );
     let out = c.cli(&["wait", "1", "--timeout", "30s"]);
     assert!(

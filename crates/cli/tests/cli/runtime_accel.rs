@@ -326,6 +326,49 @@ fn an_anode_killed_mid_job_unbinds_its_nnodes_and_after_a_restart_the_job_comple
     check_outputs(&c, 24);
 }
 
+/// An ANode SIGKILLed while it runs an NNode's offloaded task: no ledger lists the task's
+/// processes (the NNode runs none; the ANode records only its own tasks), so before they carried
+/// the agent's mark (`HETSCHED_AGENT_WORK_DIR`) the guard left them running, beside the copy the
+/// server starts once the NNode is unbound.
+#[test]
+fn a_sigkilled_anodes_guard_kills_the_offloaded_task_it_was_running() {
+    let mut c = Cluster::start("anode-guard", false);
+    start_rack_agent(&mut c, "anode", "A", true);
+    start_rack_agent(&mut c, "nnode-a1", "A", false);
+    wait_bound(&c, &[("anode", ""), ("nnode-a1", "anode")]);
+    let log = c.dir.join("pids.log");
+    let job = c.write(
+        "job.toml",
+        &format!(
+            "[[application]]\nname = \"held\"\ntasks = 1\naccelerator = \"required\"\n\
+             requires = [\"node:nnode-a1\"]\n[application.gpu]\n\
+             command = \"echo $$ >> {log}; sleep 60 & echo $! >> {log}; wait\"\n",
+            log = log.display()
+        ),
+    );
+    c.ok(&["submit", job.to_str().expect("path")]);
+    let pids = || -> Vec<u32> {
+        support::lines(&log)
+            .iter()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    wait_until(
+        "the offloaded task and its sleep",
+        Duration::from_secs(30),
+        || pids().len() == 2,
+    );
+    let task = &c.json(&["tasks", "--job", "1"])[0];
+    assert_eq!(task["node"], "nnode-a1", "{task}");
+    let running = pids();
+    c.kill_agent("anode");
+    wait_until(
+        "the ANode's guard to kill the offloaded task, its child included",
+        Duration::from_secs(5),
+        || running.iter().all(|&p| crate::runtime::process_gone(p)),
+    );
+}
+
 #[test]
 fn with_container_binding_an_nnodes_containers_offload_to_the_anodes_they_are_bound_to() {
     // `binding = "container"`, two containers per node: rack A holds two ANodes (a1, a2; one GPU

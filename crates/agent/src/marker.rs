@@ -1,0 +1,231 @@
+//! The mark on every process the agent starts for work, and the scan that finds the marked
+//! processes an agent left behind.
+//!
+//! The ledger ([`crate::ledger`]) names a task's process only once it has been spawned: the agent
+//! learns the pid when the spawn returns, then appends the `start` line. An agent SIGKILLed
+//! between the two leaves a task that no record lists, and its guard and its successor left it
+//! running — an orphan that held the node's cores while the server ran the task again
+//! elsewhere. And the ANode's offloaded tasks were in no record at all.
+//!
+//! So every task's process, divisible chunk and offloaded task carries [`VAR`] in its
+//! environment, with the agent's work directory as its value (set after the job's own
+//! environment, so a job cannot set it), and its children inherit it. Once the agent is gone, its
+//! guard — and at start, the next agent in the directory, before it registers — reads
+//! `/proc/PID/environ` of every process and SIGKILLs the process group of each one carrying the
+//! directory's mark ([`kill_marked`]), besides what the ledgers list.
+//!
+//! The scan does not miss a process the agent had forked but not yet turned into the task: the
+//! child holds a copy of the agent's end of the guard's pipe (close-on-exec) until its `exec`, so
+//! the guard acts only once the child is in its `exec`; a process whose environment still reads
+//! empty then (the kernel writes it last) is read again a moment later ([`SETTLE`]).
+//! A process that clears its environment before `exec` (`env -i`) loses the mark, and one that
+//! leaves its group is reached only if it kept it; the process group of a marked process is
+//! killed whole.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The environment variable that marks a process as the work of the agent whose work directory
+/// it names.
+pub const VAR: &str = "HETSCHED_AGENT_WORK_DIR";
+
+/// `path` with its links resolved, or as it is when that fails (it may be gone).
+fn resolved(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The value of [`VAR`] in an environment block (`/proc/PID/environ`: `NAME=VALUE` entries, each
+/// ended by a NUL), if it is there.
+fn mark_in(environ: &[u8]) -> Option<&OsStr> {
+    let prefix = [VAR.as_bytes(), b"="].concat();
+    environ
+        .split(|&b| b == 0)
+        .find_map(|entry| entry.strip_prefix(prefix.as_slice()))
+        .map(OsStr::from_bytes)
+}
+
+/// Field 5 (`pgrp`) of `/proc/PID/stat`.
+fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    crate::usage::stat_fields(&stat)?.nth(2)?.parse().ok()
+}
+
+/// How long a process whose environment read empty is given before it is read once more: a
+/// process in the middle of its `exec` has its new memory but not yet its environment (the
+/// kernel lets a `vfork` parent go on, and closes close-on-exec files, before it writes the new
+/// stack). Zombies and kernel threads read empty too, and are read again for nothing.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// What a look at one process found.
+enum Seen {
+    Marked,
+    /// Its environment read empty: see [`SETTLE`].
+    Empty,
+    Other,
+}
+
+/// Whether `pid`'s environment carries the mark of `work_dir` (or of `dir`, the same directory
+/// with its links resolved).
+fn look(pid: u32, work_dir: &Path, dir: &Path) -> Seen {
+    // Gone since the listing, or not ours to read.
+    let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return Seen::Other;
+    };
+    if environ.is_empty() {
+        return Seen::Empty;
+    }
+    match mark_in(&environ) {
+        Some(mark) if Path::new(mark) == work_dir || resolved(Path::new(mark)) == dir => {
+            Seen::Marked
+        }
+        _ => Seen::Other,
+    }
+}
+
+/// SIGKILLs the process group of every process (other than this one) whose environment carries
+/// the mark of `work_dir` (spelled the same way, or naming the same directory once links are
+/// resolved), and the process itself where it has left its group. Returns the groups killed, in
+/// order, leaving out those in `already` (killed before, from a ledger: their marked processes
+/// are killed again, not counted again); a marked process in this process's own group is killed
+/// alone and counts by its pid. Processes whose environment this process may not read (another
+/// account's, for an agent that is not root) are not found. Takes [`SETTLE`] (it blocks).
+pub fn kill_marked(work_dir: &Path, already: &[u32]) -> Vec<u32> {
+    let me = std::process::id();
+    let own_group = process_group(me);
+    let dir = resolved(work_dir);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let pids: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid > 1 && pid != me)
+        .collect();
+    let mut killed = Vec::new();
+    let mut kill = |pid: u32| {
+        let group = match process_group(pid) {
+            Some(group) if group > 1 && Some(group) != own_group => {
+                crate::launch::signal_group(group, nix::sys::signal::Signal::SIGKILL);
+                group
+            }
+            _ => pid,
+        };
+        if let Ok(p) = i32::try_from(pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if !already.contains(&group) {
+            killed.push(group);
+        }
+    };
+    let mut empty = Vec::new();
+    for pid in pids {
+        match look(pid, work_dir, &dir) {
+            Seen::Marked => kill(pid),
+            Seen::Empty => empty.push(pid),
+            Seen::Other => {}
+        }
+    }
+    std::thread::sleep(SETTLE);
+    for pid in empty {
+        if let Seen::Marked = look(pid, work_dir, &dir) {
+            kill(pid);
+        }
+    }
+    killed.sort_unstable();
+    killed.dedup();
+    killed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_mark_is_read_from_an_environment_block() {
+        let block = b"PATH=/bin\0HETSCHED_AGENT_WORK_DIR=/var/lib/a\0HOME=/\0";
+        assert_eq!(mark_in(block), Some(OsStr::new("/var/lib/a")));
+        assert_eq!(mark_in(b"XHETSCHED_AGENT_WORK_DIR=/a\0"), None);
+        assert_eq!(mark_in(b"HETSCHED_AGENT_WORK_DIR_2=/a\0"), None);
+        assert_eq!(mark_in(b""), None);
+    }
+
+    fn gone(child: &mut std::process::Child) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if child.try_wait().expect("test setup").is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    #[test]
+    fn processes_marked_with_the_directory_are_killed_with_their_groups_and_no_others() {
+        let base = std::env::temp_dir().join(format!("hetsched-marker-{}", std::process::id()));
+        let (dir, other) = (base.join("agent"), base.join("other"));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&dir).expect("test setup");
+        std::fs::create_dir_all(&other).expect("test setup");
+        std::os::unix::fs::symlink(&dir, base.join("link")).expect("test setup");
+        let start = |mark: &Path, script: &str| {
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .env(VAR, mark)
+                .process_group(0)
+                .spawn()
+                .expect("test setup")
+        };
+        // A task whose child stays in its group, its pid written for the test.
+        let pid_file = base.join("grandchild.pid");
+        let mut task = start(
+            &dir,
+            &format!("sleep 300 & echo $! > {}; wait", pid_file.display()),
+        );
+        // Marked through a link to the same directory (a successor started with another
+        // spelling of it).
+        let mut linked = start(&base.join("link"), "sleep 300");
+        let mut others = start(&other, "sleep 300");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !pid_file.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let grandchild: u32 = std::fs::read_to_string(&pid_file)
+            .expect("the task started its child")
+            .trim()
+            .parse()
+            .expect("a pid");
+        // The linked process counts as killed before (from a ledger): killed, not counted.
+        let killed = kill_marked(&dir, &[linked.id()]);
+        assert_eq!(killed, vec![task.id()], "the task's group, once");
+        assert!(gone(&mut task), "the marked task was killed");
+        assert!(gone(&mut linked), "a link resolves to the directory");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while crate::ledger::proc_start_time(grandchild).is_some()
+            && !crate::ledger::is_zombie(grandchild)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            crate::ledger::proc_start_time(grandchild).is_none()
+                || crate::ledger::is_zombie(grandchild),
+            "and the task's child with it"
+        );
+        assert_eq!(kill_marked(&dir, &[]), Vec::<u32>::new(), "nothing is left");
+        assert_eq!(
+            others.try_wait().expect("test setup"),
+            None,
+            "another directory's process runs on"
+        );
+        crate::launch::signal_group(others.id(), nix::sys::signal::Signal::SIGKILL);
+        let _ = others.wait();
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
