@@ -54,8 +54,27 @@ fn process_group(pid: u32) -> Option<u32> {
 /// How long a process whose environment read empty is given before it is read once more: a
 /// process in the middle of its `exec` has its new memory but not yet its environment (the
 /// kernel lets a `vfork` parent go on, and closes close-on-exec files, before it writes the new
-/// stack). Zombies and kernel threads read empty too, and are read again for nothing.
+/// stack). Zombies and kernel threads, which read empty too, are not waited for, so a scan
+/// that finds no process mid-`exec` does not wait at all.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// `PF_KTHREAD` in the flags of `/proc/PID/stat` (field 9): a kernel thread.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Whether an empty environment may yet be filled: `pid` is neither a zombie (or dead) nor a
+/// kernel thread.
+fn may_be_in_exec(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(mut fields) = crate::usage::stat_fields(&stat) else {
+        return false;
+    };
+    let state = fields.next();
+    // Field 9 is the 6th after field 3.
+    let flags: Option<u64> = fields.nth(5).and_then(|f| f.parse().ok());
+    !matches!(state, Some("Z" | "X" | "x")) && flags.is_some_and(|f| f & PF_KTHREAD == 0)
+}
 
 /// What a look at one process found.
 enum Seen {
@@ -89,7 +108,8 @@ fn look(pid: u32, work_dir: &Path, dir: &Path) -> Seen {
 /// order, leaving out those in `already` (killed before, from a ledger: their marked processes
 /// are killed again, not counted again); a marked process in this process's own group is killed
 /// alone and counts by its pid. Processes whose environment this process may not read (another
-/// account's, for an agent that is not root) are not found. Takes [`SETTLE`] (it blocks).
+/// account's, for an agent that is not root) are not found. It blocks for [`SETTLE`] when a
+/// process may be in the middle of its `exec`.
 pub fn kill_marked(work_dir: &Path, already: &[u32]) -> Vec<u32> {
     let me = std::process::id();
     let own_group = process_group(me);
@@ -125,11 +145,14 @@ pub fn kill_marked(work_dir: &Path, already: &[u32]) -> Vec<u32> {
     for pid in pids {
         match look(pid, work_dir, &dir) {
             Seen::Marked => kill(pid),
-            Seen::Empty => empty.push(pid),
+            Seen::Empty if may_be_in_exec(pid) => empty.push(pid),
+            Seen::Empty => {}
             Seen::Other => {}
         }
     }
-    std::thread::sleep(SETTLE);
+    if !empty.is_empty() {
+        std::thread::sleep(SETTLE);
+    }
     for pid in empty {
         if let Seen::Marked = look(pid, work_dir, &dir) {
             kill(pid);
@@ -145,6 +168,25 @@ mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn zombies_and_kernel_threads_are_not_waited_for_but_a_live_process_may_be() {
+        assert!(may_be_in_exec(std::process::id()));
+        // kthreadd, the parent of every kernel thread, where the kernel has one.
+        if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
+            assert!(!may_be_in_exec(2));
+        }
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("test setup");
+        let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !crate::ledger::is_zombie(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!may_be_in_exec(pid), "a zombie");
+        let _ = child.wait();
+    }
 
     #[test]
     fn the_mark_is_read_from_an_environment_block() {
@@ -192,15 +234,13 @@ mod tests {
         // spelling of it).
         let mut linked = start(&base.join("link"), "sleep 300");
         let mut others = start(&other, "sleep 300");
+        let read_pid =
+            || -> Option<u32> { std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok() };
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !pid_file.exists() && Instant::now() < deadline {
+        while read_pid().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let grandchild: u32 = std::fs::read_to_string(&pid_file)
-            .expect("the task started its child")
-            .trim()
-            .parse()
-            .expect("a pid");
+        let grandchild = read_pid().expect("the task started its child");
         // The linked process counts as killed before (from a ledger): killed, not counted.
         let killed = kill_marked(&dir, &[linked.id()]);
         assert_eq!(killed, vec![task.id()], "the task's group, once");

@@ -796,10 +796,7 @@ fn a_restarted_agent_kills_the_tasks_its_sigkilled_predecessor_left_running() {
     wait_until(
         "the restarted agent to kill the orphans (well before their 6 s sleep ends)",
         Duration::from_secs(4),
-        || {
-            old.iter().all(|&p| process_gone(p))
-                && unrecorded.try_wait().ok().flatten().is_some()
-        },
+        || old.iter().all(|&p| process_gone(p)) && unrecorded.try_wait().ok().flatten().is_some(),
     );
     let out = c.cli(&["wait", "1", "--timeout", "30s"]);
     assert!(
