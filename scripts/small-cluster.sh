@@ -4,7 +4,7 @@
 # when the calling script exits. BIN is a hetsched binary, or `hq` for HyperQueue ($HQ, else on
 # PATH: a server and two workers of 4 cpus; not vendored, see scripts/hq-array-bench.sh).
 # SERVER_CONFIG, if set, is passed to a hetsched server as --config; AGENTS=N starts N agents
-# (workers) instead of two.
+# (workers) instead of two; HQ_JOURNAL=1 starts HyperQueue's server with its journal.
 # Sets D (the directory) and SERVER (the server's PID); for hetsched it also exports
 # HETSCHED_SERVER and HETSCHED_TOKEN_FILE, so `"$BIN" submit …` reaches this server.
 
@@ -21,7 +21,10 @@ start_cluster() {
     trap cleanup_cluster EXIT
     if [ "$bin" = hq ]; then
         HQ=${HQ:-hq}
-        "$HQ" server start --server-dir "$D" >"$D/server.log" 2>&1 &
+        # HQ_JOURNAL=1: with its event journal (see scripts/hq-array-bench.sh).
+        # shellcheck disable=SC2046
+        "$HQ" server start --server-dir "$D" $([ "${HQ_JOURNAL:-0}" = 1 ] && echo --journal "$D/journal") \
+            >"$D/server.log" 2>&1 &
         SERVER=$!
         until "$HQ" server info --server-dir "$D" >/dev/null 2>&1; do sleep 0.05; done
         for i in $(seq "$AGENTS"); do
