@@ -463,6 +463,8 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // The order a divisible job's chunks' successes were recorded in (0: before the column), so
     // that a restart replays their times into the estimates in the order they were measured.
     ("div_chunks", "done_seq", "INTEGER NOT NULL DEFAULT 0"),
+    // The agent process a divisible chunk was sent to (`jobs::divisible`; '': before the column).
+    ("div_chunks", "incarnation", "TEXT NOT NULL DEFAULT ''"),
     // A task's peak GPU memory (NULL: stored before the column, or not measured; read as 0).
     ("tasks", "max_gpu_memory_bytes", "INTEGER"),
 ];

@@ -139,6 +139,9 @@ fn text(d: &pb::DivisibleInfo, state: &str, counts: &pb::TaskCounts) -> String {
             "done" => "",
             "out" => "…",
             "lost" => " lost",
+            // Never reached its agent (a reply lost, e.g. with a crashed server): re-planned,
+            // counting no loss.
+            "undelivered" => " undelivered",
             // Out when its job was cancelled or failed by another chunk: its agent stopped it,
             // and nothing went wrong with it.
             "stopped" => " stopped",
@@ -372,11 +375,15 @@ mod tests {
                 chunk(1, "a1", 5, 15, "stopped"),
                 chunk(2, "a2", 15, 20, "failed"),
                 chunk(3, "a2", 20, 30, "lost"),
+                chunk(4, "a1", 30, 40, "undelivered"),
             ],
             ..Default::default()
         };
         let shown = text(&d, "cancelled", &pb::TaskCounts::default());
-        assert!(shown.contains("a1: 5 10 stopped;"), "{shown}");
+        assert!(
+            shown.contains("a1: 5 10 stopped 10 undelivered;"),
+            "{shown}"
+        );
         assert!(shown.contains("a2: 5 failed 10 lost"), "{shown}");
         assert!(!shown.contains("failed: cancelled"), "{shown}");
         assert!(shown.contains("\ncancelled by a user\n"), "{shown}");

@@ -447,6 +447,10 @@ enum ChunkState {
     Done,
     Failed,
     Lost,
+    /// Never reached its worker: the agent process it was sent to asked again without it (the
+    /// reply carrying it was lost, e.g. with a server that crashed after handing it out). Its
+    /// units are re-planned, as a lost chunk's, but count no loss.
+    Undelivered,
     /// Out when its job ended (cancelled, or failed by another chunk): its agent stops it.
     Stopped,
 }
@@ -458,6 +462,7 @@ impl ChunkState {
             ChunkState::Done => "done",
             ChunkState::Failed => "failed",
             ChunkState::Lost => "lost",
+            ChunkState::Undelivered => "undelivered",
             ChunkState::Stopped => "stopped",
         }
     }
@@ -467,6 +472,7 @@ impl ChunkState {
             "done" => ChunkState::Done,
             "failed" => ChunkState::Failed,
             "stopped" => ChunkState::Stopped,
+            "undelivered" => ChunkState::Undelivered,
             _ => ChunkState::Lost,
         }
     }
@@ -483,6 +489,11 @@ struct ChunkRec {
     /// chunks' times into the workers' estimates in this order: the estimates weigh recent
     /// chunks most, and an agent computes two chunks at once, so chunks end out of number order.
     done_seq: u64,
+    /// The process of its worker's agent it was sent to (`NextChunkRequest.incarnation`; empty
+    /// in a store from before the column): an ask of that same process that does not list it
+    /// says it never arrived ([`ChunkState::Undelivered`]); another process's, that it was lost
+    /// with the agent.
+    incarnation: String,
     /// When it was sent (by this server; a restored chunk: when it was rebuilt), which orders
     /// an agent's chunks ([`Divisible::rebook`]).
     sent: Instant,
@@ -669,9 +680,9 @@ pub struct StoredJob {
     gate: Gate,
 }
 
-/// A stored chunk: number, round, worker, start, end, state, transfer ns, compute ns, and
-/// [`ChunkRec::done_seq`].
-type ChunkRow = (u64, u32, String, u64, u64, String, u64, u64, u64);
+/// A stored chunk: number, round, worker, start, end, state, transfer ns, compute ns,
+/// [`ChunkRec::done_seq`] and [`ChunkRec::incarnation`].
+type ChunkRow = (u64, u32, String, u64, u64, String, u64, u64, u64, String);
 
 /// Reads this kind's rows from the store (at start and for a rollback).
 pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
@@ -710,8 +721,8 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
         })?
         .collect::<Result<_, _>>()?;
     let mut st = conn.prepare(
-        "SELECT chunk, round, worker, start, stop, state, transfer_ns, compute_ns, done_seq \
-         FROM div_chunks WHERE job = ?1 ORDER BY chunk",
+        "SELECT chunk, round, worker, start, stop, state, transfer_ns, compute_ns, done_seq, \
+         incarnation FROM div_chunks WHERE job = ?1 ORDER BY chunk",
     )?;
     for j in &mut jobs {
         j.chunks = st
@@ -726,6 +737,7 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
                     r.get::<_, i64>(6)? as u64,
                     r.get::<_, i64>(7)? as u64,
                     r.get::<_, i64>(8)? as u64,
+                    r.get(9)?,
                 ))
             })?
             .collect::<Result<_, _>>()?;
@@ -856,7 +868,7 @@ impl Divisible {
             }
             // Done chunks are replayed once the rest is rebuilt, in the order they ended.
             let mut done = Vec::new();
-            for (chunk, round, worker, start, end, state, t, c, seq) in row.chunks {
+            for (chunk, round, worker, start, end, state, t, c, seq, incarnation) in row.chunks {
                 // (A stored worker keeps its memory; a chunk's worker missing from the stored
                 // ones — a store from before the table — joins in chunk order, as before it.)
                 let w = match job.master.workers().iter().position(|w| w.name == worker) {
@@ -877,11 +889,13 @@ impl Divisible {
                     // A failed chunk's units count its failure again: a restart does not give
                     // them their `retries` afresh.
                     ChunkState::Failed => job.master.restore_failed(order),
-                    // Lost and stopped chunks' units are in the pool; such a chunk still takes
-                    // its number, and a lost one's units count the loss again (a restart does
-                    // not give them their losses afresh).
+                    // Lost, undelivered and stopped chunks' units are in the pool; such a chunk
+                    // still takes its number, and a lost one's units count the loss again (a
+                    // restart does not give them their losses afresh).
                     ChunkState::Lost => job.master.restore_lost(order),
-                    ChunkState::Stopped => job.master.restore_stopped(order),
+                    ChunkState::Undelivered | ChunkState::Stopped => {
+                        job.master.restore_stopped(order)
+                    }
                 }
                 job.insert(ChunkRec {
                     order,
@@ -890,6 +904,7 @@ impl Divisible {
                     transfer_ns: t,
                     compute_ns: c,
                     done_seq: seq,
+                    incarnation,
                     sent: Instant::now(),
                     // Sent by the server before this one: the reply that carried it reached
                     // its agent or died with the old server's connections, so the agent's
@@ -1308,7 +1323,27 @@ impl Divisible {
                 }
             }
             for chunk in lost {
-                if job.master.lose_chunk(chunk) == Recorded::Yes {
+                // Sent to this very process, which asks without it: it never arrived, and
+                // nothing of it ran. Counted as a loss it would let a server that crashed after
+                // handing units out (three times) fail the job as if they took agents down.
+                let undelivered = job
+                    .chunks
+                    .get(&chunk)
+                    .is_some_and(|c| !c.incarnation.is_empty() && c.incarnation == req.incarnation);
+                if undelivered {
+                    if job.master.return_chunk(chunk) == Recorded::Yes {
+                        warn!(job = id, chunk, node = %name, "chunk undelivered: the agent it was sent to never got it; its units are re-planned");
+                        set_chunk(
+                            &mut self.dirty_chunks,
+                            id,
+                            job,
+                            chunk,
+                            ChunkState::Undelivered,
+                            0,
+                            0,
+                        );
+                    }
+                } else if job.master.lose_chunk(chunk) == Recorded::Yes {
                     warn!(job = id, chunk, node = %name, "chunk lost: its agent no longer holds it; its units are re-planned");
                     set_chunk(
                         &mut self.dirty_chunks,
@@ -1351,6 +1386,7 @@ impl Divisible {
                     transfer_ns: 0,
                     compute_ns: 0,
                     done_seq: 0,
+                    incarnation: req.incarnation.clone(),
                     sent: now,
                     grace_until: Some(now + GRACE),
                     recheck_planned: false,
@@ -1999,7 +2035,8 @@ impl JobKind for Divisible {
             };
             tx.execute(
                 "INSERT OR REPLACE INTO div_chunks(job, chunk, round, worker, start, stop, state, \
-                 transfer_ns, compute_ns, done_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                 transfer_ns, compute_ns, done_seq, incarnation) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 params![
                     *id as i64,
                     *chunk as i64,
@@ -2010,7 +2047,8 @@ impl JobKind for Divisible {
                     c.state.as_str(),
                     c.transfer_ns as i64,
                     c.compute_ns as i64,
-                    c.done_seq as i64
+                    c.done_seq as i64,
+                    c.incarnation
                 ],
             )?;
         }
@@ -2529,6 +2567,7 @@ mod tests {
                 1_000_000 + (k % 7) * 10_000,
                 // Ended in number order.
                 if state == "done" { k + 1 } else { 0 },
+                format!("{worker}-1"),
             )
         };
         StoredJob {

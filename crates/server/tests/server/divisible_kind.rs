@@ -870,15 +870,63 @@ fn chunks_out_at_a_restart_that_their_agents_no_longer_list_are_lost_at_their_fi
     ask_holding(&mut s, "a", "a-1", &[(id, 0)]);
     assert_eq!(
         states(&s),
-        vec![(0, "out".into()), (1, "lost".into()), (2, "lost".into())],
-        "lost at the agents' first asks after the restart"
+        vec![
+            (0, "out".into()),
+            (1, "lost".into()),
+            (2, "undelivered".into())
+        ],
+        "lost (b) and never received (a) at the agents' first asks after the restart"
     );
+}
+
+/// A server killed just after handing a chunk out, again and again: the agent process it was
+/// sent to asks again without it, so the chunk never arrived and its units count no loss. Before,
+/// each such chunk was lost with its worker, and the third loss of unit 0 failed the job as if it
+/// had taken its agent down three times.
+#[test]
+fn chunks_never_delivered_across_server_restarts_count_no_loss() {
+    let d = crate::common::scratch("divisible-kind", "undelivered");
+    let id = {
+        let mut s = open(&d.0);
+        join_agents(&mut s, &["a"]);
+        let id = s.on_submit(rows()).expect("submitted").job_id;
+        assert_eq!(ask_holding(&mut s, "a", "a-1", &[]), vec![(id, 0)]);
+        id
+    };
+    // Four times: the reply dies with the server; the same process asks again, holding nothing,
+    // and gets the units again (the lowest go out first).
+    for round in 1..=4u64 {
+        let mut s = open(&d.0);
+        assert_eq!(
+            ask_holding(&mut s, "a", "a-1", &[]),
+            vec![(id, round)],
+            "round {round}"
+        );
+        let j = s.get_job(id).expect("job");
+        let div = j.divisible.expect("divisible");
+        assert_eq!(j.state, "running", "round {round}: {}", div.message);
+        assert_eq!(div.chunks[round as usize].start, 0, "unit 0 goes out again");
+    }
+    let s = open(&d.0);
+    let states: Vec<String> = chunks(&s, id).into_iter().map(|(_, st)| st).collect();
+    assert_eq!(
+        states,
+        [
+            "undelivered",
+            "undelivered",
+            "undelivered",
+            "undelivered",
+            "out"
+        ]
+    );
+    assert_eq!(s.get_job(id).expect("job").state, "running");
 }
 
 /// An agent whose reply carrying a chunk was lost asks again at once, listing nothing: within
 /// the chunk's grace (the reply may still be on its way) that says nothing of the chunk, and,
 /// holding no chunk, the agent's ask is held open for as long as it asked (here 5 minutes).
-/// When the grace ends the held ask is looked at again and the chunk is declared lost then —
+/// When the grace ends the held ask is looked at again and the chunk is declared undelivered
+/// (the agent process it was sent to asks without it) then —
 /// before, nothing looked at it until the hold ended, and the job stalled for its length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_held_while_a_chunk_is_in_its_grace_is_looked_at_again_when_the_grace_ends() {
@@ -956,14 +1004,15 @@ async fn an_ask_held_while_a_chunk_is_in_its_grace_is_looked_at_again_when_the_g
     assert_eq!(state(&mut api).await, "out", "within its grace");
     let mut lost_after = None;
     while sent.elapsed() < GRACE + Duration::from_secs(8) {
-        if state(&mut api).await == "lost" {
+        // Undelivered, not lost: the same agent process asks without it.
+        if state(&mut api).await == "undelivered" {
             lost_after = Some(sent.elapsed());
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let lost_after =
-        lost_after.expect("chunk 0 declared lost when its grace ended, not at the hold's end");
+    let lost_after = lost_after
+        .expect("chunk 0 declared undelivered when its grace ended, not at the hold's end");
     assert!(
         lost_after >= GRACE && lost_after < GRACE + Duration::from_secs(2),
         "lost {lost_after:?} after it was sent"

@@ -59,7 +59,9 @@
 //! takes some unit to [`MAX_UNIT_LOSSES`] fails the job ([`OnlineMaster::lose`],
 //! [`OnlineMaster::lose_chunk`]): a chunk whose command takes its agent or node down would
 //! otherwise be planned again for ever, each time onto the next worker. A restart counts the
-//! stored lost chunks again ([`OnlineMaster::restore_lost`]).
+//! stored lost chunks again ([`OnlineMaster::restore_lost`]). A chunk that never reached its
+//! worker — the agent process it was sent to asks again without it — counts nothing
+//! ([`OnlineMaster::return_chunk`]).
 
 use super::estimate::WorkerEstimate;
 use super::{Algo, Chunk, PlanOptions, StarPlatform, StarWorker, TailChunk, plan};
@@ -360,6 +362,21 @@ impl OnlineMaster {
         match self.out.remove(&chunk) {
             Some(o) => {
                 self.count_loss(&o);
+                self.give_back(o.start, o.end);
+                Recorded::Yes
+            }
+            None => Recorded::Ignored,
+        }
+    }
+
+    /// Chunk `chunk` never reached its worker (the reply carrying it was lost, e.g. with a
+    /// server that crashed after handing it out, and the same agent process asks again without
+    /// it): its units go back to the pool and count no loss — nothing of theirs ran, so they
+    /// cannot be what takes agents down. The server records such a chunk as `undelivered`;
+    /// [`OnlineMaster::restore_stopped`] rebuilds it.
+    pub fn return_chunk(&mut self, chunk: u64) -> Recorded {
+        match self.out.remove(&chunk) {
+            Some(o) => {
                 self.give_back(o.start, o.end);
                 Recorded::Yes
             }
@@ -1453,6 +1470,16 @@ mod tests {
                 && why.contains("lost 3 times"),
             "{why}"
         );
+        // A chunk its worker never received counts no loss, however often.
+        let mut m = OnlineMaster::new(cfg.clone());
+        let a = m.join("a", None);
+        for chunk in 0..5 {
+            m.restore_out(order(chunk, a, 150, 151));
+            assert_eq!(m.return_chunk(chunk), Recorded::Yes);
+        }
+        assert_eq!(m.return_chunk(0), Recorded::Ignored, "returned once");
+        assert_eq!(m.failure(), None, "never received: no loss");
+        assert_eq!(m.pool_units(), 600, "its units are back in the pool");
         // After a restart: the two stored losses of unit 150 still count, so its next loss is
         // its third; a stopped chunk counts none.
         let mut m = OnlineMaster::new(cfg);
