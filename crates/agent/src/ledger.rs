@@ -410,6 +410,14 @@ pub fn kill_left_running(work_dir: &Path, name: &str) -> std::io::Result<Vec<Ent
     Ok(kill_recorded(parse_all(&text).0).killed)
 }
 
+/// The pids the record named `name` in `work_dir` lists as running, killing nothing (empty if
+/// there is no record): the agent's start leaves these to the ledger's own recovery
+/// ([`crate::marker::kill_marked`]).
+pub fn recorded_running(work_dir: &Path, name: &str) -> std::io::Result<Vec<u32>> {
+    let text = read_record(&work_dir.join(name))?;
+    Ok(parse_all(&text).0.values().map(|e| e.pid).collect())
+}
+
 impl Ledger {
     /// Reads the record in `work_dir`, kills every recorded task that is still running (see the
     /// module docs), and starts an empty record.

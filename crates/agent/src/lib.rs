@@ -531,7 +531,12 @@ pub async fn run(
     // And what still carries the directory's mark, which no ledger lists: a task spawned just
     // before that agent died, an ANode's offloaded task (its guard took them, unless this agent
     // took the directory first).
-    let recorded: Vec<u32> = recovered.killed.iter().map(|e| e.pid).collect();
+    // (The divisible chunks' record is recovered by the divisible loop, which may not have
+    // read it yet: its processes are left to it.)
+    let mut recorded: Vec<u32> = recovered.killed.iter().map(|e| e.pid).collect();
+    recorded.extend(
+        ledger::recorded_running(&opts.work_dir, ledger::CHUNKS_FILE_NAME).unwrap_or_default(),
+    );
     let work_dir = opts.work_dir.clone();
     let marked = tokio::task::spawn_blocking(move || marker::kill_marked(&work_dir, &recorded))
         .await

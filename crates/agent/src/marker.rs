@@ -104,13 +104,15 @@ fn look(pid: u32, work_dir: &Path, dir: &Path) -> Seen {
 
 /// SIGKILLs the process group of every process (other than this one) whose environment carries
 /// the mark of `work_dir` (spelled the same way, or naming the same directory once links are
-/// resolved), and the process itself where it has left its group. Returns the groups killed, in
-/// order, leaving out those in `already` (killed before, from a ledger: their marked processes
-/// are killed again, not counted again); a marked process in this process's own group is killed
-/// alone and counts by its pid. Processes whose environment this process may not read (another
-/// account's, for an agent that is not root) are not found. It blocks for [`SETTLE`] when a
-/// process may be in the middle of its `exec`.
-pub fn kill_marked(work_dir: &Path, already: &[u32]) -> Vec<u32> {
+/// resolved), and the process itself where it has left its group — alone where the group it
+/// joined is led by a live process without the mark (not a task's group). Returns the groups
+/// killed, in order; a marked process in this process's own group is killed alone and counts by
+/// its pid. Groups in `ledgers` (process groups a ledger lists: killed by it already, or to be
+/// killed by its recovery, which logs them in its own words) are left alone and not counted.
+/// Processes whose environment this process may not read (another account's, for an agent that
+/// is not root) are not found. It blocks for [`SETTLE`] when a process may be in the middle of
+/// its `exec`.
+pub fn kill_marked(work_dir: &Path, ledgers: &[u32]) -> Vec<u32> {
     let me = std::process::id();
     let own_group = process_group(me);
     let dir = resolved(work_dir);
@@ -124,12 +126,25 @@ pub fn kill_marked(work_dir: &Path, already: &[u32]) -> Vec<u32> {
         .collect();
     let mut killed = Vec::new();
     let mut kill = |pid: u32| {
-        let group = match process_group(pid) {
-            Some(group) if group > 1 && Some(group) != own_group => {
-                crate::launch::signal_group(group, nix::sys::signal::Signal::SIGKILL);
+        let group = process_group(pid).filter(|&g| g > 1 && Some(g) != own_group);
+        // A group a ledger kills (or has killed) is left to it, which says so in its own words.
+        if group.is_some_and(|g| ledgers.contains(&g)) || ledgers.contains(&pid) {
+            return;
+        }
+        let group = match group {
+            Some(group) => {
+                // A group whose leader lives without the mark is not a task's: a marked process
+                // that joined it (its own shell's, say) is killed alone, so an environment
+                // variable anyone can set never takes another group down.
+                let foreign = group != pid
+                    && Path::new(&format!("/proc/{group}")).exists()
+                    && matches!(look(group, work_dir, &dir), Seen::Other);
+                if !foreign {
+                    crate::launch::signal_group(group, nix::sys::signal::Signal::SIGKILL);
+                }
                 group
             }
-            _ => pid,
+            None => pid,
         };
         if let Ok(p) = i32::try_from(pid) {
             let _ = nix::sys::signal::kill(
@@ -137,9 +152,7 @@ pub fn kill_marked(work_dir: &Path, already: &[u32]) -> Vec<u32> {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        if !already.contains(&group) {
-            killed.push(group);
-        }
+        killed.push(group);
     };
     let mut empty = Vec::new();
     for pid in pids {
@@ -208,6 +221,61 @@ mod tests {
         false
     }
 
+    /// A marked process in a group led by a live process without the mark (its own shell's,
+    /// not a task's): killed alone, the group's leader left running.
+    #[test]
+    fn a_marked_process_in_a_group_it_does_not_lead_takes_only_itself_down() {
+        let base =
+            std::env::temp_dir().join(format!("hetsched-marker-foreign-{}", std::process::id()));
+        let dir = base.join("agent");
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&dir).expect("test setup");
+        let pid_file = base.join("marked.pid");
+        let mut leader = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "{VAR}={} sleep 300 & echo $! > {}; sleep 300",
+                    dir.display(),
+                    pid_file.display()
+                ),
+            ])
+            .process_group(0)
+            .spawn()
+            .expect("test setup");
+        let read_pid =
+            || -> Option<u32> { std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok() };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while read_pid().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let marked = read_pid().expect("the shell started its marked child");
+        assert_eq!(
+            kill_marked(&dir, &[]),
+            vec![leader.id()],
+            "counted by its group"
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while crate::ledger::proc_start_time(marked).is_some()
+            && !crate::ledger::is_zombie(marked)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            crate::ledger::proc_start_time(marked).is_none() || crate::ledger::is_zombie(marked),
+            "the marked process was killed"
+        );
+        assert_eq!(
+            leader.try_wait().expect("test setup"),
+            None,
+            "its group's unmarked leader runs on"
+        );
+        crate::launch::signal_group(leader.id(), nix::sys::signal::Signal::SIGKILL);
+        let _ = leader.wait();
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
     #[test]
     fn processes_marked_with_the_directory_are_killed_with_their_groups_and_no_others() {
         let base = std::env::temp_dir().join(format!("hetsched-marker-{}", std::process::id()));
@@ -232,8 +300,8 @@ mod tests {
         );
         // Marked through a link to the same directory (a successor started with another
         // spelling of it).
-        let mut linked = start(&base.join("link"), "sleep 300");
-        let mut others = start(&other, "sleep 300");
+        let mut linked = start(&base.join("link"), "exec sleep 300");
+        let mut others = start(&other, "exec sleep 300");
         let read_pid =
             || -> Option<u32> { std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok() };
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -241,11 +309,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         let grandchild = read_pid().expect("the task started its child");
-        // The linked process counts as killed before (from a ledger): killed, not counted.
+        // The linked process's group is a ledger's: left to it.
         let killed = kill_marked(&dir, &[linked.id()]);
         assert_eq!(killed, vec![task.id()], "the task's group, once");
         assert!(gone(&mut task), "the marked task was killed");
-        assert!(gone(&mut linked), "a link resolves to the directory");
         let deadline = Instant::now() + Duration::from_secs(5);
         while crate::ledger::proc_start_time(grandchild).is_some()
             && !crate::ledger::is_zombie(grandchild)
@@ -258,6 +325,17 @@ mod tests {
                 || crate::ledger::is_zombie(grandchild),
             "and the task's child with it"
         );
+        assert_eq!(
+            linked.try_wait().expect("test setup"),
+            None,
+            "a ledger's group is its own"
+        );
+        assert_eq!(
+            kill_marked(&dir, &[]),
+            vec![linked.id()],
+            "a link resolves to the directory"
+        );
+        assert!(gone(&mut linked));
         assert_eq!(kill_marked(&dir, &[]), Vec::<u32>::new(), "nothing is left");
         assert_eq!(
             others.try_wait().expect("test setup"),

@@ -517,9 +517,10 @@ function renderJobDetail(j) {
     tasksView.state = "all";
     $("task-state").value = "all";
   }
-  // Only a divisible job's chunks can be `lost` (their agent died): offered for such a job only.
+  // Only a divisible job's chunks can be `lost` (their agent died) or `undelivered`: offered for
+  // such a job only.
   for (const o of $("task-state").querySelectorAll(".chunk-state")) o.hidden = !j.divisible;
-  if (!j.divisible && tasksView.state === "lost") {
+  if (!j.divisible && (tasksView.state === "lost" || tasksView.state === "undelivered")) {
     tasksView.state = "all";
     $("task-state").value = "all";
   }
