@@ -219,7 +219,9 @@ impl Run {
         ];
         // A GPU-only job is refused while no live node reaches a device (the ANode's agent is
         // down, or not heard from yet by a restarted server): submitted again, as a user
-        // would, once the agents that are due are back.
+        // would, once the agents that are due are back. A batch job says its tasks run only
+        // on GPUs; a workflow that no live node can hold one instance of a GPU task (seed
+        // 11349: the ANode declared dead just before the submission).
         let refused = Instant::now();
         let v = loop {
             let out = self.c.cli(&args);
@@ -228,7 +230,10 @@ impl Run {
                 break serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json");
             }
             assert!(
-                err.contains("runs only on GPUs") && refused.elapsed() < Duration::from_secs(30),
+                (err.contains("runs only on GPUs")
+                    || (err.contains("no live node can hold one instance")
+                        && err.contains("GPUs")))
+                    && refused.elapsed() < Duration::from_secs(30),
                 "seed {}: {args:?}: {err}",
                 self.seed
             );
