@@ -182,6 +182,27 @@ mod tests {
     use std::os::unix::process::CommandExt;
     use std::time::{Duration, Instant};
 
+    /// Whether process `pid` (not a child of the test) is gone or a zombie within 5 s.
+    fn dead_within(pid: u32) -> bool {
+        let dead =
+            || crate::ledger::proc_start_time(pid).is_none() || crate::ledger::is_zombie(pid);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !dead() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        dead()
+    }
+
+    /// The pid a test's shell writes to `path`, once it is there whole (within 5 s).
+    fn pid_written(path: &Path) -> u32 {
+        let read = || -> Option<u32> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while read().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        read().expect("the shell wrote its child's pid")
+    }
+
     #[test]
     fn zombies_and_kernel_threads_are_not_waited_for_but_a_live_process_may_be() {
         assert!(may_be_in_exec(std::process::id()));
@@ -243,29 +264,13 @@ mod tests {
             .process_group(0)
             .spawn()
             .expect("test setup");
-        let read_pid =
-            || -> Option<u32> { std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok() };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while read_pid().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let marked = read_pid().expect("the shell started its marked child");
+        let marked = pid_written(&pid_file);
         assert_eq!(
             kill_marked(&dir, &[]),
             vec![leader.id()],
             "counted by its group"
         );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while crate::ledger::proc_start_time(marked).is_some()
-            && !crate::ledger::is_zombie(marked)
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(
-            crate::ledger::proc_start_time(marked).is_none() || crate::ledger::is_zombie(marked),
-            "the marked process was killed"
-        );
+        assert!(dead_within(marked), "the marked process was killed");
         assert_eq!(
             leader.try_wait().expect("test setup"),
             None,
@@ -302,29 +307,12 @@ mod tests {
         // spelling of it).
         let mut linked = start(&base.join("link"), "exec sleep 300");
         let mut others = start(&other, "exec sleep 300");
-        let read_pid =
-            || -> Option<u32> { std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok() };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while read_pid().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let grandchild = read_pid().expect("the task started its child");
+        let grandchild = pid_written(&pid_file);
         // The linked process's group is a ledger's: left to it.
         let killed = kill_marked(&dir, &[linked.id()]);
         assert_eq!(killed, vec![task.id()], "the task's group, once");
         assert!(gone(&mut task), "the marked task was killed");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while crate::ledger::proc_start_time(grandchild).is_some()
-            && !crate::ledger::is_zombie(grandchild)
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(
-            crate::ledger::proc_start_time(grandchild).is_none()
-                || crate::ledger::is_zombie(grandchild),
-            "and the task's child with it"
-        );
+        assert!(dead_within(grandchild), "and the task's child with it");
         assert_eq!(
             linked.try_wait().expect("test setup"),
             None,
