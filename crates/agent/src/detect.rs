@@ -1,5 +1,6 @@
 //! Resource detection: cores, memory and disks (sysinfo), NVIDIA GPUs (NVML, loaded at run time so
-//! the agent builds and runs on machines without a driver). Declared values in the configuration
+//! the agent builds and runs on machines without a driver; a GPU split by MIG as its instances,
+//! [`crate::mig`]). Declared values in the configuration
 //! win over detected ones, which is how tests and the demo give a GPU-less machine "GPUs".
 //!
 //! Memory honours the memory limit of the agent's cgroup ([`cgroup_memory`], v2 and v1): an agent
@@ -366,34 +367,74 @@ impl Gpus {
         }
     }
 
-    /// The detected devices, each of the kind [`gpu_kind`] names after its model.
-    pub fn devices(&self) -> Vec<pb::Accelerator> {
+    /// The detected devices and their names ([`crate::mig::offered`]): each GPU of the kind
+    /// [`gpu_kind`] names after its model, or, split by MIG, each of its instances.
+    pub fn devices(&self) -> crate::mig::Offered {
         let Some(nvml) = &self.nvml else {
-            return Vec::new();
+            return crate::mig::Offered::default();
         };
         let count = nvml.device_count().unwrap_or(0);
-        (0..count)
+        // Listed once, and only where a GPU is in MIG mode.
+        let mut listing: Option<crate::mig::Listing> = None;
+        let gpus: Vec<crate::mig::PhysicalGpu> = (0..count)
             .filter_map(|i| {
                 let d = nvml.device_by_index(i).ok()?;
                 let model = d.name().unwrap_or_default();
                 let kind = gpu_kind(&model);
                 let memory_bytes = d.memory_info().map_or(0, |m| m.total);
+                let uuid = d.uuid().unwrap_or_default();
                 info!(
                     "GPU {i}: {model}, {:.1} GiB, of kind `{kind}`",
                     memory_bytes as f64 / f64::from(1u32 << 30)
                 );
-                if d.mig_mode()
-                    .is_ok_and(|m| m.current == NVML_DEVICE_MIG_ENABLE)
-                {
-                    warn!("{}", mig_warning(i));
-                }
-                Some(pb::Accelerator {
+                let split = d
+                    .mig_mode()
+                    .is_ok_and(|m| m.current == NVML_DEVICE_MIG_ENABLE);
+                let mig = split.then(|| {
+                    let listing = listing.get_or_insert_with(|| match crate::mig::list() {
+                        Ok(text) => crate::mig::parse_list(&text),
+                        Err(e) => {
+                            warn!("GPU {i} is in MIG mode, and its instances are not listed: {e}");
+                            Vec::new()
+                        }
+                    });
+                    let instances = listing
+                        .iter()
+                        .find(|(g, _)| !uuid.is_empty() && *g == uuid)
+                        .map_or(&[][..], |(_, m)| m.as_slice());
+                    instances
+                        .iter()
+                        .map(|(profile, mig_uuid)| {
+                            let memory_bytes = nvml
+                                .device_by_uuid(mig_uuid.as_str())
+                                .and_then(|m| m.memory_info())
+                                .map_or(0, |m| m.total);
+                            info!(
+                                "GPU {i}: MIG instance {profile} `{mig_uuid}`, {:.1} GiB",
+                                memory_bytes as f64 / f64::from(1u32 << 30)
+                            );
+                            crate::mig::MigInstance {
+                                profile: profile.clone(),
+                                uuid: mig_uuid.clone(),
+                                memory_bytes,
+                            }
+                        })
+                        .collect()
+                });
+                Some(crate::mig::PhysicalGpu {
+                    index: i,
                     kind,
                     memory_bytes,
-                    speed: 1.0,
+                    uuid,
+                    mig,
                 })
             })
-            .collect()
+            .collect();
+        let offered = crate::mig::offered(&gpus);
+        for w in &offered.warnings {
+            warn!("{w}");
+        }
+        offered
     }
 
     /// The agent's devices as NVML knows them, by the agent's index: `names` are the agent's
@@ -492,23 +533,12 @@ fn processes_on(d: &nvml_wrapper::Device) -> Vec<(u32, u64)> {
     used
 }
 
-/// What the agent says of detected GPU `index` with MIG enabled: CUDA programs given its index
-/// see no device.
-pub fn mig_warning(index: u32) -> String {
-    format!(
-        "GPU {index} has MIG enabled: a task given it by its index sees no CUDA device, and \
-         the agent does not detect MIG instances; declare them instead, one device each: \
-         [[accelerator]] kind = \"…\", memory = \"…\", visible = [\"MIG-…\", …] (their UUIDs \
-         as `nvidia-smi -L` lists them)"
-    )
-}
-
 /// NVML's `NVML_DEVICE_MIG_ENABLE`: the current MIG mode (`Device::mig_mode`) of a GPU split
 /// into MIG instances.
 const NVML_DEVICE_MIG_ENABLE: u32 = 1;
 
 /// Longest kind [`gpu_kind`] gives: the server's bound on an accelerator kind.
-const MAX_KIND: usize = 64;
+pub const MAX_KIND: usize = 64;
 
 /// The accelerator kind of an NVIDIA device named `model` by NVML, as jobs name it (`gpu.kind`,
 /// `--gpu-kind`; Slurm's GRES types): the model in lower case without the vendor's brand words,

@@ -16,6 +16,7 @@
 //! - [`fetch_bandwidth`]: the cap on the rate this agent fetches workflow inputs at
 //!   (`fetch_bandwidth`), shared by all its fetches;
 //! - [`detect`]: cores, memory, disks, NVIDIA GPUs, `/proc/PID/io`;
+//! - [`mig`]: a GPU split by MIG, offered as its instances (listed by `nvidia-smi -L`);
 //! - [`launch`]: one task as a child process;
 //! - [`ledger`]: the durable record of running tasks, from which a restarted agent kills what its
 //!   SIGKILLed predecessor left running (before it registers);
@@ -43,6 +44,7 @@ pub mod launch;
 pub mod ledger;
 pub mod logs;
 pub mod marker;
+pub mod mig;
 pub mod outside;
 pub mod probe;
 pub mod room;

@@ -694,9 +694,10 @@ pub fn agent_options(
     let mut device_names: hetsched_agent::launch::DeviceNames =
         hetsched_core::input::cluster::visible_names(&config.accelerator).into();
     if accelerators.is_empty() {
-        let gpus = hetsched_agent::detect::Gpus::init();
-        accelerators = gpus.devices();
-        device_names = hetsched_agent::launch::unnamed_devices(accelerators.len() as u32);
+        // Detected: each GPU, or each MIG instance of a split one, with the names tasks see.
+        let detected = hetsched_agent::detect::Gpus::init().devices();
+        accelerators = detected.accelerators;
+        device_names = detected.names.into();
     }
     hetsched_agent::detect::log_disks();
     let name = a
