@@ -73,15 +73,18 @@ pub fn offered(gpus: &[PhysicalGpu]) -> Offered {
                 out.accelerators.push(whole);
                 out.names.push(None);
             }
-            None if g.uuid.is_empty() => out.warnings.push(format!(
-                "GPU {}: NVML gave no UUID, and beside a GPU in MIG mode a device is named by \
-                 its UUID: not offered; declare the devices with [[accelerator]] visible",
-                g.index
-            )),
-            None => {
-                out.accelerators.push(whole);
-                out.names.push(Some(g.uuid.clone()));
-            }
+            None => match name_problem(&g.uuid) {
+                Some(problem) => out.warnings.push(format!(
+                    "GPU {}: beside a GPU in MIG mode a device is named by its UUID, and NVML's \
+                     ({problem}) cannot be one: not offered; declare the devices with \
+                     [[accelerator]] visible",
+                    g.index
+                )),
+                None => {
+                    out.accelerators.push(whole);
+                    out.names.push(Some(g.uuid.clone()));
+                }
+            },
             Some(instances) if instances.is_empty() => out.warnings.push(format!(
                 "GPU {} is in MIG mode and has no MIG instances: it offers no device (a task \
                  given the GPU itself sees none); create instances (`nvidia-smi mig -cgi … -C`) \
@@ -90,6 +93,21 @@ pub fn offered(gpus: &[PhysicalGpu]) -> Offered {
             )),
             Some(instances) => {
                 for m in instances {
+                    if let Some(problem) = name_problem(&m.uuid) {
+                        out.warnings.push(format!(
+                            "GPU {}: MIG instance {}: its UUID ({problem}) cannot name it in \
+                             CUDA_VISIBLE_DEVICES: not offered",
+                            g.index, m.profile
+                        ));
+                        continue;
+                    }
+                    if out.names.contains(&Some(m.uuid.clone())) {
+                        out.warnings.push(format!(
+                            "GPU {}: MIG instance `{}` is listed twice: offered once",
+                            g.index, m.uuid
+                        ));
+                        continue;
+                    }
                     let speed = if g.memory_bytes > 0 && m.memory_bytes > 0 {
                         (m.memory_bytes as f64 / g.memory_bytes as f64).min(1.0)
                     } else {
@@ -106,6 +124,13 @@ pub fn offered(gpus: &[PhysicalGpu]) -> Offered {
         }
     }
     out
+}
+
+/// Why `uuid` cannot name a device in `CUDA_VISIBLE_DEVICES`: the rules a declared name follows
+/// (`[[accelerator]] visible`), so that nothing a listing prints puts a comma in the variable.
+fn name_problem(uuid: &str) -> Option<String> {
+    hetsched_core::input::cluster::visible_name_problem(uuid)
+        .map(|p| format!("`{}`: {p}", uuid.escape_debug()))
 }
 
 /// The kind of a MIG instance of `profile` on a GPU of kind `gpu`: `h100` and `1g.10gb` give
@@ -391,7 +416,33 @@ No devices were found
         assert!(o.accelerators.is_empty(), "{:?}", o.accelerators);
         assert_eq!(o.warnings.len(), 2, "{:?}", o.warnings);
         assert!(o.warnings[0].contains("GPU 0 is in MIG mode and has no MIG instances"));
-        assert!(o.warnings[1].contains("GPU 1: NVML gave no UUID"));
+        assert!(
+            o.warnings[1].contains("GPU 1: beside a GPU in MIG mode"),
+            "{:?}",
+            o.warnings
+        );
+    }
+
+    #[test]
+    fn a_uuid_that_cannot_stand_in_cuda_visible_devices_or_is_listed_twice_is_offered_at_most_once()
+    {
+        let o = offered(&[gpu(
+            0,
+            "GPU-a",
+            Some(vec![
+                instance("1g.5gb", "MIG-a,MIG-b", 5),
+                instance("1g.5gb", "MIG-ok", 5),
+                instance("1g.5gb", "MIG-ok", 5),
+            ]),
+        )]);
+        assert_eq!(o.names, vec![Some("MIG-ok".to_string())]);
+        assert_eq!(o.warnings.len(), 2, "{:?}", o.warnings);
+        assert!(o.warnings[1].contains("listed twice"), "{:?}", o.warnings);
+        assert!(
+            o.warnings[0].contains("`MIG-a,MIG-b`: holds `,`"),
+            "{:?}",
+            o.warnings
+        );
     }
 
     #[test]

@@ -241,7 +241,7 @@ fn spanned_set(
 }
 
 /// Why `name` cannot be a device's name in `CUDA_VISIBLE_DEVICES` (a comma-separated list).
-fn visible_name_problem(name: &str) -> Option<String> {
+pub fn visible_name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("empty".into());
     }
