@@ -5,7 +5,8 @@
 #   1. the agent registers (before the fix of session 82 the server refused it: NVML names a
 #      device `NVIDIA H200`, and a kind may not hold a space);
 #   2. `hetsched nodes` lists every device of `nvidia-smi -L`, each of the kind the agent names
-#      after its model (`h200`, `a100`, …: `detect::gpu_kind`);
+#      after its model (`h200`, `a100`, …: `detect::gpu_kind`); a GPU in MIG mode counts as its
+#      instances (`MIG …` lines; kinds `h100-1g.10gb`, … : `mig`);
 #   3. a job whose GPU variant asks for that kind runs on the devices: each task sees
 #      CUDA_VISIBLE_DEVICES, PyTorch finds the device and multiplies bf16 matrices on it;
 #      and each task's peak GPU memory (`usage.max_gpu_memory_bytes`) is at least its matrix's;
@@ -26,7 +27,9 @@ P=${PORT:-7640}
 export HETSCHED_SERVER=http://127.0.0.1:$P HETSCHED_TOKEN_FILE=$W/data/token
 
 nvidia-smi -L || fail "nvidia-smi found no GPU"
-DEVICES=$(nvidia-smi -L | grep -c '^GPU ')
+# Devices the agent offers: every MIG instance, and every GPU not in MIG mode.
+DEVICES=$(( $(nvidia-smi -L | grep -c '^ *MIG ') + \
+    $(nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader | grep -vc '^Enabled') ))
 "$B" server --data-dir "$W/data" --listen 127.0.0.1:$P --http-listen 127.0.0.1:$((P + 1)) \
     > "$W/server.log" 2>&1 &
 for _ in $(seq 100); do [ -s "$W/data/address" ] && break; sleep 0.1; done
@@ -84,7 +87,7 @@ done
 for i in 0 1; do
     OUT=$("$B" log 1 "burn:$i")
     echo "   burn:$i: $OUT" | tr '\n' ' '; echo
-    grep -q "CUDA_VISIBLE_DEVICES [0-9]" <<< "$OUT" || fail "3. burn:$i saw no CUDA_VISIBLE_DEVICES"
+    grep -Eq "CUDA_VISIBLE_DEVICES ([0-9]|MIG-|GPU-)" <<< "$OUT" || fail "3. burn:$i saw no CUDA_VISIBLE_DEVICES"
 done
 GPUMEM=$("$B" tasks --job 1 --output json | python3 -c 'import json,sys; print(" ".join(str(t["usage"]["max_gpu_memory_bytes"]) for t in json.load(sys.stdin)))')
 for m in $GPUMEM; do
