@@ -1344,7 +1344,9 @@ impl State {
         }
         let rec = &mut self.nodes.recs[id as usize];
         rec.stop = Some(drain);
+        // Its agent hears it at once, not at its next beat (an idle one beats seldom).
         self.nodes.wakes.node(id);
+        self.wake(None);
         let what = self.what_runs_on(id, name);
         info!(node = %name, drain, running = what.running, "the node's agent is asked to stop");
         Ok(what)

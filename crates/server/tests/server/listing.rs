@@ -550,7 +550,14 @@ fn a_stop_is_told_at_every_beat_until_the_agent_leaves_and_survives_a_restart() 
         let e = s.on_stop_node("nosuch", false).expect_err("unknown");
         assert!(e.to_string().contains("nosuch"), "{e}");
         assert!(!s.nodes(false).nodes[0].stopping);
+        // An idle agent waits on its wake-ups between seldom beats: the stop wakes it.
+        let mut waits = s.await_work(n, common::IDENTITY).expect("its wake-ups");
+        waits.borrow_and_update();
         s.on_stop_node("n", true).expect("asked");
+        assert!(
+            waits.has_changed().unwrap_or(false),
+            "the stop wakes the node's agent at once"
+        );
         assert!(s.nodes(false).nodes[0].stopping, "listed as stopping");
         assert_eq!(told(&mut s, n), (true, true));
         assert_eq!(told(&mut s, n), (true, true), "at every beat");
