@@ -633,6 +633,7 @@ impl From<NodeInfo> for pb::NodeInfo {
             containers: n.containers,
             attributes: n.attributes,
             time_left_ms: n.time_left_ms,
+            returning_ms: n.returning_ms,
             left: n.left.map(|l| l.as_str().to_string()).unwrap_or_default(),
             held_for: n.held_for,
             version: n.version,

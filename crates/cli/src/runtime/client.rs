@@ -1351,6 +1351,12 @@ pub async fn nodes(
             } else if !n.out_of_bounds.is_empty() {
                 // Not dead: the server keeps it out until its agent registers again.
                 format!("no: stored {}", n.out_of_bounds)
+            } else if let Some(ms) = n.returning_ms.filter(|_| !n.alive) {
+                // Restored at a restart, its agent not back yet: not dead (yet).
+                format!(
+                    "not back since the server's restart (dead in {})",
+                    super::human::duration(std::time::Duration::from_millis(ms))
+                )
             } else if !n.alive {
                 "DEAD".into()
             } else if n.draining {

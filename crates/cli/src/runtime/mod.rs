@@ -616,6 +616,9 @@ pub enum NodeStateFilter {
     /// Its agent is shutting down (a signal, its time limit) or was asked to stop (`hetsched
     /// node stop`).
     Leaving,
+    /// Restored at the server's restart, its agent not back yet, though it may still be
+    /// (`returning_ms`): not dead yet.
+    Returning,
     /// Its agent stopped heartbeating.
     Dead,
     /// Its agent left on purpose (with or without `--all`).
@@ -631,7 +634,8 @@ impl NodeStateFilter {
             NodeStateFilter::Busy => n.alive && n.running > 0,
             NodeStateFilter::Drained => n.drained && n.left.is_empty(),
             NodeStateFilter::Leaving => n.alive && (n.draining || n.stopping),
-            NodeStateFilter::Dead => !n.alive && n.left.is_empty(),
+            NodeStateFilter::Returning => !n.alive && n.returning_ms.is_some(),
+            NodeStateFilter::Dead => !n.alive && n.left.is_empty() && n.returning_ms.is_none(),
             NodeStateFilter::Left => !n.left.is_empty(),
         }
     }

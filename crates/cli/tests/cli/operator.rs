@@ -526,8 +526,10 @@ fn a_node_that_cannot_start_an_application_is_backed_off_and_the_queue_runs_else
     );
 }
 
+/// A node restored at a restart is not alive until its agent is heard again, and is listed as
+/// waited for, not `DEAD`, while its grace lasts.
 #[test]
-fn nodes_restored_after_a_server_restart_are_dead_until_they_heartbeat() {
+fn nodes_restored_after_a_server_restart_are_returning_until_they_heartbeat() {
     let mut c = Cluster::start("restart-dead", false);
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
@@ -538,9 +540,24 @@ fn nodes_restored_after_a_server_restart_are_dead_until_they_heartbeat() {
     let nodes = c.json(&["nodes"]);
     assert_eq!(nodes[0]["name"], "a");
     assert_eq!(nodes[0]["alive"], false, "{nodes}");
-    assert!(text(&c.cli(&["nodes"]).stdout).contains("DEAD"));
+    assert!(
+        nodes[0]["returning_ms"].as_u64().is_some_and(|ms| ms > 0),
+        "{nodes}"
+    );
+    let table = text(&c.cli(&["nodes"]).stdout);
+    assert!(
+        table.contains("not back since the server's restart (dead in") && !table.contains("DEAD"),
+        "{table}"
+    );
+    let returning = c.json(&["nodes", "--state", "returning"]);
+    assert_eq!(returning[0]["name"], "a", "{returning}");
+    assert_eq!(c.json(&["nodes", "--state", "dead"]), serde_json::json!([]));
     c.start_agent("a", 1, &[]);
     c.wait_for_nodes(1);
+    assert_eq!(
+        c.json(&["nodes"])[0]["returning_ms"],
+        serde_json::Value::Null
+    );
 }
 
 /// `hetsched server --set-aside JOB`: a server that refuses to start on a stored job whose file

@@ -219,6 +219,7 @@ function timeLeft(ms) {
 function nodeState(n) {
   const drained = n.drained ? `drained${n.drain_reason ? `: ${n.drain_reason}` : ""}` : "";
   if (n.left) return `left (${n.left})`;
+  if (!n.alive && n.returning_ms != null) return `not back since the server's restart (dead in ${human(n.returning_ms * 1e6)})`;
   if (!n.alive) return drained ? `dead, ${drained}` : "dead";
   if (n.draining) return "shutting down";
   if (n.stopping) return "stopping (hetsched node stop)";
@@ -229,7 +230,7 @@ function nodeState(n) {
 // A node card's lines (HTML): what the card shows of `n`, a node of the event stream.
 function nodeCard(n) {
   const usedCores = n.cores - n.free_cores, usedGpus = n.gpus - n.free_gpus;
-  const flags = (n.left ? `<span class="badge" title="its agent left: hetsched nodes --all lists it">left (${esc(n.left)})</span>` : !n.alive ? '<span class="badge">dead</span>' : "") + (n.drained ? `<span class="badge" title="${esc(n.drain_reason)}">drained${n.drain_reason ? ": " + esc(n.drain_reason) : ""}</span>` : "") + (n.draining && n.alive ? '<span class="badge">shutting down</span>' : "");
+  const flags = (n.left ? `<span class="badge" title="its agent left: hetsched nodes --all lists it">left (${esc(n.left)})</span>` : !n.alive ? (n.returning_ms != null ? '<span class="badge" title="restored at the server\'s restart; its agent has not come back yet">not back yet</span>' : '<span class="badge">dead</span>') : "") + (n.drained ? `<span class="badge" title="${esc(n.drain_reason)}">drained${n.drain_reason ? ": " + esc(n.drain_reason) : ""}</span>` : "") + (n.draining && n.alive ? '<span class="badge">shutting down</span>' : "");
   return `<div class="name">${esc(n.name)}${flags}</div>`
     + `<div>cores ${usedCores}/${n.cores} in use · ${n.running} running</div>`
     + `<div class="meter"><span data-w="${n.cores ? (100 * usedCores / n.cores) : 0}%"></span></div>`
@@ -255,6 +256,7 @@ function nodeOfApi(n) {
     name: n.name, rack: n.rack, alive: n.alive, running: n.running, cores: n.cores, free_cores: n.free_cores,
     gpus: (n.accelerators || []).length, free_gpus: n.free_gpus, drained: n.drained, drain_reason: n.drain_reason, draining: n.draining, gpu_util: null,
     attributes: n.attributes || [], time_left_ms: n.time_left_ms, held_for: n.held_for, left: n.left, stopping: n.stopping,
+    returning_ms: n.returning_ms,
   };
 }
 

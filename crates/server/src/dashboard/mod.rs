@@ -724,6 +724,7 @@ fn node_event(n: &pb::NodeInfo) -> serde_json::Value {
         "free_gpus": n.free_gpus, "drained": n.drained, "draining": n.draining,
         "drain_reason": n.drain_reason,
         "attributes": n.attributes, "time_left_ms": n.time_left_ms,
+        "returning_ms": n.returning_ms,
         "held_for": n.held_for,
         // The open node detail's state line follows these, in `hetsched nodes`' words.
         "left": n.left, "stopping": n.stopping,

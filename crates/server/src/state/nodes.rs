@@ -1553,77 +1553,83 @@ impl State {
 
     /// Every node (removed ones are not listed).
     pub fn list_nodes(&self) -> Vec<NodeInfo> {
-        let mut list: Vec<NodeInfo> =
-            self.nodes
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| !n.removed)
-                .map(|(i, n)| {
-                    let v = &self.view.nodes()[i];
-                    let mut info = NodeInfo {
-                        id: i as u32,
-                        name: n.spec.name.clone(),
-                        // A node restored from the store is shown dead until it heartbeats
-                        // (the scheduler still gives it RESTART_GRACE to come back).
-                        alive: n.alive && n.seen,
-                        cores: n.spec.cores,
-                        free_cores: v.free.cores,
-                        memory_bytes: n.spec.memory_bytes,
-                        accelerators: n.spec.accelerators.clone(),
-                        free_gpus: v.free_devices(None),
-                        running: n.running.len() as u32,
-                        queued: self.nodes.prefetch.queued.on(NodeId(i as u32)),
-                        // 0 while its agent holds a call open: heard from now. A node not heard
-                        // since this server started: since the stored time it was last heard.
-                        last_seen_ms: if n.awaiting > 0 {
-                            0
-                        } else if !n.seen && n.heard_ms > 0 {
-                            (super::now_ns() / 1_000_000).saturating_sub(n.heard_ms)
-                        } else {
-                            n.last_seen.elapsed().as_millis() as u64
-                        },
-                        last_heard_ms: n.heard_ms,
-                        read_bytes_per_sec: n.read_bps,
-                        available_memory_bytes: n.available_memory,
-                        disk: n.disk,
-                        gpus: n.gpus.clone(),
-                        drained: n.drained,
-                        drain_note: n.drain_note.clone(),
-                        stopping: n.stop.is_some(),
-                        draining: n.draining,
-                        time_left_ms: n.ends_at.filter(|_| n.alive).map(|e| {
-                            e.saturating_duration_since(Instant::now()).as_millis() as u64
-                        }),
-                        left: n.left,
-                        // As its agent registered it; a heartbeat's, once heard, in
-                        // `accel_nodes`.
-                        rack: if n.rack.is_empty() {
-                            super::accel::DEFAULT_RACK.to_string()
-                        } else {
-                            n.rack.clone()
-                        },
-                        attributes: n.spec.all_attributes(),
-                        backed_off: self
-                            .jobs
-                            .all()
-                            .iter()
-                            .flat_map(|k| k.backed_off(i as u32))
-                            .collect(),
-                        held_for: self
-                            .jobs
-                            .all()
-                            .iter()
-                            .map(|k| k.held_for(i as u32))
-                            .find(|h| !h.is_empty())
-                            .unwrap_or_default(),
-                        version: n.version.clone(),
-                        out_of_bounds: n.out_of_bounds.clone().unwrap_or_default(),
-                        ..Default::default()
-                    };
-                    self.jobs.workflow.annotate(&mut info);
-                    info
-                })
-                .collect();
+        let timeout = self.dead_timeout();
+        let mut list: Vec<NodeInfo> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.removed)
+            .map(|(i, n)| {
+                let v = &self.view.nodes()[i];
+                let mut info = NodeInfo {
+                    id: i as u32,
+                    name: n.spec.name.clone(),
+                    // A node restored from the store is shown dead until it heartbeats
+                    // (the scheduler still gives it RESTART_GRACE to come back).
+                    alive: n.alive && n.seen,
+                    cores: n.spec.cores,
+                    free_cores: v.free.cores,
+                    memory_bytes: n.spec.memory_bytes,
+                    accelerators: n.spec.accelerators.clone(),
+                    free_gpus: v.free_devices(None),
+                    running: n.running.len() as u32,
+                    queued: self.nodes.prefetch.queued.on(NodeId(i as u32)),
+                    // 0 while its agent holds a call open: heard from now. A node not heard
+                    // since this server started: since the stored time it was last heard.
+                    last_seen_ms: if n.awaiting > 0 {
+                        0
+                    } else if !n.seen && n.heard_ms > 0 {
+                        (super::now_ns() / 1_000_000).saturating_sub(n.heard_ms)
+                    } else {
+                        n.last_seen.elapsed().as_millis() as u64
+                    },
+                    last_heard_ms: n.heard_ms,
+                    read_bytes_per_sec: n.read_bps,
+                    available_memory_bytes: n.available_memory,
+                    disk: n.disk,
+                    gpus: n.gpus.clone(),
+                    drained: n.drained,
+                    drain_note: n.drain_note.clone(),
+                    stopping: n.stop.is_some(),
+                    draining: n.draining,
+                    returning_ms: (n.alive && !n.seen && !n.removed)
+                        .then(|| n.dies_at(timeout))
+                        .flatten()
+                        .map(|at| at.saturating_duration_since(Instant::now()).as_millis() as u64),
+                    time_left_ms: n
+                        .ends_at
+                        .filter(|_| n.alive)
+                        .map(|e| e.saturating_duration_since(Instant::now()).as_millis() as u64),
+                    left: n.left,
+                    // As its agent registered it; a heartbeat's, once heard, in
+                    // `accel_nodes`.
+                    rack: if n.rack.is_empty() {
+                        super::accel::DEFAULT_RACK.to_string()
+                    } else {
+                        n.rack.clone()
+                    },
+                    attributes: n.spec.all_attributes(),
+                    backed_off: self
+                        .jobs
+                        .all()
+                        .iter()
+                        .flat_map(|k| k.backed_off(i as u32))
+                        .collect(),
+                    held_for: self
+                        .jobs
+                        .all()
+                        .iter()
+                        .map(|k| k.held_for(i as u32))
+                        .find(|h| !h.is_empty())
+                        .unwrap_or_default(),
+                    version: n.version.clone(),
+                    out_of_bounds: n.out_of_bounds.clone().unwrap_or_default(),
+                    ..Default::default()
+                };
+                self.jobs.workflow.annotate(&mut info);
+                info
+            })
+            .collect();
         self.accel_nodes(&mut list);
         list
     }

@@ -822,6 +822,9 @@ pub struct NodeInfo {
     pub balance_received: u64,
     /// How long tasks may still run there (its agent's `time_limit`), in ms; `None`: no end.
     pub time_left_ms: Option<u64>,
+    /// A node restored from the store whose agent has not come back since the restart but may
+    /// still: ms before it is declared dead; `None`: not waited for.
+    pub returning_ms: Option<u64>,
     /// Why its agent left on purpose (then not alive); `None`: it did not.
     pub left: Option<Leave>,
     /// The multi-node task it is held for, running or gathering its nodes (empty: none).

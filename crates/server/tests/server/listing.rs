@@ -531,6 +531,47 @@ fn a_drains_reason_and_time_are_listed_kept_across_a_restart_and_cleared_by_a_re
     assert_eq!(note(&s), (false, String::new(), 0));
 }
 
+/// After a restart, a node whose agent has not come back is not listed as dead while its grace
+/// lasts: `returning_ms` says how long it has left (3 dead-timeouts, 30 s by default) until its
+/// agent is heard again; a node heard since, and one declared dead, have none.
+#[test]
+fn nodes_not_back_since_a_restart_are_listed_as_returning_until_declared_dead() {
+    let d = scratch("returning");
+    {
+        let mut s = open(&d);
+        common::register(&mut s, "a", 2);
+        common::register(&mut s, "b", 2);
+        let listed = s.nodes(false).nodes;
+        assert!(
+            listed.iter().all(|n| n.alive && n.returning_ms.is_none()),
+            "{listed:?}"
+        );
+    }
+    let mut s = open(&d);
+    let returning = |s: &State| -> Vec<(bool, Option<u64>)> {
+        s.nodes(false)
+            .nodes
+            .iter()
+            .map(|n| (n.alive, n.returning_ms))
+            .collect()
+    };
+    for (alive, ms) in returning(&s) {
+        assert!(!alive, "not heard since the restart");
+        let ms = ms.expect("waited for");
+        assert!(ms > 25_000 && ms <= 30_000, "{ms} ms of 3 × 10 s");
+    }
+    s.heartbeat(heartbeat_request(0, &[], &[]))
+        .expect("a is back");
+    let now = returning(&s);
+    assert_eq!(now[0], (true, None), "a is back");
+    assert!(!now[1].0 && now[1].1.is_some(), "b still may be: {now:?}");
+    // A grace of no time: b is declared dead, and no longer waited for.
+    s.check_dead(Duration::ZERO).expect("check");
+    std::thread::sleep(Duration::from_millis(5_100));
+    s.check_dead(Duration::ZERO).expect("check");
+    assert_eq!(returning(&s)[1], (false, None), "b is dead");
+}
+
 /// `hetsched node stop NAME [--drain]`: every heartbeat tells the agent to stop, also after a
 /// restart, until its last beat says it left (`operator`); a new agent of the node is not told.
 /// A node without a live agent is refused.
