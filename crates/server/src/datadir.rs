@@ -130,12 +130,12 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
 }
 
 /// Checks `dir` as [`prepare`] and [`lock`] would, changing nothing: a missing directory is
-/// fine (it would be created); one that is a symlink, not a directory, or another user's is
-/// refused. The PID of the server that holds its lock, if one does (`hetsched server
+/// fine if it can be created ([`creatable`]); one that is a symlink, not a directory, or another
+/// user's is refused. The PID of the server that holds its lock, if one does (`hetsched server
 /// --check` on a running server's configuration).
 pub fn check(dir: &Path) -> Result<Option<String>, DataDirError> {
     let meta = match std::fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return creatable(dir).map(|()| None),
         Err(e) => return Err(io(dir)(e)),
         Ok(m) => m,
     };
@@ -181,6 +181,37 @@ pub fn check(dir: &Path) -> Result<Option<String>, DataDirError> {
         )),
         Err((_, errno)) => Err(io(&path)(std::io::Error::from(errno))),
     }
+}
+
+/// Whether the missing directory `dir` could be created: its first missing component is made
+/// and removed again (what a permission bit does not tell: a read-only or virtual filesystem
+/// such as `/proc`, where even root cannot make one), so nothing is left behind.
+fn creatable(dir: &Path) -> Result<(), DataDirError> {
+    let mut first_missing = dir;
+    while let Some(parent) = first_missing.parent().filter(|p| !p.as_os_str().is_empty()) {
+        match std::fs::symlink_metadata(parent) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => first_missing = parent,
+            Err(e) => return Err(io(parent)(e)),
+            Ok(_) if !std::fs::metadata(parent).is_ok_and(|m| m.is_dir()) => {
+                return Err(DataDirError::Refused {
+                    path: dir.to_path_buf(),
+                    message: format!(
+                        "cannot be created: {} is not a directory",
+                        parent.display()
+                    ),
+                });
+            }
+            Ok(_) => break,
+        }
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(first_missing)
+        .map_err(|e| DataDirError::Refused {
+            path: dir.to_path_buf(),
+            message: format!("cannot be created ({}: {e})", first_missing.display()),
+        })?;
+    std::fs::remove_dir(first_missing).map_err(io(first_missing))
 }
 
 /// Makes `state.db` (creating it empty if needed) and its `-wal`/`-shm` files mode 0600 before
@@ -379,6 +410,28 @@ pub fn lock(dir: &Path) -> Result<DirLock, DataDirError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `hetsched server --check` passes a missing data directory only if the server could make
+    /// it, and leaves nothing behind.
+    #[test]
+    fn a_missing_directory_passes_the_check_only_where_it_can_be_made() {
+        let base = scratch("creatable");
+        std::fs::create_dir_all(&base).expect("base");
+        let nested = base.join("a/b/data");
+        assert_eq!(check(&nested).expect("creatable"), None);
+        assert!(!base.join("a").exists(), "the check made nothing");
+        std::fs::write(base.join("file"), "x").expect("file");
+        let e = check(&base.join("file/data")).expect_err("under a file");
+        assert!(e.to_string().to_lowercase().contains("not a directory"), "{e}");
+        let e = check(&base.join("file/a/data")).expect_err("further under a file");
+        assert!(e.to_string().to_lowercase().contains("not a directory"), "{e}");
+        if Path::new("/proc/self").exists() {
+            // Not even root makes a directory in /proc.
+            let e = check(Path::new("/proc/hetsched-check/data")).expect_err("in /proc");
+            assert!(e.to_string().contains("cannot be created"), "{e}");
+        }
+        std::fs::remove_dir_all(&base).expect("clean");
+    }
 
     fn scratch(name: &str) -> PathBuf {
         let d =
