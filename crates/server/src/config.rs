@@ -532,6 +532,11 @@ impl ServerConfig {
             ));
         }
         self.idle_heartbeat()?;
+        if self.max_attempts == 0 {
+            // A task is lost at least once before it can fail for it: 0 would read as "never
+            // re-run" and act as 1.
+            return Err("max_attempts must be at least 1 (1: a task lost once fails)".into());
+        }
         if self.max_unfinished_tasks_per_user == 0 {
             return Err("max_unfinished_tasks_per_user must be at least 1".into());
         }

@@ -195,10 +195,7 @@ fn creatable(dir: &Path) -> Result<(), DataDirError> {
             Ok(_) if !std::fs::metadata(parent).is_ok_and(|m| m.is_dir()) => {
                 return Err(DataDirError::Refused {
                     path: dir.to_path_buf(),
-                    message: format!(
-                        "cannot be created: {} is not a directory",
-                        parent.display()
-                    ),
+                    message: format!("cannot be created: {} is not a directory", parent.display()),
                 });
             }
             Ok(_) => break,
@@ -422,9 +419,15 @@ mod tests {
         assert!(!base.join("a").exists(), "the check made nothing");
         std::fs::write(base.join("file"), "x").expect("file");
         let e = check(&base.join("file/data")).expect_err("under a file");
-        assert!(e.to_string().to_lowercase().contains("not a directory"), "{e}");
+        assert!(
+            e.to_string().to_lowercase().contains("not a directory"),
+            "{e}"
+        );
         let e = check(&base.join("file/a/data")).expect_err("further under a file");
-        assert!(e.to_string().to_lowercase().contains("not a directory"), "{e}");
+        assert!(
+            e.to_string().to_lowercase().contains("not a directory"),
+            "{e}"
+        );
         if Path::new("/proc/self").exists() {
             // Not even root makes a directory in /proc.
             let e = check(Path::new("/proc/hetsched-check/data")).expect_err("in /proc");

@@ -47,7 +47,7 @@ pub struct ServerArgs {
         long,
         help = "How often an agent with nothing to report heartbeats: new work reaches it at once \
                 anyway, and its open wait for work says it lives, so idle beats only refresh what \
-                `hetsched nodes` shows [default: 60s, at least --heartbeat-interval]",
+                `hetsched nodes` shows [default: 60s; one below --heartbeat-interval is raised to it]",
         value_parser = super::duration_flag
     )]
     pub idle_heartbeat_interval: Option<humantime::Duration>,

@@ -569,6 +569,17 @@ async fn an_idle_heartbeat_may_exceed_the_dead_timeout_and_zero_is_refused() {
     assert!(err.contains("idle_heartbeat_interval"), "{err}");
 }
 
+/// `max_attempts = 0` would read as "never re-run a lost task" and act as 1: refused, naming
+/// the field; 1 is the least.
+#[test]
+fn max_attempts_of_zero_is_refused() {
+    let zero = ServerConfig::parse("s.toml", "max_attempts = 0\n").expect("parses");
+    let e = zero.validate().expect_err("0");
+    assert!(e.contains("max_attempts must be at least 1"), "{e}");
+    let one = ServerConfig::parse("s.toml", "max_attempts = 1\n").expect("parses");
+    assert_eq!(one.validate(), Ok(()));
+}
+
 /// A heartbeat of 0 would have agents with work beat without pause, and one at or above the
 /// dead timeout would have busy nodes declared dead between two beats: both are refused, naming
 /// the fields; so is a dead timeout too short to mean anything.
