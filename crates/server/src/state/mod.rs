@@ -2312,8 +2312,17 @@ fn next_kind_start(kind: Kind) -> u64 {
 impl State {
     /// A workflow's task graph in DOT (issue 13).
     pub fn workflow_dot(&self, job: u64) -> Result<String, StateError> {
-        if self.ids.kind(job) != Some(Kind::Workflow) {
-            return Err(StateError::NoJob(job));
+        match self.ids.kind(job) {
+            Some(Kind::Workflow) => {}
+            // A job of another kind has no task graph: say so, not that it does not exist.
+            Some(kind) => {
+                return Err(StateError::Invalid(format!(
+                    "job {job} is a {} job: only a workflow has a task graph (`hetsched job \
+                     {job}` shows it)",
+                    kind.as_str()
+                )));
+            }
+            None => return Err(StateError::NoJob(job)),
         }
         self.jobs.workflow.dot(job).ok_or(StateError::NoJob(job))
     }

@@ -531,6 +531,24 @@ fn a_drains_reason_and_time_are_listed_kept_across_a_restart_and_cleared_by_a_re
     assert_eq!(note(&s), (false, String::new(), 0));
 }
 
+/// `hetsched job N --graph` on a job of another kind says what the job is, not that it does
+/// not exist; an unknown id is still "no job".
+#[test]
+fn only_a_workflow_has_a_graph_and_another_jobs_refusal_says_its_kind() {
+    let d = scratch("graph-kind");
+    let mut s = open(&d);
+    let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    let e = s.workflow_dot(job).expect_err("a batch job");
+    assert!(
+        e.to_string().contains(&format!(
+            "job {job} is a batch job: only a workflow has a task graph"
+        )),
+        "{e}"
+    );
+    let e = s.workflow_dot(job + 100).expect_err("no such job");
+    assert_eq!(e.to_string(), format!("no job {}", job + 100));
+}
+
 /// After a restart, a node whose agent has not come back is not listed as dead while its grace
 /// lasts: `returning_ms` says how long it has left (3 dead-timeouts, 30 s by default) until its
 /// agent is heard again; a node heard since, and one declared dead, have none.
