@@ -757,7 +757,7 @@ impl ClientArgs {
 
     /// The token to send ([`ClientArgs::token_path`], read and checked).
     pub fn token(&self) -> anyhow::Result<String> {
-        serve::read_token(&self.token_path())
+        serve::read_token(&self.token_path(), serve::TokenReader::Client)
     }
 }
 

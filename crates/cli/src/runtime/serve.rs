@@ -518,16 +518,32 @@ pub fn read_private_key(
     Ok((key, warning))
 }
 
-/// Reads a token from `path`: refuses an empty file and warns when other users may read it.
-pub fn read_token(path: &std::path::Path) -> anyhow::Result<String> {
+/// Who reads a token ([`read_token`]): each finds it elsewhere, and the error says where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenReader {
+    /// A client command.
+    Client,
+    /// An agent.
+    Agent,
+}
+
+/// Reads a token from `path` for `reader`: refuses an empty file and warns when other users may
+/// read it.
+pub fn read_token(path: &std::path::Path, reader: TokenReader) -> anyhow::Result<String> {
     use std::os::unix::fs::MetadataExt;
-    let t = std::fs::read_to_string(path).with_context(|| {
-        format!(
-            "reading the token from {} (the server writes DATA_DIR/token for the admin and \
-             DATA_DIR/agent-token for agents; a user's own comes from `hetsched user add`; pass \
-             --token-file, or put yours in ~/.config/hetsched/token)",
+    let t = std::fs::read_to_string(path).with_context(|| match reader {
+        TokenReader::Client => format!(
+            "reading the token from {} (the server writes DATA_DIR/token for the admin; a \
+             user's own comes from `hetsched user add`; pass --token-file or \
+             HETSCHED_TOKEN_FILE, or put yours in ~/.config/hetsched/token)",
             path.display()
-        )
+        ),
+        TokenReader::Agent => format!(
+            "reading the agent token from {} (the server writes DATA_DIR/agent-token; pass \
+             --token-file or HETSCHED_AGENT_TOKEN_FILE, or set `token_file` in the agent's \
+             configuration)",
+            path.display()
+        ),
     })?;
     if let Ok(m) = std::fs::metadata(path)
         && m.mode() & 0o077 != 0
@@ -669,7 +685,7 @@ pub fn agent_options(
         .clone()
         .or(config.token_file.clone())
         .unwrap_or_else(|| PathBuf::from("hetsched-data/agent-token"));
-    let token = read_token(&token_file)?;
+    let token = read_token(&token_file, TokenReader::Agent)?;
     let ca = a.ca.clone().or(config.ca.clone());
     let server = server_url(&server, ca.is_some()).with_context(|| server_from.clone())?;
     // With `[tls]` the CA also verifies the other agents' data listeners.

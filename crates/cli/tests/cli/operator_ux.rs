@@ -1375,3 +1375,37 @@ fn a_submission_without_a_readable_token_fails_at_once_without_retries() {
         started.elapsed()
     );
 }
+
+/// An agent without its token says where an agent's token comes from (the server's
+/// `agent-token`, `--token-file`, `HETSCHED_AGENT_TOKEN_FILE`), not the client's
+/// `~/.config/hetsched/token`, which no agent reads.
+#[test]
+fn an_agent_without_its_token_names_where_an_agents_token_comes_from() {
+    let dir = std::env::temp_dir().join(format!("hetsched-no-agent-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let out = std::process::Command::new(crate::support::BIN)
+        .args([
+            "agent",
+            "--server",
+            "http://127.0.0.1:1",
+            "--name",
+            "x",
+            "--token-file",
+        ])
+        .arg(dir.join("no-such-token"))
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .env_remove("HETSCHED_AGENT_TOKEN_FILE")
+        .output()
+        .expect("run hetsched");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("reading the agent token from")
+            && said.contains("DATA_DIR/agent-token")
+            && said.contains("HETSCHED_AGENT_TOKEN_FILE")
+            && !said.contains(".config/hetsched/token"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
