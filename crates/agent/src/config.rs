@@ -111,8 +111,10 @@ pub struct AgentConfig {
     pub work_dir: Option<PathBuf>,
     /// Cores offered to tasks (1 to `MAX_NODE_CORES`).
     pub cores: Option<serde_spanned::Spanned<u32>>,
-    /// Memory offered to tasks.
-    pub memory: Option<ByteSize>,
+    /// Memory offered to tasks (kept with where it is written: a figure no node has is refused
+    /// at its line).
+    #[serde(deserialize_with = "hetsched_core::input::spanned_byte_size")]
+    pub memory: Option<serde_spanned::Spanned<ByteSize>>,
     /// Relative core speed.
     pub core_speed: Option<f64>,
     /// Disk read bandwidth.
@@ -150,12 +152,14 @@ pub struct AgentConfig {
     /// (default [`crate::dataflow::DEFAULT_MAX_INPUT_BYTES`]): a producer's agent that sends
     /// more (misbehaving, or any holder of the agent token) fails the fetch instead of filling
     /// this node's disk.
+    #[serde(deserialize_with = "hetsched_core::input::spanned_byte_size")]
     pub max_input_bytes: Option<serde_spanned::Spanned<ByteSize>>,
     /// The free space fetched workflow inputs, divisible chunks' inputs and (on an ANode) the
     /// input files NNodes ship with offloads leave on the filesystem of `work_dir` (default
     /// [`crate::room::DEFAULT_MIN_FREE_DISK`]; 0 turns the check off): a fetch that would go
     /// below stops, and the instance's attempt, the chunk or the offload runs again where there
     /// is room, instead of filling the node's disk.
+    #[serde(deserialize_with = "hetsched_core::input::optional_byte_size")]
     pub min_free_disk: Option<ByteSize>,
     /// The most bytes per second this agent fetches workflow inputs at, all fetches together
     /// (absent or 0: no cap; otherwise at least
@@ -225,6 +229,10 @@ pub fn check_cores(cores: u32) -> Result<u32, String> {
     Ok(cores)
 }
 
+/// The least memory a node's agent may declare (`memory`): 1 MiB, as for a task — mostly a
+/// bare number meant as megabytes (Slurm's `RealMemory`), which would offer almost none.
+pub const MIN_NODE_MEMORY: u64 = 1 << 20;
+
 impl AgentConfig {
     /// Parses a configuration file's text; errors name the line and field.
     pub fn parse(origin: &str, text: &str) -> Result<Self, hetsched_core::input::InputError> {
@@ -247,6 +255,20 @@ impl AgentConfig {
             && let Err(e) = check_cores(*c.get_ref())
         {
             return Err(src.error(Some(c.span().start), Some("cores".into()), e));
+        }
+        if let Some(m) = &config.memory
+            && m.get_ref().as_u64() < MIN_NODE_MEMORY
+        {
+            let bytes = m.get_ref().as_u64();
+            return Err(src.error(
+                Some(m.span().start),
+                Some("memory".into()),
+                format!(
+                    "{bytes} bytes is less than any node has (at least 1 MiB; leave it out to \
+                     detect it): a size without a unit is bytes (Slurm's `RealMemory` counts \
+                     megabytes): write e.g. `{bytes}MiB`"
+                ),
+            ));
         }
         if let Some(m) = &config.max_input_bytes
             && m.get_ref().as_u64() == 0
@@ -382,6 +404,34 @@ mod tests {
         let e = AgentConfig::parse("agent.toml", "max_input_bytes = \"lots\"\n")
             .expect_err("not a size");
         assert!(e.to_string().starts_with("agent.toml:1:19"), "{e}");
+    }
+
+    /// A node's `memory` written as Slurm's `RealMemory` (megabytes, no unit) would offer a few
+    /// kilobytes: refused at its line, saying how to write it; a size that is not one says how
+    /// to write one, as a job file's does (not the `bytesize` crate's "expected parsable
+    /// string"), for every size of the file.
+    #[test]
+    fn a_node_memory_of_a_few_bytes_and_a_size_that_is_none_are_refused_saying_how_to_write_them() {
+        let e = AgentConfig::parse("agent.toml", "cores = 2\nmemory = \"4000\"\n")
+            .expect_err("4000 bytes");
+        let e = e.to_string();
+        assert!(
+            e.starts_with("agent.toml:2:10: memory: 4000 bytes is less than any node has")
+                && e.contains("write e.g. `4000MiB`"),
+            "{e}"
+        );
+        let c = AgentConfig::parse("agent.toml", "memory = \"4000MiB\"\n").expect("valid");
+        assert_eq!(c.memory.map(|m| m.get_ref().as_u64()), Some(4000 << 20));
+        for field in ["memory", "max_input_bytes", "min_free_disk"] {
+            let e = AgentConfig::parse("agent.toml", &format!("{field} = \"lots\"\n"))
+                .expect_err("not a size")
+                .to_string();
+            assert!(
+                e.starts_with(&format!("agent.toml:1:{}: {field}", field.len() + 4))
+                    && e.contains("write a number of bytes or a size such as \"512MiB\""),
+                "{e}"
+            );
+        }
     }
 
     #[test]

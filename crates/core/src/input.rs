@@ -22,8 +22,8 @@ pub mod workflow_runtime;
 pub mod workload;
 
 pub use units::{
-    Bandwidth, Duration, MAX_BANDWIDTH, MAX_DURATION, TASK_SIGNALS, WarnSignal, size_bytes,
-    task_signal,
+    Bandwidth, Duration, MAX_BANDWIDTH, MAX_DURATION, TASK_SIGNALS, WarnSignal, optional_byte_size,
+    size_bytes, spanned_byte_size, task_signal,
 };
 
 use std::fmt;

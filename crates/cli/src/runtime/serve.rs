@@ -740,7 +740,9 @@ pub fn agent_options(
                 .cores
                 .or(config.cores.as_ref().map(|c| *c.get_ref()))
                 .unwrap_or_else(hetsched_agent::detect::cores),
-            memory_bytes: hetsched_agent::detect::node_memory(config.memory.map(|m| m.as_u64())),
+            memory_bytes: hetsched_agent::detect::node_memory(
+                config.memory.as_ref().map(|m| m.get_ref().as_u64()),
+            ),
             accelerators,
             device_names,
         },
