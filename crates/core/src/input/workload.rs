@@ -205,13 +205,61 @@ impl ApplicationSpec {
 
 /// What a task runs: a shell line (run with `sh -c`) or an argument vector (run directly).
 /// `{index}` in either is replaced by the task's index within its application.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Command {
     /// `command = "solve --n 2000"`.
     Shell(String),
     /// `command = ["solve", "--n", "2000"]`.
     Argv(Vec<String>),
+}
+
+/// Read by hand, not as an untagged enum: serde's words for an untagged mismatch ("data did not
+/// match any variant of untagged enum Command") tell a user nothing; these say what a command
+/// is and which element is not a string.
+impl<'de> Deserialize<'de> for Command {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Command;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a command: a string (run with `sh -c`) or an array of strings")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Command, E> {
+                Ok(Command::Shell(s.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Command, E> {
+                Ok(Command::Shell(s))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Command, A::Error> {
+                #[derive(Deserialize)]
+                #[serde(untagged)]
+                enum Element {
+                    Text(String),
+                    Other(serde::de::IgnoredAny),
+                }
+                let mut argv = Vec::new();
+                while let Some(e) = seq.next_element::<Element>()? {
+                    match e {
+                        Element::Text(s) => argv.push(s),
+                        Element::Other(_) => {
+                            return Err(serde::de::Error::custom(format!(
+                                "element {} of the array is not a string: a command is a \
+                                 string (run with `sh -c`) or an array of strings (quote \
+                                 numbers: [\"sleep\", \"3\"])",
+                                argv.len()
+                            )));
+                        }
+                    }
+                }
+                Ok(Command::Argv(argv))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 impl Command {
@@ -1495,6 +1543,49 @@ mod tests {
             e.to_string()
                 .contains("unknown field `comand`, expected one of"),
             "{e}"
+        );
+    }
+
+    /// A command of the wrong shape says what a command is and which element is wrong, not
+    /// serde's "did not match any variant of untagged enum".
+    #[test]
+    fn a_command_that_is_neither_a_string_nor_strings_says_what_a_command_is() {
+        let job = |command: &str| {
+            format!(
+                "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = {command}\n"
+            )
+        };
+        let e = parse_workload("j.toml", &job("[\"sleep\", 3]"))
+            .expect_err("an integer element")
+            .to_string();
+        assert!(
+            e.starts_with(
+                "j.toml:5:11: application[0].cpu.command: element 1 of the array is not a string"
+            ) && e.contains("quote numbers"),
+            "{e}"
+        );
+        for bad in ["3", "true", "{ a = 1 }"] {
+            let e = parse_workload("j.toml", &job(bad))
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                e.contains("application[0].cpu.command")
+                    && e.contains(
+                        "expected a command: a string (run with `sh -c`) or an array of strings"
+                    )
+                    && !e.contains("untagged"),
+                "{bad}: {e}"
+            );
+        }
+        let w = parse_workload("j.toml", &job("[\"sleep\", \"3\"]")).expect("strings");
+        assert_eq!(
+            w.variant_command(0, crate::model::Variant::Cpu),
+            Some(&Command::Argv(vec!["sleep".into(), "3".into()]))
+        );
+        let w = parse_workload("j.toml", &job("\"sleep 3\"")).expect("a line");
+        assert_eq!(
+            w.variant_command(0, crate::model::Variant::Cpu),
+            Some(&Command::Shell("sleep 3".into()))
         );
     }
 
