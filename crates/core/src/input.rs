@@ -141,7 +141,21 @@ impl<'a> Source<'a> {
     }
 
     fn toml_error(&self, e: &toml::de::Error, field: Option<String>) -> InputError {
-        self.error(e.span().map(|s| s.start), field, in_words(e.message()))
+        let mut message = in_words(e.message());
+        // TOML's "duplicate key" names no key: the text at its span is the key written again.
+        if message == "duplicate key"
+            && let Some(key) = e
+                .span()
+                .and_then(|s| self.text.get(s))
+                .map(str::trim)
+                .filter(|k| !k.is_empty() && k.len() <= 128 && !k.contains('\n'))
+        {
+            message = format!(
+                "duplicate key `{}`: a key is written once in its table",
+                key.escape_debug()
+            );
+        }
+        self.error(e.span().map(|s| s.start), field, message)
     }
 }
 

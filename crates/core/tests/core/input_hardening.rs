@@ -1024,3 +1024,14 @@ fn measured_traffic_errors_name_the_column_at_fault() {
             .starts_with("m.csv:1:20: expected 3 columns `from,to,tuples_per_s`, found 2"),
     );
 }
+
+/// A key written twice in one table: TOML's error names no key, so the one written again is
+/// read from where it points.
+#[test]
+fn a_duplicate_key_is_named() {
+    let e = workload_error("[[application]]\nname = \"a\"\ntasks = 1\ntasks = 2\n");
+    assert!(
+        e.starts_with("w.toml:4:1: duplicate key `tasks`: a key is written once"),
+        "{e}"
+    );
+}
