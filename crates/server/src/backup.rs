@@ -447,12 +447,19 @@ fn check_store(conn: &Connection, path: &Path) -> Result<u64, BackupError> {
         ));
     }
     // Every kind's jobs: batch jobs in `jobs`, divisible jobs and workflows in tables of their
-    // own (absent from a store older than those kinds).
+    // own (absent from a store older than those kinds). A purged batch job or workflow keeps a
+    // row marked `purged` (its ids stay taken), which is no job `hetsched jobs` lists: not
+    // counted (a purged divisible job's rows are deleted).
     let mut jobs: i64 = 0;
     for table in ["jobs", "div_jobs", "wf_jobs"] {
         if has_table(conn, path, table)? {
+            let live = if has_column(conn, path, table, "purged")? {
+                " WHERE purged = 0"
+            } else {
+                ""
+            };
             jobs += conn
-                .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| {
+                .query_row(&format!("SELECT COUNT(*) FROM {table}{live}"), [], |r| {
                     r.get::<_, i64>(0)
                 })
                 .map_err(sql(path))?;
@@ -599,6 +606,23 @@ fn has_table(conn: &Connection, path: &Path, name: &str) -> Result<bool, BackupE
         .query_row(
             "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
             [name],
+            |r| r.get(0),
+        )
+        .map_err(sql(path))?;
+    Ok(n > 0)
+}
+
+/// Whether `table` (which exists) has `column` (added by a later version's migration).
+fn has_column(
+    conn: &Connection,
+    path: &Path,
+    table: &str,
+    column: &str,
+) -> Result<bool, BackupError> {
+    let n: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+            [table, column],
             |r| r.get(0),
         )
         .map_err(sql(path))?;
@@ -1226,6 +1250,27 @@ mod tests {
         // And with the server stopped.
         let again = d.join("c.db");
         backup(&data, &again).expect("backup of a closed store");
+    }
+
+    /// The count a backup reports is of the jobs `hetsched jobs --all` lists: a purged job's
+    /// kept row (its ids stay taken) is not one.
+    #[test]
+    fn a_backup_counts_no_purged_job() {
+        let d = scratch("purged");
+        let (data, store) = store_in(&d);
+        let c = Connection::open(data.join("state.db")).expect("open");
+        for (id, purged) in [(1, 1), (2, 0), (3, 0)] {
+            c.execute(
+                "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, \
+                 first_task, purged) VALUES (?1, 'j.toml', '', '/', 0, 0, 0, ?2)",
+                [id, purged],
+            )
+            .expect("a job row");
+        }
+        drop(c);
+        let b = backup(&data, &d.join("b.db")).expect("backup");
+        assert_eq!(b.jobs, 2, "job 1 was purged");
+        drop(store);
     }
 
     #[test]
