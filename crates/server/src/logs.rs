@@ -714,13 +714,15 @@ pub async fn read_log(
     };
     let earlier = attempt != task.attempt;
     let candidates: Vec<AgentAt> = if !earlier {
-        let at = relay.by_name(&task.node).ok_or_else(|| {
-            Status::unavailable(format!(
+        let Some(at) = relay.by_name(&task.node) else {
+            // Unknown to the relay since the start: a node that left or died says so.
+            let e = Status::unavailable(format!(
                 "node `{}` has not heartbeated since the server started: its task outputs \
                  cannot be reached now",
                 task.node
-            ))
-        })?;
+            ));
+            return Err(unanswered(state, relay, &task, e));
+        };
         vec![at]
     } else {
         relay

@@ -955,6 +955,19 @@ fn log_from_a_node_whose_agent_left_or_died_says_so() {
             "{err}"
         );
     }
+    // After a restart the node that left is still said to have left (the server had said it
+    // had not heartbeated since the start, as of a node that may yet come back).
+    c.kill_server();
+    c.start_server();
+    let out = c.cli(&["log", "1", "echo:0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains(
+                "node `a` cannot be asked for the task's output: its agent left (signal)"
+            ),
+        "{err}"
+    );
 }
 
 /// `server --listen localhost:7420` is refused naming the flag, with the forms it takes (it
