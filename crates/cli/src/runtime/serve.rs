@@ -527,6 +527,22 @@ pub enum TokenReader {
     Agent,
 }
 
+/// How to write `host`, an IPv6 address with or without a port and no brackets, as a server
+/// address: the whole as the address (`::1:7420` is one), or the part before the last `:` as
+/// the address and the rest as the port (`::1:41845`: 41845 is no group of an address).
+fn ipv6_hint(host: &str, address: &str, port: &str) -> String {
+    let whole = host.parse::<std::net::Ipv6Addr>().is_ok();
+    let split = address.parse::<std::net::Ipv6Addr>().is_ok() && port.parse::<u16>().is_ok();
+    match (whole, split) {
+        (true, true) => {
+            format!("`[{host}]:{DEFAULT_PORT}`, or `[{address}]:{port}` if {port} is the port")
+        }
+        (false, true) => format!("`[{address}]:{port}`"),
+        (true, false) => format!("`[{host}]:{DEFAULT_PORT}`"),
+        (false, false) => "`[ADDRESS]:PORT`".to_string(),
+    }
+}
+
 /// Reads a token from `path` for `reader`: refuses an empty file and warns when other users may
 /// read it.
 pub fn read_token(path: &std::path::Path, reader: TokenReader) -> anyhow::Result<String> {
@@ -597,8 +613,11 @@ pub fn server_url(raw: &str, tls: bool) -> anyhow::Result<String> {
             let has_port = match host.rsplit_once(':') {
                 // `[v6]:port`, or `host:port`
                 Some((h, _)) if host.starts_with('[') => h.ends_with(']'),
-                Some((h, _)) if h.contains(':') => {
-                    bail!("`{raw}`: write an IPv6 address in brackets (`[{host}]:{DEFAULT_PORT}`)")
+                Some((h, port)) if h.contains(':') => {
+                    bail!(
+                        "`{raw}`: write an IPv6 address in brackets ({})",
+                        ipv6_hint(host, h, port)
+                    )
                 }
                 Some(_) => true,
                 None => false,
@@ -1015,7 +1034,20 @@ mod tests {
             ("http://head:7420/api", "a server URL takes no path"),
             (
                 "::1:7420",
-                "write an IPv6 address in brackets (`[::1:7420]:7420`)",
+                "write an IPv6 address in brackets (`[::1:7420]:7420`, or `[::1]:7420` if 7420 \
+                 is the port)",
+            ),
+            (
+                "::1:41845",
+                "write an IPv6 address in brackets (`[::1]:41845`)",
+            ),
+            (
+                "fe80::1",
+                "write an IPv6 address in brackets (`[fe80::1]:7420`)",
+            ),
+            (
+                "a:b:c",
+                "write an IPv6 address in brackets (`[ADDRESS]:PORT`)",
             ),
             (
                 "head:port",
@@ -1026,7 +1058,7 @@ mod tests {
             let e = read(raw, false).expect_err(raw);
             assert!(e.contains(says), "{raw}: {e}");
             assert!(
-                e.contains("expected http://HOST:PORT") || raw.starts_with("::"),
+                e.contains("expected http://HOST:PORT") || e.contains("IPv6 address in brackets"),
                 "{raw}: {e}"
             );
         }
