@@ -23,7 +23,7 @@ pub const ORIGIN: &str = "<command line>";
 pub struct CommandJobArgs {
     /// Tasks in the job (default 1). `{index}` in the command becomes each task's index,
     /// 0 to N−1 (also in `$HETSCHED_TASK_INDEX`).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub tasks: Option<u32>,
     /// One task per line of FILE (`-`: standard input), instead of `--tasks`: `{entry}` in the
     /// command becomes the task's line (also in `$HETSCHED_ENTRY`), `{index}` its number from 0.
