@@ -1599,10 +1599,20 @@ fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
         "job.toml",
         &format!(
             "[[application]]\nname = \"cuda\"\ntasks = 4\n[application.gpu]\nkind = \"test-gpu\"\n\
-             command = \"echo {{index}} $CUDA_VISIBLE_DEVICES $HETSCHED_VARIANT $CUDA_DEVICE_ORDER >> {}; sleep 0.1\"\n\
-             env = {{ CUDA_DEVICE_ORDER = \"FASTEST_FIRST\" }}\n",
+             command = \"echo {{index}} $CUDA_VISIBLE_DEVICES $HETSCHED_VARIANT $CUDA_DEVICE_ORDER >> {}; sleep 0.1\"\n",
             log.display()
         ),
+    );
+    // The agent sets the device order for every task, so a job may not set its own: refused
+    // at submission, naming the variable (before, the job's was dropped without a word).
+    let mine = c.write(
+        "order.toml",
+        &(std::fs::read_to_string(&job).expect("job")
+            + "env = { CUDA_DEVICE_ORDER = \"FASTEST_FIRST\" }\n"),
+    );
+    c.refused(
+        &["submit", mine.to_str().expect("path")],
+        "variable `CUDA_DEVICE_ORDER` is set by the agent for every task",
     );
     let out = c.cli(&["submit", job.to_str().expect("path"), "--wait"]);
     assert!(
@@ -1620,8 +1630,7 @@ fn gpu_tasks_go_to_declared_gpus_with_cuda_visible_devices_set() {
         );
         assert_eq!(f.get(2), Some(&"gpu"), "{l}");
         // The agent's device numbers are NVML's, in PCI bus order: CUDA must count them so,
-        // whatever the job's environment says, or a node with two kinds of GPU hands a task the
-        // other device.
+        // or a node with two kinds of GPU hands a task the other device.
         assert_eq!(f.get(3), Some(&"PCI_BUS_ID"), "{l}");
     }
     let tasks = c.json(&["tasks", "--job", "1"]);

@@ -365,6 +365,31 @@ enum Place<'a> {
     Var(&'a str),
 }
 
+/// The variables an agent sets for a task itself (`crates/agent/src/launch.rs`, `cpus.rs`):
+/// its job's own value would never be seen, so a job may not set one (before, it was dropped
+/// without a word). Other `HETSCHED_` names stay the job's (`HETSCHED_SERVER` for a task that
+/// submits work).
+pub const AGENT_SET_VARS: &[&str] = &[
+    "HETSCHED_JOB_ID",
+    "HETSCHED_APP",
+    "HETSCHED_TASK_ID",
+    "HETSCHED_TASK_INDEX",
+    "HETSCHED_ATTEMPT",
+    "HETSCHED_VARIANT",
+    "HETSCHED_NODE",
+    "HETSCHED_ENTRY",
+    "HETSCHED_PROCESS",
+    "HETSCHED_CPUS",
+    "HETSCHED_NODE_FILE",
+    "HETSCHED_NODES",
+    "HETSCHED_NUM_NODES",
+    "HETSCHED_NODE_CORES",
+    "HETSCHED_TOTAL_CORES",
+    "HETSCHED_AGENT_WORK_DIR",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+];
+
 /// The bounds on one command and its environment; `prefix` names where they are written
 /// (`application[0].cpu`, `task[2]`), and `place` the offset of what is refused.
 fn check_command_env(
@@ -426,6 +451,16 @@ fn check_command_env(
                 ),
             ));
         }
+        if AGENT_SET_VARS.contains(&k.as_str()) {
+            return Err(src.error(
+                place(Place::Var(k)),
+                field("env"),
+                format!(
+                    "variable `{k}` is set by the agent for every task (the task would never \
+                     see the job's value): leave it out"
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -444,6 +479,34 @@ mod tests {
     fn err(text: &str) -> String {
         let w = parse_workload("job.toml", text).expect("parses");
         check(&w).expect_err("over a limit").to_string()
+    }
+
+    /// A variable the agent sets for every task is refused in a job's environment, naming it
+    /// and its line; another `HETSCHED_` name is the job's own.
+    #[test]
+    fn a_variable_the_agent_sets_is_refused_in_a_jobs_environment() {
+        for var in [
+            "HETSCHED_JOB_ID",
+            "CUDA_VISIBLE_DEVICES",
+            "HETSCHED_AGENT_WORK_DIR",
+        ] {
+            let text = job("a", "true", &format!("env = {{ {var} = \"9\" }}\n"));
+            let e = err(&text);
+            assert!(
+                e.starts_with("job.toml:6:")
+                    && e.contains(&format!(
+                        "application[0].cpu.env: variable `{var}` is set by the agent"
+                    )),
+                "{var}: {e}"
+            );
+        }
+        let own = job(
+            "a",
+            "true",
+            "env = { HETSCHED_SERVER = \"http://head:7420\" }\n",
+        );
+        let w = parse_workload("job.toml", &own).expect("parses");
+        assert!(check(&w).is_ok(), "a name the agent does not set");
     }
 
     /// `memory = "4000"` (or `submit --memory 4000`, Slurm's `--mem=4000`, megabytes there)
