@@ -877,7 +877,7 @@ pub(crate) fn request_in_words(r: &hetsched_core::Resources, kind: Option<&str>)
 
 /// Bytes in binary units, as job files write them (`512 MiB`, `1.5 GiB`).
 pub(crate) fn bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     let mut v = b as f64;
     let mut u = 0;
     while v >= 1024.0 && u + 1 < UNITS.len() {
@@ -905,5 +905,8 @@ mod words_tests {
         );
         assert_eq!(bytes(1536 << 20), "1.5 GiB");
         assert_eq!(bytes(512), "512 B");
+        // As `hetsched job` and `update` say it (`1.0 PiB`), not `1024 TiB`.
+        assert_eq!(bytes(1 << 50), "1 PiB");
+        assert_eq!(bytes(u64::MAX), "16 EiB");
     }
 }
