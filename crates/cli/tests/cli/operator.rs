@@ -444,6 +444,30 @@ fn a_drained_node_gets_no_new_work_until_it_is_resumed() {
 /// `hetsched node stop NAME` (HyperQueue's `hq worker stop`): the agent stops its task, reports
 /// it, exits 0, and the node is listed as left; the task runs again on the other node. A node
 /// without a live agent is refused.
+/// An idle agent beats only every `idle_heartbeat_interval` (60 s): `node stop` wakes it, so
+/// it hears the stop and exits at once (it waited for its next idle beat).
+#[test]
+fn a_stopped_idle_agent_exits_at_once() {
+    let mut c = Cluster::start("node-stop-idle", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    // Past its first beats (a new agent beats a few times at once): it waits on its held call
+    // now, and would beat next in a minute.
+    std::thread::sleep(Duration::from_millis(3000));
+    let asked = std::time::Instant::now();
+    c.ok(&["node", "stop", "a"]);
+    assert_eq!(
+        c.agent_exit("a", Duration::from_secs(20)),
+        Some(0),
+        "the agent exits cleanly"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "the idle agent took {:?} to hear the stop",
+        asked.elapsed()
+    );
+}
+
 #[test]
 fn a_stopped_nodes_agent_exits_and_its_task_runs_elsewhere() {
     let mut c = Cluster::start("node-stop", false);
