@@ -664,6 +664,19 @@ fn a_100000_task_job_is_paged_filtered_and_counted_live_without_reloading() {
     );
     let none = get("/api/tasks?job=1&cursor=0&limit=100&state=failed");
     assert_eq!(none["tasks"].as_array().map(Vec::len), Some(0));
+    // A state no task has is a bad parameter (400, named), as a bad limit is; not a 404.
+    let (code, body) = http(
+        &addr,
+        "GET",
+        "/api/tasks?job=1&state=bogus",
+        &[("Authorization", &bearer)],
+        "",
+    );
+    assert_eq!(
+        (code, body.starts_with("state: unknown task state `bogus`")),
+        (400, true),
+        "{body}"
+    );
     assert_eq!(
         none["next_cursor"], 0,
         "the scan ended at the job's last task"

@@ -1005,6 +1005,12 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return bad_parameter(e),
             };
             let state = query(&uri, "state").filter(|s| !s.is_empty() && s != "all");
+            // A state no task has is the request's mistake, as another bad parameter is.
+            if let Some(s) = &state
+                && let Err(e) = crate::state::types::StateFilter::parse(std::slice::from_ref(s))
+            {
+                return bad_parameter(format!("state: {e}"));
+            }
             let relay = d.relay.clone();
             let page = filtered_tasks(&d, job, cursor, limit, state.as_deref()).await;
             match page {
