@@ -68,7 +68,7 @@ pub struct RuntimeWorkflow {
 /// its own inputs and outputs, and `balancer` must be a runtime balancer.
 pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflow, InputError> {
     let src = Source::new(origin, text);
-    if let Some(e) = both_kinds(&src) {
+    if let Some(e) = mixed_kinds(origin, text) {
         return Err(e);
     }
     let parsed = parse_workflow_with(origin, text, Costs::Optional)?;
@@ -246,20 +246,65 @@ impl RuntimeWorkflow {
     }
 }
 
-/// The refusal of a file with both `[[application]]` and `[[task]]` tables, at its first
-/// application: such a file is taken for a workflow ([`is_workflow`]), whose parser would call
-/// `application` an unknown field, as if the user had mistyped a key.
-fn both_kinds(src: &Source) -> Option<InputError> {
-    let table = src.text.parse::<toml::Table>().ok()?;
-    if !(table.contains_key("application") && table.contains_key("task")) {
+/// The refusal of a file that mixes kinds of job, at the first table of the kind that comes
+/// second: `[[application]]` tables (a batch job), `[[task]]` tables (a workflow), or more than
+/// one `[[divisible]]` load. Such a file would otherwise reach one kind's parser, which calls
+/// the other kind's key an unknown field, as if the user had mistyped it. `None`: one kind.
+pub fn mixed_kinds(origin: &str, text: &str) -> Option<InputError> {
+    let src = Source::new(origin, text);
+    let table = text.parse::<toml::Table>().ok()?;
+    let has = |k: &str| table.contains_key(k);
+    let (application, task, divisible) = (has("application"), has("task"), has("divisible"));
+    let at = |key: &str, nth: usize| table_offset_nth(text, key, nth);
+    let (offset, message) = if application && task {
+        (
+            at("application", 0),
+            "a file is either a batch job ([[application]] tables) or a workflow ([[task]] \
+             tables), not both: put the applications and the tasks in files of their own",
+        )
+    } else if divisible && (application || task) {
+        let other = if application { "application" } else { "task" };
+        // Whichever of the two comes later in the file is the one out of place.
+        let (d, o) = (at("divisible", 0), at(other, 0));
+        (
+            d.max(o),
+            if application {
+                "a file is either a batch job ([[application]] tables) or one divisible load \
+                 ([[divisible]]), not both: put each in a file of its own"
+            } else {
+                "a file is either a workflow ([[task]] tables) or one divisible load \
+                 ([[divisible]]), not both: put each in a file of its own"
+            },
+        )
+    } else if table
+        .get("divisible")
+        .and_then(toml::Value::as_array)
+        .is_some_and(|d| d.len() > 1)
+    {
+        (
+            at("divisible", 1),
+            "a job file holds one [[divisible]] load: submit the others as their own jobs",
+        )
+    } else {
         return None;
+    };
+    Some(src.error(offset, None, message))
+}
+
+/// [`table_offset`] of the `nth` (from 0) line that opens table array `key`.
+fn table_offset_nth(text: &str, key: &str, nth: usize) -> Option<usize> {
+    let mut seen = 0;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        if table_offset(line, key).is_some() {
+            if seen == nth {
+                return Some(offset + line.len() - line.trim_start().len());
+            }
+            seen += 1;
+        }
+        offset += line.len();
     }
-    Some(src.error(
-        table_offset(src.text, "application"),
-        None,
-        "a file is either a batch job ([[application]] tables) or a workflow ([[task]] tables), \
-         not both: put the applications and the tasks in files of their own",
-    ))
+    None
 }
 
 /// The byte offset of the first line that opens top-level table array `key` (`[[key]]`) or
@@ -482,6 +527,47 @@ time_limit = "10s"
                 line.unwrap_or(0)
             )
         );
+        assert!(!e.contains("unknown field"), "{e}");
+    }
+
+    /// A divisible load beside a workflow's tasks, beside a batch job's applications, or twice:
+    /// refused at the table out of place, saying what a file may hold (the workflow parser
+    /// called `divisible` an unknown field; the others had no line).
+    #[test]
+    fn a_file_mixing_a_divisible_load_with_another_kind_is_refused_at_the_table_out_of_place() {
+        let load = "[[divisible]]\nname = \"x\"\nunits = 10\ncommand = \"echo {start} {end}\"\n";
+        let task = "[[task]]\nname = \"t\"\ninstances = 1\ncommand = \"true\"\n";
+        let app =
+            "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n";
+        for (text, says) in [
+            (
+                format!("{task}{load}"),
+                "job.toml:5:1: a file is either a workflow ([[task]] tables) or one divisible load",
+            ),
+            (
+                format!("{load}{task}"),
+                "job.toml:5:1: a file is either a workflow ([[task]] tables) or one divisible load",
+            ),
+            (
+                format!("{app}{load}"),
+                "job.toml:6:1: a file is either a batch job ([[application]] tables) or one divisible load",
+            ),
+            (
+                format!("{load}{load}"),
+                "job.toml:5:1: a job file holds one [[divisible]] load",
+            ),
+        ] {
+            let e = mixed_kinds("job.toml", &text)
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.starts_with(says), "{text}\n{e}");
+        }
+        assert!(mixed_kinds("job.toml", load).is_none());
+        assert!(mixed_kinds("job.toml", task).is_none());
+        let e = parse_runtime_workflow("job.toml", &format!("{task}{load}"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(!e.contains("unknown field"), "{e}");
     }
 

@@ -337,6 +337,10 @@ pub fn prepare(
         return Ok(None);
     }
     if !w.applications.is_empty() || w.divisible.len() > 1 {
+        // At the line of the table out of place.
+        if let Some(e) = hetsched_core::input::workflow_runtime::mixed_kinds(origin, text) {
+            return Err(DivError::Invalid(e.to_string()));
+        }
         return Err(DivError::Invalid(format!(
             "{origin}: divisible: a job file holds either [[application]] tables or one [[divisible]] load; submit the others as their own jobs"
         )));
