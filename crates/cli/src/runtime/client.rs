@@ -493,11 +493,9 @@ pub async fn submit(
             String::new(),
         ),
     };
-    // A batch job's commands: `{word}`s the agents will not replace (the server checks the rest).
-    if let Ok(w) = hetsched_core::input::workload::parse_workload(&origin, &text) {
-        for warning in super::placeholders::warnings(&w) {
-            eprintln!("{warning}");
-        }
+    // A job's commands: `{word}`s the agents will not replace (the server checks the rest).
+    for warning in super::placeholders::for_file(&origin, &text) {
+        eprintln!("{warning}");
     }
     let submitted = submit_with_retries(
         args,

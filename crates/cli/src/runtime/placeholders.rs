@@ -1,9 +1,81 @@
-//! Warnings about `{word}` in a batch job's commands that the agent will not replace: only
-//! `{index}` (and `{entry}`, for an application with entries) are placeholders there, so a typo
-//! such as `{indx}` would reach the program as written. Warned, not refused: braces are common
-//! in commands (`awk '{print $1}'`, `${HOME}`), and those are left alone.
+//! Warnings about `{word}` in a job's commands that the agent will not replace: in a batch
+//! job only `{index}` (and `{entry}`, for an application with entries) are placeholders, in a
+//! workflow task `{index}` (its `{input:…}` and `{output:…}` the server checks), in a divisible
+//! load `{start}`, `{end}`, `{chunk}` and `{input}` — so a typo such as `{indx}` would reach the
+//! program as written. Warned, not refused: braces are common in commands (`awk '{print $1}'`,
+//! `${HOME}`), and those are left alone.
 
 use hetsched_core::input::workload::{Command, Workload};
+
+/// The warnings for a submitted file's commands, whatever its kind (none for a file that does
+/// not parse: the server names its error).
+pub fn for_file(origin: &str, text: &str) -> Vec<String> {
+    if hetsched_core::input::workflow_runtime::is_workflow(text) {
+        return hetsched_core::input::workflow_runtime::parse_runtime_workflow(origin, text)
+            .map(|w| {
+                w.parsed
+                    .specs
+                    .iter()
+                    .zip(&w.tasks)
+                    .flat_map(|(spec, t)| {
+                        unknown_in(
+                            t.argv.iter().map(String::as_str),
+                            &["index"],
+                            &format!("task `{}`", spec.name.get_ref()),
+                            "a workflow task's are {index}, {input:NAME} and {output:NAME}",
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
+    let Ok(w) = hetsched_core::input::workload::parse_workload(origin, text) else {
+        return Vec::new();
+    };
+    let mut out = warnings(&w);
+    for d in &w.divisible {
+        out.extend(unknown_in(
+            words(d.command.get_ref()),
+            &["start", "end", "chunk", "input"],
+            &format!("divisible load `{}`", d.name.get_ref()),
+            "a divisible load's are {start}, {end}, {chunk} and {input}",
+        ));
+    }
+    out
+}
+
+/// The arguments of a command as the placeholders are looked for in them.
+fn words(c: &Command) -> Vec<&str> {
+    match c {
+        Command::Shell(s) => vec![s.as_str()],
+        Command::Argv(v) => v.iter().map(String::as_str).collect(),
+    }
+}
+
+/// A warning for each `{word}` of `args` (once each) that is not one of `known`: `what` names
+/// the command's owner, `placeholders` says which there are. `{kind:name}` is the server's to
+/// check.
+fn unknown_in<'a>(
+    args: impl IntoIterator<Item = &'a str>,
+    known: &[&str],
+    what: &str,
+    placeholders: &str,
+) -> Vec<String> {
+    let mut seen: Vec<&str> = Vec::new();
+    for word in args.into_iter().flat_map(unknown) {
+        if !known.contains(&word) && !word.contains(':') && !seen.contains(&word) {
+            seen.push(word);
+        }
+    }
+    seen.into_iter()
+        .map(|word| {
+            format!(
+                "warning: {what}: `{{{word}}}` is not a placeholder ({placeholders}); it reaches \
+                 the program as written"
+            )
+        })
+        .collect()
+}
 
 /// The warnings for `w`'s commands (empty when every `{word}` is a placeholder).
 pub fn warnings(w: &Workload) -> Vec<String> {
@@ -16,11 +88,7 @@ pub fn warnings(w: &Workload) -> Vec<String> {
         ];
         let mut seen: Vec<String> = Vec::new();
         for c in commands.into_iter().flatten() {
-            let words: Vec<&str> = match c {
-                Command::Shell(s) => vec![s.as_str()],
-                Command::Argv(v) => v.iter().map(String::as_str).collect(),
-            };
-            for word in words.into_iter().flat_map(unknown) {
+            for word in words(c).into_iter().flat_map(unknown) {
                 let known = word == "index" || (word == "entry" && entries);
                 if !known && !seen.iter().any(|s| s == word) {
                     seen.push(word.to_string());
@@ -100,6 +168,32 @@ mod tests {
         assert!(
             w[0].contains("only in an application with entries"),
             "{w:?}"
+        );
+    }
+
+    /// A workflow task's and a divisible load's commands are looked at too, each against its
+    /// own placeholders.
+    #[test]
+    fn a_mistyped_placeholder_of_a_workflow_or_divisible_load_is_warned() {
+        let wf = "[[task]]\nname = \"t\"\ninstances = 2\noutputs = [\"m\"]\n\
+                  command = \"echo {indx} {index} > {output:m}; awk '{print $1}' x\"\n";
+        let w = for_file("wf.toml", wf);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("warning: task `t`: `{indx}` is not a placeholder (a workflow task's"),
+            "{w:?}"
+        );
+        let load = "[[divisible]]\nname = \"x\"\nunits = 10\n\
+                    command = \"echo {start} {end} {chunk} {chunkk}\"\n";
+        let w = for_file("d.toml", load);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("warning: divisible load `x`: `{chunkk}` is not a placeholder"),
+            "{w:?}"
+        );
+        assert!(
+            for_file("bad.toml", "[[task]\n").is_empty(),
+            "the server names it"
         );
     }
 }

@@ -112,7 +112,29 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
                 let (list, what) = match kind {
                     "input" => (&t.inputs, "inputs"),
                     "output" => (&t.outputs, "outputs"),
-                    _ => continue,
+                    // A misspelt kind reaches the program as written: `{outputs:m}` became a
+                    // file of that name in the submission's directory, and the instance failed
+                    // for want of its output. Other `{word:…}` are the command's own.
+                    _ => match ["input", "output"]
+                        .into_iter()
+                        .map(|k| (strsim::levenshtein(kind, k), k))
+                        .min()
+                        .filter(|&(d, _)| d <= 2)
+                        .map(|(_, k)| k)
+                    {
+                        Some(meant) => {
+                            return Err(src.error(
+                                at(command),
+                                field("command"),
+                                format!(
+                                    "`{{{kind}:{name}}}` is no placeholder: did you mean \
+                                     `{{{meant}:{name}}}`? (a workflow task's are {{index}}, \
+                                     {{input:NAME}} and {{output:NAME}})"
+                                ),
+                            ));
+                        }
+                        None => continue,
+                    },
                 };
                 if !list.iter().any(|x| x.get_ref() == name) {
                     let listed: Vec<&str> = list.iter().map(|x| x.get_ref().as_str()).collect();
@@ -336,14 +358,17 @@ pub fn is_workflow(text: &str) -> bool {
     }
 }
 
-/// The `{kind:NAME}` placeholders of `arg`.
+/// The `{kind:NAME}` placeholders of `arg`; not the shell's `${VAR:-default}`.
 fn placeholders(arg: &str) -> Vec<(&str, &str)> {
     let mut out = Vec::new();
     let mut rest = arg;
     while let Some(open) = rest.find('{') {
         let after = &rest[open + 1..];
         let Some(close) = after.find('}') else { break };
-        if let Some((kind, name)) = after[..close].split_once(':') {
+        let shell = rest[..open].ends_with('$');
+        if let Some((kind, name)) = after[..close].split_once(':')
+            && !shell
+        {
             out.push((kind, name));
         }
         rest = &after[close + 1..];
@@ -591,6 +616,41 @@ time_limit = "10s"
             "{e}"
         );
         assert!(e.contains("`{input:x}` names no consumed output"), "{e}");
+    }
+
+    /// A misspelt placeholder kind (`{outputs:m}`) reached the program as written — a file of
+    /// that name in the submission's directory, and an instance that failed for want of its
+    /// output: refused with the kind meant. The command's own `{word:…}` (far from both) and
+    /// the shell's `${VAR:-x}` are left alone.
+    #[test]
+    fn a_misspelt_placeholder_kind_is_refused_with_the_one_meant() {
+        for (typo, meant) in [("{outputs:m}", "{output:m}"), ("{ouput:m}", "{output:m}")] {
+            let bad = GOOD.replace("{output:m}", typo);
+            let e = parse_runtime_workflow("wf.toml", &bad)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                e.contains(&format!(
+                    "`{typo}` is no placeholder: did you mean `{meant}`?"
+                )),
+                "{e}"
+            );
+        }
+        let bad = GOOD.replace("{input:m}", "{inptu:m}");
+        let e = parse_runtime_workflow("wf.toml", &bad)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            e.as_deref()
+                .is_some_and(|e| e.contains("did you mean `{input:m}`?")),
+            "{e:?}"
+        );
+        let own = GOOD.replace(
+            "{output:m}\"",
+            "{output:m}; echo ${HOME:-/} {key:value} {outputfile:x}\"",
+        );
+        assert!(parse_runtime_workflow("wf.toml", &own).is_ok(), "{own}");
     }
 
     #[test]
