@@ -875,6 +875,33 @@ pub(crate) fn request_in_words(r: &hetsched_core::Resources, kind: Option<&str>)
     s
 }
 
+/// Why work of a user at its cap waits, in the words every kind uses: `its user's running
+/// {holders} hold C of the M cores the user may hold at once` (memory and GPUs likewise), for
+/// `group`, the user's group in the view, capped `by`.
+pub(crate) fn capped_words(
+    group: &hetsched_core::model::view::GroupState,
+    by: hetsched_core::CappedResource,
+    holders: &str,
+) -> String {
+    use hetsched_core::CappedResource;
+    let (held, cap) = match by {
+        CappedResource::Cores => (group.usage.cores.to_string(), group.cap.cores.to_string()),
+        CappedResource::Memory => (
+            bytes(group.usage.memory_bytes),
+            bytes(group.cap.memory_bytes),
+        ),
+        CappedResource::Gpus => (group.usage.gpus.to_string(), group.cap.gpus.to_string()),
+    };
+    let what = match by {
+        CappedResource::Memory => "of memory".to_string(),
+        _ => by.to_string(),
+    };
+    format!(
+        "its user's running {holders} {held} of the {cap} {what} the user may hold at once \
+         (`hetsched user limit`)"
+    )
+}
+
 /// Bytes in binary units, as job files write them (`512 MiB`, `1.5 GiB`).
 pub(crate) fn bytes(b: u64) -> String {
     const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];

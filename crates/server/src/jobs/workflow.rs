@@ -2246,11 +2246,12 @@ impl Workflows {
         (c, ready)
     }
 
-    /// Why a workflow's ready instances wait when no node can run them now: for the first
-    /// task with a ready instance that no live node could hold (its `requires`, cores, memory
-    /// and GPUs, free or not), or only drained ones could. Empty otherwise: ready instances
-    /// then go out as the balancer places them.
-    fn pending_reason(rd: &Read, j: &WfJob) -> String {
+    /// Why a workflow's ready instances wait, and whether for an operator (no node can run
+    /// them now): for the first task with a ready instance that no live node could hold (its
+    /// `requires`, cores, memory and GPUs, free or not), or only drained ones could; or, when
+    /// some node could, that its owner is at its cap (not blocked: running work ends). Empty
+    /// otherwise: ready instances then go out as the balancer places them.
+    fn pending_reason(rd: &Read, j: &WfJob) -> (String, bool) {
         for (t, task) in j.rt.parsed.workflow.tasks.iter().enumerate() {
             let (from, to) = (j.offset[t] as usize, j.offset[t + 1] as usize);
             let insts = j.insts.get(from..to).unwrap_or_default();
@@ -2287,16 +2288,27 @@ impl Workflows {
                 }
             }
             if open {
+                // A node can run it: unless its owner is at its cap, it goes out as the
+                // balancer places it.
+                if let Some(g) = j.group {
+                    let group = rd.view.group(g);
+                    if let Some(by) = group.capped_by(&need) {
+                        return (super::capped_words(&group, by, "work holds"), false);
+                    }
+                }
                 continue;
             }
             let name = &task.name;
             if !full.is_empty() {
                 full.sort_unstable();
-                return format!(
-                    "task `{name}` fetches inputs, and every open node that can run it has its \
+                return (
+                    format!(
+                        "task `{name}` fetches inputs, and every open node that can run it has its \
                      work directory's disk below its agent's `min_free_disk`: {} (`hetsched \
                      nodes` shows their free space)",
-                    full.join(", ")
+                        full.join(", ")
+                    ),
+                    true,
                 );
             }
             if let (Some(most), true) = (short, drained.is_empty()) {
@@ -2304,11 +2316,14 @@ impl Workflows {
                     humantime::format_duration(std::time::Duration::from_secs(d.as_secs()))
                         .to_string()
                 };
-                return format!(
-                    "task `{name}`'s time limit ({}) is longer than the time left on every node \
+                return (
+                    format!(
+                        "task `{name}`'s time limit ({}) is longer than the time left on every node \
                      that can run it (at most {}: their agents' `time_limit`)",
-                    words(limit),
-                    words(most)
+                        words(limit),
+                        words(most)
+                    ),
+                    true,
                 );
             }
             if drained.is_empty() {
@@ -2317,18 +2332,24 @@ impl Workflows {
                 } else {
                     format!("; requires {}", task.requires.join(" + "))
                 };
-                return format!(
-                    "no live node can run task `{name}` ({}{requires})",
-                    super::request_in_words(&need, None)
+                return (
+                    format!(
+                        "no live node can run task `{name}` ({}{requires})",
+                        super::request_in_words(&need, None)
+                    ),
+                    true,
                 );
             }
             drained.sort_unstable();
-            return format!(
-                "every node that can run task `{name}` is drained: {} (`hetsched node resume NAME`)",
-                drained.join(", ")
+            return (
+                format!(
+                    "every node that can run task `{name}` is drained: {} (`hetsched node resume NAME`)",
+                    drained.join(", ")
+                ),
+                true,
             );
         }
-        String::new()
+        (String::new(), false)
     }
 
     fn job_info(rd: &Read, j: &WfJob, apps: bool) -> JobInfo {
@@ -2347,9 +2368,7 @@ impl Workflows {
         let (pending_reason, blocked) = if unstarted {
             (j.gate.reason(j.id()), false)
         } else {
-            let r = Self::pending_reason(rd, j);
-            let blocked = !r.is_empty();
-            (r, blocked)
+            Self::pending_reason(rd, j)
         };
         let used = j.insts.iter().filter_map(|x| x.usage);
         let mut info = JobInfo {

@@ -1314,6 +1314,17 @@ fn a_users_cap_holds_its_workflows_instances_too() {
     }
     assert_eq!(started.len(), 2, "two one-core instances under a cap of 2");
     assert_eq!(s.user_cores("alice"), 2);
+    // The ready instances say why they wait, as a capped batch job does (not blocked: running
+    // work ends).
+    let job = s.get_job(wf).expect("job");
+    assert_eq!(
+        (job.pending_reason.as_str(), job.blocked),
+        (
+            "its user's running work holds 2 of the 2 cores the user may hold at once \
+             (`hetsched user limit`)",
+            false
+        )
+    );
     // Two end: two more start, never more than the cap.
     let done: Vec<(u64, u32, bool)> = started.iter().map(|&(t, a)| (t, a, true)).collect();
     let mut next = agent.beat(&mut s, &done);

@@ -295,27 +295,7 @@ impl Batch {
             let state = rd.view.app(app);
             if let Some(by) = capped(state, rd) {
                 let group = state.group.map(|g| rd.view.group(g)).unwrap_or_default();
-                let (held, cap) = match by {
-                    CappedResource::Cores => {
-                        (group.usage.cores.to_string(), group.cap.cores.to_string())
-                    }
-                    CappedResource::Memory => (
-                        crate::jobs::bytes(group.usage.memory_bytes),
-                        crate::jobs::bytes(group.cap.memory_bytes),
-                    ),
-                    CappedResource::Gpus => {
-                        (group.usage.gpus.to_string(), group.cap.gpus.to_string())
-                    }
-                };
-                let what = match by {
-                    CappedResource::Memory => "of memory".to_string(),
-                    _ => by.to_string(),
-                };
-                let why = format!(
-                    "its user's running tasks hold {held} of the {cap} {what} the user may \
-                     hold at once (`hetsched user limit`)"
-                );
-                return (why, false);
+                return (crate::jobs::capped_words(&group, by, "tasks hold"), false);
             }
         }
         // Every node able to run them is held whole for multi-node tasks (running, or gathering).
