@@ -1828,6 +1828,11 @@ impl Workflows {
     ) -> Vec<u32> {
         let mut ended = Vec::new();
         let mut stack = vec![(i, why.to_string())];
+        let root = if cancelled {
+            format!("{} was cancelled", job.label(i))
+        } else {
+            format!("{} failed: {why}", job.label(i))
+        };
         while let Some((k, msg)) = stack.pop() {
             let x = &mut job.insts[k as usize];
             if x.st.ended() && k != i {
@@ -1838,7 +1843,8 @@ impl Workflows {
             x.message = msg;
             x.finished_ns = now;
             self.dirty.insert((job.seq, k));
-            let cause = Self::not_run_because(job, k, cancelled, k == i, why);
+            let upstream = (k != i).then_some(root.as_str());
+            let cause = Self::not_run_because(job, k, cancelled, upstream, why);
             for c in job.consumers(k) {
                 if !job.insts[c as usize].st.ended() {
                     stack.push((c, cause.clone()));
@@ -1900,13 +1906,20 @@ impl Workflows {
             .filter(|&i| j.insts[i as usize].st == other)
             .collect();
         while let Some(k) = stack.pop() {
-            let first = &j.insts[k as usize].message;
-            let direct = !first.starts_with("not run: ");
             // A failure's own message is its cause (`exit code 1`); a cancel's is `cancelled`.
-            let why = first.clone();
+            let why = j.insts[k as usize].message.clone();
+            let upstream = why
+                .starts_with("not run: ")
+                .then(|| Self::upstream_of(&why).unwrap_or_else(|| "upstream".into()));
             for c in j.consumers(k) {
                 if again.remove(&c) {
-                    let because = Self::not_run_because(j, k, other == St::Cancelled, direct, &why);
+                    let because = Self::not_run_because(
+                        j,
+                        k,
+                        other == St::Cancelled,
+                        upstream.as_deref(),
+                        &why,
+                    );
                     let x = &mut j.insts[c as usize];
                     x.st = other;
                     x.message = because;
@@ -1971,20 +1984,43 @@ impl Workflows {
         Ok(again.len() as u64)
     }
 
-    /// Why a consumer of `k` is not run: `k` was cancelled (`first`: by a user; else because
-    /// of its own producer), or failed (`first`: for `why`; else upstream).
-    fn not_run_because(job: &WfJob, k: u32, cancelled: bool, first: bool, why: &str) -> String {
+    /// Why a consumer of `k` is not run: `k` was cancelled, or failed for `why` (`upstream`:
+    /// `None`), or was not run itself because of an instance further up, which `upstream`
+    /// describes (`p[2] failed: exited with exit status: 3`) — named at every depth, so that the
+    /// last consumer still says which instance to look at.
+    fn not_run_because(
+        job: &WfJob,
+        k: u32,
+        cancelled: bool,
+        upstream: Option<&str>,
+        why: &str,
+    ) -> String {
         let producer = job.label(k);
-        match (cancelled, first) {
-            (true, true) => format!("not run: its producer {producer} was cancelled"),
-            (true, false) => {
-                format!("not run: its producer {producer} was not run (cancelled upstream)")
-            }
-            (false, first) => format!(
-                "not run: its producer {producer} failed ({})",
-                if first { why } else { "upstream" }
-            ),
+        match (cancelled, upstream) {
+            (true, None) => format!("not run: its producer {producer} was cancelled"),
+            (false, None) => format!("not run: its producer {producer} failed ({why})"),
+            (_, Some(root)) => format!("not run: its producer {producer} was not run ({root})"),
         }
+    }
+
+    /// What instance `k`, not run because of an instance further up (its `message`, as
+    /// [`Workflows::not_run_because`] wrote it), says of that instance; `None` when the message
+    /// is not one of those (an instance that ended of itself). Messages stored before the root
+    /// was named say `upstream`.
+    fn upstream_of(message: &str) -> Option<String> {
+        let rest = message.strip_prefix("not run: its producer ")?;
+        let (producer, what) = rest.split_once(' ')?;
+        if let Some(root) = what
+            .strip_prefix("was not run (")
+            .and_then(|r| r.strip_suffix(')'))
+        {
+            return Some(root.to_string());
+        }
+        if what == "was cancelled" {
+            return Some(format!("{producer} was cancelled"));
+        }
+        let why = what.strip_prefix("failed (")?.strip_suffix(')')?;
+        Some(format!("{producer} failed: {why}"))
     }
 
     fn check_finished(&mut self, job: &mut WfJob, now: u64) {

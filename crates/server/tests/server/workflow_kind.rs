@@ -2506,7 +2506,14 @@ fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_
     );
     assert_eq!(of(&before, "use", 5).0, "cancelled");
     assert_eq!(of(&before, "sum", 1).0, "cancelled");
-    assert!(of(&before, "sum", 1).1.contains("cancelled upstream"));
+    // Two levels down, the message still names where it began.
+    let why = of(&before, "sum", 1).1;
+    assert!(
+        why.starts_with("not run: its producer use[")
+            && why.contains("] was not run (gen[")
+            && why.ends_with("] was cancelled)"),
+        "{why}"
+    );
     assert_eq!(of(&before, "gen", 1).0, "running");
     assert_eq!(of(&before, "use", 1).0, "waiting");
 
@@ -2756,7 +2763,9 @@ fn resubmitting_cancelled_workflow_instances_runs_them_and_their_dependants_but_
     let (state, why) = of(&again, "sum", 1);
     assert_eq!(state, "failed");
     assert!(
-        why.starts_with("not run: its producer use[") && why.ends_with("] failed (upstream)"),
+        why.starts_with("not run: its producer use[")
+            && why.contains("] was not run (gen[")
+            && why.ends_with("] failed: attempt 1 failed (exit code 1))"),
         "{why}"
     );
     assert_eq!(
