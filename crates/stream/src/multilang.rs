@@ -522,6 +522,32 @@ pub struct ProgramCode {
     pub conf: BTreeMap<String, String>,
 }
 
+/// Executor `me`'s program as its worker started it, or, where it could not start (a program
+/// that is not there, say), as after a program that ended at once: said in the log and the
+/// executor's `ended`, and started again as [`Restarts`] says, until the worker gives up on it
+/// — the worker and its other executors run on (before, the worker failed to start, and every
+/// executor of it with it).
+fn first_start(
+    shared: &Arc<Shared>,
+    me: u32,
+    counters: &ExecutorCounters,
+    code: &ProgramCode,
+    restarts: &mut Restarts,
+    shell: Result<Shell, String>,
+) -> Option<Shell> {
+    match shell {
+        Ok(shell) => Some(shell),
+        Err(err) => {
+            let why = format!("{}: {err}", shell_name(shared, me));
+            tracing::error!("{why}");
+            if let Ok(mut ended) = counters.ended.lock() {
+                *ended = Some(why);
+            }
+            restart(shared, me, counters, code, restarts, Instant::now())
+        }
+    }
+}
+
 /// After executor `me`'s program (started at `started`) ended: waits as [`Restarts`] says and
 /// starts the program again, with a fresh handshake under the same task id. `None` when the
 /// worker stops or the executor moves meanwhile, or when the worker gives up on it (then said
@@ -911,7 +937,7 @@ impl ExpiryNotice {
 pub fn run_shell_bolt(
     shared: Arc<Shared>,
     me: u32,
-    shell: Shell,
+    shell: Result<Shell, String>,
     code: ProgramCode,
     inbox: Receiver<Vec<Tuple>>,
 ) {
@@ -921,7 +947,7 @@ pub fn run_shell_bolt(
     let mut em = Emitter::new(shared.clone(), me);
     let mut hist = Histogram::default();
     let mut restarts = Restarts::of(&code);
-    let mut next = Some(shell);
+    let mut next = first_start(&shared, me, &counters, &code, &mut restarts, shell);
     while let Some(mut shell) = next.take() {
         let started = Instant::now();
         let mut unacked = Unacked::default();
@@ -1145,7 +1171,7 @@ fn bolt_loop(
 pub fn run_shell_spout(
     shared: Arc<Shared>,
     me: u32,
-    shell: Shell,
+    shell: Result<Shell, String>,
     code: ProgramCode,
     acks: Receiver<AckMsg>,
 ) {
@@ -1161,7 +1187,7 @@ pub fn run_shell_spout(
         next_msg: 0,
     };
     let mut restarts = Restarts::of(&code);
-    let mut next = Some(shell);
+    let mut next = first_start(&shared, me, &counters, &code, &mut restarts, shell);
     while let Some(mut shell) = next.take() {
         let started = Instant::now();
         let result = spout_loop(

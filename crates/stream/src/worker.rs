@@ -869,7 +869,8 @@ impl Shared {
                 Box::new(move || run_bolt(sh, e, code, rx, await_state))
             }
             (ComponentCode::Command { argv, conf }, kind) => {
-                let shell = multilang::Shell::start(self, e, argv, conf).map_err(fail)?;
+                // One that cannot start is started again on its thread, as one that ended.
+                let shell = multilang::Shell::start(self, e, argv, conf);
                 let code = multilang::ProgramCode {
                     argv: argv.clone(),
                     conf: conf.clone(),

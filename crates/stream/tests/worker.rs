@@ -1426,3 +1426,39 @@ fn a_multilang_programs_child_that_called_setsid_does_not_outlive_the_stopped_wo
         .args(["-9", &orphan.to_string()])
         .status();
 }
+
+/// A multi-lang bolt whose program cannot start at all (it is not there) is an executor whose
+/// program ended at once: said in its `ended` and started again as a program that exits is —
+/// the worker starts, and its spout runs on. Before, the worker failed to start, and every
+/// executor of it with it, while the topology was listed as running.
+#[test]
+fn a_multilang_program_that_cannot_start_leaves_its_worker_and_the_other_executors_running() {
+    use std::sync::atomic::Ordering;
+    let dir = scratch("multilang-missing");
+    let text = spout_to_bolt(
+        "builtin = \"sequence-spout\"\nparams = { rate = 20.0 }",
+        "command = [\"/nonexistent/hetsched-test-program\"]",
+    );
+    let w = Worker::start(config(&dir, &text, 0, vec![0, 0])).expect("the worker starts");
+    let started = Instant::now();
+    let bolt = w.counter(1).expect("the bolt's counters");
+    // Its first start again comes after 1 s.
+    while bolt.restarts.load(Ordering::Relaxed) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not started again after {:?}",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let why = ended(&w, 1).expect("why it does not run");
+    assert!(
+        why.starts_with("sink#0: ") && why.contains("/nonexistent/hetsched-test-program"),
+        "{why}"
+    );
+    let emitted = || w.counter(0).expect("spout").emitted.load(Ordering::Relaxed);
+    let before = emitted();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(emitted() > before, "the spout runs on");
+    w.stop();
+}
