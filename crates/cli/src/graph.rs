@@ -214,12 +214,28 @@ fn summary(r: &GraphResult) -> serde_json::Value {
             "instances": n.instances_per_core.iter().sum::<u32>(),
             "peak_instances": n.peak_instances,
             "busy": n.busy_per_core.iter().map(|&b| to_secs(b)).sum::<f64>(),
-            // The same, named in seconds as the other keys of the simulators are.
+            // The same, named in seconds as the other keys of the simulators are: core-seconds,
+            // the node's cores together (a node of 2 cores may be busy twice the makespan).
             "busy_s": n.busy_per_core.iter().map(|&b| to_secs(b)).sum::<f64>(),
+            "busy_core_s": n.busy_per_core.iter().map(|&b| to_secs(b)).sum::<f64>(),
+            // Of its cores' time over the run, as the table's `busy (% of makespan)` and
+            // `sim divisible`'s `busy_fraction` say it.
+            "busy_fraction": busy_fraction(n, r.makespan_s()),
             "sent": n.sent,
             "received": n.received,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The share of node `n`'s core time over a run of `makespan_s` that it was busy (0 for an
+/// empty run).
+fn busy_fraction(n: &hetsched_sim::graph::NodeOutcome, makespan_s: f64) -> f64 {
+    let span = makespan_s * f64::from(n.cores);
+    if span > 0.0 {
+        n.busy_per_core.iter().map(|&b| to_secs(b)).sum::<f64>() / span
+    } else {
+        0.0
+    }
 }
 
 fn print_result(r: &GraphResult) {

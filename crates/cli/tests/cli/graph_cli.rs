@@ -588,8 +588,16 @@ fn the_summary_carries_its_seed_and_busy_seconds() {
     assert_eq!(v["seed"], 7, "{v}");
     let nodes = v["nodes"].as_array().expect("nodes");
     assert!(!nodes.is_empty());
+    let makespan = v["makespan_s"].as_f64().expect("makespan");
     for n in nodes {
         assert_eq!(n["busy_s"], n["busy"], "{n}");
         assert!(n["busy_s"].is_number(), "{n}");
+        // Core-seconds, named so, and the share of the node's core time (the table's %).
+        assert_eq!(n["busy_core_s"], n["busy_s"], "{n}");
+        let cores = n["cores"].as_f64().expect("cores");
+        let fraction = n["busy_fraction"].as_f64().expect("busy_fraction");
+        let core_s = n["busy_core_s"].as_f64().expect("busy_core_s");
+        assert!((0.0..=1.0).contains(&fraction), "{n}");
+        assert!((fraction * cores * makespan - core_s).abs() < 1e-6, "{n}");
     }
 }
