@@ -107,22 +107,39 @@ pub async fn graph(args: &super::ClientArgs, id: u64) -> anyhow::Result<()> {
         .into_inner();
     match args.output {
         super::Output::Dot => print!("{}", reply.dot),
-        super::Output::Json => super::client::json(&reply)?,
+        // The edges as the table lists them, beside the DOT text (a script need not parse it).
+        super::Output::Json => super::client::json(&serde_json::json!({
+            "dot": reply.dot,
+            "edges": edges(&reply.dot)
+                .into_iter()
+                .map(|[producer, consumer, data]| serde_json::json!({
+                    "producer": producer, "consumer": consumer, "data": data,
+                }))
+                .collect::<Vec<_>>(),
+        }))?,
         super::Output::Table => {
-            // The DOT lines with an edge, as `producer → consumer (data)`.
             let mut t = Table::new();
             t.load_preset(UTF8_FULL_CONDENSED);
             t.set_header(["producer", "consumer", "data"]);
-            for line in reply.dot.lines().filter(|l| l.contains("->")) {
-                let q: Vec<&str> = line.split('"').collect();
-                if q.len() >= 6 {
-                    t.add_row(super::human::row(vec![q[1], q[3], q[5]]));
-                }
+            for e in edges(&reply.dot) {
+                t.add_row(super::human::row(e.to_vec()));
             }
             println!("{t}");
         }
     }
     Ok(())
+}
+
+/// The edges of the server's DOT text, as (producer, consumer, data and how it is waited for:
+/// `m (all)`), from its lines `"P" -> "C" [label="…"]`.
+fn edges(dot: &str) -> Vec<[&str; 3]> {
+    dot.lines()
+        .filter(|l| l.contains("->"))
+        .filter_map(|line| {
+            let q: Vec<&str> = line.split('"').collect();
+            (q.len() >= 6).then(|| [q[1], q[3], q[5]])
+        })
+        .collect()
 }
 
 /// The agent's workflow settings from its configuration: `attributes`, `max_input_bytes`,

@@ -721,6 +721,18 @@ command = "echo ok > {output:o}"
         dot.contains("\"mid\" -> \"all\" [label=\"m (all)\"]"),
         "{dot}"
     );
+    // As JSON: the DOT text and the edges the table lists, so a script need not parse DOT.
+    let g = c.json(&["job", &job.to_string(), "--graph"]);
+    assert!(
+        g["dot"].as_str().is_some_and(|d| d.starts_with("digraph")),
+        "{g}"
+    );
+    assert!(
+        g["edges"].as_array().is_some_and(|e| e
+            .iter()
+            .any(|e| e["producer"] == "mid" && e["consumer"] == "all" && e["data"] == "m (all)")),
+        "{g}"
+    );
 
     // Repaired: `resubmit --failed` runs src[2], then mid[2] and all; nothing else runs again.
     std::fs::write(&fixed, "").expect("write");
