@@ -735,11 +735,16 @@ pub fn agent_options(
         device_names = detected.names.into();
     }
     hetsched_agent::detect::log_disks();
-    let name = a
-        .name
-        .clone()
-        .or(config.name.clone())
-        .unwrap_or_else(host_name);
+    let (name, name_from) = match (&a.name, &config.name) {
+        (Some(n), _) => (n.clone(), "--name".to_string()),
+        (None, Some(n)) => (n.clone(), format!("{origin}: `name`")),
+        (None, None) => (host_name(), "the host's name (pass --name)".to_string()),
+    };
+    // Checked here, as the server would at registration, before any path is made of it: the
+    // default work directory is named after it, and `a/../../x` made directories outside it.
+    if let Some(problem) = hetsched_core::input::cluster::node_name_problem(&name) {
+        anyhow::bail!("{name_from}: {problem}");
+    }
     let work_dir = match a.work_dir.clone().or(config.work_dir.clone()) {
         Some(d) => d,
         None => hetsched_agent::workdir::default_dir(

@@ -1422,3 +1422,39 @@ fn an_agent_without_its_token_names_where_an_agents_token_comes_from() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An agent's name is checked before any path is made of it: `x/../../escaped` made
+/// directories outside the default work directory's parent before the server refused it.
+#[test]
+fn an_agent_name_that_is_no_node_name_is_refused_before_any_directory_is_made() {
+    let dir = std::env::temp_dir().join(format!("hetsched-agent-name-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let state = dir.join("xdg");
+    std::fs::create_dir_all(&state).expect("dir");
+    let token = dir.join("token");
+    std::fs::write(&token, "t0k3n").expect("token");
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("mode");
+    let out = std::process::Command::new(crate::support::BIN)
+        .args([
+            "agent",
+            "--server",
+            "http://127.0.0.1:1",
+            "--name",
+            "x/../../../escaped",
+        ])
+        .arg("--token-file")
+        .arg(&token)
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .expect("run hetsched");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said.contains("--name: node name `x/../../../escaped` may hold only letters"),
+        "{said}"
+    );
+    assert!(!dir.join("escaped").exists(), "no directory outside");
+    assert!(!state.join("hetsched").exists(), "nor inside");
+    let _ = std::fs::remove_dir_all(&dir);
+}
