@@ -278,6 +278,27 @@ impl QueueConfig {
         if self.refresh().as_secs() < 1 {
             return Err(format!("{}: at least 1s", at("refresh")));
         }
+        // Written into the agents' command line: one they would refuse makes every allocation
+        // start agents that exit at once.
+        if self.idle_timeout.is_some_and(|d| d.0 < 1_000_000_000) {
+            return Err(format!(
+                "{}: at least 1s (leave it out for 5 minutes)",
+                at("idle_timeout")
+            ));
+        }
+        if let Some(url) = &self.server {
+            let rest = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"));
+            if rest.is_none_or(|r| r.trim_end_matches('/').is_empty()) {
+                return Err(format!(
+                    "{}: `{}`: write the URL its agents reach the server at, \
+                     http://HOST:PORT or https://HOST:PORT",
+                    at("server"),
+                    url.escape_debug()
+                ));
+            }
+        }
         hetsched_core::model::cluster::attribute_set(self.attributes.iter().map(String::as_str))
             .map_err(|(j, e)| match j {
                 Some(j) => format!("{}: {e}", at(&format!("attributes[{j}]"))),

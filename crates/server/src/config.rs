@@ -564,6 +564,28 @@ impl ServerConfig {
         }
         self.offload_timing()?;
         crate::allocation::validate(&self.allocation)?;
+        // What a start refuses, so that `--check` does too.
+        if self.listen.ip().is_unspecified()
+            && let Some(i) = self.allocation.iter().position(|q| q.server.is_none())
+        {
+            return Err(format!(
+                "allocation[{i}].server: the server listens on a wildcard address ({}); name \
+                 the address its agents reach it at",
+                self.listen
+            ));
+        }
+        if let Some(h) = self.http_listen
+            && h.port() != 0
+            && h.port() == self.listen.port()
+            && (h.ip() == self.listen.ip()
+                || h.ip().is_unspecified()
+                || self.listen.ip().is_unspecified())
+        {
+            return Err(format!(
+                "http_listen ({h}) takes the port of listen ({}): give each its own",
+                self.listen
+            ));
+        }
         Ok(())
     }
 

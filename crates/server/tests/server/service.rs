@@ -569,6 +569,48 @@ async fn an_idle_heartbeat_may_exceed_the_dead_timeout_and_zero_is_refused() {
     assert!(err.contains("idle_heartbeat_interval"), "{err}");
 }
 
+/// What a start refuses, `--check` refuses too (the check passed them): a queue without
+/// `server` beside a wildcard `listen`, an HTTP listener on the gRPC port, a queue's `server`
+/// that is no http(s) URL and an `idle_timeout` below 1 s (written into its agents' command
+/// line, which they refuse or turn into 1 s).
+#[test]
+fn what_a_start_refuses_the_configuration_check_refuses() {
+    let queue = "[[allocation]]\nname = \"cpu\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n";
+    for (text, says) in [
+        (
+            format!("listen = \"0.0.0.0:43620\"\n{queue}"),
+            "allocation[0].server: the server listens on a wildcard address (0.0.0.0:43620)",
+        ),
+        (
+            "listen = \"127.0.0.1:43300\"\nhttp_listen = \"127.0.0.1:43300\"\n".to_string(),
+            "http_listen (127.0.0.1:43300) takes the port of listen (127.0.0.1:43300)",
+        ),
+        (
+            "listen = \"0.0.0.0:43300\"\nhttp_listen = \"127.0.0.1:43300\"\n".to_string(),
+            "http_listen (127.0.0.1:43300) takes the port of listen",
+        ),
+        (
+            format!("{queue}server = \"ftp://x\"\n"),
+            "allocation[0].server: `ftp://x`: write the URL",
+        ),
+        (
+            format!("{queue}idle_timeout = \"0s\"\n"),
+            "allocation[0].idle_timeout: at least 1s",
+        ),
+    ] {
+        let c = ServerConfig::parse("s.toml", &text).expect("parses");
+        let e = c.validate().expect_err(&text);
+        assert!(e.starts_with(says), "{text}\n{e}");
+    }
+    let fine = format!("listen = \"0.0.0.0:43620\"\n{queue}server = \"http://head:43620\"\n");
+    assert_eq!(
+        ServerConfig::parse("s.toml", &fine)
+            .expect("parses")
+            .validate(),
+        Ok(())
+    );
+}
+
 /// `max_attempts = 0` would read as "never re-run a lost task" and act as 1: refused, naming
 /// the field; 1 is the least.
 #[test]
