@@ -1185,6 +1185,20 @@ impl State {
             return Err(StateError::NoNode(name.to_string()));
         };
         let rec = &self.nodes.recs[id as usize];
+        if rec.alive && !rec.seen {
+            // Restored at the restart and not heard since: its agent may yet come back.
+            let left = rec
+                .dies_at(self.dead_timeout())
+                .map(|at| at.saturating_duration_since(std::time::Instant::now()));
+            return Err(StateError::Invalid(format!(
+                "node `{name}` is not back since the server's restart, and its agent may still \
+                 come back (it is declared dead {}): remove it then",
+                left.map_or("soon".to_string(), |d| format!(
+                    "in {}",
+                    humantime::format_duration(std::time::Duration::from_secs(d.as_secs().max(1)))
+                ))
+            )));
+        }
         if rec.alive {
             return Err(StateError::Invalid(format!(
                 "node `{name}` is alive (last heartbeat {} ms ago): stop its agent, wait until the \

@@ -578,6 +578,15 @@ fn nodes_not_back_since_a_restart_are_listed_as_returning_until_declared_dead() 
         let ms = ms.expect("waited for");
         assert!(ms > 25_000 && ms <= 30_000, "{ms} ms of 3 × 10 s");
     }
+    // Not removed while it may come back, saying so (it said "alive, last heartbeat …").
+    let e = s.remove_node("a").expect_err("may come back");
+    assert!(
+        e.to_string().contains(
+            "node `a` is not back since the server's restart, and its agent may still come \
+             back (it is declared dead in"
+        ),
+        "{e}"
+    );
     s.heartbeat(heartbeat_request(0, &[], &[]))
         .expect("a is back");
     let now = returning(&s);
