@@ -311,6 +311,11 @@ pub struct State {
     /// A job finished since the `[retention]` rule was last applied: the next retention pass
     /// is planned ([`State::plan_housekeeping`]).
     retention_pending: bool,
+    /// When the oldest finished job the `[retention]` rule still keeps passes its
+    /// `keep_finished`: the next retention pass is not planned before it (a pass that came
+    /// sooner found the job too young, and nothing planned another until the calm re-check,
+    /// up to a minute late).
+    retention_next: Option<Instant>,
     /// Changes with every purge, and differs across server starts (it starts at the start
     /// time): sent in every heartbeat reply, so that an agent that sees a new value asks which
     /// of the jobs it holds files of were purged ([`State::purged_jobs`]) and deletes those.
@@ -455,6 +460,7 @@ impl State {
             alarm: alarm::Alarm::default(),
             // With a rule, its first pass comes at once: restored jobs may be past it.
             retention_pending: config.retention.is_some(),
+            retention_next: None,
             purge_epoch: now_ns().max(1),
             allocations: None,
             paused_queues,
@@ -1331,9 +1337,10 @@ impl State {
                 .all()
                 .into_iter()
                 .filter_map(|k| k.housekeeping_due());
-            let retention = self
-                .retention_pending
-                .then(|| self.jobs.batch.retention_due());
+            let retention = self.retention_pending.then(|| {
+                let due = self.jobs.batch.retention_due();
+                self.retention_next.map_or(due, |at| due.max(at))
+            });
             nodes
                 .chain(kinds)
                 .chain(retention)
@@ -1377,6 +1384,26 @@ impl State {
             };
             if sel.older_than_ms.is_some() || sel.keep.is_some() {
                 self.on_purge(&sel)?;
+            }
+            // A finished job kept only for being too young is dropped when it is old enough:
+            // the next pass is planned for then.
+            self.retention_next = None;
+            if let Some(keep) = self.config.retention.as_ref().and_then(|r| r.keep_finished) {
+                let now = now_ns();
+                let next = self
+                    .jobs
+                    .all()
+                    .iter()
+                    .flat_map(|k| k.finished_jobs())
+                    .map(|(_, end)| end.saturating_add(keep.0))
+                    .filter(|&at| at > now)
+                    .min();
+                if let Some(at) = next {
+                    self.retention_pending = true;
+                    let at = Instant::now() + std::time::Duration::from_nanos(at - now);
+                    self.retention_next = Some(at);
+                    self.alarm.due(at);
+                }
             }
         }
         // Killed topologies, `keep_finished` after their kill.

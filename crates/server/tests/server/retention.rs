@@ -180,6 +180,40 @@ fn purge_deletes_a_finished_jobs_rows_and_nothing_runs_again_across_a_restart() 
     assert_eq!(ids, vec![6, 7, 8]);
 }
 
+/// A job the rule keeps only for being too young is purged when it is old enough: the pass
+/// that found it too young plans the next one for then. Before, nothing planned another pass
+/// until the calm re-check, and a cancelled pending job stayed up to a minute past its
+/// `keep_finished`.
+#[test]
+fn a_job_too_young_for_the_rule_is_purged_once_it_is_old_enough() {
+    let d = dir("too-young");
+    let mut s = open_with(
+        &d,
+        Some(RetentionConfig {
+            keep_finished: Some(hetsched_core::input::Duration(3_000_000_000)),
+            keep_jobs: None,
+        }),
+    );
+    let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    s.on_cancel(job).expect("cancelled while pending");
+    let ended = std::time::Instant::now();
+    s.apply_retention().expect("retention");
+    assert_eq!(listed(&s), vec![(job, "cancelled".into())], "too young");
+    let next = s.plan_housekeeping();
+    assert!(
+        next <= ended + std::time::Duration::from_secs(6),
+        "the next pass comes {:?} after the end",
+        next.saturating_duration_since(ended)
+    );
+    std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+    s.apply_retention().expect("retention");
+    assert!(
+        listed(&s).is_empty(),
+        "purged once 3 s old: {:?}",
+        listed(&s)
+    );
+}
+
 #[test]
 fn the_retention_rule_keeps_the_newest_finished_jobs_and_purge_selects_by_age_or_count() {
     let d = dir("rule");
