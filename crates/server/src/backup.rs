@@ -294,12 +294,14 @@ fn backup_in_pieces(data_dir: &Path, dest: &Path, piece: u64) -> Result<Backup, 
 /// Puts backup `src` in place as the store of `data_dir` (created 0700 if missing), whose server
 /// must not run: the store it replaces is kept in `DATA_DIR/before-restore-SECS/`.
 pub fn restore(data_dir: &Path, src: &Path) -> Result<Restored, BackupError> {
-    datadir::prepare(data_dir)?;
-    let _lock = datadir::lock(data_dir)?;
+    // What the backup is, first: a restore refused for it leaves no data directory behind.
     let meta = std::fs::metadata(src).map_err(io(src))?;
     if !meta.is_file() {
         return Err(refused(src, "is not a file"));
     }
+    check_store(&open_read_only(src)?, src)?;
+    datadir::prepare(data_dir)?;
+    let _lock = datadir::lock(data_dir)?;
     let store = data_dir.join(datadir::STORE);
     let real_src = src.canonicalize().map_err(io(src))?;
     if store
@@ -1310,6 +1312,12 @@ mod tests {
         std::fs::write(&text, "not a database\n".repeat(100)).expect("write");
         let e = restore(&data, &text).expect_err("not a database");
         assert!(e.to_string().contains("notes.txt"), "{e}");
+        // Refused for what it restores from, it makes no data directory.
+        let fresh = d.join("fresh");
+        for bad in [&text, &d.join("nosuch.db")] {
+            restore(&fresh, bad).expect_err("no backup");
+            assert!(!fresh.exists(), "{}", bad.display());
+        }
         let other = d.join("other.db");
         Connection::open(&other)
             .and_then(|c| c.execute_batch("CREATE TABLE t(x)"))
