@@ -532,6 +532,9 @@ impl ServerConfig {
             ));
         }
         self.idle_heartbeat()?;
+        if self.data_dir.as_os_str().is_empty() {
+            return Err("data_dir must not be empty (leave it out for ./hetsched-data)".into());
+        }
         if self.max_attempts == 0 {
             // A task is lost at least once before it can fail for it: 0 would read as "never
             // re-run" and act as 1.

@@ -398,7 +398,11 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     // flag is named here by its flag (`--dead-timeout 0s` is no `dead_timeout` of the user's).
     config.validate().map_err(|e| {
         anyhow::anyhow!(
-            "invalid server configuration: {}",
+            "invalid server configuration{}: {}",
+            // The file its fields are in, when one was read.
+            a.config
+                .as_deref()
+                .map_or(String::new(), |p| format!(" ({})", p.display())),
             [
                 (
                     timing_flags.2,

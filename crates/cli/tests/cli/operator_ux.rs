@@ -1458,3 +1458,34 @@ fn an_agent_name_that_is_no_node_name_is_refused_before_any_directory_is_made() 
     assert!(!state.join("hetsched").exists(), "nor inside");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A bound a configuration file's value breaks, found once the file has parsed, names the file
+/// (it said only `invalid server configuration: …`), and an empty `data_dir` is refused as such
+/// (it read `: cannot be created`).
+#[test]
+fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
+    let dir = std::env::temp_dir().join(format!("hetsched-config-bound-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (text, says) in [
+        ("max_attempts = 0\n", "max_attempts must be at least 1"),
+        ("data_dir = \"\"\n", "data_dir must not be empty"),
+    ] {
+        let file = dir.join("server.toml");
+        std::fs::write(&file, text).expect("config");
+        let out = std::process::Command::new(crate::support::BIN)
+            .args(["server", "--check", "--config"])
+            .arg(&file)
+            .output()
+            .expect("run hetsched");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && said.contains(&format!(
+                    "invalid server configuration ({}): {says}",
+                    file.display()
+                )),
+            "{said}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
