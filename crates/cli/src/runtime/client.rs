@@ -1590,19 +1590,27 @@ pub(super) fn answer<T: serde::Serialize>(
     }
 }
 
-/// `hetsched node remove NAME`.
-pub async fn remove_node(args: &ClientArgs, name: &str) -> anyhow::Result<()> {
-    let reply = connect(args)
-        .await?
-        .remove_node(pb::RemoveNodeRequest {
-            name: name.to_string(),
-        })
-        .await
-        .map_err(refused)?
-        .into_inner();
-    answer(args, &reply, |r| {
-        format!("node `{name}` (id {}) removed", r.node_id)
-    })
+/// `hetsched node remove NAME…`: several in turn, a line each, as `node drain` does them.
+pub async fn remove_node(args: &ClientArgs, names: &[String]) -> anyhow::Result<()> {
+    let api = connect(args).await?;
+    let remove = |name: &String| {
+        let mut api = api.clone();
+        let name = name.clone();
+        async move {
+            let r = api
+                .remove_node(pb::RemoveNodeRequest { name: name.clone() })
+                .await
+                .map_err(refused)?
+                .into_inner();
+            let line = format!("node `{name}` (id {}) removed", r.node_id);
+            Ok((serde_json::to_value(r)?, line))
+        }
+    };
+    if let [name] = names {
+        let (value, line) = remove(name).await?;
+        return one_answer(args, "name", name.as_str(), value, &line);
+    }
+    each_in_turn(args, names, "name", "node", "removed", remove).await
 }
 
 /// `hetsched node drain NAME [--reason TEXT]` (`drain`) and `hetsched node resume NAME`.

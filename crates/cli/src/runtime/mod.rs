@@ -559,8 +559,10 @@ pub enum NodeCommand {
     /// Remove a dead node: it is no longer listed, counted in submission checks or offered to
     /// the policy, and its name is free for another agent. A live node is refused.
     Remove {
-        /// The node's name.
-        name: String,
+        /// The node's name; several separated by commas or in brackets (`gpu[01-04]`): each in
+        /// turn, a line each, going on past a refusal (automatic allocation leaves many).
+        #[arg(required = true, value_name = "NODES", num_args = 1.., value_parser = hostlist::expand)]
+        name: Vec<Vec<String>>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -1207,7 +1209,7 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
         RuntimeCommand::User(UserCommand::List { client }) => users::list(&client).await,
         RuntimeCommand::User(UserCommand::Whoami { client }) => users::whoami(&client).await,
         RuntimeCommand::Node(NodeCommand::Remove { name, client }) => {
-            client::remove_node(&client, &name).await
+            client::remove_node(&client, &name.concat()).await
         }
         RuntimeCommand::Node(NodeCommand::Drain {
             name,

@@ -2169,8 +2169,19 @@ fn tasks_pages_through_a_long_listing() {
 fn a_dead_node_can_be_removed_and_a_live_one_cannot() {
     let mut c = Cluster::start("node-remove", false);
     c.start_agent("gone", 1, &[]);
+    c.start_agent("gone2", 1, &[]);
     c.start_agent("stays", 1, &[]);
+    c.wait_for_nodes(3);
+    // Several at once, as `node drain` takes them: each in turn, past a refusal.
+    c.kill_agent("gone2");
     c.wait_for_nodes(2);
+    let out = c.cli(&["node", "remove", "gone2,stays"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && said.contains("node `gone2` (id ") && said.contains(") removed"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = c.cli(&["node", "remove", "stays"]);
     assert!(!out.status.success());
     assert!(
