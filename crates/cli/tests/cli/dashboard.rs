@@ -140,6 +140,19 @@ fn the_dashboard_shows_jobs_tasks_and_nodes_and_updates_live_in_a_browser() {
         401
     );
     assert_eq!(http(addr, "GET", "/api/events", &[], "").0, 401);
+    // An API call is told in words, not given the sign-in page's HTML; the page gets the form.
+    let (_, said) = http(
+        addr,
+        "GET",
+        "/api/jobs",
+        &[("Authorization", "Bearer nope")],
+        "",
+    );
+    assert!(
+        said.starts_with("no valid token or session: send Authorization: Bearer TOKEN"),
+        "{said}"
+    );
+    assert!(http(addr, "GET", "/", &[], "").1.contains("<form"));
     assert_eq!(http(addr, "POST", "/login", &[], "token=wrong").0, 401);
     let read = format!("Bearer {}", read_token.trim());
     let (code, body) = http(addr, "GET", "/api/jobs", &[("Authorization", &read)], "");

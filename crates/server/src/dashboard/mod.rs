@@ -462,13 +462,27 @@ fn login_page(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
-fn unauthorized() -> Response {
+/// The page's answer without a session: the sign-in form (401).
+fn sign_in() -> Response {
     let mut r = login_page(StatusCode::UNAUTHORIZED, "");
     r.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"hetsched\""),
     );
     r
+}
+
+/// An API call's (and an asset's) answer without a valid token or session: 401 in words a
+/// script reads, not the sign-in page's HTML (the page's own script goes to `/login` on the
+/// status alone).
+fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer realm=\"hetsched\"")],
+        "no valid token or session: send Authorization: Bearer TOKEN (DATA_DIR/token, \
+         DATA_DIR/read-token or a user's own), or sign in at /login\n",
+    )
+        .into_response()
 }
 
 impl Dashboard {
@@ -793,7 +807,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
         let d = d.clone();
         move |headers: HeaderMap| async move {
             if !guard(&d, &headers) {
-                return unauthorized();
+                return sign_in();
             }
             (
                 [
