@@ -791,7 +791,7 @@ pub fn guarded(d: Arc<Dashboard>, routes: axum::Router) -> axum::Router {
                     (
                         StatusCode::UNAUTHORIZED,
                         [(header::WWW_AUTHENTICATE, "Bearer realm=\"hetsched\"")],
-                        "a token is needed: Authorization: Bearer (DATA_DIR/read-token or DATA_DIR/token)\n",
+                        "no valid token: send Authorization: Bearer TOKEN (DATA_DIR/read-token or DATA_DIR/token)\n",
                     )
                         .into_response()
                 }
