@@ -137,6 +137,19 @@ impl LogFile {
     pub fn open(path: &Path, named: &str) -> anyhow::Result<LogFile> {
         check_parent(path, named)?;
         let file = open_append(path).with_context(|| format!("{named} {}", path.display()))?;
+        // One that was there keeps its mode: said, as the token files' is (the log names users,
+        // jobs and nodes), but left to the operator (a log shipper may read it by its group).
+        if let Ok(m) = file.metadata()
+            && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o027 != 0
+        {
+            eprintln!(
+                "warning: {named} {}: open to every user, or writable by its group (mode {:o}); \
+                 the log names users, jobs and nodes: `chmod 600` it, or 640 for a log \
+                 reader's group",
+                path.display(),
+                std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777
+            );
+        }
         Ok(LogFile {
             path: path.to_path_buf(),
             file: Mutex::new(file),

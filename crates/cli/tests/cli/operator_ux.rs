@@ -1489,3 +1489,40 @@ fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A log file that was there open to every user is said so at start (the log names users,
+/// jobs and nodes); one the server creates is 0600 and nothing is said.
+#[test]
+fn a_log_file_open_to_every_user_is_warned_of() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("hetsched-wide-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("server.log");
+    std::fs::write(&log, "").expect("log");
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).expect("mode");
+    let mut server = std::process::Command::new(crate::support::BIN)
+        .args(["server", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("data"))
+        .arg("--log-file")
+        .arg(&log)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("server");
+    let mut first = String::new();
+    let stderr = server.stderr.take().expect("stderr");
+    std::io::BufReader::new(stderr)
+        .read_line(&mut first)
+        .expect("a line");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        first.starts_with(&format!(
+            "warning: --log-file {}: open to every user, or writable by its group (mode 644)",
+            log.display()
+        )),
+        "{first}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
