@@ -16,7 +16,7 @@
 //! start_failures = 3           # consecutive start failures of an application on a node …
 //! start_failure_backoff = "60s" # … keep it off that node this long (0 failures = never)
 //! binding = "plain"            # NNode→ANode binding (spec 01): plain, weighted, container
-//! binding_slots = 1            # containers per node with binding = "container"
+//! binding_slots = 1            # containers per node with binding = "container" (at least 1)
 //! prefetch = "auto"            # batch tasks a node may queue beyond its free cores: "auto"
 //!                              # (short tasks only, sized from measured run times), N cores, or 0
 //! preemption = "off"           # or "requeue": a batch task of a higher priority that fits
@@ -534,6 +534,10 @@ impl ServerConfig {
         self.idle_heartbeat()?;
         if self.data_dir.as_os_str().is_empty() {
             return Err("data_dir must not be empty (leave it out for ./hetsched-data)".into());
+        }
+        if self.binding_slots == 0 {
+            // It acted as 1.
+            return Err("binding_slots must be at least 1 (containers per node)".into());
         }
         if self.max_attempts == 0 {
             // A task is lost at least once before it can fail for it: 0 would read as "never

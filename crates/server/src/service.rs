@@ -1269,7 +1269,8 @@ impl tonic::service::Interceptor for CheckToken {
                 Ok(req)
             }
             Some((Role::Client, _)) => Err(Status::permission_denied(
-                "the client token cannot call the agent service: agents use DATA_DIR/agent-token",
+                "a client's token (the admin's or a user's) cannot call the agent service: agents \
+                 use DATA_DIR/agent-token",
             )),
             Some((Role::Agent, _)) => Err(Status::permission_denied(
                 "the agent token cannot call the client service: users use DATA_DIR/token",

@@ -620,6 +620,11 @@ fn max_attempts_of_zero_is_refused() {
     assert!(e.contains("max_attempts must be at least 1"), "{e}");
     let one = ServerConfig::parse("s.toml", "max_attempts = 1\n").expect("parses");
     assert_eq!(one.validate(), Ok(()));
+    // So is a container binding of no slots, which acted as one.
+    let none = ServerConfig::parse("s.toml", "binding = \"container\"\nbinding_slots = 0\n")
+        .expect("parses");
+    let e = none.validate().expect_err("0 slots");
+    assert!(e.contains("binding_slots must be at least 1"), "{e}");
 }
 
 /// A heartbeat of 0 would have agents with work beat without pause, and one at or above the
