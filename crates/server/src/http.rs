@@ -58,6 +58,19 @@ pub struct HttpServer {
     tls: Option<RustlsConfig>,
 }
 
+/// `field` (`tls.cert`) for an error about `path`, with where a relative path is read from:
+/// the server's working directory (`/` under the documented systemd unit), not the
+/// configuration file's.
+fn field_of(field: &str, path: &std::path::Path) -> String {
+    if path.is_relative() {
+        let cwd = std::env::current_dir()
+            .map_or_else(|_| "?".to_string(), |d| d.display().to_string());
+        format!("{field} (relative: read from the working directory {cwd})")
+    } else {
+        field.to_string()
+    }
+}
+
 /// The rustls configuration of `tls`'s certificate chain and key.
 fn rustls_config(tls: &TlsConfig) -> Result<RustlsConfig, HttpError> {
     let bad = |path: &PathBuf, message: String| HttpError::Tls {
@@ -66,12 +79,27 @@ fn rustls_config(tls: &TlsConfig) -> Result<RustlsConfig, HttpError> {
     };
     let certs = CertificateDer::pem_file_iter(&tls.cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| bad(&tls.cert, format!("cannot read the certificate chain: {e}")))?;
+        .map_err(|e| {
+            bad(
+                &tls.cert,
+                format!(
+                    "{}: cannot read the certificate chain: {e}",
+                    field_of("tls.cert", &tls.cert)
+                ),
+            )
+        })?;
     if certs.is_empty() {
-        return Err(bad(&tls.cert, "no certificate in the file".into()));
+        return Err(bad(&tls.cert, "tls.cert: no certificate in the file".into()));
     }
-    let key = PrivateKeyDer::from_pem_file(&tls.key)
-        .map_err(|e| bad(&tls.key, format!("cannot read the private key: {e}")))?;
+    let key = PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| {
+        bad(
+            &tls.key,
+            format!(
+                "{}: cannot read the private key: {e}",
+                field_of("tls.key", &tls.key)
+            ),
+        )
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -92,12 +120,15 @@ pub fn check_tls(tls: &TlsConfig) -> Result<(), HttpError> {
             .and_then(|it| it.collect::<Result<Vec<_>, _>>())
             .map_err(|e| HttpError::Tls {
                 path: ca.clone(),
-                message: format!("agent_ca: cannot read the certificates: {e}"),
+                message: format!(
+                    "{}: cannot read the certificates: {e}",
+                    field_of("tls.agent_ca", ca)
+                ),
             })?;
         if certs.is_empty() {
             return Err(HttpError::Tls {
                 path: ca.clone(),
-                message: "agent_ca: no certificate in the file".into(),
+                message: "tls.agent_ca: no certificate in the file".into(),
             });
         }
     }
