@@ -2017,9 +2017,10 @@ fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
             running,
             multi_node,
             grace = ?opts.kill_grace,
-            "time limit reached: taking no new work, stopping the running tasks (SIGTERM, then \
-             SIGKILL after the kill grace, which ends with the time limit) and leaving the \
-             multi-node tasks this node is a member of; the server runs them again elsewhere"
+            "the time limit is one kill grace away: taking no new work, stopping the running \
+             tasks (SIGTERM, then SIGKILL after the kill grace, which ends with the time limit) \
+             and leaving the multi-node tasks this node is a member of; the server runs them \
+             again elsewhere"
         );
         for t in sh.running.values_mut() {
             if let Some(tx) = t.kill.take() {

@@ -63,8 +63,8 @@ pub struct HttpServer {
 /// configuration file's.
 fn field_of(field: &str, path: &std::path::Path) -> String {
     if path.is_relative() {
-        let cwd = std::env::current_dir()
-            .map_or_else(|_| "?".to_string(), |d| d.display().to_string());
+        let cwd =
+            std::env::current_dir().map_or_else(|_| "?".to_string(), |d| d.display().to_string());
         format!("{field} (relative: read from the working directory {cwd})")
     } else {
         field.to_string()
@@ -89,7 +89,10 @@ fn rustls_config(tls: &TlsConfig) -> Result<RustlsConfig, HttpError> {
             )
         })?;
     if certs.is_empty() {
-        return Err(bad(&tls.cert, "tls.cert: no certificate in the file".into()));
+        return Err(bad(
+            &tls.cert,
+            "tls.cert: no certificate in the file".into(),
+        ));
     }
     let key = PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| {
         bad(

@@ -1279,7 +1279,10 @@ fn an_agent_with_a_time_limit_takes_only_tasks_that_end_in_time_and_hands_back_t
         || c.tasks(3)[0]["state"] == "running",
     );
     assert_eq!(c.agent_exit("brief", Duration::from_secs(20)), Some(0));
-    assert!(c.agent_log("brief").contains("time limit reached"));
+    assert!(
+        c.agent_log("brief")
+            .contains("the time limit is one kill grace away")
+    );
     assert_eq!(c.tasks(3)[0]["state"], "pending", "handed back, not failed");
     c.start_agent("lasting", 2, &[]);
     c.ok(&["wait", "1", "3", "--timeout", "20s"]);
@@ -2069,7 +2072,10 @@ fn a_draining_agent_still_stops_its_tasks_at_its_time_limit() {
         log.contains("waiting for the running tasks to end (--drain)"),
         "{log}"
     );
-    assert!(log.contains("time limit reached"), "{log}");
+    assert!(
+        log.contains("the time limit is one kill grace away"),
+        "{log}"
+    );
     assert_eq!(c.tasks(1)[0]["state"], "pending", "handed back, not failed");
 }
 
