@@ -1394,8 +1394,7 @@ fn a_submission_without_a_readable_token_fails_at_once_without_retries() {
 /// `~/.config/hetsched/token`, which no agent reads.
 #[test]
 fn an_agent_without_its_token_names_where_an_agents_token_comes_from() {
-    let dir = std::env::temp_dir().join(format!("hetsched-no-agent-token-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = crate::support::temp_dir("no-agent-token");
     let out = std::process::Command::new(crate::support::BIN)
         .args([
             "agent",
@@ -1427,8 +1426,7 @@ fn an_agent_without_its_token_names_where_an_agents_token_comes_from() {
 /// directories outside the default work directory's parent before the server refused it.
 #[test]
 fn an_agent_name_that_is_no_node_name_is_refused_before_any_directory_is_made() {
-    let dir = std::env::temp_dir().join(format!("hetsched-agent-name-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = crate::support::temp_dir("agent-name");
     let state = dir.join("xdg");
     std::fs::create_dir_all(&state).expect("dir");
     let token = dir.join("token");
@@ -1464,8 +1462,7 @@ fn an_agent_name_that_is_no_node_name_is_refused_before_any_directory_is_made() 
 /// (it read `: cannot be created`).
 #[test]
 fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
-    let dir = std::env::temp_dir().join(format!("hetsched-config-bound-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = crate::support::temp_dir("config-bound");
     for (text, says) in [
         ("max_attempts = 0\n", "max_attempts must be at least 1"),
         ("data_dir = \"\"\n", "data_dir must not be empty"),
@@ -1496,9 +1493,7 @@ fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
 fn a_log_file_open_to_every_user_is_warned_of() {
     use std::io::BufRead;
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("hetsched-wide-log-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = crate::support::temp_dir("wide-log");
     let log = dir.join("server.log");
     std::fs::write(&log, "").expect("log");
     std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).expect("mode");
