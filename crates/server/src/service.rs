@@ -598,6 +598,14 @@ impl Client for ClientService {
             owner = Some(who.name.to_string());
         }
         let page = read_state(&self.0, move |s| {
+            if let Some(o) = owner
+                .as_deref()
+                .filter(|o| r.cursor == 0 && !s.knows_owner(o))
+            {
+                // Slurm's `squeue --user` refuses an unknown user too: an empty list would
+                // read as "nothing running" for a misspelt name.
+                return Err(StateError::NoUser(o.to_string()));
+            }
             Ok(s.list_jobs_of(r.cursor, limit, owner.as_deref()))
         })
         .await?

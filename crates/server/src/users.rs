@@ -511,6 +511,13 @@ impl Users {
         self.users.contains_key(name)
     }
 
+    /// Whether `name` can own jobs: the admin, a user, or a removed user whose jobs the
+    /// server still holds (a removal leaves them). A scan of the owners when `name` is no
+    /// user: only a listing by owner asks, once.
+    pub fn owns_or_may_own(&self, name: &str) -> bool {
+        name == ADMIN || self.exists(name) || self.owners.values().any(|o| &**o == name)
+    }
+
     /// How many users there are.
     pub fn len(&self) -> usize {
         self.users.len()

@@ -2154,6 +2154,11 @@ impl State {
         self.list_jobs_of(cursor, limit, None)
     }
 
+    /// Whether a listing by owner `name` may find jobs (see [`crate::users::Users::owns_or_may_own`]).
+    pub fn knows_owner(&self, name: &str) -> bool {
+        self.users.owns_or_may_own(name)
+    }
+
     /// [`State::list_jobs`] of `owner`'s jobs only (`None`: everyone's). The page still walks
     /// at most `limit` jobs of any owner, so it may hold fewer (and still have a next cursor).
     pub fn list_jobs_of(&self, cursor: u64, limit: u32, owner: Option<&str>) -> JobsPage {

@@ -207,6 +207,16 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
         .into_inner();
     assert_eq!(only_alice.jobs.len(), 1);
     assert_eq!(only_alice.jobs[0].id, a);
+    // A misspelt owner is refused by name, not answered with an empty list.
+    let (code, msg) = refused(
+        bob.list_jobs(pb::ListJobsRequest {
+            owner: "alcie".into(),
+            ..Default::default()
+        })
+        .await,
+    );
+    assert_eq!(code, Code::NotFound, "{msg}");
+    assert!(msg.contains("no user `alcie`"), "{msg}");
     let job = bob
         .get_job(pb::GetJobRequest {
             job_id: a,
@@ -396,6 +406,27 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
         .expect("removed")
         .into_inner();
     assert_eq!(removed.unfinished_jobs, 0);
+    let dave = add_user(&mut admin, "dave", false).await;
+    let d = submit(&mut api(&channel, &dave), "prep").await;
+    admin
+        .remove_user(pb::RemoveUserRequest {
+            name: "dave".into(),
+        })
+        .await
+        .expect("removed");
+    // A removed user's jobs stay listable by owner; one without jobs is no owner any more.
+    let of = |owner: &str| pb::ListJobsRequest {
+        owner: owner.into(),
+        ..Default::default()
+    };
+    let daves = admin
+        .list_jobs(of("dave"))
+        .await
+        .expect("listed")
+        .into_inner();
+    assert_eq!(daves.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![d]);
+    let (code, msg) = refused(admin.list_jobs(of("bob")).await);
+    assert_eq!(code, Code::NotFound, "{msg}");
     let (code, _) = refused(bob.who_am_i(pb::WhoAmIRequest {}).await);
     assert_eq!(code, Code::Unauthenticated);
     let new_alice = add_user(&mut admin, "alice", true).await;
@@ -421,6 +452,7 @@ async fn users_change_only_their_own_jobs_and_the_admin_changes_every_job() {
         vec![
             (a, "alice".to_string()),
             (root, ADMIN.to_string()),
+            (d, "dave".to_string()),
             (c, "alice".to_string())
         ]
     );
