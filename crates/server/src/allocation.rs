@@ -118,6 +118,11 @@ pub const AUTO_MARGIN: Duration = Duration::from_secs(60);
 /// that the time the server counts on is the time the agents have.
 pub const AGENT_KILL_GRACE: Duration = Duration::from_secs(10);
 
+/// The agent arguments an allocation's script adds on each node, after
+/// [`QueueConfig::agent_command`]: its name (host and allocation) and its work directory, on the
+/// node's own disk. `agent_args` may not give them.
+pub const NODE_ARGS: [&str; 2] = ["--name", "--work-dir"];
+
 /// What an allocation's agent may take to start: from the start of the allocation (when the
 /// batch system starts counting its wall time) to the agent asking for its time left. Without
 /// it, a task whose time limit is just within the rest would bring allocation after allocation
@@ -348,6 +353,40 @@ impl QueueConfig {
                 .into();
         }
         Ok(grace)
+    }
+
+    /// The agents' command line after the `hetsched` program, as the allocation's script runs
+    /// it on every node: `agent`, the server's own arguments, then `agent_args`; the script adds
+    /// [`NODE_ARGS`] on each node. `server` is the URL the agents reach the server at.
+    pub fn agent_command(&self, server: &str, token_file: &Path) -> Vec<String> {
+        let mut agent: Vec<String> = vec![
+            "agent".into(),
+            "--server".into(),
+            server.to_string(),
+            "--token-file".into(),
+            token_file.display().to_string(),
+            "--time-limit".into(),
+            "auto".into(),
+            "--idle-timeout".into(),
+            format!("{}s", self.idle_timeout().as_secs().max(1)),
+        ];
+        // The agents' kill grace is part of the time the server counts on
+        // (`QueueConfig::time_for_tasks`): given, unless `agent_args` give their own.
+        if !self.gives_kill_grace() {
+            agent.push("--kill-grace".into());
+            agent.push(format!("{}s", AGENT_KILL_GRACE.as_secs()));
+        }
+        let given: Vec<&str> = self
+            .attributes
+            .iter()
+            .map(String::as_str)
+            .filter(|a| *a != hetsched_core::model::cluster::GPU_ATTRIBUTE)
+            .collect();
+        if !given.is_empty() {
+            agent.push(format!("--attributes={}", given.join(",")));
+        }
+        agent.extend(self.agent_args.iter().cloned());
+        agent
     }
 
     /// Whether `agent_args` name the agents' kill grace ([`QueueConfig::kill_grace`]).
@@ -1281,36 +1320,8 @@ impl Queue {
             (limit % 3600) / 60,
             limit % 60
         );
-        let mut agent: Vec<String> = vec![
-            hetsched.display().to_string(),
-            "agent".into(),
-            "--server".into(),
-            self.url.clone(),
-            "--token-file".into(),
-            crate::agent_token_path(&self.data_dir)
-                .display()
-                .to_string(),
-            "--time-limit".into(),
-            "auto".into(),
-            "--idle-timeout".into(),
-            format!("{}s", q.idle_timeout().as_secs().max(1)),
-        ];
-        // The agents' kill grace is part of the time the server counts on
-        // (`QueueConfig::time_for_tasks`): given, unless `agent_args` give their own.
-        if !q.gives_kill_grace() {
-            agent.push("--kill-grace".into());
-            agent.push(format!("{}s", AGENT_KILL_GRACE.as_secs()));
-        }
-        let given: Vec<&str> = q
-            .attributes
-            .iter()
-            .map(String::as_str)
-            .filter(|a| *a != hetsched_core::model::cluster::GPU_ATTRIBUTE)
-            .collect();
-        if !given.is_empty() {
-            agent.push(format!("--attributes={}", given.join(",")));
-        }
-        agent.extend(q.agent_args.iter().cloned());
+        let mut agent = vec![hetsched.display().to_string()];
+        agent.extend(q.agent_command(&self.url, &crate::agent_token_path(&self.data_dir)));
         let agent = agent.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ");
         let mut s = String::from("#!/bin/sh\n");
         let (job_var, start) = match q.manager {

@@ -210,6 +210,53 @@ fn server_command(command: ServerCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An allocation queue's agent command line, read as `hetsched agent` reads it.
+#[derive(Debug, clap::Parser)]
+#[command(name = "hetsched agent")]
+struct AgentLine {
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+/// Each `[[allocation]]` queue's agents' command line parses as `hetsched agent`'s: an
+/// `agent_args` entry the agent does not know, or one the server gives itself, would otherwise
+/// fail every allocation's agents at their start, on a node, long after the server started.
+fn check_agent_args(config: &ServerConfig, file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    for q in &config.allocation {
+        let node = hetsched_server::allocation::NODE_ARGS;
+        let line = q
+            .agent_command("http://127.0.0.1:7420", std::path::Path::new("agent-token"))
+            .into_iter()
+            // The placeholders' values are never read: only the flags' shape is checked.
+            .chain([node[0], "node-1", node[1], "/tmp/hetsched-work"].map(String::from));
+        if let Err(e) = <AgentLine as clap::Parser>::try_parse_from(line) {
+            // clap's error and its tip (`a similar argument exists: '--attributes'`), without
+            // its usage lines, which speak of this stand-in command line.
+            let why = e.render().to_string();
+            let why = why
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.starts_with("error: ") || l.starts_with("tip: "))
+                .map(|l| l.trim_start_matches("error: "))
+                .collect::<Vec<_>>()
+                .join("; ");
+            bail!(
+                "invalid server configuration{}: allocation queue `{}`: agent_args {:?}: its \
+                 agents would refuse their command line: {why} (the server itself gives \
+                 `--server`, `--token-file`, `--time-limit`, `--idle-timeout`, `--kill-grace` \
+                 unless agent_args do, `--attributes` from `attributes`, and each node's `{}` \
+                 and `{}`; see `hetsched agent --help`)",
+                file.map_or(String::new(), |p| format!(" ({})", p.display())),
+                q.name,
+                q.agent_args,
+                node[0],
+                node[1],
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `hetsched agent`.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
@@ -417,6 +464,7 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
             .fold(e, |e, (_, field, flag)| name_field_by_flag(&e, field, flag))
         )
     })?;
+    check_agent_args(&config, a.config.as_deref())?;
     let logs = super::logging::Settings::resolve(
         &a.logs,
         config.log_format,

@@ -178,3 +178,44 @@ fn the_check_checks_the_log_file_and_format_without_creating_the_file() {
     assert!(!log.exists() && !data.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_allocation_queues_agent_arguments_are_checked_as_its_agents_would_read_them() {
+    let dir = temp_dir("config-check-agent-args");
+    let queue = |agent_args: &str| {
+        let p = dir.join("alloc.toml");
+        std::fs::write(
+            &p,
+            format!(
+                "data_dir = \"{}\"\nlisten = \"127.0.0.1:0\"\n[[allocation]]\nname = \"cpu\"\n\
+                 manager = \"slurm\"\ntime_limit = \"1h\"\nattributes = [\"fast\"]\n\
+                 agent_args = {agent_args}\n",
+                dir.join("data").display()
+            ),
+        )
+        .expect("write");
+        check(&dir, &["--config", p.to_str().expect("path")])
+    };
+    // What the agent reads is accepted.
+    let (ok, stdout, stderr) = queue(r#"["--attributes=bigmem", "--kill-grace", "30s"]"#);
+    assert!(ok, "{stdout}{stderr}");
+    // A misspelt flag would stop every allocation's agent at its start: refused, with the tip.
+    let (ok, _, stderr) = queue(r#"["--atributes=bigmem"]"#);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("allocation queue `cpu`")
+            && stderr.contains("alloc.toml")
+            && stderr.contains("unexpected argument '--atributes'")
+            && stderr.contains("a similar argument exists: '--attributes'"),
+        "{stderr}"
+    );
+    // One the server gives each node itself.
+    let (ok, _, stderr) = queue(r#"["--name=x"]"#);
+    assert!(
+        !ok && stderr.contains("'--name <NAME>' cannot be used multiple times"),
+        "{stderr}"
+    );
+    // A value the agent's flag does not take.
+    let (ok, _, stderr) = queue(r#"["--kill-grace", "soon"]"#);
+    assert!(!ok && stderr.contains("--kill-grace"), "{stderr}");
+}
