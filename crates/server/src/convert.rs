@@ -646,6 +646,7 @@ impl From<Purged> for pb::PurgeReply {
         pb::PurgeReply {
             purged: p.purged,
             tasks: p.tasks,
+            already_purged: p.already_purged,
         }
     }
 }

@@ -226,6 +226,14 @@ pub(super) fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One JSON document on one line (JSON Lines): what `submit --wait` and `resubmit --wait`
+/// print, the submission as soon as it is taken (a script learns the job's id while it runs)
+/// and then the job as it ended, each a line that `jq` or a line reader takes alone.
+fn json_line<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
 pub(super) fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
@@ -531,6 +539,7 @@ pub async fn submit(
         (Err(e), JobSource::File(_)) => return Err(e),
     };
     match args.output {
+        Output::Json if wait_for_it => json_line(&reply)?,
         Output::Json => json(&reply)?,
         Output::Table if reply.existing => println!(
             "job {} was already submitted with this key ({})",
@@ -562,7 +571,7 @@ pub async fn submit(
     }
     if wait_for_it {
         let looker = api.clone();
-        let waiting = wait_on(&mut api, args.output, reply.job_id, None);
+        let waiting = wait_on(&mut api, args.output, reply.job_id, None, true);
         unless_interrupted(looker, &[reply.job_id], waiting).await?;
     }
     Ok(())
@@ -592,6 +601,7 @@ pub async fn resubmit(
         _ => "failed",
     };
     match args.output {
+        Output::Json if wait_for_it => json_line(&reply)?,
         Output::Json => json(&reply)?,
         Output::Table | Output::Dot => {
             println!(
@@ -610,7 +620,7 @@ pub async fn resubmit(
     }
     if wait_for_it {
         let looker = api.clone();
-        let waiting = wait_on(&mut api, args.output, id, None);
+        let waiting = wait_on(&mut api, args.output, id, None, true);
         unless_interrupted(looker, &[id], waiting).await?;
     }
     Ok(())
@@ -1035,9 +1045,9 @@ pub async fn tasks(
     let mut rows: Vec<pb::TaskInfo> = Vec::new();
     let out = std::io::stdout();
     let mut out = std::io::BufWriter::new(out.lock());
-    if args.output == Output::Json {
-        write!(out, "[")?;
-    }
+    // The JSON array opens once the first page is in: a refused call (no such job, a bad
+    // state, a refused token) leaves standard output empty, not a lone `[`.
+    let mut opened = false;
     // With a filter the server reads `limit` rows and keeps those that match: ask for whole
     // pages and stop at the limit here, or `--limit 1` would make a call per row scanned.
     let filtered = !states.is_empty() || !nodes.is_empty();
@@ -1064,7 +1074,11 @@ pub async fn tasks(
             .into_inner();
         page.tasks
             .truncate(usize::try_from(left).unwrap_or(usize::MAX));
-        if args.output == Output::Json {
+        if args.output == Output::Json && !page.tasks.is_empty() {
+            if !opened {
+                write!(out, "[")?;
+                opened = true;
+            }
             for t in &page.tasks {
                 if shown > 0 {
                     write!(out, ",")?;
@@ -1094,9 +1108,6 @@ pub async fn tasks(
     }
     if !rows.is_empty() {
         writeln!(out, "{}", tasks_table(&rows))?;
-    }
-    if args.output == Output::Json {
-        writeln!(out, "\n]")?;
     }
     out.flush()?;
     if shown == 0 && !nodes.is_empty() {
@@ -1130,7 +1141,13 @@ pub async fn tasks(
             );
         }
     }
-    if shown > 0 || args.output == Output::Json || limit == Some(0) {
+    if args.output == Output::Json {
+        // Nothing matched: an empty array, once the node names are known to be nodes'.
+        writeln!(out, "{}]", if opened { "\n" } else { "[" })?;
+        out.flush()?;
+        return Ok(());
+    }
+    if shown > 0 || limit == Some(0) {
         return Ok(());
     }
     if let Some(id) = job
@@ -2153,7 +2170,7 @@ async fn wait_selected(
 ) -> anyhow::Result<()> {
     let ids = &sel.ids[..];
     if let ([id], false) = (ids, sel.many) {
-        return wait_on(api, args.output, *id, timeout).await;
+        return wait_on(api, args.output, *id, timeout, false).await;
     }
     if ids.is_empty() {
         return nothing_selected(args, "nothing to wait for");
@@ -2161,10 +2178,27 @@ async fn wait_selected(
     let start = Instant::now();
     let mut jobs = Vec::with_capacity(ids.len());
     let mut late = Vec::new();
+    // As `each_in_turn`: a job that cannot be waited for (purged, no such job) is an entry with
+    // its `error`, and the others are still waited for and told.
+    let mut entries = Vec::with_capacity(ids.len());
+    let mut refused = Vec::new();
     for &id in ids {
         // Once the time-out has passed, each job left is looked at once, so that a failure
         // among them still counts and the unfinished ones are named.
-        match wait_for(api, id, timeout, start).await? {
+        let waited = match wait_for(api, id, timeout, start).await {
+            Ok(w) => w,
+            Err(e) => {
+                let (said, line) = refusal("job", &id, &e);
+                eprintln!("error: {}", shown(&line));
+                entries.push(serde_json::json!({"job_id": id, "error": said}));
+                refused.push(id.to_string());
+                continue;
+            }
+        };
+        entries.push(waited_json(match &waited {
+            Waited::Ended(j) | Waited::Unfinished(j) => j,
+        }));
+        match waited {
             Waited::Ended(j) => {
                 if args.output != Output::Json {
                     println!("{}", ended_line(&j));
@@ -2181,13 +2215,14 @@ async fn wait_selected(
         }
     }
     if args.output == Output::Json {
-        json(&jobs.iter().map(super::human::job_json).collect::<Vec<_>>())?;
+        json(&entries)?;
     }
-    let not: Vec<String> = jobs
+    let mut not: Vec<String> = jobs
         .iter()
         .filter(|j| is_final(&j.state) && j.state != "completed")
         .map(|j| format!("{} {}", j.id, j.state))
         .collect();
+    not.extend(refused.iter().map(|id| format!("{id} not waited for")));
     if !not.is_empty() {
         let still = if late.is_empty() {
             String::new()
@@ -2197,7 +2232,7 @@ async fn wait_selected(
         bail!(
             "{} of {} jobs did not complete: {}{still}",
             not.len(),
-            jobs.len(),
+            ids.len(),
             not.join(", ")
         );
     }
@@ -2310,6 +2345,16 @@ pub fn is_final(state: &str) -> bool {
     matches!(state, "completed" | "failed" | "cancelled")
 }
 
+/// A waited-for job in JSON: the job's, with `job_id` as every command acting on jobs
+/// answers (docs/runtime.md, "Selections").
+fn waited_json(j: &pb::JobInfo) -> serde_json::Value {
+    let mut v = super::human::job_json(j);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("job_id".into(), j.id.into());
+    }
+    v
+}
+
 /// How long one `GetJob` of [`wait_on`] is held by the server (the progress bar's refresh).
 const WAIT_STEP: Duration = Duration::from_millis(500);
 
@@ -2319,24 +2364,29 @@ const UNHELD_FOR: Duration = Duration::from_secs(10);
 
 /// Waits for a job to finish, with a progress bar on a terminal. Each `GetJob` is held by the
 /// server until the job ends or [`WAIT_STEP`] passes, so the end is seen as it happens, without
-/// polling.
+/// polling. `after_submit`: the JSON is a line after the submission's ([`json_line`]).
 pub async fn wait_on(
     api: &mut Api,
     output: Output,
     id: u64,
     timeout: Option<Duration>,
+    after_submit: bool,
 ) -> anyhow::Result<()> {
+    let print = |j: &pb::JobInfo| match after_submit {
+        true => json_line(&waited_json(j)),
+        false => json(&waited_json(j)),
+    };
     let j = match wait_for(api, id, timeout, Instant::now()).await? {
         Waited::Ended(j) => j,
         Waited::Unfinished(j) => {
             if output == Output::Json {
-                json(&super::human::job_json(&j))?;
+                print(&j)?;
             }
             return Err(timed_out(&[j], timeout.unwrap_or_default()));
         }
     };
     match output {
-        Output::Json => json(&super::human::job_json(&j))?,
+        Output::Json => print(&j)?,
         Output::Table | Output::Dot => println!("{}", ended_line(&j)),
     }
     if j.state != "completed" {

@@ -286,6 +286,7 @@ async fn jobs(
         Output::Table,
         reply.job_id,
         Some(std::time::Duration::from_secs(600)),
+        false,
     )
     .await;
     let tasks = api

@@ -84,6 +84,7 @@ pub async fn demo(api: &mut Api, dir: &Path) -> anyhow::Result<()> {
         Output::Table,
         reply.job_id,
         Some(std::time::Duration::from_secs(120)),
+        false,
     )
     .await;
     let job = api

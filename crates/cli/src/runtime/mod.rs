@@ -59,8 +59,9 @@ pub enum RuntimeCommand {
         wait: bool,
         /// Idempotency key (at most 128 bytes; default: 128 random bits). A submission whose key
         /// the server already holds returns that job instead of creating another; `submit`
-        /// retries with the same key when the server does not answer.
-        #[arg(long, value_name = "KEY")]
+        /// retries with the same key when the server does not answer. An empty key is refused:
+        /// it would be no key (a script's unset `$KEY` must not lose the idempotency unsaid).
+        #[arg(long, value_name = "KEY", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         submission_key: Option<String>,
         /// The job's name in listings (overrides `name =` in the file; default: that, else the
         /// file's path; for a command, the program's file name: every user lists every job's

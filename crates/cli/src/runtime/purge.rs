@@ -54,8 +54,14 @@ pub async fn run(args: &PurgeArgs) -> anyhow::Result<()> {
     match args.client.output {
         Output::Json => json(&reply),
         Output::Table | Output::Dot => {
+            if !reply.already_purged.is_empty() {
+                let ids: Vec<String> = reply.already_purged.iter().map(u64::to_string).collect();
+                println!("already purged (nothing to do): {}", ids.join(", "));
+            }
             if reply.purged.is_empty() {
-                println!("no finished job to purge");
+                if reply.already_purged.is_empty() {
+                    println!("no finished job to purge");
+                }
             } else {
                 let ids: Vec<String> = reply.purged.iter().map(u64::to_string).collect();
                 println!(

@@ -1523,3 +1523,80 @@ fn a_log_file_open_to_every_user_is_warned_of() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What a script reading `--output json` relies on: standard output is whole JSON or nothing
+/// on a refusal, a selection's `wait` tells every job (a refused one as an `error` entry), a
+/// task's id comes as a string too, and `submit --wait` prints JSON Lines.
+#[test]
+fn scripts_get_whole_json_from_tasks_wait_and_submit_wait() {
+    let mut c = Cluster::start("ux-json-scripts", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    // A refused listing leaves standard output empty (it held a lone `[`).
+    for args in [
+        &["tasks", "--job", "99", "--output", "json"][..],
+        &["tasks", "--state", "bogus", "--output", "json"][..],
+        &["tasks", "--node", "nosuch", "--output", "json"][..],
+    ] {
+        let out = c.cli(args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
+    // `submit --wait`: the submission as one line at once, then the job as it ended.
+    let out = c.cli(&["submit", "--wait", "--output", "json", "--", "true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line one JSON document"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["job_id"], 1, "{text}");
+    assert_eq!(lines[1]["job_id"], 1, "{text}");
+    assert_eq!(lines[1]["state"], "completed", "{text}");
+
+    // Every task's id also as a string.
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    assert_eq!(tasks[0]["id_text"], tasks[0]["id"].to_string(), "{tasks}");
+    // An empty listing is an empty array.
+    assert_eq!(
+        c.json(&["tasks", "--state", "failed"]),
+        serde_json::json!([])
+    );
+
+    // A selection's wait with a job that is not there: the others still told, that one an
+    // `error` entry, and the command fails naming it.
+    let out = c.cli(&["wait", "1,99", "--output", "json"]);
+    assert!(!out.status.success());
+    let waited: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one array");
+    assert_eq!(waited[0]["job_id"], 1, "{waited}");
+    assert_eq!(waited[0]["state"], "completed", "{waited}");
+    assert_eq!(waited[1]["job_id"], 99, "{waited}");
+    assert!(
+        waited[1]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no job 99")),
+        "{waited}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1 of 2 jobs did not complete: 99 not waited for"),
+        "{err}"
+    );
+    // One job alone: its object, with its `job_id`.
+    assert_eq!(c.json(&["wait", "1"])["job_id"], 1);
+    // An empty submission key (a script's unset `$KEY`) would be no key: refused.
+    c.refused(
+        &["submit", "--submission-key", "", "--", "true"],
+        "a value is required for '--submission-key",
+    );
+}

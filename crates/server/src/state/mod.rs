@@ -1995,9 +1995,16 @@ impl State {
         // Batch jobs that finished since the last retention pass are listed once evicted.
         self.jobs.batch.evict_finished(&mut self.store);
         let mut chosen: BTreeSet<u64> = BTreeSet::new();
+        let mut already_purged = Vec::new();
         for &id in &sel.job_ids {
             if let Some(owner) = &sel.owner {
                 self.check_owner(owner, id, "purge")?;
+            }
+            // What a purge would make of it already: a retried purge (its reply lost) or a
+            // retention pass in between must not refuse the rest.
+            if self.is_purged(id) {
+                already_purged.push(id);
+                continue;
             }
             match self.ids.kind(id) {
                 Some(kind) if Kind::ALL.contains(&kind) => {
@@ -2038,7 +2045,10 @@ impl State {
             );
         }
         if chosen.is_empty() {
-            return Ok(Purged::default());
+            return Ok(Purged {
+                already_purged,
+                ..Purged::default()
+            });
         }
         let mut by_kind: BTreeMap<Kind, Vec<u64>> = BTreeMap::new();
         for &id in &chosen {
@@ -2073,7 +2083,11 @@ impl State {
             self.nodes.wakes.node(n);
         }
         self.wake(None);
-        Ok(Purged { purged, tasks })
+        Ok(Purged {
+            purged,
+            tasks,
+            already_purged,
+        })
     }
 
     fn read(&self) -> Read<'_> {

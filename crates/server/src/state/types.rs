@@ -908,6 +908,8 @@ pub struct Purged {
     pub purged: Vec<u64>,
     /// Their tasks.
     pub tasks: u64,
+    /// The jobs named by id that were purged before: nothing to do.
+    pub already_purged: Vec<u64>,
 }
 
 /// What draining or resuming a node answers.
