@@ -14,8 +14,8 @@ use std::time::{Duration, UNIX_EPOCH};
 /// ([`hetsched_core::text::escaped`]), so that an older or hostile server cannot put a terminal
 /// escape (ANSI, OSC) on the user's terminal, nor a name with a bidi override (`job\u{202e}txt`)
 /// read otherwise than it is. JSON output needs none (`serde_json` escapes control characters,
-/// and a program reads the code points); a task's own output (`hetsched log`) is not passed
-/// through it.
+/// and a program reads the code points); a task's own output as `hetsched log` gives it is
+/// not passed through it (its excerpt in a failure report is).
 pub fn shown(s: &str) -> Cow<'_, str> {
     hetsched_core::text::escaped(s)
 }

@@ -395,9 +395,12 @@ async fn print_stderr_tail(api: &mut Api, job: u64, task: &str) {
             if skip > 0 || r.offset > 0 {
                 eprintln!("  … (`hetsched log {job} {task} --stderr` shows all)");
             }
-            // The task's own stderr, as `hetsched log` prints it: not escaped.
+            // An excerpt inside this report, escaped as every text it shows is: a task's
+            // terminal escape (an OSC title or clipboard write, a cursor move over the lines
+            // above) must not act on the user's terminal. `hetsched log` gives the bytes as
+            // they are.
             for l in &lines[skip..] {
-                eprintln!("  | {l}");
+                eprintln!("  | {}", shown(l));
             }
         }
         Err(s) => eprintln!("  (stderr not available: {})", shown(s.message())),

@@ -20,7 +20,7 @@ fn a_failing_tasks_stderr_is_shown_by_submit_wait_and_by_log() {
     let job = c.write(
         "job.toml",
         "[[application]]\nname = \"bad\"\ntasks = 1\n[application.cpu]\n\
-         command = 'echo out-line; echo \"frobnicate: command not found\" >&2; exit 127'\n\
+         command = 'echo out-line; printf \"\\033]0;owned\\007x\\n\" >&2; echo \"frobnicate: command not found\" >&2; exit 127'\n\
          [[application]]\nname = \"good\"\ntasks = 1\n[application.cpu]\n\
          command = 'echo hello from $HETSCHED_TASK_INDEX'\n",
     );
@@ -34,10 +34,19 @@ fn a_failing_tasks_stderr_is_shown_by_submit_wait_and_by_log() {
     );
     let out = c.cli(&["wait", "1"]);
     assert!(text(&out.stderr).contains("| frobnicate"), "wait does too");
+    // The excerpt is escaped: the task's OSC (a terminal title) does not reach the terminal.
+    assert!(
+        !err.contains('\u{1b}') && err.contains("| \\u{1b}]0;owned\\u{7}x"),
+        "{err}"
+    );
 
     let out = c.cli(&["log", "1", "0", "--stderr"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "frobnicate: command not found\n");
+    assert_eq!(
+        text(&out.stdout),
+        "\u{1b}]0;owned\u{7}x\nfrobnicate: command not found\n",
+        "log gives the bytes as they are"
+    );
     let out = c.cli(&["log", "1", "bad:0"]);
     assert_eq!(text(&out.stdout), "out-line\n");
     let out = c.cli(&["log", "1", "good:0"]);
