@@ -1600,3 +1600,27 @@ fn scripts_get_whole_json_from_tasks_wait_and_submit_wait() {
         "a value is required for '--submission-key",
     );
 }
+
+/// `nodes --output json`: an idle agent holding its call open is heard from now in both
+/// `last_seen_ms` (an age, 0) and `last_heard_ms` (a time, now): a script's `now -
+/// last_heard_ms` must not see a live node as up to an idle heartbeat stale.
+#[test]
+fn an_idle_nodes_last_heard_time_agrees_with_its_last_seen_age() {
+    let mut c = Cluster::start("ux-heard", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    std::thread::sleep(Duration::from_secs(3));
+    let nodes = c.json(&["nodes"]);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let n = &nodes[0];
+    let seen = n["last_seen_ms"].as_u64().expect("last_seen_ms");
+    let heard = n["last_heard_ms"].as_u64().expect("last_heard_ms");
+    let age = now_ms.saturating_sub(heard);
+    assert!(
+        age <= seen + 1_500,
+        "heard {age} ms ago by last_heard_ms, {seen} ms ago by last_seen_ms: {n}"
+    );
+}

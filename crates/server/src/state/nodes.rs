@@ -1597,7 +1597,13 @@ impl State {
                     } else {
                         n.last_seen.elapsed().as_millis() as u64
                     },
-                    last_heard_ms: n.heard_ms,
+                    // As `last_seen_ms`: an agent holding a call open is heard from now (its
+                    // call began up to an idle heartbeat ago).
+                    last_heard_ms: if n.awaiting > 0 {
+                        super::now_ns() / 1_000_000
+                    } else {
+                        n.heard_ms
+                    },
                     read_bytes_per_sec: n.read_bps,
                     available_memory_bytes: n.available_memory,
                     disk: n.disk,
