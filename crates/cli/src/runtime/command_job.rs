@@ -466,8 +466,10 @@ pub fn relocate(message: &str) -> String {
 /// a valid application name (no `/`, no leading `.`, no control characters or invisible
 /// formatting characters, at most 128 bytes).
 fn app_name(program: &str, shell: bool) -> String {
+    let from_line;
     let word = if shell {
-        shell_program(program).unwrap_or("")
+        from_line = shell_program(program).unwrap_or_default();
+        from_line.as_str()
     } else {
         program
     };
@@ -493,11 +495,13 @@ fn app_name(program: &str, shell: bool) -> String {
 }
 
 /// The program a shell line runs, as a name for it: the first word of its simple commands
-/// (split at `;`, `&`, `|`, newlines and brackets) that is not a variable assignment (`i=0`),
-/// a shell keyword (`while`, `do`, …) or a command that only prepares the environment (`cd`,
-/// `export`, `module`, …). `cd /data && ./run` → `./run`; `i=0; while …; do echo $i; done` →
-/// `echo`. None when every command is such (the caller's fallback).
-fn shell_program(line: &str) -> Option<&str> {
+/// (split at `;`, `&`, `|`, newlines and brackets outside quotes) that is not a variable
+/// assignment (`i=0`), a shell keyword (`while`, `do`, …) or a command that only prepares the
+/// environment (`cd`, `export`, `module`, …), its quotes removed. `cd /data && ./run` → `./run`;
+/// `i=0; while …; do echo $i; done` → `echo`; `export PASS="x;y"; ./run` → `./run` (a separator
+/// inside quotes separates nothing: every user lists every job's name, so no part of an
+/// argument may become one). None when every command is such (the caller's fallback).
+fn shell_program(line: &str) -> Option<String> {
     // Words that start a command but name no program of the user's.
     const KEYWORDS: &[&str] = &[
         "!", "{", "}", "do", "done", "then", "else", "elif", "fi", "esac", "time", "exec", "nohup",
@@ -516,13 +520,90 @@ fn shell_program(line: &str) -> Option<&str> {
                 && !name.starts_with(|c: char| c.is_ascii_digit())
         })
     };
-    line.split([';', '&', '|', '\n', '(', ')'])
-        .find_map(|command| {
-            let first = command
-                .split_whitespace()
-                .find(|w| !assignment(w) && !KEYWORDS.contains(w))?;
-            (!PREPARING.contains(&first)).then_some(first)
-        })
+    shell_commands(line).into_iter().find_map(|words| {
+        let first = words
+            .iter()
+            .find(|w| !assignment(&w.raw) && !KEYWORDS.contains(&w.raw.as_str()))?;
+        (!PREPARING.contains(&first.raw.as_str())).then(|| first.unquoted.clone())
+    })
+}
+
+/// A word of a shell line: as written (`A="x y"`), and with its quotes and escapes removed.
+struct ShellWord {
+    raw: String,
+    unquoted: String,
+}
+
+/// A shell line's simple commands, each as its words: split at `;`, `&`, `|`, newlines and
+/// brackets, and into words at blanks, only outside single quotes, double quotes and
+/// backslash escapes (what POSIX `sh` does before it expands anything; expansions stay as
+/// written). An unclosed quote runs to the end of the line.
+fn shell_commands(line: &str) -> Vec<Vec<ShellWord>> {
+    let mut commands = Vec::new();
+    let mut words: Vec<ShellWord> = Vec::new();
+    let mut word: Option<ShellWord> = None;
+    let mut chars = line.chars();
+    let push = |word: &mut Option<ShellWord>, c: char, literal: Option<char>| {
+        let w = word.get_or_insert_with(|| ShellWord {
+            raw: String::new(),
+            unquoted: String::new(),
+        });
+        w.raw.push(c);
+        if let Some(l) = literal {
+            w.unquoted.push(l);
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                push(&mut word, c, None);
+                if let Some(next) = chars.next() {
+                    push(&mut word, next, Some(next));
+                }
+            }
+            '\'' => {
+                push(&mut word, c, None);
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        push(&mut word, q, None);
+                        break;
+                    }
+                    push(&mut word, q, Some(q));
+                }
+            }
+            '"' => {
+                push(&mut word, c, None);
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => {
+                            push(&mut word, q, None);
+                            break;
+                        }
+                        '\\' => {
+                            push(&mut word, q, None);
+                            if let Some(next) = chars.next() {
+                                push(&mut word, next, Some(next));
+                            }
+                        }
+                        _ => push(&mut word, q, Some(q)),
+                    }
+                }
+            }
+            ';' | '&' | '|' | '\n' | '(' | ')' => {
+                words.extend(word.take());
+                if !words.is_empty() {
+                    commands.push(std::mem::take(&mut words));
+                }
+            }
+            c if c.is_whitespace() => words.extend(word.take()),
+            c => push(&mut word, c, Some(c)),
+        }
+    }
+    words.extend(word.take());
+    if !words.is_empty() {
+        commands.push(words);
+    }
+    commands
 }
 
 /// The default job name: the program's file name (a shell line's program's), as the
@@ -915,6 +996,16 @@ mod tests {
             ("echo {index} > out", "echo"),
             ("cd /data", "command"),
             ("X=1", "command"),
+            // A separator inside quotes or escaped separates nothing: no part of an argument
+            // or a value becomes the name every user lists.
+            ("export DBPASS=\"x;hunter2\"; ./run", "run"),
+            ("cd \"/tmp/a; b\" && ./run", "run"),
+            ("trap \"echo hi; exit 0\" USR1; sleep 1", "sleep"),
+            ("export K='a|b&c'\n./run", "run"),
+            ("A=\"x y\" B=z ./run 'p;q'", "run"),
+            ("export P=a\\;secret; ./run", "run"),
+            ("\"/opt/my tools/solve\" --n 3", "solve"),
+            ("export P=\"unclosed; ./run", "command"),
         ] {
             assert_eq!(app_name(line, true), name, "{line}");
         }
