@@ -2898,6 +2898,13 @@ impl JobKind for Batch {
         self.waiting.ended_in_event
     }
 
+    /// A job ended (or runs again, which is rare and costs one early pass): the state plans
+    /// the `[retention]` pass. [`JobKind::housekeeping_due`] covers only jobs whose rows are
+    /// still in memory, and a job cancelled while held had left memory already.
+    fn finished_in_event(&self) -> bool {
+        self.waiting.ended_in_event
+    }
+
     fn next_begin(&self) -> Option<Instant> {
         Batch::next_begin(self)
     }

@@ -479,7 +479,7 @@ pub trait JobKind: Send {
 
     /// Whether a job of this kind finished in the event being committed (asked before
     /// [`JobKind::committed`]): with a `[retention]` rule, the next retention pass is then
-    /// planned (batch plans its own through [`JobKind::housekeeping_due`]).
+    /// planned.
     fn finished_in_event(&self) -> bool {
         false
     }

@@ -215,6 +215,49 @@ fn a_job_too_young_for_the_rule_is_purged_once_it_is_old_enough() {
     );
 }
 
+/// `keep_jobs`: a batch job that finishes plans a pass within the retention interval (5 s),
+/// whether it ran or was cancelled before it did (a held job cancelled waited for the minute's
+/// calm re-check: its tasks were never in memory, so nothing else planned one).
+#[test]
+fn a_finished_batch_job_plans_the_next_retention_pass() {
+    let d = dir("plans-pass");
+    let mut s = open_with(
+        &d,
+        Some(RetentionConfig {
+            keep_finished: None,
+            keep_jobs: Some(1),
+        }),
+    );
+    s.apply_retention().expect("the first pass");
+    let cancel_held = |s: &mut hetsched_server::state::State| {
+        let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+        s.on_hold(job, true).expect("held");
+        // The reaper's passes meanwhile: the held job's rows leave memory.
+        s.apply_retention().expect("retention");
+        s.on_cancel(job).expect("cancelled while held");
+        job
+    };
+    // The reaper's plan after its pass: the calm re-check, nothing being due.
+    s.plan_housekeeping();
+    cancel_held(&mut s);
+    let second = cancel_held(&mut s);
+    let ended = std::time::Instant::now();
+    // What the reaper sleeps until: the end must have moved it (no pass is asked for here).
+    let next = *s.alarm().borrow();
+    assert!(
+        next <= ended + std::time::Duration::from_secs(6),
+        "the next pass comes {:?} after the end",
+        next.saturating_duration_since(ended)
+    );
+    std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+    s.apply_retention().expect("retention");
+    assert_eq!(
+        listed(&s),
+        vec![(second, "cancelled".into())],
+        "keep_jobs = 1"
+    );
+}
+
 #[test]
 fn the_retention_rule_keeps_the_newest_finished_jobs_and_purge_selects_by_age_or_count() {
     let d = dir("rule");
