@@ -94,6 +94,12 @@ fn rustls_config(tls: &TlsConfig) -> Result<RustlsConfig, HttpError> {
             "tls.cert: no certificate in the file".into(),
         ));
     }
+    if let Some(why) = refused_as_server_certificate(&certs) {
+        return Err(bad(
+            &tls.cert,
+            format!("{}: {why}", field_of("tls.cert", &tls.cert)),
+        ));
+    }
     let key = PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| {
         bad(
             &tls.key,
@@ -112,6 +118,49 @@ fn rustls_config(tls: &TlsConfig) -> Result<RustlsConfig, HttpError> {
         .map_err(|e| bad(&tls.key, format!("does not fit the certificate: {e}")))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(RustlsConfig::from_config(Arc::new(config)))
+}
+
+/// Why every client and agent would refuse `chain`'s first certificate as a server's, found
+/// before the server starts: a CA certificate (`basicConstraints CA:TRUE`, what `openssl req
+/// -x509` makes by default) is no server certificate to rustls, which the CLI and the agents
+/// use, so each connection would fail with `CaUsedAsEndEntity`. The certificate is checked by
+/// rustls's own verifier against itself as the only root: its other findings (an issuer that
+/// is not itself, a name) need the real CA and are not judged here.
+fn refused_as_server_certificate(chain: &[CertificateDer<'static>]) -> Option<String> {
+    let leaf = chain.first()?;
+    let mut roots = rustls::RootCertStore::empty();
+    // A certificate that is no trust anchor (not self-signed, say) cannot be the case here.
+    roots.add(leaf.clone()).ok()?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .ok()?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").ok()?;
+    let now = rustls::pki_types::UnixTime::now();
+    let refused = rustls::client::danger::ServerCertVerifier::verify_server_cert(
+        verifier.as_ref(),
+        leaf,
+        &chain[1..],
+        &name,
+        &[],
+        now,
+    )
+    .err()?;
+    let rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) = &refused else {
+        return None;
+    };
+    matches!(
+        other.0.downcast_ref::<webpki::Error>(),
+        Some(webpki::Error::CaUsedAsEndEntity)
+    )
+    .then(|| {
+        "the first certificate is a CA certificate (basicConstraints CA:TRUE), which clients \
+         and agents refuse as a server's (rustls: CaUsedAsEndEntity): sign a server \
+         certificate with that CA and give the CA to clients (`--ca`), or make a self-signed \
+         certificate without CA:TRUE (docs/runtime.md, TLS, has the commands)"
+            .to_string()
+    })
 }
 
 /// Checks that `tls`'s certificate chain and key read and fit together, and that its

@@ -191,6 +191,10 @@ pub fn check(config: &ServerConfig) -> Result<Option<String>, ServerError> {
 /// to `DATA_DIR/http-address`.
 pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     config.validate().map_err(ServerError::Config)?;
+    // A certificate no client would accept is refused before anything opens, as `check` does.
+    if let Some(tls) = &config.tls {
+        http::check_tls(tls)?;
+    }
     let dir = config.data_dir.clone();
     datadir::prepare(&dir)?;
     let lock = datadir::lock(&dir)?;

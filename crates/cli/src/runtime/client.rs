@@ -66,6 +66,16 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
                 message: super::human::start_hint(server),
             }));
         }
+        Err(e) if certificate_refused(&e).is_some() => {
+            // Final, as a wrong scheme is: the same certificate is refused on every try.
+            let why = certificate_refused(&e).unwrap_or_default();
+            return Err(anyhow::Error::new(e).context(super::human::Exit {
+                status: super::human::PROTOCOL_STATUS,
+                message: format!(
+                    "connecting to {server}: the server's certificate is refused: {why}"
+                ),
+            }));
+        }
         Err(e) => {
             // TLS to a plain server: rustls reads its HTTP/2 bytes as a corrupt TLS record.
             let plain =
@@ -89,6 +99,44 @@ pub async fn connect_with(server: &str, token: &str, ca: Option<&[u8]>) -> anyho
         channel,
         pb::TokenInterceptor::new(token)?,
     ))
+}
+
+/// Why the server's certificate was refused, when that is why a connection failed (rustls's
+/// verdict, somewhere in the error's chain of causes; an I/O error carries it inside), in
+/// words that say what to change.
+fn certificate_refused(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use rustls::CertificateError as C;
+    let mut cause = Some(error);
+    while let Some(c) = cause {
+        let tls = c.downcast_ref::<rustls::Error>().or_else(|| {
+            c.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(rustls::Error::InvalidCertificate(why)) = tls {
+            return Some(match why {
+                C::Other(o)
+                    if matches!(
+                        o.0.downcast_ref::<webpki::Error>(),
+                        Some(webpki::Error::CaUsedAsEndEntity)
+                    ) =>
+                {
+                    "it is a CA certificate (basicConstraints CA:TRUE), not a server's: the \
+                     server's [tls] cert must be one signed by the CA given with --ca (or a \
+                     self-signed one without CA:TRUE; docs/runtime.md, TLS)"
+                        .into()
+                }
+                C::UnknownIssuer => "it is not signed by the CA given with --ca".into(),
+                C::NotValidForName | C::NotValidForNameContext { .. } => format!(
+                    "it is not for the host name in the URL ({why}): use a name or address \
+                     its subjectAltName lists"
+                ),
+                other => other.to_string(),
+            });
+        }
+        cause = c.source();
+    }
+    None
 }
 
 /// A server error as users read it: the message alone where the server wrote it for people (it

@@ -520,6 +520,22 @@ fn a_tls_mismatch_and_a_call_the_server_lacks_exit_76() {
         err.contains("speaks TLS") && !err.contains("retrying"),
         "{err}"
     );
+    // A certificate the CA given does not vouch for: said at once, not retried.
+    for command in [&["jobs"][..], &["submit", "--", "true"][..]] {
+        let out = tls
+            .command(command)
+            .env("HETSCHED_CA", tls_file("server.pem"))
+            .output()
+            .expect("run hetsched");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(76), "{command:?}: {err}");
+        assert!(
+            err.contains(
+                "the server's certificate is refused: it is not signed by the CA given with --ca"
+            ) && !err.contains("retrying"),
+            "{command:?}: {err}"
+        );
+    }
 
     let mut c = Cluster::start("ux-exit-protocol", false);
     let tls_url = format!("https://{}", c.listen);

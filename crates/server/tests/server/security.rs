@@ -1182,3 +1182,57 @@ async fn the_servers_output_streams_are_bounded_for_all_users_together() {
     server.stop().await.expect("stops");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A CA certificate as the server's own (what `openssl req -x509` makes by default) is refused
+/// by `--check` and at a start, naming why: every client and agent (rustls) would refuse each
+/// connection with `CaUsedAsEndEntity`. A self-signed certificate that is no CA's passes.
+#[test]
+fn a_ca_certificate_as_the_servers_own_is_refused_before_the_start() {
+    let dir = scratch("ca-as-server");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let write = |name: &str, ca: bool| {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        if ca {
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        }
+        let cert = params.self_signed(&key).expect("cert");
+        let (c, k) = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).expect("cert file");
+        std::fs::write(&k, key.serialize_pem()).expect("key file");
+        hetsched_server::config::TlsConfig {
+            cert: c,
+            key: k,
+            agent_ca: None,
+        }
+    };
+    let config = |tls| ServerConfig {
+        data_dir: dir.join("data"),
+        tls: Some(tls),
+        ..ServerConfig::default()
+    };
+    let e = hetsched_server::check(&config(write("ca", true)))
+        .expect_err("a CA's certificate is refused")
+        .to_string();
+    assert!(
+        e.contains("ca.pem")
+            && e.contains("is a CA certificate")
+            && e.contains("CaUsedAsEndEntity"),
+        "{e}"
+    );
+    hetsched_server::check(&config(write("leaf", false))).expect("a server certificate passes");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let started = rt.block_on(hetsched_server::start(config(write("ca2", true))));
+    match started {
+        Ok(_) => panic!("a start with a CA's certificate"),
+        Err(e) => assert!(e.to_string().contains("is a CA certificate"), "{e}"),
+    }
+    assert!(
+        !dir.join("data").exists(),
+        "nothing made before the refusal"
+    );
+}
