@@ -397,33 +397,6 @@ fn refused(code: StatusCode, message: String) -> Response {
         .into_response()
 }
 
-/// A row of `/api/users`, in `hetsched user list --output json`'s words (a cap of 0 is `null`:
-/// none), with whether it is the admin's, its fair-share usage per share (what fair share
-/// ranks by, least first; `null` with its usage when fair share is off) and its jobs pending
-/// and running.
-fn user_json(u: &crate::state::UserOverview) -> serde_json::Value {
-    let e = &u.entry;
-    let cap = |n: u64| (n > 0).then_some(n);
-    serde_json::json!({
-        "name": e.name,
-        "admin": u.admin,
-        "created_ms": e.created_ms,
-        "shares": e.shares,
-        "max_cores": cap(u64::from(e.cap.cores)),
-        "max_memory_bytes": cap(e.cap.memory_bytes),
-        "max_gpus": cap(u64::from(e.cap.gpus)),
-        "cores": e.held.cores,
-        "memory_bytes": e.held.memory_bytes,
-        "gpus": e.held.gpus,
-        "fair_usage": u.fair_usage,
-        "fair_usage_per_share": u.fair_usage.map(|f| f / f64::from(e.shares.max(1))),
-        "jobs": e.jobs,
-        "unfinished_jobs": e.unfinished_jobs,
-        "pending_jobs": u.pending_jobs,
-        "running_jobs": u.running_jobs,
-    })
-}
-
 fn json(value: &impl serde::Serialize) -> Response {
     match serde_json::to_string(value) {
         Ok(text) => (
@@ -977,9 +950,11 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             {
                 // `total`: jobs ever submitted (ids run 1 to it); `purged`: how many of them are
                 // gone.
+                // Each job as `hetsched jobs --output json` writes it (`null` where its table
+                // shows `-`): the one builder of both.
                 Some((page, total, purged)) => json(&serde_json::json!({
-                    "jobs": page.jobs, "next_cursor": page.next_cursor, "total": total,
-                    "purged": purged,
+                    "jobs": page.jobs.iter().map(crate::json::job).collect::<Vec<_>>(),
+                    "next_cursor": page.next_cursor, "total": total, "purged": purged,
                 })),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }
@@ -1000,7 +975,8 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 .read(move |s| s.job(id).map_err(|e| s.explain(e).to_string()))
                 .await
             {
-                Some(Ok(j)) => json(&j),
+                // As `hetsched job N --output json` writes it.
+                Some(Ok(j)) => json(&crate::json::job(&j)),
                 // The state's words: a purged job says it was purged, as `hetsched job` does.
                 Some(Err(why)) => (StatusCode::NOT_FOUND, why).into_response(),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
@@ -1047,7 +1023,9 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                         .tasks
                         .iter()
                         .map(|t| {
-                            let mut v = serde_json::to_value(t).unwrap_or_default();
+                            // As `hetsched tasks --output json` writes it (`null` where its
+                            // table shows `-`): the one builder of both.
+                            let mut v = crate::json::task(t);
                             if let Some(o) = v.as_object_mut() {
                                 o.insert("id_text".into(), t.id.to_string().into());
                             }
@@ -1121,7 +1099,11 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             {
                 Some((users, half_life)) => json(&serde_json::json!({
                     "fair_share": half_life.map(|ns| serde_json::json!({ "half_life_s": ns / 1_000_000_000 })),
-                    "users": users.iter().map(user_json).collect::<Vec<_>>(),
+                    // In `hetsched user list --output json`'s words: the one builder of both.
+                    "users": users
+                        .into_iter()
+                        .map(|u| crate::json::user(&u.into()))
+                        .collect::<Vec<_>>(),
                 })),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }
