@@ -1367,6 +1367,17 @@ async fn filter_pages(
     // A batch job's store filters its rows (each page holds only matching tasks); pages of
     // other kinds are scanned here.
     let filter = StateFilter::parse(&[state.to_string()]).map_err(|e| e.to_string())?;
+    // `total` is the listing's size before the filter, the number the same call without
+    // `state` answers, whatever the job's kind and with or without `job`: a paging client
+    // learns the end from `next_cursor` 0, and wants the size of what it pages through to stay
+    // one figure as it switches filters. (How many match is known cheaply for a batch job
+    // only — its store counts them — and would cost every other listing a scan of all its
+    // tasks, which one call bounds to SCAN_LIMIT; so it is no part of the answer.)
+    let total = d
+        .tasks_page(job, cursor, 1, &StateFilter::default())
+        .await
+        .ok_or_else(|| "the server's state is unavailable".to_string())??
+        .total;
     let mut out = Vec::new();
     let mut cursor = cursor;
     let mut scanned = 0u64;
@@ -1375,7 +1386,6 @@ async fn filter_pages(
             .tasks_page(job, cursor, SCAN_CHUNK, &filter)
             .await
             .ok_or_else(|| "the server's state is unavailable".to_string())??;
-        let total = page.total;
         for (k, t) in page.tasks.into_iter().enumerate() {
             if out.len() as u32 >= limit || scanned >= SCAN_LIMIT {
                 // Stopped inside this chunk: the cursor of its k-th task is where the chunk's
