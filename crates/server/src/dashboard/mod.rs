@@ -333,6 +333,90 @@ fn bad_parameter(e: String) -> Response {
     (StatusCode::BAD_REQUEST, e).into_response()
 }
 
+/// Where `/api/log` reads and how much: `offset` (bytes from the start of the output; negative:
+/// that many before its end — the `ReadLog` call's own rule) and `limit` (1 to
+/// [`crate::logs::MAX_PAGE`]). By default the last MiB: what a person looks at first. The error
+/// names the parameter.
+fn log_span(uri: &Uri) -> Result<(i64, u32), String> {
+    let max = crate::logs::MAX_PAGE;
+    let offset = match query(uri, "offset").filter(|v| !v.is_empty()) {
+        None => -i64::from(max),
+        Some(v) => v.parse::<i64>().map_err(|_| {
+            format!(
+                "offset: `{}` is not a whole number (bytes from the start; negative: from the end)",
+                hetsched_core::text::clip(&v)
+            )
+        })?,
+    };
+    let limit = match num::<u32>(uri, "limit")? {
+        None => max,
+        Some(0) => return Err(format!("limit: at least 1 byte (at most {max})")),
+        Some(n) => n.min(max),
+    };
+    Ok((offset, limit))
+}
+
+/// Says where a page of a task's output lies in the whole (see [`log_page`]).
+const LOG_OFFSET: &str = "x-hetsched-log-offset";
+/// See [`LOG_OFFSET`].
+const LOG_SIZE: &str = "x-hetsched-log-size";
+/// See [`LOG_OFFSET`].
+const LOG_TRUNCATED: &str = "x-hetsched-truncated";
+
+/// `/api/log`'s answer: the bytes read, as they are — nothing at all when the task printed
+/// nothing on the stream (as `hetsched log` prints nothing: a script reads the output, not a
+/// note about it; the page says what an empty tab means) — with where they lie in the whole:
+/// `X-Hetsched-Log-Offset` (where the body starts), `X-Hetsched-Log-Size` (the whole output's
+/// size when it was read) and `X-Hetsched-Truncated` (`true` when the body is not the whole
+/// output: a page at most a MiB long; the rest is read with `offset` and `limit`).
+fn log_page(r: pb::ReadLogReply) -> Response {
+    let end = r.offset.saturating_add(r.data.len() as u64);
+    let truncated = r.offset > 0 || end < r.size;
+    let mut resp = (
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        r.data,
+    )
+        .into_response();
+    let h = resp.headers_mut();
+    h.insert(LOG_OFFSET, HeaderValue::from(r.offset));
+    h.insert(LOG_SIZE, HeaderValue::from(r.size));
+    h.insert(
+        LOG_TRUNCATED,
+        HeaderValue::from_static(if truncated { "true" } else { "false" }),
+    );
+    resp
+}
+
+/// A refused `/api/log` in the status a program can act on: 400 for a task named in no form
+/// the job knows (`task=yes:abc`, naming the parameter, as every 400 of the API does), 403 for
+/// another user's job, 404 for what does not exist or has no output (no such job, task or
+/// attempt; a task that has not run, or whose stream is discarded; an agent that serves no
+/// output), 429 when the caller has too many calls in flight, 503 when the agent holding the
+/// output cannot be reached now (it left, died, or does not answer: try again once it is back).
+fn log_refusal(s: &tonic::Status) -> Response {
+    use tonic::Code;
+    let message = s.message();
+    let (code, message) = match s.code() {
+        Code::InvalidArgument if message.starts_with("task") => {
+            (StatusCode::BAD_REQUEST, message.to_string())
+        }
+        Code::InvalidArgument => (StatusCode::BAD_REQUEST, format!("task: {message}")),
+        Code::PermissionDenied => (StatusCode::FORBIDDEN, message.to_string()),
+        Code::NotFound | Code::FailedPrecondition | Code::OutOfRange => {
+            (StatusCode::NOT_FOUND, message.to_string())
+        }
+        Code::ResourceExhausted => (StatusCode::TOO_MANY_REQUESTS, message.to_string()),
+        Code::Unavailable | Code::DeadlineExceeded => {
+            (StatusCode::SERVICE_UNAVAILABLE, message.to_string())
+        }
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, message.to_string()),
+    };
+    refused(code, message)
+}
+
 /// Days `/api/usage` covers when `since` is not given: the last 7, `until` included.
 const USAGE_DAYS: u32 = 7;
 
@@ -1196,34 +1280,23 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                     ));
                 }
             };
+            let (offset, limit) = match log_span(&uri) {
+                Ok(span) => span,
+                Err(e) => return bad_parameter(e),
+            };
             let req = pb::ReadLogRequest {
                 job_id,
                 task,
                 stderr,
                 attempt,
-                // The last MiB: what a person looks at first.
-                offset: -(crate::logs::MAX_PAGE as i64),
-                limit: crate::logs::MAX_PAGE,
+                offset,
+                limit,
                 follow: false,
             };
             // A user reads the logs of its own jobs only, as with `hetsched log`.
             match crate::logs::read_log(&d.state, &d.relay, req, &who).await {
-                Ok(r) => (
-                    [
-                        (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-                        (header::CACHE_CONTROL, "no-store"),
-                    ],
-                    if r.exists {
-                        r.data
-                    } else {
-                        b"(the task printed nothing on this stream)\n".to_vec()
-                    },
-                )
-                    .into_response(),
-                Err(s) if s.code() == tonic::Code::PermissionDenied => {
-                    (StatusCode::FORBIDDEN, s.message().to_string()).into_response()
-                }
-                Err(s) => (StatusCode::NOT_FOUND, s.message().to_string()).into_response(),
+                Ok(r) => log_page(r),
+                Err(s) => log_refusal(&s),
             }
         }
     };
