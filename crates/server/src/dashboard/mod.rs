@@ -199,6 +199,16 @@ fn random_hex() -> String {
     format!("{a:032x}{b:032x}")
 }
 
+/// The token of an `Authorization` value of the Bearer scheme, whatever the case the scheme is
+/// written in (`Bearer`, `bearer`, `BEARER`: RFC 7235 §2.1 makes it case-insensitive, and
+/// clients differ); `None` for another scheme or no token. Every route that reads the header
+/// (the API, the page, `/metrics`, `POST /api/ticket`) goes through it.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim_start();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -631,7 +641,8 @@ impl Dashboard {
         if let Some(who) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| self.caller_of(v.as_bytes()))
+            .and_then(bearer_token)
+            .and_then(|t| self.caller_of(pb::bearer(t).as_bytes()))
         {
             return Some(who);
         }
@@ -986,7 +997,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let who = headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
+                .and_then(bearer_token)
                 .and_then(|t| d.token_ok(t));
             let Some((who, credential)) = who else {
                 return unauthorized();
