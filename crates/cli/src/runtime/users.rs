@@ -179,11 +179,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
         .map_err(refused)?
         .into_inner();
     if args.output == super::Output::Json {
-        let users: Vec<_> = reply
-            .users
-            .iter()
-            .map(user_json)
-            .collect();
+        let users: Vec<_> = reply.users.iter().map(user_json).collect();
         return json(&users);
     }
     let mut t = table(&[

@@ -2690,7 +2690,13 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     // The words of `/api/users` (the same builder): a user's row is no admin's, with its jobs
     // pending and running.
     assert_eq!(listed["admin"], false);
-    assert_eq!((listed["pending_jobs"].as_u64(), listed["running_jobs"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        (
+            listed["pending_jobs"].as_u64(),
+            listed["running_jobs"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
     assert_eq!(listed["shares"], 1);
     let said = c.ok(&["user", "limit", "alice", "--shares", "3"]);
     assert!(said.contains("3 fair-share shares"), "{said}");
