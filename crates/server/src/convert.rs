@@ -641,6 +641,32 @@ impl From<NodeInfo> for pb::NodeInfo {
     }
 }
 
+/// A user's row as `ListUsers`, `LimitUser` and the dashboard's `/api/users` send it (the JSON
+/// of all three is [`crate::json::user`]): `fair_usage` absent without `[fair_share]`.
+impl From<crate::state::UserOverview> for pb::UserInfo {
+    fn from(o: crate::state::UserOverview) -> Self {
+        let u = o.entry;
+        pb::UserInfo {
+            name: u.name,
+            created_ms: u.created_ms,
+            jobs: u.jobs,
+            unfinished_jobs: u.unfinished_jobs,
+            max_cores: u.cap.cores,
+            cores: u.held.cores,
+            max_gpus: u.cap.gpus,
+            gpus: u.held.gpus,
+            max_memory_bytes: u.cap.memory_bytes,
+            memory_bytes: u.held.memory_bytes,
+            fair_usage: o.fair_usage,
+            shares: u.shares,
+            max_priority: u.max_priority,
+            admin: o.admin,
+            pending_jobs: o.pending_jobs,
+            running_jobs: o.running_jobs,
+        }
+    }
+}
+
 impl From<Purged> for pb::PurgeReply {
     fn from(p: Purged) -> Self {
         pb::PurgeReply {

@@ -26,7 +26,9 @@
 //! - [`users`]: the admin and users, their tokens, which jobs are whose;
 //! - [`logs`]: relays `hetsched log` to the agent that ran the task;
 //! - [`metrics`]: Prometheus metrics (`/metrics`);
-//! - [`http`]: the optional HTTP listener (dashboard, `/metrics`, `/healthz`; HTTPS with `[tls]`).
+//! - [`http`]: the optional HTTP listener (dashboard, `/metrics`, `/healthz`; HTTPS with `[tls]`);
+//! - [`json`]: the JSON of jobs, tasks and users that the CLI's `--output json` and the HTTP API
+//!   both write.
 //!
 //! [`start`] runs a server in the current tokio runtime and returns a [`ServerHandle`]; the
 //! `hetsched server` command and `hetsched demo` both use it.
@@ -44,6 +46,7 @@ pub mod divisible_service;
 pub mod durable;
 pub mod http;
 pub mod jobs;
+pub mod json;
 pub mod limits;
 pub mod logs;
 pub mod metrics;

@@ -1055,9 +1055,15 @@ impl Client for ClientService {
     ) -> Result<Response<pb::ListUsersReply>, Status> {
         let who = caller(&req)?;
         require_admin(&who, "listing the users")?;
+        // The dashboard's rows (`/api/users`), less the admin's own: `user list` lists users.
         read_state(&self.0, |s| {
             Ok(pb::ListUsersReply {
-                users: s.list_users().into_iter().map(user_info).collect(),
+                users: s
+                    .users_overview(&crate::users::Caller::admin())
+                    .into_iter()
+                    .filter(|u| !u.admin)
+                    .map(Into::into)
+                    .collect(),
             })
         })
         .await
@@ -1107,10 +1113,10 @@ impl Client for ClientService {
             if let Some(p) = priority {
                 s.on_priority_limit_user(&r.name, p)?;
             }
-            s.list_users()
+            s.users_overview(&crate::users::Caller::admin())
                 .into_iter()
-                .find(|u| u.name == r.name)
-                .map(user_info)
+                .find(|u| !u.admin && u.entry.name == r.name)
+                .map(Into::into)
                 .ok_or(StateError::NoUser(r.name))
         })
         .await
@@ -1162,24 +1168,6 @@ impl Client for ClientService {
             })
         })
         .await
-    }
-}
-
-fn user_info(u: crate::state::UserEntry) -> pb::UserInfo {
-    pb::UserInfo {
-        name: u.name,
-        created_ms: u.created_ms,
-        jobs: u.jobs,
-        unfinished_jobs: u.unfinished_jobs,
-        max_cores: u.cap.cores,
-        cores: u.held.cores,
-        max_gpus: u.cap.gpus,
-        gpus: u.held.gpus,
-        max_memory_bytes: u.cap.memory_bytes,
-        memory_bytes: u.held.memory_bytes,
-        fair_usage: u.fair_usage,
-        shares: u.shares,
-        max_priority: u.max_priority,
     }
 }
 

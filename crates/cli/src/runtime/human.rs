@@ -4,7 +4,7 @@
 //! never with `NO_COLOR`), and a quiet exit when the reader of stdout goes away (`… | head`).
 
 use hetsched_proto as pb;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::time::{Duration, UNIX_EPOCH};
@@ -154,11 +154,10 @@ pub fn drained(reason: &str, since_ms: u64) -> String {
     }
 }
 
-/// The time `ns` (since the Unix epoch) in RFC 3339, UTC; None for 0 (not yet).
+/// The time `ns` (since the Unix epoch) in RFC 3339, UTC; None for 0 (not yet). The JSON's
+/// times ([`hetsched_server::json::rfc3339`]), so that a table and the JSON agree.
 pub fn rfc3339(ns: u64) -> Option<String> {
-    (ns > 0).then(|| {
-        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(ns)).to_string()
-    })
+    hetsched_server::json::rfc3339(ns)
 }
 
 /// An error and its causes on one line, each cause once: a cause whose text its parent already
@@ -286,39 +285,10 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-fn set_time(v: &mut Value, key: &str, ns: u64) {
-    let name = key.trim_end_matches("_ns");
-    v[key] = if ns == 0 { Value::Null } else { json!(ns) };
-    v[name] = rfc3339(ns).map_or(Value::Null, Value::String);
-}
-
-/// A job as JSON (the same shape from `jobs` and `job N`): times as ns and RFC 3339, `null`
-/// where the table shows `-`.
+/// A job as JSON (the same shape from `jobs` and `job N`, and from the HTTP API's `/api/jobs`
+/// and `/api/job`): [`hetsched_server::json::job`], one builder for both, so they agree.
 pub fn job_json(j: &pb::JobInfo) -> Value {
-    let mut v = serde_json::to_value(j).unwrap_or(Value::Null);
-    set_time(&mut v, "submitted_ns", j.submitted_ns);
-    set_time(&mut v, "finished_ns", j.finished_ns);
-    v["begin_ms"] = if j.begin_ms == 0 {
-        Value::Null
-    } else {
-        json!(j.begin_ms)
-    };
-    v["begin"] = rfc3339(j.begin_ms.saturating_mul(1_000_000)).map_or(Value::Null, Value::String);
-    v["duration_s"] = if j.finished_ns >= j.submitted_ns && j.finished_ns > 0 {
-        json!((j.finished_ns - j.submitted_ns) as f64 / 1e9)
-    } else {
-        Value::Null
-    };
-    if let Some(apps) = v["apps"].as_array_mut() {
-        for a in apps {
-            for k in ["mean_cpu_ms", "mean_gpu_ms"] {
-                if a[k].as_f64() == Some(0.0) {
-                    a[k] = Value::Null;
-                }
-            }
-        }
-    }
-    v
+    hetsched_server::json::job(j)
 }
 
 /// How many run, and of those how many wait in their agent's queue (`prefetch`) or still fetch
@@ -342,23 +312,10 @@ pub fn running_notes(c: &pb::TaskCounts) -> String {
     }
 }
 
-/// A task as JSON: times as ns and RFC 3339, `null` for what it does not have yet.
+/// A task as JSON (as the HTTP API's `/api/tasks` writes it): times as ns and RFC 3339, `null`
+/// for what it does not have yet ([`hetsched_server::json::task`], one builder for both).
 pub fn task_json(t: &pb::TaskInfo) -> Value {
-    let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
-    set_time(&mut v, "started_ns", t.started_ns);
-    set_time(&mut v, "finished_ns", t.finished_ns);
-    for k in ["node", "variant", "output", "message", "executed_node"] {
-        if v[k].as_str() == Some("") {
-            v[k] = Value::Null;
-        }
-    }
-    if t.exit_code == -1 {
-        v["exit_code"] = Value::Null;
-    }
-    // A workflow's task ids hold its kind in their high byte, past the 2^53 that jq 1.6 or a
-    // JavaScript number reads exactly: the string too, as `/api/tasks` gives it.
-    v["id_text"] = t.id.to_string().into();
-    v
+    hetsched_server::json::task(t)
 }
 
 /// A node as JSON: `null` for what it has not reported.

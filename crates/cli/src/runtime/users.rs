@@ -139,24 +139,11 @@ pub async fn limit(args: &ClientArgs, name: &str, caps: UserCaps) -> anyhow::Res
 }
 
 /// A user as `user limit` and `user list` print it in JSON: the server's fields, with `null`
-/// for a cap the user does not have (the server sends 0).
+/// for a cap the user does not have (the server sends 0) and for the fair-share usage without
+/// `[fair_share]` — the object of the HTTP API's `/api/users` ([`hetsched_server::json::user`],
+/// one builder for both).
 fn user_json(u: &pb::UserInfo) -> serde_json::Value {
-    let cap = |n: u64| (n > 0).then_some(n);
-    serde_json::json!({
-        "name": u.name,
-        "created_ms": u.created_ms,
-        "jobs": u.jobs,
-        "unfinished_jobs": u.unfinished_jobs,
-        "max_cores": cap(u.max_cores.into()),
-        "cores": u.cores,
-        "max_memory_bytes": cap(u.max_memory_bytes),
-        "memory_bytes": u.memory_bytes,
-        "max_gpus": cap(u.max_gpus.into()),
-        "gpus": u.gpus,
-        "fair_usage": u.fair_usage,
-        "shares": u.shares,
-        "max_priority": u.max_priority,
-    })
+    hetsched_server::json::user(u)
 }
 
 /// A size in bytes as `user limit` and `user list` print it (`64 GiB`).
@@ -192,17 +179,7 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
         .map_err(refused)?
         .into_inner();
     if args.output == super::Output::Json {
-        let users: Vec<_> = reply
-            .users
-            .iter()
-            .map(|u| {
-                let mut v = user_json(u);
-                v["created"] = serde_json::json!(super::human::rfc3339(
-                    u.created_ms.saturating_mul(1_000_000)
-                ));
-                v
-            })
-            .collect();
+        let users: Vec<_> = reply.users.iter().map(user_json).collect();
         return json(&users);
     }
     let mut t = table(&[
@@ -245,7 +222,9 @@ pub async fn list(args: &ClientArgs) -> anyhow::Result<()> {
                 u.max_gpus.to_string()
             },
             // Share-seconds as cluster-hours: 1.0 is the whole cluster for an hour.
-            format!("{:.3} cluster·h", u.fair_usage / 3600.0),
+            // (`-`: no fair share, so no usage to speak of.)
+            u.fair_usage
+                .map_or("-".to_string(), |f| format!("{:.3} cluster·h", f / 3600.0)),
             u.shares.to_string(),
             u.max_priority.map_or("-".to_string(), |p| p.to_string()),
         ]));

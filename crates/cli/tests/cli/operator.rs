@@ -2692,8 +2692,21 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     assert_eq!(listed["max_memory_bytes"], 8u64 << 30);
     assert_eq!(listed["max_gpus"], 2);
     assert_eq!(listed["gpus"], 0);
-    // No `[fair_share]` on this server: no usage accrues.
-    assert_eq!(listed["fair_usage"], 0.0);
+    // No `[fair_share]` on this server: no usage to speak of, `null` as in `/api/users`
+    // (not 0, which would read as a measured nothing).
+    assert_eq!(listed["fair_usage"], serde_json::Value::Null, "{listed}");
+    assert_eq!(listed["fair_usage_per_share"], serde_json::Value::Null);
+    // The words of `/api/users` (the same builder): a user's row is no admin's, and its
+    // unfinished jobs are those pending and those running.
+    assert_eq!(listed["admin"], false);
+    assert_eq!(
+        listed["pending_jobs"]
+            .as_u64()
+            .zip(listed["running_jobs"].as_u64())
+            .map(|(p, r)| p + r),
+        listed["unfinished_jobs"].as_u64(),
+        "{listed}"
+    );
     assert_eq!(listed["shares"], 1);
     let said = c.ok(&["user", "limit", "alice", "--shares", "3"]);
     assert!(said.contains("3 fair-share shares"), "{said}");

@@ -67,6 +67,10 @@ let me = null;
 const meLoaded = Promise.resolve().then(() => api("/api/me")).then((m) => { me = m; }, (e) => console.error(e));
 const NO_OUTPUT = "the read-only token reads no task output: sign in with the client token or your own";
 // A task's or chunk's output cell: its stdout and stderr links (`link(stream)`), or why there are none.
+// What an output link's tab shows, said on hover: `/api/log` answers the output as it is, so a
+// stream the task printed nothing on opens an empty tab (as `hetsched log` prints nothing), and a
+// long one its last MiB (the server says so in its X-Hetsched-Truncated header).
+const OUTPUT_HOVER = "the last MiB of this stream; an empty tab: the task printed nothing on this stream";
 const outputLinks = (link) => (me && me.reads_output === false ? `<span title="${esc(NO_OUTPUT)}">-</span>` : `${link("stdout")} ${link("stderr")}`);
 
 async function api(path) {
@@ -542,7 +546,7 @@ function renderChunks() {
   const kept = all.filter((c) => tasksView.state === "all" || c.shown === tasksView.state);
   const rows = kept.slice(-TASK_PAGE).reverse();
   $("tasks").querySelector("tbody").innerHTML = rows.map((c) => {
-    const log = (s) => `<a href="/api/log?job=${tasksView.job}&task=${c.chunk}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
+    const log = (s) => `<a href="/api/log?job=${tasksView.job}&task=${c.chunk}&stream=${s}" target="_blank" rel="noopener" title="${esc(OUTPUT_HOVER)}">${s}</a>`;
     return `<tr data-chunk="${c.chunk}"><td>chunk ${c.chunk}</td><td>round ${c.round}</td><td>units ${c.start}..${c.end}</td>
       <td class="state-${esc(c.shown)}">${esc(c.shown)}</td><td>1</td><td>${esc(c.worker || "-")}</td><td>-</td><td>-</td><td>-</td>
       <td>${c.compute_s ? human(c.compute_s * 1e9) : "-"}</td><td>-</td><td>-</td><td>${outputLinks(log)}</td><td class="msg"></td></tr>`;
@@ -611,7 +615,7 @@ async function loadTasks() {
     // A running multi-node task: its first node, how many more, and all of them on hover.
     const more = (t.nodes || []).length > 1
       ? `<span class="nodes" title="${esc(t.nodes.join(", "))}"> (+${t.nodes.length - 1})</span>` : "";
-    const log = (s) => `<a href="/api/log?job=${t.job_id}&task=${t.id_text}&stream=${s}" target="_blank" rel="noopener">${s}</a>`;
+    const log = (s) => `<a href="/api/log?job=${t.job_id}&task=${t.id_text}&stream=${s}" target="_blank" rel="noopener" title="${esc(OUTPUT_HOVER)}">${s}</a>`;
     // Running on its node, its inputs still being fetched (a workflow instance): its program
     // has not started, as `hetsched tasks` says.
     const state = t.fetching ? "fetching" : t.state;

@@ -199,6 +199,16 @@ fn random_hex() -> String {
     format!("{a:032x}{b:032x}")
 }
 
+/// The token of an `Authorization` value of the Bearer scheme, whatever the case the scheme is
+/// written in (`Bearer`, `bearer`, `BEARER`: RFC 7235 §2.1 makes it case-insensitive, and
+/// clients differ); `None` for another scheme or no token. Every route that reads the header
+/// (the API, the page, `/metrics`, `POST /api/ticket`) goes through it.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim_start();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -333,6 +343,90 @@ fn bad_parameter(e: String) -> Response {
     (StatusCode::BAD_REQUEST, e).into_response()
 }
 
+/// Where `/api/log` reads and how much: `offset` (bytes from the start of the output; negative:
+/// that many before its end — the `ReadLog` call's own rule) and `limit` (1 to
+/// [`crate::logs::MAX_PAGE`]). By default the last MiB: what a person looks at first. The error
+/// names the parameter.
+fn log_span(uri: &Uri) -> Result<(i64, u32), String> {
+    let max = crate::logs::MAX_PAGE;
+    let offset = match query(uri, "offset").filter(|v| !v.is_empty()) {
+        None => -i64::from(max),
+        Some(v) => v.parse::<i64>().map_err(|_| {
+            format!(
+                "offset: `{}` is not a whole number (bytes from the start; negative: from the end)",
+                hetsched_core::text::clip(&v)
+            )
+        })?,
+    };
+    let limit = match num::<u32>(uri, "limit")? {
+        None => max,
+        Some(0) => return Err(format!("limit: at least 1 byte (at most {max})")),
+        Some(n) => n.min(max),
+    };
+    Ok((offset, limit))
+}
+
+/// Says where a page of a task's output lies in the whole (see [`log_page`]).
+const LOG_OFFSET: &str = "x-hetsched-log-offset";
+/// See [`LOG_OFFSET`].
+const LOG_SIZE: &str = "x-hetsched-log-size";
+/// See [`LOG_OFFSET`].
+const LOG_TRUNCATED: &str = "x-hetsched-truncated";
+
+/// `/api/log`'s answer: the bytes read, as they are — nothing at all when the task printed
+/// nothing on the stream (as `hetsched log` prints nothing: a script reads the output, not a
+/// note about it; the page says what an empty tab means) — with where they lie in the whole:
+/// `X-Hetsched-Log-Offset` (where the body starts), `X-Hetsched-Log-Size` (the whole output's
+/// size when it was read) and `X-Hetsched-Truncated` (`true` when the body is not the whole
+/// output: a page at most a MiB long; the rest is read with `offset` and `limit`).
+fn log_page(r: pb::ReadLogReply) -> Response {
+    let end = r.offset.saturating_add(r.data.len() as u64);
+    let truncated = r.offset > 0 || end < r.size;
+    let mut resp = (
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        r.data,
+    )
+        .into_response();
+    let h = resp.headers_mut();
+    h.insert(LOG_OFFSET, HeaderValue::from(r.offset));
+    h.insert(LOG_SIZE, HeaderValue::from(r.size));
+    h.insert(
+        LOG_TRUNCATED,
+        HeaderValue::from_static(if truncated { "true" } else { "false" }),
+    );
+    resp
+}
+
+/// A refused `/api/log` in the status a program can act on: 400 for a task named in no form
+/// the job knows (`task=yes:abc`, naming the parameter, as every 400 of the API does), 403 for
+/// another user's job, 404 for what does not exist or has no output (no such job, task or
+/// attempt; a task that has not run, or whose stream is discarded; an agent that serves no
+/// output), 429 when the caller has too many calls in flight, 503 when the agent holding the
+/// output cannot be reached now (it left, died, or does not answer: try again once it is back).
+fn log_refusal(s: &tonic::Status) -> Response {
+    use tonic::Code;
+    let message = s.message();
+    let (code, message) = match s.code() {
+        Code::InvalidArgument if message.starts_with("task") => {
+            (StatusCode::BAD_REQUEST, message.to_string())
+        }
+        Code::InvalidArgument => (StatusCode::BAD_REQUEST, format!("task: {message}")),
+        Code::PermissionDenied => (StatusCode::FORBIDDEN, message.to_string()),
+        Code::NotFound | Code::FailedPrecondition | Code::OutOfRange => {
+            (StatusCode::NOT_FOUND, message.to_string())
+        }
+        Code::ResourceExhausted => (StatusCode::TOO_MANY_REQUESTS, message.to_string()),
+        Code::Unavailable | Code::DeadlineExceeded => {
+            (StatusCode::SERVICE_UNAVAILABLE, message.to_string())
+        }
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, message.to_string()),
+    };
+    refused(code, message)
+}
+
 /// Days `/api/usage` covers when `since` is not given: the last 7, `until` included.
 const USAGE_DAYS: u32 = 7;
 
@@ -395,33 +489,6 @@ fn refused(code: StatusCode, message: String) -> Response {
         message,
     )
         .into_response()
-}
-
-/// A row of `/api/users`, in `hetsched user list --output json`'s words (a cap of 0 is `null`:
-/// none), with whether it is the admin's, its fair-share usage per share (what fair share
-/// ranks by, least first; `null` with its usage when fair share is off) and its jobs pending
-/// and running.
-fn user_json(u: &crate::state::UserOverview) -> serde_json::Value {
-    let e = &u.entry;
-    let cap = |n: u64| (n > 0).then_some(n);
-    serde_json::json!({
-        "name": e.name,
-        "admin": u.admin,
-        "created_ms": e.created_ms,
-        "shares": e.shares,
-        "max_cores": cap(u64::from(e.cap.cores)),
-        "max_memory_bytes": cap(e.cap.memory_bytes),
-        "max_gpus": cap(u64::from(e.cap.gpus)),
-        "cores": e.held.cores,
-        "memory_bytes": e.held.memory_bytes,
-        "gpus": e.held.gpus,
-        "fair_usage": u.fair_usage,
-        "fair_usage_per_share": u.fair_usage.map(|f| f / f64::from(e.shares.max(1))),
-        "jobs": e.jobs,
-        "unfinished_jobs": e.unfinished_jobs,
-        "pending_jobs": u.pending_jobs,
-        "running_jobs": u.running_jobs,
-    })
 }
 
 fn json(value: &impl serde::Serialize) -> Response {
@@ -574,7 +641,8 @@ impl Dashboard {
         if let Some(who) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| self.caller_of(v.as_bytes()))
+            .and_then(bearer_token)
+            .and_then(|t| self.caller_of(pb::bearer(t).as_bytes()))
         {
             return Some(who);
         }
@@ -929,7 +997,7 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             let who = headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
+                .and_then(bearer_token)
                 .and_then(|t| d.token_ok(t));
             let Some((who, credential)) = who else {
                 return unauthorized();
@@ -977,9 +1045,11 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             {
                 // `total`: jobs ever submitted (ids run 1 to it); `purged`: how many of them are
                 // gone.
+                // Each job as `hetsched jobs --output json` writes it (`null` where its table
+                // shows `-`): the one builder of both.
                 Some((page, total, purged)) => json(&serde_json::json!({
-                    "jobs": page.jobs, "next_cursor": page.next_cursor, "total": total,
-                    "purged": purged,
+                    "jobs": page.jobs.iter().map(crate::json::job).collect::<Vec<_>>(),
+                    "next_cursor": page.next_cursor, "total": total, "purged": purged,
                 })),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }
@@ -1000,7 +1070,8 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                 .read(move |s| s.job(id).map_err(|e| s.explain(e).to_string()))
                 .await
             {
-                Some(Ok(j)) => json(&j),
+                // As `hetsched job N --output json` writes it.
+                Some(Ok(j)) => json(&crate::json::job(&j)),
                 // The state's words: a purged job says it was purged, as `hetsched job` does.
                 Some(Err(why)) => (StatusCode::NOT_FOUND, why).into_response(),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
@@ -1040,20 +1111,11 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                         .await
                         .unwrap_or_default();
                     relay.fill_outputs(&mut p.tasks, &own);
-                    // A workflow's task ids carry the kind in their high byte, past the 2⁵³ a
-                    // JavaScript number holds exactly: each id (and the next page's cursor) also
-                    // travels as a string, which the page uses in links and cursors.
-                    let tasks: Vec<serde_json::Value> = p
-                        .tasks
-                        .iter()
-                        .map(|t| {
-                            let mut v = serde_json::to_value(t).unwrap_or_default();
-                            if let Some(o) = v.as_object_mut() {
-                                o.insert("id_text".into(), t.id.to_string().into());
-                            }
-                            v
-                        })
-                        .collect();
+                    // As `hetsched tasks --output json` writes them (`null` where its table
+                    // shows `-`, each id also as `id_text`): the one builder of both. The next
+                    // page's cursor travels as a string too: it is a task id.
+                    let tasks: Vec<serde_json::Value> =
+                        p.tasks.iter().map(crate::json::task).collect();
                     json(&serde_json::json!({
                         "tasks": tasks, "next_cursor": p.next_cursor,
                         "next_cursor_text": p.next_cursor.to_string(), "total": p.total,
@@ -1121,7 +1183,11 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             {
                 Some((users, half_life)) => json(&serde_json::json!({
                     "fair_share": half_life.map(|ns| serde_json::json!({ "half_life_s": ns / 1_000_000_000 })),
-                    "users": users.iter().map(user_json).collect::<Vec<_>>(),
+                    // In `hetsched user list --output json`'s words: the one builder of both.
+                    "users": users
+                        .into_iter()
+                        .map(|u| crate::json::user(&u.into()))
+                        .collect::<Vec<_>>(),
                 })),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }
@@ -1214,34 +1280,23 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                     ));
                 }
             };
+            let (offset, limit) = match log_span(&uri) {
+                Ok(span) => span,
+                Err(e) => return bad_parameter(e),
+            };
             let req = pb::ReadLogRequest {
                 job_id,
                 task,
                 stderr,
                 attempt,
-                // The last MiB: what a person looks at first.
-                offset: -(crate::logs::MAX_PAGE as i64),
-                limit: crate::logs::MAX_PAGE,
+                offset,
+                limit,
                 follow: false,
             };
             // A user reads the logs of its own jobs only, as with `hetsched log`.
             match crate::logs::read_log(&d.state, &d.relay, req, &who).await {
-                Ok(r) => (
-                    [
-                        (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-                        (header::CACHE_CONTROL, "no-store"),
-                    ],
-                    if r.exists {
-                        r.data
-                    } else {
-                        b"(the task printed nothing on this stream)\n".to_vec()
-                    },
-                )
-                    .into_response(),
-                Err(s) if s.code() == tonic::Code::PermissionDenied => {
-                    (StatusCode::FORBIDDEN, s.message().to_string()).into_response()
-                }
-                Err(s) => (StatusCode::NOT_FOUND, s.message().to_string()).into_response(),
+                Ok(r) => log_page(r),
+                Err(s) => log_refusal(&s),
             }
         }
     };
@@ -1385,6 +1440,17 @@ async fn filter_pages(
     // A batch job's store filters its rows (each page holds only matching tasks); pages of
     // other kinds are scanned here.
     let filter = StateFilter::parse(&[state.to_string()]).map_err(|e| e.to_string())?;
+    // `total` is the listing's size before the filter, the number the same call without
+    // `state` answers, whatever the job's kind and with or without `job`: a paging client
+    // learns the end from `next_cursor` 0, and wants the size of what it pages through to stay
+    // one figure as it switches filters. (How many match is known cheaply for a batch job
+    // only — its store counts them — and would cost every other listing a scan of all its
+    // tasks, which one call bounds to SCAN_LIMIT; so it is no part of the answer.)
+    let total = d
+        .tasks_page(job, cursor, 1, &StateFilter::default())
+        .await
+        .ok_or_else(|| "the server's state is unavailable".to_string())??
+        .total;
     let mut out = Vec::new();
     let mut cursor = cursor;
     let mut scanned = 0u64;
@@ -1393,7 +1459,6 @@ async fn filter_pages(
             .tasks_page(job, cursor, SCAN_CHUNK, &filter)
             .await
             .ok_or_else(|| "the server's state is unavailable".to_string())??;
-        let total = page.total;
         for (k, t) in page.tasks.into_iter().enumerate() {
             if out.len() as u32 >= limit || scanned >= SCAN_LIMIT {
                 // Stopped inside this chunk: the cursor of its k-th task is where the chunk's

@@ -16,6 +16,7 @@ mod full_disk;
 mod fuzz;
 mod hidden;
 mod http;
+mod http_api;
 mod job_ids;
 mod listing;
 mod metrics;
