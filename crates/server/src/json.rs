@@ -117,6 +117,23 @@ pub fn user(u: &pb::UserInfo) -> Value {
     })
 }
 
+/// A node (`hetsched nodes --output json`, `/api/nodes`): `null` for what it has not reported.
+pub fn node(n: &pb::NodeInfo) -> Value {
+    let mut v = serde_json::to_value(n).unwrap_or(Value::Null);
+    if n.available_memory_bytes == 0 {
+        v["available_memory_bytes"] = Value::Null;
+    }
+    // Unknown: an agent, or a server, that predates saying it.
+    if n.version.is_empty() {
+        v["version"] = Value::Null;
+    }
+    // Unknown: never heard, or dead before a server that kept it.
+    if n.last_heard_ms == 0 {
+        v["last_heard_ms"] = Value::Null;
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

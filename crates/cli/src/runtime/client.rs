@@ -648,9 +648,14 @@ pub async fn resubmit(
         (false, true) => "cancelled",
         _ => "failed",
     };
+    // With its `job_id`, as every command acting on a job answers.
+    let mut value = serde_json::to_value(&reply)?;
+    if let Some(o) = value.as_object_mut() {
+        o.insert("job_id".into(), id.into());
+    }
     match args.output {
-        Output::Json if wait_for_it => json_line(&reply)?,
-        Output::Json => json(&reply)?,
+        Output::Json if wait_for_it => json_line(&value)?,
+        Output::Json => json(&value)?,
         Output::Table | Output::Dot => {
             println!(
                 "job {id}: {} queued again",

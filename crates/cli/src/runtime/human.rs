@@ -318,21 +318,9 @@ pub fn task_json(t: &pb::TaskInfo) -> Value {
     hetsched_server::json::task(t)
 }
 
-/// A node as JSON: `null` for what it has not reported.
+/// A node as JSON ([`hetsched_server::json::node`], as `/api/nodes` writes it).
 pub fn node_json(n: &pb::NodeInfo) -> Value {
-    let mut v = serde_json::to_value(n).unwrap_or(Value::Null);
-    if n.available_memory_bytes == 0 {
-        v["available_memory_bytes"] = Value::Null;
-    }
-    // Unknown: an agent, or a server, that predates saying it.
-    if n.version.is_empty() {
-        v["version"] = Value::Null;
-    }
-    // Unknown: never heard, or dead before a server that kept it.
-    if n.last_heard_ms == 0 {
-        v["last_heard_ms"] = Value::Null;
-    }
-    v
+    hetsched_server::json::node(n)
 }
 
 #[cfg(test)]

@@ -1608,8 +1608,17 @@ fn scripts_get_whole_json_from_tasks_wait_and_submit_wait() {
         err.contains("1 of 2 jobs did not complete: 99 not waited for"),
         "{err}"
     );
-    // One job alone: its object, with its `job_id`.
+    // One job alone: its object, with its `job_id`; so resubmit's reply.
     assert_eq!(c.json(&["wait", "1"])["job_id"], 1);
+    let out = c.cli(&["submit", "--output", "json", "--", "false"]);
+    assert!(out.status.success());
+    assert!(!c.cli(&["wait", "2"]).status.success(), "job 2 failed");
+    let again = c.json(&["resubmit", "2", "--failed"]);
+    assert_eq!(
+        (&again["job_id"], &again["tasks"]),
+        (&2.into(), &1.into()),
+        "{again}"
+    );
     // An empty submission key (a script's unset `$KEY`) would be no key: refused.
     c.refused(
         &["submit", "--submission-key", "", "--", "true"],

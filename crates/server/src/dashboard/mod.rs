@@ -1135,7 +1135,8 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
             // `?all=1`: the nodes whose agents left too, as `hetsched nodes --all` lists them.
             let all = query(&uri, "all").is_some_and(|v| v == "1" || v == "true");
             match d.read(move |s| s.nodes(all)).await {
-                Some(n) => json(&n.nodes),
+                // As `hetsched nodes --output json` writes them: the one builder of both.
+                Some(n) => json(&n.nodes.iter().map(crate::json::node).collect::<Vec<_>>()),
                 None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
             }
         }
