@@ -2475,6 +2475,13 @@ impl Workflows {
                                 .max()
                                 .unwrap_or(0),
                             requires: task.requires.clone(),
+                            // One node each; its limit on the variant it runs as.
+                            nodes: 1,
+                            time_limit_ms: {
+                                let ms =
+                                    j.rt.tasks.get(t).map_or(0, |x| x.time_limit_ns / 1_000_000);
+                                if gpu { [0, ms] } else { [ms, 0] }
+                            },
                             ..Default::default()
                         }
                     })

@@ -1112,7 +1112,7 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
         .submit(
             "fit.toml",
             "[[task]]\nname = \"big\"\ninstances = 2\ncost = \"1s\"\ncores = 3\noutputs = [\"b\"]\n\
-         command = \"true\"\n\
+         command = \"true\"\ntime_limit = \"1m\"\n\
          [[task]]\nname = \"accel\"\ninstances = 2\ncost = \"1s\"\nrequires = [\"fpga\"]\n\
          outputs = [\"a\"]\ncommand = \"true\"\n",
             "/",
@@ -1124,6 +1124,19 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
     let info = s.job(job).expect("job");
     let cores: Vec<u32> = info.apps.iter().map(|a| a.cpu_cores).collect();
     assert_eq!(cores, [3, 1], "{:?}", info.apps);
+    // And its limit and node count, as a batch application's (they read 0).
+    let limits: Vec<(u32, i64, i64)> = info
+        .apps
+        .iter()
+        .map(|a| {
+            (
+                a.nodes,
+                a.cpu_time_limit_ms as i64,
+                a.gpu_time_limit_ms as i64,
+            )
+        })
+        .collect();
+    assert_eq!(limits, [(1, 60_000, 0), (1, 0, 0)], "{:?}", info.apps);
     let mut running: Vec<(u64, u32)> = Vec::new();
     let mut placed = Vec::new();
     for _ in 0..3 {
