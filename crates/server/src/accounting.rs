@@ -85,9 +85,8 @@ pub struct Ledger {
     last_ns: Option<u64>,
     /// What was held since `last_ns`: the capacity, the admin's, then each group's by id.
     held: Vec<Resources>,
-    /// The share of a GPU the owners' held GPUs stand for since `last_ns` (1, or less while
-    /// nodes that share their ANodes' devices booked more than the devices there are).
-    held_gpu_share: f64,
+    /// What one unit the owners held stands for since `last_ns` ([`Share`]).
+    held_share: Share,
     /// Accrued by the same index, per day, not yet moved to `pending` (one day, or two across
     /// a midnight).
     accrued: Vec<(u32, Vec<Held>)>,
@@ -99,6 +98,63 @@ pub struct Ledger {
     since_start: BTreeMap<String, Held>,
     /// The time up to which the staged rows count ([`Ledger::stage`]), written with them.
     staged_until: Option<u64>,
+}
+
+/// What one unit an owner holds counts as in the accounts, per dimension (each in (0, 1]): 1,
+/// unless the owners together booked more than the live nodes offer, when their holdings are
+/// scaled to what there is. Two ways that happens: with accelerator sharing the scheduler's
+/// view counts a shared device once per node that reaches it (the ANodes' process queues share
+/// the devices out); and a task asking more cores or memory than any node has runs alone on a
+/// node (it holds that node, not its request). Either way no owner is credited more than the
+/// cluster offered.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Share {
+    /// Per core held.
+    pub cores: f64,
+    /// Per GPU held.
+    pub gpus: f64,
+    /// Per byte of memory held.
+    pub memory: f64,
+}
+
+impl Share {
+    /// Everything counts whole.
+    pub const WHOLE: Share = Share {
+        cores: 1.0,
+        gpus: 1.0,
+        memory: 1.0,
+    };
+
+    /// The share that fits `charged`, what the owners booked, into `capacity`, what the live
+    /// nodes offer: per dimension, `capacity / charged` where they booked more, else 1.
+    pub fn fitting(charged: Resources, capacity: Resources) -> Share {
+        let fit = |booked: f64, offered: f64| {
+            if booked > offered {
+                offered / booked
+            } else {
+                1.0
+            }
+        };
+        Share {
+            cores: fit(charged.cores.into(), capacity.cores.into()),
+            gpus: fit(charged.gpus.into(), capacity.gpus.into()),
+            memory: fit(charged.memory_bytes as f64, capacity.memory_bytes as f64),
+        }
+    }
+
+    fn clamped(self) -> Share {
+        Share {
+            cores: self.cores.clamp(0.0, 1.0),
+            gpus: self.gpus.clamp(0.0, 1.0),
+            memory: self.memory.clamp(0.0, 1.0),
+        }
+    }
+}
+
+impl Default for Share {
+    fn default() -> Self {
+        Share::WHOLE
+    }
 }
 
 /// Who a credit goes to ([`Ledger::credit`]).
@@ -147,21 +203,18 @@ impl Ledger {
     /// between, split at UTC midnights, and notes what is held now: the live nodes' `capacity`,
     /// the `admin`'s (the work in no group) and each group's usage by group id.
     ///
-    /// `gpu_share`: what one GPU held by an owner counts as (in (0, 1]): with accelerator
-    /// sharing the scheduler's view counts a shared device once per node that reaches it, so
-    /// the owners may book more GPUs than the `capacity` has; their GPU-seconds are then scaled
-    /// to the devices there are (the ANodes' process queues share them out).
+    /// `share`: what one core, GPU or byte held by an owner counts as ([`Share`]).
     pub fn settle(
         &mut self,
         now_ns: u64,
         capacity: Resources,
         admin: Resources,
         groups: impl Iterator<Item = Resources>,
-        gpu_share: f64,
+        share: Share,
     ) {
         if let Some(last) = self.last_ns {
             let held = std::mem::take(&mut self.held);
-            self.accrue(last, now_ns, 0, &held, self.held_gpu_share);
+            self.accrue(last, now_ns, 0, &held, self.held_share);
         }
         if self.last_ns.is_none_or(|last| now_ns >= last) {
             self.last_ns = Some(now_ns);
@@ -169,13 +222,13 @@ impl Ledger {
         self.held.clear();
         self.held.extend([capacity, admin]);
         self.held.extend(groups);
-        self.held_gpu_share = gpu_share.clamp(0.0, 1.0);
+        self.held_share = share.clamped();
     }
 
     /// Credits `payer` with `held` for the time from `from_ns` to `to_ns` (work the events did
     /// not see: what ran while the server was down, [`Downtime`]).
     pub fn credit(&mut self, from_ns: u64, to_ns: u64, payer: Payer, held: Resources) {
-        self.accrue(from_ns, to_ns, payer.at(), &[held], 1.0);
+        self.accrue(from_ns, to_ns, payer.at(), &[held], Share::WHOLE);
     }
 
     /// The time of the last settle (ns since the Unix epoch), if any.
@@ -184,15 +237,8 @@ impl Ledger {
     }
 
     /// Adds `held[i]` times the time from `from_ns` to `to_ns` to the amounts accrued at index
-    /// `first + i`, split at UTC midnights; an owner's GPUs count `gpu_share` each.
-    fn accrue(
-        &mut self,
-        from_ns: u64,
-        to_ns: u64,
-        first: usize,
-        held: &[Resources],
-        gpu_share: f64,
-    ) {
+    /// `first + i`, split at UTC midnights; an owner's cores, GPUs and bytes count `share`.
+    fn accrue(&mut self, from_ns: u64, to_ns: u64, first: usize, held: &[Resources], share: Share) {
         let mut from = from_ns;
         while from < to_ns {
             let day = from / DAY_NS;
@@ -211,14 +257,14 @@ impl Ledger {
                 acc.resize(first + held.len(), Held::default());
             }
             for (i, (a, r)) in acc[first..].iter_mut().zip(held).enumerate() {
-                let per_gpu = if first + i == CAPACITY_AT {
-                    1.0
+                let per = if first + i == CAPACITY_AT {
+                    Share::WHOLE
                 } else {
-                    gpu_share
+                    share
                 };
-                a.core_seconds += f64::from(r.cores) * seconds;
-                a.gpu_seconds += f64::from(r.gpus) * per_gpu * seconds;
-                a.memory_byte_seconds += r.memory_bytes as f64 * seconds;
+                a.core_seconds += f64::from(r.cores) * per.cores * seconds;
+                a.gpu_seconds += f64::from(r.gpus) * per.gpus * seconds;
+                a.memory_byte_seconds += r.memory_bytes as f64 * per.memory * seconds;
             }
             from = to;
         }
@@ -760,7 +806,13 @@ mod tests {
 
     /// Settles with a 16-core capacity, the admin holding `admin` cores and group 0 `alice`.
     fn settle(l: &mut Ledger, at: u64, admin: u32, alice: u32) {
-        l.settle(at, cores(16), cores(admin), [cores(alice)].into_iter(), 1.0);
+        l.settle(
+            at,
+            cores(16),
+            cores(admin),
+            [cores(alice)].into_iter(),
+            Share::WHOLE,
+        );
     }
 
     fn named(l: &mut Ledger) -> &BTreeMap<(String, u32), Held> {
@@ -789,6 +841,36 @@ mod tests {
         let p = named(&mut l);
         let admin = p[&(crate::users::ADMIN.to_string(), 3)].core_seconds;
         assert!((admin - 0.1).abs() < 1e-9, "{admin}");
+    }
+
+    /// Owners that booked more than the live nodes offer (a 3-core task alone on a 2-core node)
+    /// are credited what there is: their holdings scaled to the capacity, dimension by
+    /// dimension (the preemption-day fuzz found alice credited 3 cores of a 2-core cluster).
+    #[test]
+    fn owners_booking_more_than_the_capacity_are_credited_the_capacity() {
+        let share = Share::fitting(Resources::new(3, 4 << 30, 1), Resources::new(2, 8 << 30, 1));
+        assert_eq!(
+            share,
+            Share {
+                cores: 2.0 / 3.0,
+                gpus: 1.0,
+                memory: 1.0
+            }
+        );
+        let mut l = Ledger::default();
+        let at = 3 * DAY_NS;
+        l.settle(at, cores(2), cores(0), [cores(3)].into_iter(), share);
+        l.settle(
+            at + 10_000_000_000,
+            cores(2),
+            cores(0),
+            [cores(0)].into_iter(),
+            Share::WHOLE,
+        );
+        let p = named(&mut l);
+        let alice = p[&("alice".to_string(), 3)].core_seconds;
+        assert!((alice - 20.0).abs() < 1e-9, "{alice}");
+        assert_eq!(p[&(CAPACITY.to_string(), 3)].core_seconds, 20.0);
     }
 
     /// The downtime rule: a node's first beat confirms its capacity for the whole time and

@@ -414,18 +414,15 @@ impl State {
             .map(|(g, u)| u - queued.of(Some(g as u32)))
             .collect();
         // The devices there are: the view counts a shared device once per node that reaches it
-        // (accelerator sharing), the accounts once; what the owners hold of them is scaled down
-        // to them while they book more.
+        // (accelerator sharing), the accounts once. What the owners hold is scaled down to what
+        // the live nodes offer while they book more (shared devices; a task asking more than
+        // its node has, alone there).
         let mut capacity = view.totals();
         capacity.gpus = capacity.gpus.min(self.nodes.live_devices());
-        let charged = groups.iter().map(|g| g.gpus).sum::<u32>() + admin.gpus;
-        let gpu_share = if charged > capacity.gpus {
-            f64::from(capacity.gpus) / f64::from(charged)
-        } else {
-            1.0
-        };
+        let charged = groups.iter().fold(admin, |sum, g| sum + *g);
+        let share = crate::accounting::Share::fitting(charged, capacity);
         self.ledger
-            .settle(now_ns(), capacity, admin, groups.into_iter(), gpu_share);
+            .settle(now_ns(), capacity, admin, groups.into_iter(), share);
     }
 
     /// Stages the accounts and, under `[fair_share]`, each owner's fair-share usage for the
