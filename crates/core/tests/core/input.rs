@@ -285,6 +285,31 @@ accelerator = [{ kind = "c2050", count = 4, speed = 1.0 }]
 }
 
 #[test]
+fn a_cluster_files_link_in_gb_per_s_is_gigabits_and_in_gb_upper_gigabytes() {
+    // `"1Gb/s"` is a 1 Gbit/s link, 125 MB/s: it used to read as 1 GB/s, eight times too fast.
+    let c = parse_cluster(
+        "c.toml",
+        r#"
+[[node]]
+name = "bits"
+cores = 2
+network = "1Gb/s"
+disk_read = "800Mbit/s"
+[[node]]
+name = "bytes"
+cores = 2
+network = "1GB/s"
+disk_read = "125MB/s"
+"#,
+    )
+    .expect("valid");
+    assert_eq!(c.nodes[0].net_bw, 125e6);
+    assert_eq!(c.nodes[0].disk_read_bw, 100e6);
+    assert_eq!(c.nodes[1].net_bw, 1e9);
+    assert_eq!(c.nodes[1].disk_read_bw, 125e6);
+}
+
+#[test]
 fn a_cluster_of_absurd_size_or_speed_is_refused_at_the_field_not_allocated() {
     let err = |text: &str| {
         parse_cluster("c.toml", text)
