@@ -1059,3 +1059,14 @@ fn hdas_paper_refuses_a_scale_past_its_bound() {
     );
     assert!(asked.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[test]
+fn an_empty_workload_is_told_to_add_an_application_not_a_divisible_load_sim_run_refuses() {
+    let e = sim_run_refuses("empty", ONE_NODE, "# nothing yet\n", &[]);
+    assert!(
+        e.contains("w.toml: application: no applications: add at least one [[application]] table")
+            && !e.contains("(or a [[divisible]] load)")
+            && e.contains("hetsched sim divisible"),
+        "{e}"
+    );
+}

@@ -579,13 +579,33 @@ fn variant_field_hint(mut e: InputError) -> InputError {
 
 /// Parses a workload or job file and checks everything the file alone can tell.
 pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> {
+    parse_any_workload(origin, text, true)
+}
+
+/// [`parse_workload`] for the simulators of applications (`sim run`, `sim compare`, `sim
+/// accel`), which refuse `[[divisible]]` loads ([`Workload::check_no_divisible`]): a file with
+/// none of either is told to add an application only, not a load they would refuse next.
+pub fn parse_sim_workload(origin: &str, text: &str) -> Result<Workload, InputError> {
+    parse_any_workload(origin, text, false)
+}
+
+fn parse_any_workload(
+    origin: &str,
+    text: &str,
+    takes_divisible: bool,
+) -> Result<Workload, InputError> {
     let src = Source::new(origin, text);
     let file: WorkloadFile = src.parse_toml().map_err(variant_field_hint)?;
     if file.application.is_empty() && file.divisible.is_empty() {
         return Err(src.error(
             None,
             Some("application".into()),
-            "no applications: add at least one [[application]] table (or a [[divisible]] load)",
+            if takes_divisible {
+                "no applications: add at least one [[application]] table (or a [[divisible]] load)"
+            } else {
+                "no applications: add at least one [[application]] table (divisible loads run \
+                 with `hetsched sim divisible`)"
+            },
         ));
     }
     for (i, d) in file.divisible.iter().enumerate() {
