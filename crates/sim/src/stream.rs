@@ -234,7 +234,10 @@ impl StreamModel<'_> {
         // The last step is cut at the duration: a run of 150 ms is a step of 100 ms and one of
         // 50 ms, not two whole steps whose 200 ms of tuples were divided by 150 ms (throughput
         // above the offered rate). `handle` steps only before the duration, so `now < duration`.
-        let dt_ns = self.config.step.min(self.config.duration.saturating_sub(now));
+        let dt_ns = self
+            .config
+            .step
+            .min(self.config.duration.saturating_sub(now));
         let dt = to_secs(dt_ns);
         // 1.0 exactly for a whole step, so a duration of whole steps sums as it always did.
         let weight = if dt_ns == self.config.step {
