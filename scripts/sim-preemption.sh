@@ -10,7 +10,7 @@ bin=${1:-target/release/hetsched}
 gpu=$(mktemp --suffix=.toml)
 trap 'rm -f "$gpu"' EXIT
 # The sweep with a GPU variant: the same file, a [application.gpu] table after the sweep's CPU one.
-awk '{print} /^read = "1s"$/ && !done {print "\n[application.gpu]\ncompute = \"225s\"\ncopy = \"1s\"\nread = \"1s\""; done=1}' \
+awk '{print} /^read = "0s"$/ && !done {print "\n[application.gpu]\ncompute = \"225s\"\ncopy = \"1s\"\nread = \"0s\""; done=1}' \
   examples/workload-urgent.toml > "$gpu"
 for workload in cpu gpu; do
   file=examples/workload-urgent.toml

@@ -10,7 +10,7 @@
 //! cores = 16                        # default: detected
 //! memory = "64GiB"                  # default: detected
 //! core_speed = 1.0
-//! disk_read = "200MB/s"
+//! disk_read = "200MB/s"             # bytes/s; "1Gb/s" or "1Gbit/s" is bits (125 MB/s)
 //! log_listen = "0.0.0.0:0"          # task outputs for `hetsched log` (default: any port)
 //! rack = "r1"                       # binding stays within a rack (default: "default")
 //! accel_listen = "0.0.0.0:0"        # the accelerator service of a node with GPUs
@@ -73,7 +73,8 @@
 //! instances fetching at once, each with many inputs) share one token bucket
 //! ([`crate::fetch_bandwidth`]), so that input fetches leave room on the node's link for the
 //! tasks running on it. Written as a size (`"100MiB"`, `"1.5GB"`, a number of bytes), with or
-//! without `/s` (`"100MiB/s"`, as `disk_read` is written). Absent or `0`: no cap (the
+//! without `/s` (`"100MiB/s"`, as `disk_read` is written; with `/s` a lowercase `b` or `bit` counts
+//! bits, `"800Mb/s"`, as in every rate). Absent or `0`: no cap (the
 //! default). Otherwise at least 64 KiB/s ([`crate::fetch_bandwidth::MIN_FETCH_BANDWIDTH`]):
 //! below that, more likely a typo for a larger unit than a setting, it is refused at its line.
 //! A capped instance shows `fetching` (`hetsched tasks`, `hetsched job`) for as long as its
@@ -186,7 +187,8 @@ pub struct TlsFiles {
 }
 
 /// `fetch_bandwidth`'s value: bytes per second, written as a size (`"100MiB"`, `"1.5GB"`, a
-/// number of bytes; the core's size syntax and its errors), with or without `/s`.
+/// number of bytes; the core's size syntax and its errors), or as a rate with `/s`, read as every
+/// rate is (`"100MiB/s"`; `"800Mb/s"` and `"800Mbit/s"` are bits, 100 MB/s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FetchRate(pub u64);
 
@@ -207,11 +209,25 @@ impl<'de> Deserialize<'de> for FetchRate {
             Raw::Number(n) => {
                 Size::deserialize(IntoDeserializer::<D::Error>::into_deserializer(n))?
             }
-            Raw::Text(t) => {
-                let t = t.trim();
-                let size = t.strip_suffix("/s").unwrap_or(t);
-                Size::deserialize(IntoDeserializer::<D::Error>::into_deserializer(size))?
-            }
+            // With `/s` it is a rate, read as the simulator's `network` is (`"800Mb/s"` is
+            // bits); rounded to whole bytes, which is all the bucket counts.
+            Raw::Text(t) => match hetsched_core::input::rate_bytes_per_sec(&t) {
+                Some(rate) => {
+                    let rate = rate.map_err(|e| {
+                        serde::de::Error::custom(format!(
+                            "invalid rate `{}`: {e}",
+                            hetsched_core::text::clip(t.trim())
+                        ))
+                    })?;
+                    if !(rate.is_finite() && rate < u64::MAX as f64) {
+                        return Err(serde::de::Error::custom(format!("not a rate: write {how}")));
+                    }
+                    return Ok(FetchRate(rate.round() as u64));
+                }
+                None => {
+                    Size::deserialize(IntoDeserializer::<D::Error>::into_deserializer(t.trim()))?
+                }
+            },
         };
         Ok(FetchRate(size.0.as_u64()))
     }
@@ -474,6 +490,34 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{written}: {e}"));
             assert_eq!(c.fetch_bandwidth(), bytes_per_sec, "{written}");
         }
+    }
+
+    #[test]
+    fn a_rate_written_in_bits_is_read_in_bits_as_the_simulators_cluster_files_read_it() {
+        let c = AgentConfig::parse(
+            "agent.toml",
+            "disk_read = \"1Gb/s\"\nfetch_bandwidth = \"800Mbit/s\"\n",
+        )
+        .expect("valid");
+        assert_eq!(c.disk_read.map(|b| b.0), Some(125e6));
+        assert_eq!(c.fetch_bandwidth(), 100_000_000);
+        let c = AgentConfig::parse("agent.toml", "fetch_bandwidth = \"800Mb/s\"\n").expect("valid");
+        assert_eq!(c.fetch_bandwidth(), 100_000_000);
+        // Bytes stay bytes, with or without `/s`; a bare size keeps a size's meaning.
+        let c = AgentConfig::parse(
+            "agent.toml",
+            "disk_read = \"1GB/s\"\nfetch_bandwidth = \"1Mb\"\n",
+        )
+        .expect("valid");
+        assert_eq!(c.disk_read.map(|b| b.0), Some(1e9));
+        assert_eq!(c.fetch_bandwidth(), 1_000_000);
+        let e = AgentConfig::parse("agent.toml", "fetch_bandwidth = \"1Gbx/s\"\n")
+            .expect_err("no unit");
+        assert!(
+            e.to_string()
+                .starts_with("agent.toml:1:19: fetch_bandwidth: invalid rate `1Gbx/s`: not a rate"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -27,9 +27,10 @@ pub struct ReplayArgs {
     #[arg(long, value_enum, default_value_t)]
     pub mode: ModeArg,
     /// Containers per node in `--mode container`: 1 to 1024, and at most 1,000,000 in all
-    /// (NNodes added × slots).
-    #[arg(long, default_value_t = 4, value_parser = slots_arg)]
-    pub slots: u32,
+    /// (NNodes added × slots); default 4. The other modes bind whole nodes and ignore it, with a
+    /// note.
+    #[arg(long, value_parser = slots_arg)]
+    pub slots: Option<u32>,
     /// Print each event and the map after it.
     #[arg(long)]
     pub trace: bool,
@@ -45,6 +46,17 @@ pub enum ModeArg {
     Weighted,
     /// Every node's containers bound one by one.
     Container,
+}
+
+impl ModeArg {
+    /// The name users write.
+    fn as_str(self) -> &'static str {
+        match self {
+            ModeArg::Plain => "plain",
+            ModeArg::Weighted => "weighted",
+            ModeArg::Container => "container",
+        }
+    }
 }
 
 /// Parses a `--slots` value: 1 to [`MAX_CONTAINER_SLOTS`] (each container is bound on its own,
@@ -68,8 +80,22 @@ pub fn run(cmd: BindingCommand) -> anyhow::Result<()> {
     }
 }
 
+/// Containers per node in `--mode container` when `--slots` is not given.
+const DEFAULT_SLOTS: u32 = 4;
+
 fn replay_cmd(args: ReplayArgs) -> anyhow::Result<()> {
     let origin = args.file.display().to_string();
+    // Plain and weighted binding bind whole nodes: `--slots` changes nothing there, which a note
+    // says rather than silence.
+    if let Some(slots) = args.slots
+        && args.mode != ModeArg::Container
+    {
+        eprintln!(
+            "note: --slots {slots} is ignored by --mode {} (only --mode container binds containers)",
+            args.mode.as_str()
+        );
+    }
+    let slots = args.slots.unwrap_or(DEFAULT_SLOTS);
     let text = crate::input_file::read_input(&args.file)?;
     let lines = parse_binding_events(&origin, &text)?;
     if args.mode == ModeArg::Container {
@@ -78,20 +104,20 @@ fn replay_cmd(args: ReplayArgs) -> anyhow::Result<()> {
             .iter()
             .filter(|l| matches!(l.command, Change::AddNNode { .. }))
             .count() as u64;
-        let containers = nnodes.saturating_mul(u64::from(args.slots));
+        let containers = nnodes.saturating_mul(u64::from(slots));
         if containers > MAX_CONTAINERS {
             bail!(
                 "{origin}: {} × --slots {} is {containers} containers to bind; at most \
                  {MAX_CONTAINERS}",
                 count(nnodes, "NNode"),
-                args.slots
+                slots
             );
         }
     }
     let mode = match args.mode {
         ModeArg::Plain => BindingMode::Plain,
         ModeArg::Weighted => BindingMode::Weighted,
-        ModeArg::Container => BindingMode::Container { slots: args.slots },
+        ModeArg::Container => BindingMode::Container { slots },
     };
     // Everything is written to a buffer and printed only once the whole file has been applied, so
     // a bad line never leaves a map on stdout that looks like a result.

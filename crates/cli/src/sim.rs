@@ -7,7 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::Duration;
 use hetsched_core::input::cluster::parse_cluster;
-use hetsched_core::input::workload::{MissingProfile, parse_workload};
+use hetsched_core::input::workload::{MissingProfile, parse_sim_workload};
 use hetsched_core::model::application::AcceleratorNeed;
 use hetsched_core::policy::batch::BatchPolicyKind;
 use hetsched_core::policy::batch::bound::lower_bound;
@@ -166,7 +166,7 @@ pub struct HdasPaperArgs {
     /// The policy in the HDAS column: hdas (as published) or hdas-hetero (beyond the paper).
     #[arg(long, default_value = "hdas")]
     pub hdas_policy: BatchPolicyKind,
-    /// Run only these workloads (letters A–Y, comma-separated); all 25 by default.
+    /// Run only these workloads (letters A–Y in either case, comma-separated); all 25 by default.
     #[arg(long, value_delimiter = ',')]
     pub workloads: Vec<char>,
     /// Print a table or JSON.
@@ -291,7 +291,7 @@ fn load_case(cluster: &Path, workload: &Path) -> anyhow::Result<Case> {
     let cluster_origin = cluster.display().to_string();
     let cluster = parse_cluster(&cluster_origin, &read(cluster)?)?;
     let origin = workload.display().to_string();
-    let workload = parse_workload(&origin, &read(workload)?)?;
+    let workload = parse_sim_workload(&origin, &read(workload)?)?;
     workload.check_runnable(&cluster.nodes)?;
     let apps = workload.to_applications(0, MissingProfile::Refuse)?;
     let bound_s = lower_bound(&cluster, &apps)

@@ -8,7 +8,7 @@
 use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::cluster::parse_cluster;
-use hetsched_core::input::workload::parse_workload;
+use hetsched_core::input::workload::parse_sim_workload;
 use hetsched_core::policy::binding::BindingMode;
 use hetsched_core::time::to_secs;
 use hetsched_sim::accel::workload::accel_apps;
@@ -164,7 +164,7 @@ pub fn run(args: AccelArgs) -> anyhow::Result<()> {
     let cluster_origin = args.cluster.display().to_string();
     let cluster = parse_cluster(&cluster_origin, &read(&args.cluster)?)?;
     let workload_origin = args.workload.display().to_string();
-    let workload = parse_workload(&workload_origin, &read(&args.workload)?)?;
+    let workload = parse_sim_workload(&workload_origin, &read(&args.workload)?)?;
     let apps = accel_apps(&workload, &cluster)?;
     let config = AccelConfig {
         binding: match args.binding {

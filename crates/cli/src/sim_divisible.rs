@@ -32,15 +32,15 @@ pub struct DivisibleArgs {
     /// Seed of the error stream.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// UMRLM worker order: weight of speed.
-    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
-    pub c1: f64,
-    /// UMRLM worker order: weight of link rate.
-    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
-    pub c2: f64,
-    /// UMRLM worker order: weight of memory.
-    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
-    pub c3: f64,
+    /// UMRLM worker order: weight of speed (default 0.8; other planners ignore it, with a note).
+    #[arg(long, allow_negative_numbers = true)]
+    pub c1: Option<f64>,
+    /// UMRLM worker order: weight of link rate (default 0.1; other planners ignore it).
+    #[arg(long, allow_negative_numbers = true)]
+    pub c2: Option<f64>,
+    /// UMRLM worker order: weight of memory (default 0.1; other planners ignore it).
+    #[arg(long, allow_negative_numbers = true)]
+    pub c3: Option<f64>,
     /// Also write the schedule (every send, times in seconds) as JSON to this file.
     #[arg(long, value_name = "OUT.json")]
     pub export_schedule: Option<PathBuf>,
@@ -89,17 +89,26 @@ pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
         bail!("--error must be in [0, 1), got {}", args.error);
     }
     for (flag, weight) in [("--c1", args.c1), ("--c2", args.c2), ("--c3", args.c3)] {
+        let Some(weight) = weight else { continue };
         if !(weight.is_finite() && weight >= 0.0) {
             bail!("{flag} must be a finite number, 0 or more, got {weight}");
+        }
+        // Only UMRLM orders its workers by these weights: a weight given to another planner
+        // changes nothing, which a note says rather than silence.
+        if args.algo != Algo::Umrlm {
+            eprintln!(
+                "note: {flag} is ignored by {} (only umrlm orders workers by weights)",
+                args.algo
+            );
         }
     }
     check_load(&platform, args.load)
         .with_context(|| format!("--load is too large for {origin}"))?;
     let options = PlanOptions {
         weights: Weights {
-            c1: args.c1,
-            c2: args.c2,
-            c3: args.c3,
+            c1: args.c1.unwrap_or(Weights::default().c1),
+            c2: args.c2.unwrap_or(Weights::default().c2),
+            c3: args.c3.unwrap_or(Weights::default().c3),
         },
         error: args.error,
     };

@@ -13,7 +13,9 @@ pub struct StreamPaperArgs {
     /// Seed of the latency sampler.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Simulated time of each run, e.g. "120s"; more than 0, at most 1h.
+    /// Simulated time of each run, e.g. "120s"; more than 0, at most 1h. The model steps every
+    /// 100 ms; a duration that is not a whole number of steps ends with a shorter step, so
+    /// throughput and every average are over exactly the time asked for.
     #[arg(long, default_value = "120s")]
     pub duration: Duration,
     /// Rate factor of the surge (from 40 s to 80 s); 0 or more.

@@ -56,13 +56,14 @@ pub struct PlaceArgs {
     pub traffic: Option<PathBuf>,
     /// One-phase: the fraction of each node's CPU its self-tuning may fill (0 < x ≤ 1). Lower
     /// leaves headroom for rate surges at the price of more nodes and inter-node traffic
-    /// (docs/results/streams.md, "Choosing the utilisation limit").
-    #[arg(long, value_name = "X", default_value_t = 0.9)]
-    pub max_utilisation: f64,
+    /// (docs/results/streams.md, "Choosing the utilisation limit"). Default 0.9. Other placers
+    /// ignore it, with a note.
+    #[arg(long, value_name = "X")]
+    pub max_utilisation: Option<f64>,
     /// One-phase: the refinement after best-schedule, local-search (default) or none (spec 04's
-    /// algorithm alone).
-    #[arg(long, value_name = "NAME", default_value = "local-search")]
-    pub refine: Refine,
+    /// algorithm alone). Other placers ignore it, with a note.
+    #[arg(long, value_name = "NAME")]
+    pub refine: Option<Refine>,
     /// Print a table or JSON.
     #[arg(long, value_enum, default_value_t)]
     pub output: Output,
@@ -90,7 +91,8 @@ pub(crate) fn check_workers(workers: Option<u32>) -> anyhow::Result<()> {
 
 /// Says on stderr that `--workers` is ignored by `placer` when it chooses its processes itself
 /// (one-phase, resource-aware), so that a user who asked for K workers and sees fewer knows why;
-/// `stream place` and `topology submit` alike.
+/// `stream place` and `topology submit` alike. [`note_ignored_one_phase_flags`] does the same for
+/// one-phase's own flags.
 pub(crate) fn note_ignored_workers(workers: Option<u32>, placer: StreamPlacerKind) {
     if workers.is_some()
         && matches!(
@@ -99,6 +101,27 @@ pub(crate) fn note_ignored_workers(workers: Option<u32>, placer: StreamPlacerKin
         )
     {
         eprintln!("note: --workers is ignored by {placer} (it chooses its processes itself)");
+    }
+}
+
+/// Says on stderr which of one-phase's own flags (`--max-utilisation`, `--refine`) were given to
+/// another placer, which ignores them: as `--workers` under one-phase, a flag that changes
+/// nothing gets a note rather than silence.
+pub(crate) fn note_ignored_one_phase_flags(
+    placer: StreamPlacerKind,
+    max_utilisation: Option<f64>,
+    refine: Option<Refine>,
+) {
+    if placer == StreamPlacerKind::OnePhase {
+        return;
+    }
+    if max_utilisation.is_some() {
+        eprintln!(
+            "note: --max-utilisation is ignored by {placer} (only one-phase fills nodes to a limit)"
+        );
+    }
+    if refine.is_some() {
+        eprintln!("note: --refine is ignored by {placer} (only one-phase refines its placement)");
     }
 }
 
@@ -146,13 +169,17 @@ fn place(args: PlaceArgs) -> anyhow::Result<()> {
             args.placer
         );
     }
-    if !(args.max_utilisation > 0.0 && args.max_utilisation <= 1.0) {
+    if let Some(x) = args.max_utilisation
+        && !(x > 0.0 && x <= 1.0)
+    {
         bail!("--max-utilisation must be in (0, 1]");
     }
+    note_ignored_one_phase_flags(args.placer, args.max_utilisation, args.refine);
+    let defaults = OnePhase::default();
     let placer: Box<dyn StreamPlacer> = match args.placer {
         StreamPlacerKind::OnePhase => Box::new(OnePhase {
-            max_utilisation: args.max_utilisation,
-            refine: args.refine,
+            max_utilisation: args.max_utilisation.unwrap_or(defaults.max_utilisation),
+            refine: args.refine.unwrap_or(defaults.refine),
         }),
         other => other.build(),
     };

@@ -23,7 +23,7 @@ pub mod workload;
 
 pub use units::{
     Bandwidth, Duration, MAX_BANDWIDTH, MAX_DURATION, TASK_SIGNALS, WarnSignal, optional_byte_size,
-    size_bytes, spanned_byte_size, task_signal,
+    rate_bytes_per_sec, size_bytes, spanned_byte_size, task_signal,
 };
 
 use std::fmt;

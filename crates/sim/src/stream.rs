@@ -3,7 +3,8 @@
 //! the placer, and the core's rescheduling controller decides when to move executors.
 //!
 //! The model is a fluid one, advanced in fixed steps by the engine's event queue (one `Step`
-//! event per step, plus `Monitor` and `Rate` events):
+//! event per step, plus `Monitor` and `Rate` events); the last step ends at the duration, shorter
+//! if the duration is not a whole number of steps, and counts in every average by its length:
 //! - **Load**: an executor needs its declared CPU (per cent of one core) times the current rate
 //!   factor; a tuple leaving its process costs serialisation CPU at both ends ([`link`]). A node's
 //!   CPU utilisation is the sum over its capacity (`cores × 100`); its link utilisation is its
@@ -66,7 +67,9 @@ pub struct RateChange {
 /// Settings of one stream simulation.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StreamSimConfig {
-    /// Simulated time.
+    /// Simulated time. When it is not a whole number of steps, the last step is cut at it
+    /// (shorter, weighted by its length in every average), so that throughput and the averages
+    /// are over exactly this time.
     pub duration: Time,
     /// Length of one fluid step.
     pub step: Time,
@@ -205,14 +208,15 @@ struct StreamModel<'a> {
     /// Component of each executor.
     component_of: Vec<usize>,
     rng: rand_pcg::Pcg64Mcg,
-    // Accumulators.
-    steps: u64,
+    // Accumulators. Steps are counted in whole steps, a last partial one as its fraction (see
+    // `step`), and the per-step sums weigh it the same.
+    steps: f64,
     inter_node_sum: f64,
     inter_process_sum: f64,
     offered_sum: f64,
     processed: f64,
     max_load: f64,
-    overloaded_steps: u64,
+    overloaded_steps: f64,
     failed: f64,
     /// Sampled latencies (seconds) with the tuples each one stands for (the step's processed
     /// tuples shared by its samples), so percentiles are over tuples, not over time.
@@ -227,7 +231,20 @@ impl StreamModel<'_> {
     }
 
     fn step(&mut self, now: Time) {
-        let dt = to_secs(self.config.step);
+        // The last step is cut at the duration: a run of 150 ms is a step of 100 ms and one of
+        // 50 ms, not two whole steps whose 200 ms of tuples were divided by 150 ms (throughput
+        // above the offered rate). `handle` steps only before the duration, so `now < duration`.
+        let dt_ns = self
+            .config
+            .step
+            .min(self.config.duration.saturating_sub(now));
+        let dt = to_secs(dt_ns);
+        // 1.0 exactly for a whole step, so a duration of whole steps sums as it always did.
+        let weight = if dt_ns == self.config.step {
+            1.0
+        } else {
+            dt_ns as f64 / self.config.step as f64
+        };
         let f = self.factor;
         let n_nodes = self.nodes.len();
         let mut cpu = vec![0.0; n_nodes];
@@ -285,15 +302,15 @@ impl StreamModel<'_> {
             self.failed += self.pending - keep;
             self.pending = keep;
         }
-        self.steps += 1;
-        self.inter_node_sum += inter_node;
-        self.inter_process_sum += inter_process;
-        self.offered_sum += offered;
+        self.steps += weight;
+        self.inter_node_sum += inter_node * weight;
+        self.inter_process_sum += inter_process * weight;
+        self.offered_sum += offered * weight;
         self.processed += processed;
         let max_cpu = rho_cpu.iter().copied().fold(0.0, f64::max);
         self.max_load = self.max_load.max(max_cpu * 100.0);
         if max_cpu > 1.0 + 1e-9 {
-            self.overloaded_steps += 1;
+            self.overloaded_steps += weight;
         }
         if cap_rate <= 0.0 || processed <= 0.0 || self.spouts.is_empty() {
             return;
@@ -508,13 +525,13 @@ pub fn simulate_stream(
         paused_fraction: 0.0,
         component_of: comps.clone(),
         rng: rand_pcg::Pcg64Mcg::seed_from_u64(config.seed),
-        steps: 0,
+        steps: 0.0,
         inter_node_sum: 0.0,
         inter_process_sum: 0.0,
         offered_sum: 0.0,
         processed: 0.0,
         max_load: 0.0,
-        overloaded_steps: 0,
+        overloaded_steps: 0.0,
         failed: 0.0,
         samples: Vec::new(),
         reschedules: Vec::new(),
@@ -535,7 +552,7 @@ pub fn simulate_stream(
     queue.schedule(config.monitor_period, Event::Monitor);
     queue.schedule(0, Event::Step);
     run(&mut model, &mut queue)?;
-    let steps = model.steps.max(1) as f64;
+    let steps = model.steps.max(1e-12);
     let duration = to_secs(config.duration).max(1e-9);
     let mut samples = std::mem::take(&mut model.samples);
     samples.sort_by(|x, y| x.0.total_cmp(&y.0));
@@ -564,7 +581,7 @@ pub fn simulate_stream(
         nodes_used: final_metrics.nodes_used,
         processes_used: final_metrics.processes_used,
         max_node_load: model.max_load,
-        overloaded_s: model.overloaded_steps as f64 * to_secs(config.step),
+        overloaded_s: model.overloaded_steps * to_secs(config.step),
         offered: model.offered_sum / steps,
         throughput: model.processed / duration,
         mean_latency_ms: mean * 1e3,

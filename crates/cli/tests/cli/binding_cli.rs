@@ -247,3 +247,37 @@ fn slots_past_1024_per_node_or_a_million_in_all_are_refused_before_binding() {
     );
     assert_eq!(stdout(&out), "");
 }
+
+#[test]
+fn slots_without_container_mode_are_noted_as_ignored() {
+    // Plain and weighted binding bind whole nodes: `--slots 8` changed nothing, silently.
+    for mode in ["plain", "weighted"] {
+        let out = hetsched(&[
+            "binding",
+            "replay",
+            "examples/binding-figure3.txt",
+            "--mode",
+            mode,
+            "--slots",
+            "8",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "note: --slots 8 is ignored by --mode {mode} (only --mode container binds containers)"
+            )),
+            "{stderr}"
+        );
+    }
+    let out = hetsched(&[
+        "binding",
+        "replay",
+        "examples/binding-figure3.txt",
+        "--mode",
+        "container",
+        "--slots",
+        "8",
+    ]);
+    assert!(out.status.success() && out.stderr.is_empty());
+}

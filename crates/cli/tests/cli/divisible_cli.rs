@@ -585,3 +585,39 @@ fn divisible_paper_refuses_more_seeds_than_its_bound() {
     );
     assert!(asked.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[test]
+fn umrlms_weights_given_to_another_planner_are_noted_as_ignored() {
+    // Only UMRLM orders workers by c1, c2, c3: `--algo umr --c1 0.5` changed nothing, silently.
+    let run = |algo: &str, extra: &[&str]| {
+        let mut args = vec![
+            "sim",
+            "divisible",
+            "--platform",
+            PLATFORM,
+            "--load",
+            "10000",
+            "--algo",
+            algo,
+        ];
+        args.extend_from_slice(extra);
+        hetsched(&args)
+    };
+    let out = run("umr", &["--c1", "0.5", "--c3", "0.2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("note: --c1 is ignored by umr (only umrlm orders workers by weights)")
+            && stderr.contains("note: --c3 is ignored by umr")
+            && !stderr.contains("--c2"),
+        "{stderr}"
+    );
+    for (algo, extra) in [("umrlm", &["--c1", "0.5"][..]), ("umr", &[][..])] {
+        let out = run(algo, extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("note:"),
+            "{algo}: {stderr}"
+        );
+    }
+}

@@ -1059,3 +1059,30 @@ fn hdas_paper_refuses_a_scale_past_its_bound() {
     );
     assert!(asked.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[test]
+fn an_empty_workload_is_told_to_add_an_application_not_a_divisible_load_sim_run_refuses() {
+    let e = sim_run_refuses("empty", ONE_NODE, "# nothing yet\n", &[]);
+    assert!(
+        e.contains("w.toml: application: no applications: add at least one [[application]] table")
+            && !e.contains("(or a [[divisible]] load)")
+            && e.contains("hetsched sim divisible"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_read_time_without_a_split_is_refused_by_sim_run_at_its_variant() {
+    // It used to run with the read never happening: makespan 1.9 s, task delay 0.01×.
+    let e = sim_run_refuses(
+        "read-no-split",
+        "[[node]]\nname = \"a\"\ncores = 4\n",
+        "[[application]]\nname = \"x\"\ntasks = 1\n[application.cpu]\ncompute = \"1s\"\n\
+         read = \"100s\"\n",
+        &["--policy", "cpu-only"],
+    );
+    assert!(
+        e.contains("w.toml:4:1: application[0].cpu.read: read = \"1m 40s\" but the application has no `split`"),
+        "{e}"
+    );
+}

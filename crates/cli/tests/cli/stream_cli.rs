@@ -467,3 +467,41 @@ fn a_100000_executor_topology_is_placed_by_even_and_refused_by_one_phase_naming_
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn one_phases_own_flags_given_to_another_placer_are_noted_as_ignored() {
+    // `--workers` under one-phase got a note; `--max-utilisation` and `--refine` under even were
+    // ignored without a word.
+    let out = place(
+        WORDCOUNT,
+        "even",
+        &["--max-utilisation", "0.5", "--refine", "none"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "note: --max-utilisation is ignored by even (only one-phase fills nodes to a limit)"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("note: --refine is ignored by even (only one-phase refines its placement)"),
+        "{stderr}"
+    );
+    // Under one-phase they are its own: no note; and left out, no note either.
+    for (placer, extra) in [
+        (
+            "one-phase",
+            &["--max-utilisation", "0.5", "--refine", "none"][..],
+        ),
+        ("even", &[][..]),
+    ] {
+        let out = place(WORDCOUNT, placer, extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("note:"),
+            "{placer}: {stderr}"
+        );
+    }
+}

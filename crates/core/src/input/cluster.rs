@@ -51,10 +51,12 @@ pub struct NodeSpec {
     /// Main memory, e.g. `"64GiB"`; more than 0.
     #[serde(default = "default_memory")]
     pub memory: Spanned<Size>,
-    /// Disk read bandwidth, e.g. `"128MB/s"`.
+    /// Disk read bandwidth, e.g. `"128MB/s"` (bytes; a rate with a lowercase `b` or `bit`,
+    /// `"800Mb/s"`, counts bits: see [`rate_bytes_per_sec`](super::rate_bytes_per_sec)).
     #[serde(default = "default_disk")]
     pub disk_read: Bandwidth,
-    /// Network bandwidth, e.g. `"125MB/s"` (1 Gbit/s).
+    /// Network bandwidth, e.g. `"125MB/s"`, or the same written in bits, `"1Gb/s"` or
+    /// `"1Gbit/s"`.
     #[serde(default = "default_network")]
     pub network: Bandwidth,
     /// One-way network latency, e.g. `"100us"`.

@@ -103,9 +103,12 @@ pub const MAX_TOPOLOGY_EXECUTORS: u64 = 100_000;
 /// any stream engine's), so that loads and traffic summed over a topology stay finite.
 pub const MAX_TUPLES_PER_S: f64 = 1e12;
 
-/// Most CPU one executor may declare, in per cent of one core: an executor is one thread, so
-/// 100 is one core's worth; the bound leaves room for declared over-estimates and keeps sums of
-/// loads finite (1e308 gave infinite node loads).
+/// Most CPU one executor may declare, in per cent of one core. An executor is one thread, so 100
+/// is all one executor can use; the bound is higher on purpose: a declared over-estimate (a
+/// demand measured with another thread count, a margin) is accepted and counted in full by the
+/// placers, and a stored topology written so must still read after an upgrade. It only keeps
+/// sums of loads finite (1e308 gave infinite node loads). The error says all this, so that the
+/// bound and the "one thread" do not read as a contradiction.
 pub const MAX_EXECUTOR_CPU: f64 = 1e4;
 
 /// Why `rate` cannot be a rate in tuples per second, if it cannot.
@@ -229,8 +232,10 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
                 at(&c.cpu),
                 field("cpu"),
                 format!(
-                    "must be a number from 0 to {MAX_EXECUTOR_CPU} (per cent of one core; \
-                     one executor is one thread)"
+                    "must be a number from 0 to {MAX_EXECUTOR_CPU}: one executor's demand at the \
+                     declared rates, in per cent of one core (100 = a whole core; more is taken as \
+                     an over-estimate, which placers count in full, though an executor is one \
+                     thread and runs on one core at most)"
                 ),
             ));
         }
@@ -545,6 +550,12 @@ rate = 1000.0
         let e = err(&WORDCOUNT.replace("cpu = 40.0", "cpu = 1e308"));
         assert!(
             e.starts_with("t.toml:12:7: component[1].cpu: must be a number from 0 to 10000"),
+            "{e}"
+        );
+        // The text explains the bound above one core rather than contradicting it.
+        assert!(
+            e.contains("100 = a whole core; more is taken as an over-estimate")
+                && !e.contains("(per cent of one core; one executor is one thread)"),
             "{e}"
         );
         let ok = WORDCOUNT.replace("parallelism = 4", "parallelism = 99998");

@@ -1,5 +1,14 @@
 //! Human units in submitted files: sizes (`"1GiB"`, `4194304`), durations (`"23.6s"`, `"100ms"`)
-//! and bandwidths (`"128MB/s"`, or bytes per second as a number).
+//! and bandwidths (`"128MB/s"`, `"1Gb/s"`, or bytes per second as a number).
+//!
+//! A size's unit is read in any case (`"4gb"` is `"4GB"`, 4×10⁹ bytes): a memory or a file is
+//! counted in bytes, and a lowercase `b` there has always meant one. A rate (`…/s`) is different:
+//! links are sold in bits per second, and `"1Gb/s"` written for a 1 Gbit/s link read as 1 GB/s
+//! made the simulated link eight times too fast. So in a rate a unit written with a lowercase `b`
+//! (`kb/s`, `Mb/s`, `Gb/s`, `Tb/s`) or with `bit` (`kbit/s`, `Mbit/s`, `Gbit/s`) counts bits, an
+//! eighth of a byte; `B` (`MB/s`, `GiB/s`) and a bare number count bytes. [`rate_bytes_per_sec`]
+//! is the one reader of rates, shared by the simulator's cluster files and the agent's
+//! configuration.
 
 use crate::text::clip;
 use crate::time::Time;
@@ -220,6 +229,58 @@ pub fn size_bytes(text: &str) -> Result<u64, String> {
     parse_size(text)
 }
 
+/// How to write a rate, for every error about one.
+const RATE_HOW: &str = "not a rate: write a size per second such as \"128MB/s\" (bytes) or \
+                        \"1Gb/s\" or \"1Gbit/s\" (bits)";
+
+/// The bytes per second a rate writes (`"128MB/s"`, `"1Gb/s"`, `"10Gbit/s"`, `"1.5 GiB/s"`): its
+/// size before `/s` read as a size, except that a unit with a lowercase `b` or `bit` counts bits
+/// (see the module's docs for why). `None` if `text` does not end with `/s`, so that a caller
+/// that also takes a bare size can read it as one. The error does not quote `text`: the caller
+/// does, with the field's name for it.
+pub fn rate_bytes_per_sec(text: &str) -> Option<Result<f64, String>> {
+    let size = text.trim().strip_suffix("/s")?.trim_end();
+    let unit_len: usize = size
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .map(char::len_utf8)
+        .sum();
+    let (number, unit) = size.split_at(size.len() - unit_len);
+    let bits_prefix = ["bits", "bit", "Bits", "Bit", "b"]
+        .iter()
+        .find_map(|suffix| unit.strip_suffix(suffix));
+    let Some(prefix) = bits_prefix else {
+        // Bytes: the size as every size is read; a unit it does not know is no rate either.
+        return Some(parse_size(size).map(|b| b as f64).map_err(|e| {
+            if e.ends_with(SIZE_HOW) {
+                RATE_HOW.to_string()
+            } else {
+                e
+            }
+        }));
+    };
+    // Bits: the same prefix in bytes, an eighth of it. A number of bits need not be a whole
+    // number of bytes, so this is computed in f64 rather than through `parse_size`.
+    let factor = match prefix {
+        "" => 1,
+        p => match format!("{p}B").parse::<bytesize::Unit>() {
+            Ok(u) => 1u64 * u,
+            Err(_) => return Some(Err(RATE_HOW.to_string())),
+        },
+    };
+    let number = number.trim_end();
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Some(Err(RATE_HOW.to_string()));
+    }
+    Some(
+        number
+            .parse::<f64>()
+            .map(|bits| bits * factor as f64 / 8.0)
+            .map_err(|_| RATE_HOW.to_string()),
+    )
+}
+
 /// The bytes `text` writes (`"512MiB"`, `"1.5 GiB"`, `"4096"`). The `bytesize` crate reads the
 /// same syntax but saturates a size past `u64` at 16 EiB and reads `"0.1B"` as 0, so that a typo
 /// became all the memory there is, or none: both are refused here.
@@ -301,17 +362,11 @@ impl<'de> Deserialize<'de> for Bandwidth {
         }
         let bytes_per_sec = match Raw::deserialize(d)? {
             Raw::Number(n) => n,
-            Raw::Text(t) => {
-                let size = t.trim().strip_suffix("/s").ok_or_else(|| {
-                    D::Error::custom(format!(
-                        "invalid bandwidth `{}`: expected a size per second such as \"128MB/s\"",
-                        clip(&t)
-                    ))
-                })?;
-                parse_size(size).map_err(|e| {
-                    D::Error::custom(format!("invalid bandwidth `{}`: {e}", clip(&t)))
-                })? as f64
-            }
+            Raw::Text(t) => rate_bytes_per_sec(&t)
+                .unwrap_or_else(|| Err(RATE_HOW.to_string()))
+                .map_err(|e| {
+                    D::Error::custom(format!("invalid bandwidth `{}`: {e}", clip(t.trim())))
+                })?,
         };
         // A rate below a byte per second is a typo, and one as small as 1e-300 made every read
         // take longer than the clock holds, an error that named neither the file nor the field.
@@ -583,5 +638,62 @@ mod tests {
             .and_then(|v| v.try_into().ok())
             .unwrap_or_default();
         assert_eq!(b.0, 128.0 * 1024.0 * 1024.0);
+    }
+
+    #[test]
+    fn a_rate_with_a_lowercase_b_or_bit_counts_bits_and_with_b_bytes() {
+        let read = |v: &str| {
+            toml::from_str::<toml::Table>(&format!("b = \"{v}\""))
+                .expect("toml")
+                .get("b")
+                .cloned()
+                .expect("b")
+                .try_into::<Bandwidth>()
+                .map(|b| b.0)
+                .map_err(|e| e.to_string())
+        };
+        // The network convention: a lowercase b is a bit.
+        assert_eq!(read("1Gb/s"), Ok(125e6));
+        assert_eq!(read("1Gbit/s"), Ok(125e6));
+        assert_eq!(read("10 Gbit/s"), Ok(1.25e9));
+        assert_eq!(read("100Mb/s"), Ok(12.5e6));
+        assert_eq!(read("100Mbit/s"), Ok(12.5e6));
+        assert_eq!(read("800kb/s"), Ok(1e5));
+        assert_eq!(read("800kbit/s"), Ok(1e5));
+        assert_eq!(read("1.5Gb/s"), Ok(187.5e6));
+        assert_eq!(read("8b/s"), Ok(1.0));
+        // An uppercase B, a binary unit and a bare number are bytes, as before.
+        assert_eq!(read("1GB/s"), Ok(1e9));
+        assert_eq!(read("125MB/s"), Ok(125e6));
+        assert_eq!(read("1GiB/s"), Ok(1024.0 * 1024.0 * 1024.0));
+        assert_eq!(read("128MiB/s"), Ok(128.0 * 1024.0 * 1024.0));
+        assert_eq!(read("1000/s"), Ok(1000.0));
+        // The bounds apply to what the bits come to.
+        assert!(
+            read("4b/s")
+                .expect_err("half a byte")
+                .contains("at least 1 byte/s")
+        );
+        assert_eq!(read("80Tb/s"), Ok(MAX_BANDWIDTH));
+        assert!(
+            read("100Tb/s")
+                .expect_err("12.5 TB/s")
+                .contains("at most 10 TB/s")
+        );
+        for bad in ["1Gbx/s", "1Qb/s", "b/s", "1Gbit", "-1Gb/s", "1..2Gb/s"] {
+            let e = read(bad).expect_err(bad);
+            assert!(
+                e.contains(&format!("invalid bandwidth `{bad}`")),
+                "{bad}: {e}"
+            );
+        }
+        assert!(
+            read("1Gbx/s")
+                .expect_err("no unit")
+                .contains("\"1Gb/s\" or \"1Gbit/s\" (bits)")
+        );
+        // Sizes keep their meaning: a lowercase b in a size is a byte.
+        assert_eq!(parse_size("4Gb"), Ok(4_000_000_000));
+        assert_eq!(parse_size("4G"), Ok(4_000_000_000));
     }
 }

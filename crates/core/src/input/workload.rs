@@ -579,13 +579,33 @@ fn variant_field_hint(mut e: InputError) -> InputError {
 
 /// Parses a workload or job file and checks everything the file alone can tell.
 pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> {
+    parse_any_workload(origin, text, true)
+}
+
+/// [`parse_workload`] for the simulators of applications (`sim run`, `sim compare`, `sim
+/// accel`), which refuse `[[divisible]]` loads ([`Workload::check_no_divisible`]): a file with
+/// none of either is told to add an application only, not a load they would refuse next.
+pub fn parse_sim_workload(origin: &str, text: &str) -> Result<Workload, InputError> {
+    parse_any_workload(origin, text, false)
+}
+
+fn parse_any_workload(
+    origin: &str,
+    text: &str,
+    takes_divisible: bool,
+) -> Result<Workload, InputError> {
     let src = Source::new(origin, text);
     let file: WorkloadFile = src.parse_toml().map_err(variant_field_hint)?;
     if file.application.is_empty() && file.divisible.is_empty() {
         return Err(src.error(
             None,
             Some("application".into()),
-            "no applications: add at least one [[application]] table (or a [[divisible]] load)",
+            if takes_divisible {
+                "no applications: add at least one [[application]] table (or a [[divisible]] load)"
+            } else {
+                "no applications: add at least one [[application]] table (divisible loads run \
+                 with `hetsched sim divisible`)"
+            },
         ));
     }
     for (i, d) in file.divisible.iter().enumerate() {
@@ -1019,9 +1039,31 @@ impl Workload {
                     }
                     Ok(())
                 };
+                // `read` is the time a task alone takes to read its `split` on the profiled disk
+                // (spec 02's tdc0/tdg0); the simulator reads the split's bytes from the node's
+                // disk, so a read time without a split is a read that never happens, while the
+                // policies' predictions and the delay figures still counted it.
+                let read_needs_split = |read: Option<Duration>, span: Option<usize>, f: &str| -> Result<(), InputError> {
+                    match read {
+                        Some(r) if r.0 > 0 && a.split.as_u64() == 0 && missing == MissingProfile::Refuse => Err(src.error(
+                            span,
+                            Some(format!("application[{i}].{f}")),
+                            format!(
+                                "read = \"{}\" but the application has no `split`: the simulator reads each \
+                                 task's `split` bytes from its node's disk, and `read` is how long that \
+                                 takes alone on the profiled disk; add the bytes a task reads (e.g. \
+                                 split = \"1GiB\" for read = \"8s\" at 128 MiB/s), or write read = \"0s\" \
+                                 if its tasks read nothing",
+                                humantime::format_duration(std::time::Duration::from_nanos(r.0))
+                            ),
+                        )),
+                        _ => Ok(()),
+                    }
+                };
                 let cpu = match &a.cpu {
                     Some(c) => {
                         let (span, c) = (at(c), c.get_ref());
+                        read_needs_split(c.read, span, "cpu.read")?;
                         let v = CpuVariant {
                             compute: need(c.compute, span, "cpu.compute")?,
                             read: need(c.read, span, "cpu.read")?,
@@ -1036,6 +1078,7 @@ impl Workload {
                 let gpu = match &a.gpu {
                     Some(g) => {
                         let (span, g) = (at(g), g.get_ref());
+                        read_needs_split(g.read, span, "gpu.read")?;
                         let v = GpuVariant {
                             compute: need(g.compute, span, "gpu.compute")?,
                             copy: g.copy.map_or(Ok(0), |d| Ok::<_, InputError>(d.0))?,

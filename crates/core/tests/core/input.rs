@@ -218,6 +218,44 @@ fn profiles_become_nanoseconds_and_missing_ones_are_refused_for_simulation() {
 }
 
 #[test]
+fn a_read_time_without_a_split_is_refused_for_simulation_and_says_what_to_write() {
+    // The simulator reads `split` bytes; a `read` without them never happened (a 1 s task with
+    // read = "100s" ran in 1.9 s and reported a delay of 0.01×).
+    let text = "[[application]]\nname = \"x\"\ntasks = 1\n[application.cpu]\ncompute = \"1s\"\n\
+                read = \"100s\"\n";
+    let w = parse_workload("w.toml", text).expect("a valid file");
+    let e = w
+        .to_applications(0, MissingProfile::Refuse)
+        .expect_err("a read of nothing")
+        .to_string();
+    assert!(
+        e.starts_with(
+            "w.toml:4:1: application[0].cpu.read: read = \"1m 40s\" but the application has no \
+             `split`"
+        ) && e.contains("split = \"1GiB\"")
+            && e.contains("read = \"0s\""),
+        "{e}"
+    );
+    // The GPU variant's read too.
+    let gpu = "[[application]]\nname = \"x\"\ntasks = 1\n[application.gpu]\ncompute = \"1s\"\n\
+               read = \"2s\"\n";
+    let e = parse_workload("w.toml", gpu)
+        .expect("a valid file")
+        .to_applications(0, MissingProfile::Refuse)
+        .expect_err("a read of nothing");
+    assert_eq!(e.field.as_deref(), Some("application[0].gpu.read"), "{e}");
+    // With a split, or a read of 0, it runs; the runtime, which learns profiles, takes it.
+    for ok in [
+        text.replace("tasks = 1\n", "tasks = 1\nsplit = \"1GiB\"\n"),
+        text.replace("read = \"100s\"", "read = \"0s\""),
+    ] {
+        let w = parse_workload("w.toml", &ok).expect("valid");
+        assert!(w.to_applications(0, MissingProfile::Refuse).is_ok(), "{ok}");
+    }
+    assert!(w.to_applications(0, MissingProfile::Estimate(1)).is_ok());
+}
+
+#[test]
 fn a_profile_that_takes_no_time_is_refused_for_simulation_at_its_variant() {
     // Such a task made `sim run` report an average task delay of 32768000×.
     let w = parse_workload(
@@ -282,6 +320,31 @@ accelerator = [{ kind = "c2050", count = 4, speed = 1.0 }]
     assert_eq!(c.nodes[2].accelerators.len(), 4);
     assert_eq!(c.nodes[0].disk_read_bw, 128.0 * 1024.0 * 1024.0);
     assert_eq!(c.totals().gpus, 12);
+}
+
+#[test]
+fn a_cluster_files_link_in_gb_per_s_is_gigabits_and_in_gb_upper_gigabytes() {
+    // `"1Gb/s"` is a 1 Gbit/s link, 125 MB/s: it used to read as 1 GB/s, eight times too fast.
+    let c = parse_cluster(
+        "c.toml",
+        r#"
+[[node]]
+name = "bits"
+cores = 2
+network = "1Gb/s"
+disk_read = "800Mbit/s"
+[[node]]
+name = "bytes"
+cores = 2
+network = "1GB/s"
+disk_read = "125MB/s"
+"#,
+    )
+    .expect("valid");
+    assert_eq!(c.nodes[0].net_bw, 125e6);
+    assert_eq!(c.nodes[0].disk_read_bw, 100e6);
+    assert_eq!(c.nodes[1].net_bw, 1e9);
+    assert_eq!(c.nodes[1].disk_read_bw, 125e6);
 }
 
 #[test]

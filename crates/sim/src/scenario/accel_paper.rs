@@ -428,6 +428,14 @@ impl AccelPaperReport {
         })
     }
 
+    /// The distinct values of `key` over the kernel rows, sorted.
+    fn distinct(&self, key: impl Fn(&Row) -> u32) -> Vec<u32> {
+        let mut v: Vec<u32> = self.rows.iter().map(key).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// The largest relative spread of speedup across data sizes, over every other parameter.
     pub fn data_size_spread(&self) -> f64 {
         self.rows
@@ -550,20 +558,37 @@ impl AccelPaperReport {
                 "NOT in every configuration"
             }
         );
+        // A finding about how speedup changes with intensity or data size needs two of them: a
+        // narrowed run (`--intensities 1`) would otherwise report "yes" or "0.0 %" for what it
+        // never compared.
+        let intensities = self.distinct(|r| r.intensity);
         let _ = writeln!(
             out,
             "- speedup grows with intensity (except ×1) → {}",
-            if self.speedup_grows_with_intensity() {
+            if intensities.len() < 2 {
+                "not tested (needs ≥ 2 intensities)"
+            } else if self.speedup_grows_with_intensity() {
                 "yes, ×1 included (start-up is a fixed cost in the model)"
             } else {
                 "NOT in every configuration"
             }
         );
-        let _ = writeln!(
-            out,
-            "- no clear correlation with data size → speedup varies by at most {:.1} % across 1–50 MB",
-            self.data_size_spread() * 100.0
-        );
+        let sizes = self.distinct(|r| r.data_mb);
+        match (sizes.first(), sizes.last()) {
+            (Some(lo), Some(hi)) if sizes.len() >= 2 => {
+                let _ = writeln!(
+                    out,
+                    "- no clear correlation with data size → speedup varies by at most {:.1} % across {lo}–{hi} MB",
+                    self.data_size_spread() * 100.0
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "- no clear correlation with data size → not tested (needs ≥ 2 data sizes)"
+                );
+            }
+        }
         if !self.kmeans.is_empty() {
             let _ = writeln!(
                 out,

@@ -48,7 +48,7 @@ pub struct HdasPaperOptions {
     pub scale: f64,
     /// Simulator settings (seed, heartbeat interval, CPU read chunks).
     pub sim: SimConfig,
-    /// Workload letters to run (empty: all 25).
+    /// Workload letters to run, in either case (empty: all 25).
     pub workloads: Vec<char>,
     /// Worker threads (0: as many as the machine has cores). Results do not depend on it.
     pub threads: usize,
@@ -392,7 +392,13 @@ pub fn run(
         });
     }
     let all = workloads();
-    for &w in &options.workloads {
+    // Letters in either case, as `sim accel-paper --kernels lu` takes kernel names.
+    let asked: Vec<char> = options
+        .workloads
+        .iter()
+        .map(char::to_ascii_uppercase)
+        .collect();
+    for &w in &asked {
         if !all.iter().any(|x| x.letter == w) {
             return Err(SimError::Config {
                 field: "workloads",
@@ -402,7 +408,7 @@ pub fn run(
     }
     let chosen: Vec<&Workload> = all
         .iter()
-        .filter(|w| options.workloads.is_empty() || options.workloads.contains(&w.letter))
+        .filter(|w| asked.is_empty() || asked.contains(&w.letter))
         .collect();
     let everything = chosen.len() == all.len();
 

@@ -128,7 +128,8 @@ pub struct Row {
     pub processes_used: usize,
     /// Maximum node load of the first placement, per cent of the node.
     pub max_node_load: f64,
-    /// Median wall-clock time of one placement, milliseconds.
+    /// Median wall-clock time of one placement, milliseconds: the one measured field of the
+    /// report, which differs between identical runs (every other field is deterministic).
     pub scheduling_ms: f64,
     /// The simulation under the rate script.
     pub sim: StreamSimResult,

@@ -119,3 +119,41 @@ fn the_json_report_has_exactly_the_documented_keys() {
         .collect();
     assert_eq!(&clusters[..5], ["4-0", "4-1", "4-2", "4-3", "4-4"]);
 }
+
+#[test]
+fn a_narrowed_run_says_which_findings_it_did_not_test() {
+    // One intensity and one data size: nothing to compare across either, so neither finding is
+    // claimed (it used to print "→ yes" and "at most 0.0 % across 1–50 MB").
+    let narrow = AccelPaperOptions {
+        tasks: 20,
+        kernels: vec!["lu".into()],
+        intensities: vec![1],
+        data_mb: vec![1],
+        kmeans_images: 0,
+        ..AccelPaperOptions::default()
+    };
+    let text = run(&narrow, &mut |_, _| {}).unwrap().render_table();
+    assert!(
+        text.contains(
+            "- speedup grows with intensity (except ×1) → not tested (needs ≥ 2 intensities)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("- no clear correlation with data size → not tested (needs ≥ 2 data sizes)"),
+        "{text}"
+    );
+    assert!(!text.contains("at most 0.0 %"), "{text}");
+    // Two of each: both are tested, over the sizes that ran.
+    let two = AccelPaperOptions {
+        intensities: vec![1, 8],
+        data_mb: vec![5, 20],
+        ..narrow
+    };
+    let text = run(&two, &mut |_, _| {}).unwrap().render_table();
+    assert!(
+        text.contains("- speedup grows with intensity (except ×1) → yes"),
+        "{text}"
+    );
+    assert!(text.contains(" across 5–20 MB"), "{text}");
+}

@@ -69,6 +69,18 @@ fn unknown_workloads_and_bad_scales_are_refused() {
     assert!(hdas_paper::run(&opts, &mut |_| {}).is_err());
 }
 
+#[test]
+fn workload_letters_are_taken_in_either_case() {
+    // `sim accel-paper --kernels lu` was accepted while `sim hdas-paper --workloads a` was not.
+    let opts = HdasPaperOptions {
+        workloads: vec!['c'],
+        ..HdasPaperOptions::default()
+    };
+    let report = hdas_paper::run(&opts, &mut |_| {}).expect("`c` is workload C");
+    let letters: Vec<char> = report.workloads.iter().map(|w| w.letter).collect();
+    assert_eq!(letters, ['C']);
+}
+
 /// The full experiment (scale 1, all 25 workloads; a few seconds even in a debug build): averaged
 /// over the workloads, HDAS < Hadoop+'s model < FIFO < CPU-only in makespan, HDAS's tasks are less
 /// delayed than FIFO's, and the two workloads the paper singles out behave as it says.

@@ -220,3 +220,32 @@ fn a_reschedule_restarts_only_the_executors_it_moves() {
     );
     assert!(fractions.iter().any(|&f| f < 1.0), "{fractions:?}");
 }
+
+#[test]
+fn a_duration_not_a_whole_number_of_steps_ends_in_a_partial_step_and_never_beats_the_offer() {
+    // Steps are 100 ms. A run of 1 ms, 50 ms, 150 ms or 250 ms used to simulate whole steps and
+    // divide their tuples by the shorter duration: 1,200,000 tuples/s for 12,000 offered at 1 ms.
+    let (cluster, slots) = stream_paper::cluster().unwrap();
+    let t = &stream_paper::topologies().unwrap()[0];
+    let even = StreamPlacerKind::Even.build();
+    let ms = NANOS_PER_SEC / 1000;
+    let mut whole = None;
+    for duration in [ms, 50 * ms, 150 * ms, 250 * ms, 1000 * ms] {
+        let config = StreamSimConfig {
+            duration,
+            ..StreamSimConfig::default()
+        };
+        let r = simulate_stream(t, &cluster, &slots, even.as_ref(), &config).unwrap();
+        assert!(r.offered > 0.0, "{duration}: {r:?}");
+        assert!(
+            (r.throughput - r.offered).abs() < 1e-9 * r.offered,
+            "{duration} ns: a topology keeping up processes what is offered: {r:?}"
+        );
+        let w = *whole.get_or_insert(r.inter_node_traffic);
+        assert!(
+            (r.inter_node_traffic - w).abs() < 1e-9 * w,
+            "{duration} ns: a constant rate's time average does not depend on the duration"
+        );
+        assert_eq!(r.overloaded_s, 0.0);
+    }
+}
