@@ -607,15 +607,13 @@ pub fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
+    use hetsched_core::testkit::ScratchDir;
 
     const GIB: u64 = 1 << 30;
 
     /// A fresh directory holding `files` (path below it, contents): a fake `/`.
-    fn tree(name: &str, files: &[(&str, String)]) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-cgroup-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    fn tree(name: &str, files: &[(&str, String)]) -> ScratchDir {
+        let dir = ScratchDir::new("cgroup", name);
         for (path, text) in files {
             let p = dir.join(path);
             std::fs::create_dir_all(p.parent().expect("below the tree")).expect("tree directory");

@@ -898,6 +898,7 @@ fn humanize(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     #[test]
     fn a_task_sees_its_devices_by_their_declared_names_else_by_index() {
@@ -939,11 +940,8 @@ mod tests {
     }
 
     /// A fresh directory for one test, given to its script as `$D`.
-    fn test_dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hetsched-launch-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("temporary directory");
-        d
+    fn test_dir(name: &str) -> ScratchDir {
+        ScratchDir::new("launch", name)
     }
 
     fn task(dir: &Path, script: &str, time_limit_ms: u64) -> (pb::Assignment, pb::TaskSpec) {

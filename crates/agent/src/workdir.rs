@@ -417,12 +417,10 @@ pub(crate) fn mode_of(path: &Path) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("hetsched-workdir-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new("workdir", name)
     }
 
     /// The synced rewrite replaces the record whole, leaves no `tmp`, and appends after it, as
@@ -440,7 +438,6 @@ mod tests {
             "run 1 1 9\nended 1 1 9 done\n"
         );
         assert!(!path.with_extension("tmp").exists(), "no tmp left");
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -514,7 +511,6 @@ mod tests {
         // Without the setting, private again.
         prepare(&work).expect("private");
         assert_eq!(mode(&work), 0o700);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -526,7 +522,6 @@ mod tests {
         std::os::unix::fs::symlink(&real, &link).expect("symlink");
         let e = prepare(&link).expect_err("refused");
         assert!(e.to_string().contains("symbolic link"), "{e}");
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -364,6 +364,14 @@ impl AsRef<std::path::Path> for ScratchDir {
     }
 }
 
+/// For a command's argument or environment (`.arg(&dir)`, `.env("D", &dir)`).
+#[cfg(feature = "scratch")]
+impl AsRef<std::ffi::OsStr> for ScratchDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
 #[cfg(feature = "scratch")]
 impl Drop for ScratchDir {
     /// Runs before the `TempDir` field drops, which removes the directory unless told here not
