@@ -1897,7 +1897,6 @@ pub(crate) mod tests {
         );
         assert!(!consumer.join("wf/7/C-0/in").exists(), "nothing fetched");
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A write the disk refuses for want of space is the node's disk, not an unavailable

@@ -663,7 +663,6 @@ mod tests {
                 room: 3 * GIB,
             })
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -702,7 +701,6 @@ mod tests {
         let m = cgroup_memory(&cgroups, V2_MOUNTS, &root).expect("a limit");
         assert_eq!(m.path, "/system.slice/slurmstepd.scope/job_42");
         assert_eq!((m.limit, m.room), (8 * GIB, GIB / 2));
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -723,7 +721,6 @@ mod tests {
             cgroup_memory("0::/user.slice/session-1.scope\n", V2_MOUNTS, &root),
             None
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -779,7 +776,6 @@ mod tests {
                 room: 4 * GIB,
             })
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -804,7 +800,6 @@ mod tests {
                 room: 412 << 20,
             })
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -837,7 +832,6 @@ mod tests {
             cgroup_memory("4:memory:/docker/other\n", mounts, &root),
             None
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -883,8 +877,6 @@ mod tests {
             cgroup_memory(&format!("0::{STEP}\n"), V2_MOUNTS, &empty),
             None
         );
-        let _ = std::fs::remove_dir_all(root);
-        let _ = std::fs::remove_dir_all(empty);
     }
 
     #[test]

@@ -767,7 +767,6 @@ mod tests {
         drop(l);
         let (_, found) = Ledger::recover(&dir).expect("recover");
         assert_eq!(found.results, vec![two, start_only], "after compaction");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A workflow instance's result says how long its inputs took to fetch (`fetch_ms`); re-sent
@@ -820,7 +819,6 @@ mod tests {
             let (_, unacked) = parse_all(&format!("{bad}\nresult 5 1 1 0 10 20 \n"));
             assert_eq!(unacked[&(5, 1)].fetch_ms, 0, "{bad}");
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -894,7 +892,6 @@ mod tests {
             "usage 1 1 1250 40 3221225472\nresult 1 1 1 0 10 20 \n\
              result 2 1 0 3 10 20 exited with status 3\n"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1001,6 +998,5 @@ mod tests {
         let mut ids: Vec<u64> = unacked.keys().map(|k| k.0).collect();
         ids.sort_unstable();
         assert_eq!(ids, [8]);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

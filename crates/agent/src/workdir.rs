@@ -442,7 +442,8 @@ mod tests {
 
     #[test]
     fn a_new_work_directory_is_private_and_keeps_its_identity() {
-        let d = scratch("new").join("agent-a");
+        let dir = scratch("new");
+        let d = dir.join("agent-a");
         prepare(&d).expect("prepare");
         assert_eq!(std::fs::metadata(&d).expect("meta").mode() & 0o777, 0o700);
         let id = identity(&d).expect("identity");
@@ -452,7 +453,6 @@ mod tests {
             std::fs::metadata(d.join(IDENTITY)).expect("meta").mode() & 0o777,
             0o600
         );
-        let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
     }
 
     /// An identity kept from an earlier start that others may read (an older version's, or a
@@ -460,7 +460,8 @@ mod tests {
     /// another local user could speak for the node.
     #[test]
     fn a_kept_identity_open_to_others_is_made_private_again() {
-        let d = scratch("reopen").join("agent-a");
+        let dir = scratch("reopen");
+        let d = dir.join("agent-a");
         prepare(&d).expect("prepare");
         let id = identity(&d).expect("identity");
         let path = d.join(IDENTITY);
@@ -468,7 +469,6 @@ mod tests {
         assert_eq!(identity(&d).expect("kept"), id);
         let mode = std::fs::metadata(&path).expect("meta").mode() & 0o777;
         assert_eq!(mode, 0o600, "the identity is still {mode:o}");
-        let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
     }
 
     #[test]
