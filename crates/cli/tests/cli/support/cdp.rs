@@ -3,7 +3,13 @@
 //! replies and events on fd 4, each a JSON text ended by a NUL byte). The workspace forbids
 //! `unsafe`, so the two descriptors are wired by a shell through named pipes (`mkfifo`) rather than
 //! by a `pre_exec` hook. Every wait is bounded; dropping the browser kills it.
+//!
+//! Chromium keeps files of its own in the temporary directory (`$TMPDIR`): the socket of its
+//! process singleton, in an `org.chromium.Chromium.XXXXXX` directory that a browser killed rather
+//! than closed leaves behind. Every Chromium a test starts gets a `TMPDIR` of its own
+//! ([`chromium_tmp`]), removed once the browser is gone.
 
+use hetsched_core::testkit::ScratchDir;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -24,8 +30,18 @@ pub fn chromium() -> Option<&'static str> {
         })
 }
 
+/// A `TMPDIR` for one Chromium, removed with what Chromium left in it when it drops (kept when the
+/// test failed). Not inside the test's directory: the singleton's socket path, `TMPDIR` plus 45
+/// bytes, must stay under the 108 bytes of a Unix socket's address, or Chromium stops at its start
+/// ("Socket path too long").
+pub fn chromium_tmp() -> ScratchDir {
+    ScratchDir::new("chromium", "tmp")
+}
+
 pub struct Browser {
     child: Child,
+    /// Chromium's `TMPDIR`; declared after `child`, it drops after [`Drop`] killed the browser.
+    tmp: ScratchDir,
     to: std::fs::File,
     from: Receiver<serde_json::Value>,
     next_id: u64,
@@ -49,6 +65,7 @@ impl Browser {
             let ok = Command::new("mkfifo").arg(p).status().expect("mkfifo");
             assert!(ok.success(), "mkfifo {}", p.display());
         }
+        let tmp = chromium_tmp();
         let child = Command::new("sh")
             .arg("-c")
             .arg("exec \"$0\" \"$@\" 3<\"$CDP_IN\" 4>\"$CDP_OUT\"")
@@ -66,6 +83,7 @@ impl Browser {
             .arg("about:blank")
             .env("CDP_IN", &to_path)
             .env("CDP_OUT", &from_path)
+            .env("TMPDIR", &tmp)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -102,6 +120,7 @@ impl Browser {
         });
         let mut b = Browser {
             child,
+            tmp,
             to,
             from: from_rx,
             next_id: 0,

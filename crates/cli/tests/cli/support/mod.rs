@@ -4,15 +4,16 @@
 
 pub mod cdp;
 
+use hetsched_core::testkit::ScratchDir;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
 
 pub struct Cluster {
+    /// The cluster's directory (data, work directories, logs): [`Cluster::scratch`]'s path.
     pub dir: PathBuf,
     server: Option<Child>,
     pub listen: String,
@@ -29,6 +30,9 @@ pub struct Cluster {
     pub beat: (&'static str, &'static str),
     /// More flags for `hetsched server` (its next start).
     pub server_args: Vec<String>,
+    /// Removes `dir` when the cluster drops, after [`Drop`] has stopped its agents and server
+    /// (the fields drop after `drop` ran); kept when the test failed.
+    scratch: ScratchDir,
 }
 
 /// A file of the test TLS material (`crates/cli/tests/tls`).
@@ -158,15 +162,11 @@ rate = 2.0
     text
 }
 
-/// A fresh directory for one cluster. Every test module of this binary shares the process id, so a
-/// counter keeps two clusters of the same name apart.
-pub fn temp_dir(name: &str) -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh directory for one test or cluster, `TMP/hetsched-op-NAME-XXXXXX`: removed when it drops
+/// after the test passed, kept (and its path printed) when the test failed. Whatever was started
+/// to write into it is to be stopped first: hold it longer than those processes.
+pub fn temp_dir(name: &str) -> ScratchDir {
+    ScratchDir::new("op", name)
 }
 
 impl Cluster {
@@ -241,8 +241,9 @@ impl Cluster {
     }
 
     fn new_stopped(name: &str, http: bool, tls: bool, server_config: Option<String>) -> Cluster {
+        let scratch = temp_dir(name);
         Cluster {
-            dir: temp_dir(name),
+            dir: scratch.to_path_buf(),
             server: None,
             listen: "127.0.0.1:0".into(),
             agents: BTreeMap::new(),
@@ -252,6 +253,7 @@ impl Cluster {
             server_config,
             beat: ("100ms", "1s"),
             server_args: Vec::new(),
+            scratch,
         }
     }
 
@@ -702,6 +704,8 @@ command = "test $(wc -c < {{input:blob}}) -eq {bytes}{and_then}"
     }
 }
 
+/// Stops the agents and the server; then the `scratch` field drops, which removes the cluster's
+/// directory (or keeps it, when the test failed) once nothing writes into it any more.
 impl Drop for Cluster {
     fn drop(&mut self) {
         for (_, mut a) in std::mem::take(&mut self.agents) {
@@ -709,9 +713,6 @@ impl Drop for Cluster {
             let _ = a.wait();
         }
         self.kill_server();
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
     }
 }
 
