@@ -11,6 +11,7 @@
 
 use hetsched_core::testkit::ScratchDir;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
@@ -66,7 +67,11 @@ impl Browser {
             assert!(ok.success(), "mkfifo {}", p.display());
         }
         let tmp = chromium_tmp();
+        // Chromium's processes (zygotes, renderers, the GPU and network services) share its
+        // process group, led by the browser (the shell execs it): dropping the browser ends
+        // them all ([`Browser::drop`]).
         let child = Command::new("sh")
+            .process_group(0)
             .arg("-c")
             .arg("exec \"$0\" \"$@\" 3<\"$CDP_IN\" 4>\"$CDP_OUT\"")
             .arg(bin)
@@ -418,9 +423,22 @@ impl Browser {
     }
 }
 
+/// Kills the browser's whole process group and waits (bounded) until none of it is left: a
+/// network service killed after its browser still writes into the profile for a moment
+/// (`Network Persistent State`), racing the removal of the test's directory. Then the `tmp`
+/// field drops.
 impl Drop for Browser {
     fn drop(&mut self) {
+        let group = self.child.id();
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{group}")])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let start = Instant::now();
+        while !super::group_members(group).is_empty() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(25));
+        }
     }
 }

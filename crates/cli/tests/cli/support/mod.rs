@@ -471,29 +471,7 @@ impl Cluster {
     /// The live processes of agent `name`'s guard (`hetsched agent-guard --work-dir DIR`).
     pub fn guards(&self, name: &str) -> Vec<u32> {
         let dir = self.dir.join(format!("agent-{name}"));
-        let dir = dir.to_str().expect("path");
-        let mut pids = Vec::new();
-        for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-                continue;
-            };
-            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = state
-                .rfind(')')
-                .and_then(|i| state[i + 1..].split_whitespace().next())
-                .is_some_and(|s| s == "Z" || s == "X");
-            if !zombie
-                && args.contains(&b"agent-guard".as_slice())
-                && args.contains(&dir.as_bytes())
-            {
-                pids.push(pid);
-            }
-        }
-        pids
+        guards_where(|work_dir| work_dir == dir.as_path())
     }
 
     /// SIGKILLs agent `name`'s guard, so that the agent's death leaves its tasks running (for a
@@ -704,8 +682,40 @@ command = "test $(wc -c < {{input:blob}}) -eq {bytes}{and_then}"
     }
 }
 
-/// Stops the agents and the server; then the `scratch` field drops, which removes the cluster's
-/// directory (or keeps it, when the test failed) once nothing writes into it any more.
+/// The live `hetsched agent-guard --work-dir DIR` processes whose `DIR` passes `wanted`.
+fn guards_where(wanted: impl Fn(&std::path::Path) -> bool) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = state
+            .rfind(')')
+            .and_then(|i| state[i + 1..].split_whitespace().next())
+            .is_some_and(|s| s == "Z" || s == "X");
+        let work_dir = args
+            .iter()
+            .position(|a| *a == b"--work-dir".as_slice())
+            .and_then(|i| args.get(i + 1))
+            .and_then(|d| std::str::from_utf8(d).ok());
+        if !zombie
+            && args.contains(&b"agent-guard".as_slice())
+            && work_dir.is_some_and(|d| wanted(std::path::Path::new(d)))
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Stops the agents and the server, then waits for what they leave working in the cluster's
+/// directory; then the `scratch` field drops, which removes the directory (or keeps it, when the
+/// test failed) once nothing writes into it any more.
 impl Drop for Cluster {
     fn drop(&mut self) {
         for (_, mut a) in std::mem::take(&mut self.agents) {
@@ -713,6 +723,16 @@ impl Drop for Cluster {
             let _ = a.wait();
         }
         self.kill_server();
+        // A SIGKILLed agent's guard (a process group of its own) wakes at its agent's death,
+        // takes the work directory's lock (writing `agent.lock` again) and kills the tasks the
+        // agent left: removed meanwhile, the directory would lose the race and stay. The guard
+        // waits at most `LOCK_WAIT` (10 s) for the lock, so this wait is bounded a little above.
+        let start = Instant::now();
+        while !guards_where(|d| d.starts_with(&self.dir)).is_empty()
+            && start.elapsed() < Duration::from_secs(15)
+        {
+            std::thread::sleep(Duration::from_millis(25));
+        }
     }
 }
 
