@@ -20,8 +20,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use hetsched_agent::accel::offload::{self, Client, Target};
 use hetsched_agent::accel::{Pipeline, service::AccelListener};
 use hetsched_agent::launch::{self, Kill};
+use hetsched_core::testkit::ScratchDir;
 use hetsched_proto as pb;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -98,8 +99,10 @@ fn assignment(sp: &pb::TaskSpec) -> pb::Assignment {
 struct Setup {
     rt: tokio::runtime::Runtime,
     client: Client,
-    dir: PathBuf,
     _listener: AccelListener,
+    /// The ANode's and NNode's directories: removed last, after the runtime and the listener
+    /// that write into it (fields drop in this order).
+    dir: ScratchDir,
 }
 
 fn setup() -> Setup {
@@ -108,9 +111,7 @@ fn setup() -> Setup {
         .enable_all()
         .build()
         .expect("runtime");
-    let dir = std::env::temp_dir().join(format!("hetsched-offload-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = ScratchDir::new("offload-bench", "setup");
     let (listener, client) = rt.block_on(async {
         let p = Pipeline::start(
             "anode",
@@ -145,8 +146,8 @@ fn setup() -> Setup {
     Setup {
         rt,
         client,
-        dir,
         _listener: listener,
+        dir,
     }
 }
 
@@ -224,7 +225,6 @@ fn overhead(c: &mut Criterion) {
         b.iter(|| run_one(&s, &mb))
     });
     g.finish();
-    let _ = std::fs::remove_dir_all(&s.dir);
 }
 
 fn overlap(c: &mut Criterion) {
@@ -247,7 +247,6 @@ fn overlap(c: &mut Criterion) {
     );
     g.bench_function("pipelined", |b| b.iter(|| run_many(&s, &both, 10, true)));
     g.finish();
-    let _ = std::fs::remove_dir_all(&s.dir);
 }
 
 #[allow(missing_docs)]

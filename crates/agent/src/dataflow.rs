@@ -923,13 +923,13 @@ pub fn check_outputs(a: &pb::Assignment, work_dir: &Path, result: &mut pb::TaskR
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// An instance that exited 0 without writing a declared output fails, naming it; one that
     /// wrote them all, or failed anyway, is left as it was.
     #[test]
     fn an_instance_that_did_not_write_a_declared_output_fails_naming_it() {
-        let dir = std::env::temp_dir().join(format!("hetsched-outputs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = ScratchDir::new("dataflow", "outputs");
         let a = pb::Assignment {
             instance_dir: "7/P-0".into(),
             outputs: vec!["x".into(), "y".into()],
@@ -957,7 +957,6 @@ pub(crate) mod tests {
             r.success && r.message.is_empty(),
             "an empty output is written: {r:?}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// An instance that runs as its account and leaves, as its output, a link to a file of
@@ -971,9 +970,7 @@ pub(crate) mod tests {
         if !crate::run_as::tests::root() {
             return;
         }
-        let work = std::env::temp_dir().join(format!("hetsched-wf-link-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
-        std::fs::create_dir_all(&work).expect("work dir");
+        let work = ScratchDir::new("wf", "link");
         let nobody = crate::run_as::Account::lookup("n1", "nobody").expect("nobody");
         // Root's: a directory only root may enter, with a file in it; and a file anyone reads.
         let secret = work.join("secret");
@@ -1050,7 +1047,6 @@ pub(crate) mod tests {
         // The file itself, written by the account, is its output.
         let r = run_it("echo made > {output:res}".into()).await;
         assert!(r.success && r.message.is_empty(), "{r:?}");
-        let _ = std::fs::remove_dir_all(&work);
     }
 
     #[tokio::test]
@@ -1059,9 +1055,7 @@ pub(crate) mod tests {
         if !crate::run_as::tests::root() {
             return;
         }
-        let work = std::env::temp_dir().join(format!("hetsched-wf-as-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
-        std::fs::create_dir_all(&work).expect("work dir");
+        let work = ScratchDir::new("wf", "as");
         let nobody = crate::run_as::Account::lookup("n1", "nobody").expect("nobody");
         let a = pb::Assignment {
             task_id: 1,
@@ -1129,7 +1123,6 @@ pub(crate) mod tests {
         std::os::unix::fs::symlink(&secret, dir.join("out")).expect("link");
         let e = open_output(&work, "wf/7/make-0/out/res").expect_err("root's file");
         assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
-        let _ = std::fs::remove_dir_all(&work);
     }
     /// `AgentData.Deliver` refuses, naming the problem, another agent's allocation request
     /// that names a launch node other than the workflow's, and the machine takes nothing from
@@ -1426,8 +1419,7 @@ pub(crate) mod tests {
                 kept.push(c);
             }
         });
-        let dir = std::env::temp_dir().join(format!("hetsched-silent-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("dataflow", "silent");
         let idle = std::time::Duration::from_millis(300);
         let fetched = tokio::time::timeout(
             std::time::Duration::from_secs(10),
@@ -1451,7 +1443,6 @@ pub(crate) mod tests {
             "{e}"
         );
         held.abort();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// An instance that runs on an ANode (its assignment names one) gets paths relative to its
@@ -1460,8 +1451,7 @@ pub(crate) mod tests {
     /// absolute paths and its spec's own directory.
     #[tokio::test]
     async fn an_offloaded_instance_gets_relative_paths_and_ships_from_its_directory() {
-        let work = std::env::temp_dir().join(format!("hetsched-offload-wf-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
+        let work = ScratchDir::new("wf", "offload");
         let mut a = pb::Assignment {
             instance_dir: "7/G-0".into(),
             index: 3,
@@ -1512,7 +1502,6 @@ pub(crate) mod tests {
             Some("2")
         );
         assert!(dir.join(OUT_MARKER).is_file());
-        let _ = std::fs::remove_dir_all(&work);
     }
 
     /// A data name outside the parser's rule (`x{index}`, a workflow stored before it) fails
@@ -1521,8 +1510,7 @@ pub(crate) mod tests {
     /// one starting with `.` was renamed onto another item's file (`""` → `_`).
     #[tokio::test]
     async fn an_instance_whose_data_name_breaks_placeholders_or_paths_is_refused() {
-        let work = std::env::temp_dir().join(format!("hetsched-wf-names-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
+        let work = ScratchDir::new("wf", "names");
         let spec = pb::TaskSpec {
             argv: vec!["sh".into(), "-c".into(), "echo > {output:x{index}}".into()],
             ..Default::default()
@@ -1568,7 +1556,6 @@ pub(crate) mod tests {
                 assert!(!work.join("wf/7/G-0").exists(), "nothing made");
             }
         }
-        let _ = std::fs::remove_dir_all(&work);
     }
 
     /// A producer's agent that streams more than `max_input_bytes` for one input (misbehaving,
@@ -1578,8 +1565,7 @@ pub(crate) mod tests {
     /// much again). Before, the agent wrote whatever came, until its disk was full.
     #[tokio::test]
     async fn an_input_larger_than_max_input_bytes_fails_the_fetch_and_leaves_nothing() {
-        let root = std::env::temp_dir().join(format!("hetsched-wf-big-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("wf", "big");
         let (producer, consumer) = (root.join("producer"), root.join("consumer"));
         let out = producer.join("wf/7/P-0/out");
         std::fs::create_dir_all(&out).expect("out");
@@ -1637,7 +1623,6 @@ pub(crate) mod tests {
             4 * CHUNK as u64 + CHUNK as u64 / 2
         );
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// What a consumer's agent fetches for a workflow instance (its inputs) and the
@@ -1646,8 +1631,7 @@ pub(crate) mod tests {
     /// created with the agent's umask (0666 and 0777 here).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn fetched_inputs_and_their_directories_are_private_whatever_the_umask() {
-        let root = std::env::temp_dir().join(format!("hetsched-wf-private-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("wf", "private");
         let (producer, consumer) = (root.join("producer"), root.join("consumer"));
         let out = producer.join("wf/7/P-0/out");
         std::fs::create_dir_all(&out).expect("out");
@@ -1686,7 +1670,6 @@ pub(crate) mod tests {
             assert_eq!(crate::workdir::mode_of(&consumer.join(d)), 0o700, "{d}");
         }
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A symbolic link in an input copy's place does not redirect the fetch: it fails, naming
@@ -1694,8 +1677,7 @@ pub(crate) mod tests {
     /// and overwrote the target.
     #[tokio::test]
     async fn a_fetch_does_not_write_through_a_link_in_the_inputs_place() {
-        let root = std::env::temp_dir().join(format!("hetsched-wf-link-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("wf", "link");
         let (producer, consumer) = (root.join("producer"), root.join("consumer"));
         let out = producer.join("wf/7/P-0/out");
         std::fs::create_dir_all(&out).expect("out");
@@ -1729,7 +1711,6 @@ pub(crate) mod tests {
         );
         assert_eq!(std::fs::read_to_string(&target).expect("target"), "keep");
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A node whose disk has less free than the agent's `min_free_disk` (read for real, with
@@ -1742,8 +1723,7 @@ pub(crate) mod tests {
     /// was never read, and fetches wrote until the disk was full; then such an attempt failed.
     #[tokio::test]
     async fn a_node_below_min_free_disk_fetches_nothing_and_says_why() {
-        let root = std::env::temp_dir().join(format!("hetsched-wf-floor-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("wf", "floor");
         let (producer, consumer) = (root.join("producer"), root.join("consumer"));
         let out = producer.join("wf/7/P-0/out");
         std::fs::create_dir_all(&out).expect("out");
@@ -1799,7 +1779,6 @@ pub(crate) mod tests {
             "x's data"
         );
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A fetch that would take the disk below `min_free_disk` while it streams stops before
@@ -1811,8 +1790,7 @@ pub(crate) mod tests {
     /// ([`NO_ROOM`]), not failed; with exactly enough room, everything is fetched.
     #[tokio::test]
     async fn a_fetch_that_would_go_below_min_free_disk_stops_and_leaves_nothing() {
-        let root = std::env::temp_dir().join(format!("hetsched-wf-fill-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("wf", "fill");
         let (producer, consumer) = (root.join("producer"), root.join("consumer"));
         let out = producer.join("wf/7/P-0/out");
         std::fs::create_dir_all(&out).expect("out");
@@ -1919,7 +1897,6 @@ pub(crate) mod tests {
         );
         assert!(!consumer.join("wf/7/C-0/in").exists(), "nothing fetched");
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A write the disk refuses for want of space is the node's disk, not an unavailable
@@ -2040,8 +2017,7 @@ pub(crate) mod tests {
     /// found missing or bad). Before, any holder of the token read any output by its path.
     #[tokio::test]
     async fn a_fetch_is_served_only_with_the_servers_ticket_for_it_and_nothing_is_opened_without() {
-        let root = std::env::temp_dir().join(format!("hetsched-wf-ticket-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("wf", "ticket");
         let out = root.join("producer/wf/7/P-0/out");
         std::fs::create_dir_all(&out).expect("out");
         std::fs::write(out.join("x"), "x's data").expect("x");
@@ -2174,7 +2150,6 @@ pub(crate) mod tests {
             "x's data"
         );
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// The agent's `fetch_bandwidth` paces its fetches, all of them together: two inputs of
@@ -2183,8 +2158,7 @@ pub(crate) mod tests {
     /// fetch: on loopback both took milliseconds. Only a lower bound on the time is checked.
     #[tokio::test]
     async fn fetches_together_stay_under_the_agents_fetch_bandwidth() {
-        let root = std::env::temp_dir().join(format!("hetsched-wf-cap-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("wf", "cap");
         let out = root.join("producer/wf/7/P-0/out");
         std::fs::create_dir_all(&out).expect("out");
         let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
@@ -2224,7 +2198,6 @@ pub(crate) mod tests {
             "2 MiB under 1 MiB/s in {took:?}"
         );
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// An agent that holds no data key yet (its server has not answered since it started)
@@ -2234,8 +2207,7 @@ pub(crate) mod tests {
     /// failed.
     #[tokio::test]
     async fn an_agent_without_a_data_key_serves_nothing_and_a_consumer_waits_for_its_key() {
-        let root = std::env::temp_dir().join(format!("hetsched-wf-nokey-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("wf", "nokey");
         let out = root.join("producer/wf/7/P-0/out");
         std::fs::create_dir_all(&out).expect("out");
         std::fs::write(out.join("x"), "x's data").expect("x");
@@ -2289,6 +2261,5 @@ pub(crate) mod tests {
         assert_eq!(n, 8);
         assert_eq!(std::fs::read_to_string(&to).expect("x"), "x's data");
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -607,15 +607,13 @@ pub fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
+    use hetsched_core::testkit::ScratchDir;
 
     const GIB: u64 = 1 << 30;
 
     /// A fresh directory holding `files` (path below it, contents): a fake `/`.
-    fn tree(name: &str, files: &[(&str, String)]) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-cgroup-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    fn tree(name: &str, files: &[(&str, String)]) -> ScratchDir {
+        let dir = ScratchDir::new("cgroup", name);
         for (path, text) in files {
             let p = dir.join(path);
             std::fs::create_dir_all(p.parent().expect("below the tree")).expect("tree directory");
@@ -665,7 +663,6 @@ mod tests {
                 room: 3 * GIB,
             })
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -704,7 +701,6 @@ mod tests {
         let m = cgroup_memory(&cgroups, V2_MOUNTS, &root).expect("a limit");
         assert_eq!(m.path, "/system.slice/slurmstepd.scope/job_42");
         assert_eq!((m.limit, m.room), (8 * GIB, GIB / 2));
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -725,7 +721,6 @@ mod tests {
             cgroup_memory("0::/user.slice/session-1.scope\n", V2_MOUNTS, &root),
             None
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -781,7 +776,6 @@ mod tests {
                 room: 4 * GIB,
             })
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -806,7 +800,6 @@ mod tests {
                 room: 412 << 20,
             })
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -839,7 +832,6 @@ mod tests {
             cgroup_memory("4:memory:/docker/other\n", mounts, &root),
             None
         );
-        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]
@@ -885,8 +877,6 @@ mod tests {
             cgroup_memory(&format!("0::{STEP}\n"), V2_MOUNTS, &empty),
             None
         );
-        let _ = std::fs::remove_dir_all(root);
-        let _ = std::fs::remove_dir_all(empty);
     }
 
     #[test]

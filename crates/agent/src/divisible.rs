@@ -996,6 +996,7 @@ impl Drop for Running {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// An agent in `dir`, with or without `run_as_owner`, and its chunks' shared state.
     fn agent(dir: &Path, run_as_owner: bool) -> (DivisibleAgent, Shared) {
@@ -1222,9 +1223,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_chunks_output_past_the_servers_bound_fails_the_chunk_and_only_what_was_declared_is_sent()
      {
-        let dir = std::env::temp_dir().join(format!("hetsched-chunk-out-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("chunk", "out");
         let fake = Fake {
             told: Arc::default(),
             input: 0,
@@ -1273,7 +1272,6 @@ mod tests {
             assert_eq!(told.output, 4, "only the bytes declared were sent");
         }
         server.abort();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The loop asks for no chunk before its agent has registered: the server does not know the
@@ -1281,12 +1279,7 @@ mod tests {
     /// registration's own error.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn agent_asks_for_no_chunk_before_it_has_registered() {
-        let dir = std::env::temp_dir().join(format!(
-            "hetsched-chunk-unregistered-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("chunk", "unregistered");
         let (me, _) = agent(&dir, false);
         let fake = Fake {
             told: Arc::default(),
@@ -1310,7 +1303,6 @@ mod tests {
             !told.lock().expect("told").asks.is_empty(),
             "asked once registered"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A node the server refuses (drained, dead, left: `FailedPrecondition`) may stay so for
@@ -1320,10 +1312,7 @@ mod tests {
     /// answers again, the agent asks on as before and takes its chunk.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn agent_a_refused_chunk_ask_backs_off_until_the_server_answers_again() {
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-chunk-refused-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("chunk", "refused");
         let (me, _) = agent(&dir, false);
         let fake = Fake {
             told: Arc::default(),
@@ -1363,7 +1352,6 @@ mod tests {
             panic!("one report after the refusals ended: {:?}", told.done);
         };
         assert!(h.success && h.chunk == 4 && h.job_id == 2, "{h:?}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Refusals in a row double the pause up to `REFUSED_MAX`; a refusal is logged once per
@@ -1400,9 +1388,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_chunk_whose_input_finds_the_disk_below_min_free_disk_is_not_fetched_and_reported_no_room()
      {
-        let dir = std::env::temp_dir().join(format!("hetsched-chunk-room-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("chunk", "room");
         let (mut me, _) = agent(&dir, false);
         let free = crate::room::statvfs_free(&dir).expect("statvfs");
         me.min_free_disk = free + (1 << 40);
@@ -1437,7 +1423,6 @@ mod tests {
             !chunk_dir(&dir, 2).join("chunk-4.in").exists(),
             "no input file is left"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Another writer fills the disk while a chunk's input is being fetched: the fetch stops
@@ -1447,9 +1432,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_chunk_input_that_would_cross_min_free_disk_stops_and_leaves_nothing() {
         use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-        let dir = std::env::temp_dir().join(format!("hetsched-chunk-fill-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("chunk", "fill");
         let (mut me, _) = agent(&dir, false);
         let floor = 1 << 20;
         let input = crate::room::FREE_RECHECK + (4 << 20);
@@ -1502,7 +1485,6 @@ mod tests {
             "short after: {:?}",
             told.asks.last()
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A chunk's captured stdout and stderr are private to the agent's user (mode 0600, whatever
@@ -1510,9 +1492,7 @@ mod tests {
     #[tokio::test]
     async fn a_chunks_captured_output_files_are_private() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("hetsched-chunk-mode-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("chunk", "mode");
         let (me, shared) = agent(&dir, false);
         let (h, out) = chunk(&me, &shared, "", "echo out; echo err >&2").await;
         assert!(h.success, "{h:?}");
@@ -1525,7 +1505,6 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600, "{}: {mode:o}", p.display());
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// An operator's signal reaches the chunk being computed, once per seq; one for a chunk
@@ -1533,9 +1512,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_signal_reaches_the_chunk_being_computed_once() {
         use nix::sys::signal::Signal;
-        let dir = std::env::temp_dir().join(format!("hetsched-chunk-sig-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("chunk", "sig");
         let (me, shared) = agent(&dir, false);
         let computing = me.computing.clone();
         assert!(
@@ -1578,9 +1555,7 @@ mod tests {
         if !crate::run_as::tests::root() {
             return;
         }
-        let dir = std::env::temp_dir().join(format!("hetsched-chunk-as-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("chunk", "as");
         let (me, shared) = agent(&dir, true);
         let (h, out) = chunk(
             &me,
@@ -1622,6 +1597,5 @@ mod tests {
         let (h, out) = chunk(&me, &shared, "nobody", "id -un").await;
         assert!(h.success, "{h:?}");
         assert_eq!(out, "root\n");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -189,6 +189,7 @@ pub async fn lock_for_agent(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
     use std::io::Write;
 
     /// The work directory's lock, taken by this test.
@@ -200,11 +201,8 @@ mod tests {
     }
 
     /// A fresh directory for test `name`.
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("hetsched-guard-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("test setup");
-        d
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new("guard", name)
     }
 
     /// A `sleep` in a process group of its own, recorded as task `task` in `dir`'s ledger.
@@ -267,7 +265,6 @@ mod tests {
             "the record, with its unacknowledged result, is left for the next agent"
         );
         crate::launch::signal_group(ended, nix::sys::signal::Signal::SIGKILL);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A task spawned in the instant before its agent died: it carries the agent's mark, and
@@ -301,7 +298,6 @@ mod tests {
             "the task no ledger listed was killed"
         );
         assert!(!alive(recorded));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -320,7 +316,6 @@ mod tests {
         assert!(alive(new_agents_task));
         crate::launch::signal_group(new_agents_task, nix::sys::signal::Signal::SIGKILL);
         drop(_new_agent);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -351,6 +346,5 @@ mod tests {
             "{e}"
         );
         drop(_first);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -898,6 +898,7 @@ fn humanize(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     #[test]
     fn a_task_sees_its_devices_by_their_declared_names_else_by_index() {
@@ -935,15 +936,11 @@ mod tests {
             std::fs::read_to_string(dir.join("mark")).expect("the task wrote its mark"),
             format!("{}\n", agent_dir.display())
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A fresh directory for one test, given to its script as `$D`.
-    fn test_dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hetsched-launch-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("temporary directory");
-        d
+    fn test_dir(name: &str) -> ScratchDir {
+        ScratchDir::new("launch", name)
     }
 
     fn task(dir: &Path, script: &str, time_limit_ms: u64) -> (pb::Assignment, pb::TaskSpec) {
@@ -1063,7 +1060,6 @@ mod tests {
             dir.join("saved").exists(),
             "the task's SIGTERM handler ran before it ended"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -1092,7 +1088,6 @@ mod tests {
             r.message,
             "killed at the server's request; SIGKILLed after ignoring SIGTERM for 0.300s"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -1117,7 +1112,6 @@ mod tests {
             started.elapsed() < Duration::from_secs(30),
             "not the agent's minute"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -1133,7 +1127,6 @@ mod tests {
         );
         assert!(!r.success);
         assert!(dir.join("saved").exists(), "the SIGTERM handler ran");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Runs a task of `script` whose time limit (ms) starts at `limit_ms` and becomes
@@ -1180,7 +1173,6 @@ mod tests {
         let sleep = format!("sleep {:.1}", (LIMIT_MS + 300) as f64 / 1000.0);
         let (r, _) = run_told(&dir, &sleep, LIMIT_MS, 0).await;
         assert!(r.success, "{r:?}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// `hetsched signal`: an operator's signal reaches the task's process group — its shell and
@@ -1233,7 +1225,6 @@ mod tests {
         };
         assert!(r.success, "a caught signal does not end the task: {r:?}");
         assert_eq!(got(&dir), ["child", "parent"], "once each");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Slurm's `--signal=USR1@1`: the task is warned before its time limit, once per limit, and
@@ -1301,7 +1292,6 @@ mod tests {
         let (_tx, rx) = oneshot::channel();
         let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(5)).await;
         assert!(r.success, "{r:?}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -1348,7 +1338,6 @@ mod tests {
         let (_tx, rx) = oneshot::channel();
         let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(60)).await;
         assert!(r.success, "{r:?}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -1373,7 +1362,6 @@ mod tests {
             tries += 1;
         }
         assert!(gone(pid), "the task's background process {pid} still runs");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Runs `script` as task index 3, attempt 2, of job 1 with the given `stdout` and `stderr`
@@ -1469,7 +1457,6 @@ mod tests {
         let (r, [_, err]) = run_with_streams(&dir, "true", "none", "empty.err").await;
         assert!(r.success, "{r:?}");
         assert_eq!(err.expect("the empty file exists").0, b"");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Runs `script` as task 0, attempt 1, of job 1 whose owner is `run_as`, on an agent with
@@ -1545,7 +1532,6 @@ mod tests {
             !proc_dir.exists(),
             "process {pid} was left running or unreaped"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A task's captured stdout and stderr (in the agent's work directory) are private to the
@@ -1579,7 +1565,6 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600, "{}: {mode:o}", p.display());
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -1624,7 +1609,6 @@ mod tests {
         let (r, out) = run_owned(&dir, "id -u; echo $USER", "nobody", false, |_, _| {}).await;
         assert!(r.success, "{r:?}");
         assert!(out.starts_with("0\n"), "{out}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A task's `workdir` is looked up as its account: one only root may see (named itself, or
@@ -1679,7 +1663,6 @@ mod tests {
         .await;
         assert!(r.success, "{r:?}");
         assert_eq!(out, format!("{}\n", public.display()));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -1701,7 +1684,6 @@ mod tests {
             "{r:?}"
         );
         assert!(!mark.exists(), "a refused task ran");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -1767,7 +1749,6 @@ mod tests {
         assert!(r.start_failed && !r.success, "{r:?}");
         assert!(r.message.contains("cannot open its stdout file"), "{r:?}");
         assert!(!dir.join("roots.out").exists());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -1792,6 +1773,5 @@ mod tests {
         let path = dir.join("users/nobody/job-1-app-0.1.nodes");
         assert_eq!(out, format!("nobody\nh1\nh2\n{}\n", path.display()));
         assert!(!path.exists(), "the node file goes with the task");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

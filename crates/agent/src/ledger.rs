@@ -584,6 +584,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     #[test]
     fn started_and_not_ended_entries_survive_a_torn_line() {
@@ -596,9 +597,7 @@ mod tests {
     /// around them count (before, the agent refused to start).
     #[test]
     fn a_record_with_bytes_that_are_not_utf8_is_still_recovered() {
-        let dir = std::env::temp_dir().join(format!("hetsched-ledger-utf8-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("ledger", "utf8");
         let mut text = b"result 7 1 1 0 10 20 d\xe9j\xe0 vu\n".to_vec();
         text.extend_from_slice(b"offload 8 1 15 0,1\nresult 8 1 1 0 10 20 ok\nresult 9 1 0 1 1");
         text.extend_from_slice(&[0xc3]);
@@ -612,7 +611,6 @@ mod tests {
         assert_eq!(ids, [(7, "d\u{fffd}j\u{fffd} vu"), (8, "ok")]);
         assert_eq!(found.results[1].offload_devices, [0, 1]);
         assert!(kill_left_running(&dir, FILE_NAME).is_ok());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -625,9 +623,7 @@ mod tests {
 
     #[test]
     fn recovery_kills_a_recorded_process_group_and_compaction_keeps_live_entries() {
-        let dir = std::env::temp_dir().join(format!("hetsched-ledger-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("ledger", "recovery");
         let mut child = {
             use std::os::unix::process::CommandExt;
             std::process::Command::new("sleep")
@@ -655,14 +651,11 @@ mod tests {
         assert_eq!(l.live().count(), 0);
         let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");
         assert!(text.is_empty(), "recovery starts an empty record");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_result_survives_the_agent_until_it_is_acknowledged() {
-        let dir = std::env::temp_dir().join(format!("hetsched-ledger-res-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("ledger", "res");
         let r = |task: u64, ok: bool| pb::TaskResult {
             task_id: task,
             attempt: 1,
@@ -708,16 +701,11 @@ mod tests {
             1,
             "kept until acknowledged, across restarts"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A fresh directory for one test's ledger.
-    fn test_dir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-ledger-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        dir
+    fn test_dir(name: &str) -> ScratchDir {
+        ScratchDir::new("ledger", name)
     }
 
     /// The result of a task an NNode offloaded to its ANode, as the ANode reported it.
@@ -779,7 +767,6 @@ mod tests {
         drop(l);
         let (_, found) = Ledger::recover(&dir).expect("recover");
         assert_eq!(found.results, vec![two, start_only], "after compaction");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A workflow instance's result says how long its inputs took to fetch (`fetch_ms`); re-sent
@@ -832,7 +819,6 @@ mod tests {
             let (_, unacked) = parse_all(&format!("{bad}\nresult 5 1 1 0 10 20 \n"));
             assert_eq!(unacked[&(5, 1)].fetch_ms, 0, "{bad}");
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -906,14 +892,11 @@ mod tests {
             "usage 1 1 1250 40 3221225472\nresult 1 1 1 0 10 20 \n\
              result 2 1 0 3 10 20 exited with status 3\n"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_ledger_planted_as_a_symlink_is_refused_and_its_target_untouched() {
-        let dir = std::env::temp_dir().join(format!("hetsched-ledger-link-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("ledger", "link");
         let victim = dir.join("victim");
         std::fs::write(&victim, "precious").expect("victim");
         std::os::unix::fs::symlink(&victim, dir.join(FILE_NAME)).expect("symlink");
@@ -928,7 +911,6 @@ mod tests {
             "precious",
             "the link's target was not truncated"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A disk with `room` bytes left: a write takes what fits and fails once none is left, as
@@ -1016,6 +998,5 @@ mod tests {
         let mut ids: Vec<u64> = unacked.keys().map(|k| k.0).collect();
         ids.sort_unstable();
         assert_eq!(ids, [8]);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

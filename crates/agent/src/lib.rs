@@ -2056,6 +2056,7 @@ fn begin_shutdown(shared: &Mutex<Shared>, opts: &AgentOptions, why: Stop) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// A PCDDB instance that ends here has its result queued before its machine frees the core
     /// it held: while a heartbeat is being built (it holds the shared state), the machine still
@@ -2324,9 +2325,7 @@ mod tests {
             .expect("endpoint")
             .connect_lazy();
         let mut client = AgentClient::new(channel);
-        let dir = std::env::temp_dir().join(format!("hetsched-certify-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("agent", "certify");
         let (_, opts) = consumer_agent(&dir);
         let issued = listener_certificate(&mut client, &opts, "the-identity")
             .await
@@ -2344,7 +2343,6 @@ mod tests {
             vec![(opts.name.clone(), "the-identity".to_string()); 2]
         );
         server.abort();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Attempt `attempt` of task 5, instance `7/C-0` of spec 9 ([`cat_x_and_y`]) on node `b`:
@@ -2387,8 +2385,7 @@ mod tests {
     #[tokio::test]
     async fn a_workflow_instance_is_reported_fetching_until_its_inputs_are_here_then_running() {
         use dataflow::tests::{KEY, serve_producer, signed_input};
-        let root = std::env::temp_dir().join(format!("hetsched-fetching-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("fetch", "fetching");
         let (producer, consumer) = (root.join("producer"), root.join("consumer"));
         let out = producer.join("wf/7/P-0/out");
         std::fs::create_dir_all(&out).expect("out");
@@ -2463,7 +2460,6 @@ mod tests {
             "x's data"
         );
         server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A workflow instance without inputs fetches nothing: it is never listed `fetching`, its
@@ -2471,9 +2467,7 @@ mod tests {
     /// protocol says) — not the few milliseconds its directory took to make.
     #[tokio::test]
     async fn a_workflow_instance_without_inputs_reports_no_fetch() {
-        let root = std::env::temp_dir().join(format!("hetsched-nofetch-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).expect("root");
+        let root = ScratchDir::new("fetch", "none");
         let (shared, opts) = consumer_agent(&root);
         let parts = LaunchParts::default();
         let launcher = launcher_of(&shared, &opts, &parts);
@@ -2516,7 +2510,6 @@ mod tests {
             std::fs::read_to_string(root.join("wf/7/P-0/out/o")).expect("output"),
             "x\n"
         );
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A workflow instance killed while its inputs are fetched — a cancel (`Kill::Server`, also
@@ -2529,9 +2522,7 @@ mod tests {
     #[tokio::test]
     async fn a_workflow_instance_killed_while_fetching_its_inputs_leaves_no_input_copy() {
         use dataflow::tests::{KEY, serve_producer};
-        let root =
-            std::env::temp_dir().join(format!("hetsched-fetch-killed-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("fetch", "killed");
         // Input `x` comes from a producer's agent that serves it at once, `y` from one that holds
         // no data key yet: the fetch of `y` waits (for up to `KEY_WAIT`) with `x` here.
         let (keyed, keyless, consumer) = (
@@ -2630,7 +2621,6 @@ mod tests {
         }
         x_server.abort();
         y_server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A new attempt of an instance launched here while the old one still fetches kills the old
@@ -2648,8 +2638,7 @@ mod tests {
     #[allow(clippy::await_holding_lock)]
     async fn agent_a_killed_fetchs_clean_up_leaves_the_new_attempts_input_copies() {
         use dataflow::tests::{KEY, serve_producer};
-        let root = std::env::temp_dir().join(format!("hetsched-fetch-race-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = ScratchDir::new("fetch", "race");
         // `x` from a producer that serves it at once (another for the new attempt, with other
         // data), `y` from one that holds no data key yet: each attempt's fetch of `y` waits.
         let (old_x, new_x, keyless, consumer) = (
@@ -2755,7 +2744,6 @@ mod tests {
         old_x_server.abort();
         new_x_server.abort();
         y_server.abort();
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// A workflow instance's preparation (its inputs fetched from producers' agents, which may

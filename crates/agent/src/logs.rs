@@ -459,13 +459,13 @@ impl LogListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// A stream worker's stderr is read from its directory; a name cannot lead elsewhere (the
     /// topology's is made safe, an account's must be a user name).
     #[tokio::test]
     async fn a_workers_stderr_is_served_and_names_cannot_leave_the_work_directory() {
-        let dir = std::env::temp_dir().join(format!("hetsched-wlog-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = ScratchDir::new("logs", "worker");
         let key = ("../../etc".to_string(), 2, 0);
         let wd = crate::stream_workers::worker_dir(&dir, &key);
         assert!(wd.starts_with(dir.join("stream")), "{}", wd.display());
@@ -495,7 +495,6 @@ mod tests {
         other.worker = 1;
         let e = service.worker_log(other).await.expect_err("no such worker");
         assert!(e.message().contains("does not run here"), "{}", e.message());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The agent token alone reads no one's output (log tickets): a read is served only with
@@ -506,8 +505,7 @@ mod tests {
     #[tokio::test]
     async fn a_read_is_served_only_with_the_servers_ticket_for_it_and_nothing_is_opened_without() {
         const KEY: [u8; 32] = [7; 32];
-        let dir = std::env::temp_dir().join(format!("hetsched-logs-ticket-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = ScratchDir::new("logs", "ticket");
         let out = output_path(&dir, 4, "sim", (2, 0), 1, false);
         std::fs::create_dir_all(out.parent().expect("job dir")).expect("job dir");
         std::fs::write(&out, "alice's result\n").expect("out");
@@ -632,16 +630,13 @@ mod tests {
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
         let r = ask(valid_for(&chunk)).await.expect("a chunk").into_inner();
         assert!(!r.exists);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A link in place of an output file is refused as such, with a code that says the agent
     /// answered (the server adds no network hint to it).
     #[test]
     fn an_output_file_replaced_by_a_link_is_refused_as_a_link() {
-        let dir = std::env::temp_dir().join(format!("hetsched-logs-link-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("logs", "link");
         std::fs::write(dir.join("victim"), "secret\n").expect("victim");
         let link = dir.join("out.txt");
         std::os::unix::fs::symlink(dir.join("victim"), &link).expect("link");
@@ -652,13 +647,11 @@ mod tests {
             "{}",
             e.message()
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn pages_come_from_an_offset_or_from_the_end_and_a_missing_file_is_empty() {
-        let dir = std::env::temp_dir().join(format!("hetsched-logs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("logs", "output");
         let p = output_path(&dir, 3, "app/../x", (2, 0), 1, true);
         assert!(p.starts_with(dir.join("job-3")), "{}", p.display());
         // The processes of a multi-process instance share its index, not its files.
@@ -684,6 +677,5 @@ mod tests {
             (b"wor".to_vec(), 6, 11, true)
         );
         assert_eq!(read_page(&p, 99, 0).expect("read"), (vec![], 11, 11, true));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -179,6 +179,7 @@ pub fn kill_marked(work_dir: &Path, ledgers: &[u32]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
     use std::os::unix::process::CommandExt;
     use std::time::{Duration, Instant};
 
@@ -246,10 +247,8 @@ mod tests {
     /// not a task's): killed alone, the group's leader left running.
     #[test]
     fn a_marked_process_in_a_group_it_does_not_lead_takes_only_itself_down() {
-        let base =
-            std::env::temp_dir().join(format!("hetsched-marker-foreign-{}", std::process::id()));
+        let base = ScratchDir::new("marker", "foreign");
         let dir = base.join("agent");
-        let _ = std::fs::remove_dir_all(&base);
         std::fs::create_dir_all(&dir).expect("test setup");
         let pid_file = base.join("marked.pid");
         let mut leader = std::process::Command::new("sh")
@@ -278,14 +277,12 @@ mod tests {
         );
         crate::launch::signal_group(leader.id(), nix::sys::signal::Signal::SIGKILL);
         let _ = leader.wait();
-        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
     fn processes_marked_with_the_directory_are_killed_with_their_groups_and_no_others() {
-        let base = std::env::temp_dir().join(format!("hetsched-marker-{}", std::process::id()));
+        let base = ScratchDir::new("marker", "groups");
         let (dir, other) = (base.join("agent"), base.join("other"));
-        let _ = std::fs::remove_dir_all(&base);
         std::fs::create_dir_all(&dir).expect("test setup");
         std::fs::create_dir_all(&other).expect("test setup");
         std::os::unix::fs::symlink(&dir, base.join("link")).expect("test setup");
@@ -332,6 +329,5 @@ mod tests {
         );
         crate::launch::signal_group(others.id(), nix::sys::signal::Signal::SIGKILL);
         let _ = others.wait();
-        let _ = std::fs::remove_dir_all(&base);
     }
 }

@@ -249,6 +249,7 @@ fn list_from(program: &std::path::Path, timeout: Duration) -> Result<String, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     const GIB: u64 = 1 << 30;
 
@@ -312,11 +313,10 @@ No devices were found
         assert!(parse_list("").is_empty());
     }
 
-    /// An executable script `body` in a fresh directory.
-    fn script(name: &str, body: &str) -> std::path::PathBuf {
+    /// An executable script `body`, `DIR/NAME/nvidia-smi`.
+    fn script(dir: &std::path::Path, name: &str, body: &str) -> std::path::PathBuf {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("hetsched-mig-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = dir.join(name);
         std::fs::create_dir_all(&dir).expect("script directory");
         let path = dir.join("nvidia-smi");
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("script");
@@ -326,16 +326,18 @@ No devices were found
 
     #[test]
     fn the_listing_is_read_and_a_hung_or_failing_lister_is_not_waited_for() {
+        let dir = ScratchDir::new("mig", "lister");
         let fake = script(
+            &dir,
             "ok",
             &format!("[ \"$1\" = -L ] || exit 3\ncat <<'END'\n{LISTING}END"),
         );
         let text = list_from(&fake, Duration::from_secs(10)).expect("listed");
         assert_eq!(parse_list(&text).len(), 2, "{text}");
-        let failing = script("failing", "echo 'NVIDIA-SMI has failed' >&2; exit 9");
+        let failing = script(&dir, "failing", "echo 'NVIDIA-SMI has failed' >&2; exit 9");
         let e = list_from(&failing, Duration::from_secs(10)).expect_err("failed");
         assert!(e.contains("nvidia-smi -L failed"), "{e}");
-        let hung = script("hung", "exec sleep 60");
+        let hung = script(&dir, "hung", "exec sleep 60");
         let t0 = Instant::now();
         let e = list_from(&hung, Duration::from_millis(300)).expect_err("hung");
         assert!(e.contains("did not end within 0.3 s"), "{e}");

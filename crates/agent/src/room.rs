@@ -208,6 +208,7 @@ impl<'a> Room<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// Between two readings of the disk a download counts its own writes, and it reads again
     /// every `FREE_RECHECK` bytes: what another writer takes meanwhile (a concurrent download,
@@ -215,9 +216,7 @@ mod tests {
     #[tokio::test]
     async fn free_space_is_read_again_every_free_recheck_bytes() {
         use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-        let dir = std::env::temp_dir().join(format!("hetsched-room-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("room", "disk");
         let mut file = tokio::fs::File::create(dir.join("x")).await.expect("file");
         let (free, reads) = (
             std::sync::Arc::new(AtomicU64::new(1 << 30)),
@@ -292,6 +291,5 @@ mod tests {
                 "{errno}"
             );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -440,6 +440,7 @@ pub fn area(work_dir: &Path, account: &Account) -> std::io::Result<PathBuf> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// Whether this process is root (the tests that switch accounts need it; CI runs as root).
     pub(crate) fn root() -> bool {
@@ -526,12 +527,12 @@ pub(crate) mod tests {
         assert!(!back, "the thread could become root again");
         assert_eq!(crate::workdir::euid(), 0, "the caller is still root");
         // A file root only may read is out of the account's reach.
-        let secret = std::env::temp_dir().join(format!("hetsched-run-as-{}", std::process::id()));
+        let dir = ScratchDir::new("run-as", "secret");
+        let secret = dir.join("secret");
         std::fs::write(&secret, "x").expect("write");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         let read = hop(Some(&nobody), || std::fs::read(&secret)).expect("hop");
-        let _ = std::fs::remove_file(&secret);
         assert_eq!(
             read.expect_err("root's 0600 file").kind(),
             std::io::ErrorKind::PermissionDenied
@@ -544,9 +545,7 @@ pub(crate) mod tests {
         if !root() {
             return;
         }
-        let dir = std::env::temp_dir().join(format!("hetsched-area-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("run-as", "area");
         let nobody = Account::lookup("n", "nobody").expect("nobody");
         let area = area(&dir, &nobody).expect("area");
         assert_eq!(area, dir.join("users/nobody"));
@@ -559,7 +558,6 @@ pub(crate) mod tests {
         );
         // Again: as it was.
         assert_eq!(super::area(&dir, &nobody).expect("again"), area);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -573,8 +571,7 @@ pub(crate) mod tests {
             );
             return;
         }
-        let dir = std::env::temp_dir().join(format!("hetsched-reach-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = ScratchDir::new("run-as", "reach");
         std::fs::create_dir_all(dir.join("closed/work")).expect("dirs");
         check_agent(&dir.join("closed/work")).expect("reachable");
         use std::os::unix::fs::PermissionsExt;
@@ -582,6 +579,5 @@ pub(crate) mod tests {
             .expect("chmod");
         let e = check_agent(&dir.join("closed/work")).expect_err("closed");
         assert!(e.to_string().contains("(mode 700)"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -738,6 +738,7 @@ fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// A worker's report of a multi-lang executor reaches the server with what it says of
     /// the executor's program: unacked and expired inputs, restarts, why it ended, given up.
@@ -834,8 +835,7 @@ mod tests {
     /// a link an account put in their place is removed, not followed.
     #[test]
     fn an_earlier_agents_worker_directories_are_removed_and_links_not_followed() {
-        let work = std::env::temp_dir().join(format!("hetsched-leftovers-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
+        let work = ScratchDir::new("stream-workers", "leftovers");
         let kept = work.join("outside");
         std::fs::create_dir_all(&kept).expect("dir");
         std::fs::write(kept.join("precious"), "x").expect("file");
@@ -853,6 +853,5 @@ mod tests {
         );
         assert!(std::fs::symlink_metadata(work.join("users/bob/stream")).is_err());
         assert!(kept.join("precious").exists(), "the link was not followed");
-        let _ = std::fs::remove_dir_all(&work);
     }
 }

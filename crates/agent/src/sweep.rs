@@ -163,11 +163,11 @@ impl Sweeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     #[test]
     fn only_the_directories_named_for_jobs_are_listed() {
-        let dir = std::env::temp_dir().join(format!("hetsched-sweep-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = ScratchDir::new("sweep", "job-dirs");
         for d in [
             "job-3",
             "job-12",
@@ -195,6 +195,5 @@ mod tests {
         assert_eq!(remove(&found[&12]), 2);
         assert!(!dir.join("wf/12").exists() && !dir.join("job-12").exists());
         assert!(dir.join("job-3").exists() && dir.join("wf/7").exists());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -417,12 +417,10 @@ pub(crate) fn mode_of(path: &Path) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("hetsched-workdir-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new("workdir", name)
     }
 
     /// The synced rewrite replaces the record whole, leaves no `tmp`, and appends after it, as
@@ -440,12 +438,12 @@ mod tests {
             "run 1 1 9\nended 1 1 9 done\n"
         );
         assert!(!path.with_extension("tmp").exists(), "no tmp left");
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
     fn a_new_work_directory_is_private_and_keeps_its_identity() {
-        let d = scratch("new").join("agent-a");
+        let dir = scratch("new");
+        let d = dir.join("agent-a");
         prepare(&d).expect("prepare");
         assert_eq!(std::fs::metadata(&d).expect("meta").mode() & 0o777, 0o700);
         let id = identity(&d).expect("identity");
@@ -455,7 +453,6 @@ mod tests {
             std::fs::metadata(d.join(IDENTITY)).expect("meta").mode() & 0o777,
             0o600
         );
-        let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
     }
 
     /// An identity kept from an earlier start that others may read (an older version's, or a
@@ -463,7 +460,8 @@ mod tests {
     /// another local user could speak for the node.
     #[test]
     fn a_kept_identity_open_to_others_is_made_private_again() {
-        let d = scratch("reopen").join("agent-a");
+        let dir = scratch("reopen");
+        let d = dir.join("agent-a");
         prepare(&d).expect("prepare");
         let id = identity(&d).expect("identity");
         let path = d.join(IDENTITY);
@@ -471,7 +469,6 @@ mod tests {
         assert_eq!(identity(&d).expect("kept"), id);
         let mode = std::fs::metadata(&path).expect("meta").mode() & 0o777;
         assert_eq!(mode, 0o600, "the identity is still {mode:o}");
-        let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
     }
 
     #[test]
@@ -514,7 +511,6 @@ mod tests {
         // Without the setting, private again.
         prepare(&work).expect("private");
         assert_eq!(mode(&work), 0o700);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -526,7 +522,6 @@ mod tests {
         std::os::unix::fs::symlink(&real, &link).expect("symlink");
         let e = prepare(&link).expect_err("refused");
         assert!(e.to_string().contains("symbolic link"), "{e}");
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -53,6 +53,7 @@ fn check(shown: &std::path::Display<'_>, meta: &std::fs::Metadata) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     #[test]
     fn devices_directories_and_huge_files_are_refused_and_a_small_file_is_read() {
@@ -63,8 +64,7 @@ mod tests {
             e.as_deref(),
             Some("cannot read /dev/zero: it is not a regular file (a device, a pipe or a socket)")
         );
-        let dir = std::env::temp_dir().join(format!("hetsched-input-file-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = ScratchDir::new("input-file", "read");
         let e = read_input(&dir)
             .err()
             .map(|e| e.to_string())
@@ -85,6 +85,5 @@ mod tests {
         let small = dir.join("small.toml");
         std::fs::write(&small, "a = 1\n").expect("write");
         assert_eq!(read_input(&small).ok().as_deref(), Some("a = 1\n"));
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

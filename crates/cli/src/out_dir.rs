@@ -220,11 +220,11 @@ pub fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     #[test]
     fn a_missing_directory_is_created_and_a_file_is_refused() {
-        let base = std::env::temp_dir().join(format!("hetsched-out-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
+        let base = ScratchDir::new("out-dir", "missing");
         let dir = base.join("a/b");
         prepare(&dir).expect("created");
         assert!(dir.is_dir());
@@ -234,13 +234,11 @@ mod tests {
         assert_eq!(std::fs::read(&p).expect("read"), b"{}");
         let e = prepare(&p).expect_err("a file").to_string();
         assert!(e.contains("is a file, not a directory"), "{e}");
-        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]
     fn an_output_that_is_an_input_is_refused_through_links_and_other_spellings() {
-        let base = std::env::temp_dir().join(format!("hetsched-out-same-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&base);
+        let base = ScratchDir::new("out-dir", "same");
         std::fs::create_dir_all(base.join("sub")).expect("dir");
         let input = base.join("in.toml");
         std::fs::write(&input, "a = 1\n").expect("input");
@@ -277,6 +275,5 @@ mod tests {
             "a = 1\n",
             "untouched"
         );
-        let _ = std::fs::remove_dir_all(&base);
     }
 }

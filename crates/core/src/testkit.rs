@@ -302,43 +302,123 @@ pub mod mangle {
     }
 }
 
-/// A fresh directory under the system's temporary one for a test, removed when it drops —
-/// unless a panic is unwinding (a failing test keeps its files to be looked at). Derefs to its
-/// path.
+/// A test's own new directory in the system's temporary one (`$TMPDIR`, else `/tmp`),
+/// `hetsched-{what}-{name}-XXXXXX` with a random end: no two tests, and no two runs, ever share
+/// one, and none is found left from an earlier run. Derefs to its path.
+///
+/// When it drops it is removed with everything in it ([`tempfile::TempDir`] does that), so that a
+/// passing test leaves nothing behind. While a panic unwinds (a failing test) it is kept instead,
+/// and its path is written to stderr: what the test left in it is the evidence of the failure.
+///
+/// Whatever writes into it — a server, an agent, a browser the test started — must be stopped
+/// before it drops, or files reappear while it is being removed: a guard that stops them is
+/// declared after the directory (locals drop in reverse order), or a struct that holds both stops
+/// them in its `Drop` (which runs before its fields drop).
+///
+/// With the `scratch` feature (which brings `tempfile`), turned on by the crates' dev-dependencies.
+#[cfg(feature = "scratch")]
 #[derive(Debug)]
-pub struct ScratchDir(std::path::PathBuf);
+pub struct ScratchDir {
+    /// The directory's path, as the `PathBuf` the tests pass around.
+    path: std::path::PathBuf,
+    /// Removes the directory when it drops, unless told to keep it.
+    dir: tempfile::TempDir,
+}
 
+#[cfg(feature = "scratch")]
 impl ScratchDir {
-    /// `TMP/hetsched-{what}-{pid}-{name}`, made afresh.
+    /// A new, empty `TMP/hetsched-{what}-{name}-XXXXXX`.
     ///
     /// # Panics
     /// When the directory cannot be made (a test's setup).
     #[allow(clippy::expect_used)] // a test's setup: it should stop with the error
     pub fn new(what: &str, name: &str) -> Self {
-        let d = std::env::temp_dir().join(format!("hetsched-{what}-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch dir");
-        Self(d)
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("hetsched-{what}-{name}-"))
+            .tempdir()
+            .expect("a scratch directory in the temporary directory");
+        Self {
+            path: dir.path().to_path_buf(),
+            dir,
+        }
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
     }
 }
 
+#[cfg(feature = "scratch")]
 impl std::ops::Deref for ScratchDir {
     type Target = std::path::PathBuf;
     fn deref(&self) -> &std::path::PathBuf {
-        &self.0
+        &self.path
     }
 }
 
+#[cfg(feature = "scratch")]
 impl AsRef<std::path::Path> for ScratchDir {
     fn as_ref(&self) -> &std::path::Path {
-        &self.0
+        &self.path
     }
 }
 
+/// For a command's argument or environment (`.arg(&dir)`, `.env("D", &dir)`).
+#[cfg(feature = "scratch")]
+impl AsRef<std::ffi::OsStr> for ScratchDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+#[cfg(feature = "scratch")]
 impl Drop for ScratchDir {
+    /// Runs before the `TempDir` field drops, which removes the directory unless told here not
+    /// to.
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
+        if std::thread::panicking() {
+            self.dir.disable_cleanup(true);
+            eprintln!(
+                "the failing test's directory is kept: {}",
+                self.path.display()
+            );
         }
+    }
+}
+
+#[cfg(all(test, feature = "scratch"))]
+mod scratch_tests {
+    use super::ScratchDir;
+
+    /// A passing test's directory goes with everything in it; a failing test's stays, for a look
+    /// at what it left.
+    #[test]
+    fn a_scratch_directory_is_removed_when_dropped_and_kept_while_a_panic_unwinds() {
+        let dir = ScratchDir::new("testkit", "removed");
+        let path = dir.to_path_buf();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        assert!(name.starts_with("hetsched-testkit-removed-"), "{name}");
+        assert_eq!(path.parent(), Some(std::env::temp_dir().as_path()));
+        std::fs::create_dir_all(dir.join("sub")).expect("a subdirectory");
+        std::fs::write(dir.join("sub/file"), "x").expect("a file");
+        drop(dir);
+        assert!(!path.exists(), "{} left behind", path.display());
+
+        let failing = std::thread::spawn(|| {
+            let dir = ScratchDir::new("testkit", "kept");
+            std::fs::write(dir.join("evidence"), "x").expect("a file");
+            let path = dir.to_path_buf();
+            std::panic::panic_any(path);
+        });
+        let payload = failing.join().expect_err("the thread panicked");
+        let path = payload
+            .downcast::<std::path::PathBuf>()
+            .expect("the kept path");
+        assert!(path.join("evidence").exists(), "{} removed", path.display());
+        std::fs::remove_dir_all(&*path).expect("removed by the test");
     }
 }

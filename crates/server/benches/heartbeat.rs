@@ -28,6 +28,7 @@
 //! owes four cores (`state/prefetch`): what a beat pays for the debts of nodes other than its own.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use hetsched_core::testkit::ScratchDir;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
@@ -134,8 +135,8 @@ fn selected(case: &str) -> bool {
 
 fn heartbeat(c: &mut Criterion) {
     let mut g = c.benchmark_group("heartbeat_on_1000_nodes");
-    let base =
-        std::env::temp_dir().join(format!("hetsched-bench-heartbeat-{}", std::process::id()));
+    // Each case's data directory is in it; removed, with what is left, when the bench ends.
+    let base = ScratchDir::new("bench", "heartbeat");
     for (case, ending) in [
         ("no_time_limits", false),
         ("every_agent_time_limited", true),

@@ -6,6 +6,7 @@
 //! application shape per listing: `Read::capable`).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use hetsched_core::testkit::ScratchDir;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
@@ -56,7 +57,8 @@ fn state(dir: &std::path::Path, with: usize, drained: bool) -> State {
 fn listing(c: &mut Criterion) {
     let mut g = c.benchmark_group("list_jobs_10000_pending_on_1000_nodes");
     g.sample_size(20);
-    let base = std::env::temp_dir().join(format!("hetsched-bench-listing-{}", std::process::id()));
+    // Each case's data directory is in it; removed, with what is left, when the bench ends.
+    let base = ScratchDir::new("bench", "listing");
     for (case, with, drained) in [("busy", 0, false), ("drained", NODES - 1, true)] {
         let dir = base.join(case);
         let s = state(&dir, with, drained);

@@ -371,12 +371,11 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     #[test]
     fn the_ca_is_kept_private_and_certifies_a_key_for_the_agents_addresses() {
-        let dir = std::env::temp_dir().join(format!("hetsched-agent-ca-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("agent-ca", "names");
         let ca = AgentCa::open(&dir).expect("created");
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.join(KEY_FILE))
@@ -398,7 +397,6 @@ mod tests {
             .certify(agent.public_key_raw(), ip, Some("bad host!"))
             .expect_err("not a name");
         assert!(e.contains("advertised host `bad host!`"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The server vouches in a certificate only for the address it sees the agent at: an
@@ -409,9 +407,7 @@ mod tests {
     /// address, however written, is certified as before.
     #[test]
     fn an_advertised_ip_address_other_than_the_callers_is_not_certified() {
-        let dir = std::env::temp_dir().join(format!("hetsched-agent-ca-ip-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("agent-ca", "ip");
         let ca = AgentCa::open(&dir).expect("created");
         let agent = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("key");
         let caller: IpAddr = "10.1.2.3".parse().expect("ip");
@@ -428,7 +424,6 @@ mod tests {
             ca.certify(agent.public_key_raw(), caller, Some(own))
                 .unwrap_or_else(|e| panic!("{own}: {e}"));
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A DNS name is certified only where it resolves to the caller's address (written as
@@ -459,10 +454,7 @@ mod tests {
     /// certified as before.
     #[test]
     fn the_servers_own_names_are_not_certified() {
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-agent-ca-own-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("agent-ca", "own");
         let mut ca = AgentCa::open(&dir).expect("created");
         let cert = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/tls/server.pem");
         ca.server_names = ServerNames::new("srv1.example.org", Some(&cert)).expect("names");
@@ -496,7 +488,6 @@ mod tests {
             .err()
             .expect("no such file");
         assert!(e.to_string().contains("none.pem"), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A CA key kept from an earlier start open to others (an older version's, or restored
@@ -504,10 +495,7 @@ mod tests {
     #[test]
     fn a_kept_ca_key_open_to_others_is_made_private_again() {
         use std::os::unix::fs::PermissionsExt;
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-agent-ca-open-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("agent-ca", "open");
         let ca = AgentCa::open(&dir).expect("created");
         let key = dir.join(KEY_FILE);
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
@@ -515,6 +503,5 @@ mod tests {
         assert_eq!(again.cert_pem, ca.cert_pem);
         let mode = std::fs::metadata(&key).expect("key").permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "the key is still {:o}", mode & 0o777);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

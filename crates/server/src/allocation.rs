@@ -1452,6 +1452,7 @@ async fn run_both(program: &Path, args: &[&str]) -> Result<(String, String), Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     fn queue(text: &str) -> QueueConfig {
         let c = crate::config::ServerConfig::parse("s.toml", text).expect("parses");
@@ -2081,19 +2082,9 @@ exit 0
             .job_id
     }
 
-    /// A scratch directory for test `name`, removed when dropped.
-    struct Scratch(PathBuf);
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    fn scratch(name: &str) -> Scratch {
-        let d =
-            std::env::temp_dir().join(format!("hetsched-allocation-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch");
-        Scratch(d)
+    /// A scratch directory for test `name`, removed when the test passes.
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new("allocation", name)
     }
 
     /// The queue whose job allocation `id` is (its job name).
@@ -2112,23 +2103,23 @@ exit 0
     async fn one_task_brings_one_allocation_whichever_queues_could_serve_it() {
         use crate::convert::Wire;
         let dir = scratch("once");
-        let (cx, statuses, mut runs, state) = queues_on(&dir.0, &["q1", "q2", "q3"]);
+        let (cx, statuses, mut runs, state) = queues_on(&dir, &["q1", "q2", "q3"]);
         one_task(&state, "a");
         // The later queues look first: they leave the task to the first.
         for i in [2, 1, 0, 2, 1, 0] {
             runs[i].pass(&cx, &statuses).await;
         }
-        assert_eq!(submitted(&dir.0), ["101"], "one allocation");
-        assert_eq!(queue_of(&dir.0, "101"), "hetsched-q1-0badf00d");
+        assert_eq!(submitted(&dir), ["101"], "one allocation");
+        assert_eq!(queue_of(&dir, "101"), "hetsched-q1-0badf00d");
         // Another task while it waits, its agents' size unknown: nothing more.
         one_task(&state, "b");
         for i in [2, 1, 0] {
             runs[i].pass(&cx, &statuses).await;
         }
-        assert_eq!(submitted(&dir.0), ["101"]);
+        assert_eq!(submitted(&dir), ["101"]);
         // Its agent (one core) registers and takes a task; the other brings an allocation of
         // the first queue (its backlog has room again).
-        std::fs::write(dir.0.join("job-101.running"), "").expect("running");
+        std::fs::write(dir.join("job-101.running"), "").expect("running");
         {
             let mut s = state.lock().expect("state");
             let node = s
@@ -2151,16 +2142,16 @@ exit 0
         for i in [2, 1, 0, 2, 1, 0] {
             runs[i].pass(&cx, &statuses).await;
         }
-        assert_eq!(submitted(&dir.0), ["101", "102"]);
-        assert_eq!(queue_of(&dir.0, "102"), "hetsched-q1-0badf00d");
+        assert_eq!(submitted(&dir), ["101", "102"]);
+        assert_eq!(queue_of(&dir, "102"), "hetsched-q1-0badf00d");
         // A third task: the first queue's backlog (one) is full, and its waiting allocation
         // brings one core: the second queue allocates, the third does not.
         one_task(&state, "c");
         for i in [2, 1, 0, 2, 1, 0] {
             runs[i].pass(&cx, &statuses).await;
         }
-        assert_eq!(submitted(&dir.0), ["101", "102", "103"]);
-        assert_eq!(queue_of(&dir.0, "103"), "hetsched-q2-0badf00d");
+        assert_eq!(submitted(&dir), ["101", "102", "103"]);
+        assert_eq!(queue_of(&dir, "103"), "hetsched-q2-0badf00d");
     }
 
     /// An allocation that ends before any of its agents registered (an agent that cannot
@@ -2173,16 +2164,16 @@ exit 0
      {
         use crate::convert::Wire;
         let dir = scratch("start-failure");
-        let (cx, statuses, mut runs, state) = queues_on(&dir.0, &["q"]);
-        std::fs::write(dir.0.join("ended"), "").expect("ended");
+        let (cx, statuses, mut runs, state) = queues_on(&dir, &["q"]);
+        std::fs::write(dir.join("ended"), "").expect("ended");
         let job = one_task(&state, "a");
         let run = &mut runs[0];
         run.pass(&cx, &statuses).await;
-        assert_eq!(submitted(&dir.0), ["101"]);
+        assert_eq!(submitted(&dir), ["101"]);
         // Gone at the next look, with no agent ever registered: a failure.
         run.pass(&cx, &statuses).await;
         let error = statuses.lock().expect("statuses")[0].error.clone();
-        let out = dir.0.join("allocations/q/101.out");
+        let out = dir.join("allocations/q/101.out");
         assert_eq!(
             error.as_deref(),
             Some(
@@ -2197,7 +2188,7 @@ exit 0
         for _ in 0..3 {
             run.pass(&cx, &statuses).await;
         }
-        assert_eq!(submitted(&dir.0), ["101"], "held back");
+        assert_eq!(submitted(&dir), ["101"], "held back");
         let info = state.lock().expect("state").job(job).expect("job");
         assert!(info.blocked, "{}", info.pending_reason);
         assert!(
@@ -2209,7 +2200,7 @@ exit 0
         // Once the wait is over, another; a taken submission does not end the streak.
         run.hold_until = None;
         run.pass(&cx, &statuses).await;
-        assert_eq!(submitted(&dir.0), ["101", "102"]);
+        assert_eq!(submitted(&dir), ["101", "102"]);
         assert!(statuses.lock().expect("statuses")[0].error.is_some());
         run.pass(&cx, &statuses).await;
         let error = statuses.lock().expect("statuses")[0]
@@ -2223,10 +2214,10 @@ exit 0
         );
         // Allocations that start their agents: the next one's agent registers, and the queue
         // allocates as before.
-        std::fs::remove_file(dir.0.join("ended")).expect("rm");
+        std::fs::remove_file(dir.join("ended")).expect("rm");
         run.hold_until = None;
         run.pass(&cx, &statuses).await;
-        assert_eq!(submitted(&dir.0), ["101", "102", "103"]);
+        assert_eq!(submitted(&dir), ["101", "102", "103"]);
         {
             use crate::convert::Wire;
             let mut s = state.lock().expect("state");

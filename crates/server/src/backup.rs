@@ -1203,13 +1203,11 @@ fn sync_dir(dir: &Path) -> Result<(), BackupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
     use std::os::unix::fs::PermissionsExt;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hetsched-backup-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch");
-        d
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new("backup", name)
     }
 
     /// A store in `dir/data` with one row in `meta`, its writer kept open (a running server's).

@@ -407,6 +407,7 @@ pub fn lock(dir: &Path) -> Result<DirLock, DataDirError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// `hetsched server --check` passes a missing data directory only if the server could make
     /// it, and leaves nothing behind.
@@ -436,16 +437,14 @@ mod tests {
         std::fs::remove_dir_all(&base).expect("clean");
     }
 
-    fn scratch(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("hetsched-datadir-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new("datadir", name)
     }
 
     #[test]
     fn a_new_data_directory_is_private_and_its_tokens_differ() {
-        let d = scratch("new").join("nested");
+        let dir = scratch("new");
+        let d = dir.join("nested");
         prepare(&d).expect("prepare");
         let mode = std::fs::metadata(&d).expect("meta").mode() & 0o777;
         assert_eq!(mode, 0o700);
@@ -458,7 +457,6 @@ mod tests {
         assert_eq!(credentials(&d).expect("again"), c, "tokens are kept");
         let db = protect_store(&d).expect("store file");
         assert_eq!(std::fs::metadata(db).expect("db").mode() & 0o777, 0o600);
-        let _ = std::fs::remove_dir_all(d.parent().expect("parent"));
     }
 
     #[test]
@@ -476,7 +474,6 @@ mod tests {
         let e = offload_secret(&d).expect_err("refused");
         assert!(e.to_string().contains("64 hexadecimal digits"), "{e}");
         assert_eq!(std::fs::read_to_string(&path).expect("kept"), "zz");
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// A secret kept from an earlier start (an older version's, or one a `cp` or an editor
@@ -498,7 +495,6 @@ mod tests {
             let m = std::fs::metadata(d.join(f)).expect("meta").mode() & 0o777;
             assert_eq!(m, 0o600, "{f} is still {m:o}");
         }
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -512,7 +508,6 @@ mod tests {
             std::fs::read_to_string(d.join(CLIENT_TOKEN)).expect("kept"),
             "\n"
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -530,7 +525,6 @@ mod tests {
             std::fs::metadata(&real).expect("meta").mode() & 0o777,
             0o700
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -546,6 +540,5 @@ mod tests {
         );
         drop(held);
         lock(&d).expect("free again");
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -309,13 +309,10 @@ fn flusher(me: Weak<Durable>, requests: &Requests) {
 mod tests {
     use super::*;
     use crate::store::Store;
+    use hetsched_core::testkit::ScratchDir;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("hetsched-durable-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("dir");
-        d
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new("durable", name)
     }
 
     fn write(store: &mut Store) {
@@ -344,7 +341,6 @@ mod tests {
         rt.block_on(durable.wait(seq)).expect("synced");
         assert_eq!(durable.syncs(), syncs);
         drop(store);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -367,7 +363,6 @@ mod tests {
         assert_eq!(durable.syncs(), 1, "one sync, by the flusher thread");
         durable.syncing.store(false, Ordering::SeqCst);
         drop(store);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -391,7 +386,6 @@ mod tests {
         rt.block_on(durable.wait(durable.written()))
             .expect("durable once the sync works");
         drop(store);
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -405,6 +399,5 @@ mod tests {
             .expect("synced inline");
         assert_eq!(durable.syncs(), 1);
         drop(store);
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -877,15 +877,13 @@ mod tests {
     use super::*;
     use crate::state::State;
     use crate::state::types::Submission;
+    use hetsched_core::testkit::ScratchDir;
 
     /// The warning at a set-aside names each job still waiting for the job, with what the
     /// gates will do to it; a job that no longer waits (cancelled) is not named.
     #[test]
     fn the_jobs_waiting_for_a_job_are_listed_with_what_befalls_them() {
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-set-aside-waiting-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("set-aside", "waiting");
         const JOB: &str =
             "[[application]]\nname = \"a\"\ntasks = 2\n[application.cpu]\ncommand = \"true\"\n";
         let sub = |after: &[u64], after_any: &[u64], after_notok: &[u64]| Submission {
@@ -930,6 +928,5 @@ mod tests {
         );
         assert!(waiting_on(store.conn(), after).expect("none").is_empty());
         drop(store);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

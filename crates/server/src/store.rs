@@ -1352,13 +1352,14 @@ fn task_rows_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
-    fn temp_db(name: &str) -> std::path::PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-store-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        dir.join("state.db")
+    /// A fresh directory for test `name` (held by the test: removed when it passes) and the
+    /// path of a store in it, not made yet.
+    fn temp_db(name: &str) -> (ScratchDir, std::path::PathBuf) {
+        let dir = ScratchDir::new("store", name);
+        let path = dir.join("state.db");
+        (dir, path)
     }
 
     /// Every table, index and column of a store, as SQLite lists them.
@@ -1392,7 +1393,7 @@ mod tests {
     /// The placeholder the state's rebuild reads must be read as a real store is.
     #[test]
     fn a_store_in_memory_has_every_table_index_and_column_of_a_new_store_on_disk() {
-        let path = temp_db("in-memory-schema");
+        let (_dir, path) = temp_db("in-memory-schema");
         let disk = Store::open(&path).expect("open");
         let memory = Store::in_memory().expect("in memory");
         let on_disk = schema_of(&disk.conn);
@@ -1405,7 +1406,7 @@ mod tests {
 
     #[test]
     fn a_job_and_its_task_updates_survive_reopening() {
-        let path = temp_db("roundtrip");
+        let (_dir, path) = temp_db("roundtrip");
         let job = JobRow {
             id: 1,
             origin: "job.toml".into(),
@@ -1459,14 +1460,11 @@ mod tests {
         assert_eq!(snap.jobs[0].after_corr, vec![3]);
         assert_eq!(snap.jobs[0].after_start, vec![5]);
         assert_eq!(snap.jobs[0].begin_ms, Some(1_893_456_000_000));
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 
     #[test]
     fn load_reads_back_only_the_task_rows_that_changed_since_submission() {
-        let path = temp_db("touched");
+        let (_dir, path) = temp_db("touched");
         let job = JobRow {
             id: 1,
             origin: "job.toml".into(),
@@ -1516,14 +1514,11 @@ mod tests {
             read,
             vec![(1, TaskState::Running, 1), (3, TaskState::Pending, 1)]
         );
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 
     #[test]
     fn a_store_from_before_keys_and_retries_gains_their_columns() {
-        let path = temp_db("migrate");
+        let (_dir, path) = temp_db("migrate");
         {
             let old = Connection::open(&path).expect("open");
             old.execute_batch(SCHEMA).expect("old schema");
@@ -1550,9 +1545,6 @@ mod tests {
                 (t.state, t.node, t.executed),
                 (TaskState::Succeeded, Some(0), None)
             );
-        }
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

@@ -3,6 +3,7 @@
 //! every word crosses). Throughput in words. `cargo bench -p hetsched-stream --bench wordcount`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use hetsched_core::testkit::ScratchDir;
 use hetsched_stream::{Worker, WorkerConfig};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -56,14 +57,15 @@ rate = 10.0
 
 fn run(two: bool) {
     let assignment = if two { vec![0, 0, 1] } else { vec![0, 0, 0] };
-    let dir = std::env::temp_dir();
+    // The workers' directories, removed at the end of the run, once the workers have stopped.
+    let dir = ScratchDir::new("wc-bench", "run");
     let cfg = |w: u32| WorkerConfig {
         topology_origin: "wc.toml".into(),
         topology_text: text(),
         worker: w,
         assignment: assignment.clone(),
-        base_dir: dir.clone(),
-        work_dir: dir.join("hetsched-wc-bench"),
+        base_dir: dir.to_path_buf(),
+        work_dir: dir.join("work"),
         listen: "127.0.0.1:0".into(),
         started_ns: 0,
         await_state: Vec::new(),

@@ -15,6 +15,7 @@
 //! In the two-worker runs the spout and splits run in worker 0 and the counts in worker 1, so
 //! every word crosses TCP — plain, then TLS 1.3 (as on a cluster that runs TLS).
 
+use hetsched_core::testkit::ScratchDir;
 use hetsched_stream::{Worker, WorkerConfig, WorkerReport};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -109,13 +110,14 @@ fn run(label: &str, secs: u64, splits: u32, counts: u32, path: Path, rate: Optio
     let assignment: Vec<u32> = (0..n as u32)
         .map(|e| u32::from(two && e >= count_from))
         .collect();
-    let dir = std::env::temp_dir().join(format!("hetsched-wc-bench-{}", std::process::id()));
+    // The workers' directories, removed at the end of the run, once the workers have stopped.
+    let dir = ScratchDir::new("wc-example", "run");
     let cfg = |w: u32| WorkerConfig {
         topology_origin: "bench.toml".into(),
         topology_text: text.clone(),
         worker: w,
         assignment: assignment.clone(),
-        base_dir: dir.clone(),
+        base_dir: dir.to_path_buf(),
         work_dir: dir.join(format!("w{w}")),
         listen: "127.0.0.1:0".into(),
         started_ns: 0,
@@ -157,7 +159,6 @@ fn run(label: &str, secs: u64, splits: u32, counts: u32, path: Path, rate: Optio
     for w in workers {
         w.stop();
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn main() {

@@ -169,6 +169,7 @@ impl Sink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     #[test]
     fn names_are_relative_paths_inside_the_task_directory() {
@@ -187,11 +188,8 @@ mod tests {
         }
     }
 
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("hetsched-sink-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("scratch");
-        d
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new("sink", name)
     }
 
     /// What an ANode stages of an offloaded task (its inputs, their directories) is private to
@@ -212,7 +210,6 @@ mod tests {
         for d in ["in", "in/x"] {
             assert_eq!(crate::workdir::mode_of(&dir.join(d)), 0o700, "{d}");
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A symbolic link in a staged file's place (planted by a task that ran in the directory)
@@ -233,6 +230,5 @@ mod tests {
             .expect_err("not through the link");
         assert_eq!(e.to_string(), crate::workdir::LINK_IN_PLACE);
         assert_eq!(std::fs::read_to_string(&target).expect("target"), "keep");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -629,6 +629,7 @@ fn truncate(s: &mut String, max: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     fn words(s: &[&str]) -> Vec<String> {
         s.iter().map(|w| (*w).to_string()).collect()
@@ -711,8 +712,7 @@ mod tests {
 
     #[test]
     fn an_each_line_entry_over_the_bound_is_refused_at_its_line() {
-        let dir = std::env::temp_dir().join(format!("hetsched-each-line-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("command-job", "each-line");
         let file = dir.join("inputs.txt");
         let long = "x".repeat(hetsched_core::input::workload::MAX_ENTRY_BYTES + 1);
         std::fs::write(&file, format!("a.dat\nb.dat\n{long}\nd.dat\n")).expect("write");
@@ -723,7 +723,6 @@ mod tests {
         let e = build(&args, &words(&["gzip", "{entry}"]), None)
             .expect_err("refused")
             .to_string();
-        std::fs::remove_dir_all(&dir).ok();
         assert!(
             e.starts_with("--each-line line 3: an entry is at most 16384 bytes"),
             "{e}"

@@ -275,6 +275,7 @@ fn prepend<T>(list: &mut Vec<T>, mut first: Vec<T>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     #[test]
     fn the_header_ends_at_the_first_command_and_each_line_is_split_as_a_shell_splits() {
@@ -363,8 +364,7 @@ mod tests {
 
     #[test]
     fn auto_reads_only_scripts_and_never_a_shell_line() {
-        let dir = std::env::temp_dir().join(format!("hetsched-directives-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("directives", "script");
         let script = dir.join("job.sh");
         std::fs::write(&script, "#HETSCHED --tasks 7\ntrue\n").expect("script");
         let program = script.to_string_lossy().to_string();
@@ -400,6 +400,5 @@ mod tests {
             e.to_string().starts_with("/no/such/script: cannot read"),
             "{e}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -240,15 +240,12 @@ pub fn on_hangups(what: &'static str, file: Option<Arc<LogFile>>) {
 #[cfg(test)]
 mod tests {
     use super::{LogArgs, LogFile, LogFormat, Settings};
+    use hetsched_core::testkit::ScratchDir;
     use std::io::Write;
     use std::path::Path;
 
-    fn dir(name: &str) -> std::path::PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("hetsched-logging-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("dir");
-        d
+    fn dir(name: &str) -> ScratchDir {
+        ScratchDir::new("logging", name)
     }
 
     /// A flag overrides the configuration's key, and errors then name the flag; a key names
@@ -321,6 +318,5 @@ mod tests {
             std::fs::read_to_string(&path).expect("new"),
             "after\nmore\n"
         );
-        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -955,6 +955,7 @@ fn agent_time_limit(t: &str) -> anyhow::Result<std::time::Duration> {
 #[cfg(test)]
 mod tests {
     use super::server_url;
+    use hetsched_core::testkit::ScratchDir;
 
     /// Every duration flag of the server and the agent reads what `--time-limit` and job files
     /// read (`1.5m`, Slurm's `05:00`), and what it read before (`1h 30m`): before, these took
@@ -1038,10 +1039,7 @@ mod tests {
     fn a_listener_key_others_may_read_is_warned_about() {
         use super::read_private_key;
         use std::os::unix::fs::PermissionsExt;
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-listener-key-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("serve", "listener-key");
         let key = dir.join("agent.key");
         std::fs::write(&key, "KEY").expect("key");
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("open");
@@ -1057,7 +1055,6 @@ mod tests {
         );
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("close");
         assert_eq!(read_private_key("--log-key", &key).expect("read").1, None);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

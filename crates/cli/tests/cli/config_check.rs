@@ -90,7 +90,6 @@ fn a_server_configuration_is_checked_without_starting_or_touching_the_data_direc
         lock
     );
     c.ok(&["jobs"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--check` checks the log settings as a start would, creating no log file: a `log_file` in a
@@ -176,7 +175,6 @@ fn the_check_checks_the_log_file_and_format_without_creating_the_file() {
         "{stderr}"
     );
     assert!(!log.exists() && !data.exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -88,7 +88,10 @@ fn attr(dom: &str, name: &str) -> Option<u64> {
 
 /// Runs chromium with `args`, bounded; its stdout.
 fn run_browser(bin: &str, args: &[&str]) -> String {
+    // Removed after the browser has ended (or was killed), with what it left there.
+    let tmp = support::cdp::chromium_tmp();
     let mut child = Command::new(bin)
+        .env("TMPDIR", &tmp)
         .args([
             "--headless",
             "--no-sandbox",

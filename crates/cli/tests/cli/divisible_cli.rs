@@ -1,6 +1,7 @@
 //! `hetsched sim divisible` and `sim divisible-paper` as a user meets them: the real binary on
 //! the example platform, the exported schedule, infeasible UMR, and bad input.
 
+use hetsched_core::testkit::ScratchDir;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -27,10 +28,8 @@ fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hetsched-div-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn temp_dir(name: &str) -> ScratchDir {
+    ScratchDir::new("divisible-cli", name)
 }
 
 /// The example platform cut to its first `k` workers.
@@ -165,7 +164,6 @@ fn the_exported_schedule_has_the_documented_keys_and_replays_to_the_makespan() {
         "{replayed} vs {makespan} over {sends} sends"
     );
     assert_eq!(v["makespan"], e["makespan"]);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -206,7 +204,6 @@ fn umr_past_its_memory_is_reported_infeasible_naming_worker_round_and_overflow()
         "UMRLM runs it: {}",
         String::from_utf8_lossy(&ok.stderr)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -396,7 +393,6 @@ fn loads_and_platforms_past_the_clock_are_refused_not_wrapped() {
         )),
         "{stderr}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -421,7 +417,6 @@ fn one_round_of_one_send_reads_in_the_singular() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains(" over 1 round (1 send); "), "{stdout}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -471,7 +466,6 @@ fn umrlm_on_a_worker_of_tiny_memory_is_refused_naming_it_not_planned_for_gigabyt
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{stderr}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -526,7 +520,6 @@ fn divisible_paper_writes_its_tables_and_plots() {
     ] {
         assert!(dir.join(f).exists(), "{f}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A load too small to cut says its smallest chunk as a number one can read: `1e-300`'s

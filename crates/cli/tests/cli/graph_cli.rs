@@ -1,6 +1,7 @@
 //! `hetsched sim graph` and `hetsched sim pcddb-paper` as a user meets them: the real binary on the
 //! example files, the export document, and bad workflows refused with file, line and field.
 
+use hetsched_core::testkit::ScratchDir;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -35,15 +36,16 @@ fn graph(workflow: &str, extra: &[&str]) -> Output {
     hetsched(&args)
 }
 
-fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hetsched-graph-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+/// A fresh directory for the test (held by it: removed when it passes) and the path `name` in it.
+fn temp(name: &str) -> (ScratchDir, PathBuf) {
+    let dir = ScratchDir::new("graph-cli", name);
+    let path = dir.join(name);
+    (dir, path)
 }
 
 #[test]
 fn the_export_lists_every_instance_node_and_message_counter() {
-    let path = temp("pcddb.json");
+    let (_path_dir, path) = temp("pcddb.json");
     let p = path.display().to_string();
     let out = graph(
         WORKFLOW,
@@ -190,7 +192,7 @@ fn the_export_lists_every_instance_node_and_message_counter() {
         "at least one A and one B and one C"
     );
     // Same seed, same bytes.
-    let again = temp("pcddb-again.json");
+    let (_again_dir, again) = temp("pcddb-again.json");
     let a = again.display().to_string();
     let out = graph(
         WORKFLOW,
@@ -296,7 +298,7 @@ fn bad_workflows_are_refused_with_file_line_and_field() {
 #[test]
 fn a_cost_spread_past_ten_is_refused_at_its_line() {
     // cv = 1e300 made every sampled cost 0.
-    let path = temp("cv.toml");
+    let (_path_dir, path) = temp("cv.toml");
     std::fs::write(
         &path,
         "[[task]]\nname = \"A\"\ninstances = 4\ncost = { mean = \"1s\", cv = 1e300 }\n",
@@ -317,7 +319,7 @@ fn a_cost_spread_past_ten_is_refused_at_its_line() {
 
 #[test]
 fn a_latency_pair_of_a_node_with_itself_is_refused_at_its_line() {
-    let path = temp("self-latency.toml");
+    let (_path_dir, path) = temp("self-latency.toml");
     std::fs::write(
         &path,
         "[[pair]]\nbetween = [\"dual-1\", \"dual-1\"]\nlatency = \"1ms\"\n",
@@ -411,7 +413,7 @@ fn a_cluster_past_100000_nodes_is_refused_and_one_of_100000_runs_in_little_memor
     // 100,000 nodes once allocated an 80 GB latency matrix and aborted, and the launch nodes'
     // lookups made a round of checks cost nodes² steps (sim graph stopped at 10,000). sim graph
     // stops at 100,000, where cluster files stop too (the parser names its limit).
-    let big = temp("nodes-100001.toml");
+    let (_big_dir, big) = temp("nodes-100001.toml");
     std::fs::write(&big, "[[node]]\nname = \"n\"\ncount = 100001\ncores = 4\n").expect("write");
     let out = hetsched(&[
         "sim",
@@ -429,7 +431,7 @@ fn a_cluster_past_100000_nodes_is_refused_and_one_of_100000_runs_in_little_memor
             && stderr.contains("at most 100000"),
         "{stderr}"
     );
-    let small = temp("nodes-100000.toml");
+    let (_small_dir, small) = temp("nodes-100000.toml");
     std::fs::write(
         &small,
         "[[node]]\nname = \"n\"\ncount = 100000\ncores = 4\n[[node.accelerator]]\nkind = \"k\"\n",
@@ -460,7 +462,7 @@ fn a_cluster_past_100000_nodes_is_refused_and_one_of_100000_runs_in_little_memor
 
 #[test]
 fn the_pcddb_paper_scenario_reports_the_papers_figures() {
-    let dir = temp("pcddb-paper-out");
+    let (_scratch, dir) = temp("pcddb-paper-out");
     let d = dir.display().to_string();
     let out = hetsched(&[
         "sim",
@@ -557,7 +559,6 @@ fn the_pcddb_paper_scenario_reports_the_papers_figures() {
         read("fig7_run_time.svg").contains("centralised"),
         "figure 7 names its series"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A seed named twice in `pcddb-paper --seeds` would count its runs twice in every mean; it is

@@ -1,6 +1,7 @@
 //! What a first-time operator sees: listings and errors that say the truth about a job, in words.
 
 use crate::support::{Cluster, wait_until};
+use hetsched_core::testkit::ScratchDir;
 use std::time::Duration;
 
 /// A job held while its task runs, which then completes, is listed `completed`, not `held`:
@@ -1383,8 +1384,7 @@ fn a_job_submitted_after_a_server_restart_starts_without_waiting_for_an_idle_bea
 /// warning each time as it does for a server that does not answer.
 #[test]
 fn a_submission_without_a_readable_token_fails_at_once_without_retries() {
-    let dir = std::env::temp_dir().join(format!("hetsched-no-token-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = ScratchDir::new("op", "no-token");
     let missing = dir.join("no-such-token");
     let started = std::time::Instant::now();
     let out = std::process::Command::new(crate::support::BIN)
@@ -1437,7 +1437,6 @@ fn an_agent_without_its_token_names_where_an_agents_token_comes_from() {
             && !said.contains(".config/hetsched/token"),
         "{said}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An agent's name is checked before any path is made of it: `x/../../escaped` made
@@ -1472,7 +1471,6 @@ fn an_agent_name_that_is_no_node_name_is_refused_before_any_directory_is_made() 
     );
     assert!(!dir.join("escaped").exists(), "no directory outside");
     assert!(!state.join("hetsched").exists(), "nor inside");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A bound a configuration file's value breaks, found once the file has parsed, names the file
@@ -1502,7 +1500,6 @@ fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
             "{said}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A log file that was there open to every user is said so at start (the log names users,
@@ -1537,7 +1534,6 @@ fn a_log_file_open_to_every_user_is_warned_of() {
         )),
         "{first}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What a script reading `--output json` relies on: standard output is whole JSON or nothing

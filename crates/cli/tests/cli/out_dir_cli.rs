@@ -2,6 +2,7 @@
 //! the command writes its named files into it, and a path that is a file is refused before any
 //! work starts. The real binary, as a user meets it.
 
+use hetsched_core::testkit::ScratchDir;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -18,11 +19,8 @@ fn hetsched(args: &[&str]) -> Output {
         .expect("the hetsched binary runs")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hetsched-out-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+fn scratch(name: &str) -> ScratchDir {
+    ScratchDir::new("out-dir-cli", name)
 }
 
 fn s(p: &Path) -> &str {
@@ -96,7 +94,6 @@ fn sim_run_and_sim_sweep_write_their_named_file_into_a_new_directory() {
         serde_json::from_slice(&std::fs::read(sweep_dir.join("report.json")).expect("report"))
             .expect("json");
     assert!(report.is_object(), "{report}");
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 #[test]
@@ -162,7 +159,6 @@ fn every_out_flag_refuses_a_file_before_starting_and_its_help_says_dir() {
         "{}",
         String::from_utf8_lossy(&h.stdout)
     );
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 /// `sim compare`, `sim graph`, `sim divisible` and `sim accel` take `--out DIR` as `sim run`
@@ -271,7 +267,6 @@ fn compare_graph_divisible_and_accel_write_their_json_as_their_named_file() {
         let h = String::from_utf8_lossy(&help.stdout);
         assert!(h.contains("--out <DIR>") && h.contains(name), "{h}");
     }
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 /// An output file that is one of the command's inputs is refused before any work, naming both
@@ -388,7 +383,6 @@ fn an_export_or_out_file_that_is_an_input_is_refused_and_the_input_kept() {
             "{export}: {err}"
         );
     }
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 /// Every `--export` file is a text file as `--out`'s are: valid JSON ending in a newline, and
@@ -460,7 +454,6 @@ fn export_files_end_in_a_newline_and_are_announced() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let _ = std::fs::remove_dir_all(&base);
 }
 
 /// A directory the command cannot write into is refused before the run, not after it: `sim

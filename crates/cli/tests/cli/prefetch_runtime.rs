@@ -4,6 +4,7 @@
 //! agent that is SIGKILLed are re-queued and run exactly once elsewhere.
 
 use crate::support::{Cluster, lines, wait_until};
+use hetsched_core::testkit::ScratchDir;
 use std::time::Duration;
 
 fn running_on(c: &Cluster, node: &str) -> u64 {
@@ -307,9 +308,7 @@ fn a_queued_task_waits_for_the_cores_a_stream_worker_holds() {
 
 #[test]
 fn a_prefetch_setting_that_is_neither_auto_nor_a_number_is_refused_with_its_line() {
-    let dir = std::env::temp_dir().join(format!("hetsched-prefetch-bad-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = ScratchDir::new("prefetch", "bad");
     let config = dir.join("server.toml");
     std::fs::write(&config, "listen = \"127.0.0.1:0\"\nprefetch = \"lots\"\n").expect("config");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hetsched"))
@@ -336,5 +335,4 @@ fn a_prefetch_setting_that_is_neither_auto_nor_a_number_is_refused_with_its_line
         err.contains("expected `auto` or a number of cores"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,6 +3,7 @@
 //! NNode. GPU-only tasks placed on rack-A NNodes are offloaded to the ANode; rack B gets none.
 
 use crate::support;
+use hetsched_core::testkit::ScratchDir;
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -513,7 +514,8 @@ fn required_and_preferred_tasks_use_a_reachable_device_and_only_preferred_ones_f
 
 #[test]
 fn bad_rack_and_service_flags_are_refused_with_the_flag_named() {
-    let token = std::env::temp_dir().join(format!("hetsched-accel-token-{}", std::process::id()));
+    let dir = ScratchDir::new("accel", "flags");
+    let token = dir.join("token");
     std::fs::write(&token, "t").expect("token");
     for (flag, value, says) in [
         ("--rack", "", "--rack ``"),
@@ -534,7 +536,6 @@ fn bad_rack_and_service_flags_are_refused_with_the_flag_named() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{err}");
     }
-    let _ = std::fs::remove_file(&token);
 }
 
 /// With `--run-as-owner` on every agent a user's GPU tasks run as its account wherever they

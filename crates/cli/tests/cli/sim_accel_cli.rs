@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
+use hetsched_core::testkit::ScratchDir;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -232,12 +233,11 @@ fn a_bad_binding_mode_is_refused() {
 
 #[test]
 fn the_export_lists_every_link_and_an_input_and_a_result_per_offloaded_task() {
-    let path =
-        std::env::temp_dir().join(format!("hetsched-accel-export-{}.json", std::process::id()));
+    let dir = ScratchDir::new("accel", "export");
+    let path = dir.join("export.json");
     let report = json(&["--export", path.to_str().expect("path")]);
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("export written"))
         .expect("JSON");
-    let _ = std::fs::remove_file(&path);
     let keys: Vec<&str> = doc
         .as_object()
         .expect("object")

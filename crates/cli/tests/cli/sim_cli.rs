@@ -1,6 +1,7 @@
 //! The `hetsched sim` front door as a user meets it: the real binary on the example files and on
 //! the malformed fixture set.
 
+use hetsched_core::testkit::ScratchDir;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -32,8 +33,7 @@ const ONE_NODE: &str = "[[node]]\nname = \"n\"\ncores = 1\nmemory = \"4GiB\"\n";
 /// named `name`, with `extra` arguments: its stderr, after checking it failed with status 1,
 /// printed nothing and did not panic. Paths in the message read `c.toml` and `w.toml`.
 fn sim_run_refuses(name: &str, cluster: &str, workload: &str, extra: &[&str]) -> String {
-    let dir = std::env::temp_dir().join(format!("hetsched-sim-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = ScratchDir::new("sim-cli", name);
     std::fs::write(dir.join("c.toml"), cluster).expect("write");
     std::fs::write(dir.join("w.toml"), workload).expect("write");
     let mut args = vec!["sim", "run", "--cluster", "c.toml", "--workload", "w.toml"];
@@ -43,7 +43,6 @@ fn sim_run_refuses(name: &str, cluster: &str, workload: &str, extra: &[&str]) ->
         .current_dir(&dir)
         .output()
         .expect("the hetsched binary runs");
-    let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
     assert!(
@@ -119,8 +118,7 @@ fn every_malformed_fixture_is_refused_with_file_line_and_no_panic() {
 
 #[test]
 fn a_gpu_only_workload_on_a_cluster_without_gpus_is_refused() {
-    let dir = std::env::temp_dir().join(format!("hetsched-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = ScratchDir::new("sim-cli", "run");
     let cluster = dir.join("cpu-only.toml");
     std::fs::write(&cluster, "[[node]]\nname = \"n\"\ncores = 8\n").expect("write");
     let workload = dir.join("gpu-only.toml");
@@ -138,7 +136,6 @@ fn a_gpu_only_workload_on_a_cluster_without_gpus_is_refused() {
             .contains("gpu-only.toml:5:1: application[0].gpu: application `bp` runs only on GPUs"),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -186,8 +183,7 @@ fn completions_are_generated() {
 /// results, and the light user's jobs pass the heavy user's backlog under FIFO.
 #[test]
 fn compare_with_fair_share_reports_each_user_and_serves_the_light_one_first() {
-    let dir = std::env::temp_dir().join(format!("hetsched-sim-fair-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = ScratchDir::new("sim", "fair");
     let workload = dir.join("two-users.toml");
     let mut text = String::from(
         "[[application]]\nname = \"sweep\"\nuser = \"alice\"\ntasks = 2000\n\
@@ -252,7 +248,6 @@ fn compare_with_fair_share_reports_each_user_and_serves_the_light_one_first() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A half-life tuned in the simulator works on the server: `sim run --fair-share` and the
@@ -484,8 +479,7 @@ fn compare_policies_trims_spaces_and_runs_each_policy_once() {
 /// line.
 #[test]
 fn sim_run_keeps_an_applications_tasks_on_the_nodes_with_its_required_attributes() {
-    let dir = std::env::temp_dir().join(format!("hetsched-sim-requires-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = ScratchDir::new("sim", "requires");
     let cluster = dir.join("cluster.toml");
     std::fs::write(
         &cluster,
@@ -537,7 +531,6 @@ fn sim_run_keeps_an_applications_tasks_on_the_nodes_with_its_required_attributes
         ),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -647,8 +640,7 @@ fn silently_accepted_cluster_figures_and_heartbeats_are_refused() {
 
 #[test]
 fn one_task_and_one_workload_read_in_the_singular() {
-    let dir = std::env::temp_dir().join(format!("hetsched-sim-one-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = ScratchDir::new("sim", "one");
     let workload = dir.join("w.toml");
     std::fs::write(
         &workload,
@@ -678,15 +670,13 @@ fn one_task_and_one_workload_read_in_the_singular() {
         stdout.contains("hdas-paper: 1 workload, scale 0.05"),
         "{stdout}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `accelerator = "required"` keeps an application's tasks on GPUs in `sim run` and `sim
 /// compare`, as on the runtime; the cpu-only policy cannot run it and says so.
 #[test]
 fn a_required_accelerator_keeps_the_tasks_on_gpus_and_cpu_only_refuses_it() {
-    let dir = std::env::temp_dir().join(format!("hetsched-sim-accel-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = ScratchDir::new("sim", "accel");
     let workload = |need: &str| {
         let path = dir.join(format!("{need}.toml"));
         std::fs::write(
@@ -743,15 +733,13 @@ fn a_required_accelerator_keeps_the_tasks_on_gpus_and_cpu_only_refuses_it() {
     for row in v.as_array().expect("rows") {
         assert_eq!(row["cpu_tasks"], 0, "{row}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn every_input_file_is_read_only_if_it_is_a_regular_file_of_at_most_256_mib() {
     // `sim run --cluster /dev/zero` read 2.1 GB before failing; every simulator, stream and
     // binding front door reads its files through one bounded helper.
-    let dir = std::env::temp_dir().join(format!("hetsched-sim-cli-{}-big", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = ScratchDir::new("sim-cli", "big");
     let big = dir.join("big.toml");
     let f = std::fs::File::create(&big).expect("create");
     f.set_len((256 << 20) + 1)

@@ -12,6 +12,7 @@
 //! runs: below. Skips, saying so, where SimGrid's
 //! headers or a C++ compiler are missing (`.ci/run` installs Debian's `libsimgrid-dev`).
 
+use hetsched_core::testkit::ScratchDir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,11 +28,7 @@ fn table_of(script: &str, header: &str) -> Option<(String, Vec<Vec<String>>)> {
         return None;
     }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out_dir = std::env::temp_dir().join(format!(
-        "hetsched-{}-{}",
-        script.trim_end_matches(".sh"),
-        std::process::id()
-    ));
+    let out_dir = ScratchDir::new("simgrid", script.trim_end_matches(".sh"));
     let out = Command::new("sh")
         .arg(repo.join("scripts").join(script))
         .env("HETSCHED", env!("CARGO_BIN_EXE_hetsched"))
@@ -56,7 +53,6 @@ fn table_of(script: &str, header: &str) -> Option<(String, Vec<Vec<String>>)> {
                 .collect()
         })
         .collect();
-    let _ = std::fs::remove_dir_all(&out_dir);
     Some((table, rows))
 }
 

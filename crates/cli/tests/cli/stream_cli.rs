@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
+use hetsched_core::testkit::ScratchDir;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -152,8 +153,7 @@ fn a_worker_count_past_the_slots_is_noted_by_even_and_two_phase_traffic() {
 
 #[test]
 fn measured_traffic_replaces_the_declared_rates() {
-    let dir = std::env::temp_dir().join(format!("hetsched-stream-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("stream", "run");
     let csv = dir.join("traffic.csv");
     std::fs::write(
         &csv,
@@ -199,7 +199,6 @@ fn measured_traffic_replaces_the_declared_rates() {
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert!(stderr.contains(expected), "{stderr}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -257,8 +256,7 @@ fn every_malformed_topology_is_refused_with_file_line_and_field() {
 
 #[test]
 fn one_executor_on_one_node_in_one_process_reads_in_the_singular() {
-    let dir = std::env::temp_dir().join(format!("hetsched-stream-one-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("stream", "one");
     let topology = dir.join("one.toml");
     std::fs::write(
         &topology,
@@ -283,7 +281,6 @@ fn one_executor_on_one_node_in_one_process_reads_in_the_singular() {
         stdout.contains("(28 executors) on 10 nodes in 10 processes: "),
         "{stdout}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -410,8 +407,7 @@ fn one_phase_takes_its_utilisation_limit_and_refinement_from_the_command_line() 
 /// naming the streams and the limit.
 #[test]
 fn a_100000_executor_topology_is_placed_by_even_and_refused_by_one_phase_naming_the_streams() {
-    let dir = std::env::temp_dir().join(format!("hetsched-stream-scale-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("stream", "scale");
     let diamond = std::fs::read_to_string(repo().join("examples/topology-diamond.toml")).unwrap();
     let diamond = diamond
         .replace("parallelism = 6\n", "parallelism = 18750\n")
@@ -465,7 +461,6 @@ fn a_100000_executor_topology_is_placed_by_even_and_refused_by_one_phase_naming_
         took < std::time::Duration::from_secs(10),
         "one-phase took {took:?} to refuse"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

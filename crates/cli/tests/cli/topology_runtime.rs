@@ -3,6 +3,7 @@
 //! `hetsched topology submit`, worker processes started by the agents.
 
 use crate::support;
+use hetsched_core::testkit::ScratchDir;
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -21,7 +22,9 @@ const CORPUS: [&str; 4] = [
 ];
 
 struct Cluster {
-    dir: PathBuf,
+    /// Removed (or kept, when the test failed) when the cluster drops, after its `Drop` stopped
+    /// the agents and the server.
+    dir: ScratchDir,
     server: Option<Child>,
     listen: String,
     agents: BTreeMap<String, Child>,
@@ -49,9 +52,7 @@ impl Cluster {
     }
 
     fn start_with_cores(name: &str, agents: &[&str], cores: u32) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("hetsched-topo-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = ScratchDir::new("topo", name);
         let mut c = Cluster {
             dir,
             server: None,

@@ -1497,6 +1497,7 @@ async fn filter_pages(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// Headers as a browser (or a program) sends them: `name: value` lines.
     fn headers(lines: &[&str]) -> HeaderMap {
@@ -1517,9 +1518,7 @@ mod tests {
     #[test]
     fn the_read_only_token_file_is_made_private_when_kept_or_refilled() {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let d = std::env::temp_dir().join(format!("hetsched-read-token-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("dir");
+        let d = ScratchDir::new("dashboard", "read-token");
         let path = d.join(READ_TOKEN);
         let mode = || std::fs::metadata(&path).expect("meta").mode() & 0o777;
         let open = || {
@@ -1535,7 +1534,6 @@ mod tests {
         let fresh = read_token(&d).expect("refilled");
         assert_ne!(fresh, t);
         assert_eq!(mode(), 0o600, "an empty file refilled with a new token");
-        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -2554,6 +2554,7 @@ fn gather(jd: &Path, id: u64, job: &mut Job) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetsched_core::testkit::ScratchDir;
 
     /// Job 1 of `units` units, restored with `done` finished one-unit chunks on agent `a`
     /// (times that vary a little) and `out` chunks out to `b` after them. An agent of 1 GiB
@@ -2634,7 +2635,7 @@ mod tests {
     /// about the same beside 200,000 finished chunks as beside 2.
     #[test]
     fn an_ask_costs_the_same_whatever_number_of_chunks_have_finished() {
-        let dir = std::env::temp_dir().join(format!("hetsched-div-index-{}", std::process::id()));
+        let dir = ScratchDir::new("div", "index");
         let time = |done: u64| {
             let mut d = Divisible::restore(
                 dir.clone(),
@@ -2666,11 +2667,11 @@ mod tests {
     /// `a` died, hours later, while it showed the same agent alive in every other job.
     #[test]
     fn an_agent_lost_after_a_job_ended_stays_alive_in_that_jobs_record() {
-        let dir = std::env::temp_dir().join(format!("hetsched-div-ended-{}", std::process::id()));
+        let dir = ScratchDir::new("div", "ended");
         let mut ended = stored(4, 4, 0);
         ended.state = "completed".into();
-        let mut d =
-            Divisible::restore(dir, Duration::from_secs(60), vec![ended]).expect("restored");
+        let mut d = Divisible::restore(dir.to_path_buf(), Duration::from_secs(60), vec![ended])
+            .expect("restored");
         let alive = |d: &Divisible| -> Vec<(String, bool)> {
             d.view(1)
                 .expect("a divisible job")
@@ -2693,9 +2694,13 @@ mod tests {
     /// accelerator chaos soak, seed 11100: 9 units pending for over 90 s, every agent idle).
     #[test]
     fn a_worker_lost_holding_nothing_wakes_the_ask_whose_turn_it_becomes() {
-        let dir = std::env::temp_dir().join(format!("hetsched-div-turn-{}", std::process::id()));
-        let mut d = Divisible::restore(dir, Duration::from_secs(60), vec![stored(400, 20, 0)])
-            .expect("restored");
+        let dir = ScratchDir::new("div", "turn");
+        let mut d = Divisible::restore(
+            dir.to_path_buf(),
+            Duration::from_secs(60),
+            vec![stored(400, 20, 0)],
+        )
+        .expect("restored");
         // a, b and c join; b's ask makes a plan over the three.
         for name in ["a", "c"] {
             d.next_chunk(ask(name, false, &[])).expect("asked");
@@ -2732,9 +2737,13 @@ mod tests {
     /// ask, lost with its agent, rebuilt at a restart, stopped when its job fails.
     #[test]
     fn the_index_of_chunks_out_follows_every_change_of_state() {
-        let dir = std::env::temp_dir().join(format!("hetsched-div-states-{}", std::process::id()));
-        let mut d = Divisible::restore(dir, Duration::from_secs(60), vec![stored(6_000, 4, 2)])
-            .expect("restored");
+        let dir = ScratchDir::new("div", "states");
+        let mut d = Divisible::restore(
+            dir.to_path_buf(),
+            Duration::from_secs(60),
+            vec![stored(6_000, 4, 2)],
+        )
+        .expect("restored");
         index_holds(&d);
         // b restarted (another process): the two chunks it held are lost.
         let mut req = ask("b", true, &[]);
@@ -2835,10 +2844,14 @@ mod tests {
     /// unit ran and failed; the chunk out beside it was stopped and 94 were never sent.
     #[test]
     fn a_failed_jobs_units_that_never_ran_are_not_counted_failed() {
-        let dir = std::env::temp_dir().join(format!("hetsched-div-notrun-{}", std::process::id()));
+        let dir = ScratchDir::new("div", "notrun");
         // Units 0..4 done on a; b holds chunk 4 (unit 4) and chunk 5 (unit 5).
-        let mut d = Divisible::restore(dir, Duration::from_secs(60), vec![stored(100, 4, 2)])
-            .expect("restored");
+        let mut d = Divisible::restore(
+            dir.to_path_buf(),
+            Duration::from_secs(60),
+            vec![stored(100, 4, 2)],
+        )
+        .expect("restored");
         let r = ChunkResult {
             job_id: 1,
             chunk: 4,

@@ -1662,6 +1662,7 @@ mod tests {
     use crate::state::types::HeartbeatReport;
     use crate::store::Store;
     use hetsched_core::model::cluster::Accelerator;
+    use hetsched_core::testkit::ScratchDir;
 
     const IDENTITY: &str = "hb-identity";
 
@@ -1717,9 +1718,7 @@ mod tests {
     /// `rack0`, a rack of no one's naming, which the dashboard drew as a rack of its own.
     #[test]
     fn a_node_is_listed_in_its_agents_rack_before_a_heartbeat_and_after_a_restart() {
-        let dir = std::env::temp_dir().join(format!("hetsched-node-rack-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("nodes", "rack");
         let config = ServerConfig {
             data_dir: dir.clone(),
             ..Default::default()
@@ -1753,7 +1752,6 @@ mod tests {
         let s = open();
         assert_eq!(rack_of(&s).as_deref(), Some("r2"), "after a restart");
         drop(s);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The live devices kept equal those counted afresh over the nodes.
@@ -1769,10 +1767,7 @@ mod tests {
     /// restart's read-back (a stand-in's devices cleared), it equals the count made afresh.
     #[test]
     fn hb_the_live_devices_kept_equal_those_counted_afresh() {
-        let dir =
-            std::env::temp_dir().join(format!("hetsched-hb-live-devices-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = ScratchDir::new("nodes", "live-devices");
         let config = ServerConfig {
             data_dir: dir.clone(),
             ..Default::default()
@@ -1872,6 +1867,5 @@ mod tests {
         restored.set_alive(0, false);
         assert_eq!(same(&restored, "a death after a read-back"), 0);
         drop(s);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

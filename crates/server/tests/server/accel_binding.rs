@@ -27,15 +27,13 @@ fn open(name: &str, binding: BindingKind) -> (State, Scratch) {
 
 /// [`open`] with `config` (its data directory set here).
 fn open_with(name: &str, config: ServerConfig) -> (State, Scratch) {
-    let d = std::env::temp_dir().join(format!("hetsched-accel-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
+    let d = Scratch::new("accel", name);
     let config = ServerConfig {
         data_dir: d.clone(),
         ..config
     };
     let s = State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
-    (s, Scratch(d))
+    (s, d)
 }
 
 /// Registers a node; `gpus` devices of `speed` make it an ANode (its service on port 7000 + id).

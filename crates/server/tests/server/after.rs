@@ -64,7 +64,7 @@ fn jobs_of(s: &State, tasks: &[(u64, u32)]) -> Vec<u64> {
 #[test]
 fn a_job_after_another_waits_until_it_completes_then_runs() {
     let d = common::scratch("after", "waits");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 8);
     let first = submit(&mut s, 2, &[]).expect("submit");
     let second = submit(&mut s, 3, &[first]).expect("submit after");
@@ -92,7 +92,7 @@ fn a_job_after_another_waits_until_it_completes_then_runs() {
 #[test]
 fn when_a_job_fails_every_job_waiting_on_it_is_cancelled_naming_it() {
     let d = common::scratch("after", "fails");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 4);
     let first = submit(&mut s, 1, &[]).expect("submit");
     let second = submit(&mut s, 2, &[first]).expect("after the first");
@@ -139,7 +139,7 @@ fn when_a_job_fails_every_job_waiting_on_it_is_cancelled_naming_it() {
 #[test]
 fn a_job_after_any_runs_once_the_others_ended_however_and_is_not_cancelled_by_a_failure() {
     let d = common::scratch("after", "any");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 4);
     let failing = submit(&mut s, 1, &[]).expect("submit");
     let fine = submit(&mut s, 1, &[]).expect("submit");
@@ -170,7 +170,7 @@ fn a_job_after_any_runs_once_the_others_ended_however_and_is_not_cancelled_by_a_
 #[test]
 fn a_resubmitted_job_makes_the_jobs_after_it_wait_for_its_new_end_as_a_restart_would() {
     let d = common::scratch("after", "resubmitted");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 1);
     let failing = submit(&mut s, 1, &[]).expect("submit");
     let sent = n.beat(&mut s, &[]);
@@ -187,7 +187,7 @@ fn a_resubmitted_job_makes_the_jobs_after_it_wait_for_its_new_end_as_a_restart_w
     assert!(s.job(gather).expect("job").waiting, "waits again");
     // A restart derives the same from the jobs' states.
     drop(s);
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     assert!(
         s.job(gather).expect("job").waiting,
         "waits after a restart too"
@@ -209,12 +209,12 @@ fn a_resubmitted_job_makes_the_jobs_after_it_wait_for_its_new_end_as_a_restart_w
 fn a_job_failed_by_the_dead_node_check_cancels_its_waiters_in_the_same_event() {
     let d = common::scratch("after", "dead");
     let config = ServerConfig {
-        data_dir: d.0.clone(),
+        data_dir: d.to_path_buf(),
         max_attempts: 1,
         ..Default::default()
     };
     let mut s =
-        State::open(&config, Store::open(&d.0.join("state.db")).expect("store")).expect("state");
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
     let mut n = Agent::new(&mut s, 1);
     let first = submit(&mut s, 1, &[]).expect("submit");
     let second = submit(&mut s, 1, &[first]).expect("after");
@@ -233,7 +233,7 @@ fn a_job_failed_by_the_dead_node_check_cancels_its_waiters_in_the_same_event() {
 #[test]
 fn a_user_cancelling_the_first_job_cancels_the_job_after_it() {
     let d = common::scratch("after", "cancel");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let first = submit(&mut s, 1, &[]).expect("submit");
     let second = submit(&mut s, 1, &[first]).expect("after");
     s.on_cancel(first).expect("cancel");
@@ -255,7 +255,7 @@ fn a_user_cancelling_the_first_job_cancels_the_job_after_it() {
 fn a_restarted_server_keeps_waiting_jobs_waiting_and_released_ones_queued() {
     let d = common::scratch("after", "restart");
     let mut running = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let first = submit(&mut s, 1, &[]).expect("submit");
         let second = submit(&mut s, 3, &[first]).expect("after the first");
         submit(&mut s, 1, &[second]).expect("after the second");
@@ -270,7 +270,7 @@ fn a_restarted_server_keeps_waiting_jobs_waiting_and_released_ones_queued() {
         assert!(s.job(3).expect("job").waiting);
         n.running
     }; // the server dies; its agent runs on
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     assert!(
         !s.job(2).expect("job").waiting,
         "its first job completed before the restart"
@@ -295,7 +295,7 @@ fn a_restarted_server_keeps_waiting_jobs_waiting_and_released_ones_queued() {
 #[test]
 fn after_names_earlier_jobs_and_at_most_sixty_four() {
     let d = common::scratch("after", "refused");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let first = submit(&mut s, 1, &[]).expect("submit");
     let e = submit(&mut s, 1, &[first, 99]).expect_err("no job 99");
     assert!(e.contains("--after: no job 99"), "{e}");
@@ -318,7 +318,7 @@ fn after_names_earlier_jobs_and_at_most_sixty_four() {
 fn a_held_job_dispatches_nothing_new_until_released_and_a_restart_keeps_it_held() {
     let d = common::scratch("after", "hold");
     let (job, running) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let mut n = Agent::new(&mut s, 2);
         let job = submit(&mut s, 6, &[]).expect("submit");
         let sent = n.beat(&mut s, &[]);
@@ -335,7 +335,7 @@ fn a_held_job_dispatches_nothing_new_until_released_and_a_restart_keeps_it_held(
         assert!(more.is_empty(), "a freed core takes nothing of a held job");
         (job, n.running.clone())
     }; // the server dies with the job held
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     assert!(s.job(job).expect("job").held, "the hold is stored");
     let mut n = Agent::new(&mut s, 2);
     n.running = running;
@@ -377,7 +377,7 @@ fn a_held_job_dispatches_nothing_new_until_released_and_a_restart_keeps_it_held(
 #[test]
 fn a_task_that_fails_and_retries_while_its_job_is_held_waits_for_the_release() {
     let d = common::scratch("after", "hold-retry");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 1);
     let job = s
         .on_submit(Submission {
@@ -438,7 +438,7 @@ fn a_deferred_job_dispatches_nothing_before_its_begin_time_and_runs_once_it_came
     let d = common::scratch("after", "begin");
     let begin = now_ms() + 3_000;
     let job = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let mut n = Agent::new(&mut s, 4);
         let job = submit_begin(&mut s, 2, &[], begin).expect("submit");
         let info = s.job(job).expect("job");
@@ -461,7 +461,7 @@ fn a_deferred_job_dispatches_nothing_before_its_begin_time_and_runs_once_it_came
         assert!(n.beat(&mut s, &[]).is_empty());
         job
     }; // the server dies before the begin time
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 4);
     let info = s.job(job).expect("job");
     assert!(info.deferred, "the begin time is stored");
@@ -485,7 +485,7 @@ fn a_deferred_job_dispatches_nothing_before_its_begin_time_and_runs_once_it_came
 #[test]
 fn update_begin_defers_the_pending_tasks_and_now_releases_them_but_not_a_hold() {
     let d = common::scratch("after", "update-begin");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 1);
     let job = submit(&mut s, 4, &[]).expect("submit");
     let sent = n.beat(&mut s, &[]);
@@ -537,7 +537,7 @@ fn update_begin_defers_the_pending_tasks_and_now_releases_them_but_not_a_hold() 
 #[test]
 fn a_deferred_job_after_a_job_that_fails_is_cancelled_at_once_not_at_its_begin_time() {
     let d = common::scratch("after", "begin-after");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 2);
     let first = submit(&mut s, 1, &[]).expect("submit");
     let second = submit_begin(&mut s, 1, &[first], now_ms() + 3_600_000).expect("deferred");
@@ -572,7 +572,7 @@ fn submit_after_notok(s: &mut State, tasks: u32, after_notok: &[u64]) -> Result<
 fn a_job_after_a_failure_runs_when_it_fails_and_is_cancelled_when_it_completes() {
     let d = common::scratch("after", "notok");
     let (failing, handler, spare) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let mut n = Agent::new(&mut s, 4);
         let failing = submit(&mut s, 1, &[]).expect("submit");
         let succeeding = submit(&mut s, 1, &[]).expect("submit");
@@ -620,7 +620,7 @@ fn a_job_after_a_failure_runs_when_it_fails_and_is_cancelled_when_it_completes()
         (failing, handler, spare)
     };
     // A restart reads the handler as released (its job failed), and the spare cancelled.
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     assert!(!s.job(handler).expect("job").waiting);
     assert_eq!(s.job(spare).expect("job").state, "cancelled");
     // The failed job purged: a restart still reads the handler as released.
@@ -630,7 +630,7 @@ fn a_job_after_a_failure_runs_when_it_fails_and_is_cancelled_when_it_completes()
     })
     .expect("purge");
     drop(s);
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     assert!(!s.job(handler).expect("job").waiting);
     let mut n = Agent::new(&mut s, 4);
     let sent = n.beat(&mut s, &[]);
@@ -696,7 +696,7 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
     use hetsched_server::jobs::divisible::ChunkResult;
     let d = common::scratch("after", "other-kinds");
     let (divisible, [ok, any, notok]) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let mut n = Agent::new(&mut s, 8);
         let divisible = submit_divisible(&mut s, Submission::default()).expect("divisible job");
         let ok = submit_after_all(&mut s, 2, &[divisible], &[], &[]).expect("after");
@@ -714,7 +714,7 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
         (divisible, [ok, any, notok])
     };
     // A restart: they still wait.
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 8);
     for j in [ok, any, notok] {
         assert!(s.job(j).expect("job").waiting, "job {j} still waits");
@@ -727,7 +727,7 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
         }
         for (_, chunk) in ask_chunks(&mut s, "w") {
             assert!(s.job(ok).expect("job").waiting, "waits while chunks run");
-            let out = d.0.join(format!("chunk-{chunk}.out"));
+            let out = d.join(format!("chunk-{chunk}.out"));
             std::fs::write(&out, b"x\n").expect("output");
             let done = ChunkResult {
                 job_id: divisible,
@@ -802,7 +802,7 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
         assert!(s.job(j).expect("job").waiting, "job {j} waits again");
     }
     drop(s);
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 8);
     for j in [any, notok] {
         assert!(
@@ -853,7 +853,7 @@ fn submit_workflow(s: &mut State, instances: u32, sub: Submission) -> Result<u64
 fn a_workflow_waits_for_the_jobs_it_runs_after_its_release_and_its_begin_time() {
     let d = common::scratch("after", "workflows-wait");
     let (batch, after, notok, held, post) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let batch = submit(&mut s, 1, &[]).expect("batch job");
         let after = submit_workflow(
             &mut s,
@@ -901,7 +901,7 @@ fn a_workflow_waits_for_the_jobs_it_runs_after_its_release_and_its_begin_time() 
         (batch, after, notok, held, post)
     };
     // After a restart they still wait; only the batch job runs.
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 8);
     assert!(s.job(after).expect("job").waiting);
     let all = [batch, after, notok, held, post];
@@ -957,7 +957,7 @@ fn a_workflow_waits_for_the_jobs_it_runs_after_its_release_and_its_begin_time() 
     assert_eq!(jobs_among(&s, &later, &[deferred]), vec![deferred]);
     // The cancelled one says why after a restart too.
     drop(s);
-    let s = open(&d.0);
+    let s = open(&d);
     assert_eq!(first_message(&s, notok), why);
     assert_eq!(s.job(notok).expect("job").state, "cancelled");
 }
@@ -1004,7 +1004,7 @@ fn submit_divisible(s: &mut State, sub: Submission) -> Result<u64, String> {
 fn a_divisible_job_hands_out_no_chunk_before_what_it_waits_for_allows() {
     let d = common::scratch("after", "divisible-waits");
     let (batch, after, notok, held) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let batch = submit(&mut s, 1, &[]).expect("batch job");
         let after = submit_divisible(
             &mut s,
@@ -1043,7 +1043,7 @@ fn a_divisible_job_hands_out_no_chunk_before_what_it_waits_for_allows() {
         assert!(ask_chunks(&mut s, "w").is_empty(), "nothing before its end");
         (batch, after, notok, held)
     };
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     assert!(ask_chunks(&mut s, "w").is_empty(), "nor after a restart");
     assert!(s.job(after).expect("job").waiting);
     let mut n = Agent::new(&mut s, 2);
@@ -1084,7 +1084,7 @@ fn a_divisible_job_hands_out_no_chunk_before_what_it_waits_for_allows() {
     .expect("update --begin now");
     assert_eq!(s.job(held).expect("job").state, "running");
     drop(s);
-    let s = open(&d.0);
+    let s = open(&d);
     assert_eq!(
         s.job(held).expect("job").state,
         "running",
@@ -1101,7 +1101,7 @@ fn a_divisible_job_hands_out_no_chunk_before_what_it_waits_for_allows() {
 fn instances_cancelled_before_their_workflow_starts_stay_cancelled_and_never_run() {
     let d = common::scratch("after", "workflow-cancelled-before-start");
     let (batch, some, all) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let batch = submit(&mut s, 1, &[]).expect("batch job");
         let some = submit_workflow(
             &mut s,
@@ -1132,7 +1132,7 @@ fn instances_cancelled_before_their_workflow_starts_stay_cancelled_and_never_run
         assert!(!ended.waiting, "every instance ended: {ended:?}");
         (batch, some, all)
     };
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let states = |s: &State, job: u64| -> Vec<(String, String)> {
         s.tasks(job)
             .expect("tasks")
@@ -1171,7 +1171,7 @@ fn instances_cancelled_before_their_workflow_starts_stay_cancelled_and_never_run
 #[test]
 fn a_retry_of_a_job_deferred_while_all_its_tasks_ran_waits_for_the_begin_time() {
     let d = common::scratch("after", "deferred-while-running");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let job = s
         .on_submit(Submission {
             origin: "job.toml".into(),
@@ -1204,7 +1204,7 @@ fn a_retry_of_a_job_deferred_while_all_its_tasks_ran_waits_for_the_begin_time() 
 #[test]
 fn singleton_jobs_of_one_name_run_one_at_a_time_whatever_their_kind() {
     let d = common::scratch("after", "singleton");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let named = |name: &str, singleton: bool| Submission {
         name: name.into(),
         singleton,
@@ -1263,7 +1263,7 @@ fn singleton_jobs_of_one_name_run_one_at_a_time_whatever_their_kind() {
         .job_id;
     assert_eq!(s.job(from_file).expect("job").after_any, vec![given]);
     drop(s);
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 8);
     let jobs = [first, second, third, other, given, from_file];
     let sent = n.beat(&mut s, &[]);
@@ -1287,7 +1287,7 @@ fn singleton_jobs_of_one_name_run_one_at_a_time_whatever_their_kind() {
 fn a_job_after_the_start_of_another_runs_beside_it() {
     let d = common::scratch("after", "after-start");
     let (server, client) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let server = s
             .on_submit(Submission {
                 origin: "server.toml".into(),
@@ -1317,7 +1317,7 @@ fn a_job_after_the_start_of_another_runs_beside_it() {
         );
         (server, client)
     };
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let mut n = Agent::new(&mut s, 8);
     let jobs = [server, client];
     assert!(n.beat(&mut s, &[]).is_empty(), "the server job is held");

@@ -70,7 +70,7 @@ fn task(n: &Agent, s: &State, jobs: &[u64], app: &str, index: u32) -> (u64, u32)
 fn each_task_runs_once_its_correspondent_succeeded_and_is_cancelled_when_it_failed() {
     let d = common::scratch("after-corr", "pipeline");
     let (prep, sim, mut n) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let prep = submit(&mut s, "prep", "1-3", Submission::default()).expect("prep");
         let sim = submit(&mut s, "sim", "1-3", after_corr(&[prep])).expect("sim");
         let info = s.job(sim).expect("job");
@@ -109,7 +109,7 @@ fn each_task_runs_once_its_correspondent_succeeded_and_is_cancelled_when_it_fail
         (prep, sim, n)
     };
     // A restart: sim[3] still waits for prep[3], which still runs.
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     n.node = register(&mut s, "n", 8);
     let jobs = [prep, sim];
     assert!(
@@ -138,7 +138,7 @@ fn each_task_runs_once_its_correspondent_succeeded_and_is_cancelled_when_it_fail
 #[test]
 fn a_held_job_after_corr_waits_for_its_release_and_its_correspondents_both() {
     let d = common::scratch("after-corr", "held");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let prep = submit(&mut s, "prep", "0-1", Submission::default()).expect("prep");
     let sim = submit(
         &mut s,
@@ -175,7 +175,7 @@ fn a_held_job_after_corr_waits_for_its_release_and_its_correspondents_both() {
 #[test]
 fn after_corr_names_batch_jobs_with_every_index_of_the_new_job() {
     let d = common::scratch("after-corr", "refused");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let prep = submit(&mut s, "prep", "0-2", Submission::default()).expect("prep");
     let e = submit(&mut s, "sim", "0-4", after_corr(&[prep])).expect_err("missing indices");
     assert!(
@@ -222,7 +222,7 @@ fn after_corr_names_batch_jobs_with_every_index_of_the_new_job() {
 fn a_task_whose_correspondent_failed_before_the_submission_is_cancelled_for_good() {
     let d = common::scratch("after-corr", "failed-before");
     {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let prep = submit(&mut s, "prep", "0-1", Submission::default()).expect("prep");
         let mut n = Agent::new(&mut s, 8);
         let sent = n.beat(&mut s, &[]);
@@ -236,7 +236,7 @@ fn a_task_whose_correspondent_failed_before_the_submission_is_cancelled_for_good
         let sim = submit(&mut s, "sim", "0-1", after_corr(&[prep])).expect("sim");
         assert_eq!(s.job(sim).expect("job").counts.expect("c").cancelled, 1);
     }
-    let s = open(&d.0);
+    let s = open(&d);
     let counts = s.job(2).expect("job").counts.expect("counts");
     assert_eq!(
         (counts.cancelled, counts.pending),
@@ -252,7 +252,7 @@ fn a_task_whose_correspondent_failed_before_the_submission_is_cancelled_for_good
 #[test]
 fn resubmitting_a_task_whose_correspondent_still_failed_says_it_was_cancelled_again() {
     let d = common::scratch("after-corr", "resubmit-again");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let prep = submit(&mut s, "prep", "0-1", Submission::default()).expect("prep");
     let sim = submit(&mut s, "sim", "0-1", after_corr(&[prep])).expect("sim");
     let mut n = Agent::new(&mut s, 8);
@@ -286,7 +286,7 @@ fn resubmitting_a_task_whose_correspondent_still_failed_says_it_was_cancelled_ag
 fn a_job_that_finished_before_a_restart_can_be_named() {
     let d = common::scratch("after-corr", "restart");
     let prep = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         let prep = submit(&mut s, "prep", "0-2", Submission::default()).expect("prep");
         let mut n = Agent::new(&mut s, 8);
         let sent = n.beat(&mut s, &[]);
@@ -295,7 +295,7 @@ fn a_job_that_finished_before_a_restart_can_be_named() {
         assert_eq!(s.job(prep).expect("job").state, "completed");
         prep
     };
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let e = submit(&mut s, "sim", "0-3", after_corr(&[prep])).expect_err("index 3");
     assert!(
         e.contains(&format!(

@@ -32,7 +32,7 @@ fn a_task_longer_than_an_allocation_leaves_its_agents_brings_no_allocation() {
         toml::from_str("name = \"q1\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n").expect("q");
     assert_eq!(queue.time_for_tasks().as_secs(), 8 * 60 + 20);
     let config = ServerConfig {
-        data_dir: dir.0.clone(),
+        data_dir: dir.to_path_buf(),
         allocation: vec![queue.clone()],
         ..Default::default()
     };

@@ -36,9 +36,9 @@ async fn answers(data_dir: &Path, token: &str) -> bool {
 async fn a_restored_server_answers_the_tokens_it_answered_when_backed_up() {
     let scratch = common::scratch("backup", "tokens");
     let (old, moved, taken) = (
-        scratch.0.join("old"),
-        scratch.0.join("new-machine"),
-        scratch.0.join("taken"),
+        scratch.join("old"),
+        scratch.join("new-machine"),
+        scratch.join("taken"),
     );
     let (server, channel) = common::serve(ServerConfig {
         data_dir: old.clone(),
@@ -56,7 +56,7 @@ async fn a_restored_server_answers_the_tokens_it_answered_when_backed_up() {
         .into_inner()
         .token;
     server.stop().await.expect("stops");
-    let file = scratch.0.join("backup.db");
+    let file = scratch.join("backup.db");
     let b = backup(&old, &file).expect("backup");
     for name in ["token", "agent-token", "offload-secret"] {
         assert!(b.files.iter().any(|f| f == name), "{name}: {:?}", b.files);

@@ -3,6 +3,7 @@
 //! a reply stays under its size cap and the rest follows on the next beats.
 
 use crate::common;
+use crate::common::Scratch;
 
 use common::{IDENTITY, heartbeat_request};
 use hetsched_proto as pb;
@@ -12,14 +13,11 @@ use hetsched_server::state::{REPLY_BUDGET, State};
 use hetsched_server::store::Store;
 use prost::Message;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 
-fn open(name: &str) -> (State, PathBuf) {
-    let d = std::env::temp_dir().join(format!("hetsched-bounds-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
+fn open(name: &str) -> (State, Scratch) {
+    let d = Scratch::new("bounds", name);
     let config = ServerConfig {
-        data_dir: d.clone(),
+        data_dir: d.to_path_buf(),
         ..Default::default()
     };
     let s = State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
@@ -489,9 +487,7 @@ fn the_clusters_resources_in_all_are_bounded_at_registration() {
 /// shown with, and refuses the node that would pass, naming the sum.
 #[test]
 fn the_devices_the_binding_may_show_in_all_are_bounded_at_registration() {
-    let d = std::env::temp_dir().join(format!("hetsched-bounds-reach-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
+    let d = Scratch::new("bounds", "reach");
     let config = ServerConfig {
         data_dir: d.clone(),
         binding: hetsched_server::config::BindingKind::Container,

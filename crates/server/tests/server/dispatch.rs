@@ -18,15 +18,13 @@ const IDENTITY: &str = "dispatch-test-agent";
 use crate::common::Scratch;
 
 fn open(name: &str) -> (Scratch, State) {
-    let d = std::env::temp_dir().join(format!("hetsched-dispatch-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
+    let d = Scratch::new("dispatch", name);
     let config = ServerConfig {
         data_dir: d.clone(),
         ..Default::default()
     };
     let s = State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
-    (Scratch(d), s)
+    (d, s)
 }
 
 fn report(node: u32, running: Vec<RunningTask>, results: Vec<TaskResult>) -> HeartbeatReport {

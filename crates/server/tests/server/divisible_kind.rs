@@ -124,10 +124,7 @@ fn chunks(s: &State, id: u64) -> Vec<(u64, String)> {
 
 #[test]
 fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_restart() {
-    let d = std::env::temp_dir().join(format!("hetsched-divkind-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    let _scratch = Scratch(d.clone());
+    let d = Scratch::new("divisible-kind", "job");
     let mut s = open(&d);
     let sub = || Submission {
         origin: "rows.toml".into(),
@@ -202,10 +199,7 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
 fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_have_it() {
     use hetsched_proto as pb;
     use hetsched_server::convert::Wire;
-    let d = std::env::temp_dir().join(format!("hetsched-divreq-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    let _scratch = Scratch(d.clone());
+    let d = Scratch::new("divisible-kind", "requirements");
     let mut s = open(&d);
     let register = |s: &mut State, name: &str, attributes: &[&str]| {
         s.register(pb::RegisterRequest {
@@ -302,10 +296,7 @@ fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_ha
 /// gets chunks again.
 #[test]
 fn a_drained_node_gets_no_new_chunk_and_finishes_the_one_it_holds() {
-    let d = std::env::temp_dir().join(format!("hetsched-divdrain-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    let _scratch = Scratch(d.clone());
+    let d = Scratch::new("divisible-kind", "drain");
     let mut s = open(&d);
     join_agents(&mut s, &["a", "b"]);
     s.on_drain("a", true).expect("drain");
@@ -443,7 +434,7 @@ fn no_room(id: u64, chunk: u64) -> ChunkResult {
 #[test]
 fn a_chunk_whose_input_finds_no_room_is_lost_for_the_nodes_disk_and_goes_elsewhere() {
     let d = crate::common::scratch("divisible-kind", "no-room");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     join_agents(&mut s, &["a", "b"]);
     let id = s.on_submit(with_input()).expect("submitted").job_id;
     let first = ask_short(&mut s, "a", false);
@@ -461,7 +452,7 @@ fn a_chunk_whose_input_finds_no_room_is_lost_for_the_nodes_disk_and_goes_elsewhe
     );
     assert_eq!(chunks(&s, id), vec![(0, "lost".to_string())]);
     // Short, a gets nothing; b gets every chunk, chunk 0's units among them.
-    let jd = d.0.join("divisible").join(format!("job-{id}"));
+    let jd = d.join("divisible").join(format!("job-{id}"));
     for _ in 0..200 {
         assert!(
             ask_short(&mut s, "a", true).is_empty(),
@@ -515,7 +506,7 @@ fn a_chunk_whose_input_finds_no_room_is_lost_for_the_nodes_disk_and_goes_elsewhe
 #[test]
 fn a_unit_whose_input_finds_no_room_three_times_fails_the_job_saying_so() {
     let d = crate::common::scratch("divisible-kind", "no-room-thrice");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     join_agents(&mut s, &["a"]);
     let id = s.on_submit(with_input()).expect("submitted").job_id;
     for n in 0..3 {
@@ -543,10 +534,7 @@ fn an_agent_with_less_time_left_than_the_chunks_time_limit_gets_none() {
     use hetsched_proto as pb;
     use hetsched_server::convert::Wire;
     use hetsched_server::state::types::HeartbeatReport;
-    let d = std::env::temp_dir().join(format!("hetsched-divkind-left-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    let _scratch = Scratch(d.clone());
+    let d = Scratch::new("divisible-kind", "left");
     let mut s = open(&d);
     let join = |s: &mut State, name: &str, left: Option<u64>| {
         let id = s
@@ -772,7 +760,7 @@ fn the_first_core_tasks_free_goes_to_a_chunk_short_of_its_core() {
 #[test]
 fn an_agent_that_cannot_hold_one_unit_takes_no_chunk_and_a_job_none_can_hold_is_refused() {
     let d = crate::common::scratch("divisible-kind", "unit-memory");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     join_agents(&mut s, &["small", "big"]);
     let big = |s: &mut State| ask_with(s, "big", 8 << 30).expect("asked");
     assert!(big(&mut s).is_empty(), "no job yet");
@@ -848,7 +836,7 @@ fn ask_holding(
 fn chunks_out_at_a_restart_that_their_agents_no_longer_list_are_lost_at_their_first_ask() {
     let d = crate::common::scratch("divisible-kind", "restart-lost");
     let id = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         join_agents(&mut s, &["a", "b"]);
         let id = s.on_submit(rows()).expect("submitted").job_id;
         // Calibration goes a, b, a, b.
@@ -858,7 +846,7 @@ fn chunks_out_at_a_restart_that_their_agents_no_longer_list_are_lost_at_their_fi
         assert_eq!(ask_holding(&mut s, "a", "a-1", &[(id, 0)]), vec![(id, 2)]);
         id
     };
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let states = |s: &State| chunks(s, id).into_iter().take(3).collect::<Vec<_>>();
     assert_eq!(
         states(&s),
@@ -887,7 +875,7 @@ fn chunks_out_at_a_restart_that_their_agents_no_longer_list_are_lost_at_their_fi
 fn chunks_never_delivered_across_server_restarts_count_no_loss() {
     let d = crate::common::scratch("divisible-kind", "undelivered");
     let id = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         join_agents(&mut s, &["a"]);
         let id = s.on_submit(rows()).expect("submitted").job_id;
         assert_eq!(ask_holding(&mut s, "a", "a-1", &[]), vec![(id, 0)]);
@@ -896,7 +884,7 @@ fn chunks_never_delivered_across_server_restarts_count_no_loss() {
     // Four times: the reply dies with the server; the same process asks again, holding nothing,
     // and gets the units again (the lowest go out first).
     for round in 1..=4u64 {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         assert_eq!(
             ask_holding(&mut s, "a", "a-1", &[]),
             vec![(id, round)],
@@ -907,7 +895,7 @@ fn chunks_never_delivered_across_server_restarts_count_no_loss() {
         assert_eq!(j.state, "running", "round {round}: {}", div.message);
         assert_eq!(div.chunks[round as usize].start, 0, "unit 0 goes out again");
     }
-    let s = open(&d.0);
+    let s = open(&d);
     let states: Vec<String> = chunks(&s, id).into_iter().map(|(_, st)| st).collect();
     assert_eq!(
         states,
@@ -937,7 +925,7 @@ async fn an_ask_held_while_a_chunk_is_in_its_grace_is_looked_at_again_when_the_g
     use std::time::{Duration, Instant};
     let d = crate::common::scratch("divisible-kind", "grace-held");
     let (server, channel) = crate::common::serve(ServerConfig {
-        data_dir: d.0.clone(),
+        data_dir: d.to_path_buf(),
         // b, silent after its one call, stays in the plan throughout.
         dead_timeout: hetsched_core::input::Duration(60_000_000_000),
         ..Default::default()
@@ -1037,7 +1025,7 @@ fn a_units_failures_before_a_restart_count_against_its_retries_after_it() {
         ..rows()
     };
     let id = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         join_agents(&mut s, &["a"]);
         let id = s.on_submit(with_retries).expect("submitted").job_id;
         assert_eq!(ask(&mut s, "a").expect("asked"), vec![(id, 0)]);
@@ -1049,7 +1037,7 @@ fn a_units_failures_before_a_restart_count_against_its_retries_after_it() {
         );
         id
     };
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let (start, end) = {
         let j = s.get_job(id).expect("job");
         let c = &j.divisible.expect("divisible").chunks[0];
@@ -1086,7 +1074,7 @@ fn a_units_failures_before_a_restart_count_against_its_retries_after_it() {
 #[test]
 fn a_cancelled_jobs_unit_that_ran_and_failed_stays_failed() {
     let d = crate::common::scratch("divisible-kind", "cancel-after-failure");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     join_agents(&mut s, &["a"]);
     let id = s
         .on_submit(Submission {
@@ -1164,7 +1152,7 @@ fn a_unit_lost_with_its_agent_three_times_fails_the_job_across_a_server_restart(
     // Agent `a`'s process `n` asks holding nothing: the chunks it gets.
     let restarted = |s: &mut State, n: u32| ask_holding(s, "a", &format!("a-{n}"), &[]);
     let id = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         join_agents(&mut s, &["a"]);
         let id = s.on_submit(rows()).expect("submitted").job_id;
         assert_eq!(restarted(&mut s, 1), vec![(id, 0)]);
@@ -1178,7 +1166,7 @@ fn a_unit_lost_with_its_agent_three_times_fails_the_job_across_a_server_restart(
         id
     };
     // After a server restart, the agent restarts once more: unit 0's third loss.
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     let (start, end) = {
         let j = s.get_job(id).expect("job");
         let c = &j.divisible.expect("divisible").chunks[2];
@@ -1214,7 +1202,7 @@ fn a_restart_rebuilds_the_workers_estimates_from_chunks_in_the_order_they_ended(
             .collect()
     };
     let (id, before) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         join_agents(&mut s, &["a"]);
         let id = s.on_submit(rows()).expect("submitted").job_id;
         // Up to two chunks out at once (the calibration's are two), reported in reverse number
@@ -1233,10 +1221,10 @@ fn a_restart_rebuilds_the_workers_estimates_from_chunks_in_the_order_they_ended(
                     .chunks[chunk as usize]
                     .clone();
                 let units = c.end - c.start;
-                let tmp =
-                    d.0.join("divisible")
-                        .join(format!("job-{job}"))
-                        .join(format!("chunk-{chunk}.part"));
+                let tmp = d
+                    .join("divisible")
+                    .join(format!("job-{job}"))
+                    .join(format!("chunk-{chunk}.part"));
                 std::fs::write(&tmp, b"x\n").expect("output");
                 let result = ChunkResult {
                     job_id: job,
@@ -1253,7 +1241,7 @@ fn a_restart_rebuilds_the_workers_estimates_from_chunks_in_the_order_they_ended(
         assert!(reported >= 3, "{reported}");
         (id, estimates(&s, id))
     };
-    let s = open(&d.0);
+    let s = open(&d);
     assert_eq!(
         estimates(&s, id),
         before,
@@ -1281,7 +1269,7 @@ fn listed_workers(s: &State, id: u64) -> Vec<(String, u64, u64, u32)> {
 fn a_restart_lists_a_divisible_jobs_workers_as_before_it_chunk_or_none() {
     let d = crate::common::scratch("divisible-kind", "workers-restart");
     let (id, before) = {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         join_agents(&mut s, &["a", "b", "c"]);
         let sub = Submission {
             text: format!("{JOB}memory_per_unit = \"4KiB\"\n"),
@@ -1309,7 +1297,7 @@ fn a_restart_lists_a_divisible_jobs_workers_as_before_it_chunk_or_none() {
             .expect("b asks");
         assert!(full.orders.is_empty(), "b has no room");
         for (job, chunk) in got {
-            assert!(chunk_done(&mut s, &d.0, job, chunk));
+            assert!(chunk_done(&mut s, &d, job, chunk));
         }
         let before = listed_workers(&s, id);
         let names: Vec<&str> = before.iter().map(|w| w.0.as_str()).collect();
@@ -1317,7 +1305,7 @@ fn a_restart_lists_a_divisible_jobs_workers_as_before_it_chunk_or_none() {
         assert!(before.iter().all(|w| w.1 == (1 << 30) / 4096), "{before:?}");
         (id, before)
     };
-    let s = open(&d.0);
+    let s = open(&d);
     assert_eq!(
         listed_workers(&s, id),
         before,
@@ -1333,7 +1321,7 @@ fn a_restart_lists_a_divisible_jobs_workers_as_before_it_chunk_or_none() {
 #[test]
 fn a_node_declared_dead_gets_no_chunk_until_a_heartbeat_brings_it_back() {
     let d = crate::common::scratch("divisible-kind", "dead-node");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     join_agents(&mut s, &["a", "b"]);
     let (a, b) = (0, 1);
     std::thread::sleep(crate::common::SILENCE);
@@ -1365,7 +1353,7 @@ fn a_node_declared_dead_gets_no_chunk_until_a_heartbeat_brings_it_back() {
     // Its heartbeat brings it back: it is a worker again.
     crate::common::beat(&mut s, a, &[], &[]);
     assert!(
-        gets_a_chunk(&mut s, &d.0, id, "a", "b"),
+        gets_a_chunk(&mut s, &d, id, "a", "b"),
         "back, a gets chunks again: {:?}",
         chunks(&s, id)
     );
@@ -1399,11 +1387,11 @@ fn gets_a_chunk(s: &mut State, d: &Path, id: u64, name: &str, other: &str) -> bo
 fn a_node_kept_out_at_a_restart_gets_no_chunk_until_its_agent_registers_again() {
     let d = crate::common::scratch("divisible-kind", "kept-out");
     {
-        let mut s = open(&d.0);
+        let mut s = open(&d);
         join_agents(&mut s, &["big", "ok"]);
     }
-    crate::common::store_memory_past_the_bound(&d.0, &["big"]);
-    let mut s = open(&d.0);
+    crate::common::store_memory_past_the_bound(&d, &["big"]);
+    let mut s = open(&d);
     let id = s.on_submit(rows()).expect("submitted").job_id;
     let refused = ask(&mut s, "big").expect_err("a kept-out node's agent is refused");
     assert!(
@@ -1418,7 +1406,7 @@ fn a_node_kept_out_at_a_restart_gets_no_chunk_until_its_agent_registers_again() 
     // Its agent registers again, within bounds: its asks are heard.
     join_agents_again(&mut s, "big");
     assert!(
-        gets_a_chunk(&mut s, &d.0, id, "big", "ok"),
+        gets_a_chunk(&mut s, &d, id, "big", "ok"),
         "registered again, big gets chunks: {:?}",
         chunks(&s, id)
     );
@@ -1444,7 +1432,7 @@ fn join_agents_again(s: &mut State, name: &str) {
 #[test]
 fn a_node_asked_to_stop_gets_no_new_chunk() {
     let d = crate::common::scratch("divisible-kind", "stop");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     join_agents(&mut s, &["a", "b"]);
     s.on_stop_node("a", true).expect("stop");
     let id = s.on_submit(rows()).expect("submitted").job_id;
@@ -1461,10 +1449,10 @@ fn a_node_asked_to_stop_gets_no_new_chunk() {
 fn a_divisible_jobs_stored_input_and_output_are_private() {
     use std::os::unix::fs::PermissionsExt;
     let d = crate::common::scratch("divisible-kind", "private");
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     join_agents(&mut s, &["a"]);
     let id = s.on_submit(with_input()).expect("submitted").job_id;
-    let jd = d.0.join("divisible").join(format!("job-{id}"));
+    let jd = d.join("divisible").join(format!("job-{id}"));
     for _ in 0..200 {
         for (_, chunk) in ask_short(&mut s, "a", false) {
             let tmp = jd.join(format!("chunk-{chunk}.part"));

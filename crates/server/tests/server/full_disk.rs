@@ -6,6 +6,7 @@
 //! allowed; otherwise the test says why it skipped).
 
 use crate::common;
+use crate::common::Scratch;
 
 use common::{IDENTITY, heartbeat_request};
 use hetsched_proto as pb;
@@ -120,22 +121,20 @@ fn s_states_after_restart(dir: &Path) -> Vec<(String, u32)> {
 
 #[test]
 fn a_simulated_full_disk_pauses_dispatch_and_fails_nothing() {
-    let dir = std::env::temp_dir().join(format!("hetsched-full-sim-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = Scratch::new("full-disk", "sim");
     a_full_disk_pauses_dispatch(&dir, &mut |s| s.simulate_full_disk(true), &mut |s| {
         s.simulate_full_disk(false)
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A tmpfs mounted for the test, unmounted when dropped.
+/// A tmpfs mounted for the test on a directory in its scratch directory, unmounted when dropped:
+/// before the scratch directory is removed, as it is declared after it.
 struct Tmpfs(PathBuf);
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
     }
 }
 
@@ -149,7 +148,8 @@ fn fill_up(dir: &Path) {
 
 #[test]
 fn a_real_full_disk_pauses_dispatch_and_fails_nothing() {
-    let mnt = std::env::temp_dir().join(format!("hetsched-full-tmpfs-{}", std::process::id()));
+    let scratch = Scratch::new("full-disk", "tmpfs");
+    let mnt = scratch.join("mnt");
     let _ = std::fs::create_dir_all(&mnt);
     let mounted = Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
@@ -158,7 +158,6 @@ fn a_real_full_disk_pauses_dispatch_and_fails_nothing() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        let _ = std::fs::remove_dir(&mnt);
         eprintln!(
             "skipped: cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN); \
              a_simulated_full_disk_pauses_dispatch_and_fails_nothing covers the same path"
@@ -176,7 +175,8 @@ fn a_real_full_disk_pauses_dispatch_and_fails_nothing() {
 
 #[tokio::test]
 async fn a_read_only_data_directory_is_named_once_in_the_error() {
-    let mnt = std::env::temp_dir().join(format!("hetsched-ro-{}", std::process::id()));
+    let scratch = Scratch::new("full-disk", "ro");
+    let mnt = scratch.join("mnt");
     let _ = std::fs::create_dir_all(&mnt);
     let mounted = Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
@@ -185,7 +185,6 @@ async fn a_read_only_data_directory_is_named_once_in_the_error() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        let _ = std::fs::remove_dir(&mnt);
         eprintln!("skipped: cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)");
         return;
     }
@@ -237,9 +236,7 @@ fn anyhow_like(e: &dyn std::error::Error) -> String {
 /// synced again, the agent's results — which it kept, never acknowledged — are recorded.
 #[test]
 fn a_failed_wal_sync_pauses_dispatch_until_a_write_is_synced_again() {
-    let dir = std::env::temp_dir().join(format!("hetsched-sync-fail-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = Scratch::new("full-disk", "sync-fail");
     let mut s = open(&dir);
     let n = s
         .register(pb::RegisterRequest {

@@ -19,7 +19,7 @@ const JOB: &str =
 async fn a_bidi_override_in_a_job_name_is_refused_and_in_a_task_message_comes_back_escaped() {
     let d = common::scratch("hidden", "grpc");
     let (server, channel) = common::serve(ServerConfig {
-        data_dir: d.0.clone(),
+        data_dir: d.to_path_buf(),
         ..Default::default()
     })
     .await;
@@ -109,7 +109,7 @@ async fn a_bidi_override_in_a_job_name_is_refused_and_in_a_task_message_comes_ba
 fn a_drain_reason_with_a_bidi_control_is_refused() {
     let d = common::scratch("hidden", "drain");
     let config = ServerConfig {
-        data_dir: d.0.clone(),
+        data_dir: d.to_path_buf(),
         ..Default::default()
     };
     let store = hetsched_server::store::Store::open(&d.join("state.db")).expect("store");

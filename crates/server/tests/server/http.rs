@@ -3,8 +3,10 @@
 //! one (the read-only token or the client token), unknown paths 404, and the listener closes
 //! when the server stops.
 
+use crate::common::Scratch;
 use hetsched_server::ServerConfig;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -51,10 +53,11 @@ pub(crate) async fn get_json(addr: SocketAddr, path: &str, token: &str) -> serde
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
 
-/// A server on loopback with its HTTP listener, in a fresh data directory named after `name`.
-async fn with_http(name: &str) -> (hetsched_server::ServerHandle, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("hetsched-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// A server on loopback with its HTTP listener, its data directory new in `scratch` (the test's
+/// directory, which the test holds until the server is stopped): the server and that data
+/// directory.
+async fn with_http(scratch: &Path) -> (hetsched_server::ServerHandle, PathBuf) {
+    let dir = scratch.join("data");
     let server = hetsched_server::start(ServerConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
         http_listen: Some("127.0.0.1:0".parse().expect("addr")),
@@ -80,7 +83,8 @@ fn http_listen_is_read_from_the_config_and_off_by_default() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_is_open_metrics_need_a_token_and_both_stop_with_the_server() {
-    let (server, dir) = with_http("http").await;
+    let scratch = Scratch::new("http", "metrics");
+    let (server, dir) = with_http(&scratch).await;
     let addr = server.http_addr.expect("an HTTP listener");
     let written = std::fs::read_to_string(dir.join("http-address")).expect("http-address");
     assert_eq!(written, addr.to_string());
@@ -135,12 +139,12 @@ async fn healthz_is_open_metrics_need_a_token_and_both_stop_with_the_server() {
     })
     .await;
     assert!(refused.is_ok(), "the HTTP listener closed with the server");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_trickles_its_headers_is_closed_after_the_header_timeout() {
-    let (server, dir) = with_http("http-slow").await;
+    let scratch = Scratch::new("http", "slow");
+    let (server, _) = with_http(&scratch).await;
     let addr = server.http_addr.expect("an HTTP listener");
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
@@ -162,14 +166,14 @@ async fn a_client_that_trickles_its_headers_is_closed_after_the_header_timeout()
         "no answer to a request that never ended its headers"
     );
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The JSON API refuses a malformed parameter with 400 naming it, instead of dropping it
 /// (`/api/tasks?job=abc` once listed every job's tasks).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_api_parameter_is_refused_naming_it() {
-    let (server, dir) = with_http("http-params").await;
+    let scratch = Scratch::new("http", "params");
+    let (server, dir) = with_http(&scratch).await;
     let addr = server.http_addr.expect("an HTTP listener");
     let token = std::fs::read_to_string(dir.join("token")).expect("token");
     let token = token.trim();
@@ -195,7 +199,6 @@ async fn a_malformed_api_parameter_is_refused_naming_it() {
     let (code, body) = get_status(addr, "/api/tasks?job=&limit=5", Some(token)).await;
     assert_eq!(code, 200, "{body}");
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every response of the listener — a page, JSON, a refusal that quotes the request, the 404 of
@@ -203,7 +206,8 @@ async fn a_malformed_api_parameter_is_refused_naming_it() {
 /// reads a `text/plain` refusal as a page (one layer over the router, not each handler's care).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_response_of_the_http_listener_says_nosniff() {
-    let (server, dir) = with_http("http-nosniff").await;
+    let scratch = Scratch::new("http", "nosniff");
+    let (server, dir) = with_http(&scratch).await;
     let addr = server.http_addr.expect("an HTTP listener");
     let token = std::fs::read_to_string(dir.join("token")).expect("token");
     let auth = format!("Authorization: Bearer {}\r\n", token.trim());
@@ -234,5 +238,4 @@ async fn every_response_of_the_http_listener_says_nosniff() {
         );
     }
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }

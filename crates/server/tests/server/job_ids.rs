@@ -85,7 +85,7 @@ fn the_second_job_of_any_kind_is_job_2() {
     for first in [Kind::Batch, Kind::Divisible, Kind::Workflow] {
         for second in [Kind::Batch, Kind::Divisible, Kind::Workflow] {
             let d = scratch(&format!("second-{first:?}-{second:?}"));
-            let mut s = open(&d.0).expect("state");
+            let mut s = open(&d).expect("state");
             assert_eq!(submit(&mut s, first), 1, "{first:?} first");
             assert_eq!(submit(&mut s, second), 2, "{second:?} after {first:?}");
             assert_eq!(shown_kind(&s, 1), first);
@@ -99,12 +99,12 @@ fn job_and_cancel_reach_the_right_kind_after_a_restart() {
     let d = scratch("restart");
     let kinds = [Kind::Divisible, Kind::Batch, Kind::Workflow, Kind::Batch];
     {
-        let mut s = open(&d.0).expect("state");
+        let mut s = open(&d).expect("state");
         for (i, k) in kinds.iter().enumerate() {
             assert_eq!(submit(&mut s, *k), i as u64 + 1);
         }
     }
-    let mut s = open(&d.0).expect("reopened");
+    let mut s = open(&d).expect("reopened");
     // Every kind's jobs in one listing, in id order.
     let listed: Vec<u64> = s.list_jobs(0, 0).jobs.iter().map(|j| j.id).collect();
     assert_eq!(listed, vec![1, 2, 3, 4]);
@@ -143,7 +143,7 @@ fn job_and_cancel_reach_the_right_kind_after_a_restart() {
     assert!(s.get_job(6).is_err(), "no job 6");
     assert!(s.on_cancel(6).is_err(), "no job 6 to cancel");
     drop(s);
-    let s = open(&d.0).expect("reopened again");
+    let s = open(&d).expect("reopened again");
     assert_eq!(s.get_job(3).expect("job 3").state, "cancelled");
     assert_eq!(s.get_job(1).expect("job 1").state, "cancelled");
     assert_eq!(shown_kind(&s, 5), Kind::Divisible);
@@ -153,31 +153,31 @@ fn job_and_cancel_reach_the_right_kind_after_a_restart() {
 fn a_store_with_workflows_numbered_apart_is_refused_with_a_clear_message() {
     let d = scratch("legacy");
     {
-        let mut s = open(&d.0).expect("state");
+        let mut s = open(&d).expect("state");
         submit(&mut s, Kind::Batch);
         submit(&mut s, Kind::Workflow);
     }
     // A store written before the shared sequence has no mark in `meta`.
-    let conn = rusqlite::Connection::open(d.0.join("state.db")).expect("sqlite");
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("sqlite");
     conn.execute("DELETE FROM meta WHERE key = 'shared_job_ids'", [])
         .expect("unmark");
     drop(conn);
-    let err = open(&d.0).err().expect("refused");
+    let err = open(&d).err().expect("refused");
     assert!(err.contains("holds 1 workflow job numbered apart"), "{err}");
     assert!(err.contains("--data-dir"), "{err}");
 
     // A batch-only store from before is simply marked: its job ids stay.
     let d = scratch("legacy-batch");
     {
-        let mut s = open(&d.0).expect("state");
+        let mut s = open(&d).expect("state");
         submit(&mut s, Kind::Batch);
         submit(&mut s, Kind::Batch);
     }
-    let conn = rusqlite::Connection::open(d.0.join("state.db")).expect("sqlite");
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("sqlite");
     conn.execute("DELETE FROM meta WHERE key = 'shared_job_ids'", [])
         .expect("unmark");
     drop(conn);
-    let mut s = open(&d.0).expect("a batch-only store opens");
+    let mut s = open(&d).expect("a batch-only store opens");
     assert_eq!(shown_kind(&s, 2), Kind::Batch);
     assert_eq!(submit(&mut s, Kind::Workflow), 3);
 }
@@ -208,7 +208,7 @@ fn every_kind_is_named_alike_and_its_submission_bounded_alike() {
     let d = scratch("names");
     let named_file = |text: &str| format!("name = \"from-file\"\n{text}");
     {
-        let mut s = open(&d.0).expect("state");
+        let mut s = open(&d).expect("state");
         for (kind, text) in [
             (Kind::Batch, BATCH),
             (Kind::Divisible, DIVISIBLE),
@@ -270,7 +270,7 @@ fn every_kind_is_named_alike_and_its_submission_bounded_alike() {
         }
     }
     // Names survive a restart.
-    let s = open(&d.0).expect("reopened");
+    let s = open(&d).expect("reopened");
     let names: Vec<String> = s
         .list_jobs(0, 0)
         .jobs

@@ -42,8 +42,8 @@ fn finished_job(s: &mut State) -> u64 {
 #[test]
 fn a_finished_jobs_page_is_read_while_another_thread_holds_the_state() {
     let d = scratch("lock");
-    std::fs::create_dir_all(&d.0).expect("dir");
-    let mut s = open(&d.0);
+    std::fs::create_dir_all(&d).expect("dir");
+    let mut s = open(&d);
     let job = finished_job(&mut s);
     let under_lock = s.list_tasks(job, 0, 2).expect("page under the lock");
     let reader = s.store_reader().expect("reader").expect("a file store");
@@ -121,7 +121,7 @@ async fn list_tasks_pages_a_finished_job_from_the_store_over_grpc() {
     let d = scratch("grpc");
     let config = ServerConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
-        data_dir: d.0.clone(),
+        data_dir: d.to_path_buf(),
         ..Default::default()
     };
     // A first start prepares the private data directory; the job is then run in process.
@@ -131,7 +131,7 @@ async fn list_tasks_pages_a_finished_job_from_the_store_over_grpc() {
         .stop()
         .await
         .expect("stops");
-    let job = finished_job(&mut open(&d.0));
+    let job = finished_job(&mut open(&d));
     // After a restart the finished job's rows are not read into memory at all.
     let (server, channel) = crate::common::serve(config).await;
     let token = client_token(&server);
@@ -168,8 +168,8 @@ async fn list_tasks_pages_a_finished_job_from_the_store_over_grpc() {
 #[test]
 fn a_running_jobs_page_is_read_from_the_store_while_another_thread_holds_the_state() {
     let d = scratch("running");
-    std::fs::create_dir_all(&d.0).expect("dir");
-    let mut s = open(&d.0);
+    std::fs::create_dir_all(&d).expect("dir");
+    let mut s = open(&d);
     let n = common::register(&mut s, "n", 2);
     let job = s.submit("job.toml", JOB, "/").expect("submit").job_id;
     s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
@@ -265,8 +265,8 @@ fn counts_both_ways(s: &State, job: u64) -> ([u64; 5], [u64; 5]) {
 #[test]
 fn job_listings_keep_counts_as_tasks_move_and_they_match_the_rows() {
     let d = scratch("counts");
-    std::fs::create_dir_all(&d.0).expect("dir");
-    let mut s = open(&d.0);
+    std::fs::create_dir_all(&d).expect("dir");
+    let mut s = open(&d);
     let n = common::register(&mut s, "n", 4);
     let two_apps = "[[application]]\nname = \"a\"\ntasks = 5\nretries = 1\n[application.cpu]\ncommand = \"true\"\n\n[[application]]\nname = \"b\"\ntasks = 3\n[application.cpu]\ncommand = \"true\"\n";
     let job = s.submit("two.toml", two_apps, "/").expect("submit").job_id;
@@ -340,14 +340,14 @@ fn job_listings_keep_counts_as_tasks_move_and_they_match_the_rows() {
     check(&s, [0, 0, shown[2], 0, failed]);
     // The same after a restart, and after the rows left memory.
     drop(s);
-    let mut s = open(&d.0);
+    let mut s = open(&d);
     check(&s, [0, 0, shown[2], 0, failed]);
     // (A restart already evicts finished jobs; this evicts any left.)
     s.evict_finished();
     assert_eq!(s.tasks_in_memory(), 0, "both jobs finished: no row held");
     check(&s, [0, 0, shown[2], 0, failed]);
     drop(s);
-    let s = open(&d.0);
+    let s = open(&d);
     check(&s, [0, 0, shown[2], 0, failed]);
     let (o, _) = counts_both_ways(&s, other);
     assert_eq!(
@@ -375,8 +375,8 @@ fn run_to_success(s: &mut State, n: u32) -> u64 {
 fn every_jobs_pages_are_read_from_the_store_past_a_purged_job_and_match_the_listing_under_the_lock()
 {
     let d = scratch("every-job");
-    std::fs::create_dir_all(&d.0).expect("dir");
-    let mut s = open(&d.0);
+    std::fs::create_dir_all(&d).expect("dir");
+    let mut s = open(&d);
     let n = common::register(&mut s, "n", 3);
     // Job 1 finished (rows in the store only), job 2 finished and purged (a hole in the ids),
     // job 3 running.
@@ -438,8 +438,8 @@ fn every_jobs_pages_are_read_from_the_store_past_a_purged_job_and_match_the_list
 fn a_filtered_page_of_one_job_is_its_first_matching_rows_from_the_cursor() {
     use hetsched_server::state::types::StateFilter;
     let d = scratch("filtered");
-    std::fs::create_dir_all(&d.0).expect("dir");
-    let mut s = open(&d.0);
+    std::fs::create_dir_all(&d).expect("dir");
+    let mut s = open(&d);
     let n = common::register(&mut s, "n", 6);
     let text = "[[application]]\nname = \"a\"\ntasks = 6\n[application.cpu]\ncommand = \"true\"\n";
     let job = s.submit("job.toml", text, "/").expect("submit").job_id;

@@ -3,6 +3,7 @@
 //! the exposition text the registry encodes afterwards.
 
 use crate::common;
+use crate::common::Scratch;
 
 use common::heartbeat_request;
 use hetsched_proto as pb;
@@ -42,9 +43,7 @@ const FLAKY: &str =
 
 #[test]
 fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
-    let d = std::env::temp_dir().join(format!("hetsched-metrics-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
+    let d = Scratch::new("metrics", "scrape");
     let config = ServerConfig {
         data_dir: d.clone(),
         max_attempts: 2,
@@ -131,9 +130,7 @@ fn counters_follow_results_losses_and_submissions_and_gauges_the_state() {
 /// apart: in all and per node.
 #[test]
 fn queued_tasks_are_gauged_among_the_running_and_apart() {
-    let d = std::env::temp_dir().join(format!("hetsched-metrics-queued-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
+    let d = Scratch::new("metrics", "queued");
     let config = ServerConfig {
         data_dir: d.clone(),
         prefetch: hetsched_server::state::prefetch::Setting::Cores(2),
@@ -168,9 +165,7 @@ fn queued_tasks_are_gauged_among_the_running_and_apart() {
 /// vanished from its node under `cause="node"`. Before, neither was counted at all.
 #[test]
 fn lost_workflow_instances_are_counted_by_cause() {
-    let d = std::env::temp_dir().join(format!("hetsched-metrics-lost-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
+    let d = Scratch::new("metrics", "lost");
     let config = ServerConfig {
         data_dir: d.clone(),
         ..Default::default()
@@ -248,9 +243,7 @@ fn lost_workflow_instances_are_counted_by_cause() {
 /// and while it happens (`/healthz` stays `ok`: the server runs, and a restart frees nothing).
 #[test]
 fn a_store_that_refuses_writes_and_the_room_left_for_it_are_gauged() {
-    let d = std::env::temp_dir().join(format!("hetsched-metrics-disk-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
+    let d = Scratch::new("metrics", "disk");
     let config = ServerConfig {
         data_dir: d.clone(),
         ..Default::default()

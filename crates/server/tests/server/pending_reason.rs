@@ -174,7 +174,7 @@ fn work_an_allocation_queue_could_run_waits_for_it_instead_of_being_refused_or_b
     )
     .expect("queue");
     let config = ServerConfig {
-        data_dir: dir.0.clone(),
+        data_dir: dir.to_path_buf(),
         allocation: vec![queue],
         ..Default::default()
     };

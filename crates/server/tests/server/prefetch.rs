@@ -19,10 +19,7 @@ const IDENTITY: &str = "prefetch-test-agent";
 use crate::common::Scratch;
 
 fn scratch(name: &str) -> Scratch {
-    let d = std::env::temp_dir().join(format!("hetsched-prefetch-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    Scratch(d)
+    Scratch::new("prefetch", name)
 }
 
 fn open(dir: &Path, prefetch: u32) -> State {
@@ -128,7 +125,7 @@ fn core_seconds(s: &State) -> std::collections::BTreeMap<String, f64> {
 #[test]
 fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
     let d = scratch("accounts");
-    let mut s = open(&d.0, 3);
+    let mut s = open(&d, 3);
     s.on_add_user("alice", false).expect("user");
     // The nodes offer their cores from their registration on, each owner holds one from its
     // task's dispatch on: the split below is off by at most the time between the two, which on
@@ -216,7 +213,7 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
     // what was restored beyond a node's core is taken as queued.
     s.store_usage().expect("store");
     drop(s);
-    let mut s = open(&d.0, 3);
+    let mut s = open(&d, 3);
     s.store_usage().expect("store");
     std::thread::sleep(Duration::from_millis(150));
     s.store_usage().expect("store");
@@ -235,7 +232,7 @@ fn the_accounts_charge_a_queued_task_from_its_start_not_from_its_dispatch() {
 #[test]
 fn job_listings_say_how_many_running_tasks_wait_queued_per_job_and_application() {
     let d = scratch("job-counts");
-    let mut s = open(&d.0, 3);
+    let mut s = open(&d, 3);
     let n = register(&mut s, "n", 1);
     s.on_submit(Submission {
         origin: "two.toml".into(),
@@ -346,7 +343,7 @@ fn succeeded(s: &State) -> u64 {
 #[test]
 fn after_a_rollback_what_was_booked_beyond_a_nodes_cores_is_queued_until_its_agent_beats() {
     let d = scratch("rollback");
-    let mut s = open(&d.0, 3);
+    let mut s = open(&d, 3);
     s.on_add_user("alice", false).expect("user");
     let a = register(&mut s, "a", 1);
     submit_as(&mut s, "alice", 4);
@@ -425,7 +422,7 @@ fn after_a_rollback_what_was_booked_beyond_a_nodes_cores_is_queued_until_its_age
 #[test]
 fn a_node_gets_its_free_cores_plus_the_allowance_and_only_the_extra_tasks_are_prefetched() {
     let d = scratch("allowance");
-    let mut s = open(&d.0, 2);
+    let mut s = open(&d, 2);
     let n = register(&mut s, "n", 2);
     submit(&mut s, 10);
     let first = beat(&mut s, n, vec![], vec![]);
@@ -462,7 +459,7 @@ fn a_node_gets_its_free_cores_plus_the_allowance_and_only_the_extra_tasks_are_pr
 #[test]
 fn a_cancel_that_empties_a_node_with_a_queue_frees_only_its_own_cores() {
     let d = scratch("cancel-debt");
-    let mut s = open(&d.0, 1);
+    let mut s = open(&d, 1);
     let n = register(&mut s, "n", 3);
     submit(&mut s, 5);
     assert_eq!(
@@ -478,7 +475,7 @@ fn a_cancel_that_empties_a_node_with_a_queue_frees_only_its_own_cores() {
 #[test]
 fn without_prefetch_a_node_gets_only_its_free_cores() {
     let d = scratch("none");
-    let mut s = open(&d.0, 0);
+    let mut s = open(&d, 0);
     let n = register(&mut s, "n", 2);
     submit(&mut s, 10);
     let first = beat(&mut s, n, vec![], vec![]);
@@ -489,7 +486,7 @@ fn without_prefetch_a_node_gets_only_its_free_cores() {
 #[test]
 fn queued_tasks_of_a_dead_node_or_a_forgetful_agent_are_requeued_and_succeed_once() {
     let d = scratch("lost");
-    let mut s = open(&d.0, 2);
+    let mut s = open(&d, 2);
     let a = register(&mut s, "a", 2);
     submit(&mut s, 6);
     let on_a = beat(&mut s, a, vec![], vec![]);
@@ -531,7 +528,7 @@ fn queued_tasks_of_a_dead_node_or_a_forgetful_agent_are_requeued_and_succeed_onc
 #[test]
 fn a_restarted_server_keeps_a_node_with_queued_tasks_full() {
     let d = scratch("restart");
-    let mut s = open(&d.0, 2);
+    let mut s = open(&d, 2);
     let n = register(&mut s, "n", 2);
     submit(&mut s, 10);
     let first = beat(&mut s, n, vec![], vec![]);
@@ -539,7 +536,7 @@ fn a_restarted_server_keeps_a_node_with_queued_tasks_full() {
     drop(s);
     // The assignments were committed before the reply: after a restart they are still the
     // node's, and the node shows no free core (its queue is full).
-    let mut s = open(&d.0, 2);
+    let mut s = open(&d, 2);
     let all: Vec<&Dispatch> = first.iter().collect();
     assert!(beat(&mut s, n, running(&all), vec![]).is_empty());
     assert_eq!(s.list_nodes()[0].free_cores, 0);
@@ -623,7 +620,7 @@ const MS: u64 = 1_000_000;
 fn auto_queues_short_tasks_once_measured_and_never_long_ones() {
     // Short tasks (1 ms each) on a 2-core node.
     let d = scratch("auto-short");
-    let mut s = open_auto(&d.0);
+    let mut s = open_auto(&d);
     let n = register(&mut s, "n", 2);
     submit_apps(&mut s, &[("short", 200)]);
     let beats = drive(&mut s, n, |_| MS);
@@ -639,7 +636,7 @@ fn auto_queues_short_tasks_once_measured_and_never_long_ones() {
 
     // Long tasks (2 s each): however many are measured, never more than the free cores.
     let d = scratch("auto-long");
-    let mut s = open_auto(&d.0);
+    let mut s = open_auto(&d);
     let n = register(&mut s, "n", 2);
     submit_apps(&mut s, &[("long", 40)]);
     let beats = drive(&mut s, n, |_| 2_000 * MS);
@@ -669,7 +666,7 @@ fn submit_text(s: &mut State, origin: &str, text: &str) {
 /// queued yet).
 fn short_measured(name: &str) -> (Scratch, State, u32, Vec<Dispatch>) {
     let d = scratch(name);
-    let mut s = open_auto(&d.0);
+    let mut s = open_auto(&d);
     let n = register(&mut s, "n", 2);
     submit_apps(&mut s, &[("short", 400)]);
     let mut out = beat(&mut s, n, vec![], vec![]);
@@ -818,7 +815,7 @@ fn a_free_core_goes_to_what_fits_it_while_a_wider_task_waits_and_nothing_is_queu
 fn auto_queues_the_short_application_of_a_job_and_never_its_long_one() {
     // Tasks 0..20 are the long application (2 s), 20..220 the short one (1 ms).
     let d = scratch("auto-mixed");
-    let mut s = open_auto(&d.0);
+    let mut s = open_auto(&d);
     let n = register(&mut s, "n", 2);
     submit_apps(&mut s, &[("long", 20), ("short", 200)]);
     let long = |t: u64| t < 20;
@@ -843,7 +840,7 @@ fn auto_queues_the_short_application_of_a_job_and_never_its_long_one() {
 fn a_variant_with_more_than_one_long_run_in_100_is_not_queued_again() {
     // 1 ms tasks, but the 10th ran 150 ms: the mean is short, but 1 run in 10 is long.
     let d = scratch("auto-outlier");
-    let mut s = open_auto(&d.0);
+    let mut s = open_auto(&d);
     let n = register(&mut s, "n", 2);
     submit_apps(&mut s, &[("mostly-short", 60)]);
     let beats = drive(&mut s, n, |t| if t == 9 { 150 * MS } else { MS });
@@ -877,7 +874,7 @@ fn submit_workflow(s: &mut State, instances: u32) {
 #[test]
 fn workflow_instances_are_prefetched_as_batch_tasks_are() {
     let d = scratch("workflow");
-    let mut s = open(&d.0, 2);
+    let mut s = open(&d, 2);
     let n = register(&mut s, "n", 2);
     submit_workflow(&mut s, 9);
     // The dispatcher places the ready instances at the node's first beat; its next beat hands
@@ -947,11 +944,11 @@ fn workflow_instances_are_prefetched_as_batch_tasks_are() {
 fn under_auto_a_workflow_task_is_queued_once_measured_short() {
     let d = scratch("workflow-auto");
     let config = ServerConfig {
-        data_dir: d.0.clone(),
+        data_dir: d.to_path_buf(),
         ..Default::default()
     };
     let mut s =
-        State::open(&config, Store::open(&d.0.join("state.db")).expect("store")).expect("state");
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
     let n = register(&mut s, "n", 1);
     submit_workflow(&mut s, 40);
     // Until 8 instances have succeeded, one at a time on the one core, none queued.
@@ -993,7 +990,7 @@ fn run_until_queued(s: &mut State, n: u32, done: u64) -> Vec<TaskResult> {
 #[test]
 fn under_auto_no_workflow_instance_is_queued_behind_a_batch_task() {
     let d = scratch("workflow-auto-behind");
-    let mut s = open_auto(&d.0);
+    let mut s = open_auto(&d);
     let n = register(&mut s, "n", 1);
     submit_workflow(&mut s, 400);
     // The workflow's instances are measured short and queued (as above).
@@ -1010,7 +1007,7 @@ fn under_auto_no_workflow_instance_is_queued_behind_a_batch_task() {
 #[test]
 fn a_restarted_server_queues_a_workflow_task_it_measured_short_at_once() {
     let d = scratch("workflow-auto-restart");
-    let mut s = open_auto(&d.0);
+    let mut s = open_auto(&d);
     let n = register(&mut s, "n", 1);
     // More instances than one queue holds (64 per core): some are left after the restart.
     submit_workflow(&mut s, 200);
@@ -1022,7 +1019,7 @@ fn a_restarted_server_queues_a_workflow_task_it_measured_short_at_once() {
     assert!(beat(&mut s, n, vec![], results).is_empty());
     let before = succeeded(&s);
     drop(s);
-    let mut s = open_auto(&d.0);
+    let mut s = open_auto(&d);
     assert_eq!(succeeded(&s), before);
     s.on_drain("n", false).expect("resume");
     // The measurements survived: the first hand-out after the restart already queues beyond

@@ -4,6 +4,7 @@
 //! private to the server's user.
 
 use crate::common;
+use crate::common::Scratch;
 
 use common::{agent_token, client_token, heartbeat_request};
 use hetsched_proto as pb;
@@ -16,10 +17,12 @@ use hetsched_server::store::Store;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hetsched-security-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A fresh scratch directory for test `name` (held by the test), and the path of the server's
+/// data directory in it, which the server makes (its mode is the server's).
+fn scratch(name: &str) -> (Scratch, PathBuf) {
+    let scratch = Scratch::new("security", name);
+    let data = scratch.join("data");
+    (scratch, data)
 }
 
 fn registration(name: &str, identity: &str) -> pb::RegisterRequest {
@@ -34,7 +37,7 @@ fn registration(name: &str, identity: &str) -> pb::RegisterRequest {
 
 #[tokio::test]
 async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_cannot_read_jobs() {
-    let dir = scratch("roles");
+    let (_scratch, dir) = scratch("roles");
     let (server, channel) = common::serve(ServerConfig {
         data_dir: dir.clone(),
         ..Default::default()
@@ -87,12 +90,11 @@ async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_canno
         assert_eq!(m, 0o600, "{f} has mode {m:o}");
     }
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
 async fn a_second_server_on_the_same_data_directory_is_refused_naming_the_first() {
-    let dir = scratch("lock");
+    let (_scratch, dir) = scratch("lock");
     let config = ServerConfig {
         listen: "127.0.0.1:0".parse().expect("addr"),
         data_dir: dir.clone(),
@@ -122,7 +124,6 @@ async fn a_second_server_on_the_same_data_directory_is_refused_naming_the_first(
         .stop()
         .await
         .expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn open(dir: &std::path::Path) -> State {
@@ -139,7 +140,7 @@ const JOB: &str =
 
 #[test]
 fn a_heartbeat_with_another_identity_changes_nothing() {
-    let dir = scratch("forge");
+    let (_scratch, dir) = scratch("forge");
     let mut s = open(&dir);
     let n = s
         .register(registration("n", "the-real-agent"))
@@ -167,12 +168,11 @@ fn a_heartbeat_with_another_identity_changes_nothing() {
         ["running", "running"],
         "the forgery changed nothing"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_live_nodes_name_is_refused_to_another_identity_and_given_over_once_it_is_dead() {
-    let dir = scratch("names");
+    let (_scratch, dir) = scratch("names");
     let mut s = open(&dir);
     s.register(registration("host", "first")).expect("first");
     let e = s
@@ -203,12 +203,11 @@ fn a_live_nodes_name_is_refused_to_another_identity_and_given_over_once_it_is_de
         .register(registration("host", "first"))
         .expect_err("the name is the replacement's now");
     assert!(matches!(e, StateError::NameTaken(_)), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_dead_node_counts_for_nothing_at_submission_and_can_be_removed() {
-    let dir = scratch("remove");
+    let (_scratch, dir) = scratch("remove");
     let mut s = open(&dir);
     let mut gpu = registration("gpu-box", "g");
     gpu.accelerators = vec![pb::Accelerator {
@@ -244,7 +243,6 @@ fn a_dead_node_counts_for_nothing_at_submission_and_can_be_removed() {
         .expect("the name is free")
         .node_id;
     assert_eq!(id, 2, "a new node; id 0 stays the removed one's");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The secret rows of [`only_the_agent_a_chunk_is_out_to_reads_its_input_and_records_its_result`]'s
@@ -305,7 +303,7 @@ async fn chunk_state(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_agent_a_chunk_is_out_to_reads_its_input_and_records_its_result() {
     use pb::divisible_client::DivisibleClient;
-    let dir = scratch("chunk-owner");
+    let (_scratch, dir) = scratch("chunk-owner");
     let (server, channel) =
         serve_with_agents(&dir, &[("n1", "n1-identity"), ("n2", "n2-identity")]).await;
     let mut div = DivisibleClient::with_interceptor(channel.clone(), agent_token(&server));
@@ -473,7 +471,6 @@ async fn only_the_agent_a_chunk_is_out_to_reads_its_input_and_records_its_result
         "done"
     );
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What one chunk's agent may store on the server is bounded: a chunk's output lands in the
@@ -484,7 +481,7 @@ async fn only_the_agent_a_chunk_is_out_to_reads_its_input_and_records_its_result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunks_output_past_its_bound_or_its_declared_size_fails_the_chunk_and_is_not_stored() {
     use pb::divisible_client::DivisibleClient;
-    let dir = scratch("chunk-output-bound");
+    let (_scratch, dir) = scratch("chunk-output-bound");
     let (server, channel) = serve_with_agents(&dir, &[("n1", "n1-identity")]).await;
     let mut div = DivisibleClient::with_interceptor(channel.clone(), agent_token(&server));
     let ask = |room: bool| pb::NextChunkRequest {
@@ -580,7 +577,6 @@ async fn a_chunks_output_past_its_bound_or_its_declared_size_fails_the_chunk_and
         );
     }
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The agent token alone does not speak for a node's stream workers: `SyncWorkers` for node n
@@ -589,7 +585,7 @@ async fn a_chunks_output_past_its_bound_or_its_declared_size_fails_the_chunk_and
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_nodes_own_agent_syncs_its_stream_workers() {
     use pb::topology_agent_client::TopologyAgentClient;
-    let dir = scratch("sync-owner");
+    let (_scratch, dir) = scratch("sync-owner");
     let (server, channel) =
         serve_with_agents(&dir, &[("n", "n-identity"), ("m", "m-identity")]).await;
     let mut topo = TopologyAgentClient::with_interceptor(channel.clone(), agent_token(&server));
@@ -629,7 +625,6 @@ async fn only_a_nodes_own_agent_syncs_its_stream_workers() {
         .await
         .expect("m's own agent syncs");
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A user's calls held open or relayed to agents are bounded
@@ -640,7 +635,7 @@ async fn only_a_nodes_own_agent_syncs_its_stream_workers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_held_and_relayed_calls_are_bounded() {
     use hetsched_server::throttle::MAX_CALLS_IN_FLIGHT_PER_USER as MOST;
-    let dir = scratch("in-flight");
+    let (_scratch, dir) = scratch("in-flight");
     let (server, channel) = common::serve(ServerConfig {
         data_dir: dir.clone(),
         ..Default::default()
@@ -759,7 +754,6 @@ async fn a_users_held_and_relayed_calls_are_bounded() {
     }
     assert!(back, "the places were given back");
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A server with `[tls]` and no `agent_ca` (so it certifies its agents' listeners), over
@@ -812,7 +806,7 @@ pub(crate) fn listener_key() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listener_certificates_are_bounded_per_caller_address() {
     use hetsched_server::throttle::CERTIFICATES_PER_ADDRESS as MOST;
-    let dir = scratch("certify-rate");
+    let (_scratch, dir) = scratch("certify-rate");
     let (server, mut agent) = tls_server(&dir).await;
     let ask = || pb::ListenerCertificateRequest {
         public_key: listener_key(),
@@ -837,7 +831,6 @@ async fn listener_certificates_are_bounded_per_caller_address() {
         e.message()
     );
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A DNS name an agent advertises is certified only if it resolves, on the server's host, to
@@ -848,7 +841,7 @@ async fn listener_certificates_are_bounded_per_caller_address() {
 /// resolves to 127.0.0.1 is the server's own, below.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_advertised_dns_name_is_certified_only_where_it_resolves_to_the_caller() {
-    let dir = scratch("certify-dns");
+    let (_scratch, dir) = scratch("certify-dns");
     let (server, mut agent) = tls_server(&dir).await;
     let ask = |host: &str| pb::ListenerCertificateRequest {
         public_key: listener_key(),
@@ -872,7 +865,6 @@ async fn an_advertised_dns_name_is_certified_only_where_it_resolves_to_the_calle
         e.message()
     );
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The server certifies no agent for its own names: before, an agent on the server's host
@@ -882,7 +874,7 @@ async fn an_advertised_dns_name_is_certified_only_where_it_resolves_to_the_calle
 /// certified.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_servers_own_names_are_not_certified_for_an_agent() {
-    let dir = scratch("certify-own");
+    let (_scratch, dir) = scratch("certify-own");
     let (server, mut agent) = tls_server(&dir).await;
     let ask = |host: &str| pb::ListenerCertificateRequest {
         public_key: listener_key(),
@@ -908,7 +900,6 @@ async fn the_servers_own_names_are_not_certified_for_an_agent() {
         .await
         .expect("the caller's address alone");
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An agent that says which node it is (`node`, `identity`) is told apart by node, not by the
@@ -917,7 +908,7 @@ async fn the_servers_own_names_are_not_certified_for_an_agent() {
 /// could get each other's names), and to a caller naming that node without its identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_another_node_advertises_is_refused_by_node_over_the_rpc() {
-    let dir = scratch("certify-by-node");
+    let (_scratch, dir) = scratch("certify-by-node");
     let (server, mut agent) = tls_server(&dir).await;
     let n7 = agent
         .register(registration("n7", common::IDENTITY))
@@ -961,12 +952,12 @@ async fn a_name_another_node_advertises_is_refused_by_node_over_the_rpc() {
         e.message()
     );
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A state of its own over a new store in scratch directory `name` (removed by the caller).
-fn fresh_state(name: &str) -> (std::path::PathBuf, State) {
-    let dir = scratch(name);
+/// A state of its own over a new store in scratch directory `name`, and that directory (held by
+/// the caller: removed when its test passes).
+fn fresh_state(name: &str) -> (Scratch, State) {
+    let (scratch, dir) = scratch(name);
     std::fs::create_dir_all(&dir).expect("dir");
     let s = State::open(
         &ServerConfig {
@@ -976,7 +967,7 @@ fn fresh_state(name: &str) -> (std::path::PathBuf, State) {
         Store::open(&dir.join("state.db")).expect("store"),
     )
     .expect("state");
-    (dir, s)
+    (scratch, s)
 }
 
 /// By node: a name a live node advertises is refused to every other node's agent, wherever
@@ -988,7 +979,7 @@ fn fresh_state(name: &str) -> (std::path::PathBuf, State) {
 /// not registered yet (an agent asks before its first registration) may take a free name.
 #[test]
 fn a_dns_name_is_certified_by_node_when_the_agent_says_which_it_is() {
-    let (dir, mut s) = fresh_state("certify-node");
+    let (_dir, mut s) = fresh_state("certify-node");
     let n7 = s
         .register(registration("n7", common::IDENTITY))
         .expect("n7")
@@ -1038,7 +1029,6 @@ fn a_dns_name_is_certified_by_node_when_the_agent_says_which_it_is() {
     );
     s.check_listener_name_for_node("n9.example", "n9", "identity-of-n9")
         .expect("a free name for a node not registered yet");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A DNS name a live node advertises is not certified for a call from another address: it
@@ -1048,7 +1038,7 @@ fn a_dns_name_is_certified_by_node_when_the_agent_says_which_it_is() {
 /// is declared dead).
 #[test]
 fn a_dns_name_another_live_node_advertises_is_not_certified_for_another_address() {
-    let (dir, mut s) = fresh_state("certify-taken");
+    let (_dir, mut s) = fresh_state("certify-taken");
     let n7 = s
         .register(registration("n7", common::IDENTITY))
         .expect("n7")
@@ -1080,7 +1070,6 @@ fn a_dns_name_another_live_node_advertises_is_not_certified_for_another_address(
     s.remove_node("n7").expect("removed");
     s.check_listener_name("n7.example", other)
         .expect("a removed node's name is free");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A divisible job of one unit, run through the state in `dir` until it completes, its gathered
@@ -1135,7 +1124,7 @@ fn completed_divisible_job(dir: &std::path::Path, len: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_servers_output_streams_are_bounded_for_all_users_together() {
     use pb::divisible_client_client::DivisibleClientClient;
-    let dir = scratch("output-streams");
+    let (_scratch, dir) = scratch("output-streams");
     // Far more than the connection's flow-control windows: a stream nobody reads stays open.
     let id = completed_divisible_job(&dir, 256 << 20);
     let (server, channel) = common::serve(ServerConfig {
@@ -1180,7 +1169,6 @@ async fn the_servers_output_streams_are_bounded_for_all_users_together() {
     // A graceful stop waits for open streams: these end first.
     drop((second, again));
     server.stop().await.expect("stops");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A CA certificate as the server's own (what `openssl req -x509` makes by default) is refused

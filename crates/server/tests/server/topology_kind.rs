@@ -5,6 +5,7 @@
 //! oversubscribe the node.
 
 use crate::common;
+use crate::common::Scratch;
 
 use common::{IDENTITY, heartbeat_request};
 use hetsched_proto as pb;
@@ -13,16 +14,10 @@ use hetsched_server::convert::Wire;
 use hetsched_server::jobs::topology::{TopologySubmission, WorkerSeen, WorkersSeen};
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "hetsched-topology-kind-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("topology-kind", name)
 }
 
 /// Two spout executors and two bolt executors at 50 % each: one worker, 2 declared cores.
@@ -171,7 +166,6 @@ fn a_running_worker_holds_its_declared_cores_and_topologies_live_in_the_one_stor
     assert_eq!(list[0]["state"], "killed");
     assert_eq!(list[0]["generation"], 1);
     assert_eq!(list[0]["placement"].as_array().map(Vec::len), Some(4));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -198,7 +192,6 @@ fn a_full_disk_refuses_a_submission_and_keeps_nothing_of_it() {
     drop(s);
     let s = open(&dir);
     assert_eq!(s.topology_list()[0]["state"], "running");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -265,7 +258,6 @@ fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left(
     assert_eq!(shown["reschedules"][0]["cause"], "node-lost");
     assert_eq!(shown["workers"][0]["node"], other);
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Registers a 4-core node `name` with `attributes`, and its agent syncs no workers; its id.
@@ -528,7 +520,6 @@ fn held_syncs_and_the_idle_tick_wake_when_workers_are_placed_or_stopped_and_only
     s.topology_kill("pipe").expect("kill");
     assert!(changes.has_changed().expect("sender alive"));
     assert!(!s.topology_running());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A topology that `requires` node attributes is placed only on the live nodes whose
@@ -564,7 +555,6 @@ fn a_topology_that_requires_an_attribute_is_placed_on_the_nodes_that_have_it() {
     // Without the requirement the first node serves.
     let shown = s.topology_submit(submission()).expect("submit");
     assert_eq!(nodes_used(&shown), vec!["a".to_string()], "{shown}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Stream workers outlive a server restart, so a restarted server holds their cores on their
@@ -595,7 +585,6 @@ fn after_a_restart_a_running_workers_cores_are_held_before_its_agent_syncs() {
     // The agent syncs and runs the worker: still held, now as a worker seen running.
     sync(&mut s, vec![running_worker(1)]);
     assert_eq!(s.topology_held_cores(n), 2);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A state whose restart grace (the dead timeout) is 1 s, with 4-core nodes `names` joined.
@@ -662,7 +651,6 @@ fn a_drain_moves_a_topologys_workers_off_the_node_handing_their_state_over() {
     s.topology_tick().expect("tick");
     assert_eq!(s.topology_show("pipe").expect("show")["generation"], 2);
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -708,7 +696,6 @@ fn no_placement_uses_a_drained_node_and_a_topology_with_nowhere_else_to_go_stays
     let shown = s.topology_show("pipe").expect("show");
     assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A restarted server gives nodes its dead timeout to sync again before a placement on them
@@ -743,7 +730,6 @@ fn a_rebalance_right_after_a_restart_waits_for_the_nodes_the_topology_runs_on() 
     let shown = s.topology_rebalance("pipe").expect("rebalance");
     assert_eq!(nodes_used(&shown), vec!["a".to_string()]);
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A new placement that keeps a running worker tells its agent which running worker to hand
@@ -797,7 +783,6 @@ fn a_server_restarted_before_the_agents_sync_still_hands_a_kept_worker_its_new_p
         "the restarted server hands a's running worker the new placement"
     );
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A move hands executors' state over: the worker left behind drains (it is still ordered, as a
@@ -903,7 +888,6 @@ fn a_server_restarted_during_a_move_still_drains_the_old_worker_and_the_new_one_
         "the new worker took the state already: a restart of it waits for none"
     );
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A worker its agent cannot start (`start_errors` in the sync): `show` says why until the
@@ -1043,7 +1027,6 @@ fn a_worker_that_fails_again_after_a_sync_saw_it_running_shows_why_and_runs_no_m
     sync(&mut s, vec![running_worker(1)]);
     assert!(worker(&s)["start_error"].is_null());
     assert_eq!(running(&s), 1);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A killed topology moves no tuple: its status shows no rate, even after the controller's
@@ -1383,7 +1366,6 @@ fn the_cores_tasks_free_go_to_a_worker_short_of_its_cores_before_new_tasks() {
     let done: Vec<(u64, u32, bool)> = sent[2..].iter().map(|&(t, a)| (t, a, true)).collect();
     assert_eq!(agent.beat(&mut s, &done).len(), 2);
     assert_eq!(s.topology_held_cores(agent.node), 2);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A stream worker runs on while the server is down, and the accounts say so: its two cores
@@ -1422,7 +1404,6 @@ fn the_accounts_credit_a_worker_for_the_time_the_server_was_down() {
         admin >= 2.0 * (span - 0.1) && admin <= 2.0 * span + 0.1,
         "the worker's two cores all along ({span:.2} s): {admin:.3} core-seconds"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A topology with more executor pairs than `one-phase` can walk is refused at submission, naming
@@ -1574,7 +1555,6 @@ fn a_sync_does_not_speak_for_a_worker_placed_on_another_node() {
         "{:?}",
         told.workers[0].peers
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The executor traffic the controller measured is stored with each computation and read back
@@ -1669,7 +1649,6 @@ fn a_restarted_server_places_by_the_traffic_measured_before_the_restart() {
         "placed as declared, not by the killed topology's traffic: {shown}"
     );
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A topology's `gain_threshold` is refused as `sim stream-paper --gain-threshold` refuses it
@@ -1698,7 +1677,6 @@ fn a_gain_threshold_that_is_not_a_finite_number_0_or_more_is_refused_with_its_va
         ..submission()
     })
     .expect("0 is a threshold");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A store in `dir` where node `n`'s agent runs topology `pipe`'s one worker (pid 4242).
@@ -1746,7 +1724,6 @@ fn a_worker_its_agent_no_longer_reports_shows_no_process_until_one_runs_again() 
     );
     assert_eq!(worker(&s)["pid"], 5151);
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A held sync looked at again (`WorkersSeen::restated`) speaks only for when it was sent: an
@@ -1793,7 +1770,6 @@ fn a_held_sync_looked_at_again_forgets_no_worker_reported_since() {
     sync(&mut s, vec![]);
     assert!(worker(&s)["pid"].is_null(), "{}", worker(&s));
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A worker a new placement keeps runs on under its old key until its agent has taken the new
@@ -1836,5 +1812,4 @@ fn a_kept_worker_reported_under_its_old_key_still_runs() {
     assert_eq!(on_a.len(), 1, "{shown}");
     assert_eq!(on_a[0]["pid"], 4242, "the kept worker runs on: {shown}");
     drop(s);
-    let _ = std::fs::remove_dir_all(&dir);
 }

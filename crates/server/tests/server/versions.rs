@@ -3,6 +3,7 @@
 //! server's own in the reply; an agent that predates the field lists as unknown.
 
 use crate::common::IDENTITY;
+use crate::common::Scratch;
 
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
@@ -10,13 +11,10 @@ use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::state::nodes::agent_version_warning;
 use hetsched_server::store::Store;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hetsched-versions-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("dir");
-    d
+fn dir(name: &str) -> Scratch {
+    Scratch::new("versions", name)
 }
 
 fn open(d: &Path) -> State {
@@ -76,7 +74,6 @@ fn each_nodes_agent_version_is_listed_and_kept_and_the_reply_says_the_servers() 
             ("old".into(), "0.9.2".into())
         ]
     );
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
@@ -91,7 +88,6 @@ fn a_version_with_control_characters_or_too_long_is_refused() {
         assert!(e.contains("at most 64 printable ASCII"), "{e}");
     }
     assert!(versions(&s).is_empty());
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]

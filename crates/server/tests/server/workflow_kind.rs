@@ -17,6 +17,7 @@
 //! workflow completes.
 
 use crate::common;
+use crate::common::Scratch;
 
 use common::heartbeat_request;
 use hetsched_core::NodeId;
@@ -33,17 +34,11 @@ use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
 use hetsched_server::store::Store;
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "hetsched-workflow-kind-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+fn scratch(name: &str) -> Scratch {
+    Scratch::new("workflow-kind", name)
 }
 
 fn open(dir: &Path, workflow: WorkflowConfig) -> State {
@@ -614,7 +609,6 @@ fn clusters_come_from_measured_round_trips_and_a_request_travels_within_a_cluste
         ]
     );
     let _ = job;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 impl std::fmt::Debug for Agents {
@@ -680,7 +674,6 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An instance that used up its retries says so as a batch task does: the attempt that
@@ -714,7 +707,6 @@ fn an_instance_that_used_up_its_retries_names_its_last_attempt() {
     let page = s.list_tasks(job, 0, 10).expect("tasks");
     assert_eq!(page.tasks[0].state, "failed");
     assert_eq!(page.tasks[0].message, "attempt 2 failed (exit code 1)");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -761,7 +753,6 @@ fn a_lost_output_is_produced_again_where_its_consumers_wait_even_when_they_fill_
     }
     let info = s.get_job(job).expect("job");
     assert_eq!(info.state, "completed", "{agents:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An output that can never be fetched (its producer's agent serves none: `--log-listen none`)
@@ -799,7 +790,6 @@ fn an_input_that_can_never_be_fetched_fails_its_consumer_instead_of_looping() {
             && why.contains("gone"),
         "{why}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A consumer that cannot reach the agent holding its inputs (killed, not yet declared dead)
@@ -908,7 +898,6 @@ command = "cat {input:x}"
         "its second attempt read every input from b: {:?}",
         agents.inputs[&use_task]
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every node is told a data key of its own (its heartbeat replies' `data_key`), and each
@@ -1000,7 +989,6 @@ command = "cat {input:x}"
         assert!(!ticket::verify(&key_a, &other, &input.ticket), "{other:?}");
     }
     assert_eq!(s.get_job(job).expect("job").state, "running");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Under pcddb a node declared dead while its machine held instances waiting there, whose
@@ -1067,7 +1055,6 @@ fn a_node_declared_dead_and_back_forgets_the_instances_its_machine_held_that_wen
         }
     }
     assert_eq!(s.get_job(job).expect("job").state, "completed");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -1192,7 +1179,6 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
     let done: Vec<(u64, u32, bool)> = running.iter().map(|&(t, a)| (t, a, true)).collect();
     let r = beat(&mut s, fpga, &[], &done);
     assert!(!r.assignments.is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A task with inputs is not placed on a node whose agent reports its work directory's disk
@@ -1250,7 +1236,6 @@ fn instances_with_inputs_keep_off_a_node_whose_disk_is_below_its_floor() {
             "{balancer}: no consumer on `full`: {:?}",
             agents.assigned
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -1316,7 +1301,6 @@ fn a_task_with_inputs_waits_saying_so_while_every_nodes_disk_is_below_its_floor(
     }
     assert_eq!(got.len(), 1, "{got:?}");
     assert!(s.job(job).expect("job").pending_reason.is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What an agent reports for an attempt whose inputs found no room on its node's disk: the
@@ -1453,7 +1437,6 @@ fn an_instance_whose_inputs_find_no_room_runs_again_on_another_node_and_the_job_
             ("succeeded", 2, 0),
             "{balancer}: {c:?}"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -1562,7 +1545,6 @@ fn disk_losses_keep_the_instance_off_the_node_until_its_next_beat_and_fail_it_at
         "nothing runs again: {:?}",
         r.assignments
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// When the instances that started on a node report that their inputs found no room on its
@@ -1669,7 +1651,6 @@ fn instances_placed_on_a_node_whose_disk_filled_move_elsewhere_without_a_lost_at
                 "{balancer}: only the consumers that found no room lost an attempt: {t:?}"
             );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -1860,7 +1841,6 @@ fn instances_queued_on_a_node_whose_disk_filled_are_taken_back_and_stay_off_it_a
         })
         .collect();
     assert_eq!(losses, expected);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// [`two_queued_on_a_node_that_runs_short`]'s server, node, job, and the (task, attempt) of
@@ -1977,7 +1957,6 @@ fn an_instance_taken_back_from_a_short_nodes_queue_runs_elsewhere_as_the_same_at
             "{t:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Node `n` beats with its (task, attempt, fetching) started instances — `fetching`: its agent
@@ -2100,7 +2079,6 @@ fn an_instance_fetching_on_a_node_whose_disk_ran_short_runs_elsewhere_as_the_sam
             "{t:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The node an instance was taken back from is never sent that attempt number again: had the
@@ -2146,7 +2124,6 @@ fn an_instance_taken_back_from_a_nodes_queue_comes_back_to_it_as_its_next_attemp
             "{t:?}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -2234,7 +2211,6 @@ fn workflow_task_pages_follow_the_cursor_and_list_every_instance_once() {
     let every: Vec<_> = a.into_iter().chain(c).collect();
     let (listed, pages, total) = walk(&s, 0);
     assert_eq!((listed, pages, total), (every, 4, 12), "every job");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `[workflow] check_interval` outside 10 ms – 10 s is refused when the server starts, naming
@@ -2331,7 +2307,6 @@ fn a_produced_input_wakes_the_idle_node_whose_placed_consumer_waits_for_it() {
         agents.assigned[before..].iter().any(|&(n, _, _)| n == idle),
         "and, beating, it starts them: {agents:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A restarted server knows a node's address only from its next heartbeat (its nodes are
@@ -2411,7 +2386,6 @@ command = "cat {input:x}"
             .all(|t| t.state == "succeeded" && t.attempt == 1),
         "every instance ran once: {tasks:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Six `gen` instances, each read by its `use` instance, all of whose outputs one `sum` reads.
@@ -2570,7 +2544,6 @@ fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_
     let s = open(&dir, WorkflowConfig::default());
     assert_eq!(listed(&s), after);
     assert_eq!(s.get_job(job).expect("job").state, "cancelled");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -2606,7 +2579,6 @@ fn a_workflow_cancelled_as_a_whole_reads_cancelled_after_a_restart() {
         (info.state.as_str(), info.counts.succeeded),
         ("cancelled", 2)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `hetsched resubmit JOB --failed` on a workflow: the failed instances and those not run
@@ -2699,7 +2671,6 @@ fn resubmitting_a_failed_workflow_runs_its_failed_and_skipped_instances_only() {
     let mut s = open(&dir, WorkflowConfig::default());
     let refused = format!("{}", s.resubmit_failed(other).expect_err("still cancelled"));
     assert!(refused.contains("was cancelled"), "{refused}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `hetsched resubmit JOB --cancelled` on a workflow: the instances `cancel --tasks` cancelled and
@@ -2816,7 +2787,6 @@ fn resubmitting_cancelled_workflow_instances_runs_them_and_their_dependants_but_
         6,
         "the sum read all six"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Task id of instance `i` of the workflow the agents run.
@@ -2870,7 +2840,6 @@ fn a_full_disk_rollback_keeps_the_stored_workflows() {
     }
     assert_eq!(ran, 3);
     assert_eq!(s.job(id).expect("job").state, "completed");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// One step of the pcddb day below.
@@ -3053,7 +3022,6 @@ proptest::proptest! {
             );
         }
 
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -3282,7 +3250,6 @@ fn gpu_instances_go_to_the_bound_nnode(balancer: &str, requires: &str) {
             3
         ]
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -3319,7 +3286,6 @@ fn a_workflows_gpu_task_that_only_unbound_nnodes_may_run_is_refused() {
         .expect_err("no live node reaches a device")
         .to_string();
     assert!(e.contains("task[0].gpus"), "{e}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A user's workflow instance offloaded to an ANode carries a ticket naming the user's account
@@ -3360,7 +3326,6 @@ fn a_users_offloaded_instance_carries_a_ticket_for_the_users_account() {
         ..offload
     };
     assert!(hetsched_proto::ticket::open_offload(&key, &as_admin, &a.offload_ticket).is_none());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An ANode whose process queue is full takes no more offloads: its NNodes get no GPU instance
@@ -3393,7 +3358,6 @@ fn a_bound_nnode_gets_no_gpu_instance_while_its_anodes_queue_is_full() {
     let given = agents.beat(&mut s, n1).assignments;
     assert_eq!(given.len(), 1, "room again: one instance on its one device");
     assert_eq!(given[0].offload_anode, "anode");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An instance bound for an ANode (offloaded) waits in its NNode's queue like any other, and
@@ -3504,7 +3468,6 @@ fn an_offloaded_instance_queued_on_a_short_nnode_is_taken_back_and_its_offload_f
         );
     }
     assert_eq!(s.offloads_in_memory(), 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every instance of `job` that was placed somewhere, as listed: (state, node, executed node).
@@ -3593,7 +3556,6 @@ fn the_anode_a_workflow_instance_ran_on_is_listed_after_a_rollback_and_a_restart
         0,
         "an ended offload is listed from its row, not kept in memory"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Rack A: ANodes `anode` and `anode2` (one device each) and the NNode `n1`, bound to
@@ -3673,7 +3635,6 @@ fn anode_dies_under_an_offloaded_instance(restart: bool) {
             "anode2".to_string()
         )]
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -3823,7 +3784,6 @@ fn an_offloaded_workflow_instance_is_listed_with_the_anodes_device_and_its_start
     drop(s);
     let s = open(&dir, WorkflowConfig::default());
     assert_eq!(shown(&s), want, "after a restart");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A workflow instance lost with its ANode is listed as the lost attempt (`attempt 1 lost:
@@ -3853,7 +3813,6 @@ fn a_workflow_instance_lost_with_its_anode_is_listed_so_after_a_restart() {
     drop(s);
     let s = open(&dir, WorkflowConfig::default());
     assert_eq!(listed(&s), want, "after a restart");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A server in `dir` under `config` with 2-core nodes named `names`, which beat once before
@@ -3982,7 +3941,6 @@ fn pcddb_messages_naming_instances_the_workflow_lacks_are_ignored() {
         agents.assigned.iter().all(|a| a.1 <= 20),
         "only the workflow's instances ran: {agents:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A node's heartbeat speaks for that node only: a `reply` (or `status`) in it naming another
@@ -4011,7 +3969,6 @@ fn a_pcddb_reply_in_one_nodes_heartbeat_cannot_speak_for_another_node() {
         !agents.assigned.iter().any(|a| a.0 == n1),
         "n1 ran what n0 said it took: {agents:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The launch node grants every allocation request it sends (an agent takes a request from
@@ -4140,7 +4097,6 @@ fn allocation_requests_carry_a_grant_only_their_workflows_balancing_key_verifies
     serials.sort_unstable();
     serials.dedup();
     assert_eq!(serials.len(), n, "each grant its own serial");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A replayed grant claims nothing: an insider (a node balancing the workflow, which sees the
@@ -4200,7 +4156,6 @@ fn a_replayed_grant_claims_nothing_and_leaves_no_machine_holding_one() {
         (0, 0),
         "no machine holds an instance: {agents:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A node's own heartbeat speaks for its machine, but not beyond what the launch node offered
@@ -4277,7 +4232,6 @@ fn a_node_claims_or_hands_back_only_what_a_request_sent_to_it_offers() {
         "each instance offered once: a return from a node no request was sent to put none \
          back: {agents:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A node may take from a request it was sent no more than the acceptance rule allows: `MT ×
@@ -4347,7 +4301,6 @@ fn a_node_claiming_more_than_mt_times_cores_less_what_it_holds_gets_no_more() {
         (0, 0),
         "no machine holds an instance: {agents:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The underloaded table a request carries is signed into its grant, and a `return` counts
@@ -4433,7 +4386,6 @@ fn a_return_with_an_altered_underloaded_table_hands_back_nothing() {
         "{agents:?}"
     );
     assert_eq!(agents.assigned.len(), 21, "each ran once: {agents:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Only the agent of the node an attempt runs on speaks for it: a success another node's
@@ -4493,7 +4445,6 @@ fn a_result_from_another_nodes_agent_does_not_end_an_instance() {
         "{agents:?}"
     );
     assert!(agents.assigned.iter().any(|x| x.1 == 1), "{agents:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The round trips an agent reports are kept only to other registered nodes, and a figure
@@ -4526,7 +4477,6 @@ fn round_trips_are_kept_only_to_registered_nodes_and_near_the_top_of_u64_do_not_
         agents.finish_all(b, true);
     }
     assert_eq!(s.job(job).expect("job").state, "completed", "{agents:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What an agent advertises as its address is relayed to every agent balancing a workflow
@@ -4571,7 +4521,6 @@ fn an_advertised_address_that_is_not_host_port_is_not_relayed() {
     );
     assert_eq!(peers[&nodes[1]], advertised[1]);
     assert_eq!(peers[&nodes[2]], advertised[2]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A heartbeat reply carries the PCDDB address book (`PcddbJob.peers`) only to an agent
@@ -4624,7 +4573,6 @@ fn the_address_book_goes_only_to_an_agent_that_does_not_hold_its_version() {
     assert_ne!(newer, version);
     assert_eq!(peers.get(&nodes[1]), Some(&moved));
     assert_eq!(beat(&mut s, a, newer, address(a)), (newer, BTreeMap::new()));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The address book holds the live nodes only: a node declared dead and one whose agent left
@@ -4692,7 +4640,6 @@ fn the_address_book_drops_nodes_declared_dead_or_left_and_takes_back_one_that_re
     // Removing the dead node c changes nothing more.
     s.remove_node("c").expect("remove c");
     assert_eq!(beat(&mut s, a, left, ""), (left, Vec::new()));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A heartbeat reply carries the node's proximity clusters (`PcddbJob.clusters`) only to an
@@ -4760,7 +4707,6 @@ fn the_clusters_go_only_to_an_agent_that_does_not_hold_their_version() {
         (left, Vec::new()),
         "then nothing changes"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A heartbeat reply's encoded sizes ([`pcddb_reply_sizes`]), in bytes.
@@ -4817,7 +4763,6 @@ fn pcddb_reply_sizes(name: &str, agents: u32) -> ReplySizes {
     let j = held.pcddb.first().expect("the node balances the workflow");
     assert!(j.peers.is_empty(), "the book's version held: no peers");
     assert!(j.clusters.is_empty(), "the clusters' version held: none");
-    let _ = std::fs::remove_dir_all(&dir);
     ReplySizes {
         held: held.encoded_len(),
         book_held: book_held.encoded_len(),
@@ -4910,7 +4855,6 @@ fn a_launch_node_request_carries_only_its_tables_addresses() {
         }
     }
     assert!(seen > 0, "the launch node sent requests");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A workflow's usage, its instances' CPU times as their agents report them (u64s), adds up
@@ -4976,7 +4920,6 @@ fn a_workflows_usage_adds_up_saturating_and_its_gpu_memory_survives_a_restart() 
         before,
         "read back from the store"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A workflow of `n` tasks of one instance each, task `k` holding `first + k` bytes of memory:
@@ -5122,7 +5065,6 @@ fn one_users_workflows_leave_another_users_requirements_their_bits() {
         bad.contains("c65.toml:389:10: task[64].memory") && bad.contains("`s64`"),
         "{bad}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Under `pcddb` the masks go to the agents (`PcddbJob.attributes`, the requests' and grants'
@@ -5166,7 +5108,6 @@ fn a_held_workflow_of_64_sizes_leaves_another_users_pcddb_workflow_its_bits() {
     assert_eq!(s.get_job(job).expect("alice's").state, "completed");
     assert_eq!(nodes_of(&s, job, "accel"), ["fpga", "fpga", "fpga"]);
     assert_eq!(s.get_job(held).expect("held").state, "pending");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A consumer whose agent still fetches its inputs is listed apart from one whose program
@@ -5253,5 +5194,4 @@ fn an_instance_fetching_its_inputs_is_listed_apart_from_one_whose_program_runs()
         (false, 1_700_000_002_500_000_000, 2_500),
         "{t:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,7 @@
 //! The `hdas-paper` scenario: its workloads, its profiles against the paper's stated facts, and
 //! the paper's headline ordering on the full experiment.
 
+use hetsched_core::testkit::ScratchDir;
 use hetsched_sim::scenario::hdas_paper::profiles::{DISK_MIB_S, PROFILES};
 use hetsched_sim::scenario::hdas_paper::{self, HdasPaperOptions, workloads};
 
@@ -135,7 +136,7 @@ fn outputs_are_written() {
         ..HdasPaperOptions::default()
     };
     let report = hdas_paper::run(&opts, &mut |_| {}).unwrap();
-    let dir = std::env::temp_dir().join(format!("hetsched-hdas-{}", std::process::id()));
+    let dir = ScratchDir::new("hdas-paper", "outputs");
     let written = report.write_outputs(&dir).unwrap();
     for name in [
         "report.json",
@@ -156,5 +157,4 @@ fn outputs_are_written() {
     }
     let csv = std::fs::read_to_string(dir.join("workloads.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,8 +3,15 @@
 //! replies and events on fd 4, each a JSON text ended by a NUL byte). The workspace forbids
 //! `unsafe`, so the two descriptors are wired by a shell through named pipes (`mkfifo`) rather than
 //! by a `pre_exec` hook. Every wait is bounded; dropping the browser kills it.
+//!
+//! Chromium keeps files of its own in the temporary directory (`$TMPDIR`): the socket of its
+//! process singleton, in an `org.chromium.Chromium.XXXXXX` directory that a browser killed rather
+//! than closed leaves behind. Every Chromium a test starts gets a `TMPDIR` of its own
+//! ([`chromium_tmp`]), removed once the browser is gone.
 
+use hetsched_core::testkit::ScratchDir;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
@@ -24,8 +31,18 @@ pub fn chromium() -> Option<&'static str> {
         })
 }
 
+/// A `TMPDIR` for one Chromium, removed with what Chromium left in it when it drops (kept when the
+/// test failed). Not inside the test's directory: the singleton's socket path, `TMPDIR` plus 45
+/// bytes, must stay under the 108 bytes of a Unix socket's address, or Chromium stops at its start
+/// ("Socket path too long").
+pub fn chromium_tmp() -> ScratchDir {
+    ScratchDir::new("chromium", "tmp")
+}
+
 pub struct Browser {
     child: Child,
+    /// Chromium's `TMPDIR`; declared after `child`, it drops after [`Drop`] killed the browser.
+    tmp: ScratchDir,
     to: std::fs::File,
     from: Receiver<serde_json::Value>,
     next_id: u64,
@@ -49,7 +66,12 @@ impl Browser {
             let ok = Command::new("mkfifo").arg(p).status().expect("mkfifo");
             assert!(ok.success(), "mkfifo {}", p.display());
         }
+        let tmp = chromium_tmp();
+        // Chromium's processes (zygotes, renderers, the GPU and network services) share its
+        // process group, led by the browser (the shell execs it): dropping the browser ends
+        // them all ([`Browser::drop`]).
         let child = Command::new("sh")
+            .process_group(0)
             .arg("-c")
             .arg("exec \"$0\" \"$@\" 3<\"$CDP_IN\" 4>\"$CDP_OUT\"")
             .arg(bin)
@@ -66,6 +88,7 @@ impl Browser {
             .arg("about:blank")
             .env("CDP_IN", &to_path)
             .env("CDP_OUT", &from_path)
+            .env("TMPDIR", &tmp)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -102,6 +125,7 @@ impl Browser {
         });
         let mut b = Browser {
             child,
+            tmp,
             to,
             from: from_rx,
             next_id: 0,
@@ -399,9 +423,22 @@ impl Browser {
     }
 }
 
+/// Kills the browser's whole process group and waits (bounded) until none of it is left: a
+/// network service killed after its browser still writes into the profile for a moment
+/// (`Network Persistent State`), racing the removal of the test's directory. Then the `tmp`
+/// field drops.
 impl Drop for Browser {
     fn drop(&mut self) {
+        let group = self.child.id();
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{group}")])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let start = Instant::now();
+        while !super::group_members(group).is_empty() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(25));
+        }
     }
 }

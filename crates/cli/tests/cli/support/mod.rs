@@ -4,15 +4,16 @@
 
 pub mod cdp;
 
+use hetsched_core::testkit::ScratchDir;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
 
 pub struct Cluster {
+    /// The cluster's directory (data, work directories, logs): [`Cluster::scratch`]'s path.
     pub dir: PathBuf,
     server: Option<Child>,
     pub listen: String,
@@ -29,6 +30,9 @@ pub struct Cluster {
     pub beat: (&'static str, &'static str),
     /// More flags for `hetsched server` (its next start).
     pub server_args: Vec<String>,
+    /// Removes `dir` when the cluster drops, after [`Drop`] has stopped its agents and server
+    /// (the fields drop after `drop` ran); kept when the test failed.
+    scratch: ScratchDir,
 }
 
 /// A file of the test TLS material (`crates/cli/tests/tls`).
@@ -158,15 +162,11 @@ rate = 2.0
     text
 }
 
-/// A fresh directory for one cluster. Every test module of this binary shares the process id, so a
-/// counter keeps two clusters of the same name apart.
-pub fn temp_dir(name: &str) -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("hetsched-op-{name}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh directory for one test or cluster, `TMP/hetsched-op-NAME-XXXXXX`: removed when it drops
+/// after the test passed, kept (and its path printed) when the test failed. Whatever was started
+/// to write into it is to be stopped first: hold it longer than those processes.
+pub fn temp_dir(name: &str) -> ScratchDir {
+    ScratchDir::new("op", name)
 }
 
 impl Cluster {
@@ -241,8 +241,9 @@ impl Cluster {
     }
 
     fn new_stopped(name: &str, http: bool, tls: bool, server_config: Option<String>) -> Cluster {
+        let scratch = temp_dir(name);
         Cluster {
-            dir: temp_dir(name),
+            dir: scratch.to_path_buf(),
             server: None,
             listen: "127.0.0.1:0".into(),
             agents: BTreeMap::new(),
@@ -252,6 +253,7 @@ impl Cluster {
             server_config,
             beat: ("100ms", "1s"),
             server_args: Vec::new(),
+            scratch,
         }
     }
 
@@ -469,29 +471,7 @@ impl Cluster {
     /// The live processes of agent `name`'s guard (`hetsched agent-guard --work-dir DIR`).
     pub fn guards(&self, name: &str) -> Vec<u32> {
         let dir = self.dir.join(format!("agent-{name}"));
-        let dir = dir.to_str().expect("path");
-        let mut pids = Vec::new();
-        for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-                continue;
-            };
-            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = state
-                .rfind(')')
-                .and_then(|i| state[i + 1..].split_whitespace().next())
-                .is_some_and(|s| s == "Z" || s == "X");
-            if !zombie
-                && args.contains(&b"agent-guard".as_slice())
-                && args.contains(&dir.as_bytes())
-            {
-                pids.push(pid);
-            }
-        }
-        pids
+        guards_where(|work_dir| work_dir == dir.as_path())
     }
 
     /// SIGKILLs agent `name`'s guard, so that the agent's death leaves its tasks running (for a
@@ -702,6 +682,40 @@ command = "test $(wc -c < {{input:blob}}) -eq {bytes}{and_then}"
     }
 }
 
+/// The live `hetsched agent-guard --work-dir DIR` processes whose `DIR` passes `wanted`.
+fn guards_where(wanted: impl Fn(&std::path::Path) -> bool) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = state
+            .rfind(')')
+            .and_then(|i| state[i + 1..].split_whitespace().next())
+            .is_some_and(|s| s == "Z" || s == "X");
+        let work_dir = args
+            .iter()
+            .position(|a| *a == b"--work-dir".as_slice())
+            .and_then(|i| args.get(i + 1))
+            .and_then(|d| std::str::from_utf8(d).ok());
+        if !zombie
+            && args.contains(&b"agent-guard".as_slice())
+            && work_dir.is_some_and(|d| wanted(std::path::Path::new(d)))
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Stops the agents and the server, then waits for what they leave working in the cluster's
+/// directory; then the `scratch` field drops, which removes the directory (or keeps it, when the
+/// test failed) once nothing writes into it any more.
 impl Drop for Cluster {
     fn drop(&mut self) {
         for (_, mut a) in std::mem::take(&mut self.agents) {
@@ -709,8 +723,15 @@ impl Drop for Cluster {
             let _ = a.wait();
         }
         self.kill_server();
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
+        // A SIGKILLed agent's guard (a process group of its own) wakes at its agent's death,
+        // takes the work directory's lock (writing `agent.lock` again) and kills the tasks the
+        // agent left: removed meanwhile, the directory would lose the race and stay. The guard
+        // waits at most `LOCK_WAIT` (10 s) for the lock, so this wait is bounded a little above.
+        let start = Instant::now();
+        while !guards_where(|d| d.starts_with(&self.dir)).is_empty()
+            && start.elapsed() < Duration::from_secs(15)
+        {
+            std::thread::sleep(Duration::from_millis(25));
         }
     }
 }

@@ -3,7 +3,7 @@
 use hetsched_proto as pb;
 use hetsched_server::convert::Wire;
 use hetsched_server::state::State;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The identity every test agent registers and heartbeats with (unless a test forges another).
 pub const IDENTITY: &str = "test-agent-identity";
@@ -181,29 +181,14 @@ pub fn heartbeat_request(
     }
 }
 
-/// A scratch directory, created empty and removed when the test ends.
-pub struct Scratch(pub PathBuf);
+/// A test's scratch directory: removed when the test passes, kept (its path on stderr) when it
+/// fails. A server started in-process on it is stopped, or dropped, before it: declare the
+/// directory first.
+pub use hetsched_core::testkit::ScratchDir as Scratch;
 
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A fresh scratch directory for test `name` of module `topic` (the process id keeps parallel
-/// runs apart).
+/// A fresh scratch directory for test `name` of module `topic`.
 pub fn scratch(topic: &str, name: &str) -> Scratch {
-    let d = std::env::temp_dir().join(format!("hetsched-{topic}-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    Scratch(d)
+    Scratch::new(topic, name)
 }
 
 /// A server started in-process over `config` on a loopback port (`config.listen` is replaced),
