@@ -1176,7 +1176,7 @@ async fn the_servers_output_streams_are_bounded_for_all_users_together() {
 /// connection with `CaUsedAsEndEntity`. A self-signed certificate that is no CA's passes.
 #[test]
 fn a_ca_certificate_as_the_servers_own_is_refused_before_the_start() {
-    let dir = scratch("ca-as-server");
+    let (_scratch, dir) = scratch("ca-as-server");
     std::fs::create_dir_all(&dir).expect("dir");
     let write = |name: &str, ca: bool| {
         let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
