@@ -44,7 +44,9 @@ const MAX_HALVINGS: u32 = 200;
 pub const MAX_SENDS: u64 = 1_000_000;
 
 /// Workers of `workers` ordered by decreasing weighted score (spec 03, UMRLM d); each quantity is
-/// divided by its largest value among `workers`; unlimited memory counts as the largest.
+/// divided by its largest value among `workers`; unlimited memory counts as the largest. Equal
+/// scores go by [`umr::tie_break`] (faster compute first, then faster link, …, then name), not by
+/// the file's order.
 pub fn order(platform: &StarPlatform, workers: &[usize], weights: Weights) -> Vec<usize> {
     let ws = &platform.workers;
     let max = |f: &dyn Fn(usize) -> f64| workers.iter().map(|&i| f(i)).fold(0.0_f64, f64::max);
@@ -61,7 +63,11 @@ pub fn order(platform: &StarPlatform, workers: &[usize], weights: Weights) -> Ve
             + weights.c3 * mem(i)
     };
     let mut out = workers.to_vec();
-    out.sort_by(|&a, &b| score(b).total_cmp(&score(a)).then(a.cmp(&b)));
+    out.sort_by(|&a, &b| {
+        score(b)
+            .total_cmp(&score(a))
+            .then_with(|| umr::tie_break(platform, a, b))
+    });
     out
 }
 
