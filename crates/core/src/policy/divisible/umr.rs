@@ -32,6 +32,7 @@
 //!   random platforms of up to eight workers this found the best set every time (2,000 cases);
 //!   it is a heuristic all the same, and adding a worker to more than ten can, rarely, make the
 //!   plan slightly worse (2 of 1,000 random additions to 10–20 workers, by at most 0.25 %).
+//!
 //! Ties — between workers in an order, and between sets — go by the workers' figures, then
 //! names ([`tie_break`]), never by their place in the file, so the plan does not depend on the
 //! file's order. The static split's workers being a candidate, UMR never plans worse than that
