@@ -614,3 +614,96 @@ fn umrlms_weights_given_to_another_planner_are_noted_as_ignored() {
         );
     }
 }
+
+/// Runs `hetsched` with `args` and waits at most `limit` for it (a planner that hangs fails the
+/// test instead of holding the suite).
+fn hetsched_within(args: &[&str], limit: std::time::Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(args)
+        .current_dir(repo())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the hetsched binary runs");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("waits").is_none() {
+        if start.elapsed() > limit {
+            child.kill().ok();
+            panic!("hetsched {args:?} still ran after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// The review's two platforms. A worker of speed 1 listed first beside one of speed 100, equal
+/// links: UMR, UMRLM and RUMR gave it all 50 units (50.050 s, 101 × W/ΣS; 0.505 s with the
+/// workers swapped). A worker of 10⁻¹⁶ units/s with a memory, listed first: `--algo umrlm`
+/// spun for ever at 100 % CPU (its last round's bisection could not widen past 2^53 s).
+#[test]
+fn a_slow_first_worker_neither_takes_the_load_nor_hangs_the_planner() {
+    let dir = temp_dir("slow-first");
+    let worker = |name: &str, speed: &str, bandwidth: &str, extra: &str| {
+        format!(
+            "[[worker]]\nname = \"{name}\"\nspeed = {speed}\ncompute_latency = 0.0\n\
+             bandwidth = {bandwidth}\nnetwork_latency = 0.0\n{extra}"
+        )
+    };
+    let slow = dir.join("slow.toml");
+    let platforms = [
+        worker("slow", "1.0", "1000.0", "") + &worker("fast", "100.0", "1000.0", ""),
+        worker("fast", "100.0", "1000.0", "") + &worker("slow", "1.0", "1000.0", ""),
+        worker("slow", "1.0", "1001.0", "") + &worker("fast", "100.0", "1000.0", ""),
+    ];
+    for text in &platforms {
+        std::fs::write(&slow, text).expect("write");
+        for algo in ["umr", "umrlm", "rumr"] {
+            let v = json(&hetsched(&[
+                "sim",
+                "divisible",
+                "--platform",
+                &slow.display().to_string(),
+                "--load",
+                "50",
+                "--algo",
+                algo,
+                "--output",
+                "json",
+            ]));
+            let makespan = v["makespan"].as_f64().unwrap_or(f64::NAN);
+            assert!((makespan - 0.505).abs() < 1e-3, "{algo} on {text}: {v}");
+        }
+    }
+    let hang = dir.join("hang.toml");
+    std::fs::write(
+        &hang,
+        "[[worker]]\nname = \"w1\"\nspeed = 1e-16\ncompute_latency = 0.01\nbandwidth = 100.0\n\
+         network_latency = 0.001\nmemory = 50.0\n\
+         [[worker]]\nname = \"w2\"\nspeed = 20.0\ncompute_latency = 0.01\nbandwidth = 100.0\n\
+         network_latency = 0.001\n",
+    )
+    .expect("write");
+    for algo in ["umr", "umrlm", "rumr", "static"] {
+        let out = hetsched_within(
+            &[
+                "sim",
+                "divisible",
+                "--platform",
+                &hang.display().to_string(),
+                "--load",
+                "100",
+                "--algo",
+                algo,
+                "--output",
+                "json",
+            ],
+            std::time::Duration::from_secs(60),
+        );
+        let v = json(&out);
+        // w2 alone: 100 units at 20 units/s, plus latencies and the first send (5.061 s); the
+        // static split sends it all first (6.011 s).
+        let makespan = v["makespan"].as_f64().unwrap_or(f64::NAN);
+        let bound = if algo == "static" { 6.02 } else { 5.07 };
+        assert!(makespan < bound, "{algo}: {v}");
+    }
+}

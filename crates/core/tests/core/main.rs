@@ -3,6 +3,7 @@
 mod accelerator_field;
 mod accelerator_visible;
 mod binding;
+mod divisible_selection;
 mod hidden_names;
 mod input;
 mod input_fuzz;

@@ -8,12 +8,15 @@ use super::PlanError;
 use super::umr::bandwidth_order;
 use super::{Algo, Chunk, Plan, StarPlatform, min_chunk, predict};
 
-/// Chunk sizes of the equal split of `load` over `used` (by worker index; 0 for the others).
-fn split(platform: &StarPlatform, used: &[bool], load: f64) -> Vec<f64> {
+/// Chunk sizes of the equal split of `load` over `used` (by worker index; 0 for the others). The
+/// sums go in send `order`, so that they round the same whatever the file's order.
+fn split(platform: &StarPlatform, order: &[usize], used: &[bool], load: f64) -> Vec<f64> {
     let ws = &platform.workers;
     let on = |i: usize| used[i];
-    let ss: f64 = (0..ws.len()).filter(|&i| on(i)).map(|i| ws[i].speed).sum();
-    let s_clat: f64 = (0..ws.len())
+    let ss: f64 = order.iter().filter(|&&i| on(i)).map(|&i| ws[i].speed).sum();
+    let s_clat: f64 = order
+        .iter()
+        .copied()
         .filter(|&i| on(i))
         .map(|i| ws[i].speed * ws[i].compute_latency)
         .sum();
@@ -40,15 +43,24 @@ fn split(platform: &StarPlatform, used: &[bool], load: f64) -> Vec<f64> {
     }
 }
 
-/// The static plan for `load`.
-pub fn plan(platform: &StarPlatform, load: f64) -> Result<Plan, PlanError> {
+/// The workers the static plan uses, in send order, and every worker's chunk size (by index; 0
+/// for a worker left out). UMR weighs the same workers as one of its candidate sets: the static
+/// split is UMR's one-round schedule on them where its compute times are equal, so there UMR
+/// never plans worse ([`super::umr`]).
+fn split_and_workers(platform: &StarPlatform, load: f64) -> (Vec<usize>, Vec<f64>) {
     let unit = min_chunk(load) * (1.0 - 1e-9);
     let mut used = vec![true; platform.workers.len()];
+    // Equal chunks: the worker last in send order goes first (not the one last in the file, which
+    // made the plan depend on the file's order).
+    let order = bandwidth_order(platform);
     let sizes = loop {
-        let sizes = split(platform, &used, load);
-        let smallest = (0..sizes.len())
+        let sizes = split(platform, &order, &used, load);
+        let smallest = order
+            .iter()
+            .rev()
+            .copied()
             .filter(|&i| used[i])
-            .min_by(|&a, &b| sizes[a].total_cmp(&sizes[b]).then(b.cmp(&a)));
+            .min_by(|&a, &b| sizes[a].total_cmp(&sizes[b]));
         match smallest {
             Some(i) if sizes[i] < unit && used.iter().filter(|&&u| u).count() > 1 => {
                 used[i] = false;
@@ -56,9 +68,20 @@ pub fn plan(platform: &StarPlatform, load: f64) -> Result<Plan, PlanError> {
             _ => break sizes,
         }
     };
-    let chunks = bandwidth_order(platform)
+    let workers = order.into_iter().filter(|&i| used[i]).collect();
+    (workers, sizes)
+}
+
+/// The workers the static plan for `load` uses, in send order.
+pub fn workers(platform: &StarPlatform, load: f64) -> Vec<usize> {
+    split_and_workers(platform, load).0
+}
+
+/// The static plan for `load`.
+pub fn plan(platform: &StarPlatform, load: f64) -> Result<Plan, PlanError> {
+    let (workers, sizes) = split_and_workers(platform, load);
+    let chunks = workers
         .into_iter()
-        .filter(|&i| used[i])
         .map(|i| Chunk {
             round: 0,
             worker: i,

@@ -34,11 +34,19 @@ use super::{
 /// (planning 2,000,000 rounds took gigabytes).
 pub const MAX_ROUNDS: u32 = 100_000;
 
+/// The most halvings of the last round's bisection ([`balance`]). It stops at a width of
+/// `tolerance × hi` from a width of at most `hi`: 20 halvings for the planner's 10⁻⁶, 34 for its
+/// 10⁻¹⁰; the bound never binds there, and keeps a finer tolerance from spinning where the
+/// midpoint of two neighbouring doubles is one of them.
+const MAX_HALVINGS: u32 = 200;
+
 /// The most sends a UMRLM plan may take (each costs its plan and simulation about 150 bytes).
 pub const MAX_SENDS: u64 = 1_000_000;
 
 /// Workers of `workers` ordered by decreasing weighted score (spec 03, UMRLM d); each quantity is
-/// divided by its largest value among `workers`; unlimited memory counts as the largest.
+/// divided by its largest value among `workers`; unlimited memory counts as the largest. Equal
+/// scores go by [`umr::tie_break`] (faster compute first, then faster link, …, then name), not by
+/// the file's order.
 pub fn order(platform: &StarPlatform, workers: &[usize], weights: Weights) -> Vec<usize> {
     let ws = &platform.workers;
     let max = |f: &dyn Fn(usize) -> f64| workers.iter().map(|&i| f(i)).fold(0.0_f64, f64::max);
@@ -55,7 +63,11 @@ pub fn order(platform: &StarPlatform, workers: &[usize], weights: Weights) -> Ve
             + weights.c3 * mem(i)
     };
     let mut out = workers.to_vec();
-    out.sort_by(|&a, &b| score(b).total_cmp(&score(a)).then(a.cmp(&b)));
+    out.sort_by(|&a, &b| {
+        score(b)
+            .total_cmp(&score(a))
+            .then_with(|| umr::tie_break(platform, a, b))
+    });
     out
 }
 
@@ -506,11 +518,24 @@ fn balance(
     let sum = |v: &[f64]| v.iter().sum::<f64>();
     let lo0 = base.master_free();
     let mut lo = lo0;
-    let mut hi = lo0 + 1.0;
-    while sum(&sizes_at(hi)) < total && hi.is_finite() {
-        hi = lo0 + (hi - lo0) * 2.0;
+    // The bracket on `T` widens from the master's free time by a span that doubles until the
+    // sizes reach `total` or `lo0 + span` overflows (then every chunk is at its cap). The span
+    // is kept apart from `hi`: it used to be read back as `hi − lo0`, which past 2^53 s (a worker
+    // of 10⁻¹⁶ units/s takes the clock there) rounds a one-second span to 0, and doubling 0 spun
+    // for ever (`sim divisible --algo umrlm` hung). Starting at 4 ulps of `lo0` or more, each
+    // doubling moves `hi`; from at least 1 s, the span overflows after at most 1,024 of them.
+    let mut span = 1.0_f64.max(4.0 * f64::EPSILON * lo0.abs());
+    let mut hi = lo0 + span;
+    while hi.is_finite() && sum(&sizes_at(hi)) < total {
+        span *= 2.0;
+        hi = lo0 + span;
     }
-    while hi - lo > tolerance * hi.abs().max(1e-9) {
+    // Each halving halves `hi − lo`, which starts at most `hi` (`lo0 ≥ 0`): about
+    // log2(1/tolerance) halvings ([`MAX_HALVINGS`]).
+    for _ in 0..MAX_HALVINGS {
+        if hi - lo <= tolerance * hi.abs().max(1e-9) {
+            break;
+        }
         let mid = 0.5 * (lo + hi);
         if sum(&sizes_at(mid)) < total {
             lo = mid;
@@ -717,6 +742,34 @@ mod tests {
                 "{w} units: {} sends",
                 plan.chunks.len()
             );
+        }
+    }
+
+    /// A worker of 10⁻¹⁶ units/s with a memory puts the master's clock past 2^53 s, where
+    /// adding a second changes nothing: the last round's bisection started its bracket a second
+    /// wide, could never widen it, and `sim divisible --algo umrlm` spun for ever. The plan now
+    /// comes back (the simulator then refuses it as longer than its clock holds).
+    #[test]
+    fn a_worker_so_slow_the_clock_passes_2_to_the_53_seconds_does_not_hang_the_plan() {
+        let mut p = star(&[(1e-16, 100.0, Some(50.0))]);
+        p.workers[0].compute_latency = 0.01;
+        p.workers[0].network_latency = 0.001;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            tx.send(plan(&p, 100.0, Weights::default())).ok();
+        });
+        let plan = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the plan comes back within a minute")
+            .expect("a plan");
+        assert!((plan.load() - 100.0).abs() < 1e-9);
+        assert!(
+            plan.predicted_makespan >= 0.99e18,
+            "{}",
+            plan.predicted_makespan
+        );
+        for c in &plan.chunks {
+            assert!(c.size <= 25.0 * (1.0 + 1e-9), "{c:?}");
         }
     }
 
