@@ -63,9 +63,9 @@ pub fn job(j: &pb::JobInfo) -> Value {
 /// `null` for what it does not have yet or has none of — `started_ns`, `finished_ns`, `node`,
 /// `variant`, `output`, `message`, `executed_node`, `exit_code` (a task killed by a signal or
 /// its time limit, or one that never ran, has no exit code: the wire's -1), `fetch_ms` (a
-/// batch task, an instance with no inputs, or one whose fetch is not over: the wire's 0) and
-/// `usage.max_rss_bytes` (its peak memory not measured: the wire's 0, which the table shows
-/// as `-`).
+/// batch task, an instance with no inputs, or one whose fetch is not over: the wire's 0).
+/// `usage.max_rss_bytes` stays a number, 0 when the peak was not measured (the table's `-`), as
+/// scripts have read it.
 pub fn task(t: &pb::TaskInfo) -> Value {
     let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
     set_time(&mut v, "started_ns", t.started_ns);
@@ -79,9 +79,6 @@ pub fn task(t: &pb::TaskInfo) -> Value {
         v["exit_code"] = Value::Null;
     }
     null_if_zero(&mut v, "fetch_ms");
-    if v["usage"].is_object() {
-        null_if_zero(&mut v["usage"], "max_rss_bytes");
-    }
     // A workflow's task ids hold its kind in their high byte, past the 2^53 that jq 1.6 or a
     // JavaScript number reads exactly: the string too.
     v["id_text"] = t.id.to_string().into();
@@ -184,7 +181,7 @@ mod tests {
         assert_eq!(v["fetch_ms"], 250);
         assert_eq!(v["started"], "2023-11-14T22:13:20.000Z");
         assert_eq!(v["usage"]["cpu_user_ms"], 0, "a measured 0 ms stays");
-        assert_eq!(v["usage"]["max_rss_bytes"], Value::Null);
+        assert_eq!(v["usage"]["max_rss_bytes"], 0, "0: not measured, a number");
     }
 
     #[test]
