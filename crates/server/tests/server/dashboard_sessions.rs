@@ -24,24 +24,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// One request `head` (its request line and header lines, each ending in CRLF) with `body`:
 /// the status code and the raw response.
 async fn request(addr: SocketAddr, head: &str, body: &str) -> (u16, String) {
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        s.write_all(
-            format!(
-                "{head}Host: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            )
-            .as_bytes(),
-        )
-        .await
-        .expect("send");
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).await.expect("read");
-        raw
-    };
-    let raw = tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .expect("the HTTP listener answers within 10 s");
+    let raw = crate::http::exchange(
+        addr,
+        &format!(
+            "{head}Host: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await;
+    let raw = String::from_utf8(raw).expect("a UTF-8 response");
     (status(&raw), raw)
 }
 

@@ -14,23 +14,30 @@ async fn get(addr: SocketAddr, path: &str) -> String {
     get_with(addr, path, "").await
 }
 
-/// `GET path` with the extra header lines `headers` (each ending in CRLF).
-pub(crate) async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> String {
+/// Sends `request` (whole: its request line, headers with `Connection: close`, and body) to
+/// `addr` and reads the response to its end: the raw bytes. The one HTTP exchange of these
+/// tests ([`get_with`], the dashboard's and the JSON API's).
+pub(crate) async fn exchange(addr: SocketAddr, request: &str) -> Vec<u8> {
     let exchange = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .expect("send");
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).await.expect("read");
+        s.write_all(request.as_bytes()).await.expect("send");
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.expect("read");
         raw
     };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
+    tokio::time::timeout(Duration::from_secs(20), exchange)
         .await
-        .expect("the HTTP listener answers within 10 s")
+        .expect("the HTTP listener answers within 20 s")
+}
+
+/// `GET path` with the extra header lines `headers` (each ending in CRLF).
+pub(crate) async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> String {
+    let raw = exchange(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n"),
+    )
+    .await;
+    String::from_utf8(raw).expect("a UTF-8 response")
 }
 
 /// `GET path` with `token` (none: no `Authorization`): the status code and the body.

@@ -358,24 +358,14 @@ async fn get_log(
     path: &str,
     token: &str,
 ) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        s.write_all(
-            format!(
-                "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
-                 Connection: close\r\n\r\n"
-            )
-            .as_bytes(),
-        )
-        .await
-        .expect("send");
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).await.expect("read");
-        raw
-    };
-    let raw = tokio::time::timeout(Duration::from_secs(20), exchange)
-        .await
-        .expect("answered");
+    let raw = crate::http::exchange(
+        addr,
+        &format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+    )
+    .await;
     let at = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
