@@ -60,9 +60,10 @@ pub struct SubmitArgs {
     /// Least relative inter-node traffic gain for a traffic-driven reschedule (0.1 = 10 %).
     #[arg(long, default_value_t = 0.1)]
     pub gain_threshold: f64,
-    /// One-phase: share of each node's CPU its self-tuning may fill (0 < x ≤ 1).
-    #[arg(long, default_value_t = 0.9)]
-    pub max_utilisation: f64,
+    /// One-phase: share of each node's CPU its self-tuning may fill (0 < x ≤ 1; default 0.9).
+    /// Other placers ignore it, and the submission says so.
+    #[arg(long)]
+    pub max_utilisation: Option<f64>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -220,11 +221,14 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
             let text = crate::input_file::read_input(&a.file)?;
             // The same parser the server runs: errors before any connection.
             parse_runnable_topology(&origin, &text)?;
-            if !(a.max_utilisation > 0.0 && a.max_utilisation <= 1.0) {
+            if let Some(x) = a.max_utilisation
+                && !(x > 0.0 && x <= 1.0)
+            {
                 bail!("--max-utilisation must be in (0, 1]");
             }
             crate::stream::check_workers(a.workers)?;
             crate::stream::note_ignored_workers(a.workers, a.placer);
+            crate::stream::note_ignored_one_phase_flags(a.placer, a.max_utilisation, None);
             let base_dir = std::env::current_dir()?.display().to_string();
             let mut api = connect(&a.client).await?;
             let r = api
@@ -236,7 +240,10 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                     workers: a.workers.unwrap_or(0),
                     interval_ms: a.interval.as_millis() as u64,
                     gain_threshold: a.gain_threshold,
-                    max_utilisation: a.max_utilisation,
+                    max_utilisation: a.max_utilisation.unwrap_or(
+                        hetsched_core::policy::stream::one_phase::OnePhase::default()
+                            .max_utilisation,
+                    ),
                 })
                 .await
                 .map_err(refused)?

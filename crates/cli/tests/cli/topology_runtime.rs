@@ -448,9 +448,10 @@ fn bad_topologies_are_refused_with_their_line() {
 
 /// `--workers` fixes the worker count of `even` and `two-phase-traffic` only: with the default
 /// `one-phase` placer (and `resource-aware`) the submission says it is ignored, as `stream
-/// place` does, rather than run fewer workers than asked without a word.
+/// place` does, rather than run fewer workers than asked without a word; and
+/// `--max-utilisation` is one-phase's alone.
 #[test]
-fn topology_submit_says_when_workers_is_ignored_by_its_placer() {
+fn topology_submit_says_when_workers_or_max_utilisation_is_ignored_by_its_placer() {
     let c = Cluster::start("ignored-workers", &["n1"]);
     let file = c.write("one.toml", &wordcount("wc-ignored", 1, 10));
     let path = file.to_str().expect("path");
@@ -473,11 +474,28 @@ fn topology_submit_says_when_workers_is_ignored_by_its_placer() {
         "even",
         "--workers",
         "1",
+        "--max-utilisation",
+        "0.5",
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("--workers is ignored"), "{err}");
+    // One-phase's own limit changes nothing under `even`: said, as `stream place` says it.
+    assert!(
+        err.contains(
+            "note: --max-utilisation is ignored by even (only one-phase fills nodes to a limit)"
+        ),
+        "{err}"
+    );
     c.ok(&["topology", "kill", "wc-even-taken"]);
+    // One-phase takes it: no note.
+    let file = c.write("limit.toml", &wordcount("wc-limit-taken", 1, 10));
+    let path = file.to_str().expect("path");
+    let out = c.cli(&["topology", "submit", path, "--max-utilisation", "0.5"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("is ignored"), "{err}");
+    c.ok(&["topology", "kill", "wc-limit-taken"]);
 }
 
 fn pid_alive(pid: u64) -> bool {
