@@ -210,8 +210,16 @@ pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Re
         Some(p) => Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
     };
+    // The directories `prepare` creates, leaf first: a refusal removes them again (empty), so a
+    // command that wrote nothing leaves nothing behind.
+    let mut created = Vec::new();
     let file = match to {
         Some(dir) => {
+            let mut missing = Some(dir);
+            while let Some(d) = missing.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+                created.push(d.to_path_buf());
+                missing = d.parent();
+            }
             crate::out_dir::prepare(dir)?;
             Some(dir.join(format!("job-{id}.out")))
         }
@@ -239,6 +247,10 @@ pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Re
     .await;
     if let Err(e) = fetched {
         let _ = std::fs::remove_file(&partial);
+        for d in &created {
+            // Only while empty: anything another process put there stays.
+            let _ = std::fs::remove_dir(d);
+        }
         return Err(e);
     }
     std::fs::rename(&partial, &file)

@@ -480,6 +480,16 @@ fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
         "fetched before\n"
     );
     assert_eq!(std::fs::read_dir(&dir).expect("dir").count(), 1);
+    // Refused into a directory that did not exist: it is not left behind, empty.
+    let fresh = c.dir.join("new").join("out");
+    let out = c.cli(&[
+        "output",
+        &id.to_string(),
+        "-o",
+        fresh.to_str().expect("utf-8"),
+    ]);
+    assert!(!out.status.success());
+    assert!(!c.dir.join("new").exists(), "created by a refused output");
 }
 
 /// What a user debugging a divisible job relies on: `hetsched log JOB CHUNK` prints a chunk's
