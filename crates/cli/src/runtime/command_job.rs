@@ -520,12 +520,28 @@ fn shell_program(line: &str) -> Option<String> {
                 && !name.starts_with(|c: char| c.is_ascii_digit())
         })
     };
-    shell_commands(line).into_iter().find_map(|words| {
-        let first = words
-            .iter()
-            .find(|w| !assignment(&w.raw) && !KEYWORDS.contains(&w.raw.as_str()))?;
-        (!PREPARING.contains(&first.raw.as_str())).then(|| first.unquoted.clone())
-    })
+    // Tests that only guard what follows (`[ -d x ] && ./run`); a line of nothing else is a
+    // test, and named so.
+    const TESTS: &[&str] = &["[", "[[", "test"];
+    let commands = shell_commands(line);
+    let firsts: Vec<&ShellWord> = commands
+        .iter()
+        .filter_map(|words| {
+            words
+                .iter()
+                .find(|w| !assignment(&w.raw) && !KEYWORDS.contains(&w.raw.as_str()))
+        })
+        .collect();
+    firsts
+        .iter()
+        .find(|w| !PREPARING.contains(&w.raw.as_str()))
+        .map(|w| w.unquoted.clone())
+        .or_else(|| {
+            firsts
+                .iter()
+                .any(|w| TESTS.contains(&w.raw.as_str()))
+                .then(|| "test".to_string())
+        })
 }
 
 /// A word of a shell line: as written (`A="x y"`), and with its quotes and escapes removed.
@@ -535,9 +551,11 @@ struct ShellWord {
 }
 
 /// A shell line's simple commands, each as its words: split at `;`, `&`, `|`, newlines and
-/// brackets, and into words at blanks, only outside single quotes, double quotes and
-/// backslash escapes (what POSIX `sh` does before it expands anything; expansions stay as
-/// written). An unclosed quote runs to the end of the line.
+/// brackets, and into words at blanks, only outside single quotes, double quotes, backslash
+/// escapes and expansions — `$(…)`, `$((…))`, `${…}` and backquotes are part of the word they are
+/// in (what POSIX `sh` does before it expands anything; expansions stay as written, so
+/// `x=$((1+2))` is one assignment, not `1+2`). An unclosed quote or expansion runs to the end of
+/// the line.
 fn shell_commands(line: &str) -> Vec<Vec<ShellWord>> {
     let mut commands = Vec::new();
     let mut words: Vec<ShellWord> = Vec::new();
@@ -589,6 +607,25 @@ fn shell_commands(line: &str) -> Vec<Vec<ShellWord>> {
                     }
                 }
             }
+            '$' if matches!(chars.clone().next(), Some('(' | '{')) => {
+                push(&mut word, c, Some(c));
+                expansion(&mut chars, &mut |c| push(&mut word, c, Some(c)));
+            }
+            '`' => {
+                push(&mut word, c, Some(c));
+                while let Some(q) = chars.next() {
+                    push(&mut word, q, Some(q));
+                    match q {
+                        '`' => break,
+                        '\\' => {
+                            if let Some(next) = chars.next() {
+                                push(&mut word, next, Some(next));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
             ';' | '&' | '|' | '\n' | '(' | ')' => {
                 words.extend(word.take());
                 if !words.is_empty() {
@@ -604,6 +641,43 @@ fn shell_commands(line: &str) -> Vec<Vec<ShellWord>> {
         commands.push(words);
     }
     commands
+}
+
+/// Copies an expansion that opens at the next character (`(` of `$(…)` or `$((…))`, `{` of
+/// `${…}`) to `out`, up to its matching close: brackets nest, and quotes inside it hold their
+/// brackets (`$(echo ")")`).
+fn expansion(chars: &mut std::str::Chars<'_>, out: &mut impl FnMut(char)) {
+    let mut open: Vec<char> = Vec::new();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        out(c);
+        match (quote, c) {
+            (Some(_), '\\') => {
+                if let Some(next) = chars.next() {
+                    out(next);
+                }
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '\\') => {
+                if let Some(next) = chars.next() {
+                    out(next);
+                }
+            }
+            (None, '(') => open.push(')'),
+            (None, '{') => open.push('}'),
+            (None, ')' | '}') => {
+                if open.last() == Some(&c) {
+                    open.pop();
+                }
+                if open.is_empty() {
+                    return;
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The default job name: the program's file name (a shell line's program's), as the
@@ -1005,6 +1079,15 @@ mod tests {
             ("export P=a\\;secret; ./run", "run"),
             ("\"/opt/my tools/solve\" --n 3", "solve"),
             ("export P=\"unclosed; ./run", "command"),
+            // An expansion is part of its word: its brackets and operators split nothing.
+            ("x=$((1+2)); echo $x", "echo"),
+            ("d=$(dirname \"$0\"); \"$d\"/solve", "solve"),
+            ("v=${A:-(none)}; ./run", "run"),
+            ("n=`nproc`; ./run -j $n", "run"),
+            ("x=$(echo \")\"; ls); ./run", "run"),
+            // A line that only tests is named so, not after a word of an operand.
+            ("test -d /tmp || [ $(({index} % 2)) -eq 0 ]", "test"),
+            ("[ -f done ] && ./run", "run"),
         ] {
             assert_eq!(app_name(line, true), name, "{line}");
         }
