@@ -2257,6 +2257,8 @@ async fn wait_selected(
                     println!("{}", ended_line(&j));
                     if counts(&j.counts).failed > 0 {
                         super::log::print_failures(api, &j).await;
+                    } else {
+                        super::log::print_cancel_cause(api, &j).await;
                     }
                 }
                 jobs.push(j);
@@ -2445,6 +2447,8 @@ pub async fn wait_on(
     if j.state != "completed" {
         if counts(&j.counts).failed > 0 {
             super::log::print_failures(api, &j).await;
+        } else {
+            super::log::print_cancel_cause(api, &j).await;
         }
         bail!("job {id} {}", j.state);
     }

@@ -197,6 +197,33 @@ pub async fn print_failures(api: &mut Api, job: &pb::JobInfo) {
     }
 }
 
+/// A job that ended cancelled without a failure: why, as its first cancelled task says it —
+/// `cancelled: job 50, which this job runs after, ended failed` (Slurm's
+/// `DependencyNeverSatisfied`), `cancelled by the admin` — so a `wait` that ends so names the
+/// cause rather than only the count. A divisible job's cancel is said by its own line.
+pub async fn print_cancel_cause(api: &mut Api, job: &pb::JobInfo) {
+    if job.divisible.is_some() || job.state != "cancelled" {
+        return;
+    }
+    let Ok(page) = api
+        .list_tasks(pb::ListTasksRequest {
+            job_id: job.id,
+            limit: 1,
+            states: vec!["cancelled".into()],
+            ..Default::default()
+        })
+        .await
+    else {
+        return;
+    };
+    if let Some(t) = page.into_inner().tasks.first()
+        && t.state == "cancelled"
+        && !t.message.is_empty()
+    {
+        eprintln!("job {} {}", job.id, shown(&t.message));
+    }
+}
+
 /// A failed divisible job: why, then the last stderr lines of its failed chunks (the latest
 /// [`TAIL_TASKS`]; a failed chunk's units went out again as new chunks until the retries ran out).
 async fn print_chunk_failures(api: &mut Api, job: u64, d: &pb::DivisibleInfo) {

@@ -2761,6 +2761,11 @@ fn a_job_submitted_after_another_starts_when_it_completes_and_is_cancelled_if_it
         said.contains("1 cancelled, ended ") && !said.contains("makespan"),
         "{said}"
     );
+    // And why: its dependency, not only a count.
+    assert!(
+        said.contains("job 4 cancelled: job 3, which this job runs after, ended failed"),
+        "{said}"
+    );
     let shown = c.ok(&["job", "4"]);
     assert!(
         shown.contains("ended ") && !shown.contains("makespan"),
