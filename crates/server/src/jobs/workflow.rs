@@ -1567,7 +1567,7 @@ impl Workflows {
             x.fetching = rt.fetching;
             if !rt.fetching && rt.program_started_ns > 0 && x.started_ns != rt.program_started_ns {
                 x.started_ns = rt.program_started_ns;
-                x.fetch_ms = rt.program_started_ns.saturating_sub(rt.started_ns) / 1_000_000;
+                x.fetch_ms = hetsched_core::time::fetch_ms(rt.started_ns, rt.program_started_ns);
                 self.dirty.insert((seq, i));
             }
         }
