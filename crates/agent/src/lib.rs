@@ -1628,7 +1628,8 @@ impl Launcher<'_> {
                     t.fetching = false;
                     t.program_started_ns = now;
                 }
-                now.saturating_sub(started_ns) / 1_000_000
+                // It had inputs: a fetch under a millisecond reads 1, as 0 says "no inputs".
+                hetsched_core::time::fetch_ms(started_ns, now).max(1)
             } else {
                 0
             };
@@ -2451,7 +2452,7 @@ mod tests {
         assert!(r.success, "{r:?}");
         assert_eq!(
             r.fetch_ms,
-            (t.program_started_ns - t.started_ns) / 1_000_000,
+            hetsched_core::time::fetch_ms(t.started_ns, t.program_started_ns),
             "the fetch's time, from its start to its program's: {r:?}"
         );
         assert!(r.fetch_ms >= 700, "{r:?}");

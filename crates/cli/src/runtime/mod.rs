@@ -206,8 +206,8 @@ pub enum RuntimeCommand {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         limit: Option<u64>,
         /// Only tasks in these states (repeat the flag or separate with commas): pending,
-        /// running, succeeded, failed, cancelled; workflow instances' waiting, ready; divisible
-        /// chunks' out, done, lost.
+        /// running, succeeded, failed, cancelled; workflow instances' waiting, ready (pending
+        /// selects both); divisible chunks' out, done, lost.
         #[arg(long, value_name = "STATE", value_delimiter = ',')]
         state: Vec<String>,
         /// Only tasks that ran, or run, on these nodes (repeat the flag, separate with commas or

@@ -1213,3 +1213,67 @@ fn the_processes_of_one_instance_keep_their_own_output() {
         );
     }
 }
+
+/// A `centralised` workflow submitted while a batch task holds every core of one node (the
+/// review's case, with short sleeps): the dispatcher counts those cores as the node's load and
+/// moves what it placed there once another node has room, so the workflow completes while the
+/// batch task still runs, nothing of it on that node. `g1` registers first: on equal loads the
+/// dispatcher picks the lowest id, so instances do reach it once `n1` and `n2` are full. Before,
+/// the dispatcher counted only the workflow's own instances running on a node: `g1` read idle,
+/// and the instances sent there started only when the batch task ended (a makespan of 27 s
+/// instead of ~5 s with a 25 s task; with a stream topology holding the node, never).
+#[test]
+fn a_centralised_workflow_completes_beside_a_batch_task_holding_one_node() {
+    let mut c = Cluster::start_configured("wf-busy-node", false, SERVER_CONFIG);
+    c.start_agent("g1", 2, &[]);
+    c.wait_for_nodes(1);
+    c.start_agent("n1", 4, &[]);
+    c.start_agent("n2", 2, &[]);
+    c.wait_for_nodes(3);
+    let out = c.cli(&[
+        "submit",
+        "--output",
+        "json",
+        "--requires",
+        "node:g1",
+        "--cores",
+        "2",
+        "--",
+        "sleep",
+        "8",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hold = serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")["job_id"]
+        .as_u64()
+        .expect("job id");
+    wait_until("the batch task to run", Duration::from_secs(10), || {
+        c.tasks(hold).iter().any(|t| t["state"] == "running")
+    });
+    let file = c.write(
+        "wf.toml",
+        "balancer = \"centralised\"\n\
+         [[task]]\nname = \"A\"\ninstances = 8\ncost = \"1s\"\noutputs = [\"m\"]\n\
+         command = \"echo $(( {index} * 10 )) > {output:m}\"\n\
+         [[task]]\nname = \"B\"\ninstances = 8\ncost = \"1s\"\ninputs = [\"m\"]\noutputs = [\"b\"]\n\
+         command = \"sleep 1; cat {input:m} > {output:b}\"\n\
+         [[task]]\nname = \"C\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"b\"]\n\
+         command = \"cat {input:b} > /dev/null\"\n",
+    );
+    let job = submit(&c, &file);
+    let v = wait_done(&c, job, Duration::from_secs(30));
+    assert_eq!(v["state"], "completed", "{v}");
+    let tasks = c.tasks(job);
+    assert!(
+        tasks.iter().all(|t| t["node"] != "g1"),
+        "an instance ran on the node the batch task holds: {tasks:?}"
+    );
+    assert_eq!(
+        c.json(&["job", &hold.to_string()])["state"],
+        "running",
+        "the workflow completed only after the batch task: {tasks:?}"
+    );
+}

@@ -147,7 +147,9 @@ pub enum Body {
     },
     /// centralised: a monitoring agent's load report (node → dispatcher).
     Report {
-        /// Instances the node holds.
+        /// Instances the node holds (queued or running). A runtime's node also runs other
+        /// work (batch tasks, stream workers, other workflows): each core that holds counts
+        /// as one instance, so a node full of it reads full, not idle.
         held: u32,
     },
     /// centralised and static: "run this instance" (dispatcher → node).

@@ -58,7 +58,9 @@
 //!   (`--time-limit`) offers it only while it has that long left, its mask recomputed at every
 //!   heartbeat; a running instance books its cores, memory and
 //!   devices in the shared [`SchedulerView`](hetsched_core::SchedulerView) (batch tasks are not
-//!   placed over it), and waits on its node until they are free. The vocabulary of those bits
+//!   placed over it), and waits on its node until they are free (under `centralised`, or until
+//!   the dispatcher moves it to a node with room, [`Dispatcher::relocate`]; the load a node
+//!   reports counts the cores other work holds there). The vocabulary of those bits
 //!   is each workflow's own (`WfJob::vocab`, from its file alone, at most 64 words: more is
 //!   refused at submission, naming the task and field of the first word too many). Masks are
 //!   only ever matched within one workflow — its machine, its agents' `PcddbNode`s (the node's
@@ -1203,10 +1205,31 @@ impl Workflows {
             }
             _ => {
                 let members = self.graph_nodes(cx, vocab);
-                (
-                    Machine::Centralised(Dispatcher::new(LAUNCH, members.clone(), graph)),
-                    members,
-                )
+                let mut d = Dispatcher::new(LAUNCH, members.clone(), graph);
+                // Each member's load before the graph starts, as its next report will say it:
+                // the cores work holds there (batch tasks, stream workers, other workflows;
+                // after a restart this one's running instances too). A new dispatcher counts 0
+                // everywhere, and a workflow submitted behind a batch task holding a node
+                // pushed its first instances there as onto an idle one.
+                for m in &members {
+                    let held = cx
+                        .view
+                        .nodes()
+                        .get(m.id.index())
+                        .map_or(0, |n| n.node.cores.saturating_sub(n.free.cores));
+                    if held > 0 {
+                        // A report only sets the member's load: nothing to send.
+                        let _ = d.handle(
+                            LaunchEvent::Deliver(Message {
+                                from: m.id,
+                                to: LAUNCH,
+                                body: Body::Report { held },
+                            }),
+                            cx.now,
+                        );
+                    }
+                }
+                (Machine::Centralised(d), members)
             }
         }
     }
@@ -1544,7 +1567,7 @@ impl Workflows {
             x.fetching = rt.fetching;
             if !rt.fetching && rt.program_started_ns > 0 && x.started_ns != rt.program_started_ns {
                 x.started_ns = rt.program_started_ns;
-                x.fetch_ms = rt.program_started_ns.saturating_sub(rt.started_ns) / 1_000_000;
+                x.fetch_ms = hetsched_core::time::fetch_ms(rt.started_ns, rt.program_started_ns);
                 self.dirty.insert((seq, i));
             }
         }
@@ -2383,6 +2406,36 @@ impl Workflows {
                     drained.join(", ")
                 ),
                 true,
+            );
+        }
+        // Ready instances the balancer placed on nodes that cannot start them yet (their cores,
+        // memory or devices held, by this workflow or other work): said as a batch job's
+        // `resources`, naming the nodes. Without it a workflow whose instances waited behind a
+        // long batch task listed `pending` with no reason.
+        let mut waiting: Vec<(&str, u64)> = j
+            .assigned
+            .iter()
+            .map(|(&n, q)| {
+                let ready = q
+                    .iter()
+                    .filter(|&&i| j.insts.get(i as usize).is_some_and(|x| x.st == St::Ready))
+                    .count();
+                (rd.nodes.name(n), ready as u64)
+            })
+            .filter(|&(_, k)| k > 0)
+            .collect();
+        if !waiting.is_empty() {
+            waiting.sort_unstable();
+            let total: u64 = waiting.iter().map(|&(_, k)| k).sum();
+            let named: Vec<String> = waiting.iter().map(|(n, k)| format!("{n} ({k})")).collect();
+            return (
+                format!(
+                    "resources: {} {} for the busy nodes they were placed on: {}",
+                    hetsched_core::text::count(total, "ready instance"),
+                    hetsched_core::text::agree(total, "waits", "wait"),
+                    named.join(", ")
+                ),
+                false,
             );
         }
         (String::new(), false)
@@ -3235,15 +3288,32 @@ impl JobKind for Workflows {
                     }
                 }
             }
-            // Centralised: the heartbeat is the node's monitoring report.
+            // Centralised: the heartbeat is the node's monitoring report. Its load is what the
+            // node holds, as a simulated node's report says: this workflow's instances running
+            // there and those waiting here for it, and each core other work holds there (batch
+            // tasks, stream workers, other workflows: the view's). Counting only the instances
+            // running there made a node full of other work, or of instances waiting for it,
+            // read idle: every ready instance could be pushed there, and waited.
             if let Machine::Centralised(_) = job.machine {
-                let held = report
-                    .running
-                    .iter()
-                    .filter(|r| {
-                        job_of(r.task_id).0 == seq && Kind::of(r.task_id) == Some(Kind::Workflow)
-                    })
-                    .count() as u32;
+                let (mut mine, mut my_cores) = (0u32, 0u32);
+                for r in report.running.iter().filter(|r| {
+                    job_of(r.task_id).0 == seq && Kind::of(r.task_id) == Some(Kind::Workflow)
+                }) {
+                    mine += 1;
+                    if let Some((at, request, _)) = job.booked.get(&job_of(r.task_id).1)
+                        && *at == node.0
+                    {
+                        my_cores = my_cores.saturating_add(request.cores);
+                    }
+                }
+                let waiting = job.assigned.get(&node.0).map_or(0, VecDeque::len) as u32;
+                let others = cx
+                    .view
+                    .nodes()
+                    .get(node.index())
+                    .map_or(0, |n| n.node.cores.saturating_sub(n.free.cores))
+                    .saturating_sub(my_cores);
+                let held = mine.saturating_add(waiting).saturating_add(others);
                 job.received += 1;
                 let o = job.machine.handle(
                     LaunchEvent::Deliver(Message {
@@ -3369,9 +3439,31 @@ impl JobKind for Workflows {
                         || !cx.view.can_book(node, request)
                         || !cx.view.group_room_for(job.group, &request)
                     {
-                        keep.push_back(i);
                         passed_over += 1;
-                        if cx.view.is_full(node) || passed_over >= PASS_OVER {
+                        // It cannot start here now. Under `centralised` the dispatcher moves it
+                        // to a member with room, if one has: else it waited for this node,
+                        // which other work (a batch task, a stream topology) may hold for hours
+                        // while other nodes idle. Not when its owner's cap stops it (the same
+                        // anywhere), nor a lost output's producer put where its consumers wait
+                        // (`waiting_for`, which would put it back here).
+                        let moved = match &mut job.machine {
+                            Machine::Centralised(d)
+                                if !job.insts[i as usize].reproducing
+                                    && cx.view.group_room_for(job.group, &request) =>
+                            {
+                                d.relocate(InstanceId(i), node)
+                            }
+                            _ => Vec::new(),
+                        };
+                        if moved.is_empty() {
+                            keep.push_back(i);
+                            if cx.view.is_full(node) {
+                                break;
+                            }
+                        } else {
+                            self.apply(&mut job, moved);
+                        }
+                        if passed_over >= PASS_OVER {
                             break;
                         }
                         continue;

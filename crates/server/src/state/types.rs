@@ -1090,9 +1090,15 @@ impl StateFilter {
         self.names.is_empty()
     }
 
-    /// Whether a task in state `state` is listed.
+    /// Whether a task in state `state` is listed. `pending` also keeps a workflow's `waiting`
+    /// and `ready` instances: `hetsched jobs` counts them as its pending ones, and `tasks
+    /// --state pending` listed none of them.
     pub fn admits(&self, state: &str) -> bool {
-        self.is_all() || self.names.iter().any(|n| n == state)
+        self.is_all()
+            || self
+                .names
+                .iter()
+                .any(|n| n == state || (n == "pending" && matches!(state, "waiting" | "ready")))
     }
 
     /// The batch states it keeps (empty with [`StateFilter::is_all`]).
@@ -1111,4 +1117,32 @@ pub struct Resubmitted {
     pub cancelled_again: u64,
     /// Why the first of them was (its task message).
     pub why: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StateFilter;
+
+    /// `hetsched jobs` counts a workflow's waiting and ready instances as its pending ones, so
+    /// `tasks --state pending` lists them; `--state ready` still keeps the ready ones only.
+    #[test]
+    fn pending_keeps_a_workflows_waiting_and_ready_instances() {
+        let pending = StateFilter::parse(&["pending".into()]).expect("filter");
+        for state in ["pending", "waiting", "ready"] {
+            assert!(pending.admits(state), "{state}");
+        }
+        for state in [
+            "running",
+            "succeeded",
+            "failed",
+            "cancelled",
+            "out",
+            "done",
+            "lost",
+        ] {
+            assert!(!pending.admits(state), "{state}");
+        }
+        let ready = StateFilter::parse(&["ready".into()]).expect("filter");
+        assert!(ready.admits("ready") && !ready.admits("waiting") && !ready.admits("pending"));
+    }
 }

@@ -33,4 +33,5 @@ mod topology_kind;
 mod update;
 mod users;
 mod versions;
+mod workflow_busy_nodes;
 mod workflow_kind;

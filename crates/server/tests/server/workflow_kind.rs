@@ -1137,13 +1137,21 @@ fn requirements_and_sizes_decide_the_nodes_and_running_instances_book_their_core
     }
     // 3 + 1 cores: one `big` and one `accel` at a time on the 4 cores of `fpga`.
     assert_eq!(running.len(), 2, "{running:?}");
-    // The ready instances wait for `fpga`'s cores: no reason to give. Drained, `fpga` can take
-    // none, and the job says so.
+    // The ready instances wait for `fpga`'s cores: the job says so, as a batch job's
+    // `resources` (not blocked: running work ends). Drained, `fpga` can take none, and the job
+    // says so.
     let why = |s: &State| {
         let j = s.job(job).expect("job");
         (j.pending_reason, j.blocked)
     };
-    assert_eq!(why(&s), (String::new(), false));
+    assert_eq!(
+        why(&s),
+        (
+            "resources: 2 ready instances wait for the busy nodes they were placed on: fpga (2)"
+                .to_string(),
+            false
+        )
+    );
     s.on_drain("fpga", true).expect("drain");
     assert_eq!(
         why(&s),

@@ -171,6 +171,37 @@ impl Dispatcher {
             .collect()
     }
 
+    /// Instance `id`, dispatched to `from`, cannot start there now (a runtime's node whose
+    /// resources other work holds, which no simulated node has): it goes to the least-loaded
+    /// member meeting its requirements if that member is not `from` and has room by the
+    /// dispatcher's estimate (fewer instances than cores). Else it stays, and nothing is
+    /// returned: with every member at or over its cores it would only wait elsewhere, and a
+    /// pick of `from` itself means the dispatcher sees room there (its next report corrects
+    /// that). Without this, an instance pushed to a node that another job then held for an
+    /// hour waited that hour while other members idled.
+    pub fn relocate(&mut self, id: InstanceId, from: NodeId) -> Vec<Outgoing> {
+        let requires = self.graph.wanted(id).requires;
+        let best = match &self.index {
+            LoadIndex::Sets { .. } => self.index.least(requires),
+            LoadIndex::Scan => self.scan(requires),
+        };
+        let Some(k) = best.filter(|&k| {
+            let m = &self.members[k];
+            m.id != from && self.estimate[k] < m.cores
+        }) else {
+            return Vec::new();
+        };
+        if let Some(&f) = self.position.get(&from) {
+            self.set_estimate(f, self.estimate[f].saturating_sub(1));
+        }
+        self.set_estimate(k, self.estimate[k] + 1);
+        vec![Outgoing::Send(Message {
+            from: self.id,
+            to: self.members[k].id,
+            body: Body::Dispatch { instance: id },
+        })]
+    }
+
     /// Instances waiting for a member that meets their requirements.
     pub fn unplaceable(&self) -> &[InstanceId] {
         &self.unplaceable
@@ -424,6 +455,71 @@ mod tests {
                 estimate[k] = new;
             }
         }
+    }
+
+    /// Where each `Dispatch` in `out` goes, by instance.
+    fn sent(out: &[Outgoing]) -> Vec<(u32, u32)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Outgoing::Send(Message {
+                    to,
+                    body: Body::Dispatch { instance },
+                    ..
+                }) => Some((instance.0, to.0)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_instance_stuck_on_a_full_node_moves_only_to_a_member_with_room() {
+        let w = crate::input::workflow::parse_workflow(
+            "wf.toml",
+            "[[task]]\nname = \"A\"\ninstances = 6\ncost = \"1s\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .workflow;
+        let node = |id, cores| GraphNode {
+            id: NodeId(id),
+            cores,
+            attributes: 0,
+        };
+        let mut d = Dispatcher::new(
+            NodeId(9),
+            vec![node(0, 2), node(1, 2)],
+            InstanceGraph::new(&w, &[0]),
+        );
+        // Node 0's cores are held by other work: its report counts them.
+        let report = |d: &mut Dispatcher, from, held| {
+            d.handle(
+                LaunchEvent::Deliver(Message {
+                    from: NodeId(from),
+                    to: NodeId(9),
+                    body: Body::Report { held },
+                }),
+                0,
+            )
+        };
+        report(&mut d, 0, 2);
+        let out = d.handle(LaunchEvent::Start, 0);
+        // 1 and 1 first; then every member is at its cores, and ties go to the lowest id.
+        assert_eq!(sent(&out), [(0, 1), (1, 1), (2, 0), (3, 1), (4, 0), (5, 1)]);
+        // Everyone full: nothing moves, and never to the node it waits on.
+        assert!(d.relocate(InstanceId(2), NodeId(0)).is_empty());
+        assert!(d.relocate(InstanceId(3), NodeId(1)).is_empty());
+        // Node 1 ran its first two and started the other two: still full.
+        report(&mut d, 1, 2);
+        assert!(d.relocate(InstanceId(2), NodeId(0)).is_empty());
+        // Those ended too: both instances stuck on node 0 move there, one core each.
+        report(&mut d, 1, 0);
+        assert_eq!(sent(&d.relocate(InstanceId(2), NodeId(0))), [(2, 1)]);
+        assert_eq!(sent(&d.relocate(InstanceId(4), NodeId(0))), [(4, 1)]);
+        assert!(
+            d.relocate(InstanceId(4), NodeId(0)).is_empty(),
+            "node 1 is full again"
+        );
+        // Node 0's estimate went down with each move: 2 cores held + 2 waiting - 2 moved.
+        assert_eq!(d.estimate, [2, 2]);
     }
 
     #[test]
