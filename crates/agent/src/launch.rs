@@ -11,6 +11,11 @@
 //! left running in its group is SIGKILLed before the result is reported: a finished task leaves
 //! nothing behind on the node (a process that made itself a new session has left the group and
 //! is not found).
+//!
+//! The result says how the attempt ended (`TaskResult.end`): exited, killed by a signal it did
+//! not get from the agent's stop (named in `signal`), its time or memory limit, a failure to
+//! start, the server's kill or the agent's shutdown. A stop the agent made is said as the stop,
+//! whatever the process then did on its SIGTERM (a handler that exits 0 is still a time limit).
 
 use hetsched_proto as pb;
 use std::path::{Path, PathBuf};
