@@ -908,6 +908,7 @@ pub fn check_outputs(a: &pb::Assignment, work_dir: &Path, result: &mut pb::TaskR
         return;
     }
     result.success = false;
+    result.set_end(pb::TaskEnd::OutputsMissing);
     result.message = format!(
         "it exited 0 but did not write its declared output{} {} (`{{output:NAME}}` in its command \
          is the file to write, not a link to one)",
@@ -940,11 +941,13 @@ pub(crate) mod tests {
         std::fs::write(out.join("x"), "x").expect("x");
         let ok = pb::TaskResult {
             success: true,
+            end: pb::TaskEnd::Exited.into(),
             ..Default::default()
         };
         let mut r = ok.clone();
         check_outputs(&a, &dir, &mut r);
         assert!(!r.success, "{r:?}");
+        assert_eq!(r.end(), pb::TaskEnd::OutputsMissing, "{r:?}");
         assert!(
             r.message
                 .starts_with("it exited 0 but did not write its declared output `y`"),
@@ -954,7 +957,7 @@ pub(crate) mod tests {
         let mut r = ok.clone();
         check_outputs(&a, &dir, &mut r);
         assert!(
-            r.success && r.message.is_empty(),
+            r.success && r.message.is_empty() && r.end() == ok.end(),
             "an empty output is written: {r:?}"
         );
     }

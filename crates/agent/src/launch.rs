@@ -11,6 +11,11 @@
 //! left running in its group is SIGKILLed before the result is reported: a finished task leaves
 //! nothing behind on the node (a process that made itself a new session has left the group and
 //! is not found).
+//!
+//! The result says how the attempt ended (`TaskResult.end`): exited, killed by a signal it did
+//! not get from the agent's stop (named in `signal`), its time or memory limit, a failure to
+//! start, the server's kill or the agent's shutdown. A stop the agent made is said as the stop,
+//! whatever the process then did on its SIGTERM (a handler that exits 0 is still a time limit).
 
 use hetsched_proto as pb;
 use std::path::{Path, PathBuf};
@@ -511,11 +516,21 @@ pub async fn run(
         offload_started_ns: 0,
         offload_devices: Vec::new(),
         fetch_ms: 0,
+        // Each way out below says how it ended; a failure of the agent's own (an output it
+        // could not capture) is not said.
+        end: pb::TaskEnd::Unsaid.into(),
+        signal: String::new(),
     };
     let fail = |mut r: pb::TaskResult, m: String| {
         r.message = m;
         r.finished_ns = now_ns();
         r
+    };
+    // What the task needs to start was not there: it never ran.
+    let not_started = |mut r: pb::TaskResult, m: String| {
+        r.start_failed = true;
+        r.set_end(pb::TaskEnd::StartFailed);
+        fail(r, m)
     };
     let index = a.index.to_string();
     let argv: Vec<String> = spec
@@ -530,24 +545,22 @@ pub async fn run(
         })
         .collect();
     let Some(program) = argv.first() else {
+        // Nothing to run (not the node's fault, so not `start_failed`, which backs it off).
+        result.set_end(pb::TaskEnd::StartFailed);
         return fail(result, "the assignment has no command".into());
     };
     // `run_as_owner`: the account the task runs as (none: the agent's own user, as for the
     // admin's jobs, and on an agent without the setting).
     let account = match crate::run_as::resolve(run_as_owner, &spec.run_as, node).await {
         Ok(account) => account,
-        Err(e) => {
-            result.start_failed = true;
-            return fail(result, e.to_string());
-        }
+        Err(e) => return not_started(result, e.to_string()),
     };
     let area = match &account {
         None => None,
         Some(acc) => match crate::run_as::area(work_dir, acc) {
             Ok(dir) => Some(dir),
             Err(e) => {
-                result.start_failed = true;
-                return fail(
+                return not_started(
                     result,
                     format!(
                         "node {node}: the directory of account `{}` in the work directory: {e}",
@@ -563,8 +576,7 @@ pub async fn run(
         // Its application named the directory: running it elsewhere would write its files
         // where no one looks (Slurm fails a job whose `--chdir` is missing the same way). As
         // the account: one it cannot see is missing for it, whatever root would find there.
-        result.start_failed = true;
-        return fail(
+        return not_started(
             result,
             format!(
                 "node {node}: its application's workdir `{}` is not a directory on this node",
@@ -592,8 +604,7 @@ pub async fn run(
         (None, false) => match write_node_file(work_dir, spec, a) {
             Ok(path) => Some(path),
             Err(e) => {
-                result.start_failed = true;
-                return fail(result, format!("cannot write the task's node file: {e}"));
+                return not_started(result, format!("cannot write the task's node file: {e}"));
             }
         },
     };
@@ -680,8 +691,7 @@ pub async fn run(
             if let Some(path) = &node_file {
                 let _ = std::fs::remove_file(path);
             }
-            result.start_failed = true;
-            return fail(result, m);
+            return not_started(result, m);
         }
     };
     let pipes = (child.stdout.take(), child.stderr.take());
@@ -813,6 +823,14 @@ pub async fn run(
                 result.success = s.success();
                 // The shell's "cannot execute" (126) and "command not found" (127).
                 result.start_failed = matches!(result.exit_code, 126 | 127);
+                result.set_end(match s.code() {
+                    _ if result.start_failed => pb::TaskEnd::StartFailed,
+                    Some(_) => pb::TaskEnd::Exited,
+                    None => pb::TaskEnd::Signalled,
+                });
+                if let Some(n) = std::os::unix::process::ExitStatusExt::signal(&s) {
+                    result.signal = signal_name(n);
+                }
                 if !s.success() {
                     result.message = format!("exited with {s}");
                 }
@@ -821,20 +839,26 @@ pub async fn run(
         },
         Ended::Killed(why) => {
             result.message = match why {
-                Kill::Server => format!("killed at the server's request{forced}"),
+                Kill::Server => {
+                    result.set_end(pb::TaskEnd::Killed);
+                    format!("killed at the server's request{forced}")
+                }
                 Kill::Shutdown => {
                     result.interrupted = true;
+                    result.set_end(pb::TaskEnd::Interrupted);
                     format!("killed: its agent shut down{forced}")
                 }
             };
         }
         Ended::TimedOut(ms) => {
+            result.set_end(pb::TaskEnd::TimeLimit);
             result.message = format!(
                 "time limit of {} exceeded{forced}",
                 humanize(Duration::from_millis(ms))
             );
         }
         Ended::OverMemory(bytes) => {
+            result.set_end(pb::TaskEnd::MemoryLimit);
             result.message = format!(
                 "memory limit of {} exceeded: its processes held {}{forced}",
                 bytesize::ByteSize(spec.memory_limit_bytes),
@@ -859,6 +883,22 @@ pub async fn run(
     }
     result.finished_ns = now_ns();
     result
+}
+
+/// Signal `n`'s name without `SIG` (`SEGV`; a real-time one as `RTMIN+K`), as
+/// `TaskResult.signal` says it; empty for a number with no name.
+pub(crate) fn signal_name(n: i32) -> String {
+    use nix::sys::signal::Signal;
+    if let Ok(s) = Signal::try_from(n) {
+        let name = s.as_str();
+        return name.strip_prefix("SIG").unwrap_or(name).to_string();
+    }
+    let (min, max) = (nix::libc::SIGRTMIN(), nix::libc::SIGRTMAX());
+    if (min..=max).contains(&n) {
+        format!("RTMIN+{}", n - min)
+    } else {
+        String::new()
+    }
 }
 
 /// Copies a task's output stream to `path`, creating the file (mode 0600, and its directory)
@@ -1037,6 +1077,7 @@ mod tests {
         let (_tx, rx) = oneshot::channel::<Kill>();
         let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(1)).await;
         assert!(!r.success && r.start_failed, "{r:?}");
+        assert_eq!(r.end(), pb::TaskEnd::StartFailed, "{r:?}");
         assert!(
             r.message.contains("workdir `") && r.message.contains("nowhere` is not a directory"),
             "{r:?}"
@@ -1050,12 +1091,62 @@ mod tests {
         assert_eq!(Path::new(ran_in.trim()), dir.canonicalize().expect("dir"));
     }
 
+    /// How each attempt ended is said (`TaskResult.end`): a signal it got by itself with the
+    /// signal's name, an exit with its code, a program that is not there as a failure to
+    /// start, whether the spawn fails or the shell says 127.
+    #[tokio::test]
+    async fn the_result_says_how_the_attempt_ended_a_signal_by_its_name() {
+        let scratch = test_dir("ends");
+        let dir: &Path = &scratch;
+        let ended = |script: &str| {
+            let (a, spec) = task(dir, script, 0);
+            async move {
+                let (_tx, rx) = oneshot::channel::<Kill>();
+                let r = run_by_agent(&a, &spec, dir, rx, Duration::from_secs(5)).await;
+                (r.end(), r.signal.clone(), r.exit_code, r.success)
+            }
+        };
+        assert_eq!(
+            ended("kill -SEGV $$").await,
+            (pb::TaskEnd::Signalled, "SEGV".into(), -1, false)
+        );
+        assert_eq!(
+            ended("exit 3").await,
+            (pb::TaskEnd::Exited, String::new(), 3, false)
+        );
+        assert_eq!(
+            ended("true").await,
+            (pb::TaskEnd::Exited, String::new(), 0, true)
+        );
+        assert_eq!(
+            ended("no-such-program-here").await,
+            (pb::TaskEnd::StartFailed, String::new(), 127, false)
+        );
+        let (a, mut spec) = task(dir, "", 0);
+        spec.argv = vec![dir.join("no-such-program").display().to_string()];
+        let (_tx, rx) = oneshot::channel::<Kill>();
+        let r = run_by_agent(&a, &spec, dir, rx, Duration::from_secs(5)).await;
+        assert!(r.start_failed && !r.success, "{r:?}");
+        assert_eq!(r.end(), pb::TaskEnd::StartFailed, "{r:?}");
+    }
+
+    #[test]
+    fn signals_are_named_without_sig_and_real_time_ones_by_their_offset() {
+        assert_eq!(signal_name(11), "SEGV");
+        assert_eq!(signal_name(9), "KILL");
+        assert_eq!(signal_name(nix::libc::SIGRTMIN() + 2), "RTMIN+2");
+        assert_eq!(signal_name(0), "");
+        assert_eq!(signal_name(1_000), "");
+    }
+
     #[tokio::test]
     async fn a_cancelled_task_gets_sigterm_first_and_its_handler_runs() {
         let dir = test_dir("term");
         let r = run_and_kill(&dir, SAVES_ON_TERM, Duration::from_secs(60)).await;
         assert_eq!(r.message, "killed at the server's request", "{r:?}");
         assert!(!r.success);
+        // Its handler exited 0: it was still the server's kill that ended it.
+        assert_eq!(r.end(), pb::TaskEnd::Killed, "{r:?}");
         assert!(
             dir.join("saved").exists(),
             "the task's SIGTERM handler ran before it ended"
@@ -1126,6 +1217,11 @@ mod tests {
             "{r:?}"
         );
         assert!(!r.success);
+        assert_eq!(
+            (r.end(), r.signal.as_str()),
+            (pb::TaskEnd::TimeLimit, ""),
+            "the agent's SIGTERM is no signal of the task's: {r:?}"
+        );
         assert!(dir.join("saved").exists(), "the SIGTERM handler ran");
     }
 
@@ -1327,6 +1423,7 @@ mod tests {
                 .starts_with("memory limit of 16.0 MiB exceeded: its processes held "),
             "{r:?}"
         );
+        assert_eq!(r.end(), pb::TaskEnd::MemoryLimit, "{r:?}");
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "stopped at a sample, not at its end"

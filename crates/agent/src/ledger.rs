@@ -13,16 +13,21 @@
 //!                                    # its result; GPU_BYTES, peak GPU memory: only when measured)
 //! offload TASK ATTEMPT STARTED_NS DEVICES  # offloaded: the ANode's start and devices (`0,1`, `-`)
 //! fetch TASK ATTEMPT FETCH_MS        # a workflow instance: how long its inputs took to fetch
+//! ending TASK ATTEMPT END [SIGNAL]   # how it ended: `TaskResult.end` by its proto name
+//!                                    # (`TASK_END_SIGNALLED`), and its signal (`SEGV`) if any
 //! result TASK ATTEMPT OK EXIT STARTED FINISHED MESSAGE   # it ended; the result awaits its ack
 //! acked TASK ATTEMPT                 # the server recorded that result
 //! ```
 //!
-//! A result's `usage`, `offload` and `fetch` lines come before its `result` line, in the same
-//! write, and only when it has them (a task whose usage was not measured, that was not offloaded
-//! to an ANode, or that fetched no inputs, has none): a file written by an older agent, without
-//! them, is read as results without them, and an older agent skips the lines it does not know.
-//! The `fetch` line keeps a replayed workflow result's `fetch_ms`: without it a result re-sent
-//! after a restart would say 0, and the server would keep the estimate its heartbeats gave.
+//! A result's `usage`, `offload`, `fetch` and `ending` lines come before its `result` line, in
+//! the same write, and only when it has them (a task whose usage was not measured, that was not
+//! offloaded to an ANode, that fetched no inputs, or whose end was not said, has none): a file
+//! written by an older agent, without them, is read as results without them, and an older agent
+//! skips the lines it does not know. The `fetch` line keeps a replayed workflow result's
+//! `fetch_ms`: without it a result re-sent after a restart would say 0, and the server would
+//! keep the estimate its heartbeats gave. The `ending` line keeps how it ended (not `end`, the
+//! line of a process that ended, which older agents read): without it a replayed result would
+//! say nothing, and the server would infer less (a signal or a time limit is then no reason).
 //!
 //! A result stays in the record until the server acknowledges it, so an agent SIGKILLed while the
 //! server was away re-sends, after its restart, the results of the tasks that finished meanwhile
@@ -178,7 +183,17 @@ fn parse_result(line: &str) -> Option<pb::TaskResult> {
         offload_devices: Vec::new(),
         // From the `fetch` line before it, if any.
         fetch_ms: 0,
+        // From the `ending` line before it, if any.
+        end: pb::TaskEnd::Unsaid.into(),
+        signal: String::new(),
     })
+}
+
+/// The `ending` line's fields after TASK ATTEMPT: the end by its proto name, and the signal's
+/// name if one follows.
+fn parse_ending(mut f: std::str::SplitWhitespace<'_>) -> Option<(pb::TaskEnd, String)> {
+    let end = pb::TaskEnd::from_str_name(f.next()?)?;
+    Some((end, f.next().unwrap_or_default().to_string()))
 }
 
 /// The `usage` line's fields after TASK ATTEMPT.
@@ -242,9 +257,28 @@ fn result_line(r: &pb::TaskResult) -> String {
     } else {
         format!("fetch {} {} {}\n", r.task_id, r.attempt, r.fetch_ms)
     };
+    let ending = match r.end() {
+        pb::TaskEnd::Unsaid => String::new(),
+        end => {
+            // One word or none: the agent names signals so, and anything else would shift the
+            // line's fields.
+            let signal = if r.signal.is_empty() || r.signal.contains(char::is_whitespace) {
+                String::new()
+            } else {
+                format!(" {}", r.signal)
+            };
+            format!(
+                "ending {} {} {}{signal}\n",
+                r.task_id,
+                r.attempt,
+                end.as_str_name()
+            )
+        }
+    };
     usage
         + &offload
         + &fetch
+        + &ending
         + &format!(
             "result {} {} {} {} {} {} {}\n",
             r.task_id,
@@ -271,6 +305,7 @@ fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
     let mut usage = HashMap::new();
     let mut offload = HashMap::new();
     let mut fetch_ms = HashMap::new();
+    let mut ending = HashMap::new();
     for line in text.lines() {
         if line.starts_with("result ") {
             // Only a whole line counts (a torn last line has no message field and may be cut
@@ -282,6 +317,10 @@ fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
                     r.offload_devices = devices;
                 }
                 r.fetch_ms = fetch_ms.remove(&(r.task_id, r.attempt)).unwrap_or(0);
+                if let Some((end, signal)) = ending.remove(&(r.task_id, r.attempt)) {
+                    r.set_end(end);
+                    r.signal = signal;
+                }
                 live.remove(&(r.task_id, r.attempt));
                 unacked.insert((r.task_id, r.attempt), r);
             }
@@ -334,6 +373,12 @@ fn parse_all(text: &str) -> (HashMap<(u64, u32), Entry>, Unacked) {
             Some("fetch") => {
                 if let Some(ms) = f.next().and_then(|x| x.parse::<u64>().ok()) {
                     fetch_ms.insert((task, attempt), ms);
+                }
+            }
+            // As `fetch`: written with its `result` line, in the same write.
+            Some("ending") => {
+                if let Some(e) = parse_ending(f) {
+                    ending.insert((task, attempt), e);
                 }
             }
             _ => {}
@@ -680,6 +725,8 @@ mod tests {
             offload_started_ns: 0,
             offload_devices: Vec::new(),
             fetch_ms: 0,
+            end: pb::TaskEnd::Exited.into(),
+            signal: String::new(),
         };
         let (mut l, _) = Ledger::recover(&dir).expect("recover");
         l.started(1, 1, 1);
@@ -729,6 +776,9 @@ mod tests {
             offload_started_ns: 1_500,
             offload_devices: devices,
             fetch_ms: 0,
+            // (An ANode that predates saying it.)
+            end: pb::TaskEnd::Unsaid.into(),
+            signal: String::new(),
         }
     }
 
@@ -821,6 +871,80 @@ mod tests {
         }
     }
 
+    /// How an attempt ended (`TaskResult.end`, and the signal that killed it) is re-sent after
+    /// the agent restarts, through the ledger's compaction too. Before, the ledger did not keep
+    /// it: a replayed result said nothing, and the server could not tell a signal from a time
+    /// limit.
+    #[test]
+    fn how_an_attempt_ended_survives_a_restart_and_compaction() {
+        let dir = test_dir("ending");
+        let ended = |task: u64, end: pb::TaskEnd, signal: &str| pb::TaskResult {
+            task_id: task,
+            attempt: 2,
+            exit_code: -1,
+            message: "it ended".into(),
+            started_ns: 10,
+            finished_ns: 20,
+            end: end.into(),
+            signal: signal.into(),
+            ..Default::default()
+        };
+        let signalled = ended(1, pb::TaskEnd::Signalled, "SEGV");
+        let unnamed = ended(2, pb::TaskEnd::Signalled, "");
+        let timed_out = ended(3, pb::TaskEnd::TimeLimit, "");
+        let unsaid = ended(4, pb::TaskEnd::Unsaid, "");
+        let all = vec![
+            signalled.clone(),
+            unnamed.clone(),
+            timed_out.clone(),
+            unsaid.clone(),
+        ];
+        let (mut l, _) = Ledger::recover(&dir).expect("recover");
+        for r in &all {
+            l.finished(r);
+        }
+        let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");
+        assert!(
+            text.contains("ending 1 2 TASK_END_SIGNALLED SEGV\nresult 1 2 0 "),
+            "{text}"
+        );
+        assert!(text.contains("ending 2 2 TASK_END_SIGNALLED\n"), "{text}");
+        assert!(!text.contains("ending 4 "), "no line for no end: {text}");
+        drop(l); // SIGKILL
+        let (mut l, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(found.results, all);
+        let mut t = 100;
+        loop {
+            l.finished(&offloaded(t, vec![1]));
+            l.acked(t, 2);
+            t += 1;
+            if l.lines == l.unacked.len() {
+                break;
+            }
+            assert!(t < 100 + COMPACT_AFTER as u64, "never compacted");
+        }
+        drop(l);
+        let (_, found) = Ledger::recover(&dir).expect("recover");
+        assert_eq!(found.results, all, "after compaction");
+        // Another attempt's line, an unknown or torn end, gives this result none; a torn
+        // signal is read as written (the result line after it, in the same write, is lost
+        // with it).
+        for bad in [
+            "ending 5 2 TASK_END_TIME_LIMIT",
+            "ending 5 1 TASK_END_NEW_ONE",
+            "ending 5 1 TASK_END_TIME_LIM",
+            "ending 5 1",
+        ] {
+            let (_, unacked) = parse_all(&format!("{bad}\nresult 5 1 0 -1 10 20 \n"));
+            let r = &unacked[&(5, 1)];
+            assert_eq!(
+                (r.end(), r.signal.as_str()),
+                (pb::TaskEnd::Unsaid, ""),
+                "{bad}"
+            );
+        }
+    }
+
     #[test]
     fn offload_lines_that_are_torn_or_garbled_are_skipped() {
         let result = "result 5 1 1 0 10 20 \n";
@@ -884,6 +1008,11 @@ mod tests {
                 ..Default::default()
             },
         ];
+        // How they ended was not said: the server infers what it can.
+        assert!(
+            found.results.iter().all(|r| r.end() == pb::TaskEnd::Unsaid),
+            "{found:?}"
+        );
         assert_eq!(found.results, expected);
         // Rewritten as it was: no offload line for a result that has none.
         let text = std::fs::read_to_string(dir.join(FILE_NAME)).expect("file");

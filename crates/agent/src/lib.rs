@@ -1101,6 +1101,8 @@ pub async fn run(
                         offload_started_ns: 0,
                         offload_devices: Vec::new(),
                         fetch_ms: 0,
+                        end: pb::TaskEnd::Exited.into(),
+                        signal: String::new(),
                     });
                     notify.notify_one();
                     continue;
@@ -1548,7 +1550,7 @@ impl Launcher<'_> {
             } else {
                 let prepared = async {
                     match run_as::resolve(opts.run_as_owner, &spec.run_as, &opts.name).await {
-                        Err(e) => Err((e.to_string(), true, false)),
+                        Err(e) => Err((e.to_string(), true, pb::TaskEnd::StartFailed)),
                         Ok(account) => {
                             dataflow::prepare(
                                 &a,
@@ -1563,10 +1565,15 @@ impl Launcher<'_> {
                             // Not the instance's failure when an input was lost (the server
                             // produces it again) or this node's disk had no room for it (the
                             // server runs the instance again, elsewhere while this node has
-                            // none): interrupted.
+                            // none): interrupted. Any other failure (an input too large,
+                            // say) is: its program never started.
                             .map_err(|m| {
-                                let again = dataflow::interrupts(&m);
-                                (m, false, again)
+                                let end = if dataflow::interrupts(&m) {
+                                    pb::TaskEnd::Interrupted
+                                } else {
+                                    pb::TaskEnd::StartFailed
+                                };
+                                (m, false, end)
                             })
                         }
                     }
@@ -1608,12 +1615,12 @@ impl Launcher<'_> {
                     Err(launch::Kill::Shutdown) => Err((
                         "killed while its inputs were fetched: its agent shut down".into(),
                         false,
-                        true,
+                        pb::TaskEnd::Interrupted,
                     )),
                     Err(launch::Kill::Server) => Err((
                         "killed at the server's request while its inputs were fetched".into(),
                         false,
-                        false,
+                        pb::TaskEnd::Killed,
                     )),
                 }
             };
@@ -1634,12 +1641,13 @@ impl Launcher<'_> {
                 0
             };
             let result = match spec {
-                Err((m, start_failed, interrupted)) => pb::TaskResult {
+                Err((m, start_failed, end)) => pb::TaskResult {
                     task_id: a.task_id,
                     attempt: a.attempt,
                     exit_code: -1,
-                    interrupted,
+                    interrupted: end == pb::TaskEnd::Interrupted,
                     start_failed,
+                    end: end.into(),
                     message: m,
                     started_ns: launch::now_ns(),
                     finished_ns: launch::now_ns(),

@@ -299,6 +299,8 @@ async fn an_offloaded_task_gets_its_signal_and_its_new_time_limit_on_the_anode()
         !r.success && r.message.starts_with("time limit of 0.500s exceeded"),
         "{r:?}"
     );
+    // How it ended on the ANode comes back with its result.
+    assert_eq!(r.end(), pb::TaskEnd::TimeLimit, "{r:?}");
     assert!(
         began.elapsed() < Duration::from_secs(15),
         "stopped by the new limit, not the shipped 20 s"
@@ -318,6 +320,7 @@ async fn a_missing_input_fails_the_attempt_naming_the_file_and_a_wrong_token_is_
         "{}",
         r.message
     );
+    assert_eq!(r.end(), pb::TaskEnd::StartFailed, "nothing ran: {r:?}");
 
     std::fs::create_dir_all(dir.join("in")).unwrap();
     std::fs::write(dir.join("in/9.dat"), b"x").unwrap();
@@ -331,6 +334,7 @@ async fn a_missing_input_fails_the_attempt_naming_the_file_and_a_wrong_token_is_
     assert!(!r.success, "{r:?}");
     assert!(r.message.contains("refused"), "{}", r.message);
     assert_eq!((r.task_id, r.attempt), (1, 1));
+    assert_eq!(r.end(), pb::TaskEnd::StartFailed, "nothing ran: {r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,6 +345,7 @@ async fn a_missing_declared_output_fails_the_task() {
     let r = ship_plain(&client(l.addr, TOKEN), &assignment(2, 0, 1, &s), &s, &dir).await;
     assert!(!r.success);
     assert!(r.message.contains("`result.bin`"), "{}", r.message);
+    assert_eq!(r.end(), pb::TaskEnd::OutputsMissing, "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -773,6 +778,7 @@ async fn an_offload_runs_only_with_the_servers_ticket_for_it_and_nothing_is_stag
     let c = client(l.addr, TOKEN);
     let refused = |r: &pb::TaskResult, why: &str| {
         assert!(!r.success && r.interrupted, "{r:?}");
+        assert_eq!(r.end(), pb::TaskEnd::Interrupted, "{r:?}");
         assert!(
             r.message
                 .contains(&format!("offload of task 3 attempt 1 from nnode-1: {why}")),
@@ -990,6 +996,7 @@ async fn an_input_over_max_input_bytes_or_past_min_free_disk_is_refused_and_leav
     let s = |input: &str| spec(&dir, &format!("touch {}", marker.display()), &[input], &[]);
     let refused = |r: &pb::TaskResult, why: &str| {
         assert!(!r.success && r.interrupted, "{r:?}");
+        assert_eq!(r.end(), pb::TaskEnd::Interrupted, "{r:?}");
         assert!(r.message.contains(why), "{}", r.message);
         assert!(!marker.exists(), "the command ran");
     };

@@ -38,6 +38,34 @@ pub fn registration(req: &pb::RegisterRequest) -> Result<Registration, StateErro
     })
 }
 
+/// Why the attempt `t` reports ended without success (`None`: it succeeded, or nothing can be
+/// said). An agent says how it ended (`TaskResult.end`); one that predates saying it
+/// (`TASK_END_UNSAID`) is read for what it does say: a failure to start, an interrupted
+/// attempt (lost), or an exit code of its own (exited). A signal and a limit are then not known.
+/// A kill the server asked for (`TASK_END_KILLED`) reads as a cancel: the server asks one only
+/// of an attempt it no longer runs (cancelled, preempted, lost), and records its own reason for
+/// those when it stops expecting them.
+fn end_reason(t: &pb::TaskResult) -> Option<crate::store::EndReason> {
+    use crate::store::EndReason as R;
+    if t.success {
+        return None;
+    }
+    match t.end() {
+        pb::TaskEnd::Exited => Some(R::Exited),
+        pb::TaskEnd::Signalled => Some(R::Signal),
+        pb::TaskEnd::TimeLimit => Some(R::TimeLimit),
+        pb::TaskEnd::MemoryLimit => Some(R::MemoryLimit),
+        pb::TaskEnd::StartFailed => Some(R::StartFailed),
+        pb::TaskEnd::OutputsMissing => Some(R::OutputsMissing),
+        pb::TaskEnd::Killed => Some(R::Cancelled),
+        pb::TaskEnd::Interrupted => Some(R::Lost),
+        pb::TaskEnd::Unsaid if t.start_failed => Some(R::StartFailed),
+        pb::TaskEnd::Unsaid if t.interrupted => Some(R::Lost),
+        pb::TaskEnd::Unsaid if t.exit_code >= 0 => Some(R::Exited),
+        pb::TaskEnd::Unsaid => None,
+    }
+}
+
 impl From<pb::HeartbeatRequest> for HeartbeatReport {
     fn from(r: pb::HeartbeatRequest) -> Self {
         HeartbeatReport {
@@ -60,25 +88,37 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
             results: r
                 .results
                 .into_iter()
-                .map(|t| TaskResult {
-                    task_id: t.task_id,
-                    attempt: t.attempt,
-                    exit_code: t.exit_code,
-                    message: t.message,
-                    started_ns: t.started_ns,
-                    finished_ns: t.finished_ns,
-                    success: t.success,
-                    interrupted: t.interrupted,
-                    start_failed: t.start_failed,
-                    usage: t.usage.map(|u| crate::store::TaskUsage {
-                        cpu_user_ms: u.cpu_user_ms,
-                        cpu_system_ms: u.cpu_system_ms,
-                        max_rss_bytes: u.max_rss_bytes,
-                        max_gpu_memory_bytes: u.max_gpu_memory_bytes,
-                    }),
-                    offload_started_ns: t.offload_started_ns,
-                    offload_devices: t.offload_devices,
-                    fetch_ms: t.fetch_ms,
+                .map(|t| {
+                    let reason = end_reason(&t);
+                    TaskResult {
+                        task_id: t.task_id,
+                        attempt: t.attempt,
+                        exit_code: t.exit_code,
+                        message: t.message,
+                        started_ns: t.started_ns,
+                        finished_ns: t.finished_ns,
+                        success: t.success,
+                        interrupted: t.interrupted,
+                        start_failed: t.start_failed,
+                        usage: t.usage.map(|u| crate::store::TaskUsage {
+                            cpu_user_ms: u.cpu_user_ms,
+                            cpu_system_ms: u.cpu_system_ms,
+                            max_rss_bytes: u.max_rss_bytes,
+                            max_gpu_memory_bytes: u.max_gpu_memory_bytes,
+                        }),
+                        offload_started_ns: t.offload_started_ns,
+                        reason,
+                        // Only a signal's; only a name within bounds (an agent's is written as it
+                        // sent it in listings and the store).
+                        signal: match reason {
+                            Some(crate::store::EndReason::Signal) => {
+                                crate::store::signal_name(&t.signal)
+                            }
+                            _ => None,
+                        },
+                        offload_devices: t.offload_devices,
+                        fetch_ms: t.fetch_ms,
+                    }
                 })
                 .collect(),
             read_bytes_per_sec: r.read_bytes_per_sec,
@@ -546,6 +586,8 @@ impl From<TaskInfo> for pb::TaskInfo {
             // Filled by the service from the agent that ran the task (`hetsched log`).
             output: String::new(),
             executed_node: t.executed_node,
+            reason: t.reason.map_or(String::new(), |r| r.as_str().to_string()),
+            signal: t.signal.map_or(String::new(), String::from),
             usage: t.usage.map(|u| pb::TaskUsage {
                 cpu_user_ms: u.cpu_user_ms,
                 cpu_system_ms: u.cpu_system_ms,
@@ -1043,5 +1085,86 @@ impl From<crate::state::types::Resubmitted> for pb::ResubmitReply {
             cancelled_again: r.cancelled_again,
             cancelled_again_why: r.why,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EndReason;
+
+    /// The reason and signal the server reads from each result: as its agent said, else as
+    /// an older agent's result lets the edge infer; a signal only with reason `signal` and only
+    /// a name within bounds.
+    #[test]
+    fn a_results_reason_is_its_agents_word_else_what_an_older_agents_result_implies() {
+        let read = |t: pb::TaskResult| {
+            let r = HeartbeatReport::from(pb::HeartbeatRequest {
+                results: vec![t],
+                ..Default::default()
+            });
+            let r = &r.results[0];
+            (r.reason, r.signal.as_deref().map(str::to_string))
+        };
+        let said = |end: pb::TaskEnd, signal: &str| pb::TaskResult {
+            exit_code: -1,
+            end: end.into(),
+            signal: signal.into(),
+            ..Default::default()
+        };
+        let segv = Some("SEGV".to_string());
+        assert_eq!(
+            read(said(pb::TaskEnd::Signalled, "SEGV")),
+            (Some(EndReason::Signal), segv)
+        );
+        for bad in ["segv", "SEGV\u{1b}[2J", "ABCDEFGHIJKLMNOPQ"] {
+            assert_eq!(
+                read(said(pb::TaskEnd::Signalled, bad)),
+                (Some(EndReason::Signal), None),
+                "{bad:?} is dropped, the reason stays"
+            );
+        }
+        assert_eq!(
+            read(said(pb::TaskEnd::TimeLimit, "TERM")),
+            (Some(EndReason::TimeLimit), None),
+            "a signal only with reason `signal`"
+        );
+        assert_eq!(
+            read(said(pb::TaskEnd::Interrupted, "")).0,
+            Some(EndReason::Lost)
+        );
+        assert_eq!(
+            read(said(pb::TaskEnd::Killed, "")).0,
+            Some(EndReason::Cancelled)
+        );
+        assert_eq!(
+            read(said(pb::TaskEnd::OutputsMissing, "")).0,
+            Some(EndReason::OutputsMissing)
+        );
+        // A success has none, whatever it says.
+        let mut ok = said(pb::TaskEnd::Exited, "");
+        ok.success = true;
+        ok.exit_code = 0;
+        assert_eq!(read(ok), (None, None));
+        // An older agent says nothing of how it ended.
+        let old = |exit_code: i32, start_failed: bool, interrupted: bool| pb::TaskResult {
+            exit_code,
+            start_failed,
+            interrupted,
+            ..Default::default()
+        };
+        assert_eq!(read(old(127, true, false)).0, Some(EndReason::StartFailed));
+        assert_eq!(read(old(-1, true, false)).0, Some(EndReason::StartFailed));
+        assert_eq!(read(old(-1, false, true)).0, Some(EndReason::Lost));
+        assert_eq!(read(old(3, false, false)).0, Some(EndReason::Exited));
+        assert_eq!(
+            read(old(-1, false, false)),
+            (None, None),
+            "a signal or a limit: not known"
+        );
+        // A later agent's end this server does not know: read as not said.
+        let mut later = old(-1, false, false);
+        later.end = 99;
+        assert_eq!(read(later).0, None);
     }
 }

@@ -5,6 +5,10 @@
 //! measured), the JSON has `null` rather than the wire's placeholder (`0`, `""`, `-1`), and each
 //! time in nanoseconds has its RFC 3339 text beside it (`started_ns` and `started`).
 //!
+//! A task's `reason` (`time_limit`, `signal`, …) is the stable key a script branches on where
+//! `exit_code` is `null` or the prose `message` would otherwise be parsed (docs/json.md lists
+//! its values).
+//!
 //! Keys are only ever added here: scripts read both outputs.
 
 use hetsched_proto as pb;
@@ -62,15 +66,26 @@ pub fn job(j: &pb::JobInfo) -> Value {
 /// A task (the same object from `hetsched tasks` and `/api/tasks`): times as ns and RFC 3339,
 /// `null` for what it does not have yet or has none of — `started_ns`, `finished_ns`, `node`,
 /// `variant`, `output`, `message`, `executed_node`, `exit_code` (a task killed by a signal or
-/// its time limit, or one that never ran, has no exit code: the wire's -1), `fetch_ms` (a
-/// batch task, an instance with no inputs, or one whose fetch is not over: the wire's 0).
+/// its time limit, or one that never ran, has no exit code: the wire's -1; its `reason` says
+/// why), `fetch_ms` (a batch task, an instance with no inputs, or one whose fetch is not over:
+/// the wire's 0), `reason` (why its latest attempt ended without success, or why it ended
+/// without running: `null` while it never ran, runs, or succeeded, and when not known) and
+/// `signal` (the signal's name when `reason` is `signal` and its agent named it).
 /// `usage.max_rss_bytes` stays a number, 0 when the peak was not measured (the table's `-`), as
 /// scripts have read it.
 pub fn task(t: &pb::TaskInfo) -> Value {
     let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
     set_time(&mut v, "started_ns", t.started_ns);
     set_time(&mut v, "finished_ns", t.finished_ns);
-    for k in ["node", "variant", "output", "message", "executed_node"] {
+    for k in [
+        "node",
+        "variant",
+        "output",
+        "message",
+        "executed_node",
+        "reason",
+        "signal",
+    ] {
         if v[k].as_str() == Some("") {
             v[k] = Value::Null;
         }
@@ -157,10 +172,29 @@ mod tests {
             "exit_code",
             "fetch_ms",
             "usage",
+            "reason",
+            "signal",
         ] {
             assert_eq!(v[k], Value::Null, "{k}: {v}");
         }
         assert_eq!(v["state"], "pending");
+    }
+
+    /// A task killed by a signal has no exit code, but a reason and the signal's name.
+    #[test]
+    fn a_signalled_tasks_reason_and_signal_are_strings_and_its_exit_code_null() {
+        let t = pb::TaskInfo {
+            state: "failed".into(),
+            exit_code: -1,
+            reason: "signal".into(),
+            signal: "SEGV".into(),
+            ..Default::default()
+        };
+        let v = task(&t);
+        assert_eq!(
+            (&v["exit_code"], &v["reason"], &v["signal"]),
+            (&Value::Null, &json!("signal"), &json!("SEGV"))
+        );
     }
 
     #[test]

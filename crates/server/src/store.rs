@@ -93,6 +93,95 @@ impl TaskState {
     }
 }
 
+/// Why a task's latest attempt ended without success, or why the task ended without running
+/// (`TaskInfo.reason`, the `reason` of a task's JSON): one type for batch tasks (`tasks.reason`)
+/// and workflow instances (`wf_instances.reason`), stored by [`EndReason::as_str`]. A task has
+/// none while it never ran, while it runs (cleared at its dispatch) and once it succeeded; one
+/// pending again after an attempt that ended keeps that attempt's reason until its next
+/// dispatch, and so does one resubmitted. Divisible jobs' chunks have none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EndReason {
+    /// Its process exited with a non-zero code (in `exit_code`).
+    Exited,
+    /// Its process was killed by a signal hetsched did not send to stop it (one it raised,
+    /// one from outside, a user's `hetsched signal`); the task's `signal` names it if known.
+    Signal,
+    /// Stopped by its agent when its time limit passed.
+    TimeLimit,
+    /// Stopped by its agent when its processes held more memory than it declared.
+    MemoryLimit,
+    /// It could not be started: its program could not be spawned or was not found (exit 126
+    /// or 127), or what it needs to start was not there (its directory, its account, its
+    /// inputs).
+    StartFailed,
+    /// A workflow instance that exited 0 without writing its declared outputs.
+    OutputsMissing,
+    /// A user cancelled it, running or pending.
+    Cancelled,
+    /// Its node or agent was lost, or shut down, while it ran: pending again, or failed once
+    /// lost `max_attempts` times.
+    Lost,
+    /// Stopped for work of a higher priority and pending again (`preemption = "requeue"`).
+    Preempted,
+    /// Not run because what it depends on ended so that it never can: a workflow producer
+    /// failed or was cancelled, a task it runs `--after-corr` failed or was cancelled, or a
+    /// job it runs `--after` (`--after-notok`) did not end as it needs.
+    DependencyFailed,
+}
+
+impl EndReason {
+    /// Every reason, in the order docs/json.md lists them.
+    pub const ALL: [EndReason; 10] = [
+        EndReason::Exited,
+        EndReason::Signal,
+        EndReason::TimeLimit,
+        EndReason::MemoryLimit,
+        EndReason::StartFailed,
+        EndReason::OutputsMissing,
+        EndReason::Cancelled,
+        EndReason::Lost,
+        EndReason::Preempted,
+        EndReason::DependencyFailed,
+    ];
+
+    /// The name users and scripts read, and the store keeps (never renamed).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Exited => "exited",
+            EndReason::Signal => "signal",
+            EndReason::TimeLimit => "time_limit",
+            EndReason::MemoryLimit => "memory_limit",
+            EndReason::StartFailed => "start_failed",
+            EndReason::OutputsMissing => "outputs_missing",
+            EndReason::Cancelled => "cancelled",
+            EndReason::Lost => "lost",
+            EndReason::Preempted => "preempted",
+            EndReason::DependencyFailed => "dependency_failed",
+        }
+    }
+
+    /// The reason named `name` (as [`EndReason::as_str`] names it), if it is one: a stored
+    /// name this version does not know (a later version's) reads as none.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+/// The longest signal name kept from an agent (`RTMIN+15` is 8).
+pub const MAX_SIGNAL_NAME: usize = 16;
+
+/// `name`, an agent's name of a signal, if it is one to keep: at most [`MAX_SIGNAL_NAME`]
+/// characters of `A`–`Z`, `0`–`9` and `+` (what an agent writes); anything else is dropped,
+/// not shown.
+pub fn signal_name(name: &str) -> Option<Box<str>> {
+    (!name.is_empty()
+        && name.len() <= MAX_SIGNAL_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'+'))
+    .then(|| name.into())
+}
+
 /// What one attempt of a task used, as its agent measured it (`TaskUsage` on the wire).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskUsage {
@@ -159,6 +248,13 @@ pub struct TaskRow {
     /// so it outlives a restart; `devices` and `started_ns` are the ANode's once its result
     /// says them.
     pub executed: Option<u32>,
+    /// Why its latest attempt ended without success, or why it ended without running
+    /// ([`EndReason`]); `None` while it never ran, while it runs, once it succeeded, or when not
+    /// known.
+    pub reason: Option<EndReason>,
+    /// With reason [`EndReason::Signal`]: the signal's name (`SEGV`), when its agent said one
+    /// ([`signal_name`]). Boxed as `devices`: most rows have none.
+    pub signal: Option<Box<str>>,
 }
 
 impl TaskRow {
@@ -181,6 +277,8 @@ impl TaskRow {
             preemptions: 0,
             usage: None,
             executed: None,
+            reason: None,
+            signal: None,
         }
     }
 }
@@ -467,6 +565,11 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("div_chunks", "incarnation", "TEXT NOT NULL DEFAULT ''"),
     // A task's peak GPU memory (NULL: stored before the column, or not measured; read as 0).
     ("tasks", "max_gpu_memory_bytes", "INTEGER"),
+    // Why its latest attempt ended without success, or why it ended without running
+    // (`EndReason::as_str`), and the signal that killed it (NULL: none, or stored before the
+    // columns).
+    ("tasks", "reason", "TEXT"),
+    ("tasks", "signal", "TEXT"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -478,7 +581,7 @@ CREATE INDEX IF NOT EXISTS tasks_other_nodes ON tasks(id) WHERE other_nodes != '
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
     started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10, cpu_user_ms=?11,
     cpu_system_ms=?12, max_rss_bytes=?13, preemptions=?15, executed_node=?16,
-    max_gpu_memory_bytes=?17 WHERE id=?14";
+    max_gpu_memory_bytes=?17, reason=?18, signal=?19 WHERE id=?14";
 
 /// Adds each (`table`, `column`, definition) of `columns` that `table` lacks: a column added
 /// after a store was created.
@@ -1226,7 +1329,9 @@ pub fn write_tasks<'a>(
             t.id as i64,
             t.preemptions,
             t.executed,
-            t.usage.as_ref().map(|u| u.max_gpu_memory_bytes as i64)
+            t.usage.as_ref().map(|u| u.max_gpu_memory_bytes as i64),
+            t.reason.map(EndReason::as_str),
+            t.signal.as_deref()
         ])?;
     }
     for job in cancelled_jobs {
@@ -1285,7 +1390,7 @@ impl StoreReader {
 const TASK_COLUMNS: &str =
     "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns,
     finished_ns, exit_code, message, failures, cpu_user_ms, cpu_system_ms, max_rss_bytes,
-    preemptions, executed_node, max_gpu_memory_bytes FROM tasks";
+    preemptions, executed_node, max_gpu_memory_bytes, reason, signal FROM tasks";
 
 /// One row of a query on [`TASK_COLUMNS`].
 fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
@@ -1306,6 +1411,14 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
         failures: r.get(12)?,
         preemptions: r.get(16)?,
         executed: r.get(17)?,
+        reason: r
+            .get::<_, Option<String>>(19)?
+            .as_deref()
+            .and_then(EndReason::from_name),
+        signal: r
+            .get::<_, Option<String>>(20)?
+            .as_deref()
+            .and_then(signal_name),
         usage: match (
             r.get::<_, Option<i64>>(13)?,
             r.get::<_, Option<i64>>(14)?,
@@ -1462,6 +1575,75 @@ mod tests {
         assert_eq!(snap.jobs[0].begin_ms, Some(1_893_456_000_000));
     }
 
+    /// Why a task's attempt ended, and its signal, are read back after a restart; a name this
+    /// version does not know (a later version's reason, a signal an agent should not have
+    /// sent) reads as none.
+    #[test]
+    fn a_tasks_reason_and_signal_survive_reopening_and_unknown_names_read_as_none() {
+        let (_dir, path) = temp_db("reason");
+        let job = JobRow {
+            id: 1,
+            origin: "job.toml".into(),
+            text: "x".into(),
+            workdir: "/".into(),
+            submitted_ns: 5,
+            first_app: 0,
+            first_task: 0,
+            cancelled: false,
+            submission_key: None,
+            name: None,
+            after: Vec::new(),
+            after_any: Vec::new(),
+            after_notok: Vec::new(),
+            after_corr: Vec::new(),
+            after_start: Vec::new(),
+            held: false,
+            begin_ms: None,
+        };
+        let rows: Vec<TaskRow> = (0..2).map(|i| TaskRow::submitted(i, 0, i as u32)).collect();
+        let signalled = TaskRow {
+            state: TaskState::Failed,
+            attempt: 1,
+            node: Some(0),
+            exit_code: Some(-1),
+            message: "exited with signal: 11 (SIGSEGV)".into(),
+            reason: Some(EndReason::Signal),
+            signal: signal_name("SEGV"),
+            ..rows[0].clone()
+        };
+        let retried = TaskRow {
+            attempt: 1,
+            message: "attempt 1 failed (time limit of 1s exceeded); retry 1 of 1".into(),
+            failures: 1,
+            reason: Some(EndReason::TimeLimit),
+            ..rows[1].clone()
+        };
+        {
+            let mut s = Store::open(&path).expect("open");
+            s.insert_job(&job, &[(0, "a".into())], &rows)
+                .expect("insert");
+            s.update_tasks([&signalled, &retried], &[]).expect("update");
+        }
+        let snap = Store::open(&path).expect("reopen").load().expect("load");
+        assert_eq!(snap.tasks, vec![signalled.clone(), retried]);
+        {
+            let conn = Connection::open(&path).expect("open");
+            conn.execute_batch(
+                "UPDATE tasks SET reason = 'abducted', signal = 'segv; rm' WHERE id = 0",
+            )
+            .expect("later names");
+        }
+        let snap = Store::open(&path).expect("reopen").load().expect("load");
+        assert_eq!((snap.tasks[0].reason, &snap.tasks[0].signal), (None, &None));
+        for r in EndReason::ALL {
+            assert_eq!(EndReason::from_name(r.as_str()), Some(r));
+        }
+        assert_eq!(signal_name("RTMIN+2").as_deref(), Some("RTMIN+2"));
+        for bad in ["", "segv", "SEGV ", "S-E", "ABCDEFGHIJKLMNOPQ"] {
+            assert_eq!(signal_name(bad), None, "{bad:?}");
+        }
+    }
+
     #[test]
     fn load_reads_back_only_the_task_rows_that_changed_since_submission() {
         let (_dir, path) = temp_db("touched");
@@ -1539,11 +1721,12 @@ mod tests {
             let snap = s.load().expect("load");
             assert_eq!(snap.jobs[0].submission_key, None);
             assert!(snap.jobs[0].after.is_empty());
-            // A task stored before offloads were: it ran where it was placed.
+            // A task stored before offloads were: it ran where it was placed. Before reasons
+            // were: it has none.
             let t = snap.tasks.first().expect("the finished task is read");
             assert_eq!(
-                (t.state, t.node, t.executed),
-                (TaskState::Succeeded, Some(0), None)
+                (t.state, t.node, t.executed, t.reason, &t.signal),
+                (TaskState::Succeeded, Some(0), None, None, &None)
             );
         }
     }

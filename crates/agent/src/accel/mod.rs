@@ -333,7 +333,8 @@ impl Pipeline {
     }
 }
 
-/// A failed result of `a` with `message` (nothing ran).
+/// A failed result of `a` with `message`: nothing ran (START_FAILED; a caller whose task did
+/// run, or whose attempt was interrupted, says so instead).
 pub(crate) fn failed(a: &pb::Assignment, message: &str) -> pb::TaskResult {
     let now = launch::now_ns();
     pb::TaskResult {
@@ -350,7 +351,18 @@ pub(crate) fn failed(a: &pb::Assignment, message: &str) -> pb::TaskResult {
         offload_started_ns: 0,
         offload_devices: Vec::new(),
         fetch_ms: 0,
+        end: pb::TaskEnd::StartFailed.into(),
+        signal: String::new(),
     }
+}
+
+/// [`failed`], for an attempt interrupted by what is not the task's fault (the server runs
+/// it again).
+pub(crate) fn interrupted(a: &pb::Assignment, message: &str) -> pb::TaskResult {
+    let mut r = failed(a, message);
+    r.interrupted = true;
+    r.set_end(pb::TaskEnd::Interrupted);
+    r
 }
 
 /// Takes devices for `need` from the pool — `preferred` (the server's choice) when they are all
@@ -740,18 +752,12 @@ pub(crate) async fn run(
                 )
                 .await
             }
-            Err(e) => {
-                let mut r = failed(a, &format!("offload to {}: {e}", a.offload_anode));
-                r.interrupted = true;
-                r
-            }
+            Err(e) => interrupted(a, &format!("offload to {}: {e}", a.offload_anode)),
         },
         Route::Offload(None) => {
             // The server placed accelerator work here while this node had no ANode (the reply
             // that unbound it crossed the assignment): not a failure of the task.
-            let mut r = failed(a, "no ANode is bound to this node: the task runs elsewhere");
-            r.interrupted = true;
-            r
+            interrupted(a, "no ANode is bound to this node: the task runs elsewhere")
         }
     }
 }

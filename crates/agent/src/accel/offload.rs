@@ -226,11 +226,11 @@ pub async fn run(
                 r = &mut attempt => break r,
                 why = &mut kill, if kill_open => match why {
                     Ok(why) => {
-                        let mut r = super::failed(a, "killed at the server's request");
                         if why == launch::Kill::Shutdown {
-                            r.interrupted = true;
-                            r.message = "killed: its agent shut down".into();
+                            return super::interrupted(a, "killed: its agent shut down");
                         }
+                        let mut r = super::failed(a, "killed at the server's request");
+                        r.set_end(pb::TaskEnd::Killed);
                         return r;
                     }
                     Err(_) => kill_open = false,
@@ -272,15 +272,13 @@ pub async fn run(
         }
         tokio::time::sleep(Duration::from_millis(100 << (try_no - 1).min(4))).await;
     }
-    let mut r = super::failed(
+    super::interrupted(
         a,
         &format!(
             "offload to {} failed {TRANSFER_TRIES} times: {last_error}",
             client.target.anode
         ),
-    );
-    r.interrupted = true;
-    r
+    )
 }
 
 enum Transfer {
@@ -448,10 +446,13 @@ async fn once(
                 };
                 if let Err(e) = written {
                     let _ = std::fs::remove_dir_all(&tmp);
-                    return Err(Transfer::Final(super::failed(
+                    // The task runs on; how it ends is not known here.
+                    let mut r = super::failed(
                         a,
                         &format!("writing the offloaded task's output `{}`: {e}", c.path),
-                    )));
+                    );
+                    r.set_end(pb::TaskEnd::Unsaid);
+                    return Err(Transfer::Final(r));
                 }
             }
             Some(ReplyPart::Ready(r)) => {
@@ -502,13 +503,17 @@ async fn once(
     });
     let _ = std::fs::remove_dir_all(&tmp);
     if let Err(e) = moved {
-        return Err(Transfer::Final(super::failed(
+        // It ran and ended as its result says, but its outputs are not where it wrote them:
+        // no end of the task's fits.
+        let mut r = super::failed(
             a,
             &format!(
                 "writing the offloaded task's outputs in {}: {e}",
                 dir.display()
             ),
-        )));
+        );
+        r.set_end(pb::TaskEnd::Unsaid);
+        return Err(Transfer::Final(r));
     }
     debug!(task = a.task_id, anode = %client.target.anode, success = result.success, "offloaded task done");
     Ok(pb::TaskResult {
@@ -533,6 +538,7 @@ fn classify(s: tonic::Status) -> Transfer {
                 exit_code: -1,
                 message: format!("the ANode refused the offload: {}", s.message()),
                 interrupted: true,
+                end: pb::TaskEnd::Interrupted.into(),
                 ..Default::default()
             };
             r.finished_ns = launch::now_ns();
@@ -542,9 +548,11 @@ fn classify(s: tonic::Status) -> Transfer {
         tonic::Code::InvalidArgument
         | tonic::Code::Unauthenticated
         | tonic::Code::PermissionDenied => {
+            // It never ran there.
             let mut r = pb::TaskResult {
                 exit_code: -1,
                 message: format!("the ANode refused the offload: {}", s.message()),
+                end: pb::TaskEnd::StartFailed.into(),
                 ..Default::default()
             };
             r.finished_ns = launch::now_ns();

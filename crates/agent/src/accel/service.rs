@@ -817,6 +817,7 @@ async fn send_back(f: &Finished, to: &Reply) -> Result<pb::OffloadReply, String>
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if result.success {
                     result.success = false;
+                    result.set_end(pb::TaskEnd::OutputsMissing);
                     result.message = format!("the task did not write its declared output `{rel}`");
                 }
             }

@@ -1260,6 +1260,21 @@ fn attempt_cell(x: &pb::TaskInfo) -> String {
     }
 }
 
+/// A task's state, with why its latest attempt ended without success when there is a reason:
+/// `failed (time_limit)`, `failed (signal SEGV)`, `pending (preempted)` (the JSON's `reason`
+/// and `signal`).
+fn state_cell(x: &pb::TaskInfo) -> String {
+    if x.fetching {
+        // Running on its node, its inputs still being fetched: its program has not started.
+        return "fetching".into();
+    }
+    match (x.reason.as_str(), x.signal.as_str()) {
+        ("", _) => x.state.clone(),
+        ("signal", signal) if !signal.is_empty() => format!("{} (signal {signal})", x.state),
+        (reason, _) => format!("{} ({reason})", x.state),
+    }
+}
+
 fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
     let mut t = table(&[
         "task", "job", "app", "index", "state", "attempt", "node", "variant", "devices", "fetch",
@@ -1271,13 +1286,7 @@ fn tasks_table(tasks: &[pb::TaskInfo]) -> Table {
             x.job_id.to_string(),
             x.app.clone(),
             x.index.to_string(),
-            if x.fetching {
-                // Running on its node, its inputs still being fetched: its program has not
-                // started.
-                "fetching".into()
-            } else {
-                x.state.clone()
-            },
+            state_cell(x),
             attempt_cell(x),
             // A multi-node task: its first node, and how many more it holds.
             match x.nodes.len() {
@@ -2770,6 +2779,35 @@ mod tests {
         assert_eq!(shown_state(&job("running", true, true)), "running (held)");
         assert_eq!(shown_state(&job("running", false, false)), "running");
         assert_eq!(shown_state(&job("completed", false, false)), "completed");
+    }
+
+    /// The state column says why a task's latest attempt ended (its `reason`), so a table
+    /// tells a time limit from a crash without the message.
+    #[test]
+    fn a_tasks_state_shows_its_reason_and_a_signal_by_name() {
+        let task = |state: &str, reason: &str, signal: &str| pb::TaskInfo {
+            state: state.into(),
+            reason: reason.into(),
+            signal: signal.into(),
+            exit_code: -1,
+            ..Default::default()
+        };
+        assert_eq!(
+            state_cell(&task("failed", "time_limit", "")),
+            "failed (time_limit)"
+        );
+        assert_eq!(
+            state_cell(&task("failed", "signal", "SEGV")),
+            "failed (signal SEGV)"
+        );
+        assert_eq!(state_cell(&task("failed", "signal", "")), "failed (signal)");
+        assert_eq!(
+            state_cell(&task("pending", "preempted", "")),
+            "pending (preempted)"
+        );
+        assert_eq!(state_cell(&task("succeeded", "", "")), "succeeded");
+        let shown = tasks_table(&[task("cancelled", "dependency_failed", "")]).to_string();
+        assert!(shown.contains("cancelled (dependency_failed)"), "{shown}");
     }
 
     #[test]

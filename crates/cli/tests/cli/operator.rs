@@ -2233,6 +2233,12 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
             .is_some_and(|m| m.starts_with("time limit of 1.000s exceeded")),
         "{task}"
     );
+    // Stopped with SIGTERM by its agent: its time limit, not a signal of its own.
+    assert_eq!(
+        (&task["reason"], &task["signal"]),
+        (&"time_limit".into(), &serde_json::Value::Null),
+        "{task}"
+    );
     // A running task takes a new limit too, counted from its start: its agent stops it.
     c.ok(&[
         "submit",
@@ -2256,6 +2262,7 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
             .is_some_and(|m| m.starts_with("time limit of 1.000s exceeded")),
         "{task}"
     );
+    assert_eq!(task["reason"], "time_limit", "{task}");
 }
 
 /// `hetsched update --cores --memory`: a job that asks for more than any node has waits
@@ -2300,6 +2307,7 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
             .is_some_and(|m| m.starts_with("memory limit of 16.0 MiB exceeded")),
         "{task}"
     );
+    assert_eq!(task["reason"], "memory_limit", "{task}");
     // A running task keeps what it was given; the tasks still to start take 1 core each, and
     // start two at once when it ends.
     c.ok(&[

@@ -1609,6 +1609,27 @@ fn scripts_get_whole_json_from_tasks_wait_and_submit_wait() {
     let out = c.cli(&["submit", "--output", "json", "--", "false"]);
     assert!(out.status.success());
     assert!(!c.cli(&["wait", "2"]).status.success(), "job 2 failed");
+    // Why, as a key: an exit status; a signal by its name, where there is no exit code.
+    let failed = &c.json(&["tasks", "--job", "2"])[0];
+    assert_eq!(
+        (&failed["reason"], &failed["signal"], &failed["exit_code"]),
+        (&"exited".into(), &serde_json::Value::Null, &1.into()),
+        "{failed}"
+    );
+    c.ok(&["submit", "--", "sh", "-c", "kill -SEGV $$"]);
+    assert!(!c.cli(&["wait", "3"]).status.success(), "job 3 failed");
+    let crashed = &c.json(&["tasks", "--job", "3"])[0];
+    assert_eq!(
+        (
+            &crashed["reason"],
+            &crashed["signal"],
+            &crashed["exit_code"]
+        ),
+        (&"signal".into(), &"SEGV".into(), &serde_json::Value::Null),
+        "{crashed}"
+    );
+    let table = c.ok(&["tasks", "--job", "3"]);
+    assert!(table.contains("failed (signal SEGV)"), "{table}");
     let again = c.json(&["resubmit", "2", "--failed"]);
     assert_eq!(
         (&again["job_id"], &again["tasks"]),

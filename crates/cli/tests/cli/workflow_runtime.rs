@@ -844,12 +844,14 @@ command = "cat {input:m}"
         "the sleeping instance was not killed"
     );
     assert_eq!(state("src", 2)["state"], "cancelled");
+    assert_eq!(state("src", 2)["reason"], "cancelled");
     let mid2 = state("mid", 2);
     assert_eq!(mid2["state"], "cancelled");
     assert_eq!(
         mid2["message"],
         "not run: its producer src[2] was cancelled"
     );
+    assert_eq!(mid2["reason"], "dependency_failed", "{mid2}");
     // Its log says it never ran, and why, not that it has not run yet.
     let out = c.cli(&["log", &job.to_string(), "mid:2"]);
     let err = String::from_utf8_lossy(&out.stderr).to_string();

@@ -21,7 +21,7 @@ use crate::state::types::{
     TasksPage,
 };
 use crate::store::{
-    JobRow, PurgedJob, Snapshot, StoreError, StoreReader, TaskRow, TaskState, TaskUsage,
+    EndReason, JobRow, PurgedJob, Snapshot, StoreError, StoreReader, TaskRow, TaskState, TaskUsage,
 };
 use hetsched_core::input::limits;
 use hetsched_core::input::workload::{Command, MissingProfile, Workload, parse_workload};
@@ -1316,8 +1316,15 @@ impl Batch {
     }
 
     /// Cancels job `job`: its pending tasks are dropped and its running ones killed by their
-    /// agents; each task's message says why (`message`).
-    fn cancel_job(&mut self, cx: &mut Ctx, job: u64, message: &str) -> Result<u64, StateError> {
+    /// agents; each task's message says why (`message`), and its reason is `reason` (a user's
+    /// cancel, or a job it runs after that did not end as it needs).
+    fn cancel_job(
+        &mut self,
+        cx: &mut Ctx,
+        job: u64,
+        message: &str,
+        reason: EndReason,
+    ) -> Result<u64, StateError> {
         let Some(j) = self.job_rec(job) else {
             return Err(StateError::NoJob(job));
         };
@@ -1335,7 +1342,7 @@ impl Batch {
         self.waiting.job_ended(job);
         for id in range {
             // A finished job's rows may have left memory: none of them is pending or running.
-            if self.cancel_task(cx, id, message) {
+            if self.cancel_task(cx, id, message, reason) {
                 n += 1;
             }
         }
@@ -1347,9 +1354,9 @@ impl Batch {
     }
 
     /// Cancels task `id` if it is pending or running (a running one's resources come back and
-    /// its node is woken to kill it; a pending one must already be out of the queues). Returns
-    /// whether it did.
-    fn cancel_task(&mut self, cx: &mut Ctx, id: u64, message: &str) -> bool {
+    /// its node is woken to kill it; a pending one must already be out of the queues), saying
+    /// `message` for `reason`. Returns whether it did.
+    fn cancel_task(&mut self, cx: &mut Ctx, id: u64, message: &str, reason: EndReason) -> bool {
         let Some(t) = self.tasks.get(id as usize) else {
             return false;
         };
@@ -1371,6 +1378,8 @@ impl Batch {
         t.state = TaskState::Cancelled;
         t.finished_ns = cx.now;
         t.message = message.to_string();
+        t.reason = Some(reason);
+        t.signal = None;
         let (app, index) = (t.app, t.index);
         self.dirty.push(id);
         self.corr_ended(app, index);
@@ -1414,7 +1423,7 @@ impl Batch {
             self.corr.drop_tasks(job, tasks);
         }
         for &id in &chosen {
-            self.cancel_task(cx, id, why);
+            self.cancel_task(cx, id, why, EndReason::Cancelled);
         }
         if let Some(&id) = chosen.first() {
             let app = self.tasks[id as usize].app;
@@ -1821,6 +1830,8 @@ fn task_info(t: &TaskRow, app: &str, job: u64, node: &str) -> TaskInfo {
         // Only workflow instances fetch inputs before their program starts.
         fetching: false,
         fetch_ms: 0,
+        reason: t.reason,
+        signal: t.signal.clone(),
     }
 }
 
@@ -2332,6 +2343,8 @@ impl Batch {
         t.state = TaskState::Pending;
         t.preemptions += 1;
         t.message = format!("attempt {} {why}; it runs again", t.attempt);
+        t.reason = Some(EndReason::Preempted);
+        t.signal = None;
         self.dirty.push(id);
         cx.metrics.preempted();
         self.requeue(cx, &a);
@@ -2357,6 +2370,9 @@ impl Batch {
         t.executed = None;
         t.finished_ns = 0;
         t.exit_code = None;
+        // Running: no reason until this attempt ends (a retry's, a loss's, goes now).
+        t.reason = None;
+        t.signal = None;
         let app = t.app;
         cx.nodes.started(a.node, t.id);
         self.dirty.push(t.id);
@@ -2564,6 +2580,9 @@ impl JobKind for Batch {
         t.finished_ns = r.finished_ns.max(t.started_ns);
         t.exit_code = Some(r.exit_code);
         t.message = r.message.clone();
+        // None on a success; a retry keeps this attempt's until its next dispatch.
+        t.reason = r.reason;
+        t.signal = r.signal.clone();
         let (app, old) = (t.app, t.usage.take());
         t.usage = r.usage.map(Box::new);
         self.dirty.push(t.id);
@@ -2676,6 +2695,9 @@ impl JobKind for Batch {
         let t = &mut self.tasks[task as usize];
         self.dirty.push(task);
         cx.metrics.lost(crate::metrics::Lost::Node);
+        // Pending again, or given up on: either way its node or agent lost it.
+        t.reason = Some(EndReason::Lost);
+        t.signal = None;
         // Failed attempts were retried on purpose and preempted ones were stopped for other
         // work; only lost ones count against `max_attempts`.
         if t.attempt
@@ -3036,7 +3058,7 @@ impl JobKind for Batch {
         {
             return Ok(0);
         }
-        let n = self.cancel_job(cx, job, why)?;
+        let n = self.cancel_job(cx, job, why, EndReason::Cancelled)?;
         // Jobs waiting on this one can never start now.
         self.settle_waiting(cx)?;
         Ok(n)

@@ -99,7 +99,7 @@ use crate::state::types::{
     TaskSpec, TasksPage, WorkflowInput,
 };
 use crate::state::wakes::Wakes;
-use crate::store::{StoreError, TaskUsage};
+use crate::store::{EndReason, StoreError, TaskUsage};
 use hetsched_core::input::workflow_runtime::{RuntimeWorkflow, parse_runtime_workflow};
 use hetsched_core::model::latency::LatencyMatrix;
 use hetsched_core::model::workflow::DependencyKind;
@@ -166,6 +166,7 @@ struct StoredGate {
     begin_ms: u64,
     started: bool,
     cancel_reason: String,
+    cancel_end: Option<EndReason>,
 }
 
 /// The one-way latency assumed for a pair of agents that did not measure each other.
@@ -374,6 +375,14 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // How long its latest attempt's inputs took to fetch before its program started, ms (0:
     // none, not known yet, or stored before it was kept).
     ("wf_instances", "fetch_ms", "INTEGER NOT NULL DEFAULT 0"),
+    // Why its latest attempt ended without success, or why it ended without running
+    // (`EndReason::as_str`), and the signal that killed it (NULL: none, or stored before).
+    ("wf_instances", "reason", "TEXT"),
+    ("wf_instances", "signal", "TEXT"),
+    // The reason of the instances a cancel of the whole workflow ended (their rows are not
+    // written then): `cancelled`, or `dependency_failed` for one a job it runs after ended
+    // (NULL: not cancelled, or cancelled before reasons were kept, whose instances have none).
+    ("wf_jobs", "cancel_end", "TEXT"),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -473,6 +482,12 @@ struct Inst {
     /// How long its latest attempt's inputs took to fetch before its program started at
     /// `started_ns`, ms (0: none, or not known yet), from its agent's heartbeat or result.
     fetch_ms: u64,
+    /// Why its latest attempt ended without success, or why it ended without running (as a
+    /// batch task's, [`EndReason`]): `None` while it never ran, runs (cleared at its
+    /// dispatch) or succeeded. Stored (`wf_instances.reason`).
+    reason: Option<EndReason>,
+    /// With reason [`EndReason::Signal`]: the signal's name, when known.
+    signal: Option<Box<str>>,
 }
 
 impl Inst {
@@ -545,6 +560,9 @@ struct WfJob {
     cancelled: bool,
     /// Why it was cancelled as a whole, when not by a user: each instance's message.
     cancel_reason: String,
+    /// The reason of the instances its cancel as a whole ended ([`Workflows::cancel_with`]):
+    /// stored, as their rows are not written then.
+    cancel_end: Option<EndReason>,
     /// What it waits for before it starts ([`waiting`]).
     gate: Gate,
     /// Instances the machine sent to a node, to hand it at its next heartbeat.
@@ -968,7 +986,7 @@ impl Workflows {
         let rows: Vec<(StoredJob, StoredGate)> = {
             let mut q = source
                 .unwrap_or_else(|| cx.store.conn())
-                .prepare("SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,cancelled,after,after_any,after_notok,held,begin_ms,started,cancel_reason FROM wf_jobs WHERE purged = 0 ORDER BY id")
+                .prepare("SELECT id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,cancelled,after,after_any,after_notok,held,begin_ms,started,cancel_reason,cancel_end FROM wf_jobs WHERE purged = 0 ORDER BY id")
                 .map_err(StoreError::from)?;
             q.query_map([], |r| {
                 Ok((
@@ -991,6 +1009,10 @@ impl Workflows {
                         begin_ms: r.get::<_, i64>(13)? as u64,
                         started: r.get::<_, i64>(14)? != 0,
                         cancel_reason: r.get(15)?,
+                        cancel_end: r
+                            .get::<_, Option<String>>(16)?
+                            .as_deref()
+                            .and_then(EndReason::from_name),
                     },
                 ))
             })
@@ -1011,6 +1033,7 @@ impl Workflows {
             job.finished_ns = finished_ns;
             job.cancelled = cancelled;
             job.cancel_reason = g.cancel_reason;
+            job.cancel_end = g.cancel_end;
             job.gate = Gate {
                 after: crate::store::parse_list(&g.after, "job ids")?,
                 after_any: crate::store::parse_list(&g.after_any, "job ids")?,
@@ -1023,7 +1046,7 @@ impl Workflows {
             {
                 let mut q = source
                     .unwrap_or_else(|| cx.store.conn())
-                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms,max_gpu_memory_bytes FROM wf_instances WHERE job=?1")
+                    .prepare("SELECT instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms,max_gpu_memory_bytes,reason,signal FROM wf_instances WHERE job=?1")
                     .map_err(StoreError::from)?;
                 let mut rows = q.query(params![seq as i64]).map_err(StoreError::from)?;
                 while let Some(r) = rows.next().map_err(StoreError::from)? {
@@ -1075,6 +1098,9 @@ impl Workflows {
                     )?;
                     x.fetch_ms =
                         u64::try_from(r.get::<_, i64>(18).map_err(StoreError::from)?).unwrap_or(0);
+                    let text = |c| r.get::<_, Option<String>>(c).map_err(StoreError::from);
+                    x.reason = text(20)?.as_deref().and_then(EndReason::from_name);
+                    x.signal = text(21)?.as_deref().and_then(crate::store::signal_name);
                     // Its run time counts again for `prefetch = "auto"`, as it did before the
                     // restart: a task measured short is queued at once, not measured anew.
                     if x.st == St::Done
@@ -1097,6 +1123,8 @@ impl Workflows {
                 for x in job.insts.iter_mut().filter(|x| !x.st.ended()) {
                     x.st = St::Cancelled;
                     x.message = why.clone();
+                    x.reason = job.cancel_end;
+                    x.signal = None;
                 }
             }
             if !job.gate.started && !cancelled {
@@ -1635,6 +1663,8 @@ impl Workflows {
                     taken_back_from: Vec::new(),
                     fetching: false,
                     fetch_ms: 0,
+                    reason: None,
+                    signal: None,
                 };
                 total as usize
             ],
@@ -1643,6 +1673,7 @@ impl Workflows {
             finished_ns: 0,
             cancelled: false,
             cancel_reason: String::new(),
+            cancel_end: None,
             gate: Gate::started(),
             assigned: HashMap::new(),
             rerun: Vec::new(),
@@ -1833,13 +1864,22 @@ impl Workflows {
         }
     }
 
-    /// Marks instance `i` failed for good, and every instance depending on it.
-    fn fail(&mut self, job: &mut WfJob, i: u32, why: &str, now: u64) {
-        let _ = self.end_for_good(job, i, why, false, now);
+    /// Marks instance `i` failed for good, for `why` and with `end` as its reason and signal,
+    /// and every instance depending on it.
+    fn fail(
+        &mut self,
+        job: &mut WfJob,
+        i: u32,
+        why: &str,
+        end: (Option<EndReason>, Option<Box<str>>),
+        now: u64,
+    ) {
+        let _ = self.end_for_good(job, i, why, false, end, now);
     }
 
     /// Marks instance `i` failed for good — `cancelled` by a user, or failed for `why` — and
-    /// every instance depending on it, each with a message naming its producer. Returns the
+    /// every instance depending on it, each with a message naming its producer. `i`'s reason
+    /// and signal are `end`'s; its dependants' [`EndReason::DependencyFailed`]. Returns the
     /// instances it ended.
     fn end_for_good(
         &mut self,
@@ -1847,6 +1887,7 @@ impl Workflows {
         i: u32,
         why: &str,
         cancelled: bool,
+        end: (Option<EndReason>, Option<Box<str>>),
         now: u64,
     ) -> Vec<u32> {
         let mut ended = Vec::new();
@@ -1864,6 +1905,11 @@ impl Workflows {
             x.st = if cancelled { St::Cancelled } else { St::Failed };
             ended.push(k);
             x.message = msg;
+            (x.reason, x.signal) = if k == i {
+                end.clone()
+            } else {
+                (Some(EndReason::DependencyFailed), None)
+            };
             x.finished_ns = now;
             self.dirty.insert((job.seq, k));
             let upstream = (k != i).then_some(root.as_str());
@@ -1946,6 +1992,8 @@ impl Workflows {
                     let x = &mut j.insts[c as usize];
                     x.st = other;
                     x.message = because;
+                    x.reason = Some(EndReason::DependencyFailed);
+                    x.signal = None;
                     x.finished_ns = cx.now;
                     self.dirty.insert((j.seq, c));
                     stack.push(c);
@@ -2669,6 +2717,7 @@ impl JobKind for Workflows {
                 x.st = St::Done;
                 x.node = Some(node.0);
                 x.message.clear();
+                (x.reason, x.signal) = (None, None);
                 x.reproducing = false;
                 x.produced = true;
                 // The machine readies the dependants (a re-production was finished before:
@@ -2732,21 +2781,25 @@ impl JobKind for Workflows {
                          `max_attempts`)",
                         hetsched_core::text::count(losses, "attempt")
                     );
-                    self.fail(&mut job, i, &why, cx.now);
+                    self.fail(&mut job, i, &why, (Some(EndReason::Lost), None), cx.now);
                     break 'r;
                 }
                 let x = &mut job.insts[i as usize];
                 x.st = St::Ready;
                 x.node = None;
                 x.message = lost;
+                (x.reason, x.signal) = (Some(EndReason::Lost), None);
                 // The centralised dispatcher places it at once: it must see the node's mask
                 // without room now, not at the next heartbeat (a PCDDB node's machine is told
                 // its mask in this heartbeat's reply, before any request reaches it).
                 self.refresh_members(cx, &mut job);
                 job.rerun.push(i);
             } else if r.interrupted {
+                // Not the instance's failure (an input lost, its agent shut down): lost, as
+                // one whose node died.
                 x.st = St::Ready;
                 x.message = r.message.clone();
+                (x.reason, x.signal) = (Some(EndReason::Lost), None);
                 // An input could not be fetched (`input unavailable: node N PATH: …`, from the
                 // agent): that output is lost; its producer runs again, and this instance waits.
                 let lost = r
@@ -2784,7 +2837,7 @@ impl JobKind for Workflows {
                         r.message
                     );
                     cx.metrics.result(crate::metrics::Outcome::Failed);
-                    self.fail(&mut job, i, &why, cx.now);
+                    self.fail(&mut job, i, &why, (Some(EndReason::Lost), None), cx.now);
                     break 'r;
                 }
                 match lost {
@@ -2814,6 +2867,8 @@ impl JobKind for Workflows {
             } else {
                 x.failures += 1;
                 x.message = r.message.clone();
+                // A retry keeps it until its next dispatch.
+                (x.reason, x.signal) = (r.reason, r.signal.clone());
                 if x.failures <= retries {
                     cx.metrics.result(crate::metrics::Outcome::Retried);
                     let x = &mut job.insts[i as usize];
@@ -2834,7 +2889,7 @@ impl JobKind for Workflows {
                             r.message.clone()
                         }
                     );
-                    self.fail(&mut job, i, &why, cx.now);
+                    self.fail(&mut job, i, &why, (r.reason, r.signal.clone()), cx.now);
                 }
             }
         }
@@ -2919,6 +2974,7 @@ impl JobKind for Workflows {
             x.node = None;
             // Listed until the attempt that runs it again ends, as a batch task's.
             x.message = format!("attempt {} lost: {reason}", x.attempt);
+            (x.reason, x.signal) = (Some(EndReason::Lost), None);
             Self::unbook(cx, &mut job, i);
             job.rerun.push(i);
             self.dirty.insert((seq, i));
@@ -3510,6 +3566,8 @@ impl JobKind for Workflows {
                     // Running as far as the server knows, until its agent says it fetches.
                     x.fetching = false;
                     x.fetch_ms = 0;
+                    // Running: no reason until this attempt ends.
+                    (x.reason, x.signal) = (None, None);
                     cx.metrics.dispatched(if x.devices.is_empty() {
                         hetsched_core::Variant::Cpu
                     } else {
@@ -3656,7 +3714,7 @@ impl JobKind for Workflows {
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let mut q = tx.prepare_cached(
-            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms,max_gpu_memory_bytes) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)",
+            "INSERT OR REPLACE INTO wf_instances(job,instance,state,attempt,node,started_ns,finished_ns,exit_code,message,failures,produced,cpu_user_ms,cpu_system_ms,max_rss_bytes,devices,executed_node,disk_losses,unstarted,taken_back_from,fetch_ms,max_gpu_memory_bytes,reason,signal) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23)",
         )?;
         for &(seq, i) in &self.dirty {
             let Some(x) = self.jobs.get(&seq).and_then(|j| j.insts.get(i as usize)) else {
@@ -3683,13 +3741,15 @@ impl JobKind for Workflows {
                 i64::from(x.unstarted),
                 crate::store::list_text(&x.taken_back_from),
                 i64::try_from(x.fetch_ms).unwrap_or(i64::MAX),
-                x.usage.map(|u| u.max_gpu_memory_bytes as i64)
+                x.usage.map(|u| u.max_gpu_memory_bytes as i64),
+                x.reason.map(EndReason::as_str),
+                x.signal.as_deref()
             ])?;
         }
         for &seq in &self.dirty_jobs {
             if let Some(j) = self.jobs.get(&seq) {
                 tx.execute(
-                    "UPDATE wf_jobs SET finished_ns=?2, cancelled=?3, held=?4, started=?5, cancel_reason=?6, begin_ms=?7 WHERE id=?1",
+                    "UPDATE wf_jobs SET finished_ns=?2, cancelled=?3, held=?4, started=?5, cancel_reason=?6, begin_ms=?7, cancel_end=?8 WHERE id=?1",
                     params![
                         seq as i64,
                         j.finished_ns as i64,
@@ -3697,7 +3757,8 @@ impl JobKind for Workflows {
                         i64::from(j.gate.held),
                         i64::from(j.gate.started),
                         j.cancel_reason,
-                        j.gate.begin_ms.unwrap_or(0) as i64
+                        j.gate.begin_ms.unwrap_or(0) as i64,
+                        j.cancel_end.map(EndReason::as_str)
                     ],
                 )?;
             }
@@ -3913,6 +3974,8 @@ impl JobKind for Workflows {
                         .usage
                         .filter(|_| matches!(x.st, St::Done | St::Failed | St::Cancelled)),
                     nodes: Vec::new(),
+                    reason: x.reason,
+                    signal: x.signal.clone(),
                 });
             }
         }
@@ -3982,7 +4045,14 @@ impl JobKind for Workflows {
             if j.insts[i as usize].st.ended() {
                 continue;
             }
-            ended.extend(self.end_for_good(&mut j, i, why, true, cx.now));
+            ended.extend(self.end_for_good(
+                &mut j,
+                i,
+                why,
+                true,
+                (Some(EndReason::Cancelled), None),
+                cx.now,
+            ));
             n += 1;
         }
         // Running ones (the cancelled, and dependants already running on a re-produced
@@ -4042,7 +4112,7 @@ impl JobKind for Workflows {
     }
 
     fn cancel(&mut self, cx: &mut Ctx, job: u64, why: &str) -> Result<u64, StateError> {
-        self.cancel_with(cx, job, why)
+        self.cancel_with(cx, job, why, EndReason::Cancelled)
     }
 }
 
@@ -4107,8 +4177,15 @@ impl Workflows {
         Ok((seq, chosen))
     }
 
-    /// Cancels workflow `job` as a whole, each instance that had not ended saying `why`.
-    fn cancel_with(&mut self, cx: &mut Ctx, job: u64, why: &str) -> Result<u64, StateError> {
+    /// Cancels workflow `job` as a whole, each instance that had not ended saying `why`, for
+    /// `reason` (a user's cancel, or a job it runs after that did not end as it needs).
+    fn cancel_with(
+        &mut self,
+        cx: &mut Ctx,
+        job: u64,
+        why: &str,
+        reason: EndReason,
+    ) -> Result<u64, StateError> {
         let seq = job & ((1 << super::KIND_SHIFT) - 1);
         // A workflow that has ended stays as it ended (a failed one can still be resubmitted).
         if self.jobs.get(&seq).is_some_and(|j| j.finished()) {
@@ -4122,6 +4199,7 @@ impl Workflows {
         if why != CANCELLED {
             j.cancel_reason = why.to_string();
         }
+        j.cancel_end = Some(reason);
         self.dirty_jobs.insert(seq);
         let mut n = 0;
         for i in 0..j.insts.len() {
@@ -4141,6 +4219,7 @@ impl Workflows {
             // writes one row, not a million.
             x.st = St::Cancelled;
             x.message = why.into();
+            (x.reason, x.signal) = (Some(reason), None);
             n += 1;
         }
         j.rerun.clear();

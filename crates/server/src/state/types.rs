@@ -127,6 +127,15 @@ pub struct TaskResult {
     /// A workflow instance: how long its inputs took to fetch before its program started at
     /// `started_ns`, ms (0: none, or not said).
     pub fetch_ms: u64,
+    /// Why it ended without success, as its agent said or as the edge inferred from an older
+    /// agent's result (`None`: it succeeded, or not known). An interrupted attempt is lost
+    /// whatever it says: the kinds record [`EndReason::Lost`] for it.
+    ///
+    /// [`EndReason::Lost`]: crate::store::EndReason::Lost
+    pub reason: Option<crate::store::EndReason>,
+    /// With reason `Signal`: the signal's name, if its agent sent one within bounds
+    /// ([`crate::store::signal_name`]).
+    pub signal: Option<Box<str>>,
 }
 
 /// One device's utilisation as an agent reports it.
@@ -720,6 +729,11 @@ pub struct TaskInfo {
     /// A workflow instance's latest attempt: how long its inputs took to fetch before its
     /// program started at `started_ns`, ms (0: none, or not known yet).
     pub fetch_ms: u64,
+    /// Why its latest attempt ended without success, or why it ended without running
+    /// ([`crate::store::EndReason`]; `None`: it never ran, runs, succeeded, or not known).
+    pub reason: Option<crate::store::EndReason>,
+    /// With reason `Signal`: the signal's name, when known.
+    pub signal: Option<Box<str>>,
 }
 
 /// One page of tasks.

@@ -121,6 +121,7 @@ fn when_a_job_fails_every_job_waiting_on_it_is_cancelled_naming_it() {
         for t in s.tasks(job).expect("tasks").tasks {
             assert_eq!((t.state.as_str(), t.attempt), ("cancelled", 0));
             assert_eq!(t.message, reason);
+            assert_eq!(t.reason, "dependency_failed");
         }
     }
     assert_eq!(
@@ -225,9 +226,14 @@ fn a_job_failed_by_the_dead_node_check_cancels_its_waiters_in_the_same_event() {
     s.check_dead(std::time::Duration::from_millis(1))
         .expect("dead check");
     assert_eq!(s.job(first).expect("job").state, "failed");
+    assert_eq!(s.tasks(first).expect("tasks").tasks[0].reason, "lost");
     // No heartbeat or reaper tick since: the job after it is already cancelled (so a purge of
     // the failed job now cannot make it look completed).
     assert_eq!(s.job(second).expect("job").state, "cancelled");
+    assert_eq!(
+        s.tasks(second).expect("tasks").tasks[0].reason,
+        "dependency_failed"
+    );
 }
 
 #[test]
@@ -239,6 +245,11 @@ fn a_user_cancelling_the_first_job_cancels_the_job_after_it() {
     s.on_cancel(first).expect("cancel");
     let info = s.job(second).expect("job");
     assert_eq!(info.state, "cancelled");
+    let reason = |job: u64| s.tasks(job).expect("tasks").tasks[0].reason.clone();
+    assert_eq!(
+        (reason(first), reason(second)),
+        ("cancelled".into(), "dependency_failed".into())
+    );
     // And a user may cancel a waiting job itself: it never runs.
     let third = submit(&mut s, 1, &[]).expect("submit");
     let fourth = submit(&mut s, 1, &[third]).expect("after");

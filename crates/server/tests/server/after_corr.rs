@@ -106,6 +106,7 @@ fn each_task_runs_once_its_correspondent_succeeded_and_is_cancelled_when_it_fail
             sim1.message,
             format!("cancelled: task 1 of job {prep}, which this task runs after, failed")
         );
+        assert_eq!(sim1.reason, "dependency_failed");
         (prep, sim, n)
     };
     // A restart: sim[3] still waits for prep[3], which still runs.
@@ -123,14 +124,27 @@ fn each_task_runs_once_its_correspondent_succeeded_and_is_cancelled_when_it_fail
     n.beat(&mut s, &done);
     let counts = s.job(sim).expect("job").counts.expect("counts");
     assert_eq!((counts.succeeded, counts.cancelled), (2, 1));
+    // (An agent that does not say how prep[1] ended: exit code 1, so it `exited`.)
+    let reasons = |s: &State, job: u64| -> Vec<String> {
+        let tasks = s.tasks(job).expect("tasks").tasks;
+        tasks.into_iter().map(|t| t.reason).collect()
+    };
+    assert_eq!(reasons(&s, prep), ["exited", "", ""], "after a restart");
+    assert_eq!(reasons(&s, sim), ["dependency_failed", "", ""]);
     // `resubmit --cancelled` puts sim[1] back to wait: prep[1] still failed, so it is
     // cancelled again; once prep[1] has run again and succeeded, it runs.
     s.on_resubmit_ended(sim, false, true).expect("resubmit");
     assert_eq!(s.job(sim).expect("job").counts.expect("c").cancelled, 1);
     s.on_resubmit_ended(prep, true, false).expect("prep again");
     s.on_resubmit_ended(sim, false, true).expect("resubmit");
+    assert_eq!(
+        reasons(&s, prep)[0],
+        "exited",
+        "resubmitted, it keeps its reason until it runs"
+    );
     let again = n.beat(&mut s, &[]);
     assert_eq!(named(&s, &jobs, &again), vec![("prep".into(), 1)]);
+    assert_eq!(reasons(&s, prep)[0], "", "running");
     let after = n.beat(&mut s, &[(again[0].0, again[0].1, true)]);
     assert_eq!(named(&s, &jobs, &after), vec![("sim".into(), 1)]);
 }

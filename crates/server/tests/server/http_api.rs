@@ -122,6 +122,17 @@ async fn the_api_writes_null_where_the_cli_does_for_the_same_jobs_tasks_and_user
     assert_eq!(tasks[0]["state"], "pending");
     assert_eq!(tasks[0]["message"], Value::Null, "{}", tasks[0]);
     assert_eq!(tasks[2]["state"], "cancelled");
+    // Why it ended without running: a script's key; pending ones have none.
+    assert_eq!(
+        (&tasks[2]["reason"], &tasks[2]["signal"]),
+        (&Value::from("cancelled"), &Value::Null),
+        "{}",
+        tasks[2]
+    );
+    assert_eq!(
+        (&tasks[0]["reason"], &tasks[0]["signal"]),
+        (&Value::Null, &Value::Null)
+    );
     // What `hetsched tasks --output json` writes of the same page, key for key.
     let listed = admin
         .list_tasks(pb::ListTasksRequest {

@@ -90,6 +90,7 @@ fn a_waiting_higher_priority_task_takes_the_place_of_the_youngest_lower_priority
         let v = t.iter().find(|t| t.id == victim.0).expect("victim");
         assert_eq!(v.state, "pending");
         assert_eq!((v.preemptions, v.failed_attempts), (1, 0));
+        assert_eq!(v.reason, "preempted");
         assert!(
             v.message.contains(&format!(
                 "attempt 1 preempted for job {high} (`high`, priority 5)"
@@ -101,6 +102,11 @@ fn a_waiting_higher_priority_task_takes_the_place_of_the_youngest_lower_priority
         let r = beat(&mut s, n, &[kept, h], &[(victim.0, victim.1, false)]);
         assert!(sent(&r).is_empty(), "nothing fits: {:?}", sent(&r));
         assert_eq!(tasks(&s, low)[1].state, "pending");
+        assert_eq!(
+            tasks(&s, low)[1].reason,
+            "preempted",
+            "nor is its reason the killed attempt's"
+        );
         // The high task ends: the victim runs again, as attempt 2.
         let r = beat(&mut s, n, &[kept], &[(h.0, h.1, true)]);
         assert_eq!(sent(&r), vec![(victim.0, 2)]);
@@ -110,8 +116,13 @@ fn a_waiting_higher_priority_task_takes_the_place_of_the_youngest_lower_priority
         assert_eq!(sent(&r), vec![(victim.0, 3)], "lost, and placed again");
         let v = &tasks(&s, low)[1];
         assert_eq!(
-            (v.state.as_str(), v.attempt, v.preemptions),
-            ("running", 3, 1)
+            (
+                v.state.as_str(),
+                v.attempt,
+                v.preemptions,
+                v.reason.as_str()
+            ),
+            ("running", 3, 1, "")
         );
         common::assert_metrics(s, "hdas", &["hetsched_tasks_preempted_total 1"]);
     }

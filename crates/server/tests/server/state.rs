@@ -114,9 +114,113 @@ fn a_task_the_agent_does_not_know_is_requeued_and_an_unexpected_one_is_killed() 
         vec![(0, 2)],
         "lost task 0 goes first again, as attempt 2"
     );
+    assert_eq!(
+        reasons(&s)[0],
+        ("running".into(), String::new(), String::new()),
+        "running: its loss is not its reason"
+    );
     // Lost again: max_attempts = 2, so it fails.
     beat(&mut s, n, &[], &[]);
     assert_eq!(states(&s)[0].0, "failed");
+    assert_eq!(reasons(&s)[0].1, "lost");
+}
+
+/// Each task's state, `reason` and `signal` in job 1.
+fn reasons(s: &State) -> Vec<(String, String, String)> {
+    s.tasks(1)
+        .expect("tasks")
+        .tasks
+        .into_iter()
+        .map(|t| (t.state, t.reason, t.signal))
+        .collect()
+}
+
+/// A failed result of `task`'s `attempt` that says how it ended, as an agent sends it.
+fn ended(task_id: u64, attempt: u32, end: pb::TaskEnd, signal: &str) -> pb::TaskResult {
+    pb::TaskResult {
+        task_id,
+        attempt,
+        exit_code: -1,
+        message: "it ended".into(),
+        started_ns: 1,
+        finished_ns: 2,
+        end: end.into(),
+        signal: signal.into(),
+        ..Default::default()
+    }
+}
+
+/// A task's `reason` says why its latest attempt ended without success: kept while its retry
+/// waits, cleared while the retry runs, and the failure for good's, with its signal — all read
+/// back after a restart. A script tells a time limit from a crash without parsing `message`.
+#[test]
+fn a_tasks_reason_says_why_its_latest_attempt_ended_and_a_restart_keeps_it() {
+    let d = dir("reason");
+    let pending_after_time_limit = (
+        "pending".to_string(),
+        "time_limit".to_string(),
+        String::new(),
+    );
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 2);
+        s.submit("job.toml", FLAKY, "/").expect("submit");
+        assert_eq!(assigned(&beat(&mut s, n, &[], &[])), vec![(0, 1), (1, 1)]);
+        // Drained: task 0's retry waits.
+        s.on_drain("n", true).expect("drain");
+        let mut req = common::heartbeat_request(n, &[(1, 1)], &[]);
+        req.results
+            .push(ended(0, 1, pb::TaskEnd::TimeLimit, "TERM"));
+        s.heartbeat(req).expect("beat");
+        let r = reasons(&s);
+        assert_eq!(
+            r[0], pending_after_time_limit,
+            "a signal only with `signal`"
+        );
+        assert_eq!(r[1], ("running".into(), String::new(), String::new()));
+    }
+    let mut s = open(&d);
+    assert_eq!(reasons(&s)[0], pending_after_time_limit, "after a restart");
+    s.on_drain("n", false).expect("resume");
+    let r = beat(&mut s, 0, &[], &[(1, 1, true)]);
+    assert_eq!(assigned(&r), vec![(0, 2)]);
+    assert_eq!(
+        reasons(&s),
+        vec![
+            ("running".into(), String::new(), String::new()),
+            ("succeeded".into(), String::new(), String::new())
+        ],
+        "running again, or succeeded: no reason"
+    );
+    // Attempt 2 crashes: its retries spent, it fails for good, by SIGSEGV.
+    let mut req = common::heartbeat_request(0, &[], &[]);
+    req.results
+        .push(ended(0, 2, pb::TaskEnd::Signalled, "SEGV"));
+    s.heartbeat(req).expect("beat");
+    let failed = (
+        "failed".to_string(),
+        "signal".to_string(),
+        "SEGV".to_string(),
+    );
+    assert_eq!(reasons(&s)[0], failed);
+    drop(s);
+    let s = open(&d);
+    assert_eq!(reasons(&s)[0], failed, "after a restart");
+    let tasks = s.tasks(1).expect("tasks").tasks;
+    let json = hetsched_server::json::task(&tasks[0]);
+    assert_eq!(
+        (&json["exit_code"], &json["reason"], &json["signal"]),
+        (
+            &serde_json::Value::Null,
+            &serde_json::json!("signal"),
+            &serde_json::json!("SEGV")
+        )
+    );
+    let json = hetsched_server::json::task(&tasks[1]);
+    assert_eq!(
+        (&json["reason"], &json["signal"]),
+        (&serde_json::Value::Null, &serde_json::Value::Null)
+    );
 }
 
 /// Unix ms now.
@@ -303,6 +407,18 @@ fn a_refused_submission_stores_nothing_and_cancel_kills_running_tasks() {
     assert_eq!(r.kill.len(), 1);
     assert!(r.assignments.is_empty());
     assert_eq!(s.job(1).expect("job").state, "cancelled");
+    // Running or pending, each says it was cancelled; the killed attempt's result, when it
+    // comes, changes nothing.
+    let mut req = common::heartbeat_request(n, &[], &[]);
+    req.results.push(ended(0, 1, pb::TaskEnd::Killed, ""));
+    s.heartbeat(req).expect("beat");
+    assert!(
+        reasons(&s)
+            .iter()
+            .all(|r| (r.0.as_str(), r.1.as_str()) == ("cancelled", "cancelled")),
+        "{:?}",
+        reasons(&s)
+    );
 }
 
 #[test]

@@ -644,11 +644,18 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     agents.finish_all(n, false);
     agents.beat(&mut s, n);
     assert_eq!(agents.assigned.len(), 1, "not placed outside the balancer");
+    // Waiting for its retry, it says why its attempt ended; running again, nothing yet.
+    let shown = |s: &State| {
+        let t = &s.tasks(job).expect("tasks").tasks[0];
+        (t.state.clone(), t.reason.clone())
+    };
+    assert_eq!(shown(&s), ("ready".into(), "exited".into()));
     for _ in 0..5 {
         agents.round(&mut s, &[n]);
     }
     assert_eq!(requests(&agents), 2, "a second request carried it");
     assert_eq!(agents.assigned, vec![(n, 0, 1), (n, 0, 2)]);
+    assert_eq!(shown(&s), ("running".into(), String::new()));
     // The second attempt succeeds. A workflow's attempts count in the event metrics as a batch
     // job's do (they agreed neither with `hetsched_tasks` nor with the dashboard's chart).
     agents.finish_all(n, true);
@@ -707,6 +714,10 @@ fn an_instance_that_used_up_its_retries_names_its_last_attempt() {
     let page = s.list_tasks(job, 0, 10).expect("tasks");
     assert_eq!(page.tasks[0].state, "failed");
     assert_eq!(page.tasks[0].message, "attempt 2 failed (exit code 1)");
+    assert_eq!(
+        page.tasks[0].reason,
+        Some(hetsched_server::store::EndReason::Exited)
+    );
 }
 
 #[test]
@@ -1510,7 +1521,8 @@ fn disk_losses_keep_the_instance_off_the_node_until_its_next_beat_and_fail_it_at
                 t.state == "ready"
                     && t.message.starts_with(&format!(
                         "attempt {attempt} lost: no room for inputs on node `a`: "
-                    )),
+                    ))
+                    && t.reason == "lost",
                 "{t:?}"
             );
             assert_eq!(
@@ -1533,8 +1545,8 @@ fn disk_losses_keep_the_instance_off_the_node_until_its_next_beat_and_fail_it_at
     beat(&mut s, a, &[], &[], Some((c, 3)));
     let t = s.tasks(job).expect("tasks").tasks[1].clone();
     assert_eq!(
-        (t.state.as_str(), t.failed_attempts),
-        ("failed", 0),
+        (t.state.as_str(), t.failed_attempts, t.reason.as_str()),
+        ("failed", 0, "lost"),
         "{t:?}"
     );
     assert!(
@@ -2440,16 +2452,24 @@ fn chain_started(dir: &Path) -> (State, u32, Agents, u64) {
     (s, n, agents, job)
 }
 
-/// Every instance of `job` as listed: (task, index, state, message).
-type Listing = Vec<(String, u32, String, String)>;
+/// Every instance of `job` as listed: (task, index, state, message, reason).
+type Listing = Vec<(String, u32, String, String, String)>;
 
 fn listing(s: &State, job: u64) -> Listing {
     s.tasks(job)
         .expect("tasks")
         .tasks
         .into_iter()
-        .map(|t| (t.app, t.index, t.state, t.message))
+        .map(|t| (t.app, t.index, t.state, t.message, t.reason))
         .collect()
+}
+
+/// The reason of `app[i]` in a listing.
+fn reason_of<'a>(l: &'a Listing, app: &str, i: u32) -> &'a str {
+    l.iter()
+        .find(|t| t.0 == app && t.1 == i)
+        .map(|t| t.4.as_str())
+        .expect("listed")
 }
 
 /// The state and message of `app[i]` in a listing.
@@ -2501,6 +2521,16 @@ fn cancelling_workflow_instances_kills_or_drops_them_and_skips_their_dependants_
     );
     assert_eq!(of(&before, "use", 5).0, "cancelled");
     assert_eq!(of(&before, "sum", 1).0, "cancelled");
+    // A user cancelled the producers; the rest was not run because of them.
+    assert_eq!(
+        [
+            reason_of(&before, "gen", 2),
+            reason_of(&before, "use", 2),
+            reason_of(&before, "sum", 1),
+            reason_of(&before, "gen", 1),
+        ],
+        ["cancelled", "dependency_failed", "dependency_failed", ""]
+    );
     // Two levels down, the message still names where it began.
     let why = of(&before, "sum", 1).1;
     assert!(
@@ -2572,12 +2602,13 @@ fn a_workflow_cancelled_as_a_whole_reads_cancelled_after_a_restart() {
     let cancelled = s.cancel(job).expect("cancel");
     let before = listing(&s, job);
     assert_eq!(cancelled.cancelled as usize, before.len() - 2);
-    for t in before.iter().filter(|t| t.2 != "succeeded") {
-        assert_eq!(
-            (t.2.as_str(), t.3.as_str()),
-            ("cancelled", "cancelled"),
-            "{t:?}"
-        );
+    for t in &before {
+        let want = if t.2 == "succeeded" {
+            ("succeeded", "", "")
+        } else {
+            ("cancelled", "cancelled", "cancelled")
+        };
+        assert_eq!((t.2.as_str(), t.3.as_str(), t.4.as_str()), want, "{t:?}");
     }
     drop(s);
     let s = open(&dir, WorkflowConfig::default());
@@ -2608,6 +2639,16 @@ fn resubmitting_a_failed_workflow_runs_its_failed_and_skipped_instances_only() {
     assert_eq!(s.get_job(job).expect("job").state, "failed");
     let failed = listed(&s);
     assert_eq!(of(&failed, "use", 2).0, "failed");
+    // (Its agent did not say how gen[1] ended: exit code 1, so it `exited`.)
+    assert_eq!(
+        [
+            reason_of(&failed, "gen", 1),
+            reason_of(&failed, "use", 1),
+            reason_of(&failed, "sum", 1),
+            reason_of(&failed, "use", 3),
+        ],
+        ["exited", "dependency_failed", "dependency_failed", ""]
+    );
     assert_eq!(failed.iter().filter(|t| t.2 == "succeeded").count(), 8);
     let ran_before = agents.assigned.len();
     assert_eq!(ran_before, 10, "gen 1–6 and use 3–6");
@@ -2637,6 +2678,11 @@ fn resubmitting_a_failed_workflow_runs_its_failed_and_skipped_instances_only() {
         of(&failed, "use", 3),
         "succeeded stays"
     );
+    // Resubmitted, each keeps its reason (read back after the restart) until it runs.
+    assert_eq!(
+        [reason_of(&again, "gen", 1), reason_of(&again, "use", 1)],
+        ["exited", "dependency_failed"]
+    );
     assert_eq!(s.get_job(job).expect("job").state, "running");
 
     for _ in 0..40 {
@@ -2646,6 +2692,10 @@ fn resubmitting_a_failed_workflow_runs_its_failed_and_skipped_instances_only() {
     let info = s.get_job(job).expect("job");
     assert_eq!(info.state, "completed", "{:?}", listed(&s));
     assert_eq!(info.counts.succeeded, 13);
+    assert!(
+        listed(&s).iter().all(|t| t.4.is_empty()),
+        "succeeded: no reason"
+    );
     // Only the five ran: gen[1] and gen[2] as their second attempt.
     let rerun: Vec<(u32, u32)> = agents.assigned[ran_before..]
         .iter()
@@ -3810,12 +3860,19 @@ fn a_workflow_instance_lost_with_its_anode_is_listed_so_after_a_restart() {
     s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
     let listed = |s: &State| {
         let t = &s.tasks(job).expect("instances").tasks[0];
-        (t.state.clone(), t.attempt, t.message.clone())
+        (
+            t.state.clone(),
+            t.attempt,
+            t.message.clone(),
+            t.reason.clone(),
+        )
     };
+    // Pending again after a loss: lost, until it runs again.
     let want = (
         "ready".to_string(),
         1,
         "attempt 1 lost: its ANode `anode` was lost".to_string(),
+        "lost".to_string(),
     );
     assert_eq!(listed(&s), want);
     drop(s);

@@ -49,7 +49,7 @@ use super::{Batch, Ctx, TaskId};
 use crate::jobs::JobEnd;
 use crate::jobs::gate::{self, Verdict};
 use crate::state::StateError;
-use crate::store::TaskState;
+use crate::store::{EndReason, TaskState};
 use hetsched_core::AppId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use tracing::info;
@@ -475,7 +475,7 @@ impl Batch {
                 self.waiting.unname(job, &after_any);
                 self.waiting.unname(job, &after_notok);
                 self.waiting.unname(job, &after_start);
-                let n = self.cancel_job(cx, job, &why)?;
+                let n = self.cancel_job(cx, job, &why, EndReason::DependencyFailed)?;
                 info!(
                     job,
                     after = d,

@@ -21,7 +21,7 @@
 
 use super::{Batch, Ctx, TaskId};
 use crate::state::StateError;
-use crate::store::TaskState;
+use crate::store::{EndReason, TaskState};
 use hetsched_core::AppId;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use tracing::info;
@@ -359,7 +359,7 @@ impl Batch {
                     Corr::Cancel(why) => {
                         for &(app, t) in &list {
                             self.corr.held.remove(&t);
-                            if self.cancel_task(cx, t.0, &why) {
+                            if self.cancel_task(cx, t.0, &why, EndReason::DependencyFailed) {
                                 cancelled_any = true;
                                 self.task_ended(app);
                             }

@@ -124,7 +124,7 @@ impl Workflows {
         id: u64,
         why: &str,
     ) -> Result<u64, StateError> {
-        let n = self.cancel_with(cx, id, why)?;
+        let n = self.cancel_with(cx, id, why, crate::store::EndReason::DependencyFailed)?;
         info!(
             job = id,
             instances = n,
