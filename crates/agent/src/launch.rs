@@ -728,7 +728,12 @@ pub async fn run(
         // (The process is SIGKILLed and reaped as `process` is dropped.)
         (Err(e), _) | (_, Err(e)) => return fail(result, format!("capturing output: {e}")),
     };
-    let warn_group = |signal| {
+    // The warning signal once sent: a task that does not handle it dies of it (most signals'
+    // default), and its result then says so rather than look like a stray `kill`.
+    // (Its number; 0: not sent.)
+    let warned_with = std::sync::atomic::AtomicI32::new(0);
+    let warn_group = |signal: nix::sys::signal::Signal| {
+        warned_with.store(signal as i32, std::sync::atomic::Ordering::Relaxed);
         if let Some(p) = pid {
             tracing::debug!(pid = p, ?signal, "the time limit nears: the task is warned");
             signal_group(p, signal);
@@ -833,6 +838,15 @@ pub async fn run(
                 }
                 if !s.success() {
                     result.message = format!("exited with {s}");
+                }
+                if let Some(n) = std::os::unix::process::ExitStatusExt::signal(&s)
+                    && n == warned_with.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    result.message.push_str(&format!(
+                        ": the warning signal it was sent {} before its time limit, which it \
+                         does not handle (a `trap` does; Slurm's `--signal`)",
+                        humanize(Duration::from_millis(spec.warn_before_ms))
+                    ));
                 }
             }
             Err(e) => result.message = format!("wait: {e}"),
@@ -1321,6 +1335,25 @@ mod tests {
         };
         assert!(r.success, "a caught signal does not end the task: {r:?}");
         assert_eq!(got(&dir), ["child", "parent"], "once each");
+    }
+
+    /// A task that does not handle its warning signal dies of it (USR1's default): the result
+    /// says it was the warning, not a stray `kill`, and is a `signal` end naming it.
+    #[tokio::test]
+    async fn a_task_killed_by_its_own_warning_signal_is_told_so() {
+        let dir = test_dir("warn-unhandled");
+        let (a, mut spec) = task(&dir, "sleep 5", 3_000);
+        spec.warn_signal = "USR1".into();
+        spec.warn_before_ms = 2_800;
+        let (_tx, rx) = oneshot::channel();
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(5)).await;
+        assert_eq!(r.end(), pb::TaskEnd::Signalled, "{r:?}");
+        assert_eq!(r.signal, "USR1", "{r:?}");
+        assert!(
+            r.message
+                .contains("(SIGUSR1): the warning signal it was sent 2.800s before its time limit"),
+            "{r:?}"
+        );
     }
 
     /// Slurm's `--signal=USR1@1`: the task is warned before its time limit, once per limit, and
