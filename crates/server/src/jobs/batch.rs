@@ -2523,9 +2523,16 @@ impl JobKind for Batch {
                 return Ok(());
             }
             // The attempt a cancel stopped: what it used until it ended is kept, as `sacct`
-            // shows a cancelled job's usage.
-            TaskState::Cancelled if t.usage.is_none() && r.usage.is_some() => {
+            // shows a cancelled job's usage, and so is when its process ended — after the
+            // cancel, by the time its SIGTERM handler took (up to the kill grace), as a time
+            // limit's end is its process's.
+            TaskState::Cancelled
+                if t.usage.is_none() && (r.usage.is_some() || r.finished_ns > 0) =>
+            {
                 let t = &mut self.tasks[r.task_id as usize];
+                if r.finished_ns > t.finished_ns {
+                    t.finished_ns = r.finished_ns;
+                }
                 t.usage = r.usage.map(Box::new);
                 let app = t.app;
                 self.dirty.push(r.task_id);

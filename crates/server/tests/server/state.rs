@@ -408,10 +408,19 @@ fn a_refused_submission_stores_nothing_and_cancel_kills_running_tasks() {
     assert!(r.assignments.is_empty());
     assert_eq!(s.job(1).expect("job").state, "cancelled");
     // Running or pending, each says it was cancelled; the killed attempt's result, when it
-    // comes, changes nothing.
+    // comes, changes nothing but its end: its process ended after the cancel (its SIGTERM
+    // handler ran), and its run time is its process's.
+    let cancelled_at = s.tasks(1).expect("tasks").tasks[0].finished_ns;
+    assert!(cancelled_at > 0);
     let mut req = common::heartbeat_request(n, &[], &[]);
-    req.results.push(ended(0, 1, pb::TaskEnd::Killed, ""));
+    let mut killed = ended(0, 1, pb::TaskEnd::Killed, "");
+    killed.finished_ns = cancelled_at + 3_000_000_000;
+    req.results.push(killed);
     s.heartbeat(req).expect("beat");
+    assert_eq!(
+        s.tasks(1).expect("tasks").tasks[0].finished_ns,
+        cancelled_at + 3_000_000_000
+    );
     assert!(
         reasons(&s)
             .iter()
