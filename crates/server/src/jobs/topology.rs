@@ -1081,8 +1081,6 @@ fn background(
         .collect()
 }
 
-/// The nodes of `alive` whose attributes include every one of `requires` (a topology's): the
-/// only ones its placement may use.
 /// The nodes of `alive` a new placement may use: those no operator drained.
 fn open_nodes(alive: &[(String, u32)], drained: &BTreeSet<String>) -> Vec<(String, u32)> {
     alive
@@ -1092,6 +1090,8 @@ fn open_nodes(alive: &[(String, u32)], drained: &BTreeSet<String>) -> Vec<(Strin
         .collect()
 }
 
+/// The nodes of `alive` whose attributes include every one of `requires` (a topology's): the
+/// only ones its placement may use.
 fn admitted(
     alive: Vec<(String, u32)>,
     nodes: &BTreeMap<String, NodeSeen>,
@@ -1714,7 +1714,8 @@ impl Topology {
         // it waits for a node as with none.
         let open = open_nodes(&alive, &inner.drained);
         if !live.is_empty() && alive.is_empty() {
-            // As a batch job is refused: live nodes, none of which may run it.
+            // As a batch job is refused: live nodes, none of which may run it. Said at the
+            // requirement's place in the file, as every other refusal of the file is.
             let mut offered: Vec<&str> = live
                 .iter()
                 .filter_map(|(n, _)| inner.nodes.get(n))
@@ -1722,15 +1723,35 @@ impl Topology {
                 .collect();
             offered.sort_unstable();
             offered.dedup();
-            return Err(TopologyError::Invalid(format!(
-                "topology `{name}` requires {}, and no live node has them all (attributes offered: {})",
-                requires.join(" + "),
-                if offered.is_empty() {
-                    "none".to_string()
-                } else {
-                    offered.join(", ")
-                }
-            )));
+            let offered = if offered.is_empty() {
+                "none".to_string()
+            } else {
+                offered.join(", ")
+            };
+            let met_alone =
+                |r: &str| !admitted(live.clone(), &inner.nodes, &[r.to_string()]).is_empty();
+            let e = hetsched_core::input::topology::requirement_error(
+                &run.rec.origin,
+                &run.rec.text,
+                |r| !met_alone(r),
+                |blamed| match blamed {
+                    Some(r) => match r.strip_prefix(hetsched_core::model::cluster::NOT_PREFIX) {
+                        Some(lacked) => {
+                            format!(
+                                "`{r}`: every live node has `{lacked}` (attributes offered: {offered})"
+                            )
+                        }
+                        None => format!(
+                            "unknown requirement `{r}`: no live node has it (attributes offered: {offered})"
+                        ),
+                    },
+                    None => format!(
+                        "no live node has them all, {} (attributes offered: {offered})",
+                        requires.join(" + ")
+                    ),
+                },
+            );
+            return Err(invalid(e));
         }
         if !open.is_empty() {
             let busy = background(&self.held, &self.in_use, &name);

@@ -524,18 +524,22 @@ fn held_syncs_and_the_idle_tick_wake_when_workers_are_placed_or_stopped_and_only
 
 /// A topology that `requires` node attributes is placed only on the live nodes whose
 /// registration has them (here `b`, although `a` comes first), and one that requires what no live
-/// node has is refused, naming what they offer.
+/// node has is refused, naming what they offer, at the requirement's place in the file (as the
+/// parser's own refusals are, `file:line:column: field: …`; before, the message named neither
+/// file, line nor field): the entry no node has, or the list when each is had by some node
+/// but no node has them all.
 #[test]
 fn a_topology_that_requires_an_attribute_is_placed_on_the_nodes_that_have_it() {
     let dir = scratch("requires");
     let mut s = open(&dir);
     join(&mut s, "a", Vec::new());
     join(&mut s, "b", vec!["ssd".to_string()]);
+    join(&mut s, "c", vec!["gpu".to_string()]);
     let requiring = |what: &str| TopologySubmission {
-        text: format!("requires = [\"{what}\"]\n{TOPOLOGY}"),
+        text: format!("requires = [{what}]\n{TOPOLOGY}"),
         ..submission()
     };
-    let shown = s.topology_submit(requiring("ssd")).expect("submit");
+    let shown = s.topology_submit(requiring("\"ssd\"")).expect("submit");
     assert_eq!(nodes_used(&shown), vec!["b".to_string()], "{shown}");
     assert_eq!(
         shown["requires"],
@@ -544,13 +548,20 @@ fn a_topology_that_requires_an_attribute_is_placed_on_the_nodes_that_have_it() {
     );
     s.topology_kill("pipe").expect("kill");
     let e = s
-        .topology_submit(requiring("fpga"))
+        .topology_submit(requiring("\"ssd\", \"fpga\""))
         .expect_err("no node has it");
-    assert!(
-        e.to_string().contains(
-            "topology `pipe` requires fpga, and no live node has them all (attributes offered: ssd)"
-        ),
-        "{e}"
+    assert_eq!(
+        e.to_string(),
+        "pipe.toml:1:20: requires[1]: unknown requirement `fpga`: no live node has it \
+         (attributes offered: gpu, ssd)"
+    );
+    let e = s
+        .topology_submit(requiring("\"ssd\", \"gpu\""))
+        .expect_err("no node has both");
+    assert_eq!(
+        e.to_string(),
+        "pipe.toml:1:13: requires: no live node has them all, gpu + ssd \
+         (attributes offered: gpu, ssd)"
     );
     // Without the requirement the first node serves.
     let shown = s.topology_submit(submission()).expect("submit");
