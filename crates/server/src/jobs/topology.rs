@@ -341,6 +341,50 @@ struct TopologyMetrics {
     degraded: Family<Labels, Gauge>,
     unacked: Family<Labels, Gauge>,
     expired: Family<Labels, Gauge>,
+    /// The topologies that have series now, so that those of a topology no longer kept (purged,
+    /// by hand or by the retention rule) are removed rather than left at their last values.
+    /// Shared as the families are (a rollback's rebuilt kind keeps both).
+    exported: std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>,
+}
+
+/// Every cause a reschedule may have: each is a `hetsched_topology_reschedules` series.
+const CAUSES: [&str; 5] = [
+    "overload",
+    "traffic",
+    "node-lost",
+    "node-drained",
+    "rebalance",
+];
+
+impl TopologyMetrics {
+    /// Removes every series of topology `name`.
+    fn forget(&self, name: &str) {
+        let l: Labels = vec![("topology".into(), name.to_string())];
+        for family in [
+            &self.throughput,
+            &self.inter_node,
+            &self.inter_process,
+            &self.latency_p99,
+        ] {
+            family.remove(&l);
+        }
+        for family in [
+            &self.workers,
+            &self.nodes,
+            &self.restarts,
+            &self.given_up,
+            &self.degraded,
+            &self.unacked,
+            &self.expired,
+        ] {
+            family.remove(&l);
+        }
+        for cause in CAUSES {
+            let mut lc = l.clone();
+            lc.push(("cause".into(), cause.into()));
+            self.reschedules.remove(&lc);
+        }
+    }
 }
 
 /// Times the kind keeps beside its records.
@@ -1564,6 +1608,22 @@ impl Topology {
     fn update_metrics(&self) {
         let m = &self.metrics;
         let inner = &self.inner;
+        // Topologies gone since the last update (purged) lose their series; a poisoned lock
+        // (a panic elsewhere while it was held) still holds a usable set.
+        {
+            let mut exported = m
+                .exported
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            exported.retain(|name| {
+                let kept = inner.runs.contains_key(name);
+                if !kept {
+                    m.forget(name);
+                }
+                kept
+            });
+            exported.extend(inner.runs.keys().cloned());
+        }
         for run in inner.runs.values() {
             let s = self.cfg.status(inner, run);
             let l: Labels = vec![("topology".into(), run.rec.name.clone())];
@@ -1612,13 +1672,7 @@ impl Topology {
             m.degraded
                 .get_or_create(&l)
                 .set(i64::from(s["degraded"].as_bool() == Some(true)));
-            for cause in [
-                "overload",
-                "traffic",
-                "node-lost",
-                "node-drained",
-                "rebalance",
-            ] {
+            for cause in CAUSES {
                 let n = run
                     .rec
                     .reschedules
@@ -1873,6 +1927,9 @@ impl Topology {
         inner.dirty.remove(name);
         inner.traffic_dirty.remove(name);
         inner.purged.insert(name.to_string());
+        // Its series go now, not at the next tick (which sweeps them too): a scrape in between
+        // would read a topology `topology show` no longer knows.
+        self.metrics.forget(name);
         Ok(())
     }
 

@@ -1192,6 +1192,54 @@ fn an_executors_program_restarts_and_unacked_inputs_reach_topology_show_and_metr
     );
 }
 
+/// A purged topology has no series in `/metrics`: `topology show` no longer knows it, so its
+/// throughput, workers and nodes do not stay at their last running values. A killed one keeps
+/// its series, reading 0. Before, a purged topology's gauges stayed as they were, for ever.
+#[test]
+fn a_purged_topology_leaves_no_series_in_metrics() {
+    let dir = scratch("purged-metrics");
+    let mut s = open(&dir);
+    let mut registry = prometheus_client::registry::Registry::with_prefix("hetsched");
+    s.register_topology_metrics(&mut registry);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    sync(&mut s, vec![running_worker(1)]);
+    s.topology_tick().expect("tick");
+    let scrape = || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        text
+    };
+    let text = scrape();
+    for line in [
+        "hetsched_topology_workers_running{topology=\"pipe\"} 1",
+        "hetsched_topology_nodes_used{topology=\"pipe\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+    }
+    s.topology_kill("pipe").expect("kill");
+    s.topology_tick().expect("tick");
+    let text = scrape();
+    assert!(
+        text.lines()
+            .any(|l| l == "hetsched_topology_workers_running{topology=\"pipe\"} 0"),
+        "killed: still listed, no worker running\n{text}"
+    );
+    s.topology_purge("pipe").expect("purge");
+    let text = scrape();
+    assert!(
+        !text.contains("topology=\"pipe\""),
+        "purged, before any tick: no series of it\n{text}"
+    );
+    s.topology_tick().expect("tick");
+    let text = scrape();
+    assert!(
+        !text.contains("topology=\"pipe\""),
+        "purged: no series of it\n{text}"
+    );
+}
+
 /// The server's log as a test reads it: what `tracing` writes while `f` runs on this thread.
 fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
     #[derive(Clone, Default)]
