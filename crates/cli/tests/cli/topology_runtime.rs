@@ -1100,6 +1100,7 @@ fn a_drained_node_is_emptied_of_stream_workers_and_the_count_stays_exact() {
         .filter_map(|w| w["pid"].as_u64())
         .collect();
     assert_eq!(pid_there.len(), 1, "one worker on {target}");
+    let passed_before = total(&c.show("wc-drain"));
     let said = c.ok(&["node", "drain", &target]);
     assert!(
         said.contains("1 stream worker moves to other nodes"),
@@ -1129,6 +1130,26 @@ fn a_drained_node_is_emptied_of_stream_workers_and_the_count_stays_exact() {
     }
     let diff = count_diff(&want, &read_counts(&c.dir, "wc-drain"));
     assert!(diff.is_empty(), "counts differ across the drain: {diff:?}");
+    // `tuples_total` is cumulative: the drained worker's tuples stay counted. Every sentence
+    // passed from a spout to a split, and every word from a split to a count (more where a
+    // tree was replayed), which the workers' next reports (each second) say. It never falls
+    // meanwhile. Before, the drained process took its count with it.
+    let least = CORPUS.len() as u64 * repeat + want.values().sum::<u64>();
+    let mut passed = passed_before;
+    let t0 = std::time::Instant::now();
+    loop {
+        let now = total(&c.show("wc-drain"));
+        assert!(now >= passed, "tuples_total fell from {passed} to {now}");
+        passed = now;
+        if passed >= least {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "tuples_total {passed}: at least {least} passed ({passed_before} before the drain)"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
     assert!(
         c.ok(&["topology", "rebalance", "wc-drain"])
             .contains("wc-drain"),

@@ -323,6 +323,46 @@ pub fn parse_topology(origin: &str, text: &str) -> Result<Topology, InputError> 
     })
 }
 
+/// The error for a topology whose `requires` no node meets, located in its file as the parser's
+/// own refusals are (`file:line:column: requires[j]: …`): at the first entry, in the file's
+/// order, for which `unmet` holds (no node meets it even alone), or, with none such (each is met
+/// by some node, all of them by none), at the list, naming the field `requires`. `message` is
+/// given the entry blamed (as written), or `None` for the whole list.
+///
+/// Which nodes there are is known only where the file is submitted (the server's live nodes),
+/// long after [`parse_topology`] dropped the entries' places (the model's list is sorted and
+/// deduplicated), so the file is read again here, on this error's path only.
+pub fn requirement_error(
+    origin: &str,
+    text: &str,
+    unmet: impl Fn(&str) -> bool,
+    message: impl FnOnce(Option<&str>) -> String,
+) -> InputError {
+    let src = Source::new(origin, text);
+    // The text parsed when it was submitted; should it not now, the error is still the same
+    // words, unlocated, rather than another one.
+    let requires = src
+        .parse_toml::<TopologyFile>()
+        .map(|f| f.requires)
+        .unwrap_or_default();
+    match requires
+        .iter()
+        .enumerate()
+        .find(|(_, r)| unmet(r.get_ref()))
+    {
+        Some((j, r)) => src.error(
+            at(r),
+            Some(format!("requires[{j}]")),
+            message(Some(r.get_ref())),
+        ),
+        None => src.error(
+            requires.first().and_then(at),
+            Some("requires".into()),
+            message(None),
+        ),
+    }
+}
+
 /// A path of components from `start` to `goal` along streams (breadth-first, so the shortest),
 /// if there is one.
 pub(super) fn path(streams: &[Stream], start: usize, goal: usize) -> Option<Vec<usize>> {
@@ -644,5 +684,29 @@ rate = 1000.0
                 .starts_with("m.csv:1:13: to: unknown executor `split#9`"),
             "{e}"
         );
+    }
+
+    /// A `requires` no node meets is blamed where it is written, as the parser's refusals are:
+    /// the first entry, in the file's order (the model's list is sorted), that no node meets
+    /// alone, or else the list as a whole.
+    #[test]
+    fn a_requirement_no_node_meets_is_located_in_the_file() {
+        let text = format!(
+            "name = \"req\"\nrequires = [\"ssd\", \"fpga\", \"asic\"]\n{}",
+            &WORDCOUNT[19..]
+        );
+        parse_topology("t-req.toml", &text).expect("parses");
+        let e = requirement_error(
+            "t-req.toml",
+            &text,
+            |r| r != "ssd",
+            |r| format!("blamed {r:?}"),
+        );
+        assert_eq!(
+            e.to_string(),
+            "t-req.toml:2:20: requires[1]: blamed Some(\"fpga\")"
+        );
+        let e = requirement_error("t-req.toml", &text, |_| false, |r| format!("blamed {r:?}"));
+        assert_eq!(e.to_string(), "t-req.toml:2:13: requires: blamed None");
     }
 }

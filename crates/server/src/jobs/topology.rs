@@ -88,23 +88,45 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// stops.
 const DRAIN_MIN: Duration = Duration::from_secs(3);
 
-/// The tuples a topology's live workers have passed on since they started, as their last
-/// reports say: (all, between nodes).
+/// Least time, by a worker's own clock (its reports' `at_ns`), that its rate window spans
+/// before it closes: workers report every second, so a window closes at the second report
+/// after the one that opened it (2 s), however their reports' arrival at the server jitters; a
+/// report asked for at once (`report_now`) may close one between 1.5 and 2 s.
+const RATE_WINDOW_NS: u64 = 1_500_000_000;
+
+/// A worker whose latest rate window closed longer ago than this (server time) reports no
+/// more (its agent went silent, its node is about to be lost, or its worker hangs): its last
+/// rates are not shown as the topology's.
+const RATE_STALE: Duration = Duration::from_secs(5);
+
+/// The tuples `report` says its worker's executors received, (all, between nodes) as the
+/// placement `p` puts the executors of each pair.
+fn passed_in(report: &WorkerReport, p: Option<&Placed>) -> (u64, u64) {
+    let mut total: u64 = 0;
+    let mut inter_node: u64 = 0;
+    for pc in &report.pairs {
+        // Agents' counts: summed without overflow, whatever they say.
+        total = total.saturating_add(pc.tuples);
+        if let Some(p) = p
+            && p.nodes.get(pc.from as usize) != p.nodes.get(pc.to as usize)
+        {
+            inter_node = inter_node.saturating_add(pc.tuples);
+        }
+    }
+    (total, inter_node)
+}
+
+/// The tuples a topology has passed on, (all, between nodes): what the worker processes that
+/// no longer report had passed when they stopped (`Record::retired_tuples`), and what the live
+/// ones' last reports say. A cumulative count: a process that stops, is started again, drains
+/// or is lost with its node takes nothing of it away.
 fn tuples_passed(run: &Run) -> (u64, u64) {
-    let Some(p) = &run.rec.placement else {
-        return (0, 0);
-    };
-    let mut total = 0;
-    let mut inter_node = 0;
+    let (mut total, mut inter_node) = run.rec.retired_tuples;
     for l in run.live.values() {
         let Some(r) = &l.report else { continue };
-        for pc in &r.pairs {
-            // Agents' counts: summed without overflow, whatever they say.
-            total = u64::saturating_add(total, pc.tuples);
-            if p.nodes.get(pc.from as usize) != p.nodes.get(pc.to as usize) {
-                inter_node = u64::saturating_add(inter_node, pc.tuples);
-            }
-        }
+        let (t, i) = passed_in(r, run.rec.placement.as_ref());
+        total = total.saturating_add(t);
+        inter_node = inter_node.saturating_add(i);
     }
     (total, inter_node)
 }
@@ -148,6 +170,14 @@ pub struct Record {
     /// recorded — its submission time then stands for it in the retention rule).
     #[serde(default)]
     pub killed_ns: Option<u64>,
+    /// The tuples (all, and between nodes) passed on by the worker processes that no longer
+    /// report — stopped, started again, drained, or lost with their node — as each one's last
+    /// report said when it went. A worker's counters start from zero in a new process, so
+    /// without these `tuples_total` fell whenever one went (a drained node's workers took their
+    /// counts with them). Stored, so that a restarted server, whose live workers report their
+    /// own counts again, adds them to these as the one before did.
+    #[serde(default)]
+    pub retired_tuples: (u64, u64),
     /// Workers kept running across reschedules: worker index → the (generation, index) it
     /// started as, which its agent names its directory after (`topology log` reads it there).
     /// A worker not listed started as (`generation`, its index).
@@ -213,6 +243,130 @@ struct Live {
     addr: String,
     pid: u32,
     report: Option<WorkerReport>,
+    /// This process's rates, measured by its own reports' clock.
+    window: ReportWindow,
+}
+
+impl Live {
+    /// A process first seen now, at `addr`.
+    fn new(addr: String, pid: u32) -> Self {
+        Self {
+            addr,
+            pid,
+            report: None,
+            window: ReportWindow::default(),
+        }
+    }
+}
+
+/// One worker process's rate window, measured by the process's own clock: the counts its
+/// reports added since the window opened, over the time between the report that opened it and
+/// the one that closes it (`WorkerReport::at_ns`, both). Counts and time thus come from the
+/// same two reports. (Before, counts were summed from whatever reports reached the server
+/// within ~2 s of the server's time and divided by that time: a window that took three
+/// one-second reports read 50 % more than one that took two, so a steady 200 tuples/s read
+/// 133 to 250.)
+#[derive(Debug, Default)]
+struct ReportWindow {
+    /// `at_ns` of the report that opened the window now open (`None`: no report of this
+    /// process taken yet).
+    opened_ns: Option<u64>,
+    /// `at_ns` of the latest report taken.
+    last_ns: u64,
+    /// Tuples received per (from, to), CPU ns and tuples emitted per executor, since it opened.
+    pairs: HashMap<(u32, u32), u64>,
+    cpu_ns: HashMap<u32, u64>,
+    emitted: HashMap<u32, u64>,
+    /// The rates of the latest window closed, and when (server time) it closed.
+    closed: Option<(WorkerRates, Instant)>,
+}
+
+/// What one worker process measured over its latest closed window.
+#[derive(Debug, Default)]
+struct WorkerRates {
+    pairs: Vec<((u32, u32), f64)>,
+    cpu_percent: Vec<(u32, f64)>,
+    emitted_per_s: Vec<(u32, f64)>,
+    /// The window's length by the process's clock, seconds.
+    span_s: f64,
+}
+
+impl ReportWindow {
+    /// Takes a report taken at `at_ns` whose counts grew by `pairs`, `cpu_ns` and `emitted`
+    /// since the process's previous report, and closes the window once it spans
+    /// [`RATE_WINDOW_NS`].
+    fn take(
+        &mut self,
+        at_ns: u64,
+        pairs: Vec<((u32, u32), u64)>,
+        cpu_ns: Vec<(u32, u64)>,
+        emitted: Vec<(u32, u64)>,
+    ) {
+        let opened = match self.opened_ns {
+            // The process's first report here: its counts span the time since it started
+            // (or, the server restarted, its whole history), which no report of it bounds.
+            // It opens the window instead.
+            None => {
+                self.opened_ns = Some(at_ns);
+                self.last_ns = at_ns;
+                return;
+            }
+            Some(opened) => opened,
+        };
+        if at_ns == self.last_ns {
+            // The same report again (an agent sends the latest one at each sync): no time
+            // passed, and no count grew.
+            return;
+        }
+        if at_ns < self.last_ns {
+            // The process's clock was set back: the window opens again from here, as what it
+            // holds spans no time it could be divided by.
+            self.opened_ns = Some(at_ns);
+            self.last_ns = at_ns;
+            self.pairs.clear();
+            self.cpu_ns.clear();
+            self.emitted.clear();
+            return;
+        }
+        self.last_ns = at_ns;
+        for (k, n) in pairs {
+            let c = self.pairs.entry(k).or_default();
+            *c = c.saturating_add(n);
+        }
+        for (e, n) in cpu_ns {
+            let c = self.cpu_ns.entry(e).or_default();
+            *c = c.saturating_add(n);
+        }
+        for (e, n) in emitted {
+            let c = self.emitted.entry(e).or_default();
+            *c = c.saturating_add(n);
+        }
+        let span = at_ns - opened;
+        if span < RATE_WINDOW_NS {
+            return;
+        }
+        let secs = span as f64 / 1e9;
+        let rates = WorkerRates {
+            pairs: self
+                .pairs
+                .drain()
+                .map(|(k, n)| (k, n as f64 / secs))
+                .collect(),
+            cpu_percent: self
+                .cpu_ns
+                .drain()
+                .map(|(e, ns)| (e, ns as f64 / 1e9 / secs * 100.0))
+                .collect(),
+            emitted_per_s: self
+                .emitted
+                .drain()
+                .map(|(e, n)| (e, n as f64 / secs))
+                .collect(),
+            span_s: secs,
+        };
+        self.closed = Some((rates, Instant::now()));
+        self.opened_ns = Some(at_ns);
+    }
 }
 
 #[derive(Debug)]
@@ -235,17 +389,17 @@ struct Run {
     prev_emitted: HashMap<(u32, u32), u64>,
     /// Spec 04's monitor: what the controller reads every interval.
     monitor: TrafficMonitor,
-    /// A short window for `show`: traffic and CPU over the last couple of seconds.
-    window: TrafficMonitor,
-    window_cpu: HashMap<u32, u64>,
-    window_emitted: HashMap<u32, u64>,
-    window_start: Instant,
     /// When this server began measuring the topology (its submission, or the server's start
     /// for a stored one). A counter first reported by an executor that ran before then holds
     /// counts the monitors never covered: it is taken as the base the next reports are
     /// measured against ([`Run::feed`]), not as traffic of the current window.
     measured_from: Instant,
+    /// What `show` says of the last couple of seconds: the live workers' latest windows
+    /// ([`Live::window`]) added up, at every tick ([`Run::roll_window`]).
     shown: Rates,
+    /// The record changed where no caller stores it (a process's counts were retired into
+    /// `Record::retired_tuples`): it is marked to be stored at the end of the event.
+    unsaved: bool,
     /// The latest executor traffic list the controller saw.
     traffic: Vec<ExecutorPair>,
     controller: Option<RescheduleController>,
@@ -325,6 +479,18 @@ struct Inner {
 
 type Labels = Vec<(String, String)>;
 
+impl Inner {
+    /// Marks to be stored the records that changed where no caller marked them
+    /// ([`Run::unsaved`]).
+    fn mark_unsaved(&mut self) {
+        for run in self.runs.values_mut() {
+            if std::mem::take(&mut run.unsaved) {
+                self.dirty.insert(run.rec.name.clone());
+            }
+        }
+    }
+}
+
 /// Topology series in `/metrics` (`hetsched_topology_*`), labelled by topology; updated every
 /// controller tick from the same figures `topology show` prints.
 #[derive(Clone, Debug, Default)]
@@ -341,6 +507,50 @@ struct TopologyMetrics {
     degraded: Family<Labels, Gauge>,
     unacked: Family<Labels, Gauge>,
     expired: Family<Labels, Gauge>,
+    /// The topologies that have series now, so that those of a topology no longer kept (purged,
+    /// by hand or by the retention rule) are removed rather than left at their last values.
+    /// Shared as the families are (a rollback's rebuilt kind keeps both).
+    exported: std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>,
+}
+
+/// Every cause a reschedule may have: each is a `hetsched_topology_reschedules` series.
+const CAUSES: [&str; 5] = [
+    "overload",
+    "traffic",
+    "node-lost",
+    "node-drained",
+    "rebalance",
+];
+
+impl TopologyMetrics {
+    /// Removes every series of topology `name`.
+    fn forget(&self, name: &str) {
+        let l: Labels = vec![("topology".into(), name.to_string())];
+        for family in [
+            &self.throughput,
+            &self.inter_node,
+            &self.inter_process,
+            &self.latency_p99,
+        ] {
+            family.remove(&l);
+        }
+        for family in [
+            &self.workers,
+            &self.nodes,
+            &self.restarts,
+            &self.given_up,
+            &self.degraded,
+            &self.unacked,
+            &self.expired,
+        ] {
+            family.remove(&l);
+        }
+        for cause in CAUSES {
+            let mut lc = l.clone();
+            lc.push(("cause".into(), cause.into()));
+            self.reschedules.remove(&lc);
+        }
+    }
 }
 
 /// Times the kind keeps beside its records.
@@ -660,12 +870,9 @@ impl Run {
             prev_cpu: HashMap::new(),
             prev_emitted: HashMap::new(),
             monitor: TrafficMonitor::new(start),
-            window: TrafficMonitor::new(start),
-            window_cpu: HashMap::new(),
-            window_emitted: HashMap::new(),
-            window_start: Instant::now(),
             measured_from: Instant::now(),
             shown: Rates::default(),
+            unsaved: false,
             traffic: Vec::new(),
             controller,
             last_compute: Instant::now(),
@@ -714,25 +921,35 @@ impl Run {
 
     /// Forgets worker `worker`'s process, which its node runs no more: its address and report
     /// (no peer is sent to it, its counters pass nothing) and the counts its next process,
-    /// starting from zero, would otherwise be measured against.
+    /// starting from zero, would otherwise be measured against. What it passed on stays
+    /// counted ([`Run::retire`]).
     fn forget_worker(&mut self, worker: u32) {
-        if self.live.remove(&worker).is_some() {
+        if let Some(l) = self.live.remove(&worker) {
+            self.retire(&l);
             self.prev_pairs.retain(|k, _| k.0 != worker);
             self.prev_cpu.retain(|k, _| k.0 != worker);
             self.prev_emitted.retain(|k, _| k.0 != worker);
         }
     }
 
-    /// Takes a worker's cumulative counters: the increase since its last report feeds the
-    /// monitors. A worker whose process changed starts from zero.
-    fn feed(&mut self, worker: u32, pid: u32, report: &mut WorkerReport, now: u64) {
-        let restarted = self.live.get(&worker).is_some_and(|l| l.pid != pid);
-        if restarted {
-            self.prev_pairs.retain(|k, _| k.0 != worker);
-            self.prev_cpu.retain(|k, _| k.0 != worker);
-            self.prev_emitted.retain(|k, _| k.0 != worker);
+    /// Keeps what a worker process that reports no more had passed on (its last report's
+    /// counts, placed by the placement it ran under) in `Record::retired_tuples`.
+    fn retire(&mut self, l: &Live) {
+        let Some(r) = &l.report else { return };
+        let (t, i) = passed_in(r, self.rec.placement.as_ref());
+        if t == 0 && i == 0 {
+            return;
         }
-        let _ = now;
+        let (total, inter_node) = &mut self.rec.retired_tuples;
+        *total = total.saturating_add(t);
+        *inter_node = inter_node.saturating_add(i);
+        self.unsaved = true;
+    }
+
+    /// Takes a worker's cumulative counters: the increase since its last report feeds the
+    /// monitor and the process's rate window. (A worker whose process changed was forgotten
+    /// first, by [`Topology::sync`]: it starts from zero.)
+    fn feed(&mut self, worker: u32, pid: u32, report: &mut WorkerReport) {
         // What the agent sent is kept (`Live::report`) only as far as it is accepted here.
         let refused_before = self.pairs_refused;
         report.pairs.retain(|p| {
@@ -786,6 +1003,7 @@ impl Run {
             })
             .map(|e| e.executor)
             .collect();
+        let mut pair_deltas = Vec::new();
         for p in &report.pairs {
             let first = !self.prev_pairs.contains_key(&(worker, p.from, p.to));
             let prev = self
@@ -796,14 +1014,15 @@ impl Run {
                 } else {
                     0
                 });
-            let delta = p.tuples.saturating_sub(prev) as f64;
-            if delta > 0.0 {
+            let delta = p.tuples.saturating_sub(prev);
+            if delta > 0 {
                 self.monitor
-                    .tuples_received(ExecutorId(p.from), ExecutorId(p.to), delta);
-                self.window
-                    .tuples_received(ExecutorId(p.from), ExecutorId(p.to), delta);
+                    .tuples_received(ExecutorId(p.from), ExecutorId(p.to), delta as f64);
+                pair_deltas.push(((p.from, p.to), delta));
             }
         }
+        let mut cpu_deltas = Vec::new();
+        let mut emitted_deltas = Vec::new();
         for e in &report.executors {
             let base = |count: u64| {
                 if predates.contains(&e.executor) {
@@ -816,17 +1035,18 @@ impl Run {
                 .prev_cpu
                 .insert((worker, e.executor), e.cpu_ns)
                 .unwrap_or_else(|| base(e.cpu_ns));
-            // (Two workers may report one executor while it moves: their agents' counts are
-            // summed without overflow.)
-            let cpu = self.window_cpu.entry(e.executor).or_default();
-            *cpu = cpu.saturating_add(e.cpu_ns.saturating_sub(prev));
+            cpu_deltas.push((e.executor, e.cpu_ns.saturating_sub(prev)));
             let prev = self
                 .prev_emitted
                 .insert((worker, e.executor), e.emitted)
                 .unwrap_or_else(|| base(e.emitted));
-            let emitted = self.window_emitted.entry(e.executor).or_default();
-            *emitted = emitted.saturating_add(e.emitted.saturating_sub(prev));
+            emitted_deltas.push((e.executor, e.emitted.saturating_sub(prev)));
         }
+        self.live
+            .entry(worker)
+            .or_insert_with(|| Live::new(String::new(), pid))
+            .window
+            .take(report.at_ns, pair_deltas, cpu_deltas, emitted_deltas);
     }
 
     /// The node worker `w` of the current generation runs on: the placement's, or, beyond the
@@ -849,27 +1069,45 @@ impl Run {
             .is_some_and(|link| self.linked.contains(&link))
     }
 
-    fn roll_window(&mut self, now_core: u64) {
-        let secs = self.window_start.elapsed().as_secs_f64();
-        if secs < 2.0 {
-            return;
+    /// Adds up what `show` says: each live worker process's latest closed window (its own
+    /// rates, [`ReportWindow`]), summed over the workers (two report one executor while it
+    /// moves). `window_s` is the longest of those windows.
+    fn roll_window(&mut self) {
+        let mut pairs: BTreeMap<(u32, u32), f64> = BTreeMap::new();
+        let mut cpu_percent: HashMap<u32, f64> = HashMap::new();
+        let mut emitted_per_s: HashMap<u32, f64> = HashMap::new();
+        let mut window_s: f64 = 0.0;
+        for l in self.live.values() {
+            let Some((r, closed)) = &l.window.closed else {
+                continue;
+            };
+            if closed.elapsed() > RATE_STALE {
+                continue;
+            }
+            for (k, v) in &r.pairs {
+                *pairs.entry(*k).or_default() += v;
+            }
+            for (e, v) in &r.cpu_percent {
+                *cpu_percent.entry(*e).or_default() += v;
+            }
+            for (e, v) in &r.emitted_per_s {
+                *emitted_per_s.entry(*e).or_default() += v;
+            }
+            window_s = window_s.max(r.span_s);
         }
-        let pairs = self.window.flush(now_core);
         self.shown = Rates {
-            pairs,
-            cpu_percent: self
-                .window_cpu
-                .drain()
-                .map(|(e, ns)| (e, ns as f64 / 1e9 / secs * 100.0))
+            pairs: pairs
+                .into_iter()
+                .map(|((from, to), tuples_per_s)| ExecutorPair {
+                    from: ExecutorId(from),
+                    to: ExecutorId(to),
+                    tuples_per_s,
+                })
                 .collect(),
-            emitted_per_s: self
-                .window_emitted
-                .drain()
-                .map(|(e, n)| (e, n as f64 / secs))
-                .collect(),
-            window_s: secs,
+            cpu_percent,
+            emitted_per_s,
+            window_s,
         };
-        self.window_start = Instant::now();
     }
 
     /// Applies a new placement as a new generation, moving only the executors that change.
@@ -933,10 +1171,18 @@ impl Run {
         let renumber = |w: u32| renumber.get(&w).copied();
         // The new generation's workers are new orders: their agents say again what fails.
         self.start_errors.clear();
-        self.live = std::mem::take(&mut self.live)
-            .into_iter()
-            .filter_map(|(w, l)| renumber(w).map(|n| (n, l)))
-            .collect();
+        // Processes neither kept nor draining (their node was lost) report no more: what they
+        // passed stays counted, placed as they ran (the old placement, still the record's).
+        let mut live = HashMap::new();
+        for (w, l) in std::mem::take(&mut self.live) {
+            match renumber(w) {
+                Some(n) => {
+                    live.insert(n, l);
+                }
+                None => self.retire(&l),
+            }
+        }
+        self.live = live;
         self.prev_pairs = std::mem::take(&mut self.prev_pairs)
             .into_iter()
             .filter_map(|((w, a, b), c)| renumber(w).map(|n| ((n, a, b), c)))
@@ -983,12 +1229,18 @@ impl Run {
             // (agents sync every 500 ms): nothing is sent to it any more.
             !((empty && since.elapsed() > DRAIN_MIN) || since.elapsed() > DRAIN_LIMIT)
         });
-        let (placed, draining) = (
-            self.rec.placement.as_ref().map_or(0, |p| p.workers.len()) as u32,
-            &self.draining,
-        );
-        self.live
-            .retain(|w, _| *w < placed || draining.contains_key(w));
+        let placed = self.rec.placement.as_ref().map_or(0, |p| p.workers.len()) as u32;
+        let done: Vec<u32> = self
+            .live
+            .keys()
+            .copied()
+            .filter(|w| *w >= placed && !self.draining.contains_key(w))
+            .collect();
+        // A drained process's counts stay counted; its index may serve a later move's draining
+        // worker, whose counts start from zero.
+        for w in done {
+            self.forget_worker(w);
+        }
         let stored = self.rec.draining.len();
         self.rec
             .draining
@@ -1081,8 +1333,6 @@ fn background(
         .collect()
 }
 
-/// The nodes of `alive` whose attributes include every one of `requires` (a topology's): the
-/// only ones its placement may use.
 /// The nodes of `alive` a new placement may use: those no operator drained.
 fn open_nodes(alive: &[(String, u32)], drained: &BTreeSet<String>) -> Vec<(String, u32)> {
     alive
@@ -1092,6 +1342,8 @@ fn open_nodes(alive: &[(String, u32)], drained: &BTreeSet<String>) -> Vec<(Strin
         .collect()
 }
 
+/// The nodes of `alive` whose attributes include every one of `requires` (a topology's): the
+/// only ones its placement may use.
 fn admitted(
     alive: Vec<(String, u32)>,
     nodes: &BTreeMap<String, NodeSeen>,
@@ -1338,7 +1590,14 @@ impl Topology {
                 && o.rec.text == run.rec.text
                 && o.rec.state == run.rec.state
             {
-                let rec = run.rec.clone();
+                let mut rec = run.rec.clone();
+                // The counts of processes retired since the last commit are no longer in the
+                // kept workers' reports: the memory's figure, not the store's, goes with them
+                // (and is stored at the next commit).
+                if rec.retired_tuples != o.rec.retired_tuples {
+                    rec.retired_tuples = o.rec.retired_tuples;
+                    self.inner.dirty.insert(name.clone());
+                }
                 *run = o;
                 run.rec = rec;
             }
@@ -1564,6 +1823,22 @@ impl Topology {
     fn update_metrics(&self) {
         let m = &self.metrics;
         let inner = &self.inner;
+        // Topologies gone since the last update (purged) lose their series; a poisoned lock
+        // (a panic elsewhere while it was held) still holds a usable set.
+        {
+            let mut exported = m
+                .exported
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            exported.retain(|name| {
+                let kept = inner.runs.contains_key(name);
+                if !kept {
+                    m.forget(name);
+                }
+                kept
+            });
+            exported.extend(inner.runs.keys().cloned());
+        }
         for run in inner.runs.values() {
             let s = self.cfg.status(inner, run);
             let l: Labels = vec![("topology".into(), run.rec.name.clone())];
@@ -1612,13 +1887,7 @@ impl Topology {
             m.degraded
                 .get_or_create(&l)
                 .set(i64::from(s["degraded"].as_bool() == Some(true)));
-            for cause in [
-                "overload",
-                "traffic",
-                "node-lost",
-                "node-drained",
-                "rebalance",
-            ] {
+            for cause in CAUSES {
                 let n = run
                     .rec
                     .reschedules
@@ -1701,6 +1970,7 @@ impl Topology {
             submitted_ns: now_ns(),
             final_tuples: None,
             killed_ns: None,
+            retired_tuples: (0, 0),
             started_as: BTreeMap::new(),
             kept: BTreeMap::new(),
             draining: BTreeMap::new(),
@@ -1714,7 +1984,8 @@ impl Topology {
         // it waits for a node as with none.
         let open = open_nodes(&alive, &inner.drained);
         if !live.is_empty() && alive.is_empty() {
-            // As a batch job is refused: live nodes, none of which may run it.
+            // As a batch job is refused: live nodes, none of which may run it. Said at the
+            // requirement's place in the file, as every other refusal of the file is.
             let mut offered: Vec<&str> = live
                 .iter()
                 .filter_map(|(n, _)| inner.nodes.get(n))
@@ -1722,15 +1993,35 @@ impl Topology {
                 .collect();
             offered.sort_unstable();
             offered.dedup();
-            return Err(TopologyError::Invalid(format!(
-                "topology `{name}` requires {}, and no live node has them all (attributes offered: {})",
-                requires.join(" + "),
-                if offered.is_empty() {
-                    "none".to_string()
-                } else {
-                    offered.join(", ")
-                }
-            )));
+            let offered = if offered.is_empty() {
+                "none".to_string()
+            } else {
+                offered.join(", ")
+            };
+            let met_alone =
+                |r: &str| !admitted(live.clone(), &inner.nodes, &[r.to_string()]).is_empty();
+            let e = hetsched_core::input::topology::requirement_error(
+                &run.rec.origin,
+                &run.rec.text,
+                |r| !met_alone(r),
+                |blamed| match blamed {
+                    Some(r) => match r.strip_prefix(hetsched_core::model::cluster::NOT_PREFIX) {
+                        Some(lacked) => {
+                            format!(
+                                "`{r}`: every live node has `{lacked}` (attributes offered: {offered})"
+                            )
+                        }
+                        None => format!(
+                            "unknown requirement `{r}`: no live node has it (attributes offered: {offered})"
+                        ),
+                    },
+                    None => format!(
+                        "no live node has them all, {} (attributes offered: {offered})",
+                        requires.join(" + ")
+                    ),
+                },
+            );
+            return Err(invalid(e));
         }
         if !open.is_empty() {
             let busy = background(&self.held, &self.in_use, &name);
@@ -1852,6 +2143,9 @@ impl Topology {
         inner.dirty.remove(name);
         inner.traffic_dirty.remove(name);
         inner.purged.insert(name.to_string());
+        // Its series go now, not at the next tick (which sweeps them too): a scrape in between
+        // would read a topology `topology show` no longer knows.
+        self.metrics.forget(name);
         Ok(())
     }
 
@@ -1961,6 +2255,7 @@ impl Topology {
             });
             inner.dirty.insert(name.to_string());
         }
+        inner.mark_unsaved();
         let run = inner.runs.get(name).ok_or_else(|| not_found(name))?;
         Ok(self.cfg.status(inner, run))
     }
@@ -1983,7 +2278,6 @@ impl Topology {
     pub fn sync(&mut self, req: WorkersSeen, from: Option<std::net::IpAddr>) -> WorkersToRun {
         self.unsynced.remove(&req.node);
         let inner = &mut self.inner;
-        let now = self.cfg.core_now();
         let held = inner.nodes.get(&req.node).map_or(0, |n| n.held);
         inner.nodes.insert(
             req.node.clone(),
@@ -2031,9 +2325,15 @@ impl Topology {
                 },
                 Err(_) => String::new(),
             };
+            // Another process under this worker's key (started again by its agent): the one
+            // before reports no more. Forgotten, what it passed stays counted and the new one's
+            // counters, from zero, are measured from zero.
+            if run.live.get(&w.worker).is_some_and(|l| l.pid != w.pid) {
+                run.forget_worker(w.worker);
+            }
             let mut report = w.report;
             if let Some(r) = &mut report {
-                run.feed(w.worker, w.pid, r, now);
+                run.feed(w.worker, w.pid, r);
                 run.warn_given_up(w.worker, &req.node, r);
                 // It runs (and has taken what was handed over, or stopped waiting): a restart
                 // from now on starts its executors without waiting.
@@ -2041,11 +2341,10 @@ impl Topology {
                     inner.dirty.insert(run.rec.name.clone());
                 }
             }
-            let entry = run.live.entry(w.worker).or_insert(Live {
-                addr: addr.clone(),
-                pid: w.pid,
-                report: None,
-            });
+            let entry = run
+                .live
+                .entry(w.worker)
+                .or_insert_with(|| Live::new(addr.clone(), w.pid));
             entry.addr = addr;
             entry.pid = w.pid;
             run.start_errors.remove(&w.worker);
@@ -2186,6 +2485,7 @@ impl Topology {
                 });
             }
         }
+        inner.mark_unsaved();
         let report_now = inner
             .runs
             .values()
@@ -2209,7 +2509,7 @@ impl Topology {
             // A killed topology's rates stay zero: what its window held before the kill is not
             // a rate of it any more (`kill` cleared what it shows).
             if run.rec.state == "running" {
-                run.roll_window(now);
+                run.roll_window();
             }
             let alive = admitted(alive.clone(), &inner.nodes, &run.topo.topology.requires);
             let busy = background(&self.held, &self.in_use, &run.rec.name);
@@ -2371,6 +2671,7 @@ impl Topology {
         for (name, t, l) in traffic_saves {
             inner.traffic_dirty.insert(name, (now_ns(), t, l));
         }
+        inner.mark_unsaved();
         self.update_metrics();
     }
 }
@@ -2792,7 +3093,8 @@ mod tests {
         let run = &t.inner.runs["pipe"];
         assert_eq!(run.prev_cpu.len(), 1, "executor 1's CPU only");
         assert_eq!(run.prev_emitted.len(), 1, "executor 1's emitted count only");
-        assert!(run.window_cpu.len() <= 1 && run.window_emitted.len() <= 1);
+        let window = &run.live[&0].window;
+        assert!(window.cpu_ns.len() <= 1 && window.emitted.len() <= 1);
         let kept = run.live[&0].report.as_ref().expect("report");
         assert_eq!(kept.executors.len(), 1, "kept once");
     }
@@ -2942,11 +3244,8 @@ mod tests {
         sync(&mut t, report(now, 3_600_000));
         // Two seconds on: 2,000 more.
         sync(&mut t, report(now + 2_000_000_000, 3_602_000));
-        // The window closes two seconds after it opened, by both of its clocks (the restored
-        // run's traffic monitor opened at the server's start, core time 0).
-        let run = t.inner.runs.get_mut("pipe").expect("run");
-        run.window_start = Instant::now() - Duration::from_secs(2);
-        run.roll_window(2_000_000_000);
+        // The window closed two seconds after it opened, by the worker's clock.
+        t.inner.runs.get_mut("pipe").expect("run").roll_window();
         let shown = t.show("pipe").expect("show");
         // `executors` lists every executor in order of its number.
         let rate = |e: usize, key: &str| {
@@ -2973,5 +3272,255 @@ mod tests {
             (900.0..=1_100.0).contains(&received),
             "the bolt receives about 1,000 a second, shown {received}: {shown}"
         );
+    }
+
+    /// A worker's report of the pipe (`pipe("even", 2)`): each pair `(from, to, tuples)`
+    /// received, and each executor `(executor, emitted)`, at `at_ns` by its clock.
+    fn report_at(
+        worker: u32,
+        at_ns: u64,
+        pairs: &[(u32, u32, u64)],
+        emitted: &[(u32, u64)],
+    ) -> WorkerReport {
+        WorkerReport {
+            worker,
+            at_ns,
+            pairs: pairs
+                .iter()
+                .map(|&(from, to, tuples)| hetsched_stream::metrics::PairCount { from, to, tuples })
+                .collect(),
+            executors: emitted
+                .iter()
+                .map(|&(e, n)| ExecutorReport {
+                    // Half a core.
+                    cpu_ns: at_ns / 2,
+                    emitted: n,
+                    ..executor(e, 0)
+                })
+                .collect(),
+            remote_out: 0,
+            remote_in: 0,
+            dropped: 0,
+            latency: LatencySummary::default(),
+            rss_bytes: 0,
+            encrypted: false,
+            refused_connections: 0,
+        }
+    }
+
+    fn worker_seen(
+        worker: u32,
+        generation: u64,
+        pid: u32,
+        report: Option<WorkerReport>,
+    ) -> WorkerSeen {
+        WorkerSeen {
+            topology: "pipe".into(),
+            generation,
+            worker,
+            addr: format!("127.0.0.1:{}", 7000 + worker),
+            pid,
+            report,
+        }
+    }
+
+    /// A steady input reads steady. Two spouts emit exactly 100 tuples a second each; their
+    /// workers report every second of their own clock, each 0 to 80 ms late, and each report
+    /// reaches the server 0 to 0.9 s later, at the agents' syncs (every 0.5 s, carrying the
+    /// latest report, so one report is often sent twice, and a late one and the next arrive
+    /// together). Whatever the server's tick sees, the throughput reads 200 tuples a second
+    /// within 2 %, each spout at most its cap, and the window about 2 s. Before, counts were
+    /// summed over the reports that reached the server within 2 s of its own time (two or
+    /// three reports' worth) and divided by that time: 133 to 250 tuples a second, a spout
+    /// capped at 100 read 133.
+    #[test]
+    fn a_steady_input_reads_steady_however_its_reports_jitter() {
+        let mut t = pipe("even", 2);
+        let assignment = t.inner.runs["pipe"]
+            .rec
+            .placement
+            .as_ref()
+            .expect("placed")
+            .assignment
+            .clone();
+        let hosted = |w: u32| -> Vec<u32> {
+            (0..4u32)
+                .filter(|e| assignment.get(*e as usize) == Some(&w))
+                .collect()
+        };
+        let t0 = 1_700_000_000_000_000_000u64;
+        let second = 1_000_000_000u64;
+        // Report `i` of worker `w`: when the worker took it (ns past t0), and how long after
+        // that the server has it, both from a fixed pseudo-random jitter.
+        let taken = |w: u32, i: u64| {
+            let jitter = (i * 7_919 + u64::from(w) * 104_729) % 81;
+            i * second + jitter * 1_000_000
+        };
+        let delay = |w: u32, i: u64| ((i * 31 + u64::from(w) * 17) % 10) * 90_000_000;
+        let report = |w: u32, i: u64| {
+            let at = taken(w, i);
+            // Each spout emits 100 a second; the bolts (no outgoing stream) emit nothing, and
+            // receive half of each spout's tuples (shuffle).
+            let mut pairs = Vec::new();
+            let mut emitted = Vec::new();
+            for e in hosted(w) {
+                if e < 2 {
+                    emitted.push((e, at * 100 / second));
+                } else {
+                    emitted.push((e, 0));
+                    pairs.extend((0..2).map(|s| (s, e, at * 50 / second)));
+                }
+            }
+            report_at(w, t0 + at, &pairs, &emitted)
+        };
+        let mut readings = Vec::new();
+        // The server's time, in ticks of 250 ms; agents sync every other tick.
+        for tick in 0..80u64 {
+            let now = tick * 250_000_000;
+            if tick % 2 == 0 {
+                let workers = (0..2u32)
+                    .map(|w| {
+                        let latest = (0..=now / second + 1)
+                            .filter(|&i| taken(w, i) + delay(w, i) <= now)
+                            .max();
+                        worker_seen(w, 1, 10 + w, latest.map(|i| report(w, i)))
+                    })
+                    .collect();
+                t.sync(seen(workers), None);
+            }
+            t.tick();
+            let shown = t.show("pipe").expect("show");
+            if now >= 5 * second {
+                readings.push(shown);
+            }
+        }
+        for shown in &readings {
+            let throughput = shown["throughput_tuples_per_s"].as_f64().unwrap_or(0.0);
+            assert!(
+                (196.0..=204.0).contains(&throughput),
+                "throughput {throughput}, not 200 within 2 %: {shown}"
+            );
+            for e in 0..2 {
+                let emitted = shown["executors"][e]["emitted_per_s"]
+                    .as_f64()
+                    .unwrap_or(0.0);
+                assert!(
+                    (98.0..=102.0).contains(&emitted),
+                    "spout {e} emitted {emitted}/s, capped at 100: {shown}"
+                );
+                let received = shown["executors"][2 + e]["received_per_s"]
+                    .as_f64()
+                    .unwrap_or(0.0);
+                assert!(
+                    (98.0..=102.0).contains(&received),
+                    "bolt {e} received {received}/s: {shown}"
+                );
+            }
+            let window = shown["window_s"].as_f64().unwrap_or(0.0);
+            assert!((1.5..=2.2).contains(&window), "window {window} s: {shown}");
+        }
+    }
+
+    /// `tuples_total` (and `inter_node_tuples_total`) is cumulative: it never falls when a
+    /// worker process goes — started again by its agent, no longer reported by it, drained
+    /// off a node, lost with its node — and what was counted stays counted across a server
+    /// restart and a kill. Before, the total was the sum of the live processes' counters
+    /// alone, so each of these took that process's count away (a drained node's: 36,800
+    /// tuples passed, 28,467 shown; an agent killed: the total fell from 106,457 to 84,199).
+    #[test]
+    fn tuples_total_never_falls_when_a_worker_process_goes() {
+        let mut t = pipe("even", 2);
+        let total = |t: &Topology| {
+            let shown = t.show("pipe").expect("show");
+            shown["tuples_total"].as_u64().expect("tuples_total")
+        };
+        let on = |node: &str, workers: Vec<WorkerSeen>| WorkersSeen {
+            node: node.into(),
+            ..seen(workers)
+        };
+        t.sync(
+            seen(vec![
+                worker_seen(0, 1, 10, Some(report_at(0, 1, &[(0, 2, 100)], &[]))),
+                worker_seen(1, 1, 11, Some(report_at(1, 1, &[(1, 3, 50)], &[]))),
+            ]),
+            None,
+        );
+        assert_eq!(total(&t), 150);
+        // Worker 1 started again by its agent: a new process, counting from zero.
+        t.sync(
+            seen(vec![
+                worker_seen(0, 1, 10, Some(report_at(0, 2, &[(0, 2, 100)], &[]))),
+                worker_seen(1, 1, 21, Some(report_at(1, 2, &[(1, 3, 10)], &[]))),
+            ]),
+            None,
+        );
+        assert_eq!(total(&t), 160, "the process before passed 50");
+        // Its agent reports it no more.
+        t.sync(
+            seen(vec![worker_seen(
+                0,
+                1,
+                10,
+                Some(report_at(0, 3, &[(0, 2, 120)], &[])),
+            )]),
+            None,
+        );
+        assert_eq!(
+            total(&t),
+            180,
+            "60 by worker 1's processes, 120 by worker 0"
+        );
+        // Node `n` drained: the topology moves to `m`, worker 0 drains (as worker 1) and
+        // stops.
+        t.sync(on("m", Vec::new()), None);
+        let onto = |node: &str| Placed {
+            nodes: vec![node.to_string(); 4],
+            process: vec![0; 4],
+            workers: vec![(node.to_string(), 0)],
+            assignment: vec![0; 4],
+        };
+        let run = t.inner.runs.get_mut("pipe").expect("run");
+        run.new_generation(onto("m"), &[("n".into(), 4), ("m".into(), 4)]);
+        assert_eq!(total(&t), 180, "draining, still reporting");
+        let run = t.inner.runs.get_mut("pipe").expect("run");
+        for (_, since) in run.draining.values_mut() {
+            *since = Instant::now() - DRAIN_LIMIT - Duration::from_secs(1);
+        }
+        run.retire_drained();
+        assert!(run.live.is_empty(), "the drained process is gone");
+        assert_eq!(total(&t), 180, "drained");
+        t.sync(
+            on(
+                "m",
+                vec![worker_seen(
+                    0,
+                    2,
+                    30,
+                    Some(report_at(0, 4, &[(0, 2, 5)], &[])),
+                )],
+            ),
+            None,
+        );
+        assert_eq!(total(&t), 185);
+        // Node `m` lost: placed again on `k`; its worker's count stays.
+        let run = t.inner.runs.get_mut("pipe").expect("run");
+        run.new_generation(onto("k"), &[("k".into(), 4)]);
+        assert!(run.live.is_empty(), "the lost node's process is gone");
+        assert_eq!(total(&t), 185, "lost with its node");
+        // The store keeps what the gone processes passed: a restarted server, which has heard
+        // from no worker yet, says it.
+        let stored = t
+            .inner
+            .runs
+            .values()
+            .map(|run| Stored {
+                record: run.rec.clone(),
+                traffic: Vec::new(),
+            })
+            .collect();
+        let mut t = Topology::restore(stored, Duration::from_secs(60)).expect("restored");
+        assert_eq!(total(&t), 185, "after a restart");
+        let killed = t.kill("pipe").expect("kill");
+        assert_eq!(killed["tuples_total"], 185, "{killed}");
     }
 }

@@ -524,18 +524,22 @@ fn held_syncs_and_the_idle_tick_wake_when_workers_are_placed_or_stopped_and_only
 
 /// A topology that `requires` node attributes is placed only on the live nodes whose
 /// registration has them (here `b`, although `a` comes first), and one that requires what no live
-/// node has is refused, naming what they offer.
+/// node has is refused, naming what they offer, at the requirement's place in the file (as the
+/// parser's own refusals are, `file:line:column: field: …`; before, the message named neither
+/// file, line nor field): the entry no node has, or the list when each is had by some node
+/// but no node has them all.
 #[test]
 fn a_topology_that_requires_an_attribute_is_placed_on_the_nodes_that_have_it() {
     let dir = scratch("requires");
     let mut s = open(&dir);
     join(&mut s, "a", Vec::new());
     join(&mut s, "b", vec!["ssd".to_string()]);
+    join(&mut s, "c", vec!["gpu".to_string()]);
     let requiring = |what: &str| TopologySubmission {
-        text: format!("requires = [\"{what}\"]\n{TOPOLOGY}"),
+        text: format!("requires = [{what}]\n{TOPOLOGY}"),
         ..submission()
     };
-    let shown = s.topology_submit(requiring("ssd")).expect("submit");
+    let shown = s.topology_submit(requiring("\"ssd\"")).expect("submit");
     assert_eq!(nodes_used(&shown), vec!["b".to_string()], "{shown}");
     assert_eq!(
         shown["requires"],
@@ -544,13 +548,20 @@ fn a_topology_that_requires_an_attribute_is_placed_on_the_nodes_that_have_it() {
     );
     s.topology_kill("pipe").expect("kill");
     let e = s
-        .topology_submit(requiring("fpga"))
+        .topology_submit(requiring("\"ssd\", \"fpga\""))
         .expect_err("no node has it");
-    assert!(
-        e.to_string().contains(
-            "topology `pipe` requires fpga, and no live node has them all (attributes offered: ssd)"
-        ),
-        "{e}"
+    assert_eq!(
+        e.to_string(),
+        "pipe.toml:1:20: requires[1]: unknown requirement `fpga`: no live node has it \
+         (attributes offered: gpu, ssd)"
+    );
+    let e = s
+        .topology_submit(requiring("\"ssd\", \"gpu\""))
+        .expect_err("no node has both");
+    assert_eq!(
+        e.to_string(),
+        "pipe.toml:1:13: requires: no live node has them all, gpu + ssd \
+         (attributes offered: gpu, ssd)"
     );
     // Without the requirement the first node serves.
     let shown = s.topology_submit(submission()).expect("submit");
@@ -1178,6 +1189,54 @@ fn an_executors_program_restarts_and_unacked_inputs_reach_topology_show_and_metr
     assert!(
         text.lines().any(|l| l == format!("{p99} 0.25")),
         "`{p99} 0.25` in\n{text}"
+    );
+}
+
+/// A purged topology has no series in `/metrics`: `topology show` no longer knows it, so its
+/// throughput, workers and nodes do not stay at their last running values. A killed one keeps
+/// its series, reading 0. Before, a purged topology's gauges stayed as they were, for ever.
+#[test]
+fn a_purged_topology_leaves_no_series_in_metrics() {
+    let dir = scratch("purged-metrics");
+    let mut s = open(&dir);
+    let mut registry = prometheus_client::registry::Registry::with_prefix("hetsched");
+    s.register_topology_metrics(&mut registry);
+    common::register(&mut s, "n", 4);
+    sync(&mut s, vec![]);
+    s.topology_submit(submission()).expect("submit");
+    sync(&mut s, vec![running_worker(1)]);
+    s.topology_tick().expect("tick");
+    let scrape = || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        text
+    };
+    let text = scrape();
+    for line in [
+        "hetsched_topology_workers_running{topology=\"pipe\"} 1",
+        "hetsched_topology_nodes_used{topology=\"pipe\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+    }
+    s.topology_kill("pipe").expect("kill");
+    s.topology_tick().expect("tick");
+    let text = scrape();
+    assert!(
+        text.lines()
+            .any(|l| l == "hetsched_topology_workers_running{topology=\"pipe\"} 0"),
+        "killed: still listed, no worker running\n{text}"
+    );
+    s.topology_purge("pipe").expect("purge");
+    let text = scrape();
+    assert!(
+        !text.contains("topology=\"pipe\""),
+        "purged, before any tick: no series of it\n{text}"
+    );
+    s.topology_tick().expect("tick");
+    let text = scrape();
+    assert!(
+        !text.contains("topology=\"pipe\""),
+        "purged: no series of it\n{text}"
     );
 }
 
