@@ -2178,6 +2178,9 @@ impl Workflows {
             env: rt.env.clone(),
             workdir: job.workdir.clone(),
             time_limit_ms: rt.time_limit_ns / 1_000_000,
+            // Enforced by the agent as a batch task's declared memory is: the instance books
+            // this much in the view, so one that held more would crowd what others booked.
+            memory_limit_bytes: rt.memory_bytes,
             ..Default::default()
         }
     }

@@ -5203,3 +5203,34 @@ fn an_instance_fetching_its_inputs_is_listed_apart_from_one_whose_program_runs()
         "{t:?}"
     );
 }
+/// A workflow task's `memory` reaches its agent in the task spec, which the agent enforces as
+/// a batch task's (`memory limit of … exceeded`). Before, instances were not limited.
+#[test]
+fn a_workflow_tasks_memory_is_the_limit_in_its_instances_task_spec() {
+    let dir = scratch("memory-limit");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    s.submit(
+        "mem.toml",
+        "balancer = \"centralised\"\n[[task]]\nname = \"big\"\ninstances = 1\n\
+         outputs = [\"o\"]\ncommand = \"echo > {output:o}\"\nmemory = \"20MiB\"\n\
+         [[task]]\nname = \"free\"\ninstances = 1\noutputs = [\"o2\"]\n\
+         command = \"echo > {output:o2}\"\n",
+        "/",
+    )
+    .expect("submit");
+    let reply = agents.beat(&mut s, n);
+    assert_eq!(reply.assignments.len(), 2, "{reply:?}");
+    let limits: BTreeMap<String, u64> = reply
+        .specs
+        .iter()
+        .map(|spec| (spec.app.clone(), spec.memory_limit_bytes))
+        .collect();
+    assert_eq!(
+        limits,
+        BTreeMap::from([("big".into(), 20 << 20), ("free".into(), 0)])
+    );
+}
+
