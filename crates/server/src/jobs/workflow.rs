@@ -1045,7 +1045,11 @@ impl Workflows {
                     x.finished_ns = r.get::<_, i64>(5).map_err(StoreError::from)? as u64;
                     x.exit_code = r.get::<_, i64>(6).map_err(StoreError::from)? as i32;
                     x.message = r.get(7).map_err(StoreError::from)?;
-                    x.failures = r.get::<_, i64>(8).map_err(StoreError::from)? as u32;
+                    // A row stored before `failures` stopped counting the last failure says one
+                    // more for an instance that failed for good (`retries` + 1): it reads as
+                    // the count is now, which never exceeds the task's `retries`.
+                    x.failures = (r.get::<_, i64>(8).map_err(StoreError::from)? as u32)
+                        .min(job.rt.tasks.get(task).map_or(0, |t| t.retries));
                     x.produced =
                         r.get::<_, i64>(9).map_err(StoreError::from)? != 0 || x.st == St::Done;
                     let measured = |c| r.get::<_, Option<i64>>(c).map_err(StoreError::from);
@@ -1957,7 +1961,11 @@ impl Workflows {
             let x = &mut j.insts[i as usize];
             // Cancelled by a user (not as a dependant): started (an attempt) or not.
             let cancelled_itself = ended == St::Cancelled && x.message == CANCELLED;
-            x.message = if ended == St::Failed && (x.failures > 0 || x.disk_losses > 0) {
+            // It failed itself (not as a dependant) when it ran and its message does not name a
+            // producer: with `retries = 0` its `failures` is 0 (the last failure is not
+            // counted), so that count cannot tell.
+            let failed_itself = x.attempt > 0 && !x.message.starts_with("not run: ");
+            x.message = if ended == St::Failed && failed_itself {
                 format!("resubmitted after attempt {} failed", x.attempt)
             } else if cancelled_itself && x.attempt > 0 {
                 format!("resubmitted after attempt {} was cancelled", x.attempt)
@@ -2815,28 +2823,26 @@ impl JobKind for Workflows {
                     None => job.rerun.push(i),
                 }
             } else {
-                x.failures += 1;
                 x.message = r.message.clone();
-                if x.failures <= retries {
+                // `failures` counts the failed attempts that were retried, as a batch task's
+                // `failed_attempts` (docs/json.md): the last failure is not counted. Before, it
+                // counted every failure, so an instance listed one more than a batch task
+                // with the same `retries` (`2 (2 failed)` for `2 (1 failed)`).
+                if x.failures < retries {
+                    x.failures += 1;
                     cx.metrics.result(crate::metrics::Outcome::Retried);
-                    let x = &mut job.insts[i as usize];
                     x.st = St::Ready;
                     job.rerun.push(i);
                 } else {
                     cx.metrics.result(crate::metrics::Outcome::Failed);
-                    // Worded as a batch task's: the agent's message (which names the exit
-                    // status) or the exit code, and the attempt it ended (counted across
-                    // resubmissions: a resubmitted instance's failures start again at 0).
-                    let x = &job.insts[i as usize];
-                    let why = format!(
-                        "attempt {} failed ({})",
-                        x.attempt,
-                        if r.message.is_empty() {
-                            format!("exit code {}", r.exit_code)
-                        } else {
-                            r.message.clone()
-                        }
-                    );
+                    // What ended it, as a batch task's message says: the agent's (which names
+                    // the exit status), or the exit code where it said nothing. The attempt
+                    // is the listing's own column.
+                    let why = if r.message.is_empty() {
+                        format!("exit code {}", r.exit_code)
+                    } else {
+                        r.message.clone()
+                    };
                     self.fail(&mut job, i, &why, cx.now);
                 }
             }

@@ -676,37 +676,66 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     }
 }
 
-/// An instance that used up its retries says so as a batch task does: the attempt that
-/// failed last and what ended it (the exit code where the agent said nothing more). Before, it
-/// read `exit code 1 after 2 attempts: `, and after a resubmission counted only the attempts
-/// since.
+/// An instance that used up its retries reads as a batch task does (docs/json.md): its last
+/// attempt, the failed attempts that were retried (the last failure is not counted) and what
+/// ended it (the exit code where the agent said nothing more). Before, `retries = 1` read
+/// `attempt 2, failed_attempts 2, message 'attempt 2 failed (…)'`, and `retries = 0`
+/// `1 (1 failed)` where a batch task reads `1`. A row stored before, which counted the last
+/// failure too, reads the same after a restart.
 #[test]
-fn an_instance_that_used_up_its_retries_names_its_last_attempt() {
+fn an_instance_that_used_up_its_retries_reads_as_a_batch_task_does() {
     let dir = scratch("retries-used-up");
     let mut s = open(&dir, WorkflowConfig::default());
     let n = common::register(&mut s, "n0", 2);
     let mut agents = Agents::default();
     agents.beat(&mut s, n);
-    let job = s
-        .submit(
-            "flaky.toml",
-            "balancer = \"pcddb\"\n[[task]]\nname = \"flaky\"\ninstances = 1\ncost = \"1s\"\n\
-             outputs = [\"o\"]\ncommand = \"echo > {output:o}\"\nretries = 1\n",
-            "/",
-        )
-        .expect("submit")
-        .job_id;
-    for attempt in 1..=2 {
-        for _ in 0..5 {
-            agents.round(&mut s, &[n]);
+    let mut jobs = Vec::new();
+    for retries in [1, 0] {
+        let job = s
+            .submit(
+                "flaky.toml",
+                &format!(
+                    "balancer = \"pcddb\"\n[[task]]\nname = \"flaky\"\ninstances = 1\n\
+                     cost = \"1s\"\noutputs = [\"o\"]\ncommand = \"echo > {{output:o}}\"\n\
+                     retries = {retries}\n"
+                ),
+                "/",
+            )
+            .expect("submit")
+            .job_id;
+        agents = Agents::default();
+        for attempt in 1..=retries + 1 {
+            for _ in 0..5 {
+                agents.round(&mut s, &[n]);
+            }
+            assert_eq!(agents.assigned.last().map(|a| a.2), Some(attempt));
+            agents.finish_all(n, false);
+            agents.beat(&mut s, n);
         }
-        assert_eq!(agents.assigned.last(), Some(&(n, 0, attempt)));
-        agents.finish_all(n, false);
-        agents.beat(&mut s, n);
+        let t = &s.list_tasks(job, 0, 10).expect("tasks").tasks[0];
+        assert_eq!(
+            (
+                t.state.as_str(),
+                t.attempt,
+                t.failed_attempts,
+                t.message.as_str()
+            ),
+            ("failed", retries + 1, retries, "exit code 1"),
+            "retries = {retries}"
+        );
+        jobs.push(job);
     }
-    let page = s.list_tasks(job, 0, 10).expect("tasks");
-    assert_eq!(page.tasks[0].state, "failed");
-    assert_eq!(page.tasks[0].message, "attempt 2 failed (exit code 1)");
+    // Rows stored before counted the last failure: they read as the count is now.
+    drop(s);
+    let db = rusqlite::Connection::open(dir.join("state.db")).expect("db");
+    db.execute("UPDATE wf_instances SET failures = failures + 1", [])
+        .expect("edit");
+    drop(db);
+    let s = open(&dir, WorkflowConfig::default());
+    for (job, retries) in jobs.into_iter().zip([1, 0]) {
+        let t = &s.list_tasks(job, 0, 10).expect("tasks").tasks[0];
+        assert_eq!((t.attempt, t.failed_attempts), (retries + 1, retries));
+    }
 }
 
 #[test]
@@ -2757,7 +2786,7 @@ fn resubmitting_cancelled_workflow_instances_runs_them_and_their_dependants_but_
     assert!(
         why.starts_with("not run: its producer use[")
             && why.contains("] was not run (gen[")
-            && why.ends_with("] failed: attempt 1 failed (exit code 1))"),
+            && why.ends_with("] failed: exit code 1)"),
         "{why}"
     );
     assert_eq!(
