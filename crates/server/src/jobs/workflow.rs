@@ -476,6 +476,15 @@ struct Inst {
 }
 
 impl Inst {
+    /// The run time its latest success counts in its task's mean (`mean_cpu_ms`, and what
+    /// `prefetch = "auto"` judges by) while it stays succeeded: a restart rebuilds the figures
+    /// from the succeeded rows with this, so the live path records and forgets with it too.
+    /// None before a success, or for one without a start.
+    fn success_ns(&self) -> Option<u64> {
+        (self.st == St::Done && self.started_ns > 0)
+            .then(|| self.finished_ns.saturating_sub(self.started_ns))
+    }
+
     /// The attempt number its dispatch to `node` runs under: the next one, unless the current
     /// one never ran ([`Inst::unstarted`]) and `node`'s agent was never sent it
     /// ([`Inst::taken_back_from`]).
@@ -1081,12 +1090,10 @@ impl Workflows {
                         u64::try_from(r.get::<_, i64>(18).map_err(StoreError::from)?).unwrap_or(0);
                     // Its run time counts again for `prefetch = "auto"`, as it did before the
                     // restart: a task measured short is queued at once, not measured anew.
-                    if x.st == St::Done
-                        && x.started_ns > 0
-                        && x.finished_ns >= x.started_ns
+                    if let Some(took) = x.success_ns()
                         && let Some(o) = job.observed.get_mut(task)
                     {
-                        o.record(x.finished_ns - x.started_ns);
+                        o.record(took);
                     }
                 }
             }
@@ -1801,6 +1808,23 @@ impl Workflows {
         })
     }
 
+    /// Succeeded instance `p`'s output is lost: it is ready to be produced again, and its
+    /// success no longer counts in its task's mean run time, as after a restart (which counts
+    /// the succeeded rows only). Before, the mean counted the lost success and the one that
+    /// replaced it, and read otherwise once the server restarted.
+    fn unsucceed(job: &mut WfJob, p: u32) {
+        let t = job.task_of(p).0;
+        let Some(x) = job.insts.get_mut(p as usize) else {
+            return;
+        };
+        if let Some(took) = x.success_ns()
+            && let Some(o) = job.observed.get_mut(t)
+        {
+            o.forget(took);
+        }
+        x.st = St::Ready;
+    }
+
     /// Carries out what a machine returned.
     fn apply(&mut self, job: &mut WfJob, out: Vec<Outgoing>) {
         for o in out {
@@ -2122,8 +2146,8 @@ impl Workflows {
                     instance = p,
                     "an output was lost with its node: producing it again"
                 );
+                Self::unsucceed(job, p);
                 let x = &mut job.insts[p as usize];
-                x.st = St::Ready;
                 x.reproducing = true;
                 self.dirty.insert((job.seq, p));
                 job.rerun.push(p);
@@ -2669,15 +2693,18 @@ impl JobKind for Workflows {
             if r.success {
                 cx.metrics.result(crate::metrics::Outcome::Succeeded);
                 let t = job.task_of(i).0;
+                let x = &mut job.insts[i as usize];
+                x.st = St::Done;
                 // The run time as listed and stored (from the start on the ANode when
                 // offloaded), so a restart, which records it from the row, counts the same.
-                let x = &job.insts[i as usize];
-                let took = x.finished_ns.saturating_sub(x.started_ns);
-                if let Some(o) = job.observed.get_mut(t) {
+                // An earlier success of the instance was forgotten when its output was lost
+                // ([`Workflows::unsucceed`]): each instance counts once, by its latest success.
+                if let Some(took) = x.success_ns()
+                    && let Some(o) = job.observed.get_mut(t)
+                {
                     o.record(took);
                 }
                 let x = &mut job.insts[i as usize];
-                x.st = St::Done;
                 x.node = Some(node.0);
                 x.message.clear();
                 x.reproducing = false;
@@ -2809,8 +2836,8 @@ impl JobKind for Workflows {
                                 node = n,
                                 "an output could not be fetched: producing it again"
                             );
+                            Self::unsucceed(&mut job, p);
                             let px = &mut job.insts[p as usize];
-                            px.st = St::Ready;
                             px.reproducing = true;
                             px.reproduced += 1;
                             self.dirty.insert((seq, p));

@@ -5263,3 +5263,59 @@ fn a_workflow_tasks_memory_is_the_limit_in_its_instances_task_spec() {
     );
 }
 
+/// The result of attempt `attempt` of task `task_id`, a success from `started_ns` to
+/// `finished_ns`.
+fn succeeded_between(
+    task_id: u64,
+    attempt: u32,
+    started_ns: u64,
+    finished_ns: u64,
+) -> pb::TaskResult {
+    pb::TaskResult {
+        started_ns,
+        finished_ns,
+        ..succeeded(task_id, attempt)
+    }
+}
+
+/// A task's mean run time counts each instance by its latest success: `seed` ran 10 ms, its
+/// output was lost (its consumers could not fetch it), and it ran 30 ms again — its mean is
+/// 30 ms, the same after a restart, which rebuilds it from the stored rows. Before, the live
+/// mean counted both runs (20 ms) and read 30 ms only after a restart.
+#[test]
+fn a_tasks_mean_run_time_counts_each_instances_latest_success_across_a_restart() {
+    let dir = scratch("mean-reproduced");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    let text = FAN_OUT
+        .replace("balancer = \"pcddb\"", "balancer = \"centralised\"")
+        .replace("1..=20", "1..=2");
+    let job = s.submit("fan.toml", &text, "/").expect("submit").job_id;
+    let run_seed = |agents: &mut Agents, s: &mut State, attempt: u32, ms: u64| {
+        agents.beat(s, n);
+        let (task, a) = agents.running.remove(&n).expect("running")[0];
+        assert_eq!((task - agents.task_base, a), (0, attempt), "{agents:?}");
+        agents.special.entry(n).or_default().push(succeeded_between(
+            task,
+            a,
+            1_000_000,
+            1_000_000 + ms * 1_000_000,
+        ));
+        agents.beat(s, n);
+    };
+    agents.task_base = agents_base(&s, job);
+    run_seed(&mut agents, &mut s, 1, 10);
+    let seed_mean = |s: &State| s.job(job).expect("job").apps[0].mean_cpu_ms;
+    assert_eq!(seed_mean(&s), 10.0);
+    // Both consumers run and cannot fetch the seed's output: it is produced again.
+    agents.beat(&mut s, n);
+    assert_eq!(agents.running[&n].len(), 2, "{agents:?}");
+    agents.fetch_fails(n);
+    run_seed(&mut agents, &mut s, 2, 30);
+    assert_eq!(seed_mean(&s), 30.0, "its latest success only");
+    drop(s);
+    let s = open(&dir, WorkflowConfig::default());
+    assert_eq!(seed_mean(&s), 30.0, "the same after a restart");
+}
