@@ -42,7 +42,9 @@
 //! - every run again (a retry, a loss, a ready instance after a restart) is placed by the
 //!   machine like a ready instance ([`LaunchNode::resubmit`], [`Dispatcher::resubmit`]): under
 //!   `pcddb` it travels in the next allocation request. A re-production that a consumer already
-//!   waits for on a live node runs on that node instead, first (`Workflows::waiting_for`):
+//!   waits for on a live node meeting its requirements runs on that node instead, first
+//!   (`Workflows::waiting_for`); a node's death places again at once what waited for it, and
+//!   produces again the outputs it held that placed consumers need (`Workflows::node_gone`):
 //!   waiting consumers count in the nodes' instance tables, and could otherwise leave no node
 //!   underloaded to take the producer;
 //! - **clusters** (spec 05 §2): the agents measure round trips to each other; the core's
@@ -1388,24 +1390,22 @@ impl Workflows {
     /// while an agent died: every live node held consumers of outputs the dead one had.) It
     /// is recovery, not balancing — spec 05 has no lost outputs — and it costs no fetch: the
     /// output is made where it is read. The node's instance table does not count it, so it
-    /// may run above MT × cores. A producer that fetches inputs itself goes only to a node
-    /// with room for them ([`Self::room_for_inputs`]): on another the dispatch would hand it
-    /// back to the balancer at once, and this would put it there again.
+    /// may run above MT × cores.
+    ///
+    /// Only a node whose mask meets the producer's task ([`WfJob::masks`]: its `requires`, its
+    /// size, its time limit, room for its inputs) takes it, as the balancer would place it:
+    /// before, a producer that `requires = ["prod"]` ran again on whatever node its consumer
+    /// waited on. With no such node it goes to the balancer, which places it on a node that
+    /// qualifies or keeps it waiting, with the usual pending reason.
     fn waiting_for(&self, cx: &Ctx, job: &WfJob, p: u32) -> Option<u32> {
         let consumers: HashSet<u32> = job.consumers(p).into_iter().collect();
-        let fetches = Self::fetches_inputs(job, p);
+        let need = job.masks.get(job.task_of(p).0).copied().unwrap_or(0);
+        let now = std::time::Instant::now();
         job.assigned
             .iter()
             .filter(|(n, _)| Self::alive(cx, **n))
-            .filter(|(n, _)| {
-                !fetches
-                    || cx
-                        .nodes
-                        .get(**n)
-                        .is_some_and(|rec| self.room_for_inputs(rec, **n))
-            })
             .map(|(&n, q)| (q.iter().filter(|i| consumers.contains(i)).count(), n))
-            .filter(|&(k, _)| k > 0)
+            .filter(|&(k, n)| k > 0 && self.offer_of(cx, n).mask(&job.vocab, now) & need == need)
             .max_by_key(|&(k, n)| (k, std::cmp::Reverse(n)))
             .map(|(_, n)| n)
     }
@@ -1806,6 +1806,88 @@ impl Workflows {
             existing: false,
             kind: Kind::Workflow,
         })
+    }
+
+    /// Requests waiting for a node that died return to the launch node without it (event e),
+    /// so the launch node drops it from its table.
+    fn return_dead_requests(&mut self, cx: &Ctx, job: &mut WfJob) {
+        let gone: Vec<u32> = job
+            .to_node
+            .keys()
+            .copied()
+            .filter(|&n| !Self::alive(cx, n))
+            .collect();
+        for n in gone {
+            for m in job.to_node.remove(&n).unwrap_or_default() {
+                if let Body::Request(mut r) = m.body {
+                    r.table.retain(|&x| x.0 != n);
+                    let o = job.machine.handle(
+                        LaunchEvent::Deliver(Message {
+                            from: NodeId(n),
+                            to: LAUNCH,
+                            body: Body::Return(r),
+                        }),
+                        cx.now,
+                    );
+                    self.apply(job, o);
+                }
+            }
+        }
+    }
+
+    /// Node `n` is no longer alive (declared dead, or its agent left), its running instances
+    /// already lost ([`JobKind::on_lost`]). What the workflows placed there goes back to their
+    /// machines, and the outputs it held that consumers placed on live nodes (or waiting for a
+    /// lost input) need are produced again — now, not at the next heartbeat of another node of
+    /// the workflow: those may be idle agents that beat once a minute
+    /// (`--idle-heartbeat-interval`), and a consumer waited that long for nothing (batch tasks
+    /// lost with a node were placed again at once). The nodes given work are woken
+    /// ([`JobKind::take_wakes`], sent when the event ends).
+    pub fn node_gone(&mut self, cx: &mut Ctx, n: u32) {
+        let seqs: Vec<u64> = self.maybe_running.iter().copied().collect();
+        for seq in seqs {
+            let Some(mut job) = self.jobs.remove(&seq) else {
+                continue;
+            };
+            if job.finished_ns == 0 {
+                if let Some(q) = job.assigned.remove(&n) {
+                    Self::hand_back(&mut job, n, q);
+                }
+                // Centralised: the dispatcher places nothing more there.
+                self.refresh_members(cx, &mut job);
+                self.return_dead_requests(cx, &mut job);
+                self.flush(cx, &mut job);
+                // Consumers placed on live nodes (those just handed back included) or blocked,
+                // with an input on `n`: its producer runs again now ([`Self::inputs_ready`]).
+                let lost: Vec<u32> = (0..job.insts.len() as u32)
+                    .filter(|&p| {
+                        let x = &job.insts[p as usize];
+                        x.st == St::Done && x.node == Some(n)
+                    })
+                    .collect();
+                if !lost.is_empty() {
+                    let placed: HashSet<u32> = job
+                        .assigned
+                        .values()
+                        .flatten()
+                        .chain(&job.blocked)
+                        .copied()
+                        .collect();
+                    let mut waiting: Vec<u32> = lost
+                        .iter()
+                        .flat_map(|&p| job.consumers(p))
+                        .filter(|c| placed.contains(c))
+                        .collect();
+                    waiting.sort_unstable();
+                    waiting.dedup();
+                    for c in waiting {
+                        self.inputs_ready(cx, &mut job, c);
+                    }
+                    self.flush(cx, &mut job);
+                }
+            }
+            self.jobs.insert(seq, job);
+        }
     }
 
     /// Succeeded instance `p`'s output is lost: it is ready to be produced again, and its
@@ -2441,6 +2523,32 @@ impl Workflows {
                     drained.join(", ")
                 ),
                 true,
+            );
+        }
+        // Consumers that could not fetch an input, waiting for its producer to run again
+        // (`blocked`): said, naming what is produced again. Before, they waited with no reason.
+        let blocked = j
+            .blocked
+            .iter()
+            .filter(|&&i| j.insts.get(i as usize).is_some_and(|x| x.st == St::Ready))
+            .count() as u64;
+        if blocked > 0 {
+            let again: Vec<String> = (0..j.insts.len() as u32)
+                .filter(|&p| j.insts[p as usize].reproducing && !j.insts[p as usize].st.ended())
+                .map(|p| j.label(p))
+                .collect();
+            return (
+                format!(
+                    "inputs: {} {} for inputs lost with their nodes{}",
+                    hetsched_core::text::count(blocked, "ready instance"),
+                    hetsched_core::text::agree(blocked, "waits", "wait"),
+                    if again.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (produced again: {})", again.join(", "))
+                    }
+                ),
+                false,
             );
         }
         // Ready instances the balancer placed on nodes that cannot start them yet (their cores,
@@ -3300,30 +3408,7 @@ impl JobKind for Workflows {
                 );
                 job.rerun.extend(expired);
             }
-            // A request waiting for a node that died returns to the launch node without it
-            // (event e), so the launch node drops it from its table.
-            let gone: Vec<u32> = job
-                .to_node
-                .keys()
-                .copied()
-                .filter(|&n| !Self::alive(cx, n))
-                .collect();
-            for n in gone {
-                for m in job.to_node.remove(&n).unwrap_or_default() {
-                    if let Body::Request(mut r) = m.body {
-                        r.table.retain(|&x| x.0 != n);
-                        let o = job.machine.handle(
-                            LaunchEvent::Deliver(Message {
-                                from: NodeId(n),
-                                to: LAUNCH,
-                                body: Body::Return(r),
-                            }),
-                            cx.now,
-                        );
-                        self.apply(&mut job, o);
-                    }
-                }
-            }
+            self.return_dead_requests(cx, &mut job);
             // Centralised: the heartbeat is the node's monitoring report. Its load is what the
             // node holds, as a simulated node's report says: this workflow's instances running
             // there and those waiting here for it, and each core other work holds there (batch

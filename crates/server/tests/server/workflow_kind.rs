@@ -5232,6 +5232,195 @@ fn an_instance_fetching_its_inputs_is_listed_apart_from_one_whose_program_runs()
         "{t:?}"
     );
 }
+
+/// `gen` requires `prod`, which only `p` offers; `slow` (on `q`, the only `slow` node) delays
+/// the consumer `use`, which reads both. `p` dies after `gen` succeeded: once `use` is placed
+/// (on `q` or `r`), `gen` must be produced again, and only on a `prod` node — none is live, so
+/// it waits saying why, and runs on `p2`, a `prod` node that joins. Before, it ran again on
+/// the node its consumer waited on (`Workflows::waiting_for` ignored its requirements), under
+/// both balancers.
+fn a_lost_output_is_produced_again_only_where_its_requirements_are_met(balancer: &str) {
+    let dir = scratch(&format!("reproduce-requires-{balancer}"));
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            cluster_size: Some(3),
+            ..WorkflowConfig::default()
+        },
+    );
+    let p = common::register_with(&mut s, "p", 1, &["prod"]);
+    let q = common::register_with(&mut s, "q", 2, &["slow"]);
+    let r = common::register(&mut s, "r", 1);
+    let mut agents = Agents::default();
+    for n in [p, q, r] {
+        agents.beat(&mut s, n);
+    }
+    let text = format!(
+        r#"
+balancer = "{balancer}"
+[[task]]
+name = "gen"
+instances = 1
+outputs = ["g"]
+requires = ["prod"]
+command = "echo 1 > {{output:g}}"
+[[task]]
+name = "slow"
+instances = 1
+outputs = ["s"]
+requires = ["slow"]
+command = "echo 1 > {{output:s}}"
+[[task]]
+name = "use"
+instances = 1
+inputs = ["g", "s"]
+command = "cat {{input:g}} {{input:s}}"
+"#
+    );
+    let job = s.submit("wf.toml", &text, "/").expect("submit").job_id;
+    for _ in 0..10 {
+        agents.round(&mut s, &[p, q, r]);
+        if agents.assigned.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(agents.assigned.len(), 2, "gen and slow run: {agents:?}");
+    agents.finish_all(p, true);
+    agents.beat(&mut s, p);
+    // `p` goes silent and is declared dead with `gen`'s output.
+    std::thread::sleep(crate::common::SILENCE);
+    for n in [q, r] {
+        agents.beat(&mut s, n);
+    }
+    s.check_dead(crate::common::DEAD_TIMEOUT)
+        .expect("dead check");
+    // `slow` ends: `use` is placed, and `gen` must run again.
+    agents.finish_all(q, true);
+    for _ in 0..10 {
+        agents.round(&mut s, &[q, r]);
+    }
+    let gen_runs = |a: &Agents| -> Vec<u32> {
+        a.assigned
+            .iter()
+            .filter(|&&(_, i, _)| i == 0)
+            .map(|&(n, _, _)| n)
+            .collect()
+    };
+    assert_eq!(
+        gen_runs(&agents),
+        vec![p],
+        "gen ran again on a node without `prod`: {agents:?}"
+    );
+    let info = s.get_job(job).expect("job");
+    assert!(
+        info.pending_reason
+            .contains("no live node can run task `gen`"),
+        "{info:?}"
+    );
+    let p2 = common::register_with(&mut s, "p2", 1, &["prod"]);
+    agents.run_until_completed(&mut s, &[q, r, p2], job, 40);
+    assert_eq!(
+        s.get_job(job).expect("job").state,
+        "completed",
+        "{agents:?}"
+    );
+    assert_eq!(gen_runs(&agents), vec![p, p2], "{agents:?}");
+}
+
+#[test]
+fn a_lost_output_is_produced_again_only_where_its_requirements_are_met_centralised() {
+    a_lost_output_is_produced_again_only_where_its_requirements_are_met("centralised");
+}
+
+#[test]
+fn a_lost_output_is_produced_again_only_where_its_requirements_are_met_pcddb() {
+    a_lost_output_is_produced_again_only_where_its_requirements_are_met("pcddb");
+}
+
+/// Centralised: `gen` ran on `p`; `slow`'s end on `q` readies the two `use` instances, placed
+/// on `p` and on `q`. `p`'s agent is killed, so it never beats again. When `p` is declared
+/// dead, what waited for it is placed again and `gen` produced again at once, and `q` — an
+/// idle agent, whose next beat may be a minute away — is woken for them. Before, nothing
+/// happened until some node of the workflow beat (58 s with the default idle heartbeat).
+/// Meanwhile a consumer that could not fetch `gen`'s output says what it waits for.
+#[test]
+fn a_dead_nodes_placed_instances_and_lost_outputs_are_placed_again_at_once() {
+    let dir = scratch("dead-node-wakes");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let p = common::register(&mut s, "p", 1);
+    let q = common::register_with(&mut s, "q", 2, &["slow"]);
+    let mut agents = Agents::default();
+    for n in [p, q] {
+        agents.beat(&mut s, n);
+    }
+    let text = r#"
+balancer = "centralised"
+[[task]]
+name = "gen"
+instances = 1
+outputs = ["g"]
+command = "echo 1 > {output:g}"
+[[task]]
+name = "slow"
+instances = 1
+outputs = ["s"]
+requires = ["slow"]
+command = "echo 1 > {output:s}"
+[[task]]
+name = "use"
+instances = 2
+inputs = ["g", "s"]
+command = "cat {input:g} {input:s}"
+"#;
+    let job = s.submit("wf.toml", text, "/").expect("submit").job_id;
+    for _ in 0..5 {
+        agents.round(&mut s, &[p, q]);
+    }
+    assert_eq!(
+        agents.assigned,
+        vec![(p, 0, 1), (q, 1, 1)],
+        "gen on p, slow on q"
+    );
+    agents.finish_all(p, true);
+    agents.beat(&mut s, p);
+    // `p`'s agent is killed now; `slow` ends and the consumers are placed, one on `p`.
+    agents.finish_all(q, true);
+    agents.beat(&mut s, q);
+    assert_eq!(agents.assigned.len(), 3, "one use runs on q: {agents:?}");
+    std::thread::sleep(crate::common::SILENCE);
+    agents.beat(&mut s, q);
+    let mut woken = s.await_work(q, common::IDENTITY).expect("its wake-ups");
+    woken.borrow_and_update();
+    s.check_dead(crate::common::DEAD_TIMEOUT)
+        .expect("dead check");
+    assert!(
+        woken.has_changed().unwrap_or(false),
+        "p's death wakes q for the consumer placed on p and gen's output lost there"
+    );
+    // The consumer running on `q` could not fetch `gen`'s output: it waits, saying why.
+    agents.fetch_fails(q);
+    let before = agents.assigned.len();
+    agents.beat(&mut s, q);
+    assert_eq!(
+        agents.assigned.get(before),
+        Some(&(q, 0, 2)),
+        "gen runs again on q first: {agents:?}"
+    );
+    let info = s.get_job(job).expect("job");
+    assert!(
+        info.pending_reason
+            .starts_with("inputs: 1 ready instance waits for inputs lost")
+            && info.pending_reason.contains("gen[1]"),
+        "{info:?}"
+    );
+    agents.run_until_completed(&mut s, &[q], job, 20);
+    assert_eq!(
+        s.get_job(job).expect("job").state,
+        "completed",
+        "{agents:?}"
+    );
+}
+
 /// A workflow task's `memory` reaches its agent in the task spec, which the agent enforces as
 /// a batch task's (`memory limit of … exceeded`). Before, instances were not limited.
 #[test]
