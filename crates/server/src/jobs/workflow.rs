@@ -42,7 +42,9 @@
 //! - every run again (a retry, a loss, a ready instance after a restart) is placed by the
 //!   machine like a ready instance ([`LaunchNode::resubmit`], [`Dispatcher::resubmit`]): under
 //!   `pcddb` it travels in the next allocation request. A re-production that a consumer already
-//!   waits for on a live node runs on that node instead, first (`Workflows::waiting_for`):
+//!   waits for on a live node meeting its requirements runs on that node instead, first
+//!   (`Workflows::waiting_for`); a node's death places again at once what waited for it, and
+//!   produces again the outputs it held that placed consumers need (`Workflows::node_gone`):
 //!   waiting consumers count in the nodes' instance tables, and could otherwise leave no node
 //!   underloaded to take the producer;
 //! - **clusters** (spec 05 §2): the agents measure round trips to each other; the core's
@@ -491,6 +493,15 @@ struct Inst {
 }
 
 impl Inst {
+    /// The run time its latest success counts in its task's mean (`mean_cpu_ms`, and what
+    /// `prefetch = "auto"` judges by) while it stays succeeded: a restart rebuilds the figures
+    /// from the succeeded rows with this, so the live path records and forgets with it too.
+    /// None before a success, or for one without a start.
+    fn success_ns(&self) -> Option<u64> {
+        (self.st == St::Done && self.started_ns > 0)
+            .then(|| self.finished_ns.saturating_sub(self.started_ns))
+    }
+
     /// The attempt number its dispatch to `node` runs under: the next one, unless the current
     /// one never ran ([`Inst::unstarted`]) and `node`'s agent was never sent it
     /// ([`Inst::taken_back_from`]).
@@ -1068,7 +1079,11 @@ impl Workflows {
                     x.finished_ns = r.get::<_, i64>(5).map_err(StoreError::from)? as u64;
                     x.exit_code = r.get::<_, i64>(6).map_err(StoreError::from)? as i32;
                     x.message = r.get(7).map_err(StoreError::from)?;
-                    x.failures = r.get::<_, i64>(8).map_err(StoreError::from)? as u32;
+                    // A row stored before `failures` stopped counting the last failure says one
+                    // more for an instance that failed for good (`retries` + 1): it reads as
+                    // the count is now, which never exceeds the task's `retries`.
+                    x.failures = (r.get::<_, i64>(8).map_err(StoreError::from)? as u32)
+                        .min(job.rt.tasks.get(task).map_or(0, |t| t.retries));
                     x.produced =
                         r.get::<_, i64>(9).map_err(StoreError::from)? != 0 || x.st == St::Done;
                     let measured = |c| r.get::<_, Option<i64>>(c).map_err(StoreError::from);
@@ -1103,12 +1118,10 @@ impl Workflows {
                     x.signal = text(21)?.as_deref().and_then(crate::store::signal_name);
                     // Its run time counts again for `prefetch = "auto"`, as it did before the
                     // restart: a task measured short is queued at once, not measured anew.
-                    if x.st == St::Done
-                        && x.started_ns > 0
-                        && x.finished_ns >= x.started_ns
+                    if let Some(took) = x.success_ns()
                         && let Some(o) = job.observed.get_mut(task)
                     {
-                        o.record(x.finished_ns - x.started_ns);
+                        o.record(took);
                     }
                 }
             }
@@ -1405,24 +1418,22 @@ impl Workflows {
     /// while an agent died: every live node held consumers of outputs the dead one had.) It
     /// is recovery, not balancing — spec 05 has no lost outputs — and it costs no fetch: the
     /// output is made where it is read. The node's instance table does not count it, so it
-    /// may run above MT × cores. A producer that fetches inputs itself goes only to a node
-    /// with room for them ([`Self::room_for_inputs`]): on another the dispatch would hand it
-    /// back to the balancer at once, and this would put it there again.
+    /// may run above MT × cores.
+    ///
+    /// Only a node whose mask meets the producer's task ([`WfJob::masks`]: its `requires`, its
+    /// size, its time limit, room for its inputs) takes it, as the balancer would place it:
+    /// before, a producer that `requires = ["prod"]` ran again on whatever node its consumer
+    /// waited on. With no such node it goes to the balancer, which places it on a node that
+    /// qualifies or keeps it waiting, with the usual pending reason.
     fn waiting_for(&self, cx: &Ctx, job: &WfJob, p: u32) -> Option<u32> {
         let consumers: HashSet<u32> = job.consumers(p).into_iter().collect();
-        let fetches = Self::fetches_inputs(job, p);
+        let need = job.masks.get(job.task_of(p).0).copied().unwrap_or(0);
+        let now = std::time::Instant::now();
         job.assigned
             .iter()
             .filter(|(n, _)| Self::alive(cx, **n))
-            .filter(|(n, _)| {
-                !fetches
-                    || cx
-                        .nodes
-                        .get(**n)
-                        .is_some_and(|rec| self.room_for_inputs(rec, **n))
-            })
             .map(|(&n, q)| (q.iter().filter(|i| consumers.contains(i)).count(), n))
-            .filter(|&(k, _)| k > 0)
+            .filter(|&(k, n)| k > 0 && self.offer_of(cx, n).mask(&job.vocab, now) & need == need)
             .max_by_key(|&(k, n)| (k, std::cmp::Reverse(n)))
             .map(|(_, n)| n)
     }
@@ -1828,6 +1839,105 @@ impl Workflows {
         })
     }
 
+    /// Requests waiting for a node that died return to the launch node without it (event e),
+    /// so the launch node drops it from its table.
+    fn return_dead_requests(&mut self, cx: &Ctx, job: &mut WfJob) {
+        let gone: Vec<u32> = job
+            .to_node
+            .keys()
+            .copied()
+            .filter(|&n| !Self::alive(cx, n))
+            .collect();
+        for n in gone {
+            for m in job.to_node.remove(&n).unwrap_or_default() {
+                if let Body::Request(mut r) = m.body {
+                    r.table.retain(|&x| x.0 != n);
+                    let o = job.machine.handle(
+                        LaunchEvent::Deliver(Message {
+                            from: NodeId(n),
+                            to: LAUNCH,
+                            body: Body::Return(r),
+                        }),
+                        cx.now,
+                    );
+                    self.apply(job, o);
+                }
+            }
+        }
+    }
+
+    /// Node `n` is no longer alive (declared dead, or its agent left), its running instances
+    /// already lost ([`JobKind::on_lost`]). What the workflows placed there goes back to their
+    /// machines, and the outputs it held that consumers placed on live nodes (or waiting for a
+    /// lost input) need are produced again — now, not at the next heartbeat of another node of
+    /// the workflow: those may be idle agents that beat once a minute
+    /// (`--idle-heartbeat-interval`), and a consumer waited that long for nothing (batch tasks
+    /// lost with a node were placed again at once). The nodes given work are woken
+    /// ([`JobKind::take_wakes`], sent when the event ends).
+    pub fn node_gone(&mut self, cx: &mut Ctx, n: u32) {
+        let seqs: Vec<u64> = self.maybe_running.iter().copied().collect();
+        for seq in seqs {
+            let Some(mut job) = self.jobs.remove(&seq) else {
+                continue;
+            };
+            if job.finished_ns == 0 {
+                if let Some(q) = job.assigned.remove(&n) {
+                    Self::hand_back(&mut job, n, q);
+                }
+                // Centralised: the dispatcher places nothing more there.
+                self.refresh_members(cx, &mut job);
+                self.return_dead_requests(cx, &mut job);
+                self.flush(cx, &mut job);
+                // Consumers placed on live nodes (those just handed back included) or blocked,
+                // with an input on `n`: its producer runs again now ([`Self::inputs_ready`]).
+                let lost: Vec<u32> = (0..job.insts.len() as u32)
+                    .filter(|&p| {
+                        let x = &job.insts[p as usize];
+                        x.st == St::Done && x.node == Some(n)
+                    })
+                    .collect();
+                if !lost.is_empty() {
+                    let placed: HashSet<u32> = job
+                        .assigned
+                        .values()
+                        .flatten()
+                        .chain(&job.blocked)
+                        .copied()
+                        .collect();
+                    let mut waiting: Vec<u32> = lost
+                        .iter()
+                        .flat_map(|&p| job.consumers(p))
+                        .filter(|c| placed.contains(c))
+                        .collect();
+                    waiting.sort_unstable();
+                    waiting.dedup();
+                    for c in waiting {
+                        self.inputs_ready(cx, &mut job, c);
+                    }
+                    self.flush(cx, &mut job);
+                }
+            }
+            self.jobs.insert(seq, job);
+        }
+    }
+
+    /// Succeeded instance `p`'s output is lost: it is ready to be produced again, and its
+    /// success no longer counts in its task's mean run time, as after a restart (which counts
+    /// the succeeded rows only). Before, the mean counted the lost success and the one that
+    /// replaced it, and read otherwise once the server restarted.
+    fn unsucceed(job: &mut WfJob, p: u32) {
+        let t = job.task_of(p).0;
+        let Some(x) = job.insts.get_mut(p as usize) else {
+            return;
+        };
+        if let Some(took) = x.success_ns()
+            && let Some(o) = job.observed.get_mut(t)
+        {
+            o.forget(took);
+        }
+        x.st = St::Ready;
+    }
+
     /// Carries out what a machine returned.
     fn apply(&mut self, job: &mut WfJob, out: Vec<Outgoing>) {
         for o in out {
@@ -2005,7 +2115,11 @@ impl Workflows {
             let x = &mut j.insts[i as usize];
             // Cancelled by a user (not as a dependant): started (an attempt) or not.
             let cancelled_itself = ended == St::Cancelled && x.message == CANCELLED;
-            x.message = if ended == St::Failed && (x.failures > 0 || x.disk_losses > 0) {
+            // It failed itself (not as a dependant) when it ran and its message does not name a
+            // producer: with `retries = 0` its `failures` is 0 (the last failure is not
+            // counted), so that count cannot tell.
+            let failed_itself = x.attempt > 0 && !x.message.starts_with("not run: ");
+            x.message = if ended == St::Failed && failed_itself {
                 format!("resubmitted after attempt {} failed", x.attempt)
             } else if cancelled_itself && x.attempt > 0 {
                 format!("resubmitted after attempt {} was cancelled", x.attempt)
@@ -2162,8 +2276,8 @@ impl Workflows {
                     instance = p,
                     "an output was lost with its node: producing it again"
                 );
+                Self::unsucceed(job, p);
                 let x = &mut job.insts[p as usize];
-                x.st = St::Ready;
                 x.reproducing = true;
                 self.dirty.insert((job.seq, p));
                 job.rerun.push(p);
@@ -2226,6 +2340,9 @@ impl Workflows {
             env: rt.env.clone(),
             workdir: job.workdir.clone(),
             time_limit_ms: rt.time_limit_ns / 1_000_000,
+            // Enforced by the agent as a batch task's declared memory is: the instance books
+            // this much in the view, so one that held more would crowd what others booked.
+            memory_limit_bytes: rt.memory_bytes,
             ..Default::default()
         }
     }
@@ -2454,6 +2571,32 @@ impl Workflows {
                     drained.join(", ")
                 ),
                 true,
+            );
+        }
+        // Consumers that could not fetch an input, waiting for its producer to run again
+        // (`blocked`): said, naming what is produced again. Before, they waited with no reason.
+        let blocked = j
+            .blocked
+            .iter()
+            .filter(|&&i| j.insts.get(i as usize).is_some_and(|x| x.st == St::Ready))
+            .count() as u64;
+        if blocked > 0 {
+            let again: Vec<String> = (0..j.insts.len() as u32)
+                .filter(|&p| j.insts[p as usize].reproducing && !j.insts[p as usize].st.ended())
+                .map(|p| j.label(p))
+                .collect();
+            return (
+                format!(
+                    "inputs: {} {} for inputs lost with their nodes{}",
+                    hetsched_core::text::count(blocked, "ready instance"),
+                    hetsched_core::text::agree(blocked, "waits", "wait"),
+                    if again.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (produced again: {})", again.join(", "))
+                    }
+                ),
+                false,
             );
         }
         // Ready instances the balancer placed on nodes that cannot start them yet (their cores,
@@ -2706,15 +2849,18 @@ impl JobKind for Workflows {
             if r.success {
                 cx.metrics.result(crate::metrics::Outcome::Succeeded);
                 let t = job.task_of(i).0;
+                let x = &mut job.insts[i as usize];
+                x.st = St::Done;
                 // The run time as listed and stored (from the start on the ANode when
                 // offloaded), so a restart, which records it from the row, counts the same.
-                let x = &job.insts[i as usize];
-                let took = x.finished_ns.saturating_sub(x.started_ns);
-                if let Some(o) = job.observed.get_mut(t) {
+                // An earlier success of the instance was forgotten when its output was lost
+                // ([`Workflows::unsucceed`]): each instance counts once, by its latest success.
+                if let Some(took) = x.success_ns()
+                    && let Some(o) = job.observed.get_mut(t)
+                {
                     o.record(took);
                 }
                 let x = &mut job.insts[i as usize];
-                x.st = St::Done;
                 x.node = Some(node.0);
                 x.message.clear();
                 (x.reason, x.signal) = (None, None);
@@ -2851,8 +2997,8 @@ impl JobKind for Workflows {
                                 node = n,
                                 "an output could not be fetched: producing it again"
                             );
+                            Self::unsucceed(&mut job, p);
                             let px = &mut job.insts[p as usize];
-                            px.st = St::Ready;
                             px.reproducing = true;
                             px.reproduced += 1;
                             self.dirty.insert((seq, p));
@@ -2865,30 +3011,28 @@ impl JobKind for Workflows {
                     None => job.rerun.push(i),
                 }
             } else {
-                x.failures += 1;
                 x.message = r.message.clone();
                 // A retry keeps it until its next dispatch.
                 (x.reason, x.signal) = (r.reason, r.signal.clone());
-                if x.failures <= retries {
+                // `failures` counts the failed attempts that were retried, as a batch task's
+                // `failed_attempts` (docs/json.md): the last failure is not counted. Before, it
+                // counted every failure, so an instance listed one more than a batch task
+                // with the same `retries` (`2 (2 failed)` for `2 (1 failed)`).
+                if x.failures < retries {
+                    x.failures += 1;
                     cx.metrics.result(crate::metrics::Outcome::Retried);
-                    let x = &mut job.insts[i as usize];
                     x.st = St::Ready;
                     job.rerun.push(i);
                 } else {
                     cx.metrics.result(crate::metrics::Outcome::Failed);
-                    // Worded as a batch task's: the agent's message (which names the exit
-                    // status) or the exit code, and the attempt it ended (counted across
-                    // resubmissions: a resubmitted instance's failures start again at 0).
-                    let x = &job.insts[i as usize];
-                    let why = format!(
-                        "attempt {} failed ({})",
-                        x.attempt,
-                        if r.message.is_empty() {
-                            format!("exit code {}", r.exit_code)
-                        } else {
-                            r.message.clone()
-                        }
-                    );
+                    // What ended it, as a batch task's message says: the agent's (which names
+                    // the exit status), or the exit code where it said nothing. The attempt
+                    // is the listing's own column.
+                    let why = if r.message.is_empty() {
+                        format!("exit code {}", r.exit_code)
+                    } else {
+                        r.message.clone()
+                    };
                     self.fail(&mut job, i, &why, (r.reason, r.signal.clone()), cx.now);
                 }
             }
@@ -3320,30 +3464,7 @@ impl JobKind for Workflows {
                 );
                 job.rerun.extend(expired);
             }
-            // A request waiting for a node that died returns to the launch node without it
-            // (event e), so the launch node drops it from its table.
-            let gone: Vec<u32> = job
-                .to_node
-                .keys()
-                .copied()
-                .filter(|&n| !Self::alive(cx, n))
-                .collect();
-            for n in gone {
-                for m in job.to_node.remove(&n).unwrap_or_default() {
-                    if let Body::Request(mut r) = m.body {
-                        r.table.retain(|&x| x.0 != n);
-                        let o = job.machine.handle(
-                            LaunchEvent::Deliver(Message {
-                                from: NodeId(n),
-                                to: LAUNCH,
-                                body: Body::Return(r),
-                            }),
-                            cx.now,
-                        );
-                        self.apply(&mut job, o);
-                    }
-                }
-            }
+            self.return_dead_requests(cx, &mut job);
             // Centralised: the heartbeat is the node's monitoring report. Its load is what the
             // node holds, as a simulated node's report says: this workflow's instances running
             // there and those waiting here for it, and each core other work holds there (batch

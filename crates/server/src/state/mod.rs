@@ -936,6 +936,12 @@ impl State {
         self.nodes.flush_wakes(&self.view, answered.map(|n| n.0));
     }
 
+    /// Node `id` is gone (dead, left): the workflows place again what waited for it
+    /// ([`crate::jobs::workflow::Workflows::node_gone`]).
+    fn workflow_node_gone(&mut self, id: u32) {
+        self.jobs.workflow.node_gone(&mut ctx!(self), id);
+    }
+
     /// Loses the running multi-node tasks one of whose nodes is gone (dead, left, removed).
     fn lose_broken_multi_node(&mut self) -> Result<(), StateError> {
         self.jobs.batch.lose_broken_multi_node(&mut ctx!(self))

@@ -1525,6 +1525,9 @@ impl State {
         self.lose_broken_multi_node()?;
         // Its agent's divisible chunks (not tasks of the node) are re-planned too.
         self.jobs.divisible.lose_agent(&name);
+        // What workflows placed there, and the outputs it held that placed consumers need, are
+        // placed and produced again now, not at another node's next heartbeat.
+        self.workflow_node_gone(id);
         Ok(())
     }
 

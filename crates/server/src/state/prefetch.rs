@@ -127,6 +127,16 @@ impl Observed {
         self.long += u64::from(duration_ns > AUTO_BUDGET_NS);
     }
 
+    /// Uncounts one success [`Observed::record`] counted with `duration_ns` (a workflow
+    /// instance whose output was lost: its next success counts instead).
+    pub fn forget(&mut self, duration_ns: u64) {
+        self.total_ns = self.total_ns.saturating_sub(u128::from(duration_ns));
+        self.count = self.count.saturating_sub(1);
+        self.long = self
+            .long
+            .saturating_sub(u64::from(duration_ns > AUTO_BUDGET_NS));
+    }
+
     /// The mean run time, once one was measured.
     pub fn mean_ns(&self) -> Option<u64> {
         (self.count > 0).then(|| (self.total_ns / u128::from(self.count)) as u64)

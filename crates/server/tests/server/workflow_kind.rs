@@ -683,41 +683,67 @@ fn a_failed_attempt_runs_again_through_the_next_allocation_request() {
     }
 }
 
-/// An instance that used up its retries says so as a batch task does: the attempt that
-/// failed last and what ended it (the exit code where the agent said nothing more). Before, it
-/// read `exit code 1 after 2 attempts: `, and after a resubmission counted only the attempts
-/// since.
+/// An instance that used up its retries reads as a batch task does (docs/json.md): its last
+/// attempt, the failed attempts that were retried (the last failure is not counted) and what
+/// ended it (the exit code where the agent said nothing more). Before, `retries = 1` read
+/// `attempt 2, failed_attempts 2, message 'attempt 2 failed (…)'`, and `retries = 0`
+/// `1 (1 failed)` where a batch task reads `1`. A row stored before, which counted the last
+/// failure too, reads the same after a restart.
 #[test]
-fn an_instance_that_used_up_its_retries_names_its_last_attempt() {
+fn an_instance_that_used_up_its_retries_reads_as_a_batch_task_does() {
     let dir = scratch("retries-used-up");
     let mut s = open(&dir, WorkflowConfig::default());
     let n = common::register(&mut s, "n0", 2);
     let mut agents = Agents::default();
     agents.beat(&mut s, n);
-    let job = s
-        .submit(
-            "flaky.toml",
-            "balancer = \"pcddb\"\n[[task]]\nname = \"flaky\"\ninstances = 1\ncost = \"1s\"\n\
-             outputs = [\"o\"]\ncommand = \"echo > {output:o}\"\nretries = 1\n",
-            "/",
-        )
-        .expect("submit")
-        .job_id;
-    for attempt in 1..=2 {
-        for _ in 0..5 {
-            agents.round(&mut s, &[n]);
+    let mut jobs = Vec::new();
+    for retries in [1, 0] {
+        let job = s
+            .submit(
+                "flaky.toml",
+                &format!(
+                    "balancer = \"pcddb\"\n[[task]]\nname = \"flaky\"\ninstances = 1\n\
+                     cost = \"1s\"\noutputs = [\"o\"]\ncommand = \"echo > {{output:o}}\"\n\
+                     retries = {retries}\n"
+                ),
+                "/",
+            )
+            .expect("submit")
+            .job_id;
+        agents = Agents::default();
+        for attempt in 1..=retries + 1 {
+            for _ in 0..5 {
+                agents.round(&mut s, &[n]);
+            }
+            assert_eq!(agents.assigned.last().map(|a| a.2), Some(attempt));
+            agents.finish_all(n, false);
+            agents.beat(&mut s, n);
         }
-        assert_eq!(agents.assigned.last(), Some(&(n, 0, attempt)));
-        agents.finish_all(n, false);
-        agents.beat(&mut s, n);
+        let t = &s.list_tasks(job, 0, 10).expect("tasks").tasks[0];
+        assert_eq!(
+            (
+                t.state.as_str(),
+                t.attempt,
+                t.failed_attempts,
+                t.message.as_str()
+            ),
+            ("failed", retries + 1, retries, "exit code 1"),
+            "retries = {retries}"
+        );
+        assert_eq!(t.reason, Some(hetsched_server::store::EndReason::Exited));
+        jobs.push(job);
     }
-    let page = s.list_tasks(job, 0, 10).expect("tasks");
-    assert_eq!(page.tasks[0].state, "failed");
-    assert_eq!(page.tasks[0].message, "attempt 2 failed (exit code 1)");
-    assert_eq!(
-        page.tasks[0].reason,
-        Some(hetsched_server::store::EndReason::Exited)
-    );
+    // Rows stored before counted the last failure: they read as the count is now.
+    drop(s);
+    let db = rusqlite::Connection::open(dir.join("state.db")).expect("db");
+    db.execute("UPDATE wf_instances SET failures = failures + 1", [])
+        .expect("edit");
+    drop(db);
+    let s = open(&dir, WorkflowConfig::default());
+    for (job, retries) in jobs.into_iter().zip([1, 0]) {
+        let t = &s.list_tasks(job, 0, 10).expect("tasks").tasks[0];
+        assert_eq!((t.attempt, t.failed_attempts), (retries + 1, retries));
+    }
 }
 
 #[test]
@@ -2807,7 +2833,7 @@ fn resubmitting_cancelled_workflow_instances_runs_them_and_their_dependants_but_
     assert!(
         why.starts_with("not run: its producer use[")
             && why.contains("] was not run (gen[")
-            && why.ends_with("] failed: attempt 1 failed (exit code 1))"),
+            && why.ends_with("] failed: exit code 1)"),
         "{why}"
     );
     assert_eq!(
@@ -5259,4 +5285,280 @@ fn an_instance_fetching_its_inputs_is_listed_apart_from_one_whose_program_runs()
         (false, 1_700_000_002_500_000_000, 2_500),
         "{t:?}"
     );
+}
+
+/// `gen` requires `prod`, which only `p` offers; `slow` (on `q`, the only `slow` node) delays
+/// the consumer `use`, which reads both. `p` dies after `gen` succeeded: once `use` is placed
+/// (on `q` or `r`), `gen` must be produced again, and only on a `prod` node — none is live, so
+/// it waits saying why, and runs on `p2`, a `prod` node that joins. Before, it ran again on
+/// the node its consumer waited on (`Workflows::waiting_for` ignored its requirements), under
+/// both balancers.
+fn a_lost_output_is_produced_again_only_where_its_requirements_are_met(balancer: &str) {
+    let dir = scratch(&format!("reproduce-requires-{balancer}"));
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            cluster_size: Some(3),
+            ..WorkflowConfig::default()
+        },
+    );
+    let p = common::register_with(&mut s, "p", 1, &["prod"]);
+    let q = common::register_with(&mut s, "q", 2, &["slow"]);
+    let r = common::register(&mut s, "r", 1);
+    let mut agents = Agents::default();
+    for n in [p, q, r] {
+        agents.beat(&mut s, n);
+    }
+    let text = format!(
+        r#"
+balancer = "{balancer}"
+[[task]]
+name = "gen"
+instances = 1
+outputs = ["g"]
+requires = ["prod"]
+command = "echo 1 > {{output:g}}"
+[[task]]
+name = "slow"
+instances = 1
+outputs = ["s"]
+requires = ["slow"]
+command = "echo 1 > {{output:s}}"
+[[task]]
+name = "use"
+instances = 1
+inputs = ["g", "s"]
+command = "cat {{input:g}} {{input:s}}"
+"#
+    );
+    let job = s.submit("wf.toml", &text, "/").expect("submit").job_id;
+    for _ in 0..10 {
+        agents.round(&mut s, &[p, q, r]);
+        if agents.assigned.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(agents.assigned.len(), 2, "gen and slow run: {agents:?}");
+    agents.finish_all(p, true);
+    agents.beat(&mut s, p);
+    // `p` goes silent and is declared dead with `gen`'s output.
+    std::thread::sleep(crate::common::SILENCE);
+    for n in [q, r] {
+        agents.beat(&mut s, n);
+    }
+    s.check_dead(crate::common::DEAD_TIMEOUT)
+        .expect("dead check");
+    // `slow` ends: `use` is placed, and `gen` must run again.
+    agents.finish_all(q, true);
+    for _ in 0..10 {
+        agents.round(&mut s, &[q, r]);
+    }
+    let gen_runs = |a: &Agents| -> Vec<u32> {
+        a.assigned
+            .iter()
+            .filter(|&&(_, i, _)| i == 0)
+            .map(|&(n, _, _)| n)
+            .collect()
+    };
+    assert_eq!(
+        gen_runs(&agents),
+        vec![p],
+        "gen ran again on a node without `prod`: {agents:?}"
+    );
+    let info = s.get_job(job).expect("job");
+    assert!(
+        info.pending_reason
+            .contains("no live node can run task `gen`"),
+        "{info:?}"
+    );
+    let p2 = common::register_with(&mut s, "p2", 1, &["prod"]);
+    agents.run_until_completed(&mut s, &[q, r, p2], job, 40);
+    assert_eq!(
+        s.get_job(job).expect("job").state,
+        "completed",
+        "{agents:?}"
+    );
+    assert_eq!(gen_runs(&agents), vec![p, p2], "{agents:?}");
+}
+
+#[test]
+fn a_lost_output_is_produced_again_only_where_its_requirements_are_met_centralised() {
+    a_lost_output_is_produced_again_only_where_its_requirements_are_met("centralised");
+}
+
+#[test]
+fn a_lost_output_is_produced_again_only_where_its_requirements_are_met_pcddb() {
+    a_lost_output_is_produced_again_only_where_its_requirements_are_met("pcddb");
+}
+
+/// Centralised: `gen` ran on `p`; `slow`'s end on `q` readies the two `use` instances, placed
+/// on `p` and on `q`. `p`'s agent is killed, so it never beats again. When `p` is declared
+/// dead, what waited for it is placed again and `gen` produced again at once, and `q` — an
+/// idle agent, whose next beat may be a minute away — is woken for them. Before, nothing
+/// happened until some node of the workflow beat (58 s with the default idle heartbeat).
+/// Meanwhile a consumer that could not fetch `gen`'s output says what it waits for.
+#[test]
+fn a_dead_nodes_placed_instances_and_lost_outputs_are_placed_again_at_once() {
+    let dir = scratch("dead-node-wakes");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let p = common::register(&mut s, "p", 1);
+    let q = common::register_with(&mut s, "q", 2, &["slow"]);
+    let mut agents = Agents::default();
+    for n in [p, q] {
+        agents.beat(&mut s, n);
+    }
+    let text = r#"
+balancer = "centralised"
+[[task]]
+name = "gen"
+instances = 1
+outputs = ["g"]
+command = "echo 1 > {output:g}"
+[[task]]
+name = "slow"
+instances = 1
+outputs = ["s"]
+requires = ["slow"]
+command = "echo 1 > {output:s}"
+[[task]]
+name = "use"
+instances = 2
+inputs = ["g", "s"]
+command = "cat {input:g} {input:s}"
+"#;
+    let job = s.submit("wf.toml", text, "/").expect("submit").job_id;
+    for _ in 0..5 {
+        agents.round(&mut s, &[p, q]);
+    }
+    assert_eq!(
+        agents.assigned,
+        vec![(p, 0, 1), (q, 1, 1)],
+        "gen on p, slow on q"
+    );
+    agents.finish_all(p, true);
+    agents.beat(&mut s, p);
+    // `p`'s agent is killed now; `slow` ends and the consumers are placed, one on `p`.
+    agents.finish_all(q, true);
+    agents.beat(&mut s, q);
+    assert_eq!(agents.assigned.len(), 3, "one use runs on q: {agents:?}");
+    std::thread::sleep(crate::common::SILENCE);
+    agents.beat(&mut s, q);
+    let mut woken = s.await_work(q, common::IDENTITY).expect("its wake-ups");
+    woken.borrow_and_update();
+    s.check_dead(crate::common::DEAD_TIMEOUT)
+        .expect("dead check");
+    assert!(
+        woken.has_changed().unwrap_or(false),
+        "p's death wakes q for the consumer placed on p and gen's output lost there"
+    );
+    // The consumer running on `q` could not fetch `gen`'s output: it waits, saying why.
+    agents.fetch_fails(q);
+    let before = agents.assigned.len();
+    agents.beat(&mut s, q);
+    assert_eq!(
+        agents.assigned.get(before),
+        Some(&(q, 0, 2)),
+        "gen runs again on q first: {agents:?}"
+    );
+    let info = s.get_job(job).expect("job");
+    assert!(
+        info.pending_reason
+            .starts_with("inputs: 1 ready instance waits for inputs lost")
+            && info.pending_reason.contains("gen[1]"),
+        "{info:?}"
+    );
+    agents.run_until_completed(&mut s, &[q], job, 20);
+    assert_eq!(
+        s.get_job(job).expect("job").state,
+        "completed",
+        "{agents:?}"
+    );
+}
+
+/// A workflow task's `memory` reaches its agent in the task spec, which the agent enforces as
+/// a batch task's (`memory limit of … exceeded`). Before, instances were not limited.
+#[test]
+fn a_workflow_tasks_memory_is_the_limit_in_its_instances_task_spec() {
+    let dir = scratch("memory-limit");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    s.submit(
+        "mem.toml",
+        "balancer = \"centralised\"\n[[task]]\nname = \"big\"\ninstances = 1\n\
+         outputs = [\"o\"]\ncommand = \"echo > {output:o}\"\nmemory = \"20MiB\"\n\
+         [[task]]\nname = \"free\"\ninstances = 1\noutputs = [\"o2\"]\n\
+         command = \"echo > {output:o2}\"\n",
+        "/",
+    )
+    .expect("submit");
+    let reply = agents.beat(&mut s, n);
+    assert_eq!(reply.assignments.len(), 2, "{reply:?}");
+    let limits: BTreeMap<String, u64> = reply
+        .specs
+        .iter()
+        .map(|spec| (spec.app.clone(), spec.memory_limit_bytes))
+        .collect();
+    assert_eq!(
+        limits,
+        BTreeMap::from([("big".into(), 20 << 20), ("free".into(), 0)])
+    );
+}
+
+/// The result of attempt `attempt` of task `task_id`, a success from `started_ns` to
+/// `finished_ns`.
+fn succeeded_between(
+    task_id: u64,
+    attempt: u32,
+    started_ns: u64,
+    finished_ns: u64,
+) -> pb::TaskResult {
+    pb::TaskResult {
+        started_ns,
+        finished_ns,
+        ..succeeded(task_id, attempt)
+    }
+}
+
+/// A task's mean run time counts each instance by its latest success: `seed` ran 10 ms, its
+/// output was lost (its consumers could not fetch it), and it ran 30 ms again — its mean is
+/// 30 ms, the same after a restart, which rebuilds it from the stored rows. Before, the live
+/// mean counted both runs (20 ms) and read 30 ms only after a restart.
+#[test]
+fn a_tasks_mean_run_time_counts_each_instances_latest_success_across_a_restart() {
+    let dir = scratch("mean-reproduced");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n0", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, n);
+    let text = FAN_OUT
+        .replace("balancer = \"pcddb\"", "balancer = \"centralised\"")
+        .replace("1..=20", "1..=2");
+    let job = s.submit("fan.toml", &text, "/").expect("submit").job_id;
+    let run_seed = |agents: &mut Agents, s: &mut State, attempt: u32, ms: u64| {
+        agents.beat(s, n);
+        let (task, a) = agents.running.remove(&n).expect("running")[0];
+        assert_eq!((task - agents.task_base, a), (0, attempt), "{agents:?}");
+        agents.special.entry(n).or_default().push(succeeded_between(
+            task,
+            a,
+            1_000_000,
+            1_000_000 + ms * 1_000_000,
+        ));
+        agents.beat(s, n);
+    };
+    agents.task_base = agents_base(&s, job);
+    run_seed(&mut agents, &mut s, 1, 10);
+    let seed_mean = |s: &State| s.job(job).expect("job").apps[0].mean_cpu_ms;
+    assert_eq!(seed_mean(&s), 10.0);
+    // Both consumers run and cannot fetch the seed's output: it is produced again.
+    agents.beat(&mut s, n);
+    assert_eq!(agents.running[&n].len(), 2, "{agents:?}");
+    agents.fetch_fails(n);
+    run_seed(&mut agents, &mut s, 2, 30);
+    assert_eq!(seed_mean(&s), 30.0, "its latest success only");
+    drop(s);
+    let s = open(&dir, WorkflowConfig::default());
+    assert_eq!(seed_mean(&s), 30.0, "the same after a restart");
 }
