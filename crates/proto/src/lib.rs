@@ -14,6 +14,7 @@ mod generated {
 
 pub use generated::*;
 
+pub mod listen;
 pub mod ticket;
 
 /// The longest the server holds an agent's call open while the agent is idle (`AwaitWork`, and

@@ -198,6 +198,12 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     if let Some(tls) = &config.tls {
         http::check_tls(tls)?;
     }
+    let grpc_tls = config.tls.as_ref().map(service::grpc_tls).transpose()?;
+    // Both listeners' bounds on their connections (`hetsched_proto::listen`).
+    let limits = hetsched_proto::listen::Limits {
+        greeting: config.greeting_timeout,
+        max_connections: config.max_connections as usize,
+    };
     let dir = config.data_dir.clone();
     datadir::prepare(&dir)?;
     let lock = datadir::lock(&dir)?;
@@ -261,7 +267,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                 .register_topology_metrics(&mut registry);
             let read_token_file = dir.join(dashboard::READ_TOKEN);
             let read_token = dashboard::read_token(&dir).map_err(io_err(&read_token_file))?;
-            let listener = http::bind(at, config.tls.as_ref()).await?;
+            let listener = http::bind(at, config.tls.as_ref(), limits).await?;
             let mut board = dashboard::Dashboard::new(
                 shared.clone(),
                 metrics.clone(),
@@ -368,15 +374,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     let (tx, rx) = oneshot::channel();
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
-    let router = service::router_with(
-        shared.clone(),
-        metrics,
-        &creds,
-        config.tls.as_ref(),
-        relay.clone(),
-        stopping_rx,
-    )
-    .await?;
+    let router =
+        service::router_with(shared.clone(), metrics, &creds, relay.clone(), stopping_rx).await?;
     let router = topology_service::add_services(
         router,
         shared.clone(),
@@ -386,7 +385,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         stopping.subscribe(),
     );
     let at_stop = shared;
-    let incoming = service::incoming(listener, timeout);
+    let incoming = service::incoming(listener, timeout, grpc_tls, limits);
     let join = tokio::spawn(async move {
         // The data directory stays locked while the server serves.
         let _lock = lock;

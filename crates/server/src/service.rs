@@ -1286,16 +1286,52 @@ impl tonic::service::Interceptor for CheckToken {
 /// one: an idle agent lives by its open `AwaitWork` call, and this is how the call of an agent
 /// whose host vanished (no FIN) ends. The probes are the kernel's own — the server and the agent
 /// processes never wake for them (HTTP/2 pings woke both, every dead timeout, per agent).
+/// Keepalive sees only vanished hosts, so the connections are also guarded
+/// (`hetsched_proto::listen`): TLS with `tls`, a connection that has not sent its greeting
+/// (handshake, HTTP/2 preface and first frame) within `limits.greeting` is closed, and at most
+/// `limits.max_connections` are open at once.
 pub fn incoming(
     listener: tokio::net::TcpListener,
     dead_timeout: std::time::Duration,
-) -> tonic::transport::server::TcpIncoming {
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: hetsched_proto::listen::Limits,
+) -> hetsched_proto::listen::Incoming {
+    let what = match listener.local_addr() {
+        Ok(a) => format!("the gRPC listener {a}"),
+        Err(_) => "the gRPC listener".to_string(),
+    };
     let (idle, interval, probes) = tcp_keepalive(dead_timeout);
-    tonic::transport::server::TcpIncoming::from(listener)
+    let tcp = tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(idle))
         .with_keepalive_interval(Some(interval))
-        .with_keepalive_retries(Some(probes))
+        .with_keepalive_retries(Some(probes));
+    hetsched_proto::listen::incoming(tcp, tls, limits, what)
+}
+
+/// The gRPC listener's TLS from `[tls]`'s certificate chain and key (HTTP/2 by ALPN), with a
+/// warning when the key is readable by other users.
+pub fn grpc_tls(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|source| ServerError::Io {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(meta) = std::fs::metadata(&tls.key)
+            && meta.mode() & 0o077 != 0
+        {
+            tracing::warn!(
+                file = %tls.key.display(),
+                mode = format!("{:o}", meta.mode() & 0o777),
+                "the TLS private key is readable by other users: `chmod 600` it"
+            );
+        }
+    }
+    hetsched_proto::listen::tls_config(&read(&tls.cert)?, &read(&tls.key)?)
+        .map_err(|e| ServerError::Config(format!("[tls] for gRPC: {e}")))
 }
 
 /// TCP keepalive for a dead timeout: the idle time before the first probe, the time between
@@ -1318,7 +1354,6 @@ pub async fn router_with(
     state: Shared,
     metrics: Arc<Metrics>,
     creds: &Credentials,
-    tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
@@ -1334,30 +1369,8 @@ pub async fn router_with(
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
+    // TLS is the listener's (`incoming`), so that one deadline covers the handshake too.
     let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|source| ServerError::Io {
-                path: p.to_path_buf(),
-                source,
-            })
-        };
-        {
-            use std::os::unix::fs::MetadataExt;
-            if let Ok(meta) = std::fs::metadata(&tls.key)
-                && meta.mode() & 0o077 != 0
-            {
-                tracing::warn!(
-                    file = %tls.key.display(),
-                    mode = format!("{:o}", meta.mode() & 0o777),
-                    "the TLS private key is readable by other users: `chmod 600` it"
-                );
-            }
-        }
-        let identity = tonic::transport::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
-        builder =
-            builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
-    }
     let router = builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(
