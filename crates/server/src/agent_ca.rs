@@ -212,13 +212,27 @@ impl AgentCa {
 
     /// A certificate (PEM) for an agent's listeners' `public_key` (an uncompressed P-256
     /// point), naming `ip` (where the server reaches the agent) and `host` (what it advertises
-    /// to its peers, if anything).
+    /// to its peers, if anything): [`AgentCa::names_for`], then [`AgentCa::sign`].
     pub fn certify(
         &self,
         public_key: &[u8],
         ip: IpAddr,
         host: Option<&str>,
     ) -> Result<String, String> {
+        let names = self.names_for(public_key, ip, host)?;
+        self.sign(public_key, ip, names)
+    }
+
+    /// What a certificate for `public_key`, `ip` and `host` would name, or why none is signed
+    /// (a key that is no P-256 point, a host that is another address, one of the server's
+    /// names, or no name at all). Checks only: signing, which costs CPU and is bounded per
+    /// caller, comes after every check ([`AgentCa::sign`]).
+    pub fn names_for(
+        &self,
+        public_key: &[u8],
+        ip: IpAddr,
+        host: Option<&str>,
+    ) -> Result<Names, String> {
         if public_key.len() != P256_POINT_BYTES || public_key.first() != Some(&4) {
             return Err(format!(
                 "the public key must be an uncompressed ECDSA P-256 point ({P256_POINT_BYTES} \
@@ -261,6 +275,13 @@ impl AgentCa {
                 names.push(name);
             }
         }
+        Ok(Names(names))
+    }
+
+    /// Signs `public_key`'s certificate for `names` ([`AgentCa::names_for`] of the same key
+    /// and `ip`).
+    pub fn sign(&self, public_key: &[u8], ip: IpAddr, names: Names) -> Result<String, String> {
+        let Names(names) = names;
         let mut p = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, format!("hetsched agent at {ip}"));
@@ -278,6 +299,10 @@ impl AgentCa {
             .map_err(|e| e.to_string())
     }
 }
+
+/// The names a listener certificate will hold, checked ([`AgentCa::names_for`]).
+#[derive(Debug)]
+pub struct Names(Vec<SanType>);
 
 /// Whether `host` (what an agent advertises, trimmed) is a DNS name rather than an IP address.
 pub fn is_dns_name(host: &str) -> bool {

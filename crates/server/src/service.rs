@@ -337,42 +337,52 @@ impl Agent for AgentService {
             .remote_addr()
             .map(|a| a.ip())
             .ok_or_else(|| Status::failed_precondition("the call's address is unknown"))?;
-        // Signing costs CPU: bounded per caller address (an agent asks once at each start).
-        self.2
-            .certify_rate
-            .admit(ip, std::time::Instant::now())
-            .map_err(Status::resource_exhausted)?;
         let r = req.into_inner();
         let host = (!r.advertise_host.is_empty()).then_some(r.advertise_host.as_str());
-        // A DNS name is certified only if it resolves to the caller's address here and no
-        // other live agent advertises it (an IP address must be the caller's: `certify`).
-        if let Some(h) = host
+        let dns = host
             .map(str::trim)
             .filter(|h| crate::agent_ca::is_dns_name(h))
-        {
+            .map(str::to_string);
+        if let Some(h) = &dns {
             ca.server_names.check(h).map_err(Status::invalid_argument)?;
-            let name = h.to_string();
-            // By node when the agent says which it is (and proves it); by the caller's address
-            // for an agent that predates `node` and `identity`.
-            let (node, identity) = (r.node.clone(), r.identity.clone());
-            read_state(&self.0, move |s| {
-                if node.is_empty() {
-                    s.check_listener_name(&name, ip)
-                } else {
-                    s.check_listener_name_for_node(&name, &node, &identity)
-                }
-                .map_err(crate::state::StateError::Invalid)
-            })
-            .await?;
-            let name = h.to_string();
+        }
+        // By node when the agent says which it is (and proves it), whatever it advertises: a
+        // request naming a live node with another identity is refused with or without a host
+        // (before, only with a DNS name). A DNS name is also certified only if no other live
+        // agent advertises it: by node, or by the caller's address for an agent that predates
+        // `node` and `identity`.
+        let (node, identity, name) = (r.node.clone(), r.identity.clone(), dns.clone());
+        read_state(&self.0, move |s| {
+            match (node.is_empty(), &name) {
+                (false, Some(h)) => s.check_listener_name_for_node(h, &node, &identity),
+                (false, None) => s.check_listener_claim(&node, &identity).map(drop),
+                (true, Some(h)) => s.check_listener_name(h, ip),
+                (true, None) => Ok(()),
+            }
+            .map_err(crate::state::StateError::Invalid)
+        })
+        .await?;
+        // A DNS name only if it resolves to the caller's address here (an IP address must be
+        // the caller's: `names_for`).
+        if let Some(name) = dns {
             tokio::task::spawn_blocking(move || crate::agent_ca::check_resolves_to(&name, ip))
                 .await
                 .map_err(|e| Status::internal(e.to_string()))?
                 .map_err(Status::invalid_argument)?;
         }
-        let cert_pem = ca
-            .certify(&r.public_key, ip, host)
+        let names = ca
+            .names_for(&r.public_key, ip, host)
             .map_err(Status::invalid_argument)?;
+        // Signing costs CPU: bounded per caller address (an agent asks once at each start).
+        // Counted only now, so a refused request neither is signed nor uses up the bound of
+        // the agents behind that address.
+        self.2
+            .certify_rate
+            .admit(ip, std::time::Instant::now())
+            .map_err(Status::resource_exhausted)?;
+        let cert_pem = ca
+            .sign(&r.public_key, ip, names)
+            .map_err(Status::internal)?;
         tracing::info!(%ip, host = host.unwrap_or(""), "agent listener certified");
         Ok(Response::new(pb::ListenerCertificateReply {
             cert_pem,

@@ -954,6 +954,64 @@ async fn a_name_another_node_advertises_is_refused_by_node_over_the_rpc() {
     server.stop().await.expect("stops");
 }
 
+/// A request naming a live node is refused without that node's identity whatever it
+/// advertises — before, with no `advertise` host the identity was not looked at and the
+/// caller was certified — and a refused request is neither signed nor counted against the
+/// bound of listener certificates per address: after as many refusals as the bound, the
+/// node's own agent, asking without a host too, is still certified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_naming_a_live_node_without_its_identity_is_refused_with_no_host_and_not_counted()
+{
+    use hetsched_server::throttle::CERTIFICATES_PER_ADDRESS as MOST;
+    let (_scratch, dir) = scratch("certify-no-host");
+    let (server, mut agent) = tls_server(&dir).await;
+    agent
+        .register(registration("t1", common::IDENTITY))
+        .await
+        .expect("t1");
+    let ask = |identity: &str| pb::ListenerCertificateRequest {
+        public_key: listener_key(),
+        advertise_host: String::new(),
+        node: "t1".into(),
+        identity: identity.into(),
+    };
+    for _ in 0..MOST {
+        let e = agent
+            .listener_certificate(ask("identity-of-another"))
+            .await
+            .expect_err("t1 without its identity, no host");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(
+            e.message().contains(
+                "this call speaks for node `t1` without the identity that node registered with"
+            ),
+            "{}",
+            e.message()
+        );
+    }
+    let e = agent
+        .listener_certificate(ask(""))
+        .await
+        .expect_err("t1 with no identity");
+    assert!(
+        e.message()
+            .contains("the request names node `t1` without its identity: send both or neither"),
+        "{}",
+        e.message()
+    );
+    let own = agent
+        .listener_certificate(ask(common::IDENTITY))
+        .await
+        .expect("t1's own agent: the refusals counted nothing")
+        .into_inner();
+    assert!(
+        own.cert_pem.contains("BEGIN CERTIFICATE"),
+        "{}",
+        own.cert_pem
+    );
+    server.stop().await.expect("stops");
+}
+
 /// A state of its own over a new store in scratch directory `name`, and that directory (held by
 /// the caller: removed when its test passes).
 fn fresh_state(name: &str) -> (Scratch, State) {
