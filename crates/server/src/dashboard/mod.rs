@@ -155,7 +155,8 @@ pub struct Dashboard {
 }
 
 /// Reads `DATA_DIR/read-token`, creating it (256 random bits in hex, mode 0600) on first start
-/// or when empty; a kept one open to others is made 0600 again. Never through a symbolic link.
+/// or when empty; a kept one open to others is made 0600 again, and one shorter than
+/// `datadir::MIN_TOKEN_CHARS` is refused. Never through a symbolic link.
 pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
     use std::io::{Read, Write};
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -172,6 +173,10 @@ pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
             // The server's own file is made private; another user's is only warned about.
             crate::datadir::keep_private(&f, &path, "the read-only token file", true)?;
             if !t.trim().is_empty() {
+                // A hand-written short one is refused, as the other tokens are.
+                if let Some(why) = crate::datadir::weak_token(t.trim()) {
+                    return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+                }
                 return Ok(t.trim().to_string());
             }
         }
