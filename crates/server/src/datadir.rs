@@ -133,6 +133,30 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Writes `bytes` to `path` (created or truncated) as [`create_private`] does: mode 0600
+/// whatever the umask — and whatever mode a file kept from an earlier version had — and not
+/// through a symbolic link. What the server writes for its own user (`address`,
+/// `http-address`, the allocation queues' scripts) is 0600 like every file of the data
+/// directory.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = create_private(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)
+}
+
+/// Creates directory `path`, and its missing parents, mode 0700 whatever the umask; an
+/// existing `path` open to others (made by an earlier version) is made 0700.
+pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    if std::fs::symlink_metadata(path)?.mode() & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 /// Checks `dir` as [`prepare`] and [`lock`] would, changing nothing: a missing directory is
 /// fine if it can be created ([`creatable`]); one that is a symlink, not a directory, or another
 /// user's is refused. The PID of the server that holds its lock, if one does (`hetsched server

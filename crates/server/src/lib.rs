@@ -290,7 +290,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let http_addr = http.as_ref().map(|h| h.addr);
     let http_file = dir.join("http-address");
     match http_addr {
-        Some(a) => std::fs::write(&http_file, a.to_string()).map_err(io_err(&http_file))?,
+        Some(a) => datadir::write_private(&http_file, a.to_string().as_bytes())
+            .map_err(io_err(&http_file))?,
         None => match std::fs::remove_file(&http_file) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(io_err(&http_file)(e));
@@ -299,7 +300,10 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         },
     }
     let address_file = dir.join("address");
-    std::fs::write(&address_file, addr.to_string()).map_err(io_err(&address_file))?;
+    // 0600 as every file of the data directory: the CLI that reads it runs as the server's
+    // user (the directory is 0700 anyway).
+    datadir::write_private(&address_file, addr.to_string().as_bytes())
+        .map_err(io_err(&address_file))?;
 
     // Dead-node detection and each kind's housekeeping: the reaper runs when something can be
     // due (`state::alarm`), and sleeps until then or until an event moves that earlier.

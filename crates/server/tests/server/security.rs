@@ -40,6 +40,7 @@ async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_canno
     let (_scratch, dir) = scratch("roles");
     let (server, channel) = common::serve(ServerConfig {
         data_dir: dir.clone(),
+        http_listen: Some("127.0.0.1:0".parse().expect("addr")),
         ..Default::default()
     })
     .await;
@@ -77,14 +78,18 @@ async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_canno
         .await
         .expect("a user reads jobs with the client token");
 
-    // Private files: the directory 0700; tokens, the store, its WAL and SHM 0600.
+    // Private files: the directory 0700; tokens, the store, its WAL and SHM, and the address
+    // files (0644 before) 0600.
     assert_eq!(std::fs::metadata(&dir).expect("dir").mode() & 0o777, 0o700);
     for f in [
         "token",
         "agent-token",
+        "read-token",
         "state.db",
         "state.db-wal",
         "state.db-shm",
+        "address",
+        "http-address",
     ] {
         let m = std::fs::metadata(dir.join(f)).expect(f).mode() & 0o777;
         assert_eq!(m, 0o600, "{f} has mode {m:o}");
