@@ -360,15 +360,21 @@ pub struct CheckToken(std::sync::Arc<str>);
 
 /// The interceptor admitting calls that carry `token`.
 pub fn check_token(token: &str) -> CheckToken {
-    CheckToken(pb::bearer(token).into())
+    CheckToken(token.into())
 }
 
 impl tonic::service::Interceptor for CheckToken {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let ok = req.metadata().get(pb::AUTH_HEADER).is_some_and(|v| {
-            let (a, b) = (v.as_bytes(), self.0.as_bytes());
-            a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-        });
+        // The header read as the server reads it (`pb::bearer_token`: the scheme in any case).
+        let ok = req
+            .metadata()
+            .get(pb::AUTH_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(pb::bearer_token)
+            .is_some_and(|t| {
+                let (a, b) = (t.as_bytes(), self.0.as_bytes());
+                a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+            });
         if ok {
             Ok(req)
         } else {
@@ -424,13 +430,10 @@ impl LogListener {
                 work_dir: work_dir.to_path_buf(),
                 key,
             },
-            CheckToken(pb::bearer(token).into()),
+            check_token(token),
         );
         let data = data.map(|d| {
-            pb::agent_data_server::AgentDataServer::with_interceptor(
-                d,
-                CheckToken(pb::bearer(token).into()),
-            )
+            pb::agent_data_server::AgentDataServer::with_interceptor(d, check_token(token))
         });
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let join = tokio::spawn(async move {
@@ -695,6 +698,27 @@ mod tests {
         );
         assert_eq!(read_page(&p, 99, 0).expect("read"), (vec![], 11, 11, true));
     }
+    /// The agent's listeners read `authorization` as the server does (`pb::bearer_token`):
+    /// the scheme in any case, spaces around; before, only `Bearer` and one space passed.
+    #[test]
+    fn the_token_check_reads_the_bearer_scheme_as_the_server_does() {
+        use tonic::service::Interceptor;
+        let mut check = check_token("t0k");
+        let mut admits = |value: &str| {
+            let mut r = Request::new(());
+            r.metadata_mut()
+                .insert(pb::AUTH_HEADER, value.parse().expect("ascii"));
+            check.call(r).is_ok()
+        };
+        for value in ["Bearer t0k", "bearer t0k", "  BEARER  t0k  "] {
+            assert!(admits(value), "{value:?}");
+        }
+        for value in ["Bearer t0", "Bearer t0kk", "Basic t0k", "t0k", "Bearer"] {
+            assert!(!admits(value), "{value:?}");
+        }
+        assert!(check_token("t0k").call(Request::new(())).is_err(), "none");
+    }
+
     /// Whether the listener at `addr` closes a connection that sends nothing within `within`.
     async fn closes_a_silent_connection(addr: SocketAddr, within: std::time::Duration) -> bool {
         use tokio::io::AsyncReadExt;

@@ -1269,7 +1269,10 @@ impl tonic::service::Interceptor for CheckToken {
                 "missing token: send `authorization: Bearer <token>` (the tokens are in the server's data directory)",
             ));
         };
-        match self.role_of(v.as_bytes()) {
+        // Read as the HTTP listener reads it (the scheme in any case, spaces around), then
+        // compared in the one form the tokens are kept in.
+        let value = v.to_str().ok().and_then(pb::bearer_token).map(pb::bearer);
+        match value.and_then(|v| self.role_of(v.as_bytes())) {
             Some((r, who)) if r == self.role => {
                 req.extensions_mut().insert(who);
                 Ok(req)

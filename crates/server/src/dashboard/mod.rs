@@ -204,14 +204,11 @@ fn random_hex() -> String {
     format!("{a:032x}{b:032x}")
 }
 
-/// The token of an `Authorization` value of the Bearer scheme, whatever the case the scheme is
-/// written in (`Bearer`, `bearer`, `BEARER`: RFC 7235 §2.1 makes it case-insensitive, and
-/// clients differ); `None` for another scheme or no token. Every route that reads the header
-/// (the API, the page, `/metrics`, `POST /api/ticket`) goes through it.
+/// The token of an `Authorization` value of the Bearer scheme: `hetsched_proto::bearer_token`,
+/// the one reading gRPC's token check shares (the scheme in any case, RFC 7235). Every route
+/// that reads the header (the API, the page, `/metrics`, `POST /api/ticket`) goes through it.
 fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    let token = token.trim_start();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    pb::bearer_token(value)
 }
 
 fn same(a: &[u8], b: &[u8]) -> bool {

@@ -35,6 +35,63 @@ fn registration(name: &str, identity: &str) -> pb::RegisterRequest {
     }
 }
 
+/// An interceptor that sends `value` as the whole `authorization` metadata.
+#[derive(Clone)]
+struct RawAuth(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for RawAuth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert(pb::AUTH_HEADER, self.0.clone());
+        Ok(req)
+    }
+}
+
+/// gRPC reads `authorization` as the HTTP listener does (one parser, `hetsched_proto::
+/// bearer_token`): the scheme in any case (RFC 7235) and spaces around the token. Before, only
+/// `Bearer` with a capital B and one space passed on gRPC, and `bearer TOKEN`, which the
+/// dashboard takes, was a wrong token. Another scheme, or no token, is still refused.
+#[tokio::test]
+async fn grpc_reads_the_bearer_scheme_in_any_case_and_spaces_around_as_http_does() {
+    let (_scratch, dir) = scratch("bearer");
+    let (server, channel) = common::serve(ServerConfig {
+        data_dir: dir.clone(),
+        ..Default::default()
+    })
+    .await;
+    let with = |value: String| {
+        ClientClient::with_interceptor(
+            channel.clone(),
+            RawAuth(value.parse().expect("ascii metadata")),
+        )
+    };
+    let t = &server.token;
+    for value in [
+        format!("bearer {t}"),
+        format!("BEARER {t}"),
+        format!("bEaReR {t}"),
+        format!("  Bearer   {t}  "),
+    ] {
+        with(value.clone())
+            .list_jobs(pb::ListJobsRequest::default())
+            .await
+            .unwrap_or_else(|e| panic!("`{value}`: {e:?}"));
+    }
+    for value in [format!("Basic {t}"), "Bearer".to_string(), t.clone()] {
+        let e = with(value.clone())
+            .list_jobs(pb::ListJobsRequest::default())
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "`{value}`: {e:?}");
+    }
+    // The agent token, in another case, still cannot call the client service.
+    let e = with(format!("bearer {}", server.agent_token))
+        .list_jobs(pb::ListJobsRequest::default())
+        .await
+        .expect_err("the agent token");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    server.stop().await.expect("stops");
+}
+
 #[tokio::test]
 async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_cannot_read_jobs() {
     let (_scratch, dir) = scratch("roles");
