@@ -240,6 +240,27 @@ impl DataListener {
         token: &str,
         tls: (Vec<u8>, Vec<u8>),
     ) -> Result<Self, String> {
+        Self::bind_limited(
+            at,
+            service,
+            token,
+            tls,
+            hetsched_proto::listen::Limits::AGENT,
+        )
+        .await
+    }
+
+    /// [`DataListener::bind`] with its connections bounded by `limits` (the greeting timeout,
+    /// the cap: `hetsched_proto::listen`).
+    pub(crate) async fn bind_limited(
+        at: std::net::SocketAddr,
+        service: DataService,
+        token: &str,
+        tls: (Vec<u8>, Vec<u8>),
+        limits: hetsched_proto::listen::Limits,
+    ) -> Result<Self, String> {
+        let tls =
+            hetsched_proto::listen::tls_config(&tls.0, &tls.1).map_err(|e| format!("TLS: {e}"))?;
         let listener = tokio::net::TcpListener::bind(at)
             .await
             .map_err(|e| format!("{at}: {e}"))?;
@@ -248,17 +269,17 @@ impl DataListener {
             service,
             crate::logs::check_token(token),
         );
-        let builder = tonic::transport::Server::builder()
-            .tls_config(
-                tonic::transport::ServerTlsConfig::new()
-                    .identity(tonic::transport::Identity::from_pem(tls.0, tls.1)),
-            )
-            .map_err(|e| format!("TLS: {e}"))?;
-        let mut builder = builder;
+        let mut builder = tonic::transport::Server::builder();
         let join = tokio::spawn(async move {
             // Without TCP_NODELAY every input fetch and PCDDB hop paid a 40 ms delayed ACK.
-            let incoming =
+            let tcp =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = hetsched_proto::listen::incoming(
+                tcp,
+                Some(tls),
+                limits,
+                format!("the data listener {addr}"),
+            );
             if let Err(e) = builder.add_service(svc).serve_with_incoming(incoming).await {
                 tracing::error!("agent data listener: {e}");
             }

@@ -31,6 +31,7 @@
 use crate::dataflow::DataKey;
 use hetsched_proto as pb;
 use hetsched_proto::agent_logs_server::{AgentLogs, AgentLogsServer};
+use hetsched_proto::listen::Limits;
 use hetsched_proto::ticket::{self, Log, LogFile, NO_KEY_HEADER};
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
@@ -359,15 +360,21 @@ pub struct CheckToken(std::sync::Arc<str>);
 
 /// The interceptor admitting calls that carry `token`.
 pub fn check_token(token: &str) -> CheckToken {
-    CheckToken(pb::bearer(token).into())
+    CheckToken(token.into())
 }
 
 impl tonic::service::Interceptor for CheckToken {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let ok = req.metadata().get(pb::AUTH_HEADER).is_some_and(|v| {
-            let (a, b) = (v.as_bytes(), self.0.as_bytes());
-            a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-        });
+        // The header read as the server reads it (`pb::bearer_token`: the scheme in any case).
+        let ok = req
+            .metadata()
+            .get(pb::AUTH_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(pb::bearer_token)
+            .is_some_and(|t| {
+                let (a, b) = (t.as_bytes(), self.0.as_bytes());
+                a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+            });
         if ok {
             Ok(req)
         } else {
@@ -397,15 +404,25 @@ impl LogListener {
         tls: Option<(Vec<u8>, Vec<u8>)>,
         data: Option<crate::dataflow::DataService>,
     ) -> std::io::Result<Self> {
+        Self::bind_limited(at, work_dir, token, key, tls, data, Limits::AGENT).await
+    }
+
+    /// [`LogListener::bind_tls`] with its connections bounded by `limits` (the greeting
+    /// timeout, the cap: `hetsched_proto::listen`).
+    pub(crate) async fn bind_limited(
+        at: SocketAddr,
+        work_dir: &Path,
+        token: &str,
+        key: LogKey,
+        tls: Option<(Vec<u8>, Vec<u8>)>,
+        data: Option<crate::dataflow::DataService>,
+        limits: Limits,
+    ) -> std::io::Result<Self> {
+        let tls = tls
+            .map(|(cert, key)| hetsched_proto::listen::tls_config(&cert, &key))
+            .transpose()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let mut builder = tonic::transport::Server::builder();
-        if let Some((cert, key)) = tls {
-            builder = builder
-                .tls_config(
-                    tonic::transport::ServerTlsConfig::new()
-                        .identity(tonic::transport::Identity::from_pem(cert, key)),
-                )
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        }
         let listener = tokio::net::TcpListener::bind(at).await?;
         let addr = listener.local_addr()?;
         let service = AgentLogsServer::with_interceptor(
@@ -413,20 +430,23 @@ impl LogListener {
                 work_dir: work_dir.to_path_buf(),
                 key,
             },
-            CheckToken(pb::bearer(token).into()),
+            check_token(token),
         );
         let data = data.map(|d| {
-            pb::agent_data_server::AgentDataServer::with_interceptor(
-                d,
-                CheckToken(pb::bearer(token).into()),
-            )
+            pb::agent_data_server::AgentDataServer::with_interceptor(d, check_token(token))
         });
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let join = tokio::spawn(async move {
             // Without TCP_NODELAY every input fetch and PCDDB hop (served here without TLS) paid
             // a 40 ms delayed ACK.
-            let incoming =
+            let tcp =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = hetsched_proto::listen::incoming(
+                tcp,
+                tls,
+                limits,
+                format!("the log listener {addr}"),
+            );
             if let Err(e) = builder
                 .add_service(service)
                 .add_optional_service(data)
@@ -677,5 +697,114 @@ mod tests {
             (b"wor".to_vec(), 6, 11, true)
         );
         assert_eq!(read_page(&p, 99, 0).expect("read"), (vec![], 11, 11, true));
+    }
+    /// The agent's listeners read `authorization` as the server does (`pb::bearer_token`):
+    /// the scheme in any case, spaces around; before, only `Bearer` and one space passed.
+    #[test]
+    fn the_token_check_reads_the_bearer_scheme_as_the_server_does() {
+        use tonic::service::Interceptor;
+        let mut check = check_token("t0k");
+        let mut admits = |value: &str| {
+            let mut r = Request::new(());
+            r.metadata_mut()
+                .insert(pb::AUTH_HEADER, value.parse().expect("ascii"));
+            check.call(r).is_ok()
+        };
+        for value in ["Bearer t0k", "bearer t0k", "  BEARER  t0k  "] {
+            assert!(admits(value), "{value:?}");
+        }
+        for value in ["Bearer t0", "Bearer t0kk", "Basic t0k", "t0k", "Bearer"] {
+            assert!(!admits(value), "{value:?}");
+        }
+        assert!(check_token("t0k").call(Request::new(())).is_err(), "none");
+    }
+
+    /// Whether the listener at `addr` closes a connection that sends nothing within `within`.
+    async fn closes_a_silent_connection(addr: SocketAddr, within: std::time::Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let mut buf = [0u8; 256];
+        let started = tokio::time::Instant::now();
+        loop {
+            let left = within.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, s.read(&mut buf)).await {
+                Err(_) => return false,
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    /// Every listener of an agent — log (plain and TLS), data (TLS) and accelerator — closes a
+    /// connection that has not sent its greeting within the greeting timeout (10 s; short
+    /// here). Before, one that sent nothing stayed open for good, so anyone who could reach an
+    /// agent's port could exhaust its file descriptors.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_listener_closes_a_connection_that_does_not_greet_in_time() {
+        let dir = ScratchDir::new("logs", "greeting");
+        let limits = Limits {
+            greeting: std::time::Duration::from_millis(300),
+            max_connections: 16,
+        };
+        let within = std::time::Duration::from_secs(3);
+        let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        let pem = || Some((cert.pem().into_bytes(), key.serialize_pem().into_bytes()));
+        for tls in [None, pem()] {
+            let l = LogListener::bind_limited(any, &dir, "t", LogKey::default(), tls, None, limits)
+                .await
+                .expect("log listener");
+            assert!(
+                closes_a_silent_connection(l.addr, within).await,
+                "log listener"
+            );
+            l.stop().await;
+        }
+        let (cert_pem, key_pem) = pem().expect("pem");
+        let service = crate::dataflow::DataService {
+            work_dir: dir.to_path_buf(),
+            balance: std::sync::Arc::default(),
+            auth: crate::dataflow::PeerAuth::default(),
+            wake: std::sync::Arc::default(),
+            node: "a".into(),
+            key: crate::dataflow::DataKey::default(),
+        };
+        let data = crate::dataflow::DataListener::bind_limited(
+            any,
+            service,
+            "t",
+            (cert_pem, key_pem),
+            limits,
+        )
+        .await
+        .expect("data listener");
+        assert!(
+            closes_a_silent_connection(data.addr, within).await,
+            "data listener"
+        );
+        data.stop();
+        let pipeline = crate::accel::Pipeline::start(
+            "a",
+            crate::launch::unnamed_devices(1),
+            &dir,
+            Default::default(),
+            std::time::Duration::from_secs(1),
+            false,
+            Default::default(),
+        )
+        .expect("pipeline");
+        let accel =
+            crate::accel::service::AccelListener::bind_limited(any, pipeline, "t", None, limits)
+                .await
+                .expect("accelerator listener");
+        assert!(
+            closes_a_silent_connection(accel.addr, within).await,
+            "accelerator listener"
+        );
+        accel.stop().await;
     }
 }

@@ -3,7 +3,9 @@
 //! the server and agent convert to and from the core's types at their edges.
 //!
 //! Also holds the authentication convention shared by every party: the server's token travels as
-//! `authorization: Bearer <token>` metadata ([`AUTH_HEADER`], [`bearer`]); and the one rule of
+//! `authorization: Bearer <token>` metadata ([`AUTH_HEADER`], [`bearer`], read back by
+//! [`bearer_token`] wherever a token is checked); the accepting side of the gRPC listeners
+//! ([`listen`]: greeting deadline, connection cap, TLS); and the one rule of
 //! tickets ([`ticket`]: offloads, workflow data fetches, log reads and PCDDB allocation
 //! grants), which the server signs and the agent that serves the call verifies.
 
@@ -14,6 +16,7 @@ mod generated {
 
 pub use generated::*;
 
+pub mod listen;
 pub mod ticket;
 
 /// The longest the server holds an agent's call open while the agent is idle (`AwaitWork`, and
@@ -71,6 +74,18 @@ pub fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
+/// The token of an `authorization` value of the Bearer scheme, whatever the case the scheme is
+/// written in (`Bearer`, `bearer`, `BEARER`: RFC 7235 §2.1 makes it case-insensitive, and
+/// clients differ) and with spaces around the value and between the scheme and the token;
+/// `None` for another scheme or no token. The one reading of the header: the server's gRPC
+/// token check, its HTTP listener and the agents' listeners all call it, so a value one
+/// accepts the others do.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim_start();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// A client-side interceptor that adds the token to every call.
 #[derive(Clone)]
 pub struct TokenInterceptor {
@@ -124,4 +139,21 @@ pub fn endpoint(
         )?;
     }
     Ok(ep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scheme in any case, spaces around; another scheme, no token or no space are refused.
+    #[test]
+    fn a_bearer_token_is_read_whatever_the_schemes_case_and_the_spaces_around() {
+        for value in ["Bearer t0k", "bearer t0k", "BEARER t0k", "  Bearer   t0k  "] {
+            assert_eq!(bearer_token(value), Some("t0k"), "{value:?}");
+        }
+        assert_eq!(bearer_token(&bearer("abc")), Some("abc"));
+        for value in ["Basic t0k", "Bearer", "Bearer   ", "t0k", "Bearert0k", ""] {
+            assert_eq!(bearer_token(value), None, "{value:?}");
+        }
+    }
 }

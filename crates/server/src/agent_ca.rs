@@ -186,6 +186,18 @@ impl AgentCa {
                     AgentCaError::Certificate(format!("{}: {e}", key_path.display()))
                 })?;
                 let cert_pem = std::fs::read_to_string(&cert_path).map_err(io(&cert_path))?;
+                // One an earlier version made 0644 is made 0600, as the data directory's files.
+                {
+                    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+                    let meta = std::fs::symlink_metadata(&cert_path).map_err(io(&cert_path))?;
+                    if meta.mode() & 0o077 != 0 && !meta.file_type().is_symlink() {
+                        std::fs::set_permissions(
+                            &cert_path,
+                            std::fs::Permissions::from_mode(0o600),
+                        )
+                        .map_err(io(&cert_path))?;
+                    }
+                }
                 Ok(AgentCa {
                     issuer: Issuer::new(ca_params(), key),
                     cert_pem,
@@ -197,7 +209,9 @@ impl AgentCa {
                 let cert = ca_params().self_signed(&key).map_err(cert_error)?;
                 let cert_pem = cert.pem();
                 // The certificate first: a key without its certificate is never left behind.
-                write_new(&cert_path, cert_pem.as_bytes(), 0o644).map_err(io(&cert_path))?;
+                // 0600 as every file of the data directory, though a certificate is no secret:
+                // agents get it in the reply, and an operator as the server's user can copy it.
+                write_new(&cert_path, cert_pem.as_bytes(), 0o600).map_err(io(&cert_path))?;
                 write_new(&key_path, key.serialize_pem().as_bytes(), 0o600)
                     .map_err(io(&key_path))?;
                 Ok(AgentCa {
@@ -212,13 +226,27 @@ impl AgentCa {
 
     /// A certificate (PEM) for an agent's listeners' `public_key` (an uncompressed P-256
     /// point), naming `ip` (where the server reaches the agent) and `host` (what it advertises
-    /// to its peers, if anything).
+    /// to its peers, if anything): [`AgentCa::names_for`], then [`AgentCa::sign`].
     pub fn certify(
         &self,
         public_key: &[u8],
         ip: IpAddr,
         host: Option<&str>,
     ) -> Result<String, String> {
+        let names = self.names_for(public_key, ip, host)?;
+        self.sign(public_key, ip, names)
+    }
+
+    /// What a certificate for `public_key`, `ip` and `host` would name, or why none is signed
+    /// (a key that is no P-256 point, a host that is another address, one of the server's
+    /// names, or no name at all). Checks only: signing, which costs CPU and is bounded per
+    /// caller, comes after every check ([`AgentCa::sign`]).
+    pub fn names_for(
+        &self,
+        public_key: &[u8],
+        ip: IpAddr,
+        host: Option<&str>,
+    ) -> Result<Names, String> {
         if public_key.len() != P256_POINT_BYTES || public_key.first() != Some(&4) {
             return Err(format!(
                 "the public key must be an uncompressed ECDSA P-256 point ({P256_POINT_BYTES} \
@@ -261,6 +289,13 @@ impl AgentCa {
                 names.push(name);
             }
         }
+        Ok(Names(names))
+    }
+
+    /// Signs `public_key`'s certificate for `names` ([`AgentCa::names_for`] of the same key
+    /// and `ip`).
+    pub fn sign(&self, public_key: &[u8], ip: IpAddr, names: Names) -> Result<String, String> {
+        let Names(names) = names;
         let mut p = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, format!("hetsched agent at {ip}"));
@@ -278,6 +313,10 @@ impl AgentCa {
             .map_err(|e| e.to_string())
     }
 }
+
+/// The names a listener certificate will hold, checked ([`AgentCa::names_for`]).
+#[derive(Debug)]
+pub struct Names(Vec<SanType>);
 
 /// Whether `host` (what an agent advertises, trimmed) is a DNS name rather than an IP address.
 pub fn is_dns_name(host: &str) -> bool {
@@ -378,11 +417,14 @@ mod tests {
         let dir = ScratchDir::new("agent-ca", "names");
         let ca = AgentCa::open(&dir).expect("created");
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.join(KEY_FILE))
-            .expect("key")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
+        // The certificate too (0644 before): the data directory's files are 0600.
+        for f in [KEY_FILE, CERT_FILE] {
+            let mode = std::fs::metadata(dir.join(f))
+                .expect("file")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{f}: {mode:o}");
+        }
         let again = AgentCa::open(&dir).expect("kept");
         assert_eq!(again.cert_pem, ca.cert_pem, "the same CA after a restart");
         let agent = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).expect("key");

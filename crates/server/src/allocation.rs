@@ -636,7 +636,10 @@ pub fn spawn(queues: &[QueueConfig], cx: Context) -> Result<Statuses, String> {
                 )
             })?;
         let dir = cx.data_dir.join("allocations").join(&q.name);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // 0700, as the data directory's directories (0755 before).
+        for d in [dir.parent().unwrap_or(&dir), &dir] {
+            crate::datadir::create_private_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
         made.push(Arc::new(Queue {
             job_name: format!("hetsched-{}-{tag}", q.name),
             config: q.clone(),
@@ -695,7 +698,7 @@ fn tag(dir: &Path) -> std::io::Result<String> {
         }
         Ok(_) | Err(_) => {
             let t = format!("{:08x}", rand::random::<u32>());
-            std::fs::write(&path, &t)?;
+            crate::datadir::write_private(&path, t.as_bytes())?;
             Ok(t)
         }
     }
@@ -1266,7 +1269,9 @@ impl Queue {
         };
         let script = self.script(&hetsched, job_name);
         let path = self.dir.join(file);
-        std::fs::write(&path, &script).map_err(|e| format!("{}: {e}", path.display()))?;
+        // The batch system reads it as the server's user, which submits it.
+        crate::datadir::write_private(&path, script.as_bytes())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok((path, script))
     }
 
@@ -1453,6 +1458,7 @@ async fn run_both(program: &Path, args: &[&str]) -> Result<(String, String), Str
 mod tests {
     use super::*;
     use hetsched_core::testkit::ScratchDir;
+    use std::os::unix::fs::MetadataExt;
 
     fn queue(text: &str) -> QueueConfig {
         let c = crate::config::ServerConfig::parse("s.toml", text).expect("parses");
@@ -2152,6 +2158,43 @@ exit 0
         }
         assert_eq!(submitted(&dir), ["101", "102", "103"]);
         assert_eq!(queue_of(&dir, "103"), "hetsched-q2-0badf00d");
+        // The scripts are private, as the data directory's files are.
+        let script = dir.join("allocations/q1/allocation.sh");
+        let mode = std::fs::metadata(&script).expect("script").mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}: {mode:o}", script.display());
+    }
+
+    /// What the queues keep in the data directory is private: their directories 0700 and the
+    /// server's tag 0600 (0755 and 0644 before, with the usual umask).
+    #[tokio::test]
+    async fn the_queues_directories_and_the_tag_are_private() {
+        let dir = scratch("private");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let config = crate::ServerConfig {
+            data_dir: dir.to_path_buf(),
+            ..Default::default()
+        };
+        let store = crate::store::Store::open(&dir.join("state.db")).expect("store");
+        let state = Arc::new(Mutex::new(State::open(&config, store).expect("state")));
+        let q = queue(&format!(
+            "[[allocation]]\nname = \"q\"\nmanager = \"slurm\"\ntime_limit = \"10m\"\n\
+             sbatch = \"{0}/sbatch\"\nsqueue = \"{0}/squeue\"\n",
+            dir.display()
+        ));
+        let cx = Context {
+            state,
+            data_dir: dir.to_path_buf(),
+            server_url: Some("http://head:7420".into()),
+        };
+        spawn(&[q], cx).expect("spawned");
+        for (path, want) in [
+            (dir.join("allocations"), 0o700),
+            (dir.join("allocations/q"), 0o700),
+            (dir.join(TAG_FILE), 0o600),
+        ] {
+            let mode = std::fs::metadata(&path).expect("made").mode() & 0o777;
+            assert_eq!(mode, want, "{}: {mode:o}", path.display());
+        }
     }
 
     /// An allocation that ends before any of its agents registered (an agent that cannot

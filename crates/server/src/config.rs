@@ -27,6 +27,7 @@
 //!                              # on SIGHUP (logrotate); `--log-file` overrides it
 //! max_stored_bytes_per_user = 1073741824 # what a user's jobs' files and inputs may store
 //! max_output_streams = 256     # divisible jobs' output streams held at once, all users together
+//! max_connections = 4096       # connections each listener (gRPC, HTTP) holds at once
 //! [retention]                  # optional; finished jobs are kept forever without it
 //! keep_finished = "24h"        # purge a job this long after its last task ended
 //! keep_jobs = 1000             # purge all but the most recently finished 1000 jobs
@@ -155,6 +156,19 @@ pub struct ServerConfig {
     /// `RESOURCE_EXHAUSTED`, naming this key ([`crate::throttle::OutputStreams`]). Default
     /// [`crate::throttle::MAX_OUTPUT_STREAMS`]; 1 to [`MAX_OUTPUT_STREAMS_CAP`].
     pub max_output_streams: u32,
+    /// The most connections each of the server's listeners (gRPC, and HTTP with
+    /// `http_listen`) holds at once; one more is closed as soon as it is accepted, with a
+    /// warning in the log, so a flood of connections cannot exhaust the server's file
+    /// descriptors (`hetsched_proto::listen`). Each agent holds one or two to the gRPC
+    /// listener. Default [`MAX_CONNECTIONS`]; 16 to [`MAX_CONNECTIONS_CAP`], and below the
+    /// process's open-file limit (`LimitNOFILE`).
+    pub max_connections: u32,
+    /// How long a new connection has, from its accept, to send its greeting — on gRPC the TLS
+    /// handshake and HTTP/2's preface and first frame, on HTTP the TLS handshake and then its
+    /// first request's headers — before it is closed: [`hetsched_proto::listen::GREETING_TIMEOUT`].
+    /// Not a key: tests shorten it.
+    #[serde(skip)]
+    pub greeting_timeout: std::time::Duration,
     /// Jobs to set aside at this start (`hetsched server --set-aside JOB`, see
     /// [`crate::set_aside`]): flags only, not configuration keys, for a set-aside is one act of
     /// an operator, not a setting that holds at every start.
@@ -175,6 +189,13 @@ pub const MAX_UNFINISHED_TASKS_PER_USER: u64 = 10_000_000;
 
 /// The default of `max_stored_bytes_per_user`: 1 GiB, five hundred of the largest job files.
 pub const MAX_STORED_BYTES_PER_USER: u64 = 1 << 30;
+
+/// The default of `max_connections`: a cluster of a couple of thousand agents, their users'
+/// clients and the dashboards, well below the documented unit's `LimitNOFILE=65536`.
+pub const MAX_CONNECTIONS: u32 = 4096;
+
+/// The highest `max_connections`.
+pub const MAX_CONNECTIONS_CAP: u32 = 1 << 20;
 
 /// The highest `max_output_streams`: tokio's blocking threads (512) less a few for the state's
 /// own blocking work.
@@ -467,6 +488,8 @@ impl Default for ServerConfig {
             max_unfinished_tasks_per_user: MAX_UNFINISHED_TASKS_PER_USER,
             max_stored_bytes_per_user: MAX_STORED_BYTES_PER_USER,
             max_output_streams: crate::throttle::MAX_OUTPUT_STREAMS,
+            max_connections: MAX_CONNECTIONS,
+            greeting_timeout: hetsched_proto::listen::GREETING_TIMEOUT,
             set_aside: Vec::new(),
             set_aside_topologies: Vec::new(),
             log_format: Default::default(),
@@ -555,6 +578,12 @@ impl ServerConfig {
                 "max_output_streams ({}) must be from 1 to {MAX_OUTPUT_STREAMS_CAP}: each stream \
                  holds one of the server's 512 blocking threads",
                 self.max_output_streams
+            ));
+        }
+        if !(16..=MAX_CONNECTIONS_CAP).contains(&self.max_connections) {
+            return Err(format!(
+                "max_connections ({}) must be from 16 to {MAX_CONNECTIONS_CAP}",
+                self.max_connections
             ));
         }
         if let Some(w) = &self.workflow {
@@ -680,6 +709,28 @@ mod tests {
                 .expect_err("out of bounds");
             assert!(
                 e.contains(&format!("max_output_streams ({bad}) must be from 1 to 448")),
+                "{e}"
+            );
+        }
+    }
+
+    /// `max_connections` is read from the file, defaults to 4096, and is refused below 16 and
+    /// above its cap, naming the key.
+    #[test]
+    fn max_connections_is_read_and_bounded() {
+        let parse = |text: &str| ServerConfig::parse("server.toml", text).expect("parses");
+        assert_eq!(parse("").max_connections, 4096);
+        let c = parse("max_connections = 100\n");
+        assert_eq!(c.max_connections, 100);
+        assert_eq!(c.validate(), Ok(()));
+        for bad in [0, 15, MAX_CONNECTIONS_CAP + 1] {
+            let e = parse(&format!("max_connections = {bad}\n"))
+                .validate()
+                .expect_err("out of bounds");
+            assert!(
+                e.contains(&format!(
+                    "max_connections ({bad}) must be from 16 to 1048576"
+                )),
                 "{e}"
             );
         }

@@ -10,8 +10,9 @@
 //!
 //! Each is 256 random bits in hex, created once with `O_EXCL` and mode 0600. A file that exists
 //! but is empty is refused (it was truncated by something; silently replacing it would lock every
-//! agent or user out with a new secret), and one readable by others (kept from an older version,
-//! or copied in with a wider mode) is made 0600 again, with a warning.
+//! agent or user out with a new secret), so is a token shorter than [`MIN_TOKEN_CHARS`] (written
+//! by hand, and guessable), and one readable by others (kept from an older version, or copied in
+//! with a wider mode) is made 0600 again, with a warning.
 //!
 //! The lock is `DATA_DIR/server.lock`, held with `flock` for the server's lifetime and holding its
 //! PID, so a second server on the same directory exits with a message naming the first.
@@ -29,6 +30,9 @@ pub const CLIENT_TOKEN: &str = "token";
 pub const AGENT_TOKEN: &str = "agent-token";
 /// File name of the offload secret.
 pub const OFFLOAD_SECRET: &str = "offload-secret";
+/// The fewest characters a token file may hold (128 bits in hex); the server writes 64 (256
+/// random bits), so a shorter one was written by hand, and could be guessed.
+pub const MIN_TOKEN_CHARS: usize = 32;
 /// File name of the lock.
 pub const LOCK: &str = "server.lock";
 /// File name of the store.
@@ -129,6 +133,30 @@ pub fn create_private(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Writes `bytes` to `path` (created or truncated) as [`create_private`] does: mode 0600
+/// whatever the umask — and whatever mode a file kept from an earlier version had — and not
+/// through a symbolic link. What the server writes for its own user (`address`,
+/// `http-address`, the allocation queues' scripts) is 0600 like every file of the data
+/// directory.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = create_private(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)
+}
+
+/// Creates directory `path`, and its missing parents, mode 0700 whatever the umask; an
+/// existing `path` open to others (made by an earlier version) is made 0700.
+pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    if std::fs::symlink_metadata(path)?.mode() & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 /// Checks `dir` as [`prepare`] and [`lock`] would, changing nothing: a missing directory is
 /// fine if it can be created ([`creatable`]); one that is a symlink, not a directory, or another
 /// user's is refused. The PID of the server that holds its lock, if one does (`hetsched server
@@ -157,6 +185,30 @@ pub fn check(dir: &Path) -> Result<Option<String>, DataDirError> {
             "is owned by user {}, not by this user ({me}); refusing to keep jobs' secrets there",
             meta.uid()
         )));
+    }
+    // The tokens a start would refuse (the read-only token is made anew when empty).
+    for (name, empty_refused) in [
+        (CLIENT_TOKEN, true),
+        (AGENT_TOKEN, true),
+        (crate::dashboard::READ_TOKEN, false),
+    ] {
+        let path = dir.join(name);
+        let text = match std::fs::read_to_string(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&path)(e)),
+            Ok(t) => t,
+        };
+        let token = text.trim();
+        if token.is_empty() && !empty_refused {
+            continue;
+        }
+        if token.is_empty() {
+            return Err(DataDirError::Refused {
+                path,
+                message: EMPTY_TOKEN.into(),
+            });
+        }
+        check_strength(&path, token)?;
     }
     let path = dir.join(LOCK);
     let file = match OpenOptions::new()
@@ -262,6 +314,10 @@ pub(crate) fn keep_private(
     }
 }
 
+/// Why an empty token file is refused.
+const EMPTY_TOKEN: &str = "the token file is empty; delete it to have the server create a new \
+                           token (and hand the new one out), or restore it";
+
 /// Reads a token file: refuses an empty one, warns when others may read it, follows no symlink.
 pub fn read_token(path: &Path) -> Result<String, DataDirError> {
     read_token_file(path, false)
@@ -283,9 +339,7 @@ fn read_token_file(path: &Path, own: bool) -> Result<String, DataDirError> {
     if token.is_empty() {
         return Err(DataDirError::Refused {
             path: path.to_path_buf(),
-            message: "the token file is empty; delete it to have the server create a new token \
-                      (and hand the new one out), or restore it"
-                .into(),
+            message: EMPTY_TOKEN.into(),
         });
     }
     Ok(token.to_string())
@@ -315,10 +369,42 @@ fn load_or_create_with(path: &Path, bytes: [u8; 32]) -> Result<String, DataDirEr
     Ok(token)
 }
 
-/// Reads both tokens, creating each that does not exist.
+/// Why `token`, read from a token file, is refused, if it is shorter than [`MIN_TOKEN_CHARS`]:
+/// it grants what the file's role grants (the admin's, every agent's), and a short one was
+/// written by hand. Refused rather than warned about, as an empty one is, and never replaced:
+/// its holders would be locked out without a word.
+pub(crate) fn weak_token(token: &str) -> Option<String> {
+    let n = token.chars().count();
+    (n < MIN_TOKEN_CHARS).then(|| {
+        format!(
+            "the token is {} long: a token file must hold at least \
+             {MIN_TOKEN_CHARS} (128 bits in hex; the server writes 256-bit ones), or the token \
+             could be guessed. Delete the file to have the server create a new token (and hand \
+             the new one out), or restore the one it held",
+            hetsched_core::text::count(n as u64, "character")
+        )
+    })
+}
+
+/// [`weak_token`] of the token read from `path`, as an error naming the file.
+fn check_strength(path: &Path, token: &str) -> Result<(), DataDirError> {
+    match weak_token(token) {
+        Some(message) => Err(DataDirError::Refused {
+            path: path.to_path_buf(),
+            message,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Reads both tokens, creating each that does not exist; a kept one shorter than
+/// [`MIN_TOKEN_CHARS`] is refused ([`weak_token`]).
 pub fn credentials(dir: &Path) -> Result<Credentials, DataDirError> {
-    let client = load_or_create(&dir.join(CLIENT_TOKEN))?;
-    let agent = load_or_create(&dir.join(AGENT_TOKEN))?;
+    let (client_file, agent_file) = (dir.join(CLIENT_TOKEN), dir.join(AGENT_TOKEN));
+    let client = load_or_create(&client_file)?;
+    check_strength(&client_file, &client)?;
+    let agent = load_or_create(&agent_file)?;
+    check_strength(&agent_file, &agent)?;
     if client == agent {
         return Err(DataDirError::Refused {
             path: dir.join(AGENT_TOKEN),
@@ -508,6 +594,51 @@ mod tests {
             std::fs::read_to_string(d.join(CLIENT_TOKEN)).expect("kept"),
             "\n"
         );
+    }
+
+    /// A token file shorter than [`MIN_TOKEN_CHARS`] (hand-edited: the server writes 64 hex
+    /// digits) is refused at start and by `--check`, naming the file and the minimum, and kept
+    /// as it is; before, `a` became the admin's credential without a word. The agent token and
+    /// the read-only token are held to the same minimum.
+    #[test]
+    fn a_short_token_file_is_refused_at_start_and_by_the_check_naming_the_file_and_the_minimum() {
+        let d = scratch("short");
+        prepare(&d).expect("prepare");
+        let c = credentials(&d).expect("tokens");
+        assert_eq!(c.client.len(), 64);
+        let short = "a".repeat(MIN_TOKEN_CHARS - 1);
+        for f in [CLIENT_TOKEN, AGENT_TOKEN, crate::dashboard::READ_TOKEN] {
+            let path = d.join(f);
+            let kept = std::fs::read_to_string(&path).ok();
+            for token in ["a\n", short.as_str()] {
+                std::fs::write(&path, token).expect("hand-edited");
+                let says = format!(
+                    "{}: the token is {} long: a token file must hold at least \
+                     {MIN_TOKEN_CHARS}",
+                    path.display(),
+                    hetsched_core::text::count(token.trim().len() as u64, "character")
+                );
+                let e = if f == crate::dashboard::READ_TOKEN {
+                    // The start names the file (`ServerError::Io`).
+                    let e = crate::dashboard::read_token(&d).expect_err("refused");
+                    format!("{}: {e}", path.display())
+                } else {
+                    credentials(&d).expect_err("refused").to_string()
+                };
+                assert!(e.contains(&says), "{f}: {e}");
+                let e = check(&d).expect_err("--check refuses it").to_string();
+                assert!(e.contains(&says), "{f}: --check: {e}");
+                assert_eq!(std::fs::read_to_string(&path).expect("kept"), token);
+            }
+            match kept {
+                Some(k) => std::fs::write(&path, k).expect("restore"),
+                None => std::fs::remove_file(&path).expect("remove"),
+            }
+        }
+        let long_enough = "b".repeat(MIN_TOKEN_CHARS);
+        std::fs::write(d.join(CLIENT_TOKEN), &long_enough).expect("32 characters");
+        assert_eq!(credentials(&d).expect("taken").client, long_enough);
+        assert_eq!(check(&d).expect("passes"), None);
     }
 
     #[test]

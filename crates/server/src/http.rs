@@ -5,8 +5,12 @@
 //! When the server has `[tls] cert` and `key`, this listener speaks HTTPS with the same
 //! certificate as gRPC (rustls, TLS 1.2 and 1.3, HTTP/1.1), so the tokens, the session cookie
 //! (then also `Secure`) and everything the dashboard shows never travel in clear. Both ways it
-//! is served by axum-server, which closes a connection whose request headers have not arrived
-//! within [`HEADER_READ_TIMEOUT`].
+//! is served by axum-server, and bounded as the gRPC listener is ([`Limits`]): a connection
+//! whose first request's headers have not arrived within `limits.greeting` of its accept (of
+//! its TLS handshake over HTTPS, which has as long again) is closed — a silent one too, which
+//! hyper's header timeout alone missed: it starts once the first byte chose HTTP/1 — and so is
+//! one that keeps a later request's headers waiting as long; past `limits.max_connections` open at once a new
+//! connection is closed as soon as it is accepted ([`Capped`]).
 //!
 //! Every response it sends, whatever route or refusal made it (a handler's error, the 404 of an
 //! unknown path, `/healthz`), carries `X-Content-Type-Options: nosniff` ([`nosniff`], one layer
@@ -15,6 +19,7 @@
 
 use crate::config::TlsConfig;
 use axum_server::tls_rustls::RustlsConfig;
+use hetsched_proto::listen::{ConnectionCap, Held, Limits};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::net::SocketAddr;
@@ -24,9 +29,6 @@ use std::time::Duration;
 
 /// How long open connections (the dashboard's event streams) get to end once the server stops.
 const DRAIN: Duration = Duration::from_secs(1);
-/// How long a client may take to send a request's headers: a connection that trickles them
-/// (or sends nothing) is closed then, so idle connections cannot pile up.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the HTTP listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +58,28 @@ pub struct HttpServer {
     listener: tokio::net::TcpListener,
     router: axum::Router,
     tls: Option<RustlsConfig>,
+    limits: Limits,
+}
+
+/// The acceptor under TLS (if any) that gives each connection its place under the listener's
+/// [`ConnectionCap`], or closes it at once when none is left.
+#[derive(Clone)]
+struct Capped(Arc<ConnectionCap>);
+
+impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for Capped {
+    type Stream = Held<tokio::net::TcpStream>;
+    type Service = S;
+    type Future = std::future::Ready<std::io::Result<(Self::Stream, S)>>;
+
+    fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        std::future::ready(match self.0.admit(stream.peer_addr().ok()) {
+            Some(place) => Ok((Held::new(stream, place), service)),
+            // axum-server drops the stream: the connection is closed.
+            None => Err(std::io::Error::other(
+                "the listener's connections are at their cap",
+            )),
+        })
+    }
 }
 
 /// `field` (`tls.cert`) for an error about `path`, with where a relative path is read from:
@@ -187,8 +211,13 @@ pub fn check_tls(tls: &TlsConfig) -> Result<(), HttpError> {
     Ok(())
 }
 
-/// Binds `addr` (HTTPS with `tls`'s certificate when given) with `GET /healthz` (`ok`).
-pub async fn bind(addr: SocketAddr, tls: Option<&TlsConfig>) -> Result<HttpServer, HttpError> {
+/// Binds `addr` (HTTPS with `tls`'s certificate when given) with `GET /healthz` (`ok`), its
+/// connections bounded by `limits`.
+pub async fn bind(
+    addr: SocketAddr,
+    tls: Option<&TlsConfig>,
+    limits: Limits,
+) -> Result<HttpServer, HttpError> {
     let tls = tls.map(rustls_config).transpose()?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -202,6 +231,7 @@ pub async fn bind(addr: SocketAddr, tls: Option<&TlsConfig>) -> Result<HttpServe
         listener,
         router,
         tls,
+        limits,
     })
 }
 
@@ -238,27 +268,40 @@ impl HttpServer {
             shutdown.await;
             stopper.graceful_shutdown(Some(DRAIN));
         });
+        let cap = Capped(ConnectionCap::new(
+            format!("the HTTP listener {}", self.addr),
+            self.limits.max_connections,
+        ));
+        let greeting = self.limits.greeting;
         let listener = self.listener.into_std()?;
         // Over everything, the fallback (404) included.
         let service = self
             .router
             .layer(axum::middleware::map_response(nosniff))
             .into_make_service();
+        // hyper's own header timeout starts only once HTTP/1 is chosen, which the protocol
+        // detection before it does at the first byte, so alone it never closed a connection
+        // that sends nothing; it still bounds the headers of a kept-alive connection's later
+        // requests. The first request's timeout starts at the accept (after the handshake
+        // over HTTPS) and covers the detection.
         match self.tls {
             Some(tls) => {
-                let mut server = axum_server::from_tcp_rustls(listener, tls)?.handle(handle);
-                server
-                    .http_builder()
-                    .http1()
-                    .header_read_timeout(HEADER_READ_TIMEOUT);
+                let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+                    .handshake_timeout(greeting)
+                    .acceptor(cap);
+                let mut server = axum_server::from_tcp(listener)?
+                    .acceptor(acceptor)
+                    .handle(handle)
+                    .first_request_timeout(greeting);
+                server.http_builder().http1().header_read_timeout(greeting);
                 server.serve(service).await
             }
             None => {
-                let mut server = axum_server::from_tcp(listener)?.handle(handle);
-                server
-                    .http_builder()
-                    .http1()
-                    .header_read_timeout(HEADER_READ_TIMEOUT);
+                let mut server = axum_server::from_tcp(listener)?
+                    .acceptor(cap)
+                    .handle(handle)
+                    .first_request_timeout(greeting);
+                server.http_builder().http1().header_read_timeout(greeting);
                 server.serve(service).await
             }
         }

@@ -198,6 +198,12 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     if let Some(tls) = &config.tls {
         http::check_tls(tls)?;
     }
+    let grpc_tls = config.tls.as_ref().map(service::grpc_tls).transpose()?;
+    // Both listeners' bounds on their connections (`hetsched_proto::listen`).
+    let limits = hetsched_proto::listen::Limits {
+        greeting: config.greeting_timeout,
+        max_connections: config.max_connections as usize,
+    };
     let dir = config.data_dir.clone();
     datadir::prepare(&dir)?;
     let lock = datadir::lock(&dir)?;
@@ -261,7 +267,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                 .register_topology_metrics(&mut registry);
             let read_token_file = dir.join(dashboard::READ_TOKEN);
             let read_token = dashboard::read_token(&dir).map_err(io_err(&read_token_file))?;
-            let listener = http::bind(at, config.tls.as_ref()).await?;
+            let listener = http::bind(at, config.tls.as_ref(), limits).await?;
             let mut board = dashboard::Dashboard::new(
                 shared.clone(),
                 metrics.clone(),
@@ -284,7 +290,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let http_addr = http.as_ref().map(|h| h.addr);
     let http_file = dir.join("http-address");
     match http_addr {
-        Some(a) => std::fs::write(&http_file, a.to_string()).map_err(io_err(&http_file))?,
+        Some(a) => datadir::write_private(&http_file, a.to_string().as_bytes())
+            .map_err(io_err(&http_file))?,
         None => match std::fs::remove_file(&http_file) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(io_err(&http_file)(e));
@@ -293,7 +300,10 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         },
     }
     let address_file = dir.join("address");
-    std::fs::write(&address_file, addr.to_string()).map_err(io_err(&address_file))?;
+    // 0600 as every file of the data directory: the CLI that reads it runs as the server's
+    // user (the directory is 0700 anyway).
+    datadir::write_private(&address_file, addr.to_string().as_bytes())
+        .map_err(io_err(&address_file))?;
 
     // Dead-node detection and each kind's housekeeping: the reaper runs when something can be
     // due (`state::alarm`), and sleeps until then or until an event moves that earlier.
@@ -368,15 +378,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
 
     let (tx, rx) = oneshot::channel();
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
-    let router = service::router_with(
-        shared.clone(),
-        metrics,
-        &creds,
-        config.tls.as_ref(),
-        relay.clone(),
-        stopping_rx,
-    )
-    .await?;
+    let router =
+        service::router_with(shared.clone(), metrics, &creds, relay.clone(), stopping_rx).await?;
     let router = topology_service::add_services(
         router,
         shared.clone(),
@@ -386,7 +389,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         stopping.subscribe(),
     );
     let at_stop = shared;
-    let incoming = service::incoming(listener, timeout);
+    let incoming = service::incoming(listener, timeout, grpc_tls, limits);
     let join = tokio::spawn(async move {
         // The data directory stays locked while the server serves.
         let _lock = lock;

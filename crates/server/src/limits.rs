@@ -298,14 +298,25 @@ pub fn submission(sub: &crate::state::types::Submission) -> Result<(), String> {
     workdir("the working directory", &sub.workdir)
 }
 
-/// Checks a submitted file's name (`origin`, shown in every listing and status: at most
-/// [`MAX_ORIGIN`] bytes without control characters) and size (at most 2 MiB: the text is stored
+/// Checks a submitted file's name (`origin`, shown in every listing and status, and the job's
+/// name when neither `--name` nor the file gives one: at most [`MAX_ORIGIN`] bytes without
+/// control or invisible formatting characters) and size (at most 2 MiB: the text is stored
 /// and goes to agents); `what` names its kind in the error (`job`, `topology`).
 pub fn file(what: &str, origin: &str, text: &str) -> Result<(), String> {
     use hetsched_core::input::limits::MAX_JOB_FILE_BYTES;
     if origin.len() > MAX_ORIGIN || origin.chars().any(char::is_control) {
         return Err(format!(
             "the file's name must be at most {MAX_ORIGIN} bytes without control characters"
+        ));
+    }
+    // Refused, not replaced: the name is the one the user gave the file, and a listing that
+    // showed another would not say which file it was. A bidi override would make it read
+    // otherwise in every user's listing (`report\u{202e}txt.exe` reads `reportexe.txt`).
+    if let Some(problem) = hetsched_core::text::hidden_problem(origin) {
+        return Err(format!(
+            "the {what} file's name \"{}\": {problem} (a file's name is shown in every listing \
+             and names the {what} when nothing else does): rename the file",
+            hetsched_core::text::clip(origin)
         ));
     }
     if text.len() > MAX_JOB_FILE_BYTES {

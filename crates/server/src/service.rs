@@ -337,42 +337,52 @@ impl Agent for AgentService {
             .remote_addr()
             .map(|a| a.ip())
             .ok_or_else(|| Status::failed_precondition("the call's address is unknown"))?;
-        // Signing costs CPU: bounded per caller address (an agent asks once at each start).
-        self.2
-            .certify_rate
-            .admit(ip, std::time::Instant::now())
-            .map_err(Status::resource_exhausted)?;
         let r = req.into_inner();
         let host = (!r.advertise_host.is_empty()).then_some(r.advertise_host.as_str());
-        // A DNS name is certified only if it resolves to the caller's address here and no
-        // other live agent advertises it (an IP address must be the caller's: `certify`).
-        if let Some(h) = host
+        let dns = host
             .map(str::trim)
             .filter(|h| crate::agent_ca::is_dns_name(h))
-        {
+            .map(str::to_string);
+        if let Some(h) = &dns {
             ca.server_names.check(h).map_err(Status::invalid_argument)?;
-            let name = h.to_string();
-            // By node when the agent says which it is (and proves it); by the caller's address
-            // for an agent that predates `node` and `identity`.
-            let (node, identity) = (r.node.clone(), r.identity.clone());
-            read_state(&self.0, move |s| {
-                if node.is_empty() {
-                    s.check_listener_name(&name, ip)
-                } else {
-                    s.check_listener_name_for_node(&name, &node, &identity)
-                }
-                .map_err(crate::state::StateError::Invalid)
-            })
-            .await?;
-            let name = h.to_string();
+        }
+        // By node when the agent says which it is (and proves it), whatever it advertises: a
+        // request naming a live node with another identity is refused with or without a host
+        // (before, only with a DNS name). A DNS name is also certified only if no other live
+        // agent advertises it: by node, or by the caller's address for an agent that predates
+        // `node` and `identity`.
+        let (node, identity, name) = (r.node.clone(), r.identity.clone(), dns.clone());
+        read_state(&self.0, move |s| {
+            match (node.is_empty(), &name) {
+                (false, Some(h)) => s.check_listener_name_for_node(h, &node, &identity),
+                (false, None) => s.check_listener_claim(&node, &identity).map(drop),
+                (true, Some(h)) => s.check_listener_name(h, ip),
+                (true, None) => Ok(()),
+            }
+            .map_err(crate::state::StateError::Invalid)
+        })
+        .await?;
+        // A DNS name only if it resolves to the caller's address here (an IP address must be
+        // the caller's: `names_for`).
+        if let Some(name) = dns {
             tokio::task::spawn_blocking(move || crate::agent_ca::check_resolves_to(&name, ip))
                 .await
                 .map_err(|e| Status::internal(e.to_string()))?
                 .map_err(Status::invalid_argument)?;
         }
-        let cert_pem = ca
-            .certify(&r.public_key, ip, host)
+        let names = ca
+            .names_for(&r.public_key, ip, host)
             .map_err(Status::invalid_argument)?;
+        // Signing costs CPU: bounded per caller address (an agent asks once at each start).
+        // Counted only now, so a refused request neither is signed nor uses up the bound of
+        // the agents behind that address.
+        self.2
+            .certify_rate
+            .admit(ip, std::time::Instant::now())
+            .map_err(Status::resource_exhausted)?;
+        let cert_pem = ca
+            .sign(&r.public_key, ip, names)
+            .map_err(Status::internal)?;
         tracing::info!(%ip, host = host.unwrap_or(""), "agent listener certified");
         Ok(Response::new(pb::ListenerCertificateReply {
             cert_pem,
@@ -1259,7 +1269,10 @@ impl tonic::service::Interceptor for CheckToken {
                 "missing token: send `authorization: Bearer <token>` (the tokens are in the server's data directory)",
             ));
         };
-        match self.role_of(v.as_bytes()) {
+        // Read as the HTTP listener reads it (the scheme in any case, spaces around), then
+        // compared in the one form the tokens are kept in.
+        let value = v.to_str().ok().and_then(pb::bearer_token).map(pb::bearer);
+        match value.and_then(|v| self.role_of(v.as_bytes())) {
             Some((r, who)) if r == self.role => {
                 req.extensions_mut().insert(who);
                 Ok(req)
@@ -1286,16 +1299,52 @@ impl tonic::service::Interceptor for CheckToken {
 /// one: an idle agent lives by its open `AwaitWork` call, and this is how the call of an agent
 /// whose host vanished (no FIN) ends. The probes are the kernel's own — the server and the agent
 /// processes never wake for them (HTTP/2 pings woke both, every dead timeout, per agent).
+/// Keepalive sees only vanished hosts, so the connections are also guarded
+/// (`hetsched_proto::listen`): TLS with `tls`, a connection that has not sent its greeting
+/// (handshake, HTTP/2 preface and first frame) within `limits.greeting` is closed, and at most
+/// `limits.max_connections` are open at once.
 pub fn incoming(
     listener: tokio::net::TcpListener,
     dead_timeout: std::time::Duration,
-) -> tonic::transport::server::TcpIncoming {
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: hetsched_proto::listen::Limits,
+) -> hetsched_proto::listen::Incoming {
+    let what = match listener.local_addr() {
+        Ok(a) => format!("the gRPC listener {a}"),
+        Err(_) => "the gRPC listener".to_string(),
+    };
     let (idle, interval, probes) = tcp_keepalive(dead_timeout);
-    tonic::transport::server::TcpIncoming::from(listener)
+    let tcp = tonic::transport::server::TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(idle))
         .with_keepalive_interval(Some(interval))
-        .with_keepalive_retries(Some(probes))
+        .with_keepalive_retries(Some(probes));
+    hetsched_proto::listen::incoming(tcp, tls, limits, what)
+}
+
+/// The gRPC listener's TLS from `[tls]`'s certificate chain and key (HTTP/2 by ALPN), with a
+/// warning when the key is readable by other users.
+pub fn grpc_tls(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|source| ServerError::Io {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(meta) = std::fs::metadata(&tls.key)
+            && meta.mode() & 0o077 != 0
+        {
+            tracing::warn!(
+                file = %tls.key.display(),
+                mode = format!("{:o}", meta.mode() & 0o777),
+                "the TLS private key is readable by other users: `chmod 600` it"
+            );
+        }
+    }
+    hetsched_proto::listen::tls_config(&read(&tls.cert)?, &read(&tls.key)?)
+        .map_err(|e| ServerError::Config(format!("[tls] for gRPC: {e}")))
 }
 
 /// TCP keepalive for a dead timeout: the idle time before the first probe, the time between
@@ -1318,7 +1367,6 @@ pub async fn router_with(
     state: Shared,
     metrics: Arc<Metrics>,
     creds: &Credentials,
-    tls: Option<&TlsConfig>,
     relay: Arc<LogRelay>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
@@ -1334,30 +1382,8 @@ pub async fn router_with(
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
+    // TLS is the listener's (`incoming`), so that one deadline covers the handshake too.
     let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = tls {
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|source| ServerError::Io {
-                path: p.to_path_buf(),
-                source,
-            })
-        };
-        {
-            use std::os::unix::fs::MetadataExt;
-            if let Ok(meta) = std::fs::metadata(&tls.key)
-                && meta.mode() & 0o077 != 0
-            {
-                tracing::warn!(
-                    file = %tls.key.display(),
-                    mode = format!("{:o}", meta.mode() & 0o777),
-                    "the TLS private key is readable by other users: `chmod 600` it"
-                );
-            }
-        }
-        let identity = tonic::transport::Identity::from_pem(read(&tls.cert)?, read(&tls.key)?);
-        builder =
-            builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
-    }
     let router = builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(

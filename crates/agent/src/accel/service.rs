@@ -851,6 +851,30 @@ impl AccelListener {
         token: &str,
         tls: Option<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Self, String> {
+        Self::bind_limited(
+            at,
+            pipeline,
+            token,
+            tls,
+            hetsched_proto::listen::Limits::AGENT,
+        )
+        .await
+    }
+
+    /// [`AccelListener::bind`] with its connections bounded by `limits` (the greeting
+    /// timeout, the cap: `hetsched_proto::listen`).
+    pub(crate) async fn bind_limited(
+        at: SocketAddr,
+        pipeline: Pipeline,
+        token: &str,
+        tls: Option<(Vec<u8>, Vec<u8>)>,
+        limits: hetsched_proto::listen::Limits,
+    ) -> Result<Self, String> {
+        let has_tls = tls.is_some();
+        let tls = tls
+            .map(|(cert, key)| hetsched_proto::listen::tls_config(&cert, &key))
+            .transpose()
+            .map_err(|e| e.to_string())?;
         let listener = tokio::net::TcpListener::bind(at)
             .await
             .map_err(|e| e.to_string())?;
@@ -861,21 +885,18 @@ impl AccelListener {
             crate::logs::check_token(token),
         );
         let mut builder = tonic::transport::Server::builder();
-        let has_tls = tls.is_some();
-        if let Some((cert, key)) = tls {
-            builder = builder
-                .tls_config(
-                    tonic::transport::ServerTlsConfig::new()
-                        .identity(tonic::transport::Identity::from_pem(cert, key)),
-                )
-                .map_err(|e| e.to_string())?;
-        }
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let join = tokio::spawn(async move {
             // Small messages (a task's result, the last chunk of a file) must not wait for
             // Nagle's algorithm: without TCP_NODELAY every offload paid a 40 ms delayed ACK.
-            let incoming =
+            let tcp =
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = hetsched_proto::listen::incoming(
+                tcp,
+                tls,
+                limits,
+                format!("the accelerator listener {addr}"),
+            );
             if let Err(e) = builder
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async {

@@ -2,8 +2,8 @@
 //! (Slurm's `scancel 4 5 6`, HyperQueue's `hq job cancel 4-6` and `all`).
 //!
 //! A selection is a list of items, given as arguments or separated by commas: a job id (`7`),
-//! a range of ids (`4-9`: the jobs the server lists in it, so purged ids in between are
-//! skipped, and named in a note on stderr), `name:NAME` (every job the server lists with that
+//! a range of ids (`4-9`: the caller's jobs the server lists in it, so purged ids in between
+//! are skipped, and named in a note on stderr, as are other users' jobs, as not the caller's), `name:NAME` (every job the server lists with that
 //! name, `submit --name`; Slurm's `scancel --name`), `last` (the newest job) or `all` (every job not finished yet: pending or
 //! running, held or waiting included). An id named on its own is kept even if the server does
 //! not list it, so the command says `no job N` for it, as it does for one job.
@@ -84,6 +84,12 @@ pub struct Listed {
 /// Every job the server lists that the caller may change (one paged `ListJobs`; a user's own
 /// jobs, every job for the admin).
 pub(super) async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<Listed>> {
+    listed_where(args, true).await
+}
+
+/// Every job the server lists, `selectable` (the caller's to change) or everyone's, as
+/// `hetsched jobs` shows them.
+async fn listed_where(args: &ClientArgs, selectable: bool) -> anyhow::Result<Vec<Listed>> {
     let mut api = connect(args).await?;
     let (mut cursor, mut jobs) = (0, Vec::new());
     loop {
@@ -93,7 +99,7 @@ pub(super) async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<Listed>> {
                 limit: 10_000,
                 owner: String::new(),
                 // A user's names, ranges and `all` pick among its own jobs.
-                selectable: true,
+                selectable,
             })
             .await
             .map_err(refused)?
@@ -131,8 +137,9 @@ pub async fn resolve(items: &[JobItem], args: &ClientArgs) -> anyhow::Result<Sel
     } else {
         Vec::new()
     };
-    let ids = select(items, &jobs)?;
-    for note in unlisted(items, &jobs) {
+    let others = others_in_ranges(items, &jobs, args).await?;
+    let ids = select(items, &jobs, &others)?;
+    for note in unlisted(items, &jobs, &others) {
         eprintln!("note: {note}");
     }
     Ok(Selected {
@@ -160,82 +167,164 @@ pub async fn resolve_finished(items: &[JobItem], args: &ClientArgs) -> anyhow::R
     } else {
         Vec::new()
     };
-    let ids = select_where(items, &jobs, "finished job", is_final)?;
-    for note in unlisted(items, &jobs) {
+    let others = others_in_ranges(items, &jobs, args).await?;
+    let ids = select_where(items, &jobs, &others, "finished job", is_final)?;
+    for note in unlisted(items, &jobs, &others) {
         eprintln!("note: {note}");
     }
     Ok(ids)
 }
 
+/// Whether range `a-b` holds an id that `own` (the caller's jobs) does not.
+fn has_gap(a: u64, b: u64, own: &[Listed]) -> bool {
+    let mut ids: Vec<u64> = own
+        .iter()
+        .map(|j| j.id)
+        .filter(|id| (a..=b).contains(id))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    (b - a).checked_add(1) != Some(ids.len() as u64)
+}
+
+/// The ids in `items`' ranges that the server lists but are not the caller's (`own`): another
+/// user's jobs, which a range skips saying so rather than as unlisted. Listed (everyone's jobs,
+/// one paged `ListJobs`, which `hetsched jobs` shows anyone) only when a range holds an id
+/// `own` lacks; none for the admin, whose own listing is everyone's.
+async fn others_in_ranges(
+    items: &[JobItem],
+    own: &[Listed],
+    args: &ClientArgs,
+) -> anyhow::Result<Vec<u64>> {
+    let ranges: Vec<(u64, u64)> = items
+        .iter()
+        .filter_map(|i| match *i {
+            JobItem::Range(a, b) => Some((a, b)),
+            _ => None,
+        })
+        .collect();
+    if !ranges.iter().any(|&(a, b)| has_gap(a, b, own)) {
+        return Ok(Vec::new());
+    }
+    let mine: std::collections::HashSet<u64> = own.iter().map(|j| j.id).collect();
+    let mut others: Vec<u64> = listed_where(args, false)
+        .await?
+        .into_iter()
+        .map(|j| j.id)
+        .filter(|id| !mine.contains(id) && ranges.iter().any(|&(a, b)| (a..=b).contains(id)))
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    Ok(others)
+}
+
+/// Runs of ids, each from its first to its last, both included.
+type Runs = Vec<(u64, u64)>;
+
+/// Runs of ids as a note names them (`3, 5-7, 9`), at most [`MAX_GAPS_NAMED`], then how many
+/// more.
+fn runs_named(runs: &[(u64, u64)]) -> String {
+    let mut named: Vec<String> = runs
+        .iter()
+        .take(MAX_GAPS_NAMED)
+        .map(|&(x, y)| {
+            if x == y {
+                x.to_string()
+            } else {
+                format!("{x}-{y}")
+            }
+        })
+        .collect();
+    if runs.len() > MAX_GAPS_NAMED {
+        named.push(format!("and {} more runs", runs.len() - MAX_GAPS_NAMED));
+    }
+    named.join(", ")
+}
+
+/// `job 4 is not yours`, `jobs 1, 4-5 are not yours`: runs of other users' jobs.
+fn not_yours(runs: &[(u64, u64)]) -> String {
+    let one = runs.len() == 1 && runs[0].0 == runs[0].1;
+    if one {
+        format!("job {} is not yours", runs_named(runs))
+    } else {
+        format!("jobs {} are not yours", runs_named(runs))
+    }
+}
+
+/// The ids of range `a-b` the caller's jobs `own` leave out, as runs: those `others` holds
+/// (other users' jobs) and those the server does not list at all.
+fn gaps_of(a: u64, b: u64, own: &[Listed], others: &[u64]) -> (Runs, Runs) {
+    let mut marks: Vec<(u64, bool)> = own
+        .iter()
+        .map(|j| (j.id, false))
+        .chain(others.iter().map(|&id| (id, true)))
+        .filter(|(id, _)| (a..=b).contains(id))
+        .collect();
+    marks.sort_unstable();
+    marks.dedup_by_key(|m| m.0);
+    let (mut theirs, mut missing): (Runs, Runs) = (Vec::new(), Vec::new());
+    // `next`: the first id not yet accounted for; `None` past `u64::MAX`.
+    let mut next = Some(a);
+    for (id, other) in marks {
+        if let Some(n) = next
+            && id > n
+        {
+            missing.push((n, id - 1));
+        }
+        if other {
+            match theirs.last_mut() {
+                Some(run) if run.1.checked_add(1) == Some(id) && next == Some(id) => run.1 = id,
+                _ => theirs.push((id, id)),
+            }
+        }
+        next = id.checked_add(1);
+    }
+    if let Some(n) = next
+        && n <= b
+    {
+        missing.push((n, b));
+    }
+    (theirs, missing)
+}
+
 /// Most runs of missing ids one note names; the rest are counted.
 const MAX_GAPS_NAMED: usize = 8;
 
-/// What each range of `items` names that the server does not list (purged, another user's, or
-/// never submitted), one note a range (`` `1-9`: the server lists no job 3, 5-9 (skipped) ``):
-/// a range acts on the jobs listed in it, and says which of its ids it skipped, so a
-/// mistyped range does not look done. A range with no job listed at all is refused instead
-/// ([`select`]), and says nothing here.
-pub fn unlisted(items: &[JobItem], jobs: &[Listed]) -> Vec<String> {
+/// What each range of `items` names that is not among the caller's jobs `jobs`, one note a
+/// range: the other users' jobs in it (`others`) as not the caller's, the ids the server does
+/// not list (purged, or never submitted) as such (`` `1-9`: job 1 is not yours, and the server
+/// lists no job 3, 5-9 (skipped) ``): a range acts on the caller's jobs listed in it, and says
+/// which of its ids it skipped and why, so a mistyped range does not look done. A range with
+/// none of the caller's jobs is refused instead ([`select`]), and says nothing here.
+pub fn unlisted(items: &[JobItem], jobs: &[Listed], others: &[u64]) -> Vec<String> {
     let mut notes = Vec::new();
     for item in items {
         let JobItem::Range(a, b) = *item else {
             continue;
         };
-        let mut listed: Vec<u64> = jobs
-            .iter()
-            .map(|j| j.id)
-            .filter(|id| (a..=b).contains(id))
-            .collect();
-        if listed.is_empty() {
+        if !jobs.iter().any(|j| (a..=b).contains(&j.id)) {
             continue;
         }
-        listed.sort_unstable();
-        listed.dedup();
-        // The runs of ids between the listed ones, and before and after them (`next`: the
-        // first id not yet accounted for; `None` past `u64::MAX`).
-        let mut gaps: Vec<(u64, u64)> = Vec::new();
-        let mut next = Some(a);
-        for id in listed {
-            if let Some(n) = next
-                && id > n
-            {
-                gaps.push((n, id - 1));
-            }
-            next = id.checked_add(1);
-        }
-        if let Some(n) = next
-            && n <= b
-        {
-            gaps.push((n, b));
-        }
-        if gaps.is_empty() {
-            continue;
-        }
-        let mut named: Vec<String> = gaps
-            .iter()
-            .take(MAX_GAPS_NAMED)
-            .map(|&(x, y)| {
-                if x == y {
-                    x.to_string()
-                } else {
-                    format!("{x}-{y}")
-                }
-            })
-            .collect();
-        if gaps.len() > MAX_GAPS_NAMED {
-            named.push(format!("and {} more runs", gaps.len() - MAX_GAPS_NAMED));
-        }
-        notes.push(format!(
-            "`{a}-{b}`: the server lists no job {} (skipped)",
-            named.join(", ")
-        ));
+        let (theirs, missing) = gaps_of(a, b, jobs, others);
+        let said = match (theirs.is_empty(), missing.is_empty()) {
+            (true, true) => continue,
+            (true, false) => format!("the server lists no job {}", runs_named(&missing)),
+            (false, true) => not_yours(&theirs),
+            (false, false) => format!(
+                "{}, and the server lists no job {}",
+                not_yours(&theirs),
+                runs_named(&missing)
+            ),
+        };
+        notes.push(format!("`{a}-{b}`: {said} (skipped)"));
     }
     notes
 }
 
-/// [`resolve`] against the listing `jobs`.
-pub fn select(items: &[JobItem], jobs: &[Listed]) -> anyhow::Result<Vec<u64>> {
-    select_where(items, jobs, "job", |_| true)
+/// [`resolve`] against the listing `jobs` (the caller's), other users' jobs listed in its
+/// ranges being `others`.
+pub fn select(items: &[JobItem], jobs: &[Listed], others: &[u64]) -> anyhow::Result<Vec<u64>> {
+    select_where(items, jobs, others, "job", |_| true)
 }
 
 /// [`select`], a range or a name taking only the listed jobs whose state `keep` accepts (`what`
@@ -243,6 +332,7 @@ pub fn select(items: &[JobItem], jobs: &[Listed]) -> anyhow::Result<Vec<u64>> {
 fn select_where(
     items: &[JobItem],
     jobs: &[Listed],
+    others: &[u64],
     what: &str,
     keep: impl Fn(&str) -> bool,
 ) -> anyhow::Result<Vec<u64>> {
@@ -270,7 +360,14 @@ fn select_where(
                     add(j.id, &mut ids)?;
                 }
                 if !any {
-                    anyhow::bail!("`{a}-{b}`: the server lists no {what} in this range");
+                    let (theirs, _) = gaps_of(*a, *b, &[], others);
+                    if theirs.is_empty() {
+                        anyhow::bail!("`{a}-{b}`: the server lists no {what} in this range");
+                    }
+                    anyhow::bail!(
+                        "`{a}-{b}`: the server lists no {what} of yours in this range ({})",
+                        not_yours(&theirs)
+                    );
                 }
             }
             JobItem::Name(name) => {
@@ -329,55 +426,64 @@ mod tests {
         .collect();
         // A name takes every job listed with it, in any state; a purge its finished ones.
         assert_eq!(
-            select(&items(&["name:sweep"]), &jobs).expect("named"),
+            select(&items(&["name:sweep"]), &jobs, &[]).expect("named"),
             vec![1, 4, 6]
         );
         assert_eq!(
-            select(&items(&["name:train", "2"]), &jobs).expect("named"),
+            select(&items(&["name:train", "2"]), &jobs, &[]).expect("named"),
             vec![5, 2]
         );
         assert_eq!(
-            select_where(&items(&["name:sweep"]), &jobs, "finished job", is_final)
-                .expect("finished"),
+            select_where(
+                &items(&["name:sweep"]),
+                &jobs,
+                &[],
+                "finished job",
+                is_final
+            )
+            .expect("finished"),
             vec![1]
         );
-        let e = select(&items(&["name:none"]), &jobs).expect_err("no such name");
+        let e = select(&items(&["name:none"]), &jobs, &[]).expect_err("no such name");
         assert!(
             e.to_string()
                 .contains("`name:none`: the server lists no job named `none`"),
             "{e}"
         );
         assert!("name:".parse::<JobItem>().is_err());
-        assert_eq!(select(&items(&["7"]), &[]).expect("ids"), vec![7]);
+        assert_eq!(select(&items(&["7"]), &[], &[]).expect("ids"), vec![7]);
         // A range takes the listed ids (3 was purged); `last` the newest; repeats count once.
         assert_eq!(
-            select(&items(&["2-5", "last", "4"]), &jobs).expect("range"),
+            select(&items(&["2-5", "last", "4"]), &jobs, &[]).expect("range"),
             vec![2, 4, 5, 6]
         );
-        assert_eq!(select(&items(&["all"]), &jobs).expect("all"), vec![2, 4, 6]);
+        assert_eq!(
+            select(&items(&["all"]), &jobs, &[]).expect("all"),
+            vec![2, 4, 6]
+        );
         assert!(
-            select(&items(&["all"]), &jobs[..1])
+            select(&items(&["all"]), &jobs[..1], &[])
                 .expect("none")
                 .is_empty()
         );
-        let e = select(&items(&["8-9"]), &jobs).expect_err("empty range");
+        let e = select(&items(&["8-9"]), &jobs, &[]).expect_err("empty range");
         assert!(
             e.to_string().contains("`8-9`: the server lists no job"),
             "{e}"
         );
-        assert!(select(&items(&["last"]), &[]).is_err());
+        assert!(select(&items(&["last"]), &[], &[]).is_err());
         // For a purge, a range takes its finished jobs only.
         assert_eq!(
-            select_where(&items(&["1-6"]), &jobs, "finished job", is_final).expect("finished"),
+            select_where(&items(&["1-6"]), &jobs, &[], "finished job", is_final).expect("finished"),
             vec![1, 5]
         );
-        let e = select_where(&items(&["6"]), &jobs, "finished job", is_final).expect("named");
+        let e = select_where(&items(&["6"]), &jobs, &[], "finished job", is_final).expect("named");
         assert_eq!(
             e,
             vec![6],
             "a job named alone is kept: the server refuses it by name"
         );
-        let e = select_where(&items(&["2-4"]), &jobs, "finished job", is_final)
+        let e = select_where(&items(&["2-4"]), &jobs, &[], "finished job", is_final)
             .expect_err("none finished");
         assert!(
             e.to_string().contains("no finished job in this range"),
@@ -394,7 +500,7 @@ mod tests {
                 name: String::new(),
             })
             .collect();
-        assert!(select(&items(&["all"]), &many).is_err());
+        assert!(select(&items(&["all"]), &many, &[]).is_err());
     }
 
     #[test]
@@ -410,15 +516,15 @@ mod tests {
         };
         let jobs = listed(&[1, 2, 4, 8]);
         assert_eq!(
-            unlisted(&items(&["1-9", "2", "1-2", "last"]), &jobs),
+            unlisted(&items(&["1-9", "2", "1-2", "last"]), &jobs, &[]),
             vec!["`1-9`: the server lists no job 3, 5-7, 9 (skipped)".to_string()]
         );
         // A range with nothing listed is select's refusal, not a note.
-        assert!(unlisted(&items(&["20-30"]), &jobs).is_empty());
+        assert!(unlisted(&items(&["20-30"]), &jobs, &[]).is_empty());
         // The top of the id space, and many runs cut short.
         let top = listed(&[u64::MAX - 1]);
         assert_eq!(
-            unlisted(&[JobItem::Range(u64::MAX - 2, u64::MAX)], &top),
+            unlisted(&[JobItem::Range(u64::MAX - 2, u64::MAX)], &top, &[]),
             vec![format!(
                 "`{}-{}`: the server lists no job {}, {} (skipped)",
                 u64::MAX - 2,
@@ -428,10 +534,60 @@ mod tests {
             )]
         );
         let odd = listed(&(1..=40).step_by(2).collect::<Vec<_>>());
-        let note = &unlisted(&items(&["1-40"]), &odd)[0];
+        let note = &unlisted(&items(&["1-40"]), &odd, &[])[0];
         assert!(
             note.ends_with("2, 4, 6, 8, 10, 12, 14, 16, and 12 more runs (skipped)"),
             "{note}"
+        );
+    }
+
+    /// Another user's jobs in a range are named as not the caller's, apart from the ids the
+    /// server does not list; a range holding none of the caller's is refused saying so.
+    #[test]
+    fn a_range_names_other_users_jobs_apart_from_the_unlisted_ones() {
+        let mine: Vec<Listed> = [2, 3, 7]
+            .iter()
+            .map(|&id| Listed {
+                id,
+                state: "pending".to_string(),
+                name: String::new(),
+            })
+            .collect();
+        let others = [1, 4, 5, 9];
+        assert_eq!(
+            unlisted(&items(&["1-10"]), &mine, &others),
+            vec![
+                "`1-10`: jobs 1, 4-5, 9 are not yours, and the server lists no job 6, 8, 10 \
+                 (skipped)"
+                    .to_string()
+            ]
+        );
+        assert_eq!(
+            unlisted(&items(&["1-3"]), &mine, &others),
+            vec!["`1-3`: job 1 is not yours (skipped)".to_string()]
+        );
+        assert_eq!(
+            unlisted(&items(&["2-3"]), &mine, &others),
+            Vec::<String>::new()
+        );
+        // Not interleaved with the caller's: 4-5 is one run, 5 and 9 are not.
+        assert_eq!(gaps_of(1, 10, &mine, &others).0, [(1, 1), (4, 5), (9, 9)]);
+        assert_eq!(
+            select(&items(&["1-3"]), &mine, &others).expect("selected"),
+            vec![2, 3]
+        );
+        let e = select(&items(&["4-6"]), &mine, &others).expect_err("none of mine");
+        assert!(
+            e.to_string().contains(
+                "`4-6`: the server lists no job of yours in this range (jobs 4-5 are not yours)"
+            ),
+            "{e}"
+        );
+        let e = select(&items(&["10-12"]), &mine, &others).expect_err("none listed");
+        assert!(
+            e.to_string()
+                .contains("`10-12`: the server lists no job in this range"),
+            "{e}"
         );
     }
 }

@@ -1208,6 +1208,57 @@ fn jobs_and_job_json_say_each_jobs_kind() {
     assert_eq!(shown, ["batch", "divisible", "workflow"], "{table}");
 }
 
+/// A user's range that covers another user's job says so: bob's `cancel 1-3`, job 1 being
+/// alice's, skips it as not his — before, the note said the server listed no job 1, which
+/// bob's `hetsched jobs` showed as alice's. A range holding none of bob's jobs is refused
+/// saying the same; an id the server does not list at all is still named as such. Nothing
+/// more is told than the listings show everyone.
+#[test]
+fn a_range_skips_another_users_job_saying_it_is_not_the_callers() {
+    let c = Cluster::start("ux-range-others", false);
+    let (alice, bob) = (c.add_user("alice"), c.add_user("bob"));
+    // No agent: the jobs stay pending. 1 alice's, 2 and 3 bob's, 4 alice's, 5 purged.
+    for token in [&alice, &bob, &bob, &alice, &bob] {
+        c.ok_as(token, None, &["submit", "--", "true"]);
+    }
+    c.ok(&["cancel", "5"]);
+    c.ok(&["purge", "5"]);
+    let out = c
+        .command(&["cancel", "1-6"])
+        .env("HETSCHED_TOKEN_FILE", &bob)
+        .output()
+        .expect("run hetsched");
+    let (said, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    assert_eq!(said, "job 2: 1 task cancelled\njob 3: 1 task cancelled\n");
+    assert!(
+        err.contains(
+            "note: `1-6`: jobs 1, 4 are not yours, and the server lists no job 5-6 (skipped)"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("lists no job 1"), "{err}");
+    let out = c
+        .command(&["cancel", "4-4"])
+        .env("HETSCHED_TOKEN_FILE", &bob)
+        .output()
+        .expect("run hetsched");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("`4-4`: the server lists no job of yours in this range (job 4 is not yours)"),
+        "{err}"
+    );
+    assert_eq!(
+        c.json(&["job", "4"])["state"],
+        "pending",
+        "alice's job is untouched"
+    );
+}
+
 /// `cancel` of a range names the ids in it the server does not list (`cancel 1-2` with no job
 /// 2): before, the range cancelled job 1 and said nothing of 2, so a mistyped range looked
 /// done. A list of ids names its missing one as a refusal (exit status 1), after cancelling

@@ -155,7 +155,8 @@ pub struct Dashboard {
 }
 
 /// Reads `DATA_DIR/read-token`, creating it (256 random bits in hex, mode 0600) on first start
-/// or when empty; a kept one open to others is made 0600 again. Never through a symbolic link.
+/// or when empty; a kept one open to others is made 0600 again, and one shorter than
+/// `datadir::MIN_TOKEN_CHARS` is refused. Never through a symbolic link.
 pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
     use std::io::{Read, Write};
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -172,6 +173,10 @@ pub fn read_token(data_dir: &Path) -> std::io::Result<String> {
             // The server's own file is made private; another user's is only warned about.
             crate::datadir::keep_private(&f, &path, "the read-only token file", true)?;
             if !t.trim().is_empty() {
+                // A hand-written short one is refused, as the other tokens are.
+                if let Some(why) = crate::datadir::weak_token(t.trim()) {
+                    return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, why));
+                }
                 return Ok(t.trim().to_string());
             }
         }
@@ -199,14 +204,11 @@ fn random_hex() -> String {
     format!("{a:032x}{b:032x}")
 }
 
-/// The token of an `Authorization` value of the Bearer scheme, whatever the case the scheme is
-/// written in (`Bearer`, `bearer`, `BEARER`: RFC 7235 §2.1 makes it case-insensitive, and
-/// clients differ); `None` for another scheme or no token. Every route that reads the header
-/// (the API, the page, `/metrics`, `POST /api/ticket`) goes through it.
+/// The token of an `Authorization` value of the Bearer scheme: `hetsched_proto::bearer_token`,
+/// the one reading gRPC's token check shares (the scheme in any case, RFC 7235). Every route
+/// that reads the header (the API, the page, `/metrics`, `POST /api/ticket`) goes through it.
 fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    let token = token.trim_start();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+    pb::bearer_token(value)
 }
 
 fn same(a: &[u8], b: &[u8]) -> bool {

@@ -1107,8 +1107,11 @@ impl Divisible {
         }
         // The state's next job id (one sequence across kinds).
         let jd = job_dir(&self.dir, id);
-        std::fs::create_dir_all(&jd)
-            .map_err(|e| StateError::Divisible(internal(format!("{}: {e}", jd.display()))))?;
+        // 0700, both (0755 before): the data directory's directories are private.
+        for d in [&self.dir, &jd] {
+            crate::datadir::create_private_dir(d)
+                .map_err(|e| StateError::Divisible(internal(format!("{}: {e}", d.display()))))?;
+        }
         let mut input_stored = 0;
         if spec.input.is_some() {
             let need = spec.input_bytes() as usize;

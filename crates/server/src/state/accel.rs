@@ -263,6 +263,15 @@ impl State {
         name: &str,
         identity: &str,
     ) -> Result<(), String> {
+        let own = self.check_listener_claim(name, identity)?;
+        self.check_listener_name_by(host, |node| (Some(node) != own).then(String::new))
+    }
+
+    /// Refuses a listener certificate asked for node `name` with `identity` when `name` is
+    /// registered to a live node with another identity (as its registration would be), or
+    /// when `identity` is empty; the node, if the identity is its own. Asked whatever the
+    /// request advertises, a host or none: naming a node, it speaks for that node.
+    pub fn check_listener_claim(&self, name: &str, identity: &str) -> Result<Option<u32>, String> {
         if identity.is_empty() {
             return Err(format!(
                 "the request names node `{name}` without its identity: send both or neither"
@@ -288,7 +297,7 @@ impl State {
                      is declared dead)"
             ));
         }
-        self.check_listener_name_by(host, |node| (Some(node) != own).then(String::new))
+        Ok(own)
     }
 
     /// The refusal of `host` if a live node advertises it that `other` says is not the caller

@@ -1443,8 +1443,9 @@ fn a_node_asked_to_stop_gets_no_new_chunk() {
 }
 
 /// What a divisible job stores in the data directory — its input and its gathered output —
-/// is private to the server's user (mode 0600, whatever its umask), as its store is; before,
-/// both were created 0644.
+/// is private to the server's user (mode 0600, whatever its umask), as its store is, and so
+/// are the directories holding them (0700); before, the files were created 0644 and the
+/// directories 0755.
 #[test]
 fn a_divisible_jobs_stored_input_and_output_are_private() {
     use std::os::unix::fs::PermissionsExt;
@@ -1473,5 +1474,9 @@ fn a_divisible_jobs_stored_input_and_output_are_private() {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600, "{name}: {mode:o}");
+    }
+    for dir in [jd.parent().expect("divisible"), &jd] {
+        let mode = std::fs::metadata(dir).expect("dir").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{}: {mode:o}", dir.display());
     }
 }

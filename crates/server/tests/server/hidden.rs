@@ -54,6 +54,35 @@ async fn a_bidi_override_in_a_job_name_is_refused_and_in_a_task_message_comes_ba
         e.message()
     );
 
+    // The file's name (`origin`) is the job's name when none is given, and is shown in every
+    // listing: refused too, naming it escaped and the character, with or without `--name`.
+    for name in ["", "report"] {
+        let e = client
+            .submit(pb::SubmitRequest {
+                origin: "report\u{202e}txt.exe".into(),
+                ..submit(name, JOB)
+            })
+            .await
+            .expect_err("a file's name with a bidi override");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(
+            e.message().contains(
+                "the job file's name \"report\\u{202e}txt.exe\": U+202E RIGHT-TO-LEFT \
+                 OVERRIDE is not allowed"
+            ),
+            "{}",
+            e.message()
+        );
+        assert!(!e.message().contains('\u{202e}'), "{}", e.message());
+    }
+    let listed = client
+        .list_jobs(pb::ListJobsRequest::default())
+        .await
+        .expect("jobs")
+        .into_inner()
+        .jobs;
+    assert!(listed.is_empty(), "nothing was stored: {listed:?}");
+
     let job = client
         .submit(submit("", JOB))
         .await

@@ -7,6 +7,7 @@ mod allocation_queues;
 mod backup;
 mod bounds;
 mod common;
+mod connections;
 mod dashboard_sessions;
 mod dashboard_topologies;
 mod dashboard_users;

@@ -35,11 +35,69 @@ fn registration(name: &str, identity: &str) -> pb::RegisterRequest {
     }
 }
 
+/// An interceptor that sends `value` as the whole `authorization` metadata.
+#[derive(Clone)]
+struct RawAuth(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for RawAuth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert(pb::AUTH_HEADER, self.0.clone());
+        Ok(req)
+    }
+}
+
+/// gRPC reads `authorization` as the HTTP listener does (one parser, `hetsched_proto::
+/// bearer_token`): the scheme in any case (RFC 7235) and spaces around the token. Before, only
+/// `Bearer` with a capital B and one space passed on gRPC, and `bearer TOKEN`, which the
+/// dashboard takes, was a wrong token. Another scheme, or no token, is still refused.
+#[tokio::test]
+async fn grpc_reads_the_bearer_scheme_in_any_case_and_spaces_around_as_http_does() {
+    let (_scratch, dir) = scratch("bearer");
+    let (server, channel) = common::serve(ServerConfig {
+        data_dir: dir.clone(),
+        ..Default::default()
+    })
+    .await;
+    let with = |value: String| {
+        ClientClient::with_interceptor(
+            channel.clone(),
+            RawAuth(value.parse().expect("ascii metadata")),
+        )
+    };
+    let t = &server.token;
+    for value in [
+        format!("bearer {t}"),
+        format!("BEARER {t}"),
+        format!("bEaReR {t}"),
+        format!("  Bearer   {t}  "),
+    ] {
+        with(value.clone())
+            .list_jobs(pb::ListJobsRequest::default())
+            .await
+            .unwrap_or_else(|e| panic!("`{value}`: {e:?}"));
+    }
+    for value in [format!("Basic {t}"), "Bearer".to_string(), t.clone()] {
+        let e = with(value.clone())
+            .list_jobs(pb::ListJobsRequest::default())
+            .await
+            .expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::Unauthenticated, "`{value}`: {e:?}");
+    }
+    // The agent token, in another case, still cannot call the client service.
+    let e = with(format!("bearer {}", server.agent_token))
+        .list_jobs(pb::ListJobsRequest::default())
+        .await
+        .expect_err("the agent token");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    server.stop().await.expect("stops");
+}
+
 #[tokio::test]
 async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_cannot_read_jobs() {
     let (_scratch, dir) = scratch("roles");
     let (server, channel) = common::serve(ServerConfig {
         data_dir: dir.clone(),
+        http_listen: Some("127.0.0.1:0".parse().expect("addr")),
         ..Default::default()
     })
     .await;
@@ -77,14 +135,18 @@ async fn the_client_token_cannot_register_or_heartbeat_and_the_agent_token_canno
         .await
         .expect("a user reads jobs with the client token");
 
-    // Private files: the directory 0700; tokens, the store, its WAL and SHM 0600.
+    // Private files: the directory 0700; tokens, the store, its WAL and SHM, and the address
+    // files (0644 before) 0600.
     assert_eq!(std::fs::metadata(&dir).expect("dir").mode() & 0o777, 0o700);
     for f in [
         "token",
         "agent-token",
+        "read-token",
         "state.db",
         "state.db-wal",
         "state.db-shm",
+        "address",
+        "http-address",
     ] {
         let m = std::fs::metadata(dir.join(f)).expect(f).mode() & 0o777;
         assert_eq!(m, 0o600, "{f} has mode {m:o}");
@@ -950,6 +1012,64 @@ async fn a_name_another_node_advertises_is_refused_by_node_over_the_rpc() {
         ),
         "{}",
         e.message()
+    );
+    server.stop().await.expect("stops");
+}
+
+/// A request naming a live node is refused without that node's identity whatever it
+/// advertises — before, with no `advertise` host the identity was not looked at and the
+/// caller was certified — and a refused request is neither signed nor counted against the
+/// bound of listener certificates per address: after as many refusals as the bound, the
+/// node's own agent, asking without a host too, is still certified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_naming_a_live_node_without_its_identity_is_refused_with_no_host_and_not_counted()
+{
+    use hetsched_server::throttle::CERTIFICATES_PER_ADDRESS as MOST;
+    let (_scratch, dir) = scratch("certify-no-host");
+    let (server, mut agent) = tls_server(&dir).await;
+    agent
+        .register(registration("t1", common::IDENTITY))
+        .await
+        .expect("t1");
+    let ask = |identity: &str| pb::ListenerCertificateRequest {
+        public_key: listener_key(),
+        advertise_host: String::new(),
+        node: "t1".into(),
+        identity: identity.into(),
+    };
+    for _ in 0..MOST {
+        let e = agent
+            .listener_certificate(ask("identity-of-another"))
+            .await
+            .expect_err("t1 without its identity, no host");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(
+            e.message().contains(
+                "this call speaks for node `t1` without the identity that node registered with"
+            ),
+            "{}",
+            e.message()
+        );
+    }
+    let e = agent
+        .listener_certificate(ask(""))
+        .await
+        .expect_err("t1 with no identity");
+    assert!(
+        e.message()
+            .contains("the request names node `t1` without its identity: send both or neither"),
+        "{}",
+        e.message()
+    );
+    let own = agent
+        .listener_certificate(ask(common::IDENTITY))
+        .await
+        .expect("t1's own agent: the refusals counted nothing")
+        .into_inner();
+    assert!(
+        own.cert_pem.contains("BEGIN CERTIFICATE"),
+        "{}",
+        own.cert_pem
     );
     server.stop().await.expect("stops");
 }

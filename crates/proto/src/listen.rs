@@ -1,0 +1,710 @@
+//! The accepting side of every gRPC listener — the server's, and an agent's log, data and
+//! accelerator listeners — and the connection cap the server's HTTP listener shares.
+//!
+//! A peer that connects and then says nothing would otherwise hold its connection, and a file
+//! descriptor, for good: HTTP/2 reads the client's preface with no time limit, a TLS handshake
+//! has none in tonic unless asked, and TCP keepalive only sees hosts that vanished, not ones
+//! that stay silent. So each listener bounds both:
+//!
+//! - **time:** a connection must finish its greeting within [`Limits::greeting`]
+//!   ([`GREETING_TIMEOUT`], 10 s, from the accept): the TLS handshake if the listener speaks
+//!   TLS, then HTTP/2's client preface and its first frame (the client's SETTINGS). One that has
+//!   not is closed, however it paces its bytes; every gRPC client sends these at once on
+//!   connecting, so only idle or trickling peers meet the bound. After its greeting a connection
+//!   lives as long as HTTP/2 and TCP keepalive keep it;
+//! - **number:** at most [`Limits::max_connections`] connections are open on one listener at
+//!   once, greeting or not; one more is closed as soon as it is accepted, with a warning in the
+//!   log ([`ConnectionCap`], at most one per [`CAP_WARNING_EVERY`]), so a flood of connections
+//!   exhausts neither the process's file descriptors nor its memory.
+//!
+//! The listener's TLS is done here too ([`tls_config`]; HTTP/2 by ALPN), not by tonic, so that
+//! one deadline covers the handshake and the greeting after it, which only the decrypted
+//! bytes show.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_stream::{Stream, StreamExt};
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// How long a new connection has for its greeting (see the module's docs) by default.
+pub const GREETING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most connections an agent's listener holds at once: the server's relayed reads and
+/// other agents' fetches and PCDDB messages each need one at a time per peer, so this leaves
+/// room for a thousand peers at once.
+pub const AGENT_MAX_CONNECTIONS: usize = 1024;
+
+/// At most one warning about connections closed at the cap per this long (each says how many
+/// were closed since the last).
+pub const CAP_WARNING_EVERY: Duration = Duration::from_secs(10);
+
+/// The pause after an accept that failed (the process out of file descriptors, say), so that
+/// a failing accept does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// HTTP/2's client connection preface (RFC 9113 §3.4); a SETTINGS frame follows it.
+const PREFACE_LEN: usize = 24;
+/// An HTTP/2 frame header: a 24-bit length, a type, flags and a stream id.
+const FRAME_HEADER_LEN: usize = 9;
+
+/// How a listener bounds the connections it accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a connection has, from its accept, to finish its greeting.
+    pub greeting: Duration,
+    /// The most connections open at once.
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// An agent's listeners' bounds: [`GREETING_TIMEOUT`] and [`AGENT_MAX_CONNECTIONS`].
+    pub const AGENT: Limits = Limits {
+        greeting: GREETING_TIMEOUT,
+        max_connections: AGENT_MAX_CONNECTIONS,
+    };
+}
+
+/// Why a listener's TLS cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The certificate chain does not read as PEM, or holds no certificate.
+    #[error("the certificate: {0}")]
+    Certificate(String),
+    /// The private key does not read as PEM.
+    #[error("the private key: {0}")]
+    Key(String),
+    /// rustls refuses the pair (a key that does not fit the certificate, say).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The TLS configuration of a gRPC listener with the certificate chain `cert_pem` and the
+/// private key `key_pem` (PEM): TLS 1.2 and 1.3 (rustls, ring), no client certificates, and
+/// HTTP/2 by ALPN, which tonic's clients require.
+pub fn tls_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Certificate(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(TlsError::Certificate("no certificate in the PEM".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Key(e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Refused(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::Refused(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The places of one listener's connections: [`ConnectionCap::admit`] gives one while fewer
+/// than the most are open, and the place is given back when the connection it holds ends.
+pub struct ConnectionCap {
+    places: Arc<Semaphore>,
+    max: usize,
+    /// The listener, as the log names it (`gRPC listener 0.0.0.0:7420`).
+    what: String,
+    /// When the last warning was logged, and the connections closed since.
+    warned: Mutex<(Option<Instant>, u64)>,
+}
+
+impl ConnectionCap {
+    /// A cap of `max` connections for the listener `what`.
+    pub fn new(what: impl Into<String>, max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            places: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),
+            max,
+            what: what.into(),
+            warned: Mutex::new((None, 0)),
+        })
+    }
+
+    /// A place for a connection just accepted from `peer`, or `None` when `max` are open: the
+    /// caller closes it then. Refusals are logged, one warning per [`CAP_WARNING_EVERY`].
+    pub fn admit(&self, peer: Option<SocketAddr>) -> Option<OwnedSemaphorePermit> {
+        if let Ok(place) = self.places.clone().try_acquire_owned() {
+            return Some(place);
+        }
+        let mut warned = self
+            .warned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        warned.1 += 1;
+        if warned.0.is_none_or(|t| t.elapsed() >= CAP_WARNING_EVERY) {
+            let peer = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
+            tracing::warn!(
+                listener = %self.what,
+                max_connections = self.max,
+                closed = warned.1,
+                "{}: {} connections are open, the most it holds at once: new ones are closed \
+                 at once until some end ({} closed so far, the latest from {peer})",
+                self.what,
+                self.max,
+                warned.1
+            );
+            *warned = (Some(Instant::now()), 0);
+        }
+        None
+    }
+
+    /// The connections open now.
+    pub fn open(&self) -> usize {
+        self.max
+            .min(Semaphore::MAX_PERMITS)
+            .saturating_sub(self.places.available_permits())
+    }
+}
+
+/// A connection that holds its place under a [`ConnectionCap`] until it is dropped.
+pub struct Held<T> {
+    inner: T,
+    _place: OwnedSemaphorePermit,
+}
+
+impl<T> Held<T> {
+    /// `inner`, holding `place`.
+    pub fn new(inner: T, place: OwnedSemaphorePermit) -> Self {
+        Self {
+            inner,
+            _place: place,
+        }
+    }
+
+    /// The connection.
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Held<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// What a connection has shown of its greeting so far, and until when it may take.
+struct Greeting {
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// The preface and the first frame's header, as far as read.
+    head: [u8; PREFACE_LEN + FRAME_HEADER_LEN],
+    seen: usize,
+    /// The first frame's payload bytes still to come, once its header is whole.
+    rest: usize,
+}
+
+impl Greeting {
+    fn until(deadline: tokio::time::Instant) -> Self {
+        Self {
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            head: [0; PREFACE_LEN + FRAME_HEADER_LEN],
+            seen: 0,
+            rest: 0,
+        }
+    }
+
+    /// Counts `bytes`, read from the peer; whether the preface and the first frame are whole.
+    /// Their contents are HTTP/2's to check: it closes a connection that sends anything else.
+    fn saw(&mut self, mut bytes: &[u8]) -> bool {
+        let head_len = self.head.len();
+        if self.seen < head_len {
+            let n = (head_len - self.seen).min(bytes.len());
+            self.head[self.seen..self.seen + n].copy_from_slice(&bytes[..n]);
+            self.seen += n;
+            bytes = &bytes[n..];
+            if self.seen < head_len {
+                return false;
+            }
+            let h = &self.head[PREFACE_LEN..];
+            self.rest = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+        }
+        self.rest = self.rest.saturating_sub(bytes.len());
+        self.rest == 0
+    }
+}
+
+/// The stream of a listener's connection, plain or TLS.
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+/// A connection accepted by a guarded listener ([`incoming`]): it fails its reads and writes
+/// once its greeting's deadline passed before the greeting was whole, which closes it, and
+/// holds its place under the listener's [`ConnectionCap`] until it ends.
+pub struct Conn {
+    io: Io,
+    greeting: Option<Greeting>,
+    info: TcpConnectInfo,
+    _place: OwnedSemaphorePermit,
+}
+
+impl Conn {
+    /// `Err` once the greeting's deadline passed with the greeting not whole; registers the
+    /// task to be woken at the deadline otherwise.
+    fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if let Some(g) = &mut self.greeting
+            && g.deadline.as_mut().poll(cx).is_ready()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer did not finish its HTTP/2 greeting in time",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        // Checked before every read, not only when none is ready: a peer trickling a byte at a
+        // time always has one ready.
+        this.check_deadline(cx)?;
+        let before = buf.filled().len();
+        let read = match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        if let (Poll::Ready(Ok(())), Some(g)) = (&read, &mut this.greeting)
+            && g.saw(&buf.filled()[before..])
+        {
+            this.greeting = None;
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check_deadline(cx)?;
+        match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.check_deadline(cx)?;
+        match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Connected for Conn {
+    // The TCP addresses, TLS or not: handlers read the caller's address (`remote_addr`), and
+    // no listener asks for client certificates.
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.info.clone()
+    }
+}
+
+/// The connections a guarded listener hands to tonic (`serve_with_incoming…`). Dropping it —
+/// tonic does when it stops serving — stops the accepting, which closes the listening socket.
+pub struct Incoming {
+    rx: mpsc::Receiver<Conn>,
+}
+
+impl Stream for Incoming {
+    type Item = Result<Conn, io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx).map(|c| c.map(Ok))
+    }
+}
+
+/// Guards the connections of `tcp` (tonic's `TcpIncoming` from the listening socket, with its
+/// `TCP_NODELAY` and keepalive settings), speaking TLS with `tls` when given, under `limits`;
+/// `what` names the listener in the log. Each connection's handshake runs in a task of its own,
+/// so a slow one holds up no other. Must be called within a tokio runtime.
+pub fn incoming<S>(
+    tcp: S,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: Limits,
+    what: impl Into<String>,
+) -> Incoming
+where
+    S: Stream<Item = io::Result<TcpStream>> + Send + Unpin + 'static,
+{
+    let (tx, rx) = mpsc::channel(64);
+    let cap = ConnectionCap::new(what, limits.max_connections);
+    tokio::spawn(accept(tcp, tls, limits.greeting, cap, tx));
+    Incoming { rx }
+}
+
+/// The accept loop of [`incoming`]: ends when its [`Incoming`] is dropped or `tcp` ends.
+async fn accept<S>(
+    mut tcp: S,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    greeting: Duration,
+    cap: Arc<ConnectionCap>,
+    tx: mpsc::Sender<Conn>,
+) where
+    S: Stream<Item = io::Result<TcpStream>> + Unpin,
+{
+    let mut last_error: Option<Instant> = None;
+    loop {
+        let next = tokio::select! {
+            () = tx.closed() => return,
+            next = tcp.next() => next,
+        };
+        let stream = match next {
+            None => return,
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                if last_error.is_none_or(|t| t.elapsed() >= CAP_WARNING_EVERY) {
+                    tracing::warn!(listener = %cap.what, "{}: accepting a connection failed: {e}", cap.what);
+                    last_error = Some(Instant::now());
+                }
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let peer = stream.peer_addr().ok();
+        // Closed at once (dropped) past the cap.
+        let Some(place) = cap.admit(peer) else {
+            continue;
+        };
+        let info = TcpConnectInfo {
+            local_addr: stream.local_addr().ok(),
+            remote_addr: peer,
+        };
+        let deadline = tokio::time::Instant::now() + greeting;
+        let (tls, tx, what) = (tls.clone(), tx.clone(), cap.what.clone());
+        tokio::spawn(async move {
+            let io = match tls {
+                None => Io::Plain(stream),
+                Some(config) => {
+                    let handshake = tokio_rustls::TlsAcceptor::from(config).accept(stream);
+                    match tokio::time::timeout_at(deadline, handshake).await {
+                        Ok(Ok(s)) => Io::Tls(Box::new(s)),
+                        Ok(Err(e)) => {
+                            tracing::debug!(listener = %what, ?peer, "TLS handshake failed: {e}");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(listener = %what, ?peer, "no TLS handshake in time: closed");
+                            return;
+                        }
+                    }
+                }
+            };
+            let conn = Conn {
+                io,
+                greeting: Some(Greeting::until(deadline)),
+                info,
+                _place: place,
+            };
+            // Refused only once the listener stopped: the connection is closed then.
+            let _ = tx.send(conn).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const PREFACE: &[u8; PREFACE_LEN] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    /// A greeting of the preface and a SETTINGS frame with `payload` bytes.
+    fn greeting(payload: usize) -> Vec<u8> {
+        let mut g = PREFACE.to_vec();
+        let len = u32::try_from(payload).expect("small");
+        g.extend_from_slice(&len.to_be_bytes()[1..]);
+        g.extend_from_slice(&[4, 0, 0, 0, 0, 0]);
+        g.extend(std::iter::repeat_n(0u8, payload));
+        g
+    }
+
+    #[tokio::test]
+    async fn a_greeting_is_whole_after_the_preface_and_the_first_frame_however_it_is_cut() {
+        let whole = greeting(12);
+        for cut in [1, 5, 24, 32, 33, 40, whole.len()] {
+            let mut g = Greeting::until(tokio::time::Instant::now());
+            let mut done = false;
+            for (i, piece) in whole.chunks(cut).enumerate() {
+                assert!(!done, "cut {cut}: whole before piece {i}");
+                done = g.saw(piece);
+            }
+            assert!(done, "cut {cut}");
+        }
+        let mut empty = Greeting::until(tokio::time::Instant::now());
+        assert!(!empty.saw(&PREFACE[..]));
+        assert!(
+            empty.saw(&greeting(0)[PREFACE_LEN..]),
+            "an empty SETTINGS frame"
+        );
+    }
+
+    /// A listener on a free port with `limits`, its connections handed to the test.
+    async fn listener(
+        limits: Limits,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> (SocketAddr, Incoming) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let tcp = tonic::transport::server::TcpIncoming::from(l);
+        (addr, incoming(tcp, tls, limits, "test listener"))
+    }
+
+    /// Whether the server closed `s` within `within`: a read ends (EOF or reset) rather than
+    /// waiting.
+    async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+        let mut buf = [0u8; 256];
+        let started = tokio::time::Instant::now();
+        loop {
+            let left = within.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, s.read(&mut buf)).await {
+                Err(_) => return false,
+                Ok(Ok(0) | Err(_)) => return true,
+                // The server's own bytes (TLS's, say): read on.
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    const SHORT: Limits = Limits {
+        greeting: Duration::from_millis(300),
+        max_connections: 4,
+    };
+
+    /// Silent and trickling connections are closed at the greeting's deadline; one that sent
+    /// its greeting is not, however long it then stays quiet.
+    #[tokio::test]
+    async fn a_connection_that_does_not_greet_in_time_is_closed_and_one_that_did_stays() {
+        let (addr, mut incoming) = listener(SHORT, None).await;
+        // The server side reads as HTTP/2 would, and reports how each connection ended.
+        let (ended_tx, mut ended) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(mut conn)) = incoming.next().await {
+                let ended_tx = ended_tx.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    let why = loop {
+                        match conn.read(&mut buf).await {
+                            Ok(0) => break io::ErrorKind::UnexpectedEof,
+                            Ok(_) => {}
+                            Err(e) => break e.kind(),
+                        }
+                    };
+                    let _ = ended_tx.send(why);
+                });
+            }
+        });
+        let started = Instant::now();
+        let mut silent = TcpStream::connect(addr).await.expect("connect");
+        let mut trickling = TcpStream::connect(addr).await.expect("connect");
+        let mut greeted = TcpStream::connect(addr).await.expect("connect");
+        greeted.write_all(&greeting(6)).await.expect("greet");
+        let whole = greeting(6);
+        let trickle = tokio::spawn(async move {
+            for b in &whole[..whole.len() - 1] {
+                if trickling.write_all(&[*b]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            trickling
+        });
+        assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+        let waited = started.elapsed();
+        assert!(
+            waited >= SHORT.greeting && waited < Duration::from_secs(2),
+            "closed after {waited:?}"
+        );
+        let mut trickling = trickle.await.expect("trickled");
+        assert!(closed_within(&mut trickling, Duration::from_secs(2)).await);
+        for _ in 0..2 {
+            let why = ended.recv().await.expect("ended");
+            assert_eq!(why, io::ErrorKind::TimedOut);
+        }
+        // The greeted one outlives the deadline several times over.
+        assert!(!closed_within(&mut greeted, SHORT.greeting * 3).await);
+        assert!(ended.try_recv().is_err(), "the greeted connection is open");
+    }
+
+    /// What is logged at `WARN` and above while the guard lives, on this thread (a
+    /// current-thread runtime's tasks included).
+    fn log_capture() -> (tracing::subscriber::DefaultGuard, Arc<Mutex<Vec<u8>>>) {
+        #[derive(Clone)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl io::Write for Buffer {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                self.0.lock().expect("log").extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let text = Arc::new(Mutex::new(Vec::new()));
+        let writer = Buffer(text.clone());
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .finish();
+        (tracing::subscriber::set_default(subscriber), text)
+    }
+
+    /// Past the cap, a new connection is closed at once, with a warning naming the listener
+    /// and the cap; a place given back is taken again.
+    #[tokio::test]
+    async fn connections_past_the_cap_are_closed_at_once() {
+        let (_logging, log) = log_capture();
+        let limits = Limits {
+            greeting: Duration::from_secs(30),
+            max_connections: 2,
+        };
+        let (addr, mut incoming) = listener(limits, None).await;
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let mut c = TcpStream::connect(addr).await.expect("connect");
+            c.write_all(&greeting(0)).await.expect("greet");
+            let conn = incoming.next().await.expect("yielded").expect("conn");
+            held.push((c, conn));
+        }
+        let mut third = TcpStream::connect(addr).await.expect("connect");
+        assert!(closed_within(&mut third, Duration::from_secs(2)).await);
+        let logged = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+        assert!(
+            logged.contains(
+                "test listener: 2 connections are open, the most it holds at once: new ones \
+                 are closed at once until some end (1 closed so far, the latest from 127.0.0.1:"
+            ),
+            "{logged}"
+        );
+        drop(held.pop());
+        // The accept loop sees the freed place on the next connection.
+        let mut fourth = TcpStream::connect(addr).await.expect("connect");
+        let conn = tokio::time::timeout(Duration::from_secs(2), incoming.next())
+            .await
+            .expect("yielded in time");
+        assert!(conn.is_some());
+        assert!(!closed_within(&mut fourth, Duration::from_millis(200)).await);
+    }
+
+    /// Over TLS, the deadline covers the handshake and the greeting after it.
+    #[tokio::test]
+    async fn over_tls_a_silent_connection_is_closed_in_time_and_a_greeted_one_stays() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        let config =
+            tls_config(cert.pem().as_bytes(), key.serialize_pem().as_bytes()).expect("tls config");
+        assert_eq!(config.alpn_protocols, vec![b"h2".to_vec()]);
+        let (addr, mut incoming) = listener(SHORT, Some(config)).await;
+        tokio::spawn(async move {
+            while let Some(Ok(mut conn)) = incoming.next().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        let mut silent = TcpStream::connect(addr).await.expect("connect");
+        assert!(closed_within(&mut silent, Duration::from_secs(2)).await);
+
+        // A client that finishes the handshake but sends no greeting is closed too.
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).expect("root");
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut quiet = connector
+            .connect(name.clone(), tcp)
+            .await
+            .expect("handshake");
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_secs(2), quiet.read(&mut buf)).await;
+        assert!(
+            matches!(read, Ok(Ok(0) | Err(_))),
+            "closed after the handshake: {read:?}"
+        );
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut greeted = connector.connect(name, tcp).await.expect("handshake");
+        greeted.write_all(&greeting(0)).await.expect("greet");
+        let read = tokio::time::timeout(SHORT.greeting * 3, greeted.read(&mut buf)).await;
+        assert!(read.is_err(), "still open: {read:?}");
+    }
+}
