@@ -440,8 +440,9 @@ fn a_running_multi_node_task_shows_its_first_node_and_the_others_on_hover() {
     c.ok(&["cancel", "1,2"]);
 }
 
-/// A task stopped for higher-priority work says so in its attempt cell, as `hetsched tasks` does;
-/// a running task shows how long it has run so far.
+/// A task stopped for higher-priority work says so in its attempt cell and its state
+/// (`pending (preempted)`), as `hetsched tasks` does; a running task shows how long it has run
+/// so far; one killed at its time limit reads `failed (time_limit)`.
 #[test]
 fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
     let mut c = Cluster::start_configured(
@@ -482,9 +483,20 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
         &format!("{} === '1 (1 preempted)'", cell(4)),
         t,
     );
-    assert_eq!(b.eval(&cell(3)), "pending");
+    // Its state says why its attempt ended, as `hetsched tasks` does.
+    assert_eq!(b.eval(&cell(3)), "pending (preempted)");
     assert_eq!(b.eval(&cell(9)), "-");
     c.ok(&["cancel", "1,2"]);
+    // A task killed at its time limit reads `failed (time_limit)`.
+    c.ok(&["submit", "--time-limit", "1s", "--", "sleep", "60"]);
+    let waited = c.cli(&["wait", "3"]);
+    assert!(!waited.status.success(), "a job whose task failed: wait fails");
+    b.eval("selectJob(3)");
+    b.wait_for(
+        "job 3's task ended at its time limit",
+        &format!("{} === 'failed (time_limit)'", cell(3)),
+        t,
+    );
 }
 
 /// With `prefetch`, a task sent to a node beyond its free cores waits in the agent's queue: the

@@ -585,6 +585,14 @@ function fetchTime(t) {
 }
 
 // How long a task ran, or has run so far while it runs (by this browser's clock).
+// A task's state with why its latest attempt ended without success, as `hetsched tasks` shows
+// it: `failed (time_limit)`, `failed (signal SEGV)`, `pending (preempted)`.
+function stateWithReason(t, state) {
+  if (t.fetching || !t.reason) return state;
+  if (t.reason === "signal" && t.signal) return `${state} (signal ${t.signal})`;
+  return `${state} (${t.reason})`;
+}
+
 function runTime(t) {
   if (t.finished_ns) return human(t.finished_ns - t.started_ns);
   if (t.queued) return "queued";
@@ -619,7 +627,7 @@ async function loadTasks() {
     // Running on its node, its inputs still being fetched (a workflow instance): its program
     // has not started, as `hetsched tasks` says.
     const state = t.fetching ? "fetching" : t.state;
-    return `<tr data-task="${t.id_text}"><td>${t.id_text}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(state)}">${esc(state)}</td>
+    return `<tr data-task="${t.id_text}"><td>${t.id_text}</td><td>${esc(t.app)}</td><td>${t.index}</td><td class="state-${esc(state)}">${esc(stateWithReason(t, state))}</td>
       <td>${attemptCell(t)}</td><td>${esc(t.node || "-")}${more}</td><td>${esc(t.variant || "-")}</td>
       <td>${esc((t.devices || []).join(",") || "-")}</td><td>${fetchTime(t)}</td><td>${runTime(t)}</td>
       <td>${t.usage ? human((t.usage.cpu_user_ms + t.usage.cpu_system_ms) * 1e6) : "-"}</td><td>${t.usage ? bytes(t.usage.max_rss_bytes) : "-"}</td>
