@@ -872,6 +872,8 @@ impl Wire for State {
             begin_ms: None,
             max_priority: None,
             task_room: None,
+            // The admin's: `on_submit` fills it.
+            owner: String::new(),
         })
         .map(Into::into)
     }

@@ -562,6 +562,7 @@ impl Client for ClientService {
                     // The owner's, filled by the state.
                     max_priority: None,
                     task_room: None,
+                    owner: String::new(),
                 },
                 &who.name,
             )?;

@@ -302,8 +302,12 @@ pub struct JobRow {
     pub first_task: u64,
     /// Whether a user cancelled it.
     pub cancelled: bool,
-    /// The client's submission key (unique among jobs), if it sent one.
+    /// The client's submission key (unique among its owner's jobs), if it sent one.
     pub submission_key: Option<String>,
+    /// Who submitted it (a user's name, or [`crate::users::ADMIN`]): the namespace of its
+    /// submission key. The state learns owners from `job_owners`; this copy, which a purge
+    /// keeps with the row, scopes the key.
+    pub owner: String,
     /// The name given at submission (`submit --name`), which overrides the file's `name =`.
     pub name: Option<String>,
     /// The batch jobs it runs after once each completed (`submit --after`), ascending.
@@ -433,7 +437,7 @@ pub struct PurgedJob {
     pub end: Option<(u32, u64)>,
 }
 
-/// The batch job a submission key names ([`Store::job_with_key`]).
+/// The batch job an owner's submission key names ([`Store::job_with_key`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyedJob {
     /// Its id.
@@ -491,7 +495,7 @@ CREATE TABLE IF NOT EXISTS task_signals(
 ";
 
 /// Columns added after the first schema: added to stores created before them (`table`, `column`,
-/// definition). A submission key is unique among jobs (a UNIQUE index; NULLs, i.e. no key, repeat).
+/// definition). A submission key is unique among its owner's jobs (see [`scope_keys_to_owners`]).
 const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("jobs", "submission_key", "TEXT"),
     ("tasks", "failures", "INTEGER NOT NULL DEFAULT 0"),
@@ -573,9 +577,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
-/// restart, a page of a listing) costs what they are, not the table.
+/// restart, a page of a listing) costs what they are, not the table. The submission keys'
+/// indexes are [`scope_keys_to_owners`]'s.
 const INDEXES: &str = "
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission_key ON jobs(submission_key);
 CREATE INDEX IF NOT EXISTS tasks_other_nodes ON tasks(id) WHERE other_nodes != '';";
 
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
@@ -601,6 +605,55 @@ pub(crate) fn add_missing_columns(
             ))?;
         }
     }
+    Ok(())
+}
+
+/// Makes `table`'s submission keys (column `key`) a namespace per owner: the table gains an
+/// `owner` column (a user's name, or [`crate::users::ADMIN`], its default), filled for the rows
+/// it had from `job_owners` (a user's job has a row there until it is purged or set aside;
+/// an admin's has none), and `old_index` — the UNIQUE index that made keys one namespace for
+/// the whole server — goes, all in one transaction; then `table_owner_key` indexes
+/// `(owner, key)`, UNIQUE when `unique`. The old index made the rows' keys unique, so the new
+/// one cannot fail on them. Does nothing more once done.
+pub(crate) fn scope_keys_to_owners(
+    conn: &Connection,
+    table: &str,
+    key: &str,
+    old_index: Option<&str>,
+    unique: bool,
+) -> Result<(), StoreError> {
+    let has_owner: bool = conn.query_row(
+        &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = 'owner'"),
+        [],
+        |r| r.get(0),
+    )?;
+    let old_exists: bool = match old_index {
+        Some(old) => conn.query_row(
+            "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'index' AND name = ?1",
+            params![old],
+            |r| r.get(0),
+        )?,
+        None => false,
+    };
+    if !has_owner || old_exists {
+        let tx = conn.unchecked_transaction()?;
+        if !has_owner {
+            tx.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN owner TEXT NOT NULL DEFAULT '{admin}';
+                 UPDATE {table} SET owner = (SELECT o.owner FROM job_owners o WHERE o.job = {table}.id)
+                 WHERE id IN (SELECT job FROM job_owners);",
+                admin = crate::users::ADMIN
+            ))?;
+        }
+        if let Some(old) = old_index.filter(|_| old_exists) {
+            tx.execute_batch(&format!("DROP INDEX {old}"))?;
+        }
+        tx.commit()?;
+    }
+    let unique = if unique { "UNIQUE " } else { "" };
+    conn.execute_batch(&format!(
+        "CREATE {unique}INDEX IF NOT EXISTS {table}_owner_key ON {table}(owner, {key})"
+    ))?;
     Ok(())
 }
 
@@ -637,6 +690,7 @@ struct StoredJobRow {
     first_task: u64,
     cancelled: bool,
     submission_key: Option<String>,
+    owner: String,
     name: Option<String>,
     after: String,
     after_any: String,
@@ -753,7 +807,8 @@ impl Store {
         }
         let mut stmt = self.conn.prepare(
             "SELECT id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
-                    submission_key, name, after, after_any, held, begin_ms, after_notok, after_corr, after_start FROM jobs
+                    submission_key, name, after, after_any, held, begin_ms, after_notok, after_corr, after_start,
+                    owner FROM jobs
              WHERE purged = 0 OR (id = (SELECT MAX(id) FROM jobs) AND tasks_end IS NULL)
              ORDER BY id",
         )?;
@@ -776,6 +831,7 @@ impl Store {
                 after_notok: r.get::<_, String>(14)?,
                 after_corr: r.get::<_, String>(15)?,
                 after_start: r.get::<_, String>(16)?,
+                owner: r.get::<_, String>(17)?,
             })
         })?;
         for r in rows {
@@ -790,6 +846,7 @@ impl Store {
                 first_task: r.first_task,
                 cancelled: r.cancelled,
                 submission_key: r.submission_key,
+                owner: r.owner,
                 name: r.name,
                 after: parse_list(&r.after, "job ids")?,
                 after_any: parse_list(&r.after_any, "job ids")?,
@@ -922,8 +979,9 @@ impl Store {
         tx.execute(
             "INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task, cancelled,
                               submission_key, name, after, after_any, held, begin_ms,
-                              after_notok, after_corr, after_start)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                              after_notok, after_corr, after_start, owner)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                     ?18)",
             params![
                 job.id,
                 job.origin,
@@ -941,7 +999,8 @@ impl Store {
                 job.begin_ms.map(|b| b as i64),
                 list_text(&job.after_notok),
                 list_text(&job.after_corr),
-                list_text(&job.after_start)
+                list_text(&job.after_start),
+                job.owner
             ],
         )?;
         {
@@ -988,17 +1047,18 @@ impl Store {
         rows.map(|r| Ok(r? as u64)).collect()
     }
 
-    /// The batch job submission key `key` names, purged or not (an indexed lookup: memory
-    /// keeps no map of keys, which would grow with every job the server ever ran).
-    pub fn job_with_key(&self, key: &str) -> Result<Option<KeyedJob>, StoreError> {
+    /// The batch job `owner`'s submission key `key` names, purged or not (an indexed lookup:
+    /// memory keeps no map of keys, which would grow with every job the server ever ran). Keys
+    /// are a namespace per owner: another owner's job under the same key is not found.
+    pub fn job_with_key(&self, owner: &str, key: &str) -> Result<Option<KeyedJob>, StoreError> {
         use rusqlite::OptionalExtension;
         Ok(self
             .conn
             .query_row(
                 "SELECT id, first_task,
                         (SELECT n.first_task FROM jobs n WHERE n.id > jobs.id ORDER BY n.id LIMIT 1)
-                 FROM jobs WHERE submission_key = ?1",
-                params![key],
+                 FROM jobs WHERE owner = ?1 AND submission_key = ?2",
+                params![owner, key],
                 |r| {
                     Ok(KeyedJob {
                         id: r.get::<_, i64>(0)? as u64,
@@ -1198,8 +1258,9 @@ fn multi_node_rows(
 }
 
 /// Creates what is missing of every table, column and index a store has: the core schema, the
-/// divisible, topology and accounting kinds' tables, the columns later versions added, then
-/// the indexes (some are on those columns). Shared by a store on disk and one in memory, so
+/// divisible, topology and accounting kinds' tables, the columns later versions added, the
+/// per-owner submission keys ([`scope_keys_to_owners`]), then the indexes (some are on those
+/// columns). Shared by a store on disk and one in memory, so
 /// that the state's rebuild reads a placeholder exactly as it reads a real store.
 fn create_tables(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch(SCHEMA)?;
@@ -1207,6 +1268,20 @@ fn create_tables(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch(crate::jobs::topology::SCHEMA)?;
     conn.execute_batch(crate::accounting::SCHEMA)?;
     add_missing_columns(conn, MIGRATIONS)?;
+    scope_keys_to_owners(
+        conn,
+        "jobs",
+        "submission_key",
+        Some("jobs_submission_key"),
+        true,
+    )?;
+    scope_keys_to_owners(
+        conn,
+        "div_jobs",
+        "submission_key",
+        Some("div_jobs_submission_key"),
+        true,
+    )?;
     conn.execute_batch(INDEXES)?;
     Ok(())
 }
@@ -1530,6 +1605,7 @@ mod tests {
             first_task: 0,
             cancelled: false,
             submission_key: Some("k".into()),
+            owner: crate::users::ADMIN.into(),
             name: None,
             after: vec![3, 7],
             after_any: vec![5],
@@ -1591,6 +1667,7 @@ mod tests {
             first_task: 0,
             cancelled: false,
             submission_key: None,
+            owner: crate::users::ADMIN.into(),
             name: None,
             after: Vec::new(),
             after_any: Vec::new(),
@@ -1657,6 +1734,7 @@ mod tests {
             first_task: 0,
             cancelled: false,
             submission_key: None,
+            owner: crate::users::ADMIN.into(),
             name: None,
             after: Vec::new(),
             after_any: Vec::new(),
@@ -1728,6 +1806,95 @@ mod tests {
                 (t.state, t.node, t.executed, t.reason, &t.signal),
                 (TaskState::Succeeded, Some(0), None, None, &None)
             );
+        }
+    }
+
+    /// A store from when submission keys were one namespace for the whole server (a UNIQUE
+    /// index on the key alone, in `jobs` and in `div_jobs`) opens with keys per owner: each
+    /// stored key still names its owner's job, and the same key from another owner is stored.
+    #[test]
+    fn a_store_with_one_namespace_of_keys_gains_one_per_owner() {
+        use crate::users::ADMIN;
+        let (_dir, path) = temp_db("keys-per-owner");
+        {
+            let old = Connection::open(&path).expect("open");
+            old.execute_batch(SCHEMA).expect("old schema");
+            old.execute_batch(crate::jobs::divisible::SCHEMA)
+                .expect("old divisible schema");
+            add_missing_columns(&old, MIGRATIONS).expect("old columns");
+            old.execute_batch(
+                "CREATE UNIQUE INDEX jobs_submission_key ON jobs(submission_key);
+                 CREATE UNIQUE INDEX div_jobs_submission_key ON div_jobs(submission_key);
+                 INSERT INTO job_owners(job, owner) VALUES (1, 'alice'), (3, 'alice');
+                 INSERT INTO jobs(id, origin, text, workdir, submitted_ns, first_app, first_task,
+                                  submission_key)
+                     VALUES (1, 'j', 't', '/', 0, 0, 0, 'k'), (2, 'j', 't', '/', 0, 0, 0, 'r');
+                 INSERT INTO div_jobs(id, origin, text, state, submitted_ns, submission_key)
+                     VALUES (3, 'd', 't', 'running', 0, 'k');",
+            )
+            .expect("old rows");
+        }
+        let job = |id: u64, key: &str, owner: &str| JobRow {
+            id,
+            origin: "j".into(),
+            text: "t".into(),
+            workdir: "/".into(),
+            submitted_ns: 0,
+            first_app: 0,
+            first_task: 0,
+            cancelled: false,
+            submission_key: Some(key.into()),
+            owner: owner.into(),
+            name: None,
+            after: Vec::new(),
+            after_any: Vec::new(),
+            after_notok: Vec::new(),
+            after_corr: Vec::new(),
+            after_start: Vec::new(),
+            held: false,
+            begin_ms: None,
+        };
+        for round in 0..2 {
+            let mut s = Store::open(&path).expect("migrates, then opens as is");
+            let found = |s: &Store, owner: &str, key: &str| {
+                s.job_with_key(owner, key).expect("lookup").map(|k| k.id)
+            };
+            assert_eq!(found(&s, "alice", "k"), Some(1), "{round}");
+            assert_eq!(found(&s, ADMIN, "r"), Some(2), "{round}");
+            assert_eq!(found(&s, ADMIN, "k"), None, "{round}");
+            let div_owner: String = s
+                .conn
+                .query_row("SELECT owner FROM div_jobs WHERE id = 3", [], |r| r.get(0))
+                .expect("div owner");
+            assert_eq!(div_owner, "alice");
+            if round == 0 {
+                assert_eq!(found(&s, "bob", "k"), None);
+                assert_eq!(found(&s, "alice", "r"), None);
+                s.insert_job(&job(4, "k", "bob"), &[], &[])
+                    .expect("bob's key `k` is his own");
+                s.insert_job(&job(5, "r", "alice"), &[], &[])
+                    .expect("alice's key `r` is her own");
+                s.conn
+                    .execute(
+                        "INSERT INTO div_jobs(id, origin, text, state, submitted_ns,
+                                              submission_key, owner)
+                         VALUES (6, 'd', 't', 'running', 0, 'k', 'bob')",
+                        [],
+                    )
+                    .expect("bob's divisible key `k` is his own");
+            }
+            assert_eq!(found(&s, "bob", "k"), Some(4), "{round}");
+            assert_eq!(found(&s, "alice", "r"), Some(5), "{round}");
+            s.insert_job(&job(7, "k", "alice"), &[], &[])
+                .expect_err("one owner's key names one job");
+            s.conn
+                .execute(
+                    "INSERT INTO div_jobs(id, origin, text, state, submitted_ns, submission_key,
+                                          owner)
+                     VALUES (8, 'd', 't', 'running', 0, 'k', 'alice')",
+                    [],
+                )
+                .expect_err("nor a divisible job's");
         }
     }
 }

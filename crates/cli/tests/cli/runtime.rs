@@ -925,6 +925,65 @@ fn a_submission_repeated_with_its_key_makes_one_job() {
     assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(5));
 }
 
+/// Submission keys are a namespace per user: alice's and bob's `--submission-key K` make two
+/// jobs, each retry says the user's own job was already submitted, and neither output names
+/// the other's job (a key names nothing of another user's, not even that it exists).
+#[test]
+fn a_submission_key_is_a_namespace_per_user() {
+    let c = Cluster::start("keys-per-user", false);
+    let job = c.write(
+        "job.toml",
+        "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n",
+    );
+    let (alice, bob) = (c.add_user("alice"), c.add_user("bob"));
+    let submit = |token: &Path| {
+        c.ok_as(
+            token,
+            None,
+            &[
+                "submit",
+                "--hold",
+                "--submission-key",
+                "run-7/align-3",
+                job.to_str().expect("path"),
+            ],
+        )
+    };
+    assert!(submit(&alice).contains("job 1 submitted"));
+    let said = submit(&bob);
+    assert!(said.contains("job 2 submitted"), "{said}");
+    assert!(!said.contains("job 1"), "{said}");
+    for _ in 0..2 {
+        let said = submit(&alice);
+        assert!(
+            said.contains("job 1 was already submitted with this key"),
+            "{said}"
+        );
+        let said = submit(&bob);
+        assert!(
+            said.contains("job 2 was already submitted with this key"),
+            "{said}"
+        );
+        assert!(!said.contains("job 1"), "{said}");
+    }
+    let owners: Vec<(u64, String)> = c
+        .json(&["jobs"])
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_u64().unwrap_or(0),
+                j["owner"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        owners,
+        vec![(1, "alice".to_string()), (2, "bob".to_string())]
+    );
+}
+
 fn submit_plain(c: &Cluster, job: &Path) -> String {
     let out = c.cli(&["submit", job.to_str().expect("path")]);
     String::from_utf8_lossy(&out.stdout).to_string()

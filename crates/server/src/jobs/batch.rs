@@ -951,7 +951,8 @@ impl Batch {
     /// Accepts a job file as job `id` (the state's next job id): parses it with the shared
     /// parser, checks it can run on the `live` nodes, and stores the job with all its tasks in
     /// one transaction. On any error nothing is stored. A submission key the store already
-    /// holds answers its job (`existing`).
+    /// holds for the submission's owner answers its job (`existing`); another owner's job
+    /// under the same key is neither found nor named.
     pub fn submit(
         &mut self,
         cx: &mut Ctx,
@@ -965,6 +966,7 @@ impl Batch {
             text,
             workdir,
             key,
+            owner,
             name,
             after,
             after_any,
@@ -980,10 +982,10 @@ impl Batch {
         if let Some(b) = begin_ms {
             crate::jobs::gate::check_begin(b, cx.now)?;
         }
-        // A key names its job for good, purged or not: the store's index finds it.
+        // A key names its owner's job for good, purged or not: the store's index finds it.
         let keyed = match key.as_str() {
             "" => None,
-            k => cx.store.job_with_key(k)?,
+            k => cx.store.job_with_key(&owner, k)?,
         };
         if let Some(k) = keyed {
             let id = k.id;
@@ -1081,6 +1083,7 @@ impl Batch {
             first_task,
             cancelled: false,
             submission_key: (!key.is_empty()).then_some(key),
+            owner,
             name: (!name.is_empty()).then_some(name),
             after,
             after_any,

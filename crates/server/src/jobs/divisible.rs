@@ -12,7 +12,7 @@
 //! transfer. Everything else is the contract's: the job id carries the kind
 //! ([`Kind::id`]); `State::on_submit` routes a file with a `[[divisible]]` section here, which
 //! stores the job row (store-first, in one transaction, with the client's submission key under a
-//! UNIQUE index); `ListJobs`/`GetJob`/`ListTasks`/`Cancel` are answered by [`JobKind`]; every
+//! UNIQUE index on its owner and key); `ListJobs`/`GetJob`/`ListTasks`/`Cancel` are answered by [`JobKind`]; every
 //! change of a job or chunk row is a dirty row written by [`JobKind::persist`] inside the
 //! state's one transaction per event, so the full-disk pause and rollback cover it (a rollback
 //! rebuilds this kind from the store's `div_jobs`/`div_chunks`/`div_workers` tables, keeping
@@ -90,7 +90,6 @@ CREATE TABLE IF NOT EXISTS div_jobs(
     name TEXT NOT NULL DEFAULT '', submission_key TEXT, state TEXT NOT NULL,
     message TEXT NOT NULL DEFAULT '', submitted_ns INTEGER NOT NULL,
     finished_ns INTEGER NOT NULL DEFAULT 0, output_bytes INTEGER NOT NULL DEFAULT 0);
-CREATE UNIQUE INDEX IF NOT EXISTS div_jobs_submission_key ON div_jobs(submission_key);
 CREATE TABLE IF NOT EXISTS div_chunks(
     job INTEGER NOT NULL, chunk INTEGER NOT NULL, round INTEGER NOT NULL, worker TEXT NOT NULL,
     start INTEGER NOT NULL, stop INTEGER NOT NULL, state TEXT NOT NULL,
@@ -530,8 +529,10 @@ struct Job {
     master: OnlineMaster,
     /// The job's name: given at submission, else the file's `name`, else its path.
     name: String,
-    /// The client's submission key (empty = none).
+    /// The client's submission key (empty = none), in its owner's namespace.
     key: String,
+    /// Who submitted it (a user's name, or [`crate::users::ADMIN`]): whose key `key` is.
+    owner: String,
     submitted_ns: u64,
     /// running, completed, failed, cancelled.
     state: String,
@@ -658,10 +659,12 @@ fn capped_reason(rd: &Read, id: u64) -> Option<String> {
 /// What an agent computing a chunk holds: one core.
 pub const ONE_CORE: Resources = Resources::new(1, 0, 0);
 
-/// What is left of a purged job: its submission key and its units.
+/// What is left of a purged job: its submission key (with its owner, whose namespace it is in)
+/// and its units.
 #[derive(Clone, Debug)]
 struct Tombstone {
     key: String,
+    owner: String,
     units: u64,
 }
 
@@ -672,6 +675,7 @@ pub struct StoredJob {
     text: String,
     name: String,
     key: String,
+    owner: String,
     state: String,
     message: String,
     submitted_ns: u64,
@@ -692,7 +696,7 @@ type ChunkRow = (u64, u32, String, u64, u64, String, u64, u64, u64, String);
 pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
     let mut st = conn.prepare(
         "SELECT id, origin, text, name, COALESCE(submission_key, ''), state, message, submitted_ns, \
-         finished_ns, output_bytes, after, after_any, after_notok, held, begin_ms, started \
+         finished_ns, output_bytes, after, after_any, after_notok, held, begin_ms, started, owner \
          FROM div_jobs ORDER BY id",
     )?;
     let list = |s: String| crate::store::parse_list(&s, "job ids");
@@ -705,6 +709,7 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
                 text: r.get(2)?,
                 name: r.get(3)?,
                 key: r.get(4)?,
+                owner: r.get(16)?,
                 state: r.get(5)?,
                 message: r.get(6)?,
                 submitted_ns: r.get::<_, i64>(7)? as u64,
@@ -771,7 +776,12 @@ fn holds_a_unit(spec: &DivisibleSpec, memory_bytes: u64) -> bool {
     memory_units(spec, memory_bytes) != Some(0)
 }
 
-fn new_job(spec: DivisibleSpec, name: String, key: String, submitted_ns: u64) -> Job {
+fn new_job(
+    spec: DivisibleSpec,
+    name: String,
+    (key, owner): (String, String),
+    submitted_ns: u64,
+) -> Job {
     let master = OnlineMaster::new(OnlineConfig {
         algo: spec.algo(),
         units: spec.units(),
@@ -783,6 +793,7 @@ fn new_job(spec: DivisibleSpec, name: String, key: String, submitted_ns: u64) ->
         master,
         name,
         key,
+        owner,
         submitted_ns,
         state: "running".into(),
         message: String::new(),
@@ -839,6 +850,7 @@ impl Divisible {
                     row.id,
                     Tombstone {
                         key: row.key,
+                        owner: row.owner,
                         units: parsed.as_ref().map_or(0, |(spec, _)| spec.units()),
                     },
                 );
@@ -855,7 +867,7 @@ impl Divisible {
             } else {
                 0
             };
-            let mut job = new_job(spec, name, row.key, row.submitted_ns);
+            let mut job = new_job(spec, name, (row.key, row.owner), row.submitted_ns);
             job.stored_bytes = (row.text.len() as u64).saturating_add(input);
             job.state = row.state;
             job.message = row.message;
@@ -1078,16 +1090,18 @@ impl Divisible {
                 bytesize::ByteSize(most)
             )));
         }
+        // Keys are a namespace per owner: another owner's job under the same key is not this
+        // submission's.
         if !sub.key.is_empty() {
             let live = self
                 .jobs
                 .iter()
-                .find(|(_, j)| j.key == sub.key)
+                .find(|(_, j)| j.key == sub.key && j.owner == sub.owner)
                 .map(|(&id, j)| (id, j.spec.units()));
             let purged = || {
                 self.purged
                     .iter()
-                    .find(|(_, t)| t.key == sub.key)
+                    .find(|(_, t)| t.key == sub.key && t.owner == sub.owner)
                     .map(|(&id, t)| (id, t.units))
             };
             if let Some((id, units)) = live.or_else(purged) {
@@ -1129,8 +1143,8 @@ impl Divisible {
         cx.store.transaction(|tx| {
             tx.execute(
                 "INSERT INTO div_jobs(id, origin, text, name, submission_key, state, submitted_ns, \
-                 after, after_any, after_notok, held, begin_ms, started) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 after, after_any, after_notok, held, begin_ms, started, owner) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'running', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     id as i64,
                     sub.origin,
@@ -1143,12 +1157,13 @@ impl Divisible {
                     crate::store::list_text(&g.after_notok),
                     i64::from(g.held),
                     g.begin_ms.unwrap_or(0) as i64,
-                    i64::from(g.started)
+                    i64::from(g.started),
+                    sub.owner
                 ],
             )?;
             Ok(())
         })?;
-        let mut job = new_job(spec, name, sub.key, submitted);
+        let mut job = new_job(spec, name, (sub.key, sub.owner), submitted);
         job.stored_bytes = (sub.text.len() as u64).saturating_add(input_stored);
         if !gate.started {
             self.maybe_unstarted.insert(id);
@@ -2280,6 +2295,7 @@ impl JobKind for Divisible {
                 id,
                 Tombstone {
                     key: job.key,
+                    owner: job.owner,
                     units: job.spec.units(),
                 },
             );
@@ -2587,6 +2603,7 @@ mod tests {
             ),
             name: "rows".into(),
             key: String::new(),
+            owner: crate::users::ADMIN.into(),
             state: "running".into(),
             message: String::new(),
             submitted_ns: 0,

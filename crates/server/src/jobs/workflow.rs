@@ -944,6 +944,9 @@ impl Workflows {
             .execute_batch(SCHEMA)
             .map_err(StoreError::from)?;
         crate::store::add_missing_columns(cx.store.conn(), MIGRATIONS)?;
+        // Keys are a namespace per owner. Not a UNIQUE index: a store from before it may hold
+        // a key twice (the lookup below takes the first).
+        crate::store::scope_keys_to_owners(cx.store.conn(), "wf_jobs", "key", None, false)?;
         let mut me = Workflows {
             jobs: BTreeMap::new(),
             default_balancer,
@@ -1713,14 +1716,15 @@ impl Workflows {
         id: u64,
     ) -> Result<Submitted, StateError> {
         let rt = parse_runtime_workflow(&sub.origin, &sub.text)?;
-        // A retry of a submission whose reply was lost: the job stored under its key.
+        // A retry of a submission whose reply was lost: the job its owner stored under its key
+        // (another owner's job under the same key is not this one's).
         if !sub.key.is_empty() {
             let found: Option<i64> = cx
                 .store
                 .conn()
                 .query_row(
-                    "SELECT id FROM wf_jobs WHERE key = ?1",
-                    params![sub.key],
+                    "SELECT id FROM wf_jobs WHERE owner = ?1 AND key = ?2 ORDER BY id LIMIT 1",
+                    params![sub.owner, sub.key],
                     |r| r.get(0),
                 )
                 .ok();
@@ -1794,10 +1798,10 @@ impl Workflows {
         let g = &job.gate;
         cx.store.transaction(|tx| {
             tx.execute(
-                "INSERT INTO wf_jobs(id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,key,after,after_any,after_notok,held,begin_ms,started) VALUES(?1,?2,?3,?4,?5,?6,?7,0,?8,?9,?10,?11,?12,?13,?14)",
+                "INSERT INTO wf_jobs(id,name,origin,text,workdir,balancer,submitted_ns,finished_ns,key,after,after_any,after_notok,held,begin_ms,started,owner) VALUES(?1,?2,?3,?4,?5,?6,?7,0,?8,?9,?10,?11,?12,?13,?14,?15)",
                 params![seq as i64, job.name, job.origin, job.text, job.workdir, balancer.as_str(), job.submitted_ns as i64, sub.key,
                     crate::store::list_text(&g.after), crate::store::list_text(&g.after_any), crate::store::list_text(&g.after_notok),
-                    i64::from(g.held), g.begin_ms.unwrap_or(0) as i64, i64::from(g.started)],
+                    i64::from(g.held), g.begin_ms.unwrap_or(0) as i64, i64::from(g.started), sub.owner],
             )?;
             // No instance rows: an instance without one is waiting (a restart replays the
             // graph to find the ready ones), so a row is written when an instance first runs.

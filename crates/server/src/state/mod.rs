@@ -1447,13 +1447,15 @@ impl State {
 
     /// [`State::on_submit`] of a job that `owner` submits (a user's name, or
     /// [`crate::users::ADMIN`]): the job is `owner`'s, and `--singleton` waits for `owner`'s
-    /// jobs of its name only. A submission key naming another owner's job is refused.
+    /// jobs of its name only. Submission keys are a namespace per owner: a key names one of
+    /// `owner`'s jobs, and the same key from another owner makes (or names) that owner's.
     pub fn on_submit_as(
         &mut self,
         mut sub: Submission,
         owner: &str,
     ) -> Result<Submitted, StateError> {
         crate::limits::submission(&sub).map_err(StateError::Invalid)?;
+        sub.owner = owner.to_string();
         sub.max_priority = (owner != crate::users::ADMIN)
             .then(|| self.users.max_priority(owner))
             .flatten();
@@ -1531,9 +1533,8 @@ impl State {
             }
         };
         let done = done?;
-        if done.existing {
-            self.check_owner(owner, done.job_id, "submit again")?;
-        } else {
+        // An existing job is `owner`'s own: each kind looks a key up among its owner's jobs.
+        if !done.existing {
             self.ids.add(done.job_id, kind);
             self.group_job(done.job_id, owner);
             // Every kind's new job counts (`hetsched_jobs_submitted_total`).

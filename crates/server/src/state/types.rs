@@ -385,7 +385,12 @@ pub struct Submission {
     /// The client's working directory.
     pub workdir: String,
     /// The client's submission key (empty = none): a retry with it returns the stored job.
+    /// Keys are a namespace per owner: the same key from another owner is another job's.
     pub key: String,
+    /// Who submits it (a user's name, or [`crate::users::ADMIN`]): the namespace of `key`.
+    /// Set by the state from the caller ([`crate::state::State::on_submit_as`]), never by a
+    /// client.
+    pub owner: String,
     /// A name given at submission (empty = none).
     pub name: String,
     /// The input of a divisible job (`[[divisible]]` with `input`; empty otherwise).

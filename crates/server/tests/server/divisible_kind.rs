@@ -143,6 +143,7 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
         after_start: Vec::new(),
         max_priority: None,
         task_room: None,
+        owner: String::new(),
     };
     let first = s.on_submit(sub()).expect("submitted");
     assert_eq!(first.job_id, 1, "job ids are one sequence across kinds");
@@ -237,6 +238,7 @@ fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_ha
             after_start: Vec::new(),
             max_priority: None,
             task_room: None,
+            owner: String::new(),
         })
     };
     let refused = submit(&mut s, "[\"bigmem\", \"fpga\"]").expect_err("no node has `fpga`");

@@ -512,6 +512,7 @@ fn submission(name: &str, singleton: bool) -> Submission {
         begin_ms: None,
         max_priority: None,
         task_room: None,
+        owner: String::new(),
     }
 }
 
@@ -1996,4 +1997,260 @@ fn a_users_stored_submissions_are_bounded_in_bytes() {
         zero.validate(),
         Err("max_stored_bytes_per_user must be at least 1".to_string())
     );
+}
+
+const DIVISIBLE: &str =
+    "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n";
+const WORKFLOW: &str = "[[task]]\nname = \"a\"\ninstances = 2\ncost = \"1s\"\noutputs = [\"x\"]\ncommand = \"true\"\n\n[[task]]\nname = \"b\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"x\"]\ncommand = \"true\"\n";
+
+/// A held submission of `text` with submission key `key`.
+fn keyed(text: &str, key: &str) -> Submission {
+    let mut sub = submission("keyed", false);
+    sub.text = text.into();
+    sub.key = key.into();
+    sub
+}
+
+/// Submits `text` with key `key` as `who` (the admin or a user): (job id, existing).
+fn submit_keyed(s: &mut State, who: &str, text: &str, key: &str) -> (u64, bool) {
+    let done = s
+        .on_submit_as(keyed(text, key), who)
+        .unwrap_or_else(|e| panic!("{who}'s submission with key {key}: {e}"));
+    (done.job_id, done.existing)
+}
+
+/// Submission keys are a namespace per user, as an idempotency key is per account: the same
+/// key from alice, bob and the admin makes three jobs, of every kind; each one's retry returns
+/// its own job and never names another's; another user's key with another file is no refusal;
+/// and all of it holds after a restart and after a purge.
+#[test]
+fn a_submission_key_names_its_own_users_job_only_for_every_kind_and_across_a_restart() {
+    let d = common::scratch("users", "keys");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_add_user("bob", false).expect("bob");
+    let kinds = [
+        ("batch", JOB),
+        ("divisible", DIVISIBLE),
+        ("workflow", WORKFLOW),
+    ];
+    let who = ["alice", "bob", ADMIN];
+    // ids[kind][user]
+    let mut ids: Vec<Vec<u64>> = Vec::new();
+    for (kind, text) in kinds {
+        let key = "run-7/align-3";
+        let mine: Vec<u64> = who
+            .iter()
+            .map(|w| {
+                let (id, existing) = submit_keyed(&mut s, w, text, key);
+                assert!(!existing, "{kind}: {w}'s first submission makes a job");
+                id
+            })
+            .collect();
+        assert!(
+            mine[0] != mine[1] && mine[1] != mine[2] && mine[0] != mine[2],
+            "{kind}: {mine:?}"
+        );
+        for (w, &id) in who.iter().zip(&mine) {
+            assert_eq!(s.owner_of(id), *w, "{kind}");
+            // A retry returns the user's own job, whoever else used the key.
+            assert_eq!(
+                submit_keyed(&mut s, w, text, key),
+                (id, true),
+                "{kind}: {w}"
+            );
+        }
+        ids.push(mine);
+    }
+    // The same key with another file: refused for its own user's job only, naming that job.
+    let other = format!("{JOB}# changed\n");
+    let e = s
+        .on_submit_as(keyed(&other, "run-7/align-3"), "bob")
+        .expect_err("bob's key names his job, submitted with another file");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("already names job {}", ids[0][1])),
+        "{msg}"
+    );
+    assert!(!msg.contains(&format!("job {}", ids[0][0])), "{msg}");
+    // Alice's key, unknown to bob, with bob's own file: bob's new job, nothing said of hers.
+    let (alone, existing) = submit_keyed(&mut s, "alice", JOB, "alice-only");
+    assert!(!existing);
+    let (bobs, existing) = submit_keyed(&mut s, "bob", &other, "alice-only");
+    assert!(!existing && bobs != alone, "{bobs} {alone}");
+    assert_eq!(s.owner_of(bobs), "bob");
+
+    // After a restart each key still names its own user's job.
+    drop(s);
+    let mut s = open(&d);
+    for ((kind, text), mine) in kinds.iter().zip(&ids) {
+        for (w, &id) in who.iter().zip(mine) {
+            assert_eq!(
+                submit_keyed(&mut s, w, text, "run-7/align-3"),
+                (id, true),
+                "{kind}: {w} after a restart"
+            );
+        }
+    }
+    assert_eq!(
+        submit_keyed(&mut s, "alice", JOB, "alice-only"),
+        (alone, true)
+    );
+    assert_eq!(
+        submit_keyed(&mut s, "bob", &other, "alice-only"),
+        (bobs, true)
+    );
+
+    // A purged job's key still names it, for its own user (its owner row went with the purge;
+    // the key's owner stays with the job's tombstone).
+    let (alices_batch, bobs_batch) = (ids[0][0], ids[0][1]);
+    s.on_cancel(alices_batch).expect("cancelled");
+    let purged = s
+        .on_purge(&PurgeSelection {
+            job_ids: vec![alices_batch],
+            owner: Some("alice".into()),
+            ..Default::default()
+        })
+        .expect("purged");
+    assert_eq!(purged.purged, vec![alices_batch]);
+    for _ in 0..2 {
+        assert_eq!(
+            submit_keyed(&mut s, "alice", JOB, "run-7/align-3"),
+            (alices_batch, true)
+        );
+        assert_eq!(
+            submit_keyed(&mut s, "bob", JOB, "run-7/align-3"),
+            (bobs_batch, true)
+        );
+        drop(s);
+        s = open(&d);
+    }
+}
+
+/// A data directory from before keys were per user (one UNIQUE index on the key for the whole
+/// server, no owner beside it) opens: each user's keyed job is still found by its own key, and
+/// the same key from another user now makes that user's own job.
+#[test]
+fn a_store_with_one_namespace_of_keys_opens_and_then_scopes_them_per_user() {
+    let d = common::scratch("users", "keys-migrate");
+    let (mut a, mut r) = (Vec::new(), Vec::new());
+    {
+        let mut s = open(&d);
+        s.on_add_user("alice", false).expect("alice");
+        s.on_add_user("bob", false).expect("bob");
+        for (i, text) in [JOB, DIVISIBLE, WORKFLOW].into_iter().enumerate() {
+            a.push(submit_keyed(&mut s, "alice", text, &format!("k-{i}")).0);
+            r.push(submit_keyed(&mut s, ADMIN, text, &format!("root-{i}")).0);
+        }
+    }
+    // Back to the old schema: no owner columns, one UNIQUE index per table on the key alone
+    // (workflows had none).
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("sqlite");
+    conn.execute_batch(
+        "DROP INDEX jobs_owner_key; ALTER TABLE jobs DROP COLUMN owner;
+         CREATE UNIQUE INDEX jobs_submission_key ON jobs(submission_key);
+         DROP INDEX div_jobs_owner_key; ALTER TABLE div_jobs DROP COLUMN owner;
+         CREATE UNIQUE INDEX div_jobs_submission_key ON div_jobs(submission_key);
+         DROP INDEX wf_jobs_owner_key; ALTER TABLE wf_jobs DROP COLUMN owner;",
+    )
+    .expect("the old schema");
+    drop(conn);
+    for round in 0..2 {
+        let mut s = open(&d);
+        for (i, text) in [JOB, DIVISIBLE, WORKFLOW].into_iter().enumerate() {
+            let key = format!("k-{i}");
+            assert_eq!(
+                submit_keyed(&mut s, "alice", text, &key),
+                (a[i], true),
+                "{round}: alice's key {key}"
+            );
+            let root = format!("root-{i}");
+            assert_eq!(
+                submit_keyed(&mut s, ADMIN, text, &root),
+                (r[i], true),
+                "{round}: the admin's key {root}"
+            );
+            if round == 0 {
+                // Bob's first use of alice's key makes his own job; the old index is gone.
+                let (b, existing) = submit_keyed(&mut s, "bob", text, &key);
+                assert!(!existing && b != a[i], "{round}: {b}");
+                assert_eq!(s.owner_of(b), "bob");
+            }
+        }
+    }
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("sqlite");
+    let indexes: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE '%key%' ORDER BY name")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("names");
+    assert_eq!(
+        indexes,
+        ["div_jobs_owner_key", "jobs_owner_key", "wf_jobs_owner_key"]
+    );
+}
+
+/// Over the API too: alice's and bob's submissions with one key are two jobs, each retry
+/// answers its own user's job, and no reply says anything of the other's.
+#[tokio::test]
+async fn users_submitting_one_key_over_the_api_each_get_their_own_job() {
+    let dir = common::scratch("users", "keys-api");
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    let (server, channel) = serve(config).await;
+    let mut admin = api(&channel, &server.token);
+    let alice_token = add_user(&mut admin, "alice", false).await;
+    let bob_token = add_user(&mut admin, "bob", false).await;
+    let (mut alice, mut bob) = (api(&channel, &alice_token), api(&channel, &bob_token));
+    let send = |key: &str| pb::SubmitRequest {
+        origin: "job.toml".into(),
+        text: JOB.into(),
+        hold: true,
+        submission_key: key.into(),
+        ..Default::default()
+    };
+    let a = alice.submit(send("K")).await.expect("alice's").into_inner();
+    let b = bob.submit(send("K")).await.expect("bob's").into_inner();
+    assert!(!a.existing && !b.existing);
+    assert_ne!(a.job_id, b.job_id);
+    for _ in 0..2 {
+        let again = alice
+            .submit(send("K"))
+            .await
+            .expect("alice's retry")
+            .into_inner();
+        assert_eq!((again.job_id, again.existing), (a.job_id, true));
+        let again = bob
+            .submit(send("K"))
+            .await
+            .expect("bob's retry")
+            .into_inner();
+        assert_eq!((again.job_id, again.existing), (b.job_id, true));
+    }
+    // Bob's key with another file is refused naming his own job only.
+    let mut changed = send("K");
+    changed.text = format!("{JOB}# changed\n");
+    let (code, msg) = refused(bob.submit(changed).await);
+    assert_eq!(code, Code::InvalidArgument, "{msg}");
+    assert!(
+        msg.contains(&format!("already names job {}", b.job_id)),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains(&format!("job {}", a.job_id)) && !msg.contains("alice"),
+        "{msg}"
+    );
+    let owners = owners(&mut admin, false).await;
+    assert_eq!(
+        owners,
+        vec![
+            (a.job_id, "alice".to_string()),
+            (b.job_id, "bob".to_string())
+        ]
+    );
+    server.stop().await.expect("stops");
 }
