@@ -490,7 +490,10 @@ fn a_preempted_task_says_so_and_a_running_one_shows_its_run_time_so_far() {
     // A task killed at its time limit reads `failed (time_limit)`.
     c.ok(&["submit", "--time-limit", "1s", "--", "sleep", "60"]);
     let waited = c.cli(&["wait", "3"]);
-    assert!(!waited.status.success(), "a job whose task failed: wait fails");
+    assert!(
+        !waited.status.success(),
+        "a job whose task failed: wait fails"
+    );
     b.eval("selectJob(3)");
     b.wait_for(
         "job 3's task ended at its time limit",
