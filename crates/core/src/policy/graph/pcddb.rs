@@ -1075,7 +1075,13 @@ mod tests {
         // Idle: it reports.
         let out = node.handle(NodeEvent::SelfCheck, 0);
         assert!(
-            matches!(&out[..], [Outgoing::Send(Message { body: Body::Status { .. }, .. })]),
+            matches!(
+                &out[..],
+                [Outgoing::Send(Message {
+                    body: Body::Status { .. },
+                    ..
+                })]
+            ),
             "{out:?}"
         );
         node.set_foreign_load(4);
@@ -1111,7 +1117,10 @@ mod tests {
         let mut node = two_core_node();
         // One instance of its own.
         let out = node.handle(request_to_node_1(0..1, vec![NodeId(1)]), 0);
-        assert!(out.iter().any(|o| matches!(o, Outgoing::Run { .. })), "{out:?}");
+        assert!(
+            out.iter().any(|o| matches!(o, Outgoing::Run { .. })),
+            "{out:?}"
+        );
         assert_eq!(node.held(), 1);
         // Other work holds two cores: x = 3 < LT × cores = 4; room = 10 − 3 = 7.
         node.set_foreign_load(2);
