@@ -134,6 +134,9 @@ struct JobMachine {
     check_interval: Duration,
     /// The public half of the workflow's balancing key (empty: a server before grants).
     key: Vec<u8>,
+    /// Cores on this node other work held in the server's view at the last heartbeat reply
+    /// (`PcddbJob.foreign_cores`; 0 from a server before it).
+    foreign_cores: u32,
 }
 
 /// Every PCDDB machine of this agent.
@@ -219,7 +222,9 @@ impl Balancer {
                 cores: HashMap::new(),
                 check_interval: CHECK_INTERVAL,
                 key: Vec::new(),
+                foreign_cores: 0,
             });
+            m.foreign_cores = j.foreign_cores;
             m.key.clone_from(&j.balance_key);
             m.check_interval = match j.check_interval_ms {
                 0 => CHECK_INTERVAL,
@@ -253,7 +258,34 @@ impl Balancer {
                 }
             }
         }
+        for id in self.jobs.keys().copied().collect::<Vec<_>>() {
+            self.count_foreign(id);
+        }
         self.note_balancing();
+    }
+
+    /// Gives workflow `job`'s machine the load other work puts on this node, which its
+    /// instance table counts beside its own instances (seed 004's table counts every
+    /// program's instances on the node; [`PcddbNode::set_foreign_load`]): the cores other work
+    /// held in the server's view at the last heartbeat reply (`PcddbJob.foreign_cores`), or,
+    /// if more, the instances this agent's other machines hold now. Those change between
+    /// heartbeats — another workflow's machine takes instances from a request here — and
+    /// this agent sees them at once; the server counts them only once it has booked them (so
+    /// the larger of the two, not their sum, which would count another workflow's running
+    /// instances twice). Batch tasks and stream workers starting or ending here between
+    /// heartbeats are not followed: the server's value at the next reply is (a task's end
+    /// makes the agent beat at once, and new work for this node comes in a reply, with the
+    /// value that counts it).
+    fn count_foreign(&mut self, job: u64) {
+        let others: u32 = self
+            .jobs
+            .iter()
+            .filter(|(id, _)| **id != job)
+            .map(|(_, m)| m.node.held())
+            .fold(0, u32::saturating_add);
+        if let Some(m) = self.jobs.get_mut(&job) {
+            m.node.set_foreign_load(m.foreign_cores.max(others));
+        }
     }
 
     /// The self-check period: the shortest any of the workflows asks for.
@@ -333,6 +365,7 @@ impl Balancer {
         let ids: Vec<u64> = self.jobs.keys().copied().collect();
         let mut out = Vec::new();
         for id in ids {
+            self.count_foreign(id);
             if let Some(m) = self.jobs.get_mut(&id) {
                 let o = m.node.handle(NodeEvent::SelfCheck, now);
                 out.extend(self.route(id, o, None));
@@ -504,6 +537,10 @@ impl Balancer {
                 m.carried.insert(k, v);
             }
         }
+        self.count_foreign(env.job_id);
+        let Some(m) = self.jobs.get_mut(&env.job_id) else {
+            return Vec::new();
+        };
         let o = m.node.handle(NodeEvent::Deliver(msg), now);
         self.route(env.job_id, o, Some(&granted))
     }
@@ -1112,6 +1149,71 @@ mod tests {
         b.deliver(request(0, 0), 0, false);
         assert_eq!(kinds(&mut b), ["reply"]);
         assert_eq!(b.held(), 1);
+    }
+
+    /// The cores other work holds on this node in the server's view (`PcddbJob.foreign_cores`)
+    /// count in the machine's instance table: at LT × cores (2 × 2 here) the node reports no
+    /// `status` and takes nothing from a request, which goes on (here home: its table is
+    /// empty); once the other work ends (the next reply says 0), it reports and takes again.
+    /// Before, the machine counted its workflow's instances only: a node full of a batch task
+    /// reported itself underloaded and took MT × cores instances, which waited there.
+    #[test]
+    fn the_cores_other_work_holds_here_count_in_the_machines_instance_table() {
+        let mut b = Balancer::default();
+        let busy = pb::PcddbJob {
+            foreign_cores: 4,
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, &[busy]);
+        assert!(b.self_check(0).is_empty());
+        assert!(kinds(&mut b).is_empty(), "no status from a full node");
+        b.deliver(request(0, 0), 0, false);
+        assert_eq!(kinds(&mut b), ["return"]);
+        assert_eq!(b.held(), 0);
+        // Three cores held: x = 3 < 4, and MT × cores − x = 6 − 3 = 3 instances are taken.
+        let some = pb::PcddbJob {
+            foreign_cores: 3,
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, &[some]);
+        b.self_check(0);
+        assert_eq!(kinds(&mut b), ["status"]);
+        let five = testing::request(99, 1, &[(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)], &[1]);
+        b.deliver(five, 0, false);
+        assert_eq!(kinds(&mut b), ["reply", "return"]);
+        assert_eq!(b.held(), 3);
+        // The other work ended: the next reply says so, and the machine counts its own again.
+        b.sync(1, 2, &[job(vec![0], 0)]);
+        b.self_check(0);
+        assert_eq!(kinds(&mut b), ["status"]);
+    }
+
+    /// Between heartbeats the agent sees what its other machines take: once workflow 7's
+    /// machine holds LT × cores instances here, workflow 8's counts them (the server's value,
+    /// 0, lags) and neither reports nor takes.
+    #[test]
+    fn another_workflows_instances_taken_here_count_before_the_server_sees_them() {
+        let mut b = Balancer::default();
+        let other = pb::PcddbJob {
+            job_id: 8,
+            task_base: 2000,
+            ..job(vec![0], 0)
+        };
+        b.sync(1, 2, &[job(vec![0], 0), other]);
+        b.self_check(0);
+        assert_eq!(kinds(&mut b), ["status", "status"]);
+        let four = testing::request(99, 1, &[(0, 0), (1, 0), (2, 0), (3, 0)], &[1]);
+        b.deliver(four, 0, false);
+        assert_eq!(kinds(&mut b), ["reply"]);
+        assert_eq!(b.held(), 4);
+        // Workflow 7's machine, at LT × cores itself, reports nothing either.
+        b.self_check(0);
+        assert!(kinds(&mut b).is_empty());
+        let mut for_8 = request(0, 0);
+        for_8.job_id = 8;
+        b.deliver(for_8, 0, false);
+        assert_eq!(kinds(&mut b), ["return"]);
+        assert_eq!(b.held(), 4);
     }
 
     /// The server's address book: nodes 1 to 4.

@@ -297,6 +297,7 @@ fn pcddb_job(j: &crate::state::types::PcddbJob) -> pb::PcddbJob {
         balance_key: j.balance_key.clone(),
         peers_version: j.peers_version,
         clusters_version: j.clusters_version,
+        foreign_cores: j.foreign_cores,
     }
 }
 

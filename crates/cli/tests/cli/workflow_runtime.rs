@@ -1226,7 +1226,29 @@ fn the_processes_of_one_instance_keep_their_own_output() {
 /// instead of ~5 s with a 25 s task; with a stream topology holding the node, never).
 #[test]
 fn a_centralised_workflow_completes_beside_a_batch_task_holding_one_node() {
-    let mut c = Cluster::start_configured("wf-busy-node", false, SERVER_CONFIG);
+    beside_a_batch_task_holding_g1("wf-busy-node", SERVER_CONFIG, "centralised", 8);
+}
+
+/// The same under `pcddb` (LT 1 and MT 2 per core, so that the batch task's two cores fill
+/// `g1`): every heartbeat reply tells `g1`'s machine the cores the batch task holds there
+/// (`PcddbJob.foreign_cores`), which its instance table counts, so it never reports itself
+/// underloaded and takes nothing; the workflow completes on `n1` and `n2` while the batch task
+/// still runs. Before, the machine counted its workflow's instances only: `g1` read idle, took
+/// MT × cores instances from a request, and they waited there for the batch task's end.
+#[test]
+fn a_pcddb_workflow_completes_beside_a_batch_task_holding_one_node() {
+    beside_a_batch_task_holding_g1(
+        "wf-busy-node-pcddb",
+        "[workflow]\ncluster_size = 3\nlt = 1\nmt = 2\n",
+        "pcddb",
+        20,
+    );
+}
+
+/// A batch task holding `g1`'s two cores for `hold_s` seconds, then a three-stage workflow
+/// under `balancer`: it completes within 30 s, before the batch task, none of it on `g1`.
+fn beside_a_batch_task_holding_g1(name: &str, config: &str, balancer: &str, hold_s: u32) {
+    let mut c = Cluster::start_configured(name, false, config);
     c.start_agent("g1", 2, &[]);
     c.wait_for_nodes(1);
     c.start_agent("n1", 4, &[]);
@@ -1242,7 +1264,7 @@ fn a_centralised_workflow_completes_beside_a_batch_task_holding_one_node() {
         "2",
         "--",
         "sleep",
-        "8",
+        &hold_s.to_string(),
     ]);
     assert!(
         out.status.success(),
@@ -1257,13 +1279,13 @@ fn a_centralised_workflow_completes_beside_a_batch_task_holding_one_node() {
     });
     let file = c.write(
         "wf.toml",
-        "balancer = \"centralised\"\n\
-         [[task]]\nname = \"A\"\ninstances = 8\ncost = \"1s\"\noutputs = [\"m\"]\n\
+        &(format!("balancer = \"{balancer}\"\n")
+            + "[[task]]\nname = \"A\"\ninstances = 8\ncost = \"1s\"\noutputs = [\"m\"]\n\
          command = \"echo $(( {index} * 10 )) > {output:m}\"\n\
          [[task]]\nname = \"B\"\ninstances = 8\ncost = \"1s\"\ninputs = [\"m\"]\noutputs = [\"b\"]\n\
          command = \"sleep 1; cat {input:m} > {output:b}\"\n\
          [[task]]\nname = \"C\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"b\"]\n\
-         command = \"cat {input:b} > /dev/null\"\n",
+         command = \"cat {input:b} > /dev/null\"\n"),
     );
     let job = submit(&c, &file);
     let v = wait_done(&c, job, Duration::from_secs(30));

@@ -2797,6 +2797,43 @@ fn short_cores_on(job: &WfJob, nodes: &crate::state::nodes::Nodes, node: NodeId)
     })
 }
 
+/// The instances of `job` among `tasks` (task ids of every kind).
+fn instances_of(job: &WfJob, tasks: impl IntoIterator<Item = u64>) -> impl Iterator<Item = u32> {
+    tasks
+        .into_iter()
+        .filter(|&id| Kind::of(id) == Some(Kind::Workflow))
+        .map(job_of)
+        .filter(move |&(seq, _)| seq == job.seq)
+        .map(|(_, i)| i)
+}
+
+/// The load other work puts on `node` in the server's view, in cores: batch tasks, stream
+/// workers, other workflows — the node's cores less its free cores, less the cores `own`, the
+/// instances of `job` its balancer counts as its own load there, booked on it. Both balancers
+/// count it as the node's load beside their own instances (seed 004's instance table counts
+/// every program's instances on the node): `centralised` in the node's report to its
+/// dispatcher, `pcddb` in the node's machine (`PcddbJob.foreign_cores`). Counting their own
+/// instances only made a node full of other work read idle: instances were pushed to it and
+/// waited for its cores while other nodes idled.
+fn foreign_cores(
+    view: &hetsched_core::SchedulerView,
+    job: &WfJob,
+    node: NodeId,
+    own: impl IntoIterator<Item = u32>,
+) -> u32 {
+    let own_cores = own
+        .into_iter()
+        .filter_map(|i| match job.booked.get(&i) {
+            Some((at, request, _)) if *at == node.0 => Some(request.cores),
+            _ => None,
+        })
+        .fold(0u32, u32::saturating_add);
+    view.nodes()
+        .get(node.index())
+        .map_or(0, |n| n.node.cores.saturating_sub(n.free.cores))
+        .saturating_sub(own_cores)
+}
+
 fn job_of(task: u64) -> (u64, u32) {
     let n = task & ((1 << super::KIND_SHIFT) - 1);
     (n >> 32, (n & 0xffff_ffff) as u32)
@@ -3476,24 +3513,11 @@ impl JobKind for Workflows {
             // running there made a node full of other work, or of instances waiting for it,
             // read idle: every ready instance could be pushed there, and waited.
             if let Machine::Centralised(_) = job.machine {
-                let (mut mine, mut my_cores) = (0u32, 0u32);
-                for r in report.running.iter().filter(|r| {
-                    job_of(r.task_id).0 == seq && Kind::of(r.task_id) == Some(Kind::Workflow)
-                }) {
-                    mine += 1;
-                    if let Some((at, request, _)) = job.booked.get(&job_of(r.task_id).1)
-                        && *at == node.0
-                    {
-                        my_cores = my_cores.saturating_add(request.cores);
-                    }
-                }
+                let running: Vec<u32> =
+                    instances_of(&job, report.running.iter().map(|r| r.task_id)).collect();
+                let mine = running.len() as u32;
                 let waiting = job.assigned.get(&node.0).map_or(0, VecDeque::len) as u32;
-                let others = cx
-                    .view
-                    .nodes()
-                    .get(node.index())
-                    .map_or(0, |n| n.node.cores.saturating_sub(n.free.cores))
-                    .saturating_sub(my_cores);
+                let others = foreign_cores(cx.view, &job, node, running);
                 let held = mine.saturating_add(waiting).saturating_add(others);
                 job.received += 1;
                 let o = job.machine.handle(
@@ -3780,6 +3804,24 @@ impl JobKind for Workflows {
                     dropped: Self::take_dropped(&mut job, node.0),
                     // The state adds the key: the kinds hold none.
                     balance_key: Vec::new(),
+                    // The load other work puts on the node, as the centralised dispatcher's
+                    // report counts it: the node's machine counts every instance it took
+                    // (running here, queued here or waiting here for the node), so every
+                    // instance of this workflow the server has sent here — this reply's too —
+                    // is its own, not other work.
+                    foreign_cores: foreign_cores(
+                        cx.view,
+                        &job,
+                        node,
+                        instances_of(
+                            &job,
+                            cx.nodes
+                                .get(node.0)
+                                .map(|rec| rec.running.iter().copied())
+                                .into_iter()
+                                .flatten(),
+                        ),
+                    ),
                 });
             }
             self.jobs.insert(seq, job);

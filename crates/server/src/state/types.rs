@@ -1053,6 +1053,9 @@ pub struct PcddbJob {
     /// The public half of the workflow's balancing key (the state adds it before the reply
     /// goes out).
     pub balance_key: Vec<u8>,
+    /// Cores on the node other work holds in the server's view at this reply (batch tasks,
+    /// stream workers, other workflows): the machine counts them as its node's load.
+    pub foreign_cores: u32,
 }
 
 /// The task states a listing keeps (`hetsched tasks --state`; empty: every state).

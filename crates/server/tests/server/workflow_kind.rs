@@ -180,6 +180,8 @@ impl Agents {
             });
             m.set_memberships(clusters);
             m.set_attributes(j.attributes);
+            // As the agent does: the cores other work holds here count as the node's load.
+            m.set_foreign_load(j.foreign_cores);
             // As the agent does: instances taken here that will not run are forgotten.
             for &i in &j.dropped {
                 if let Some(core) = self.cores.remove(&(n, i)) {
@@ -5561,4 +5563,77 @@ fn a_tasks_mean_run_time_counts_each_instances_latest_success_across_a_restart()
     drop(s);
     let s = open(&dir, WorkflowConfig::default());
     assert_eq!(seed_mean(&s), 30.0, "the same after a restart");
+}
+
+/// Under `pcddb` each heartbeat reply tells the node's machine the cores other work holds
+/// there in the server's view (`PcddbJob.foreign_cores`, counted as the centralised
+/// dispatcher's node report counts them): a batch task holding both of `b`'s cores makes every
+/// reply to `b` say 2, so `b`'s machine (LT 1 per core) never finds itself underloaded and
+/// takes nothing, and every instance runs on `a`, whose replies say 0 while the workflow's own
+/// instances run there (they are the machine's own). Before, a machine counted its workflow's
+/// instances only: `b` read idle, took MT × cores instances, and they waited there behind the
+/// batch task while `a` idled.
+#[test]
+fn a_pcddb_nodes_machine_counts_the_cores_a_batch_task_holds_there_and_takes_nothing() {
+    let dir = scratch("foreign-cores");
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            lt: Some(1),
+            mt: std::num::NonZeroU32::new(2),
+            ..Default::default()
+        },
+    );
+    let b = common::register(&mut s, "b", 2);
+    let a = common::register(&mut s, "a", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, b);
+    agents.beat(&mut s, a);
+    let hold = s
+        .on_submit(hetsched_server::state::types::Submission {
+            origin: "hold.toml".into(),
+            text: "[[application]]\nname = \"hold\"\ntasks = 1\nrequires = [\"node:b\"]\n\
+                   [application.cpu]\ncommand = \"sleep 600\"\ncores = 2\n"
+                .into(),
+            workdir: "/".into(),
+            ..Default::default()
+        })
+        .expect("submit")
+        .job_id;
+    let r = agents.beat(&mut s, b);
+    assert_eq!(r.assignments.len(), 1, "the batch task runs on b");
+    // It keeps running there (the agent reports it at every beat); it is no instance.
+    agents.assigned.clear();
+    let job = s
+        .submit(
+            "wf.toml",
+            "balancer = \"pcddb\"\n[[task]]\nname = \"A\"\ninstances = 6\ncost = \"1s\"\n\
+             command = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    let mut said: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for _ in 0..30 {
+        for n in [a, b] {
+            agents.self_check(n);
+            let r = agents.beat(&mut s, n);
+            for j in r.pcddb.iter().filter(|j| j.job_id == job) {
+                said.entry(n).or_default().push(j.foreign_cores);
+            }
+        }
+        agents.finish_all(a, true);
+        if s.get_job(job).expect("job").state == "completed" {
+            break;
+        }
+    }
+    assert_eq!(s.get_job(job).expect("job").state, "completed");
+    let to_b = &said[&b];
+    assert!(!to_b.is_empty() && to_b.iter().all(|&c| c == 2), "{to_b:?}");
+    let to_a = &said[&a];
+    assert!(!to_a.is_empty() && to_a.iter().all(|&c| c == 0), "{to_a:?}");
+    let runs = agents.runs();
+    assert_eq!(runs.len(), 6, "{runs:?}");
+    assert!(runs.values().all(|on| on == &[a]), "{runs:?}");
+    assert_eq!(s.get_job(hold).expect("batch job").state, "running");
 }

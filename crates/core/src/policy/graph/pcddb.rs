@@ -288,6 +288,9 @@ pub struct PcddbNode {
     /// instance this node already holds (the runtime re-sends after a retry or a restart) is
     /// found at once and not given a second core slot.
     holding: HashMap<InstanceId, NodeId>,
+    /// The load other work puts on the node, in cores ([`PcddbNode::set_foreign_load`]):
+    /// counted in x beside this machine's own instances. 0 in the simulator.
+    foreign: u32,
 }
 
 impl PcddbNode {
@@ -309,8 +312,35 @@ impl PcddbNode {
                 })
                 .collect(),
             holding: HashMap::new(),
+            foreign: 0,
             node,
         }
+    }
+
+    /// Sets the load other work puts on the node: the cores held by anything but this machine's
+    /// instances (in the runtime: batch tasks, stream workers, other workflows).
+    ///
+    /// Seed 004's instance table counts the instances of *every* program on the node (spec 05
+    /// §4: the local resource agent counts what runs on its node), so x — the count the self-check
+    /// compares with `LT × cores` and the one `MT × cores − x` takes room from — includes them.
+    /// A machine that counted its workflow's instances only reported a node full of other work
+    /// as underloaded and took `MT × cores` instances that then waited there for its cores while
+    /// other nodes idled. The simulator runs one workflow alone, so it never sets this (0).
+    ///
+    /// [`PcddbNode::held`] and [`PcddbNode::peak`] stay this machine's own instances.
+    pub fn set_foreign_load(&mut self, cores: u32) {
+        self.foreign = cores;
+    }
+
+    /// The load other work puts on the node ([`PcddbNode::set_foreign_load`]).
+    pub fn foreign_load(&self) -> u32 {
+        self.foreign
+    }
+
+    /// x, the node's instance count as the protocol compares it: this machine's instances and
+    /// the load other work puts on the node.
+    fn counted(&self) -> u32 {
+        self.load.held().saturating_add(self.foreign)
     }
 
     /// Sets the node's instance count and table for `cluster` as a scenario describes them (the
@@ -373,7 +403,7 @@ impl PcddbNode {
     }
 
     fn underloaded(&self) -> bool {
-        self.load.held() < self.per_core.lt.saturating_mul(self.node.cores)
+        self.counted() < self.per_core.lt.saturating_mul(self.node.cores)
     }
 
     /// Handles one event at `now`.
@@ -444,8 +474,9 @@ impl PcddbNode {
 
         let mut out = Vec::new();
         if underloaded {
-            // b) Take up to MT − x instances this node can run, in request order.
-            let room = self.per_core.room(self.node.cores, self.load.held()) as usize;
+            // b) Take up to MT − x instances this node can run, in request order (x counts
+            // what other work holds on the node too).
+            let room = self.per_core.room(self.node.cores, self.counted()) as usize;
             let attrs = self.node.attributes;
             let fits = |w: &Wanted| w.requires & attrs == w.requires;
             let mut taken = Vec::new();
@@ -998,6 +1029,118 @@ mod tests {
             .room(3, 1),
             u32::MAX - 1
         );
+    }
+
+    /// A request from launch node 0 in cluster 0 to node 1 offering instances `ids` (no
+    /// requirements), with the table `table`.
+    fn request_to_node_1(ids: std::ops::Range<u32>, table: Vec<NodeId>) -> NodeEvent {
+        NodeEvent::Deliver(Message {
+            from: NodeId(0),
+            to: NodeId(1),
+            body: Body::Request(AllocationRequest {
+                cluster: ClusterId(0),
+                launch: NodeId(0),
+                sent_at: 0,
+                instances: ids
+                    .map(|i| Wanted {
+                        instance: InstanceId(i),
+                        requires: 0,
+                    })
+                    .collect(),
+                table: table.into(),
+            }),
+        })
+    }
+
+    /// Node 1 (2 cores, LT 2, MT 5 per core) in cluster 0 of launch node 0.
+    fn two_core_node() -> PcddbNode {
+        PcddbNode::new(
+            GraphNode {
+                id: NodeId(1),
+                cores: 2,
+                attributes: 0,
+            },
+            Thresholds { lt: 2, mt: 5 },
+            vec![(ClusterId(0), NodeId(0))],
+        )
+    }
+
+    /// Seed 004's instance table counts every program's instances on the node: a node whose
+    /// cores other work holds at LT × cores or more is not underloaded, though it holds none of
+    /// the workflow's instances. It sends no `status` (and drops itself from its table), and a
+    /// request reaching it passes on untouched.
+    #[test]
+    fn a_node_other_work_loads_to_lt_reports_no_status_and_passes_a_request_on() {
+        let mut node = two_core_node();
+        // Idle: it reports.
+        let out = node.handle(NodeEvent::SelfCheck, 0);
+        assert!(
+            matches!(
+                &out[..],
+                [Outgoing::Send(Message {
+                    body: Body::Status { .. },
+                    ..
+                })]
+            ),
+            "{out:?}"
+        );
+        node.set_foreign_load(4);
+        assert_eq!(node.foreign_load(), 4);
+        assert!(node.handle(NodeEvent::SelfCheck, 1).is_empty());
+        assert_eq!(node.table(ClusterId(0)).map(UnderloadTable::len), Some(0));
+        let out = node.handle(request_to_node_1(0..3, vec![NodeId(1), NodeId(2)]), 2);
+        let [
+            Outgoing::Send(Message {
+                to,
+                body: Body::Request(r),
+                ..
+            }),
+        ] = &out[..]
+        else {
+            panic!("passed on: {out:?}");
+        };
+        assert_eq!(*to, NodeId(2));
+        assert_eq!(r.instances.len(), 3, "nothing taken");
+        assert_eq!((node.held(), node.peak()), (0, 0));
+        // More than LT × cores: the same.
+        node.set_foreign_load(9);
+        assert!(node.handle(NodeEvent::SelfCheck, 3).is_empty());
+        // The other work ends: it reports again.
+        node.set_foreign_load(0);
+        assert_eq!(node.handle(NodeEvent::SelfCheck, 4).len(), 1);
+    }
+
+    /// Below LT × cores with other work on the node, it takes MT × cores − x, where x counts
+    /// its own instances and the other work; `held` and `peak` stay its own instances.
+    #[test]
+    fn a_node_takes_mt_times_cores_less_its_own_instances_and_the_other_work() {
+        let mut node = two_core_node();
+        // One instance of its own.
+        let out = node.handle(request_to_node_1(0..1, vec![NodeId(1)]), 0);
+        assert!(
+            out.iter().any(|o| matches!(o, Outgoing::Run { .. })),
+            "{out:?}"
+        );
+        assert_eq!(node.held(), 1);
+        // Other work holds two cores: x = 3 < LT × cores = 4; room = 10 − 3 = 7.
+        node.set_foreign_load(2);
+        let out = node.handle(request_to_node_1(10..30, vec![NodeId(1)]), 1);
+        let runs = out
+            .iter()
+            .filter(|o| matches!(o, Outgoing::Run { .. }))
+            .count();
+        assert_eq!(runs, 7, "{out:?}");
+        let reply = out.iter().find_map(|o| match o {
+            Outgoing::Send(Message {
+                body: Body::Reply {
+                    taken, remaining, ..
+                },
+                ..
+            }) => Some((taken.len(), *remaining)),
+            _ => None,
+        });
+        assert_eq!(reply, Some((7, 13)));
+        assert_eq!((node.held(), node.peak()), (8, 8));
     }
 
     #[test]
