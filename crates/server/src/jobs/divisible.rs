@@ -1105,6 +1105,22 @@ impl Divisible {
                     .map(|(&id, t)| (id, t.units))
             };
             if let Some((id, units)) = live.or_else(purged) {
+                // The same key with another file is not a retry, as for a batch job: refused.
+                let stored: Option<String> = cx
+                    .store
+                    .conn()
+                    .query_row(
+                        "SELECT text FROM div_jobs WHERE id = ?1",
+                        params![id as i64],
+                        |r| r.get(0),
+                    )
+                    .ok();
+                if stored.is_some_and(|t| t != sub.text) {
+                    return Err(StateError::Invalid(format!(
+                        "submission key `{}` already names job {id}, submitted with another file",
+                        hetsched_core::text::clip(&sub.key)
+                    )));
+                }
                 return Ok(Submitted {
                     job_id: id,
                     tasks: units,

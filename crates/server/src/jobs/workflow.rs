@@ -1719,15 +1719,25 @@ impl Workflows {
         // A retry of a submission whose reply was lost: the job its owner stored under its key
         // (another owner's job under the same key is not this one's).
         if !sub.key.is_empty() {
-            let found: Option<i64> = cx
+            let found: Option<(i64, String)> = cx
                 .store
                 .conn()
                 .query_row(
-                    "SELECT id FROM wf_jobs WHERE owner = ?1 AND key = ?2 ORDER BY id LIMIT 1",
+                    "SELECT id, text FROM wf_jobs WHERE owner = ?1 AND key = ?2 ORDER BY id LIMIT 1",
                     params![sub.owner, sub.key],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .ok();
+            // The same key with another file is not a retry, as for a batch job: refused.
+            if let Some((id, stored)) = &found
+                && *stored != sub.text
+            {
+                return Err(StateError::Invalid(format!(
+                    "submission key `{}` already names job {id}, submitted with another file",
+                    hetsched_core::text::clip(&sub.key)
+                )));
+            }
+            let found = found.map(|(id, _)| id);
             if let Some(j) = found.and_then(|s| self.jobs.get(&(s as u64))) {
                 return Ok(Submitted {
                     job_id: j.id(),

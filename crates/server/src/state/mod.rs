@@ -1507,9 +1507,17 @@ impl State {
             self.users.set_owner(id, owner);
         }
         let live = self.reachable_specs();
-        let (kind, done) = if let Some(prepared) =
-            crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?
-        {
+        let prepared =
+            crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?;
+        let kind = if prepared.is_some() {
+            Kind::Divisible
+        } else if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
+            Kind::Workflow
+        } else {
+            Kind::Batch
+        };
+        self.check_key_of_other_kinds(&sub.key, owner, kind)?;
+        let (kind, done) = if let Some(prepared) = prepared {
             let mut sub = sub;
             self.check_gate(&mut sub)?;
             let done = self
@@ -1556,6 +1564,56 @@ impl State {
         self.wake(None);
         self.plan_begin();
         Ok(done)
+    }
+
+    /// A submission key is one namespace per owner across the job kinds: each kind looks a key
+    /// up among its own jobs (a retry returns the job), so a key its owner gave a job of another
+    /// kind is refused here, as the same key with another file is.
+    fn check_key_of_other_kinds(
+        &self,
+        key: &str,
+        owner: &str,
+        kind: Kind,
+    ) -> Result<(), StateError> {
+        if key.is_empty() {
+            return Ok(());
+        }
+        let tables = [
+            (
+                Kind::Batch,
+                "SELECT id FROM jobs WHERE owner = ?1 AND submission_key = ?2",
+            ),
+            (
+                Kind::Divisible,
+                "SELECT id FROM div_jobs WHERE owner = ?1 AND submission_key = ?2",
+            ),
+            (
+                Kind::Workflow,
+                "SELECT id FROM wf_jobs WHERE owner = ?1 AND key = ?2",
+            ),
+        ];
+        use rusqlite::OptionalExtension;
+        for (other, sql) in tables.into_iter().filter(|&(k, _)| k != kind) {
+            let found: Option<i64> = self
+                .store
+                .conn()
+                .query_row(
+                    &format!("{sql} ORDER BY id LIMIT 1"),
+                    rusqlite::params![owner, key],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(StoreError::from)?;
+            if let Some(id) = found {
+                return Err(StateError::Invalid(format!(
+                    "submission key `{}` already names job {id} (a {} job), submitted with \
+                     another file",
+                    hetsched_core::text::clip(key),
+                    other.as_str()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// What user `owner` may still submit: its unfinished tasks of every kind against the

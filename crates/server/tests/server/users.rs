@@ -2021,8 +2021,9 @@ fn submit_keyed(s: &mut State, who: &str, text: &str, key: &str) -> (u64, bool) 
 
 /// Submission keys are a namespace per user, as an idempotency key is per account: the same
 /// key from alice, bob and the admin makes three jobs, of every kind; each one's retry returns
-/// its own job and never names another's; another user's key with another file is no refusal;
-/// and all of it holds after a restart and after a purge.
+/// its own job and never names another's; another user's key with another file is no refusal,
+/// the user's own key with another file is, for every kind; and all of it holds after a restart
+/// and after a purge.
 #[test]
 fn a_submission_key_names_its_own_users_job_only_for_every_kind_and_across_a_restart() {
     let d = common::scratch("users", "keys");
@@ -2038,7 +2039,7 @@ fn a_submission_key_names_its_own_users_job_only_for_every_kind_and_across_a_res
     // ids[kind][user]
     let mut ids: Vec<Vec<u64>> = Vec::new();
     for (kind, text) in kinds {
-        let key = "run-7/align-3";
+        let key = &format!("run-7/{kind}");
         let mine: Vec<u64> = who
             .iter()
             .map(|w| {
@@ -2065,7 +2066,7 @@ fn a_submission_key_names_its_own_users_job_only_for_every_kind_and_across_a_res
     // The same key with another file: refused for its own user's job only, naming that job.
     let other = format!("{JOB}# changed\n");
     let e = s
-        .on_submit_as(keyed(&other, "run-7/align-3"), "bob")
+        .on_submit_as(keyed(&other, "run-7/batch"), "bob")
         .expect_err("bob's key names his job, submitted with another file");
     let msg = e.to_string();
     assert!(
@@ -2073,6 +2074,57 @@ fn a_submission_key_names_its_own_users_job_only_for_every_kind_and_across_a_res
         "{msg}"
     );
     assert!(!msg.contains(&format!("job {}", ids[0][0])), "{msg}");
+    // So for a divisible job and a workflow (they returned the stored job, whatever the file).
+    for (k, (kind, text)) in kinds.iter().enumerate().skip(1) {
+        let e = s
+            .on_submit_as(
+                keyed(&format!("{text}# changed\n"), &format!("run-7/{kind}")),
+                "bob",
+            )
+            .expect_err(kind);
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!(
+                "submission key `run-7/{kind}` already names job {}, submitted with another file",
+                ids[k][1]
+            )),
+            "{kind}: {msg}"
+        );
+    }
+    // A key is one namespace across the kinds: the user's batch key with a workflow file (and
+    // the other ways round) is refused, naming the job and its kind.
+    for (k, (kind, _)) in kinds.iter().enumerate() {
+        let (_, other_text) = kinds[(k + 1) % kinds.len()];
+        let e = s
+            .on_submit_as(keyed(other_text, &format!("run-7/{kind}")), "alice")
+            .expect_err(kind);
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!(
+                "submission key `run-7/{kind}` already names job {} (a {kind} job)",
+                ids[k][0]
+            )),
+            "{msg}"
+        );
+        assert!(msg.contains("submitted with another file"), "{msg}");
+        assert!(
+            !msg.contains(&format!("job {}", ids[k][1]))
+                && !msg.contains(&format!("job {}", ids[k][2])),
+            "only alice's own jobs: {msg}"
+        );
+    }
+    let (batch_only, existing) = submit_keyed(&mut s, "alice", JOB, "batch-only");
+    assert!(!existing);
+    for text in [DIVISIBLE, WORKFLOW] {
+        let msg = s
+            .on_submit_as(keyed(text, "batch-only"), "alice")
+            .expect_err("a batch job's key with another kind's file")
+            .to_string();
+        assert!(
+            msg.contains(&format!("already names job {batch_only} (a batch job)")),
+            "{msg}"
+        );
+    }
     // Alice's key, unknown to bob, with bob's own file: bob's new job, nothing said of hers.
     let (alone, existing) = submit_keyed(&mut s, "alice", JOB, "alice-only");
     assert!(!existing);
@@ -2086,7 +2138,7 @@ fn a_submission_key_names_its_own_users_job_only_for_every_kind_and_across_a_res
     for ((kind, text), mine) in kinds.iter().zip(&ids) {
         for (w, &id) in who.iter().zip(mine) {
             assert_eq!(
-                submit_keyed(&mut s, w, text, "run-7/align-3"),
+                submit_keyed(&mut s, w, text, &format!("run-7/{kind}")),
                 (id, true),
                 "{kind}: {w} after a restart"
             );
@@ -2115,11 +2167,11 @@ fn a_submission_key_names_its_own_users_job_only_for_every_kind_and_across_a_res
     assert_eq!(purged.purged, vec![alices_batch]);
     for _ in 0..2 {
         assert_eq!(
-            submit_keyed(&mut s, "alice", JOB, "run-7/align-3"),
+            submit_keyed(&mut s, "alice", JOB, "run-7/batch"),
             (alices_batch, true)
         );
         assert_eq!(
-            submit_keyed(&mut s, "bob", JOB, "run-7/align-3"),
+            submit_keyed(&mut s, "bob", JOB, "run-7/batch"),
             (bobs_batch, true)
         );
         drop(s);
