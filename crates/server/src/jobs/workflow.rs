@@ -2643,6 +2643,58 @@ impl Workflows {
                 false,
             );
         }
+        // Ready instances still here, placed on no node, while every open node that can run
+        // them has no free cores for one (other work holds them: the balancer counts that load,
+        // so it places nothing there until some ends). Said as a batch job's `resources`;
+        // before, such a workflow listed `pending` with no reason.
+        let placed: HashSet<u32> = j.assigned.values().flatten().copied().collect();
+        for (t, task) in j.rt.parsed.workflow.tasks.iter().enumerate() {
+            let (from, to) = (j.offset[t], j.offset[t + 1]);
+            let here = (from..to)
+                .filter(|&i| {
+                    j.insts.get(i as usize).is_some_and(|x| x.st == St::Ready)
+                        && !placed.contains(&i)
+                })
+                .count() as u64;
+            if here == 0 {
+                continue;
+            }
+            let need = j.rt.tasks[t].request();
+            let mut able = rd
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| {
+                    n.alive
+                        && !n.removed
+                        && !n.drained
+                        && !n.draining
+                        && n.spec.has_attributes(&task.requires)
+                        && n.spec.capacity().fits(&need)
+                })
+                .peekable();
+            if able.peek().is_none() {
+                continue;
+            }
+            let busy = able.all(|(i, _)| {
+                rd.view
+                    .nodes()
+                    .get(i)
+                    .is_some_and(|v| v.free.cores < need.cores.max(1))
+            });
+            if busy {
+                return (
+                    format!(
+                        "resources: {} of task `{}` {} for a node with a free core: the nodes that \
+                         can run it are busy",
+                        hetsched_core::text::count(here, "ready instance"),
+                        task.name,
+                        hetsched_core::text::agree(here, "waits", "wait"),
+                    ),
+                    false,
+                );
+            }
+        }
         (String::new(), false)
     }
 

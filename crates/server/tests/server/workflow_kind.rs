@@ -5637,3 +5637,69 @@ fn a_pcddb_nodes_machine_counts_the_cores_a_batch_task_holds_there_and_takes_not
     assert!(runs.values().all(|on| on == &[a]), "{runs:?}");
     assert_eq!(s.get_job(hold).expect("batch job").state, "running");
 }
+
+/// Under `pcddb`, with the only node that can run a workflow held whole by a batch task, its
+/// machine counts itself loaded and takes nothing: the ready instances wait at the launch node,
+/// and the job says why (as a batch job's `resources`), not `pending` with no reason. Once the
+/// batch task ends they run there and the reason goes.
+#[test]
+fn a_pcddb_workflow_waiting_behind_other_work_on_every_node_says_why() {
+    let dir = scratch("foreign-reason");
+    let mut s = open(
+        &dir,
+        WorkflowConfig {
+            lt: Some(1),
+            mt: std::num::NonZeroU32::new(2),
+            ..Default::default()
+        },
+    );
+    let b = common::register(&mut s, "b", 2);
+    let mut agents = Agents::default();
+    agents.beat(&mut s, b);
+    s.on_submit(hetsched_server::state::types::Submission {
+        origin: "hold.toml".into(),
+        text: "[[application]]\nname = \"hold\"\ntasks = 1\n\
+               [application.cpu]\ncommand = \"sleep 600\"\ncores = 2\n"
+            .into(),
+        workdir: "/".into(),
+        ..Default::default()
+    })
+    .expect("submit");
+    let r = agents.beat(&mut s, b);
+    assert_eq!(r.assignments.len(), 1, "the batch task runs on b");
+    agents.assigned.clear();
+    let job = s
+        .submit(
+            "wf.toml",
+            "balancer = \"pcddb\"\n[[task]]\nname = \"A\"\ninstances = 2\ncost = \"1s\"\n\
+             command = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    for _ in 0..5 {
+        agents.self_check(b);
+        agents.beat(&mut s, b);
+    }
+    let j = s.job(job).expect("job");
+    assert_eq!(j.state, "pending");
+    assert_eq!(
+        (j.pending_reason.as_str(), j.blocked),
+        (
+            "resources: 2 ready instances of task `A` wait for a node with a free core: the \
+             nodes that can run it are busy",
+            false
+        )
+    );
+    // The batch task ends (the only task running there): the node takes the instances, and
+    // the workflow completes.
+    for (task, attempt) in agents.running.remove(&b).unwrap_or_default() {
+        agents
+            .results
+            .entry(b)
+            .or_default()
+            .push((task, attempt, true));
+    }
+    agents.run_until_completed(&mut s, &[b], job, 30);
+    assert!(s.job(job).expect("job").pending_reason.is_empty());
+}
