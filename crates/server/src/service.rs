@@ -362,6 +362,16 @@ impl Agent for AgentService {
             .map_err(crate::state::StateError::Invalid)
         })
         .await?;
+        // Signing costs CPU and a DNS name a blocking lookup: bounded per caller address (an
+        // agent asks once at each start). Counted before the lookup, so that a token holder's
+        // asks refused by it are counted too (counted after, they started lookups without
+        // bound); a request refused above (by the node's claim or the names already taken)
+        // neither looks up nor signs, and does not use up the bound of the agents behind that
+        // address.
+        self.2
+            .certify_rate
+            .admit(ip, std::time::Instant::now())
+            .map_err(Status::resource_exhausted)?;
         // A DNS name only if it resolves to the caller's address here (an IP address must be
         // the caller's: `names_for`).
         if let Some(name) = dns {
@@ -373,13 +383,6 @@ impl Agent for AgentService {
         let names = ca
             .names_for(&r.public_key, ip, host)
             .map_err(Status::invalid_argument)?;
-        // Signing costs CPU: bounded per caller address (an agent asks once at each start).
-        // Counted only now, so a refused request neither is signed nor uses up the bound of
-        // the agents behind that address.
-        self.2
-            .certify_rate
-            .admit(ip, std::time::Instant::now())
-            .map_err(Status::resource_exhausted)?;
         let cert_pem = ca
             .sign(&r.public_key, ip, names)
             .map_err(Status::internal)?;

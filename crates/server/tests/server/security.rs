@@ -929,6 +929,37 @@ async fn an_advertised_dns_name_is_certified_only_where_it_resolves_to_the_calle
     server.stop().await.expect("stops");
 }
 
+/// An ask whose advertised DNS name the server looks up counts against the per-address bound
+/// even when the lookup refuses it: before, the bound was counted after the (blocking) lookup,
+/// so refused asks were never counted and an agent-token holder could start lookups without
+/// bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_refused_by_the_dns_lookup_count_against_the_bound() {
+    use hetsched_server::throttle::CERTIFICATES_PER_ADDRESS as MOST;
+    let (_scratch, dir) = scratch("certify-dns-rate");
+    let (server, mut agent) = tls_server(&dir).await;
+    let ask = |host: &str| pb::ListenerCertificateRequest {
+        public_key: listener_key(),
+        advertise_host: host.into(),
+        ..Default::default()
+    };
+    for _ in 0..MOST {
+        let e = agent
+            .listener_certificate(ask("hetsched-test.invalid"))
+            .await
+            .expect_err("a name that resolves nowhere");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    }
+    for host in ["hetsched-test.invalid", ""] {
+        let e = agent
+            .listener_certificate(ask(host))
+            .await
+            .expect_err("past the bound");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{host}: {e:?}");
+    }
+    server.stop().await.expect("stops");
+}
+
 /// The server certifies no agent for its own names: before, an agent on the server's host
 /// (or any agent-token holder there) got a certificate from the agents' CA for `localhost` or
 /// `127.0.0.1`, names the server's own TLS certificate is for, and could pass for the server
