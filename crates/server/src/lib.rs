@@ -185,7 +185,10 @@ pub fn check(config: &ServerConfig) -> Result<Option<String>, ServerError> {
     if let Some(tls) = &config.tls {
         http::check_tls(tls)?;
     }
-    Ok(datadir::check(&config.data_dir)?)
+    Ok(datadir::check(
+        &config.data_dir,
+        config.http_listen.is_some(),
+    )?)
 }
 
 /// Starts a server: opens (or creates) the data directory, the token and the store, rebuilds the
