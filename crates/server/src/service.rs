@@ -1275,6 +1275,22 @@ impl tonic::service::Interceptor for CheckToken {
         // Read as the HTTP listener reads it (the scheme in any case, spaces around), then
         // compared in the one form the tokens are kept in.
         let value = v.to_str().ok().and_then(pb::bearer_token).map(pb::bearer);
+        if value.is_none() {
+            // Another scheme (`Basic <token>`), or none: the token is not even looked at.
+            let text = v.to_str().unwrap_or("").trim();
+            let scheme = text.split(' ').next().unwrap_or("");
+            let said = if scheme.eq_ignore_ascii_case("bearer") {
+                "the Bearer scheme but no token".to_string()
+            } else if text.contains(' ') && scheme.chars().all(|c| c.is_ascii_alphanumeric()) {
+                format!("the scheme `{}`", hetsched_core::text::clip(scheme))
+            } else {
+                "no scheme".to_string()
+            };
+            return Err(Status::unauthenticated(format!(
+                "the authorization header has {said}: send `authorization: Bearer <token>` (the \
+                 tokens are in the server's data directory)"
+            )));
+        }
         match value.and_then(|v| self.role_of(v.as_bytes())) {
             Some((r, who)) if r == self.role => {
                 req.extensions_mut().insert(who);

@@ -76,12 +76,26 @@ async fn grpc_reads_the_bearer_scheme_in_any_case_and_spaces_around_as_http_does
             .await
             .unwrap_or_else(|e| panic!("`{value}`: {e:?}"));
     }
-    for value in [format!("Basic {t}"), "Bearer".to_string(), t.clone()] {
+    // Each refusal says what the header lacks and that the Bearer scheme is expected (before,
+    // `Basic <token>` read "wrong token: not the admin's ...", as if the token were wrong).
+    for (value, said) in [
+        (format!("Basic {t}"), "the scheme `Basic`"),
+        ("Bearer".to_string(), "the Bearer scheme but no token"),
+        (t.clone(), "no scheme"),
+    ] {
         let e = with(value.clone())
             .list_jobs(pb::ListJobsRequest::default())
             .await
             .expect_err("refused");
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "`{value}`: {e:?}");
+        assert_eq!(
+            e.message(),
+            format!(
+                "the authorization header has {said}: send `authorization: Bearer <token>` (the \
+                 tokens are in the server's data directory)"
+            ),
+            "`{value}`"
+        );
     }
     // The agent token, in another case, still cannot call the client service.
     let e = with(format!("bearer {}", server.agent_token))
