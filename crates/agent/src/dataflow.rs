@@ -269,7 +269,7 @@ impl DataListener {
             service,
             crate::logs::check_token(token),
         );
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = hetsched_proto::listen::server();
         let join = tokio::spawn(async move {
             // Without TCP_NODELAY every input fetch and PCDDB hop paid a 40 ms delayed ACK.
             let tcp =

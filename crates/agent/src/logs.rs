@@ -422,7 +422,7 @@ impl LogListener {
             .map(|(cert, key)| hetsched_proto::listen::tls_config(&cert, &key))
             .transpose()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = hetsched_proto::listen::server();
         let listener = tokio::net::TcpListener::bind(at).await?;
         let addr = listener.local_addr()?;
         let service = AgentLogsServer::with_interceptor(

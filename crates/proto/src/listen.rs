@@ -10,8 +10,14 @@
 //!   ([`GREETING_TIMEOUT`], 10 s, from the accept): the TLS handshake if the listener speaks
 //!   TLS, then HTTP/2's client preface and its first frame (the client's SETTINGS). One that has
 //!   not is closed, however it paces its bytes; every gRPC client sends these at once on
-//!   connecting, so only idle or trickling peers meet the bound. After its greeting a connection
-//!   lives as long as HTTP/2 and TCP keepalive keep it;
+//!   connecting, so only idle or trickling peers meet the bound;
+//! - **idleness:** after its greeting, a connection with no call open (no HTTP/2 stream: the
+//!   frames both ways are followed, [`Streams`]) for [`Limits::idle`] ([`IDLE_TIMEOUT`], 5 min)
+//!   is closed, however it answers pings; a client reconnects at its next call. And every gRPC
+//!   server built with [`server`] pings a connection that has been silent for
+//!   [`HTTP2_KEEPALIVE_INTERVAL`] and closes it when no answer comes within
+//!   [`HTTP2_KEEPALIVE_TIMEOUT`], so a peer that greeted and then went silent (or stopped
+//!   reading) holds its connection for under a minute even with a call open;
 //! - **number:** at most [`Limits::max_connections`] connections are open on one listener at
 //!   once, greeting or not; one more is closed as soon as it is accepted, with a warning in the
 //!   log ([`ConnectionCap`], at most one per [`CAP_WARNING_EVERY`]), so a flood of connections
@@ -36,6 +42,14 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// How long a new connection has for its greeting (see the module's docs) by default.
 pub const GREETING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection may have no call open before it is closed, by default.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// After this long without a frame from the peer, a gRPC server ([`server`]) pings it …
+pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// … and closes the connection when the answer has not come this long after.
+pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The most connections an agent's listener holds at once: the server's relayed reads and
 /// other agents' fetches and PCDDB messages each need one at a time per peer, so this leaves
@@ -62,14 +76,28 @@ pub struct Limits {
     pub greeting: Duration,
     /// The most connections open at once.
     pub max_connections: usize,
+    /// How long a connection may have no call (HTTP/2 stream) open before it is closed.
+    pub idle: Duration,
 }
 
 impl Limits {
-    /// An agent's listeners' bounds: [`GREETING_TIMEOUT`] and [`AGENT_MAX_CONNECTIONS`].
+    /// An agent's listeners' bounds: [`GREETING_TIMEOUT`], [`AGENT_MAX_CONNECTIONS`] and
+    /// [`IDLE_TIMEOUT`].
     pub const AGENT: Limits = Limits {
         greeting: GREETING_TIMEOUT,
         max_connections: AGENT_MAX_CONNECTIONS,
+        idle: IDLE_TIMEOUT,
     };
+}
+
+/// A gRPC server builder whose connections answer for themselves: HTTP/2 keepalive pings
+/// ([`HTTP2_KEEPALIVE_INTERVAL`], [`HTTP2_KEEPALIVE_TIMEOUT`]), so a peer that stays connected
+/// but silent is closed, call open or not (TCP keepalive only sees hosts that vanished: a
+/// silent peer's kernel still acknowledges). Every gRPC listener is built from it.
+pub fn server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
 }
 
 /// Why a listener's TLS cannot be set up.
@@ -269,6 +297,147 @@ impl Greeting {
     }
 }
 
+/// The frames of one direction of an HTTP/2 connection, read from its bytes as they pass: only
+/// each frame's header is looked at (its type, flags and stream), the payloads are skipped.
+struct Frames {
+    /// Bytes still to skip: the client's preface at first, then each frame's payload.
+    skip: usize,
+    head: [u8; FRAME_HEADER_LEN],
+    seen: usize,
+}
+
+/// A frame's type, its flags and its stream, as [`Frames::feed`] reports it.
+type FrameHead = (u8, u8, u32);
+
+impl Frames {
+    /// The client's frames (after its preface) or the server's (`preface` 0).
+    fn after(preface: usize) -> Self {
+        Self {
+            skip: preface,
+            head: [0; FRAME_HEADER_LEN],
+            seen: 0,
+        }
+    }
+
+    /// Reads on through `bytes`, calling `frame` with each frame's header once whole.
+    fn feed(&mut self, mut bytes: &[u8], mut frame: impl FnMut(FrameHead)) {
+        while !bytes.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(bytes.len());
+                self.skip -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (FRAME_HEADER_LEN - self.seen).min(bytes.len());
+            self.head[self.seen..self.seen + n].copy_from_slice(&bytes[..n]);
+            self.seen += n;
+            bytes = &bytes[n..];
+            if self.seen == FRAME_HEADER_LEN {
+                let h = &self.head;
+                self.seen = 0;
+                self.skip = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                let stream = u32::from_be_bytes([h[5] & 0x7f, h[6], h[7], h[8]]);
+                frame((h[3], h[4], stream));
+            }
+        }
+    }
+}
+
+/// The HTTP/2 streams (calls) open on a connection, from the frames both ways: a client's
+/// `HEADERS` opens one; it ends once each side has ended its half (`END_STREAM` on a `DATA` or
+/// `HEADERS` frame) or either reset it (`RST_STREAM`). Frames on streams it does not know are
+/// ignored, so a stream it missed the end of only keeps the connection from counting as idle.
+#[derive(Default)]
+struct Streams {
+    /// Each open stream: whether the client ended its half, and the server.
+    open: std::collections::HashMap<u32, (bool, bool)>,
+}
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const END_STREAM: u8 = 0x1;
+
+impl Streams {
+    /// A frame from the client (`from_client`) or from the server.
+    fn saw(&mut self, from_client: bool, (kind, flags, stream): FrameHead) {
+        if stream == 0 {
+            return;
+        }
+        if kind == RST_STREAM {
+            self.open.remove(&stream);
+            return;
+        }
+        if kind != DATA && kind != HEADERS {
+            return;
+        }
+        if from_client && kind == HEADERS {
+            self.open.entry(stream).or_insert((false, false));
+        }
+        if flags & END_STREAM == 0 {
+            return;
+        }
+        if let Some(ended) = self.open.get_mut(&stream) {
+            if from_client {
+                ended.0 = true;
+            } else {
+                ended.1 = true;
+            }
+            if *ended == (true, true) {
+                self.open.remove(&stream);
+            }
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.open.is_empty()
+    }
+}
+
+/// When a connection counts as idle and until when it may stay so.
+struct Idle {
+    limit: Duration,
+    /// Reset to `limit` from the moment the last open stream ended.
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    streams: Streams,
+    from_client: Frames,
+    from_server: Frames,
+}
+
+impl Idle {
+    fn new(limit: Duration) -> Self {
+        Self {
+            limit,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+            streams: Streams::default(),
+            from_client: Frames::after(PREFACE_LEN),
+            from_server: Frames::after(0),
+        }
+    }
+
+    /// Counts `bytes`, sent by the client (`from_client`) or the server; the idle deadline
+    /// starts anew when the last open stream ends.
+    fn saw(&mut self, from_client: bool, bytes: &[u8]) {
+        let was_idle = self.streams.idle();
+        let (frames, streams) = if from_client {
+            (&mut self.from_client, &mut self.streams)
+        } else {
+            (&mut self.from_server, &mut self.streams)
+        };
+        frames.feed(bytes, |f| streams.saw(from_client, f));
+        if !was_idle && self.streams.idle() {
+            let until = tokio::time::Instant::now() + self.limit;
+            self.deadline.as_mut().reset(until);
+        }
+    }
+
+    /// Whether the connection has been idle past its limit; registers the task to be woken at
+    /// the deadline while it is idle.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.streams.idle() && self.deadline.as_mut().poll(cx).is_ready()
+    }
+}
+
 /// The stream of a listener's connection, plain or TLS.
 enum Io {
     Plain(TcpStream),
@@ -281,13 +450,14 @@ enum Io {
 pub struct Conn {
     io: Io,
     greeting: Option<Greeting>,
+    idle: Idle,
     info: TcpConnectInfo,
     _place: OwnedSemaphorePermit,
 }
 
 impl Conn {
-    /// `Err` once the greeting's deadline passed with the greeting not whole; registers the
-    /// task to be woken at the deadline otherwise.
+    /// `Err` once the greeting's deadline passed with the greeting not whole, or the connection
+    /// was idle past its limit; registers the task to be woken at the deadline otherwise.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         if let Some(g) = &mut self.greeting
             && g.deadline.as_mut().poll(cx).is_ready()
@@ -297,7 +467,28 @@ impl Conn {
                 "the peer did not finish its HTTP/2 greeting in time",
             ));
         }
+        if self.idle.expired(cx) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the connection had no call open for too long",
+            ));
+        }
         Ok(())
+    }
+
+    /// Counts the `n` bytes the server just wrote from `bufs`, and arms the idle deadline's
+    /// wake-up if they ended the last open stream.
+    fn wrote(&mut self, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>], mut n: usize) {
+        for b in bufs {
+            if n == 0 {
+                break;
+            }
+            let k = n.min(b.len());
+            self.idle.saw(false, &b[..k]);
+            n -= k;
+        }
+        // Not expired: it was just armed (or was not idle before the check that preceded).
+        let _ = self.idle.expired(cx);
     }
 }
 
@@ -316,10 +507,16 @@ impl AsyncRead for Conn {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         };
-        if let (Poll::Ready(Ok(())), Some(g)) = (&read, &mut this.greeting)
-            && g.saw(&buf.filled()[before..])
-        {
-            this.greeting = None;
+        if let Poll::Ready(Ok(())) = &read {
+            let got = &buf.filled()[before..];
+            if let Some(g) = &mut this.greeting
+                && g.saw(got)
+            {
+                this.greeting = None;
+            }
+            this.idle.saw(true, got);
+            // Armed anew if these bytes ended the last open stream.
+            let _ = this.idle.expired(cx);
         }
         read
     }
@@ -333,9 +530,37 @@ impl AsyncWrite for Conn {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.check_deadline(cx)?;
-        match &mut this.io {
+        let wrote = match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        };
+        if let Poll::Ready(Ok(n)) = wrote {
+            this.wrote(cx, &[io::IoSlice::new(buf)], n);
+        }
+        wrote
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check_deadline(cx)?;
+        let wrote = match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        };
+        if let Poll::Ready(Ok(n)) = wrote {
+            this.wrote(cx, bufs, n);
+        }
+        wrote
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match &self.io {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
         }
     }
 
@@ -395,7 +620,7 @@ where
 {
     let (tx, rx) = mpsc::channel(64);
     let cap = ConnectionCap::new(what, limits.max_connections);
-    tokio::spawn(accept(tcp, tls, limits.greeting, cap, tx));
+    tokio::spawn(accept(tcp, tls, limits, cap, tx));
     Incoming { rx }
 }
 
@@ -403,7 +628,7 @@ where
 async fn accept<S>(
     mut tcp: S,
     tls: Option<Arc<rustls::ServerConfig>>,
-    greeting: Duration,
+    limits: Limits,
     cap: Arc<ConnectionCap>,
     tx: mpsc::Sender<Conn>,
 ) where
@@ -436,7 +661,7 @@ async fn accept<S>(
             local_addr: stream.local_addr().ok(),
             remote_addr: peer,
         };
-        let deadline = tokio::time::Instant::now() + greeting;
+        let deadline = tokio::time::Instant::now() + limits.greeting;
         let (tls, tx, what) = (tls.clone(), tx.clone(), cap.what.clone());
         tokio::spawn(async move {
             let io = match tls {
@@ -459,6 +684,7 @@ async fn accept<S>(
             let conn = Conn {
                 io,
                 greeting: Some(Greeting::until(deadline)),
+                idle: Idle::new(limits.idle),
                 info,
                 _place: place,
             };
@@ -483,6 +709,55 @@ mod tests {
         g.extend_from_slice(&[4, 0, 0, 0, 0, 0]);
         g.extend(std::iter::repeat_n(0u8, payload));
         g
+    }
+
+    /// A frame of `kind` with `flags` on `stream`, with `payload` zero bytes.
+    fn frame(kind: u8, flags: u8, stream: u32, payload: usize) -> Vec<u8> {
+        let len = u32::try_from(payload).expect("small");
+        let mut f = len.to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend(std::iter::repeat_n(0u8, payload));
+        f
+    }
+
+    /// The streams are followed through frames cut anywhere, both ways: a call is open from
+    /// its client's HEADERS until both sides ended it or either reset it; pings, SETTINGS and
+    /// frames on unknown streams change nothing.
+    #[test]
+    fn the_open_streams_are_followed_through_the_frames_both_ways() {
+        let client: Vec<u8> = [
+            greeting(6),
+            frame(HEADERS, 0x4, 1, 20),
+            frame(DATA, END_STREAM, 1, 100),
+            frame(HEADERS, 0x4 | END_STREAM, 3, 7),
+            frame(6, 0, 0, 8), // PING
+        ]
+        .concat();
+        let server: Vec<u8> = [
+            frame(4, 0, 0, 12), // SETTINGS
+            frame(HEADERS, 0x4, 1, 9),
+            frame(DATA, 0, 1, 300),
+            frame(DATA, END_STREAM, 9, 0),          // an unknown stream
+            frame(HEADERS, 0x4 | END_STREAM, 1, 4), // trailers: stream 1 ends
+        ]
+        .concat();
+        for cut in [1, 3, 9, 10, 64, usize::MAX] {
+            let mut s = Streams::default();
+            let (mut from_client, mut from_server) = (Frames::after(PREFACE_LEN), Frames::after(0));
+            for piece in client.chunks(cut.min(client.len())) {
+                from_client.feed(piece, |f| s.saw(true, f));
+            }
+            let mut open: Vec<u32> = s.open.keys().copied().collect();
+            open.sort_unstable();
+            assert_eq!(open, [1, 3], "cut {cut}");
+            for piece in server.chunks(cut.min(server.len())) {
+                from_server.feed(piece, |f| s.saw(false, f));
+            }
+            assert_eq!(s.open.keys().copied().collect::<Vec<_>>(), [3], "cut {cut}");
+            from_server.feed(&frame(RST_STREAM, 0, 3, 4), |f| s.saw(false, f));
+            assert!(s.idle(), "cut {cut}");
+        }
     }
 
     #[tokio::test]
@@ -537,6 +812,7 @@ mod tests {
     const SHORT: Limits = Limits {
         greeting: Duration::from_millis(300),
         max_connections: 4,
+        idle: Duration::from_secs(60),
     };
 
     /// Silent and trickling connections are closed at the greeting's deadline; one that sent
@@ -594,6 +870,72 @@ mod tests {
         assert!(ended.try_recv().is_err(), "the greeted connection is open");
     }
 
+    /// A connection with no call open is closed once idle for `idle`, from its accept or the
+    /// end of its last call, however it answers; one with a call open stays, however long.
+    #[tokio::test]
+    async fn a_connection_with_no_call_open_is_closed_once_idle_and_one_with_a_call_stays() {
+        let limits = Limits {
+            greeting: Duration::from_secs(5),
+            max_connections: 8,
+            idle: Duration::from_millis(400),
+        };
+        let (addr, mut incoming) = listener(limits, None).await;
+        // The server side reads, and answers a call on stream 1 when told to.
+        let (answer_tx, answer) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Some(Ok(mut conn)) = incoming.next().await {
+                let mut answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    loop {
+                        tokio::select! {
+                            r = conn.read(&mut buf) => if !matches!(r, Ok(n) if n > 0) { break },
+                            Ok(()) = answer.changed() => {
+                                // Ignored on a connection with no stream 1 open.
+                                let end = frame(HEADERS, 0x4 | END_STREAM, 1, 3);
+                                if conn.write_all(&end).await.is_err() { break }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        // A call opened and held: open past the idle limit several times over.
+        let mut calling = TcpStream::connect(addr).await.expect("connect");
+        calling.write_all(&greeting(0)).await.expect("greet");
+        calling
+            .write_all(&frame(HEADERS, 0x4 | END_STREAM, 1, 10))
+            .await
+            .expect("call");
+        // Greeted, no call: closed at the idle limit however often it says something.
+        let mut idle = TcpStream::connect(addr).await.expect("connect");
+        idle.write_all(&greeting(0)).await.expect("greet");
+        let started = Instant::now();
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = idle.write_all(&frame(6, 0, 0, 8)).await; // a PING
+        }
+        assert!(closed_within(&mut idle, Duration::from_secs(3)).await);
+        let waited = started.elapsed();
+        assert!(
+            waited >= limits.idle && waited < Duration::from_secs(2),
+            "closed after {waited:?}"
+        );
+        assert!(
+            !closed_within(&mut calling, limits.idle * 3).await,
+            "the call is open"
+        );
+        // Answered: the call ended, the connection is idle and closed in its turn.
+        answer_tx.send(true).expect("answer");
+        let answered = Instant::now();
+        assert!(closed_within(&mut calling, Duration::from_secs(3)).await);
+        assert!(
+            answered.elapsed() >= limits.idle,
+            "{:?}",
+            answered.elapsed()
+        );
+    }
+
     /// What is logged at `WARN` and above while the guard lives, on this thread (a
     /// current-thread runtime's tasks included).
     fn log_capture() -> (tracing::subscriber::DefaultGuard, Arc<Mutex<Vec<u8>>>) {
@@ -626,6 +968,7 @@ mod tests {
         let limits = Limits {
             greeting: Duration::from_secs(30),
             max_connections: 2,
+            idle: Duration::from_secs(60),
         };
         let (addr, mut incoming) = listener(limits, None).await;
         let mut held = Vec::new();

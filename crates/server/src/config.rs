@@ -169,6 +169,10 @@ pub struct ServerConfig {
     /// Not a key: tests shorten it.
     #[serde(skip)]
     pub greeting_timeout: std::time::Duration,
+    /// How long a gRPC connection may have no call open before it is closed:
+    /// [`hetsched_proto::listen::IDLE_TIMEOUT`]. Not a key: tests shorten it.
+    #[serde(skip)]
+    pub idle_timeout: std::time::Duration,
     /// Jobs to set aside at this start (`hetsched server --set-aside JOB`, see
     /// [`crate::set_aside`]): flags only, not configuration keys, for a set-aside is one act of
     /// an operator, not a setting that holds at every start.
@@ -490,6 +494,7 @@ impl Default for ServerConfig {
             max_output_streams: crate::throttle::MAX_OUTPUT_STREAMS,
             max_connections: MAX_CONNECTIONS,
             greeting_timeout: hetsched_proto::listen::GREETING_TIMEOUT,
+            idle_timeout: hetsched_proto::listen::IDLE_TIMEOUT,
             set_aside: Vec::new(),
             set_aside_topologies: Vec::new(),
             log_format: Default::default(),

@@ -206,6 +206,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let limits = hetsched_proto::listen::Limits {
         greeting: config.greeting_timeout,
         max_connections: config.max_connections as usize,
+        idle: config.idle_timeout,
     };
     let dir = config.data_dir.clone();
     datadir::prepare(&dir)?;

@@ -1317,11 +1317,12 @@ impl tonic::service::Interceptor for CheckToken {
 /// dead timeout so that a silent connection is probed after half of it and closed after about
 /// one: an idle agent lives by its open `AwaitWork` call, and this is how the call of an agent
 /// whose host vanished (no FIN) ends. The probes are the kernel's own — the server and the agent
-/// processes never wake for them (HTTP/2 pings woke both, every dead timeout, per agent).
-/// Keepalive sees only vanished hosts, so the connections are also guarded
-/// (`hetsched_proto::listen`): TLS with `tls`, a connection that has not sent its greeting
-/// (handshake, HTTP/2 preface and first frame) within `limits.greeting` is closed, and at most
-/// `limits.max_connections` are open at once.
+/// processes never wake for them. Keepalive sees only vanished hosts, so the connections are
+/// also guarded (`hetsched_proto::listen`): TLS with `tls`, a connection that has not sent its
+/// greeting (handshake, HTTP/2 preface and first frame) within `limits.greeting` is closed, so
+/// is one with no call open for `limits.idle`, and at most `limits.max_connections` are open at
+/// once; and the router's HTTP/2 pings ([`router_with`]) close a peer that stays connected but
+/// does not answer, within a minute.
 pub fn incoming(
     listener: tokio::net::TcpListener,
     dead_timeout: std::time::Duration,
@@ -1380,8 +1381,10 @@ pub fn tcp_keepalive(
 /// The whole gRPC router: agent and client services behind the token check, and health, with
 /// the [`LogRelay`] shared with the dashboard; `stopping` turns true when the server stops (calls
 /// held open answer then). A vanished host's connection is closed by the kernel's TCP keepalive
-/// ([`incoming`]), not by HTTP/2 pings: probes the kernel sends and answers wake neither the
-/// server nor an idle agent.
+/// ([`incoming`]), sized from the dead timeout; HTTP/2 pings, after 30 s without a frame from
+/// the peer (`hetsched_proto::listen::server`), close one whose host still acknowledges but whose
+/// peer says nothing — a connection held open for good otherwise, call or none. An idle agent
+/// answers a ping per 30 s of silence on its connection, in its HTTP/2 task.
 pub async fn router_with(
     state: Shared,
     metrics: Arc<Metrics>,
@@ -1401,8 +1404,9 @@ pub async fn router_with(
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
-    // TLS is the listener's (`incoming`), so that one deadline covers the handshake too.
-    let mut builder = tonic::transport::Server::builder();
+    // TLS is the listener's (`incoming`), so that one deadline covers the handshake too; HTTP/2
+    // pings close a peer that stays connected but silent (`hetsched_proto::listen::server`).
+    let mut builder = hetsched_proto::listen::server();
     let router = builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(

@@ -884,7 +884,7 @@ impl AccelListener {
             // The same token check as the agent's other listeners (logs, dataflow).
             crate::logs::check_token(token),
         );
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = hetsched_proto::listen::server();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let join = tokio::spawn(async move {
             // Small messages (a task's result, the last chunk of a file) must not wait for
