@@ -439,8 +439,8 @@ impl LogListener {
         let join = tokio::spawn(async move {
             // Without TCP_NODELAY every input fetch and PCDDB hop (served here without TLS) paid
             // a 40 ms delayed ACK.
-            let tcp =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            // TCP keepalive too: a vanished peer's connection ends (`agent_tcp`).
+            let tcp = hetsched_proto::listen::agent_tcp(listener);
             let incoming = hetsched_proto::listen::incoming(
                 tcp,
                 tls,

@@ -889,8 +889,8 @@ impl AccelListener {
         let join = tokio::spawn(async move {
             // Small messages (a task's result, the last chunk of a file) must not wait for
             // Nagle's algorithm: without TCP_NODELAY every offload paid a 40 ms delayed ACK.
-            let tcp =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            // TCP keepalive too: a vanished peer's connection ends (`agent_tcp`).
+            let tcp = hetsched_proto::listen::agent_tcp(listener);
             let incoming = hetsched_proto::listen::incoming(
                 tcp,
                 tls,
