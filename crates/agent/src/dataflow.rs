@@ -245,7 +245,7 @@ impl DataListener {
             service,
             token,
             tls,
-            hetsched_proto::listen::Limits::AGENT,
+            hetsched_proto::listen::Limits::agent(),
         )
         .await
     }

@@ -404,7 +404,7 @@ impl LogListener {
         tls: Option<(Vec<u8>, Vec<u8>)>,
         data: Option<crate::dataflow::DataService>,
     ) -> std::io::Result<Self> {
-        Self::bind_limited(at, work_dir, token, key, tls, data, Limits::AGENT).await
+        Self::bind_limited(at, work_dir, token, key, tls, data, Limits::agent()).await
     }
 
     /// [`LogListener::bind_tls`] with its connections bounded by `limits` (the greeting

@@ -88,6 +88,97 @@ impl Limits {
         max_connections: AGENT_MAX_CONNECTIONS,
         idle: IDLE_TIMEOUT,
     };
+
+    /// [`Limits::AGENT`] with the cap fitted to the open-file limit ([`fit_agent_cap`]).
+    pub fn agent() -> Limits {
+        Limits {
+            max_connections: AGENT_CAP.load(std::sync::atomic::Ordering::Relaxed),
+            ..Limits::AGENT
+        }
+    }
+}
+
+/// The open-file limit kept for a process's own files besides its listeners' connections (its
+/// store, logs, outgoing connections, a task's pipes): a quarter of the limit, from 32 to 1,024.
+pub fn files_reserved(limit: u64) -> u64 {
+    (limit / 4).clamp(32, 1024)
+}
+
+/// The cap on each of `listeners` listeners that the process's open-file limit
+/// (`RLIMIT_NOFILE`) leaves room for, at most `max_connections`, and a warning when it is less.
+/// With `raise` (at a start), the soft limit is first raised toward the hard one as far as
+/// `max_connections` on each listener and [`files_reserved`] need; without (`--check`), the
+/// limit a start would reach is judged. Past the limit, accepting fails (`Too many open
+/// files`) before the cap is reached, and so does every other file the process opens: the
+/// store, the log, a client's call. `setting` names what sets the cap in the warning.
+pub fn fit_open_files(
+    max_connections: usize,
+    listeners: usize,
+    setting: &str,
+    raise: bool,
+) -> (usize, Option<String>) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return (max_connections, None);
+    };
+    let listeners = listeners.max(1);
+    let want = (max_connections as u64).saturating_mul(listeners as u64);
+    let target = hard.min(want.saturating_add(files_reserved(u64::MAX)));
+    let limit = if soft >= target {
+        soft
+    } else if !raise {
+        target
+    } else if setrlimit(Resource::RLIMIT_NOFILE, target, hard).is_ok() {
+        target
+    } else {
+        soft
+    };
+    let cap = cap_within(max_connections, listeners, limit);
+    if cap >= max_connections {
+        return (max_connections, None);
+    }
+    let each = if listeners == 1 {
+        "the listener".to_string()
+    } else {
+        format!("each of the {listeners} listeners")
+    };
+    let warning = format!(
+        "the open-file limit (RLIMIT_NOFILE; hard limit {hard}) is {limit}, too low for \
+         {setting} {max_connections} on {each} and the process's own files: {each} holds at \
+         most {cap} connections at once instead; raise the limit (`ulimit -n`, `LimitNOFILE=` \
+         in a systemd unit) or lower {setting}"
+    );
+    (cap, Some(warning))
+}
+
+/// The most connections each of `listeners` listeners may hold with the open-file limit
+/// `limit`, at most `max_connections` (and at least 16, or `max_connections` if less).
+fn cap_within(max_connections: usize, listeners: usize, limit: u64) -> usize {
+    let room = limit.saturating_sub(files_reserved(limit)) / listeners.max(1) as u64;
+    usize::try_from(room)
+        .unwrap_or(usize::MAX)
+        .clamp(16.min(max_connections), max_connections)
+}
+
+/// The most connections each of an agent's listeners holds ([`Limits::agent`]): at most
+/// [`AGENT_MAX_CONNECTIONS`], less when the open-file limit leaves less ([`fit_agent_cap`]).
+static AGENT_CAP: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(AGENT_MAX_CONNECTIONS);
+
+/// Fits an agent's cap to its open-file limit, raising the soft limit as far as
+/// [`AGENT_MAX_CONNECTIONS`] on each of its `listeners` needs ([`fit_open_files`]), and logs a
+/// warning when the limit leaves less. Called once as the agent starts.
+pub fn fit_agent_cap(listeners: usize) {
+    let (cap, warning) = fit_open_files(
+        AGENT_MAX_CONNECTIONS,
+        listeners,
+        "the agent's cap of connections per listener",
+        true,
+    );
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
+    }
+    AGENT_CAP.store(cap, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A gRPC server builder whose connections answer for themselves: HTTP/2 keepalive pings
@@ -771,6 +862,22 @@ mod tests {
             from_server.feed(&frame(RST_STREAM, 0, 3, 4), |f| s.saw(false, f));
             assert!(s.idle(), "cut {cut}");
         }
+    }
+
+    /// The cap each listener holds within an open-file limit: what is left after the files
+    /// kept for the process, shared by the listeners, never above the setting.
+    #[test]
+    fn the_cap_fits_the_open_file_limit() {
+        assert_eq!(cap_within(4096, 2, 65_536), 4096);
+        assert_eq!(cap_within(4096, 2, 1_024), (1_024 - 256) / 2);
+        assert_eq!(cap_within(4096, 1, 128), 128 - 32);
+        assert_eq!(cap_within(1024, 3, 128), (128 - 32) / 3);
+        assert_eq!(cap_within(4096, 2, 20), 16, "at least 16");
+        let (cap, warning) = fit_open_files(4096, 2, "`max_connections`", false);
+        assert!(
+            cap <= 4096 && (cap == 4096) == warning.is_none(),
+            "{warning:?}"
+        );
     }
 
     #[tokio::test]

@@ -161,7 +161,8 @@ pub struct ServerConfig {
     /// warning in the log, so a flood of connections cannot exhaust the server's file
     /// descriptors (`hetsched_proto::listen`). Each agent holds one or two to the gRPC
     /// listener. Default [`MAX_CONNECTIONS`]; 16 to [`MAX_CONNECTIONS_CAP`], and below the
-    /// process's open-file limit (`LimitNOFILE`).
+    /// process's open-file limit (`LimitNOFILE`): a start lowers it to what that limit leaves
+    /// room for, with a warning (`hetsched_proto::listen::fit_open_files`).
     pub max_connections: u32,
     /// How long a new connection has, from its accept, to send its greeting — on gRPC the TLS
     /// handshake and HTTP/2's preface and first frame, on HTTP the TLS handshake and then its

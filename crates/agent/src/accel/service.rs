@@ -856,7 +856,7 @@ impl AccelListener {
             pipeline,
             token,
             tls,
-            hetsched_proto::listen::Limits::AGENT,
+            hetsched_proto::listen::Limits::agent(),
         )
         .await
     }
