@@ -251,6 +251,8 @@ pub struct ConnectionCap {
     what: String,
     /// When the last warning was logged, and the connections closed since.
     warned: Mutex<(Option<Instant>, u64)>,
+    /// At most one warning per this long: [`CAP_WARNING_EVERY`] (tests shorten it).
+    every: Duration,
 }
 
 impl ConnectionCap {
@@ -261,21 +263,37 @@ impl ConnectionCap {
             max,
             what: what.into(),
             warned: Mutex::new((None, 0)),
+            every: CAP_WARNING_EVERY,
         })
     }
 
     /// A place for a connection just accepted from `peer`, or `None` when `max` are open: the
     /// caller closes it then. Refusals are logged, one warning per [`CAP_WARNING_EVERY`].
     pub fn admit(&self, peer: Option<SocketAddr>) -> Option<OwnedSemaphorePermit> {
-        if let Ok(place) = self.places.clone().try_acquire_owned() {
-            return Some(place);
-        }
         let mut warned = self
             .warned
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Ok(place) = self.places.clone().try_acquire_owned() {
+            // Those closed since the last warning, once its interval is over, so that the
+            // count is not lost when a flood stops within it.
+            if warned.1 > 0 && warned.0.is_none_or(|t| t.elapsed() >= self.every) {
+                tracing::warn!(
+                    listener = %self.what,
+                    max_connections = self.max,
+                    closed = warned.1,
+                    "{}: {} more connections were closed at the cap of {} after the last \
+                     warning; it admits new ones again",
+                    self.what,
+                    warned.1,
+                    self.max
+                );
+                *warned = (Some(Instant::now()), 0);
+            }
+            return Some(place);
+        }
         warned.1 += 1;
-        if warned.0.is_none_or(|t| t.elapsed() >= CAP_WARNING_EVERY) {
+        if warned.0.is_none_or(|t| t.elapsed() >= self.every) {
             let peer = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
             tracing::warn!(
                 listener = %self.what,
@@ -1116,6 +1134,36 @@ mod tests {
             .expect("yielded in time");
         assert!(conn.is_some());
         assert!(!closed_within(&mut fourth, Duration::from_millis(200)).await);
+    }
+
+    /// The connections closed at the cap after a warning, within its interval, are logged at
+    /// the first admission after the interval: before, they were lost when the flood stopped
+    /// within it.
+    #[test]
+    fn the_last_count_of_closed_connections_is_logged_when_one_is_admitted_again() {
+        let (_logging, log) = log_capture();
+        let mut cap = ConnectionCap::new("test listener", 1);
+        Arc::get_mut(&mut cap).expect("unique").every = Duration::from_millis(100);
+        let held = cap.admit(None).expect("a place");
+        for _ in 0..3 {
+            assert!(cap.admit(None).is_none(), "past the cap");
+        }
+        drop(held);
+        let again = cap.admit(None).expect("a place again, within the interval");
+        let logged = || String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+        assert!(!logged().contains("more connections"), "{}", logged());
+        drop(again);
+        std::thread::sleep(Duration::from_millis(150));
+        let _third = cap.admit(None).expect("a place again");
+        assert!(
+            logged().contains(
+                "test listener: 2 more connections were closed at the cap of 1 after the last \
+                 warning; it admits new ones again"
+            ),
+            "{}",
+            logged()
+        );
+        assert_eq!(logged().lines().count(), 2, "two warnings: {}", logged());
     }
 
     /// Over TLS, the deadline covers the handshake and the greeting after it.
