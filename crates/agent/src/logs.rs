@@ -745,6 +745,7 @@ mod tests {
         let limits = Limits {
             greeting: std::time::Duration::from_millis(300),
             max_connections: 16,
+            ..Limits::AGENT
         };
         let within = std::time::Duration::from_secs(3);
         let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");

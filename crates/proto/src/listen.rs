@@ -124,15 +124,13 @@ pub fn fit_open_files(
     let listeners = listeners.max(1);
     let want = (max_connections as u64).saturating_mul(listeners as u64);
     let target = hard.min(want.saturating_add(files_reserved(u64::MAX)));
-    let limit = if soft >= target {
-        soft
-    } else if !raise {
-        target
-    } else if setrlimit(Resource::RLIMIT_NOFILE, target, hard).is_ok() {
-        target
-    } else {
-        soft
-    };
+    // Without `raise`, the limit a start would reach.
+    let limit =
+        if soft >= target || (raise && setrlimit(Resource::RLIMIT_NOFILE, target, hard).is_err()) {
+            soft
+        } else {
+            target
+        };
     let cap = cap_within(max_connections, listeners, limit);
     if cap >= max_connections {
         return (max_connections, None);

@@ -195,7 +195,11 @@ pub fn check(dir: &Path, read_token: bool) -> Result<Option<String>, DataDirErro
         (AGENT_TOKEN, true),
         (crate::dashboard::READ_TOKEN, false),
     ];
-    let tokens = if read_token { &tokens[..] } else { &tokens[..2] };
+    let tokens = if read_token {
+        &tokens[..]
+    } else {
+        &tokens[..2]
+    };
     for &(name, empty_refused) in tokens {
         let path = dir.join(name);
         let text = match std::fs::read_to_string(&path) {

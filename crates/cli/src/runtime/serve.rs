@@ -1106,7 +1106,10 @@ mod tests {
         let e = read_listener_tls("--accel-cert", &cert, "--accel-key", &junk).expect_err("no key");
         let e = format!("{e:#}");
         assert!(
-            e.starts_with(&format!("--accel-key {}: the private key: ", junk.display())),
+            e.starts_with(&format!(
+                "--accel-key {}: the private key: ",
+                junk.display()
+            )),
             "{e}"
         );
     }

@@ -152,10 +152,7 @@ pub fn agent_data_options(
         .map_err(|(_, e)| anyhow::anyhow!("attributes: {e}"))?;
     let tls = match &config.tls {
         Some(t) => Some(super::serve::read_listener_tls(
-            "tls.cert",
-            &t.cert,
-            "tls.key",
-            &t.key,
+            "tls.cert", &t.cert, "tls.key", &t.key,
         )?),
         None => None,
     };
