@@ -245,7 +245,7 @@ impl DataListener {
             service,
             token,
             tls,
-            hetsched_proto::listen::Limits::AGENT,
+            hetsched_proto::listen::Limits::agent(),
         )
         .await
     }
@@ -269,11 +269,11 @@ impl DataListener {
             service,
             crate::logs::check_token(token),
         );
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = hetsched_proto::listen::server();
         let join = tokio::spawn(async move {
             // Without TCP_NODELAY every input fetch and PCDDB hop paid a 40 ms delayed ACK.
-            let tcp =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            // TCP keepalive too: a vanished peer's connection ends (`agent_tcp`).
+            let tcp = hetsched_proto::listen::agent_tcp(listener);
             let incoming = hetsched_proto::listen::incoming(
                 tcp,
                 Some(tls),

@@ -383,6 +383,9 @@ pub async fn run(
     mut opts: AgentOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), AgentError> {
+    // Its listeners (log, data, accelerator) hold at most a cap of connections each: within
+    // the open-file limit, raised toward the hard limit as far as they need.
+    hetsched_proto::listen::fit_agent_cap(3);
     // Tasks, chunks and workflow instances run in directories of their own, so every path the
     // agent hands them (`{input}`, `{input:m}`, `{output:m}`, `HETSCHED_CHUNK_OUTPUT`) must not
     // depend on the agent's own working directory.

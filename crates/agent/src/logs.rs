@@ -404,7 +404,7 @@ impl LogListener {
         tls: Option<(Vec<u8>, Vec<u8>)>,
         data: Option<crate::dataflow::DataService>,
     ) -> std::io::Result<Self> {
-        Self::bind_limited(at, work_dir, token, key, tls, data, Limits::AGENT).await
+        Self::bind_limited(at, work_dir, token, key, tls, data, Limits::agent()).await
     }
 
     /// [`LogListener::bind_tls`] with its connections bounded by `limits` (the greeting
@@ -422,7 +422,7 @@ impl LogListener {
             .map(|(cert, key)| hetsched_proto::listen::tls_config(&cert, &key))
             .transpose()
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = hetsched_proto::listen::server();
         let listener = tokio::net::TcpListener::bind(at).await?;
         let addr = listener.local_addr()?;
         let service = AgentLogsServer::with_interceptor(
@@ -439,8 +439,8 @@ impl LogListener {
         let join = tokio::spawn(async move {
             // Without TCP_NODELAY every input fetch and PCDDB hop (served here without TLS) paid
             // a 40 ms delayed ACK.
-            let tcp =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            // TCP keepalive too: a vanished peer's connection ends (`agent_tcp`).
+            let tcp = hetsched_proto::listen::agent_tcp(listener);
             let incoming = hetsched_proto::listen::incoming(
                 tcp,
                 tls,
@@ -745,6 +745,7 @@ mod tests {
         let limits = Limits {
             greeting: std::time::Duration::from_millis(300),
             max_connections: 16,
+            ..Limits::AGENT
         };
         let within = std::time::Duration::from_secs(3);
         let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");

@@ -10,8 +10,14 @@
 //!   ([`GREETING_TIMEOUT`], 10 s, from the accept): the TLS handshake if the listener speaks
 //!   TLS, then HTTP/2's client preface and its first frame (the client's SETTINGS). One that has
 //!   not is closed, however it paces its bytes; every gRPC client sends these at once on
-//!   connecting, so only idle or trickling peers meet the bound. After its greeting a connection
-//!   lives as long as HTTP/2 and TCP keepalive keep it;
+//!   connecting, so only idle or trickling peers meet the bound;
+//! - **idleness:** after its greeting, a connection with no call open (no HTTP/2 stream: the
+//!   frames both ways are followed, [`Streams`]) for [`Limits::idle`] ([`IDLE_TIMEOUT`], 5 min)
+//!   is closed, however it answers pings; a client reconnects at its next call. And every gRPC
+//!   server built with [`server`] pings a connection that has been silent for
+//!   [`HTTP2_KEEPALIVE_INTERVAL`] and closes it when no answer comes within
+//!   [`HTTP2_KEEPALIVE_TIMEOUT`], so a peer that greeted and then went silent (or stopped
+//!   reading) holds its connection for under a minute even with a call open;
 //! - **number:** at most [`Limits::max_connections`] connections are open on one listener at
 //!   once, greeting or not; one more is closed as soon as it is accepted, with a warning in the
 //!   log ([`ConnectionCap`], at most one per [`CAP_WARNING_EVERY`]), so a flood of connections
@@ -36,6 +42,14 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// How long a new connection has for its greeting (see the module's docs) by default.
 pub const GREETING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection may have no call open before it is closed, by default.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// After this long without a frame from the peer, a gRPC server ([`server`]) pings it …
+pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// … and closes the connection when the answer has not come this long after.
+pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The most connections an agent's listener holds at once: the server's relayed reads and
 /// other agents' fetches and PCDDB messages each need one at a time per peer, so this leaves
@@ -62,14 +76,130 @@ pub struct Limits {
     pub greeting: Duration,
     /// The most connections open at once.
     pub max_connections: usize,
+    /// How long a connection may have no call (HTTP/2 stream) open before it is closed.
+    pub idle: Duration,
 }
 
 impl Limits {
-    /// An agent's listeners' bounds: [`GREETING_TIMEOUT`] and [`AGENT_MAX_CONNECTIONS`].
+    /// An agent's listeners' bounds: [`GREETING_TIMEOUT`], [`AGENT_MAX_CONNECTIONS`] and
+    /// [`IDLE_TIMEOUT`].
     pub const AGENT: Limits = Limits {
         greeting: GREETING_TIMEOUT,
         max_connections: AGENT_MAX_CONNECTIONS,
+        idle: IDLE_TIMEOUT,
     };
+
+    /// [`Limits::AGENT`] with the cap fitted to the open-file limit ([`fit_agent_cap`]).
+    pub fn agent() -> Limits {
+        Limits {
+            max_connections: AGENT_CAP.load(std::sync::atomic::Ordering::Relaxed),
+            ..Limits::AGENT
+        }
+    }
+}
+
+/// The open-file limit kept for a process's own files besides its listeners' connections (its
+/// store, logs, outgoing connections, a task's pipes): a quarter of the limit, from 32 to 1,024.
+pub fn files_reserved(limit: u64) -> u64 {
+    (limit / 4).clamp(32, 1024)
+}
+
+/// The cap on each of `listeners` listeners that the process's open-file limit
+/// (`RLIMIT_NOFILE`) leaves room for, at most `max_connections`, and a warning when it is less.
+/// With `raise` (at a start), the soft limit is first raised toward the hard one as far as
+/// `max_connections` on each listener and [`files_reserved`] need; without (`--check`), the
+/// limit a start would reach is judged. Past the limit, accepting fails (`Too many open
+/// files`) before the cap is reached, and so does every other file the process opens: the
+/// store, the log, a client's call. `setting` names what sets the cap in the warning.
+pub fn fit_open_files(
+    max_connections: usize,
+    listeners: usize,
+    setting: &str,
+    raise: bool,
+) -> (usize, Option<String>) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return (max_connections, None);
+    };
+    let listeners = listeners.max(1);
+    let want = (max_connections as u64).saturating_mul(listeners as u64);
+    let target = hard.min(want.saturating_add(files_reserved(u64::MAX)));
+    // Without `raise`, the limit a start would reach.
+    let limit =
+        if soft >= target || (raise && setrlimit(Resource::RLIMIT_NOFILE, target, hard).is_err()) {
+            soft
+        } else {
+            target
+        };
+    let cap = cap_within(max_connections, listeners, limit);
+    if cap >= max_connections {
+        return (max_connections, None);
+    }
+    let each = if listeners == 1 {
+        "the listener".to_string()
+    } else {
+        format!("each of the {listeners} listeners")
+    };
+    let warning = format!(
+        "the open-file limit (RLIMIT_NOFILE; hard limit {hard}) is {limit}, too low for \
+         {setting} {max_connections} on {each} and the process's own files: {each} holds at \
+         most {cap} connections at once instead; raise the limit (`ulimit -n`, `LimitNOFILE=` \
+         in a systemd unit) or lower {setting}"
+    );
+    (cap, Some(warning))
+}
+
+/// The most connections each of `listeners` listeners may hold with the open-file limit
+/// `limit`, at most `max_connections` (and at least 16, or `max_connections` if less).
+fn cap_within(max_connections: usize, listeners: usize, limit: u64) -> usize {
+    let room = limit.saturating_sub(files_reserved(limit)) / listeners.max(1) as u64;
+    usize::try_from(room)
+        .unwrap_or(usize::MAX)
+        .clamp(16.min(max_connections), max_connections)
+}
+
+/// The most connections each of an agent's listeners holds ([`Limits::agent`]): at most
+/// [`AGENT_MAX_CONNECTIONS`], less when the open-file limit leaves less ([`fit_agent_cap`]).
+static AGENT_CAP: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(AGENT_MAX_CONNECTIONS);
+
+/// Fits an agent's cap to its open-file limit, raising the soft limit as far as
+/// [`AGENT_MAX_CONNECTIONS`] on each of its `listeners` needs ([`fit_open_files`]), and logs a
+/// warning when the limit leaves less. Called once as the agent starts.
+pub fn fit_agent_cap(listeners: usize) {
+    let (cap, warning) = fit_open_files(
+        AGENT_MAX_CONNECTIONS,
+        listeners,
+        "the agent's cap of connections per listener",
+        true,
+    );
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
+    }
+    AGENT_CAP.store(cap, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A gRPC server builder whose connections answer for themselves: HTTP/2 keepalive pings
+/// ([`HTTP2_KEEPALIVE_INTERVAL`], [`HTTP2_KEEPALIVE_TIMEOUT`]), so a peer that stays connected
+/// but silent is closed, call open or not (TCP keepalive only sees hosts that vanished: a
+/// silent peer's kernel still acknowledges). Every gRPC listener is built from it.
+pub fn server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
+}
+
+/// An agent's listener's TCP settings: `TCP_NODELAY` (small messages must not wait for
+/// Nagle's algorithm and a delayed ACK: 40 ms a fetch, an offload, a PCDDB hop) and the
+/// kernel's TCP keepalive, as the agent's own connections to the server have
+/// ([`crate::CLIENT_KEEPALIVE_IDLE`]): a connection from a host that vanished (no FIN, no RST)
+/// is closed about 35 s after its last traffic.
+pub fn agent_tcp(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(crate::CLIENT_KEEPALIVE_IDLE))
+        .with_keepalive_interval(Some(crate::CLIENT_KEEPALIVE_INTERVAL))
+        .with_keepalive_retries(Some(crate::CLIENT_KEEPALIVE_PROBES))
 }
 
 /// Why a listener's TLS cannot be set up.
@@ -119,6 +249,8 @@ pub struct ConnectionCap {
     what: String,
     /// When the last warning was logged, and the connections closed since.
     warned: Mutex<(Option<Instant>, u64)>,
+    /// At most one warning per this long: [`CAP_WARNING_EVERY`] (tests shorten it).
+    every: Duration,
 }
 
 impl ConnectionCap {
@@ -129,21 +261,37 @@ impl ConnectionCap {
             max,
             what: what.into(),
             warned: Mutex::new((None, 0)),
+            every: CAP_WARNING_EVERY,
         })
     }
 
     /// A place for a connection just accepted from `peer`, or `None` when `max` are open: the
     /// caller closes it then. Refusals are logged, one warning per [`CAP_WARNING_EVERY`].
     pub fn admit(&self, peer: Option<SocketAddr>) -> Option<OwnedSemaphorePermit> {
-        if let Ok(place) = self.places.clone().try_acquire_owned() {
-            return Some(place);
-        }
         let mut warned = self
             .warned
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Ok(place) = self.places.clone().try_acquire_owned() {
+            // Those closed since the last warning, once its interval is over, so that the
+            // count is not lost when a flood stops within it.
+            if warned.1 > 0 && warned.0.is_none_or(|t| t.elapsed() >= self.every) {
+                tracing::warn!(
+                    listener = %self.what,
+                    max_connections = self.max,
+                    closed = warned.1,
+                    "{}: {} more connections were closed at the cap of {} after the last \
+                     warning; it admits new ones again",
+                    self.what,
+                    warned.1,
+                    self.max
+                );
+                *warned = (Some(Instant::now()), 0);
+            }
+            return Some(place);
+        }
         warned.1 += 1;
-        if warned.0.is_none_or(|t| t.elapsed() >= CAP_WARNING_EVERY) {
+        if warned.0.is_none_or(|t| t.elapsed() >= self.every) {
             let peer = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
             tracing::warn!(
                 listener = %self.what,
@@ -269,6 +417,147 @@ impl Greeting {
     }
 }
 
+/// The frames of one direction of an HTTP/2 connection, read from its bytes as they pass: only
+/// each frame's header is looked at (its type, flags and stream), the payloads are skipped.
+struct Frames {
+    /// Bytes still to skip: the client's preface at first, then each frame's payload.
+    skip: usize,
+    head: [u8; FRAME_HEADER_LEN],
+    seen: usize,
+}
+
+/// A frame's type, its flags and its stream, as [`Frames::feed`] reports it.
+type FrameHead = (u8, u8, u32);
+
+impl Frames {
+    /// The client's frames (after its preface) or the server's (`preface` 0).
+    fn after(preface: usize) -> Self {
+        Self {
+            skip: preface,
+            head: [0; FRAME_HEADER_LEN],
+            seen: 0,
+        }
+    }
+
+    /// Reads on through `bytes`, calling `frame` with each frame's header once whole.
+    fn feed(&mut self, mut bytes: &[u8], mut frame: impl FnMut(FrameHead)) {
+        while !bytes.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(bytes.len());
+                self.skip -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (FRAME_HEADER_LEN - self.seen).min(bytes.len());
+            self.head[self.seen..self.seen + n].copy_from_slice(&bytes[..n]);
+            self.seen += n;
+            bytes = &bytes[n..];
+            if self.seen == FRAME_HEADER_LEN {
+                let h = &self.head;
+                self.seen = 0;
+                self.skip = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                let stream = u32::from_be_bytes([h[5] & 0x7f, h[6], h[7], h[8]]);
+                frame((h[3], h[4], stream));
+            }
+        }
+    }
+}
+
+/// The HTTP/2 streams (calls) open on a connection, from the frames both ways: a client's
+/// `HEADERS` opens one; it ends once each side has ended its half (`END_STREAM` on a `DATA` or
+/// `HEADERS` frame) or either reset it (`RST_STREAM`). Frames on streams it does not know are
+/// ignored, so a stream it missed the end of only keeps the connection from counting as idle.
+#[derive(Default)]
+struct Streams {
+    /// Each open stream: whether the client ended its half, and the server.
+    open: std::collections::HashMap<u32, (bool, bool)>,
+}
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const END_STREAM: u8 = 0x1;
+
+impl Streams {
+    /// A frame from the client (`from_client`) or from the server.
+    fn saw(&mut self, from_client: bool, (kind, flags, stream): FrameHead) {
+        if stream == 0 {
+            return;
+        }
+        if kind == RST_STREAM {
+            self.open.remove(&stream);
+            return;
+        }
+        if kind != DATA && kind != HEADERS {
+            return;
+        }
+        if from_client && kind == HEADERS {
+            self.open.entry(stream).or_insert((false, false));
+        }
+        if flags & END_STREAM == 0 {
+            return;
+        }
+        if let Some(ended) = self.open.get_mut(&stream) {
+            if from_client {
+                ended.0 = true;
+            } else {
+                ended.1 = true;
+            }
+            if *ended == (true, true) {
+                self.open.remove(&stream);
+            }
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.open.is_empty()
+    }
+}
+
+/// When a connection counts as idle and until when it may stay so.
+struct Idle {
+    limit: Duration,
+    /// Reset to `limit` from the moment the last open stream ended.
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    streams: Streams,
+    from_client: Frames,
+    from_server: Frames,
+}
+
+impl Idle {
+    fn new(limit: Duration) -> Self {
+        Self {
+            limit,
+            deadline: Box::pin(tokio::time::sleep(limit)),
+            streams: Streams::default(),
+            from_client: Frames::after(PREFACE_LEN),
+            from_server: Frames::after(0),
+        }
+    }
+
+    /// Counts `bytes`, sent by the client (`from_client`) or the server; the idle deadline
+    /// starts anew when the last open stream ends.
+    fn saw(&mut self, from_client: bool, bytes: &[u8]) {
+        let was_idle = self.streams.idle();
+        let (frames, streams) = if from_client {
+            (&mut self.from_client, &mut self.streams)
+        } else {
+            (&mut self.from_server, &mut self.streams)
+        };
+        frames.feed(bytes, |f| streams.saw(from_client, f));
+        if !was_idle && self.streams.idle() {
+            let until = tokio::time::Instant::now() + self.limit;
+            self.deadline.as_mut().reset(until);
+        }
+    }
+
+    /// Whether the connection has been idle past its limit; registers the task to be woken at
+    /// the deadline while it is idle.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.streams.idle() && self.deadline.as_mut().poll(cx).is_ready()
+    }
+}
+
 /// The stream of a listener's connection, plain or TLS.
 enum Io {
     Plain(TcpStream),
@@ -281,13 +570,14 @@ enum Io {
 pub struct Conn {
     io: Io,
     greeting: Option<Greeting>,
+    idle: Idle,
     info: TcpConnectInfo,
     _place: OwnedSemaphorePermit,
 }
 
 impl Conn {
-    /// `Err` once the greeting's deadline passed with the greeting not whole; registers the
-    /// task to be woken at the deadline otherwise.
+    /// `Err` once the greeting's deadline passed with the greeting not whole, or the connection
+    /// was idle past its limit; registers the task to be woken at the deadline otherwise.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         if let Some(g) = &mut self.greeting
             && g.deadline.as_mut().poll(cx).is_ready()
@@ -297,7 +587,28 @@ impl Conn {
                 "the peer did not finish its HTTP/2 greeting in time",
             ));
         }
+        if self.idle.expired(cx) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the connection had no call open for too long",
+            ));
+        }
         Ok(())
+    }
+
+    /// Counts the `n` bytes the server just wrote from `bufs`, and arms the idle deadline's
+    /// wake-up if they ended the last open stream.
+    fn wrote(&mut self, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>], mut n: usize) {
+        for b in bufs {
+            if n == 0 {
+                break;
+            }
+            let k = n.min(b.len());
+            self.idle.saw(false, &b[..k]);
+            n -= k;
+        }
+        // Not expired: it was just armed (or was not idle before the check that preceded).
+        let _ = self.idle.expired(cx);
     }
 }
 
@@ -316,10 +627,16 @@ impl AsyncRead for Conn {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         };
-        if let (Poll::Ready(Ok(())), Some(g)) = (&read, &mut this.greeting)
-            && g.saw(&buf.filled()[before..])
-        {
-            this.greeting = None;
+        if let Poll::Ready(Ok(())) = &read {
+            let got = &buf.filled()[before..];
+            if let Some(g) = &mut this.greeting
+                && g.saw(got)
+            {
+                this.greeting = None;
+            }
+            this.idle.saw(true, got);
+            // Armed anew if these bytes ended the last open stream.
+            let _ = this.idle.expired(cx);
         }
         read
     }
@@ -333,9 +650,37 @@ impl AsyncWrite for Conn {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.check_deadline(cx)?;
-        match &mut this.io {
+        let wrote = match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        };
+        if let Poll::Ready(Ok(n)) = wrote {
+            this.wrote(cx, &[io::IoSlice::new(buf)], n);
+        }
+        wrote
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.check_deadline(cx)?;
+        let wrote = match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        };
+        if let Poll::Ready(Ok(n)) = wrote {
+            this.wrote(cx, bufs, n);
+        }
+        wrote
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match &self.io {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
         }
     }
 
@@ -395,7 +740,7 @@ where
 {
     let (tx, rx) = mpsc::channel(64);
     let cap = ConnectionCap::new(what, limits.max_connections);
-    tokio::spawn(accept(tcp, tls, limits.greeting, cap, tx));
+    tokio::spawn(accept(tcp, tls, limits, cap, tx));
     Incoming { rx }
 }
 
@@ -403,7 +748,7 @@ where
 async fn accept<S>(
     mut tcp: S,
     tls: Option<Arc<rustls::ServerConfig>>,
-    greeting: Duration,
+    limits: Limits,
     cap: Arc<ConnectionCap>,
     tx: mpsc::Sender<Conn>,
 ) where
@@ -436,7 +781,7 @@ async fn accept<S>(
             local_addr: stream.local_addr().ok(),
             remote_addr: peer,
         };
-        let deadline = tokio::time::Instant::now() + greeting;
+        let deadline = tokio::time::Instant::now() + limits.greeting;
         let (tls, tx, what) = (tls.clone(), tx.clone(), cap.what.clone());
         tokio::spawn(async move {
             let io = match tls {
@@ -459,6 +804,7 @@ async fn accept<S>(
             let conn = Conn {
                 io,
                 greeting: Some(Greeting::until(deadline)),
+                idle: Idle::new(limits.idle),
                 info,
                 _place: place,
             };
@@ -483,6 +829,71 @@ mod tests {
         g.extend_from_slice(&[4, 0, 0, 0, 0, 0]);
         g.extend(std::iter::repeat_n(0u8, payload));
         g
+    }
+
+    /// A frame of `kind` with `flags` on `stream`, with `payload` zero bytes.
+    fn frame(kind: u8, flags: u8, stream: u32, payload: usize) -> Vec<u8> {
+        let len = u32::try_from(payload).expect("small");
+        let mut f = len.to_be_bytes()[1..].to_vec();
+        f.extend_from_slice(&[kind, flags]);
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend(std::iter::repeat_n(0u8, payload));
+        f
+    }
+
+    /// The streams are followed through frames cut anywhere, both ways: a call is open from
+    /// its client's HEADERS until both sides ended it or either reset it; pings, SETTINGS and
+    /// frames on unknown streams change nothing.
+    #[test]
+    fn the_open_streams_are_followed_through_the_frames_both_ways() {
+        let client: Vec<u8> = [
+            greeting(6),
+            frame(HEADERS, 0x4, 1, 20),
+            frame(DATA, END_STREAM, 1, 100),
+            frame(HEADERS, 0x4 | END_STREAM, 3, 7),
+            frame(6, 0, 0, 8), // PING
+        ]
+        .concat();
+        let server: Vec<u8> = [
+            frame(4, 0, 0, 12), // SETTINGS
+            frame(HEADERS, 0x4, 1, 9),
+            frame(DATA, 0, 1, 300),
+            frame(DATA, END_STREAM, 9, 0),          // an unknown stream
+            frame(HEADERS, 0x4 | END_STREAM, 1, 4), // trailers: stream 1 ends
+        ]
+        .concat();
+        for cut in [1, 3, 9, 10, 64, usize::MAX] {
+            let mut s = Streams::default();
+            let (mut from_client, mut from_server) = (Frames::after(PREFACE_LEN), Frames::after(0));
+            for piece in client.chunks(cut.min(client.len())) {
+                from_client.feed(piece, |f| s.saw(true, f));
+            }
+            let mut open: Vec<u32> = s.open.keys().copied().collect();
+            open.sort_unstable();
+            assert_eq!(open, [1, 3], "cut {cut}");
+            for piece in server.chunks(cut.min(server.len())) {
+                from_server.feed(piece, |f| s.saw(false, f));
+            }
+            assert_eq!(s.open.keys().copied().collect::<Vec<_>>(), [3], "cut {cut}");
+            from_server.feed(&frame(RST_STREAM, 0, 3, 4), |f| s.saw(false, f));
+            assert!(s.idle(), "cut {cut}");
+        }
+    }
+
+    /// The cap each listener holds within an open-file limit: what is left after the files
+    /// kept for the process, shared by the listeners, never above the setting.
+    #[test]
+    fn the_cap_fits_the_open_file_limit() {
+        assert_eq!(cap_within(4096, 2, 65_536), 4096);
+        assert_eq!(cap_within(4096, 2, 1_024), (1_024 - 256) / 2);
+        assert_eq!(cap_within(4096, 1, 128), 128 - 32);
+        assert_eq!(cap_within(1024, 3, 128), (128 - 32) / 3);
+        assert_eq!(cap_within(4096, 2, 20), 16, "at least 16");
+        let (cap, warning) = fit_open_files(4096, 2, "`max_connections`", false);
+        assert!(
+            cap <= 4096 && (cap == 4096) == warning.is_none(),
+            "{warning:?}"
+        );
     }
 
     #[tokio::test]
@@ -537,6 +948,7 @@ mod tests {
     const SHORT: Limits = Limits {
         greeting: Duration::from_millis(300),
         max_connections: 4,
+        idle: Duration::from_secs(60),
     };
 
     /// Silent and trickling connections are closed at the greeting's deadline; one that sent
@@ -594,6 +1006,72 @@ mod tests {
         assert!(ended.try_recv().is_err(), "the greeted connection is open");
     }
 
+    /// A connection with no call open is closed once idle for `idle`, from its accept or the
+    /// end of its last call, however it answers; one with a call open stays, however long.
+    #[tokio::test]
+    async fn a_connection_with_no_call_open_is_closed_once_idle_and_one_with_a_call_stays() {
+        let limits = Limits {
+            greeting: Duration::from_secs(5),
+            max_connections: 8,
+            idle: Duration::from_millis(400),
+        };
+        let (addr, mut incoming) = listener(limits, None).await;
+        // The server side reads, and answers a call on stream 1 when told to.
+        let (answer_tx, answer) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Some(Ok(mut conn)) = incoming.next().await {
+                let mut answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    loop {
+                        tokio::select! {
+                            r = conn.read(&mut buf) => if !matches!(r, Ok(n) if n > 0) { break },
+                            Ok(()) = answer.changed() => {
+                                // Ignored on a connection with no stream 1 open.
+                                let end = frame(HEADERS, 0x4 | END_STREAM, 1, 3);
+                                if conn.write_all(&end).await.is_err() { break }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        // A call opened and held: open past the idle limit several times over.
+        let mut calling = TcpStream::connect(addr).await.expect("connect");
+        calling.write_all(&greeting(0)).await.expect("greet");
+        calling
+            .write_all(&frame(HEADERS, 0x4 | END_STREAM, 1, 10))
+            .await
+            .expect("call");
+        // Greeted, no call: closed at the idle limit however often it says something.
+        let mut idle = TcpStream::connect(addr).await.expect("connect");
+        idle.write_all(&greeting(0)).await.expect("greet");
+        let started = Instant::now();
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = idle.write_all(&frame(6, 0, 0, 8)).await; // a PING
+        }
+        assert!(closed_within(&mut idle, Duration::from_secs(3)).await);
+        let waited = started.elapsed();
+        assert!(
+            waited >= limits.idle && waited < Duration::from_secs(2),
+            "closed after {waited:?}"
+        );
+        assert!(
+            !closed_within(&mut calling, limits.idle * 3).await,
+            "the call is open"
+        );
+        // Answered: the call ended, the connection is idle and closed in its turn.
+        answer_tx.send(true).expect("answer");
+        let answered = Instant::now();
+        assert!(closed_within(&mut calling, Duration::from_secs(3)).await);
+        assert!(
+            answered.elapsed() >= limits.idle,
+            "{:?}",
+            answered.elapsed()
+        );
+    }
+
     /// What is logged at `WARN` and above while the guard lives, on this thread (a
     /// current-thread runtime's tasks included).
     fn log_capture() -> (tracing::subscriber::DefaultGuard, Arc<Mutex<Vec<u8>>>) {
@@ -626,6 +1104,7 @@ mod tests {
         let limits = Limits {
             greeting: Duration::from_secs(30),
             max_connections: 2,
+            idle: Duration::from_secs(60),
         };
         let (addr, mut incoming) = listener(limits, None).await;
         let mut held = Vec::new();
@@ -653,6 +1132,36 @@ mod tests {
             .expect("yielded in time");
         assert!(conn.is_some());
         assert!(!closed_within(&mut fourth, Duration::from_millis(200)).await);
+    }
+
+    /// The connections closed at the cap after a warning, within its interval, are logged at
+    /// the first admission after the interval: before, they were lost when the flood stopped
+    /// within it.
+    #[test]
+    fn the_last_count_of_closed_connections_is_logged_when_one_is_admitted_again() {
+        let (_logging, log) = log_capture();
+        let mut cap = ConnectionCap::new("test listener", 1);
+        Arc::get_mut(&mut cap).expect("unique").every = Duration::from_millis(100);
+        let held = cap.admit(None).expect("a place");
+        for _ in 0..3 {
+            assert!(cap.admit(None).is_none(), "past the cap");
+        }
+        drop(held);
+        let again = cap.admit(None).expect("a place again, within the interval");
+        let logged = || String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+        assert!(!logged().contains("more connections"), "{}", logged());
+        drop(again);
+        std::thread::sleep(Duration::from_millis(150));
+        let _third = cap.admit(None).expect("a place again");
+        assert!(
+            logged().contains(
+                "test listener: 2 more connections were closed at the cap of 1 after the last \
+                 warning; it admits new ones again"
+            ),
+            "{}",
+            logged()
+        );
+        assert_eq!(logged().lines().count(), 2, "two warnings: {}", logged());
     }
 
     /// Over TLS, the deadline covers the handshake and the greeting after it.

@@ -161,7 +161,8 @@ pub struct ServerConfig {
     /// warning in the log, so a flood of connections cannot exhaust the server's file
     /// descriptors (`hetsched_proto::listen`). Each agent holds one or two to the gRPC
     /// listener. Default [`MAX_CONNECTIONS`]; 16 to [`MAX_CONNECTIONS_CAP`], and below the
-    /// process's open-file limit (`LimitNOFILE`).
+    /// process's open-file limit (`LimitNOFILE`): a start lowers it to what that limit leaves
+    /// room for, with a warning (`hetsched_proto::listen::fit_open_files`).
     pub max_connections: u32,
     /// How long a new connection has, from its accept, to send its greeting — on gRPC the TLS
     /// handshake and HTTP/2's preface and first frame, on HTTP the TLS handshake and then its
@@ -169,6 +170,10 @@ pub struct ServerConfig {
     /// Not a key: tests shorten it.
     #[serde(skip)]
     pub greeting_timeout: std::time::Duration,
+    /// How long a gRPC connection may have no call open before it is closed:
+    /// [`hetsched_proto::listen::IDLE_TIMEOUT`]. Not a key: tests shorten it.
+    #[serde(skip)]
+    pub idle_timeout: std::time::Duration,
     /// Jobs to set aside at this start (`hetsched server --set-aside JOB`, see
     /// [`crate::set_aside`]): flags only, not configuration keys, for a set-aside is one act of
     /// an operator, not a setting that holds at every start.
@@ -490,6 +495,7 @@ impl Default for ServerConfig {
             max_output_streams: crate::throttle::MAX_OUTPUT_STREAMS,
             max_connections: MAX_CONNECTIONS,
             greeting_timeout: hetsched_proto::listen::GREETING_TIMEOUT,
+            idle_timeout: hetsched_proto::listen::IDLE_TIMEOUT,
             set_aside: Vec::new(),
             set_aside_topologies: Vec::new(),
             log_format: Default::default(),

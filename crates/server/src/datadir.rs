@@ -159,9 +159,11 @@ pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
 
 /// Checks `dir` as [`prepare`] and [`lock`] would, changing nothing: a missing directory is
 /// fine if it can be created ([`creatable`]); one that is a symlink, not a directory, or another
-/// user's is refused. The PID of the server that holds its lock, if one does (`hetsched server
-/// --check` on a running server's configuration).
-pub fn check(dir: &Path) -> Result<Option<String>, DataDirError> {
+/// user's is refused; so are the token files a start would refuse, the read-only token's only
+/// with `read_token` (the server reads it only when it has an HTTP listener, `http_listen`).
+/// The PID of the server that holds its lock, if one does (`hetsched server --check` on a
+/// running server's configuration).
+pub fn check(dir: &Path, read_token: bool) -> Result<Option<String>, DataDirError> {
     let meta = match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return creatable(dir).map(|()| None),
         Err(e) => return Err(io(dir)(e)),
@@ -186,12 +188,19 @@ pub fn check(dir: &Path) -> Result<Option<String>, DataDirError> {
             meta.uid()
         )));
     }
-    // The tokens a start would refuse (the read-only token is made anew when empty).
-    for (name, empty_refused) in [
+    // The tokens a start would refuse (the read-only token is made anew when empty, and read
+    // only by a server with an HTTP listener).
+    let tokens = [
         (CLIENT_TOKEN, true),
         (AGENT_TOKEN, true),
         (crate::dashboard::READ_TOKEN, false),
-    ] {
+    ];
+    let tokens = if read_token {
+        &tokens[..]
+    } else {
+        &tokens[..2]
+    };
+    for &(name, empty_refused) in tokens {
         let path = dir.join(name);
         let text = match std::fs::read_to_string(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -502,22 +511,22 @@ mod tests {
         let base = scratch("creatable");
         std::fs::create_dir_all(&base).expect("base");
         let nested = base.join("a/b/data");
-        assert_eq!(check(&nested).expect("creatable"), None);
+        assert_eq!(check(&nested, true).expect("creatable"), None);
         assert!(!base.join("a").exists(), "the check made nothing");
         std::fs::write(base.join("file"), "x").expect("file");
-        let e = check(&base.join("file/data")).expect_err("under a file");
+        let e = check(&base.join("file/data"), true).expect_err("under a file");
         assert!(
             e.to_string().to_lowercase().contains("not a directory"),
             "{e}"
         );
-        let e = check(&base.join("file/a/data")).expect_err("further under a file");
+        let e = check(&base.join("file/a/data"), true).expect_err("further under a file");
         assert!(
             e.to_string().to_lowercase().contains("not a directory"),
             "{e}"
         );
         if Path::new("/proc/self").exists() {
             // Not even root makes a directory in /proc.
-            let e = check(Path::new("/proc/hetsched-check/data")).expect_err("in /proc");
+            let e = check(Path::new("/proc/hetsched-check/data"), true).expect_err("in /proc");
             assert!(e.to_string().contains("cannot be created"), "{e}");
         }
         std::fs::remove_dir_all(&base).expect("clean");
@@ -599,7 +608,9 @@ mod tests {
     /// A token file shorter than [`MIN_TOKEN_CHARS`] (hand-edited: the server writes 64 hex
     /// digits) is refused at start and by `--check`, naming the file and the minimum, and kept
     /// as it is; before, `a` became the admin's credential without a word. The agent token and
-    /// the read-only token are held to the same minimum.
+    /// the read-only token are held to the same minimum, the read-only one only where the
+    /// server reads it (with `http_listen`): before, `--check` refused a short one that the
+    /// server, without an HTTP listener, started with.
     #[test]
     fn a_short_token_file_is_refused_at_start_and_by_the_check_naming_the_file_and_the_minimum() {
         let d = scratch("short");
@@ -626,8 +637,14 @@ mod tests {
                     credentials(&d).expect_err("refused").to_string()
                 };
                 assert!(e.contains(&says), "{f}: {e}");
-                let e = check(&d).expect_err("--check refuses it").to_string();
+                let e = check(&d, true).expect_err("--check refuses it").to_string();
                 assert!(e.contains(&says), "{f}: --check: {e}");
+                if f == crate::dashboard::READ_TOKEN {
+                    // Without `http_listen` the server never reads it, and starts.
+                    assert_eq!(check(&d, false).expect("no HTTP listener: not read"), None);
+                } else {
+                    check(&d, false).expect_err("read with or without an HTTP listener");
+                }
                 assert_eq!(std::fs::read_to_string(&path).expect("kept"), token);
             }
             match kept {
@@ -638,7 +655,7 @@ mod tests {
         let long_enough = "b".repeat(MIN_TOKEN_CHARS);
         std::fs::write(d.join(CLIENT_TOKEN), &long_enough).expect("32 characters");
         assert_eq!(credentials(&d).expect("taken").client, long_enough);
-        assert_eq!(check(&d).expect("passes"), None);
+        assert_eq!(check(&d, true).expect("passes"), None);
     }
 
     #[test]

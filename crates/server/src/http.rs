@@ -9,8 +9,12 @@
 //! whose first request's headers have not arrived within `limits.greeting` of its accept (of
 //! its TLS handshake over HTTPS, which has as long again) is closed — a silent one too, which
 //! hyper's header timeout alone missed: it starts once the first byte chose HTTP/1 — and so is
-//! one that keeps a later request's headers waiting as long; past `limits.max_connections` open at once a new
-//! connection is closed as soon as it is accepted ([`Capped`]).
+//! one that keeps a later request's headers waiting as long, or a request's body
+//! ([`body_in_time`]): no connection stays open idle or trickling, whoever sends it; past
+//! `limits.max_connections` open at once a new connection is closed as soon as it is accepted
+//! ([`Capped`]). It speaks HTTP/1.1 only (the ALPN it offers over TLS), so these bounds hold for
+//! every connection: an HTTP/2 one (h2c by prior knowledge) could idle between requests with
+//! none of them.
 //!
 //! Every response it sends, whatever route or refusal made it (a handler's error, the 404 of an
 //! unknown path, `/healthz`), carries `X-Content-Type-Options: nosniff` ([`nosniff`], one layer
@@ -29,6 +33,9 @@ use std::time::Duration;
 
 /// How long open connections (the dashboard's event streams) get to end once the server stops.
 const DRAIN: Duration = Duration::from_secs(1);
+
+/// The largest request body read ([`body_in_time`]): the API's bodies are small forms.
+const MAX_BODY_BYTES: usize = 2 << 20;
 
 /// Why the HTTP listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -245,6 +252,39 @@ async fn nosniff(mut response: axum::response::Response) -> axum::response::Resp
     response
 }
 
+/// Reads a request's body whole within `limit` of its headers, before any handler sees it, or
+/// answers `408 Request Timeout` and closes the connection (its body unread): a client that
+/// sends `Content-Length: 100000` and then a byte a second held its connection, and a place
+/// under the cap, for a day. A body over [`MAX_BODY_BYTES`] is refused `413`.
+async fn body_in_time(
+    limit: Duration,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(limit, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => {
+            next.run(axum::extract::Request::from_parts(parts, bytes.into()))
+                .await
+        }
+        Ok(Err(e)) => (
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request's body: {e} (at most {MAX_BODY_BYTES} bytes)"),
+        )
+            .into_response(),
+        Err(_) => (
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            [(axum::http::header::CONNECTION, "close")],
+            format!(
+                "the request's body did not arrive within {} s of its headers",
+                limit.as_secs_f64()
+            ),
+        )
+            .into_response(),
+    }
+}
+
 impl HttpServer {
     /// Adds `routes` to the listener.
     pub fn with_routes(mut self, routes: axum::Router) -> Self {
@@ -277,6 +317,9 @@ impl HttpServer {
         // Over everything, the fallback (404) included.
         let service = self
             .router
+            .layer(axum::middleware::from_fn(move |request, next| {
+                body_in_time(greeting, request, next)
+            }))
             .layer(axum::middleware::map_response(nosniff))
             .into_make_service();
         // hyper's own header timeout starts only once HTTP/1 is chosen, which the protocol
@@ -290,6 +333,7 @@ impl HttpServer {
                     .handshake_timeout(greeting)
                     .acceptor(cap);
                 let mut server = axum_server::from_tcp(listener)?
+                    .http1_only()
                     .acceptor(acceptor)
                     .handle(handle)
                     .first_request_timeout(greeting);
@@ -298,6 +342,7 @@ impl HttpServer {
             }
             None => {
                 let mut server = axum_server::from_tcp(listener)?
+                    .http1_only()
                     .acceptor(cap)
                     .handle(handle)
                     .first_request_timeout(greeting);

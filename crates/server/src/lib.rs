@@ -177,15 +177,35 @@ impl ServerHandle {
     }
 }
 
+/// The cap of connections on each listener (gRPC, and HTTP with `http_listen`) that the
+/// open-file limit leaves room for, at most `max_connections`, and the warning when it is
+/// less (`hetsched_proto::listen::fit_open_files`; `raise` at a start).
+fn fit_open_files(config: &ServerConfig, raise: bool) -> (usize, Option<String>) {
+    let listeners = 1 + usize::from(config.http_listen.is_some());
+    hetsched_proto::listen::fit_open_files(
+        config.max_connections as usize,
+        listeners,
+        "`max_connections`",
+        raise,
+    )
+}
+
 /// Checks `config` as [`start`] would before it opens anything — its bounds, the `[tls]`
 /// certificate, key and `agent_ca`, the data directory — changing nothing (`hetsched server
 /// --check`). The PID of the server that runs on the data directory, if one does.
 pub fn check(config: &ServerConfig) -> Result<Option<String>, ServerError> {
     config.validate().map_err(ServerError::Config)?;
+    // Said, not refused: a start serves with the cap the limit leaves.
+    if let (_, Some(w)) = fit_open_files(config, false) {
+        tracing::warn!("{w}");
+    }
     if let Some(tls) = &config.tls {
         http::check_tls(tls)?;
     }
-    Ok(datadir::check(&config.data_dir)?)
+    Ok(datadir::check(
+        &config.data_dir,
+        config.http_listen.is_some(),
+    )?)
 }
 
 /// Starts a server: opens (or creates) the data directory, the token and the store, rebuilds the
@@ -199,10 +219,16 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         http::check_tls(tls)?;
     }
     let grpc_tls = config.tls.as_ref().map(service::grpc_tls).transpose()?;
-    // Both listeners' bounds on their connections (`hetsched_proto::listen`).
+    // Both listeners' bounds on their connections (`hetsched_proto::listen`), the cap within
+    // the open-file limit (raised toward the hard limit as far as the cap needs).
+    let (max_connections, warning) = fit_open_files(&config, true);
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
+    }
     let limits = hetsched_proto::listen::Limits {
         greeting: config.greeting_timeout,
-        max_connections: config.max_connections as usize,
+        max_connections,
+        idle: config.idle_timeout,
     };
     let dir = config.data_dir.clone();
     datadir::prepare(&dir)?;

@@ -313,9 +313,19 @@ pub fn file(what: &str, origin: &str, text: &str) -> Result<(), String> {
     // showed another would not say which file it was. A bidi override would make it read
     // otherwise in every user's listing (`report\u{202e}txt.exe` reads `reportexe.txt`).
     if let Some(problem) = hetsched_core::text::hidden_problem(origin) {
+        // The name is the path as given: say which part to rename, the file or a directory
+        // above it.
+        let in_the_name = origin
+            .rsplit_once('/')
+            .is_none_or(|(_, name)| hetsched_core::text::hidden_problem(name).is_some());
+        let rename = if in_the_name {
+            "rename the file"
+        } else {
+            "rename the directory (or submit the file from a path without it)"
+        };
         return Err(format!(
             "the {what} file's name \"{}\": {problem} (a file's name is shown in every listing \
-             and names the {what} when nothing else does): rename the file",
+             and names the {what} when nothing else does): {rename}",
             hetsched_core::text::clip(origin)
         ));
     }
@@ -599,5 +609,21 @@ mod tests {
             let e = version(bad).expect_err(bad);
             assert!(e.contains("at most 64 printable"), "{e}");
         }
+    }
+
+    /// A hidden character in a file's name says to rename the file; one in a directory of the
+    /// path as given says to rename the directory (before, it said the file either way).
+    #[test]
+    fn a_hidden_character_names_the_part_of_the_path_to_rename() {
+        let e = file("job", "dir/job\u{202e}lmot.toml", "x").expect_err("in the name");
+        assert!(e.ends_with("rename the file"), "{e}");
+        let e = file("job", "job\u{202e}lmot.toml", "x").expect_err("no directory");
+        assert!(e.ends_with("rename the file"), "{e}");
+        let e = file("job", "/tmp/dir\u{202e}/job.toml", "x").expect_err("in a directory");
+        assert!(
+            e.ends_with("rename the directory (or submit the file from a path without it)"),
+            "{e}"
+        );
+        file("job", "/tmp/dir/job.toml", "x").expect("a plain path");
     }
 }

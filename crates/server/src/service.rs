@@ -362,6 +362,16 @@ impl Agent for AgentService {
             .map_err(crate::state::StateError::Invalid)
         })
         .await?;
+        // Signing costs CPU and a DNS name a blocking lookup: bounded per caller address (an
+        // agent asks once at each start). Counted before the lookup, so that a token holder's
+        // asks refused by it are counted too (counted after, they started lookups without
+        // bound); a request refused above (by the node's claim or the names already taken)
+        // neither looks up nor signs, and does not use up the bound of the agents behind that
+        // address.
+        self.2
+            .certify_rate
+            .admit(ip, std::time::Instant::now())
+            .map_err(Status::resource_exhausted)?;
         // A DNS name only if it resolves to the caller's address here (an IP address must be
         // the caller's: `names_for`).
         if let Some(name) = dns {
@@ -373,13 +383,6 @@ impl Agent for AgentService {
         let names = ca
             .names_for(&r.public_key, ip, host)
             .map_err(Status::invalid_argument)?;
-        // Signing costs CPU: bounded per caller address (an agent asks once at each start).
-        // Counted only now, so a refused request neither is signed nor uses up the bound of
-        // the agents behind that address.
-        self.2
-            .certify_rate
-            .admit(ip, std::time::Instant::now())
-            .map_err(Status::resource_exhausted)?;
         let cert_pem = ca
             .sign(&r.public_key, ip, names)
             .map_err(Status::internal)?;
@@ -1273,6 +1276,22 @@ impl tonic::service::Interceptor for CheckToken {
         // Read as the HTTP listener reads it (the scheme in any case, spaces around), then
         // compared in the one form the tokens are kept in.
         let value = v.to_str().ok().and_then(pb::bearer_token).map(pb::bearer);
+        if value.is_none() {
+            // Another scheme (`Basic <token>`), or none: the token is not even looked at.
+            let text = v.to_str().unwrap_or("").trim();
+            let scheme = text.split(' ').next().unwrap_or("");
+            let said = if scheme.eq_ignore_ascii_case("bearer") {
+                "the Bearer scheme but no token".to_string()
+            } else if text.contains(' ') && scheme.chars().all(|c| c.is_ascii_alphanumeric()) {
+                format!("the scheme `{}`", hetsched_core::text::clip(scheme))
+            } else {
+                "no scheme".to_string()
+            };
+            return Err(Status::unauthenticated(format!(
+                "the authorization header has {said}: send `authorization: Bearer <token>` (the \
+                 tokens are in the server's data directory)"
+            )));
+        }
         match value.and_then(|v| self.role_of(v.as_bytes())) {
             Some((r, who)) if r == self.role => {
                 req.extensions_mut().insert(who);
@@ -1299,11 +1318,12 @@ impl tonic::service::Interceptor for CheckToken {
 /// dead timeout so that a silent connection is probed after half of it and closed after about
 /// one: an idle agent lives by its open `AwaitWork` call, and this is how the call of an agent
 /// whose host vanished (no FIN) ends. The probes are the kernel's own — the server and the agent
-/// processes never wake for them (HTTP/2 pings woke both, every dead timeout, per agent).
-/// Keepalive sees only vanished hosts, so the connections are also guarded
-/// (`hetsched_proto::listen`): TLS with `tls`, a connection that has not sent its greeting
-/// (handshake, HTTP/2 preface and first frame) within `limits.greeting` is closed, and at most
-/// `limits.max_connections` are open at once.
+/// processes never wake for them. Keepalive sees only vanished hosts, so the connections are
+/// also guarded (`hetsched_proto::listen`): TLS with `tls`, a connection that has not sent its
+/// greeting (handshake, HTTP/2 preface and first frame) within `limits.greeting` is closed, so
+/// is one with no call open for `limits.idle`, and at most `limits.max_connections` are open at
+/// once; and the router's HTTP/2 pings ([`router_with`]) close a peer that stays connected but
+/// does not answer, within a minute.
 pub fn incoming(
     listener: tokio::net::TcpListener,
     dead_timeout: std::time::Duration,
@@ -1362,8 +1382,10 @@ pub fn tcp_keepalive(
 /// The whole gRPC router: agent and client services behind the token check, and health, with
 /// the [`LogRelay`] shared with the dashboard; `stopping` turns true when the server stops (calls
 /// held open answer then). A vanished host's connection is closed by the kernel's TCP keepalive
-/// ([`incoming`]), not by HTTP/2 pings: probes the kernel sends and answers wake neither the
-/// server nor an idle agent.
+/// ([`incoming`]), sized from the dead timeout; HTTP/2 pings, after 30 s without a frame from
+/// the peer (`hetsched_proto::listen::server`), close one whose host still acknowledges but whose
+/// peer says nothing — a connection held open for good otherwise, call or none. An idle agent
+/// answers a ping per 30 s of silence on its connection, in its HTTP/2 task.
 pub async fn router_with(
     state: Shared,
     metrics: Arc<Metrics>,
@@ -1383,8 +1405,9 @@ pub async fn router_with(
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
-    // TLS is the listener's (`incoming`), so that one deadline covers the handshake too.
-    let mut builder = tonic::transport::Server::builder();
+    // TLS is the listener's (`incoming`), so that one deadline covers the handshake too; HTTP/2
+    // pings close a peer that stays connected but silent (`hetsched_proto::listen::server`).
+    let mut builder = hetsched_proto::listen::server();
     let router = builder
         .add_service(health)
         .add_service(AgentServer::with_interceptor(

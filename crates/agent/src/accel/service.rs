@@ -856,7 +856,7 @@ impl AccelListener {
             pipeline,
             token,
             tls,
-            hetsched_proto::listen::Limits::AGENT,
+            hetsched_proto::listen::Limits::agent(),
         )
         .await
     }
@@ -884,13 +884,13 @@ impl AccelListener {
             // The same token check as the agent's other listeners (logs, dataflow).
             crate::logs::check_token(token),
         );
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = hetsched_proto::listen::server();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let join = tokio::spawn(async move {
             // Small messages (a task's result, the last chunk of a file) must not wait for
             // Nagle's algorithm: without TCP_NODELAY every offload paid a 40 ms delayed ACK.
-            let tcp =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            // TCP keepalive too: a vanished peer's connection ends (`agent_tcp`).
+            let tcp = hetsched_proto::listen::agent_tcp(listener);
             let incoming = hetsched_proto::listen::incoming(
                 tcp,
                 tls,

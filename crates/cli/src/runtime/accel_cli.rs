@@ -2,7 +2,6 @@
 //! service flags.
 
 use super::human::shown;
-use anyhow::Context;
 
 /// The rack a node joins when none is given.
 pub const DEFAULT_RACK: &str = "default";
@@ -26,16 +25,12 @@ pub fn agent_accel_options(
         config.accel_listen,
     )?;
     let tls = match (&a.accel_cert, &a.accel_key) {
-        (Some(c), Some(k)) => Some((
-            std::fs::read(c).with_context(|| format!("reading {}", c.display()))?,
-            {
-                let (key, warning) = super::serve::read_private_key("--accel-key", k)?;
-                if let Some(w) = warning {
-                    eprintln!("warning: {w}");
-                }
-                key
-            },
-        )),
+        (Some(c), Some(k)) => Some(super::serve::read_listener_tls(
+            "--accel-cert",
+            c,
+            "--accel-key",
+            k,
+        )?),
         _ => None,
     };
     Ok(hetsched_agent::accel::AccelOptions { rack, listen, tls })

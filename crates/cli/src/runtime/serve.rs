@@ -570,6 +570,37 @@ pub fn read_private_key(
     Ok((key, warning))
 }
 
+/// Reads a listener's certificate chain (`cert_flag`, e.g. `--log-cert`) and private key
+/// (`key_flag`), printing [`read_private_key`]'s warning, and checks them as the listener will
+/// (`hetsched_proto::listen::tls_config`), so that a bad one stops the agent at start naming
+/// the flag and the file (`--log-cert /path: the certificate: no certificate in the PEM`).
+pub fn read_listener_tls(
+    cert_flag: &str,
+    cert: &std::path::Path,
+    key_flag: &str,
+    key: &std::path::Path,
+) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    let cert_pem = std::fs::read(cert)
+        .with_context(|| format!("{cert_flag} {}: reading it", cert.display()))?;
+    let (key_pem, warning) = read_private_key(key_flag, key)?;
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    use hetsched_proto::listen::TlsError;
+    match hetsched_proto::listen::tls_config(&cert_pem, &key_pem) {
+        Ok(_) => Ok((cert_pem, key_pem)),
+        Err(e @ TlsError::Certificate(_)) => {
+            anyhow::bail!("{cert_flag} {}: {e}", cert.display())
+        }
+        Err(e @ TlsError::Key(_)) => anyhow::bail!("{key_flag} {}: {e}", key.display()),
+        Err(e @ TlsError::Refused(_)) => anyhow::bail!(
+            "{cert_flag} {} and {key_flag} {}: {e}",
+            cert.display(),
+            key.display()
+        ),
+    }
+}
+
 /// Who reads a token ([`read_token`]): each finds it elsewhere, and the error says where.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenReader {
@@ -832,16 +863,7 @@ pub fn agent_options(
         log: Default::default(),
         log_listen: agent_listen("--log-listen", a.log_listen.as_deref(), config.log_listen)?,
         log_tls: match (&a.log_cert, &a.log_key) {
-            (Some(c), Some(k)) => Some((
-                std::fs::read(c).with_context(|| format!("--log-cert: reading {}", c.display()))?,
-                {
-                    let (key, warning) = read_private_key("--log-key", k)?;
-                    if let Some(w) = warning {
-                        eprintln!("warning: {w}");
-                    }
-                    key
-                },
-            )),
+            (Some(c), Some(k)) => Some(read_listener_tls("--log-cert", c, "--log-key", k)?),
             _ => None,
         },
         drain: a.drain,
@@ -1055,6 +1077,41 @@ mod tests {
         );
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("close");
         assert_eq!(read_private_key("--log-key", &key).expect("read").1, None);
+    }
+
+    /// A listener's certificate or key that the listener would refuse stops the agent at
+    /// start naming the flag and the file (before, the agent said only `the certificate: no
+    /// certificate in the PEM`, naming neither).
+    #[test]
+    fn a_bad_listener_certificate_or_key_names_the_flag_and_the_file() {
+        use super::read_listener_tls;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = ScratchDir::new("serve", "listener-tls");
+        let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+        let (cert, key) = (tls.join("server.pem"), dir.join("agent.key"));
+        std::fs::copy(tls.join("server.key"), &key).expect("key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("close");
+        read_listener_tls("--log-cert", &cert, "--log-key", &key).expect("a good pair");
+        let junk = dir.join("junk.pem");
+        std::fs::write(&junk, "not PEM").expect("junk");
+        let e = read_listener_tls("--log-cert", &junk, "--log-key", &key).expect_err("no cert");
+        assert_eq!(
+            format!("{e:#}"),
+            format!(
+                "--log-cert {}: the certificate: no certificate in the PEM",
+                junk.display()
+            )
+        );
+        std::fs::set_permissions(&junk, std::fs::Permissions::from_mode(0o600)).expect("close");
+        let e = read_listener_tls("--accel-cert", &cert, "--accel-key", &junk).expect_err("no key");
+        let e = format!("{e:#}");
+        assert!(
+            e.starts_with(&format!(
+                "--accel-key {}: the private key: ",
+                junk.display()
+            )),
+            "{e}"
+        );
     }
 
     #[test]

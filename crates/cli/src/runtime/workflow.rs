@@ -148,14 +148,12 @@ fn edges(dot: &str) -> Vec<[&str; 3]> {
 pub fn agent_data_options(
     config: &hetsched_agent::config::AgentConfig,
 ) -> anyhow::Result<hetsched_agent::dataflow::DataOptions> {
-    use anyhow::Context;
     hetsched_core::model::cluster::attribute_set(config.attributes.iter().map(String::as_str))
         .map_err(|(_, e)| anyhow::anyhow!("attributes: {e}"))?;
     let tls = match &config.tls {
-        Some(t) => Some((
-            std::fs::read(&t.cert).with_context(|| format!("reading {}", t.cert.display()))?,
-            std::fs::read(&t.key).with_context(|| format!("reading {}", t.key.display()))?,
-        )),
+        Some(t) => Some(super::serve::read_listener_tls(
+            "tls.cert", &t.cert, "tls.key", &t.key,
+        )?),
         None => None,
     };
     Ok(hetsched_agent::dataflow::DataOptions {

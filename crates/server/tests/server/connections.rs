@@ -139,3 +139,134 @@ async fn silent_connections_are_closed_at_the_greeting_timeout_and_the_cap_holds
 {
     tokio::join!(bounded("plain", false), bounded("tls", true));
 }
+
+/// A plain server with an HTTP listener, these tests' greeting timeout and `idle` as its idle
+/// timeout.
+async fn plain_server(scratch: &Scratch, idle: Duration) -> hetsched_server::ServerHandle {
+    hetsched_server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        http_listen: Some("127.0.0.1:0".parse().expect("addr")),
+        data_dir: scratch.join("data"),
+        greeting_timeout: GREETING,
+        idle_timeout: idle,
+        max_connections: MOST,
+        ..Default::default()
+    })
+    .await
+    .expect("server starts")
+}
+
+/// After its greeting, a gRPC connection with no call open is closed at the idle timeout:
+/// before, a peer that sent HTTP/2's preface and SETTINGS and then nothing held its
+/// connection, and a place under the cap, for good. A client's channel whose connection was
+/// closed so calls again as before (it connects anew), and a call held open keeps its
+/// connection past the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_connection_with_no_call_open_is_closed_at_the_idle_timeout_and_clients_call_again()
+{
+    use tokio::io::AsyncWriteExt;
+    const IDLE: Duration = Duration::from_millis(1500);
+    let scratch = Scratch::new("connections", "idle");
+    let server = plain_server(&scratch, IDLE).await;
+    let mut greeted = TcpStream::connect(server.addr).await.expect("connect");
+    greeted
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .expect("greet");
+    let started = Instant::now();
+    assert!(closed_within(&mut greeted, IDLE * 4).await, "closed");
+    let waited = started.elapsed();
+    assert!(
+        waited >= IDLE - Duration::from_millis(100),
+        "closed after {waited:?}"
+    );
+
+    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = ClientClient::with_interceptor(channel, common::client_token(&server));
+    client
+        .list_jobs(pb::ListJobsRequest::default())
+        .await
+        .expect("a call");
+    tokio::time::sleep(IDLE * 2).await;
+    for _ in 0..3 {
+        client
+            .list_jobs(pb::ListJobsRequest::default())
+            .await
+            .expect("a call after the idle timeout closed the connection");
+    }
+    server.stop().await.expect("stops");
+}
+
+/// The HTTP listener reads a request's body within the greeting timeout of its headers, or
+/// answers 408 and closes the connection: before, `POST /login` with `Content-Length: 100000`
+/// and a byte a second held the connection for a day. It speaks HTTP/1.1 only: an HTTP/2
+/// connection by prior knowledge (h2c), which could idle between requests under none of the
+/// listener's bounds, is closed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_request_body_or_an_h2c_connection_is_not_held_on_the_http_listener() {
+    use tokio::io::AsyncWriteExt;
+    let scratch = Scratch::new("connections", "body");
+    let server = plain_server(&scratch, Duration::from_secs(60)).await;
+    let http = server.http_addr.expect("an HTTP listener");
+    let mut slow = TcpStream::connect(http).await.expect("connect");
+    slow.write_all(
+        b"POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+          Content-Length: 100000\r\n\r\n",
+    )
+    .await
+    .expect("headers");
+    let started = Instant::now();
+    let trickle = tokio::spawn(async move {
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 512];
+        loop {
+            tokio::select! {
+                r = slow.read(&mut buf) => match r {
+                    Ok(0) | Err(_) => return raw,
+                    Ok(n) => raw.extend_from_slice(&buf[..n]),
+                },
+                () = tokio::time::sleep(Duration::from_millis(200)) => {
+                    let _ = slow.write_all(b"a").await;
+                }
+            }
+        }
+    });
+    let raw = tokio::time::timeout(GREETING * 5, trickle)
+        .await
+        .expect("closed in time")
+        .expect("read");
+    let waited = started.elapsed();
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(
+        text.contains("the request's body did not arrive within 1 s of its headers"),
+        "{text}"
+    );
+    assert!(
+        waited >= GREETING - Duration::from_millis(100),
+        "after {waited:?}"
+    );
+
+    let mut h2c = TcpStream::connect(http).await.expect("connect");
+    h2c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .expect("preface");
+    assert!(
+        closed_within(&mut h2c, GREETING / 2).await,
+        "h2c closed at once"
+    );
+    // A body sent at once is read as before (a wrong login, answered).
+    let answer = crate::http::exchange(
+        http,
+        "POST /login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: 7\r\nConnection: close\r\n\r\ntoken=x",
+    )
+    .await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(!answer.starts_with("HTTP/1.1 408"), "{answer}");
+    server.stop().await.expect("stops");
+}

@@ -76,12 +76,26 @@ async fn grpc_reads_the_bearer_scheme_in_any_case_and_spaces_around_as_http_does
             .await
             .unwrap_or_else(|e| panic!("`{value}`: {e:?}"));
     }
-    for value in [format!("Basic {t}"), "Bearer".to_string(), t.clone()] {
+    // Each refusal says what the header lacks and that the Bearer scheme is expected (before,
+    // `Basic <token>` read "wrong token: not the admin's ...", as if the token were wrong).
+    for (value, said) in [
+        (format!("Basic {t}"), "the scheme `Basic`"),
+        ("Bearer".to_string(), "the Bearer scheme but no token"),
+        (t.clone(), "no scheme"),
+    ] {
         let e = with(value.clone())
             .list_jobs(pb::ListJobsRequest::default())
             .await
             .expect_err("refused");
         assert_eq!(e.code(), tonic::Code::Unauthenticated, "`{value}`: {e:?}");
+        assert_eq!(
+            e.message(),
+            format!(
+                "the authorization header has {said}: send `authorization: Bearer <token>` (the \
+                 tokens are in the server's data directory)"
+            ),
+            "`{value}`"
+        );
     }
     // The agent token, in another case, still cannot call the client service.
     let e = with(format!("bearer {}", server.agent_token))
@@ -926,6 +940,37 @@ async fn an_advertised_dns_name_is_certified_only_where_it_resolves_to_the_calle
         "{}",
         e.message()
     );
+    server.stop().await.expect("stops");
+}
+
+/// An ask whose advertised DNS name the server looks up counts against the per-address bound
+/// even when the lookup refuses it: before, the bound was counted after the (blocking) lookup,
+/// so refused asks were never counted and an agent-token holder could start lookups without
+/// bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asks_refused_by_the_dns_lookup_count_against_the_bound() {
+    use hetsched_server::throttle::CERTIFICATES_PER_ADDRESS as MOST;
+    let (_scratch, dir) = scratch("certify-dns-rate");
+    let (server, mut agent) = tls_server(&dir).await;
+    let ask = |host: &str| pb::ListenerCertificateRequest {
+        public_key: listener_key(),
+        advertise_host: host.into(),
+        ..Default::default()
+    };
+    for _ in 0..MOST {
+        let e = agent
+            .listener_certificate(ask("hetsched-test.invalid"))
+            .await
+            .expect_err("a name that resolves nowhere");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    }
+    for host in ["hetsched-test.invalid", ""] {
+        let e = agent
+            .listener_certificate(ask(host))
+            .await
+            .expect_err("past the bound");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{host}: {e:?}");
+    }
     server.stop().await.expect("stops");
 }
 
