@@ -577,8 +577,9 @@ pub async fn submit(
         (Ok(done), _) => done,
         // The server's checks against its nodes name the generated text's lines: say the flags.
         // Its exit status kept (an unreachable server's, a refused token's).
-        (Err(e), JobSource::Command(_)) => {
-            let message = super::command_job::relocate(&super::human::error_chain(&e));
+        (Err(e), JobSource::Command(job)) => {
+            let message =
+                super::command_job::relocate(&super::human::error_chain(&e), job.requires);
             return Err(match super::human::exit_status(&e) {
                 Some(status) => anyhow::Error::new(super::human::Exit { status, message }),
                 None => anyhow::anyhow!("{message}"),

@@ -2427,7 +2427,17 @@ fn excluded_nodes_run_none_of_a_jobs_tasks_and_a_node_name_picks_its_node() {
     assert_eq!(nodes_of("3"), ["b"]);
     c.refused(
         &["submit", "--exclude", "a,b", "--", "true"],
-        "requires !node:a + !node:b, and no node has them all",
+        "--exclude: application `true` requires !node:a + !node:b, and no node has them all",
+    );
+    // A node name no node has is refused as `node:NAME` is (Slurm refuses it): a typo would
+    // exclude nothing; the refusal names the flag the requirement came from.
+    c.refused(
+        &["submit", "--hold", "--exclude", "zz9", "--", "true"],
+        "--exclude: application `true` requires `!node:zz9`, and no node is named `zz9`",
+    );
+    c.refused(
+        &["submit", "--requires", "node:a", "--exclude", "a", "--", "true"],
+        "--requires/--exclude: application `true` requires !node:a + node:a, and no node has them all",
     );
     c.refused(
         &["submit", "--requires", "node:c", "--", "true"],

@@ -1115,6 +1115,27 @@ impl Workload {
             .collect()
     }
 
+    /// Refuses an exclusion `!node:NAME` (`submit --exclude NAME`) naming none of the nodes
+    /// `known` (the names of the nodes the cluster knows, live or not): the same words as a
+    /// `node:NAME` naming none. An empty `known` (no node registered yet) checks nothing.
+    pub fn check_excluded_nodes(&self, known: &[String]) -> Result<(), InputError> {
+        if known.is_empty() {
+            return Ok(());
+        }
+        let src = self.source();
+        for (i, d) in self.divisible.iter().enumerate() {
+            let who = format!("divisible load `{}`", d.name.get_ref());
+            let field = format!("divisible[{i}].requires");
+            excluded_known(&src, known, &d.requires, &field, &who)?;
+        }
+        for (i, a) in self.applications.iter().enumerate() {
+            let who = format!("application `{}`", a.name.get_ref());
+            let field = format!("application[{i}].requires");
+            excluded_known(&src, known, &a.requires, &field, &who)?;
+        }
+        Ok(())
+    }
+
     /// Checks that every application can run somewhere on `nodes`: some node has the attributes
     /// it `requires`, and at least one of its variants fits on at least one such node (resources
     /// and accelerator kind); and that some node has the attributes each divisible load
@@ -1395,6 +1416,35 @@ impl ApplicationSpec {
             .as_ref()
             .map_or(AcceleratorNeed::None, |n| *n.get_ref())
     }
+}
+
+/// Refuses an exclusion `!node:NAME` of `requires` (the field `field` of `who`) that names no
+/// node of `known`, as `node:NAME` is refused ([`nodes_with`]): a typo would exclude nothing, and
+/// the tasks could land on the node meant to be avoided (Slurm refuses an unknown node name in
+/// `--exclude`).
+fn excluded_known(
+    src: &Source<'_>,
+    known: &[String],
+    requires: &[Spanned<String>],
+    field: &str,
+    who: &str,
+) -> Result<(), InputError> {
+    use crate::model::cluster::{NODE_NAME_PREFIX, NOT_PREFIX};
+    for (j, r) in requires.iter().enumerate() {
+        let r = r.get_ref();
+        if let Some(name) = r
+            .strip_prefix(NOT_PREFIX)
+            .and_then(|l| l.strip_prefix(NODE_NAME_PREFIX))
+            && !known.iter().any(|k| k == name)
+        {
+            return Err(src.error(
+                at(&requires[j]),
+                Some(format!("{field}[{j}]")),
+                format!("{who} requires `{r}`, and no node is named `{name}`"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The nodes of `cluster` that have every attribute of `requires` (the field `field` of `who`);

@@ -1507,8 +1507,25 @@ impl State {
             self.users.set_owner(id, owner);
         }
         let live = self.reachable_specs();
-        let prepared =
-            crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?;
+        // The names an exclusion `!node:NAME` may give: every node the server knows, live or
+        // not (a node away for now may be excluded), unless automatic allocation queues may
+        // start nodes of names not known yet.
+        let known: Vec<String> = if self.config.allocation.is_empty() {
+            self.nodes
+                .iter()
+                .filter(|n| !n.removed)
+                .map(|n| n.spec.name.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let prepared = crate::jobs::divisible::prepare(
+            &sub.origin,
+            &sub.text,
+            &sub.divisible_input,
+            &live,
+            &known,
+        )?;
         let kind = if prepared.is_some() {
             Kind::Divisible
         } else if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
@@ -1536,7 +1553,7 @@ impl State {
                 let queues = &self.config.allocation;
                 (
                     Kind::Batch,
-                    self.jobs.batch.submit(&mut cx, &live, queues, sub, id),
+                    self.jobs.batch.submit(&mut cx, &live, &known, queues, sub, id),
                 )
             }
         };
