@@ -1042,6 +1042,18 @@ mod tests {
             let e = err(args, cmd);
             assert!(e.starts_with(says), "{e}");
         }
+        // The runtime's bound, not the simulator's.
+        let e = err(
+            CommandJobArgs {
+                tasks: Some(100_000_000),
+                ..CommandJobArgs::default()
+            },
+            &true_,
+        );
+        assert_eq!(
+            e,
+            "--tasks: 100000000 tasks bring the job to 100000000: at most 1000000 per job"
+        );
         let long = "x".repeat(70_000);
         let e = err(CommandJobArgs::default(), &["echo", &long]);
         assert!(e.starts_with("the command: "), "{e}");

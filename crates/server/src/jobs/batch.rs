@@ -51,7 +51,7 @@ pub use retention::RETENTION_INTERVAL;
 pub use update::{Update, Updated};
 
 /// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
-pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
+pub const MAX_TASKS_PER_JOB: u64 = hetsched_core::input::workload::MAX_JOB_TASKS;
 
 /// Longest submission key accepted.
 pub const MAX_SUBMISSION_KEY: usize = 128;
