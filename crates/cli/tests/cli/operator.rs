@@ -894,11 +894,15 @@ fn job_names_application_workdirs_and_resubmit_failed() {
         "the application's workdir, relative to the submit directory"
     );
     assert!(!c.dir.join("where-0").exists());
-    // `--failed` or `--cancelled` is required; then only task 1 runs again, as attempt 2.
+    // `--failed` or `--cancelled` is required (a command line that does not parse: exit 2,
+    // clap's message); then only task 1 runs again, as attempt 2.
     let out = c.cli(&["resubmit", "1"]);
     assert!(
-        !out.status.success() && text(&out.stderr).contains("pass --failed, --cancelled or both"),
-        "{}",
+        out.status.code() == Some(2)
+            && text(&out.stderr).contains("required arguments were not provided")
+            && text(&out.stderr).contains("<--failed|--cancelled>"),
+        "{:?}: {}",
+        out.status,
         text(&out.stderr)
     );
     assert!(

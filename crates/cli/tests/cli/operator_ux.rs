@@ -1609,6 +1609,22 @@ fn scripts_get_whole_json_from_tasks_wait_and_submit_wait() {
             String::from_utf8_lossy(&out.stdout)
         );
     }
+    // An unknown state is a usage error, as `jobs --state bogus` is: exit 2, clap's message
+    // listing the states.
+    for args in [
+        &["tasks", "--state", "bogus"][..],
+        &["tasks", "--state", "pending,bogus"][..],
+        &["jobs", "--state", "bogus"][..],
+    ] {
+        let out = c.cli(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("invalid value 'bogus' for '--state <STATE>'")
+                && err.contains("possible values: pending,"),
+            "{args:?}: {err}"
+        );
+    }
 
     // `submit --wait`: the submission as one line at once, then the job as it ended.
     let out = c.cli(&["submit", "--wait", "--output", "json", "--", "true"]);
