@@ -2105,7 +2105,7 @@ where
         return one_answer(args, "job_id", *id, value, &line);
     }
     if ids.is_empty() {
-        return nothing_selected(args, &format!("nothing {done}"));
+        return nothing_selected(args, sel, &format!("nothing {done}"));
     }
     each_in_turn(args, ids, "job_id", "job", done, |&id| act(id)).await
 }
@@ -2200,9 +2200,16 @@ fn refusal(noun: &str, item: &dyn std::fmt::Display, e: &anyhow::Error) -> (Stri
 }
 
 /// `all` found no unfinished job: says so (`what` was not done) and succeeds, with an empty
-/// JSON array for scripts.
-fn nothing_selected(args: &ClientArgs, what: &str) -> anyhow::Result<()> {
-    eprintln!("no unfinished job: {what}");
+/// JSON array for scripts. A user whose `all` found none of its own while other users have
+/// unfinished jobs is told those are not its own (it read as if nothing were running).
+fn nothing_selected(args: &ClientArgs, sel: &Selected, what: &str) -> anyhow::Result<()> {
+    match sel.others_unfinished {
+        0 => eprintln!("no unfinished job: {what}"),
+        n => eprintln!(
+            "no unfinished job of yours: {what} (other users have {}, not yours)",
+            count(n as u64, "unfinished job")
+        ),
+    }
     if args.output == Output::Json {
         json(&serde_json::json!([]))?;
     }
@@ -2236,7 +2243,7 @@ async fn wait_selected(
         return wait_on(api, args.output, *id, timeout, false).await;
     }
     if ids.is_empty() {
-        return nothing_selected(args, "nothing to wait for");
+        return nothing_selected(args, sel, "nothing to wait for");
     }
     let start = Instant::now();
     let mut jobs = Vec::with_capacity(ids.len());
