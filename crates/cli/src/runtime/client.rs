@@ -2079,7 +2079,15 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                     line.push_str("; its tasks may start now");
                 }
             }
-            Ok((serde_json::to_value(r)?, line))
+            // Kept, but no live node can run what it left pending: said as `submit` says it.
+            if !r.warning.is_empty() {
+                eprintln!("warning: job {id} waits: {}", shown(&r.warning));
+            }
+            let mut value = serde_json::to_value(&r)?;
+            if r.warning.is_empty() {
+                value["warning"] = serde_json::Value::Null;
+            }
+            Ok((value, line))
         }
     })
     .await

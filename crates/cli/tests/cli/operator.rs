@@ -2358,12 +2358,37 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
         c.json(&["job", "2"])["apps"][0]["requires"],
         serde_json::json!(["bigmem", "ssd"])
     );
+    // No task of it pending: nothing stranded, nothing said.
+    let out = c.cli(&["update", "2", "--requires", "none"]);
     assert!(
-        c.ok(&["update", "2", "--requires", "none"])
-            .ends_with("requires nothing\n")
+        String::from_utf8_lossy(&out.stdout).ends_with("requires nothing\n")
+            && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(c.json(&["job", "2"])["counts"]["running"], 2);
     c.ok(&["cancel", "2"]);
+    // An update no live node can meet is kept, but says so on stderr, as `submit` would; a
+    // held job too (its pending reason is its hold). In JSON as `warning` (null when every
+    // pending task can run somewhere).
+    c.ok(&["submit", "--hold", "--app", "wide", "--", "true"]);
+    let out = c.cli(&["update", "3", "--requires", "ssd,bigmem"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "warning: job 3 waits: no live node can run `wide` (cpu: 1 core; requires bigmem + ssd)"
+        ),
+        "{err}"
+    );
+    c.ok(&["update", "3", "--requires", "none"]);
+    let said = c.json(&["update", "3", "--cores", "8"]);
+    assert_eq!(
+        said["warning"], "no live node can run `wide` (cpu: 8 cores)",
+        "{said}"
+    );
+    assert_eq!(c.json(&["update", "3", "--cores", "1"])["warning"], serde_json::Value::Null);
+    c.ok(&["cancel", "3"]);
 }
 
 /// `submit --exclude NODES` (Slurm's `--exclude`) keeps a job's tasks off those nodes, as the

@@ -2289,6 +2289,16 @@ impl State {
         page
     }
 
+    /// Why batch job `id`'s pending tasks could not run on any node now, were it released and
+    /// what it waits for done ([`crate::jobs::batch::Batch::unrunnable`]); `None` for a job they
+    /// could run on, or of another kind.
+    pub fn unrunnable(&self, id: u64) -> Option<String> {
+        match self.ids.kind(id) {
+            Some(Kind::Batch) => self.jobs.batch.unrunnable(&self.read(), id),
+            _ => None,
+        }
+    }
+
     /// One job with its applications.
     pub fn get_job(&self, id: u64) -> Result<JobInfo, StateError> {
         match self.job_owner(id) {
