@@ -1071,13 +1071,19 @@ mod tests {
             "the task's resources (--cores, --memory, --gpus): application `x` runs only on GPUs, and no node has 2 GPUs"
         );
         assert_eq!(
-            relocate("<command line>:3:9: application[0].cpu.cores: too many", (0, 0)),
+            relocate(
+                "<command line>:3:9: application[0].cpu.cores: too many",
+                (0, 0)
+            ),
             "--cores: too many"
         );
         assert_eq!(relocate("job.toml:3:9: x: y", (0, 0)), "job.toml:3:9: x: y");
         // A requirement names the flag it came from: `--requires` first, `--exclude` after.
         let req = |field: &str, n| {
-            relocate(&format!("<command line>:5:1: application[0].requires{field}: x"), n)
+            relocate(
+                &format!("<command line>:5:1: application[0].requires{field}: x"),
+                n,
+            )
         };
         assert_eq!(req("[0]", (1, 1)), "--requires: x");
         assert_eq!(req("[1]", (1, 1)), "--exclude: x");

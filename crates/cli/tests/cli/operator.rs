@@ -2387,7 +2387,10 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
         said["warning"], "no live node can run `wide` (cpu: 8 cores)",
         "{said}"
     );
-    assert_eq!(c.json(&["update", "3", "--cores", "1"])["warning"], serde_json::Value::Null);
+    assert_eq!(
+        c.json(&["update", "3", "--cores", "1"])["warning"],
+        serde_json::Value::Null
+    );
     c.ok(&["cancel", "3"]);
 }
 

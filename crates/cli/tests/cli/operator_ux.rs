@@ -1259,14 +1259,21 @@ fn a_range_skips_another_users_job_saying_it_is_not_the_callers() {
     );
     // A name only another user's jobs have is refused as not bob's, as `cancel 4` by id is
     // (exit 77), not as a name the server lists no job of (bob's `jobs` lists it).
-    c.ok_as(&alice, None, &["submit", "--name", "alicejob", "--", "true"]);
+    c.ok_as(
+        &alice,
+        None,
+        &["submit", "--name", "alicejob", "--", "true"],
+    );
     let as_bob = |args: &[&str]| {
         let out = c
             .command(args)
             .env("HETSCHED_TOKEN_FILE", &bob)
             .output()
             .expect("run hetsched");
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     let (status, err) = as_bob(&["cancel", "name:alicejob"]);
     assert_eq!(status, Some(77), "{err}");

@@ -1553,7 +1553,9 @@ impl State {
                 let queues = &self.config.allocation;
                 (
                     Kind::Batch,
-                    self.jobs.batch.submit(&mut cx, &live, &known, queues, sub, id),
+                    self.jobs
+                        .batch
+                        .submit(&mut cx, &live, &known, queues, sub, id),
                 )
             }
         };
