@@ -2165,7 +2165,8 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
         serde_json::json!({"apps": [{"name": "early", "priority": 0, "max_running": 1,
             "cpu_time_limit_ms": 0, "gpu_time_limit_ms": 0, "cpu_cores": 1,
             "cpu_memory_bytes": 0, "gpu_cores": 0, "gpu_memory_bytes": 0, "gpus": 0,
-            "requires": [], "running_kept": 0, "gpu_kind": ""}], "job_id": 2})
+            "requires": [], "running_kept": 0, "gpu_kind": ""}], "job_id": 2,
+            "warning": null})
     );
     let shown = c.json(&["job", "2"]);
     assert_eq!(

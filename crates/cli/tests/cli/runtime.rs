@@ -2919,7 +2919,7 @@ fn tasks_can_be_listed_by_state() {
     );
     c.refused(
         &["tasks", "--state", "faild"],
-        "unknown task state `faild`: one of pending",
+        "invalid value 'faild' for '--state <STATE>'",
     );
 }
 
