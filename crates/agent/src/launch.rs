@@ -633,6 +633,9 @@ pub async fn run(
         .env("HETSCHED_ATTEMPT", a.attempt.to_string())
         .env("HETSCHED_VARIANT", &spec.variant)
         .env("HETSCHED_NODE", node)
+        // The cores it holds on this node (Slurm's `SLURM_CPUS_PER_TASK`), pinned or not; not
+        // said by servers that predate `Assignment.cores`.
+        .envs((a.cores > 0).then(|| ("HETSCHED_CORES", a.cores.to_string())))
         .env("CUDA_VISIBLE_DEVICES", visible)
         // After the job's environment: a job cannot unmark its processes, nor mark them as
         // another agent's.

@@ -924,7 +924,11 @@ impl Wire for State {
             },
         };
         let apps = self.on_update(req.job_id, &update)?;
+        // Kept, but told: an update no live node can meet (`--requires nosuch`, more cores
+        // than any node has) would leave the job waiting for ever without a word.
+        let warning = self.unrunnable(req.job_id).unwrap_or_default();
         Ok(pb::UpdateReply {
+            warning,
             apps: apps
                 .into_iter()
                 .map(|u| pb::UpdatedApp {

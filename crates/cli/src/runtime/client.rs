@@ -577,8 +577,9 @@ pub async fn submit(
         (Ok(done), _) => done,
         // The server's checks against its nodes name the generated text's lines: say the flags.
         // Its exit status kept (an unreachable server's, a refused token's).
-        (Err(e), JobSource::Command(_)) => {
-            let message = super::command_job::relocate(&super::human::error_chain(&e));
+        (Err(e), JobSource::Command(job)) => {
+            let message =
+                super::command_job::relocate(&super::human::error_chain(&e), job.requires);
             return Err(match super::human::exit_status(&e) {
                 Some(status) => anyhow::Error::new(super::human::Exit { status, message }),
                 None => anyhow::anyhow!("{message}"),
@@ -2078,7 +2079,15 @@ pub async fn update(args: &ClientArgs, sel: &Selected, update: &Update) -> anyho
                     line.push_str("; its tasks may start now");
                 }
             }
-            Ok((serde_json::to_value(r)?, line))
+            // Kept, but no live node can run what it left pending: said as `submit` says it.
+            if !r.warning.is_empty() {
+                eprintln!("warning: job {id} waits: {}", shown(&r.warning));
+            }
+            let mut value = serde_json::to_value(&r)?;
+            if r.warning.is_empty() {
+                value["warning"] = serde_json::Value::Null;
+            }
+            Ok((value, line))
         }
     })
     .await
@@ -2104,7 +2113,7 @@ where
         return one_answer(args, "job_id", *id, value, &line);
     }
     if ids.is_empty() {
-        return nothing_selected(args, &format!("nothing {done}"));
+        return nothing_selected(args, sel, &format!("nothing {done}"));
     }
     each_in_turn(args, ids, "job_id", "job", done, |&id| act(id)).await
 }
@@ -2199,9 +2208,16 @@ fn refusal(noun: &str, item: &dyn std::fmt::Display, e: &anyhow::Error) -> (Stri
 }
 
 /// `all` found no unfinished job: says so (`what` was not done) and succeeds, with an empty
-/// JSON array for scripts.
-fn nothing_selected(args: &ClientArgs, what: &str) -> anyhow::Result<()> {
-    eprintln!("no unfinished job: {what}");
+/// JSON array for scripts. A user whose `all` found none of its own while other users have
+/// unfinished jobs is told those are not its own (it read as if nothing were running).
+fn nothing_selected(args: &ClientArgs, sel: &Selected, what: &str) -> anyhow::Result<()> {
+    match sel.others_unfinished {
+        0 => eprintln!("no unfinished job: {what}"),
+        n => eprintln!(
+            "no unfinished job of yours: {what} (other users have {}, not yours)",
+            count(n as u64, "unfinished job")
+        ),
+    }
     if args.output == Output::Json {
         json(&serde_json::json!([]))?;
     }
@@ -2235,7 +2251,7 @@ async fn wait_selected(
         return wait_on(api, args.output, *id, timeout, false).await;
     }
     if ids.is_empty() {
-        return nothing_selected(args, "nothing to wait for");
+        return nothing_selected(args, sel, "nothing to wait for");
     }
     let start = Instant::now();
     let mut jobs = Vec::with_capacity(ids.len());

@@ -157,6 +157,9 @@ impl CommandJobArgs {
 pub struct CommandJob {
     /// The job file text (TOML).
     pub text: String,
+    /// How many of its application's `requires` came from `--requires` (the first ones) and
+    /// from `--exclude` (the rest), to name the flag in the server's refusals.
+    pub requires: (usize, usize),
 }
 
 /// Builds and checks the job of `command` (the words after `--`); `name` is the job's name
@@ -352,7 +355,10 @@ pub fn build(
     let w = parse_workload(ORIGIN, &text).map_err(flag_error)?;
     w.check_commands().map_err(flag_error)?;
     limits::check(&w).map_err(flag_error)?;
-    Ok(CommandJob { text })
+    Ok(CommandJob {
+        text,
+        requires: (args.requires.len(), args.exclude.iter().flatten().count()),
+    })
 }
 
 /// Refuses a program given as a path (`./job.sh`, `/shared/run.sh`) that is a file here without
@@ -429,6 +435,23 @@ fn flag(field: &str) -> String {
     }
 }
 
+/// The flag a requirement of the field `application[0].requires[J]` came from: the first
+/// `requires.0` from `--requires`, the rest from `--exclude` (`!node:NAME` each); the field as a
+/// whole (a combination no node meets) names the flags that gave any.
+fn requires_flag(field: &str, (given, excluded): (usize, usize)) -> &'static str {
+    let index = field
+        .strip_prefix("application[0].requires[")
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(|j| j.parse::<usize>().ok());
+    match index {
+        Some(j) if j < given => "--requires",
+        Some(_) => "--exclude",
+        None if excluded == 0 => "--requires",
+        None if given == 0 => "--exclude",
+        None => "--requires/--exclude",
+    }
+}
+
 /// A parse or limit error of the generated text, told in terms of the flags.
 fn flag_error(e: InputError) -> anyhow::Error {
     match &e.field {
@@ -439,7 +462,9 @@ fn flag_error(e: InputError) -> anyhow::Error {
 
 /// The server's message about a command-line job, told in terms of the flags: its messages name
 /// `<command line>:LINE:COLUMN: FIELD:` of the generated text, which the user never saw.
-pub fn relocate(message: &str) -> String {
+/// `requires`: how many requirements came from `--requires` and from `--exclude`
+/// ([`CommandJob::requires`]), to name the flag a requirement came from.
+pub fn relocate(message: &str, requires: (usize, usize)) -> String {
     let Some(rest) = message.strip_prefix(ORIGIN) else {
         return message.to_string();
     };
@@ -454,6 +479,9 @@ pub fn relocate(message: &str) -> String {
     }
     let rest = rest.strip_prefix(": ").unwrap_or(rest);
     match rest.split_once(": ") {
+        Some((field, what)) if field.starts_with("application[0].requires") => {
+            format!("{}: {what}", requires_flag(field, requires))
+        }
         Some((field, what)) if field.starts_with("application[") || field == "name" => {
             format!("{}: {what}", flag(field))
         }
@@ -1014,6 +1042,18 @@ mod tests {
             let e = err(args, cmd);
             assert!(e.starts_with(says), "{e}");
         }
+        // The runtime's bound, not the simulator's.
+        let e = err(
+            CommandJobArgs {
+                tasks: Some(100_000_000),
+                ..CommandJobArgs::default()
+            },
+            &true_,
+        );
+        assert_eq!(
+            e,
+            "--tasks: 100000000 tasks bring the job to 100000000: at most 1000000 per job"
+        );
         let long = "x".repeat(70_000);
         let e = err(CommandJobArgs::default(), &["echo", &long]);
         assert!(e.starts_with("the command: "), "{e}");
@@ -1025,15 +1065,31 @@ mod tests {
     fn server_messages_about_the_generated_text_name_the_flag() {
         assert_eq!(
             relocate(
-                "<command line>:7:1: application[0].gpu: application `x` runs only on GPUs, and no node has 2 GPUs"
+                "<command line>:7:1: application[0].gpu: application `x` runs only on GPUs, and no node has 2 GPUs",
+                (0, 0)
             ),
             "the task's resources (--cores, --memory, --gpus): application `x` runs only on GPUs, and no node has 2 GPUs"
         );
         assert_eq!(
-            relocate("<command line>:3:9: application[0].cpu.cores: too many"),
+            relocate(
+                "<command line>:3:9: application[0].cpu.cores: too many",
+                (0, 0)
+            ),
             "--cores: too many"
         );
-        assert_eq!(relocate("job.toml:3:9: x: y"), "job.toml:3:9: x: y");
+        assert_eq!(relocate("job.toml:3:9: x: y", (0, 0)), "job.toml:3:9: x: y");
+        // A requirement names the flag it came from: `--requires` first, `--exclude` after.
+        let req = |field: &str, n| {
+            relocate(
+                &format!("<command line>:5:1: application[0].requires{field}: x"),
+                n,
+            )
+        };
+        assert_eq!(req("[0]", (1, 1)), "--requires: x");
+        assert_eq!(req("[1]", (1, 1)), "--exclude: x");
+        assert_eq!(req("", (0, 3)), "--exclude: x");
+        assert_eq!(req("", (2, 0)), "--requires: x");
+        assert_eq!(req("", (1, 1)), "--requires/--exclude: x");
     }
 
     #[test]

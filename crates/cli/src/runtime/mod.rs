@@ -130,16 +130,17 @@ pub enum RuntimeCommand {
     /// Run a job's failed tasks (`--failed`) or its tasks cancelled one by one (`--cancelled`)
     /// again, a new attempt each (their retries count afresh); in a workflow, also the
     /// instances not run because of failed ones.
+    #[command(group = clap::ArgGroup::new("which").required(true).multiple(true))]
     Resubmit {
         /// Job id, or `last` (the newest job).
         id: JobRef,
-        /// Re-run the failed tasks.
-        #[arg(long)]
+        /// Re-run the failed tasks (this, `--cancelled` or both).
+        #[arg(long, group = "which")]
         failed: bool,
         /// Re-run the tasks cancelled one by one (`cancel JOB --tasks`; batch jobs, and a
         /// workflow's instances with those not run because of them; HyperQueue's `hq job
         /// resubmit --filter canceled`). With `--failed`, both.
-        #[arg(long)]
+        #[arg(long, group = "which")]
         cancelled: bool,
         /// Wait for the job to finish, as `submit --wait`.
         #[arg(long)]
@@ -208,7 +209,14 @@ pub enum RuntimeCommand {
         /// Only tasks in these states (repeat the flag or separate with commas): pending,
         /// running, succeeded, failed, cancelled; workflow instances' waiting, ready (pending
         /// selects both); divisible chunks' out, done, lost.
-        #[arg(long, value_name = "STATE", value_delimiter = ',')]
+        #[arg(
+            long,
+            value_name = "STATE",
+            value_delimiter = ',',
+            value_parser = clap::builder::PossibleValuesParser::new(
+                hetsched_server::state::types::StateFilter::NAMES.iter().copied()
+            )
+        )]
         state: Vec<String>,
         /// Only tasks that ran, or run, on these nodes (repeat the flag, separate with commas or
         /// use brackets, `gpu[01-04]`; Slurm's `squeue --nodelist`): their latest attempt's
@@ -1021,12 +1029,6 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             wait,
             client,
         } => {
-            if !failed && !cancelled {
-                anyhow::bail!(
-                    "resubmit re-runs a job's failed or cancelled tasks: pass --failed, \
-                     --cancelled or both"
-                );
-            }
             let id = id.resolve(&client).await?;
             client::resubmit(&client, id, failed, cancelled, wait).await
         }

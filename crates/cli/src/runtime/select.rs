@@ -125,6 +125,9 @@ pub struct Selected {
     /// range, a name or `all`), however many it found: its commands answer a JSON array, so a script's
     /// parsing does not depend on how many jobs there were.
     pub many: bool,
+    /// When `all` selected nothing: how many unfinished jobs the server lists that are other
+    /// users' (a user's `all` is its own unfinished jobs), for the note to say so.
+    pub others_unfinished: usize,
 }
 
 /// The jobs `items` select. Lists the server's jobs only when an item needs it (a range, a name,
@@ -137,13 +140,25 @@ pub async fn resolve(items: &[JobItem], args: &ClientArgs) -> anyhow::Result<Sel
     } else {
         Vec::new()
     };
-    let others = others_in_ranges(items, &jobs, args).await?;
+    let others = others_named(items, &jobs, args).await?;
     let ids = select(items, &jobs, &others)?;
     for note in unlisted(items, &jobs, &others) {
         eprintln!("note: {note}");
     }
+    // A user's `all` that found none of its own: whether the others' unfinished jobs are why.
+    let others_unfinished = if ids.is_empty() && items.contains(&JobItem::All) {
+        let mine: std::collections::HashSet<u64> = jobs.iter().map(|j| j.id).collect();
+        listed_where(args, false)
+            .await?
+            .iter()
+            .filter(|j| !mine.contains(&j.id) && !is_final(&j.state))
+            .count()
+    } else {
+        0
+    };
     Ok(Selected {
         ids,
+        others_unfinished,
         many: items.len() > 1
             || items
                 .iter()
@@ -167,7 +182,7 @@ pub async fn resolve_finished(items: &[JobItem], args: &ClientArgs) -> anyhow::R
     } else {
         Vec::new()
     };
-    let others = others_in_ranges(items, &jobs, args).await?;
+    let others = others_named(items, &jobs, args).await?;
     let ids = select_where(items, &jobs, &others, "finished job", is_final)?;
     for note in unlisted(items, &jobs, &others) {
         eprintln!("note: {note}");
@@ -187,15 +202,17 @@ fn has_gap(a: u64, b: u64, own: &[Listed]) -> bool {
     (b - a).checked_add(1) != Some(ids.len() as u64)
 }
 
-/// The ids in `items`' ranges that the server lists but are not the caller's (`own`): another
-/// user's jobs, which a range skips saying so rather than as unlisted. Listed (everyone's jobs,
-/// one paged `ListJobs`, which `hetsched jobs` shows anyone) only when a range holds an id
-/// `own` lacks; none for the admin, whose own listing is everyone's.
-async fn others_in_ranges(
+/// The jobs the server lists that `items` name but are not the caller's (`own`): another
+/// user's jobs in a range, which it skips saying so rather than as unlisted, and those of a
+/// name none of `own` has, which it refuses as not the caller's rather than as unknown. Listed
+/// (everyone's jobs, one paged `ListJobs`, which `hetsched jobs` shows anyone) only when a range
+/// holds an id `own` lacks or a name matches none of `own`; none for the admin, whose own
+/// listing is everyone's. In id order.
+async fn others_named(
     items: &[JobItem],
     own: &[Listed],
     args: &ClientArgs,
-) -> anyhow::Result<Vec<u64>> {
+) -> anyhow::Result<Vec<Listed>> {
     let ranges: Vec<(u64, u64)> = items
         .iter()
         .filter_map(|i| match *i {
@@ -203,19 +220,41 @@ async fn others_in_ranges(
             _ => None,
         })
         .collect();
-    if !ranges.iter().any(|&(a, b)| has_gap(a, b, own)) {
+    let names: Vec<&str> = items
+        .iter()
+        .filter_map(|i| match i {
+            JobItem::Name(n) if !own.iter().any(|j| &j.name == n) => Some(n.as_str()),
+            _ => None,
+        })
+        .collect();
+    if names.is_empty() && !ranges.iter().any(|&(a, b)| has_gap(a, b, own)) {
         return Ok(Vec::new());
     }
     let mine: std::collections::HashSet<u64> = own.iter().map(|j| j.id).collect();
-    let mut others: Vec<u64> = listed_where(args, false)
+    let mut others: Vec<Listed> = listed_where(args, false)
         .await?
         .into_iter()
-        .map(|j| j.id)
-        .filter(|id| !mine.contains(id) && ranges.iter().any(|&(a, b)| (a..=b).contains(id)))
+        .filter(|j| {
+            !mine.contains(&j.id)
+                && (ranges.iter().any(|&(a, b)| (a..=b).contains(&j.id))
+                    || names.contains(&j.name.as_str()))
+        })
         .collect();
-    others.sort_unstable();
-    others.dedup();
+    others.sort_unstable_by_key(|j| j.id);
+    others.dedup_by_key(|j| j.id);
     Ok(others)
+}
+
+/// Ids in increasing order as runs of consecutive ones.
+fn runs_of(ids: impl IntoIterator<Item = u64>) -> Runs {
+    let mut runs: Runs = Vec::new();
+    for id in ids {
+        match runs.last_mut() {
+            Some(run) if run.1.checked_add(1) == Some(id) => run.1 = id,
+            _ => runs.push((id, id)),
+        }
+    }
+    runs
 }
 
 /// Runs of ids, each from its first to its last, both included.
@@ -253,11 +292,11 @@ fn not_yours(runs: &[(u64, u64)]) -> String {
 
 /// The ids of range `a-b` the caller's jobs `own` leave out, as runs: those `others` holds
 /// (other users' jobs) and those the server does not list at all.
-fn gaps_of(a: u64, b: u64, own: &[Listed], others: &[u64]) -> (Runs, Runs) {
+fn gaps_of(a: u64, b: u64, own: &[Listed], others: &[Listed]) -> (Runs, Runs) {
     let mut marks: Vec<(u64, bool)> = own
         .iter()
         .map(|j| (j.id, false))
-        .chain(others.iter().map(|&id| (id, true)))
+        .chain(others.iter().map(|j| (j.id, true)))
         .filter(|(id, _)| (a..=b).contains(id))
         .collect();
     marks.sort_unstable();
@@ -296,7 +335,7 @@ const MAX_GAPS_NAMED: usize = 8;
 /// lists no job 3, 5-9 (skipped) ``): a range acts on the caller's jobs listed in it, and says
 /// which of its ids it skipped and why, so a mistyped range does not look done. A range with
 /// none of the caller's jobs is refused instead ([`select`]), and says nothing here.
-pub fn unlisted(items: &[JobItem], jobs: &[Listed], others: &[u64]) -> Vec<String> {
+pub fn unlisted(items: &[JobItem], jobs: &[Listed], others: &[Listed]) -> Vec<String> {
     let mut notes = Vec::new();
     for item in items {
         let JobItem::Range(a, b) = *item else {
@@ -323,7 +362,7 @@ pub fn unlisted(items: &[JobItem], jobs: &[Listed], others: &[u64]) -> Vec<Strin
 
 /// [`resolve`] against the listing `jobs` (the caller's), other users' jobs listed in its
 /// ranges being `others`.
-pub fn select(items: &[JobItem], jobs: &[Listed], others: &[u64]) -> anyhow::Result<Vec<u64>> {
+pub fn select(items: &[JobItem], jobs: &[Listed], others: &[Listed]) -> anyhow::Result<Vec<u64>> {
     select_where(items, jobs, others, "job", |_| true)
 }
 
@@ -332,7 +371,7 @@ pub fn select(items: &[JobItem], jobs: &[Listed], others: &[u64]) -> anyhow::Res
 fn select_where(
     items: &[JobItem],
     jobs: &[Listed],
-    others: &[u64],
+    others: &[Listed],
     what: &str,
     keep: impl Fn(&str) -> bool,
 ) -> anyhow::Result<Vec<u64>> {
@@ -377,7 +416,19 @@ fn select_where(
                     add(j.id, &mut ids)?;
                 }
                 if !any {
-                    anyhow::bail!("`name:{name}`: the server lists no {what} named `{name}`");
+                    let theirs = runs_of(others.iter().filter(|j| &j.name == name).map(|j| j.id));
+                    if theirs.is_empty() {
+                        anyhow::bail!("`name:{name}`: the server lists no {what} named `{name}`");
+                    }
+                    // As a job named by id that is another user's: not the caller's to change.
+                    return Err(anyhow::Error::new(super::human::Exit {
+                        status: super::human::NO_PERMISSION_STATUS,
+                        message: format!(
+                            "`name:{name}`: the server lists no {what} of yours named `{name}` \
+                             ({})",
+                            not_yours(&theirs)
+                        ),
+                    }));
                 }
             }
             JobItem::Last => {
@@ -553,7 +604,14 @@ mod tests {
                 name: String::new(),
             })
             .collect();
-        let others = [1, 4, 5, 9];
+        let others: Vec<Listed> = [1, 4, 5, 9]
+            .iter()
+            .map(|&id| Listed {
+                id,
+                state: "pending".to_string(),
+                name: if id == 9 { "theirs" } else { "" }.to_string(),
+            })
+            .collect();
         assert_eq!(
             unlisted(&items(&["1-10"]), &mine, &others),
             vec![
@@ -589,5 +647,14 @@ mod tests {
                 .contains("`10-12`: the server lists no job in this range"),
             "{e}"
         );
+        // A name only another user's job has is not the caller's, with `EX_NOPERM` as a job
+        // named by id that is another user's.
+        let e = select(&items(&["name:theirs"]), &mine, &others).expect_err("not mine");
+        assert_eq!(
+            e.to_string(),
+            "`name:theirs`: the server lists no job of yours named `theirs` (job 9 is not yours)"
+        );
+        assert_eq!(super::super::human::exit_status(&e), Some(77));
+        assert_eq!(runs_of([1, 2, 3, 5, 7, 8]), [(1, 3), (5, 5), (7, 8)]);
     }
 }

@@ -894,11 +894,15 @@ fn job_names_application_workdirs_and_resubmit_failed() {
         "the application's workdir, relative to the submit directory"
     );
     assert!(!c.dir.join("where-0").exists());
-    // `--failed` or `--cancelled` is required; then only task 1 runs again, as attempt 2.
+    // `--failed` or `--cancelled` is required (a command line that does not parse: exit 2,
+    // clap's message); then only task 1 runs again, as attempt 2.
     let out = c.cli(&["resubmit", "1"]);
     assert!(
-        !out.status.success() && text(&out.stderr).contains("pass --failed, --cancelled or both"),
-        "{}",
+        out.status.code() == Some(2)
+            && text(&out.stderr).contains("required arguments were not provided")
+            && text(&out.stderr).contains("<--failed|--cancelled>"),
+        "{:?}: {}",
+        out.status,
         text(&out.stderr)
     );
     assert!(
@@ -2161,7 +2165,8 @@ fn an_update_changes_a_waiting_jobs_priority_max_running_and_time_limit() {
         serde_json::json!({"apps": [{"name": "early", "priority": 0, "max_running": 1,
             "cpu_time_limit_ms": 0, "gpu_time_limit_ms": 0, "cpu_cores": 1,
             "cpu_memory_bytes": 0, "gpu_cores": 0, "gpu_memory_bytes": 0, "gpus": 0,
-            "requires": [], "running_kept": 0, "gpu_kind": ""}], "job_id": 2})
+            "requires": [], "running_kept": 0, "gpu_kind": ""}], "job_id": 2,
+            "warning": null})
     );
     let shown = c.json(&["job", "2"]);
     assert_eq!(
@@ -2354,12 +2359,40 @@ fn an_update_of_cores_and_memory_lets_a_job_that_fits_nowhere_run_under_its_new_
         c.json(&["job", "2"])["apps"][0]["requires"],
         serde_json::json!(["bigmem", "ssd"])
     );
+    // No task of it pending: nothing stranded, nothing said.
+    let out = c.cli(&["update", "2", "--requires", "none"]);
     assert!(
-        c.ok(&["update", "2", "--requires", "none"])
-            .ends_with("requires nothing\n")
+        String::from_utf8_lossy(&out.stdout).ends_with("requires nothing\n")
+            && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(c.json(&["job", "2"])["counts"]["running"], 2);
     c.ok(&["cancel", "2"]);
+    // An update no live node can meet is kept, but says so on stderr, as `submit` would; a
+    // held job too (its pending reason is its hold). In JSON as `warning` (null when every
+    // pending task can run somewhere).
+    c.ok(&["submit", "--hold", "--app", "wide", "--", "true"]);
+    let out = c.cli(&["update", "3", "--requires", "ssd,bigmem"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "warning: job 3 waits: no live node can run `wide` (cpu: 1 core; requires bigmem + ssd)"
+        ),
+        "{err}"
+    );
+    c.ok(&["update", "3", "--requires", "none"]);
+    let said = c.json(&["update", "3", "--cores", "8"]);
+    assert_eq!(
+        said["warning"], "no live node can run `wide` (cpu: 8 cores)",
+        "{said}"
+    );
+    assert_eq!(
+        c.json(&["update", "3", "--cores", "1"])["warning"],
+        serde_json::Value::Null
+    );
+    c.ok(&["cancel", "3"]);
 }
 
 /// `submit --exclude NODES` (Slurm's `--exclude`) keeps a job's tasks off those nodes, as the
@@ -2427,7 +2460,17 @@ fn excluded_nodes_run_none_of_a_jobs_tasks_and_a_node_name_picks_its_node() {
     assert_eq!(nodes_of("3"), ["b"]);
     c.refused(
         &["submit", "--exclude", "a,b", "--", "true"],
-        "requires !node:a + !node:b, and no node has them all",
+        "--exclude: application `true` requires !node:a + !node:b, and no node has them all",
+    );
+    // A node name no node has is refused as `node:NAME` is (Slurm refuses it): a typo would
+    // exclude nothing; the refusal names the flag the requirement came from.
+    c.refused(
+        &["submit", "--hold", "--exclude", "zz9", "--", "true"],
+        "--exclude: application `true` requires `!node:zz9`, and no node is named `zz9`",
+    );
+    c.refused(
+        &["submit", "--requires", "node:a", "--exclude", "a", "--", "true"],
+        "--requires/--exclude: application `true` requires !node:a + node:a, and no node has them all",
     );
     c.refused(
         &["submit", "--requires", "node:c", "--", "true"],

@@ -1257,6 +1257,50 @@ fn a_range_skips_another_users_job_saying_it_is_not_the_callers() {
         "pending",
         "alice's job is untouched"
     );
+    // A name only another user's jobs have is refused as not bob's, as `cancel 4` by id is
+    // (exit 77), not as a name the server lists no job of (bob's `jobs` lists it).
+    c.ok_as(
+        &alice,
+        None,
+        &["submit", "--name", "alicejob", "--", "true"],
+    );
+    let as_bob = |args: &[&str]| {
+        let out = c
+            .command(args)
+            .env("HETSCHED_TOKEN_FILE", &bob)
+            .output()
+            .expect("run hetsched");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, err) = as_bob(&["cancel", "name:alicejob"]);
+    assert_eq!(status, Some(77), "{err}");
+    assert!(
+        err.contains(
+            "`name:alicejob`: the server lists no job of yours named `alicejob` (job 6 is not yours)"
+        ),
+        "{err}"
+    );
+    let (status, _) = as_bob(&["cancel", "4"]);
+    assert_eq!(status, Some(77));
+    let (status, err) = as_bob(&["cancel", "name:nosuch"]);
+    assert_eq!(status, Some(1), "{err}");
+    assert!(
+        err.contains("`name:nosuch`: the server lists no job named `nosuch`"),
+        "{err}"
+    );
+    // Bob's `all` with only alice's jobs unfinished: none of his, and not none at all.
+    let (status, err) = as_bob(&["cancel", "all"]);
+    assert_eq!(status, Some(0), "{err}");
+    assert!(
+        err.contains(
+            "no unfinished job of yours: nothing cancelled (other users have 3 unfinished jobs, not yours)"
+        ),
+        "{err}"
+    );
+    assert_eq!(c.json(&["job", "6"])["state"], "pending");
 }
 
 /// `cancel` of a range names the ids in it the server does not list (`cancel 1-2` with no job
@@ -1607,6 +1651,22 @@ fn scripts_get_whole_json_from_tasks_wait_and_submit_wait() {
             out.stdout.is_empty(),
             "{args:?}: {}",
             String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    // An unknown state is a usage error, as `jobs --state bogus` is: exit 2, clap's message
+    // listing the states.
+    for args in [
+        &["tasks", "--state", "bogus"][..],
+        &["tasks", "--state", "pending,bogus"][..],
+        &["jobs", "--state", "bogus"][..],
+    ] {
+        let out = c.cli(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("invalid value 'bogus' for '--state <STATE>'")
+                && err.contains("possible values: pending,"),
+            "{args:?}: {err}"
         );
     }
 

@@ -2919,7 +2919,7 @@ fn tasks_can_be_listed_by_state() {
     );
     c.refused(
         &["tasks", "--state", "faild"],
-        "unknown task state `faild`: one of pending",
+        "invalid value 'faild' for '--state <STATE>'",
     );
 }
 
@@ -3514,6 +3514,32 @@ fn pinned_tasks_run_bound_to_cpus_of_their_own() {
     let free = read(0);
     assert_eq!(free[0], mine, "{free:?}");
     assert_eq!(free.get(1).map(String::as_str).unwrap_or(""), "");
+}
+
+/// Every task is told how many cores it holds on its node, `HETSCHED_CORES` (Slurm's
+/// `SLURM_CPUS_PER_TASK`), pinned or not: a task's environment had no count of them unless
+/// pinned (`OMP_NUM_THREADS`).
+#[test]
+fn every_task_is_told_the_cores_it_holds() {
+    let mut c = Cluster::start("cores-env", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    let report = "echo \"$HETSCHED_CORES\" > cores-{index}.txt";
+    let read = |i: u32| {
+        std::fs::read_to_string(c.dir.join(format!("cores-{i}.txt")))
+            .expect("the task's report")
+            .trim()
+            .to_string()
+    };
+    c.ok(&["submit", "--cores", "2", "--shell", "--wait", "--", report]);
+    assert_eq!(read(0), "2");
+    c.ok(&["submit", "--tasks", "2", "--shell", "--wait", "--", report]);
+    assert_eq!((read(0), read(1)), ("1".to_string(), "1".to_string()));
+    // A job may not set it: its value would never be seen.
+    c.refused(
+        &["submit", "--env", "HETSCHED_CORES=4", "--", "true"],
+        "HETSCHED_CORES",
+    );
 }
 
 /// `hetsched cancel JOB --tasks INDICES`: the named tasks are cancelled (a pending one dropped,

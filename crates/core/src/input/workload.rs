@@ -369,9 +369,13 @@ pub const MAX_RETRIES: u32 = 100;
 
 /// Most tasks one workload may hold in all, over its applications: the batch simulator keeps a
 /// record of every task in memory (about 120 bytes each, so about 1.2 GB at this bound), and a
-/// `tasks` of billions is a typo likelier than a workload. (A runtime job holds at most the
-/// server's `MAX_TASKS_PER_JOB`, fewer still.)
+/// `tasks` of billions is a typo likelier than a workload. (A runtime job holds at most
+/// [`MAX_JOB_TASKS`], fewer still.)
 pub const MAX_WORKLOAD_TASKS: u64 = 10_000_000;
+
+/// Most tasks one runtime job may hold (the server's `MAX_TASKS_PER_JOB`): [`parse_workload`],
+/// the runtime's parser, refuses more with the runtime's words, not the simulator's.
+pub const MAX_JOB_TASKS: u64 = 1_000_000;
 
 /// Longest entry of an application's `entries` (one task's argument).
 pub const MAX_ENTRY_BYTES: usize = 16 * 1024;
@@ -718,22 +722,33 @@ fn parse_any_workload(
             _ => {}
         }
         total_tasks += u64::from(a.task_count());
-        if total_tasks > MAX_WORKLOAD_TASKS {
+        // The runtime's job (the parser that takes divisible loads) holds fewer tasks than a
+        // simulated workload: say its bound, not the simulator's.
+        let most = if takes_divisible {
+            MAX_JOB_TASKS
+        } else {
+            MAX_WORKLOAD_TASKS
+        };
+        if total_tasks > most {
             let (span, what) = match (&a.tasks, &a.entries, &a.indices) {
                 (Some(t), _, _) => (at(t), "tasks"),
                 (None, Some(e), _) => (at(e), "entries"),
                 (None, None, Some(x)) => (at(x), "indices"),
                 (None, None, None) => (at(&a.name), "tasks"),
             };
-            return Err(src.error(
-                span,
-                field(what),
+            let why = if takes_divisible {
                 format!(
-                    "{} tasks bring the workload to {total_tasks}: at most {MAX_WORKLOAD_TASKS} \
-                     tasks in all (the simulator holds every task in memory)",
+                    "{} tasks bring the job to {total_tasks}: at most {most} per job",
                     a.task_count()
-                ),
-            ));
+                )
+            } else {
+                format!(
+                    "{} tasks bring the workload to {total_tasks}: at most {most} tasks in all \
+                     (the simulator holds every task in memory)",
+                    a.task_count()
+                )
+            };
+            return Err(src.error(span, field(what), why));
         }
         if let Some(e) = &a.entries {
             for (k, entry) in e.get_ref().iter().enumerate() {
@@ -1115,6 +1130,27 @@ impl Workload {
             .collect()
     }
 
+    /// Refuses an exclusion `!node:NAME` (`submit --exclude NAME`) naming none of the nodes
+    /// `known` (the names of the nodes the cluster knows, live or not): the same words as a
+    /// `node:NAME` naming none. An empty `known` (no node registered yet) checks nothing.
+    pub fn check_excluded_nodes(&self, known: &[String]) -> Result<(), InputError> {
+        if known.is_empty() {
+            return Ok(());
+        }
+        let src = self.source();
+        for (i, d) in self.divisible.iter().enumerate() {
+            let who = format!("divisible load `{}`", d.name.get_ref());
+            let field = format!("divisible[{i}].requires");
+            excluded_known(&src, known, &d.requires, &field, &who)?;
+        }
+        for (i, a) in self.applications.iter().enumerate() {
+            let who = format!("application `{}`", a.name.get_ref());
+            let field = format!("application[{i}].requires");
+            excluded_known(&src, known, &a.requires, &field, &who)?;
+        }
+        Ok(())
+    }
+
     /// Checks that every application can run somewhere on `nodes`: some node has the attributes
     /// it `requires`, and at least one of its variants fits on at least one such node (resources
     /// and accelerator kind); and that some node has the attributes each divisible load
@@ -1395,6 +1431,35 @@ impl ApplicationSpec {
             .as_ref()
             .map_or(AcceleratorNeed::None, |n| *n.get_ref())
     }
+}
+
+/// Refuses an exclusion `!node:NAME` of `requires` (the field `field` of `who`) that names no
+/// node of `known`, as `node:NAME` is refused ([`nodes_with`]): a typo would exclude nothing, and
+/// the tasks could land on the node meant to be avoided (Slurm refuses an unknown node name in
+/// `--exclude`).
+fn excluded_known(
+    src: &Source<'_>,
+    known: &[String],
+    requires: &[Spanned<String>],
+    field: &str,
+    who: &str,
+) -> Result<(), InputError> {
+    use crate::model::cluster::{NODE_NAME_PREFIX, NOT_PREFIX};
+    for (j, r) in requires.iter().enumerate() {
+        let r = r.get_ref();
+        if let Some(name) = r
+            .strip_prefix(NOT_PREFIX)
+            .and_then(|l| l.strip_prefix(NODE_NAME_PREFIX))
+            && !known.iter().any(|k| k == name)
+        {
+            return Err(src.error(
+                at(&requires[j]),
+                Some(format!("{field}[{j}]")),
+                format!("{who} requires `{r}`, and no node is named `{name}`"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The nodes of `cluster` that have every attribute of `requires` (the field `field` of `who`);

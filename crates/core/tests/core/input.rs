@@ -109,7 +109,7 @@ fn a_workload_of_billions_of_tasks_is_refused_at_the_field_not_allocated() {
         )
     };
     // The batch simulator allocated a record per task up front: 4e9 tasks aborted it.
-    let e = parse_workload("w.toml", &app("a", 4_000_000_000))
+    let e = hetsched_core::input::workload::parse_sim_workload("w.toml", &app("a", 4_000_000_000))
         .expect_err("refused")
         .to_string();
     assert!(
@@ -118,7 +118,7 @@ fn a_workload_of_billions_of_tasks_is_refused_at_the_field_not_allocated() {
     );
     // The bound is on the whole workload, named at the application that passes it.
     let text = app("a", 6_000_000) + &app("b", 4_000_001);
-    let e = parse_workload("w.toml", &text)
+    let e = hetsched_core::input::workload::parse_sim_workload("w.toml", &text)
         .expect_err("refused")
         .to_string();
     assert!(
@@ -129,10 +129,32 @@ fn a_workload_of_billions_of_tasks_is_refused_at_the_field_not_allocated() {
     );
     let text = app("a", 6_000_000) + &app("b", 4_000_000);
     assert_eq!(
-        parse_workload("w.toml", &text)
+        hetsched_core::input::workload::parse_sim_workload("w.toml", &text)
             .expect("at the bound")
             .total_tasks(),
         hetsched_core::input::workload::MAX_WORKLOAD_TASKS
+    );
+    // The runtime's parser says the runtime's bound, 1,000,000 per job, not the simulator's
+    // (`submit --tasks 100000000` was told the simulator holds every task in memory).
+    for (tasks, total) in [(100_000_000, 100_000_001), (1_000_000, 1_000_001)] {
+        let text = app("a", 1) + &app("b", tasks);
+        let e = parse_workload("w.toml", &text)
+            .expect_err("refused")
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "w.toml:10:9: application[1].tasks: {tasks} tasks bring the job to {total}: \
+                 at most 1000000 per job"
+            )
+        );
+    }
+    let text = app("a", 1) + &app("b", 999_999);
+    assert_eq!(
+        parse_workload("w.toml", &text)
+            .expect("at the bound")
+            .total_tasks(),
+        hetsched_core::input::workload::MAX_JOB_TASKS
     );
 }
 

@@ -51,7 +51,7 @@ pub use retention::RETENTION_INTERVAL;
 pub use update::{Update, Updated};
 
 /// Most tasks one job may have (a typo of `tasks = 4000000000` should not exhaust memory).
-pub const MAX_TASKS_PER_JOB: u64 = 1_000_000;
+pub const MAX_TASKS_PER_JOB: u64 = hetsched_core::input::workload::MAX_JOB_TASKS;
 
 /// Longest submission key accepted.
 pub const MAX_SUBMISSION_KEY: usize = 128;
@@ -949,7 +949,8 @@ impl Batch {
     }
 
     /// Accepts a job file as job `id` (the state's next job id): parses it with the shared
-    /// parser, checks it can run on the `live` nodes, and stores the job with all its tasks in
+    /// parser, checks it can run on the `live` nodes and excludes (`!node:NAME`) only nodes of
+    /// `known` (every name when empty), and stores the job with all its tasks in
     /// one transaction. On any error nothing is stored. A submission key the store already
     /// holds for the submission's owner answers its job (`existing`); another owner's job
     /// under the same key is neither found nor named.
@@ -957,6 +958,7 @@ impl Batch {
         &mut self,
         cx: &mut Ctx,
         live: &[Node],
+        known: &[String],
         queues: &[crate::allocation::QueueConfig],
         sub: Submission,
         id: u64,
@@ -1017,6 +1019,7 @@ impl Batch {
         let w = parse_workload(&origin, &text)?;
         w.check_commands()?;
         limits::check(&w)?;
+        w.check_excluded_nodes(known)?;
         if let Some(max) = max_priority
             && let Some(a) = w.applications.iter().find(|a| a.priority > max)
         {

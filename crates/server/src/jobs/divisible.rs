@@ -320,13 +320,15 @@ fn argv_of(c: &Command) -> Vec<String> {
 
 /// The one `[[divisible]]` section of a job file that has one, checked for the runtime (one
 /// section, no `[[application]]` beside it, the input as long as it must be, some node of
-/// `live` with the attributes it `requires` — unless none is alive: then it waits for nodes).
+/// `live` with the attributes it `requires` — unless none is alive: then it waits for nodes —
+/// and no exclusion `!node:NAME` naming none of the nodes `known`).
 /// `Ok(None)`: a batch job file.
 pub fn prepare(
     origin: &str,
     text: &str,
     input: &[u8],
     live: &[hetsched_core::model::cluster::Node],
+    known: &[String],
 ) -> Result<Option<Prepared>, DivError> {
     let Ok(w) = parse_workload(origin, text) else {
         // The batch path reports the error with its location.
@@ -344,6 +346,8 @@ pub fn prepare(
             "{origin}: divisible: a job file holds either [[application]] tables or one [[divisible]] load; submit the others as their own jobs"
         )));
     }
+    w.check_excluded_nodes(known)
+        .map_err(|e| DivError::Invalid(e.to_string()))?;
     if !live.is_empty() {
         w.check_runnable(live)
             .map_err(|e| DivError::Invalid(e.to_string()))?;

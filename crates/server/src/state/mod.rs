@@ -1507,8 +1507,25 @@ impl State {
             self.users.set_owner(id, owner);
         }
         let live = self.reachable_specs();
-        let prepared =
-            crate::jobs::divisible::prepare(&sub.origin, &sub.text, &sub.divisible_input, &live)?;
+        // The names an exclusion `!node:NAME` may give: every node the server knows, live or
+        // not (a node away for now may be excluded), unless automatic allocation queues may
+        // start nodes of names not known yet.
+        let known: Vec<String> = if self.config.allocation.is_empty() {
+            self.nodes
+                .iter()
+                .filter(|n| !n.removed)
+                .map(|n| n.spec.name.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let prepared = crate::jobs::divisible::prepare(
+            &sub.origin,
+            &sub.text,
+            &sub.divisible_input,
+            &live,
+            &known,
+        )?;
         let kind = if prepared.is_some() {
             Kind::Divisible
         } else if hetsched_core::input::workflow_runtime::is_workflow(&sub.text) {
@@ -1536,7 +1553,9 @@ impl State {
                 let queues = &self.config.allocation;
                 (
                     Kind::Batch,
-                    self.jobs.batch.submit(&mut cx, &live, queues, sub, id),
+                    self.jobs
+                        .batch
+                        .submit(&mut cx, &live, &known, queues, sub, id),
                 )
             }
         };
@@ -2270,6 +2289,16 @@ impl State {
                 }));
         }
         page
+    }
+
+    /// Why batch job `id`'s pending tasks could not run on any node now, were it released and
+    /// what it waits for done ([`crate::jobs::batch::Batch::unrunnable`]); `None` for a job they
+    /// could run on, or of another kind.
+    pub fn unrunnable(&self, id: u64) -> Option<String> {
+        match self.ids.kind(id) {
+            Some(Kind::Batch) => self.jobs.batch.unrunnable(&self.read(), id),
+            _ => None,
+        }
     }
 
     /// One job with its applications.

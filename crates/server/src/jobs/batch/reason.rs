@@ -120,15 +120,34 @@ impl Batch {
     /// Why job `j`'s pending tasks are not running (empty when it has none pending), and
     /// whether that blocks it until an operator acts (no node can run it now).
     pub(super) fn pending_reason(&self, rd: &Read, j: &JobRec) -> (String, bool) {
+        self.reason(rd, j, true)
+    }
+
+    /// Why job `id`'s pending tasks could not run on any node now, were it released and what
+    /// it waits for done: the words of [`Batch::pending_reason`] when it blocks the job (`no
+    /// live node can run `APP` (…)`, every node that can is drained, …), past its hold, the jobs
+    /// it runs after and its begin time. `None` when some node could run them, or it has none
+    /// pending. `hetsched update` warns with it: an update that strands a job is kept.
+    pub fn unrunnable(&self, rd: &Read, id: u64) -> Option<String> {
+        let j = self.job_rec(id)?;
+        match self.reason(rd, j, false) {
+            (why, true) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// [`Batch::pending_reason`]; without `gates`, past the hold, the jobs it runs after, its
+    /// begin time and its correspondents.
+    fn reason(&self, rd: &Read, j: &JobRec, gates: bool) -> (String, bool) {
         let pending = |a: u32| self.apps.get(a as usize).map_or(0, |r| r.counts[PENDING]);
         if j.apps.clone().all(|a| pending(a) == 0) {
             return (String::new(), false);
         }
         let id = j.row.id;
-        if j.row.held {
+        if gates && j.row.held {
             return (format!("held: `hetsched release {id}` lets it run"), false);
         }
-        if self.waiting.waits(id) {
+        if gates && self.waiting.waits(id) {
             let why = match (self.first_unfinished_after(j), j.row.begin_ms) {
                 (Some(d), _) => format!("waiting for job {d}"),
                 (None, _) if self.first_unstarted(j).is_some() => format!(
@@ -150,7 +169,7 @@ impl Batch {
         }
         let all_pending: u64 = j.apps.clone().map(pending).sum();
         let corr = self.corr.waiting(id) as u64;
-        if corr > 0 && corr >= all_pending {
+        if gates && corr > 0 && corr >= all_pending {
             let why = match j.row.after_corr.as_slice() {
                 [d] => format!("waiting for the tasks of job {d} with the same indices"),
                 named => format!(
