@@ -403,10 +403,14 @@ fn select_where(
                     if theirs.is_empty() {
                         anyhow::bail!("`{a}-{b}`: the server lists no {what} in this range");
                     }
-                    anyhow::bail!(
-                        "`{a}-{b}`: the server lists no {what} of yours in this range ({})",
-                        not_yours(&theirs)
-                    );
+                    // As a name that only other users' jobs have: not the caller's to change.
+                    return Err(anyhow::Error::new(super::human::Exit {
+                        status: super::human::NO_PERMISSION_STATUS,
+                        message: format!(
+                            "`{a}-{b}`: the server lists no {what} of yours in this range ({})",
+                            not_yours(&theirs)
+                        ),
+                    }));
                 }
             }
             JobItem::Name(name) => {
@@ -641,12 +645,15 @@ mod tests {
             ),
             "{e}"
         );
+        // Other users' jobs only: `EX_NOPERM`, as a job named by id that is another user's.
+        assert_eq!(super::super::human::exit_status(&e), Some(77));
         let e = select(&items(&["10-12"]), &mine, &others).expect_err("none listed");
         assert!(
             e.to_string()
                 .contains("`10-12`: the server lists no job in this range"),
             "{e}"
         );
+        assert_eq!(super::super::human::exit_status(&e), None);
         // A name only another user's job has is not the caller's, with `EX_NOPERM` as a job
         // named by id that is another user's.
         let e = select(&items(&["name:theirs"]), &mine, &others).expect_err("not mine");

@@ -1253,6 +1253,11 @@ fn a_range_skips_another_users_job_saying_it_is_not_the_callers() {
         "{err}"
     );
     assert_eq!(
+        out.status.code(),
+        Some(77),
+        "another user's jobs only: {err}"
+    );
+    assert_eq!(
         c.json(&["job", "4"])["state"],
         "pending",
         "alice's job is untouched"
