@@ -437,16 +437,36 @@ impl std::str::FromStr for JobRef {
 
 impl JobRef {
     /// The job id: as given, the newest job's, or the newest job's of the name (one paged
-    /// `ListJobs`, only for `last` and `name:`).
+    /// `ListJobs`, only for `last` and `name:`). A name none of the caller's jobs has names the
+    /// newest job of that name another user has, as its id would: `job`, `tasks` and `job
+    /// --graph` show anyone's job, and `log`, `output` and `resubmit` of it are refused by the
+    /// server as not the caller's (exit 77), not as unknown.
     pub async fn resolve(self, args: &ClientArgs) -> anyhow::Result<u64> {
+        if let JobRef::Name(name) = &self {
+            let own = super::select::listed(args).await?;
+            if let Some(id) = own.iter().filter(|j| &j.name == name).map(|j| j.id).max() {
+                return Ok(id);
+            }
+            let everyone = super::select::listed_by_everyone(args).await?;
+            return everyone
+                .iter()
+                .filter(|j| &j.name == name)
+                .map(|j| j.id)
+                .max()
+                .ok_or_else(|| {
+                    anyhow::anyhow!("`name:{name}`: the server lists no job named `{name}`")
+                });
+        }
         let ids = self.clone().resolve_all(args).await?;
         ids.into_iter()
             .max()
             .ok_or_else(|| anyhow::anyhow!("no job"))
     }
 
-    /// The job ids it names: the id, the newest job's, or every job of the name (as `--after
-    /// name:prepare` waits for every job named so); an error names what matched nothing.
+    /// The job ids it names: the id, the newest job's, or every job of the caller's of the name
+    /// (as `--after name:prepare` waits for every job named so); an error names what matched
+    /// nothing, and other users' jobs of the name by id (a dependency on another user's job is
+    /// taken by its id, never picked by a name the caller may not know is shared).
     pub async fn resolve_all(self, args: &ClientArgs) -> anyhow::Result<Vec<u64>> {
         let listed = match &self {
             JobRef::Id(id) => return Ok(vec![*id]),
@@ -459,10 +479,23 @@ impl JobRef {
                     .filter(|j| j.name == name)
                     .map(|j| j.id)
                     .collect();
-                if ids.is_empty() {
+                if !ids.is_empty() {
+                    return Ok(ids);
+                }
+                let theirs: Vec<u64> = super::select::listed_by_everyone(args)
+                    .await?
+                    .iter()
+                    .filter(|j| j.name == name)
+                    .map(|j| j.id)
+                    .collect();
+                if theirs.is_empty() {
                     anyhow::bail!("`name:{name}`: the server lists no job named `{name}`");
                 }
-                Ok(ids)
+                anyhow::bail!(
+                    "`name:{name}`: the server lists no job of yours named `{name}` ({}: name \
+                     another user's job by its id to wait for it)",
+                    super::select::not_yours_ids(&theirs)
+                )
             }
             _ => {
                 let newest = listed.iter().map(|j| j.id).max();

@@ -87,6 +87,11 @@ pub(super) async fn listed(args: &ClientArgs) -> anyhow::Result<Vec<Listed>> {
     listed_where(args, true).await
 }
 
+/// Every job the server lists, whoever's, as `hetsched jobs` shows them.
+pub(super) async fn listed_by_everyone(args: &ClientArgs) -> anyhow::Result<Vec<Listed>> {
+    listed_where(args, false).await
+}
+
 /// Every job the server lists, `selectable` (the caller's to change) or everyone's, as
 /// `hetsched jobs` shows them.
 async fn listed_where(args: &ClientArgs, selectable: bool) -> anyhow::Result<Vec<Listed>> {
@@ -278,6 +283,14 @@ fn runs_named(runs: &[(u64, u64)]) -> String {
         named.push(format!("and {} more runs", runs.len() - MAX_GAPS_NAMED));
     }
     named.join(", ")
+}
+
+/// [`not_yours`] of job ids in any order.
+pub(super) fn not_yours_ids(ids: &[u64]) -> String {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    not_yours(&runs_of(ids))
 }
 
 /// `job 4 is not yours`, `jobs 1, 4-5 are not yours`: runs of other users' jobs.

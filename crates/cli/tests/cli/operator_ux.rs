@@ -1290,6 +1290,31 @@ fn a_range_skips_another_users_job_saying_it_is_not_the_callers() {
     );
     let (status, _) = as_bob(&["cancel", "4"]);
     assert_eq!(status, Some(77));
+    // Read paths name alice's job by its name as by its id: `job` and `tasks` show it to bob,
+    // `log` is refused as hers (exit 77), never as a name the server does not know.
+    let out = c
+        .command(&["job", "name:alicejob", "--output", "json"])
+        .env("HETSCHED_TOKEN_FILE", &bob)
+        .output()
+        .expect("run hetsched");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("job JSON");
+    assert_eq!(shown["id"], 6, "{shown}");
+    let (status, err) = as_bob(&["tasks", "--job", "name:alicejob"]);
+    assert_eq!(status, Some(0), "{err}");
+    let (status, err) = as_bob(&["log", "name:alicejob", "0"]);
+    assert_eq!(status, Some(77), "{err}");
+    assert!(!err.contains("no job named"), "{err}");
+    // A dependency by name picks among bob's own jobs only, and says how to name hers.
+    let (status, err) = as_bob(&["submit", "--after", "name:alicejob", "--", "true"]);
+    assert_eq!(status, Some(1), "{err}");
+    assert!(
+        err.contains(
+            "`name:alicejob`: the server lists no job of yours named `alicejob` (job 6 is not \
+             yours: name another user's job by its id to wait for it)"
+        ),
+        "{err}"
+    );
     let (status, err) = as_bob(&["cancel", "name:nosuch"]);
     assert_eq!(status, Some(1), "{err}");
     assert!(
