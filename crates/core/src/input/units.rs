@@ -117,6 +117,15 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
             return Ok(Time::MAX);
         }
     }
+    // A bare number is ambiguous: Slurm's `--time=30` means minutes, a program's `sleep 30`
+    // seconds. Say both rather than humantime's "time unit needed".
+    if !t.is_empty() && t.parse::<f64>().is_ok() {
+        let n = clip(t);
+        return Err(format!(
+            "invalid duration `{n}`: a number needs its unit: `{n}m` (what Slurm's `--time={n}` \
+             means), `{n}s` or `{n}h`"
+        ));
+    }
     humantime::parse_duration(t)
         .map(|d| d.as_nanos().min(u64::MAX as u128) as Time)
         .map_err(|e| {
@@ -593,6 +602,25 @@ mod tests {
             Ok(5_400_000_000_000),
             "humantime's compounds"
         );
+    }
+
+    /// A bare number is refused naming both readings, Slurm's minutes and seconds, not read
+    /// as either: `--time-limit 30` from a Slurm script would otherwise kill a 30-minute task
+    /// after 30 s, or a 30-second one after half an hour.
+    #[test]
+    fn a_bare_number_is_refused_naming_slurms_minutes_and_seconds() {
+        for text in ["30", " 30 ", "1.5", "0"] {
+            let e = parse_duration(text).expect_err(text);
+            let n = text.trim();
+            assert_eq!(
+                e,
+                format!(
+                    "invalid duration `{n}`: a number needs its unit: `{n}m` (what Slurm's \
+                     `--time={n}` means), `{n}s` or `{n}h`"
+                )
+            );
+        }
+        assert_eq!(parse_duration("30m"), Ok(1_800_000_000_000));
     }
 
     #[test]
