@@ -409,6 +409,15 @@ fn resolve(state: &State, job: u64, task: &str) -> Result<pb::TaskInfo, Status> 
                 hetsched_core::text::clip(task)
             ))
         })?;
+        // A job of one application answers to the job's name too: `submit --name sweep --
+        // ./prog` names the job `sweep` and its application `prog`, and `log 4 sweep:3` is what
+        // its user types.
+        let app = match &info.apps[..] {
+            [only] if only.name != app && !info.name.is_empty() && info.name == app => {
+                only.name.as_str()
+            }
+            _ => app,
+        };
         let mut start = first;
         let mut found = None;
         for a in &info.apps {

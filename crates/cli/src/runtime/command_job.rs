@@ -111,7 +111,7 @@ pub struct CommandJobArgs {
     #[arg(long)]
     pub pin: bool,
     /// The application's name (default: the program's file name); task outputs and
-    /// `hetsched log JOB APP:INDEX` use it.
+    /// `hetsched log JOB APP:INDEX` use it (`log` also takes the job's `--name` there).
     #[arg(long, value_name = "NAME")]
     pub app: Option<String>,
     /// Run the command, one argument, as a shell line (`sh -c`) instead of as a program with

@@ -1462,14 +1462,20 @@ fn an_unknown_application_is_refused_with_the_names_the_job_has() {
         &["log", "1", "sh:0"],
         "job 1 has no application `sh` (it has: echo)",
     );
+    // A one-application job answers to its `--name` too, as its user names it.
+    c.ok(&[
+        "submit", "--tasks", "2", "--name", "sweep", "--shell", "--wait", "--", "echo sw {index}",
+    ]);
+    assert_eq!(c.ok(&["log", "name:sweep", "sweep:1"]), "sw 1\n");
+    assert_eq!(c.ok(&["log", "name:sweep", "echo:0"]), "sw 0\n");
     c.ok(&[
         "submit", "--tasks", "2", "--app", "long", "--", "sleep", "30",
     ]);
     c.refused(
-        &["cancel", "2", "--tasks", "0", "--app", "sleep"],
-        "job 2 has no application `sleep` (it has: long)",
+        &["cancel", "3", "--tasks", "0", "--app", "sleep"],
+        "job 3 has no application `sleep` (it has: long)",
     );
-    c.ok(&["cancel", "2"]);
+    c.ok(&["cancel", "3"]);
 }
 
 /// After a server restart, a job submitted to the idle cluster starts at once, as before the
