@@ -94,11 +94,14 @@ impl TaskState {
 }
 
 /// Why a task's latest attempt ended without success, or why the task ended without running
-/// (`TaskInfo.reason`, the `reason` of a task's JSON): one type for batch tasks (`tasks.reason`)
-/// and workflow instances (`wf_instances.reason`), stored by [`EndReason::as_str`]. A task has
+/// (`TaskInfo.reason`, the `reason` of a task's JSON): one type for batch tasks (`tasks.reason`),
+/// workflow instances (`wf_instances.reason`) and divisible chunks, stored by
+/// [`EndReason::as_str`]. A task has
 /// none while it never ran, while it runs (cleared at its dispatch) and once it succeeded; one
 /// pending again after an attempt that ended keeps that attempt's reason until its next
-/// dispatch, and so does one resubmitted. Divisible jobs' chunks have none.
+/// dispatch, and so does one resubmitted. A divisible job's chunk shows one too
+/// (`jobs::divisible`): a failed chunk's is stored (`div_chunks.reason`), the others' follow
+/// from its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EndReason {
     /// Its process exited with a non-zero code (in `exit_code`).
@@ -567,6 +570,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("div_chunks", "done_seq", "INTEGER NOT NULL DEFAULT 0"),
     // The agent process a divisible chunk was sent to (`jobs::divisible`; '': before the column).
     ("div_chunks", "incarnation", "TEXT NOT NULL DEFAULT ''"),
+    // Why a failed divisible chunk failed, as its agent said (`EndReason::as_str`; NULL: any
+    // other state, not said, or stored before the column).
+    ("div_chunks", "reason", "TEXT"),
     // A task's peak GPU memory (NULL: stored before the column, or not measured; read as 0).
     ("tasks", "max_gpu_memory_bytes", "INTEGER"),
     // Why its latest attempt ended without success, or why it ended without running
