@@ -668,6 +668,8 @@ fn no_room_header(me: &DivisibleAgent, o: &pb::ChunkOrder, e: &NoRoom) -> pb::Ch
         exit_code: -1,
         name: me.name.clone(),
         identity: me.identity.clone(),
+        // Not the chunk's fault: the server re-plans it as lost with its node's disk.
+        end: pb::TaskEnd::Interrupted.into(),
         ..Default::default()
     }
 }
@@ -706,6 +708,8 @@ async fn run_chunk(
         name: me.name.clone(),
         identity: me.identity.clone(),
         exit_code: -1,
+        // Every failure before its command runs is a failure to start; set anew once it runs.
+        end: pb::TaskEnd::StartFailed.into(),
         ..Default::default()
     };
     let fail = |mut h: pb::ChunkResultHeader, m: String| {
@@ -794,6 +798,8 @@ async fn run_chunk(
             return fail(header, format!("cannot start `{program}`{who}: {e}"));
         }
     };
+    // It started: how it ends is said below (a failure to wait says nothing).
+    header.set_end(pb::TaskEnd::Unsaid);
     // The chunk's whole process group: its leader and whatever it started.
     let group = child.id();
     if let (Some(pid), Ok(mut l)) = (group, shared.ledger.lock()) {
@@ -812,12 +818,14 @@ async fn run_chunk(
     let status = match status {
         Waited::Exited(s) => s,
         Waited::TimedOut => {
+            header.set_end(pb::TaskEnd::TimeLimit);
             return fail(
                 header,
                 format!("time limit of {} ms reached", o.time_limit_ms),
             );
         }
         Waited::Stopped => {
+            header.set_end(pb::TaskEnd::Killed);
             return fail(
                 header,
                 "stopped: the server no longer needs this chunk".into(),
@@ -827,6 +835,7 @@ async fn run_chunk(
     match status {
         Ok(s) if s.success() => {
             header.exit_code = 0;
+            header.set_end(pb::TaskEnd::Exited);
             // The output must still be there to be gathered.
             match std::fs::metadata(&out) {
                 Ok(m) => {
@@ -834,14 +843,23 @@ async fn run_chunk(
                     header.output_bytes = m.len();
                     (header, Some(out))
                 }
-                Err(e) => fail(
-                    header,
-                    format!("its output cannot be gathered: {}: {e}", out.display()),
-                ),
+                Err(e) => {
+                    header.set_end(pb::TaskEnd::OutputsMissing);
+                    fail(
+                        header,
+                        format!("its output cannot be gathered: {}: {e}", out.display()),
+                    )
+                }
             }
         }
         Ok(s) => {
             header.exit_code = s.code().unwrap_or(-1);
+            // As a task's: 126 and 127 are the shell's "cannot execute" / "not found".
+            header.set_end(match s.code() {
+                Some(126 | 127) => pb::TaskEnd::StartFailed,
+                Some(_) => pb::TaskEnd::Exited,
+                None => pb::TaskEnd::Signalled,
+            });
             let m = format!("exited with {s}");
             fail(header, m)
         }
@@ -908,6 +926,9 @@ async fn upload(mut client: Client, mut header: pb::ChunkResultHeader, mut out: 
     let mut delay = Duration::from_millis(100);
     if out.is_some() && header.output_bytes > pb::MAX_CHUNK_OUTPUT {
         header.success = false;
+        // Its command exited 0 and wrote its output: no reason of a task's fits (the server
+        // says the same of an output past the bound that reaches it).
+        header.set_end(pb::TaskEnd::Unsaid);
         header.message = format!(
             "its output is {} bytes, more than the {} GiB of output one chunk may send the server",
             header.output_bytes,
@@ -927,6 +948,7 @@ async fn upload(mut client: Client, mut header: pb::ChunkResultHeader, mut out: 
                 Err(e) => {
                     let mut h = header.clone();
                     h.success = false;
+                    h.set_end(pb::TaskEnd::OutputsMissing);
                     h.message = format!("its output cannot be gathered: {}: {e}", p.display());
                     let _ = client
                         .chunk_done(tokio_stream::iter(vec![pb::ChunkDonePiece {
@@ -1029,6 +1051,17 @@ mod tests {
         run_as: &str,
         command: &str,
     ) -> (pb::ChunkResultHeader, String) {
+        chunk_limited(me, shared, run_as, command, 0).await
+    }
+
+    /// [`chunk`] with a time limit of `time_limit_ms` (0: none).
+    async fn chunk_limited(
+        me: &DivisibleAgent,
+        shared: &Shared,
+        run_as: &str,
+        command: &str,
+        time_limit_ms: u64,
+    ) -> (pb::ChunkResultHeader, String) {
         let dir = chunk_dir(&me.work_dir, 2);
         std::fs::create_dir_all(&dir).expect("chunk dir");
         let input = dir.join("chunk-4.in");
@@ -1041,6 +1074,7 @@ mod tests {
                 end: 20,
                 argv: vec!["sh".into(), "-c".into(), command.into()],
                 run_as: run_as.into(),
+                time_limit_ms,
                 ..Default::default()
             },
             input,
@@ -1548,6 +1582,25 @@ mod tests {
             !me.computing.signal((2, 4), 8, Signal::SIGUSR1),
             "the chunk ended"
         );
+    }
+
+    /// A chunk's result says how its command ended, in a task's words, for the server's
+    /// `reason`: an exit code of its own, the shell's "not found", a signal, its time limit.
+    #[tokio::test]
+    async fn a_chunks_result_says_how_its_command_ended() {
+        let dir = ScratchDir::new("chunk", "ends");
+        let (me, shared) = agent(&dir, false);
+        let ended = |h: &pb::ChunkResultHeader| (h.success, h.end(), h.exit_code);
+        let (h, _) = chunk(&me, &shared, "", "exit 3").await;
+        assert_eq!(ended(&h), (false, pb::TaskEnd::Exited, 3), "{h:?}");
+        let (h, _) = chunk(&me, &shared, "", "exit 127").await;
+        assert_eq!(ended(&h), (false, pb::TaskEnd::StartFailed, 127), "{h:?}");
+        let (h, _) = chunk(&me, &shared, "", "kill -KILL $$").await;
+        assert_eq!(ended(&h), (false, pb::TaskEnd::Signalled, -1), "{h:?}");
+        let (h, _) = chunk_limited(&me, &shared, "", "sleep 10", 50).await;
+        assert_eq!(ended(&h), (false, pb::TaskEnd::TimeLimit, -1), "{h:?}");
+        let (h, _) = chunk(&me, &shared, "", "true").await;
+        assert_eq!(ended(&h), (true, pb::TaskEnd::Exited, 0), "{h:?}");
     }
 
     #[tokio::test]

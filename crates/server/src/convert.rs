@@ -66,6 +66,31 @@ fn end_reason(t: &pb::TaskResult) -> Option<crate::store::EndReason> {
     }
 }
 
+/// Why the chunk `h` reports failed, in a task's words (`None`: it succeeded, or nothing can be
+/// said). An agent says how its command ended (`ChunkResultHeader.end`); one that predates
+/// saying it is read for its exit code, as a task's: 126 and 127 could not start, another code
+/// of its own exited. A kill the server asked for reads as a cancel (it asks one only of a
+/// chunk it no longer expects, whose result it ignores).
+pub(crate) fn chunk_end_reason(h: &pb::ChunkResultHeader) -> Option<crate::store::EndReason> {
+    use crate::store::EndReason as R;
+    if h.success {
+        return None;
+    }
+    match h.end() {
+        pb::TaskEnd::Exited => Some(R::Exited),
+        pb::TaskEnd::Signalled => Some(R::Signal),
+        pb::TaskEnd::TimeLimit => Some(R::TimeLimit),
+        pb::TaskEnd::MemoryLimit => Some(R::MemoryLimit),
+        pb::TaskEnd::StartFailed => Some(R::StartFailed),
+        pb::TaskEnd::OutputsMissing => Some(R::OutputsMissing),
+        pb::TaskEnd::Killed => Some(R::Cancelled),
+        pb::TaskEnd::Interrupted => Some(R::Lost),
+        pb::TaskEnd::Unsaid if matches!(h.exit_code, 126 | 127) => Some(R::StartFailed),
+        pb::TaskEnd::Unsaid if h.exit_code > 0 => Some(R::Exited),
+        pb::TaskEnd::Unsaid => None,
+    }
+}
+
 impl From<pb::HeartbeatRequest> for HeartbeatReport {
     fn from(r: pb::HeartbeatRequest) -> Self {
         HeartbeatReport {
@@ -1099,6 +1124,41 @@ impl From<crate::state::types::Resubmitted> for pb::ResubmitReply {
 mod tests {
     use super::*;
     use crate::store::EndReason;
+
+    /// A chunk's reason is its agent's word; an older agent's failure is read for its exit
+    /// code as a task's is (126/127 could not start, another code exited), else none; a
+    /// success has none whatever it says.
+    #[test]
+    fn a_chunks_reason_is_its_agents_word_else_what_its_exit_code_implies() {
+        let read = |success: bool, end: pb::TaskEnd, exit_code: i32| {
+            chunk_end_reason(&pb::ChunkResultHeader {
+                success,
+                end: end.into(),
+                exit_code,
+                ..Default::default()
+            })
+        };
+        assert_eq!(
+            read(false, pb::TaskEnd::TimeLimit, -1),
+            Some(EndReason::TimeLimit)
+        );
+        assert_eq!(
+            read(false, pb::TaskEnd::Signalled, -1),
+            Some(EndReason::Signal)
+        );
+        assert_eq!(
+            read(false, pb::TaskEnd::Interrupted, -1),
+            Some(EndReason::Lost)
+        );
+        assert_eq!(read(false, pb::TaskEnd::Unsaid, 3), Some(EndReason::Exited));
+        assert_eq!(
+            read(false, pb::TaskEnd::Unsaid, 127),
+            Some(EndReason::StartFailed)
+        );
+        assert_eq!(read(false, pb::TaskEnd::Unsaid, -1), None);
+        assert_eq!(read(false, pb::TaskEnd::Unsaid, 0), None);
+        assert_eq!(read(true, pb::TaskEnd::Exited, 0), None);
+    }
 
     /// The reason and signal the server reads from each result: as its agent said, else as
     /// an older agent's result lets the edge infer; a signal only with reason `signal` and only

@@ -70,6 +70,7 @@ pub fn info_to_pb(i: DivisibleInfo) -> pb::DivisibleInfo {
                 start: c.start,
                 end: c.end,
                 state: c.state,
+                reason: c.reason,
                 transfer_s: c.transfer_s,
                 compute_s: c.compute_s,
             })
@@ -277,6 +278,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
         let Some(Piece::Header(h)) = s.message().await?.and_then(|p| p.piece) else {
             return Err(Status::invalid_argument("ChunkDone starts with its header"));
         };
+        let reason = crate::convert::chunk_end_reason(&h);
         let (node, identity) = (h.name, h.identity);
         let declared = h.output_bytes;
         // An agent's words, kept with the job and shown to every user: bounded and without
@@ -290,6 +292,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
             message,
             transfer_ns: h.transfer_ns,
             compute_ns: h.compute_ns,
+            reason,
         };
         // Only from the agent the chunk is out to: another caller is refused before its output
         // is taken, and again in the event that records it.

@@ -7,7 +7,7 @@
 //!
 //! A task's `reason` (`time_limit`, `signal`, …) is the stable key a script branches on where
 //! `exit_code` is `null` or the prose `message` would otherwise be parsed (docs/json.md lists
-//! its values).
+//! its values); a divisible job's chunks carry the same key with the same names.
 //!
 //! Keys are only ever added here: scripts read both outputs.
 
@@ -41,8 +41,9 @@ fn null_if_zero(v: &mut Value, key: &str) {
 
 /// A job (the same object from `hetsched jobs`, `hetsched job N`, `/api/jobs` and `/api/job`):
 /// times as ns and RFC 3339 (`finished_ns` `null` while it has not finished), `begin_ms`
-/// `null` without a begin time, `duration_s` once it finished, and an application's mean run
-/// time `null` until one of its tasks succeeded on that variant.
+/// `null` without a begin time, `duration_s` once it finished, an application's mean run
+/// time `null` until one of its tasks succeeded on that variant, and a divisible job's chunk's
+/// `reason` `null` when it has none (a task's `reason` names, as [`task`]'s).
 pub fn job(j: &pb::JobInfo) -> Value {
     let mut v = serde_json::to_value(j).unwrap_or(Value::Null);
     set_time(&mut v, "submitted_ns", j.submitted_ns);
@@ -58,6 +59,13 @@ pub fn job(j: &pb::JobInfo) -> Value {
         for a in apps {
             null_if_zero(a, "mean_cpu_ms");
             null_if_zero(a, "mean_gpu_ms");
+        }
+    }
+    if let Some(chunks) = v["divisible"]["chunks"].as_array_mut() {
+        for c in chunks {
+            if c["reason"].as_str() == Some("") {
+                c["reason"] = Value::Null;
+            }
         }
     }
     v

@@ -94,11 +94,14 @@ impl TaskState {
 }
 
 /// Why a task's latest attempt ended without success, or why the task ended without running
-/// (`TaskInfo.reason`, the `reason` of a task's JSON): one type for batch tasks (`tasks.reason`)
-/// and workflow instances (`wf_instances.reason`), stored by [`EndReason::as_str`]. A task has
+/// (`TaskInfo.reason`, the `reason` of a task's JSON): one type for batch tasks (`tasks.reason`),
+/// workflow instances (`wf_instances.reason`) and divisible chunks, stored by
+/// [`EndReason::as_str`]. A task has
 /// none while it never ran, while it runs (cleared at its dispatch) and once it succeeded; one
 /// pending again after an attempt that ended keeps that attempt's reason until its next
-/// dispatch, and so does one resubmitted. Divisible jobs' chunks have none.
+/// dispatch, and so does one resubmitted. A divisible job's chunk shows one too
+/// (`jobs::divisible`): a failed chunk's is stored (`div_chunks.reason`), the others' follow
+/// from its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EndReason {
     /// Its process exited with a non-zero code (in `exit_code`).
@@ -567,6 +570,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("div_chunks", "done_seq", "INTEGER NOT NULL DEFAULT 0"),
     // The agent process a divisible chunk was sent to (`jobs::divisible`; '': before the column).
     ("div_chunks", "incarnation", "TEXT NOT NULL DEFAULT ''"),
+    // Why a failed divisible chunk failed, as its agent said (`EndReason::as_str`; NULL: any
+    // other state, not said, or stored before the column).
+    ("div_chunks", "reason", "TEXT"),
     // A task's peak GPU memory (NULL: stored before the column, or not measured; read as 0).
     ("tasks", "max_gpu_memory_bytes", "INTEGER"),
     // Why its latest attempt ended without success, or why it ended without running
@@ -613,14 +619,14 @@ pub(crate) fn add_missing_columns(
 /// it had from `job_owners` (a user's job has a row there until it is purged or set aside;
 /// an admin's has none), and `old_index` — the UNIQUE index that made keys one namespace for
 /// the whole server — goes, all in one transaction; then `table_owner_key` indexes
-/// `(owner, key)`, UNIQUE when `unique`. The old index made the rows' keys unique, so the new
-/// one cannot fail on them. Does nothing more once done.
+/// `(owner, key)` as `index` says. The old index made the rows' keys unique, so the new one
+/// cannot fail on them. Does nothing more once done.
 pub(crate) fn scope_keys_to_owners(
     conn: &Connection,
     table: &str,
     key: &str,
     old_index: Option<&str>,
-    unique: bool,
+    index: KeyIndex,
 ) -> Result<(), StoreError> {
     let has_owner: bool = conn.query_row(
         &format!("SELECT COUNT(*) > 0 FROM pragma_table_info('{table}') WHERE name = 'owner'"),
@@ -650,10 +656,79 @@ pub(crate) fn scope_keys_to_owners(
         }
         tx.commit()?;
     }
-    let unique = if unique { "UNIQUE " } else { "" };
-    conn.execute_batch(&format!(
-        "CREATE {unique}INDEX IF NOT EXISTS {table}_owner_key ON {table}(owner, {key})"
+    match index {
+        KeyIndex::Unique => conn.execute_batch(&format!(
+            "CREATE UNIQUE INDEX IF NOT EXISTS {table}_owner_key ON {table}(owner, {key})"
+        ))?,
+        KeyIndex::UniqueUnlessEmpty => unique_keys_unless_empty(conn, table, key)?,
+    }
+    Ok(())
+}
+
+/// How [`scope_keys_to_owners`] indexes a table's `(owner, key)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyIndex {
+    /// UNIQUE: a row without a key holds NULL, which a UNIQUE index never compares equal
+    /// (`jobs`, `div_jobs`).
+    Unique,
+    /// UNIQUE among the rows with a key: the column is `NOT NULL` and `''` is none (`wf_jobs`),
+    /// so every keyless row of an owner would otherwise collide. A store from before held a
+    /// plain index, which let a key name two jobs: see [`unique_keys_unless_empty`].
+    UniqueUnlessEmpty,
+}
+
+/// Makes `table_owner_key` a UNIQUE index on `(owner, key)` over the rows whose `key` is not
+/// `''`. A store from before held a plain index of that name and may hold an owner's key on
+/// several jobs: in one transaction, the lowest job id of each such group keeps the key (the
+/// job a lookup by key found, `ORDER BY id LIMIT 1`, so a retry gets back what it got before),
+/// the others' keys are cleared to `''` (the jobs stay, only no longer named by that key; a
+/// warning names them), the plain index goes and the UNIQUE one comes. Does nothing once done.
+fn unique_keys_unless_empty(conn: &Connection, table: &str, key: &str) -> Result<(), StoreError> {
+    let name = format!("{table}_owner_key");
+    // `unique` of `pragma_index_list`: whether the index is UNIQUE (None: no such index).
+    let unique: Option<bool> = conn
+        .query_row(
+            &format!("SELECT \"unique\" FROM pragma_index_list('{table}') WHERE name = ?1"),
+            params![name],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if unique == Some(true) {
+        return Ok(());
+    }
+    let tx = conn.unchecked_transaction()?;
+    // Every job of a group but its lowest id, with its owner and key.
+    let extra: Vec<(i64, String, String)> = {
+        let mut q = tx.prepare(&format!(
+            "SELECT t.id, t.owner, t.{key} FROM {table} t
+             WHERE t.{key} != '' AND t.id > (SELECT MIN(f.id) FROM {table} f
+                                             WHERE f.owner = t.owner AND f.{key} = t.{key})
+             ORDER BY t.owner, t.{key}, t.id"
+        ))?;
+        q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<Result<_, _>>()?
+    };
+    for (id, owner, k) in &extra {
+        tx.execute(
+            &format!("UPDATE {table} SET {key} = '' WHERE id = ?1"),
+            params![id],
+        )?;
+        tracing::warn!(
+            table,
+            job = id,
+            owner = %owner,
+            key = %hetsched_core::text::clip(k),
+            "a submission key named more than one job of its owner: it keeps naming the \
+             lowest id, and job {id} no longer has it"
+        );
+    }
+    if unique.is_some() {
+        tx.execute_batch(&format!("DROP INDEX {name}"))?;
+    }
+    tx.execute_batch(&format!(
+        "CREATE UNIQUE INDEX {name} ON {table}(owner, {key}) WHERE {key} != ''"
     ))?;
+    tx.commit()?;
     Ok(())
 }
 
@@ -1273,14 +1348,14 @@ fn create_tables(conn: &Connection) -> Result<(), StoreError> {
         "jobs",
         "submission_key",
         Some("jobs_submission_key"),
-        true,
+        KeyIndex::Unique,
     )?;
     scope_keys_to_owners(
         conn,
         "div_jobs",
         "submission_key",
         Some("div_jobs_submission_key"),
-        true,
+        KeyIndex::Unique,
     )?;
     conn.execute_batch(INDEXES)?;
     Ok(())
@@ -1895,6 +1970,101 @@ mod tests {
                     [],
                 )
                 .expect_err("nor a divisible job's");
+        }
+    }
+    /// The names of `table`'s indexes that are UNIQUE.
+    fn unique_indexes(conn: &Connection, table: &str) -> Vec<String> {
+        conn.prepare("SELECT name FROM pragma_index_list(?1) WHERE \"unique\" = 1 ORDER BY name")
+            .expect("index_list")
+            .query_map([table], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("names")
+    }
+
+    /// A store from before workflows' keys had a UNIQUE index (a plain one, so one owner's key
+    /// could name several workflows) opens: every job stays, the lowest id keeps the key (what a
+    /// retry found before), the other loses it, and the index is UNIQUE from then on, while
+    /// any number of keyless workflows still fit.
+    #[test]
+    fn a_store_whose_workflow_key_names_two_jobs_keeps_both_and_then_refuses_a_duplicate() {
+        use crate::jobs::workflow::create_tables as workflow_tables;
+        let (_dir, path) = temp_db("wf-duplicate-keys");
+        let insert = |conn: &Connection, id: i64, owner: &str, key: &str| {
+            conn.execute(
+                "INSERT INTO wf_jobs(id, name, origin, text, workdir, balancer, submitted_ns,
+                                     finished_ns, key, owner)
+                 VALUES (?1, 'w', 'w.toml', 't', '/', 'centralised', 0, 0, ?2, ?3)",
+                params![id, key, owner],
+            )
+        };
+        {
+            let s = Store::open(&path).expect("open");
+            workflow_tables(&s.conn).expect("workflow tables");
+            // Back to the old index, then the duplicates it let in.
+            s.conn
+                .execute_batch(
+                    "DROP INDEX wf_jobs_owner_key;
+                     CREATE INDEX wf_jobs_owner_key ON wf_jobs(owner, key);",
+                )
+                .expect("the old index");
+            for (id, owner, key) in [
+                (3, "alice", "k"),
+                (5, "alice", "k"),
+                (7, "alice", "k"),
+                (4, "bob", "k"),
+                (6, "alice", ""),
+                (8, "alice", ""),
+            ] {
+                insert(&s.conn, id, owner, key).expect("an old row");
+            }
+        }
+        for round in 0..2 {
+            let s = Store::open(&path).expect("open");
+            workflow_tables(&s.conn).expect("migrates, then opens as is");
+            let rows: Vec<(i64, String, String)> = s
+                .conn
+                .prepare("SELECT id, owner, key FROM wf_jobs ORDER BY id")
+                .expect("prepare")
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .expect("query")
+                .collect::<Result<_, _>>()
+                .expect("rows");
+            let row = |id: i64, owner: &str, key: &str| (id, owner.to_string(), key.to_string());
+            assert_eq!(
+                rows,
+                [
+                    row(3, "alice", "k"),
+                    row(4, "bob", "k"),
+                    row(5, "alice", ""),
+                    row(6, "alice", ""),
+                    row(7, "alice", ""),
+                    row(8, "alice", ""),
+                ],
+                "{round}: every job stays; the lowest id keeps alice's key"
+            );
+            assert_eq!(unique_indexes(&s.conn, "wf_jobs"), ["wf_jobs_owner_key"]);
+            insert(&s.conn, 100 + round, "alice", "k").expect_err("alice's key names job 3");
+            insert(&s.conn, 110 + round, "bob", "k").expect_err("bob's names job 4");
+            insert(&s.conn, 120 + round, "carol", "k").expect("carol's key is her own");
+            insert(&s.conn, 130 + round, "alice", "").expect("keyless workflows never collide");
+            s.conn
+                .execute("DELETE FROM wf_jobs WHERE id >= 100", [])
+                .expect("the probes go");
+        }
+    }
+
+    /// A fresh store's submission keys are UNIQUE per owner for every kind.
+    #[test]
+    fn a_fresh_store_has_a_unique_owner_key_index_for_every_kind() {
+        let s = Store::in_memory().expect("in memory");
+        crate::jobs::workflow::create_tables(&s.conn).expect("workflow tables");
+        for table in ["jobs", "div_jobs", "wf_jobs"] {
+            assert_eq!(
+                unique_indexes(&s.conn, table),
+                [format!("{table}_owner_key")],
+                "{table}"
+            );
         }
     }
 }

@@ -147,12 +147,19 @@ fn text(d: &pb::DivisibleInfo, state: &str, counts: &pb::TaskCounts) -> String {
             "stopped" => " stopped",
             _ => " failed",
         };
+        // Why a failed chunk failed, as a task's state shows it (`failed (time_limit)`); a
+        // lost or stopped chunk's reason only repeats its mark.
+        let why = if c.state == "failed" && !c.reason.is_empty() {
+            format!(" ({})", shown(&c.reason))
+        } else {
+            String::new()
+        };
         rounds
             .entry(c.round)
             .or_default()
             .entry(c.worker.clone())
             .or_default()
-            .push(format!("{}{mark}", c.end - c.start));
+            .push(format!("{}{mark}{why}", c.end - c.start));
     }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
@@ -407,6 +414,33 @@ mod tests {
         let shown = text(&d, "failed", &pb::TaskCounts::default());
         assert!(
             shown.contains("\nfailed: chunk 4 (units 0..4) failed: exited"),
+            "{shown}"
+        );
+    }
+
+    /// A failed chunk says why as a failed task does (`failed (time_limit)`); one whose agent
+    /// did not say stays `failed`, and a lost chunk's `lost` is not said twice.
+    #[test]
+    fn a_failed_chunks_reason_is_shown_beside_it() {
+        let with = |mut c: pb::DivisibleChunk, reason: &str| {
+            c.reason = reason.into();
+            c
+        };
+        let d = pb::DivisibleInfo {
+            name: "count".into(),
+            algo: "umrlm".into(),
+            units: 30,
+            rounds: 1,
+            chunks: vec![
+                with(chunk(0, "a1", 0, 5, "failed"), "time_limit"),
+                chunk(1, "a1", 5, 15, "failed"),
+                with(chunk(2, "a2", 15, 30, "lost"), "lost"),
+            ],
+            ..Default::default()
+        };
+        let shown = text(&d, "running", &pb::TaskCounts::default());
+        assert!(
+            shown.contains("a1: 5 failed (time_limit) 10 failed; a2: 15 lost"),
             "{shown}"
         );
     }

@@ -60,7 +60,7 @@ use crate::state::nodes::Nodes;
 use crate::state::types::{
     JobInfo, JobsPage, RunningAttempt, Submission, Submitted, TaskCounts, TasksPage,
 };
-use crate::store::StoreError;
+use crate::store::{EndReason, StoreError};
 use hetsched_core::input::divisible::DivisibleSpec;
 use hetsched_core::input::workload::{Command, parse_workload};
 use hetsched_core::policy::divisible::online::{OnlineConfig, OnlineMaster, Order, Recorded};
@@ -213,6 +213,8 @@ pub struct ChunkResult {
     pub transfer_ns: u64,
     /// Command run, ns.
     pub compute_ns: u64,
+    /// Why it failed, as its agent said (`None`: it succeeded, or nothing can be said).
+    pub reason: Option<EndReason>,
 }
 
 /// A worker of a divisible job as `hetsched job N` shows it.
@@ -251,8 +253,11 @@ pub struct DivisibleChunk {
     pub start: u64,
     /// One past the last.
     pub end: u64,
-    /// out, done, failed, lost, stopped.
+    /// out, done, failed, lost, undelivered, stopped.
     pub state: String,
+    /// Why it ended without success ([`EndReason::as_str`]; empty: it did not, or nothing can
+    /// be said): see [`ChunkRec::reason_shown`].
+    pub reason: String,
     /// Seconds.
     pub transfer_s: f64,
     /// Seconds.
@@ -501,6 +506,9 @@ struct ChunkRec {
     /// says it never arrived ([`ChunkState::Undelivered`]); another process's, that it was lost
     /// with the agent.
     incarnation: String,
+    /// Why a failed chunk failed, as its agent said (`None`: any other state, or not said).
+    /// Stored (`div_chunks.reason`): the other states' reasons follow from the state.
+    reason: Option<EndReason>,
     /// When it was sent (by this server; a restored chunk: when it was rebuilt), which orders
     /// an agent's chunks ([`Divisible::rebook`]).
     sent: Instant,
@@ -512,8 +520,9 @@ struct ChunkRec {
 }
 
 impl ChunkRec {
-    /// The chunk as `hetsched job N` and `hetsched log` show it.
-    fn shown(&self) -> DivisibleChunk {
+    /// The chunk as `hetsched job N` and `hetsched log` show it, of a job whose state is
+    /// `job_state`.
+    fn shown(&self, job_state: &str) -> DivisibleChunk {
         DivisibleChunk {
             chunk: self.order.chunk,
             round: self.order.round,
@@ -521,8 +530,28 @@ impl ChunkRec {
             start: self.order.start,
             end: self.order.end,
             state: self.state.as_str().into(),
+            reason: self
+                .reason_shown(job_state)
+                .map_or("", EndReason::as_str)
+                .into(),
             transfer_s: self.transfer_ns as f64 / 1e9,
             compute_s: self.compute_ns as f64 / 1e9,
+        }
+    }
+
+    /// Why it ended without success, in the words a batch task's `reason` uses, so that a
+    /// script reads one vocabulary: a failed chunk's as its agent said; a lost or undelivered
+    /// one's (its units went out again as new chunks) `lost`; one stopped by its job's cancel
+    /// `cancelled`. None for one out or done, one stopped because another chunk failed its job
+    /// (the job's message says why; nothing went wrong with this one), and a failed one whose
+    /// agent did not say (an older agent, with no exit code of its own, or a row stored before
+    /// reasons were).
+    fn reason_shown(&self, job_state: &str) -> Option<EndReason> {
+        match self.state {
+            ChunkState::Failed => self.reason,
+            ChunkState::Lost | ChunkState::Undelivered => Some(EndReason::Lost),
+            ChunkState::Stopped if job_state == "cancelled" => Some(EndReason::Cancelled),
+            ChunkState::Out | ChunkState::Done | ChunkState::Stopped => None,
         }
     }
 }
@@ -693,8 +722,20 @@ pub struct StoredJob {
 }
 
 /// A stored chunk: number, round, worker, start, end, state, transfer ns, compute ns,
-/// [`ChunkRec::done_seq`] and [`ChunkRec::incarnation`].
-type ChunkRow = (u64, u32, String, u64, u64, String, u64, u64, u64, String);
+/// [`ChunkRec::done_seq`], [`ChunkRec::incarnation`] and [`ChunkRec::reason`] as stored.
+type ChunkRow = (
+    u64,
+    u32,
+    String,
+    u64,
+    u64,
+    String,
+    u64,
+    u64,
+    u64,
+    String,
+    Option<String>,
+);
 
 /// Reads this kind's rows from the store (at start and for a rollback).
 pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
@@ -735,7 +776,7 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
         .collect::<Result<_, _>>()?;
     let mut st = conn.prepare(
         "SELECT chunk, round, worker, start, stop, state, transfer_ns, compute_ns, done_seq, \
-         incarnation FROM div_chunks WHERE job = ?1 ORDER BY chunk",
+         incarnation, reason FROM div_chunks WHERE job = ?1 ORDER BY chunk",
     )?;
     for j in &mut jobs {
         j.chunks = st
@@ -751,6 +792,7 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
                     r.get::<_, i64>(7)? as u64,
                     r.get::<_, i64>(8)? as u64,
                     r.get(9)?,
+                    r.get(10)?,
                 ))
             })?
             .collect::<Result<_, _>>()?;
@@ -888,7 +930,9 @@ impl Divisible {
             }
             // Done chunks are replayed once the rest is rebuilt, in the order they ended.
             let mut done = Vec::new();
-            for (chunk, round, worker, start, end, state, t, c, seq, incarnation) in row.chunks {
+            for (chunk, round, worker, start, end, state, t, c, seq, incarnation, reason) in
+                row.chunks
+            {
                 // (A stored worker keeps its memory; a chunk's worker missing from the stored
                 // ones — a store from before the table — joins in chunk order, as before it.)
                 let w = match job.master.workers().iter().position(|w| w.name == worker) {
@@ -925,6 +969,8 @@ impl Divisible {
                     compute_ns: c,
                     done_seq: seq,
                     incarnation,
+                    // A name a later version stored reads as none.
+                    reason: reason.as_deref().and_then(EndReason::from_name),
                     sent: Instant::now(),
                     // Sent by the server before this one: the reply that carried it reached
                     // its agent or died with the old server's connections, so the agent's
@@ -1429,6 +1475,7 @@ impl Divisible {
                     compute_ns: 0,
                     done_seq: 0,
                     incarnation: req.incarnation.clone(),
+                    reason: None,
                     sent: now,
                     grace_until: Some(now + GRACE),
                     recheck_planned: false,
@@ -1598,6 +1645,9 @@ impl Divisible {
                 h.transfer_ns,
                 h.compute_ns,
             );
+            if let Some(c) = job.chunks.get_mut(&h.chunk) {
+                c.reason = h.reason;
+            }
             warn!(
                 job = h.job_id,
                 chunk = h.chunk,
@@ -1667,7 +1717,8 @@ impl Divisible {
                 }
             })
             .collect();
-        let chunks: Vec<DivisibleChunk> = job.chunks.values().map(ChunkRec::shown).collect();
+        let chunks: Vec<DivisibleChunk> =
+            job.chunks.values().map(|c| c.shown(&job.state)).collect();
         let rounds = chunks.iter().map(|c| c.round + 1).max().unwrap_or(0);
         let info = DivisibleInfo {
             name: job.spec.name.get_ref().clone(),
@@ -1994,7 +2045,7 @@ impl Divisible {
         })?;
         let stdout = (c.state == ChunkState::Done)
             .then(|| job_dir(&self.dir, id).join(format!("chunk-{chunk}.out")));
-        Ok((c.shown(), stdout))
+        Ok((c.shown(&job.state), stdout))
     }
 
     /// `DATA_DIR/divisible`, where the jobs' files are.
@@ -2077,8 +2128,8 @@ impl JobKind for Divisible {
             };
             tx.execute(
                 "INSERT OR REPLACE INTO div_chunks(job, chunk, round, worker, start, stop, state, \
-                 transfer_ns, compute_ns, done_seq, incarnation) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 transfer_ns, compute_ns, done_seq, incarnation, reason) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     *id as i64,
                     *chunk as i64,
@@ -2090,7 +2141,8 @@ impl JobKind for Divisible {
                     c.transfer_ns as i64,
                     c.compute_ns as i64,
                     c.done_seq as i64,
-                    c.incarnation
+                    c.incarnation,
+                    c.reason.map(EndReason::as_str)
                 ],
             )?;
         }
@@ -2478,6 +2530,8 @@ fn set_chunk(
 ) {
     if let Some(c) = job.chunks.get_mut(&chunk) {
         c.state = state;
+        // A failed chunk's is set by its caller, after.
+        c.reason = None;
         c.transfer_ns = transfer_ns;
         c.compute_ns = compute_ns;
         dirty.insert((id, chunk));
@@ -2612,6 +2666,7 @@ mod tests {
                 // Ended in number order.
                 if state == "done" { k + 1 } else { 0 },
                 format!("{worker}-1"),
+                None,
             )
         };
         StoredJob {
@@ -2836,6 +2891,7 @@ mod tests {
                     message: String::new(),
                     transfer_ns: 1_000,
                     compute_ns: 2_000_000 + k * 1_000,
+                    reason: None,
                 };
                 assert!(d.record(&r, None).expect("recorded"));
                 index_holds(&d);
@@ -2872,6 +2928,7 @@ mod tests {
             message: "exit 3".into(),
             transfer_ns: 0,
             compute_ns: 0,
+            reason: None,
         };
         assert!(d.record(&r, None).expect("recorded"));
         assert_eq!(d.jobs[&1].state, "failed");
@@ -2899,6 +2956,7 @@ mod tests {
             message: "exit 3".into(),
             transfer_ns: 0,
             compute_ns: 0,
+            reason: None,
         };
         assert!(d.record(&r, None).expect("recorded"));
         let v = d.view(1).expect("a divisible job");

@@ -387,6 +387,22 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     ("wf_jobs", "cancel_end", "TEXT"),
 ];
 
+/// Creates what is missing of this kind's tables, columns and index (a fresh store's, or one
+/// from an earlier version). Keys are a namespace per owner, UNIQUE among an owner's keyed
+/// workflows; a store from before the UNIQUE index may hold a key on two jobs, which keeps
+/// naming the first ([`crate::store::KeyIndex::UniqueUnlessEmpty`]).
+pub(crate) fn create_tables(conn: &rusqlite::Connection) -> Result<(), StoreError> {
+    conn.execute_batch(SCHEMA)?;
+    crate::store::add_missing_columns(conn, MIGRATIONS)?;
+    crate::store::scope_keys_to_owners(
+        conn,
+        "wf_jobs",
+        "key",
+        None,
+        crate::store::KeyIndex::UniqueUnlessEmpty,
+    )
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum St {
     Waiting,
@@ -939,14 +955,7 @@ impl Workflows {
         source: Option<&rusqlite::Connection>,
     ) -> Result<Self, StateError> {
         let (default_balancer, thresholds, cluster_size, check_interval_ms) = thresholds(config);
-        cx.store
-            .conn()
-            .execute_batch(SCHEMA)
-            .map_err(StoreError::from)?;
-        crate::store::add_missing_columns(cx.store.conn(), MIGRATIONS)?;
-        // Keys are a namespace per owner. Not a UNIQUE index: a store from before it may hold
-        // a key twice (the lookup below takes the first).
-        crate::store::scope_keys_to_owners(cx.store.conn(), "wf_jobs", "key", None, false)?;
+        create_tables(cx.store.conn())?;
         let mut me = Workflows {
             jobs: BTreeMap::new(),
             default_balancer,
@@ -1717,13 +1726,14 @@ impl Workflows {
     ) -> Result<Submitted, StateError> {
         let rt = parse_runtime_workflow(&sub.origin, &sub.text)?;
         // A retry of a submission whose reply was lost: the job its owner stored under its key
-        // (another owner's job under the same key is not this one's).
+        // (another owner's job under the same key is not this one's). `key != ''` lets SQLite
+        // use the index, which holds only keyed rows.
         if !sub.key.is_empty() {
             let found: Option<(i64, String)> = cx
                 .store
                 .conn()
                 .query_row(
-                    "SELECT id, text FROM wf_jobs WHERE owner = ?1 AND key = ?2 ORDER BY id LIMIT 1",
+                    "SELECT id, text FROM wf_jobs WHERE owner = ?1 AND key = ?2 AND key != '' ORDER BY id LIMIT 1",
                     params![sub.owner, sub.key],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )

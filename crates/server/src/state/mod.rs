@@ -1597,6 +1597,7 @@ impl State {
         if key.is_empty() {
             return Ok(());
         }
+        // A workflow's `key != ''` lets SQLite use its index, which holds only keyed rows.
         let tables = [
             (
                 Kind::Batch,
@@ -1608,7 +1609,7 @@ impl State {
             ),
             (
                 Kind::Workflow,
-                "SELECT id FROM wf_jobs WHERE owner = ?1 AND key = ?2",
+                "SELECT id FROM wf_jobs WHERE owner = ?1 AND key = ?2 AND key != ''",
             ),
         ];
         use rusqlite::OptionalExtension;

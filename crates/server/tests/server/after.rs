@@ -747,6 +747,7 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
                 message: String::new(),
                 transfer_ns: 1_000,
                 compute_ns: 1_000_000,
+                reason: None,
             };
             s.on_chunk_done(&done, Some(&out)).expect("recorded");
         }

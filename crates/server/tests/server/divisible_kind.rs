@@ -6,7 +6,8 @@
 //! is lost at the agent's first ask, and a unit's failures still count against its `retries`;
 //! an ask held open while a chunk is in its grace is looked at again when the grace ends. The
 //! agent of a node that does not work (declared dead, kept out at a restart) is refused, and one
-//! closed to new work (drained, asked to stop) gets no new chunk.
+//! closed to new work (drained, asked to stop) gets no new chunk. A chunk's `reason` says why
+//! it failed, was lost or was stopped, in a task's words.
 
 use hetsched_server::ServerConfig;
 use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
@@ -97,6 +98,7 @@ fn success(id: u64, chunk: u64) -> ChunkResult {
         message: String::new(),
         transfer_ns: 1_000,
         compute_ns: 1_000_000,
+        reason: None,
     }
 }
 
@@ -340,6 +342,7 @@ fn a_drained_node_gets_no_new_chunk_and_finishes_the_one_it_holds() {
             message: String::new(),
             transfer_ns: 1_000,
             compute_ns: 1_000_000,
+            reason: None,
         };
         s.on_chunk_done(&r, Some(&tmp)).expect("recorded")
     };
@@ -425,6 +428,7 @@ fn no_room(id: u64, chunk: u64) -> ChunkResult {
         ),
         transfer_ns: 0,
         compute_ns: 0,
+        reason: None,
     }
 }
 
@@ -1235,6 +1239,7 @@ fn a_restart_rebuilds_the_workers_estimates_from_chunks_in_the_order_they_ended(
                     message: String::new(),
                     transfer_ns: 1_000,
                     compute_ns: 2_000_000 + units * 1_000_000 * (1 + chunk % 3),
+                    reason: None,
                 };
                 assert!(s.on_chunk_done(&result, Some(&tmp)).expect("recorded"));
                 reported += 1;
@@ -1480,5 +1485,77 @@ fn a_divisible_jobs_stored_input_and_output_are_private() {
     for dir in [jd.parent().expect("divisible"), &jd] {
         let mode = std::fs::metadata(dir).expect("dir").permissions().mode();
         assert_eq!(mode & 0o777, 0o700, "{}: {mode:o}", dir.display());
+    }
+}
+
+/// A chunk says why it ended without success in a task's words, in `hetsched job N` and its
+/// JSON, and after a restart: a failed chunk what its agent said (`time_limit`), one lost with
+/// its agent's process `lost` (its units went out again), one stopped by its job's cancel
+/// `cancelled`; a done chunk has none (`null`). Before, only the prose `message` of the job
+/// said anything, and nothing of a chunk.
+#[test]
+fn a_chunks_reason_says_why_it_failed_was_lost_or_was_stopped_in_a_tasks_words() {
+    use hetsched_server::convert::Wire;
+    use hetsched_server::store::EndReason;
+    let d = crate::common::scratch("divisible-kind", "chunk-reasons");
+    let id = {
+        let mut s = open(&d);
+        join_agents(&mut s, &["a"]);
+        let id = s
+            .on_submit(Submission {
+                text: format!("{JOB}retries = 3\n"),
+                ..rows()
+            })
+            .expect("submitted")
+            .job_id;
+        assert_eq!(ask(&mut s, "a").expect("asked"), vec![(id, 0)]);
+        let timed_out = ChunkResult {
+            success: false,
+            message: "time limit of 10 ms reached".into(),
+            reason: Some(EndReason::TimeLimit),
+            ..success(id, 0)
+        };
+        assert!(s.on_chunk_done(&timed_out, None).expect("recorded"));
+        let next = ask(&mut s, "a").expect("asked");
+        assert!(chunk_done(&mut s, &d, id, next[0].1));
+        assert!(!ask(&mut s, "a").expect("asked").is_empty(), "a chunk out");
+        // The agent comes back as another process holding nothing: what it held is lost.
+        assert!(!ask_holding(&mut s, "a", "i2", &[]).is_empty());
+        s.on_cancel(id).expect("cancelled");
+        id
+    };
+    for round in ["before a restart", "after it"] {
+        let s = open(&d);
+        let job = s.job(id).expect("job");
+        let json = hetsched_server::json::job(&job);
+        let shown: Vec<(String, serde_json::Value)> = json["divisible"]["chunks"]
+            .as_array()
+            .expect("chunks")
+            .iter()
+            .map(|c| {
+                (
+                    c["state"].as_str().unwrap_or_default().to_string(),
+                    c["reason"].clone(),
+                )
+            })
+            .collect();
+        let mut states: Vec<&str> = shown.iter().map(|(st, _)| st.as_str()).collect();
+        states.sort_unstable();
+        states.dedup();
+        assert_eq!(
+            states,
+            ["done", "failed", "lost", "stopped"],
+            "{round}: {shown:?}"
+        );
+        for (state, reason) in &shown {
+            let want = match state.as_str() {
+                "failed" => serde_json::json!("time_limit"),
+                "lost" => serde_json::json!("lost"),
+                "stopped" => serde_json::json!("cancelled"),
+                _ => serde_json::Value::Null,
+            };
+            assert_eq!(reason, &want, "{round}: a {state} chunk");
+        }
+        drop(s);
     }
 }

@@ -1065,6 +1065,7 @@ impl DivAgent {
             message: if ok { String::new() } else { "exit 1".into() },
             transfer_ns: 1_000,
             compute_ns: 1_000_000 * (o.end - o.start).max(1),
+            reason: None,
         };
         match s.on_chunk_done(&result, output.then_some(tmp.as_path())) {
             Ok(_) => Ok(()),

@@ -1269,6 +1269,7 @@ fn completed_divisible_job(dir: &std::path::Path, len: u64) -> u64 {
                     message: String::new(),
                     transfer_ns: 1_000,
                     compute_ns: 1_000_000,
+                    reason: None,
                 },
                 Some(&tmp),
             )

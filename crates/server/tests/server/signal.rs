@@ -343,6 +343,7 @@ fn a_divisible_jobs_chunks_out_to_agents_get_the_signal_until_done() {
             message: String::new(),
             transfer_ns: 1_000,
             compute_ns: 1_000_000,
+            reason: None,
         },
         Some(&tmp),
     )
