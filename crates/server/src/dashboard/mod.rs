@@ -1481,7 +1481,9 @@ async fn filter_pages(
                 });
             }
             scanned += 1;
-            if t.state == state {
+            // As `hetsched tasks --state`: `pending` keeps a workflow's waiting and ready
+            // instances too.
+            if filter.admits(&t.state) {
                 out.push(t);
             }
         }

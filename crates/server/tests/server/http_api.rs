@@ -262,6 +262,23 @@ async fn the_tasks_total_is_the_listings_size_with_or_without_a_state_filter() {
         ),
         Some(10)
     );
+    // A workflow's `pending` filter keeps its ready and waiting instances, as `hetsched tasks
+    // --state pending` does (it listed none of them).
+    let wf = submit(
+        &mut admin,
+        "[[task]]\nname = \"a\"\ninstances = 2\ncommand = \"true\"\noutputs = [\"m\"]\n\
+         [[task]]\nname = \"b\"\ninstances = 2\ncommand = \"true\"\ninputs = [\"m\"]\n",
+    )
+    .await;
+    let page = get_json(http, &format!("/api/tasks?job={wf}&state=pending"), &token).await;
+    let mut states: Vec<String> = api_tasks(&page)
+        .iter()
+        .map(|t| t["state"].as_str().unwrap_or_default().to_string())
+        .collect();
+    states.sort();
+    assert_eq!(states, ["ready", "ready", "waiting", "waiting"], "{page}");
+    let page = get_json(http, &format!("/api/tasks?job={wf}&state=waiting"), &token).await;
+    assert_eq!(api_tasks(&page).len(), 2, "{page}");
     server.stop().await.expect("stops");
 }
 
