@@ -280,10 +280,14 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             "  server CPU (user + system) from submission to the end: {server_cpu:.2} s ({:.1} ms per 1000 tasks)",
             server_cpu * 1e6 / args.tasks.max(1) as f64
         );
+        let agents: Vec<String> = agent_hwm
+            .iter()
+            .map(|k| k.map_or("?".into(), |k| k.to_string()))
+            .collect();
         println!(
-            "  server peak RSS (VmHWM): {} KiB; agents: {:?} KiB",
+            "  server peak RSS (VmHWM): {} KiB; agents: {} KiB",
             hwm.map_or("?".into(), |k| k.to_string()),
-            agent_hwm
+            agents.join(", ")
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
