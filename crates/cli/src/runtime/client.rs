@@ -301,8 +301,21 @@ fn counts(c: &Option<pb::TaskCounts>) -> pb::TaskCounts {
     (*c).unwrap_or_default()
 }
 
-/// How many times `hetsched submit` sends a submission whose reply did not arrive.
-const SUBMIT_TRIES: u32 = 5;
+/// How long `hetsched submit` goes on sending a submission whose reply did not arrive (the
+/// server restarting, say) by default: a minute, which a restart fits in. `wait` rides out ten
+/// (`SERVER_GONE_LIMIT`), but a submission that blocks a script for that long while nothing
+/// answers is more likely a wrong address. `HETSCHED_SUBMIT_RETRY_FOR` sets it (`0s`: one try).
+const SUBMIT_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// The time `submit` retries for: `HETSCHED_SUBMIT_RETRY_FOR` if set, else [`SUBMIT_RETRY_FOR`].
+fn submit_retry_for() -> anyhow::Result<Duration> {
+    match std::env::var("HETSCHED_SUBMIT_RETRY_FOR") {
+        Ok(v) => super::duration_flag(&v)
+            .map(Duration::from)
+            .map_err(|e| anyhow::anyhow!("HETSCHED_SUBMIT_RETRY_FOR: {e}")),
+        Err(_) => Ok(SUBMIT_RETRY_FOR),
+    }
+}
 
 /// A fresh submission key: 128 random bits in hex.
 pub fn new_submission_key() -> String {
@@ -350,9 +363,12 @@ pub async fn submit_with_retries(
     let mut tries = 0;
     // Local mistakes fail at once; only the network is retried.
     let (server, token, ca) = client_setup(args)?;
+    let retry_for = submit_retry_for()?;
+    let start = Instant::now();
     loop {
         tries += 1;
-        let last = tries >= SUBMIT_TRIES;
+        // The last try: the next would start past the time given.
+        let last = start.elapsed() + delay > retry_for;
         let mut api = match connect_with(&server, &token, ca.as_deref()).await {
             Ok(api) => api,
             // A server that does not speak TLS does not learn to.
@@ -368,7 +384,14 @@ pub async fn submit_with_retries(
                 delay = (delay * 2).min(Duration::from_secs(3));
                 continue;
             }
-            Err(e) if last => return Err(e.context(format!("gave up after {tries} tries"))),
+            Err(e) if last => {
+                return Err(e.context(format!(
+                    "gave up after {tries} tr{} in {:.1} s (HETSCHED_SUBMIT_RETRY_FOR: {:?})",
+                    if tries == 1 { "y" } else { "ies" },
+                    start.elapsed().as_secs_f64(),
+                    retry_for
+                )));
+            }
             Err(e) => return Err(e),
         };
         match api.submit(req.clone()).await {

@@ -89,13 +89,16 @@ fn a_submission_nothing_answers_says_each_cause_once() {
     let out = c
         .command(&["submit", "--", "true"])
         .env("HETSCHED_SERVER", format!("127.0.0.1:{port}"))
+        .env("HETSCHED_SUBMIT_RETRY_FOR", "2s")
         .output()
         .expect("run hetsched");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
+    // 0.2 + 0.4 + 0.8 s of backoff fit in 2 s, the next 1.6 s would not: 4 tries.
     assert!(
         err.contains("retrying in")
-            && err.contains("error: gave up after 5 tries: nothing answers at"),
+            && err.contains("error: gave up after 4 tries in ")
+            && err.contains(" s (HETSCHED_SUBMIT_RETRY_FOR: 2s): nothing answers at"),
         "{err}"
     );
     assert!(
