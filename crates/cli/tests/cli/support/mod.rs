@@ -522,6 +522,9 @@ impl Cluster {
             .env("HETSCHED_SERVER", self.url())
             .env("HETSCHED_TOKEN_FILE", self.data().join("token"))
             .envs(self.tls.then(|| ("HETSCHED_CA", tls_file("ca.pem"))))
+            // A submission to a server a test stopped on purpose gives up in seconds, not in
+            // the minute a user's gets (a test that needs more sets its own).
+            .env("HETSCHED_SUBMIT_RETRY_FOR", "5s")
             .env_remove("NO_COLOR")
             .current_dir(&self.dir);
         cmd
