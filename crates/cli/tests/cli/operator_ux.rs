@@ -1300,7 +1300,11 @@ fn a_range_skips_another_users_job_saying_it_is_not_the_callers() {
         .env("HETSCHED_TOKEN_FILE", &bob)
         .output()
         .expect("run hetsched");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("job JSON");
     assert_eq!(shown["id"], 6, "{shown}");
     let (status, err) = as_bob(&["tasks", "--job", "name:alicejob"]);
@@ -1467,7 +1471,15 @@ fn an_unknown_application_is_refused_with_the_names_the_job_has() {
     );
     // A one-application job answers to its `--name` too, as its user names it.
     c.ok(&[
-        "submit", "--tasks", "2", "--name", "sweep", "--shell", "--wait", "--", "echo sw {index}",
+        "submit",
+        "--tasks",
+        "2",
+        "--name",
+        "sweep",
+        "--shell",
+        "--wait",
+        "--",
+        "echo sw {index}",
     ]);
     assert_eq!(c.ok(&["log", "name:sweep", "sweep:1"]), "sw 1\n");
     assert_eq!(c.ok(&["log", "name:sweep", "echo:0"]), "sw 0\n");

@@ -118,8 +118,13 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
         }
     }
     // A bare number is ambiguous: Slurm's `--time=30` means minutes, a program's `sleep 30`
-    // seconds. Say both rather than humantime's "time unit needed".
-    if !t.is_empty() && t.parse::<f64>().is_ok() {
+    // seconds. Say both rather than humantime's "time unit needed". Zero is zero in any unit.
+    if let Ok(n) = t.parse::<f64>()
+        && t.chars().all(|c| c.is_ascii_digit() || c == '.')
+    {
+        if n == 0.0 {
+            return Ok(0);
+        }
         let n = clip(t);
         return Err(format!(
             "invalid duration `{n}`: a number needs its unit: `{n}m` (what Slurm's `--time={n}` \
@@ -609,7 +614,7 @@ mod tests {
     /// after 30 s, or a 30-second one after half an hour.
     #[test]
     fn a_bare_number_is_refused_naming_slurms_minutes_and_seconds() {
-        for text in ["30", " 30 ", "1.5", "0"] {
+        for text in ["30", " 30 ", "1.5"] {
             let e = parse_duration(text).expect_err(text);
             let n = text.trim();
             assert_eq!(
@@ -621,6 +626,12 @@ mod tests {
             );
         }
         assert_eq!(parse_duration("30m"), Ok(1_800_000_000_000));
+        assert_eq!(parse_duration("0"), Ok(0), "zero in any unit");
+        assert_eq!(parse_duration("0.0"), Ok(0));
+        for text in ["-2", "inf", "NaN"] {
+            let e = parse_duration(text).expect_err(text);
+            assert!(!e.contains("needs its unit"), "{text}: {e}");
+        }
     }
 
     #[test]
