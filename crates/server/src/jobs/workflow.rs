@@ -649,12 +649,11 @@ impl WfJob {
         (t, i - self.offset[t])
     }
     /// The index listings show for instance `i` (and `cancel --tasks` picks by): its argument
-    /// value, shared by its processes (its position if the value is negative).
+    /// value, shared by its processes (`{index}`; never negative: the parser refuses that).
     fn listed_index(&self, i: u32) -> u32 {
         let (t, k) = self.task_of(i);
         let task = &self.rt.parsed.workflow.tasks[t];
-        let value = task.args.start + i64::from(k / task.processes.max(1));
-        u32::try_from(value).unwrap_or(k)
+        task.args.value(k / task.processes.max(1))
     }
     /// Instance `i`'s rank among the processes of its argument value, from 1, for a task of
     /// `processes` > 1 (0 otherwise: one process per value needs no rank).
@@ -669,7 +668,7 @@ impl WfJob {
     fn label(&self, i: u32) -> String {
         let (t, k) = self.task_of(i);
         let task = &self.rt.parsed.workflow.tasks[t];
-        let n = task.args.start + i64::from(k / task.processes.max(1));
+        let n = task.args.value(k / task.processes.max(1));
         format!("{}[{n}]", task.name)
     }
     fn dir(&self, i: u32) -> String {
@@ -2328,13 +2327,12 @@ impl Workflows {
             }
         }
         let key = Kind::Workflow.id((job.seq << 32) | t as u64);
-        // `{index}` is the instance's argument value.
-        let value = task.args.start + i64::from(k / task.processes.max(1));
         (
             Dispatch {
                 task_id: job.task_id(i),
                 attempt: job.insts[i as usize].next_attempt(node),
-                index: u32::try_from(value).unwrap_or(k),
+                // `{index}` is the instance's argument value.
+                index: job.listed_index(i),
                 devices,
                 spec: key,
                 // What it takes: the agent starts it when these cores are free (a prefetched
