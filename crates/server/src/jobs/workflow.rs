@@ -2310,7 +2310,7 @@ impl Workflows {
     }
 
     fn dispatch(&self, job: &WfJob, i: u32, node: u32, devices: Vec<u32>) -> (Dispatch, u64) {
-        let (t, k) = job.task_of(i);
+        let (t, _) = job.task_of(i);
         let task = &job.rt.parsed.workflow.tasks[t];
         let mut inputs = Vec::new();
         for (p, data) in job.producers(i) {
@@ -2811,6 +2811,18 @@ impl Workflows {
         };
         j.gate.fill(&mut info, j.cancelled || j.finished());
         info
+    }
+
+    /// Of the workflow jobs `held` (those an agent holds outputs of), the ones that have not
+    /// ended: an instance still to run may fetch those outputs (a consumer, or one run again
+    /// whose input was lost), so the agent counts them as work for its idle timeout. Per job,
+    /// not per output: which outputs each remaining instance reads would cost a walk of the
+    /// graph at every beat, and a job ends once nothing of it runs or waits.
+    pub fn unfinished(&self, held: &[u64]) -> Vec<u64> {
+        held.iter()
+            .copied()
+            .filter(|seq| self.jobs.get(seq).is_some_and(|j| j.finished_ns == 0))
+            .collect()
     }
 
     /// The workflow's task graph in DOT (`hetsched job N --graph --output dot`).
