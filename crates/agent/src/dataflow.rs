@@ -929,8 +929,9 @@ pub fn jobs_with_outputs(work_dir: &Path) -> std::collections::BTreeSet<u64> {
     let has_outputs = |job: &Path| {
         std::fs::read_dir(job).is_ok_and(|instances| {
             instances.flatten().any(|i| {
-                std::fs::read_dir(i.path().join("out"))
-                    .is_ok_and(|mut out| out.any(|e| e.is_ok_and(|e| e.file_name() != ".hetsched-out")))
+                std::fs::read_dir(i.path().join("out")).is_ok_and(|mut out| {
+                    out.any(|e| e.is_ok_and(|e| e.file_name() != ".hetsched-out"))
+                })
             })
         })
     };
@@ -1687,7 +1688,11 @@ pub(crate) mod tests {
                     "",
                     "data name `x;echo INJECTED`: `x;echo INJECTED` holds `;`",
                 ),
-                (vec!["o"], "my data", "data name `my data`: `my data` holds a space"),
+                (
+                    vec!["o"],
+                    "my data",
+                    "data name `my data`: `my data` holds a space",
+                ),
             ] {
                 let a = pb::Assignment {
                     instance_dir: "7/G-0".into(),

@@ -495,7 +495,11 @@ mod tests {
                 "{problem}"
             );
         }
-        for ok in ["/var/lib/hetsched/agent-n1", "/tmp/x/a_b.c-d+e@f%g,h=i:j", "work/a1"] {
+        for ok in [
+            "/var/lib/hetsched/agent-n1",
+            "/tmp/x/a_b.c-d+e@f%g,h=i:j",
+            "work/a1",
+        ] {
             assert_eq!(placeholder_problem(Path::new(ok)), None, "{ok}");
         }
     }

@@ -1352,7 +1352,10 @@ command = "cat {{input:o}} >> {log}"
         "the producer ran once, and its consumer read its output from the agent that stayed"
     );
     let log = c.agent_log("prod");
-    assert!(!log.contains("idle for the idle timeout"), "left early: {log}");
+    assert!(
+        !log.contains("idle for the idle timeout"),
+        "left early: {log}"
+    );
     // Then it is idle, and leaves.
     assert_eq!(c.agent_exit("prod", Duration::from_secs(30)), Some(0));
     let log = c.agent_log("prod");

@@ -1034,7 +1034,9 @@ outputs = ["c"]
             let e = error(&wf(&format!("\"m\", \"{name}\"")));
             let name = name.replace("\\\"", "\"");
             assert!(
-                e.starts_with(&format!("wf.toml:5:17: task[0].outputs[1]: `{name}` holds {holds}; ")),
+                e.starts_with(&format!(
+                    "wf.toml:5:17: task[0].outputs[1]: `{name}` holds {holds}; "
+                )),
                 "{name:?}: {e}"
             );
             assert!(
@@ -1090,7 +1092,9 @@ outputs = ["c"]
             let e = error(&wf(instances));
             assert!(e.starts_with(says), "{instances}: {e}");
         }
-        let w = parse(&wf(r#""0..=2""#)).map(|p| p.workflow).unwrap_or_else(|e| panic!("{e}"));
+        let w = parse(&wf(r#""0..=2""#))
+            .map(|p| p.workflow)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(w.tasks[0].args, ArgRange { start: 0, end: 2 });
         assert_eq!(w.tasks[0].args.value(2), 2);
         let top = parse(&wf(r#""4294967294..=4294967295""#))
