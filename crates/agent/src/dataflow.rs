@@ -907,39 +907,126 @@ pub async fn prepare(
 /// consumer's fetch would fail; what a user expects is to hear so now, naming the output (the
 /// command is to write the file itself, `{output:NAME}`, not a link to it).
 pub fn missing_outputs(a: &pb::Assignment, work_dir: &Path) -> Vec<String> {
+    unwritten_outputs(a, work_dir)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// The job of workflow instance directory `instance_dir` (`JOB/TASK-I`, as the server names
+/// it); `None` for one not named so.
+pub fn job_of_instance(instance_dir: &str) -> Option<u64> {
+    let (job, _) = instance_dir.split_once('/')?;
+    job.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| job.parse().ok())
+        .flatten()
+}
+
+/// The workflow jobs whose outputs `work_dir` holds (a `wf/JOB/TASK-I/out` directory with
+/// something in it), as a restarted agent finds them: the server then says which still run.
+pub fn jobs_with_outputs(work_dir: &Path) -> std::collections::BTreeSet<u64> {
+    let has_outputs = |job: &Path| {
+        std::fs::read_dir(job).is_ok_and(|instances| {
+            instances.flatten().any(|i| {
+                std::fs::read_dir(i.path().join("out")).is_ok_and(|mut out| {
+                    out.any(|e| e.is_ok_and(|e| e.file_name() != ".hetsched-out"))
+                })
+            })
+        })
+    };
+    crate::sweep::job_dirs(work_dir)
+        .into_iter()
+        .filter(|(_, dirs)| {
+            dirs.iter()
+                .any(|d| d.parent().is_some_and(|p| p.ends_with("wf")) && has_outputs(d))
+        })
+        .map(|(job, _)| job)
+        .collect()
+}
+
+/// What stands at a declared output's place that is not an output ([`unwritten_outputs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unwritten {
+    /// Nothing, a link, or what cannot be looked at (as the instance's owner).
+    Missing,
+    /// A directory: an output is one regular file, which a consumer's fetch streams whole.
+    Directory,
+}
+
+/// [`missing_outputs`] with what stands at each one's place: a directory is told apart (the
+/// command made `{output:d}` a directory, `mkdir -p {output:d}`), so that its message says
+/// what to do instead of that nothing was written. Looked at as [`missing_outputs`] says: as
+/// the instance directory's owner, without following a final link (a link to a directory is
+/// missing, as a link to a file is).
+pub fn unwritten_outputs(a: &pb::Assignment, work_dir: &Path) -> Vec<(String, Unwritten)> {
     let rel = Path::new("wf").join(&a.instance_dir);
     let out = work_dir.join(&rel).join("out");
-    let written = |o: &String| {
-        std::fs::symlink_metadata(out.join(crate::launch::component(o))).is_ok_and(|m| m.is_file())
+    let state = |o: &String| match std::fs::symlink_metadata(out.join(crate::launch::component(o)))
+    {
+        Ok(m) if m.is_file() => None,
+        Ok(m) if m.is_dir() => Some(Unwritten::Directory),
+        _ => Some(Unwritten::Missing),
     };
     // An instance directory gone, or an owner that is no account here: none can be served.
     as_instance_owner(work_dir, &rel.to_string_lossy(), || {
-        Ok(a.outputs.iter().filter(|o| !written(o)).cloned().collect())
+        Ok(a.outputs
+            .iter()
+            .filter_map(|o| state(o).map(|s| (o.clone(), s)))
+            .collect())
     })
-    .unwrap_or_else(|_| a.outputs.clone())
+    .unwrap_or_else(|_| {
+        a.outputs
+            .iter()
+            .map(|o| (o.clone(), Unwritten::Missing))
+            .collect()
+    })
 }
 
-/// [`missing_outputs`] applied to a successful instance's `result`: it fails, naming them.
+/// [`missing_outputs`] applied to a successful instance's `result`: it fails, naming them
+/// (a directory as a directory, saying an output is one regular file).
 pub fn check_outputs(a: &pb::Assignment, work_dir: &Path, result: &mut pb::TaskResult) {
     if !result.success || a.instance_dir.is_empty() || a.outputs.is_empty() {
         return;
     }
-    let missing = missing_outputs(a, work_dir);
-    if missing.is_empty() {
+    let unwritten = unwritten_outputs(a, work_dir);
+    if unwritten.is_empty() {
         return;
+    }
+    let names = |kind: Unwritten| -> Vec<String> {
+        unwritten
+            .iter()
+            .filter(|(_, k)| *k == kind)
+            .map(|(m, _)| format!("`{m}`"))
+            .collect()
+    };
+    let (missing, dirs) = (names(Unwritten::Missing), names(Unwritten::Directory));
+    let mut says = Vec::new();
+    if !missing.is_empty() {
+        says.push(format!(
+            "did not write its declared output{} {} (`{{output:NAME}}` in its command is the \
+             file to write, not a link to one)",
+            if missing.len() == 1 { "" } else { "s" },
+            missing.join(", ")
+        ));
+    }
+    if !dirs.is_empty() {
+        // Outputs are served and fetched as one file's bytes; a directory cannot be.
+        let first = unwritten
+            .iter()
+            .find(|(_, k)| *k == Unwritten::Directory)
+            .map_or("NAME", |(m, _)| m.as_str());
+        says.push(format!(
+            "made its declared output{} {} a directory: an output is one regular file, which \
+             consumers fetch whole (to pass a directory on, write an archive of it, e.g. \
+             `tar cf {{output:{first}}} -C DIR .`, and unpack it in the consumer)",
+            if dirs.len() == 1 { "" } else { "s" },
+            dirs.join(", ")
+        ));
     }
     result.success = false;
     result.set_end(pb::TaskEnd::OutputsMissing);
-    result.message = format!(
-        "it exited 0 but did not write its declared output{} {} (`{{output:NAME}}` in its command \
-         is the file to write, not a link to one)",
-        if missing.len() == 1 { "" } else { "s" },
-        missing
-            .iter()
-            .map(|m| format!("`{m}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    result.message = format!("it exited 0 but {}", says.join("; and it "));
 }
 
 #[cfg(test)]
@@ -981,6 +1068,52 @@ pub(crate) mod tests {
             r.success && r.message.is_empty() && r.end() == ok.end(),
             "an empty output is written: {r:?}"
         );
+    }
+
+    /// An instance that made its declared output a directory (`mkdir -p {output:d}; echo hi >
+    /// {output:d}/f1`) fails saying so — an output is one regular file, and what to write
+    /// instead — not that it wrote nothing (before: ``did not write its declared output `d`
+    /// (… is the file to write, not a link to one)``). With an output missing beside it, each
+    /// is named for what it is.
+    #[test]
+    fn an_output_made_a_directory_fails_saying_an_output_is_one_regular_file() {
+        let dir = ScratchDir::new("wf", "dir-output");
+        let a = pb::Assignment {
+            instance_dir: "7/P-0".into(),
+            outputs: vec!["d".into(), "x".into()],
+            ..Default::default()
+        };
+        let out = dir.join("wf/7/P-0/out");
+        std::fs::create_dir_all(out.join("d")).expect("dir");
+        std::fs::write(out.join("d/f1"), "hi").expect("f1");
+        std::fs::write(out.join("x"), "x").expect("x");
+        let ok = pb::TaskResult {
+            success: true,
+            end: pb::TaskEnd::Exited.into(),
+            ..Default::default()
+        };
+        let mut r = ok.clone();
+        check_outputs(&a, &dir, &mut r);
+        assert!(!r.success, "{r:?}");
+        assert_eq!(r.end(), pb::TaskEnd::OutputsMissing, "{r:?}");
+        assert_eq!(
+            r.message,
+            "it exited 0 but made its declared output `d` a directory: an output is one regular \
+             file, which consumers fetch whole (to pass a directory on, write an archive of it, \
+             e.g. `tar cf {output:d} -C DIR .`, and unpack it in the consumer)"
+        );
+        std::fs::remove_file(out.join("x")).expect("rm x");
+        let mut r = ok.clone();
+        check_outputs(&a, &dir, &mut r);
+        assert!(
+            r.message.starts_with(
+                "it exited 0 but did not write its declared output `x` (`{output:NAME}` in its \
+                 command is the file to write, not a link to one); and it made its declared \
+                 output `d` a directory: "
+            ),
+            "{r:?}"
+        );
+        assert_eq!(missing_outputs(&a, &dir), ["d", "x"]);
     }
 
     /// An instance that runs as its account and leaves, as its output, a link to a file of
@@ -1548,6 +1681,18 @@ pub(crate) mod tests {
                 ),
                 (vec![""], "", "data name ``: must not be empty"),
                 (vec!["o"], ".x", "data name `.x`: `.x` starts with `.`"),
+                // Its path would be pasted into the shell line as it is: `;` ran what
+                // followed (a workflow stored before the parser refused it).
+                (
+                    vec!["x;echo INJECTED"],
+                    "",
+                    "data name `x;echo INJECTED`: `x;echo INJECTED` holds `;`",
+                ),
+                (
+                    vec!["o"],
+                    "my data",
+                    "data name `my data`: `my data` holds a space",
+                ),
             ] {
                 let a = pb::Assignment {
                     instance_dir: "7/G-0".into(),
@@ -1580,6 +1725,54 @@ pub(crate) mod tests {
                 assert!(!work.join("wf/7/G-0").exists(), "nothing made");
             }
         }
+    }
+
+    /// The paths placeholders expand to need no quoting (the work directory and data names
+    /// are held to characters no shell splits or interprets), so a command that pastes them
+    /// bare and one that quotes them itself (`"{output:p}"`, as many did to be safe) both
+    /// write the output the agent then finds.
+    #[tokio::test]
+    async fn placeholder_paths_work_bare_and_in_the_commands_own_quotes() {
+        let work = ScratchDir::new("wf", "quoted");
+        assert_eq!(crate::workdir::placeholder_problem(&work), None);
+        let spec = pb::TaskSpec {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo a > {output:o}; echo b > \"{output:v1-2+3@h%4,k=5:x}\"".into(),
+            ],
+            ..Default::default()
+        };
+        let a = pb::Assignment {
+            instance_dir: "7/G-0".into(),
+            outputs: vec!["o".into(), "v1-2+3@h%4,k=5:x".into()],
+            ..Default::default()
+        };
+        let s = prepare(
+            &a,
+            &spec,
+            &work,
+            &PeerAuth::default(),
+            None,
+            &InputLimits::default(),
+        )
+        .await
+        .expect("prepared");
+        let out = work.join("wf/7/G-0/out");
+        assert_eq!(
+            s.argv[2],
+            format!(
+                "echo a > {}; echo b > \"{}\"",
+                out.join("o").display(),
+                out.join("v1-2+3@h%4,k=5:x").display()
+            )
+        );
+        let status = std::process::Command::new(&s.argv[0])
+            .args(&s.argv[1..])
+            .status()
+            .expect("sh runs");
+        assert!(status.success());
+        assert_eq!(missing_outputs(&a, &work), Vec::<String>::new());
     }
 
     /// A producer's agent that streams more than `max_input_bytes` for one input (misbehaving,

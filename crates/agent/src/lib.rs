@@ -335,6 +335,12 @@ struct Shared {
     /// gathering wait on for another node). Not for `--drain`: the server gives a draining
     /// node back.
     gathering: bool,
+    /// The workflow jobs this node holds outputs of (an instance of theirs succeeded here with
+    /// outputs, which consumers elsewhere fetch from this agent) that the server has not said
+    /// ended (`outputs_needed`): they count as work for the idle timeout, since an agent that
+    /// left would take them with it and their producers would run again elsewhere. Not for
+    /// `--drain` or a signal, nor while the server is unreachable (it may be gone for good).
+    holds_outputs: std::collections::BTreeSet<u64>,
 }
 
 impl Shared {
@@ -462,6 +468,10 @@ pub async fn run(
         if let Some(name) = name {
             info!("device {i} ({}): tasks see it as `{name}`", d.kind);
         }
+    }
+    // Before anything is made there: workflow placeholders paste paths under it into commands.
+    if let Some(problem) = workdir::placeholder_problem(&opts.work_dir) {
+        return Err(AgentError::Config(format!("work directory {problem}")));
     }
     workdir::prepare_for(&opts.work_dir, opts.run_as_owner)
         .map_err(|e| AgentError::Config(format!("work directory: {e}")))?;
@@ -687,6 +697,9 @@ pub async fn run(
         chunks: computing.clone(),
         member_of: Vec::new(),
         gathering: false,
+        // Outputs a previous run of this agent produced: the first reply says which of their
+        // workflows still run.
+        holds_outputs: dataflow::jobs_with_outputs(&opts.work_dir),
     }));
     // An ANode's accelerator service (spec 01's AcCt): every GPU task of this node, its own and
     // its NNodes', runs through its process stage.
@@ -876,9 +889,19 @@ pub async fn run(
                     // Lost with a failed beat: the server sends those signals again, and
                     // they are acknowledged again without being sent twice.
                     signalled: std::mem::take(&mut sh.signal_acks),
+                    // The newest first, should there be more than a beat lists.
+                    holds_outputs_of: sh
+                        .holds_outputs
+                        .iter()
+                        .rev()
+                        .take(pb::MAX_HELD_OUTPUT_JOBS)
+                        .copied()
+                        .collect(),
                 }
             };
             said_leaving = !req.leaving.is_empty();
+            // What the reply's `outputs_needed` answers: a job added meanwhile was not asked.
+            let asked_holds = req.holds_outputs_of.clone();
             let mut reply =
                 match tokio::time::timeout(Duration::from_secs(10), client.heartbeat(req)).await {
                     Ok(Ok(r)) => {
@@ -938,6 +961,22 @@ pub async fn run(
                      this node holds its cores for them"
                 );
                 sh.member_of = std::mem::take(&mut reply.member_of);
+            }
+            if !asked_holds.is_empty() {
+                let ended: Vec<u64> = asked_holds
+                    .iter()
+                    .copied()
+                    .filter(|j| !reply.outputs_needed.contains(j))
+                    .collect();
+                for j in &ended {
+                    sh.holds_outputs.remove(j);
+                }
+                if !ended.is_empty() {
+                    info!(
+                        jobs = ?ended,
+                        "workflows ended: the outputs held for them no longer keep this agent"
+                    );
+                }
             }
             if sh.gathering != reply.gathering {
                 info!(
@@ -1186,7 +1225,7 @@ pub async fn run(
                 // arrives through `AwaitWork` and wakes this loop, so beats only need to say the
                 // node lives. A member of a multi-node task beats as often as a node running
                 // one, so that it hears of the task's end within a beat.
-                let (idle, queue_waits) = {
+                let (idle, queue_waits, holds_outputs) = {
                     let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
                     (
                         sh.running.is_empty()
@@ -1195,6 +1234,7 @@ pub async fn run(
                             && sh.member_of.is_empty()
                             && !sh.gathering,
                         !sh.queue.is_empty(),
+                        !sh.holds_outputs.is_empty(),
                     )
                 };
                 let idle = idle
@@ -1208,7 +1248,10 @@ pub async fn run(
                 // this loop, which not all of them wake: looked at again when the idle timeout
                 // ends).
                 let others_rest = || outside_work_rests(&outside, pipeline.as_ref(), &balance);
-                let nothing_here = idle && others_rest();
+                // Outputs a running workflow may still fetch keep the agent, but not its beats
+                // quick: nothing changes here until the workflow ends, which the next (idle)
+                // beat's reply says.
+                let nothing_here = idle && !holds_outputs && others_rest();
                 if !nothing_here {
                     idle_since = None;
                 } else if idle_since.is_none() {
@@ -1663,6 +1706,11 @@ impl Launcher<'_> {
                     r
                 }
             };
+            // Its outputs stay here for the workflow's consumers: they keep the agent from its
+            // idle timeout until the workflow ends.
+            let produced_for = (result.success && !a.outputs.is_empty())
+                .then(|| dataflow::job_of_instance(&a.instance_dir))
+                .flatten();
             opts.processes
                 .remove(spawned.load(std::sync::atomic::Ordering::Relaxed));
             end_task(&shared, &bal, task, |sh| {
@@ -1682,6 +1730,9 @@ impl Launcher<'_> {
                 {
                     sh.stopped_ended |= t.kill.is_none();
                     sh.running.remove(&task);
+                }
+                if let Some(job) = produced_for {
+                    sh.holds_outputs.insert(job);
                 }
                 sh.results.push(result);
             });
@@ -2227,6 +2278,7 @@ mod tests {
             chunks: Default::default(),
             member_of: Vec::new(),
             gathering: false,
+            holds_outputs: Default::default(),
         }));
         let opts = AgentOptions {
             server: "http://127.0.0.1:1".into(),

@@ -11,6 +11,10 @@
 //! kept: it proves to the server that heartbeats for a node come from the agent that registered
 //! it, and it tells two agents started under one name apart (the second is refused while the
 //! first lives). An agent restarted with the same work directory is the same agent.
+//!
+//! Its absolute path is made only of characters no shell splits or interprets
+//! ([`placeholder_problem`]): a workflow instance's `{input:NAME}` and `{output:NAME}` are
+//! paths under it, pasted into the instance's command as they are.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -300,6 +304,42 @@ pub fn lock_holder(dir: &Path) -> Option<u32> {
     text.trim().parse().ok()
 }
 
+/// Why work directory `dir` (made absolute against this process's directory) cannot hold
+/// workflow instances, if it cannot: its path holds a character a shell splits at or
+/// interprets. A workflow command gets its `{input:NAME}` and `{output:NAME}` paths
+/// (`WORK_DIR/wf/JOB/TASK-I/out/NAME`) pasted in as they are, a shell line too: under
+/// `/tmp/x/work dir`, `echo hi > {output:o}` failed with ``cannot create /tmp/x/work: Is a
+/// directory`` (and would have written `/tmp/x/work` had it been a file). Quoting the paths as
+/// they are pasted is no way out: a command that quotes its placeholders itself
+/// (`"{output:o}"`, as many do) would then read the quotes as part of the path. So the path is
+/// held to what the parser allows a data name — letters, digits and
+/// [`DATA_NAME_PUNCTUATION`](hetsched_core::input::workflow::DATA_NAME_PUNCTUATION) — and `/`;
+/// every other part of such a path (`wf`, the job id, the task's name made safe, the instance
+/// number, `in`/`out`, the data name, the copy's number) already is.
+pub fn placeholder_problem(dir: &Path) -> Option<String> {
+    use hetsched_core::input::workflow::{DATA_NAME_PUNCTUATION, char_named, shell_safe};
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let why = "workflow placeholders ({input:NAME}, {output:NAME}) paste paths under it into \
+               shell commands as they are, where a shell would split or interpret it";
+    let Some(text) = absolute.to_str() else {
+        return Some(format!(
+            "`{}`: the path is not UTF-8; {why}",
+            absolute.display()
+        ));
+    };
+    let c = text.chars().find(|&c| c != '/' && !shell_safe(c))?;
+    Some(format!(
+        "`{}` holds {}; {why}: use a directory whose path is letters, digits, `/` and `{}` only",
+        text.escape_debug(),
+        char_named(c),
+        DATA_NAME_PUNCTUATION
+            .chars()
+            .map(String::from)
+            .collect::<Vec<_>>()
+            .join(" ")
+    ))
+}
+
 /// This process's effective user id.
 pub fn euid() -> u32 {
     nix::unistd::geteuid().as_raw()
@@ -421,6 +461,47 @@ mod tests {
 
     fn scratch(name: &str) -> ScratchDir {
         ScratchDir::new("workdir", name)
+    }
+
+    /// A work directory whose path a shell would split or interpret cannot hold workflow
+    /// instances, whose placeholders paste paths under it into commands: it is refused,
+    /// naming the character and why; an ordinary one, relative ones too, is not.
+    #[test]
+    fn a_work_directory_a_shell_would_split_or_interpret_is_refused_saying_why() {
+        for (dir, holds) in [
+            ("/tmp/x/work dir/a4", "a space"),
+            ("/tmp/x/a;b", "`;`"),
+            ("/tmp/x/$HOME", "`$`"),
+            ("/tmp/x/a'b", "`'`"),
+            ("/tmp/x/a\"b", "`\"`"),
+            ("/tmp/x/a`b", "a backtick (`` ` ``)"),
+            ("/tmp/x/a*", "`*`"),
+            ("/tmp/x/a[1]", "`[`"),
+            ("/tmp/x/{a}", "`{`"),
+            ("/tmp/~x", "`~`"),
+            ("/tmp/x/a\nb", "a newline"),
+            ("/tmp/x/a\\b", "`\\`"),
+            ("/tmp/x/a&b", "`&`"),
+            ("/tmp/x/a(b)", "`(`"),
+        ] {
+            let problem = placeholder_problem(Path::new(dir)).unwrap_or_default();
+            assert!(
+                problem.contains(&format!(" holds {holds}; workflow placeholders")),
+                "{dir:?}: {problem}"
+            );
+            assert!(
+                problem.contains("paste paths under it into shell commands")
+                    && problem.ends_with("letters, digits, `/` and `_ . - + @ % , = :` only"),
+                "{problem}"
+            );
+        }
+        for ok in [
+            "/var/lib/hetsched/agent-n1",
+            "/tmp/x/a_b.c-d+e@f%g,h=i:j",
+            "work/a1",
+        ] {
+            assert_eq!(placeholder_problem(Path::new(ok)), None, "{ok}");
+        }
     }
 
     /// The synced rewrite replaces the record whole, leaves no `tmp`, and appends after it, as

@@ -37,6 +37,12 @@ pub const MAX_CHUNK_OUTPUT: u64 = 4 << 30;
 
 /// Most job ids one `PurgedJobs` call may ask about (an agent with more asks in several calls).
 pub const MAX_PURGED_JOBS_ASKED: usize = 10_000;
+
+/// The most workflow jobs a heartbeat's `holds_outputs_of` lists (an agent lists its newest
+/// first) and a server reads: a bound on what one beat costs the server, far above the
+/// workflows one cluster runs at once.
+pub const MAX_HELD_OUTPUT_JOBS: usize = 4096;
+
 /// The page size of a `ReadLog` call that does not say (`limit = 0`).
 pub const LOG_DEFAULT_PAGE: u32 = 64 << 10;
 

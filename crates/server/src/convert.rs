@@ -183,6 +183,11 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
             signalled: r.signalled,
             peers_version: r.peers_version,
             clusters_version: r.clusters_version,
+            holds_outputs_of: {
+                let mut jobs = r.holds_outputs_of;
+                jobs.truncate(hetsched_proto::MAX_HELD_OUTPUT_JOBS);
+                jobs
+            },
         }
     }
 }
@@ -389,6 +394,7 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             signals: r.signals.iter().map(task_signal).collect(),
             member_of: r.member_of.iter().map(task_ref).collect(),
             gathering: r.gathering,
+            outputs_needed: r.outputs_needed,
             offload_key: r.offload_key,
             offload_keys: r
                 .offload_keys
@@ -455,6 +461,9 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         signals: r.signals.iter().map(task_signal).collect(),
         member_of: r.member_of.iter().map(task_ref).collect(),
         gathering: r.gathering,
+        // Set after the kinds filled the reply: at most the jobs the agent listed, bounded
+        // (`MAX_HELD_OUTPUT_JOBS`), a few bytes each.
+        outputs_needed: Vec::new(),
         // Set after the kinds filled the reply, to an ANode only: 34 bytes. (Each offloaded
         // assignment's ANode, address and 51-byte ticket — tag, length, the MAC and its
         // validity — come then too: an NNode is sent as many offloads at once as it reaches

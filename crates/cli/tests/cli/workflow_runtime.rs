@@ -1301,3 +1301,67 @@ fn beside_a_batch_task_holding_g1(name: &str, config: &str, balancer: &str, hold
         "the workflow completed only after the batch task: {tasks:?}"
     );
 }
+
+/// An agent with `--idle-timeout` that holds the output of a running workflow stays while
+/// the workflow runs, however long its consumer waits, and leaves once the workflow ended.
+/// Before, it left at its idle timeout with the output, and the producer ran again elsewhere
+/// (`attempt=2`; here nowhere else could, and the workflow never ended).
+#[test]
+fn an_idle_timeout_agent_holding_a_running_workflows_outputs_stays_until_the_workflow_ends() {
+    // Idle agents beat often here, so that the holder hears of the workflow's end at once.
+    let mut c = Cluster::start_configured(
+        "wf-idle-holds",
+        false,
+        "idle_heartbeat_interval = \"200ms\"\n",
+    );
+    c.start_agent("prod", 1, &["--idle-timeout", "1s", "--attributes", "prod"]);
+    c.start_agent("gate", 1, &["--attributes", "gate"]);
+    c.wait_for_nodes(2);
+    let runlog = c.dir.join("runs");
+    let file = c.write(
+        "idle.toml",
+        &format!(
+            r#"[[task]]
+name = "p"
+instances = 1
+requires = ["prod"]
+outputs = ["o"]
+command = "echo p >> {log}; echo 7 > {{output:o}}"
+[[task]]
+name = "gate"
+instances = 1
+requires = ["gate"]
+outputs = ["g"]
+command = "sleep 4; echo ok > {{output:g}}"
+[[task]]
+name = "q"
+instances = 1
+requires = ["gate"]
+inputs = ["o", "g"]
+command = "cat {{input:o}} >> {log}"
+"#,
+            log = runlog.display()
+        ),
+    );
+    let job = submit(&c, &file);
+    let done = wait_done(&c, job, Duration::from_secs(60));
+    assert_eq!(done["state"], "completed", "{done}");
+    assert_eq!(
+        std::fs::read_to_string(&runlog).unwrap_or_default(),
+        "p\n7\n",
+        "the producer ran once, and its consumer read its output from the agent that stayed"
+    );
+    let log = c.agent_log("prod");
+    assert!(
+        !log.contains("idle for the idle timeout"),
+        "left early: {log}"
+    );
+    // Then it is idle, and leaves.
+    assert_eq!(c.agent_exit("prod", Duration::from_secs(30)), Some(0));
+    let log = c.agent_log("prod");
+    assert!(
+        log.contains("workflows ended: the outputs held for them no longer keep this agent")
+            && log.contains("idle for the idle timeout"),
+        "{log}"
+    );
+}

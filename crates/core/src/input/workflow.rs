@@ -153,7 +153,12 @@ pub struct ParsedWorkflow {
 ///   `out/.hetsched-out` is the agent's own marker) and is not empty; the agent refuses
 ///   anything else, so it never has to rename an item (`component` mapped `""` to `_`, the
 ///   name of another item);
-/// - a control character would act on the terminal that shows an error quoting the name.
+/// - a control character would act on the terminal that shows an error quoting the name;
+/// - the agent pastes the item's path into the command as it is, a shell line included
+///   (`sh -c "sort {input:m} > {output:r}"`): a character a shell splits at or interprets (a
+///   blank, a quote, `;`, `$`, `*`…) would break the line or run what follows it (`x;echo hi`
+///   ran `echo hi`), so a name is letters, digits and [`DATA_NAME_PUNCTUATION`] only
+///   ([`shell_safe`]).
 ///
 /// Its length is bounded for the runtime with an application name's
 /// ([`super::limits::check_workflow`]).
@@ -186,7 +191,44 @@ pub fn data_name_problem(name: &str) -> Option<String> {
              leave the instance's directory, and names starting with `.` are the agent's own)"
         ));
     }
+    if let Some(c) = name.chars().find(|&c| !shell_safe(c)) {
+        return Some(format!(
+            "`{name}` holds {}; a command gets the item's path pasted in as it is, where a shell \
+             would split or interpret it, so a data name is letters, digits and `{}` only",
+            char_named(c),
+            DATA_NAME_PUNCTUATION
+                .chars()
+                .map(String::from)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
     None
+}
+
+/// The punctuation a data name may hold besides letters and digits: characters no shell
+/// splits a word at or gives a meaning to inside a path (what [`shell_safe`] accepts).
+pub const DATA_NAME_PUNCTUATION: &str = "_.-+@%,=:";
+
+/// Whether `c` may stand in a path that the runtime pastes into a command (a data name, and
+/// every component of an agent's work directory): a letter or digit (any script: a shell gives
+/// no byte past ASCII a meaning) or one of [`DATA_NAME_PUNCTUATION`]. Not a blank, quote, `$`,
+/// backtick, `;`, `&`, `|`, `<`, `>`, parenthesis, glob character (`*`, `?`, `[`, `]`),
+/// brace, `~`, `#`, `!` or `\`.
+pub fn shell_safe(c: char) -> bool {
+    c.is_alphanumeric() || DATA_NAME_PUNCTUATION.contains(c)
+}
+
+/// `c` as a message names it: quoted when it shows, by name when it is blank.
+pub fn char_named(c: char) -> String {
+    match c {
+        ' ' => "a space".into(),
+        '\t' => "a tab".into(),
+        '\n' => "a newline".into(),
+        '`' => "a backtick (`` ` ``)".into(),
+        c if c.is_whitespace() || c.is_control() => format!("the character U+{:04X}", c as u32),
+        c => format!("`{c}`"),
+    }
 }
 
 /// Why `component` cannot be a task's `component`, if it cannot: it is at most
@@ -514,8 +556,17 @@ fn arg_range(
     field: &str,
 ) -> Result<ArgRange, InputError> {
     let bad = |msg: String| src.error(at(value), Some(field.to_string()), msg);
+    // Values are indices: `{index}`, `hetsched log JOB TASK:INDEX` and listings take them
+    // unsigned (u32).
+    let most = i64::from(u32::MAX);
     match value.get_ref() {
-        toml::Value::Integer(n) if *n >= 1 => Ok(ArgRange { start: 1, end: *n }),
+        toml::Value::Integer(n) if (1..=most).contains(n) => Ok(ArgRange {
+            start: 1,
+            end: *n as u32,
+        }),
+        toml::Value::Integer(n) if *n >= 1 => Err(bad(format!(
+            "bad range: a count must be at most {most}, found {n}"
+        ))),
         toml::Value::Integer(n) => Err(bad(format!(
             "bad range: a count must be at least 1, found {n}"
         ))),
@@ -536,6 +587,15 @@ fn arg_range(
                     .map_err(|_| bad(format!("bad range `{s}`: `{}` is not an integer", x.trim())))
             };
             let (start, hi) = (parse(lo)?, parse(hi)?);
+            // Before the other checks: `-1..=1` ran its `-1` as `{index}` 0, and no command
+            // can address a negative index (`hetsched log JOB a:-1`).
+            if let Some(v) = [start, hi].into_iter().find(|v| *v < 0) {
+                return Err(bad(format!(
+                    "bad range `{s}`: argument values must be 0 or more, found {v} (an \
+                     instance's value is its `{{index}}` and how `hetsched log JOB TASK:INDEX` \
+                     names it, which are unsigned)"
+                )));
+            }
             let end = if inclusive {
                 hi
             } else {
@@ -545,9 +605,15 @@ fn arg_range(
             if end < start {
                 return Err(bad(format!("bad range `{s}`: it is empty")));
             }
-            if end.checked_sub(start).is_none() {
-                return Err(bad(format!("bad range `{s}`: too large")));
+            if end > most {
+                return Err(bad(format!(
+                    "bad range `{s}`: argument values must be at most {most}, found {end}"
+                )));
             }
+            // Both in 0..=u32::MAX: checked above.
+            let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(end)) else {
+                return Err(bad(format!("bad range `{s}`: out of bounds")));
+            };
             Ok(ArgRange { start, end })
         }
         other => Err(bad(format!(
@@ -927,8 +993,114 @@ outputs = ["c"]
             e.starts_with("wf.toml:10:11: task[1].inputs[0]: `m{index}` holds a `{` or `}`"),
             "{e}"
         );
-        // What an agent takes as it is: one path component, with `:`, spaces or dots inside.
-        assert!(parse(&wf(r#""m", "a:b", "a b.dat", "_x""#, r#""m", "a b.dat""#)).is_ok());
+        // What an agent takes as it is: one path component of letters, digits and the
+        // punctuation no shell splits at or interprets.
+        assert!(
+            parse(&wf(
+                r#""m", "a:b", "b.dat", "_x", "v1-2+3@h%4,k=5", "données""#,
+                r#""m", "b.dat""#
+            ))
+            .is_ok()
+        );
+    }
+
+    /// A data name's path is pasted into the command as it is (`sh -c "… > {output:NAME}"`):
+    /// a name a shell would split or interpret is refused where it is written, saying which
+    /// characters a name may hold (before, `x;echo INJECTED` ran `echo INJECTED`, and
+    /// `my data` wrote a file `my`).
+    #[test]
+    fn data_names_a_shell_would_split_or_interpret_are_refused_saying_what_is_allowed() {
+        let wf = |outputs: &str| {
+            format!("[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\noutputs = [{outputs}]\n")
+        };
+        for (name, holds) in [
+            ("my data", "a space"),
+            ("x;echo INJECTED", "`;`"),
+            ("a$b", "`$`"),
+            ("a'b", "`'`"),
+            ("a\\\"b", "`\"`"),
+            ("a`b", "a backtick (`` ` ``)"),
+            ("a|b", "`|`"),
+            ("a&b", "`&`"),
+            ("a>b", "`>`"),
+            ("a(b", "`(`"),
+            ("a*b", "`*`"),
+            ("a?b", "`?`"),
+            ("a[b", "`[`"),
+            ("~a", "`~`"),
+            ("a#b", "`#`"),
+            ("a!b", "`!`"),
+        ] {
+            let e = error(&wf(&format!("\"m\", \"{name}\"")));
+            let name = name.replace("\\\"", "\"");
+            assert!(
+                e.starts_with(&format!(
+                    "wf.toml:5:17: task[0].outputs[1]: `{name}` holds {holds}; "
+                )),
+                "{name:?}: {e}"
+            );
+            assert!(
+                e.ends_with("so a data name is letters, digits and `_ . - + @ % , = :` only"),
+                "{e}"
+            );
+        }
+        // Inputs too, and the simulator's parse is the runtime's.
+        let e = error(
+            "[[task]]\nname = \"A\"\ninstances = 1\ncost = \"1s\"\noutputs = [\"m\"]\n\
+             [[task]]\nname = \"B\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"m n\"]\n",
+        );
+        assert!(
+            e.starts_with("wf.toml:10:11: task[1].inputs[0]: `m n` holds a space"),
+            "{e}"
+        );
+    }
+
+    /// Argument values are indices (`{index}`, `hetsched log JOB TASK:INDEX`), unsigned: a
+    /// negative one is refused where it is written (before, `-1..=1` ran `-1` as `{index}` 0,
+    /// beside the real 0), and so is one past u32.
+    #[test]
+    fn negative_or_too_large_argument_values_are_refused_where_written() {
+        let wf = |instances: &str| {
+            format!("[[task]]\nname = \"A\"\ninstances = {instances}\ncost = \"1s\"\n")
+        };
+        for (instances, says) in [
+            (
+                r#""-1..=1""#,
+                "wf.toml:3:13: task[0].instances: bad range `-1..=1`: argument values must be 0 or more, found -1",
+            ),
+            (
+                r#""-5..-2""#,
+                "wf.toml:3:13: task[0].instances: bad range `-5..-2`: argument values must be 0 or more, found -5",
+            ),
+            (
+                r#""0..=-1""#,
+                "wf.toml:3:13: task[0].instances: bad range `0..=-1`: argument values must be 0 or more, found -1",
+            ),
+            (
+                r#""0..=4294967296""#,
+                "wf.toml:3:13: task[0].instances: bad range `0..=4294967296`: argument values must be at most 4294967295",
+            ),
+            (
+                "-3",
+                "wf.toml:3:13: task[0].instances: bad range: a count must be at least 1, found -3",
+            ),
+            (
+                "4294967296",
+                "wf.toml:3:13: task[0].instances: bad range: a count must be at most 4294967295",
+            ),
+        ] {
+            let e = error(&wf(instances));
+            assert!(e.starts_with(says), "{instances}: {e}");
+        }
+        let w = parse(&wf(r#""0..=2""#))
+            .map(|p| p.workflow)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(w.tasks[0].args, ArgRange { start: 0, end: 2 });
+        assert_eq!(w.tasks[0].args.value(2), 2);
+        let top = parse(&wf(r#""4294967294..=4294967295""#))
+            .map(|p| p.workflow)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(top.tasks[0].args.len(), 2);
     }
 
     #[test]

@@ -44,19 +44,28 @@ pub struct WorkflowTask {
     pub depends_on: Vec<Dependency>,
 }
 
-/// An inclusive range of integer arguments, `start..=end` (never empty).
+/// An inclusive range of integer arguments, `start..=end` (never empty). Unsigned, as every
+/// index is where instances are addressed (`{index}`, `hetsched log JOB TASK:INDEX`, listings):
+/// the parser refuses a negative value where it is written, so no value has to be mapped to
+/// another one later (a `-1` once ran as `{index}` 0, beside the real 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArgRange {
     /// First value.
-    pub start: i64,
+    pub start: u32,
     /// Last value (inclusive), `>= start`.
-    pub end: i64,
+    pub end: u32,
 }
 
 impl ArgRange {
     /// How many values.
     pub fn len(&self) -> u64 {
-        (self.end - self.start) as u64 + 1
+        u64::from(self.end.saturating_sub(self.start)) + 1
+    }
+
+    /// The value at position `k` (from 0): `start + k`, at most `end` (a `k` past the range,
+    /// which no caller passes, reads as the last value rather than wrapping).
+    pub fn value(&self, k: u32) -> u32 {
+        self.start.saturating_add(k).min(self.end)
     }
 
     /// Never true: a range holds at least one value (kept for the `len` convention).

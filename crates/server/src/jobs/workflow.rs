@@ -649,12 +649,11 @@ impl WfJob {
         (t, i - self.offset[t])
     }
     /// The index listings show for instance `i` (and `cancel --tasks` picks by): its argument
-    /// value, shared by its processes (its position if the value is negative).
+    /// value, shared by its processes (`{index}`; never negative: the parser refuses that).
     fn listed_index(&self, i: u32) -> u32 {
         let (t, k) = self.task_of(i);
         let task = &self.rt.parsed.workflow.tasks[t];
-        let value = task.args.start + i64::from(k / task.processes.max(1));
-        u32::try_from(value).unwrap_or(k)
+        task.args.value(k / task.processes.max(1))
     }
     /// Instance `i`'s rank among the processes of its argument value, from 1, for a task of
     /// `processes` > 1 (0 otherwise: one process per value needs no rank).
@@ -669,7 +668,7 @@ impl WfJob {
     fn label(&self, i: u32) -> String {
         let (t, k) = self.task_of(i);
         let task = &self.rt.parsed.workflow.tasks[t];
-        let n = task.args.start + i64::from(k / task.processes.max(1));
+        let n = task.args.value(k / task.processes.max(1));
         format!("{}[{n}]", task.name)
     }
     fn dir(&self, i: u32) -> String {
@@ -2311,7 +2310,7 @@ impl Workflows {
     }
 
     fn dispatch(&self, job: &WfJob, i: u32, node: u32, devices: Vec<u32>) -> (Dispatch, u64) {
-        let (t, k) = job.task_of(i);
+        let (t, _) = job.task_of(i);
         let task = &job.rt.parsed.workflow.tasks[t];
         let mut inputs = Vec::new();
         for (p, data) in job.producers(i) {
@@ -2328,13 +2327,12 @@ impl Workflows {
             }
         }
         let key = Kind::Workflow.id((job.seq << 32) | t as u64);
-        // `{index}` is the instance's argument value.
-        let value = task.args.start + i64::from(k / task.processes.max(1));
         (
             Dispatch {
                 task_id: job.task_id(i),
                 attempt: job.insts[i as usize].next_attempt(node),
-                index: u32::try_from(value).unwrap_or(k),
+                // `{index}` is the instance's argument value.
+                index: job.listed_index(i),
                 devices,
                 spec: key,
                 // What it takes: the agent starts it when these cores are free (a prefetched
@@ -2813,6 +2811,18 @@ impl Workflows {
         };
         j.gate.fill(&mut info, j.cancelled || j.finished());
         info
+    }
+
+    /// Of the workflow jobs `held` (those an agent holds outputs of), the ones that have not
+    /// ended: an instance still to run may fetch those outputs (a consumer, or one run again
+    /// whose input was lost), so the agent counts them as work for its idle timeout. Per job,
+    /// not per output: which outputs each remaining instance reads would cost a walk of the
+    /// graph at every beat, and a job ends once nothing of it runs or waits.
+    pub fn unfinished(&self, held: &[u64]) -> Vec<u64> {
+        held.iter()
+            .copied()
+            .filter(|seq| self.jobs.get(seq).is_some_and(|j| j.finished_ns == 0))
+            .collect()
     }
 
     /// The workflow's task graph in DOT (`hetsched job N --graph --output dot`).

@@ -717,6 +717,8 @@ impl State {
                 kill,
                 member_of: self.jobs.batch.multi_node_member_of(nid.0),
                 gathering: self.jobs.batch.held_for_gathering(nid),
+                // Nor may it leave at its idle timeout with outputs a workflow still needs.
+                outputs_needed: self.jobs.workflow.unfinished(&req.holds_outputs_of),
                 // Its agent (started meanwhile, say) serves the outputs it holds to the fetches
                 // sent before the pause.
                 data_key: self.data_key(nid.0),
@@ -848,6 +850,8 @@ impl State {
         self.commit()?;
         self.wake(Some(nid));
         reply.purge_epoch = self.purge_epoch;
+        // After this beat's results: the one that ended a workflow frees its outputs' holders.
+        reply.outputs_needed = self.jobs.workflow.unfinished(&req.holds_outputs_of);
         Ok(reply)
     }
 

@@ -197,6 +197,9 @@ pub struct HeartbeatReport {
     /// The version of the PCDDB proximity clusters the agent holds (0: none): the reply
     /// carries the node's clusters (`PcddbJob::clusters`) only when it is not the server's.
     pub clusters_version: u64,
+    /// The workflow jobs the agent holds outputs of (`holds_outputs_of`, at most
+    /// `MAX_HELD_OUTPUT_JOBS`): the reply says which have not ended (`outputs_needed`).
+    pub holds_outputs_of: Vec<u64>,
 }
 
 /// What every task of one spec key runs (sent to a node once, before its first task of it).
@@ -336,6 +339,9 @@ pub struct HeartbeatReply {
     /// The node is held whole for a multi-node task still being gathered: its agent counts it
     /// as work for its idle timeout (`HeartbeatReply.gathering`).
     pub gathering: bool,
+    /// Of the workflow jobs the agent holds outputs of, those that have not ended: its agent
+    /// counts them as work for its idle timeout (`HeartbeatReply.outputs_needed`).
+    pub outputs_needed: Vec<u64>,
 }
 
 /// What `hetsched signal` reached: running task attempts, and a divisible job's chunks out to
