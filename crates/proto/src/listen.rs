@@ -1393,14 +1393,17 @@ mod tests {
     /// took bytes.
     type WriterEnd = (io::ErrorKind, Duration);
 
-    /// Serves each connection of `incoming` with a writer that writes as fast as the socket
-    /// takes bytes (as hyper does a long reply) until a write fails.
+    /// Serves each connection of `incoming` with a writer that reads the greeting and then
+    /// writes as fast as the socket takes bytes (as hyper does a long reply) until a write
+    /// fails.
     fn write_without_end(mut incoming: Incoming) -> mpsc::UnboundedReceiver<WriterEnd> {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Some(Ok(mut conn)) = incoming.next().await {
                 let tx = tx.clone();
                 tokio::spawn(async move {
+                    let mut greeted = vec![0u8; greeting(0).len()];
+                    conn.read_exact(&mut greeted).await.expect("the greeting");
                     let chunk = vec![0u8; 16 << 10];
                     let mut last = Instant::now();
                     let why = loop {
