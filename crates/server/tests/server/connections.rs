@@ -309,10 +309,9 @@ fn header(block: &mut Vec<u8>, name: &str, value: &str) {
     string(block, value);
 }
 
-/// The bytes of a client that greets with the largest flow-control windows (the server may
-/// send it all it has) and asks for `calls` pages of `job`'s tasks, 1,000 rows each.
-fn list_tasks_calls(token: &str, job: u64, calls: u32) -> Vec<u8> {
-    use prost::Message;
+/// The greeting of a client with the largest flow-control windows: the server may send it all
+/// it has.
+fn greeting() -> Vec<u8> {
     const MAX_WINDOW: u32 = (1 << 31) - 1;
     let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     // SETTINGS_INITIAL_WINDOW_SIZE; then the connection's window raised as far.
@@ -320,6 +319,12 @@ fn list_tasks_calls(token: &str, job: u64, calls: u32) -> Vec<u8> {
     settings.extend_from_slice(&MAX_WINDOW.to_be_bytes());
     out.extend(frame(4, 0, 0, &settings));
     out.extend(frame(8, 0, 0, &(MAX_WINDOW - 65_535).to_be_bytes()));
+    out
+}
+
+/// A call on `stream` for a page of 1,000 of `job`'s tasks (some 35 KB).
+fn list_tasks(token: &str, job: u64, stream: u32) -> Vec<u8> {
+    use prost::Message;
     let request = pb::ListTasksRequest {
         job_id: job,
         limit: 1000,
@@ -329,23 +334,20 @@ fn list_tasks_calls(token: &str, job: u64, calls: u32) -> Vec<u8> {
     let mut message = vec![0];
     message.extend_from_slice(&u32::try_from(request.len()).expect("small").to_be_bytes());
     message.extend_from_slice(&request);
-    for i in 0..calls {
-        let stream = 2 * i + 1;
-        let mut block = Vec::new();
-        for (name, value) in [
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":path", "/hetsched.v1.Client/ListTasks"),
-            (":authority", "localhost"),
-            ("content-type", "application/grpc"),
-            ("te", "trailers"),
-            ("authorization", &pb::bearer(token)),
-        ] {
-            header(&mut block, name, value);
-        }
-        out.extend(frame(1, 0x4, stream, &block)); // HEADERS, END_HEADERS
-        out.extend(frame(0, 0x1, stream, &message)); // DATA, END_STREAM
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/hetsched.v1.Client/ListTasks"),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+        ("authorization", &pb::bearer(token)),
+    ] {
+        header(&mut block, name, value);
     }
+    let mut out = frame(1, 0x4, stream, &block); // HEADERS, END_HEADERS
+    out.extend(frame(0, 0x1, stream, &message)); // DATA, END_STREAM
     out
 }
 
@@ -366,11 +368,11 @@ async fn drained_within(s: &mut TcpStream, within: Duration) -> (bool, usize) {
 }
 
 /// A gRPC client that asks for replies larger than its TCP receive window and then reads
-/// nothing — its calls open, the server's writes refused — is closed once they have been
-/// refused for the write-stall timeout, while other clients are served; one that asks the same
-/// and reads stays. Before, the connection and every reply hyper held for it stayed for good:
-/// HTTP/2's PINGs did not close it, the PING (and the GOAWAY after no answer) queued behind the
-/// replies the peer did not read.
+/// nothing, though it goes on calling — its calls open, the server's writes refused — is
+/// closed once they have been refused for the write-stall timeout, while other clients are
+/// served; one that asks the same and reads stays. Before, the connection and every reply
+/// hyper held for it stayed for good: HTTP/2's PINGs only go to a peer that has sent no call
+/// for 30 s (one that stops calling too was closed under a minute, the PING unanswered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grpc_client_that_reads_nothing_is_closed_at_the_write_stall_timeout() {
     use tokio::io::AsyncWriteExt;
@@ -394,19 +396,29 @@ async fn a_grpc_client_that_reads_nothing_is_closed_at_the_write_stall_timeout()
         .expect("submit")
         .into_inner()
         .job_id;
-    // Forty pages of a thousand tasks (35 KB each): far more than the socket buffers hold.
-    let calls = list_tasks_calls(&server.token, job, 40);
+    // Forty pages at once (1.4 MB): far more than the socket buffers hold.
+    let calls: Vec<u8> = std::iter::once(greeting())
+        .chain((0..40).map(|i| list_tasks(&server.token, job, 2 * i + 1)))
+        .collect::<Vec<_>>()
+        .concat();
 
     let mut stalled = TcpStream::connect(server.addr).await.expect("connect");
     stalled.write_all(&calls).await.expect("calls");
     let started = Instant::now();
-    // Others are served meanwhile.
+    let mut next = 81;
     while started.elapsed() < STALL * 2 {
+        // Others are served meanwhile.
         client
             .list_jobs(pb::ListJobsRequest::default())
             .await
             .expect("another client's call");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // And it keeps calling, as the peers that HTTP/2's PINGs never closed did: each new
+        // call tells hyper the peer is there, so it never pings. Refused once closed.
+        if started.elapsed() >= STALL / 2 {
+            let _ = stalled.write_all(&list_tasks(&server.token, job, next)).await;
+            next += 2;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // Closed: what had reached the peer ends in EOF or a reset, not in a wait.
     let (closed, _) = drained_within(&mut stalled, STALL * 3).await;
