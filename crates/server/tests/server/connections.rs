@@ -430,5 +430,7 @@ async fn a_grpc_client_that_reads_nothing_is_closed_at_the_write_stall_timeout()
     let (closed, got) = drained_within(&mut reading, STALL * 3).await;
     assert!(!closed, "the connection that reads stays open");
     assert!(got > 1 << 20, "the replies came: {got} bytes");
+    // A stop waits for open connections.
+    drop(reading);
     server.stop().await.expect("stops");
 }
