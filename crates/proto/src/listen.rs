@@ -18,6 +18,18 @@
 //!   [`HTTP2_KEEPALIVE_INTERVAL`] and closes it when no answer comes within
 //!   [`HTTP2_KEEPALIVE_TIMEOUT`], so a peer that greeted and then went silent (or stopped
 //!   reading) holds its connection for under a minute even with a call open;
+//! - **a peer that reads nothing:** one that goes on calling is never pinged (each call tells
+//!   hyper it is there), so a connection whose socket has refused every byte written to it
+//!   for [`Limits::write_stall`] ([`WRITE_STALL_TIMEOUT`], 5 min) is closed ([`Stall`]), with
+//!   a line in the log naming the peer: before, it held the connection, and every reply hyper
+//!   had buffered for it, for good. Bytes taken end a stall, and each accepted socket has
+//!   `TCP_NOTSENT_LOWAT` ([`NOTSENT_LOWAT`]), so that a write is refused only while the peer
+//!   takes nothing: a peer that reads, however slowly, has its window open again within the
+//!   bound (on loopback, whose 64 KiB segments make the longest wait, a peer reading 1 KiB/s
+//!   does every two minutes or so). A gRPC client reading a long reply slowly never gets there:
+//!   its HTTP/2 layer reads the socket as bytes come and flow control holds the server back;
+//!   only a client whose process stops reading its socket does (suspended, say, or blocked in
+//!   a write to a full pipe on its only thread);
 //! - **number:** at most [`Limits::max_connections`] connections are open on one listener at
 //!   once, greeting or not; one more is closed as soon as it is accepted, with a warning in the
 //!   log ([`ConnectionCap`], at most one per [`CAP_WARNING_EVERY`]), so a flood of connections
