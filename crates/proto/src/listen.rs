@@ -18,6 +18,18 @@
 //!   [`HTTP2_KEEPALIVE_INTERVAL`] and closes it when no answer comes within
 //!   [`HTTP2_KEEPALIVE_TIMEOUT`], so a peer that greeted and then went silent (or stopped
 //!   reading) holds its connection for under a minute even with a call open;
+//! - **a peer that reads nothing:** one that goes on calling is never pinged (each call tells
+//!   hyper it is there), so a connection whose socket has refused every byte written to it
+//!   for [`Limits::write_stall`] ([`WRITE_STALL_TIMEOUT`], 5 min) is closed ([`Stall`]), with
+//!   a line in the log naming the peer: before, it held the connection, and every reply hyper
+//!   had buffered for it, for good. Bytes taken end a stall, and each accepted socket has
+//!   `TCP_NOTSENT_LOWAT` ([`NOTSENT_LOWAT`]), so that a write is refused only while the peer
+//!   takes nothing: a peer that reads, however slowly, has its window open again within the
+//!   bound (on loopback, whose 64 KiB segments make the longest wait, a peer reading 1 KiB/s
+//!   does every two minutes or so). A gRPC client reading a long reply slowly never gets there:
+//!   its HTTP/2 layer reads the socket as bytes come and flow control holds the server back;
+//!   only a client whose process stops reading its socket does (suspended, say, or blocked in
+//!   a write to a full pipe on its only thread);
 //! - **number:** at most [`Limits::max_connections`] connections are open on one listener at
 //!   once, greeting or not; one more is closed as soon as it is accepted, with a warning in the
 //!   log ([`ConnectionCap`], at most one per [`CAP_WARNING_EVERY`]), so a flood of connections
@@ -45,6 +57,18 @@ pub const GREETING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a connection may have no call open before it is closed, by default.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// How long a connection's socket may refuse every byte written to it — its peer reading
+/// nothing, its TCP receive window shut — before the connection is closed, by default.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The `TCP_NOTSENT_LOWAT` of an accepted socket (Linux): the kernel takes no more bytes once
+/// this many wait unsent, and says the socket is writable again once half of them went out. So
+/// a write refused for long means the peer took nothing for that long, whatever the size of the
+/// send buffer: without it, a buffer the kernel grew to 4 MiB stays unwritable until about a
+/// third of it drained (on loopback, a peer reading 16 KiB/s left it so for over 70 s at a
+/// time; with it, 8 s). Dispatch's small messages never come near it.
+const NOTSENT_LOWAT: u32 = 128 * 1024;
 
 /// After this long without a frame from the peer, a gRPC server ([`server`]) pings it …
 pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -78,15 +102,18 @@ pub struct Limits {
     pub max_connections: usize,
     /// How long a connection may have no call (HTTP/2 stream) open before it is closed.
     pub idle: Duration,
+    /// How long a connection's socket may refuse every byte written to it before it is closed.
+    pub write_stall: Duration,
 }
 
 impl Limits {
-    /// An agent's listeners' bounds: [`GREETING_TIMEOUT`], [`AGENT_MAX_CONNECTIONS`] and
-    /// [`IDLE_TIMEOUT`].
+    /// An agent's listeners' bounds: [`GREETING_TIMEOUT`], [`AGENT_MAX_CONNECTIONS`],
+    /// [`IDLE_TIMEOUT`] and [`WRITE_STALL_TIMEOUT`].
     pub const AGENT: Limits = Limits {
         greeting: GREETING_TIMEOUT,
         max_connections: AGENT_MAX_CONNECTIONS,
         idle: IDLE_TIMEOUT,
+        write_stall: WRITE_STALL_TIMEOUT,
     };
 
     /// [`Limits::AGENT`] with the cap fitted to the open-file limit ([`fit_agent_cap`]).
@@ -558,6 +585,61 @@ impl Idle {
     }
 }
 
+/// Since when a connection's socket has refused every byte written to it, and until when it
+/// may ([`Limits::write_stall`]). Only a refusal reads the clock (one `Instant` per `Pending`,
+/// no system call); bytes taken end the stall. The deadline's timer wakes the connection's
+/// task even when hyper polls nothing more (it waits for the socket to become writable), so
+/// the next read or write fails.
+struct Stall {
+    limit: Duration,
+    /// Armed at the first refusal after bytes were taken; made at the first refusal.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    stalled: bool,
+    /// Whether the close was logged (once per connection).
+    logged: bool,
+}
+
+impl Stall {
+    fn new(limit: Duration) -> Self {
+        Self {
+            limit,
+            deadline: None,
+            stalled: false,
+            logged: false,
+        }
+    }
+
+    /// A write or flush that took bytes (`true`) or was refused (`false`): a refusal after
+    /// progress starts the clock, and registers the task to be woken at the deadline.
+    fn saw(&mut self, cx: &mut Context<'_>, progress: bool) {
+        if progress {
+            // The timer, if armed, fires once more at most: a spurious wake-up, no close.
+            self.stalled = false;
+            return;
+        }
+        if !self.stalled {
+            self.stalled = true;
+            let until = tokio::time::Instant::now() + self.limit;
+            match &mut self.deadline {
+                Some(d) => d.as_mut().reset(until),
+                None => self.deadline = Some(Box::pin(tokio::time::sleep_until(until))),
+            }
+        }
+        // Not expired (checked before the write): registers the wake-up.
+        let _ = self.expired(cx);
+    }
+
+    /// Whether the socket has refused every byte for longer than the limit; registers the
+    /// task to be woken at the deadline while it refuses.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.stalled
+            && self
+                .deadline
+                .as_mut()
+                .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+    }
+}
+
 /// The stream of a listener's connection, plain or TLS.
 enum Io {
     Plain(TcpStream),
@@ -571,13 +653,17 @@ pub struct Conn {
     io: Io,
     greeting: Option<Greeting>,
     idle: Idle,
+    stall: Stall,
     info: TcpConnectInfo,
+    /// The listener, as the log names it.
+    what: String,
     _place: OwnedSemaphorePermit,
 }
 
 impl Conn {
-    /// `Err` once the greeting's deadline passed with the greeting not whole, or the connection
-    /// was idle past its limit; registers the task to be woken at the deadline otherwise.
+    /// `Err` once the greeting's deadline passed with the greeting not whole, the connection
+    /// was idle past its limit, or its socket refused every byte past its limit; registers the
+    /// task to be woken at the deadlines otherwise.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         if let Some(g) = &mut self.greeting
             && g.deadline.as_mut().poll(cx).is_ready()
@@ -593,12 +679,36 @@ impl Conn {
                 "the connection had no call open for too long",
             ));
         }
+        if self.stall.expired(cx) {
+            if !self.stall.logged {
+                self.stall.logged = true;
+                let peer = self
+                    .info
+                    .remote_addr
+                    .map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
+                tracing::info!(
+                    listener = %self.what,
+                    %peer,
+                    "{}: closed the connection from {peer}: it read nothing of what was \
+                     sent to it for {:?}",
+                    self.what,
+                    self.stall.limit
+                );
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer read nothing of what was sent to it for too long",
+            ));
+        }
         Ok(())
     }
 
-    /// Counts the `n` bytes the server just wrote from `bufs`, and arms the idle deadline's
-    /// wake-up if they ended the last open stream.
+    /// Counts the `n` bytes the server just wrote from `bufs` (any ends a stall), and arms the
+    /// idle deadline's wake-up if they ended the last open stream.
     fn wrote(&mut self, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>], mut n: usize) {
+        if n > 0 {
+            self.stall.saw(cx, true);
+        }
         for b in bufs {
             if n == 0 {
                 break;
@@ -654,8 +764,10 @@ impl AsyncWrite for Conn {
             Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         };
-        if let Poll::Ready(Ok(n)) = wrote {
-            this.wrote(cx, &[io::IoSlice::new(buf)], n);
+        match wrote {
+            Poll::Ready(Ok(n)) => this.wrote(cx, &[io::IoSlice::new(buf)], n),
+            Poll::Pending => this.stall.saw(cx, false),
+            Poll::Ready(Err(_)) => {}
         }
         wrote
     }
@@ -671,8 +783,10 @@ impl AsyncWrite for Conn {
             Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         };
-        if let Poll::Ready(Ok(n)) = wrote {
-            this.wrote(cx, bufs, n);
+        match wrote {
+            Poll::Ready(Ok(n)) => this.wrote(cx, bufs, n),
+            Poll::Pending => this.stall.saw(cx, false),
+            Poll::Ready(Err(_)) => {}
         }
         wrote
     }
@@ -687,10 +801,18 @@ impl AsyncWrite for Conn {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         this.check_deadline(cx)?;
-        match &mut this.io {
+        let flushed = match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_flush(cx),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        };
+        match (&flushed, &this.io) {
+            (Poll::Pending, _) => this.stall.saw(cx, false),
+            // TLS's records held back went out; a TCP socket's flush is always ready, and
+            // says nothing of what the peer took.
+            (Poll::Ready(Ok(())), Io::Tls(_)) => this.stall.saw(cx, true),
+            _ => {}
         }
+        flushed
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -773,6 +895,7 @@ async fn accept<S>(
             }
         };
         let peer = stream.peer_addr().ok();
+        notsent_lowat(&stream);
         // Closed at once (dropped) past the cap.
         let Some(place) = cap.admit(peer) else {
             continue;
@@ -805,13 +928,27 @@ async fn accept<S>(
                 io,
                 greeting: Some(Greeting::until(deadline)),
                 idle: Idle::new(limits.idle),
+                stall: Stall::new(limits.write_stall),
                 info,
+                what,
                 _place: place,
             };
             // Refused only once the listener stopped: the connection is closed then.
             let _ = tx.send(conn).await;
         });
     }
+}
+
+/// Sets [`NOTSENT_LOWAT`] on an accepted socket, where the system has it; without it (or if
+/// it is refused) a slow reader counts as reading only once it drained about a third of the
+/// socket's send buffer within [`Limits::write_stall`].
+fn notsent_lowat(stream: &TcpStream) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_notsent_lowat(NOTSENT_LOWAT) {
+        tracing::debug!("TCP_NOTSENT_LOWAT refused: {e}");
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = stream;
 }
 
 #[cfg(test)]
@@ -949,6 +1086,7 @@ mod tests {
         greeting: Duration::from_millis(300),
         max_connections: 4,
         idle: Duration::from_secs(60),
+        write_stall: WRITE_STALL_TIMEOUT,
     };
 
     /// Silent and trickling connections are closed at the greeting's deadline; one that sent
@@ -1014,6 +1152,7 @@ mod tests {
             greeting: Duration::from_secs(5),
             max_connections: 8,
             idle: Duration::from_millis(400),
+            write_stall: WRITE_STALL_TIMEOUT,
         };
         let (addr, mut incoming) = listener(limits, None).await;
         // The server side reads, and answers a call on stream 1 when told to.
@@ -1072,9 +1211,9 @@ mod tests {
         );
     }
 
-    /// What is logged at `WARN` and above while the guard lives, on this thread (a
+    /// What is logged at `level` and above while the guard lives, on this thread (a
     /// current-thread runtime's tasks included).
-    fn log_capture() -> (tracing::subscriber::DefaultGuard, Arc<Mutex<Vec<u8>>>) {
+    fn log_capture(level: tracing::Level) -> (tracing::subscriber::DefaultGuard, Arc<Mutex<Vec<u8>>>) {
         #[derive(Clone)]
         struct Buffer(Arc<Mutex<Vec<u8>>>);
         impl io::Write for Buffer {
@@ -1090,7 +1229,7 @@ mod tests {
         let writer = Buffer(text.clone());
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
+            .with_max_level(level)
             .with_writer(move || writer.clone())
             .finish();
         (tracing::subscriber::set_default(subscriber), text)
@@ -1100,11 +1239,12 @@ mod tests {
     /// and the cap; a place given back is taken again.
     #[tokio::test]
     async fn connections_past_the_cap_are_closed_at_once() {
-        let (_logging, log) = log_capture();
+        let (_logging, log) = log_capture(tracing::Level::WARN);
         let limits = Limits {
             greeting: Duration::from_secs(30),
             max_connections: 2,
             idle: Duration::from_secs(60),
+            write_stall: WRITE_STALL_TIMEOUT,
         };
         let (addr, mut incoming) = listener(limits, None).await;
         let mut held = Vec::new();
@@ -1139,7 +1279,7 @@ mod tests {
     /// within it.
     #[test]
     fn the_last_count_of_closed_connections_is_logged_when_one_is_admitted_again() {
-        let (_logging, log) = log_capture();
+        let (_logging, log) = log_capture(tracing::Level::WARN);
         let mut cap = ConnectionCap::new("test listener", 1);
         Arc::get_mut(&mut cap).expect("unique").every = Duration::from_millis(100);
         let held = cap.admit(None).expect("a place");
@@ -1215,5 +1355,152 @@ mod tests {
         greeted.write_all(&greeting(0)).await.expect("greet");
         let read = tokio::time::timeout(SHORT.greeting * 3, greeted.read(&mut buf)).await;
         assert!(read.is_err(), "still open: {read:?}");
+    }
+
+    /// The TLS configuration of a listener with a throw-away certificate, and a connector
+    /// that trusts it.
+    fn tls_pair() -> (Arc<rustls::ServerConfig>, tokio_rustls::TlsConnector) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("cert");
+        let config =
+            tls_config(cert.pem().as_bytes(), key.serialize_pem().as_bytes()).expect("tls config");
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).expect("root");
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        (config, tokio_rustls::TlsConnector::from(Arc::new(client)))
+    }
+
+    /// A client's end of a connection, plain or TLS.
+    trait Peer: AsyncRead + AsyncWrite + Unpin + Send {}
+    impl<T: AsyncRead + AsyncWrite + Unpin + Send> Peer for T {}
+
+    /// A connection to `addr` that has sent its greeting, over TLS with `connector`.
+    async fn greeted_peer(
+        addr: SocketAddr,
+        connector: Option<&tokio_rustls::TlsConnector>,
+    ) -> Box<dyn Peer> {
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut peer: Box<dyn Peer> = match connector {
+            None => Box::new(tcp),
+            Some(c) => {
+                let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+                Box::new(c.connect(name, tcp).await.expect("handshake"))
+            }
+        };
+        peer.write_all(&greeting(0)).await.expect("greet");
+        peer.flush().await.expect("greet");
+        peer
+    }
+
+    /// How a connection's writer ended: the error, and how long after the last write that
+    /// took bytes.
+    type WriterEnd = (io::ErrorKind, Duration);
+
+    /// Serves each connection of `incoming` with a writer that reads the greeting and then
+    /// writes as fast as the socket takes bytes (as hyper does a long reply) until a write
+    /// fails.
+    fn write_without_end(mut incoming: Incoming) -> mpsc::UnboundedReceiver<WriterEnd> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(mut conn)) = incoming.next().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut greeted = vec![0u8; greeting(0).len()];
+                    conn.read_exact(&mut greeted).await.expect("the greeting");
+                    let chunk = vec![0u8; 16 << 10];
+                    let mut last = Instant::now();
+                    let why = loop {
+                        match conn.write(&chunk).await {
+                            Ok(_) => last = Instant::now(),
+                            Err(e) => break e.kind(),
+                        }
+                    };
+                    let _ = tx.send((why, last.elapsed()));
+                });
+            }
+        });
+        rx
+    }
+
+    /// A peer that keeps its connection but reads nothing, its TCP receive window shut, is
+    /// closed once the socket has refused every byte for `write_stall` — plain and TLS — with
+    /// a line in the log naming the listener and the peer. Before, the writes stayed pending
+    /// for good and the connection, and what the server had buffered for it, with them.
+    #[tokio::test]
+    async fn a_peer_that_reads_nothing_is_closed_once_writes_stall_past_the_bound() {
+        let (_logging, log) = log_capture(tracing::Level::INFO);
+        let limits = Limits {
+            greeting: Duration::from_secs(5),
+            max_connections: 8,
+            idle: Duration::from_secs(60),
+            write_stall: Duration::from_millis(400),
+        };
+        let (config, connector) = tls_pair();
+        for tls in [false, true] {
+            let (addr, incoming) = listener(limits, tls.then(|| config.clone())).await;
+            let mut ends = write_without_end(incoming);
+            let mut peer = greeted_peer(addr, tls.then_some(&connector)).await;
+            let (why, stalled) = tokio::time::timeout(Duration::from_secs(10), ends.recv())
+                .await
+                .expect("the writes end in time")
+                .expect("an end");
+            assert_eq!(why, io::ErrorKind::TimedOut, "tls {tls}");
+            assert!(
+                stalled >= limits.write_stall && stalled < Duration::from_secs(3),
+                "tls {tls}: closed {stalled:?} after the last write that took bytes"
+            );
+            // The peer finds its connection closed once it reads what had reached it.
+            let drained = tokio::time::timeout(Duration::from_secs(5), async {
+                let mut buf = vec![0u8; 64 << 10];
+                while matches!(peer.read(&mut buf).await, Ok(n) if n > 0) {}
+            })
+            .await;
+            assert!(drained.is_ok(), "tls {tls}: the connection is closed");
+        }
+        let logged = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+        let line = "test listener: closed the connection from 127.0.0.1:";
+        assert_eq!(logged.matches(line).count(), 2, "{logged}");
+        assert!(
+            logged.contains("it read nothing of what was sent to it for 400ms"),
+            "{logged}"
+        );
+    }
+
+    /// A peer that reads, however little at a time, is never closed: each time its window
+    /// opens the socket takes bytes again, which ends the stall. It reads 8 KiB every 20 ms
+    /// (the socket refuses bytes most of the time) over several bounds.
+    #[tokio::test]
+    async fn a_slow_reader_is_not_closed_however_long_its_writes_wait() {
+        let limits = Limits {
+            greeting: Duration::from_secs(5),
+            max_connections: 8,
+            idle: Duration::from_secs(60),
+            write_stall: Duration::from_secs(1),
+        };
+        let (addr, incoming) = listener(limits, None).await;
+        let mut ends = write_without_end(incoming);
+        let mut peer = greeted_peer(addr, None).await;
+        let started = Instant::now();
+        let mut read = 0;
+        let mut buf = vec![0u8; 8 << 10];
+        while started.elapsed() < limits.write_stall * 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            match peer.read(&mut buf).await {
+                Ok(n) if n > 0 => read += n,
+                r => panic!("closed after {:?}: {r:?}", started.elapsed()),
+            }
+            assert!(ends.try_recv().is_err(), "the writer ended");
+        }
+        // It read much less than the writer would have written unchecked: the writer waited.
+        assert!(read < 64 << 20, "read {read} bytes");
     }
 }

@@ -174,6 +174,11 @@ pub struct ServerConfig {
     /// [`hetsched_proto::listen::IDLE_TIMEOUT`]. Not a key: tests shorten it.
     #[serde(skip)]
     pub idle_timeout: std::time::Duration,
+    /// How long a gRPC connection's socket may refuse every byte the server writes to it — the
+    /// peer reading nothing — before it is closed:
+    /// [`hetsched_proto::listen::WRITE_STALL_TIMEOUT`]. Not a key: tests shorten it.
+    #[serde(skip)]
+    pub write_stall_timeout: std::time::Duration,
     /// Jobs to set aside at this start (`hetsched server --set-aside JOB`, see
     /// [`crate::set_aside`]): flags only, not configuration keys, for a set-aside is one act of
     /// an operator, not a setting that holds at every start.
@@ -496,6 +501,7 @@ impl Default for ServerConfig {
             max_connections: MAX_CONNECTIONS,
             greeting_timeout: hetsched_proto::listen::GREETING_TIMEOUT,
             idle_timeout: hetsched_proto::listen::IDLE_TIMEOUT,
+            write_stall_timeout: hetsched_proto::listen::WRITE_STALL_TIMEOUT,
             set_aside: Vec::new(),
             set_aside_topologies: Vec::new(),
             log_format: Default::default(),

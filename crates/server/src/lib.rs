@@ -229,6 +229,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         greeting: config.greeting_timeout,
         max_connections,
         idle: config.idle_timeout,
+        write_stall: config.write_stall_timeout,
     };
     let dir = config.data_dir.clone();
     datadir::prepare(&dir)?;

@@ -150,11 +150,15 @@ async fn plain_server(scratch: &Scratch, idle: Duration) -> hetsched_server::Ser
         greeting_timeout: GREETING,
         idle_timeout: idle,
         max_connections: MOST,
+        write_stall_timeout: STALL,
         ..Default::default()
     })
     .await
     .expect("server starts")
 }
+
+/// The write-stall timeout of [`plain_server`]s.
+const STALL: Duration = Duration::from_secs(1);
 
 /// After its greeting, a gRPC connection with no call open is closed at the idle timeout:
 /// before, a peer that sent HTTP/2's preface and SETTINGS and then nothing held its
@@ -268,5 +272,165 @@ async fn a_trickled_request_body_or_an_h2c_connection_is_not_held_on_the_http_li
     .await;
     let answer = String::from_utf8_lossy(&answer);
     assert!(!answer.starts_with("HTTP/1.1 408"), "{answer}");
+    server.stop().await.expect("stops");
+}
+
+/// An HTTP/2 frame of `kind` with `flags` on `stream`.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("small");
+    let mut f = len.to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// HPACK's literal header field without indexing, its name new, no Huffman coding
+/// (RFC 7541 §6.2.2): an HTTP/2 client in a few lines, which never has to read.
+fn header(block: &mut Vec<u8>, name: &str, value: &str) {
+    fn string(block: &mut Vec<u8>, s: &str) {
+        // A length under 127 takes one byte; longer ones continue 7 bits at a time.
+        let mut n = s.len();
+        if n < 127 {
+            block.push(n as u8);
+        } else {
+            block.push(127);
+            n -= 127;
+            while n >= 128 {
+                block.push((n % 128) as u8 | 0x80);
+                n /= 128;
+            }
+            block.push(n as u8);
+        }
+        block.extend_from_slice(s.as_bytes());
+    }
+    block.push(0);
+    string(block, name);
+    string(block, value);
+}
+
+/// The greeting of a client with the largest flow-control windows: the server may send it all
+/// it has.
+fn greeting() -> Vec<u8> {
+    const MAX_WINDOW: u32 = (1 << 31) - 1;
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    // SETTINGS_INITIAL_WINDOW_SIZE; then the connection's window raised as far.
+    let mut settings = vec![0, 4];
+    settings.extend_from_slice(&MAX_WINDOW.to_be_bytes());
+    out.extend(frame(4, 0, 0, &settings));
+    out.extend(frame(8, 0, 0, &(MAX_WINDOW - 65_535).to_be_bytes()));
+    out
+}
+
+/// A call on `stream` for a page of 1,000 of `job`'s tasks (some 35 KB).
+fn list_tasks(token: &str, job: u64, stream: u32) -> Vec<u8> {
+    use prost::Message;
+    let request = pb::ListTasksRequest {
+        job_id: job,
+        limit: 1000,
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut message = vec![0];
+    message.extend_from_slice(&u32::try_from(request.len()).expect("small").to_be_bytes());
+    message.extend_from_slice(&request);
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/hetsched.v1.Client/ListTasks"),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+        ("authorization", &pb::bearer(token)),
+    ] {
+        header(&mut block, name, value);
+    }
+    let mut out = frame(1, 0x4, stream, &block); // HEADERS, END_HEADERS
+    out.extend(frame(0, 0x1, stream, &message)); // DATA, END_STREAM
+    out
+}
+
+/// Reads `s` for `within` or until the server closes it (EOF or reset): whether it did, and
+/// how many bytes came.
+async fn drained_within(s: &mut TcpStream, within: Duration) -> (bool, usize) {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut got = 0;
+    let started = tokio::time::Instant::now();
+    loop {
+        let left = within.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Err(_) => return (false, got),
+            Ok(Ok(0) | Err(_)) => return (true, got),
+            Ok(Ok(n)) => got += n,
+        }
+    }
+}
+
+/// A gRPC client that asks for replies larger than its TCP receive window and then reads
+/// nothing, though it goes on calling — its calls open, the server's writes refused — is
+/// closed once they have been refused for the write-stall timeout, while other clients are
+/// served; one that asks the same and reads stays. Before, the connection and every reply
+/// hyper held for it stayed for good: HTTP/2's PINGs only go to a peer that has sent no call
+/// for 30 s (one that stops calling too was closed under a minute, the PING unanswered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_client_that_reads_nothing_is_closed_at_the_write_stall_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let scratch = Scratch::new("connections", "stall");
+    let server = plain_server(&scratch, Duration::from_secs(60)).await;
+    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = ClientClient::with_interceptor(channel, common::client_token(&server));
+    let job = client
+        .submit(pb::SubmitRequest {
+            origin: "many.toml".into(),
+            text: "[[application]]\nname = \"many\"\ntasks = 1000\n[application.cpu]\n\
+                   command = \"true\"\n"
+                .into(),
+            ..Default::default()
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    // Forty pages at once (1.4 MB): far more than the socket buffers hold.
+    let calls: Vec<u8> = std::iter::once(greeting())
+        .chain((0..40).map(|i| list_tasks(&server.token, job, 2 * i + 1)))
+        .collect::<Vec<_>>()
+        .concat();
+
+    let mut stalled = TcpStream::connect(server.addr).await.expect("connect");
+    stalled.write_all(&calls).await.expect("calls");
+    let started = Instant::now();
+    let mut next = 81;
+    while started.elapsed() < STALL * 2 {
+        // Others are served meanwhile.
+        client
+            .list_jobs(pb::ListJobsRequest::default())
+            .await
+            .expect("another client's call");
+        // And it keeps calling, as the peers that HTTP/2's PINGs never closed did: each new
+        // call tells hyper the peer is there, so it never pings. Refused once closed.
+        if started.elapsed() >= STALL / 2 {
+            let _ = stalled.write_all(&list_tasks(&server.token, job, next)).await;
+            next += 2;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Closed: what had reached the peer ends in EOF or a reset, not in a wait.
+    let (closed, _) = drained_within(&mut stalled, STALL * 3).await;
+    assert!(closed, "the connection that read nothing is closed");
+
+    // The same calls, read: answered (megabytes), and the connection stays past the timeout.
+    let mut reading = TcpStream::connect(server.addr).await.expect("connect");
+    reading.write_all(&calls).await.expect("calls");
+    let (closed, got) = drained_within(&mut reading, STALL * 3).await;
+    assert!(!closed, "the connection that reads stays open");
+    assert!(got > 1 << 20, "the replies came: {got} bytes");
+    // A stop waits for open connections.
+    drop(reading);
     server.stop().await.expect("stops");
 }
