@@ -829,7 +829,10 @@ pub fn agent_options(
         anyhow::bail!("{name_from}: {problem}");
     }
     let work_dir = match a.work_dir.clone().or(config.work_dir.clone()) {
-        Some(d) => d,
+        // Absolute from here on: workflow placeholders paste it into commands that run in the
+        // submission's directory, not the agent's, and tasks `cd` elsewhere.
+        Some(d) => std::path::absolute(&d)
+            .with_context(|| format!("--work-dir {}: no absolute path", d.display()))?,
         None => hetsched_agent::workdir::default_dir(
             &name,
             hetsched_agent::workdir::euid(),
@@ -1026,6 +1029,45 @@ mod tests {
             refused.contains("--idle-timeout") && refused.contains("invalid duration `soon`"),
             "{refused}"
         );
+    }
+
+    /// A relative `--work-dir` is made absolute once, at the start: workflow placeholders paste
+    /// it into commands that run in the submission's directory, where a relative path named
+    /// another place (or nothing).
+    #[test]
+    fn a_relative_work_directory_is_made_absolute_at_the_start() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Agent {
+            #[command(flatten)]
+            args: super::AgentArgs,
+        }
+        let dir = ScratchDir::new("serve", "absolute-work-dir");
+        let token = dir.path().join("agent-token");
+        std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").expect("token");
+        std::fs::set_permissions(
+            &token,
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
+        )
+        .expect("mode");
+        let agent = Agent::try_parse_from([
+            "agent",
+            "--name",
+            "a1",
+            "--work-dir",
+            "rel/work",
+            "--token-file",
+            token.to_str().expect("utf-8"),
+        ])
+        .expect("flags");
+        let opts = super::agent_options(
+            &agent.args,
+            (Default::default(), String::new(), String::new()),
+        )
+        .expect("options");
+        let here = std::env::current_dir().expect("cwd");
+        assert_eq!(opts.work_dir, here.join("rel/work"));
+        assert!(opts.work_dir.is_absolute());
     }
 
     /// An agent inside an allocation takes its length as the batch system writes it.
