@@ -11,7 +11,6 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use hetsched_core::input::workload::parse_workload;
 use hetsched_proto as pb;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The bytes of the job file's `[[divisible]]` `input` (relative to the current directory),
@@ -188,8 +187,9 @@ async fn read_output(
     token: &str,
     ca: Option<&[u8]>,
     id: u64,
-    sink: &mut dyn Write,
+    sink: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
 ) -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt;
     let channel = pb::endpoint(server, ca)?
         .connect()
         .await
@@ -204,8 +204,13 @@ async fn read_output(
         .map_err(super::client::refused)?
         .into_inner();
     while let Some(piece) = s.message().await.map_err(super::client::refused)? {
-        sink.write_all(&piece.data)?;
+        // Awaited, not blocking: a reader that stops (`| less` on one page) holds the stream
+        // back by HTTP/2's flow control while this one thread goes on answering the server's
+        // pings; a blocked write here stopped the connection, which the server closes once its
+        // writes have stalled for its bound.
+        sink.write_all(&piece.data).await?;
     }
+    sink.flush().await?;
     Ok(())
 }
 
@@ -233,9 +238,8 @@ pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Re
         None => None,
     };
     let Some(file) = file else {
-        let mut sink = std::io::BufWriter::new(std::io::stdout().lock());
+        let mut sink = tokio::io::BufWriter::new(tokio::io::stdout());
         read_output(&args.url(), &token, ca.as_deref(), id, &mut sink).await?;
-        sink.flush()?;
         return Ok(());
     };
     // Into a file beside it, renamed over it once the whole output arrived: a refusal (a job
@@ -243,12 +247,12 @@ pub async fn output(args: &ClientArgs, id: u64, to: Option<&Path>) -> anyhow::Re
     // as it was.
     let partial = file.with_file_name(format!(".job-{id}.out.partial"));
     let fetched = async {
-        let mut sink = std::io::BufWriter::new(
-            std::fs::File::create(&partial)
+        let mut sink = tokio::io::BufWriter::new(
+            tokio::fs::File::create(&partial)
+                .await
                 .with_context(|| format!("creating {}", partial.display()))?,
         );
         read_output(&args.url(), &token, ca.as_deref(), id, &mut sink).await?;
-        sink.flush()?;
         anyhow::Ok(())
     }
     .await;
