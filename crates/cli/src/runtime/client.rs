@@ -843,7 +843,7 @@ pub async fn jobs(args: &ClientArgs, select: JobsSelect<'_>) -> anyhow::Result<(
 fn shown_state(j: &pb::JobInfo) -> String {
     let why = if !unfinished(j) {
         // A job held (or waiting, deferred) that then ended keeps the flag on the server.
-        return j.state.clone();
+        return ended_state(j);
     } else if j.held {
         "held"
     } else if j.waiting {
@@ -858,6 +858,23 @@ fn shown_state(j: &pb::JobInfo) -> String {
     } else {
         why.to_string()
     }
+}
+
+/// An ended job's state as listings and waits show it: `cancelled (stopping 3)` while the
+/// processes of 3 of its stopped tasks may still run (their SIGTERM handlers), else its state.
+fn ended_state(j: &pb::JobInfo) -> String {
+    if j.stopping > 0 {
+        format!("{} (stopping {})", j.state, j.stopping)
+    } else {
+        j.state.clone()
+    }
+}
+
+/// Whether job `j` is over for a wait: it ended, and none of its stopped tasks' processes may
+/// still run (`stopping`, Slurm's *completing*): a script after `wait` does not race a task's
+/// SIGTERM handler.
+pub(super) fn is_over(j: &pb::JobInfo) -> bool {
+    is_final(&j.state) && j.stopping == 0
 }
 
 /// Whether job `j` is pending or running: only such a job is `held`, `waiting` or `deferred`
@@ -2375,7 +2392,7 @@ enum Waited {
 /// `job 3 still running, job 4 still pending`: the jobs a time-out left unfinished.
 fn still_unfinished(late: &[pb::JobInfo]) -> String {
     late.iter()
-        .map(|j| format!("job {} still {}", j.id, shown(&j.state)))
+        .map(|j| format!("job {} still {}", j.id, shown(&ended_state(j))))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -2607,7 +2624,7 @@ async fn wait_for(
             super::human::running(&c),
             c.failed
         ));
-        if is_final(&j.state) {
+        if is_over(&j) {
             break j;
         }
         if timeout.is_some_and(|t| start.elapsed() >= t) {

@@ -41,6 +41,7 @@ mod corr;
 mod multi_node;
 mod reason;
 mod retention;
+mod stopping;
 mod update;
 
 pub(crate) use retention::delete_job_rows;
@@ -429,6 +430,9 @@ pub struct Batch {
     /// they may still wait in its agent's queue: preemption spares them, for they hold no core
     /// (the node's prefetch debt says how many still wait). Pruned at each fill of the node.
     sent_queued: HashMap<u32, VecDeque<(u64, u32)>>,
+    /// Tasks cancelled while they ran whose processes their agents have not said ended
+    /// ([`stopping`]): their jobs are not over for a wait until none is left.
+    stopping: stopping::Stopping,
 }
 
 /// Reads a stored batch job's file as a restart does: the file, then its applications (ids from
@@ -530,6 +534,7 @@ impl Batch {
             last_dispatch_ns: 0,
             recancelled: (0, String::new()),
             sent_queued: HashMap::new(),
+            stopping: stopping::Stopping::default(),
         };
         // Every stored application at once (the last job's first; its others come as it is
         // installed).
@@ -610,6 +615,20 @@ impl Batch {
                     cx.nodes.started(a.node, t.id);
                 }
                 s => {
+                    // Cancelled after it ran, and no end of its process recorded (which brings
+                    // its usage): it may still stop on a node restored alive. That node's
+                    // first heartbeat says whether it still runs ([`stopping`]).
+                    if s == TaskState::Cancelled
+                        && t.attempt > 0
+                        && t.usage.is_none()
+                        && let Some(n) = t.node
+                        && cx.nodes.get(n).is_some_and(|r| {
+                            (r.alive || r.kept_out_awaiting_return) && !r.removed
+                        })
+                        && let Some(job) = b.apps.get(t.app as usize).map(|r| r.job)
+                    {
+                        b.stopping.add(n, t.id, t.attempt, job);
+                    }
                     if t.attempt > 0 {
                         let e = finished.entry(t.app).or_default();
                         match variant_of(t.variant) {
@@ -644,6 +663,15 @@ impl Batch {
     /// Keeps the memory-only back-off of `old` (the kind before a rollback) and applies its
     /// exclusions to the rebuilt view.
     pub fn carry_over(&mut self, old: &mut Batch, view: &mut hetsched_core::SchedulerView) {
+        // What still stops is memory's to know (agents said it); of those, the tasks the
+        // store still has cancelled at that attempt (a cancel rolled back runs on).
+        self.stopping = std::mem::take(&mut old.stopping);
+        let tasks = &self.tasks;
+        self.stopping.retain(|task, attempt| {
+            tasks
+                .get(task as usize)
+                .is_some_and(|t| t.state == TaskState::Cancelled && t.attempt == attempt)
+        });
         self.backoff = std::mem::take(&mut old.backoff);
         let excluded: Vec<(u32, u32)> = self.backoff.all().map(|(k, _)| k).collect();
         for (app, node) in excluded {
@@ -1370,6 +1398,10 @@ impl Batch {
             TaskState::Pending => {}
             TaskState::Running => {
                 let a = assignment_of(cx.view, &self.holds, t);
+                // Its process runs on until its agent has stopped it (SIGTERM, the kill grace,
+                // SIGKILL): a wait on its job waits for that.
+                let job = self.apps.get(t.app as usize).map_or(0, |r| r.job);
+                self.stopping.add(a.node.0, id, t.attempt, job);
                 cx.view.task_abandoned(&a);
                 self.drop_hold(id);
                 cx.nodes.ended(a.node, id);
@@ -1678,6 +1710,37 @@ impl Batch {
         state_of(&self.job_counts(j), j.row.cancelled)
     }
 
+    /// How many of job `id`'s tasks were stopped and may still run their processes
+    /// ([`stopping`]).
+    pub fn stopping(&self, id: u64) -> u32 {
+        self.stopping.of_job(id)
+    }
+
+    /// The last of job `job`'s stopping tasks ended: if the job had ended, it is over now —
+    /// the clients waiting on it are woken after the commit (`State::job_ends`), and the jobs
+    /// that run after it are looked at again. (A job still running changes nothing for them.)
+    fn stopped(&mut self, job: u64) {
+        let over = self
+            .job_rec(job)
+            .is_some_and(|j| matches!(self.job_state(j), "completed" | "failed" | "cancelled"));
+        if over {
+            self.waiting.job_ended(job);
+        }
+    }
+
+    /// Node `node` is gone (dead, left): what was stopped there will never be said to have
+    /// ended, so nothing waits for it any more.
+    pub fn node_gone(&mut self, cx: &mut Ctx, node: u32) -> Result<(), StateError> {
+        let jobs = self.stopping.node_gone(node);
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        for job in jobs {
+            self.stopped(job);
+        }
+        self.settle_waiting(cx)
+    }
+
     fn job_info(&self, rd: &Read, j: &JobRec, with_apps: bool) -> JobInfo {
         let (pending_reason, blocked) = self.pending_reason(rd, j);
         let queued = &rd.nodes.prefetch.queued;
@@ -1765,6 +1828,7 @@ impl Batch {
             max_gpu_memory_bytes: used.max_gpu_memory_bytes,
             pending_reason,
             blocked,
+            stopping: self.stopping.of_job(j.row.id),
             ..Default::default()
         }
     }
@@ -2515,6 +2579,12 @@ impl JobKind for Batch {
     /// A result from node `nid`: success, a retry, a failure for good, or (interrupted by its
     /// agent's shutdown) a loss.
     fn on_result(&mut self, cx: &mut Ctx, nid: NodeId, r: &TaskResult) -> Result<(), StateError> {
+        // A stopped attempt's process ended, whatever became of its task since (resubmitted).
+        if !self.stopping.is_empty()
+            && let Some(job) = self.stopping.ended(nid.0, r.task_id, r.attempt)
+        {
+            self.stopped(job);
+        }
         let Some(t) = self.tasks.get(r.task_id as usize) else {
             return Ok(());
         };
@@ -2754,6 +2824,18 @@ impl JobKind for Batch {
         open: bool,
         out: &mut Outbox,
     ) -> Result<(), StateError> {
+        // What was stopped on this node and is neither listed running nor reported (its
+        // result came above) has no process left.
+        if self.stopping.on_node(nid.0) {
+            let running: HashSet<(u64, u32)> = report
+                .running
+                .iter()
+                .map(|rt| (rt.task_id, rt.attempt))
+                .collect();
+            for job in self.stopping.beat(nid.0, &running) {
+                self.stopped(job);
+            }
+        }
         // Results just recorded may have completed a job others run after.
         self.settle_waiting(cx)?;
         let mut total_io = 0.0;
@@ -2831,7 +2913,10 @@ impl JobKind for Batch {
     }
 
     fn has_changes(&self) -> bool {
-        !self.dirty.is_empty()
+        // (A job whose last stopping task ended changes no row, but its waiters are woken
+        // after the commit: `State::job_ends`.)
+        self.waiting.ended_in_event
+            || !self.dirty.is_empty()
             || !self.cancelled.is_empty()
             || !self.revived.is_empty()
             || !self.held_changed.is_empty()
