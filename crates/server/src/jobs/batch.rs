@@ -615,20 +615,6 @@ impl Batch {
                     cx.nodes.started(a.node, t.id);
                 }
                 s => {
-                    // Cancelled after it ran, and no end of its process recorded (which brings
-                    // its usage): it may still stop on a node restored alive. That node's
-                    // first heartbeat says whether it still runs ([`stopping`]).
-                    if s == TaskState::Cancelled
-                        && t.attempt > 0
-                        && t.usage.is_none()
-                        && let Some(n) = t.node
-                        && cx.nodes.get(n).is_some_and(|r| {
-                            (r.alive || r.kept_out_awaiting_return) && !r.removed
-                        })
-                        && let Some(job) = b.apps.get(t.app as usize).map(|r| r.job)
-                    {
-                        b.stopping.add(n, t.id, t.attempt, job);
-                    }
                     if t.attempt > 0 {
                         let e = finished.entry(t.app).or_default();
                         match variant_of(t.variant) {
@@ -651,6 +637,24 @@ impl Batch {
         for (app, (cpu, gpu, ok)) in finished {
             cx.view.restore_finished(AppId(app), cpu, gpu, ok)?;
         }
+        // Stopped tasks whose process end was not reported before the server stopped: still
+        // stopping if their node may come back (its first heartbeat says whether the process
+        // still runs; [`stopping`]). Before the eviction below, which keeps their jobs' rows.
+        for (task, attempt, node) in snap.task_stops {
+            let job = b
+                .tasks
+                .get(task as usize)
+                .filter(|t| t.state == TaskState::Cancelled && t.attempt == attempt)
+                .and_then(|t| b.apps.get(t.app as usize))
+                .map(|r| r.job);
+            let live = cx.nodes.get(node).is_some_and(|r| {
+                (r.alive || r.kept_out_awaiting_return) && !r.removed
+            });
+            match job {
+                Some(job) if live => b.stopping.restore(node, task, attempt, job),
+                _ => b.stopping.drop_stored(task),
+            }
+        }
         b.restore_summaries(cx, snap.finished)?;
         // Jobs that run after others: queued if those completed (before or while the server was
         // away), else still waiting.
@@ -663,15 +667,6 @@ impl Batch {
     /// Keeps the memory-only back-off of `old` (the kind before a rollback) and applies its
     /// exclusions to the rebuilt view.
     pub fn carry_over(&mut self, old: &mut Batch, view: &mut hetsched_core::SchedulerView) {
-        // What still stops is memory's to know (agents said it); of those, the tasks the
-        // store still has cancelled at that attempt (a cancel rolled back runs on).
-        self.stopping = std::mem::take(&mut old.stopping);
-        let tasks = &self.tasks;
-        self.stopping.retain(|task, attempt| {
-            tasks
-                .get(task as usize)
-                .is_some_and(|t| t.state == TaskState::Cancelled && t.attempt == attempt)
-        });
         self.backoff = std::mem::take(&mut old.backoff);
         let excluded: Vec<(u32, u32)> = self.backoff.all().map(|(k, _)| k).collect();
         for (app, node) in excluded {
@@ -2913,9 +2908,7 @@ impl JobKind for Batch {
     }
 
     fn has_changes(&self) -> bool {
-        // (A job whose last stopping task ended changes no row, but its waiters are woken
-        // after the commit: `State::job_ends`.)
-        self.waiting.ended_in_event
+        !self.stopping.changes().is_empty()
             || !self.dirty.is_empty()
             || !self.cancelled.is_empty()
             || !self.revived.is_empty()
@@ -2952,6 +2945,9 @@ impl JobKind for Batch {
             });
             crate::store::write_task_hold(tx, id, hold.as_ref())?;
         }
+        for &(task, stop) in self.stopping.changes() {
+            crate::store::write_task_stop(tx, task, stop)?;
+        }
         // A multi-node task's other nodes are stored as its attempt starts.
         for &id in &dirty {
             if let Some(t) = self.tasks.get(id as usize)
@@ -2979,6 +2975,7 @@ impl JobKind for Batch {
         self.revived.clear();
         self.settings_changed.clear();
         self.holds_changed.clear();
+        self.stopping.committed();
     }
 
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {

@@ -13,11 +13,13 @@
 //!   is gone: the assignment never reached the agent, or the agent restarted and killed it);
 //! - its node is declared dead or left: nothing will ever say more, so nothing is waited for.
 //!
-//! Memory only. A restart rebuilds the set from the store conservatively
-//! (`Batch::restore`): every cancelled task that ran, whose usage (which its process's end
-//! brings) is not recorded, on a node restored alive. The first heartbeat of that node then
-//! clears those its agent no longer runs, and a node that does not come back is declared dead
-//! ([`crate::state::RESTART_GRACE`]), which clears the rest: no wait outlives that.
+//! Stored (`task_stops`, written with the event's transaction), so a restart keeps them: a
+//! restarted server goes on waiting for what its agents still run. It never waits on a process
+//! end that will not be reported: a reconnected agent re-sends the results it was not
+//! acknowledged and lists what it still runs, so the node's first heartbeat settles every
+//! stopping task there, and a node that does not come back is declared dead
+//! ([`crate::state::RESTART_GRACE`]), which ends the rest. A row whose task is no longer
+//! cancelled at that attempt, or whose node is gone, is dropped at the restart.
 
 use std::collections::{HashMap, HashSet};
 
@@ -28,12 +30,21 @@ pub(super) struct Stopping {
     by_node: HashMap<u32, HashMap<u64, (u32, u64)>>,
     /// Job → how many of its tasks stop (no entry for none).
     by_job: HashMap<u64, u32>,
+    /// Changes since the last commit, for the store: (task, `Some((attempt, node))` added,
+    /// `None` gone).
+    changes: Vec<(u64, Option<(u32, u32)>)>,
 }
 
 impl Stopping {
     /// Attempt `attempt` of task `task` of job `job` was stopped on node `node`: its process
     /// may run until its agent says it ended.
     pub(super) fn add(&mut self, node: u32, task: u64, attempt: u32, job: u64) {
+        self.changes.push((task, Some((attempt, node))));
+        self.restore(node, task, attempt, job);
+    }
+
+    /// [`Stopping::add`] of a stored row (a restart): nothing to store.
+    pub(super) fn restore(&mut self, node: u32, task: u64, attempt: u32, job: u64) {
         let old = self
             .by_node
             .entry(node)
@@ -64,6 +75,7 @@ impl Stopping {
         match on.get(&task) {
             Some(&(a, job)) if a == attempt => {
                 on.remove(&task);
+                self.changes.push((task, None));
                 if on.is_empty() {
                     self.by_node.remove(&node);
                 }
@@ -80,10 +92,12 @@ impl Stopping {
             return Vec::new();
         };
         let mut gone = Vec::new();
+        let changes = &mut self.changes;
         on.retain(|&task, &mut (attempt, job)| {
             let keep = running.contains(&(task, attempt));
             if !keep {
                 gone.push(job);
+                changes.push((task, None));
             }
             keep
         });
@@ -104,9 +118,12 @@ impl Stopping {
         let Some(on) = self.by_node.remove(&node) else {
             return Vec::new();
         };
-        on.into_values()
-            .filter_map(|(_, job)| self.drop_one(job))
-            .collect()
+        let mut ended = Vec::new();
+        for (task, (_, job)) in on {
+            self.changes.push((task, None));
+            ended.extend(self.drop_one(job));
+        }
+        ended
     }
 
     /// Jobs `ids` were purged: whatever of theirs still stops is forgotten.
@@ -114,28 +131,34 @@ impl Stopping {
         if self.by_job.is_empty() {
             return;
         }
+        let changes = &mut self.changes;
         for on in self.by_node.values_mut() {
-            on.retain(|_, &mut (_, job)| !ids.contains(&job));
+            on.retain(|&task, &mut (_, job)| {
+                let purged = ids.contains(&job);
+                if purged {
+                    changes.push((task, None));
+                }
+                !purged
+            });
         }
         self.by_node.retain(|_, on| !on.is_empty());
         self.by_job.retain(|job, _| !ids.contains(job));
     }
 
-    /// Keeps only the tasks `keep(task, attempt)` admits (after a rollback: those still
-    /// cancelled at that attempt).
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(u64, u32) -> bool) {
-        let mut by_job: HashMap<u64, u32> = HashMap::new();
-        for on in self.by_node.values_mut() {
-            on.retain(|&task, &mut (attempt, job)| {
-                let k = keep(task, attempt);
-                if k {
-                    *by_job.entry(job).or_default() += 1;
-                }
-                k
-            });
-        }
-        self.by_node.retain(|_, on| !on.is_empty());
-        self.by_job = by_job;
+    /// A row of `task_stops` names what no longer stops (read at a restart): it goes from
+    /// the store with the next commit.
+    pub(super) fn drop_stored(&mut self, task: u64) {
+        self.changes.push((task, None));
+    }
+
+    /// The changes since the last commit, in order, for the store.
+    pub(super) fn changes(&self) -> &[(u64, Option<(u32, u32)>)] {
+        &self.changes
+    }
+
+    /// The changes were committed.
+    pub(super) fn committed(&mut self) {
+        self.changes.clear();
     }
 
     /// One task of job `job` stops no more; returns `job` if it was its last.
@@ -182,17 +205,30 @@ mod tests {
     }
 
     #[test]
-    fn a_rollback_or_a_purge_keeps_the_counts_true() {
+    fn every_change_goes_to_the_store_and_a_purge_keeps_the_counts_true() {
         let mut s = Stopping::default();
         s.add(0, 1, 1, 5);
-        s.add(0, 2, 1, 5);
+        s.restore(0, 2, 1, 5);
         s.add(2, 3, 1, 6);
-        s.retain(|task, _| task != 2);
-        assert_eq!((s.of_job(5), s.of_job(6)), (1, 1));
+        assert_eq!((s.of_job(5), s.of_job(6)), (2, 1));
         s.forget_jobs(&[6].into());
-        assert_eq!((s.of_job(5), s.of_job(6)), (1, 0));
+        assert_eq!((s.of_job(5), s.of_job(6)), (2, 0));
         assert!(!s.on_node(2));
-        assert_eq!(s.ended(0, 1, 1), Some(5));
+        assert_eq!(s.ended(0, 1, 1), None);
+        assert_eq!(s.node_gone(0), [5]);
         assert!(s.is_empty());
+        assert_eq!(
+            s.changes(),
+            [
+                (1, Some((1, 0))),
+                (3, Some((1, 2))),
+                (3, None),
+                (1, None),
+                (2, None)
+            ],
+            "a restored row is stored already"
+        );
+        s.committed();
+        assert!(s.changes().is_empty());
     }
 }
