@@ -919,15 +919,7 @@ impl Store {
         for r in rows {
             snap.task_holds.push(r?);
         }
-        let mut stmt = self
-            .conn
-            .prepare("SELECT task, attempt, node FROM task_stops ORDER BY task")?;
-        let rows = stmt.query_map([], |r| {
-            Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?))
-        })?;
-        for r in rows {
-            snap.task_stops.push(r?);
-        }
+        snap.task_stops = task_stops(&self.conn)?;
         let mut stmt = self
             .conn
             .prepare("SELECT job, summary FROM finished ORDER BY job")?;
@@ -1364,6 +1356,16 @@ pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Resu
         set.gpu_kind
     ])?;
     Ok(())
+}
+
+/// The stored stopping tasks ([`write_task_stop`]) of every kind: (task, attempt, node), by
+/// task id.
+pub fn task_stops(conn: &Connection) -> Result<Vec<(u64, u32, u32)>, StoreError> {
+    let mut stmt = conn.prepare("SELECT task, attempt, node FROM task_stops ORDER BY task")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// Records that attempt `attempt` of task `task`, cancelled while it ran, may still run its

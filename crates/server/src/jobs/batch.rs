@@ -9,6 +9,7 @@
 //! cancellation, listings, and retention (`batch/retention.rs`). One function per event; the
 //! [`JobKind`] impl is the state's entry.
 
+use super::stopping;
 use super::{Ctx, JobKind, Kind, Outbox, Read};
 use crate::backoff::{Backoff, Change};
 use crate::config::ServerConfig;
@@ -41,7 +42,6 @@ mod corr;
 mod multi_node;
 mod reason;
 mod retention;
-mod stopping;
 mod update;
 
 pub(crate) use retention::delete_job_rows;
@@ -641,6 +641,9 @@ impl Batch {
         // stopping if their node may come back (its first heartbeat says whether the process
         // still runs; [`stopping`]). Before the eviction below, which keeps their jobs' rows.
         for (task, attempt, node) in snap.task_stops {
+            if Kind::of(task) != Some(Kind::Batch) {
+                continue; // another kind's (`Workflows::restore`)
+            }
             let job = b
                 .tasks
                 .get(task as usize)
@@ -1703,12 +1706,6 @@ impl Batch {
     /// `pending`, `running`, `completed`, `failed` or `cancelled`.
     fn job_state(&self, j: &JobRec) -> &'static str {
         state_of(&self.job_counts(j), j.row.cancelled)
-    }
-
-    /// How many of job `id`'s tasks were stopped and may still run their processes
-    /// ([`stopping`]).
-    pub fn stopping(&self, id: u64) -> u32 {
-        self.stopping.of_job(id)
     }
 
     /// The last of job `job`'s stopping tasks ended: if the job had ended, it is over now —
@@ -3009,6 +3006,10 @@ impl JobKind for Batch {
 
     fn job_end(&self, id: u64) -> Option<super::JobEnd> {
         self.end_of(id)
+    }
+
+    fn stopping(&self, id: u64) -> u32 {
+        self.stopping.of_job(id)
     }
 
     fn ends_in_event(&self) -> bool {

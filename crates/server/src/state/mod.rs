@@ -943,7 +943,8 @@ impl State {
     }
 
     /// Node `id` is gone (dead, left): the batch tasks stopped there are waited for no more
-    /// ([`crate::jobs::batch::Batch::node_gone`]).
+    /// ([`crate::jobs::batch::Batch::node_gone`]; workflows' instances go in
+    /// [`State::workflow_node_gone`]).
     fn stopping_node_gone(&mut self, id: u32) -> Result<(), StateError> {
         self.jobs.batch.node_gone(&mut ctx!(self), id)
     }
@@ -2336,7 +2337,8 @@ impl State {
     /// none of its stopped tasks' processes may still run (`JobInfo::stopping`, Slurm's
     /// *completing*): what a `GetJob` held until the job ends waits for.
     pub fn job_over(&self, id: u64) -> Result<bool, StateError> {
-        Ok(self.job_ended(id)? && (self.ids.kind(id) != Some(Kind::Batch) || self.jobs.batch.stopping(id) == 0))
+        let kind = self.job_owner(id).ok_or(StateError::NoJob(id))?;
+        Ok(self.job_ended(id)? && kind.stopping(id) == 0)
     }
 
     /// One page of a job's tasks (job 0 = every job of every kind): from task id `cursor`

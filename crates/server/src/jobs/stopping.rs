@@ -1,4 +1,5 @@
-//! Tasks whose processes are still being stopped: a task cancelled while it ran is recorded as
+//! Tasks (batch tasks, workflow instances) whose processes are still being stopped, for the
+//! kinds whose tasks run as agents' processes: a task cancelled while it ran is recorded as
 //! cancelled at once, but its agent stops its process group with SIGTERM and waits up to the
 //! kill grace before SIGKILL, so its processes (a SIGTERM handler cleaning up) may run on for a
 //! while. Until its agent says the process ended, the task is *stopping*: its job shows how
@@ -25,7 +26,7 @@ use std::collections::{HashMap, HashSet};
 
 /// The stopping tasks, by node and by job.
 #[derive(Debug, Default)]
-pub(super) struct Stopping {
+pub(crate) struct Stopping {
     /// Node → task → (attempt, job).
     by_node: HashMap<u32, HashMap<u64, (u32, u64)>>,
     /// Job → how many of its tasks stop (no entry for none).
@@ -38,13 +39,13 @@ pub(super) struct Stopping {
 impl Stopping {
     /// Attempt `attempt` of task `task` of job `job` was stopped on node `node`: its process
     /// may run until its agent says it ended.
-    pub(super) fn add(&mut self, node: u32, task: u64, attempt: u32, job: u64) {
+    pub(crate) fn add(&mut self, node: u32, task: u64, attempt: u32, job: u64) {
         self.changes.push((task, Some((attempt, node))));
         self.restore(node, task, attempt, job);
     }
 
     /// [`Stopping::add`] of a stored row (a restart): nothing to store.
-    pub(super) fn restore(&mut self, node: u32, task: u64, attempt: u32, job: u64) {
+    pub(crate) fn restore(&mut self, node: u32, task: u64, attempt: u32, job: u64) {
         let old = self
             .by_node
             .entry(node)
@@ -56,7 +57,7 @@ impl Stopping {
     }
 
     /// How many of job `job`'s tasks stop.
-    pub(super) fn of_job(&self, job: u64) -> u32 {
+    pub(crate) fn of_job(&self, job: u64) -> u32 {
         if self.by_job.is_empty() {
             return 0;
         }
@@ -64,13 +65,13 @@ impl Stopping {
     }
 
     /// Whether any task stops.
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_job.is_empty()
     }
 
     /// Node `node` reported attempt `attempt` of task `task` ended. Returns the job whose last
     /// stopping task that was, if it was one.
-    pub(super) fn ended(&mut self, node: u32, task: u64, attempt: u32) -> Option<u64> {
+    pub(crate) fn ended(&mut self, node: u32, task: u64, attempt: u32) -> Option<u64> {
         let on = self.by_node.get_mut(&node)?;
         match on.get(&task) {
             Some(&(a, job)) if a == attempt => {
@@ -87,7 +88,7 @@ impl Stopping {
 
     /// A heartbeat of node `node` listed `running` (task, attempt): what stopped there and is
     /// not listed is gone. Returns the jobs whose last stopping task went.
-    pub(super) fn beat(&mut self, node: u32, running: &HashSet<(u64, u32)>) -> Vec<u64> {
+    pub(crate) fn beat(&mut self, node: u32, running: &HashSet<(u64, u32)>) -> Vec<u64> {
         let Some(on) = self.by_node.get_mut(&node) else {
             return Vec::new();
         };
@@ -108,13 +109,13 @@ impl Stopping {
     }
 
     /// Whether node `node` has stopping tasks (its heartbeat need not be looked at otherwise).
-    pub(super) fn on_node(&self, node: u32) -> bool {
+    pub(crate) fn on_node(&self, node: u32) -> bool {
         !self.by_node.is_empty() && self.by_node.contains_key(&node)
     }
 
     /// Node `node` is gone (dead, left): nothing of its tasks will be reported. Returns the
     /// jobs whose last stopping task that was.
-    pub(super) fn node_gone(&mut self, node: u32) -> Vec<u64> {
+    pub(crate) fn node_gone(&mut self, node: u32) -> Vec<u64> {
         let Some(on) = self.by_node.remove(&node) else {
             return Vec::new();
         };
@@ -127,7 +128,7 @@ impl Stopping {
     }
 
     /// Jobs `ids` were purged: whatever of theirs still stops is forgotten.
-    pub(super) fn forget_jobs(&mut self, ids: &HashSet<u64>) {
+    pub(crate) fn forget_jobs(&mut self, ids: &HashSet<u64>) {
         if self.by_job.is_empty() {
             return;
         }
@@ -147,17 +148,17 @@ impl Stopping {
 
     /// A row of `task_stops` names what no longer stops (read at a restart): it goes from
     /// the store with the next commit.
-    pub(super) fn drop_stored(&mut self, task: u64) {
+    pub(crate) fn drop_stored(&mut self, task: u64) {
         self.changes.push((task, None));
     }
 
     /// The changes since the last commit, in order, for the store.
-    pub(super) fn changes(&self) -> &[(u64, Option<(u32, u32)>)] {
+    pub(crate) fn changes(&self) -> &[(u64, Option<(u32, u32)>)] {
         &self.changes
     }
 
     /// The changes were committed.
-    pub(super) fn committed(&mut self) {
+    pub(crate) fn committed(&mut self) {
         self.changes.clear();
     }
 
