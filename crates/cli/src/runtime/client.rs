@@ -2814,6 +2814,27 @@ mod tests {
         assert_eq!(shown_state(&job("completed", false, false)), "completed");
     }
 
+    /// A cancelled job whose stopped tasks' processes may still run shows how many, and a wait
+    /// is not over until none is left; a running job with stopped tasks (`cancel --tasks`)
+    /// shows its state as before.
+    #[test]
+    fn an_ended_job_with_stopping_tasks_says_so_and_is_not_over_for_a_wait() {
+        let job = |state: &str, stopping: u32| pb::JobInfo {
+            state: state.into(),
+            stopping,
+            ..Default::default()
+        };
+        assert_eq!(shown_state(&job("cancelled", 3)), "cancelled (stopping 3)");
+        assert_eq!(shown_state(&job("running", 1)), "running");
+        assert!(!is_over(&job("cancelled", 1)));
+        assert!(!is_over(&job("running", 0)));
+        assert!(is_over(&job("cancelled", 0)));
+        assert_eq!(
+            still_unfinished(&[pb::JobInfo { id: 5, ..job("cancelled", 2) }]),
+            "job 5 still cancelled (stopping 2)"
+        );
+    }
+
     /// The state column says why a task's latest attempt ended (its `reason`), so a table
     /// tells a time limit from a crash without the message.
     #[test]
