@@ -2830,7 +2830,10 @@ mod tests {
         assert!(!is_over(&job("running", 0)));
         assert!(is_over(&job("cancelled", 0)));
         assert_eq!(
-            still_unfinished(&[pb::JobInfo { id: 5, ..job("cancelled", 2) }]),
+            still_unfinished(&[pb::JobInfo {
+                id: 5,
+                ..job("cancelled", 2)
+            }]),
             "job 5 still cancelled (stopping 2)"
         );
     }

@@ -1352,7 +1352,11 @@ fn wait_after_a_cancel_returns_once_the_tasks_sigterm_handler_has_finished() {
     });
     c.ok(&["cancel", "1"]);
     let j = c.json(&["job", "1"]);
-    assert_eq!((&j["state"], &j["stopping"]), (&"cancelled".into(), &1.into()), "{j}");
+    assert_eq!(
+        (&j["state"], &j["stopping"]),
+        (&"cancelled".into(), &1.into()),
+        "{j}"
+    );
     assert!(
         c.ok(&["job", "1"]).contains("cancelled (stopping 1)"),
         "{}",
@@ -1369,10 +1373,20 @@ fn wait_after_a_cancel_returns_once_the_tasks_sigterm_handler_has_finished() {
     // The wait returns (the job was cancelled: status 1) once the handler has finished.
     let out = c.cli(&["wait", "1"]);
     assert!(!out.status.success());
-    assert!(done.exists(), "wait returned before the task's SIGTERM handler had finished");
+    assert!(
+        done.exists(),
+        "wait returned before the task's SIGTERM handler had finished"
+    );
     let j = c.json(&["job", "1"]);
-    assert_eq!((&j["state"], &j["stopping"]), (&"cancelled".into(), &0.into()), "{j}");
-    assert!(c.tasks(1)[0]["usage"].is_object(), "its process's end is recorded");
+    assert_eq!(
+        (&j["state"], &j["stopping"]),
+        (&"cancelled".into(), &0.into()),
+        "{j}"
+    );
+    assert!(
+        c.tasks(1)[0]["usage"].is_object(),
+        "its process's end is recorded"
+    );
 }
 
 /// `requires` on the runtime (`submit --requires`, a job file's `requires`): the tasks run only

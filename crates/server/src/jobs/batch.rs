@@ -650,9 +650,10 @@ impl Batch {
                 .filter(|t| t.state == TaskState::Cancelled && t.attempt == attempt)
                 .and_then(|t| b.apps.get(t.app as usize))
                 .map(|r| r.job);
-            let live = cx.nodes.get(node).is_some_and(|r| {
-                (r.alive || r.kept_out_awaiting_return) && !r.removed
-            });
+            let live = cx
+                .nodes
+                .get(node)
+                .is_some_and(|r| (r.alive || r.kept_out_awaiting_return) && !r.removed);
             match job {
                 Some(job) if live => b.stopping.restore(node, task, attempt, job),
                 _ => b.stopping.drop_stored(task),

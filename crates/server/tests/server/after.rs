@@ -807,11 +807,8 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
     // Its agent reports the killed attempt's end, in a beat that takes no work (so that what
     // this releases is not dispatched yet).
     n.running.retain(|r| r.0 != killed.id);
-    let mut req = common::heartbeat_request(
-        n.node,
-        &n.running,
-        &[(killed.id, killed.attempt, false)],
-    );
+    let mut req =
+        common::heartbeat_request(n.node, &n.running, &[(killed.id, killed.attempt, false)]);
     req.draining = true;
     s.heartbeat(req).expect("beat");
     assert_eq!(s.job(workflow).expect("job").stopping, 0);

@@ -458,7 +458,10 @@ fn a_cancelled_job_is_over_for_its_waiters_once_its_stopped_tasks_processes_ende
     let j = s.job(1).expect("job");
     assert_eq!((j.state.as_str(), j.stopping), ("cancelled", 1));
     assert!(s.job_ended(1).expect("job 1"), "cancelled at once");
-    assert!(!s.job_over(1).expect("job 1"), "its task's process still runs");
+    assert!(
+        !s.job_over(1).expect("job 1"),
+        "its task's process still runs"
+    );
     ends.mark_unchanged();
     // Its agent still runs it (its SIGTERM handler): told to kill it, and nothing else changes.
     let r = beat(&mut s, n, &[(0, 1)], &[]);

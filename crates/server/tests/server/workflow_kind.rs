@@ -2954,7 +2954,10 @@ fn a_cancelled_workflow_is_over_once_its_stopped_instances_process_ended_across_
     s.cancel(id).expect("cancel");
     let j = s.job(id).expect("job");
     assert_eq!((j.state.as_str(), j.stopping), ("cancelled", 1));
-    assert!(!s.job_over(id).expect("job"), "its instance's process still runs");
+    assert!(
+        !s.job_over(id).expect("job"),
+        "its instance's process still runs"
+    );
     // Its agent still runs it: told to kill it; still stopping.
     let r = s.heartbeat(heartbeat_request(n, &run, &[])).expect("beat");
     assert_eq!(r.kill.len(), 1);
