@@ -643,8 +643,8 @@ impl Client for ClientService {
         // Held until the job ends and none of its stopped tasks' processes may still run
         // (`State::job_over`): looked at again after each commit that ended a job or the last
         // stopping task of an ended one (what can end this one), not polled by the client, and
-        // not woken by the commits that end no job. A look asks only whether the job ended (a look-up); the whole entry is built
-        // once, for the answer.
+        // not woken by the commits that end no job. A look asks only whether the job is over
+        // (look-ups); the whole entry is built once, for the answer.
         let until = tokio::time::Instant::now() + wait;
         let mut stopping = self.4.clone();
         loop {
