@@ -583,6 +583,7 @@ impl From<JobInfo> for pb::JobInfo {
             begin_ms: j.begin_ms.unwrap_or(0),
             deferred: j.deferred,
             owner: j.owner,
+            stopping: j.stopping,
         }
     }
 }

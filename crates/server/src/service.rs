@@ -640,17 +640,18 @@ impl Client for ClientService {
         }
         // A held call counts among the caller's calls in flight until it ends.
         let _slot = self.1.calls.enter(&who?.name, "GetJob (held)")?;
-        // Held until the job ends: looked at again after each commit that ended a job (what
-        // can end this one), not polled by the client, and not woken by the commits that end
-        // no job. A look asks only whether the job ended (a look-up); the whole entry is built
-        // once, for the answer.
+        // Held until the job ends and none of its stopped tasks' processes may still run
+        // (`State::job_over`): looked at again after each commit that ended a job or the last
+        // stopping task of an ended one (what can end this one), not polled by the client, and
+        // not woken by the commits that end no job. A look asks only whether the job is over
+        // (look-ups); the whole entry is built once, for the answer.
         let until = tokio::time::Instant::now() + wait;
         let mut stopping = self.4.clone();
         loop {
             let answer_now = *stopping.borrow() || tokio::time::Instant::now() >= until;
             // Subscribed under the same lock as the look: no end is missed between.
             let (job, mut ends) = read_state_inline(&self.0, move |s| {
-                let job = if answer_now || s.job_ended(id)? {
+                let job = if answer_now || s.job_over(id)? {
                     Some(s.job(id)?)
                 } else {
                     None

@@ -384,6 +384,9 @@ pub struct Snapshot {
     /// What running tasks hold when an update changed their application's request after they
     /// were placed ([`write_task_hold`]), by task id.
     pub task_holds: Vec<TaskHold>,
+    /// Attempts of cancelled tasks whose processes may still run on their nodes
+    /// ([`write_task_stop`]): (task, attempt, node), by task id.
+    pub task_stops: Vec<(u64, u32, u32)>,
 }
 
 /// What the `attempt`th attempt of a running task holds on its node (`task_holds`), when that is
@@ -492,6 +495,10 @@ CREATE TABLE IF NOT EXISTS fair_usage(
 -- Jobs set aside at a start (`hetsched server --set-aside`, `crate::set_aside`): how each
 -- stood then (`unfinished`, `completed`, `failed`, `cancelled`), for the jobs that run after it.
 CREATE TABLE IF NOT EXISTS set_aside_ends(job INTEGER PRIMARY KEY, end TEXT NOT NULL);
+-- Tasks cancelled while they ran whose process end their agents have not reported yet
+-- (`crate::jobs::batch`'s stopping tasks): the attempt stopped, and its node.
+CREATE TABLE IF NOT EXISTS task_stops(
+    task INTEGER PRIMARY KEY, attempt INTEGER NOT NULL, node INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS task_signals(
     seq INTEGER PRIMARY KEY, node INTEGER NOT NULL, task INTEGER NOT NULL,
     attempt INTEGER NOT NULL, signal TEXT NOT NULL);
@@ -987,6 +994,7 @@ impl Store {
         for r in rows {
             snap.task_holds.push(r?);
         }
+        snap.task_stops = task_stops(&self.conn)?;
         let mut stmt = self
             .conn
             .prepare("SELECT job, summary FROM finished ORDER BY job")?;
@@ -1422,6 +1430,39 @@ pub fn write_app_settings(tx: &rusqlite::Transaction, set: &AppSettings) -> Resu
         set.app,
         set.gpu_kind
     ])?;
+    Ok(())
+}
+
+/// The stored stopping tasks ([`write_task_stop`]) of every kind: (task, attempt, node), by
+/// task id.
+pub fn task_stops(conn: &Connection) -> Result<Vec<(u64, u32, u32)>, StoreError> {
+    let mut stmt = conn.prepare("SELECT task, attempt, node FROM task_stops ORDER BY task")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Records that attempt `attempt` of task `task`, cancelled while it ran, may still run its
+/// process on node `node` (`Some((attempt, node))`), or forgets it (`None`: its process ended,
+/// or its node is gone), inside `tx`.
+pub fn write_task_stop(
+    tx: &rusqlite::Transaction,
+    task: u64,
+    stop: Option<(u32, u32)>,
+) -> Result<(), StoreError> {
+    match stop {
+        Some((attempt, node)) => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO task_stops(task, attempt, node) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![task as i64, attempt, node])?;
+        }
+        None => {
+            tx.prepare_cached("DELETE FROM task_stops WHERE task = ?1")?
+                .execute(params![task as i64])?;
+        }
+    }
     Ok(())
 }
 

@@ -899,7 +899,7 @@ pub async fn jobs(args: &ClientArgs, select: JobsSelect<'_>) -> anyhow::Result<(
 fn shown_state(j: &pb::JobInfo) -> String {
     let why = if !unfinished(j) {
         // A job held (or waiting, deferred) that then ended keeps the flag on the server.
-        return j.state.clone();
+        return ended_state(j);
     } else if j.held {
         "held"
     } else if j.waiting {
@@ -914,6 +914,23 @@ fn shown_state(j: &pb::JobInfo) -> String {
     } else {
         why.to_string()
     }
+}
+
+/// An ended job's state as listings and waits show it: `cancelled (stopping 3)` while the
+/// processes of 3 of its stopped tasks may still run (their SIGTERM handlers), else its state.
+fn ended_state(j: &pb::JobInfo) -> String {
+    if j.stopping > 0 {
+        format!("{} (stopping {})", j.state, j.stopping)
+    } else {
+        j.state.clone()
+    }
+}
+
+/// Whether job `j` is over for a wait: it ended, and none of its stopped tasks' processes may
+/// still run (`stopping`, Slurm's *completing*): a script after `wait` does not race a task's
+/// SIGTERM handler.
+pub(super) fn is_over(j: &pb::JobInfo) -> bool {
+    is_final(&j.state) && j.stopping == 0
 }
 
 /// Whether job `j` is pending or running: only such a job is `held`, `waiting` or `deferred`
@@ -2431,7 +2448,7 @@ enum Waited {
 /// `job 3 still running, job 4 still pending`: the jobs a time-out left unfinished.
 fn still_unfinished(late: &[pb::JobInfo]) -> String {
     late.iter()
-        .map(|j| format!("job {} still {}", j.id, shown(&j.state)))
+        .map(|j| format!("job {} still {}", j.id, shown(&ended_state(j))))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -2663,7 +2680,7 @@ async fn wait_for(
             super::human::running(&c),
             c.failed
         ));
-        if is_final(&j.state) {
+        if is_over(&j) {
             break j;
         }
         if timeout.is_some_and(|t| start.elapsed() >= t) {
@@ -2851,6 +2868,30 @@ mod tests {
         assert_eq!(shown_state(&job("running", true, true)), "running (held)");
         assert_eq!(shown_state(&job("running", false, false)), "running");
         assert_eq!(shown_state(&job("completed", false, false)), "completed");
+    }
+
+    /// A cancelled job whose stopped tasks' processes may still run shows how many, and a wait
+    /// is not over until none is left; a running job with stopped tasks (`cancel --tasks`)
+    /// shows its state as before.
+    #[test]
+    fn an_ended_job_with_stopping_tasks_says_so_and_is_not_over_for_a_wait() {
+        let job = |state: &str, stopping: u32| pb::JobInfo {
+            state: state.into(),
+            stopping,
+            ..Default::default()
+        };
+        assert_eq!(shown_state(&job("cancelled", 3)), "cancelled (stopping 3)");
+        assert_eq!(shown_state(&job("running", 1)), "running");
+        assert!(!is_over(&job("cancelled", 1)));
+        assert!(!is_over(&job("running", 0)));
+        assert!(is_over(&job("cancelled", 0)));
+        assert_eq!(
+            still_unfinished(&[pb::JobInfo {
+                id: 5,
+                ..job("cancelled", 2)
+            }]),
+            "job 5 still cancelled (stopping 2)"
+        );
     }
 
     /// The state column says why a task's latest attempt ended (its `reason`), so a table

@@ -1323,6 +1323,72 @@ fn a_cancelled_task_keeps_its_cores_through_its_kill_grace() {
     );
 }
 
+/// `hetsched cancel N; hetsched wait N; rm -rf outdir` does not race the task's own SIGTERM
+/// handler: the cancel is recorded at once, but the job stays `cancelled (stopping 1)` — its
+/// JSON's `stopping` — until its agent says the task's process ended, and `wait` (with a
+/// `--timeout` too) returns only then, as Slurm's job stays *completing* until its processes
+/// are gone.
+#[test]
+fn wait_after_a_cancel_returns_once_the_tasks_sigterm_handler_has_finished() {
+    let mut c = Cluster::start("stopping", false);
+    c.start_agent("a", 1, &["--kill-grace", "30s"]);
+    c.wait_for_nodes(1);
+    let started = c.dir.join("started");
+    let done = c.dir.join("done");
+    // (It ends by itself after 30 s, should the test fail and leave it behind.)
+    let file = c.write(
+        "tidy.toml",
+        &format!(
+            "[[application]]\nname = \"tidy\"\ntasks = 1\n[application.cpu]\n\
+             command = [\"sh\", \"-c\", \"trap 'sleep 3; echo > {}; exit 0' TERM; echo > {}; \
+             for i in $(seq 600); do sleep 0.05; done\"]\n",
+            done.display(),
+            started.display()
+        ),
+    );
+    c.ok(&["submit", file.to_str().expect("path")]);
+    wait_until("the task to start", Duration::from_secs(20), || {
+        started.exists()
+    });
+    c.ok(&["cancel", "1"]);
+    let j = c.json(&["job", "1"]);
+    assert_eq!(
+        (&j["state"], &j["stopping"]),
+        (&"cancelled".into(), &1.into()),
+        "{j}"
+    );
+    assert!(
+        c.ok(&["job", "1"]).contains("cancelled (stopping 1)"),
+        "{}",
+        c.ok(&["job", "1"])
+    );
+    let listed = c.ok(&["jobs"]);
+    assert!(listed.contains("cancelled (stopping 1)"), "{listed}");
+    // A wait that times out first says why the job is not over.
+    let out = c.cli(&["wait", "1", "--timeout", "500ms"]);
+    assert_eq!(out.status.code(), Some(124));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("job 1 still cancelled (stopping 1)"), "{err}");
+    assert!(!done.exists(), "the handler was still sleeping");
+    // The wait returns (the job was cancelled: status 1) once the handler has finished.
+    let out = c.cli(&["wait", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        done.exists(),
+        "wait returned before the task's SIGTERM handler had finished"
+    );
+    let j = c.json(&["job", "1"]);
+    assert_eq!(
+        (&j["state"], &j["stopping"]),
+        (&"cancelled".into(), &0.into()),
+        "{j}"
+    );
+    assert!(
+        c.tasks(1)[0]["usage"].is_object(),
+        "its process's end is recorded"
+    );
+}
+
 /// `requires` on the runtime (`submit --requires`, a job file's `requires`): the tasks run only
 /// on agents whose configuration lists the attributes; one that no registered node has is refused
 /// naming the flag; an agent restarted with other attributes has them.

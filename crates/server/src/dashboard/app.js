@@ -387,6 +387,11 @@ function bar(j) {
 // (`submit --after`) as `waiting`; one whose begin time (`submit --begin`) has not come as
 // `deferred` (its pending reason says when).
 function shownState(j) {
+  // Ended, with stopped tasks whose processes may still run (their SIGTERM handlers): a wait
+  // on it has not returned yet.
+  if (j.stopping > 0 && j.state !== "pending" && j.state !== "running") {
+    return `${j.state} (stopping ${j.stopping})`;
+  }
   const why = j.held ? "held" : j.waiting ? "waiting" : j.deferred ? "deferred" : "";
   // Tasks that run go on: such a job runs, its pending tasks held, waiting or deferred.
   return !why ? j.state : j.state === "running" ? `running (${why})` : why;

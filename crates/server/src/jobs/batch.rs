@@ -9,6 +9,7 @@
 //! cancellation, listings, and retention (`batch/retention.rs`). One function per event; the
 //! [`JobKind`] impl is the state's entry.
 
+use super::stopping;
 use super::{Ctx, JobKind, Kind, Outbox, Read};
 use crate::backoff::{Backoff, Change};
 use crate::config::ServerConfig;
@@ -429,6 +430,9 @@ pub struct Batch {
     /// they may still wait in its agent's queue: preemption spares them, for they hold no core
     /// (the node's prefetch debt says how many still wait). Pruned at each fill of the node.
     sent_queued: HashMap<u32, VecDeque<(u64, u32)>>,
+    /// Tasks cancelled while they ran whose processes their agents have not said ended
+    /// ([`stopping`]): their jobs are not over for a wait until none is left.
+    stopping: stopping::Stopping,
 }
 
 /// Reads a stored batch job's file as a restart does: the file, then its applications (ids from
@@ -530,6 +534,7 @@ impl Batch {
             last_dispatch_ns: 0,
             recancelled: (0, String::new()),
             sent_queued: HashMap::new(),
+            stopping: stopping::Stopping::default(),
         };
         // Every stored application at once (the last job's first; its others come as it is
         // installed).
@@ -631,6 +636,28 @@ impl Batch {
         }
         for (app, (cpu, gpu, ok)) in finished {
             cx.view.restore_finished(AppId(app), cpu, gpu, ok)?;
+        }
+        // Stopped tasks whose process end was not reported before the server stopped: still
+        // stopping if their node may come back (its first heartbeat says whether the process
+        // still runs; [`stopping`]). Before the eviction below, which keeps their jobs' rows.
+        for (task, attempt, node) in snap.task_stops {
+            if Kind::of(task) != Some(Kind::Batch) {
+                continue; // another kind's (`Workflows::restore`)
+            }
+            let job = b
+                .tasks
+                .get(task as usize)
+                .filter(|t| t.state == TaskState::Cancelled && t.attempt == attempt)
+                .and_then(|t| b.apps.get(t.app as usize))
+                .map(|r| r.job);
+            let live = cx
+                .nodes
+                .get(node)
+                .is_some_and(|r| (r.alive || r.kept_out_awaiting_return) && !r.removed);
+            match job {
+                Some(job) if live => b.stopping.restore(node, task, attempt, job),
+                _ => b.stopping.drop_stored(task),
+            }
         }
         b.restore_summaries(cx, snap.finished)?;
         // Jobs that run after others: queued if those completed (before or while the server was
@@ -1370,6 +1397,10 @@ impl Batch {
             TaskState::Pending => {}
             TaskState::Running => {
                 let a = assignment_of(cx.view, &self.holds, t);
+                // Its process runs on until its agent has stopped it (SIGTERM, the kill grace,
+                // SIGKILL): a wait on its job waits for that.
+                let job = self.apps.get(t.app as usize).map_or(0, |r| r.job);
+                self.stopping.add(a.node.0, id, t.attempt, job);
                 cx.view.task_abandoned(&a);
                 self.drop_hold(id);
                 cx.nodes.ended(a.node, id);
@@ -1678,6 +1709,31 @@ impl Batch {
         state_of(&self.job_counts(j), j.row.cancelled)
     }
 
+    /// The last of job `job`'s stopping tasks ended: if the job had ended, it is over now —
+    /// the clients waiting on it are woken after the commit (`State::job_ends`), and the jobs
+    /// that run after it are looked at again. (A job still running changes nothing for them.)
+    fn stopped(&mut self, job: u64) {
+        let over = self
+            .job_rec(job)
+            .is_some_and(|j| matches!(self.job_state(j), "completed" | "failed" | "cancelled"));
+        if over {
+            self.waiting.job_ended(job);
+        }
+    }
+
+    /// Node `node` is gone (dead, left): what was stopped there will never be said to have
+    /// ended, so nothing waits for it any more.
+    pub fn node_gone(&mut self, cx: &mut Ctx, node: u32) -> Result<(), StateError> {
+        let jobs = self.stopping.node_gone(node);
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        for job in jobs {
+            self.stopped(job);
+        }
+        self.settle_waiting(cx)
+    }
+
     fn job_info(&self, rd: &Read, j: &JobRec, with_apps: bool) -> JobInfo {
         let (pending_reason, blocked) = self.pending_reason(rd, j);
         let queued = &rd.nodes.prefetch.queued;
@@ -1765,6 +1821,7 @@ impl Batch {
             max_gpu_memory_bytes: used.max_gpu_memory_bytes,
             pending_reason,
             blocked,
+            stopping: self.stopping.of_job(j.row.id),
             ..Default::default()
         }
     }
@@ -2515,6 +2572,12 @@ impl JobKind for Batch {
     /// A result from node `nid`: success, a retry, a failure for good, or (interrupted by its
     /// agent's shutdown) a loss.
     fn on_result(&mut self, cx: &mut Ctx, nid: NodeId, r: &TaskResult) -> Result<(), StateError> {
+        // A stopped attempt's process ended, whatever became of its task since (resubmitted).
+        if !self.stopping.is_empty()
+            && let Some(job) = self.stopping.ended(nid.0, r.task_id, r.attempt)
+        {
+            self.stopped(job);
+        }
         let Some(t) = self.tasks.get(r.task_id as usize) else {
             return Ok(());
         };
@@ -2754,6 +2817,18 @@ impl JobKind for Batch {
         open: bool,
         out: &mut Outbox,
     ) -> Result<(), StateError> {
+        // What was stopped on this node and is neither listed running nor reported (its
+        // result came above) has no process left.
+        if self.stopping.on_node(nid.0) {
+            let running: HashSet<(u64, u32)> = report
+                .running
+                .iter()
+                .map(|rt| (rt.task_id, rt.attempt))
+                .collect();
+            for job in self.stopping.beat(nid.0, &running) {
+                self.stopped(job);
+            }
+        }
         // Results just recorded may have completed a job others run after.
         self.settle_waiting(cx)?;
         let mut total_io = 0.0;
@@ -2831,7 +2906,8 @@ impl JobKind for Batch {
     }
 
     fn has_changes(&self) -> bool {
-        !self.dirty.is_empty()
+        !self.stopping.changes().is_empty()
+            || !self.dirty.is_empty()
             || !self.cancelled.is_empty()
             || !self.revived.is_empty()
             || !self.held_changed.is_empty()
@@ -2867,6 +2943,9 @@ impl JobKind for Batch {
             });
             crate::store::write_task_hold(tx, id, hold.as_ref())?;
         }
+        for &(task, stop) in self.stopping.changes() {
+            crate::store::write_task_stop(tx, task, stop)?;
+        }
         // A multi-node task's other nodes are stored as its attempt starts.
         for &id in &dirty {
             if let Some(t) = self.tasks.get(id as usize)
@@ -2894,6 +2973,7 @@ impl JobKind for Batch {
         self.revived.clear();
         self.settings_changed.clear();
         self.holds_changed.clear();
+        self.stopping.committed();
     }
 
     fn housekeeping(&mut self, cx: &mut Ctx) -> Result<(), StateError> {
@@ -2927,6 +3007,10 @@ impl JobKind for Batch {
 
     fn job_end(&self, id: u64) -> Option<super::JobEnd> {
         self.end_of(id)
+    }
+
+    fn stopping(&self, id: u64) -> u32 {
+        self.stopping.of_job(id)
     }
 
     fn ends_in_event(&self) -> bool {

@@ -72,6 +72,7 @@
 pub mod batch;
 pub mod divisible;
 pub mod gate;
+pub(crate) mod stopping;
 pub mod topology;
 pub mod workflow;
 
@@ -758,6 +759,13 @@ pub trait JobKind: Send {
     /// say so for every way its jobs end, or those wait for their calls' deadline.
     fn ends_in_event(&self) -> bool {
         self.finished_in_event()
+    }
+
+    /// How many of job `id`'s tasks were stopped (cancelled while they ran) and may still run
+    /// their processes ([`stopping`]): a client waiting on the job waits for them too
+    /// (`State::job_over`). Kinds whose work is not stopped that way have none.
+    fn stopping(&self, _id: u64) -> u32 {
+        0
     }
 
     /// How job `id` of this kind stands, for batch jobs that run after it (`None`: not a job of

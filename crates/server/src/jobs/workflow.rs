@@ -766,6 +766,12 @@ fn next_version(v: u64) -> u64 {
 /// The workflow job kind.
 pub struct Workflows {
     jobs: BTreeMap<u64, Box<WfJob>>,
+    /// Instances cancelled while they ran whose processes their agents have not said ended
+    /// ([`super::stopping`]): their workflows are not over for a wait until none is left.
+    stopping: super::stopping::Stopping,
+    /// A finished workflow's last stopping instance ended since the last commit: its waiters
+    /// are woken ([`JobKind::ends_in_event`]).
+    stopped_in_event: bool,
     default_balancer: BalancerKind,
     thresholds: Thresholds,
     /// Each node's `AgentData` address, from its heartbeats: the PCDDB address book.
@@ -957,6 +963,8 @@ impl Workflows {
         create_tables(cx.store.conn())?;
         let mut me = Workflows {
             jobs: BTreeMap::new(),
+            stopping: super::stopping::Stopping::default(),
+            stopped_in_event: false,
             default_balancer,
             thresholds,
             addresses: BTreeMap::new(),
@@ -1231,7 +1239,43 @@ impl Workflows {
             }
             me.jobs.insert(seq, Box::new(job));
         }
+        // Stopped instances whose process end was not reported before the server stopped:
+        // still stopping if their node may come back (its first heartbeat says whether the
+        // process still runs; [`super::stopping`]).
+        let stops = crate::store::task_stops(source.unwrap_or_else(|| cx.store.conn()))?;
+        for (task, attempt, node) in stops {
+            if Kind::of(task) != Some(Kind::Workflow) {
+                continue; // another kind's (`Batch::restore`)
+            }
+            let (seq, i) = job_of(task);
+            let job = me
+                .jobs
+                .get(&seq)
+                .filter(|j| {
+                    j.insts
+                        .get(i as usize)
+                        .is_some_and(|x| x.st == St::Cancelled && x.attempt == attempt)
+                })
+                .map(|j| j.id());
+            let live = cx
+                .nodes
+                .get(node)
+                .is_some_and(|r| (r.alive || r.kept_out_awaiting_return) && !r.removed);
+            match job {
+                Some(job) if live => me.stopping.restore(node, task, attempt, job),
+                _ => me.stopping.drop_stored(task),
+            }
+        }
         Ok(me)
+    }
+
+    /// The last of workflow `job`'s stopping instances ended: if it had finished, it is over
+    /// now, and the clients waiting on it are woken after the commit.
+    fn stopped(&mut self, job: u64) {
+        let seq = job & ((1 << super::KIND_SHIFT) - 1);
+        if self.jobs.get(&seq).is_some_and(|j| j.finished()) {
+            self.stopped_in_event = true;
+        }
     }
 
     /// A machine for a new or restored job: a launch node with the current clusters (pcddb), or
@@ -1898,6 +1942,10 @@ impl Workflows {
     /// lost with a node were placed again at once). The nodes given work are woken
     /// ([`JobKind::take_wakes`], sent when the event ends).
     pub fn node_gone(&mut self, cx: &mut Ctx, n: u32) {
+        // What was stopped there will never be said to have ended: nothing waits for it.
+        for job in self.stopping.node_gone(n) {
+            self.stopped(job);
+        }
         let seqs: Vec<u64> = self.maybe_running.iter().copied().collect();
         for seq in seqs {
             let Some(mut job) = self.jobs.remove(&seq) else {
@@ -2706,6 +2754,14 @@ impl Workflows {
         (String::new(), false)
     }
 
+    /// [`Workflows::job_info`] with how many of its instances stop.
+    fn info(&self, rd: &Read, j: &WfJob, apps: bool) -> JobInfo {
+        JobInfo {
+            stopping: self.stopping.of_job(j.id()),
+            ..Self::job_info(rd, j, apps)
+        }
+    }
+
     fn job_info(rd: &Read, j: &WfJob, apps: bool) -> JobInfo {
         // Instances' task ids are a range per job and per task ([`WfJob::task_id`]).
         let queued = |r: std::ops::Range<usize>| {
@@ -2927,6 +2983,12 @@ impl JobKind for Workflows {
     }
 
     fn on_result(&mut self, cx: &mut Ctx, node: NodeId, r: &TaskResult) -> Result<(), StateError> {
+        // A stopped attempt's process ended, whatever became of its instance since.
+        if !self.stopping.is_empty()
+            && let Some(job) = self.stopping.ended(node.0, r.task_id, r.attempt)
+        {
+            self.stopped(job);
+        }
         let (seq, i) = job_of(r.task_id);
         let Some(mut job) = self.jobs.remove(&seq) else {
             return Ok(());
@@ -3259,6 +3321,18 @@ impl JobKind for Workflows {
         open: bool,
         out: &mut Outbox,
     ) -> Result<(), StateError> {
+        // What was stopped on this node and is neither listed running nor reported (its
+        // result came first) has no process left.
+        if self.stopping.on_node(node.0) {
+            let running: HashSet<(u64, u32)> = report
+                .running
+                .iter()
+                .map(|rt| (rt.task_id, rt.attempt))
+                .collect();
+            for job in self.stopping.beat(node.0, &running) {
+                self.stopped(job);
+            }
+        }
         if crate::limits::peer_address(&report.advertise) {
             self.set_address(node.0, Some(&report.advertise));
         } else if !report.advertise.is_empty() {
@@ -3914,7 +3988,7 @@ impl JobKind for Workflows {
     }
 
     fn has_changes(&self) -> bool {
-        !self.dirty.is_empty() || !self.dirty_jobs.is_empty()
+        !self.dirty.is_empty() || !self.dirty_jobs.is_empty() || !self.stopping.changes().is_empty()
     }
 
     /// A waiting workflow's begin time ([`waiting`]): the reaper's pass then lets the state
@@ -4012,12 +4086,17 @@ impl JobKind for Workflows {
                 )?;
             }
         }
+        for &(task, stop) in self.stopping.changes() {
+            crate::store::write_task_stop(tx, task, stop)?;
+        }
         Ok(())
     }
 
     fn committed(&mut self) {
         self.dirty.clear();
         self.dirty_jobs.clear();
+        self.stopping.committed();
+        self.stopped_in_event = false;
     }
 
     fn counts(&self) -> TaskCounts {
@@ -4047,10 +4126,21 @@ impl JobKind for Workflows {
             .any(|seq| self.jobs.get(seq).is_some_and(|j| j.finished_ns > 0))
     }
 
+    /// A workflow ended in this event, or a finished one's last stopping instance did: its
+    /// waiters are woken.
+    fn ends_in_event(&self) -> bool {
+        self.stopped_in_event || self.finished_in_event()
+    }
+
+    fn stopping(&self, id: u64) -> u32 {
+        self.stopping.of_job(id)
+    }
+
     fn finished_jobs(&self) -> Vec<(u64, u64)> {
         self.jobs
             .iter()
-            .filter(|(_, j)| j.finished_ns > 0 && j.finished())
+            // (One whose stopped instances may still run is not purged under them.)
+            .filter(|(_, j)| j.finished_ns > 0 && j.finished() && self.stopping.of_job(j.id()) == 0)
             .map(|(&seq, j)| (seq, j.finished_ns))
             .collect()
     }
@@ -4065,6 +4155,15 @@ impl JobKind for Workflows {
                  (`hetsched cancel {id}`) or wait for it",
                 hetsched_core::text::count(c.pending, "instance"),
                 c.running
+            )));
+        }
+        let stopping = self.stopping.of_job(id);
+        if stopping > 0 {
+            return Err(StateError::Invalid(format!(
+                "job {id} is still stopping: the processes of {} may still run (their SIGTERM \
+                 handlers, for at most the kill grace); `hetsched wait {id}` returns once they \
+                 ended",
+                hetsched_core::text::count(u64::from(stopping), "instance")
             )));
         }
         Ok(())
@@ -4094,7 +4193,9 @@ impl JobKind for Workflows {
             return Some(JobEnd::Purged);
         }
         let j = self.jobs.get(&(id & ((1 << super::KIND_SHIFT) - 1)))?;
-        if !j.finished() {
+        // Finished, but processes of its stopped instances may still run: the jobs after it
+        // wait for them too, as `wait` does.
+        if !j.finished() || self.stopping.of_job(id) > 0 {
             return Some(JobEnd::Unfinished);
         }
         Some(match j.state() {
@@ -4105,6 +4206,9 @@ impl JobKind for Workflows {
     }
 
     fn purged(&mut self, _cx: &mut Ctx, ids: &[u64]) {
+        if !self.stopping.is_empty() {
+            self.stopping.forget_jobs(&ids.iter().copied().collect());
+        }
         for &id in ids {
             let seq = id & ((1 << super::KIND_SHIFT) - 1);
             if self.jobs.remove(&seq).is_some() {
@@ -4121,7 +4225,7 @@ impl JobKind for Workflows {
                 page.next_cursor = *seq;
                 break;
             }
-            page.jobs.push(Self::job_info(rd, j, false));
+            page.jobs.push(self.info(rd, j, false));
         }
         page
     }
@@ -4150,7 +4254,7 @@ impl JobKind for Workflows {
     fn job(&self, rd: &Read, id: u64) -> Result<JobInfo, StateError> {
         self.jobs
             .get(&(id & ((1 << super::KIND_SHIFT) - 1)))
-            .map(|j| Self::job_info(rd, j, true))
+            .map(|j| self.info(rd, j, true))
             .ok_or(StateError::NoJob(id))
     }
 
@@ -4309,6 +4413,9 @@ impl JobKind for Workflows {
         // expects them any more the agent is told to kill them.
         for &i in ended.iter().filter(|i| running.contains(i)) {
             if let Some(node) = j.insts[i as usize].node {
+                // Its process runs on until its agent has stopped it: a wait waits for that.
+                let attempt = j.insts[i as usize].attempt;
+                self.stopping.add(node, j.task_id(i), attempt, j.id());
                 cx.nodes.ended(NodeId(node), j.task_id(i));
                 self.woken.insert(node);
             }
@@ -4451,6 +4558,7 @@ impl Workflows {
         j.cancel_end = Some(reason);
         self.dirty_jobs.insert(seq);
         let mut n = 0;
+        let id = j.id();
         for i in 0..j.insts.len() {
             let tid = j.task_id(i as u32);
             let x = &mut j.insts[i];
@@ -4460,6 +4568,8 @@ impl Workflows {
             if x.st == St::Running
                 && let Some(node) = x.node
             {
+                // Its process runs on until its agent has stopped it: a wait waits for that.
+                self.stopping.add(node, tid, x.attempt, id);
                 cx.nodes.ended(NodeId(node), tid);
                 self.woken.insert(node);
             }

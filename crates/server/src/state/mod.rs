@@ -946,6 +946,13 @@ impl State {
         self.jobs.workflow.node_gone(&mut ctx!(self), id);
     }
 
+    /// Node `id` is gone (dead, left): the batch tasks stopped there are waited for no more
+    /// ([`crate::jobs::batch::Batch::node_gone`]; workflows' instances go in
+    /// [`State::workflow_node_gone`]).
+    fn stopping_node_gone(&mut self, id: u32) -> Result<(), StateError> {
+        self.jobs.batch.node_gone(&mut ctx!(self), id)
+    }
+
     /// Loses the running multi-node tasks one of whose nodes is gone (dead, left, removed).
     fn lose_broken_multi_node(&mut self) -> Result<(), StateError> {
         self.jobs.batch.lose_broken_multi_node(&mut ctx!(self))
@@ -2329,6 +2336,14 @@ impl State {
                 .job(&self.read(), id)
                 .map(|j| is_final_job_state(&j.state)),
         }
+    }
+
+    /// Whether job `id` is over for a client waiting on it: it ended ([`State::job_ended`]) and
+    /// none of its stopped tasks' processes may still run (`JobInfo::stopping`, Slurm's
+    /// *completing*): what a `GetJob` held until the job ends waits for.
+    pub fn job_over(&self, id: u64) -> Result<bool, StateError> {
+        let kind = self.job_owner(id).ok_or(StateError::NoJob(id))?;
+        Ok(self.job_ended(id)? && kind.stopping(id) == 0)
     }
 
     /// One page of a job's tasks (job 0 = every job of every kind): from task id `cursor`

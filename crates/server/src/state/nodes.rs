@@ -1523,6 +1523,8 @@ impl State {
         }
         // Multi-node tasks it was one of the other nodes of are lost too.
         self.lose_broken_multi_node()?;
+        // What was stopped there will never be said to have ended: nothing waits for it.
+        self.stopping_node_gone(id)?;
         // Its agent's divisible chunks (not tasks of the node) are re-planned too.
         self.jobs.divisible.lose_agent(&name);
         // What workflows placed there, and the outputs it held that placed consumers need, are

@@ -679,6 +679,10 @@ pub struct JobInfo {
     pub begin_ms: Option<u64>,
     /// Its begin time has not come yet: its pending tasks wait for it.
     pub deferred: bool,
+    /// How many of its tasks were stopped (cancelled while they ran) and whose processes may
+    /// still run — a SIGTERM handler, for at most the kill grace — as far as their agents
+    /// said (batch jobs and workflows; 0 for other kinds): a wait on it returns only once this is 0.
+    pub stopping: u32,
 }
 
 /// One page of jobs.

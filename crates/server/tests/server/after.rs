@@ -700,8 +700,8 @@ fn first_message(s: &State, job: u64) -> String {
 /// Batch jobs run after a divisible job or a workflow (a post-processing step): they wait while
 /// it runs, across a restart; its end releases or cancels them in the event that recorded it
 /// (`--after` and `--after-any` queued and `--after-notok` cancelled when it completes; the
-/// reverse when it is cancelled); a workflow that runs again makes the unfinished ones wait for
-/// its new end.
+/// reverse when it is cancelled, once the processes of its stopped instances ended); a
+/// workflow that runs again makes the unfinished ones wait for its new end.
 #[test]
 fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_restart() {
     use hetsched_server::jobs::divisible::ChunkResult;
@@ -796,9 +796,23 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
         n.beat(&mut s, &[(instances[0].0, instances[0].1, true)])
             .is_empty()
     );
-    let second = s.tasks(workflow).expect("tasks").tasks[1].index.to_string();
-    s.cancel_tasks(workflow, "A", &second).expect("cancel one");
-    assert_eq!(s.job(workflow).expect("job").state, "cancelled");
+    let killed = s.tasks(workflow).expect("tasks").tasks[1].clone();
+    s.cancel_tasks(workflow, "A", &killed.index.to_string())
+        .expect("cancel one");
+    // Its process still runs (its SIGTERM handler): the jobs after it wait for that too.
+    let j = s.job(workflow).expect("job");
+    assert_eq!((j.state.as_str(), j.stopping), ("cancelled", 1));
+    for j in [ok, any, notok] {
+        assert!(s.job(j).expect("job").waiting, "job {j} waits for it");
+    }
+    // Its agent reports the killed attempt's end, in a beat that takes no work (so that what
+    // this releases is not dispatched yet).
+    n.running.retain(|r| r.0 != killed.id);
+    let mut req =
+        common::heartbeat_request(n.node, &n.running, &[(killed.id, killed.attempt, false)]);
+    req.draining = true;
+    s.heartbeat(req).expect("beat");
+    assert_eq!(s.job(workflow).expect("job").stopping, 0);
     assert_eq!(s.job(ok).expect("job").state, "cancelled");
     assert_eq!(
         first_message(&s, ok),

@@ -430,6 +430,123 @@ fn a_refused_submission_stores_nothing_and_cancel_kills_running_tasks() {
     );
 }
 
+/// A cancel is recorded at once, but the job is not over for a wait (`GetJob` held with
+/// `wait_ms`: `job_over`) until its agent says the stopped task's process ended — its SIGTERM
+/// handler may still be cleaning up. Until then the job says how many of its tasks stop, its
+/// waiters are not woken by the beats that change nothing, and a job after it whatever its end
+/// (`--after-any`) waits too; the process's end wakes the waiters and releases the job after it
+/// in the same reply.
+#[test]
+fn a_cancelled_job_is_over_for_its_waiters_once_its_stopped_tasks_processes_ended() {
+    let d = dir("stopping");
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 1);
+    s.submit("job.toml", JOB, "/").expect("submit");
+    let after = s
+        .on_submit(hetsched_server::state::types::Submission {
+            origin: "after.toml".into(),
+            text: JOB.into(),
+            workdir: "/".into(),
+            after_any: vec![1],
+            ..Default::default()
+        })
+        .expect("submit after")
+        .job_id;
+    assert_eq!(assigned(&beat(&mut s, n, &[], &[])), vec![(0, 1)]);
+    let mut ends = s.job_ends();
+    s.cancel(1).expect("cancel");
+    let j = s.job(1).expect("job");
+    assert_eq!((j.state.as_str(), j.stopping), ("cancelled", 1));
+    assert!(s.job_ended(1).expect("job 1"), "cancelled at once");
+    assert!(
+        !s.job_over(1).expect("job 1"),
+        "its task's process still runs"
+    );
+    ends.mark_unchanged();
+    // Its agent still runs it (its SIGTERM handler): told to kill it, and nothing else changes.
+    let r = beat(&mut s, n, &[(0, 1)], &[]);
+    assert_eq!(r.kill.len(), 1);
+    assert!(r.assignments.is_empty(), "the job after it waits too");
+    assert_eq!(s.job(1).expect("job").stopping, 1);
+    assert!(
+        !ends.has_changed().expect("open"),
+        "a beat that ends no process wakes no waiter"
+    );
+    assert_eq!(s.job(after).expect("job").state, "pending");
+    // Its process ended: the job is over, its waiters are woken, and the job after it starts.
+    let mut req = common::heartbeat_request(n, &[], &[]);
+    req.results.push(ended(0, 1, pb::TaskEnd::Killed, ""));
+    let r = s.heartbeat(req).expect("beat");
+    assert_eq!(s.job(1).expect("job").stopping, 0);
+    assert!(s.job_over(1).expect("job 1"));
+    assert!(ends.has_changed().expect("open"), "the process's end wakes");
+    assert_eq!(assigned(&r), vec![(3, 1)], "the job after it starts");
+}
+
+/// A stopped task whose node no longer lists it (the assignment never arrived, its agent
+/// restarted) or whose node is declared dead is waited for no more: nothing will ever say its
+/// process ended.
+#[test]
+fn a_stopping_task_gone_from_its_node_or_lost_with_it_is_waited_for_no_more() {
+    let d = dir("stopping-gone");
+    let mut s = open(&d);
+    let a = common::register(&mut s, "a", 1);
+    let b = common::register(&mut s, "b", 1);
+    s.submit("job.toml", JOB, "/").expect("submit");
+    assert_eq!(assigned(&beat(&mut s, a, &[], &[])), vec![(0, 1)]);
+    assert_eq!(assigned(&beat(&mut s, b, &[], &[])), vec![(1, 1)]);
+    s.cancel(1).expect("cancel");
+    assert_eq!(s.job(1).expect("job").stopping, 2);
+    let mut ends = s.job_ends();
+    ends.mark_unchanged();
+    // Node a's agent runs it no more, and no result came: gone.
+    beat(&mut s, a, &[], &[]);
+    assert_eq!(s.job(1).expect("job").stopping, 1);
+    assert!(!ends.has_changed().expect("open"), "one still stops");
+    // Node b falls silent and is declared dead with it.
+    std::thread::sleep(crate::common::SILENCE);
+    beat(&mut s, a, &[], &[]);
+    s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
+    assert!(!s.nodes(true).nodes[b as usize].alive);
+    let j = s.job(1).expect("job");
+    assert_eq!((j.state.as_str(), j.stopping), ("cancelled", 0));
+    assert!(s.job_over(1).expect("job 1"));
+    assert!(ends.has_changed().expect("open"), "the node's death wakes");
+}
+
+/// Across a restart: the stopped task that no result said ended is still stopping (its agent
+/// reconnects and lists it running while its handler runs), and its node's first heartbeat
+/// that lists it no more ends the wait — a restarted server never waits on a process end that
+/// will not be reported. A purge waits for it too.
+#[test]
+fn a_stopping_task_stays_so_across_a_restart_until_its_node_says_otherwise() {
+    let d = dir("stopping-restart");
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 1);
+        s.submit("job.toml", JOB, "/").expect("submit");
+        assert_eq!(assigned(&beat(&mut s, n, &[], &[])), vec![(0, 1)]);
+        s.cancel(1).expect("cancel");
+        assert_eq!(s.job(1).expect("job").stopping, 1);
+    } // the server dies here
+    let mut s = open(&d);
+    assert_eq!(s.job(1).expect("job").stopping, 1);
+    assert!(!s.job_over(1).expect("job 1"));
+    let e = s
+        .on_purge(&hetsched_server::state::types::PurgeSelection {
+            job_ids: vec![1],
+            ..Default::default()
+        })
+        .expect_err("still stopping");
+    assert!(e.to_string().contains("still stopping"), "{e}");
+    let r = beat(&mut s, 0, &[(0, 1)], &[]);
+    assert_eq!(r.kill.len(), 1);
+    assert_eq!(s.job(1).expect("job").stopping, 1);
+    beat(&mut s, 0, &[], &[]);
+    assert_eq!(s.job(1).expect("job").stopping, 0);
+    assert!(s.job_over(1).expect("job 1"));
+}
+
 #[test]
 fn a_submission_key_makes_a_job_once_even_across_a_restart() {
     let d = dir("keys");

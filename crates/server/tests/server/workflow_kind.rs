@@ -2928,6 +2928,52 @@ fn a_full_disk_rollback_keeps_the_stored_workflows() {
     assert_eq!(s.job(id).expect("job").state, "completed");
 }
 
+/// A cancelled workflow is over for its waiters (`job_over`: `wait`) only once its agent says
+/// the stopped instance's process ended — its SIGTERM handler may still clean up — as a batch
+/// job is. A restart keeps it stopping, and the result the agent sends again then ends it.
+#[test]
+fn a_cancelled_workflow_is_over_once_its_stopped_instances_process_ended_across_a_restart() {
+    let dir = scratch("stopping");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n", 1);
+    let id = s
+        .submit(
+            "w.toml",
+            "balancer = \"centralised\"\n[[task]]\nname = \"a\"\ninstances = 3\ncost = \"1s\"\ncommand = \"true\"\n",
+            "/",
+        )
+        .expect("submit")
+        .job_id;
+    let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    let run: Vec<(u64, u32)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt))
+        .collect();
+    assert_eq!(run.len(), 1);
+    s.cancel(id).expect("cancel");
+    let j = s.job(id).expect("job");
+    assert_eq!((j.state.as_str(), j.stopping), ("cancelled", 1));
+    assert!(
+        !s.job_over(id).expect("job"),
+        "its instance's process still runs"
+    );
+    // Its agent still runs it: told to kill it; still stopping.
+    let r = s.heartbeat(heartbeat_request(n, &run, &[])).expect("beat");
+    assert_eq!(r.kill.len(), 1);
+    assert_eq!(s.job(id).expect("job").stopping, 1);
+    drop(s); // the server dies here
+    let mut s = open(&dir, WorkflowConfig::default());
+    assert_eq!(s.job(id).expect("job").stopping, 1);
+    assert!(!s.job_over(id).expect("job"));
+    // Its agent reconnects with the killed attempt's result.
+    s.heartbeat(heartbeat_request(n, &[], &[(run[0].0, run[0].1, false)]))
+        .expect("beat");
+    let j = s.job(id).expect("job");
+    assert_eq!((j.state.as_str(), j.stopping), ("cancelled", 0));
+    assert!(s.job_over(id).expect("job"));
+}
+
 /// One step of the pcddb day below.
 #[derive(Clone, Debug)]
 enum PcddbStep {

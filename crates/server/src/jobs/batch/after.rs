@@ -301,6 +301,9 @@ impl Batch {
             return self.foreign.get(&id).map(|f| f.end);
         };
         Some(match self.job_state(j) {
+            // Ended, but processes of its stopped tasks may still run (a SIGTERM handler's
+            // clean-up): the jobs after it wait for them too, as `wait` does.
+            _ if self.stopping.of_job(id) > 0 => JobEnd::Unfinished,
             "completed" => JobEnd::Completed,
             "failed" => JobEnd::Failed,
             "cancelled" => JobEnd::Cancelled,

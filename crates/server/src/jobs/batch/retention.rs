@@ -432,6 +432,10 @@ impl Batch {
             if c.pending + c.running > 0 {
                 continue;
             }
+            // A stopped task's process ends later, and its result must find its row.
+            if self.stopping.of_job(id) > 0 {
+                continue;
+            }
             let Some(rows) = self.tasks.slice(range.clone()) else {
                 continue;
             };
@@ -530,6 +534,15 @@ impl Batch {
                 c.running
             )));
         }
+        let stopping = self.stopping.of_job(id);
+        if stopping > 0 {
+            return Err(StateError::Invalid(format!(
+                "job {id} is still stopping: the processes of {} may still run (their SIGTERM \
+                 handlers, for at most the kill grace); `hetsched wait {id}` returns once they \
+                 ended",
+                hetsched_core::text::count(u64::from(stopping), "task")
+            )));
+        }
         Ok(())
     }
 
@@ -552,6 +565,10 @@ impl Batch {
 
     /// The purge of `ids` committed: their rows leave memory.
     pub(super) fn forget_purged(&mut self, cx: &mut Ctx, ids: &[u64]) {
+        // (A purge takes no stopping job, but one set aside at a start may have been.)
+        if !self.stopping.is_empty() {
+            self.stopping.forget_jobs(&ids.iter().copied().collect());
+        }
         for &id in ids {
             let Some(start) = self.job_rec(id).map(|j| j.tasks.start) else {
                 continue;
