@@ -14,8 +14,8 @@ use hetsched_core::input::workflow::parse_workflow;
 use hetsched_core::input::workflow_runtime::{check_instances_fit, file_balancer, instance_sizes};
 use hetsched_core::model::Resources;
 use hetsched_core::model::latency::LatencyMatrix;
-use hetsched_core::policy::graph::catalogue::NodeCatalogue;
 use hetsched_core::policy::graph::AttrMask;
+use hetsched_core::policy::graph::catalogue::NodeCatalogue;
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
 use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
 use hetsched_sim::graph::{

@@ -527,6 +527,53 @@ pub fn offloaded_instance(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::input::workflow::parse_workflow;
+
+    /// The simulator reads a file without commands through the same checks as `submit`: the
+    /// balancer line, the instance sizes, and whether some eligible node holds one instance
+    /// (the largest eligible node named, an ineligible larger one ignored).
+    #[test]
+    fn a_simulator_file_gets_submits_balancer_and_size_checks() {
+        let text = "balancer = \"centralized\"\n[[task]]\nname = \"A\"\ninstances = 2\n\
+                    cost = \"1s\"\ncores = 4\nmemory = \"1GiB\"\ngpus = 1\n";
+        let parsed = parse_workflow("wf.toml", text).expect("a simulator's file");
+        assert_eq!(file_balancer(&parsed), Ok(Some(BalancerKind::Centralised)));
+        let sizes = instance_sizes(&parsed).expect("sizes");
+        assert_eq!(sizes, [Resources::new(4, 1 << 30, 1)]);
+        let small = Resources::new(2, 1 << 34, 1);
+        let big = Resources::new(8, 1 << 34, 1);
+        assert_eq!(
+            check_instances_fit(&parsed, &sizes, &[small, big], |_, _| true),
+            Ok(())
+        );
+        let e = check_instances_fit(&parsed, &sizes, &[small, big], |_, n| n == 0)
+            .expect_err("only the 2-core node is eligible");
+        assert_eq!(
+            e.to_string(),
+            "wf.toml:6:9: task[0].cores: no live node can hold one instance of `A` (4 cores; \
+             the largest nodes have 2 cores, 16.0 GiB of memory, 1 GPUs)"
+        );
+        // No eligible node at all is the `requires` check's to refuse.
+        assert_eq!(
+            check_instances_fit(&parsed, &sizes, &[small], |_, _| false),
+            Ok(())
+        );
+        let bogus =
+            parse_workflow("wf.toml", &text.replace("centralized", "bogus")).expect("parsed");
+        assert_eq!(
+            file_balancer(&bogus).map_err(|e| e.to_string()),
+            Err(
+                "wf.toml:1:12: balancer: unknown balancer `bogus`: expected centralised or pcddb"
+                    .to_string()
+            )
+        );
+        let zero =
+            parse_workflow("wf.toml", &text.replace("cores = 4", "cores = 0")).expect("parsed");
+        assert_eq!(
+            instance_sizes(&zero).map_err(|e| e.to_string()),
+            Err("wf.toml:6:9: task[0].cores: must be at least 1".to_string())
+        );
+    }
 
     #[test]
     fn an_offloaded_instance_names_its_files_relative_to_its_directory() {
