@@ -1,5 +1,10 @@
 //! `hetsched sim graph` and `hetsched sim pcddb-paper`: workflows of component instances under the
 //! static, centralised and PCDDB balancers (spec 05).
+//!
+//! The workflow file is also one `hetsched submit` takes: its `balancer` line and its tasks'
+//! instance sizes are checked by the core's functions `submit` uses
+//! ([`hetsched_core::input::workflow_runtime`]), so a file the runtime refuses is refused here
+//! in the same words; `--balancer` wins over the file's line, which wins over pcddb.
 
 use crate::input_file::read_input as read;
 use crate::sim::Output;
