@@ -1,5 +1,10 @@
 //! `hetsched sim graph` and `hetsched sim pcddb-paper`: workflows of component instances under the
 //! static, centralised and PCDDB balancers (spec 05).
+//!
+//! The workflow file is also one `hetsched submit` takes: its `balancer` line and its tasks'
+//! instance sizes are checked by the core's functions `submit` uses
+//! ([`hetsched_core::input::workflow_runtime`]), so a file the runtime refuses is refused here
+//! in the same words; `--balancer` wins over the file's line, which wins over pcddb.
 
 use crate::input_file::read_input as read;
 use crate::sim::Output;
@@ -11,7 +16,10 @@ use hetsched_core::input::Duration;
 use hetsched_core::input::cluster::{parse_cluster, parse_node_attributes};
 use hetsched_core::input::latency::parse_latency;
 use hetsched_core::input::workflow::parse_workflow;
+use hetsched_core::input::workflow_runtime::{check_instances_fit, file_balancer, instance_sizes};
+use hetsched_core::model::Resources;
 use hetsched_core::model::latency::LatencyMatrix;
+use hetsched_core::policy::graph::AttrMask;
 use hetsched_core::policy::graph::catalogue::NodeCatalogue;
 use hetsched_core::policy::graph::{BalancerKind, Thresholds};
 use hetsched_core::time::{NANOS_PER_SEC, Time, to_secs};
@@ -32,9 +40,12 @@ pub struct GraphArgs {
     /// Workflow (TOML), e.g. examples/workflow-mm5.toml.
     #[arg(long, value_name = "FILE")]
     pub workflow: PathBuf,
-    /// The balancer: static, centralised or pcddb.
-    #[arg(long, default_value = "pcddb")]
-    pub balancer: BalancerKind,
+    /// The balancer: static, centralised or pcddb. Without it, the workflow file's `balancer`
+    /// line (centralised or pcddb, the one `hetsched submit` runs the file under), else pcddb:
+    /// the flag wins over the file, the file over the default. A file's line the runtime would
+    /// refuse is refused here too, flag or not.
+    #[arg(long, value_name = "BALANCER")]
+    pub balancer: Option<BalancerKind>,
     /// Underload threshold per core (pcddb): a node holding fewer than LT × cores instances asks
     /// for work; at least 1.
     #[arg(long, default_value_t = 2)]
@@ -125,8 +136,34 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
         );
     }
     let workflow = parse_workflow(&args.workflow.display().to_string(), &read(&args.workflow)?)?;
+    // What `hetsched submit` reads of the same file is checked as it checks it (one check, in
+    // the core): a balancer it would refuse, an instance no node can hold.
+    let file_balancer = file_balancer(&workflow)?;
+    let sizes = instance_sizes(&workflow)?;
     let catalogue = NodeCatalogue::new(&cluster, &attributes)?;
     workflow.check_requirements(&catalogue.offered())?;
+    let capacities: Vec<Resources> = cluster.nodes.iter().map(|n| n.capacity()).collect();
+    // Among the nodes that offer the task's `requires` (a node the balancers never give it
+    // cannot hold it); a task no node offers them all to is refused by the simulator.
+    let wanted: Vec<Option<AttrMask>> = workflow
+        .workflow
+        .tasks
+        .iter()
+        .map(|t| catalogue.requirement_mask(&t.requires))
+        .collect();
+    check_instances_fit(&workflow, &sizes, &capacities, |t, n| {
+        wanted.get(t).copied().flatten().is_some_and(|mask| {
+            cluster
+                .nodes
+                .get(n)
+                .is_some_and(|node| catalogue.mask(node.id) & mask == mask)
+        })
+    })?;
+    for (spec, size) in workflow.specs.iter().zip(&sizes) {
+        if let Some(warning) = unmodelled_size(spec.name.get_ref(), size) {
+            eprintln!("warning: {warning}");
+        }
+    }
     let latency = match &args.latency {
         Some(p) => parse_latency(&p.display().to_string(), &read(p)?, &cluster)?,
         None => LatencyMatrix::from_cluster(&cluster),
@@ -162,7 +199,12 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
         bail!("--lt {} --mt {}: need 1 ≤ LT ≤ MT", args.lt, args.mt);
     }
     let config = GraphSimConfig {
-        balancer: args.balancer,
+        // Flag, else file, else the flag's documented default (docs/results/graphs.md's runs
+        // and the paper's scenario are pcddb's; the runtime's default is its server's).
+        balancer: args
+            .balancer
+            .or(file_balancer)
+            .unwrap_or(BalancerKind::Pcddb),
         thresholds,
         launch,
         members: None,
@@ -180,6 +222,44 @@ pub fn graph_cmd(args: GraphArgs) -> anyhow::Result<()> {
     v["seed"] = args.seed.into();
     let json = serde_json::to_string_pretty(&v)?;
     crate::sim::emit_json(args.output, &json, &out, || print_result(&result))
+}
+
+/// What `sim graph` says of a task whose instances hold more than the one core it runs each
+/// instance on (`size`: `cores`, `memory`, `gpus` as the runtime books them), or `None` when
+/// the simulator runs the task as the runtime would. The balancers (the core's, shared with the
+/// runtime) count instances against LT, MT and cores, and the nodes run one instance per core:
+/// an instance of several cores, or one that books memory or GPUs, is run as a one-core instance
+/// that books nothing, so such a run predicts more instances at once than the runtime starts.
+fn unmodelled_size(task: &str, size: &Resources) -> Option<String> {
+    let mut asks = Vec::new();
+    if size.cores > 1 {
+        asks.push(format!("{} cores", size.cores));
+    }
+    if size.gpus > 0 {
+        asks.push(hetsched_core::text::count(u64::from(size.gpus), "GPU"));
+    }
+    if size.memory_bytes > 0 {
+        asks.push(format!(
+            "{} of memory",
+            bytesize::ByteSize(size.memory_bytes)
+        ));
+    }
+    if asks.is_empty() {
+        return None;
+    }
+    let asks = match asks.len() {
+        1 => asks[0].clone(),
+        n => format!("{} and {}", asks[..n - 1].join(", "), asks[n - 1]),
+    };
+    let books = if size.gpus > 0 || size.memory_bytes > 0 {
+        " and books no memory or GPU"
+    } else {
+        ""
+    };
+    Some(format!(
+        "sim graph: task `{task}` asks for {asks} per instance; the simulator runs each instance \
+         on one core{books}, so a node may run more of them at once than the runtime would"
+    ))
 }
 
 fn node_list(cluster: &hetsched_core::Cluster) -> String {

@@ -602,3 +602,147 @@ fn the_summary_carries_its_seed_and_busy_seconds() {
         assert!((fraction * cores * makespan - core_s).abs() < 1e-6, "{n}");
     }
 }
+
+/// `sim graph` on a workflow file written to a fresh directory: its exit code, stdout, stderr and
+/// the path it was given.
+fn graph_text(name: &str, text: &str, extra: &[&str]) -> (Option<i32>, String, String, String) {
+    let (_dir, path) = temp(name);
+    std::fs::write(&path, text).expect("write the workflow");
+    let shown = path.display().to_string();
+    let out = graph(&shown, extra);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        shown,
+    )
+}
+
+const ONE_TASK: &str = "[[task]]\nname = \"A\"\ninstances = 6\ncost = \"1s\"\n";
+
+/// The file's `balancer` line is the run `hetsched submit` would make of it: `sim graph` runs it
+/// unless `--balancer` names another (flag > file > pcddb, the flag's documented default, so a
+/// file without the line still runs under pcddb as docs/results/graphs.md's do). It simulated
+/// pcddb for a file asking for `centralised`.
+#[test]
+fn the_files_balancer_runs_unless_the_flag_names_another() {
+    let balancer_of = |text: &str, extra: &[&str]| {
+        let mut args = vec!["--output", "json"];
+        args.extend_from_slice(extra);
+        let (code, stdout, stderr, _) = graph_text("balancer.toml", text, &args);
+        assert_eq!(code, Some(0), "{stderr}");
+        let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+        v["balancer"].as_str().unwrap_or_default().to_string()
+    };
+    let centralised = format!("balancer = \"centralised\"\n{ONE_TASK}");
+    assert_eq!(balancer_of(&centralised, &[]), "centralised");
+    assert_eq!(
+        balancer_of(&format!("balancer = \"centralized\"\n{ONE_TASK}"), &[]),
+        "centralised",
+        "spelt as submit takes it"
+    );
+    assert_eq!(
+        balancer_of(&format!("balancer = \"pcddb\"\n{ONE_TASK}"), &[]),
+        "pcddb"
+    );
+    assert_eq!(
+        balancer_of(&centralised, &["--balancer", "static"]),
+        "static",
+        "the flag wins"
+    );
+    assert_eq!(balancer_of(ONE_TASK, &[]), "pcddb", "no line: the default");
+    let out = hetsched(&["sim", "graph", "--help"]);
+    // As one line: clap wraps it to the terminal.
+    let help = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        help.contains("the flag wins over the file, the file over the default"),
+        "{help}"
+    );
+}
+
+/// A `balancer` line `hetsched submit` refuses is refused by `sim graph` with the same words, at
+/// its line and column, whatever `--balancer` says (the file is wrong for the runtime either
+/// way). It was accepted silently.
+#[test]
+fn a_balancer_submit_refuses_is_refused_at_its_line() {
+    for (value, extra) in [
+        ("no-such-balancer", &[][..]),
+        ("bogus", &["--balancer", "pcddb"][..]),
+        // The simulator's baseline: the runtime runs no `static` workflow.
+        ("static", &[][..]),
+    ] {
+        let text = format!("name = \"w\"\nbalancer = \"{value}\"\n{ONE_TASK}");
+        let (code, stdout, stderr, shown) = graph_text("unknown.toml", &text, extra);
+        assert_eq!(code, Some(1), "{value}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{shown}:2:12: balancer: unknown balancer `{value}`: expected centralised or pcddb"
+            )),
+            "{value}: {stderr}"
+        );
+        assert!(stdout.is_empty(), "{stdout}");
+    }
+}
+
+/// An instance no node of the cluster can hold (`cores`, `gpus`, `memory` beyond every node
+/// that offers the task's `requires`) is refused as `hetsched submit` refuses it, at the field;
+/// `sim graph` ran such a task as one-core instances.
+#[test]
+fn an_instance_no_node_can_hold_is_refused_at_its_field() {
+    for (extra_fields, line_col, what) in [
+        (
+            "cores = 64\ngpus = 3\nmemory = \"9TiB\"\n",
+            "5:9",
+            "task[0].cores: no live node can hold one instance of `A` (64 cores; the largest \
+             nodes have 8 cores, 64.0 GiB of memory, 1 GPUs)",
+        ),
+        (
+            "gpus = 2\n",
+            "5:8",
+            "task[0].gpus: no live node can hold one instance of `A` (2 GPUs;",
+        ),
+        // The eight-core nodes have 64 GiB, but only the gpu node (16 GiB) offers `gpu`.
+        (
+            "requires = [\"gpu\"]\nmemory = \"32GiB\"\n",
+            "6:10",
+            "task[0].memory: no live node can hold one instance of `A` (32.0 GiB of memory; the \
+             largest nodes have 4 cores, 16.0 GiB of memory, 1 GPUs)",
+        ),
+    ] {
+        let text = format!("{ONE_TASK}{extra_fields}");
+        let (code, stdout, stderr, shown) = graph_text("big.toml", &text, &[]);
+        assert_eq!(code, Some(1), "{extra_fields}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{shown}:{line_col}: {what}")),
+            "{extra_fields}: {stderr}"
+        );
+        assert!(stdout.is_empty(), "{stdout}");
+    }
+    // Within the 64 GiB eight-core nodes' means: it runs.
+    let text = format!("{ONE_TASK}requires = [\"bigmem\"]\nmemory = \"32GiB\"\n");
+    let (code, _, stderr, _) = graph_text("fits.toml", &text, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// The simulator runs every instance on one core and books no memory or GPU; a task that asks
+/// for more runs, with a warning saying so (its nodes may run more instances at once than the
+/// runtime would) — one per such task, none for a one-core task.
+#[test]
+fn a_task_of_several_cores_runs_with_a_warning_that_it_is_run_on_one() {
+    let text = format!(
+        "{ONE_TASK}cores = 2\nmemory = \"1GiB\"\n[[task]]\nname = \"B\"\ninstances = 2\ncost = \"1s\"\ncores = 1\n"
+    );
+    let (code, stdout, stderr, _) = graph_text("cores.toml", &text, &["--output", "json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "warning: sim graph: task `A` asks for 2 cores and 1.0 GiB of memory per instance; the \
+         simulator runs each instance on one core and books no memory or GPU, so a node may run \
+         more of them at once than the runtime would"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout alone");
+    assert_eq!(v["instances"], 8);
+}

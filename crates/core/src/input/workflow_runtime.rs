@@ -25,7 +25,7 @@
 //! inside a longer argument (a shell line) the paths are joined with spaces.
 
 use super::cluster::at;
-use super::workflow::{Costs, ParsedWorkflow, parse_workflow_with};
+use super::workflow::{Costs, ParsedWorkflow, TaskSpec, parse_workflow_with};
 use super::{InputError, Source};
 use crate::input::limits::task_memory_problem;
 use crate::input::workload::{Command, MAX_RETRIES};
@@ -72,20 +72,7 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
         return Err(e);
     }
     let parsed = parse_workflow_with(origin, text, Costs::Optional)?;
-    let balancer = match &parsed.balancer {
-        None => None,
-        Some(b) => match b.get_ref().as_str() {
-            "centralised" | "centralized" => Some(BalancerKind::Centralised),
-            "pcddb" => Some(BalancerKind::Pcddb),
-            other => {
-                return Err(src.error(
-                    at(b),
-                    Some("balancer".into()),
-                    format!("unknown balancer `{other}`: expected centralised or pcddb"),
-                ));
-            }
-        },
-    };
+    let balancer = file_balancer(&parsed)?;
     let mut tasks = Vec::with_capacity(parsed.specs.len());
     for (i, t) in parsed.specs.iter().enumerate() {
         let field = |f: &str| Some(format!("task[{i}].{f}"));
@@ -159,14 +146,7 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
                 }
             }
         }
-        let cores = t.cores.as_ref().map_or(1, |c| *c.get_ref());
-        if cores == 0 {
-            return Err(src.error(
-                t.cores.as_ref().and_then(at).or_else(|| at(&t.name)),
-                field("cores"),
-                "must be at least 1",
-            ));
-        }
+        let cores = instance_cores(&src, i, t)?;
         if let Some(r) = &t.retries
             && *r.get_ref() > MAX_RETRIES
         {
@@ -176,20 +156,14 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
                 format!("must be at most {MAX_RETRIES}"),
             ));
         }
-        // A batch task's bound, in its words: an instance runs on one node, and the sums of
-        // what instances hold must not overflow the scheduler's.
-        if let Some(m) = &t.memory
-            && let Some(problem) = task_memory_problem(m.get_ref().as_u64())
-        {
-            return Err(src.error(at(m), field("memory"), problem));
-        }
+        let memory_bytes = instance_memory(&src, i, t)?;
         tasks.push(RuntimeTask {
             argv,
             env: t.env.clone(),
             time_limit_ns: t.time_limit.as_ref().map_or(0, |d| d.get_ref().0),
             retries: t.retries.as_ref().map_or(0, |r| *r.get_ref()),
             cores,
-            memory_bytes: t.memory.as_ref().map_or(0, |m| m.get_ref().as_u64()),
+            memory_bytes,
             gpus: t.gpus.as_ref().map_or(0, |g| *g.get_ref()),
         });
     }
@@ -198,6 +172,142 @@ pub fn parse_runtime_workflow(origin: &str, text: &str) -> Result<RuntimeWorkflo
         tasks,
         balancer,
     })
+}
+
+/// The balancer the file asks for (`balancer =`), checked: `centralised` (or `centralized`) or
+/// `pcddb`, the balancers the runtime runs; `None` when the file has no `balancer` line. The one
+/// check of that line: `hetsched submit` and `hetsched sim graph` refuse the same file with the
+/// same words (`wf.toml:2:12: balancer: unknown balancer …`).
+pub fn file_balancer(parsed: &ParsedWorkflow) -> Result<Option<BalancerKind>, InputError> {
+    let Some(b) = &parsed.balancer else {
+        return Ok(None);
+    };
+    match b.get_ref().as_str() {
+        "centralised" | "centralized" => Ok(Some(BalancerKind::Centralised)),
+        "pcddb" => Ok(Some(BalancerKind::Pcddb)),
+        other => Err(Source::new(&parsed.origin, &parsed.text).error(
+            at(b),
+            Some("balancer".into()),
+            format!("unknown balancer `{other}`: expected centralised or pcddb"),
+        )),
+    }
+}
+
+/// The cores one instance of the `i`th task (`t`) holds: its `cores`, 1 by default, at least 1.
+fn instance_cores(src: &Source<'_>, i: usize, t: &TaskSpec) -> Result<u32, InputError> {
+    let cores = t.cores.as_ref().map_or(1, |c| *c.get_ref());
+    if cores == 0 {
+        return Err(src.error(
+            t.cores.as_ref().and_then(at).or_else(|| at(&t.name)),
+            Some(format!("task[{i}].cores")),
+            "must be at least 1",
+        ));
+    }
+    Ok(cores)
+}
+
+/// The memory one instance of the `i`th task (`t`) holds, bytes (0 without `memory`), within a
+/// batch task's bound, in its words: an instance runs on one node, and the sums of what
+/// instances hold must not overflow the scheduler's.
+fn instance_memory(src: &Source<'_>, i: usize, t: &TaskSpec) -> Result<u64, InputError> {
+    let Some(m) = &t.memory else {
+        return Ok(0);
+    };
+    if let Some(problem) = task_memory_problem(m.get_ref().as_u64()) {
+        return Err(src.error(at(m), Some(format!("task[{i}].memory")), problem));
+    }
+    Ok(m.get_ref().as_u64())
+}
+
+/// What one instance of each task holds on its node (`cores`, `memory`, `gpus`), in file order,
+/// checked as [`parse_runtime_workflow`] checks them, for a reader of a workflow file without
+/// the runtime's other fields (the simulator: tasks there need no `command`).
+pub fn instance_sizes(parsed: &ParsedWorkflow) -> Result<Vec<Resources>, InputError> {
+    let src = Source::new(&parsed.origin, &parsed.text);
+    parsed
+        .specs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            Ok(Resources::new(
+                instance_cores(&src, i, t)?,
+                instance_memory(&src, i, t)?,
+                t.gpus.as_ref().map_or(0, |g| *g.get_ref()),
+            ))
+        })
+        .collect()
+}
+
+/// Checks that one instance of every task of `parsed` (sizes `requests`, in file order, as
+/// [`instance_sizes`] gives them) fits on at least one of the nodes whose capacities are `nodes`
+/// (cores, memory, devices) that `eligible(task, node)` lets run the task (those that offer its
+/// `requires`; a task no node is eligible for is left to the caller's own refusal of its
+/// `requires`); the error names the task's field that no node can give
+/// (`file:line:col: task[i].cores: no live node can hold one instance of …`) and the largest of
+/// the eligible nodes. The one check: the server runs it against its live nodes at `submit`,
+/// `sim graph` against the cluster file's.
+pub fn check_instances_fit(
+    parsed: &ParsedWorkflow,
+    requests: &[Resources],
+    nodes: &[Resources],
+    eligible: impl Fn(usize, usize) -> bool,
+) -> Result<(), InputError> {
+    let src = Source::new(&parsed.origin, &parsed.text);
+    for (i, (r, spec)) in requests.iter().zip(&parsed.specs).enumerate() {
+        let nodes: Vec<Resources> = (0..nodes.len())
+            .filter(|&n| eligible(i, n))
+            .map(|n| nodes[n])
+            .collect();
+        if nodes.is_empty() || nodes.iter().any(|n| n.fits(r)) {
+            continue;
+        }
+        let (f, span, what) = if !nodes.iter().any(|n| n.cores >= r.cores) {
+            (
+                "cores",
+                spec.cores.as_ref().and_then(at),
+                format!("{} cores", r.cores),
+            )
+        } else if !nodes.iter().any(|n| n.gpus >= r.gpus) {
+            (
+                "gpus",
+                spec.gpus.as_ref().and_then(at),
+                format!("{} GPUs", r.gpus),
+            )
+        } else if !nodes.iter().any(|n| n.memory_bytes >= r.memory_bytes) {
+            (
+                "memory",
+                spec.memory.as_ref().and_then(at),
+                format!("{} of memory", bytesize::ByteSize(r.memory_bytes)),
+            )
+        } else {
+            // Each alone fits somewhere, but no node has them all.
+            (
+                "name",
+                None,
+                format!(
+                    "{} cores, {} of memory and {} GPUs on one node",
+                    r.cores,
+                    bytesize::ByteSize(r.memory_bytes),
+                    r.gpus
+                ),
+            )
+        };
+        let span = span.or_else(|| at(&spec.name));
+        let most = |g: fn(&Resources) -> u64| nodes.iter().map(g).max().unwrap_or(0);
+        return Err(src.error(
+            span,
+            Some(format!("task[{i}].{f}")),
+            format!(
+                "no live node can hold one instance of `{}` ({what}; the largest nodes have \
+                 {} cores, {} of memory, {} GPUs)",
+                spec.name.get_ref(),
+                most(|n| u64::from(n.cores)),
+                bytesize::ByteSize(most(|n| n.memory_bytes)),
+                most(|n| u64::from(n.gpus)),
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl RuntimeTask {
@@ -212,59 +322,10 @@ impl RuntimeWorkflow {
     /// capacities are `nodes` (cores, memory, devices); the error names the task's field that no
     /// node can give (`file:line:col: task[i].cores: …`).
     pub fn check_fits(&self, nodes: &[Resources]) -> Result<(), InputError> {
-        let src = Source::new(&self.parsed.origin, &self.parsed.text);
-        for (i, (t, spec)) in self.tasks.iter().zip(&self.parsed.specs).enumerate() {
-            let r = t.request();
-            if nodes.iter().any(|n| n.fits(&r)) {
-                continue;
-            }
-            let (f, span, what) = if !nodes.iter().any(|n| n.cores >= r.cores) {
-                (
-                    "cores",
-                    spec.cores.as_ref().and_then(at),
-                    format!("{} cores", r.cores),
-                )
-            } else if !nodes.iter().any(|n| n.gpus >= r.gpus) {
-                (
-                    "gpus",
-                    spec.gpus.as_ref().and_then(at),
-                    format!("{} GPUs", r.gpus),
-                )
-            } else if !nodes.iter().any(|n| n.memory_bytes >= r.memory_bytes) {
-                (
-                    "memory",
-                    spec.memory.as_ref().and_then(at),
-                    format!("{} of memory", bytesize::ByteSize(r.memory_bytes)),
-                )
-            } else {
-                // Each alone fits somewhere, but no node has them all.
-                (
-                    "name",
-                    None,
-                    format!(
-                        "{} cores, {} of memory and {} GPUs on one node",
-                        r.cores,
-                        bytesize::ByteSize(r.memory_bytes),
-                        r.gpus
-                    ),
-                )
-            };
-            let span = span.or_else(|| at(&spec.name));
-            let most = |g: fn(&Resources) -> u64| nodes.iter().map(g).max().unwrap_or(0);
-            return Err(src.error(
-                span,
-                Some(format!("task[{i}].{f}")),
-                format!(
-                    "no live node can hold one instance of `{}` ({what}; the largest nodes have \
-                     {} cores, {} of memory, {} GPUs)",
-                    spec.name.get_ref(),
-                    most(|n| u64::from(n.cores)),
-                    bytesize::ByteSize(most(|n| n.memory_bytes)),
-                    most(|n| u64::from(n.gpus)),
-                ),
-            ));
-        }
-        Ok(())
+        let requests: Vec<Resources> = self.tasks.iter().map(RuntimeTask::request).collect();
+        // Any live node: the submission checks sizes apart from `requires` (each checked
+        // against what some live node offers).
+        check_instances_fit(&self.parsed, &requests, nodes, |_, _| true)
     }
 }
 
@@ -466,6 +527,53 @@ pub fn offloaded_instance(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::input::workflow::parse_workflow;
+
+    /// The simulator reads a file without commands through the same checks as `submit`: the
+    /// balancer line, the instance sizes, and whether some eligible node holds one instance
+    /// (the largest eligible node named, an ineligible larger one ignored).
+    #[test]
+    fn a_simulator_file_gets_submits_balancer_and_size_checks() {
+        let text = "balancer = \"centralized\"\n[[task]]\nname = \"A\"\ninstances = 2\n\
+                    cost = \"1s\"\ncores = 4\nmemory = \"1GiB\"\ngpus = 1\n";
+        let parsed = parse_workflow("wf.toml", text).expect("a simulator's file");
+        assert_eq!(file_balancer(&parsed), Ok(Some(BalancerKind::Centralised)));
+        let sizes = instance_sizes(&parsed).expect("sizes");
+        assert_eq!(sizes, [Resources::new(4, 1 << 30, 1)]);
+        let small = Resources::new(2, 1 << 34, 1);
+        let big = Resources::new(8, 1 << 34, 1);
+        assert_eq!(
+            check_instances_fit(&parsed, &sizes, &[small, big], |_, _| true),
+            Ok(())
+        );
+        let e = check_instances_fit(&parsed, &sizes, &[small, big], |_, n| n == 0)
+            .expect_err("only the 2-core node is eligible");
+        assert_eq!(
+            e.to_string(),
+            "wf.toml:6:9: task[0].cores: no live node can hold one instance of `A` (4 cores; \
+             the largest nodes have 2 cores, 16.0 GiB of memory, 1 GPUs)"
+        );
+        // No eligible node at all is the `requires` check's to refuse.
+        assert_eq!(
+            check_instances_fit(&parsed, &sizes, &[small], |_, _| false),
+            Ok(())
+        );
+        let bogus =
+            parse_workflow("wf.toml", &text.replace("centralized", "bogus")).expect("parsed");
+        assert_eq!(
+            file_balancer(&bogus).map_err(|e| e.to_string()),
+            Err(
+                "wf.toml:1:12: balancer: unknown balancer `bogus`: expected centralised or pcddb"
+                    .to_string()
+            )
+        );
+        let zero =
+            parse_workflow("wf.toml", &text.replace("cores = 4", "cores = 0")).expect("parsed");
+        assert_eq!(
+            instance_sizes(&zero).map_err(|e| e.to_string()),
+            Err("wf.toml:6:9: task[0].cores: must be at least 1".to_string())
+        );
+    }
 
     #[test]
     fn an_offloaded_instance_names_its_files_relative_to_its_directory() {
