@@ -1213,7 +1213,9 @@ mod tests {
 
     /// What is logged at `level` and above while the guard lives, on this thread (a
     /// current-thread runtime's tasks included).
-    fn log_capture(level: tracing::Level) -> (tracing::subscriber::DefaultGuard, Arc<Mutex<Vec<u8>>>) {
+    fn log_capture(
+        level: tracing::Level,
+    ) -> (tracing::subscriber::DefaultGuard, Arc<Mutex<Vec<u8>>>) {
         #[derive(Clone)]
         struct Buffer(Arc<Mutex<Vec<u8>>>);
         impl io::Write for Buffer {

@@ -415,7 +415,9 @@ async fn a_grpc_client_that_reads_nothing_is_closed_at_the_write_stall_timeout()
         // And it keeps calling, as the peers that HTTP/2's PINGs never closed did: each new
         // call tells hyper the peer is there, so it never pings. Refused once closed.
         if started.elapsed() >= STALL / 2 {
-            let _ = stalled.write_all(&list_tasks(&server.token, job, next)).await;
+            let _ = stalled
+                .write_all(&list_tasks(&server.token, job, next))
+                .await;
             next += 2;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
