@@ -61,7 +61,13 @@ pub fn job(j: &pb::JobInfo) -> Value {
             null_if_zero(a, "mean_gpu_ms");
         }
     }
-    if let Some(chunks) = v["divisible"]["chunks"].as_array_mut() {
+    // `get_mut`, not `v["divisible"]["chunks"]`: indexing a `null` mutably makes it `{}`, which
+    // gave every batch job `"divisible": {}` (and the dashboard took it for a divisible load).
+    if let Some(chunks) = v
+        .get_mut("divisible")
+        .and_then(|d| d.get_mut("chunks"))
+        .and_then(Value::as_array_mut)
+    {
         for c in chunks {
             if c["reason"].as_str() == Some("") {
                 c["reason"] = Value::Null;
