@@ -2195,6 +2195,8 @@ impl Batch {
                 e.get(usize::try_from(t.id.checked_sub(r.first_task)?).ok()?)
                     .cloned()
             }),
+            job_id: self.apps.get(a.app.index()).map_or(0, |r| r.job),
+            job_nonce: 0,
         };
         let spec = out
             .needs_spec(key)
@@ -2440,6 +2442,8 @@ impl Batch {
                 e.get(usize::try_from(t.id.checked_sub(r.first_task)?).ok()?)
                     .cloned()
             }),
+            job_id: self.apps.get(app.index()).map_or(0, |r| r.job),
+            job_nonce: 0,
         };
         let spec = out
             .needs_spec(key)

@@ -2346,6 +2346,7 @@ impl Workflows {
                     outputs: task.outputs.clone(),
                     process: job.process_of(i),
                 }),
+                job_id: job.id(),
                 ..Default::default()
             },
             key,
