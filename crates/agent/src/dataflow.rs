@@ -455,8 +455,7 @@ impl AgentData for DataService {
             // restored backup, a fresh data directory) and `wf/J` may be an older job's
             // (`crate::job_nonce`), which is answered as a missing output.
             let job = Path::new(&rel).components().nth(1);
-            if !job.is_some_and(|j| crate::job_nonce::serves(&work_dir.join("wf").join(j), nonce))
-            {
+            if !job.is_some_and(|j| crate::job_nonce::serves(&work_dir.join("wf").join(j), nonce)) {
                 tracing::info!(
                     path = %rel,
                     "workflow output of another incarnation of its job id not served"
@@ -2094,12 +2093,22 @@ pub(crate) mod tests {
                 },
             )
         };
-        assert_eq!(fetch("wf/7/P-0/out/x", 0xa).await.expect("its own"), b"x's data");
-        assert_eq!(fetch("wf/8/P-0/out/x", 0).await.expect("legacy"), b"old data");
+        assert_eq!(
+            fetch("wf/7/P-0/out/x", 0xa).await.expect("its own"),
+            b"x's data"
+        );
+        assert_eq!(
+            fetch("wf/8/P-0/out/x", 0).await.expect("legacy"),
+            b"old data"
+        );
         for (case, path, nonce) in [
             ("another incarnation", "wf/7/P-0/out/x", 0xb),
             ("a legacy fetch of a marked directory", "wf/7/P-0/out/x", 0),
-            ("a fetch with a nonce of an unmarked one", "wf/8/P-0/out/x", 0xa),
+            (
+                "a fetch with a nonce of an unmarked one",
+                "wf/8/P-0/out/x",
+                0xa,
+            ),
         ] {
             let e = fetch(path, nonce).await.expect_err(case);
             assert_eq!(e.code(), tonic::Code::NotFound, "{case}: {e:?}");

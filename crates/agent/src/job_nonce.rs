@@ -163,7 +163,11 @@ mod tests {
         // An old agent's (or a legacy job's) directory, unmarked, with its output.
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("sh-0.1.out"), "DAVE-SECRET\n").expect("out");
-        assert_eq!(claim(&work, &dir, 0).expect("claim"), None, "legacy keeps legacy");
+        assert_eq!(
+            claim(&work, &dir, 0).expect("claim"),
+            None,
+            "legacy keeps legacy"
+        );
         assert!(dir.join("sh-0.1.out").exists());
         // A job with a nonce: the unmarked directory goes aside.
         let moved = claim(&work, &dir, 0xa).expect("claim").expect("moved");
@@ -188,7 +192,11 @@ mod tests {
         let wf = work.join("wf").join("7");
         std::fs::create_dir_all(&wf).expect("wf");
         let aside = claim(&work, &wf, 0xc).expect("claim").expect("moved");
-        let name = aside.file_name().expect("name").to_string_lossy().into_owned();
+        let name = aside
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
         assert!(name.starts_with("wf-7."), "{name}");
     }
 }

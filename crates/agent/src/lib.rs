@@ -1553,7 +1553,12 @@ impl Launcher<'_> {
             // id, not an older job's of the same id that this agent kept (`job_nonce`).
             let claimed = {
                 let (work_dir, job, nonce) = (opts.work_dir.clone(), spec.job_id, a.job_nonce);
-                let instance = a.instance_dir.split('/').next().unwrap_or_default().to_string();
+                let instance = a
+                    .instance_dir
+                    .split('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
                 tokio::task::spawn_blocking(move || {
                     let mut dirs = vec![work_dir.join(format!("job-{job}"))];
                     // `wf/J`, for a workflow instance (`J/TASK-I`; the server names it).
@@ -1571,7 +1576,10 @@ impl Launcher<'_> {
             };
             let spec = if let Err(e) = claimed {
                 Err((
-                    format!("cannot claim the job's directory on node {}: {e}", opts.name),
+                    format!(
+                        "cannot claim the job's directory on node {}: {e}",
+                        opts.name
+                    ),
                     true,
                     pb::TaskEnd::StartFailed,
                 ))

@@ -715,7 +715,12 @@ mod tests {
             };
             r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
             let service = &service;
-            async move { service.read_log(Request::new(r)).await.map(|r| r.into_inner()) }
+            async move {
+                service
+                    .read_log(Request::new(r))
+                    .await
+                    .map(|r| r.into_inner())
+            }
         };
         // Job 1 of this incarnation (nonce 0xa) printed a secret; job 2 is an unmarked
         // (legacy) directory of an agent before nonces; chunk 2 of divisible job 3 is 0xc's.
@@ -727,20 +732,31 @@ mod tests {
         let chunk_dir = crate::divisible::chunk_output_path(&dir, 3, 2, false);
         let chunk_dir = chunk_dir.parent().expect("dir");
         crate::job_nonce::claim(&dir, chunk_dir, 0xc).expect("claim");
-        std::fs::write(crate::divisible::chunk_output_path(&dir, 3, 2, false), "chunk\n")
-            .expect("chunk");
+        std::fs::write(
+            crate::divisible::chunk_output_path(&dir, 3, 2, false),
+            "chunk\n",
+        )
+        .expect("chunk");
 
         let r = read(1, 0xa, false).await.expect("its own");
         assert!(r.exists && r.data == b"SECRET\n", "{r:?}");
         for (case, job, nonce, divisible) in [
             ("another incarnation of job 1", 1, 0xb, false),
             ("a legacy read of a marked directory", 1, 0, false),
-            ("a read with a nonce of an unmarked directory", 2, 0xa, false),
+            (
+                "a read with a nonce of an unmarked directory",
+                2,
+                0xa,
+                false,
+            ),
             ("another incarnation's chunk", 3, 0xd, true),
             ("a legacy read of a marked chunk", 3, 0, true),
         ] {
             let r = read(job, nonce, divisible).await.expect(case);
-            assert!(!r.exists && r.data.is_empty() && r.size == 0, "{case}: {r:?}");
+            assert!(
+                !r.exists && r.data.is_empty() && r.size == 0,
+                "{case}: {r:?}"
+            );
         }
         let r = read(2, 0, false).await.expect("legacy");
         assert!(r.exists && r.data == b"legacy\n", "{r:?}");

@@ -1063,7 +1063,10 @@ mod tests {
         v1.extend_from_slice(b"a");
         assert_eq!(Log::of(&legacy, "a").message(), v1);
         let with = Log::of(&task_read(), "a").message();
-        assert_eq!(&with[LOG_LABEL.len()..LOG_LABEL.len() + 4], &4u32.to_be_bytes());
+        assert_eq!(
+            &with[LOG_LABEL.len()..LOG_LABEL.len() + 4],
+            &4u32.to_be_bytes()
+        );
         let chunk = |job_nonce| crate::AgentLogRequest {
             job_id: 7,
             divisible: true,

@@ -90,8 +90,10 @@ mod tests {
     #[test]
     fn nonces_are_stored_whole_and_a_job_without_one_reads_0() {
         let mut conn = rusqlite::Connection::open_in_memory().expect("db");
-        conn.execute_batch("CREATE TABLE job_nonces(job INTEGER PRIMARY KEY, nonce INTEGER NOT NULL)")
-            .expect("table");
+        conn.execute_batch(
+            "CREATE TABLE job_nonces(job INTEGER PRIMARY KEY, nonce INTEGER NOT NULL)",
+        )
+        .expect("table");
         assert!((0..1000).all(|_| JobNonces::draw() != 0));
         let high = u64::MAX - 5;
         let tx = conn.transaction().expect("tx");

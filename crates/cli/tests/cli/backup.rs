@@ -252,7 +252,14 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
         &c,
         &dave,
         &[
-            "submit", "--wait", "--requires", "node:n1", "--", "sh", "-c", "echo DAVE-SECRET-42",
+            "submit",
+            "--wait",
+            "--requires",
+            "node:n1",
+            "--",
+            "sh",
+            "-c",
+            "echo DAVE-SECRET-42",
         ],
     );
     assert!(ok && said.contains("job 1 "), "{said}{err}");
@@ -260,7 +267,10 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
     let (ok, said, err) = as_user_of(&c, &dave, &["log", "1", "sh:0"]);
     assert!(ok && said == format!("{secret}\n"), "{said}{err}");
     let held = c.dir.join("agent-n1/job-1/sh-0.1.out");
-    assert_eq!(std::fs::read_to_string(&held).expect("n1 holds it"), format!("{secret}\n"));
+    assert_eq!(
+        std::fs::read_to_string(&held).expect("n1 holds it"),
+        format!("{secret}\n")
+    );
 
     assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
     c.ok(&["server", "restore", "--data-dir", &data_dir, &backup_s]);
@@ -270,23 +280,43 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
         &c,
         &erin,
         &[
-            "submit", "--wait", "--requires", "node:n2", "--retries", "1", "--", "sh", "-c",
+            "submit",
+            "--wait",
+            "--requires",
+            "node:n2",
+            "--retries",
+            "1",
+            "--",
+            "sh",
+            "-c",
             "exit 3",
         ],
     );
-    assert!(!ok && format!("{said}{err}").contains("job 1"), "{said}{err}");
+    assert!(
+        !ok && format!("{said}{err}").contains("job 1"),
+        "{said}{err}"
+    );
     let tasks = c.json(&["tasks", "--job", "1"]);
     assert_eq!(tasks[0]["attempt"], 2, "{tasks}");
     // Its attempt 1 is looked for on every agent: n1 holds `job-1/sh-0.1.out`, dave's.
     let (ok, said, err) = as_user_of(&c, &erin, &["log", "1", "sh:0", "--attempt", "1"]);
     assert!(ok, "{err}");
-    assert!(!said.contains(secret) && !err.contains(secret), "{said}{err}");
+    assert!(
+        !said.contains(secret) && !err.contains(secret),
+        "{said}{err}"
+    );
     assert!(
         said.is_empty() && err.contains("no live agent holds its stdout"),
         "{said}{err}"
     );
     let (ok, said, err) = as_user_of(&c, &erin, &["log", "1", "sh:0"]);
-    assert!(ok && said.is_empty() && err.contains("printed nothing"), "{said}{err}");
+    assert!(
+        ok && said.is_empty() && err.contains("printed nothing"),
+        "{said}{err}"
+    );
     // Kept on n1, where no job of this incarnation ran.
-    assert_eq!(std::fs::read_to_string(&held).expect("kept"), format!("{secret}\n"));
+    assert_eq!(
+        std::fs::read_to_string(&held).expect("kept"),
+        format!("{secret}\n")
+    );
 }
