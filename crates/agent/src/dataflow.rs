@@ -414,6 +414,7 @@ fn check_ticket(node: &str, key: &DataKey, req: &pb::FetchRequest) -> Result<(),
         consumer: &req.consumer,
         task_id: req.task_id,
         attempt: req.attempt,
+        job_nonce: req.job_nonce,
     };
     if !ticket::verify(&key, &fetch, &req.ticket) {
         return Err(Status::permission_denied(format!(
@@ -448,7 +449,21 @@ impl AgentData for DataService {
             )));
         }
         let work_dir = self.work_dir.clone();
+        let nonce = req.job_nonce;
         let mut f = tokio::task::spawn_blocking(move || {
+            // Only an output of the job incarnation the ticket names: job ids repeat (a
+            // restored backup, a fresh data directory) and `wf/J` may be an older job's
+            // (`crate::job_nonce`), which is answered as a missing output.
+            let job = Path::new(&rel).components().nth(1);
+            if !job.is_some_and(|j| crate::job_nonce::serves(&work_dir.join("wf").join(j), nonce)) {
+                tracing::info!(
+                    path = %rel,
+                    "workflow output of another incarnation of its job id not served"
+                );
+                return Err(Status::not_found(format!(
+                    "{rel}: not this job's (another job of the same id wrote it)"
+                )));
+            }
             open_output(&work_dir, &rel).map_err(|e| Status::not_found(format!("{rel}: {e}")))
         })
         .await
@@ -809,6 +824,7 @@ pub async fn prepare(
             consumer: auth.node.clone(),
             task_id: a.task_id,
             attempt: a.attempt,
+            job_nonce: a.job_nonce,
         };
         if let Err(e) = fetch(&input.address, auth, req, &to, limits).await {
             // The copies fetched so far go too: the next attempt fetches them again, and an
@@ -1912,6 +1928,7 @@ pub(crate) mod tests {
             consumer: "b".into(),
             task_id: 5,
             attempt: 1,
+            job_nonce: 0,
         };
         let e = fetch(
             &address,
@@ -2193,6 +2210,7 @@ pub(crate) mod tests {
                 consumer,
                 task_id: task,
                 attempt,
+                job_nonce: 0,
             },
         )
     }
@@ -2227,6 +2245,71 @@ pub(crate) mod tests {
         Ok(got)
     }
 
+    /// Job ids repeat (a restored backup, a fresh data directory) while agents keep older jobs'
+    /// `wf/J`: an output is served only to a fetch whose (ticketed) job nonce is the one its
+    /// workflow directory is marked with; another incarnation's fetch, or a legacy one (0) of a
+    /// marked directory, is answered as for a missing output, and so is a fetch with a nonce of
+    /// an unmarked (legacy) one.
+    #[tokio::test]
+    async fn an_output_is_served_only_to_fetches_of_the_job_incarnation_that_wrote_it() {
+        let root = ScratchDir::new("wf", "nonce");
+        let producer = root.join("producer");
+        crate::job_nonce::claim(&producer, &producer.join("wf/7"), 0xa).expect("claim");
+        let out = producer.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::write(out.join("x"), "x's data").expect("x");
+        let legacy = producer.join("wf/8/P-0/out");
+        std::fs::create_dir_all(&legacy).expect("legacy");
+        std::fs::write(legacy.join("x"), "old data").expect("x");
+        let (address, _key, server) = serve_producer(&producer, Some(&KEY)).await;
+        let fetch = |path: &'static str, job_nonce| {
+            let ticket = hetsched_proto::ticket::sign(
+                &KEY,
+                &hetsched_proto::ticket::Fetch {
+                    path,
+                    producer: "a",
+                    consumer: "b",
+                    task_id: 5,
+                    attempt: 1,
+                    job_nonce,
+                },
+            );
+            ask(
+                &address,
+                pb::FetchRequest {
+                    path: path.into(),
+                    ticket,
+                    consumer: "b".into(),
+                    task_id: 5,
+                    attempt: 1,
+                    job_nonce,
+                },
+            )
+        };
+        assert_eq!(
+            fetch("wf/7/P-0/out/x", 0xa).await.expect("its own"),
+            b"x's data"
+        );
+        assert_eq!(
+            fetch("wf/8/P-0/out/x", 0).await.expect("legacy"),
+            b"old data"
+        );
+        for (case, path, nonce) in [
+            ("another incarnation", "wf/7/P-0/out/x", 0xb),
+            ("a legacy fetch of a marked directory", "wf/7/P-0/out/x", 0),
+            (
+                "a fetch with a nonce of an unmarked one",
+                "wf/8/P-0/out/x",
+                0xa,
+            ),
+        ] {
+            let e = fetch(path, nonce).await.expect_err(case);
+            assert_eq!(e.code(), tonic::Code::NotFound, "{case}: {e:?}");
+            assert!(!e.message().contains("data"), "{case}: {}", e.message());
+        }
+        server.abort();
+    }
+
     /// The agent token, which every agent holds, no longer reads another agent's workflow
     /// outputs: a fetch is served only with the server's ticket for that output, producer,
     /// consumer, task and attempt, checked before anything is opened (a refused fetch of a
@@ -2247,6 +2330,7 @@ pub(crate) mod tests {
             consumer: "b".into(),
             task_id: 5,
             attempt: 1,
+            job_nonce: 0,
         };
         let another_key = hetsched_proto::ticket::sign(
             &[8; 32],
@@ -2256,6 +2340,7 @@ pub(crate) mod tests {
                 consumer: "b",
                 task_id: 5,
                 attempt: 1,
+                job_nonce: 0,
             },
         );
         for (case, req, says) in [
@@ -2395,6 +2480,7 @@ pub(crate) mod tests {
                 consumer: "b".into(),
                 task_id: 5,
                 attempt: 1,
+                job_nonce: 0,
             };
             let to = root.join(name);
             let (address, limits) = (address.clone(), limits.clone());
@@ -2436,6 +2522,7 @@ pub(crate) mod tests {
             consumer: "b".into(),
             task_id: 5,
             attempt: 1,
+            job_nonce: 0,
         };
         let e = ask(&address, req.clone()).await.expect_err("no key");
         assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");

@@ -543,9 +543,9 @@ async fn fetch(
     o: &pb::ChunkOrder,
 ) -> Result<Ready, InputError> {
     let dir = chunk_dir(&me.work_dir, o.job_id);
-    tokio::fs::create_dir_all(&dir)
-        .await
-        .map_err(|e| write_error(&dir, &e))?;
+    // This incarnation's of the job id: an older job's of the same id goes aside first
+    // (`crate::job_nonce`).
+    crate::job_nonce::claim(&me.work_dir, &dir, o.job_nonce).map_err(|e| write_error(&dir, &e))?;
     let input = dir.join(format!("chunk-{}.in", o.chunk));
     // The job's data: private to the agent's user (0600).
     let mut f = tokio::fs::OpenOptions::new()

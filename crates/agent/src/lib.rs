@@ -40,6 +40,7 @@ pub mod detect;
 pub mod divisible;
 pub mod fetch_bandwidth;
 pub mod guard;
+pub mod job_nonce;
 pub mod launch;
 pub mod ledger;
 pub mod logs;
@@ -1591,7 +1592,41 @@ impl Launcher<'_> {
             // stops the preparation too: fetching a large input may take long, and the
             // instance's time limit only starts with its command.
             let mut control = control;
-            let spec = if a.instance_dir.is_empty() {
+            // Before it writes anything: the job's directories are this incarnation's of its
+            // id, not an older job's of the same id that this agent kept (`job_nonce`).
+            let claimed = {
+                let (work_dir, job, nonce) = (opts.work_dir.clone(), spec.job_id, a.job_nonce);
+                let instance = a
+                    .instance_dir
+                    .split('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                tokio::task::spawn_blocking(move || {
+                    let mut dirs = vec![work_dir.join(format!("job-{job}"))];
+                    // `wf/J`, for a workflow instance (`J/TASK-I`; the server names it).
+                    if !instance.is_empty() && instance.bytes().all(|b| b.is_ascii_digit()) {
+                        dirs.push(work_dir.join("wf").join(instance));
+                    }
+                    dirs.iter().try_for_each(|d| {
+                        job_nonce::claim(&work_dir, d, nonce)
+                            .map(drop)
+                            .map_err(|e| format!("{}: {e}", d.display()))
+                    })
+                })
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+            };
+            let spec = if let Err(e) = claimed {
+                Err((
+                    format!(
+                        "cannot claim the job's directory on node {}: {e}",
+                        opts.name
+                    ),
+                    true,
+                    pb::TaskEnd::StartFailed,
+                ))
+            } else if a.instance_dir.is_empty() {
                 Ok(spec)
             } else {
                 let prepared = async {

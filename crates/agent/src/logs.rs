@@ -22,6 +22,13 @@
 //! (`run_as_owner`) left a pointer owned by that account: its file is opened as the account
 //! ([`read_page_as`]), so a link the user put in its place reaches nothing the user could not read.
 //!
+//! A task's or chunk's file is served only from a job directory marked with the job nonce the
+//! ticket names ([`crate::job_nonce::serves`]): job ids repeat after a restored backup or on a
+//! fresh data directory, and this agent keeps older jobs' directories, so the job id alone
+//! would serve one user's output to the owner of a later job of the same id. Another
+//! incarnation's file is answered as a missing one (`exists: false`), so the server goes on to
+//! the other agents and the user reads that the attempt printed nothing.
+//!
 //! A running stream worker's stderr (`worker.err` in its directory, [`crate::stream_workers`]) is
 //! served for `hetsched topology log`; one in an account's directory is read as the account.
 //!
@@ -162,6 +169,7 @@ fn described(read: &Log) -> String {
             index,
             process,
             attempt,
+            ..
         } => {
             let process = match process {
                 0 => String::new(),
@@ -171,7 +179,7 @@ fn described(read: &Log) -> String {
                 "read of the {stream} of job {job_id}'s task {app:?}:{index}{process} attempt {attempt}"
             )
         }
-        LogFile::Chunk { job_id, chunk } => {
+        LogFile::Chunk { job_id, chunk, .. } => {
             format!("read of the {stream} of chunk {chunk} of divisible job {job_id}")
         }
         LogFile::Worker {
@@ -231,14 +239,17 @@ impl AgentLogs for LogService {
         check_ticket(&self.key, &r).inspect_err(|s| {
             tracing::warn!("task output refused: {}", s.message());
         })?;
-        // The file is chosen from the fields the ticket covers, as `Log::of` reads them.
+        // The file is chosen from the fields the ticket covers, as `Log::of` reads them, and
+        // so is the job incarnation it must be of.
         let path = match Log::of(&r, &self.key.node).file {
             LogFile::Worker { .. } => None,
-            LogFile::Chunk { job_id, chunk } => Some(crate::divisible::chunk_output_path(
-                &self.work_dir,
+            LogFile::Chunk {
                 job_id,
                 chunk,
-                r.stderr,
+                job_nonce,
+            } => Some((
+                crate::divisible::chunk_output_path(&self.work_dir, job_id, chunk, r.stderr),
+                job_nonce,
             )),
             LogFile::Task {
                 job_id,
@@ -246,19 +257,35 @@ impl AgentLogs for LogService {
                 index,
                 process,
                 attempt,
-            } => Some(output_path(
-                &self.work_dir,
-                job_id,
-                app,
-                (index, process),
-                attempt,
-                r.stderr,
+                job_nonce,
+            } => Some((
+                output_path(
+                    &self.work_dir,
+                    job_id,
+                    app,
+                    (index, process),
+                    attempt,
+                    r.stderr,
+                ),
+                job_nonce,
             )),
         };
-        let Some(path) = path else {
+        let Some((path, job_nonce)) = path else {
             return self.worker_log(r).await.map(Response::new);
         };
         tokio::task::spawn_blocking(move || {
+            if !of_incarnation(&path, job_nonce) {
+                // Another job's of the same id (kept from before a restore, or from another
+                // data directory): as if there were no file, saying nothing of it.
+                tracing::info!(
+                    file = %path.display(),
+                    "task output of another incarnation of its job id not served"
+                );
+                return Ok(pb::ReadLogReply {
+                    path: path.display().to_string(),
+                    ..Default::default()
+                });
+            }
             let (path, owner) = match redirected_owned(&path) {
                 Ok(Some(p)) => p,
                 Ok(None) => (path, crate::workdir::euid()),
@@ -270,6 +297,13 @@ impl AgentLogs for LogService {
         .map_err(|e| Status::internal(e.to_string()))?
         .map(Response::new)
     }
+}
+
+/// Whether `file` (a task's or chunk's output, in its job's directory) may be served to a read
+/// naming job nonce `nonce`: its directory is marked with it ([`crate::job_nonce::serves`]).
+fn of_incarnation(file: &Path, nonce: u64) -> bool {
+    file.parent()
+        .is_some_and(|dir| crate::job_nonce::serves(dir, nonce))
 }
 
 /// Why the output file `shown` cannot be read, as a status whose code says the agent answered
@@ -650,6 +684,84 @@ mod tests {
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
         let r = ask(valid_for(&chunk)).await.expect("a chunk").into_inner();
         assert!(!r.exists);
+    }
+
+    /// Job ids repeat (a restored backup, a fresh data directory) while the agent keeps older
+    /// jobs' directories: a task's or chunk's file is served only to a read whose (ticketed)
+    /// job nonce is the one its directory is marked with. Another incarnation's read — with
+    /// another nonce, or a legacy one (0) of a marked directory, or one with a nonce of an
+    /// unmarked (legacy) directory — gets the answer for a missing file, its data none of it.
+    #[tokio::test]
+    async fn a_file_is_served_only_to_reads_of_the_job_incarnation_that_wrote_it() {
+        const KEY: [u8; 32] = [7; 32];
+        let dir = ScratchDir::new("logs", "nonce");
+        let service = LogService {
+            work_dir: dir.clone(),
+            key: LogKey {
+                node: "a".into(),
+                key: DataKey::default(),
+            },
+        };
+        assert!(service.key.key.set(&KEY));
+        let read = |job_id, job_nonce, divisible| {
+            let mut r = pb::AgentLogRequest {
+                job_id,
+                app: "sh".into(),
+                attempt: 1,
+                divisible,
+                chunk: 2,
+                job_nonce,
+                ..Default::default()
+            };
+            r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
+            let service = &service;
+            async move {
+                service
+                    .read_log(Request::new(r))
+                    .await
+                    .map(|r| r.into_inner())
+            }
+        };
+        // Job 1 of this incarnation (nonce 0xa) printed a secret; job 2 is an unmarked
+        // (legacy) directory of an agent before nonces; chunk 2 of divisible job 3 is 0xc's.
+        let job_1 = dir.join("job-1");
+        crate::job_nonce::claim(&dir, &job_1, 0xa).expect("claim");
+        std::fs::write(output_path(&dir, 1, "sh", (0, 0), 1, false), "SECRET\n").expect("out");
+        std::fs::create_dir_all(dir.join("job-2")).expect("legacy");
+        std::fs::write(output_path(&dir, 2, "sh", (0, 0), 1, false), "legacy\n").expect("out");
+        let chunk_dir = crate::divisible::chunk_output_path(&dir, 3, 2, false);
+        let chunk_dir = chunk_dir.parent().expect("dir");
+        crate::job_nonce::claim(&dir, chunk_dir, 0xc).expect("claim");
+        std::fs::write(
+            crate::divisible::chunk_output_path(&dir, 3, 2, false),
+            "chunk\n",
+        )
+        .expect("chunk");
+
+        let r = read(1, 0xa, false).await.expect("its own");
+        assert!(r.exists && r.data == b"SECRET\n", "{r:?}");
+        for (case, job, nonce, divisible) in [
+            ("another incarnation of job 1", 1, 0xb, false),
+            ("a legacy read of a marked directory", 1, 0, false),
+            (
+                "a read with a nonce of an unmarked directory",
+                2,
+                0xa,
+                false,
+            ),
+            ("another incarnation's chunk", 3, 0xd, true),
+            ("a legacy read of a marked chunk", 3, 0, true),
+        ] {
+            let r = read(job, nonce, divisible).await.expect(case);
+            assert!(
+                !r.exists && r.data.is_empty() && r.size == 0,
+                "{case}: {r:?}"
+            );
+        }
+        let r = read(2, 0, false).await.expect("legacy");
+        assert!(r.exists && r.data == b"legacy\n", "{r:?}");
+        let r = read(3, 0xc, true).await.expect("chunk");
+        assert!(r.exists && r.data == b"chunk\n", "{r:?}");
     }
 
     /// A link in place of an output file is refused as such, with a code that says the agent

@@ -26,18 +26,23 @@
 //!   own (`HeartbeatReply.data_key`) and signs each input it names in an assignment
 //!   (`WorkflowInput.ticket`) with the producer's data key: HMAC-SHA256 over [`FETCH_LABEL`],
 //!   the output's path, the producer's and the consumer's node names, the consumer's task and
-//!   attempt ([`Fetch`]). The producer's agent serves an output (`AgentData.Fetch`) only when
-//!   its key verifies the ticket the request carries for exactly that path, itself, and the
-//!   consumer, task and attempt the request names: a ticket seen elsewhere reads that one file
-//!   and nothing else.
+//!   attempt, and the job's nonce when it has one ([`Fetch`]). The producer's agent serves an
+//!   output (`AgentData.Fetch`) only when its key verifies the ticket the request carries for
+//!   exactly that path, itself, and the consumer, task, attempt and nonce the request names: a
+//!   ticket seen elsewhere reads that one file and nothing else — and only from a workflow
+//!   directory its agent marked with that nonce (the job incarnation that wrote it).
 //!
 //! - **Log tickets** (`hetsched log`, `hetsched topology log`). The server relays a user's read
 //!   of task output to the agent that holds it (`AgentLogs.ReadLog`), and signs each relayed
 //!   request with that agent's data key (`AgentLogRequest.ticket`): HMAC-SHA256 over
-//!   [`LOG_LABEL`], the file the request names ([`LogFile`]: a task's attempt, a divisible
-//!   chunk, or a stream worker), the stream, and the agent's node name ([`Log`]). The agent
-//!   serves a page only when its key verifies the ticket for exactly what the request names and
-//!   itself: the agent token alone (every agent holds it) reads no one's output.
+//!   [`LOG_LABEL`], the file the request names ([`LogFile`]: a task's attempt or a divisible
+//!   chunk, each with its job's nonce, or a stream worker), the stream, and the agent's node
+//!   name ([`Log`]). The agent serves a page only when its key verifies the ticket for exactly
+//!   what the request names and itself: the agent token alone (every agent holds it) reads no
+//!   one's output. Job ids repeat (a restored backup, a fresh data directory) while agents keep
+//!   old jobs' files, so the job's nonce — drawn when the server accepted the job — names the
+//!   job incarnation too: the agent serves a task's or chunk's file only from a job directory
+//!   it marked with that nonce.
 //!
 //! - **Grants** (PCDDB allocation requests, spec 05 §4). The server, every workflow's launch
 //!   node, signs each allocation request it sends out (`BalanceMessage.grant`): an Ed25519
@@ -198,6 +203,9 @@ pub struct Fetch<'a> {
     pub task_id: u64,
     /// Its attempt.
     pub attempt: u32,
+    /// The workflow's job nonce (`Assignment.job_nonce`; 0: none, a job from before nonces):
+    /// the producer serves the output only from a workflow directory marked with it.
+    pub job_nonce: u64,
 }
 
 /// Domain separation for log tickets: what a log ticket's MAC covers starts with this (a log
@@ -220,6 +228,8 @@ pub enum LogFile<'a> {
         process: u32,
         /// The attempt.
         attempt: u32,
+        /// The job's nonce (0: a job from before nonces): the job incarnation whose file it is.
+        job_nonce: u64,
     },
     /// A divisible job's chunk.
     Chunk {
@@ -227,6 +237,8 @@ pub enum LogFile<'a> {
         job_id: u64,
         /// The chunk's number.
         chunk: u64,
+        /// The job's nonce, as a task's.
+        job_nonce: u64,
     },
     /// A stream worker's stderr.
     Worker {
@@ -269,6 +281,7 @@ impl<'a> Log<'a> {
             LogFile::Chunk {
                 job_id: req.job_id,
                 chunk: req.chunk,
+                job_nonce: req.job_nonce,
             }
         } else {
             LogFile::Task {
@@ -277,6 +290,7 @@ impl<'a> Log<'a> {
                 index: req.index,
                 process: req.process,
                 attempt: req.attempt,
+                job_nonce: req.job_nonce,
             }
         };
         Self {
@@ -494,23 +508,31 @@ pub fn open_offload(key: &[u8], what: &Offload, ticket: &[u8]) -> Option<Validit
 
 impl Ticketed for Fetch<'_> {
     fn message(&self) -> Vec<u8> {
-        Message::new(
+        let m = Message::new(
             FETCH_LABEL,
-            24 + self.path.len() + self.producer.len() + self.consumer.len() + 12,
+            24 + self.path.len() + self.producer.len() + self.consumer.len() + 20,
         )
         .str(self.path)
         .str(self.producer)
         .str(self.consumer)
         .u64(self.task_id)
-        .u32(self.attempt)
-        .0
+        .u32(self.attempt);
+        // A job from before nonces (0) keeps the encoding it had, so agents that predate nonces
+        // still verify its fetches; with a nonce the message is 8 bytes longer (the fields
+        // before have a fixed width or a length prefix: no other fetch encodes alike).
+        match self.job_nonce {
+            0 => m.0,
+            n => m.u64(n).0,
+        }
     }
 }
 
 impl Ticketed for Log<'_> {
     fn message(&self) -> Vec<u8> {
         // A tag says which kind of file the fields that follow name: no task's fields encode
-        // as a chunk's or a worker's.
+        // as a chunk's or a worker's. A task or chunk of a job with a nonce has a tag of its own
+        // (4, 5) and the nonce after its fields; one of a job from before nonces (0) keeps the
+        // tag and encoding it had (1, 2), which agents that predate nonces verify.
         let m = match self.file {
             LogFile::Task {
                 job_id,
@@ -518,21 +540,30 @@ impl Ticketed for Log<'_> {
                 index,
                 process,
                 attempt,
-            } => Message::new(
-                LOG_LABEL,
-                4 + 8 + 8 + app.len() + 12 + 4 + 8 + self.node.len(),
-            )
-            .u32(1)
-            .u64(job_id)
-            .str(app)
-            .u32(index)
-            .u32(process)
-            .u32(attempt),
-            LogFile::Chunk { job_id, chunk } => {
-                Message::new(LOG_LABEL, 4 + 16 + 4 + 8 + self.node.len())
-                    .u32(2)
+                job_nonce,
+            } => {
+                let m = Message::new(
+                    LOG_LABEL,
+                    4 + 8 + 8 + app.len() + 12 + 8 + 4 + 8 + self.node.len(),
+                )
+                .u32(if job_nonce == 0 { 1 } else { 4 })
+                .u64(job_id)
+                .str(app)
+                .u32(index)
+                .u32(process)
+                .u32(attempt);
+                if job_nonce == 0 { m } else { m.u64(job_nonce) }
+            }
+            LogFile::Chunk {
+                job_id,
+                chunk,
+                job_nonce,
+            } => {
+                let m = Message::new(LOG_LABEL, 4 + 16 + 8 + 4 + 8 + self.node.len())
+                    .u32(if job_nonce == 0 { 2 } else { 5 })
                     .u64(job_id)
-                    .u64(chunk)
+                    .u64(chunk);
+                if job_nonce == 0 { m } else { m.u64(job_nonce) }
             }
             LogFile::Worker {
                 topology,
@@ -833,6 +864,7 @@ mod tests {
             consumer: "b",
             task_id: 42,
             attempt: 2,
+            job_nonce: 0x5eed,
         }
     }
 
@@ -860,6 +892,16 @@ mod tests {
             },
             Fetch {
                 attempt: 3,
+                ..fetch()
+            },
+            // Another incarnation of the job (its id repeats after a restored backup), or one
+            // from before nonces.
+            Fetch {
+                job_nonce: 0x5eee,
+                ..fetch()
+            },
+            Fetch {
+                job_nonce: 0,
                 ..fetch()
             },
             // The same bytes split differently between the fields.
@@ -997,8 +1039,58 @@ mod tests {
             index: 3,
             attempt: 2,
             stderr: true,
+            job_nonce: 0x5eed,
             ..Default::default()
         }
+    }
+
+    /// A job from before nonces (0) signs and verifies as before them, so agents that predate
+    /// nonces still serve its output and fetches; with a nonce, neither a task's nor a chunk's
+    /// nor a fetch's ticket passes for the same file without it (or with another).
+    #[test]
+    fn a_nonce_of_0_keeps_the_encoding_from_before_nonces() {
+        let mut legacy = task_read();
+        legacy.job_nonce = 0;
+        let mut v1 = LOG_LABEL.to_vec();
+        v1.extend_from_slice(&1u32.to_be_bytes());
+        v1.extend_from_slice(&7u64.to_be_bytes());
+        v1.extend_from_slice(&3u64.to_be_bytes());
+        v1.extend_from_slice(b"sim");
+        for v in [3u32, 0, 2, 1] {
+            v1.extend_from_slice(&v.to_be_bytes());
+        }
+        v1.extend_from_slice(&1u64.to_be_bytes());
+        v1.extend_from_slice(b"a");
+        assert_eq!(Log::of(&legacy, "a").message(), v1);
+        let with = Log::of(&task_read(), "a").message();
+        assert_eq!(
+            &with[LOG_LABEL.len()..LOG_LABEL.len() + 4],
+            &4u32.to_be_bytes()
+        );
+        let chunk = |job_nonce| crate::AgentLogRequest {
+            job_id: 7,
+            divisible: true,
+            chunk: 3,
+            job_nonce,
+            ..Default::default()
+        };
+        let c = sign(&KEY, &Log::of(&chunk(9), "a"));
+        assert!(verify(&KEY, &Log::of(&chunk(9), "a"), &c));
+        assert!(!verify(&KEY, &Log::of(&chunk(0), "a"), &c));
+        assert!(!verify(&KEY, &Log::of(&chunk(8), "a"), &c));
+        let old = Fetch {
+            job_nonce: 0,
+            ..fetch()
+        };
+        let mut v1 = FETCH_LABEL.to_vec();
+        for s in [old.path, old.producer, old.consumer] {
+            v1.extend_from_slice(&(s.len() as u64).to_be_bytes());
+            v1.extend_from_slice(s.as_bytes());
+        }
+        v1.extend_from_slice(&42u64.to_be_bytes());
+        v1.extend_from_slice(&2u32.to_be_bytes());
+        assert_eq!(old.message(), v1);
+        assert_eq!(fetch().message().len(), v1.len() + 8);
     }
 
     #[test]
@@ -1011,8 +1103,12 @@ mod tests {
         assert!(verify(&KEY, &Log::of(&paged, "a"), &t), "another page");
         assert!(!verify(&KEY, &Log::of(&req, "b"), &t), "another node");
         assert!(!verify(&[8; LEN], &Log::of(&req, "a"), &t), "another key");
-        let changes: [fn(&mut crate::AgentLogRequest); 12] = [
+        let changes: [fn(&mut crate::AgentLogRequest); 14] = [
             |r| r.job_id = 8,
+            // Another incarnation of job 7 (its id repeats after a restored backup), or the
+            // job of the same id from before nonces.
+            |r| r.job_nonce = 0x5eee,
+            |r| r.job_nonce = 0,
             |r| r.app = "simx".into(),
             |r| r.index = 4,
             |r| r.process = 1,

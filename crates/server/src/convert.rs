@@ -283,6 +283,7 @@ fn assignment(d: &Dispatch) -> pb::Assignment {
         hosts: d.nodes.iter().map(|n| n.host.clone()).collect(),
         node_names: d.nodes.iter().map(|n| n.name.clone()).collect(),
         node_cores: d.nodes.iter().map(|n| n.cores).collect(),
+        job_nonce: d.job_nonce,
         ..Default::default()
     }
 }

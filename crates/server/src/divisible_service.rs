@@ -234,6 +234,7 @@ impl pb::divisible_server::Divisible for DivisibleService {
                     time_limit_ms: o.time_limit_ms,
                     name: o.name,
                     run_as: o.run_as,
+                    job_nonce: o.job_nonce,
                 })
                 .collect(),
             drop: reply

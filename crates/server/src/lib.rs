@@ -45,6 +45,7 @@ pub mod datadir;
 pub mod divisible_service;
 pub mod durable;
 pub mod http;
+pub mod job_nonces;
 pub mod jobs;
 pub mod json;
 pub mod limits;

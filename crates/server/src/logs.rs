@@ -14,6 +14,13 @@
 //! heartbeat replies give it, which the relay records from those replies ([`LogRelay::keyed`])
 //! — over the file the request names and the node's name. The agent serves nothing else.
 //!
+//! A task's or chunk's file is named with its job's nonce ([`crate::job_nonces`]) as well:
+//! job ids repeat after a restored backup or on a fresh data directory, while agents keep the
+//! files of jobs their server no longer knows, and an earlier attempt is looked for on every
+//! agent. The agent serves a file only from a job directory it marked with the nonce the ticket
+//! names, and answers as for a missing file otherwise: another job's output of the same id is
+//! never served, and the read says the attempt printed nothing (or that no agent holds it).
+//!
 //! With `[tls]`, every call to an agent goes over TLS and the agent's certificate must be signed
 //! by the `agent_ca` configured, else by the server's own agent CA ([`crate::agent_ca`]), and
 //! name the address the server calls; there is no fallback to plain text (it would hand the
@@ -504,6 +511,12 @@ enum Target {
     Chunk(DivisibleChunk, Option<PathBuf>),
 }
 
+/// What a `ReadLog` call names, with its job's nonce ([`crate::job_nonces`]).
+struct Named {
+    target: Target,
+    job_nonce: u64,
+}
+
 /// The chunk number in `task` (`K`, `chunk:K` or `chunk-K`) of divisible job `job`.
 fn chunk_number(job: u64, task: &str) -> Result<u64, Status> {
     let number = task
@@ -525,7 +538,7 @@ fn chunk_number(job: u64, task: &str) -> Result<u64, Status> {
 async fn read_chunk_log(
     relay: &LogRelay,
     r: pb::ReadLogRequest,
-    chunk: DivisibleChunk,
+    (chunk, job_nonce): (DivisibleChunk, u64),
     stdout: Option<PathBuf>,
 ) -> Result<pb::ReadLogReply, Status> {
     if r.attempt > 1 {
@@ -559,6 +572,7 @@ async fn read_chunk_log(
                 limit,
                 divisible: true,
                 chunk: chunk.chunk,
+                job_nonce,
                 ..Default::default()
             };
             relay.ask(&at, req).await?
@@ -627,16 +641,20 @@ pub async fn read_log(
     };
     let multi = tokio::runtime::Handle::current().runtime_flavor()
         == tokio::runtime::RuntimeFlavor::MultiThread;
-    let lookup = || -> Result<Target, Status> {
+    let lookup = || -> Result<Named, Status> {
         let s = state
             .lock()
             .map_err(|_| Status::internal("server state poisoned"))?;
+        let job_nonce = s.job_nonce(r.job_id);
         if s.is_divisible(r.job_id) {
             let number = chunk_number(r.job_id, &r.task)?;
             let (chunk, stdout) = s
                 .divisible_chunk(r.job_id, number)
                 .map_err(|e| Status::not_found(e.to_string()))?;
-            return Ok(Target::Chunk(chunk, stdout));
+            return Ok(Named {
+                target: Target::Chunk(chunk, stdout),
+                job_nonce,
+            });
         }
         drop(s);
         let task = lookup()?;
@@ -645,9 +663,12 @@ pub async fn read_log(
             .map_err(|_| Status::internal("server state poisoned"))?
             .task_streams(task.job_id, &task.app)
             .streams;
-        Ok(Target::Task(Box::new(task), streams))
+        Ok(Named {
+            target: Target::Task(Box::new(task), streams),
+            job_nonce,
+        })
     };
-    let target = if multi {
+    let Named { target, job_nonce } = if multi {
         tokio::task::block_in_place(lookup)?
     } else {
         lookup()?
@@ -670,7 +691,9 @@ pub async fn read_log(
             }
             task
         }
-        Target::Chunk(chunk, stdout) => return read_chunk_log(relay, r, chunk, stdout).await,
+        Target::Chunk(chunk, stdout) => {
+            return read_chunk_log(relay, r, (chunk, job_nonce), stdout).await;
+        }
     };
     if task.attempt == 0 {
         // One that ended without running (cancelled, or not run because a producer failed)
@@ -719,6 +742,9 @@ pub async fn read_log(
         offset: r.offset,
         limit: r.limit.min(MAX_PAGE),
         process: task.process,
+        // Only this job's files: not those of an older job of the same id that an agent
+        // kept (the agent answers as for a missing file).
+        job_nonce,
         ..Default::default()
     };
     let earlier = attempt != task.attempt;

@@ -349,15 +349,18 @@ fn delete_rows(tx: &rusqlite::Transaction, rows: &Rows) -> Result<(), StoreError
                 params![*id as i64, apps_end, tasks.end as i64],
             )?;
             jobs::batch::delete_job_rows(tx, *id, tasks.clone())?;
-            crate::users::Users::delete_owners(tx, &[*id])
+            crate::users::Users::delete_owners(tx, &[*id])?;
+            crate::job_nonces::JobNonces::delete(tx, &[*id])
         }
         Rows::Workflow(id) => {
             jobs::workflow::delete_job_rows(tx, *id)?;
-            crate::users::Users::delete_owners(tx, &[*id])
+            crate::users::Users::delete_owners(tx, &[*id])?;
+            crate::job_nonces::JobNonces::delete(tx, &[*id])
         }
         Rows::Divisible(id) => {
             jobs::divisible::delete_job_rows(tx, *id)?;
-            crate::users::Users::delete_owners(tx, &[*id])
+            crate::users::Users::delete_owners(tx, &[*id])?;
+            crate::job_nonces::JobNonces::delete(tx, &[*id])
         }
         Rows::Topology(name) => {
             jobs::topology::delete_rows(tx, name)?;

@@ -489,6 +489,8 @@ CREATE TABLE IF NOT EXISTS users(
     name TEXT PRIMARY KEY, token_sha256 BLOB NOT NULL, created_ms INTEGER NOT NULL,
     max_cores INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS job_owners(job INTEGER PRIMARY KEY, owner TEXT NOT NULL);
+-- Each job's nonce (`crate::job_nonces`; none: a job stored before nonces, whose nonce is 0).
+CREATE TABLE IF NOT EXISTS job_nonces(job INTEGER PRIMARY KEY, nonce INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS topology_owners(name TEXT PRIMARY KEY, owner TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS fair_usage(
     owner TEXT PRIMARY KEY, usage REAL NOT NULL, at_ms INTEGER NOT NULL);

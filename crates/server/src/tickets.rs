@@ -453,6 +453,7 @@ mod tests {
             consumer: "b",
             task_id: 9,
             attempt: 1,
+            job_nonce: 77,
         };
         let t = keys.fetch_ticket("id-a", &f);
         assert!(ticket::verify(&k, &f, &t));

@@ -218,3 +218,105 @@ fn a_divisible_jobs_files_travel_in_the_backup_to_a_server_on_a_new_data_directo
         & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+/// Job ids repeat after a restore (the ids that followed the backup are handed out again),
+/// while the agents keep what the jobs of before left in their work directories. A user's job
+/// that got the id of another user's earlier job never reads that job's output: not its own
+/// earlier attempt's, which `log` looks for on every agent (the operator review's leak: erin's
+/// job 1 attempt 1 printed dave's job 1's secret, left on another node). Dave's file stays on
+/// the node, set aside only when a job of the id runs there.
+#[test]
+fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
+    let mut c = Cluster::start("leak", false);
+    c.start_agent("n1", 1, &[]);
+    c.start_agent("n2", 1, &[]);
+    c.wait_for_nodes(2);
+    let dave = c.add_user("dave");
+    let erin = c.add_user("erin");
+    let data_dir = c.data().to_str().expect("path").to_string();
+    let backup = c.dir.join("before-dave.db");
+    let backup_s = backup.to_str().expect("path").to_string();
+    c.ok(&["server", "backup", "--data-dir", &data_dir, &backup_s]);
+    fn as_user_of(c: &Cluster, token: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+        let mut cmd = c.command(args);
+        cmd.env("HETSCHED_TOKEN_FILE", token);
+        let out = cmd.output().expect("run hetsched");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+    let secret = "DAVE-SECRET-42";
+    let (ok, said, err) = as_user_of(
+        &c,
+        &dave,
+        &[
+            "submit",
+            "--wait",
+            "--requires",
+            "node:n1",
+            "--",
+            "sh",
+            "-c",
+            "echo DAVE-SECRET-42",
+        ],
+    );
+    assert!(ok && said.contains("job 1 "), "{said}{err}");
+    // Dave reads his own output (the read names his job's nonce, which marks its directory).
+    let (ok, said, err) = as_user_of(&c, &dave, &["log", "1", "sh:0"]);
+    assert!(ok && said == format!("{secret}\n"), "{said}{err}");
+    let held = c.dir.join("agent-n1/job-1/sh-0.1.out");
+    assert_eq!(
+        std::fs::read_to_string(&held).expect("n1 holds it"),
+        format!("{secret}\n")
+    );
+
+    assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
+    c.ok(&["server", "restore", "--data-dir", &data_dir, &backup_s]);
+    c.start_server();
+    // Erin's job gets id 1 again; it fails on n2 twice.
+    let (ok, said, err) = as_user_of(
+        &c,
+        &erin,
+        &[
+            "submit",
+            "--wait",
+            "--requires",
+            "node:n2",
+            "--retries",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ],
+    );
+    assert!(
+        !ok && format!("{said}{err}").contains("job 1"),
+        "{said}{err}"
+    );
+    let tasks = c.json(&["tasks", "--job", "1"]);
+    assert_eq!(tasks[0]["attempt"], 2, "{tasks}");
+    // Its attempt 1 is looked for on every agent: n1 holds `job-1/sh-0.1.out`, dave's.
+    let (ok, said, err) = as_user_of(&c, &erin, &["log", "1", "sh:0", "--attempt", "1"]);
+    assert!(ok, "{err}");
+    assert!(
+        !said.contains(secret) && !err.contains(secret),
+        "{said}{err}"
+    );
+    assert!(
+        said.is_empty() && err.contains("no live agent holds its stdout"),
+        "{said}{err}"
+    );
+    let (ok, said, err) = as_user_of(&c, &erin, &["log", "1", "sh:0"]);
+    assert!(
+        ok && said.is_empty() && err.contains("printed nothing"),
+        "{said}{err}"
+    );
+    // Kept on n1, where no job of this incarnation ran.
+    assert_eq!(
+        std::fs::read_to_string(&held).expect("kept"),
+        format!("{secret}\n")
+    );
+}

@@ -2252,6 +2252,8 @@ impl Batch {
                 e.get(usize::try_from(t.id.checked_sub(r.first_task)?).ok()?)
                     .cloned()
             }),
+            job_id: self.apps.get(a.app.index()).map_or(0, |r| r.job),
+            job_nonce: 0,
         };
         let spec = out
             .needs_spec(key)
@@ -2497,6 +2499,8 @@ impl Batch {
                 e.get(usize::try_from(t.id.checked_sub(r.first_task)?).ok()?)
                     .cloned()
             }),
+            job_id: self.apps.get(app.index()).map_or(0, |r| r.job),
+            job_nonce: 0,
         };
         let spec = out
             .needs_spec(key)

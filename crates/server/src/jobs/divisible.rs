@@ -187,6 +187,8 @@ pub struct ChunkOrder {
     pub name: String,
     /// The job's owner, as [`crate::state::types::TaskSpec::run_as`] (filled by the state).
     pub run_as: String,
+    /// The job's nonce ([`crate::job_nonces`]; filled by the state).
+    pub job_nonce: u64,
 }
 
 /// The answer to a [`ChunkRequest`].
@@ -1492,6 +1494,7 @@ impl Divisible {
                     time_limit_ms: job.spec.time_limit.map_or(0, |d| d.0 / 1_000_000),
                     name: job.spec.name.get_ref().clone(),
                     run_as: String::new(),
+                    job_nonce: 0,
                 });
             }
         }

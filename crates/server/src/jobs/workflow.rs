@@ -2392,6 +2392,7 @@ impl Workflows {
                     outputs: task.outputs.clone(),
                     process: job.process_of(i),
                 }),
+                job_id: job.id(),
                 ..Default::default()
             },
             key,

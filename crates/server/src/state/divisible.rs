@@ -39,6 +39,7 @@ impl State {
         let mut reply = self.jobs.divisible.next_chunk(req)?;
         for order in &mut reply.orders {
             order.run_as = self.users.run_as(order.job_id);
+            order.job_nonce = self.nonces.get(order.job_id);
         }
         // Until it holds an ask open, the agent lives by its calls.
         self.agent_may_be_lost();

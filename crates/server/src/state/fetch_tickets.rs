@@ -36,6 +36,8 @@ impl State {
                         consumer,
                         task_id: d.task_id,
                         attempt: d.attempt,
+                        // A workflow's inputs are its own outputs: the consumer's job's.
+                        job_nonce: d.job_nonce,
                     },
                 );
             }

@@ -333,6 +333,9 @@ pub struct State {
     signals: signals::Signals,
     /// The users, their tokens' hashes and the owners of their jobs ([`crate::users`]). Stored.
     users: crate::users::Users,
+    /// Each job's nonce ([`crate::job_nonces`]): what ties the files agents keep for a job to
+    /// this job and no other of the same id. Stored.
+    nonces: crate::job_nonces::JobNonces,
 }
 
 /// Borrows the shared parts of a state as a kind's [`Ctx`] (a macro, so the borrow of
@@ -393,6 +396,7 @@ impl State {
         let paused_queues = store.paused_allocation_queues()?.into_iter().collect();
         let signals = signals::Signals::restore(&store, now_ns() / 1_000)?;
         let mut users = crate::users::Users::restore(store.conn(), Default::default())?;
+        let nonces = crate::job_nonces::JobNonces::restore(store.conn())?;
         let metrics: Arc<Metrics> = Arc::default();
         let topology = crate::jobs::Topology::restore(
             std::mem::take(&mut snap.topologies),
@@ -467,6 +471,7 @@ impl State {
             waits_due: true,
             signals,
             users,
+            nonces,
         };
         state.apply_user_groups();
         state.restore_offloads();
@@ -615,6 +620,12 @@ impl State {
     /// WAL is synced past this count).
     pub fn written(&self) -> u64 {
         self.store.durable().written()
+    }
+
+    /// Job `job`'s nonce ([`crate::job_nonces`]; 0: a job stored before nonces): the log reads
+    /// the server relays for it name it, and agents serve only the files it wrote.
+    pub fn job_nonce(&self, job: u64) -> u64 {
+        self.nonces.get(job)
     }
 
     /// Heartbeat interval agents are told to use.
@@ -834,6 +845,11 @@ impl State {
             }
         }
         self.accel_heartbeat(nid, &req, &mut reply)?;
+        // Each task writes its files as this incarnation of its job id (`crate::job_nonces`);
+        // its fetches are signed for it.
+        for d in &mut reply.assignments {
+            d.job_nonce = self.nonces.get(d.job_id);
+        }
         self.sign_fetches(nid.0, &mut reply);
         self.sign_grants(&mut reply);
         self.signal_heartbeat(nid, &req.signalled, &mut reply);
@@ -1216,6 +1232,7 @@ impl State {
         // token check keeps reading the same index).
         fresh.signals = signals::Signals::restore(&fresh.store, now_ns() / 1_000)?;
         fresh.users = crate::users::Users::restore(fresh.store.conn(), self.users.index())?;
+        fresh.nonces = crate::job_nonces::JobNonces::restore(fresh.store.conn())?;
         fresh.apply_user_groups();
         fresh.queue_restored();
         let running: HashSet<u64> = fresh
@@ -1510,11 +1527,20 @@ impl State {
             }
         }
         let id = self.ids.next()?;
-        // The owner's row goes first, under the id the job will get (see `crate::users`); an
-        // admin's job writes nothing unless a refused user submission left a row for the id.
-        if self.users.owner(id) != owner {
-            self.store
-                .transaction(|tx| crate::users::Users::write_owner(tx, id, owner))?;
+        // The owner's row and the job's nonce go first, under the id the job will get (see
+        // `crate::users`, `crate::job_nonces`): a job stored is never without them. An admin's
+        // job writes no owner row unless a refused user submission left one for the id.
+        let nonce = crate::job_nonces::JobNonces::draw();
+        let new_owner = self.users.owner(id) != owner;
+        self.store.transaction(|tx| {
+            crate::job_nonces::JobNonces::write(tx, id, nonce)?;
+            if new_owner {
+                crate::users::Users::write_owner(tx, id, owner)?;
+            }
+            Ok(())
+        })?;
+        self.nonces.set(id, nonce);
+        if new_owner {
             self.users.set_owner(id, owner);
         }
         let live = self.reachable_specs();
@@ -2158,6 +2184,7 @@ impl State {
             for (kind, ids) in &by_kind {
                 tasks += jobs.of_kind(*kind).purge_rows(tx, ids)?;
                 crate::users::Users::delete_owners(tx, ids)?;
+                crate::job_nonces::JobNonces::delete(tx, ids)?;
             }
             Ok(())
         })?;
@@ -2165,6 +2192,7 @@ impl State {
         for (kind, ids) in &by_kind {
             self.jobs.of_kind_mut(*kind).purged(&mut ctx!(self), ids);
             self.users.purged(ids);
+            self.nonces.purged(ids);
         }
         let purged: Vec<u64> = chosen.into_iter().collect();
         info!(jobs = ?purged, tasks, "finished jobs purged");

@@ -287,6 +287,10 @@ pub struct Dispatch {
     pub entry: Option<String>,
     /// A multi-node task's nodes, this one first (empty: one node).
     pub nodes: Vec<DispatchNode>,
+    /// Its job.
+    pub job_id: u64,
+    /// Its job's nonce ([`crate::job_nonces`]; filled by the state, 0 until then).
+    pub job_nonce: u64,
 }
 
 /// The answer to a heartbeat.

@@ -293,3 +293,49 @@ fn every_kind_is_named_alike_and_its_submission_bounded_alike() {
         ]
     );
 }
+
+/// Ids repeat (a restored backup, a fresh data directory) while agents keep old jobs' files, so
+/// every job gets a random nonce of its own at submission, whatever its kind: its batch tasks,
+/// workflow instances and divisible chunks carry it to the agent (which marks the job's
+/// directories with it), a restart keeps it, and a job stored before nonces (no row) reads 0,
+/// the legacy nonce, which only unmarked directories serve.
+#[test]
+fn every_job_has_a_nonce_of_its_own_its_work_carries_and_a_restart_keeps() {
+    let d = scratch("nonces");
+    let mut s = open(&d).expect("open");
+    let node = common::register(&mut s, "n", 8);
+    let (batch, divisible, workflow) = (
+        submit(&mut s, Kind::Batch),
+        submit(&mut s, Kind::Divisible),
+        submit(&mut s, Kind::Workflow),
+    );
+    let nonces = [batch, divisible, workflow].map(|j| s.job_nonce(j));
+    assert!(nonces.iter().all(|&n| n != 0), "{nonces:?}");
+    assert!(nonces[0] != nonces[1] && nonces[1] != nonces[2] && nonces[0] != nonces[2]);
+    let reply = common::beat(&mut s, node, &[], &[]);
+    let carried: std::collections::BTreeSet<u64> =
+        reply.assignments.iter().map(|a| a.job_nonce).collect();
+    assert_eq!(
+        carried,
+        [nonces[0], nonces[2]].into_iter().collect(),
+        "batch tasks and workflow instances: {:?}",
+        reply.assignments
+    );
+    let chunks = common::ask_chunk(&mut s, "n");
+    assert!(!chunks.orders.is_empty());
+    assert!(chunks.orders.iter().all(|o| o.job_nonce == nonces[1]));
+    drop(s);
+    let s = open(&d).expect("reopen");
+    assert_eq!([batch, divisible, workflow].map(|j| s.job_nonce(j)), nonces);
+    drop(s);
+    // A store from before nonces: its jobs have no row.
+    rusqlite::Connection::open(d.join("state.db"))
+        .and_then(|c| c.execute("DELETE FROM job_nonces WHERE job = ?1", [batch as i64]))
+        .expect("forget one");
+    let mut s = open(&d).expect("reopen");
+    assert_eq!(s.job_nonce(batch), 0);
+    assert_eq!(s.job_nonce(divisible), nonces[1]);
+    // A new job gets a nonce of its own.
+    let next = submit(&mut s, Kind::Batch);
+    assert!(s.job_nonce(next) != 0 && !nonces.contains(&s.job_nonce(next)));
+}

@@ -1001,7 +1001,10 @@ command = "cat {input:x}"
         consumer: "b",
         task_id: c.task_id,
         attempt: c.attempt,
+        job_nonce: c.job_nonce,
     };
+    // Every job has a nonce of its own (0 is a job from before nonces).
+    assert_ne!(c.job_nonce, 0);
     assert!(
         ticket::verify(&key_a, &fetch, &input.ticket),
         "the producer's key verifies the ticket: {input:?}"
@@ -1022,6 +1025,11 @@ command = "cat {input:x}"
         },
         Fetch {
             attempt: c.attempt + 1,
+            ..fetch
+        },
+        // Another incarnation of the job's id (a restored backup, a fresh data directory).
+        Fetch {
+            job_nonce: c.job_nonce ^ 1,
             ..fetch
         },
     ] {
