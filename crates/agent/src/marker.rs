@@ -264,6 +264,15 @@ mod tests {
             .spawn()
             .expect("test setup");
         let marked = pid_written(&pid_file);
+        // Marked once the subshell has `exec`ed `sleep` with the variable: until then it is the
+        // shell's copy, unmarked (on a loaded machine the pid is written well before).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !std::fs::read(format!("/proc/{marked}/environ"))
+            .is_ok_and(|e| e.windows(VAR.len()).any(|w| w == VAR.as_bytes()))
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(
             kill_marked(&dir, &[]),
             vec![leader.id()],
