@@ -236,12 +236,16 @@ pub struct TaskRow {
     /// Why it failed.
     pub message: String,
     /// Attempts that failed (non-zero exit, failure to start, time limit) and were retried;
-    /// `attempt - failures - preemptions` attempts were lost with their nodes or not finished
-    /// yet.
+    /// `attempt - failures - preemptions - interruptions` attempts were lost with their nodes
+    /// or not finished yet.
     pub failures: u32,
     /// Attempts stopped for work of a higher priority and re-queued (`preemption =
     /// "requeue"`): neither failures nor losses.
     pub preemptions: u32,
+    /// Attempts killed by their agent's own clean shutdown (SIGTERM, `hetsched node stop`, the
+    /// agent's `--time-limit`; the result says `interrupted`) and re-queued: an operator's act,
+    /// not the task's failure, so, as preemptions, they do not count against `max_attempts`.
+    pub interruptions: u32,
     /// What the latest finished attempt used, if its agent measured it. Boxed: a row without
     /// (pending, running, or measured by no agent) costs one word, which keeps a million-task
     /// job's rows small.
@@ -278,6 +282,7 @@ impl TaskRow {
             message: String::new(),
             failures: 0,
             preemptions: 0,
+            interruptions: 0,
             usage: None,
             executed: None,
             reason: None,
@@ -580,6 +585,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // columns).
     ("tasks", "reason", "TEXT"),
     ("tasks", "signal", "TEXT"),
+    // Attempts its agent's clean shutdown killed (0: none, or stored before the column: those
+    // counted as lost then).
+    ("tasks", "interruptions", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -591,7 +599,7 @@ CREATE INDEX IF NOT EXISTS tasks_other_nodes ON tasks(id) WHERE other_nodes != '
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
     started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10, cpu_user_ms=?11,
     cpu_system_ms=?12, max_rss_bytes=?13, preemptions=?15, executed_node=?16,
-    max_gpu_memory_bytes=?17, reason=?18, signal=?19 WHERE id=?14";
+    max_gpu_memory_bytes=?17, reason=?18, signal=?19, interruptions=?20 WHERE id=?14";
 
 /// Adds each (`table`, `column`, definition) of `columns` that `table` lacks: a column added
 /// after a store was created.
@@ -1481,7 +1489,8 @@ pub fn write_tasks<'a>(
             t.executed,
             t.usage.as_ref().map(|u| u.max_gpu_memory_bytes as i64),
             t.reason.map(EndReason::as_str),
-            t.signal.as_deref()
+            t.signal.as_deref(),
+            t.interruptions
         ])?;
     }
     for job in cancelled_jobs {
@@ -1540,7 +1549,7 @@ impl StoreReader {
 const TASK_COLUMNS: &str =
     "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns,
     finished_ns, exit_code, message, failures, cpu_user_ms, cpu_system_ms, max_rss_bytes,
-    preemptions, executed_node, max_gpu_memory_bytes, reason, signal FROM tasks";
+    preemptions, executed_node, max_gpu_memory_bytes, reason, signal, interruptions FROM tasks";
 
 /// One row of a query on [`TASK_COLUMNS`].
 fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
@@ -1560,6 +1569,7 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
         message: r.get(11)?,
         failures: r.get(12)?,
         preemptions: r.get(16)?,
+        interruptions: r.get(21)?,
         executed: r.get(17)?,
         reason: r
             .get::<_, Option<String>>(19)?

@@ -16,6 +16,7 @@ mod divisible_kind;
 mod full_disk;
 mod fuzz;
 mod hidden;
+mod interrupted;
 mod http;
 mod http_api;
 mod job_ids;
