@@ -260,8 +260,11 @@ fn check_agent_args(config: &ServerConfig, file: Option<&std::path::Path>) -> an
 /// `hetsched agent`.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// Server URL [default: http://127.0.0.1:7420].
-    #[arg(long, env = "HETSCHED_SERVER")]
+    /// Server URL; then the configuration's `server`, then $HETSCHED_SERVER [default:
+    /// http://127.0.0.1:7420].
+    // No clap `env`: it would make the environment a flag and so override the file; an agent
+    // reads it below the file instead ([`from_env`]).
+    #[arg(long)]
     pub server: Option<String>,
     /// Configuration file (TOML); flags override it.
     #[arg(long)]
@@ -269,11 +272,13 @@ pub struct AgentArgs {
     /// Unique node name [default: the host name].
     #[arg(long)]
     pub name: Option<String>,
-    /// File holding the server's agent token (default: hetsched-data/agent-token).
-    #[arg(long, env = "HETSCHED_AGENT_TOKEN_FILE")]
+    /// File holding the server's agent token; then the configuration's `token_file`, then
+    /// $HETSCHED_AGENT_TOKEN_FILE (default: hetsched-data/agent-token).
+    #[arg(long)]
     pub token_file: Option<PathBuf>,
-    /// CA certificate (PEM) for an `https://` server.
-    #[arg(long, env = "HETSCHED_CA")]
+    /// CA certificate (PEM) for an `https://` server; then the configuration's `ca`, then
+    /// $HETSCHED_CA.
+    #[arg(long)]
     pub ca: Option<PathBuf>,
     #[arg(long, value_parser = parse_cores, help = format!("Cores to offer, 1 to {} [default: detected]", hetsched_core::input::cluster::MAX_NODE_CORES))]
     pub cores: Option<u32>,
@@ -752,6 +757,17 @@ fn host_name() -> String {
         .unwrap_or_else(|| "node".into())
 }
 
+/// The environment variables an agent reads below its flags and its configuration file.
+const SERVER_ENV: &str = "HETSCHED_SERVER";
+const TOKEN_FILE_ENV: &str = "HETSCHED_AGENT_TOKEN_FILE";
+const CA_ENV: &str = "HETSCHED_CA";
+
+/// Environment variable `name`'s value, if set and not empty (as clap's `env` reads one: an
+/// empty value is no value).
+fn from_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 /// The agent's configuration file (`--config`), parsed: the configuration, the file's name and
 /// its text (for errors at a line); the defaults without one.
 fn read_agent_config(a: &AgentArgs) -> anyhow::Result<(AgentConfig, String, String)> {
@@ -777,18 +793,27 @@ pub fn agent_options(
             .map_err(|(_, e)| anyhow::anyhow!("--attributes: {e}"))?;
         config.attributes.clone_from(&a.attributes);
     }
-    let (server, server_from) = match (&a.server, &config.server) {
-        (Some(s), _) => (s.clone(), "--server".to_string()),
-        (None, Some(s)) => (s.clone(), format!("{origin}: `server`")),
-        (None, None) => ("http://127.0.0.1:7420".into(), String::new()),
+    // Flag, then file, then environment, then default: the environment a login shell sets
+    // for client commands (`HETSCHED_SERVER` is recommended there) must not silently point an
+    // agent started from that shell away from the server its file names.
+    let (server, server_from) = match (&a.server, &config.server, from_env(SERVER_ENV)) {
+        (Some(s), _, _) => (s.clone(), "--server".to_string()),
+        (None, Some(s), _) => (s.clone(), format!("{origin}: `server`")),
+        (None, None, Some(s)) => (s, SERVER_ENV.to_string()),
+        (None, None, None) => ("http://127.0.0.1:7420".into(), String::new()),
     };
     let token_file = a
         .token_file
         .clone()
         .or(config.token_file.clone())
+        .or(from_env(TOKEN_FILE_ENV).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("hetsched-data/agent-token"));
     let token = read_token(&token_file, TokenReader::Agent)?;
-    let ca = a.ca.clone().or(config.ca.clone());
+    let ca = a
+        .ca
+        .clone()
+        .or(config.ca.clone())
+        .or(from_env(CA_ENV).map(PathBuf::from));
     let server = server_url(&server, ca.is_some()).with_context(|| server_from.clone())?;
     // With `[tls]` the CA also verifies the other agents' data listeners.
     check_tls(&server, ca.is_some() && config.tls.is_none())?;

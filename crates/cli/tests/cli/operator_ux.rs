@@ -1570,6 +1570,57 @@ fn an_agent_without_its_token_names_where_an_agents_token_comes_from() {
     );
 }
 
+/// For `hetsched agent`, a configuration file's `server` and `token_file` win over
+/// `HETSCHED_SERVER` and `HETSCHED_AGENT_TOKEN_FILE` (flag > file > environment > default):
+/// the environment a login shell sets for client commands silently pointed an agent started
+/// there away from the server its file names. Without the key in the file, the environment
+/// still counts.
+#[test]
+fn an_agents_file_wins_over_the_environment_which_still_fills_what_the_file_leaves_out() {
+    let dir = crate::support::temp_dir("agent-env");
+    let agent = |config: &str| {
+        let path = dir.join("agent.toml");
+        std::fs::write(&path, config).expect("write");
+        let out = std::process::Command::new(crate::support::BIN)
+            .args(["agent", "--name", "x", "--config"])
+            .arg(&path)
+            .arg("--work-dir")
+            .arg(dir.join("work"))
+            // Each a value that, if read, would be the one the error names.
+            .env("HETSCHED_SERVER", "http://127.0.0.1:88888")
+            .env("HETSCHED_AGENT_TOKEN_FILE", dir.join("env-token"))
+            .env_remove("HETSCHED_CA")
+            .output()
+            .expect("run hetsched");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let file_token = dir.join("file-token");
+    let said = agent(&format!(
+        "server = \"http://127.0.0.1:99999\"\ntoken_file = \"{}\"\n",
+        file_token.display()
+    ));
+    assert!(
+        said.contains(&format!("reading the agent token from {}", file_token.display())),
+        "the file's token_file: {said}"
+    );
+    std::fs::write(&file_token, "t\n").expect("token");
+    let said = agent(&format!(
+        "server = \"http://127.0.0.1:99999\"\ntoken_file = \"{}\"\n",
+        file_token.display()
+    ));
+    assert!(
+        said.contains("`server`") && said.contains("99999") && !said.contains("88888"),
+        "the file's server: {said}"
+    );
+    // Left out of the file: the environment's.
+    let said = agent(&format!("token_file = \"{}\"\n", file_token.display()));
+    assert!(
+        said.contains("HETSCHED_SERVER") && said.contains("88888"),
+        "the environment's server: {said}"
+    );
+}
+
 /// An agent's name is checked before any path is made of it: `x/../../escaped` made
 /// directories outside the default work directory's parent before the server refused it.
 #[test]
