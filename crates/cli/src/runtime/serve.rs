@@ -371,16 +371,31 @@ fn parse_cores(s: &str) -> Result<u32, String> {
 pub(super) fn agent_listen(
     flag: &str,
     given: Option<&str>,
-    configured: Option<SocketAddr>,
+    configured: Option<Option<SocketAddr>>,
 ) -> anyhow::Result<Option<SocketAddr>> {
     Ok(match given {
         Some("none") => None,
-        None => Some(configured.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))),
+        // The file's `none` (`Some(None)`) too.
+        None => configured.unwrap_or(Some(SocketAddr::from(([0, 0, 0, 0], 0)))),
         Some(s) => Some(
             hetsched_core::input::listen::parse(s)
                 .map_err(|e| anyhow::anyhow!("{flag} `{s}`: {e}, or none for no listener"))?,
         ),
     })
+}
+
+/// Where (line, column) the first configuration key `message` names is written in `src`: a
+/// word of the message that reads as a key (`max_attempts`, `fair_share.half_life`,
+/// `allocation[0].server`; a flag, `--dead-timeout`, is none) and that the file holds. `None`
+/// when it names none the file holds (its value is a default, or came by flag).
+fn first_key_written(src: &hetsched_core::input::Source<'_>, message: &str) -> Option<(usize, usize)> {
+    let keyish = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']');
+    message
+        .split(|c: char| !keyish(c))
+        .map(|w| w.trim_end_matches('.'))
+        .filter(|w| w.contains('_') || w.contains('.'))
+        .find_map(|w| src.key_at(w))
+        .map(|at| src.line_col(at))
 }
 
 /// `message` with each whole-word `field` (not part of a longer name: `heartbeat_interval` in
@@ -409,9 +424,11 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     if let Some(command) = a.command {
         return server_command(command);
     }
+    // The file's text is kept: a bound refused once it has parsed is located in it.
+    let mut text = String::new();
     let mut config = match &a.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
             ServerConfig::parse(&path.display().to_string(), &text)?
         }
@@ -449,25 +466,34 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     // The server checks the bounds again, naming the configuration's fields: a value given by
     // flag is named here by its flag (`--dead-timeout 0s` is no `dead_timeout` of the user's).
     config.validate().map_err(|e| {
-        anyhow::anyhow!(
-            "invalid server configuration{}: {}",
-            // The file its fields are in, when one was read.
-            a.config
-                .as_deref()
-                .map_or(String::new(), |p| format!(" ({})", p.display())),
-            [
-                (
-                    timing_flags.2,
-                    "idle_heartbeat_interval",
-                    "--idle-heartbeat-interval"
-                ),
-                (timing_flags.1, "heartbeat_interval", "--heartbeat-interval"),
-                (timing_flags.0, "dead_timeout", "--dead-timeout"),
-            ]
-            .into_iter()
-            .filter(|&(given, ..)| given)
-            .fold(e, |e, (_, field, flag)| name_field_by_flag(&e, field, flag))
-        )
+        let e = [
+            (
+                timing_flags.2,
+                "idle_heartbeat_interval",
+                "--idle-heartbeat-interval",
+            ),
+            (timing_flags.1, "heartbeat_interval", "--heartbeat-interval"),
+            (timing_flags.0, "dead_timeout", "--dead-timeout"),
+        ]
+        .into_iter()
+        .filter(|&(given, ..)| given)
+        .fold(e, |e, (_, field, flag)| name_field_by_flag(&e, field, flag));
+        match a.config.as_deref() {
+            // The file its fields are in, when one was read, at the first key the message
+            // names that the file holds (`server.toml:1:1: max_attempts must be …`), as a
+            // parse error is.
+            Some(p) => {
+                let src = hetsched_core::input::Source::new("", &text);
+                match first_key_written(&src, &e) {
+                    Some((line, column)) => anyhow::anyhow!(
+                        "invalid server configuration: {}:{line}:{column}: {e}",
+                        p.display()
+                    ),
+                    None => anyhow::anyhow!("invalid server configuration ({}): {e}", p.display()),
+                }
+            }
+            None => anyhow::anyhow!("invalid server configuration: {e}"),
+        }
     })?;
     check_agent_args(&config, a.config.as_deref())?;
     let logs = super::logging::Settings::resolve(
@@ -908,10 +934,18 @@ pub fn agent_options(
             Some(t) => Some(agent_time_limit(t)?),
             None => config.time_limit(),
         },
-        idle_timeout: a
-            .idle_timeout
-            .map(std::time::Duration::from)
-            .or_else(|| config.idle_timeout()),
+        idle_timeout: match a.idle_timeout.map(std::time::Duration::from) {
+            // As the file's `idle_timeout` is (`AgentConfig::parse`): an agent that leaves the
+            // moment it is idle never takes work.
+            Some(t) if t.as_nanos() < u128::from(hetsched_agent::config::MIN_IDLE_TIMEOUT_NS) => {
+                anyhow::bail!(
+                    "--idle-timeout ({}): at least 1s (leave it out for never)",
+                    humantime::format_duration(t)
+                )
+            }
+            Some(t) => Some(t),
+            None => config.idle_timeout(),
+        },
         run_as_owner: a.run_as_owner || config.run_as_owner,
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,

@@ -1656,14 +1656,28 @@ fn an_agent_name_that_is_no_node_name_is_refused_before_any_directory_is_made() 
 }
 
 /// A bound a configuration file's value breaks, found once the file has parsed, names the file
-/// (it said only `invalid server configuration: …`), and an empty `data_dir` is refused as such
-/// (it read `: cannot be created`).
+/// (it said only `invalid server configuration: …`) and the line and column of the key (it
+/// named no line), and an empty `data_dir` is refused as such (it read `: cannot be created`).
 #[test]
 fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
     let dir = crate::support::temp_dir("config-bound");
     for (text, says) in [
-        ("max_attempts = 0\n", "max_attempts must be at least 1"),
-        ("data_dir = \"\"\n", "data_dir must not be empty"),
+        ("max_attempts = 0\n", "1:1: max_attempts must be at least 1"),
+        ("data_dir = \"\"\n", "1:1: data_dir must not be empty"),
+        (
+            "# a comment\nheartbeat_interval = \"20s\"\ndead_timeout = \"10s\"\n",
+            "2:1: heartbeat_interval (20s) must be below dead_timeout (10s)",
+        ),
+        // The first key it names is a default: the one written is located.
+        (
+            "dead_timeout = \"400ms\"\n",
+            "1:1: heartbeat_interval (500ms) must be below dead_timeout (400ms)",
+        ),
+        ("\nmax_connections = 1\n", "2:1: max_connections (1) must be from 16"),
+        (
+            "[fair_share]\nhalf_life = \"10s\"\n",
+            "2:1: fair_share.half_life",
+        ),
     ] {
         let file = dir.join("server.toml");
         std::fs::write(&file, text).expect("config");
@@ -1676,7 +1690,7 @@ fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
         assert!(
             !out.status.success()
                 && said.contains(&format!(
-                    "invalid server configuration ({}): {says}",
+                    "invalid server configuration: {}:{says}",
                     file.display()
                 )),
             "{said}"
