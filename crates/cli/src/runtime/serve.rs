@@ -205,9 +205,41 @@ fn server_command(command: ServerCommand) -> anyhow::Result<()> {
                     d.display()
                 ))
             );
+            if r.files.is_empty() {
+                eprintln!("{}", no_secrets_note(&file, &data_dir));
+            }
         }
     }
     Ok(())
+}
+
+/// What a restore of `file` into `data_dir` that brought no tokens or secrets back says: a
+/// plain copy of `state.db` (or an older backup) holds none, and those the data directory lacks
+/// the first start writes anew — every agent, user and dashboard holding the old ones is then
+/// refused, which nothing said before.
+fn no_secrets_note(file: &std::path::Path, data_dir: &std::path::Path) -> String {
+    let missing: Vec<&str> = hetsched_server::backup::SECRETS
+        .into_iter()
+        .filter(|name| !data_dir.join(name).exists())
+        .collect();
+    let then = if missing.is_empty() {
+        format!(
+            "the data directory's own ({}) stay",
+            hetsched_server::backup::SECRETS.join(", ")
+        )
+    } else {
+        format!(
+            "the first start writes new {} in {}: agents, users and dashboards holding the old \
+             ones are refused until given the new (or copy the old files there before it \
+             starts)",
+            missing.join(", "),
+            data_dir.display()
+        )
+    };
+    format!(
+        "note: {} held no tokens or secrets (a copy of state.db, not a `hetsched server backup`          file, which keeps them): none were restored; {then}",
+        file.display()
+    )
 }
 
 /// An allocation queue's agent command line, read as `hetsched agent` reads it.
