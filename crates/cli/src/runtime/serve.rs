@@ -539,8 +539,9 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         logs.check()?;
         super::logging::init("info", logs.format, None);
         let running = hetsched_server::check(&config)?;
+        let stamp = hetsched_server::store_stamp(&config.data_dir)?;
         println!(
-            "{}: OK (listen {}, policy {}, data in {}{}{}{}){}",
+            "{}: OK (listen {}, policy {}, data in {}{}{}{}{}){}",
             a.config
                 .as_deref()
                 .map_or("the default configuration".into(), |p| p
@@ -557,6 +558,12 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
                 ", {} log in {}",
                 logs.format,
                 f.display()
+            )),
+            // What a start would open: its schema, and the binary that last opened it.
+            stamp.map_or(String::new(), |s| format!(
+                ", store schema {}, last opened by hetsched {}",
+                s.schema,
+                s.version.as_deref().unwrap_or("unknown")
             )),
             running.map_or(String::new(), |pid| format!(
                 "; a server runs on {} (PID {pid}): it reads the configuration when it restarts",
@@ -1015,6 +1022,7 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
     };
     tracing::info!(
         name = %opts.name,
+        version = hetsched_agent::version::VERSION,
         server = %opts.server,
         cores = opts.resources.cores,
         memory = opts.resources.memory_bytes,

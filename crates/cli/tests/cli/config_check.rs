@@ -85,6 +85,14 @@ fn a_server_configuration_is_checked_without_starting_or_touching_the_data_direc
     let (ok, stdout, stderr) = check(&dir, &["--data-dir", c.data().to_str().expect("path")]);
     assert!(ok, "{stdout}{stderr}");
     assert!(stdout.contains("a server runs on"), "{stdout}");
+    // The store it would open: its schema number and the binary that last opened it.
+    assert!(
+        stdout.contains(&format!(
+            "store schema 1, last opened by hetsched {}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{stdout}"
+    );
     assert_eq!(
         std::fs::read_to_string(c.data().join("server.lock")).expect("lock"),
         lock
