@@ -273,7 +273,10 @@ impl AgentConfig {
         }
         // An agent that exits the moment it is idle starts, finds nothing, and leaves: below a
         // second is a slip (`"0s"`), refused as allocation queues refuse it.
-        if config.idle_timeout.is_some_and(|d| d.0 < MIN_IDLE_TIMEOUT_NS) {
+        if config
+            .idle_timeout
+            .is_some_and(|d| d.0 < MIN_IDLE_TIMEOUT_NS)
+        {
             return Err(src.error(
                 src.key_at("idle_timeout"),
                 Some("idle_timeout".into()),

@@ -260,7 +260,9 @@ mod key_tests {
         assert_eq!(at("allocation[2].server"), None);
         let inline = Source::new("s.toml", "x = 1\nfair_share = { half_life = \"10s\" }\n");
         assert_eq!(
-            inline.key_at("fair_share.half_life").map(|o| inline.line_col(o)),
+            inline
+                .key_at("fair_share.half_life")
+                .map(|o| inline.line_col(o)),
             Some((2, 16))
         );
     }

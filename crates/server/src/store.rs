@@ -1747,9 +1747,11 @@ mod tests {
         );
         let conn = Connection::open(&path).expect("raw");
         let kept: String = conn
-            .query_row("SELECT value FROM meta WHERE key = ?1", params![VERSION_KEY], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                params![VERSION_KEY],
+                |r| r.get(0),
+            )
             .expect("kept");
         assert_eq!(kept, "9.9.9", "nothing changed");
     }

@@ -420,7 +420,10 @@ pub(super) fn agent_listen(
 /// word of the message that reads as a key (`max_attempts`, `fair_share.half_life`,
 /// `allocation[0].server`; a flag, `--dead-timeout`, is none) and that the file holds. `None`
 /// when it names none the file holds (its value is a default, or came by flag).
-fn first_key_written(src: &hetsched_core::input::Source<'_>, message: &str) -> Option<(usize, usize)> {
+fn first_key_written(
+    src: &hetsched_core::input::Source<'_>,
+    message: &str,
+) -> Option<(usize, usize)> {
     let keyish = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']');
     message
         .split(|c: char| !keyish(c))
@@ -874,11 +877,10 @@ pub fn agent_options(
         .or(from_env(TOKEN_FILE_ENV).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("hetsched-data/agent-token"));
     let token = read_token(&token_file, TokenReader::Agent)?;
-    let ca = a
-        .ca
-        .clone()
-        .or(config.ca.clone())
-        .or(from_env(CA_ENV).map(PathBuf::from));
+    let ca =
+        a.ca.clone()
+            .or(config.ca.clone())
+            .or(from_env(CA_ENV).map(PathBuf::from));
     let server = server_url(&server, ca.is_some()).with_context(|| server_from.clone())?;
     // With `[tls]` the CA also verifies the other agents' data listeners.
     check_tls(&server, ca.is_some() && config.tls.is_none())?;

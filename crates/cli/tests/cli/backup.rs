@@ -227,7 +227,10 @@ fn restoring_a_plain_copy_of_the_store_says_no_tokens_came_back() {
     let mut c = Cluster::start("raw-restore", false);
     c.ok(&["submit", "--", "true"]);
     let data = c.data();
-    assert_eq!(c.stop_server("TERM", std::time::Duration::from_secs(20)), Some(0));
+    assert_eq!(
+        c.stop_server("TERM", std::time::Duration::from_secs(20)),
+        Some(0)
+    );
     let copy = c.dir.join("raw.db");
     std::fs::copy(data.join("state.db"), &copy).expect("copy");
     let fresh = c.dir.join("fresh");

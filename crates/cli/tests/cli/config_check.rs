@@ -249,6 +249,11 @@ fn the_check_warns_of_a_data_directory_and_token_files_open_to_other_users() {
         stderr.contains("token is readable by other users: a start sets it to 0600"),
         "{stderr}"
     );
-    let mode = |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
-    assert_eq!((mode(&data), mode(&token)), (0o755, 0o644), "nothing changed");
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(
+        (mode(&data), mode(&token)),
+        (0o755, 0o644),
+        "nothing changed"
+    );
 }

@@ -532,7 +532,10 @@ fn a_plain_stop_after_a_drain_stop_stops_the_running_task() {
     assert_eq!(c.tasks(1)[0]["node"], "a");
     assert_eq!(c.tasks(1)[0]["attempt"], 1);
     let said = c.ok(&["node", "stop", "a"]);
-    assert!(said.contains("1 running task is stopped and runs again elsewhere"), "{said}");
+    assert!(
+        said.contains("1 running task is stopped and runs again elsewhere"),
+        "{said}"
+    );
     assert_eq!(
         c.agent_exit("a", Duration::from_secs(20)),
         Some(0),

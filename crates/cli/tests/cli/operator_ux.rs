@@ -1601,7 +1601,10 @@ fn an_agents_file_wins_over_the_environment_which_still_fills_what_the_file_leav
         file_token.display()
     ));
     assert!(
-        said.contains(&format!("reading the agent token from {}", file_token.display())),
+        said.contains(&format!(
+            "reading the agent token from {}",
+            file_token.display()
+        )),
         "the file's token_file: {said}"
     );
     std::fs::write(&file_token, "t\n").expect("token");
@@ -1673,7 +1676,10 @@ fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
             "dead_timeout = \"400ms\"\n",
             "1:1: heartbeat_interval (500ms) must be below dead_timeout (400ms)",
         ),
-        ("\nmax_connections = 1\n", "2:1: max_connections (1) must be from 16"),
+        (
+            "\nmax_connections = 1\n",
+            "2:1: max_connections (1) must be from 16",
+        ),
         (
             "[fair_share]\nhalf_life = \"10s\"\n",
             "2:1: fair_share.half_life",

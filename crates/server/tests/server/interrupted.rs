@@ -49,7 +49,10 @@ fn interrupted_by(s: &mut State, n: u32, (t, a): (u64, u32), message: &str) -> p
 /// Node `n` reports attempt `a` of task `t` killed by its agent's shutdown, in the agent's
 /// words (`killed: its agent shut down`, and how, after the kill grace).
 fn interrupted(s: &mut State, n: u32, task: (u64, u32)) -> pb::HeartbeatReply {
-    let words = format!("{}; SIGKILLed after ignoring SIGTERM for 10.000s", pb::SHUTDOWN_KILLED);
+    let words = format!(
+        "{}; SIGKILLed after ignoring SIGTERM for 10.000s",
+        pb::SHUTDOWN_KILLED
+    );
     interrupted_by(s, n, task, &words)
 }
 
@@ -96,14 +99,22 @@ fn restarting_an_agent_cleanly_never_fails_its_task_but_losing_its_node_still_co
     );
     let t = task(&s, job);
     assert_eq!(t.state, "running");
-    assert!(t.message.is_empty() || !t.message.contains("gave up"), "{}", t.message);
+    assert!(
+        t.message.is_empty() || !t.message.contains("gave up"),
+        "{}",
+        t.message
+    );
     // A second loss with the node reaches `max_attempts = 2`: it fails, as before.
     let r = beat(&mut s, n, &[], &[]);
     assert!(sent(&r).is_empty(), "{:?}", sent(&r));
     let t = task(&s, job);
     assert_eq!(t.state, "failed");
     assert_eq!(t.reason, "lost");
-    assert!(t.message.contains("gave up after 5 attempts"), "{}", t.message);
+    assert!(
+        t.message.contains("gave up after 5 attempts"),
+        "{}",
+        t.message
+    );
 }
 
 /// Other interruptions (an offload its ANode refused or broke, an agent that says nothing) are
@@ -126,5 +137,9 @@ fn other_interruptions_still_count_against_max_attempts() {
     assert!(sent(&r).is_empty(), "{:?}", sent(&r));
     let t = task(&s, job);
     assert_eq!(t.state, "failed");
-    assert!(t.message.contains("gave up after 2 attempts"), "{}", t.message);
+    assert!(
+        t.message.contains("gave up after 2 attempts"),
+        "{}",
+        t.message
+    );
 }

@@ -307,9 +307,8 @@ fn nodes_returning_after_a_restart_are_up_and_counted_apart_from_dead_ones() {
         data_dir: d.clone(),
         ..Default::default()
     };
-    let open = || {
-        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state")
-    };
+    let open =
+        || State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
     {
         let mut s = open();
         common::register(&mut s, "a", 2);
@@ -339,8 +338,10 @@ fn nodes_returning_after_a_restart_are_up_and_counted_apart_from_dead_ones() {
     // back meanwhile.
     let mut s = open();
     std::thread::sleep(std::time::Duration::from_millis(5_100));
-    s.heartbeat(heartbeat_request(0, &[], &[])).expect("a is back");
-    s.check_dead(std::time::Duration::from_secs(1)).expect("check");
+    s.heartbeat(heartbeat_request(0, &[], &[]))
+        .expect("a is back");
+    s.check_dead(std::time::Duration::from_secs(1))
+        .expect("check");
     common::assert_metrics(
         s,
         "hdas",
