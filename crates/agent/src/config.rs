@@ -11,14 +11,14 @@
 //! memory = "64GiB"                  # default: detected
 //! core_speed = 1.0
 //! disk_read = "200MB/s"             # bytes/s; "1Gb/s" or "1Gbit/s" is bits (125 MB/s)
-//! log_listen = "0.0.0.0:0"          # task outputs for `hetsched log` (default: any port)
+//! log_listen = "0.0.0.0:0"          # task outputs for `hetsched log` (default: any port; "none": off)
 //! rack = "r1"                       # binding stays within a rack (default: "default")
 //! accel_listen = "0.0.0.0:0"        # the accelerator service of a node with GPUs
 //! advertise = "10.0.0.7:7431"       # where other agents reach this one (workflow data, PCDDB)
 //! attributes = ["fpga", "bigmem"]   # what jobs and workflow tasks may `require` (`gpu` comes with GPUs)
 //! kill_grace = "10s"                # a stopped task's time between SIGTERM and SIGKILL
 //! time_limit = "11h 50m"            # how long the agent runs (its batch allocation, less a margin)
-//! idle_timeout = "5m"               # exit once nothing has run here for this long
+//! idle_timeout = "5m"               # exit once nothing has run here for this long (at least 1s)
 //! run_as_owner = true               # a user's tasks run as its Unix account (agent as root)
 //! max_input_bytes = "64GiB"         # the most written for one fetched workflow input
 //! min_free_disk = "1GiB"            # fetched workflow inputs leave this free on work_dir's disk (0: off)
@@ -120,14 +120,16 @@ pub struct AgentConfig {
     pub core_speed: Option<f64>,
     /// Disk read bandwidth.
     pub disk_read: Option<Bandwidth>,
-    /// Where the log listener binds (`hetsched log` reads task outputs through it).
-    #[serde(deserialize_with = "hetsched_core::input::listen::deserialize_option")]
-    pub log_listen: Option<std::net::SocketAddr>,
+    /// Where the log listener binds (`hetsched log` reads task outputs through it); `none`
+    /// (`Some(None)`): no listener, as `--log-listen none`.
+    #[serde(deserialize_with = "hetsched_core::input::listen::deserialize_or_none")]
+    pub log_listen: Option<Option<std::net::SocketAddr>>,
     /// The rack the node sits in (spec 01: binding never crosses racks).
     pub rack: Option<String>,
-    /// Where a node with accelerators serves its accelerator service (spec 01's AcCt).
-    #[serde(deserialize_with = "hetsched_core::input::listen::deserialize_option")]
-    pub accel_listen: Option<std::net::SocketAddr>,
+    /// Where a node with accelerators serves its accelerator service (spec 01's AcCt); `none`
+    /// (`Some(None)`): no service, as `--accel-listen none`.
+    #[serde(deserialize_with = "hetsched_core::input::listen::deserialize_or_none")]
+    pub accel_listen: Option<Option<std::net::SocketAddr>>,
     /// Where other agents reach this agent (`host:port` of its log listener, or of its TLS
     /// data listener with `[tls]`; issue 13).
     pub advertise: Option<String>,
@@ -233,6 +235,9 @@ impl<'de> Deserialize<'de> for FetchRate {
     }
 }
 
+/// The least idle timeout an agent takes (`idle_timeout`, `--idle-timeout`), in ns.
+pub const MIN_IDLE_TIMEOUT_NS: u64 = 1_000_000_000;
+
 /// Whether `cores` is a number of cores a node may offer: 1 to `MAX_NODE_CORES` (what the server
 /// accepts at registration); why not.
 pub fn check_cores(cores: u32) -> Result<u32, String> {
@@ -264,6 +269,25 @@ impl AgentConfig {
                     "at most {}",
                     humantime::format_duration(crate::launch::MAX_KILL_GRACE)
                 ),
+            ));
+        }
+        // An agent that exits the moment it is idle starts, finds nothing, and leaves: below a
+        // second is a slip (`"0s"`), refused as allocation queues refuse it.
+        if config
+            .idle_timeout
+            .is_some_and(|d| d.0 < MIN_IDLE_TIMEOUT_NS)
+        {
+            return Err(src.error(
+                src.key_at("idle_timeout"),
+                Some("idle_timeout".into()),
+                "at least 1s (leave it out for never)",
+            ));
+        }
+        if config.rack.as_deref() == Some("") {
+            return Err(src.error(
+                src.key_at("rack"),
+                Some("rack".into()),
+                "is empty; a rack name is 1 to 128 bytes (leave it out for `default`)",
             ));
         }
         // Refused here, naming the field, rather than by the server at registration.
@@ -357,6 +381,43 @@ impl AgentConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The file's slips are refused at the key's line and column, naming the key, not a flag
+    /// that was not given: an empty `rack`, an `idle_timeout` under a second (the agent exited
+    /// at once); `none` turns a listener off in the file as `--log-listen none` does.
+    #[test]
+    fn file_values_are_refused_at_their_key_and_none_turns_a_listener_off() {
+        let head = "name = \"t\"\n";
+        for (line, said) in [
+            (
+                "rack = \"\"",
+                "agent.toml:2:1: rack: is empty; a rack name is 1 to 128 bytes (leave it out for \
+                 `default`)",
+            ),
+            (
+                "idle_timeout = \"0s\"",
+                "agent.toml:2:1: idle_timeout: at least 1s (leave it out for never)",
+            ),
+            (
+                "idle_timeout = \"500ms\"",
+                "agent.toml:2:1: idle_timeout: at least 1s (leave it out for never)",
+            ),
+        ] {
+            let e = AgentConfig::parse("agent.toml", &format!("{head}{line}\n")).expect_err(line);
+            assert_eq!(e.to_string(), said);
+        }
+        let c = AgentConfig::parse(
+            "agent.toml",
+            "log_listen = \"none\"\naccel_listen = \"none\"\nidle_timeout = \"1s\"\n",
+        )
+        .expect("valid");
+        assert_eq!((c.log_listen, c.accel_listen), (Some(None), Some(None)));
+        let c = AgentConfig::parse("agent.toml", "log_listen = \"127.0.0.1:7\"\n").expect("valid");
+        assert_eq!(c.log_listen, Some(Some(([127, 0, 0, 1], 7).into())));
+        assert_eq!(AgentConfig::default().log_listen, None);
+        let e = AgentConfig::parse("agent.toml", "log_listen = \"nowhere\"\n").expect_err("bad");
+        assert!(e.to_string().contains("or none for no listener"), "{e}");
+    }
 
     #[test]
     fn cores_are_read_and_zero_or_too_many_are_refused_at_their_line() {

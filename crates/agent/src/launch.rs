@@ -863,7 +863,7 @@ pub async fn run(
                 Kill::Shutdown => {
                     result.interrupted = true;
                     result.set_end(pb::TaskEnd::Interrupted);
-                    format!("killed: its agent shut down{forced}")
+                    format!("{}{forced}", hetsched_proto::SHUTDOWN_KILLED)
                 }
             };
         }

@@ -1193,9 +1193,9 @@ pub async fn run(
                 }
                 backoff = Duration::from_millis(50);
                 if let Some(drain) = stop_asked.take()
-                    && draining.is_none()
+                    && (draining.is_none() || escalates(&shared, &opts, drain))
                 {
-                    draining = Some(Instant::now());
+                    draining.get_or_insert_with(Instant::now);
                     begin_shutdown(&shared, &opts, Stop::Operator { drain });
                     // The next beat says `draining` at once.
                     continue 'main;
@@ -2079,6 +2079,15 @@ impl Stop {
             Stop::Operator { .. } => "operator",
         }
     }
+}
+
+/// Whether a `hetsched node stop` the server relays (`drain`: with `--drain`) to an agent already
+/// shutting down changes what it does: a plain stop while it lets its tasks end (`node stop
+/// --drain`, or a signal with `--drain`) stops them now, as Slurm's second `scancel` does; any
+/// other stop asks nothing it is not already doing.
+fn escalates(shared: &Mutex<Shared>, opts: &AgentOptions, drain: bool) -> bool {
+    let sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+    !drain && sh.leaving.is_some_and(|why| why.lets_tasks_end(opts.drain))
 }
 
 /// The first shutdown signal, or the end of the agent's time limit: from now on heartbeats say

@@ -140,6 +140,37 @@ impl<'a> Source<'a> {
         span.filter(|s| s.end > s.start).map(|s| s.start)
     }
 
+    /// Where key `path` is written (`max_attempts`, `fair_share.half_life`, `allocation[0].server`):
+    /// the byte offset of its name, for an error about a value refused once the file has parsed
+    /// (a bound that depends on other values), so that it names the key's line and column as a
+    /// parse error does. `None` when the text does not hold it (a default, a flag's value, or
+    /// text that no longer parses).
+    pub fn key_at(&self, path: &str) -> Option<usize> {
+        let root = toml::de::DeTable::parse(self.text).ok()?.into_inner();
+        let mut table = &root;
+        let mut steps = path.split('.').peekable();
+        while let Some(step) = steps.next() {
+            // `allocation[0]`: the key, then the element of its array (of tables).
+            let (name, index) = match step.split_once('[') {
+                Some((name, rest)) => (name, Some(rest.strip_suffix(']')?.parse::<usize>().ok()?)),
+                None => (step, None),
+            };
+            let (key, value) = table.iter().find(|(k, _)| k.get_ref() == name)?;
+            let mut value = value.get_ref();
+            let mut at = key.span().start;
+            if let Some(i) = index {
+                let element = value.as_array()?.get(i)?;
+                at = element.span().start;
+                value = element.get_ref();
+            }
+            if steps.peek().is_none() {
+                return Some(at);
+            }
+            table = value.as_table()?;
+        }
+        None
+    }
+
     fn toml_error(&self, e: &toml::de::Error, field: Option<String>) -> InputError {
         let mut message = in_words(e.message());
         // TOML's "duplicate key" names no key: the text at its span is the key written again.
@@ -208,4 +239,31 @@ fn normalise_path(path: &str) -> String {
         .filter(|seg| !seg.is_empty() && !seg.starts_with("$__serde_spanned"))
         .collect::<Vec<_>>()
         .join(".")
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::Source;
+
+    /// A key is found at its name's line and column: top level, in a table (header or inline),
+    /// in an element of an array of tables; one not written is not found.
+    #[test]
+    fn key_at_finds_a_keys_name_where_it_is_written() {
+        let text = "max_attempts = 0\n\n[fair_share]\n  half_life = \"10s\"\n\
+                    [[allocation]]\nname = \"a\"\n[[allocation]]\nserver = \"x\"\n";
+        let src = Source::new("s.toml", text);
+        let at = |k: &str| src.key_at(k).map(|o| src.line_col(o));
+        assert_eq!(at("max_attempts"), Some((1, 1)));
+        assert_eq!(at("fair_share.half_life"), Some((4, 3)));
+        assert_eq!(at("allocation[1].server"), Some((8, 1)));
+        assert_eq!(at("dead_timeout"), None);
+        assert_eq!(at("allocation[2].server"), None);
+        let inline = Source::new("s.toml", "x = 1\nfair_share = { half_life = \"10s\" }\n");
+        assert_eq!(
+            inline
+                .key_at("fair_share.half_life")
+                .map(|o| inline.line_col(o)),
+            Some((2, 16))
+        );
+    }
 }

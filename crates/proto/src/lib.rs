@@ -46,6 +46,13 @@ pub const MAX_HELD_OUTPUT_JOBS: usize = 4096;
 /// The page size of a `ReadLog` call that does not say (`limit = 0`).
 pub const LOG_DEFAULT_PAGE: u32 = 64 << 10;
 
+/// How an agent's result message begins when its own clean shutdown (a signal, `hetsched node
+/// stop`, its `--time-limit`) killed the attempt, which the result marks `interrupted`. The
+/// server reads it to tell such an interruption, an operator's act that does not count against
+/// `max_attempts`, from the others (an offload an ANode refused or broke), which count as a
+/// lost attempt: `interrupted` alone does not say which.
+pub const SHUTDOWN_KILLED: &str = "killed: its agent shut down";
+
 /// Reads one page of an output file as `ReadLog` defines it: at most `limit` bytes (0 =
 /// [`LOG_DEFAULT_PAGE`], capped at [`LOG_MAX_PAGE`]) from `offset`, or, for a negative
 /// `offset`, from that many bytes before the end. Returns the data, where it starts, and the

@@ -93,6 +93,7 @@ pub struct ServerConfig {
     /// How many times a task may be lost (its node died, or it vanished) before it fails; and
     /// how many times a workflow instance may be lost for want of room for its inputs on its
     /// node's disk (`min_free_disk`).
+    #[serde(deserialize_with = "whole_number_from_one")]
     pub max_attempts: u32,
     /// Compute-time estimate for variants without a declared profile, until one is learned.
     pub profile_estimate: Duration,
@@ -521,6 +522,28 @@ pub const MIN_DEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_mill
 /// `AwaitWork` call does that), so this only bounds how stale an idle node's figures get.
 pub const IDLE_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// A count whose least is 1 (`max_attempts`), read as a `u32` is, but whose type error says
+/// what the file may hold: `expected a whole number, 1 or more` (serde's words for a `u32`,
+/// `0 or more`, offered a 0 that [`ServerConfig::validate`] then refuses). 0 itself is read
+/// and refused there, at the key's line.
+fn whole_number_from_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    struct Count;
+    impl serde::de::Visitor<'_> for Count {
+        type Value = u32;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a whole number, 1 or more")
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u32, E> {
+            u32::try_from(v).map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u32, E> {
+            u32::try_from(v)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+        }
+    }
+    d.deserialize_u32(Count)
+}
+
 impl ServerConfig {
     /// How often an idle agent heartbeats: `idle_heartbeat_interval`, else [`IDLE_HEARTBEAT`];
     /// never below `heartbeat_interval`. Not bounded by the dead timeout: an idle node lives by
@@ -704,6 +727,26 @@ mod tests {
         ServerConfig::parse("server.toml", text)
             .map_err(|e| e.to_string())?
             .offload_timing()
+    }
+
+    /// `max_attempts` of the wrong type says what it takes, 1 or more (it said `0 or more`,
+    /// though 0 is refused), at its line; a number is read.
+    #[test]
+    fn max_attempts_of_the_wrong_type_says_one_or_more() {
+        let e = ServerConfig::parse("server.toml", "max_attempts = \"3\"\n")
+            .expect_err("a string")
+            .to_string();
+        assert!(
+            e.starts_with("server.toml:1:16: max_attempts: ")
+                && e.contains("expected a whole number, 1 or more"),
+            "{e}"
+        );
+        let e = ServerConfig::parse("server.toml", "max_attempts = -1\n")
+            .expect_err("negative")
+            .to_string();
+        assert!(e.contains("expected a whole number, 1 or more"), "{e}");
+        let c = ServerConfig::parse("server.toml", "max_attempts = 5\n").expect("parses");
+        assert_eq!(c.max_attempts, 5);
     }
 
     /// `max_output_streams` is read from the file, defaults to 256, and is refused at 0 and

@@ -188,6 +188,25 @@ pub fn check(dir: &Path, read_token: bool) -> Result<Option<String>, DataDirErro
             meta.uid()
         )));
     }
+    // What a start would set right with a warning, said as a start would say it: a check that
+    // said nothing let an operator believe the directory was as it should be.
+    if meta.mode() & 0o077 != 0 {
+        warn!(dir = %dir.display(), mode = format!("{:o}", meta.mode() & 0o777), "data directory is open to other users: a start sets it to 0700");
+    }
+    for name in [
+        CLIENT_TOKEN,
+        AGENT_TOKEN,
+        crate::dashboard::READ_TOKEN,
+        OFFLOAD_SECRET,
+    ] {
+        let path = dir.join(name);
+        if let Ok(m) = std::fs::symlink_metadata(&path)
+            && m.is_file()
+            && m.mode() & 0o077 != 0
+        {
+            warn!(file = %path.display(), mode = format!("{:o}", m.mode() & 0o777), "{name} is readable by other users: a start sets it to 0600");
+        }
+    }
     // The tokens a start would refuse (the read-only token is made anew when empty, and read
     // only by a server with an HTTP listener).
     let tokens = [

@@ -209,6 +209,22 @@ pub fn check(config: &ServerConfig) -> Result<Option<String>, ServerError> {
     )?)
 }
 
+/// The stamp of the store in `data_dir` (`hetsched server --check` says it), read without
+/// changing anything; `None` when there is no store yet. A store whose schema is newer than this
+/// binary's is refused ([`store::StoreError::Newer`]), as a start refuses it.
+pub fn store_stamp(data_dir: &Path) -> Result<Option<store::Stamp>, ServerError> {
+    let path = data_dir.join(datadir::STORE);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let conn = rusqlite::Connection::open_with_flags(
+        &path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(store::StoreError::from)?;
+    Ok(Some(store::stamp(&conn)?))
+}
+
 /// Starts a server: opens (or creates) the data directory, the token and the store, rebuilds the
 /// state, binds `config.listen`, writes the bound address to `DATA_DIR/address`, and serves; with
 /// `config.http_listen`, also serves `/metrics` and `/healthz` there and writes that bound address
@@ -441,7 +457,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         }
         served
     });
-    tracing::info!(%addr, policy = %config.policy, "server listening");
+    tracing::info!(%addr, policy = %config.policy, version = VERSION, "server listening");
     let http = http.map(|h| {
         let (tx, rx) = oneshot::channel::<()>();
         let scheme = if h.is_tls() { "HTTPS" } else { "HTTP" };

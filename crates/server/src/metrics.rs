@@ -378,16 +378,24 @@ impl Collector for StateCollector {
              fetches their inputs: their program has not started.",
             counts.fetching as i64,
         )?;
+        // A node restored from the store whose agent has not beaten since a server restart
+        // (`returning_ms`) is not dead: `hetsched nodes --state dead` leaves it out, and it is
+        // declared dead only once its wait runs out. Counted as dead, it made every server
+        // restart fire the usual `hetsched_node_up == 0` alert.
+        let returning = |n: &hetsched_proto::NodeInfo| !n.alive && n.returning_ms.is_some();
         let alive = nodes.iter().filter(|n| n.alive).count() as i64;
+        let back = nodes.iter().filter(|n| returning(n)).count() as i64;
         gauge(
             e,
             "nodes",
-            "Registered nodes by liveness (dead: no heartbeat within dead_timeout).",
+            "Registered nodes by liveness (returning: not heard since the server's restart, not \
+             yet declared dead; dead: no heartbeat within dead_timeout, or left).",
             [
                 (vec![("state", "alive".to_string())], alive),
+                (vec![("state", "returning".to_string())], back),
                 (
                     vec![("state", "dead".to_string())],
-                    nodes.len() as i64 - alive,
+                    nodes.len() as i64 - alive - back,
                 ),
             ],
         )?;
@@ -395,8 +403,11 @@ impl Collector for StateCollector {
         gauge(
             e,
             "node_up",
-            "1 if the node is alive, 0 if declared dead.",
-            nodes.iter().map(|n| (node(n), i64::from(n.alive))),
+            "1 if the node is not declared dead (alive, or returning after the server's \
+             restart), 0 if declared dead.",
+            nodes
+                .iter()
+                .map(|n| (node(n), i64::from(n.alive || returning(n)))),
         )?;
         gauge(
             e,

@@ -27,6 +27,80 @@ pub enum StoreError {
     /// The write-ahead log could not be synced.
     #[error("store: {0}")]
     Sync(#[from] crate::durable::SyncError),
+    /// A newer binary's store: its schema number is above [`SCHEMA_VERSION`].
+    #[error(
+        "store: its schema is number {schema}, newer than this binary's {SCHEMA_VERSION} (it was \
+         last opened by hetsched {by}): this binary would misread it; run hetsched {by} or \
+         newer, or restore a backup taken before that version opened it"
+    )]
+    Newer {
+        /// The store's schema number.
+        schema: i64,
+        /// The version of the binary that last opened it (`unknown`: not recorded).
+        by: String,
+    },
+}
+
+/// The store's schema number, kept as SQLite's `PRAGMA user_version`: raised by a change an
+/// older binary would misread (a meaning changed, a column it would not keep), so that such a
+/// binary refuses the store ([`StoreError::Newer`]) instead of misreading it. 0: a store no
+/// binary stamped yet (opened as this number's).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The `meta` row that holds the hetsched version of the binary that last opened the store.
+const VERSION_KEY: &str = "binary_version";
+
+/// What a store says of the binaries that opened it ([`stamp`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// Its schema number (`PRAGMA user_version`; 0: not stamped).
+    pub schema: i64,
+    /// The hetsched version that last opened it, if recorded.
+    pub version: Option<String>,
+}
+
+/// The stamp of the store open on `conn`, refused as [`StoreError::Newer`] when its schema is
+/// newer than this binary's.
+pub fn stamp(conn: &Connection) -> Result<Stamp, StoreError> {
+    let schema: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let has_meta: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+        [],
+        |r| r.get(0),
+    )?;
+    let version = if has_meta {
+        conn.query_row(
+            "SELECT CAST(value AS TEXT) FROM meta WHERE key = ?1",
+            params![VERSION_KEY],
+            |r| r.get::<_, String>(0),
+        )
+        .optional()?
+    } else {
+        None
+    };
+    if schema > SCHEMA_VERSION {
+        return Err(StoreError::Newer {
+            schema,
+            by: version.unwrap_or_else(|| "unknown".into()),
+        });
+    }
+    Ok(Stamp { schema, version })
+}
+
+/// Stamps the store open on `conn` as this binary's ([`SCHEMA_VERSION`], [`crate::VERSION`]),
+/// writing only what changed (a write on every start would be refused on a full disk).
+fn write_stamp(conn: &Connection, was: &Stamp) -> Result<(), StoreError> {
+    if was.schema != SCHEMA_VERSION {
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    }
+    if was.version.as_deref() != Some(crate::VERSION) {
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?1, ?2) \
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![VERSION_KEY, crate::VERSION],
+        )?;
+    }
+    Ok(())
 }
 
 /// A task's life cycle as stored.
@@ -236,12 +310,16 @@ pub struct TaskRow {
     /// Why it failed.
     pub message: String,
     /// Attempts that failed (non-zero exit, failure to start, time limit) and were retried;
-    /// `attempt - failures - preemptions` attempts were lost with their nodes or not finished
-    /// yet.
+    /// `attempt - failures - preemptions - interruptions` attempts were lost with their nodes
+    /// or not finished yet.
     pub failures: u32,
     /// Attempts stopped for work of a higher priority and re-queued (`preemption =
     /// "requeue"`): neither failures nor losses.
     pub preemptions: u32,
+    /// Attempts killed by their agent's own clean shutdown (SIGTERM, `hetsched node stop`, the
+    /// agent's `--time-limit`; the result says `interrupted`) and re-queued: an operator's act,
+    /// not the task's failure, so, as preemptions, they do not count against `max_attempts`.
+    pub interruptions: u32,
     /// What the latest finished attempt used, if its agent measured it. Boxed: a row without
     /// (pending, running, or measured by no agent) costs one word, which keeps a million-task
     /// job's rows small.
@@ -278,6 +356,7 @@ impl TaskRow {
             message: String::new(),
             failures: 0,
             preemptions: 0,
+            interruptions: 0,
             usage: None,
             executed: None,
             reason: None,
@@ -589,6 +668,9 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // columns).
     ("tasks", "reason", "TEXT"),
     ("tasks", "signal", "TEXT"),
+    // Attempts its agent's clean shutdown killed (0: none, or stored before the column: those
+    // counted as lost then).
+    ("tasks", "interruptions", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -600,7 +682,7 @@ CREATE INDEX IF NOT EXISTS tasks_other_nodes ON tasks(id) WHERE other_nodes != '
 const UPDATE_TASK: &str = "UPDATE tasks SET state=?1, attempt=?2, node=?3, variant=?4, devices=?5,
     started_ns=?6, finished_ns=?7, exit_code=?8, message=?9, failures=?10, cpu_user_ms=?11,
     cpu_system_ms=?12, max_rss_bytes=?13, preemptions=?15, executed_node=?16,
-    max_gpu_memory_bytes=?17, reason=?18, signal=?19 WHERE id=?14";
+    max_gpu_memory_bytes=?17, reason=?18, signal=?19, interruptions=?20 WHERE id=?14";
 
 /// Adds each (`table`, `column`, definition) of `columns` that `table` lacks: a column added
 /// after a store was created.
@@ -801,8 +883,11 @@ impl Store {
         // shared fdatasync of the WAL (`crate::durable`), so nothing acknowledged is lost.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Before anything is changed: a newer binary's store is refused as it is.
+        let was = stamp(&conn)?;
         create_tables(&conn)?;
         move_multi_node_meta(&conn)?;
+        write_stamp(&conn, &was)?;
         Ok(Self {
             conn,
             full: false,
@@ -1524,7 +1609,8 @@ pub fn write_tasks<'a>(
             t.executed,
             t.usage.as_ref().map(|u| u.max_gpu_memory_bytes as i64),
             t.reason.map(EndReason::as_str),
-            t.signal.as_deref()
+            t.signal.as_deref(),
+            t.interruptions
         ])?;
     }
     for job in cancelled_jobs {
@@ -1583,7 +1669,7 @@ impl StoreReader {
 const TASK_COLUMNS: &str =
     "SELECT id, app, idx, state, attempt, node, variant, devices, started_ns,
     finished_ns, exit_code, message, failures, cpu_user_ms, cpu_system_ms, max_rss_bytes,
-    preemptions, executed_node, max_gpu_memory_bytes, reason, signal FROM tasks";
+    preemptions, executed_node, max_gpu_memory_bytes, reason, signal, interruptions FROM tasks";
 
 /// One row of a query on [`TASK_COLUMNS`].
 fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
@@ -1603,6 +1689,7 @@ fn task_row(r: &rusqlite::Row) -> Result<TaskRow, StoreError> {
         message: r.get(11)?,
         failures: r.get(12)?,
         preemptions: r.get(16)?,
+        interruptions: r.get(21)?,
         executed: r.get(17)?,
         reason: r
             .get::<_, Option<String>>(19)?
@@ -1666,6 +1753,50 @@ mod tests {
         let dir = ScratchDir::new("store", name);
         let path = dir.join("state.db");
         (dir, path)
+    }
+
+    /// A store is stamped with its schema number and the version of the binary that opened
+    /// it last; one whose schema is newer than this binary knows is refused, before anything
+    /// in it changes, naming both numbers and that version.
+    #[test]
+    fn a_store_is_stamped_and_a_newer_schema_is_refused() {
+        let (_dir, path) = temp_db("stamp");
+        drop(Store::open(&path).expect("create"));
+        let conn = Connection::open(&path).expect("raw");
+        assert_eq!(
+            stamp(&conn).expect("stamp"),
+            Stamp {
+                schema: SCHEMA_VERSION,
+                version: Some(crate::VERSION.to_string())
+            }
+        );
+        // A newer binary opened it.
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .expect("newer");
+        conn.execute(
+            "UPDATE meta SET value = '9.9.9' WHERE key = ?1",
+            params![VERSION_KEY],
+        )
+        .expect("by");
+        drop(conn);
+        let e = Store::open(&path).err().expect("refused").to_string();
+        assert!(
+            e.contains(&format!(
+                "its schema is number {}, newer than this binary's {SCHEMA_VERSION} (it was last \
+                 opened by hetsched 9.9.9)",
+                SCHEMA_VERSION + 1
+            )),
+            "{e}"
+        );
+        let conn = Connection::open(&path).expect("raw");
+        let kept: String = conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                params![VERSION_KEY],
+                |r| r.get(0),
+            )
+            .expect("kept");
+        assert_eq!(kept, "9.9.9", "nothing changed");
     }
 
     /// Every table, index and column of a store, as SQLite lists them.

@@ -227,7 +227,7 @@ pub async fn run(
                 why = &mut kill, if kill_open => match why {
                     Ok(why) => {
                         if why == launch::Kill::Shutdown {
-                            return super::interrupted(a, "killed: its agent shut down");
+                            return super::interrupted(a, hetsched_proto::SHUTDOWN_KILLED);
                         }
                         let mut r = super::failed(a, "killed at the server's request");
                         r.set_end(pb::TaskEnd::Killed);

@@ -17,7 +17,13 @@ pub fn agent_accel_options(
         .or(config.rack.clone())
         .unwrap_or_else(|| DEFAULT_RACK.to_string());
     if let Some(problem) = rack_problem(&rack) {
-        anyhow::bail!("--rack `{}`: {problem}", shown(&rack));
+        // Named as it was given: a file's value is no `--rack` of the user's.
+        let given = if a.rack.is_some() {
+            "--rack"
+        } else {
+            "the configuration's `rack`"
+        };
+        anyhow::bail!("{given} `{}`: {problem}", shown(&rack));
     }
     let listen = super::serve::agent_listen(
         "--accel-listen",

@@ -205,9 +205,41 @@ fn server_command(command: ServerCommand) -> anyhow::Result<()> {
                     d.display()
                 ))
             );
+            if r.files.is_empty() {
+                eprintln!("{}", no_secrets_note(&file, &data_dir));
+            }
         }
     }
     Ok(())
+}
+
+/// What a restore of `file` into `data_dir` that brought no tokens or secrets back says: a
+/// plain copy of `state.db` (or an older backup) holds none, and those the data directory lacks
+/// the first start writes anew — every agent, user and dashboard holding the old ones is then
+/// refused, which nothing said before.
+fn no_secrets_note(file: &std::path::Path, data_dir: &std::path::Path) -> String {
+    let missing: Vec<&str> = hetsched_server::backup::SECRETS
+        .into_iter()
+        .filter(|name| !data_dir.join(name).exists())
+        .collect();
+    let then = if missing.is_empty() {
+        format!(
+            "the data directory's own ({}) stay",
+            hetsched_server::backup::SECRETS.join(", ")
+        )
+    } else {
+        format!(
+            "the first start writes new {} in {}: agents, users and dashboards holding the old \
+             ones are refused until given the new (or copy the old files there before it \
+             starts)",
+            missing.join(", "),
+            data_dir.display()
+        )
+    };
+    format!(
+        "note: {} held no tokens or secrets (a copy of state.db, not a `hetsched server backup`          file, which keeps them): none were restored; {then}",
+        file.display()
+    )
 }
 
 /// An allocation queue's agent command line, read as `hetsched agent` reads it.
@@ -260,8 +292,11 @@ fn check_agent_args(config: &ServerConfig, file: Option<&std::path::Path>) -> an
 /// `hetsched agent`.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// Server URL [default: http://127.0.0.1:7420].
-    #[arg(long, env = "HETSCHED_SERVER")]
+    /// Server URL; then the configuration's `server`, then $HETSCHED_SERVER [default:
+    /// http://127.0.0.1:7420].
+    // No clap `env`: it would make the environment a flag and so override the file; an agent
+    // reads it below the file instead ([`from_env`]).
+    #[arg(long)]
     pub server: Option<String>,
     /// Configuration file (TOML); flags override it.
     #[arg(long)]
@@ -269,11 +304,13 @@ pub struct AgentArgs {
     /// Unique node name [default: the host name].
     #[arg(long)]
     pub name: Option<String>,
-    /// File holding the server's agent token (default: hetsched-data/agent-token).
-    #[arg(long, env = "HETSCHED_AGENT_TOKEN_FILE")]
+    /// File holding the server's agent token; then the configuration's `token_file`, then
+    /// $HETSCHED_AGENT_TOKEN_FILE (default: hetsched-data/agent-token).
+    #[arg(long)]
     pub token_file: Option<PathBuf>,
-    /// CA certificate (PEM) for an `https://` server.
-    #[arg(long, env = "HETSCHED_CA")]
+    /// CA certificate (PEM) for an `https://` server; then the configuration's `ca`, then
+    /// $HETSCHED_CA.
+    #[arg(long)]
     pub ca: Option<PathBuf>,
     #[arg(long, value_parser = parse_cores, help = format!("Cores to offer, 1 to {} [default: detected]", hetsched_core::input::cluster::MAX_NODE_CORES))]
     pub cores: Option<u32>,
@@ -366,16 +403,34 @@ fn parse_cores(s: &str) -> Result<u32, String> {
 pub(super) fn agent_listen(
     flag: &str,
     given: Option<&str>,
-    configured: Option<SocketAddr>,
+    configured: Option<Option<SocketAddr>>,
 ) -> anyhow::Result<Option<SocketAddr>> {
     Ok(match given {
         Some("none") => None,
-        None => Some(configured.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))),
+        // The file's `none` (`Some(None)`) too.
+        None => configured.unwrap_or(Some(SocketAddr::from(([0, 0, 0, 0], 0)))),
         Some(s) => Some(
             hetsched_core::input::listen::parse(s)
                 .map_err(|e| anyhow::anyhow!("{flag} `{s}`: {e}, or none for no listener"))?,
         ),
     })
+}
+
+/// Where (line, column) the first configuration key `message` names is written in `src`: a
+/// word of the message that reads as a key (`max_attempts`, `fair_share.half_life`,
+/// `allocation[0].server`; a flag, `--dead-timeout`, is none) and that the file holds. `None`
+/// when it names none the file holds (its value is a default, or came by flag).
+fn first_key_written(
+    src: &hetsched_core::input::Source<'_>,
+    message: &str,
+) -> Option<(usize, usize)> {
+    let keyish = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '[' | ']');
+    message
+        .split(|c: char| !keyish(c))
+        .map(|w| w.trim_end_matches('.'))
+        .filter(|w| w.contains('_') || w.contains('.'))
+        .find_map(|w| src.key_at(w))
+        .map(|at| src.line_col(at))
 }
 
 /// `message` with each whole-word `field` (not part of a longer name: `heartbeat_interval` in
@@ -404,9 +459,11 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     if let Some(command) = a.command {
         return server_command(command);
     }
+    // The file's text is kept: a bound refused once it has parsed is located in it.
+    let mut text = String::new();
     let mut config = match &a.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
             ServerConfig::parse(&path.display().to_string(), &text)?
         }
@@ -444,25 +501,34 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     // The server checks the bounds again, naming the configuration's fields: a value given by
     // flag is named here by its flag (`--dead-timeout 0s` is no `dead_timeout` of the user's).
     config.validate().map_err(|e| {
-        anyhow::anyhow!(
-            "invalid server configuration{}: {}",
-            // The file its fields are in, when one was read.
-            a.config
-                .as_deref()
-                .map_or(String::new(), |p| format!(" ({})", p.display())),
-            [
-                (
-                    timing_flags.2,
-                    "idle_heartbeat_interval",
-                    "--idle-heartbeat-interval"
-                ),
-                (timing_flags.1, "heartbeat_interval", "--heartbeat-interval"),
-                (timing_flags.0, "dead_timeout", "--dead-timeout"),
-            ]
-            .into_iter()
-            .filter(|&(given, ..)| given)
-            .fold(e, |e, (_, field, flag)| name_field_by_flag(&e, field, flag))
-        )
+        let e = [
+            (
+                timing_flags.2,
+                "idle_heartbeat_interval",
+                "--idle-heartbeat-interval",
+            ),
+            (timing_flags.1, "heartbeat_interval", "--heartbeat-interval"),
+            (timing_flags.0, "dead_timeout", "--dead-timeout"),
+        ]
+        .into_iter()
+        .filter(|&(given, ..)| given)
+        .fold(e, |e, (_, field, flag)| name_field_by_flag(&e, field, flag));
+        match a.config.as_deref() {
+            // The file its fields are in, when one was read, at the first key the message
+            // names that the file holds (`server.toml:1:1: max_attempts must be …`), as a
+            // parse error is.
+            Some(p) => {
+                let src = hetsched_core::input::Source::new("", &text);
+                match first_key_written(&src, &e) {
+                    Some((line, column)) => anyhow::anyhow!(
+                        "invalid server configuration: {}:{line}:{column}: {e}",
+                        p.display()
+                    ),
+                    None => anyhow::anyhow!("invalid server configuration ({}): {e}", p.display()),
+                }
+            }
+            None => anyhow::anyhow!("invalid server configuration: {e}"),
+        }
     })?;
     check_agent_args(&config, a.config.as_deref())?;
     let logs = super::logging::Settings::resolve(
@@ -476,8 +542,9 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         logs.check()?;
         super::logging::init("info", logs.format, None);
         let running = hetsched_server::check(&config)?;
+        let stamp = hetsched_server::store_stamp(&config.data_dir)?;
         println!(
-            "{}: OK (listen {}, policy {}, data in {}{}{}{}){}",
+            "{}: OK (listen {}, policy {}, data in {}{}{}{}{}){}",
             a.config
                 .as_deref()
                 .map_or("the default configuration".into(), |p| p
@@ -494,6 +561,12 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
                 ", {} log in {}",
                 logs.format,
                 f.display()
+            )),
+            // What a start would open: its schema, and the binary that last opened it.
+            stamp.map_or(String::new(), |s| format!(
+                ", store schema {}, last opened by hetsched {}",
+                s.schema,
+                s.version.as_deref().unwrap_or("unknown")
             )),
             running.map_or(String::new(), |pid| format!(
                 "; a server runs on {} (PID {pid}): it reads the configuration when it restarts",
@@ -752,6 +825,17 @@ fn host_name() -> String {
         .unwrap_or_else(|| "node".into())
 }
 
+/// The environment variables an agent reads below its flags and its configuration file.
+const SERVER_ENV: &str = "HETSCHED_SERVER";
+const TOKEN_FILE_ENV: &str = "HETSCHED_AGENT_TOKEN_FILE";
+const CA_ENV: &str = "HETSCHED_CA";
+
+/// Environment variable `name`'s value, if set and not empty (as clap's `env` reads one: an
+/// empty value is no value).
+fn from_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 /// The agent's configuration file (`--config`), parsed: the configuration, the file's name and
 /// its text (for errors at a line); the defaults without one.
 fn read_agent_config(a: &AgentArgs) -> anyhow::Result<(AgentConfig, String, String)> {
@@ -777,18 +861,26 @@ pub fn agent_options(
             .map_err(|(_, e)| anyhow::anyhow!("--attributes: {e}"))?;
         config.attributes.clone_from(&a.attributes);
     }
-    let (server, server_from) = match (&a.server, &config.server) {
-        (Some(s), _) => (s.clone(), "--server".to_string()),
-        (None, Some(s)) => (s.clone(), format!("{origin}: `server`")),
-        (None, None) => ("http://127.0.0.1:7420".into(), String::new()),
+    // Flag, then file, then environment, then default: the environment a login shell sets
+    // for client commands (`HETSCHED_SERVER` is recommended there) must not silently point an
+    // agent started from that shell away from the server its file names.
+    let (server, server_from) = match (&a.server, &config.server, from_env(SERVER_ENV)) {
+        (Some(s), _, _) => (s.clone(), "--server".to_string()),
+        (None, Some(s), _) => (s.clone(), format!("{origin}: `server`")),
+        (None, None, Some(s)) => (s, SERVER_ENV.to_string()),
+        (None, None, None) => ("http://127.0.0.1:7420".into(), String::new()),
     };
     let token_file = a
         .token_file
         .clone()
         .or(config.token_file.clone())
+        .or(from_env(TOKEN_FILE_ENV).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("hetsched-data/agent-token"));
     let token = read_token(&token_file, TokenReader::Agent)?;
-    let ca = a.ca.clone().or(config.ca.clone());
+    let ca =
+        a.ca.clone()
+            .or(config.ca.clone())
+            .or(from_env(CA_ENV).map(PathBuf::from));
     let server = server_url(&server, ca.is_some()).with_context(|| server_from.clone())?;
     // With `[tls]` the CA also verifies the other agents' data listeners.
     check_tls(&server, ca.is_some() && config.tls.is_none())?;
@@ -886,10 +978,18 @@ pub fn agent_options(
             Some(t) => Some(agent_time_limit(t)?),
             None => config.time_limit(),
         },
-        idle_timeout: a
-            .idle_timeout
-            .map(std::time::Duration::from)
-            .or_else(|| config.idle_timeout()),
+        idle_timeout: match a.idle_timeout.map(std::time::Duration::from) {
+            // As the file's `idle_timeout` is (`AgentConfig::parse`): an agent that leaves the
+            // moment it is idle never takes work.
+            Some(t) if t.as_nanos() < u128::from(hetsched_agent::config::MIN_IDLE_TIMEOUT_NS) => {
+                anyhow::bail!(
+                    "--idle-timeout ({}): at least 1s (leave it out for never)",
+                    humantime::format_duration(t)
+                )
+            }
+            Some(t) => Some(t),
+            None => config.idle_timeout(),
+        },
         run_as_owner: a.run_as_owner || config.run_as_owner,
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,
@@ -927,6 +1027,7 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
     };
     tracing::info!(
         name = %opts.name,
+        version = hetsched_agent::version::VERSION,
         server = %opts.server,
         cores = opts.resources.cores,
         memory = opts.resources.memory_bytes,

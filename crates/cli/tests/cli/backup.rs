@@ -320,3 +320,34 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
         format!("{secret}\n")
     );
 }
+
+/// `server restore` of a plain copy of `state.db` (not a `server backup` file) restores the
+/// jobs but no tokens or secrets: it says so, naming the files the first start will write anew
+/// (it said nothing, and every agent was then refused).
+#[test]
+fn restoring_a_plain_copy_of_the_store_says_no_tokens_came_back() {
+    let mut c = Cluster::start("raw-restore", false);
+    c.ok(&["submit", "--", "true"]);
+    let data = c.data();
+    assert_eq!(
+        c.stop_server("TERM", std::time::Duration::from_secs(20)),
+        Some(0)
+    );
+    let copy = c.dir.join("raw.db");
+    std::fs::copy(data.join("state.db"), &copy).expect("copy");
+    let fresh = c.dir.join("fresh");
+    let out = c.cli(&[
+        "server",
+        "restore",
+        "--data-dir",
+        fresh.to_str().expect("path"),
+        copy.to_str().expect("path"),
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("held no tokens or secrets")
+            && said.contains("the first start writes new token, agent-token, "),
+        "{said}"
+    );
+}

@@ -85,6 +85,14 @@ fn a_server_configuration_is_checked_without_starting_or_touching_the_data_direc
     let (ok, stdout, stderr) = check(&dir, &["--data-dir", c.data().to_str().expect("path")]);
     assert!(ok, "{stdout}{stderr}");
     assert!(stdout.contains("a server runs on"), "{stdout}");
+    // The store it would open: its schema number and the binary that last opened it.
+    assert!(
+        stdout.contains(&format!(
+            "store schema 1, last opened by hetsched {}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{stdout}"
+    );
     assert_eq!(
         std::fs::read_to_string(c.data().join("server.lock")).expect("lock"),
         lock
@@ -216,4 +224,36 @@ fn an_allocation_queues_agent_arguments_are_checked_as_its_agents_would_read_the
     // A value the agent's flag does not take.
     let (ok, _, stderr) = queue(r#"["--kill-grace", "soon"]"#);
     assert!(!ok && stderr.contains("--kill-grace"), "{stderr}");
+}
+
+/// `--check` says what a start would set right with a warning — a data directory open to other
+/// users (0755), a token file others may read (0644) — as the start says it (it said OK and
+/// nothing else), and still passes; it changes no mode.
+#[test]
+fn the_check_warns_of_a_data_directory_and_token_files_open_to_other_users() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("config-check-modes");
+    let data = dir.join("data");
+    std::fs::create_dir(&data).expect("dir");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let token = data.join("token");
+    std::fs::write(&token, "0123456789abcdef".repeat(4)).expect("token");
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (ok, stdout, stderr) = check(&dir, &["--data-dir", data.to_str().expect("path")]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("data directory is open to other users: a start sets it to 0700"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("token is readable by other users: a start sets it to 0600"),
+        "{stderr}"
+    );
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(
+        (mode(&data), mode(&token)),
+        (0o755, 0o644),
+        "nothing changed"
+    );
 }

@@ -511,6 +511,43 @@ fn a_stopped_nodes_agent_exits_and_its_task_runs_elsewhere() {
     c.ok(&["cancel", "1"]);
 }
 
+/// `node stop` after `node stop --drain` escalates, as Slurm's second `scancel` does: the
+/// draining agent stops its running task now (it ignored the second stop, though the CLI said
+/// the task was stopped), exits 0, and the task runs again on the other node.
+#[test]
+fn a_plain_stop_after_a_drain_stop_stops_the_running_task() {
+    let mut c = Cluster::start("node-stop-escalate", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "60"]);
+    wait_until("the task to run on a", Duration::from_secs(10), || {
+        c.tasks(1)[0]["state"] == "running"
+    });
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    let said = c.ok(&["node", "stop", "a", "--drain"]);
+    assert!(said.contains("1 running task ends there first"), "{said}");
+    // Draining: its task goes on.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(c.tasks(1)[0]["node"], "a");
+    assert_eq!(c.tasks(1)[0]["attempt"], 1);
+    let said = c.ok(&["node", "stop", "a"]);
+    assert!(
+        said.contains("1 running task is stopped and runs again elsewhere"),
+        "{said}"
+    );
+    assert_eq!(
+        c.agent_exit("a", Duration::from_secs(20)),
+        Some(0),
+        "the agent stops its task and exits cleanly, long before the task's 60 s"
+    );
+    wait_until("the task to run on b", Duration::from_secs(20), || {
+        let t = &c.tasks(1)[0];
+        t["state"] == "running" && t["node"] == "b"
+    });
+    c.ok(&["cancel", "1"]);
+}
+
 #[test]
 fn a_node_that_cannot_start_an_application_is_backed_off_and_the_queue_runs_elsewhere() {
     let mut c = Cluster::start("backoff", true);

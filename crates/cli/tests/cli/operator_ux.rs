@@ -1585,6 +1585,60 @@ fn an_agent_without_its_token_names_where_an_agents_token_comes_from() {
     );
 }
 
+/// For `hetsched agent`, a configuration file's `server` and `token_file` win over
+/// `HETSCHED_SERVER` and `HETSCHED_AGENT_TOKEN_FILE` (flag > file > environment > default):
+/// the environment a login shell sets for client commands silently pointed an agent started
+/// there away from the server its file names. Without the key in the file, the environment
+/// still counts.
+#[test]
+fn an_agents_file_wins_over_the_environment_which_still_fills_what_the_file_leaves_out() {
+    let dir = crate::support::temp_dir("agent-env");
+    let agent = |config: &str| {
+        let path = dir.join("agent.toml");
+        std::fs::write(&path, config).expect("write");
+        let out = std::process::Command::new(crate::support::BIN)
+            .args(["agent", "--name", "x", "--config"])
+            .arg(&path)
+            .arg("--work-dir")
+            .arg(dir.join("work"))
+            // Each a value that, if read, would be the one the error names.
+            .env("HETSCHED_SERVER", "http://127.0.0.1:88888")
+            .env("HETSCHED_AGENT_TOKEN_FILE", dir.join("env-token"))
+            .env_remove("HETSCHED_CA")
+            .output()
+            .expect("run hetsched");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let file_token = dir.join("file-token");
+    let said = agent(&format!(
+        "server = \"http://127.0.0.1:99999\"\ntoken_file = \"{}\"\n",
+        file_token.display()
+    ));
+    assert!(
+        said.contains(&format!(
+            "reading the agent token from {}",
+            file_token.display()
+        )),
+        "the file's token_file: {said}"
+    );
+    std::fs::write(&file_token, "t\n").expect("token");
+    let said = agent(&format!(
+        "server = \"http://127.0.0.1:99999\"\ntoken_file = \"{}\"\n",
+        file_token.display()
+    ));
+    assert!(
+        said.contains("`server`") && said.contains("99999") && !said.contains("88888"),
+        "the file's server: {said}"
+    );
+    // Left out of the file: the environment's.
+    let said = agent(&format!("token_file = \"{}\"\n", file_token.display()));
+    assert!(
+        said.contains("HETSCHED_SERVER") && said.contains("88888"),
+        "the environment's server: {said}"
+    );
+}
+
 /// An agent's name is checked before any path is made of it: `x/../../escaped` made
 /// directories outside the default work directory's parent before the server refused it.
 #[test]
@@ -1620,14 +1674,31 @@ fn an_agent_name_that_is_no_node_name_is_refused_before_any_directory_is_made() 
 }
 
 /// A bound a configuration file's value breaks, found once the file has parsed, names the file
-/// (it said only `invalid server configuration: …`), and an empty `data_dir` is refused as such
-/// (it read `: cannot be created`).
+/// (it said only `invalid server configuration: …`) and the line and column of the key (it
+/// named no line), and an empty `data_dir` is refused as such (it read `: cannot be created`).
 #[test]
 fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
     let dir = crate::support::temp_dir("config-bound");
     for (text, says) in [
-        ("max_attempts = 0\n", "max_attempts must be at least 1"),
-        ("data_dir = \"\"\n", "data_dir must not be empty"),
+        ("max_attempts = 0\n", "1:1: max_attempts must be at least 1"),
+        ("data_dir = \"\"\n", "1:1: data_dir must not be empty"),
+        (
+            "# a comment\nheartbeat_interval = \"20s\"\ndead_timeout = \"10s\"\n",
+            "2:1: heartbeat_interval (20s) must be below dead_timeout (10s)",
+        ),
+        // The first key it names is a default: the one written is located.
+        (
+            "dead_timeout = \"400ms\"\n",
+            "1:1: heartbeat_interval (500ms) must be below dead_timeout (400ms)",
+        ),
+        (
+            "\nmax_connections = 1\n",
+            "2:1: max_connections (1) must be from 16",
+        ),
+        (
+            "[fair_share]\nhalf_life = \"10s\"\n",
+            "2:1: fair_share.half_life",
+        ),
     ] {
         let file = dir.join("server.toml");
         std::fs::write(&file, text).expect("config");
@@ -1640,7 +1711,7 @@ fn a_configuration_bound_names_the_file_and_an_empty_data_dir_is_refused() {
         assert!(
             !out.status.success()
                 && said.contains(&format!(
-                    "invalid server configuration ({}): {says}",
+                    "invalid server configuration: {}:{says}",
                     file.display()
                 )),
             "{said}"

@@ -36,6 +36,21 @@ pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr,
     parse(&text).map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}")))
 }
 
+/// An agent's listener in its configuration file (`log_listen`, `accel_listen`): an address as
+/// [`deserialize`] reads it, or `none` for no listener, as the flags take it: `Some(None)`.
+/// Absent from the file (`#[serde(default)]`): `None`.
+pub fn deserialize_or_none<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<SocketAddr>>, D::Error> {
+    let text = <String as serde::Deserialize>::deserialize(d)?;
+    if text.trim() == "none" {
+        return Ok(Some(None));
+    }
+    parse(&text)
+        .map(|a| Some(Some(a)))
+        .map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}, or none for no listener")))
+}
+
 /// [`deserialize`] of an optional address.
 pub fn deserialize_option<'de, D: serde::Deserializer<'de>>(
     d: D,

@@ -2623,6 +2623,14 @@ impl JobKind for Batch {
             } else {
                 r.message.clone()
             };
+            // An agent's clean shutdown is an operator's act (`systemctl restart`, `node
+            // stop`, its `--time-limit`): it counts against `max_attempts` no more than a
+            // preemption does, or restarting an agent three times would fail its tasks. A
+            // node that dies without a word, and an offload its ANode refused or broke (also
+            // `interrupted`, with their own words), still count ([`Self::on_lost`]).
+            if r.message.starts_with(hetsched_proto::SHUTDOWN_KILLED) {
+                self.tasks[r.task_id as usize].interruptions += 1;
+            }
             return self.on_lost(cx, r.task_id, &reason);
         }
         let a = assignment_of(cx.view, &self.holds, t);
@@ -2778,11 +2786,13 @@ impl JobKind for Batch {
         // Pending again, or given up on: either way its node or agent lost it.
         t.reason = Some(EndReason::Lost);
         t.signal = None;
-        // Failed attempts were retried on purpose and preempted ones were stopped for other
-        // work; only lost ones count against `max_attempts`.
+        // Failed attempts were retried on purpose, preempted ones were stopped for other work
+        // and interrupted ones by their agent's clean shutdown; only lost ones count against
+        // `max_attempts`.
         if t.attempt
             .saturating_sub(t.failures)
             .saturating_sub(t.preemptions)
+            .saturating_sub(t.interruptions)
             >= max
         {
             moved(&mut self.apps, t.app, t.state, TaskState::Failed);

@@ -28,7 +28,9 @@
 //! - a task the server believes runs on a node, but which that node's heartbeat neither lists as
 //!   running nor reports finished, was lost (the assignment never arrived, or the agent restarted):
 //!   it goes back to the front of its application's queue with the next attempt number, up to
-//!   `max_attempts`, after which it fails;
+//!   `max_attempts`, after which it fails; one its agent's clean shutdown killed (`interrupted`,
+//!   `hetsched_proto::SHUTDOWN_KILLED`) runs again too, but counts against `max_attempts` no more
+//!   than a preempted one (`tasks.interruptions`);
 //! - a task a node runs that the server does not expect there (cancelled, or re-queued while the
 //!   node was silent) is killed;
 //! - a failed attempt (non-zero exit, failure to start, time limit) is re-queued with the next

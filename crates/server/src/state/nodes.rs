@@ -1352,6 +1352,9 @@ impl State {
                 }
             )));
         }
+        // A drain asked after a plain stop does not undo it (the agent may have stopped its
+        // tasks already); a plain stop after a drain escalates it (the agent stops them now).
+        let drain = drain && rec.stop != Some(false);
         if rec.stop != Some(drain) {
             // Stored first: a restarted server still tells the agent.
             self.store.put_stop(id, Some(drain))?;

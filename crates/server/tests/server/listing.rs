@@ -629,6 +629,12 @@ fn a_stop_is_told_at_every_beat_until_the_agent_leaves_and_survives_a_restart() 
         assert!(s.nodes(false).nodes[0].stopping, "listed as stopping");
         assert_eq!(told(&mut s, n), (true, true));
         assert_eq!(told(&mut s, n), (true, true), "at every beat");
+        // A plain stop after it escalates: the agent is told to stop its tasks now.
+        s.on_stop_node("n", false).expect("asked");
+        assert_eq!(told(&mut s, n), (true, false), "escalated");
+        // A drain after a plain stop does not undo it.
+        s.on_stop_node("n", true).expect("asked");
+        assert_eq!(told(&mut s, n), (true, false), "not undone");
     }
     let mut s = open(&d);
     let n = common::register(&mut s, "n", 2);

@@ -18,6 +18,7 @@ mod fuzz;
 mod hidden;
 mod http;
 mod http_api;
+mod interrupted;
 mod job_ids;
 mod listing;
 mod metrics;

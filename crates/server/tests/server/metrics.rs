@@ -295,3 +295,62 @@ fn a_store_that_refuses_writes_and_the_room_left_for_it_are_gauged() {
     assert!(text.contains("hetsched_store_writable 1\n"), "{text}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// After a server restart, a node whose agent has not beaten yet is `returning` (`hetsched nodes
+/// --state returning`), not dead: `/metrics` says so (`hetsched_nodes{state="returning"}`) and
+/// keeps `hetsched_node_up` at 1, so that the usual `hetsched_node_up == 0` alert does not fire
+/// at every server restart; once the node is declared dead it is 0.
+#[test]
+fn nodes_returning_after_a_restart_are_up_and_counted_apart_from_dead_ones() {
+    let d = Scratch::new("metrics", "returning");
+    let config = ServerConfig {
+        data_dir: d.clone(),
+        ..Default::default()
+    };
+    let open =
+        || State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    {
+        let mut s = open();
+        common::register(&mut s, "a", 2);
+        common::register(&mut s, "b", 2);
+    }
+    // Right after a restart, before any agent beats: both returning, both up.
+    let s = open();
+    assert!(
+        s.nodes(false)
+            .nodes
+            .iter()
+            .all(|n| !n.alive && n.returning_ms.is_some()),
+        "both returning"
+    );
+    common::assert_metrics(
+        s,
+        "hdas",
+        &[
+            "hetsched_nodes{state=\"alive\"} 0",
+            "hetsched_nodes{state=\"returning\"} 2",
+            "hetsched_nodes{state=\"dead\"} 0",
+            "hetsched_node_up{node=\"a\"} 1",
+            "hetsched_node_up{node=\"b\"} 1",
+        ],
+    );
+    // `b` is declared dead once its wait after the restart (at least 5 s) runs out; `a` came
+    // back meanwhile.
+    let mut s = open();
+    std::thread::sleep(std::time::Duration::from_millis(5_100));
+    s.heartbeat(heartbeat_request(0, &[], &[]))
+        .expect("a is back");
+    s.check_dead(std::time::Duration::from_secs(1))
+        .expect("check");
+    common::assert_metrics(
+        s,
+        "hdas",
+        &[
+            "hetsched_nodes{state=\"alive\"} 1",
+            "hetsched_nodes{state=\"returning\"} 0",
+            "hetsched_nodes{state=\"dead\"} 1",
+            "hetsched_node_up{node=\"a\"} 1",
+            "hetsched_node_up{node=\"b\"} 0",
+        ],
+    );
+}
