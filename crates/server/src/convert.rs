@@ -51,6 +51,20 @@ fn end_reason(t: &pb::TaskResult) -> Option<crate::store::EndReason> {
         return None;
     }
     match t.end() {
+        pb::TaskEnd::Unsaid if t.start_failed => Some(R::StartFailed),
+        pb::TaskEnd::Unsaid if t.interrupted => Some(R::Lost),
+        pb::TaskEnd::Unsaid if t.exit_code >= 0 => Some(R::Exited),
+        pb::TaskEnd::Unsaid => None,
+        said => said_end(said),
+    }
+}
+
+/// The reason an agent's own word on how a task or chunk ended names (`None` for `Unsaid`,
+/// which each caller reads from what else its result holds). A kill the server asked for reads
+/// as a cancel.
+fn said_end(end: pb::TaskEnd) -> Option<crate::store::EndReason> {
+    use crate::store::EndReason as R;
+    match end {
         pb::TaskEnd::Exited => Some(R::Exited),
         pb::TaskEnd::Signalled => Some(R::Signal),
         pb::TaskEnd::TimeLimit => Some(R::TimeLimit),
@@ -59,9 +73,6 @@ fn end_reason(t: &pb::TaskResult) -> Option<crate::store::EndReason> {
         pb::TaskEnd::OutputsMissing => Some(R::OutputsMissing),
         pb::TaskEnd::Killed => Some(R::Cancelled),
         pb::TaskEnd::Interrupted => Some(R::Lost),
-        pb::TaskEnd::Unsaid if t.start_failed => Some(R::StartFailed),
-        pb::TaskEnd::Unsaid if t.interrupted => Some(R::Lost),
-        pb::TaskEnd::Unsaid if t.exit_code >= 0 => Some(R::Exited),
         pb::TaskEnd::Unsaid => None,
     }
 }
@@ -77,17 +88,10 @@ pub(crate) fn chunk_end_reason(h: &pb::ChunkResultHeader) -> Option<crate::store
         return None;
     }
     match h.end() {
-        pb::TaskEnd::Exited => Some(R::Exited),
-        pb::TaskEnd::Signalled => Some(R::Signal),
-        pb::TaskEnd::TimeLimit => Some(R::TimeLimit),
-        pb::TaskEnd::MemoryLimit => Some(R::MemoryLimit),
-        pb::TaskEnd::StartFailed => Some(R::StartFailed),
-        pb::TaskEnd::OutputsMissing => Some(R::OutputsMissing),
-        pb::TaskEnd::Killed => Some(R::Cancelled),
-        pb::TaskEnd::Interrupted => Some(R::Lost),
         pb::TaskEnd::Unsaid if matches!(h.exit_code, 126 | 127) => Some(R::StartFailed),
         pb::TaskEnd::Unsaid if h.exit_code > 0 => Some(R::Exited),
         pb::TaskEnd::Unsaid => None,
+        said => said_end(said),
     }
 }
 
