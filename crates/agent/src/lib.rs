@@ -1126,6 +1126,19 @@ pub async fn run(
                     );
                     continue;
                 };
+                if spec.job_nonce != a.job_nonce {
+                    // A spec kept from another incarnation of the job's id (a restored or new
+                    // store hands ids out again): its command, and its owner, are not this
+                    // job's. Dropped, so the next beat does not list it; the server sees the
+                    // task vanish and sends it again with its own spec.
+                    warn!(
+                        task = a.task_id,
+                        spec = a.spec,
+                        "assignment whose spec is another incarnation's of its job: not started; the spec is dropped"
+                    );
+                    sh.specs.remove(&a.spec);
+                    continue;
+                }
                 if opts.no_exec {
                     // Benchmark mode: the task "succeeds" at once, without a process, so the
                     // scheduler's own ceiling is measured apart from process start-up.

@@ -359,6 +359,7 @@ pub(crate) fn task_spec(s: &TaskSpec) -> pb::TaskSpec {
         stderr: s.stderr.clone(),
         pin: s.pin,
         run_as: s.run_as.clone(),
+        job_nonce: s.job_nonce,
     }
 }
 

@@ -321,6 +321,44 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
     );
 }
 
+/// After a restore the agents, still running, hold the task specs of the jobs before by key —
+/// and keys are made of application ids, which repeat as job ids do. A spec carries its job's
+/// nonce, and an agent runs an assignment only with a spec of the assignment's nonce: erin's
+/// job 1 runs her command, never dave's old job 1's (which it ran before, as dave).
+#[test]
+fn after_a_restore_a_job_runs_its_own_command_not_a_kept_spec_of_its_id() {
+    let mut c = Cluster::start("stale-spec", false);
+    c.start_agent("n1", 1, &[]);
+    c.wait_for_nodes(1);
+    let dave = c.add_user("dave");
+    let erin = c.add_user("erin");
+    let data_dir = c.data().to_str().expect("path").to_string();
+    let backup = c.dir.join("before-dave.db");
+    let backup_s = backup.to_str().expect("path").to_string();
+    c.ok(&["server", "backup", "--data-dir", &data_dir, &backup_s]);
+    fn run(c: &Cluster, token: &std::path::Path, line: &str) {
+        let out = c
+            .command(&["submit", "--wait", "--shell", "--", line])
+            .env("HETSCHED_TOKEN_FILE", token)
+            .output()
+            .expect("run hetsched");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    run(&c, &dave, "echo DAVE-RAN");
+    assert_eq!(c.ok(&["log", "1", "echo:0"]), "DAVE-RAN\n");
+    assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
+    c.ok(&["server", "restore", "--data-dir", &data_dir, &backup_s]);
+    c.start_server();
+    c.wait_for_nodes(1);
+    run(&c, &erin, "echo ERIN-RAN");
+    assert_eq!(c.json(&["job", "1"])["owner"], "erin");
+    assert_eq!(c.ok(&["log", "1", "echo:0"]), "ERIN-RAN\n");
+}
+
 /// `server restore` of a plain copy of `state.db` (not a `server backup` file) restores the
 /// jobs but no tokens or secrets: it says so, naming the files the first start will write anew
 /// (it said nothing, and every agent was then refused).

@@ -972,6 +972,7 @@ impl Batch {
             pin: rec.pin,
             // The state fills it from the job's owner.
             run_as: String::new(),
+            job_nonce: 0,
         }
     }
 

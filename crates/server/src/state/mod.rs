@@ -858,6 +858,7 @@ impl State {
         // Every kind's tasks run as their job's owner (on agents that switch accounts).
         for spec in &mut reply.specs {
             spec.run_as = self.users.run_as(spec.job_id);
+            spec.job_nonce = self.nonces.get(spec.job_id);
         }
         // Its last beat: nothing runs there any more, and its agent exits once this is answered.
         if let Some(why) = req.leaving

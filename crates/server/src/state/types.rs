@@ -251,6 +251,8 @@ pub struct TaskSpec {
     /// `run_as_owner` (empty: the admin's job, run as the agent's account). Filled by the state
     /// ([`crate::users::Users::owner`]), not by the kinds.
     pub run_as: String,
+    /// Its job's nonce ([`crate::job_nonces`]; filled by the state, 0 until then).
+    pub job_nonce: u64,
 }
 
 /// One of a multi-node task's nodes, as its agent is told of it.
