@@ -290,6 +290,14 @@ impl AgentConfig {
                 "is empty; a rack name is 1 to 128 bytes (leave it out for `default`)",
             ));
         }
+        // Refused here, naming the field, rather than by the server at registration (which
+        // only took the default in its place).
+        if let Some(problem) = config
+            .core_speed
+            .and_then(hetsched_core::input::cluster::speed_problem)
+        {
+            return Err(src.error(src.key_at("core_speed"), Some("core_speed".into()), problem));
+        }
         // Refused here, naming the field, rather than by the server at registration.
         if let Some(c) = &config.cores
             && let Err(e) = check_cores(*c.get_ref())
@@ -446,6 +454,28 @@ mod tests {
         let e = AgentConfig::parse("agent.toml", "cores = 2\nkill_grace = \"2h\"\n")
             .expect_err("too long");
         assert_eq!(e.to_string(), "agent.toml:2:14: kill_grace: at most 1h");
+    }
+
+    #[test]
+    fn a_core_speed_outside_the_cluster_files_range_is_refused_at_its_line() {
+        let c = AgentConfig::parse("agent.toml", "core_speed = 1.5\n").expect("valid");
+        assert_eq!(c.core_speed, Some(1.5));
+        for (text, got) in [
+            ("cores = 2\ncore_speed = -1.0\n", "-1"),
+            ("cores = 2\ncore_speed = 0.0\n", "0"),
+            ("cores = 2\ncore_speed = nan\n", "NaN"),
+            ("cores = 2\ncore_speed = 5000.0\n", "5000"),
+        ] {
+            let e = AgentConfig::parse("agent.toml", text).expect_err(text);
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "agent.toml:2:1: core_speed: must be between 0.001 and 1000 (relative to the \
+                     reference, 1.0); got {got}"
+                ),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -143,8 +143,9 @@ pub const MAX_NODE_MEMORY: u64 = 1 << 50;
 /// the makespan bound's LP stays well conditioned.
 pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 1e-3..=1e3;
 
-/// Why `speed` is not a usable relative speed, if it is not.
-fn speed_problem(speed: f64) -> Option<String> {
+/// Why `speed` is not a usable relative speed, if it is not (a cluster file's `core_speed`
+/// and devices' `speed`, an agent configuration's `core_speed`).
+pub fn speed_problem(speed: f64) -> Option<String> {
     (!SPEED_RANGE.contains(&speed)).then(|| {
         format!(
             "must be between {} and {} (relative to the reference, 1.0); got {speed}",
