@@ -33,6 +33,7 @@
 
 pub mod accel;
 pub mod balance;
+pub mod check;
 pub mod config;
 pub mod cpus;
 pub mod dataflow;
@@ -184,6 +185,20 @@ fn unreachable(s: &tonic::Status) -> bool {
         s.code(),
         tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
     ) || (s.code() == tonic::Code::Unknown && s.message().contains("transport"))
+}
+
+/// How long after its start an agent with a time limit stops its tasks (the limit less the kill
+/// grace); None without a limit. A limit no longer than the grace leaves no time to run anything.
+fn stop_margin(opts: &AgentOptions) -> Result<Option<Duration>, AgentError> {
+    match opts.time_limit {
+        Some(limit) if limit <= opts.kill_grace => Err(AgentError::Config(format!(
+            "time limit {} is not longer than the kill grace {}: no task could run",
+            humantime::format_duration(limit),
+            humantime::format_duration(opts.kill_grace)
+        ))),
+        Some(limit) => Ok(Some(limit - opts.kill_grace)),
+        None => Ok(None),
+    }
 }
 
 /// Everything an agent needs to run.
@@ -399,17 +414,7 @@ pub async fn run(
     // The agent's end (`time_limit`): tasks are stopped `kill_grace` before it, so that none
     // outlives it. Measured on the monotonic clock: heartbeats carry the time left, not a date,
     // so the server's clock need not agree with this host's.
-    let stop_at = match opts.time_limit {
-        Some(limit) if limit <= opts.kill_grace => {
-            return Err(AgentError::Config(format!(
-                "time limit {} is not longer than the kill grace {}: no task could run",
-                humantime::format_duration(limit),
-                humantime::format_duration(opts.kill_grace)
-            )));
-        }
-        Some(limit) => Some(Instant::now() + (limit - opts.kill_grace)),
-        None => None,
-    };
+    let stop_at = stop_margin(&opts)?.map(|left| Instant::now() + left);
     let shutdown = async move {
         let time_up = async {
             match stop_at {

@@ -386,6 +386,16 @@ pub struct AgentArgs {
     /// Private key (PEM) of the accelerator service.
     #[arg(long, requires = "accel_cert")]
     pub accel_key: Option<PathBuf>,
+    /// Check the configuration (the file, these flags and the environment) as a start would —
+    /// bounds, the token file, certificates, the work directory — and ask the server whether it
+    /// takes the agent token, then print what the agent would offer and exit: 0 if it would
+    /// start. Creates, locks and registers nothing (the work directory may be a running agent's).
+    #[arg(long)]
+    pub check: bool,
+    /// With `--check`: do not ask the server (the configuration of a node whose server is not
+    /// up yet).
+    #[arg(long, requires = "check")]
+    pub offline: bool,
     #[command(flatten)]
     pub logs: super::logging::LogArgs,
 }
@@ -998,6 +1008,72 @@ pub fn agent_options(
     })
 }
 
+/// `agent --check`'s line: what the agent would offer, where it works and what the server said.
+fn agent_check_line(
+    a: &AgentArgs,
+    opts: &hetsched_agent::AgentOptions,
+    found: &hetsched_agent::check::Checked,
+) -> String {
+    use hetsched_agent::check::WorkDir;
+    let r = &opts.resources;
+    let mut offers = vec![
+        hetsched_core::text::count(u64::from(r.cores), "core"),
+        format!(
+            "{} memory",
+            bytesize::ByteSize(r.memory_bytes).display().iec()
+        ),
+    ];
+    if !r.accelerators.is_empty() {
+        offers.push(hetsched_core::text::count(
+            r.accelerators.len() as u64,
+            "GPU",
+        ));
+    }
+    if opts.core_speed != 1.0 {
+        offers.push(format!("core speed {}", opts.core_speed));
+    }
+    if !opts.data.attributes.is_empty() {
+        offers.push(format!("attributes {}", opts.data.attributes.join(",")));
+    }
+    offers.push(format!("rack {}", opts.accel.rack));
+    if let Some(t) = opts.time_limit {
+        offers.push(format!("time limit {}", humantime::format_duration(t)));
+    }
+    if let Some(t) = opts.idle_timeout {
+        offers.push(format!("idle timeout {}", humantime::format_duration(t)));
+    }
+    if opts.run_as_owner {
+        offers.push("tasks run as their owners".into());
+    }
+    let dir = opts.work_dir.display();
+    let work_dir = match &found.work_dir {
+        WorkDir::Missing => format!("work dir {dir} (made at start)"),
+        WorkDir::Ready { opened: false } => format!("work dir {dir}"),
+        WorkDir::Ready { opened: true } => {
+            format!("work dir {dir} (open to other users: closed to 0700 at start)")
+        }
+        WorkDir::Held(pid) => format!(
+            "work dir {dir}; an agent runs there{}: a second one waits for it to exit",
+            pid.map_or(String::new(), |p| format!(" (PID {p})"))
+        ),
+    };
+    let server = if found.server_asked {
+        format!("server {} takes the agent token", opts.server)
+    } else {
+        format!("server {} not asked (--offline)", opts.server)
+    };
+    format!(
+        "{}: OK (node {}: {}; {work_dir}; {server})",
+        a.config
+            .as_deref()
+            .map_or("the default configuration".into(), |p| p
+                .display()
+                .to_string()),
+        opts.name,
+        offers.join(", ")
+    )
+}
+
 /// Runs an agent until a signal.
 pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
     let config = read_agent_config(&a)?;
@@ -1007,6 +1083,15 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
         config.0.log_file.as_deref(),
         a.config.as_deref(),
     );
+    if a.check {
+        // The check writes nothing, so its own log (detection's words) goes to standard error.
+        logs.check()?;
+        super::logging::init("warn", logs.format, None);
+        let opts = agent_options(&a, config)?;
+        let found = hetsched_agent::check::check(&opts, !a.offline).await?;
+        println!("{}", agent_check_line(&a, &opts, &found));
+        return Ok(());
+    }
     let log_file = logs.open()?;
     super::logging::init("info", logs.format, log_file.clone());
     super::logging::on_hangups(

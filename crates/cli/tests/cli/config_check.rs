@@ -257,3 +257,113 @@ fn the_check_warns_of_a_data_directory_and_token_files_open_to_other_users() {
         "nothing changed"
     );
 }
+
+/// `a` then `b`.
+fn joined<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<&'a str> {
+    [a, b].concat()
+}
+
+/// `hetsched agent --check ARGS` against `c`'s server: (success, stdout, stderr).
+fn agent_check(c: &Cluster, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN)
+        .args(["agent", "--check", "--server", &c.url()])
+        .args(args)
+        .current_dir(&c.dir)
+        .output()
+        .expect("run hetsched");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_agent_configuration_is_checked_and_its_token_asked_of_the_server_without_registering() {
+    let mut c = Cluster::start("agent-check", false);
+    let token = c.data().join("agent-token");
+    let token = token.to_str().expect("path").to_string();
+    let work = c.dir.join("work-n1");
+    let work = work.to_str().expect("path").to_string();
+    let base = ["--name", "n1", "--cores", "2", "--work-dir", &work];
+    let (ok, stdout, stderr) = agent_check(
+        &c,
+        &joined(&base, &["--token-file", &token, "--attributes", "ssd"]),
+    );
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("OK (node n1: 2 cores")
+            && stdout.contains("attributes ssd")
+            && stdout.contains("(made at start)")
+            && stdout.contains("takes the agent token"),
+        "{stdout}"
+    );
+    // Nothing made, nothing registered.
+    assert!(!std::path::Path::new(&work).exists());
+    assert_eq!(
+        c.json(&["nodes", "--all"]),
+        serde_json::json!([])
+    );
+
+    // The client's token is refused as the role it is, a wrong one as wrong.
+    let admin = c.data().join("token");
+    let (ok, _, stderr) = agent_check(
+        &c,
+        &joined(&base, &["--token-file", admin.to_str().expect("path")]),
+    );
+    assert!(!ok && stderr.contains("agent-token"), "{stderr}");
+    let wrong = c.dir.join("wrong-token");
+    std::fs::write(&wrong, "0123456789abcdef0123456789abcdef\n").expect("write");
+    std::fs::set_permissions(&wrong, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let (ok, _, stderr) = agent_check(
+        &c,
+        &joined(&base, &["--token-file", wrong.to_str().expect("path")]),
+    );
+    assert!(!ok && stderr.contains("refused the token"), "{stderr}");
+
+    // A running agent's work directory: reported, its lock and pid left as they were.
+    c.start_agent("n1", 2, &[]);
+    let running = c.dir.join("agent-n1");
+    crate::support::wait_until(
+        "the agent holds its work dir",
+        std::time::Duration::from_secs(20),
+        || crate::support::lines(&running.join("agent.lock")).len() == 1,
+    );
+    let pid = crate::support::lines(&running.join("agent.lock"));
+    let (ok, stdout, stderr) = agent_check(
+        &c,
+        &[
+            "--name",
+            "n1",
+            "--token-file",
+            &token,
+            "--work-dir",
+            running.to_str().expect("path"),
+        ],
+    );
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("an agent runs there (PID {})", pid[0])),
+        "{stdout}"
+    );
+    assert_eq!(crate::support::lines(&running.join("agent.lock")), pid);
+
+    // A bad value in the file, at its line; `--offline` asks no server.
+    let file = c.dir.join("agent.toml");
+    std::fs::write(&file, "cores = 2\ncore_speed = -1.0\n").expect("write");
+    let (ok, _, stderr) = agent_check(&c, &["--offline", "--config", file.to_str().expect("path")]);
+    assert!(
+        !ok && stderr.contains("agent.toml:2:1: core_speed: must be between"),
+        "{stderr}"
+    );
+    c.kill_server();
+    let (ok, stdout, stderr) =
+        agent_check(&c, &joined(&base, &["--token-file", &token, "--offline"]));
+    assert!(
+        ok && stdout.contains("not asked (--offline)"),
+        "{stdout}{stderr}"
+    );
+    let (ok, _, stderr) = agent_check(&c, &joined(&base, &["--token-file", &token]));
+    assert!(!ok && stderr.contains("did not answer"), "{stderr}");
+}
