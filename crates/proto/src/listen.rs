@@ -343,17 +343,34 @@ impl ConnectionCap {
     }
 }
 
-/// A connection that holds its place under a [`ConnectionCap`] until it is dropped.
+/// A connection that holds its place under a [`ConnectionCap`] until it is dropped, and fails
+/// its reads and writes once its socket has refused every byte for [`Limits::write_stall`]
+/// (which closes it), as a guarded listener's [`Conn`] does: the HTTP listener's connections,
+/// whose server (axum) takes accepted streams rather than a listener's.
 pub struct Held<T> {
     inner: T,
+    stall: Stall,
+    /// The peer and the listener, as the log names them.
+    peer: Option<SocketAddr>,
+    what: String,
     _place: OwnedSemaphorePermit,
 }
 
 impl<T> Held<T> {
-    /// `inner`, holding `place`.
-    pub fn new(inner: T, place: OwnedSemaphorePermit) -> Self {
+    /// `inner`, from `peer`, holding `place` under listener `what`'s cap, closed once its
+    /// writes have been refused for `write_stall`.
+    pub fn new(
+        inner: T,
+        place: OwnedSemaphorePermit,
+        write_stall: Duration,
+        peer: Option<SocketAddr>,
+        what: &str,
+    ) -> Self {
         Self {
             inner,
+            stall: Stall::new(write_stall),
+            peer,
+            what: what.to_string(),
             _place: place,
         }
     }
@@ -361,6 +378,40 @@ impl<T> Held<T> {
     /// The connection.
     pub fn get_ref(&self) -> &T {
         &self.inner
+    }
+
+    /// `Err` once the socket has refused every byte past the limit (logged once).
+    fn check_stall(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if !self.stall.expired(cx) {
+            return Ok(());
+        }
+        if !self.stall.logged {
+            self.stall.logged = true;
+            let peer = self
+                .peer
+                .map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
+            tracing::info!(
+                listener = %self.what,
+                %peer,
+                "{}: closed the connection from {peer}: it read nothing of what was sent to it \
+                 for {:?}",
+                self.what,
+                self.stall.limit
+            );
+        }
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the peer read nothing of what was sent to it for too long",
+        ))
+    }
+
+    /// Counts a write's outcome against the stall.
+    fn saw<R>(&mut self, cx: &mut Context<'_>, wrote: &Poll<io::Result<R>>, took: bool) {
+        match wrote {
+            Poll::Pending => self.stall.saw(cx, false),
+            Poll::Ready(Ok(_)) if took => self.stall.saw(cx, true),
+            Poll::Ready(_) => {}
+        }
     }
 }
 
@@ -370,6 +421,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Held<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        self.check_stall(cx)?;
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
@@ -380,11 +432,20 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        self.check_stall(cx)?;
+        let wrote = Pin::new(&mut self.inner).poll_write(cx, buf);
+        let took = matches!(wrote, Poll::Ready(Ok(n)) if n > 0);
+        self.saw(cx, &wrote, took);
+        wrote
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        self.check_stall(cx)?;
+        // A TCP socket's flush is always ready and says nothing of what the peer took: only a
+        // refusal counts.
+        let flushed = Pin::new(&mut self.inner).poll_flush(cx);
+        self.saw(cx, &flushed, false);
+        flushed
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -396,7 +457,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Held<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        self.check_stall(cx)?;
+        let wrote = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        let took = matches!(wrote, Poll::Ready(Ok(n)) if n > 0);
+        self.saw(cx, &wrote, took);
+        wrote
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -942,7 +1007,7 @@ async fn accept<S>(
 /// Sets [`NOTSENT_LOWAT`] on an accepted socket, where the system has it; without it (or if
 /// it is refused) a slow reader counts as reading only once it drained about a third of the
 /// socket's send buffer within [`Limits::write_stall`].
-fn notsent_lowat(stream: &TcpStream) {
+pub fn notsent_lowat(stream: &TcpStream) {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     if let Err(e) = socket2::SockRef::from(stream).set_tcp_notsent_lowat(NOTSENT_LOWAT) {
         tracing::debug!("TCP_NOTSENT_LOWAT refused: {e}");

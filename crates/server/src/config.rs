@@ -175,8 +175,8 @@ pub struct ServerConfig {
     /// [`hetsched_proto::listen::IDLE_TIMEOUT`]. Not a key: tests shorten it.
     #[serde(skip)]
     pub idle_timeout: std::time::Duration,
-    /// How long a gRPC connection's socket may refuse every byte the server writes to it — the
-    /// peer reading nothing — before it is closed:
+    /// How long a gRPC or HTTP connection's socket may refuse every byte the server writes to
+    /// it — the peer reading nothing — before it is closed:
     /// [`hetsched_proto::listen::WRITE_STALL_TIMEOUT`]. Not a key: tests shorten it.
     #[serde(skip)]
     pub write_stall_timeout: std::time::Duration,

@@ -10,9 +10,11 @@
 //! its TLS handshake over HTTPS, which has as long again) is closed — a silent one too, which
 //! hyper's header timeout alone missed: it starts once the first byte chose HTTP/1 — and so is
 //! one that keeps a later request's headers waiting as long, or a request's body
-//! ([`body_in_time`]): no connection stays open idle or trickling, whoever sends it; past
-//! `limits.max_connections` open at once a new connection is closed as soon as it is accepted
-//! ([`Capped`]). It speaks HTTP/1.1 only (the ALPN it offers over TLS), so these bounds hold for
+//! ([`body_in_time`]), and one whose socket has refused every byte sent to it for
+//! `limits.write_stall` (a peer that reads nothing: pipelined requests or an event stream it
+//! never drains) ([`Held`]): no connection stays open idle, trickling or unread, whoever sends
+//! it; past `limits.max_connections` open at once a new connection is closed as soon as it is
+//! accepted ([`Capped`]). It speaks HTTP/1.1 only (the ALPN it offers over TLS), so these bounds hold for
 //! every connection: an HTTP/2 one (h2c by prior knowledge) could idle between requests with
 //! none of them.
 //!
@@ -71,7 +73,13 @@ pub struct HttpServer {
 /// The acceptor under TLS (if any) that gives each connection its place under the listener's
 /// [`ConnectionCap`], or closes it at once when none is left.
 #[derive(Clone)]
-struct Capped(Arc<ConnectionCap>);
+struct Capped {
+    cap: Arc<ConnectionCap>,
+    /// How long a connection's socket may refuse every byte before it is closed.
+    write_stall: Duration,
+    /// The listener, as the log names it.
+    what: String,
+}
 
 impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for Capped {
     type Stream = Held<tokio::net::TcpStream>;
@@ -79,8 +87,15 @@ impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for Capped {
     type Future = std::future::Ready<std::io::Result<(Self::Stream, S)>>;
 
     fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
-        std::future::ready(match self.0.admit(stream.peer_addr().ok()) {
-            Some(place) => Ok((Held::new(stream, place), service)),
+        let peer = stream.peer_addr().ok();
+        std::future::ready(match self.cap.admit(peer) {
+            Some(place) => {
+                // A write is refused only while the peer reads nothing, not while the socket
+                // holds megabytes it does read (see `hetsched_proto::listen`).
+                hetsched_proto::listen::notsent_lowat(&stream);
+                let held = Held::new(stream, place, self.write_stall, peer, &self.what);
+                Ok((held, service))
+            }
             // axum-server drops the stream: the connection is closed.
             None => Err(std::io::Error::other(
                 "the listener's connections are at their cap",
@@ -308,10 +323,12 @@ impl HttpServer {
             shutdown.await;
             stopper.graceful_shutdown(Some(DRAIN));
         });
-        let cap = Capped(ConnectionCap::new(
-            format!("the HTTP listener {}", self.addr),
-            self.limits.max_connections,
-        ));
+        let what = format!("the HTTP listener {}", self.addr);
+        let cap = Capped {
+            cap: ConnectionCap::new(what.clone(), self.limits.max_connections),
+            write_stall: self.limits.write_stall,
+            what,
+        };
         let greeting = self.limits.greeting;
         let listener = self.listener.into_std()?;
         // Over everything, the fallback (404) included.

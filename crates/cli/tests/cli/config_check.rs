@@ -300,10 +300,7 @@ fn an_agent_configuration_is_checked_and_its_token_asked_of_the_server_without_r
     );
     // Nothing made, nothing registered.
     assert!(!std::path::Path::new(&work).exists());
-    assert_eq!(
-        c.json(&["nodes", "--all"]),
-        serde_json::json!([])
-    );
+    assert_eq!(c.json(&["nodes", "--all"]), serde_json::json!([]));
 
     // The client's token is refused as the role it is, a wrong one as wrong.
     let admin = c.data().join("token");

@@ -436,3 +436,110 @@ async fn a_grpc_client_that_reads_nothing_is_closed_at_the_write_stall_timeout()
     drop(reading);
     server.stop().await.expect("stops");
 }
+
+/// An HTTP client that asks for large responses — pages of a thousand tasks, sixteen of them
+/// pipelined, more than the sockets' buffers hold — and reads none of them is closed once the server's writes have been refused for the write-stall timeout,
+/// while the listener serves others; one that asks the same and reads gets it whole. Before,
+/// the connection, what the server had made of the page, and a place under the listener's cap
+/// stayed for good (hyper's header timeout bounds only a request's headers, not a response no
+/// one reads; the dashboard's event stream never ends by itself either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_client_that_reads_nothing_is_closed_at_the_write_stall_timeout() {
+    const PAGES: usize = 16;
+    use tokio::io::AsyncWriteExt;
+    let scratch = Scratch::new("connections", "http-stall");
+    let server = plain_server(&scratch, Duration::from_secs(60)).await;
+    let http = server.http_addr.expect("an HTTP listener");
+    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = ClientClient::with_interceptor(channel, common::client_token(&server));
+    let job = client
+        .submit(pb::SubmitRequest {
+            origin: "many.toml".into(),
+            text: "[[application]]\nname = \"many\"\ntasks = 10000\n[application.cpu]\n\
+                   command = \"true\"\n"
+                .into(),
+            ..Default::default()
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let page = |last: bool| {
+        format!(
+            "GET /api/tasks?job={job}&limit=1000 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n{}\r\n",
+            server.token,
+            if last { "Connection: close\r\n" } else { "" }
+        )
+    };
+    let request: String = (0..PAGES).map(|i| page(i + 1 == PAGES)).collect();
+    let connect = || async {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        // A small receive window.
+        socket.set_recv_buffer_size(4096).expect("rcvbuf");
+        let mut s = socket.connect(http).await.expect("connect");
+        s.write_all(request.as_bytes()).await.expect("request");
+        s
+    };
+    let mut stalled = connect().await;
+    let started = Instant::now();
+    while started.elapsed() < STALL * 2 {
+        // Others are served meanwhile.
+        let mut other = TcpStream::connect(http).await.expect("connect");
+        other
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("request");
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), other.read_to_string(&mut answer))
+            .await
+            .expect("answered in time")
+            .expect("read");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Closed before it was sent every page: it gets what the sockets had taken, then the end.
+    let mut seen = Vec::new();
+    let end = tokio::time::timeout(STALL * 3, stalled.read_to_end(&mut seen)).await;
+    let pages_seen = String::from_utf8_lossy(&seen)
+        .matches("HTTP/1.1 200")
+        .count();
+    assert!(
+        end.is_ok() && pages_seen < PAGES,
+        "the connection that read nothing is closed: {pages_seen} pages of {PAGES} reached it, \
+         {} bytes ({end:?})",
+        seen.len()
+    );
+    // The same requests, read: every page whole, past the timeout.
+    let mut reading = connect().await;
+    let mut pages = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            // Slowly at first: the read lasts past the write-stall timeout.
+            if pages.len() < 1 << 20 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            match reading.read(&mut buf).await {
+                Ok(0) => break Ok(()),
+                Ok(n) => pages.extend_from_slice(&buf[..n]),
+                Err(e) => break Err(e),
+            }
+        }
+    })
+    .await;
+    assert!(matches!(read, Ok(Ok(()))), "{read:?}");
+    let text = String::from_utf8_lossy(&pages);
+    assert_eq!(
+        text.matches("HTTP/1.1 200").count(),
+        PAGES,
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    assert!(pages.len() > 4 << 20, "{} bytes", pages.len());
+    assert!(text.trim_end().ends_with('}'), "the last page whole");
+    server.stop().await.expect("stops");
+}
