@@ -26,6 +26,7 @@
 //! log_file = "/var/log/hetsched/server.log" # append the log here, not to stderr; reopened
 //!                              # on SIGHUP (logrotate); `--log-file` overrides it
 //! max_stored_bytes_per_user = 1073741824 # what a user's jobs' files and inputs may store
+//! max_stored_tasks_per_user = 20000000 # tasks (finished too) a user's jobs may keep stored
 //! max_output_streams = 256     # divisible jobs' output streams held at once, all users together
 //! max_connections = 4096       # connections each listener (gRPC, HTTP) holds at once
 //! [retention]                  # optional; finished jobs are kept forever without it
@@ -152,6 +153,13 @@ pub struct ServerConfig {
     /// keeps: a submission that would pass this is refused, naming it. Default
     /// [`MAX_STORED_BYTES_PER_USER`]; at least 1.
     pub max_stored_bytes_per_user: u64,
+    /// The most tasks the jobs of a user other than the admin may keep stored — every task of
+    /// every job not purged, finished ones too (a workflow's instances; a divisible job counts
+    /// one): each is a store row (about 70 bytes) that `max_unfinished_tasks_per_user` stops
+    /// counting once it ends, so a loop of submissions cancelled at once grew the store without
+    /// bound. A submission that would pass it is refused, naming it and `hetsched purge`.
+    /// Default [`MAX_STORED_TASKS_PER_USER`]; at least 1.
+    pub max_stored_tasks_per_user: u64,
     /// The most divisible jobs' `ReadOutput` streams the server holds at once, for all users
     /// together: each holds a blocking thread while its reader is slow, and one more is refused
     /// `RESOURCE_EXHAUSTED`, naming this key ([`crate::throttle::OutputStreams`]). Default
@@ -200,6 +208,10 @@ pub const MAX_UNFINISHED_TASKS_PER_USER: u64 = 10_000_000;
 
 /// The default of `max_stored_bytes_per_user`: 1 GiB, five hundred of the largest job files.
 pub const MAX_STORED_BYTES_PER_USER: u64 = 1 << 30;
+
+/// The default of `max_stored_tasks_per_user`: twice `max_unfinished_tasks_per_user`'s, about
+/// 1.4 GB of store rows.
+pub const MAX_STORED_TASKS_PER_USER: u64 = 20_000_000;
 
 /// The default of `max_connections`: a cluster of a couple of thousand agents, their users'
 /// clients and the dashboards, well below the documented unit's `LimitNOFILE=65536`.
@@ -498,6 +510,7 @@ impl Default for ServerConfig {
             preempt_exempt_time: Duration(0),
             max_unfinished_tasks_per_user: MAX_UNFINISHED_TASKS_PER_USER,
             max_stored_bytes_per_user: MAX_STORED_BYTES_PER_USER,
+            max_stored_tasks_per_user: MAX_STORED_TASKS_PER_USER,
             max_output_streams: crate::throttle::MAX_OUTPUT_STREAMS,
             max_connections: MAX_CONNECTIONS,
             greeting_timeout: hetsched_proto::listen::GREETING_TIMEOUT,
@@ -607,6 +620,9 @@ impl ServerConfig {
         }
         if self.max_stored_bytes_per_user == 0 {
             return Err("max_stored_bytes_per_user must be at least 1".into());
+        }
+        if self.max_stored_tasks_per_user == 0 {
+            return Err("max_stored_tasks_per_user must be at least 1".into());
         }
         if !(1..=MAX_OUTPUT_STREAMS_CAP).contains(&self.max_output_streams) {
             return Err(format!(

@@ -3119,6 +3119,15 @@ impl JobKind for Batch {
             .map_or(0, |j| j.text_bytes)
     }
 
+    fn stored_tasks(&self, id: u64) -> u64 {
+        self.job_rec(id)
+            .filter(|j| !self.retention.is_purged(j.row.id))
+            .map_or(0, |j| {
+                let c = self.job_counts(j);
+                c.pending + c.running + c.succeeded + c.failed + c.cancelled
+            })
+    }
+
     fn listed_state(&self, id: u64) -> Option<&str> {
         self.job_rec(id)
             .filter(|j| !self.retention.is_purged(j.row.id))

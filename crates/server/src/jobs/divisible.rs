@@ -2406,6 +2406,11 @@ impl JobKind for Divisible {
             .map_or(0, |_| 1)
     }
 
+    /// One, as its `unfinished_tasks`: one job row, its input and its own chunks' rows.
+    fn stored_tasks(&self, id: u64) -> u64 {
+        u64::from(self.jobs.contains_key(&id))
+    }
+
     fn listed_state(&self, id: u64) -> Option<&str> {
         let job = self.jobs.get(&id)?;
         // As its entry says it ([`Divisible::job_info`]): one that has not started is pending.

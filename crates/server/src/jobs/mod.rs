@@ -535,6 +535,12 @@ pub trait JobKind: Send {
         0
     }
 
+    /// Job `id`'s tasks kept in the store, finished ones too, for its owner's
+    /// `max_stored_tasks_per_user`; 0 for a purged job, one of another kind or none.
+    fn stored_tasks(&self, _id: u64) -> u64 {
+        0
+    }
+
     /// The state job `id`'s listing gives it (`pending`, `running`, `completed`, `failed` or
     /// `cancelled`, as [`JobInfo::state`]), without the rest of its entry (no pending reason):
     /// cheap, for counts over every job (the dashboard's users). `None`: not a listed job of

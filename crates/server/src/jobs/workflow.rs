@@ -4243,6 +4243,12 @@ impl JobKind for Workflows {
             .map_or(0, |j| j.text.len() as u64)
     }
 
+    fn stored_tasks(&self, id: u64) -> u64 {
+        self.jobs
+            .get(&(id & ((1 << super::KIND_SHIFT) - 1)))
+            .map_or(0, |j| j.insts.len() as u64)
+    }
+
     fn unfinished_tasks(&self, id: u64) -> u64 {
         self.jobs
             .get(&(id & ((1 << super::KIND_SHIFT) - 1)))

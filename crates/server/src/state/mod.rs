@@ -1680,7 +1680,7 @@ impl State {
     /// server's `max_unfinished_tasks_per_user` (its jobs' counts, O(jobs owned by users)),
     /// its running topologies' executors included (O(topologies)).
     fn task_room(&self, owner: &str) -> types::TaskRoom {
-        let (mut jobs, mut stored_bytes) = (0u64, 0u64);
+        let (mut jobs, mut stored_bytes, mut stored_tasks) = (0u64, 0u64, 0u64);
         for (job, o) in self.users.owned() {
             let Some(kind) = self.ids.kind(job).filter(|_| o == owner) else {
                 continue;
@@ -1688,6 +1688,7 @@ impl State {
             let k = self.jobs.of_kind(kind);
             jobs = jobs.saturating_add(k.unfinished_tasks(job));
             stored_bytes = stored_bytes.saturating_add(k.stored_bytes(job));
+            stored_tasks = stored_tasks.saturating_add(k.stored_tasks(job));
         }
         for (name, bytes) in self.jobs.topology.stored_bytes() {
             if self.users.topology_owner(name) == owner {
@@ -1709,6 +1710,8 @@ impl State {
             stored_bytes,
             adding_bytes: 0,
             bytes_cap: self.config.max_stored_bytes_per_user,
+            stored_tasks,
+            stored_tasks_cap: self.config.max_stored_tasks_per_user,
         }
     }
 

@@ -449,18 +449,24 @@ pub struct TaskRoom {
     pub adding_bytes: u64,
     /// The server's `max_stored_bytes_per_user`.
     pub bytes_cap: u64,
+    /// The tasks its stored jobs keep, finished ones too (purged ones not counted).
+    pub stored_tasks: u64,
+    /// The server's `max_stored_tasks_per_user`.
+    pub stored_tasks_cap: u64,
 }
 
 impl TaskRoom {
     /// Refuses `tasks` more (of a job from `origin`) when they would pass the cap.
     pub fn check(&self, origin: &str, tasks: u64) -> Result<(), String> {
-        self.check_as(tasks, || format!("{origin}: the job has {tasks} tasks"))
+        self.check_as(tasks, tasks, || {
+            format!("{origin}: the job has {tasks} tasks")
+        })
     }
 
     /// Refuses a divisible job from `origin`: an unfinished one counts as one task (one stored
     /// job with its input, whatever its units).
     pub fn check_divisible(&self, origin: &str) -> Result<(), String> {
-        self.check_as(1, || {
+        self.check_as(1, 1, || {
             format!("{origin}: the divisible job counts as 1 task")
         })
     }
@@ -468,7 +474,8 @@ impl TaskRoom {
     /// Refuses a topology from `origin` of `executors` executors: a running one counts its
     /// executors as tasks.
     pub fn check_topology(&self, origin: &str, executors: u64) -> Result<(), String> {
-        self.check_as(executors, || {
+        // Executors are no stored task rows.
+        self.check_as(executors, 0, || {
             format!(
                 "{origin}: the topology has {}",
                 hetsched_core::text::count(executors, "executor")
@@ -479,15 +486,29 @@ impl TaskRoom {
     /// Refuses `resubmit JOB` bringing `tasks` ended tasks of job `job` back to pending when
     /// they would pass the cap: they are unfinished again, as a submission's are.
     pub fn check_resubmit(&self, job: u64, tasks: u64) -> Result<(), String> {
-        self.check_as(tasks, || {
+        // Stored already: no new rows.
+        self.check_as(tasks, 0, || {
             format!("resubmit job {job}: {tasks} tasks would run again")
         })
     }
 
-    /// Refuses `tasks` more, the message starting with what `said` says they are; and a
-    /// submission whose bytes would take the owner's stored bytes above its cap.
-    fn check_as(&self, tasks: u64, said: impl FnOnce() -> String) -> Result<(), String> {
+    /// Refuses `tasks` more unfinished ones, the message starting with what `said` says they
+    /// are; a submission storing `rows` more tasks that would take the owner's stored tasks
+    /// above their cap; and one whose bytes would take its stored bytes above theirs.
+    fn check_as(&self, tasks: u64, rows: u64, said: impl FnOnce() -> String) -> Result<(), String> {
         if self.unfinished.saturating_add(tasks) <= self.cap {
+            if rows > 0 && self.stored_tasks.saturating_add(rows) > self.stored_tasks_cap {
+                return Err(format!(
+                    "{}, and user `{}`'s jobs keep {} stored (finished ones too, until \
+                     purged): together above the {} tasks a user's jobs may keep stored (the \
+                     server's `max_stored_tasks_per_user`); purge finished jobs (`hetsched \
+                     purge --older-than 1d`, `--keep N` or job ids)",
+                    said(),
+                    self.user,
+                    hetsched_core::text::count(self.stored_tasks, "task"),
+                    self.stored_tasks_cap
+                ));
+            }
             return self.check_bytes(said);
         }
         Err(format!(

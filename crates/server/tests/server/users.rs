@@ -1999,6 +1999,89 @@ fn a_users_stored_submissions_are_bounded_in_bytes() {
     );
 }
 
+/// `max_stored_tasks_per_user`: `max_unfinished_tasks_per_user` stops counting a task once it
+/// ends, so a user who submitted large jobs and cancelled them at once grew the store without
+/// bound (about 67 MB a million-task job). A user's submission that would take the tasks its
+/// stored jobs keep, finished ones too, above the cap is refused, naming the count, the key and
+/// `hetsched purge`; another user and the admin are not bound; a purge gives the room back; a restart counts the same tasks.
+#[test]
+fn a_users_stored_tasks_finished_ones_too_are_bounded() {
+    let d = common::scratch("users", "stored-tasks");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        max_stored_tasks_per_user: 25,
+        ..Default::default()
+    };
+    let open =
+        || State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let mut s = open();
+    s.on_add_user("alice", false).expect("alice");
+    s.on_add_user("bob", false).expect("bob");
+    let first = s.on_submit_as(sweep(10), "alice").expect("10").job_id;
+    s.on_cancel(first).expect("cancelled");
+    let workflow = Submission {
+        origin: "wf.toml".into(),
+        text: WORKFLOW.into(),
+        workdir: "/".into(),
+        ..Default::default()
+    };
+    s.on_submit_as(workflow, "alice").expect("3 instances");
+    let divisible = Submission {
+        origin: "rows.toml".into(),
+        text: DIVISIBLE.into(),
+        workdir: "/".into(),
+        ..Default::default()
+    };
+    s.on_submit_as(divisible, "alice")
+        .expect("a divisible job counts 1");
+    let second = s
+        .on_submit_as(sweep(10), "alice")
+        .expect("24 stored")
+        .job_id;
+    s.on_cancel(second).expect("cancelled");
+    // All cancelled but the workflow's and the divisible job's: nothing unfinished holds the
+    // room, the stored rows do.
+    let e = s
+        .on_submit_as(sweep(2), "alice")
+        .expect_err("past the stored tasks")
+        .to_string();
+    assert!(
+        e.contains(
+            "job.toml: the job has 2 tasks, and user `alice`'s jobs keep 24 tasks stored \
+             (finished ones too, until purged): together above the 25 tasks a user's jobs may \
+             keep stored (the server's `max_stored_tasks_per_user`); purge finished jobs"
+        ),
+        "{e}"
+    );
+    s.on_submit_as(sweep(1), "alice").expect("one fits");
+    // Another user and the admin are not bound by alice's rows.
+    s.on_submit_as(sweep(20), "bob").expect("bob's own");
+    s.on_submit(sweep(100)).expect("the admin's");
+    // A restart counts the same rows.
+    drop(s);
+    let mut s = open();
+    let e = s
+        .on_submit_as(sweep(1), "alice")
+        .expect_err("still full")
+        .to_string();
+    assert!(e.contains("keep 25 tasks stored"), "{e}");
+    // A purge gives the room back.
+    s.on_purge(&PurgeSelection {
+        job_ids: vec![first],
+        ..Default::default()
+    })
+    .expect("purged");
+    s.on_submit_as(sweep(10), "alice").expect("10 given back");
+    let zero = ServerConfig {
+        max_stored_tasks_per_user: 0,
+        ..Default::default()
+    };
+    assert_eq!(
+        zero.validate(),
+        Err("max_stored_tasks_per_user must be at least 1".to_string())
+    );
+}
+
 const DIVISIBLE: &str =
     "[[divisible]]\nname = \"rows\"\nunits = 100\ncommand = \"echo {start} {end}\"\n";
 const WORKFLOW: &str = "[[task]]\nname = \"a\"\ninstances = 2\ncost = \"1s\"\noutputs = [\"x\"]\ncommand = \"true\"\n\n[[task]]\nname = \"b\"\ninstances = 1\ncost = \"1s\"\ninputs = [\"x\"]\ncommand = \"true\"\n";
