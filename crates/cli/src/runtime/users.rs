@@ -18,10 +18,11 @@ pub async fn add(
     save: Option<&Path>,
     caps: UserCaps,
 ) -> anyhow::Result<()> {
-    // The file is made before the call: a path that cannot be written costs no token.
-    let file = save.map(create_private).transpose()?;
-    let reply = connect(args)
-        .await?
+    // Connected (the admin's token read) first, then the file made before the call: a path
+    // that cannot be written costs no token, and a refusal before the call leaves no file.
+    let mut client = connect(args).await?;
+    let mut file = save.map(TokenFile::create).transpose()?;
+    let reply = client
         .add_user(pb::AddUserRequest {
             name: name.to_string(),
             rotate,
@@ -35,18 +36,12 @@ pub async fn add(
             },
         })
         .await
-        .map_err(|e| {
-            if let Some(p) = save {
-                let _ = std::fs::remove_file(p);
-            }
-            refused(e)
-        })?
+        .map_err(refused)?
         .into_inner();
     let verb = if rotate { "has a new token" } else { "added" };
-    match (file, save) {
-        (Some(mut f), Some(p)) => {
-            writeln!(f, "{}", reply.token)
-                .and_then(|()| f.sync_all())
+    match (file.as_mut(), save) {
+        (Some(f), Some(p)) => {
+            f.write_token(&reply.token)
                 .with_context(|| format!("writing the token to {}", p.display()))?;
             answer(
                 args,
@@ -68,6 +63,48 @@ pub async fn add(
                 r.name, r.token
             )
         }),
+    }
+}
+
+/// `user add --save`'s file: made empty before the call, removed again unless a token was
+/// written into it (a refused call, an error on the way) — if the path still names the file
+/// made here, not one put in its place since.
+struct TokenFile {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    written: bool,
+}
+
+impl TokenFile {
+    fn create(path: &Path) -> anyhow::Result<Self> {
+        Ok(Self {
+            file: create_private(path)?,
+            path: path.to_path_buf(),
+            written: false,
+        })
+    }
+
+    fn write_token(&mut self, token: &str) -> std::io::Result<()> {
+        writeln!(self.file, "{token}")?;
+        self.file.sync_all()?;
+        self.written = true;
+        Ok(())
+    }
+}
+
+impl Drop for TokenFile {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        if self.written {
+            return;
+        }
+        let same = match (self.file.metadata(), std::fs::symlink_metadata(&self.path)) {
+            (Ok(ours), Ok(there)) => ours.dev() == there.dev() && ours.ino() == there.ino(),
+            _ => false,
+        };
+        if same {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

@@ -2662,6 +2662,21 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
         ],
         "it must not exist",
     );
+    // A call that fails before or at the server leaves no empty token file behind, which the
+    // next `--save` to that path would refuse as existing.
+    let dave = c.dir.join("dave.token");
+    let out = c
+        .command(&["user", "add", "dave", "--save", dave.to_str().expect("path")])
+        .env("HETSCHED_TOKEN_FILE", c.dir.join("no-such-token"))
+        .output()
+        .expect("run hetsched");
+    assert!(!out.status.success(), "no admin token");
+    assert!(!dave.exists(), "no file left: {}", text(&out.stderr));
+    c.refused(
+        &["user", "add", "alice", "--save", dave.to_str().expect("path")],
+        "alice",
+    );
+    assert!(!dave.exists(), "no file left after a refusal");
     c.ok(&["user", "add", "bob", "--save", bob.to_str().expect("path")]);
     let as_user = |token: &std::path::Path, args: &[&str]| {
         c.command(args)
