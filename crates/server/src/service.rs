@@ -671,6 +671,7 @@ impl Client for ClientService {
         &self,
         req: Request<pb::ListTasksRequest>,
     ) -> Result<Response<pb::ListTasksReply>, Status> {
+        let who = caller(&req)?;
         let r = req.into_inner();
         let limit = r.limit.min(crate::state::MAX_PAGE);
         let (job, cursor) = (r.job_id, r.cursor);
@@ -725,6 +726,18 @@ impl Client for ClientService {
                 .into_inner()
         };
         self.1.fill_outputs(&mut reply.get_mut().tasks, &own);
+        let jobs = owners_job_ids(&who, &reply.get_ref().tasks);
+        if !jobs.is_empty() {
+            let owners = read_state(&self.0, move |s| {
+                Ok(jobs
+                    .iter()
+                    .map(|&j| (j, s.owner_of(j).to_string()))
+                    .collect())
+            })
+            .await?
+            .into_inner();
+            hide_others_tasks(&who, &owners, &mut reply.get_mut().tasks);
+        }
         Ok(reply)
     }
 
@@ -1252,6 +1265,40 @@ impl CheckToken {
             _ => crate::users::user_of_bearer(&self.users, value).map(|who| (Role::Client, who)),
         }
     }
+}
+
+/// What a user sees of other users' tasks in a listing (`hetsched tasks`, `/api/tasks`): their
+/// states, nodes, times, exit codes and end reasons, as Slurm's `squeue`/`sacct` show anyone's,
+/// but no end message and no output path — a failure to start names the program (`cannot start
+/// `/home/alice/bin/prog``), a missing work directory its path, a capture file where the owner
+/// keeps it. Listings hold no commands, environments or outputs; the owner and the admin (and
+/// the read-only token, which sees what the admin sees) get the whole task. `owners`: the owner
+/// of each job the tasks belong to, read under the state's lock.
+pub(crate) fn hide_others_tasks(
+    who: &Caller,
+    owners: &std::collections::HashMap<u64, String>,
+    tasks: &mut [pb::TaskInfo],
+) {
+    if who.admin {
+        return;
+    }
+    for t in tasks {
+        if owners.get(&t.job_id).is_none_or(|o| **o != *who.name) {
+            t.message.clear();
+            t.output.clear();
+        }
+    }
+}
+
+/// The owners of the jobs `tasks` belong to, for [`hide_others_tasks`]; none for the admin.
+pub(crate) fn owners_job_ids(who: &Caller, tasks: &[pb::TaskInfo]) -> Vec<u64> {
+    if who.admin {
+        return Vec::new();
+    }
+    let mut jobs: Vec<u64> = tasks.iter().map(|t| t.job_id).collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    jobs
 }
 
 /// Who made a client call (put there by [`CheckToken`]).

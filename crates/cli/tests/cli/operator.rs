@@ -2748,6 +2748,34 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     let mine: serde_json::Value = serde_json::from_str(&mine).expect("json");
     assert_eq!(mine.as_array().map(Vec::len), Some(1), "{mine}");
     assert_eq!(mine[0]["owner"], "alice");
+    // Bob sees the state and exit code of alice's task that failed to start, not its message
+    // (which names her program's path) nor where its output is; alice and the admin see both.
+    let failed = ok(
+        &alice,
+        &["submit", "--output", "json", "--", "/alice-private/bin/prog"],
+    );
+    let failed: serde_json::Value = serde_json::from_str(&failed).expect("json");
+    let failed = failed["job_id"].to_string();
+    let waited = as_user(&alice, &["wait", &failed, "--timeout", "30s"]);
+    assert!(!waited.status.success(), "the task fails to start");
+    let task_of = |token: &std::path::Path| -> serde_json::Value {
+        let out = ok(token, &["tasks", "--job", &failed, "--output", "json"]);
+        let tasks: serde_json::Value = serde_json::from_str(&out).expect("json");
+        tasks[0].clone()
+    };
+    let (hers, his) = (task_of(&alice), task_of(&bob));
+    assert!(
+        hers["message"].as_str().is_some_and(|m| m.contains("/alice-private/bin/prog")),
+        "{hers}"
+    );
+    assert_eq!(his["state"], hers["state"], "{his}");
+    assert_eq!(his["exit_code"], hers["exit_code"], "{his}");
+    assert!(
+        !his.to_string().contains("alice-private") && his["output"].is_null(),
+        "{his}"
+    );
+    let admins = &c.json(&["tasks", "--job", &failed])[0];
+    assert!(admins.to_string().contains("/alice-private/bin/prog"), "{admins}");
 
     // Users are the admin's to manage.
     refused(&alice, &["user", "list"], "is for the admin");

@@ -1083,9 +1083,9 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
     let tasks = {
         let d = d.clone();
         move |headers: HeaderMap, uri: Uri| async move {
-            if d.authed(&headers).is_none() {
+            let Some(who) = d.authed(&headers) else {
                 return unauthorized();
-            }
+            };
             let (job, cursor, limit) = match (num(&uri, "job"), num(&uri, "cursor"), limit_of(&uri))
             {
                 (Ok(j), Ok(c), Ok(l)) => (j.unwrap_or(0u64), c.unwrap_or(0u64), l),
@@ -1113,6 +1113,18 @@ pub fn router(d: Arc<Dashboard>) -> axum::Router {
                         .await
                         .unwrap_or_default();
                     relay.fill_outputs(&mut p.tasks, &own);
+                    let jobs = crate::service::owners_job_ids(&who, &p.tasks);
+                    if !jobs.is_empty() {
+                        let owners = d
+                            .read(move |s| {
+                                jobs.iter()
+                                    .map(|&j| (j, s.owner_of(j).to_string()))
+                                    .collect()
+                            })
+                            .await
+                            .unwrap_or_default();
+                        crate::service::hide_others_tasks(&who, &owners, &mut p.tasks);
+                    }
                     // As `hetsched tasks --output json` writes them (`null` where its table
                     // shows `-`, each id also as `id_text`): the one builder of both. The next
                     // page's cursor travels as a string too: it is a task id.
