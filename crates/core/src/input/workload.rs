@@ -581,6 +581,21 @@ fn variant_field_hint(mut e: InputError) -> InputError {
     e
 }
 
+/// The whole-number fields whose range the checks below narrow from their type's (0 refused, a
+/// lower maximum): a value of the wrong type or size is told this range, not one they then
+/// refuse part of.
+const WORKLOAD_RANGES: &[(&str, u64, u64)] = &[
+    ("application.tasks", 1, MAX_WORKLOAD_TASKS),
+    ("application.retries", 0, MAX_RETRIES as u64),
+    ("application.max_running", 1, u32::MAX as u64),
+    ("application.cpu.cores", 1, u32::MAX as u64),
+    ("application.gpu.gpus", 1, u32::MAX as u64),
+    ("application.gpu.cores", 1, u32::MAX as u64),
+    ("user.shares", 1, MAX_SHARES as u64),
+    ("user.max_cores", 1, u32::MAX as u64),
+    ("user.max_gpus", 1, u32::MAX as u64),
+];
+
 /// Parses a workload or job file and checks everything the file alone can tell.
 pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> {
     parse_any_workload(origin, text, true)
@@ -599,7 +614,9 @@ fn parse_any_workload(
     takes_divisible: bool,
 ) -> Result<Workload, InputError> {
     let src = Source::new(origin, text);
-    let file: WorkloadFile = src.parse_toml().map_err(variant_field_hint)?;
+    let file: WorkloadFile = src
+        .parse_toml()
+        .map_err(|e| super::whole_number_range(variant_field_hint(e), WORKLOAD_RANGES))?;
     if file.application.is_empty() && file.divisible.is_empty() {
         return Err(src.error(
             None,

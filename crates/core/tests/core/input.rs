@@ -63,6 +63,44 @@ fn negative_cores_are_refused_at_their_line() {
     assert!(e.message.contains("-6"), "{e}");
 }
 
+/// A whole number of the wrong sign or size is told the range its field takes: not `0 or more`
+/// where 0 is refused next, not the parser's internal `i128`, and always the largest value.
+#[test]
+fn a_whole_number_out_of_range_is_told_the_range_its_field_takes() {
+    let cluster = |cores: &str| {
+        let text = format!(
+            "[[node]]\nname = \"n\"\ncount = 2\ncores = {cores}\ncore_speed = 1.0\n\
+             memory = \"8GiB\"\ndisk_read = \"100MiB/s\"\nnetwork = \"125MB/s\"\n"
+        );
+        parse_cluster("c.toml", &text).expect_err(cores).to_string()
+    };
+    assert_eq!(
+        cluster("-4"),
+        "c.toml:4:9: node[0].cores: invalid value: integer `-4`, expected a whole number from 1 \
+         to 65536"
+    );
+    assert_eq!(
+        cluster("99999999999999999999999"),
+        "c.toml:4:9: node[0].cores: invalid value: integer `99999999999999999999999` is out of \
+         range, expected a whole number from 1 to 65536"
+    );
+    let workload = |line: &str| {
+        let text =
+            format!("[[application]]\nname = \"a\"\n{line}\n[application.cpu]\ncompute = \"1s\"\n");
+        parse_workload("w.toml", &text).expect_err(line).to_string()
+    };
+    assert_eq!(
+        workload("tasks = 1000000000000"),
+        "w.toml:3:9: application[0].tasks: invalid value: integer `1000000000000`, expected a \
+         whole number from 1 to 10000000"
+    );
+    assert_eq!(
+        workload("tasks = 1\npriority = 99999999999"),
+        "w.toml:4:12: application[0].priority: invalid value: integer `99999999999`, expected a \
+         whole number from -2147483648 to 2147483647"
+    );
+}
+
 #[test]
 fn unknown_rack_is_named() {
     let e = cluster_error("04-unknown-rack.toml");
@@ -493,8 +531,8 @@ fn retries_default_to_zero_and_bad_values_name_the_field() {
     let w = parse_workload("j.toml", &job("retries = 3")).expect("valid");
     assert_eq!(*w.applications[0].retries.get_ref(), 3);
     for (value, says) in [
-        ("retries = -1", "expected a whole number, 0 or more"),
-        ("retries = \"two\"", "expected a whole number, 0 or more"),
+        ("retries = -1", "expected a whole number from 0 to 100"),
+        ("retries = \"two\"", "expected a whole number from 0 to 100"),
         ("retries = 101", "must be at most 100"),
     ] {
         let e = parse_workload("j.toml", &job(value)).expect_err(value);
@@ -612,7 +650,7 @@ fn a_bad_user_table_is_refused_naming_its_line_and_field() {
             "shares = -2",
             9,
             "user[0].shares",
-            "expected a whole number, 0 or more",
+            "expected a whole number from 1 to 1000000",
         ),
         (
             "max_cores = 0",
