@@ -819,3 +819,48 @@ fn a_variants_warning_signal_is_read_and_its_mistakes_are_named() {
     let e = parse_workload("j.toml", &job("", "signal = \"USR1\"")).expect_err("misplaced");
     assert!(e.to_string().contains("[application.cpu]"), "{e}");
 }
+
+/// A variant no node can hold, beside one that fits, is runnable (the tasks run on the other)
+/// and said as a warning at its table, naming the application and what no node has; a variant
+/// the application never runs, or a workload refused outright, gives none.
+#[test]
+fn a_variant_no_node_holds_beside_one_that_fits_is_warned_of() {
+    let cluster = parse_cluster(
+        "c.toml",
+        "[[node]]\nname = \"n\"\ncount = 2\ncores = 4\ncore_speed = 1.0\nmemory = \"8GiB\"\n\
+         disk_read = \"100MiB/s\"\nnetwork = \"125MB/s\"\n\
+         [[node.accelerator]]\nkind = \"g\"\ncount = 1\nmemory = \"4GiB\"\nspeed = 1.0\n",
+    )
+    .unwrap();
+    let warnings = |cpu: &str, gpu: &str, extra: &str| {
+        let text = format!(
+            "[[application]]\nname = \"a\"\ntasks = 10\n{extra}\n[application.cpu]\n\
+             compute = \"10s\"\n{cpu}\n[application.gpu]\ncompute = \"1s\"\n{gpu}\n"
+        );
+        let w = parse_workload("w.toml", &text).unwrap();
+        w.check_runnable(&cluster.nodes).expect("runnable");
+        w.unfit_variants(&cluster.nodes)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        warnings("", "gpus = 5", ""),
+        vec![
+            "w.toml:8:1: application[0].gpu: application `a`: no node has 5 GPUs with the cores \
+             and memory a task of its GPU variant asks for (the most on a node: 1 GPU): its tasks \
+             run on CPUs only"
+        ]
+    );
+    assert_eq!(
+        warnings("cores = 64", "", ""),
+        vec![
+            "w.toml:5:1: application[0].cpu: application `a`: no node has the cores and memory a \
+             task of its CPU variant asks for (64 cores; the largest nodes offer 4 cores, 8.0 \
+             GiB): its tasks run on GPUs only"
+        ]
+    );
+    assert!(warnings("", "", "").is_empty());
+    // A required application never runs its CPU variant: nothing to warn of.
+    assert!(warnings("cores = 64", "", "accelerator = \"required\"").is_empty());
+}
