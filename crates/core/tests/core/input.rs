@@ -831,13 +831,13 @@ fn a_variant_no_node_holds_beside_one_that_fits_is_warned_of() {
          disk_read = \"100MiB/s\"\nnetwork = \"125MB/s\"\n\
          [[node.accelerator]]\nkind = \"g\"\ncount = 1\nmemory = \"4GiB\"\nspeed = 1.0\n",
     )
-    .unwrap();
+    .expect("cluster");
     let warnings = |cpu: &str, gpu: &str, extra: &str| {
         let text = format!(
             "[[application]]\nname = \"a\"\ntasks = 10\n{extra}\n[application.cpu]\n\
              compute = \"10s\"\n{cpu}\n[application.gpu]\ncompute = \"1s\"\n{gpu}\n"
         );
-        let w = parse_workload("w.toml", &text).unwrap();
+        let w = parse_workload("w.toml", &text).expect("workload");
         w.check_runnable(&cluster.nodes).expect("runnable");
         w.unfit_variants(&cluster.nodes)
             .iter()
