@@ -293,6 +293,11 @@ fn load_case(cluster: &Path, workload: &Path) -> anyhow::Result<Case> {
     let origin = workload.display().to_string();
     let workload = parse_sim_workload(&origin, &read(workload)?)?;
     workload.check_runnable(&cluster.nodes)?;
+    // A variant no node holds is runnable beside one that fits, and never runs: said here, so a
+    // typo (`gpus = 5` on 1-GPU nodes) does not pass as a result of the other variant alone.
+    for unfit in workload.unfit_variants(&cluster.nodes) {
+        eprintln!("warning: {unfit}");
+    }
     let apps = workload.to_applications(0, MissingProfile::Refuse)?;
     let bound_s = lower_bound(&cluster, &apps)
         .with_context(|| format!("{origin}: computing the makespan lower bound"))?

@@ -3,7 +3,7 @@
 //! parsers, so a file that one accepts the other reads the same way.
 //!
 //! Every error is an [`InputError`] that names the file, line, column and field, and says what was
-//! expected: `cluster.toml:12:9: node[1].cores: invalid value: integer `-2`, expected a whole number, 0 or more`.
+//! expected: `cluster.toml:12:9: node[1].cores: invalid value: integer `-2`, expected a whole number from 1 to 65536`.
 
 pub mod binding;
 pub mod cluster;
@@ -191,26 +191,30 @@ impl<'a> Source<'a> {
 }
 
 /// A TOML or serde message in a user's words: the Rust type a field is read as (`expected
-/// u32`) is said as what the file may hold (`expected a whole number, 0 or more`).
+/// u32`) is said as what the file may hold, with the type's range (`expected a whole number from
+/// 0 to 4294967295`), so that a value too large says the largest one read; a number too large
+/// for any integer (`integer `…` as i128`, toml's internal type) is said to be out of range.
+/// A field whose parser refuses more than its type does says its own range ([`whole_number_range`]).
 pub(crate) fn in_words(message: &str) -> String {
-    const UNSIGNED: &str = "a whole number, 0 or more";
-    const SIGNED: &str = "a whole number";
-    const TYPES: [(&str, &str); 12] = [
-        ("u8", UNSIGNED),
-        ("u16", UNSIGNED),
-        ("u32", UNSIGNED),
-        ("u64", UNSIGNED),
-        ("usize", UNSIGNED),
-        ("i8", SIGNED),
-        ("i16", SIGNED),
-        ("i32", SIGNED),
-        ("i64", SIGNED),
-        ("isize", SIGNED),
-        ("f32", "a number"),
-        ("f64", "a number"),
+    fn range(min: i128, max: i128) -> String {
+        format!("a whole number from {min} to {max}")
+    }
+    let types: [(&str, String); 12] = [
+        ("u8", range(0, u8::MAX.into())),
+        ("u16", range(0, u16::MAX.into())),
+        ("u32", range(0, u32::MAX.into())),
+        ("u64", range(0, u64::MAX.into())),
+        ("usize", range(0, usize::MAX as i128)),
+        ("i8", range(i8::MIN.into(), i8::MAX.into())),
+        ("i16", range(i16::MIN.into(), i16::MAX.into())),
+        ("i32", range(i32::MIN.into(), i32::MAX.into())),
+        ("i64", range(i64::MIN.into(), i64::MAX.into())),
+        ("isize", range(isize::MIN as i128, isize::MAX as i128)),
+        ("f32", "a number".into()),
+        ("f64", "a number".into()),
     ];
     let mut out = message.trim().to_string();
-    for (ty, words) in TYPES {
+    for (ty, words) in types {
         let expected = format!("expected {ty}");
         // Whole words only: `expected u32` is not the start of `expected u32s`.
         let found = out.match_indices(&expected).map(|(at, _)| at).find(|&at| {
@@ -220,7 +224,45 @@ pub(crate) fn in_words(message: &str) -> String {
             out.replace_range(at..at + expected.len(), &format!("expected {words}"));
         }
     }
+    // `invalid type: integer `1…0` as i128, expected …`: the number is an integer, too large
+    // (or too small) for any field; i128 is only how toml read it.
+    if let Some(rest) = out.strip_prefix("invalid type: integer `")
+        && let Some((number, tail)) = rest.split_once("` as i128")
+    {
+        out = format!("invalid value: integer `{number}` is out of range{tail}");
+    }
     out
+}
+
+/// `e`, a type error on a whole-number field listed in `ranges` (its path without indices,
+/// `node.cores`, and the least and most the parser accepts once it is read), with the field's own
+/// range instead of its type's: `cores = -4` must not be told `0 or more` when `cores = 0` is
+/// refused next, nor `tasks = 10000000000` told the type's limit when the file's is lower.
+pub(crate) fn whole_number_range(mut e: InputError, ranges: &[(&str, u64, u64)]) -> InputError {
+    let Some(field) = e.field.as_deref() else {
+        return e;
+    };
+    // `application[2].cpu.cores` → `application.cpu.cores`.
+    let mut path = String::with_capacity(field.len());
+    let mut in_index = false;
+    for c in field.chars() {
+        match c {
+            '[' => in_index = true,
+            ']' => in_index = false,
+            c if !in_index => path.push(c),
+            _ => {}
+        }
+    }
+    let Some(&(_, min, max)) = ranges.iter().find(|(f, _, _)| *f == path) else {
+        return e;
+    };
+    if let Some(at) = e.message.find(", expected a whole number from ") {
+        e.message.replace_range(
+            at..,
+            &format!(", expected a whole number from {min} to {max}"),
+        );
+    }
+    e
 }
 
 /// One step of a path into a file's TOML ([`Source::value_at`]).

@@ -387,7 +387,7 @@ pub struct FairShareConfig {
 impl FairShareConfig {
     /// Slurm's default.
     pub const DEFAULT_HALF_LIFE: Duration = Duration(7 * 24 * 3600 * 1_000_000_000);
-    /// The shortest half-life: usage is sampled every second
+    /// The shortest half-life: usage decays, and users are ranked, once a second
     /// (`hetsched_core::model::fair_share::MIN_HALF_LIFE`, the simulator's too).
     pub const MIN_HALF_LIFE: Duration = Duration(hetsched_core::model::fair_share::MIN_HALF_LIFE);
 

@@ -374,7 +374,7 @@ fn what_sim_run_refuses_sim_accel_refuses_with_the_same_located_error() {
     assert_eq!(accel.status.code(), Some(1));
     assert!(
         stderr(&accel).contains(
-            "w.toml:2:8: application[0].submit_at: application `a` is submitted at 100 s: sim \
+            "w.toml:4:1: application[0].submit_at: application `a` is submitted at 100 s: sim \
              accel has no arrival times"
         ),
         "{}",

@@ -1074,3 +1074,39 @@ fn a_read_time_without_a_split_is_refused_by_sim_run_at_its_variant() {
         "{e}"
     );
 }
+
+/// A variant no node can hold (`gpus = 5` on 1-GPU nodes) beside one that fits runs, on the other
+/// variant only, and says so on stderr naming the application and variant: it used to pass in
+/// silence, the results then those of the CPU variant alone.
+#[test]
+fn a_variant_no_node_holds_is_warned_of_and_the_other_runs() {
+    let dir = ScratchDir::new("sim-cli", "unfit-variant");
+    std::fs::write(
+        dir.join("c.toml"),
+        "[[node]]\nname = \"n\"\ncount = 2\ncores = 4\nmemory = \"8GiB\"\n\
+         [[node.accelerator]]\nkind = \"g\"\ncount = 1\nmemory = \"4GiB\"\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("w.toml"),
+        "[[application]]\nname = \"a\"\ntasks = 10\n[application.cpu]\ncompute = \"10s\"\n\
+         read = \"0s\"\n[application.gpu]\ngpus = 5\ncompute = \"1s\"\ncopy = \"0s\"\nread = \"0s\"\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args(["sim", "run", "--cluster", "c.toml", "--workload", "w.toml"])
+        .current_dir(&dir)
+        .output()
+        .expect("the hetsched binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(
+            "warning: w.toml:7:1: application[0].gpu: application `a`: no node has 5 GPUs with \
+             the cores and memory a task of its GPU variant asks for (the most on a node: 1 GPU): \
+             its tasks run on CPUs only"
+        ),
+        "{stderr}"
+    );
+    assert!(!out.stdout.is_empty());
+}

@@ -435,6 +435,15 @@ pub fn parse_cluster(origin: &str, text: &str) -> Result<Cluster, InputError> {
     parse_cluster_with_slots(origin, text).map(|(cluster, _)| cluster)
 }
 
+/// The whole-number fields whose range the checks below narrow from their type's: a value of the
+/// wrong type or size is told this range, not one they then refuse part of.
+const CLUSTER_RANGES: &[(&str, u64, u64)] = &[
+    ("node.count", 1, MAX_CLUSTER_NODES),
+    ("node.cores", 1, MAX_NODE_CORES as u64),
+    ("node.slots", 1, u32::MAX as u64),
+    ("node.accelerator.count", 1, MAX_NODE_ACCELERATORS),
+];
+
 /// Parses a cluster file into a validated [`Cluster`] and every node's worker-process slots
 /// (indexed like `cluster.nodes`; [`DEFAULT_SLOTS`] where the entry names none).
 pub fn parse_cluster_with_slots(
@@ -443,7 +452,9 @@ pub fn parse_cluster_with_slots(
 ) -> Result<(Cluster, Vec<u32>), InputError> {
     let mut slots = Vec::new();
     let src = Source::new(origin, text);
-    let file: ClusterFile = src.parse_toml()?;
+    let file: ClusterFile = src
+        .parse_toml()
+        .map_err(|e| super::whole_number_range(e, CLUSTER_RANGES))?;
     let mut racks = Vec::new();
     let mut rack_ids = HashMap::new();
     for (i, r) in file.rack.iter().enumerate() {

@@ -112,6 +112,14 @@ fn parse_any_duration(text: &str) -> Result<Time, String> {
         if value.is_finite() && value >= 0.0 {
             return Ok(crate::time::secs(value * scale));
         }
+        // Said here: humantime's reading of `-5us` is `expected number at 0`, naming neither
+        // the sign nor the rule.
+        if value < 0.0 {
+            return Err(format!(
+                "invalid duration `{}`: a duration is 0 or more",
+                clip(text.trim())
+            ));
+        }
         // An exponent past f64's ("1e400s") reads as infinity: too long, not a unit `e`.
         if value == f64::INFINITY {
             return Ok(Time::MAX);
@@ -632,6 +640,19 @@ mod tests {
             let e = parse_duration(text).expect_err(text);
             assert!(!e.contains("needs its unit"), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_negative_duration_is_refused_as_negative() {
+        assert_eq!(
+            parse_duration("-5us"),
+            Err("invalid duration `-5us`: a duration is 0 or more".to_string())
+        );
+        assert_eq!(
+            parse_duration(" -1.5 ms"),
+            Err("invalid duration `-1.5 ms`: a duration is 0 or more".to_string())
+        );
+        assert_eq!(parse_duration("-0s"), Ok(0));
     }
 
     #[test]

@@ -581,6 +581,21 @@ fn variant_field_hint(mut e: InputError) -> InputError {
     e
 }
 
+/// The whole-number fields whose range the checks below narrow from their type's (0 refused, a
+/// lower maximum): a value of the wrong type or size is told this range, not one they then
+/// refuse part of.
+const WORKLOAD_RANGES: &[(&str, u64, u64)] = &[
+    ("application.tasks", 1, MAX_WORKLOAD_TASKS),
+    ("application.retries", 0, MAX_RETRIES as u64),
+    ("application.max_running", 1, u32::MAX as u64),
+    ("application.cpu.cores", 1, u32::MAX as u64),
+    ("application.gpu.gpus", 1, u32::MAX as u64),
+    ("application.gpu.cores", 1, u32::MAX as u64),
+    ("user.shares", 1, MAX_SHARES as u64),
+    ("user.max_cores", 1, u32::MAX as u64),
+    ("user.max_gpus", 1, u32::MAX as u64),
+];
+
 /// Parses a workload or job file and checks everything the file alone can tell.
 pub fn parse_workload(origin: &str, text: &str) -> Result<Workload, InputError> {
     parse_any_workload(origin, text, true)
@@ -599,7 +614,9 @@ fn parse_any_workload(
     takes_divisible: bool,
 ) -> Result<Workload, InputError> {
     let src = Source::new(origin, text);
-    let file: WorkloadFile = src.parse_toml().map_err(variant_field_hint)?;
+    let file: WorkloadFile = src
+        .parse_toml()
+        .map_err(|e| super::whole_number_range(variant_field_hint(e), WORKLOAD_RANGES))?;
     if file.application.is_empty() && file.divisible.is_empty() {
         return Err(src.error(
             None,
@@ -920,6 +937,57 @@ fn check_users(src: &Source<'_>, users: &[UserSpec]) -> Result<(), InputError> {
     Ok(())
 }
 
+/// Whether some node of `nodes` holds one task of `a`'s CPU variant, and of its GPU variant (its
+/// cores, memory, and as many GPUs of its kind); `None` for a variant it has not, or never runs
+/// (the CPU variant of an application that requires an accelerator).
+fn variants_fit(a: &ApplicationSpec, nodes: &[&Node]) -> (Option<bool>, Option<bool>) {
+    let required = a.accelerator_need() == AcceleratorNeed::Required;
+    let cpu = a.cpu.as_ref().filter(|_| !required).map(|c| {
+        nodes
+            .iter()
+            .any(|n| n.capacity().fits(&c.get_ref().request()))
+    });
+    let gpu = a.gpu.as_ref().map(|g| {
+        let g = g.get_ref();
+        nodes.iter().any(|n| {
+            let devices = n
+                .accelerators
+                .iter()
+                .filter(|acc| g.kind.as_deref().is_none_or(|k| acc.kind == k))
+                .count() as u32;
+            n.capacity().fits(&g.request()) && devices >= *g.gpus.get_ref()
+        })
+    });
+    (cpu, gpu)
+}
+
+/// What a task of CPU variant `c` asks beside the most any node of `nodes` offers of each:
+/// `64 cores; the largest nodes offer 4 cores, 16.0 GiB`.
+fn cpu_shortfall(c: &CpuSpec, nodes: &[&Node]) -> String {
+    let asked = c.request();
+    let cores = nodes.iter().map(|n| n.capacity().cores).max().unwrap_or(0);
+    let memory = nodes
+        .iter()
+        .map(|n| n.capacity().memory_bytes)
+        .max()
+        .unwrap_or(0);
+    // Memory only where the task asks for some: `0 B` read as an ask.
+    let what = if asked.memory_bytes == 0 {
+        crate::text::count(asked.cores, "core")
+    } else {
+        format!(
+            "{}, {}",
+            crate::text::count(asked.cores, "core"),
+            bytesize::ByteSize(asked.memory_bytes)
+        )
+    };
+    format!(
+        "{what}; the largest nodes offer {}, {}",
+        crate::text::count(cores, "core"),
+        bytesize::ByteSize(memory)
+    )
+}
+
 /// `Some(where it is written)` if `value` is `zero`.
 fn zero_at<T: PartialEq>(value: &Spanned<T>, zero: T) -> Option<Option<usize>> {
     (*value.get_ref() == zero).then(|| at(value))
@@ -1194,54 +1262,21 @@ impl Workload {
             }
             // A task that requires an accelerator never runs its CPU variant.
             let required = a.accelerator_need() == AcceleratorNeed::Required;
-            let cpu_fits = !required
-                && a.cpu.as_ref().is_some_and(|c| {
-                    nodes
-                        .iter()
-                        .any(|n| n.capacity().fits(&c.get_ref().request()))
-                });
-            let gpu_fits = a.gpu.as_ref().is_some_and(|g| {
-                let g = g.get_ref();
-                nodes.iter().any(|n| {
-                    let devices = n
-                        .accelerators
-                        .iter()
-                        .filter(|acc| g.kind.as_deref().is_none_or(|k| acc.kind == k))
-                        .count() as u32;
-                    n.capacity().fits(&g.request()) && devices >= *g.gpus.get_ref()
-                })
-            });
-            if cpu_fits || gpu_fits {
+            let (cpu_fits, gpu_fits) = variants_fit(a, &nodes);
+            if cpu_fits == Some(true) || gpu_fits == Some(true) {
                 continue;
             }
             let name = a.name.get_ref();
             let (span, field, message) = match (&a.cpu, &a.gpu) {
-                (Some(c), _) if !required => (at(c), "cpu", {
-                    // What it asks beside the most any node offers of each.
-                    let asked = c.get_ref().request();
-                    let cores = nodes.iter().map(|n| n.capacity().cores).max().unwrap_or(0);
-                    let memory = nodes
-                        .iter()
-                        .map(|n| n.capacity().memory_bytes)
-                        .max()
-                        .unwrap_or(0);
-                    // Memory only where the task asks for some: `0 B` read as an ask.
-                    let what = if asked.memory_bytes == 0 {
-                        crate::text::count(asked.cores, "core")
-                    } else {
-                        format!(
-                            "{}, {}",
-                            crate::text::count(asked.cores, "core"),
-                            bytesize::ByteSize(asked.memory_bytes)
-                        )
-                    };
+                (Some(c), _) if !required => (
+                    at(c),
+                    "cpu",
                     format!(
                         "application `{name}`: no node has the cores and memory one task asks \
-                             for ({what}; the largest nodes offer {}, {})",
-                        crate::text::count(cores, "core"),
-                        bytesize::ByteSize(memory)
-                    )
-                }),
+                         for ({})",
+                        cpu_shortfall(c.get_ref(), &nodes)
+                    ),
+                ),
                 (_, Some(g)) => (
                     at(g),
                     "gpu",
@@ -1270,6 +1305,73 @@ impl Workload {
             return Err(src.error(span, Some(format!("application[{i}].{field}")), message));
         }
         Ok(())
+    }
+
+    /// The variants [`Workload::check_runnable`] lets pass although no node can hold a task of
+    /// them, because the application's other variant fits somewhere: the simulator runs its
+    /// tasks on that other variant only, so the one that never runs is said (as a warning, at
+    /// the variant's table) rather than ignored in silence. An application `check_runnable`
+    /// refuses gives none, and so does a variant the application never runs (the CPU variant of
+    /// an application that `requires` an accelerator).
+    pub fn unfit_variants(&self, cluster: &[Node]) -> Vec<InputError> {
+        let src = self.source();
+        let mut unfit = Vec::new();
+        for (i, a) in self.applications.iter().enumerate() {
+            let who = format!("application `{}`", a.name.get_ref());
+            let Ok(nodes) = nodes_with(&src, cluster, &a.requires, "", &who) else {
+                continue;
+            };
+            if a.nodes.as_ref().is_some_and(|n| *n.get_ref() > 1) {
+                continue;
+            }
+            let among = if a.requires.is_empty() {
+                String::new()
+            } else {
+                format!(" among the nodes with {}", a.requires().join(" + "))
+            };
+            let name = a.name.get_ref();
+            match (variants_fit(a, &nodes), &a.cpu, &a.gpu) {
+                ((Some(false), Some(true)), Some(c), _) => unfit.push(src.error(
+                    at(c),
+                    Some(format!("application[{i}].cpu")),
+                    format!(
+                        "application `{name}`: no node{among} has the cores and memory a task of \
+                         its CPU variant asks for ({}): its tasks run on GPUs only",
+                        cpu_shortfall(c.get_ref(), &nodes)
+                    ),
+                )),
+                ((Some(true), Some(false)), _, Some(spanned)) => {
+                    let g = spanned.get_ref();
+                    let gpus = crate::text::count(u64::from(*g.gpus.get_ref()), "GPU");
+                    let of_kind = g
+                        .kind
+                        .as_deref()
+                        .map_or(String::new(), |k| format!(" of kind `{k}`"));
+                    let most = nodes
+                        .iter()
+                        .map(|n| {
+                            n.accelerators
+                                .iter()
+                                .filter(|acc| g.kind.as_deref().is_none_or(|k| acc.kind == k))
+                                .count() as u64
+                        })
+                        .max()
+                        .unwrap_or(0);
+                    unfit.push(src.error(
+                        at(spanned),
+                        Some(format!("application[{i}].gpu")),
+                        format!(
+                            "application `{name}`: no node{among} has {gpus}{of_kind} with the \
+                             cores and memory a task of its GPU variant asks for (the most on a \
+                             node: {}): its tasks run on CPUs only",
+                            crate::text::count(most, "GPU")
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        unfit
     }
 
     /// Checks that every variant has a `command` that runs something (the runtime runs it; the

@@ -24,14 +24,15 @@ use crate::time::{NANOS_PER_SEC, Time};
 pub const SETTLE_PERIOD: Time = NANOS_PER_SEC;
 
 /// The shortest half-life fair share takes, the server's (`[fair_share] half_life`) and the
-/// simulator's (`--fair-share`) alike: a minute. Usage is settled every [`SETTLE_PERIOD`] (a
-/// second), so a shorter half-life would let usage decay by a large part between two samples.
+/// simulator's (`--fair-share`) alike: a minute. Holdings are integrated up to every event, but
+/// usage is decayed and standings recomputed only every [`SETTLE_PERIOD`] (a second), so a shorter
+/// half-life would let usage decay by a large part between two settles.
 pub const MIN_HALF_LIFE: Time = 60 * NANOS_PER_SEC;
 
 /// A half-life below [`MIN_HALF_LIFE`], under the name of the flag or field that gave it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{name} ({}) must be at least {}: usage is sampled every second",
+    "{name} ({}) must be at least {}: usage decays, and users are ranked, once a second",
     shown(*half_life),
     shown(MIN_HALF_LIFE)
 )]
@@ -292,7 +293,8 @@ mod tests {
         let e = check_half_life("--fair-share", 59 * NANOS_PER_SEC).expect_err("too short");
         assert_eq!(
             e.to_string(),
-            "--fair-share (59s) must be at least 1m: usage is sampled every second"
+            "--fair-share (59s) must be at least 1m: usage decays, and users are ranked, once a \
+             second"
         );
         assert!(check_half_life("--fair-share", 0).is_err());
     }

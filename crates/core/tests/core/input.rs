@@ -63,6 +63,44 @@ fn negative_cores_are_refused_at_their_line() {
     assert!(e.message.contains("-6"), "{e}");
 }
 
+/// A whole number of the wrong sign or size is told the range its field takes: not `0 or more`
+/// where 0 is refused next, not the parser's internal `i128`, and always the largest value.
+#[test]
+fn a_whole_number_out_of_range_is_told_the_range_its_field_takes() {
+    let cluster = |cores: &str| {
+        let text = format!(
+            "[[node]]\nname = \"n\"\ncount = 2\ncores = {cores}\ncore_speed = 1.0\n\
+             memory = \"8GiB\"\ndisk_read = \"100MiB/s\"\nnetwork = \"125MB/s\"\n"
+        );
+        parse_cluster("c.toml", &text).expect_err(cores).to_string()
+    };
+    assert_eq!(
+        cluster("-4"),
+        "c.toml:4:9: node[0].cores: invalid value: integer `-4`, expected a whole number from 1 \
+         to 65536"
+    );
+    assert_eq!(
+        cluster("99999999999999999999999"),
+        "c.toml:4:9: node[0].cores: invalid value: integer `99999999999999999999999` is out of \
+         range, expected a whole number from 1 to 65536"
+    );
+    let workload = |line: &str| {
+        let text =
+            format!("[[application]]\nname = \"a\"\n{line}\n[application.cpu]\ncompute = \"1s\"\n");
+        parse_workload("w.toml", &text).expect_err(line).to_string()
+    };
+    assert_eq!(
+        workload("tasks = 1000000000000"),
+        "w.toml:3:9: application[0].tasks: invalid value: integer `1000000000000`, expected a \
+         whole number from 1 to 10000000"
+    );
+    assert_eq!(
+        workload("tasks = 1\npriority = 99999999999"),
+        "w.toml:4:12: application[0].priority: invalid value: integer `99999999999`, expected a \
+         whole number from -2147483648 to 2147483647"
+    );
+}
+
 #[test]
 fn unknown_rack_is_named() {
     let e = cluster_error("04-unknown-rack.toml");
@@ -493,8 +531,8 @@ fn retries_default_to_zero_and_bad_values_name_the_field() {
     let w = parse_workload("j.toml", &job("retries = 3")).expect("valid");
     assert_eq!(*w.applications[0].retries.get_ref(), 3);
     for (value, says) in [
-        ("retries = -1", "expected a whole number, 0 or more"),
-        ("retries = \"two\"", "expected a whole number, 0 or more"),
+        ("retries = -1", "expected a whole number from 0 to 100"),
+        ("retries = \"two\"", "expected a whole number from 0 to 100"),
         ("retries = 101", "must be at most 100"),
     ] {
         let e = parse_workload("j.toml", &job(value)).expect_err(value);
@@ -612,7 +650,7 @@ fn a_bad_user_table_is_refused_naming_its_line_and_field() {
             "shares = -2",
             9,
             "user[0].shares",
-            "expected a whole number, 0 or more",
+            "expected a whole number from 1 to 1000000",
         ),
         (
             "max_cores = 0",
@@ -780,4 +818,49 @@ fn a_variants_warning_signal_is_read_and_its_mistakes_are_named() {
     assert!(e.message.contains("invalid signal `KILL`"), "{e}");
     let e = parse_workload("j.toml", &job("", "signal = \"USR1\"")).expect_err("misplaced");
     assert!(e.to_string().contains("[application.cpu]"), "{e}");
+}
+
+/// A variant no node can hold, beside one that fits, is runnable (the tasks run on the other)
+/// and said as a warning at its table, naming the application and what no node has; a variant
+/// the application never runs, or a workload refused outright, gives none.
+#[test]
+fn a_variant_no_node_holds_beside_one_that_fits_is_warned_of() {
+    let cluster = parse_cluster(
+        "c.toml",
+        "[[node]]\nname = \"n\"\ncount = 2\ncores = 4\ncore_speed = 1.0\nmemory = \"8GiB\"\n\
+         disk_read = \"100MiB/s\"\nnetwork = \"125MB/s\"\n\
+         [[node.accelerator]]\nkind = \"g\"\ncount = 1\nmemory = \"4GiB\"\nspeed = 1.0\n",
+    )
+    .expect("cluster");
+    let warnings = |cpu: &str, gpu: &str, extra: &str| {
+        let text = format!(
+            "[[application]]\nname = \"a\"\ntasks = 10\n{extra}\n[application.cpu]\n\
+             compute = \"10s\"\n{cpu}\n[application.gpu]\ncompute = \"1s\"\n{gpu}\n"
+        );
+        let w = parse_workload("w.toml", &text).expect("workload");
+        w.check_runnable(&cluster.nodes).expect("runnable");
+        w.unfit_variants(&cluster.nodes)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        warnings("", "gpus = 5", ""),
+        vec![
+            "w.toml:8:1: application[0].gpu: application `a`: no node has 5 GPUs with the cores \
+             and memory a task of its GPU variant asks for (the most on a node: 1 GPU): its tasks \
+             run on CPUs only"
+        ]
+    );
+    assert_eq!(
+        warnings("cores = 64", "", ""),
+        vec![
+            "w.toml:5:1: application[0].cpu: application `a`: no node has the cores and memory a \
+             task of its CPU variant asks for (64 cores; the largest nodes offer 4 cores, 8.0 \
+             GiB): its tasks run on GPUs only"
+        ]
+    );
+    assert!(warnings("", "", "").is_empty());
+    // A required application never runs its CPU variant: nothing to warn of.
+    assert!(warnings("cores = 64", "", "accelerator = \"required\"").is_empty());
 }

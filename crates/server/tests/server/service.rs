@@ -630,8 +630,8 @@ fn max_attempts_of_zero_is_refused() {
 /// A heartbeat of 0 would have agents with work beat without pause, and one at or above the
 /// dead timeout would have busy nodes declared dead between two beats: both are refused, naming
 /// the fields; so is a dead timeout too short to mean anything.
-/// `[fair_share]`: the half-life defaults to Slurm's 7 days, is at least a minute (usage is
-/// sampled every second), and an unknown field is refused with its line.
+/// `[fair_share]`: the half-life defaults to Slurm's 7 days, is at least a minute (usage decays
+/// once a second), and an unknown field is refused with its line.
 #[test]
 fn fair_share_takes_a_half_life_of_at_least_a_minute() {
     let c = ServerConfig::parse("s.toml", "[fair_share]\n").expect("parses");

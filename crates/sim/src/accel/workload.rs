@@ -153,7 +153,6 @@ pub fn unmodelled(workload: &Workload) -> Result<(), InputError> {
         "sim accel runs an accelerator task on one device of any kind, in one container";
     for (i, a) in workload.applications.iter().enumerate() {
         let name = a.name.get_ref();
-        let at_name = start(a.name.span());
         let field = |f: &str| format!("application[{i}].{f}");
         if let Some(r) = a.requires.first() {
             return refuse(
@@ -163,9 +162,13 @@ pub fn unmodelled(workload: &Workload) -> Result<(), InputError> {
                 "sim accel places tasks by binding, not by node attributes",
             );
         }
+        // `priority`, `submit_at`, a variant's `memory` and `kind` are kept without their place:
+        // read it again from the text, so the error points at the key refused, not at the
+        // application's name or its variant's table.
+        let key_at = |f: &str| src.key_at(&field(f)).or_else(|| start(a.name.span()));
         if a.priority != 0 {
             return refuse(
-                at_name,
+                key_at("priority"),
                 field("priority"),
                 format!("application `{name}` has priority {}", a.priority),
                 "sim accel runs applications one after another, in file order",
@@ -173,7 +176,7 @@ pub fn unmodelled(workload: &Workload) -> Result<(), InputError> {
         }
         if a.submit_at.0 != 0 {
             return refuse(
-                at_name,
+                key_at("submit_at"),
                 field("submit_at"),
                 format!(
                     "application `{name}` is submitted at {} s",
@@ -215,7 +218,7 @@ pub fn unmodelled(workload: &Workload) -> Result<(), InputError> {
             }
             if cpu.memory.as_u64() != 0 {
                 return refuse(
-                    start(c.span()),
+                    src.key_at(&field("cpu.memory")).or_else(|| start(c.span())),
                     field("cpu.memory"),
                     format!("a CPU task of `{name}` holds {}", cpu.memory),
                     ONE_CONTAINER,
@@ -237,7 +240,7 @@ pub fn unmodelled(workload: &Workload) -> Result<(), InputError> {
             }
             if let Some(k) = &gpu.kind {
                 return refuse(
-                    start(g.span()),
+                    src.key_at(&field("gpu.kind")).or_else(|| start(g.span())),
                     field("gpu.kind"),
                     format!("an accelerator task of `{name}` needs a GPU of kind `{k}`"),
                     ONE_DEVICE,
@@ -256,7 +259,7 @@ pub fn unmodelled(workload: &Workload) -> Result<(), InputError> {
             }
             if gpu.memory.as_u64() != 0 {
                 return refuse(
-                    start(g.span()),
+                    src.key_at(&field("gpu.memory")).or_else(|| start(g.span())),
                     field("gpu.memory"),
                     format!("an accelerator task of `{name}` holds {}", gpu.memory),
                     ONE_DEVICE,
@@ -265,10 +268,21 @@ pub fn unmodelled(workload: &Workload) -> Result<(), InputError> {
         }
     }
     if let Some(u) = workload.users.first() {
+        // A bare `[[user]]` is refused too (it declares a user, which sim accel has not): say
+        // what the table holds rather than claim shares or caps it does not have.
+        let has_limits = u.shares.is_some()
+            || u.max_cores.is_some()
+            || u.max_memory.is_some()
+            || u.max_gpus.is_some();
+        let what = if has_limits {
+            format!("user `{}` has shares or caps", u.name.get_ref())
+        } else {
+            format!("a `[[user]]` table declares user `{}`", u.name.get_ref())
+        };
         return refuse(
             start(u.name.span()),
             "user[0]".into(),
-            format!("user `{}` has shares or caps", u.name.get_ref()),
+            what,
             "sim accel has no users, shares or caps",
         );
     }

@@ -195,6 +195,11 @@ fn a_field_the_offload_model_does_not_honour_is_refused_at_it() {
         let e = accel_apps(&workload, &cluster).unwrap_err();
         assert_eq!(e.field.as_deref(), Some(field), "{extra}: {e}");
         assert!(e.line.is_some(), "{extra}: located: {e}");
+        // `lu_with` writes an application's field on line 5, a GPU variant's on line 8; the
+        // name is on line 2, the variant's header on line 6: the error points at the key
+        // refused, as `priority`, `submit_at`, `kind` and `memory` once did not.
+        let line = if extra.starts_with('@') { 5 } else { 8 };
+        assert_eq!(e.line, Some(line), "{extra}: at its own line: {e}");
         assert!(
             e.message.contains(says) && e.message.ends_with("`hetsched sim run` honours it"),
             "{extra}: {e}"
@@ -210,6 +215,7 @@ fn a_field_the_offload_model_does_not_honour_is_refused_at_it() {
         let workload = parse_workload("w.toml", &text).unwrap();
         let e = accel_apps(&workload, &cluster).unwrap_err();
         assert_eq!(e.field.as_deref(), Some(field), "{extra}: {e}");
+        assert_eq!(e.line, Some(6), "{extra}: at its own line: {e}");
         assert!(e.message.contains("one container of its node"), "{e}");
     }
     // A variant the application's `accelerator` never runs is not looked at.
@@ -217,4 +223,24 @@ fn a_field_the_offload_model_does_not_honour_is_refused_at_it() {
                   [application.gpu]\ncompute = \"1s\"\ngpus = 2\n";
     let workload = parse_workload("w.toml", unused).unwrap();
     assert!(accel_apps(&workload, &cluster).is_ok());
+}
+
+#[test]
+fn a_user_table_is_refused_for_what_it_holds() {
+    let cluster = parse_cluster("c.toml", CLUSTER).unwrap();
+    let app = "[[application]]\nname = \"c\"\ntasks = 2\n[application.cpu]\ncompute = \"1s\"\n";
+    // A bare `[[user]]` has no shares or caps: the error must not say it has.
+    let bare = format!("{app}[[user]]\nname = \"u\"\n");
+    let e = accel_apps(&parse_workload("w.toml", &bare).unwrap(), &cluster).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "w.toml:7:8: user[0]: a `[[user]]` table declares user `u`: sim accel has no users, \
+         shares or caps; `hetsched sim run` honours it"
+    );
+    let capped = format!("{app}[[user]]\nname = \"u\"\nmax_cores = 2\n");
+    let e = accel_apps(&parse_workload("w.toml", &capped).unwrap(), &cluster).unwrap_err();
+    assert!(
+        e.message.starts_with("user `u` has shares or caps: "),
+        "{e}"
+    );
 }
