@@ -1268,12 +1268,13 @@ impl CheckToken {
 }
 
 /// What a user sees of other users' tasks in a listing (`hetsched tasks`, `/api/tasks`): their
-/// states, nodes, times, exit codes and end reasons, as Slurm's `squeue`/`sacct` show anyone's,
-/// but no end message and no output path — a failure to start names the program (`cannot start
-/// `/home/alice/bin/prog``), a missing work directory its path, a capture file where the owner
-/// keeps it. Listings hold no commands, environments or outputs; the owner and the admin (and
-/// the read-only token, which sees what the admin sees) get the whole task. `owners`: the owner
-/// of each job the tasks belong to, read under the state's lock.
+/// states, nodes, times, exit codes, end reasons and the server's own words (`cancelled by the
+/// admin`, `exited with status 3`), as Slurm's `squeue`/`sacct` show anyone's, but not the end
+/// message of a start failure or of outputs missing, which names the owner's paths (`cannot
+/// start `/home/alice/bin/prog``, a missing work directory, a capture file), and no output path.
+/// Listings hold no commands, environments or outputs; the owner and the admin (and the
+/// read-only token, which sees what the admin sees) get the whole task. `owners`: the owner of
+/// each job the tasks belong to, read under the state's lock.
 pub(crate) fn hide_others_tasks(
     who: &Caller,
     owners: &std::collections::HashMap<u64, String>,
@@ -1284,7 +1285,9 @@ pub(crate) fn hide_others_tasks(
     }
     for t in tasks {
         if owners.get(&t.job_id).is_none_or(|o| **o != *who.name) {
-            t.message.clear();
+            if matches!(t.reason.as_str(), "start_failed" | "outputs_missing") {
+                t.message.clear();
+            }
             t.output.clear();
         }
     }
