@@ -34,7 +34,6 @@ use hetsched_proto::agent_data_server::AgentData;
 use hetsched_proto::ticket::NO_KEY_HEADER;
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::pin::Pin;
 use tokio::io::AsyncWriteExt;
@@ -301,17 +300,13 @@ fn safe_rel(rel: &str) -> bool {
 }
 
 /// Opens the workflow output `rel` (`wf/JOB/TASK-I/out/NAME`, checked by [`safe_rel`]) without
-/// following a link at its end; in an instance directory an account owns (an instance that ran
-/// as its owner, `run_as_owner`), as that account, so that a link the account put in the way
-/// leads only where the account may read.
+/// following a link at its end, a regular file only (a FIFO the instance left there would hold
+/// the serving thread for good: [`crate::workdir::open_regular`]); in an instance directory an
+/// account owns (an instance that ran as its owner, `run_as_owner`), as that account, so that a
+/// link the account put in the way leads only where the account may read.
 fn open_output(work_dir: &Path, rel: &str) -> std::io::Result<std::fs::File> {
     let path = work_dir.join(rel);
-    as_instance_owner(work_dir, rel, || {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(crate::workdir::no_follow())
-            .open(&path)
-    })
+    as_instance_owner(work_dir, rel, || crate::workdir::open_regular(&path, false))
 }
 
 /// Runs `f` as the owner of the workflow instance directory `rel` (`wf/JOB/TASK-I…`) is in:
@@ -464,7 +459,13 @@ impl AgentData for DataService {
                     "{rel}: not this job's (another job of the same id wrote it)"
                 )));
             }
-            open_output(&work_dir, &rel).map_err(|e| Status::not_found(format!("{rel}: {e}")))
+            open_output(&work_dir, &rel).map_err(|e| match crate::workdir::not_regular(&e) {
+                Some(n) => Status::not_found(format!(
+                    "{rel} is {}, not a regular file: a workflow output is served only as one",
+                    n.what
+                )),
+                None => Status::not_found(format!("{rel}: {e}")),
+            })
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))??;
@@ -968,6 +969,9 @@ pub enum Unwritten {
     Missing,
     /// A directory: an output is one regular file, which a consumer's fetch streams whole.
     Directory,
+    /// Something else that is not a regular file (in words: "a FIFO", "a socket"), which the
+    /// agent never serves ([`open_output`]).
+    Special(&'static str),
 }
 
 /// [`missing_outputs`] with what stands at each one's place: a directory is told apart (the
@@ -982,6 +986,9 @@ pub fn unwritten_outputs(a: &pb::Assignment, work_dir: &Path) -> Vec<(String, Un
     {
         Ok(m) if m.is_file() => None,
         Ok(m) if m.is_dir() => Some(Unwritten::Directory),
+        Ok(m) if !m.is_symlink() => Some(Unwritten::Special(crate::workdir::type_in_words(
+            m.file_type(),
+        ))),
         _ => Some(Unwritten::Missing),
     };
     // An instance directory gone, or an owner that is no account here: none can be served.
@@ -1039,6 +1046,14 @@ pub fn check_outputs(a: &pb::Assignment, work_dir: &Path, result: &mut pb::TaskR
             if dirs.len() == 1 { "" } else { "s" },
             dirs.join(", ")
         ));
+    }
+    for (name, kind) in &unwritten {
+        if let Unwritten::Special(what) = kind {
+            says.push(format!(
+                "made its declared output `{name}` {what}: an output is one regular file, which \
+                 consumers fetch whole"
+            ));
+        }
     }
     result.success = false;
     result.set_end(pb::TaskEnd::OutputsMissing);
@@ -2243,6 +2258,80 @@ pub(crate) mod tests {
             got.extend(chunk.data);
         }
         Ok(got)
+    }
+
+    /// A FIFO an instance left at its output's place (`mkfifo {output:y}`) is never opened
+    /// for reading: the instance fails saying so, and a fetch of it is refused at once, naming
+    /// what it is, while the regular output beside it is served. Before, the fetch opened it
+    /// and waited for a writer for good, holding a thread of the producer's agent.
+    #[tokio::test]
+    async fn an_output_that_is_a_fifo_fails_its_instance_and_is_refused_at_once() {
+        let root = ScratchDir::new("wf", "fifo-output");
+        let producer = root.join("producer");
+        crate::job_nonce::claim(&producer, &producer.join("wf/7"), 0xa).expect("claim");
+        let out = producer.join("wf/7/P-0/out");
+        std::fs::create_dir_all(&out).expect("out");
+        std::fs::write(out.join("x"), "x's data").expect("x");
+        nix::unistd::mkfifo(
+            &out.join("y"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .expect("fifo");
+        let a = pb::Assignment {
+            instance_dir: "7/P-0".into(),
+            outputs: vec!["x".into(), "y".into()],
+            ..Default::default()
+        };
+        let mut r = pb::TaskResult {
+            success: true,
+            end: pb::TaskEnd::Exited.into(),
+            ..Default::default()
+        };
+        check_outputs(&a, &producer, &mut r);
+        assert!(!r.success, "{r:?}");
+        assert_eq!(
+            r.message,
+            "it exited 0 but made its declared output `y` a FIFO: an output is one regular \
+             file, which consumers fetch whole"
+        );
+        assert_eq!(missing_outputs(&a, &producer), ["y"]);
+        let (address, _key, server) = serve_producer(&producer, Some(&KEY)).await;
+        let fetch = |path: &'static str| {
+            let job_nonce = 0xa;
+            let ticket = hetsched_proto::ticket::sign(
+                &KEY,
+                &hetsched_proto::ticket::Fetch {
+                    path,
+                    producer: "a",
+                    consumer: "b",
+                    task_id: 5,
+                    attempt: 1,
+                    job_nonce,
+                },
+            );
+            let req = pb::FetchRequest {
+                path: path.into(),
+                ticket,
+                consumer: "b".into(),
+                task_id: 5,
+                attempt: 1,
+                job_nonce,
+            };
+            let address = address.clone();
+            async move {
+                tokio::time::timeout(std::time::Duration::from_secs(5), ask(&address, req))
+                    .await
+                    .expect("an answer within 5 s, not a hang")
+            }
+        };
+        let e = fetch("wf/7/P-0/out/y").await.expect_err("a FIFO");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert_eq!(
+            e.message(),
+            "wf/7/P-0/out/y is a FIFO, not a regular file: a workflow output is served only as one"
+        );
+        assert_eq!(fetch("wf/7/P-0/out/x").await.expect("x"), b"x's data");
+        server.abort();
     }
 
     /// Job ids repeat (a restored backup, a fresh data directory) while agents keep older jobs'

@@ -548,14 +548,8 @@ async fn fetch(
     crate::job_nonce::claim(&me.work_dir, &dir, o.job_nonce).map_err(|e| write_error(&dir, &e))?;
     let input = dir.join(format!("chunk-{}.in", o.chunk));
     // The job's data: private to the agent's user (0600).
-    let mut f = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(crate::workdir::no_follow())
-        .open(&input)
-        .await
+    let mut f = crate::workdir::create_regular(&input, 0o600)
+        .map(tokio::fs::File::from_std)
         .map_err(|e| write_error(&input, &e))?;
     let fetched = async {
         if o.input_bytes == 0 {
@@ -918,6 +912,24 @@ async fn wait_chunk(
     }
 }
 
+/// The first `bytes` bytes of a chunk's output file `p`, a regular file only
+/// ([`crate::workdir::open_regular`]): without `run_as_owner` the chunk's command runs as the
+/// agent's user and could have put a FIFO in its place, which a plain read would wait on for
+/// good, and the chunk's result would never be sent.
+async fn read_output(p: &Path, bytes: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let p = p.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut d = Vec::new();
+        crate::workdir::open_regular(&p, false)?
+            .take(bytes)
+            .read_to_end(&mut d)?;
+        Ok(d)
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
 /// Uploads a chunk's result until the server has it.
 /// An output past what the server stores of one chunk ([`pb::MAX_CHUNK_OUTPUT`]) is not read
 /// nor sent: the chunk is reported failed, saying so; and only the bytes measured when the
@@ -940,16 +952,16 @@ async fn upload(mut client: Client, mut header: pb::ChunkResultHeader, mut out: 
     }
     loop {
         let data = match &out {
-            Some(p) => match tokio::fs::read(p).await {
-                Ok(mut d) => {
-                    d.truncate(usize::try_from(header.output_bytes).unwrap_or(usize::MAX));
-                    d
-                }
+            Some(p) => match read_output(p, header.output_bytes).await {
+                Ok(d) => d,
                 Err(e) => {
                     let mut h = header.clone();
                     h.success = false;
                     h.set_end(pb::TaskEnd::OutputsMissing);
-                    h.message = format!("its output cannot be gathered: {}: {e}", p.display());
+                    h.message = match crate::workdir::not_regular(&e) {
+                        Some(n) => format!("its output cannot be gathered: {n}"),
+                        None => format!("its output cannot be gathered: {}: {e}", p.display()),
+                    };
                     let _ = client
                         .chunk_done(tokio_stream::iter(vec![pb::ChunkDonePiece {
                             piece: Some(pb::chunk_done_piece::Piece::Header(h)),

@@ -72,20 +72,13 @@ fn write_node_file(
     a: &pb::Assignment,
 ) -> std::io::Result<PathBuf> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let path = work_dir
         .join(format!("job-{}", spec.job_id))
         .join(node_file_name(spec, a));
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(crate::workdir::no_follow())
-        .open(&path)?;
+    let mut f = crate::workdir::create_regular(&path, 0o600)?;
     for host in &a.hosts {
         writeln!(f, "{host}")?;
     }
@@ -218,20 +211,30 @@ fn open_stream(
         (1, Some(f)) if same_file(f.metadata(), std::fs::metadata(path)) => Some(f),
         _ => None,
     };
+    // A regular file, or a device (`/dev/null`): a FIFO made there beforehand would hold the
+    // open (and this thread) until something read it, so it is refused, as anything else is
+    // (`workdir::create_users`), and the attempt fails to start saying so.
     match shared {
         Some(f) => f.try_clone(),
         None => path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::File::create(path)),
+            .and_then(|()| crate::workdir::create_users(path)),
     }
     .map(Some)
-    .map_err(|e| {
-        format!(
+    .map_err(|e| match crate::workdir::not_regular(&e) {
+        Some(n) => format!(
+            "its {} file `{}` is {}, not a regular file: task output is written only to a \
+             regular file (or a device, such as `/dev/null`)",
+            STREAMS[k],
+            path.display(),
+            n.what
+        ),
+        None => format!(
             "cannot open its {} file `{}`: {e}",
             STREAMS[k],
             path.display()
-        )
+        ),
     })
 }
 
@@ -270,16 +273,11 @@ fn write_pointer(
 ) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = captured.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(crate::workdir::no_follow())
-        .open(pointer_path(captured))?;
+    // The agent's work directory: a regular file there, or nothing (`create_regular`).
+    let mut f = crate::workdir::create_regular(&pointer_path(captured), 0o666)?;
     if let Some(a) = account {
         a.give(&f)?;
     }
@@ -1590,6 +1588,49 @@ mod tests {
         let (r, [_, err]) = run_with_streams(&dir, "true", "none", "empty.err").await;
         assert!(r.success, "{r:?}");
         assert_eq!(err.expect("the empty file exists").0, b"");
+    }
+
+    /// An application's `stdout =` file that is a FIFO (made there before the task started)
+    /// fails the attempt to start at once, naming the file and what it is, and runs nothing;
+    /// the FIFO is left as it was. A device (`/dev/null`, which the parser admits) is still
+    /// written to. Before, the open waited for a reader for good: the attempt never started
+    /// nor ended, and a cancel left the job `cancelled (stopping 1)` for good.
+    #[tokio::test]
+    async fn a_stdout_file_that_is_a_fifo_fails_the_start_naming_it() {
+        let dir = test_dir("fifo-stream");
+        let fifo = dir.join("out.fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        let (r, [out, _]) = tokio::time::timeout(
+            Duration::from_secs(10),
+            run_with_streams(&dir, "echo > \"$D/ran\"", "out.fifo", ""),
+        )
+        .await
+        .expect("an answer within 10 s, not a hang");
+        assert!(r.start_failed && !r.success, "{r:?}");
+        assert_eq!(
+            r.message,
+            format!(
+                "its stdout file `{}` is a FIFO, not a regular file: task output is written only \
+                 to a regular file (or a device, such as `/dev/null`)",
+                fifo.display()
+            ),
+            "{r:?}"
+        );
+        assert!(!dir.join("ran").exists(), "nothing ran");
+        assert!(out.is_none(), "{out:?}");
+        use std::os::unix::fs::FileTypeExt;
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .expect("kept")
+                .file_type()
+                .is_fifo()
+        );
+        // (Not through `run_with_streams`: the log reader refuses the device, as it should.)
+        let (a, mut spec) = task(&dir, "echo gone", 0);
+        spec.stdout = "/dev/null".into();
+        let (_tx, rx) = oneshot::channel();
+        let r = run_by_agent(&a, &spec, &dir, rx, Duration::from_secs(60)).await;
+        assert!(r.success, "{r:?}");
     }
 
     /// Runs `script` as task 0, attempt 1, of job 1 whose owner is `run_as`, on an agent with

@@ -41,7 +41,6 @@ use hetsched_proto::agent_logs_server::{AgentLogs, AgentLogsServer};
 use hetsched_proto::listen::Limits;
 use hetsched_proto::ticket::{self, Log, LogFile, NO_KEY_HEADER};
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use tonic::{Request, Response, Status};
 
@@ -72,18 +71,15 @@ pub fn output_path(
     ))
 }
 
-/// Reads one page of `path` (opened without following a link; paging as
-/// [`pb::log_page`]): (data, offset where it starts, file size, whether the file exists).
+/// Reads one page of `path` (opened without following a link, a regular file only:
+/// [`crate::workdir::open_regular`]; paging as [`pb::log_page`]): (data, offset where it
+/// starts, file size, whether the file exists).
 pub fn read_page(
     path: &Path,
     offset: i64,
     limit: u32,
 ) -> std::io::Result<(Vec<u8>, u64, u64, bool)> {
-    let mut f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(crate::workdir::no_follow())
-        .open(path)
-    {
+    let mut f = match crate::workdir::open_regular(path, false) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0, 0, false)),
         Err(e) => return Err(e),
@@ -97,7 +93,7 @@ pub fn read_page(
 const MAX_POINTER: u64 = 16 * 1024;
 
 /// The file a task's stream went to instead of `captured`, if a pointer there says so (read
-/// without following a link).
+/// without following a link, a regular file only).
 pub fn redirected(captured: &Path) -> std::io::Result<Option<PathBuf>> {
     Ok(redirected_owned(captured)?.map(|(path, _)| path))
 }
@@ -108,11 +104,7 @@ pub fn redirected_owned(captured: &Path) -> std::io::Result<Option<(PathBuf, u32
     use std::io::Read;
     use std::os::unix::ffi::OsStringExt;
     use std::os::unix::fs::MetadataExt;
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(crate::workdir::no_follow())
-        .open(crate::launch::pointer_path(captured))
-    {
+    let f = match crate::workdir::open_no_follow(&crate::launch::pointer_path(captured), false) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -153,10 +145,55 @@ pub struct LogKey {
     pub key: DataKey,
 }
 
+/// How many reads of task output one agent serves at once: each holds a thread of the
+/// blocking pool while it opens and reads its file, and the pool (512 threads) is what the
+/// agent's other work — starting tasks, reporting their results — needs too. A read that
+/// hangs (a file system that stopped answering) keeps its turn, so at most this many threads
+/// are ever held by reads.
+pub const MAX_READS_IN_FLIGHT: usize = 32;
+
+/// How long a read waits for its turn before it is refused as busy: well within the server's
+/// 5 s wait for the agent's answer, so the user reads why.
+const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The `AgentLogs` service of one work directory.
 pub struct LogService {
     work_dir: PathBuf,
     key: LogKey,
+    /// The turns of the reads under way ([`MAX_READS_IN_FLIGHT`]), of `max_turns`.
+    turns: std::sync::Arc<tokio::sync::Semaphore>,
+    max_turns: usize,
+}
+
+impl LogService {
+    /// The service of `work_dir`'s task outputs, its reads' tickets checked with `key`.
+    pub fn new(work_dir: &Path, key: LogKey) -> Self {
+        Self::with_turns(work_dir, key, MAX_READS_IN_FLIGHT)
+    }
+
+    /// [`LogService::new`] serving at most `turns` reads at once.
+    fn with_turns(work_dir: &Path, key: LogKey, turns: usize) -> Self {
+        Self {
+            work_dir: work_dir.to_path_buf(),
+            key,
+            turns: std::sync::Arc::new(tokio::sync::Semaphore::new(turns)),
+            max_turns: turns,
+        }
+    }
+
+    /// A turn to read a file on the blocking pool, held until the read ends (however long the
+    /// file system takes); refused `ResourceExhausted`, saying to try again, when none frees
+    /// within [`TURN_WAIT`].
+    async fn turn(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        match tokio::time::timeout(TURN_WAIT, self.turns.clone().acquire_owned()).await {
+            Ok(Ok(turn)) => Ok(turn),
+            _ => Err(Status::resource_exhausted(format!(
+                "node {:?} is busy: all its {} turns for reads of task output are taken; try \
+                 again in a few seconds",
+                self.key.node, self.max_turns
+            ))),
+        }
+    }
 }
 
 /// `read` in words, for a refusal.
@@ -273,7 +310,9 @@ impl AgentLogs for LogService {
         let Some((path, job_nonce)) = path else {
             return self.worker_log(r).await.map(Response::new);
         };
+        let turn = self.turn().await?;
         tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             if !of_incarnation(&path, job_nonce) {
                 // Another job's of the same id (kept from before a restore, or from another
                 // data directory): as if there were no file, saying nothing of it.
@@ -308,9 +347,16 @@ fn of_incarnation(file: &Path, nonce: u64) -> bool {
 
 /// Why the output file `shown` cannot be read, as a status whose code says the agent answered
 /// (the server passes such a refusal on as it is, without a hint about the network): a file the
-/// task's owner may not read, or a symbolic link (never followed) is refused as such.
+/// task's owner may not read, a symbolic link (never followed), or what is not a regular file
+/// (a FIFO the task made in its place, never read: the read would wait for a writer for good)
+/// is refused as such.
 fn file_error(shown: &str, e: &std::io::Error) -> Status {
-    if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+    if let Some(n) = crate::workdir::not_regular(e) {
+        Status::failed_precondition(format!(
+            "`{shown}` is {}, not a regular file: only regular files are served as task output",
+            n.what
+        ))
+    } else if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
         Status::failed_precondition(format!(
             "{shown} is a symbolic link: task output is not read through links"
         ))
@@ -356,8 +402,10 @@ impl LogService {
         }
         let key = (r.topology.clone(), r.generation, r.worker);
         let work_dir = self.work_dir.clone();
+        let turn = self.turn().await?;
         tokio::task::spawn_blocking(move || {
             use std::os::unix::fs::MetadataExt;
+            let _turn = turn;
             let own = crate::stream_workers::worker_dir(&work_dir, &key);
             let theirs = (!r.run_as.is_empty()).then(|| {
                 crate::stream_workers::worker_dir(
@@ -459,13 +507,8 @@ impl LogListener {
         let mut builder = hetsched_proto::listen::server();
         let listener = tokio::net::TcpListener::bind(at).await?;
         let addr = listener.local_addr()?;
-        let service = AgentLogsServer::with_interceptor(
-            LogService {
-                work_dir: work_dir.to_path_buf(),
-                key,
-            },
-            check_token(token),
-        );
+        let service =
+            AgentLogsServer::with_interceptor(LogService::new(work_dir, key), check_token(token));
         let data = data.map(|d| {
             pb::agent_data_server::AgentDataServer::with_interceptor(d, check_token(token))
         });
@@ -525,10 +568,7 @@ mod tests {
         assert!(wd.starts_with(dir.join("stream")), "{}", wd.display());
         std::fs::create_dir_all(&wd).expect("dir");
         std::fs::write(wd.join("worker.err"), "a warning\n").expect("err");
-        let service = LogService {
-            work_dir: dir.clone(),
-            key: LogKey::default(),
-        };
+        let service = LogService::new(&dir, LogKey::default());
         let ask = |run_as: &str| pb::AgentLogRequest {
             topology: key.0.clone(),
             generation: 2,
@@ -570,10 +610,7 @@ mod tests {
             node: "a".into(),
             key: DataKey::default(),
         };
-        let service = LogService {
-            work_dir: dir.clone(),
-            key: key.clone(),
-        };
+        let service = LogService::new(&dir, key.clone());
         let ask = |r: pb::AgentLogRequest| service.read_log(Request::new(r));
         let valid_for = |r: &pb::AgentLogRequest| pb::AgentLogRequest {
             ticket: ticket::sign(&KEY, &Log::of(r, "a")),
@@ -695,13 +732,13 @@ mod tests {
     async fn a_file_is_served_only_to_reads_of_the_job_incarnation_that_wrote_it() {
         const KEY: [u8; 32] = [7; 32];
         let dir = ScratchDir::new("logs", "nonce");
-        let service = LogService {
-            work_dir: dir.clone(),
-            key: LogKey {
+        let service = LogService::new(
+            &dir,
+            LogKey {
                 node: "a".into(),
                 key: DataKey::default(),
             },
-        };
+        );
         assert!(service.key.key.set(&KEY));
         let read = |job_id, job_nonce, divisible| {
             let mut r = pb::AgentLogRequest {
@@ -762,6 +799,106 @@ mod tests {
         assert!(r.exists && r.data == b"legacy\n", "{r:?}");
         let r = read(3, 0xc, true).await.expect("chunk");
         assert!(r.exists && r.data == b"chunk\n", "{r:?}");
+    }
+
+    /// A FIFO a task made where its output is read — its capture file, or its own `stdout =`
+    /// file after it started (`rm -f out.fifo; mkfifo out.fifo`) — is refused at once, naming
+    /// it, with a code the server passes on as the agent's word; the next read of a regular
+    /// file is served. Before, each such read held a thread of the agent's blocking pool for
+    /// good, and enough of them stopped the agent from serving, reporting and shutting down.
+    #[tokio::test]
+    async fn a_fifo_in_an_outputs_place_is_refused_at_once_naming_it() {
+        const KEY: [u8; 32] = [7; 32];
+        let dir = ScratchDir::new("logs", "fifo");
+        let service = LogService::new(
+            &dir,
+            LogKey {
+                node: "a".into(),
+                key: DataKey::default(),
+            },
+        );
+        assert!(service.key.key.set(&KEY));
+        let read = |attempt: u32| {
+            let mut r = pb::AgentLogRequest {
+                job_id: 4,
+                app: "sim".into(),
+                index: 2,
+                attempt,
+                ..Default::default()
+            };
+            r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
+            let service = &service;
+            async move {
+                tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    service.read_log(Request::new(r)),
+                )
+                .await
+                .expect("an answer within 5 s, not a hang")
+                .map(|r| r.into_inner())
+            }
+        };
+        let fifo = |p: &Path| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo")
+        };
+        // Attempt 1's capture file is a FIFO; attempt 2 sent its stdout to its own file,
+        // which the task then replaced with one; attempt 3's is a file.
+        let captured = output_path(&dir, 4, "sim", (2, 0), 1, false);
+        std::fs::create_dir_all(captured.parent().expect("job dir")).expect("job dir");
+        fifo(&captured);
+        let own = dir.join("out.fifo");
+        fifo(&own);
+        let pointer = crate::launch::pointer_path(&output_path(&dir, 4, "sim", (2, 0), 2, false));
+        std::fs::write(&pointer, own.as_os_str().as_encoded_bytes()).expect("pointer");
+        std::fs::write(output_path(&dir, 4, "sim", (2, 0), 3, false), "done\n").expect("out");
+        for (attempt, path) in [(1, &captured), (2, &own)] {
+            let e = read(attempt).await.expect_err("a FIFO");
+            assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+            assert_eq!(
+                e.message(),
+                format!(
+                    "`{}` is a FIFO, not a regular file: only regular files are served as task \
+                     output",
+                    path.display()
+                )
+            );
+        }
+        let r = read(3).await.expect("a file");
+        assert_eq!(r.data, b"done\n");
+    }
+
+    /// Reads take turns, at most [`MAX_READS_IN_FLIGHT`] at once: one that finds none free
+    /// within [`TURN_WAIT`] is refused as busy, saying to try again, instead of holding yet
+    /// another thread of the agent's blocking pool; once a turn is free, reads are served.
+    #[tokio::test]
+    async fn a_read_finding_every_turn_taken_is_refused_as_busy() {
+        let dir = ScratchDir::new("logs", "busy");
+        let key = ("t".to_string(), 1, 0);
+        let wd = crate::stream_workers::worker_dir(&dir, &key);
+        std::fs::create_dir_all(&wd).expect("dir");
+        std::fs::write(wd.join("worker.err"), "a warning\n").expect("err");
+        let service = LogService::with_turns(&dir, LogKey::default(), 1);
+        let ask = || pb::AgentLogRequest {
+            topology: key.0.clone(),
+            generation: 1,
+            ..Default::default()
+        };
+        let held = service
+            .turns
+            .clone()
+            .try_acquire_owned()
+            .expect("the one turn");
+        let e = service.worker_log(ask()).await.expect_err("busy");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+        assert!(
+            e.message()
+                .contains("is busy: all its 1 turns for reads of task output are taken; try again"),
+            "{}",
+            e.message()
+        );
+        drop(held);
+        let r = service.worker_log(ask()).await.expect("served");
+        assert_eq!(r.data, b"a warning\n");
     }
 
     /// A link in place of an output file is refused as such, with a code that says the agent

@@ -358,11 +358,14 @@ pub fn hop<T: Send>(
 }
 
 /// Opens `path` for reading as `account` (when given), so with the account's rights: a file a
-/// user names (an offloaded task's input) is never read with root's.
+/// user names (an offloaded task's input) is never read with root's. A regular file only,
+/// through a link the account may follow ([`crate::workdir::open_regular`]): a FIFO the user
+/// put there would block the read for good.
 pub fn open_as(account: Option<&Account>, path: &Path) -> std::io::Result<std::fs::File> {
+    let open = || crate::workdir::open_regular(path, true);
     match account {
-        None => std::fs::File::open(path),
-        Some(a) => hop(Some(a), || std::fs::File::open(path)).map_err(std::io::Error::other)?,
+        None => open(),
+        Some(a) => hop(Some(a), open).map_err(std::io::Error::other)?,
     }
 }
 
@@ -380,13 +383,14 @@ pub fn is_dir_as(account: Option<&Account>, path: &Path) -> bool {
 
 /// Creates (or truncates) `path`, with its missing parent directories, as `account` (when
 /// given): they are the account's, and a link the account planted leads nowhere the account
-/// could not write itself.
+/// could not write itself. A regular file or a device only
+/// ([`crate::workdir::create_users`]): a FIFO there would block the open for good.
 pub fn create_as(account: Option<&Account>, path: &Path) -> std::io::Result<std::fs::File> {
     let create = || {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::File::create(path)
+        crate::workdir::create_users(path)
     };
     match account {
         None => create(),

@@ -30,16 +30,171 @@ pub fn no_follow() -> i32 {
 }
 
 /// Opens `path` without following a symbolic link: for reading, or (`write`) created or
-/// truncated with mode 0600. The agent's private records (the ledger, the offload attempts)
-/// are opened through it.
+/// truncated with mode 0600 — a regular file only ([`open_regular`], [`create_regular`]). The
+/// agent's private records (the ledger, the offload attempts) and the files it captures a
+/// task's output in are opened through it.
 pub fn open_no_follow(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
-    let mut o = std::fs::OpenOptions::new();
     if write {
-        o.write(true).create(true).truncate(true).mode(0o600);
+        create_regular(path, 0o600)
     } else {
-        o.read(true);
+        open_regular(path, false)
     }
-    o.custom_flags(no_follow()).open(path)
+}
+
+/// What the agent found in the place of a file it opens that is not a regular file: a FIFO, a
+/// socket, a device or a directory. A task can put any of them where its output goes (`rm -f
+/// out.txt; mkfifo out.txt`), and opening or reading one could block the agent's thread for
+/// good (a FIFO nobody writes), so none is read or written: the error names the path and what
+/// is there, for the caller to pass on to the user ([`not_regular`]).
+#[derive(Debug, thiserror::Error)]
+#[error("`{}` is {what}, not a regular file", path.display())]
+pub struct NotRegular {
+    /// The path opened.
+    pub path: PathBuf,
+    /// What is there, in words: "a FIFO", "a socket", "a directory", …
+    pub what: &'static str,
+}
+
+/// The [`NotRegular`] an open's error carries, if it is one.
+pub fn not_regular(e: &std::io::Error) -> Option<&NotRegular> {
+    e.get_ref().and_then(|e| e.downcast_ref::<NotRegular>())
+}
+
+/// A file type in words, for [`NotRegular`]: "a FIFO", "a directory", …
+pub fn type_in_words(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "of an unknown type"
+    }
+}
+
+/// How [`open_checked`] opens a path.
+#[derive(Clone, Copy)]
+struct Checked {
+    /// For writing, created (with this mode) if missing, and emptied once known to be a
+    /// regular file; else for reading.
+    create: Option<u32>,
+    /// Whether a symbolic link at the path is followed (a path the user named, opened as the
+    /// user's account: where the link leads is the user's business) or refused (`ELOOP`).
+    follow: bool,
+    /// Whether a character device is taken too (`stdout = "/dev/null"`, which the parser
+    /// admits): a device node only root can make, so it is not something a task planted.
+    device: bool,
+}
+
+/// Opens `path` as `how` says, a regular file only. It is opened with `O_NONBLOCK`, so that a
+/// FIFO in its place cannot block the open (an open for writing of a FIFO nobody reads fails
+/// with `ENXIO`, one for reading returns at once), then looked at through the descriptor
+/// (`fstat`, so what is checked is what was opened, whatever replaced the path since):
+/// anything but a regular file (or an admitted device) is refused with [`NotRegular`] before a
+/// byte is read, written or truncated. `O_NONBLOCK` is then cleared: the file is read and
+/// written as any other (a child given it as its stdout shares the flag).
+fn open_checked(path: &Path, how: Checked) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let mut flags = OFlag::O_NONBLOCK;
+    if !how.follow {
+        flags |= OFlag::O_NOFOLLOW;
+    }
+    let mut o = std::fs::OpenOptions::new();
+    match how.create {
+        // Not truncated here: what is in the path's place is not known yet.
+        Some(mode) => o.write(true).create(true).truncate(false).mode(mode),
+        None => o.read(true),
+    };
+    let refused = |t: std::fs::FileType| -> std::io::Error {
+        std::io::Error::other(NotRegular {
+            path: path.to_path_buf(),
+            what: type_in_words(t),
+        })
+    };
+    let f = match o.custom_flags(flags.bits()).open(path) {
+        Ok(f) => f,
+        // A FIFO nobody reads, or a socket (`ENXIO`); a directory opened to write (`EISDIR`):
+        // said as what is there.
+        Err(e) if matches!(e.raw_os_error(), Some(nix::libc::ENXIO | nix::libc::EISDIR)) => {
+            let there = if how.follow {
+                std::fs::metadata(path)
+            } else {
+                std::fs::symlink_metadata(path)
+            };
+            return Err(match there {
+                Ok(m) if !m.is_file() => refused(m.file_type()),
+                _ => e,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let t = f.metadata()?.file_type();
+    let device = how.device && std::os::unix::fs::FileTypeExt::is_char_device(&t);
+    if !t.is_file() && !device {
+        return Err(refused(t));
+    }
+    let status = OFlag::from_bits_retain(fcntl(&f, FcntlArg::F_GETFL)?);
+    fcntl(&f, FcntlArg::F_SETFL(status - OFlag::O_NONBLOCK))?;
+    if how.create.is_some() && t.is_file() {
+        f.set_len(0)?;
+    }
+    Ok(f)
+}
+
+/// Opens `path` for reading, a regular file only (anything else is refused with
+/// [`NotRegular`], never read: [`open_checked`]), following a symbolic link at it only when
+/// `follow` (a path a user named, opened as the user's account). Every file a task could have
+/// made or replaced that the agent reads — its captured output, a pointer to its own output
+/// file, a workflow output, a chunk's output, an offloaded task's files — is opened so.
+pub fn open_regular(path: &Path, follow: bool) -> std::io::Result<std::fs::File> {
+    open_checked(
+        path,
+        Checked {
+            create: None,
+            follow,
+            device: false,
+        },
+    )
+}
+
+/// Creates (or empties) `path` for writing with `mode` (before the umask), never through a
+/// symbolic link, a regular file only: a FIFO, a socket, a device or a directory in its place
+/// is refused with [`NotRegular`] and left as it is ([`open_checked`]).
+pub fn create_regular(path: &Path, mode: u32) -> std::io::Result<std::fs::File> {
+    open_checked(
+        path,
+        Checked {
+            create: Some(mode),
+            follow: false,
+            device: false,
+        },
+    )
+}
+
+/// Creates (or empties) a file a user named for the agent to write a task's stream or files to
+/// (`stdout =`, an offloaded task's outputs on its NNode), as [`create_regular`] but following
+/// a link at it (opened as the user's account, it leads where the account could write anyway)
+/// and taking a character device (`/dev/null`) as it is. A FIFO there is refused: the open
+/// would wait for a reader for good.
+pub fn create_users(path: &Path) -> std::io::Result<std::fs::File> {
+    open_checked(
+        path,
+        Checked {
+            create: Some(0o666),
+            follow: true,
+            device: true,
+        },
+    )
 }
 
 /// Why [`create_private`] wrote nothing: a symbolic link is where the file goes.
@@ -59,27 +214,21 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 /// umask, its missing directories 0700 ([`create_private_dir`]) — and never through a symbolic
 /// link in its place: a task that planted one in its directory cannot redirect the write
 /// (the error says so, [`LINK_IN_PLACE`], for the caller to name the path; the link's target
-/// is untouched). For the files the
-/// agent writes into a task's directory: fetched workflow inputs ([`crate::dataflow`]) and an
-/// offloaded task's inputs staged on its ANode ([`crate::accel::files::Sink`]).
+/// is untouched), nor into a FIFO, socket, device or directory ([`create_regular`]). For the
+/// files the agent writes into a task's directory: fetched workflow inputs
+/// ([`crate::dataflow`]) and an offloaded task's inputs staged on its ANode
+/// ([`crate::accel::files::Sink`]).
 pub fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         create_private_dir(dir)?;
     }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(no_follow())
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
-                std::io::Error::new(e.kind(), LINK_IN_PLACE)
-            } else {
-                e
-            }
-        })
+    create_regular(path, 0o600).map_err(|e| {
+        if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+            std::io::Error::new(e.kind(), LINK_IN_PLACE)
+        } else {
+            e
+        }
+    })
 }
 
 /// Replaces the record at `path` with `text` whole — written to `path` with the extension
@@ -502,6 +651,108 @@ mod tests {
         ] {
             assert_eq!(placeholder_problem(Path::new(ok)), None, "{ok}");
         }
+    }
+
+    /// Runs `f` on a thread of its own and gives its answer, or fails the test if none came
+    /// within 5 s (the open hung: the thread is left behind).
+    pub(crate) fn promptly<T: Send + 'static>(
+        what: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("{what}: no answer within 5 s (it blocked)"))
+    }
+
+    /// A FIFO, a socket or a directory where the agent opens a file (a task put it there: `rm -f
+    /// out; mkfifo out`) is refused at once, naming the path and what it is, for reading and
+    /// for writing — a FIFO with a reader on its other end too — and left as it was; a device
+    /// only where a user's own file may be one (`/dev/null`). Before, opening a FIFO nobody
+    /// wrote blocked the agent's thread for good.
+    #[test]
+    fn what_is_not_a_regular_file_is_refused_at_once_naming_it() {
+        use std::os::unix::fs::FileTypeExt;
+        let d = scratch("not-regular");
+        std::fs::create_dir_all(d.join("dir")).expect("dir");
+        let fifo = d.join("out.fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+        let _socket = std::os::unix::net::UnixListener::bind(d.join("sock")).expect("socket");
+        for (name, what) in [
+            ("out.fifo", "a FIFO"),
+            ("sock", "a socket"),
+            ("dir", "a directory"),
+        ] {
+            let path = d.join(name);
+            type Open = fn(PathBuf) -> std::io::Result<std::fs::File>;
+            for (op, f) in [
+                ("read", (|p| open_regular(&p, false)) as Open),
+                ("read as a user's", |p| open_regular(&p, true)),
+                ("created", |p| create_regular(&p, 0o600)),
+                ("created as a user's", |p| create_users(&p)),
+                ("opened by open_no_follow", |p| open_no_follow(&p, false)),
+                ("created privately", |p| create_private(&p)),
+            ] {
+                let p = path.clone();
+                let e = promptly(op, move || f(p)).expect_err(op);
+                let refused = not_regular(&e).unwrap_or_else(|| panic!("{name} {op}: {e}"));
+                assert_eq!(refused.what, what, "{name} {op}");
+                assert_eq!(
+                    e.to_string(),
+                    format!("`{}` is {what}, not a regular file", path.display()),
+                    "{name} {op}"
+                );
+            }
+        }
+        // A FIFO with a reader: opened for writing (the FIFO, not the reader, answers), refused.
+        let reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(&fifo)
+            .expect("reader");
+        let e = create_users(&fifo).expect_err("a FIFO with a reader");
+        assert_eq!(not_regular(&e).map(|n| n.what), Some("a FIFO"), "{e}");
+        drop(reader);
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .expect("kept")
+                .file_type()
+                .is_fifo()
+        );
+        // A link to a FIFO: refused as a link where links are not followed, as a FIFO where they are.
+        std::os::unix::fs::symlink(&fifo, d.join("link")).expect("link");
+        let e = open_regular(&d.join("link"), false).expect_err("a link");
+        assert_eq!(e.raw_os_error(), Some(nix::libc::ELOOP), "{e}");
+        let e = promptly("a link to a FIFO", {
+            let l = d.join("link");
+            move || create_users(&l)
+        })
+        .expect_err("a link to a FIFO");
+        assert_eq!(not_regular(&e).map(|n| n.what), Some("a FIFO"), "{e}");
+        // A device: only as a user's own file, and then not emptied nor left non-blocking.
+        let e = open_regular(Path::new("/dev/null"), true).expect_err("a device");
+        assert_eq!(
+            not_regular(&e).map(|n| n.what),
+            Some("a character device"),
+            "{e}"
+        );
+        let null = create_users(Path::new("/dev/null")).expect("/dev/null as a user's stdout");
+        let status = nix::fcntl::fcntl(&null, nix::fcntl::FcntlArg::F_GETFL).expect("flags");
+        assert_eq!(status & nix::libc::O_NONBLOCK, 0, "left blocking");
+        // A regular file: read, and emptied when created again.
+        let file = d.join("file");
+        std::fs::write(&file, "old contents").expect("file");
+        let mut text = String::new();
+        open_regular(&file, false)
+            .expect("a file")
+            .read_to_string(&mut text)
+            .expect("read");
+        assert_eq!(text, "old contents");
+        let mut f = create_regular(&file, 0o600).expect("a file");
+        f.write_all(b"new").expect("write");
+        assert_eq!(std::fs::read_to_string(&file).expect("read"), "new");
     }
 
     /// The synced rewrite replaces the record whole, leaves no `tmp`, and appends after it, as

@@ -337,6 +337,8 @@ impl LogRelay {
                 )))
             }
             // The agent answered, and refused: its reason stands (no hint about transport).
+            // `ResourceExhausted`: every turn for reads there is taken (the agent says to try
+            // again).
             Ok(Err(s))
                 if matches!(
                     s.code(),
@@ -345,6 +347,7 @@ impl LogRelay {
                         | tonic::Code::PermissionDenied
                         | tonic::Code::FailedPrecondition
                         | tonic::Code::OutOfRange
+                        | tonic::Code::ResourceExhausted
                 ) =>
             {
                 Err(Status::new(

@@ -30,9 +30,9 @@ pub fn resolve(name: &str, index: u32) -> Result<PathBuf, String> {
     }
 }
 
-/// Sends `path` (read from `dir`, as `account` when given: [`crate::run_as::open_as`]) as chunks
-/// of stream `stream` through `send`; an empty file is one empty chunk. Returns false if `send`
-/// refused (the peer went away).
+/// Sends `path` (read from `dir`, as `account` when given, a regular file only:
+/// [`crate::run_as::open_as`]) as chunks of stream `stream` through `send`; an empty file is
+/// one empty chunk. Returns false if `send` refused (the peer went away).
 pub async fn send_file<F, Fut>(
     dir: &Path,
     name: &str,
@@ -44,10 +44,7 @@ where
     F: FnMut(pb::FileChunk) -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let mut f = match account {
-        None => tokio::fs::File::open(dir.join(name)).await?,
-        Some(_) => tokio::fs::File::from_std(crate::run_as::open_as(account, &dir.join(name))?),
-    };
+    let mut f = tokio::fs::File::from_std(crate::run_as::open_as(account, &dir.join(name))?);
     let mut first = true;
     loop {
         let mut buf = vec![0u8; CHUNK];

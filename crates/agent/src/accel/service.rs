@@ -821,6 +821,19 @@ async fn send_back(f: &Finished, to: &Reply) -> Result<pb::OffloadReply, String>
                     result.message = format!("the task did not write its declared output `{rel}`");
                 }
             }
+            // A FIFO (or the like) the task left there: never read (the read could wait for
+            // good), and said as what it is.
+            Err(e) if crate::workdir::not_regular(&e).is_some() => {
+                if result.success {
+                    let what = crate::workdir::not_regular(&e).map_or("", |n| n.what);
+                    result.success = false;
+                    result.set_end(pb::TaskEnd::OutputsMissing);
+                    result.message = format!(
+                        "the task made its declared output `{rel}` {what}: an output is one \
+                         regular file"
+                    );
+                }
+            }
             Err(e) => return Err(format!("{rel}: {e}")),
         }
     }

@@ -3520,6 +3520,79 @@ fn task_output_goes_to_the_files_the_job_names_and_log_still_reads_it() {
     );
 }
 
+/// A task that turns its own stdout file into a FIFO once it runs (`rm -f out.fifo; mkfifo
+/// out.fifo; sleep …`) cannot hold its agent: `hetsched log` of it is refused at once, naming
+/// the FIFO, however often it is asked; the agent still runs, reports and serves another
+/// task, and stops on SIGTERM. A task whose stdout names a FIFO made beforehand fails to
+/// start, saying so. Before, each `log` held a thread of the agent's blocking pool for good:
+/// enough of them and the node served no output, reported no result and ignored SIGTERM.
+#[test]
+fn a_fifo_as_a_tasks_stdout_is_refused_and_holds_no_agent_thread() {
+    let mut c = Cluster::start("stdout-fifo", false);
+    c.start_agent("a", 2, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&[
+        "submit",
+        "--app",
+        "f",
+        "--stdout",
+        "out.fifo",
+        "--shell",
+        "--",
+        "rm -f out.fifo; mkfifo out.fifo; touch fifo-made; exec sleep 900",
+    ]);
+    wait_until("the task made its FIFO", Duration::from_secs(30), || {
+        c.dir.join("fifo-made").exists()
+    });
+    let fifo = c.dir.join("out.fifo");
+    let refusal = format!(
+        "node `a`: `{}` is a FIFO, not a regular file: only regular files are served as task \
+         output",
+        fifo.display()
+    );
+    for _ in 0..20 {
+        let asked = Instant::now();
+        c.refused(&["log", "1", "f:0"], &refusal);
+        assert!(
+            asked.elapsed() < Duration::from_secs(4),
+            "answered in {:?}, not at once",
+            asked.elapsed()
+        );
+    }
+    // The agent still runs, reports and serves other tasks.
+    c.ok(&[
+        "submit",
+        "--app",
+        "g",
+        "--wait",
+        "--",
+        "echo",
+        "still served",
+    ]);
+    assert_eq!(c.ok(&["log", "2", "g:0"]), "still served\n");
+    // A FIFO made before the task starts: the attempt fails to start, naming it.
+    let out = c.cli(&[
+        "submit", "--app", "h", "--stdout", "out.fifo", "--wait", "--", "true",
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && said.contains(&format!(
+                "its stdout file `{}` is a FIFO, not a regular file: task output is written only \
+                 to a regular file",
+                fifo.display()
+            )),
+        "{said}"
+    );
+    c.signal_agent("a", "TERM");
+    assert_eq!(
+        c.agent_exit("a", Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        c.agent_log("a")
+    );
+}
+
 /// `submit --pin` (HyperQueue's `--pin`): each task runs bound to CPUs of its own, as many as
 /// its cores, and is told which (`HETSCHED_CPUS`, `OMP_NUM_THREADS`); two tasks running at once
 /// never share one; an unpinned task is neither bound nor told.
