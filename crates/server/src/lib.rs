@@ -357,24 +357,30 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let reaper = tokio::spawn(async move {
         loop {
             let s = reaper_state.clone();
-            let r = tokio::task::spawn_blocking(move || match s.lock() {
-                Ok(mut st) => {
-                    st.begin_event();
-                    // Retention first: a store failure there must not skip the dead-node check.
-                    if let Err(e) = st.apply_retention() {
-                        tracing::error!("retention: {e}");
+            let r = tokio::task::spawn_blocking(move || {
+                let asked = std::time::Instant::now();
+                match s.lock() {
+                    Ok(mut st) => {
+                        st.begin_event();
+                        // Retention first: a store failure there must not skip the dead-node check.
+                        if let Err(e) = st.apply_retention() {
+                            tracing::error!("retention: {e}");
+                        }
+                        // As long as this pass waited for the state, and its retention held
+                        // it (a purge of millions of tasks), the agents' beats waited too.
+                        let waited = asked.elapsed();
+                        let failed = st.check_dead_after(timeout, waited).map_err(|e| {
+                            tracing::error!("dead-node check: {e}");
+                        });
+                        let next = st.plan_housekeeping();
+                        // What failed is tried again a quarter of a dead timeout on, not at once.
+                        Some(match failed {
+                            Ok(()) => next,
+                            Err(()) => next.max(std::time::Instant::now() + timeout / 4),
+                        })
                     }
-                    let failed = st.check_dead(timeout).map_err(|e| {
-                        tracing::error!("dead-node check: {e}");
-                    });
-                    let next = st.plan_housekeeping();
-                    // What failed is tried again a quarter of a dead timeout on, not at once.
-                    Some(match failed {
-                        Ok(()) => next,
-                        Err(()) => next.max(std::time::Instant::now() + timeout / 4),
-                    })
+                    Err(_) => None,
                 }
-                Err(_) => None,
             })
             .await;
             let Ok(Some(mut next)) = r else {

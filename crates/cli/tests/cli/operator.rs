@@ -2666,14 +2666,26 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     // next `--save` to that path would refuse as existing.
     let dave = c.dir.join("dave.token");
     let out = c
-        .command(&["user", "add", "dave", "--save", dave.to_str().expect("path")])
+        .command(&[
+            "user",
+            "add",
+            "dave",
+            "--save",
+            dave.to_str().expect("path"),
+        ])
         .env("HETSCHED_TOKEN_FILE", c.dir.join("no-such-token"))
         .output()
         .expect("run hetsched");
     assert!(!out.status.success(), "no admin token");
     assert!(!dave.exists(), "no file left: {}", text(&out.stderr));
     c.refused(
-        &["user", "add", "alice", "--save", dave.to_str().expect("path")],
+        &[
+            "user",
+            "add",
+            "alice",
+            "--save",
+            dave.to_str().expect("path"),
+        ],
         "alice",
     );
     assert!(!dave.exists(), "no file left after a refusal");
@@ -2752,7 +2764,13 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     // (which names her program's path) nor where its output is; alice and the admin see both.
     let failed = ok(
         &alice,
-        &["submit", "--output", "json", "--", "/alice-private/bin/prog"],
+        &[
+            "submit",
+            "--output",
+            "json",
+            "--",
+            "/alice-private/bin/prog",
+        ],
     );
     let failed: serde_json::Value = serde_json::from_str(&failed).expect("json");
     let failed = failed["job_id"].to_string();
@@ -2765,7 +2783,9 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     };
     let (hers, his) = (task_of(&alice), task_of(&bob));
     assert!(
-        hers["message"].as_str().is_some_and(|m| m.contains("/alice-private/bin/prog")),
+        hers["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/alice-private/bin/prog")),
         "{hers}"
     );
     assert_eq!(his["state"], hers["state"], "{his}");
@@ -2775,7 +2795,10 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
         "{his}"
     );
     let admins = &c.json(&["tasks", "--job", &failed])[0];
-    assert!(admins.to_string().contains("/alice-private/bin/prog"), "{admins}");
+    assert!(
+        admins.to_string().contains("/alice-private/bin/prog"),
+        "{admins}"
+    );
 
     // Users are the admin's to manage.
     refused(&alice, &["user", "list"], "is for the admin");

@@ -1473,15 +1473,35 @@ impl State {
     /// [`RESTART_GRACE`] timeouts, so agents that were retrying during a restart reconnect before
     /// their tasks are given away.
     pub fn check_dead(&mut self, timeout: Duration) -> Result<(), StateError> {
+        self.check_dead_after(timeout, Duration::ZERO)
+    }
+
+    /// [`State::check_dead`] by a reaper that `waited` for the state's lock: every node gets
+    /// that long more. Whatever held the lock (a purge of millions of tasks, a backup) held
+    /// every heartbeat back as well, and those beats wait behind the reaper for the lock: before,
+    /// the first check after a purge longer than the dead timeout declared every busy node dead
+    /// and ran its tasks again, each loss counted against `max_attempts`. A node silent for
+    /// longer than the wait too is dead as ever.
+    pub fn check_dead_after(
+        &mut self,
+        timeout: Duration,
+        waited: Duration,
+    ) -> Result<(), StateError> {
         if self.paused() {
             // Nothing can be recorded: declaring nodes dead now would fail their tasks in memory
             // only. Heartbeats keep `last_seen` fresh meanwhile.
             return Ok(());
         }
         let now = Instant::now();
+        if waited >= timeout / 4 {
+            info!(
+                waited = ?waited,
+                "the dead-node check waited for the state: every node gets that long more (its beats were held back too)"
+            );
+        }
         for i in 0..self.nodes.len() {
             let n = &mut self.nodes.recs[i];
-            if n.dies_at(timeout).is_none_or(|at| now <= at) {
+            if n.dies_at(timeout).is_none_or(|at| now <= at + waited) {
                 continue;
             }
             warn!(node = %n.spec.name, tasks = n.running.len(), "node stopped heartbeating: declared dead");
@@ -1719,6 +1739,36 @@ mod tests {
             ..Default::default()
         })
         .expect("beat");
+    }
+
+    /// A dead-node check that waited for the state's lock (a long purge held it, and the
+    /// agents' beats with it) gives every node that long more: a node silent for less than the
+    /// timeout plus the wait lives, one silent for longer dies as ever.
+    #[test]
+    fn a_dead_node_check_that_waited_for_the_state_gives_the_nodes_that_long_more() {
+        let dir = ScratchDir::new("nodes", "waited");
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let mut s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
+            .expect("state");
+        let a = register(&mut s, "a", 0);
+        beat(&mut s, a, None);
+        let timeout = Duration::from_secs(10);
+        // Silent for 15 s: past the timeout, within the timeout and a 10 s wait.
+        s.nodes.get_mut(a).expect("node").last_seen = Instant::now()
+            .checked_sub(Duration::from_secs(15))
+            .expect("15 s after boot");
+        s.check_dead_after(timeout, Duration::from_secs(10))
+            .expect("check");
+        assert!(s.nodes.get(a).expect("node").alive, "held back, not silent");
+        s.check_dead_after(timeout, Duration::from_secs(2))
+            .expect("check");
+        assert!(
+            !s.nodes.get(a).expect("node").alive,
+            "silent past the wait too"
+        );
     }
 
     /// A node is listed in the rack its agent registered with, before its first heartbeat and
