@@ -146,6 +146,7 @@ async fn mismatch(server: &str, s: &tonic::Status) -> Option<AgentError> {
             | tonic::Code::PermissionDenied
             | tonic::Code::AlreadyExists
             | tonic::Code::InvalidArgument
+            | tonic::Code::FailedPrecondition
     );
     // Nothing answered (refused, no route, a beat that timed out): no TLS server either, and
     // asking would add the probe's wait to every retry against a host that drops packets.
@@ -1359,6 +1360,10 @@ pub async fn run(
                 if first_failure.is_none() {
                     if unreachable(&s) {
                         warn!("server unreachable ({}); retrying", s.message());
+                    } else if s.code() == tonic::Code::FailedPrecondition {
+                        // The server's own words: why it cannot take this call yet (a name held
+                        // by a node not back since its restart), and when it can.
+                        warn!("{}", s.message());
                     } else {
                         // The server answered, but the answer could not be used (e.g. a reply
                         // too large to decode): not a network problem, and worth reporting.

@@ -41,6 +41,8 @@ pub(crate) fn status(e: StateError) -> Status {
         StateError::NoJob(j) => Status::not_found(format!("no job {j}")),
         e @ StateError::Purged(_) => Status::not_found(e.to_string()),
         e @ StateError::NameTaken(_) => Status::already_exists(e.to_string()),
+        // The agent retries: the name is free once the node is declared dead.
+        e @ StateError::NameAwaited { .. } => Status::failed_precondition(e.to_string()),
         e @ StateError::NoNode(_) => Status::not_found(e.to_string()),
         e @ (StateError::NotOwner { .. }
         | StateError::AdminOnly { .. }

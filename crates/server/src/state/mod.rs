@@ -184,6 +184,21 @@ pub enum StateError {
          other one and retry once it is declared dead"
     )]
     NameTaken(String),
+    /// A registration under the name of a node this server has not heard from since it
+    /// started, with another identity: the node's own agent may still come back within the
+    /// restart grace; the new one takes the name over once the node is declared dead.
+    #[error(
+        "node name `{name}` is held by a node not heard from since the server started, whose \
+         agent had another identity: it has {left_s} s left to come back (the restart grace, \
+         three dead timeouts); this agent (a new work directory, or another host) takes the name \
+         over then, retrying meanwhile"
+    )]
+    NameAwaited {
+        /// The node's name.
+        name: String,
+        /// Whole seconds until it is declared dead.
+        left_s: u64,
+    },
     /// An agent-service call that speaks for a node without proving it is that node's agent:
     /// no such node, or not the identity it registered with ([`State::prove_agent`]).
     #[error(

@@ -952,6 +952,20 @@ impl State {
             let rec = &self.nodes.recs[id as usize];
             let same = !rec.identity.is_empty() && same_secret(&rec.identity, &identity);
             if !same && rec.alive && !rec.identity.is_empty() {
+                // Not heard from since this server started: not known to be live, only given
+                // the restart grace to come back. The new agent waits for it to run out.
+                if !rec.seen {
+                    let left = rec
+                        .dies_at(self.dead_timeout())
+                        .map_or(Duration::ZERO, |at| {
+                            at.saturating_duration_since(Instant::now())
+                        });
+                    info!(node = %name, left = ?left, "registration deferred: the name is held by a node not heard from since the restart, with another identity");
+                    return Err(StateError::NameAwaited {
+                        name,
+                        left_s: left.as_secs().max(1),
+                    });
+                }
                 warn!(node = %name, "registration refused: the name is held by a live node with another identity");
                 return Err(StateError::NameTaken(name));
             }
@@ -1736,6 +1750,82 @@ mod tests {
             identity: IDENTITY.into(),
             available_memory_bytes: 1 << 30,
             leaving,
+            ..Default::default()
+        })
+        .expect("beat");
+    }
+
+    /// After a restart, an agent of a node's name with another identity (the node's work
+    /// directory was lost) is told to wait, not refused as if a live agent held the name: the
+    /// node has not been heard from, and only the restart grace keeps it; once the node is
+    /// declared dead the new agent takes the name over. A node heard from since keeps the name
+    /// as before (`NameTaken`).
+    #[test]
+    fn after_a_restart_a_new_identity_waits_for_a_node_not_back_and_then_takes_its_name() {
+        let dir = ScratchDir::new("nodes", "awaited");
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            dead_timeout: hetsched_core::input::Duration(10_000_000_000),
+            ..Default::default()
+        };
+        let open = || {
+            State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state")
+        };
+        let mut s = open();
+        let a = register(&mut s, "a", 0);
+        beat(&mut s, a, None);
+        drop(s);
+        let mut s = open();
+        let replacement = |s: &mut State| {
+            s.on_register(Registration {
+                name: "a".into(),
+                spec: described("a", 0),
+                identity: "another-identity-0123456789abcdef".into(),
+                hostname: String::new(),
+                work_dir: String::new(),
+                version: crate::VERSION.into(),
+                rack: String::new(),
+            })
+        };
+        let e = replacement(&mut s).expect_err("deferred").to_string();
+        assert!(
+            e.starts_with(
+                "node name `a` is held by a node not heard from since the server started"
+            ) && e.contains("s left to come back (the restart grace"),
+            "{e}"
+        );
+        // The node is declared dead at the end of its grace: the name is the new agent's.
+        s.nodes.get_mut(a).expect("node").last_seen = Instant::now()
+            .checked_sub(Duration::from_secs(31))
+            .expect("31 s after boot");
+        s.check_dead(Duration::from_secs(10)).expect("check");
+        let taken = replacement(&mut s).expect("taken over").node_id;
+        assert_eq!(taken, a);
+        // Heard from since: another identity is refused as before.
+        beat_as(&mut s, a, "another-identity-0123456789abcdef");
+        let e = s
+            .on_register(Registration {
+                name: "a".into(),
+                spec: described("a", 0),
+                identity: IDENTITY.into(),
+                hostname: String::new(),
+                work_dir: String::new(),
+                version: crate::VERSION.into(),
+                rack: String::new(),
+            })
+            .expect_err("held")
+            .to_string();
+        assert!(
+            e.contains("is held by a live agent with another identity"),
+            "{e}"
+        );
+    }
+
+    fn beat_as(s: &mut State, id: u32, identity: &str) {
+        s.on_heartbeat(HeartbeatReport {
+            node_id: id,
+            identity: identity.into(),
+            available_memory_bytes: 1 << 30,
             ..Default::default()
         })
         .expect("beat");
