@@ -271,6 +271,8 @@ pub struct Read<'a> {
     pub allocation: &'a [crate::allocation::QueueConfig],
     /// Those of them an operator paused.
     pub paused_queues: &'a std::collections::BTreeSet<String>,
+    /// Since when the store refuses writes (a full disk): nothing is dispatched meanwhile.
+    pub store_paused_since: Option<std::time::Instant>,
     /// Those whose last look at the batch system failed (a submission refused, say).
     pub failing_queues: std::collections::BTreeSet<String>,
     /// What the agents of each queue have, once one has registered: work that does not fit is

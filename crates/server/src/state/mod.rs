@@ -102,6 +102,10 @@ fn page_limit(limit: u32) -> usize {
 /// How often a paused state tries the store again.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
+/// How often a store that still refuses writes is said in the log ([`PROBE_INTERVAL`] is how
+/// often it is tried).
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
 /// After a restart, a node gets this many dead-timeouts (at least 5 s) to heartbeat again.
 pub const RESTART_GRACE: u32 = 3;
 
@@ -301,6 +305,9 @@ pub struct State {
     paused_since: Option<Instant>,
     /// When the store was last tried while paused.
     last_probe: Option<Instant>,
+    /// When a refused probe was last logged: once a minute, not at every probe (twice a
+    /// second, 7,200 lines an hour on a full disk).
+    last_refusal_logged: Option<Instant>,
     /// When each owner's fair-share usage (`[fair_share]`) and the accounts were last staged
     /// for the store.
     usage_stored: Option<Instant>,
@@ -472,6 +479,7 @@ impl State {
             config: config.clone(),
             paused_since: None,
             last_probe: None,
+            last_refusal_logged: None,
             usage_stored: None,
             ledger: Default::default(),
             downtime: None,
@@ -1291,6 +1299,7 @@ impl State {
         fresh.metrics = self.metrics.clone();
         fresh.paused_since = self.paused_since;
         fresh.last_probe = self.last_probe;
+        fresh.last_refusal_logged = self.last_refusal_logged;
         fresh.usage_stored = self.usage_stored;
         fresh.ledger.carry_over(&self.ledger);
         fresh.downtime = self.downtime.take();
@@ -1332,7 +1341,17 @@ impl State {
                 false
             }
             Err(e) => {
-                warn!("the store still refuses writes ({e}); dispatch stays paused");
+                if self
+                    .last_refusal_logged
+                    .is_none_or(|t| t.elapsed() >= REFUSAL_LOG_INTERVAL)
+                {
+                    self.last_refusal_logged = Some(Instant::now());
+                    warn!(
+                        paused_for = ?since.elapsed(),
+                        "the store still refuses writes ({e}); dispatch stays paused (tried every {:?}, said once a minute)",
+                        PROBE_INTERVAL
+                    );
+                }
                 true
             }
         }
@@ -2262,6 +2281,7 @@ impl State {
             capable: Default::default(),
             allocation: &self.config.allocation,
             paused_queues: &self.paused_queues,
+            store_paused_since: self.paused_since,
             failing_queues,
             queue_capacity,
         }

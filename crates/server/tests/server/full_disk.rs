@@ -84,7 +84,15 @@ fn a_full_disk_pauses_dispatch(
         "nobody declared dead on a full disk"
     );
     assert_eq!(states(&s), before);
-    assert_eq!(s.job(1).expect("job").state, "running");
+    let job = s.job(1).expect("job");
+    assert_eq!(job.state, "running");
+    // The pending task waits for the store, not for busy nodes, and says so.
+    assert!(
+        job.pending_reason
+            .starts_with("dispatch is paused: the server's store has refused writes for"),
+        "{}",
+        job.pending_reason
+    );
     assert_eq!(states(&open(dir)), before, "the store agrees");
     // The disk is freed: within a probe interval the results are recorded and the last task
     // dispatched.

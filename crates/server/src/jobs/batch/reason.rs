@@ -29,6 +29,8 @@
 //! - for a multi-node application: `gathering N whole nodes…`, `waits for multi-node tasks served
 //!   before it to gather their nodes`, or `waits for N whole nodes: higher priority work may start on
 //!   K of the M that can run it` (a gathering yields nodes to higher priority work);
+//! - `dispatch is paused: the server's store has refused writes for …` — a full disk: nothing is
+//!   dispatched until the store takes writes again;
 //! - `resources: every node that can run it is held whole for a multi-node task` — running, or
 //!   gathering its nodes (see `multi_node`);
 //! - `resources` — the nodes that can run it are busy: it starts as they free up; under fair
@@ -316,6 +318,17 @@ impl Batch {
                 let group = state.group.map(|g| rd.view.group(g)).unwrap_or_default();
                 return (crate::jobs::capped_words(&group, by, "tasks hold"), false);
             }
+        }
+        // Nothing is dispatched while the store refuses writes: not the nodes' doing.
+        if let Some(since) = rd.store_paused_since {
+            return (
+                format!(
+                    "dispatch is paused: the server's store has refused writes for {} (a full \
+                     disk? the server's log says why); tasks start once it takes them again",
+                    humantime::format_duration(Duration::from_secs(since.elapsed().as_secs()))
+                ),
+                false,
+            );
         }
         // Every node able to run them is held whole for multi-node tasks (running, or gathering).
         let held = j.apps.clone().filter(|&a| pending(a) > 0).all(|a| {
