@@ -993,23 +993,20 @@ impl Divisible {
             d.jobs.insert(row.id, job);
         }
         let now = Instant::now();
-        // Agents that held chunks get a dead timeout to come back before their chunks move.
+        // Every worker of a running job's rebuilt master — those that held chunks and those
+        // that held none at that moment (between two rounds, or calibrating) — gets a dead
+        // timeout to come back before it is taken for gone and its chunks move. Before, one that
+        // held nothing was lost at once: the first agent to ask after the restart was planned
+        // the whole rest of the load (UMRLM had planned one round), and the others joined only
+        // for a round that never came: twice the makespan. (Not the workers of a finished job:
+        // its record stays as it ended.)
         let names: HashSet<String> = d
             .jobs
             .values()
-            .flat_map(Job::out_chunks)
-            .map(|c| c.worker.clone())
+            .filter(|j| j.state == "running")
+            .flat_map(|j| j.master.workers().iter().map(|w| w.name.clone()))
+            .chain(d.jobs.values().flat_map(Job::out_chunks).map(|c| c.worker.clone()))
             .collect();
-        // Workers of the rebuilt masters that held nothing are taken for gone until they call.
-        // (Not those of a finished job: its record stays as it ended.)
-        for job in d.jobs.values_mut().filter(|j| j.state == "running") {
-            let gone: Vec<usize> = (0..job.master.workers().len())
-                .filter(|&i| !names.contains(&job.master.workers()[i].name))
-                .collect();
-            for i in gone {
-                job.master.lose(i);
-            }
-        }
         for name in names {
             d.agents.insert(
                 name,

@@ -731,12 +731,13 @@ fn batch_jobs_after_a_divisible_job_or_a_workflow_wait_for_its_end_across_a_rest
         assert!(s.job(j).expect("job").waiting, "job {j} still waits");
     }
     assert!(n.beat(&mut s, &[]).is_empty());
-    // The divisible job runs to its end, chunk by chunk, as its worker would run it.
+    // The divisible job runs to its end, chunk by chunk, as its worker — the node's agent,
+    // which the job planned for before the restart — would run it.
     for _ in 0..200 {
         if s.job(divisible).expect("job").state != "running" {
             break;
         }
-        for (_, chunk) in ask_chunks(&mut s, "w") {
+        for (_, chunk) in ask_chunks(&mut s, "n") {
             assert!(s.job(ok).expect("job").waiting, "waits while chunks run");
             let out = d.join(format!("chunk-{chunk}.out"));
             std::fs::write(&out, b"x\n").expect("output");

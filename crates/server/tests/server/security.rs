@@ -272,9 +272,16 @@ fn a_live_nodes_name_is_refused_to_another_identity_and_given_over_once_it_is_de
             .node_id,
         0
     );
-    // ... and survives a restart: the old identity is now refused.
+    // ... and survives a restart: the old identity waits while the replacement is not back
+    // (the restart grace), and is refused once it is.
     drop(s);
     let mut s = open(&dir);
+    let e = s
+        .register(registration("host", "first"))
+        .expect_err("the name is the replacement's now");
+    assert!(matches!(e, StateError::NameAwaited { .. }), "{e}");
+    s.register(registration("host", "second"))
+        .expect("the replacement is back");
     let e = s
         .register(registration("host", "first"))
         .expect_err("the name is the replacement's now");
