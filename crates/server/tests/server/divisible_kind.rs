@@ -1559,3 +1559,47 @@ fn a_chunks_reason_says_why_it_failed_was_lost_or_was_stopped_in_a_tasks_words()
         drop(s);
     }
 }
+
+/// The units of job `id`'s chunks handed to `name`, by its asks' orders.
+fn units_of(s: &State, id: u64, name: &str) -> u64 {
+    s.get_job(id)
+        .expect("job")
+        .divisible
+        .expect("a divisible view")
+        .chunks
+        .iter()
+        .filter(|c| c.worker == name && c.state != "done")
+        .map(|c| c.end - c.start)
+        .sum()
+}
+
+/// A restart between two rounds (every worker holding nothing at that moment) keeps the plan's
+/// workers: the first agent to ask after it gets its share, not the whole rest of the load, and
+/// the second gets its own. Before, the workers that held no chunk at the restart were taken
+/// for gone at once: the first ask after it was planned everything (UMRLM had planned one
+/// round), and the other agent sat idle, which doubled the makespan.
+#[test]
+fn a_restart_between_rounds_keeps_every_worker_of_the_plan() {
+    let d = crate::common::scratch("divisible-kind", "restart-between-rounds");
+    let id = {
+        let mut s = open(&d);
+        join_agents(&mut s, &["a", "b"]);
+        let id = s.on_submit(rows()).expect("submitted").job_id;
+        // The first round: each computes what it gets.
+        for name in ["a", "b"] {
+            for (job, chunk) in ask(&mut s, name).expect("asks") {
+                assert!(chunk_done(&mut s, &d, job, chunk));
+            }
+        }
+        id
+    };
+    let mut s = open(&d);
+    let a = ask(&mut s, "a").expect("a asks");
+    let b = ask(&mut s, "b").expect("b asks");
+    assert!(!a.is_empty() && !b.is_empty(), "both get work: a {a:?}, b {b:?}");
+    let (ua, ub) = (units_of(&s, id, "a"), units_of(&s, id, "b"));
+    assert!(
+        ub * 3 >= ua,
+        "b's share is not left to a: a {ua} units, b {ub} units out"
+    );
+}
