@@ -2338,16 +2338,20 @@ fn results_of_tasks_that_ended_while_the_server_was_down_survive_an_agent_sigkil
     c.start_agent("n", 2, &[]);
     c.wait_for_nodes(1);
     let marks = c.dir.join("marks");
+    let starts = c.dir.join("starts");
     let job = c.write(
         "job.toml",
         &format!(
-            "[[application]]\nname = \"s\"\ntasks = 2\n[application.cpu]\ncommand = \"sleep 1; echo {{index}} >> {}\"\n",
+            "[[application]]\nname = \"s\"\ntasks = 2\n[application.cpu]\ncommand = \"echo {{index}} >> {}; sleep 1; echo {{index}} >> {}\"\n",
+            starts.display(),
             marks.display()
         ),
     );
     submit_plain(&c, &job);
-    wait_until("both tasks to run", Duration::from_secs(20), || {
-        c.json(&["job", "1"])["counts"]["running"] == 2
+    // Their processes started (`running` says they were sent: under load the agent may not
+    // have the tasks' specs yet, and asks the server for them).
+    wait_until("both tasks to start", Duration::from_secs(20), || {
+        lines(&starts).len() == 2
     });
     c.kill_server();
     wait_until("both tasks to end", Duration::from_secs(20), || {
