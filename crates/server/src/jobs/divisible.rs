@@ -1005,7 +1005,12 @@ impl Divisible {
             .values()
             .filter(|j| j.state == "running")
             .flat_map(|j| j.master.workers().iter().map(|w| w.name.clone()))
-            .chain(d.jobs.values().flat_map(Job::out_chunks).map(|c| c.worker.clone()))
+            .chain(
+                d.jobs
+                    .values()
+                    .flat_map(Job::out_chunks)
+                    .map(|c| c.worker.clone()),
+            )
             .collect();
         for name in names {
             d.agents.insert(

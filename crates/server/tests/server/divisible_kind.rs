@@ -1596,7 +1596,10 @@ fn a_restart_between_rounds_keeps_every_worker_of_the_plan() {
     let mut s = open(&d);
     let a = ask(&mut s, "a").expect("a asks");
     let b = ask(&mut s, "b").expect("b asks");
-    assert!(!a.is_empty() && !b.is_empty(), "both get work: a {a:?}, b {b:?}");
+    assert!(
+        !a.is_empty() && !b.is_empty(),
+        "both get work: a {a:?}, b {b:?}"
+    );
     let (ua, ub) = (units_of(&s, id, "a"), units_of(&s, id, "b"));
     assert!(
         ub * 3 >= ua,
