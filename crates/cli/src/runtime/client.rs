@@ -446,6 +446,13 @@ async fn plain_to_tls() -> bool {
     }
 }
 
+/// The most bytes the server decodes in one gRPC message: tonic's default decoding limit, which
+/// the server's client service keeps (crates/server/src/service.rs sets no
+/// `max_decoding_message_size`), so a submission past it was refused with gRPC's bare `decoded
+/// message length too large`. A submission is one message: the job file and a divisible job's
+/// input together.
+pub(super) const MESSAGE_LIMIT: usize = 4 << 20;
+
 /// The job file from `from` (named `what` in errors), read up to the server's bound on a job
 /// file: a larger one (or `/dev/zero`) is refused without being read whole.
 fn read_bounded(from: impl std::io::Read, what: &str) -> anyhow::Result<String> {
@@ -701,6 +708,24 @@ pub async fn submit(
         hold: held,
         begin_ms: after.begin_ms.unwrap_or(0),
     };
+    // Said here, naming what made it large: the server would answer only gRPC's `decoded
+    // message length too large`, and retrying cannot shrink it.
+    let size = prost::Message::encoded_len(&request);
+    if size > MESSAGE_LIMIT {
+        let file = PathBuf::from(&request.origin);
+        return Err(
+            super::divisible::submission_too_large(&file, &request.text, size).unwrap_or_else(
+                || {
+                    anyhow::anyhow!(
+                        "{}: the submission is {size} bytes; the server takes at most \
+                         {MESSAGE_LIMIT} bytes ({}) in one",
+                        request.origin,
+                        bytesize::ByteSize(MESSAGE_LIMIT as u64)
+                    )
+                },
+            ),
+        );
+    }
     let submitted = submit_with_retries(args, request).await;
     let (mut api, reply) = match (submitted, &source) {
         (Ok(done), _) => done,
