@@ -301,20 +301,117 @@ fn counts(c: &Option<pb::TaskCounts>) -> pb::TaskCounts {
     (*c).unwrap_or_default()
 }
 
-/// How long `hetsched submit` goes on sending a submission whose reply did not arrive (the
-/// server restarting, say) by default: a minute, which a restart fits in. `wait` rides out ten
-/// (`SERVER_GONE_LIMIT`), but a submission that blocks a script for that long while nothing
-/// answers is more likely a wrong address. `HETSCHED_SUBMIT_RETRY_FOR` sets it (`0s`: one try).
-const SUBMIT_RETRY_FOR: Duration = Duration::from_secs(60);
+/// How long a command that finds the server unreachable at its start goes on trying by default
+/// (`submit` sending its submission, `wait` its first look): a minute, which a restart fits in,
+/// so a script's `hetsched submit …; hetsched wait last` outlives a restart between the two.
+/// `wait` rides out ten once the server answered it (`SERVER_GONE_LIMIT`), but a command that
+/// blocks a script for that long while nothing has ever answered is more likely given a wrong
+/// address. `HETSCHED_SUBMIT_RETRY_FOR` sets it (`0s`: one try); the name is older than `wait`'s
+/// use of it.
+const RETRY_FOR: Duration = Duration::from_secs(60);
 
-/// The time `submit` retries for: `HETSCHED_SUBMIT_RETRY_FOR` if set, else [`SUBMIT_RETRY_FOR`].
-fn submit_retry_for() -> anyhow::Result<Duration> {
+/// The time a command retries an unreachable server at its start: `HETSCHED_SUBMIT_RETRY_FOR`
+/// if set, else [`RETRY_FOR`].
+fn retry_for() -> anyhow::Result<Duration> {
     match std::env::var("HETSCHED_SUBMIT_RETRY_FOR") {
         Ok(v) => super::duration_flag(&v)
             .map(Duration::from)
             .map_err(|e| anyhow::anyhow!("HETSCHED_SUBMIT_RETRY_FOR: {e}")),
-        Err(_) => Ok(SUBMIT_RETRY_FOR),
+        Err(_) => Ok(RETRY_FOR),
     }
+}
+
+/// The tries of a command at a server that does not answer (yet), shared by `submit` and
+/// `wait`'s start so that both say and bound it alike: for [`retry_for`] (or less, `cap`), with
+/// backoff (0.2 s, 0.4 s, … at most 3 s between tries), each pause said on stderr.
+struct Retries {
+    start: Instant,
+    limit: Duration,
+    /// What set `limit`, for the give-up message.
+    set_by: String,
+    delay: Duration,
+    tries: u32,
+    /// Whether the current try is the last: the next would start past `limit`.
+    last: bool,
+}
+
+impl Retries {
+    fn new(cap: Option<Duration>) -> anyhow::Result<Retries> {
+        let limit = retry_for()?;
+        let (limit, set_by) = match cap {
+            Some(cap) if cap < limit => (
+                cap,
+                format!("--timeout {}", humantime::format_duration(cap)),
+            ),
+            _ => (limit, format!("HETSCHED_SUBMIT_RETRY_FOR: {limit:?}")),
+        };
+        Ok(Retries {
+            start: Instant::now(),
+            limit,
+            set_by,
+            delay: Duration::from_millis(200),
+            tries: 0,
+            last: false,
+        })
+    }
+
+    /// Starts a try; whether it is the last.
+    fn next(&mut self) -> bool {
+        self.tries += 1;
+        self.last = self.start.elapsed() + self.delay > self.limit;
+        self.last
+    }
+
+    /// Says why this try failed (`warning: WHY; retrying in D HOW`) and waits before the next.
+    async fn pause(&mut self, why: &str, how: &str) {
+        eprintln!("warning: {why}; retrying in {:?}{how}", self.delay);
+        tokio::time::sleep(self.delay).await;
+        self.delay = (self.delay * 2).min(Duration::from_secs(3));
+    }
+
+    /// The last try's failure `e`, saying how long it was tried and what bounded that.
+    fn gave_up(&self, e: anyhow::Error) -> anyhow::Error {
+        e.context(format!(
+            "gave up after {} tr{} in {:.1} s ({})",
+            self.tries,
+            if self.tries == 1 { "y" } else { "ies" },
+            self.start.elapsed().as_secs_f64(),
+            self.set_by
+        ))
+    }
+
+    /// Connects to `server`, trying again while the time lasts; a mistake that another try
+    /// cannot mend (a server that does not speak TLS does not learn to) fails at once. The
+    /// give-up keeps the connection's exit status (69, naming the server).
+    async fn connect(
+        &mut self,
+        server: &str,
+        token: &str,
+        ca: Option<&[u8]>,
+    ) -> anyhow::Result<Api> {
+        loop {
+            let last = self.next();
+            match connect_with(server, token, ca).await {
+                Ok(api) => return Ok(api),
+                Err(e) if last => return Err(self.gave_up(e)),
+                Err(e) if super::human::exit_status(&e) == Some(super::human::PROTOCOL_STATUS) => {
+                    return Err(e);
+                }
+                Err(e) => self.pause(&super::human::error_chain(&e), "").await,
+            }
+        }
+    }
+}
+
+/// Connects as [`connect`], but a server that does not answer at the start (not running yet,
+/// restarting) is tried again as `submit` tries it ([`Retries`]), at most `cap` (`wait
+/// --timeout`): for `wait`, which a script runs right after a `submit` that may have ridden out
+/// the same restart.
+pub async fn connect_retrying(args: &ClientArgs, cap: Option<Duration>) -> anyhow::Result<Api> {
+    let (server, token, ca) = client_setup(args)?;
+    Retries::new(cap)?
+        .connect(&server, &token, ca.as_deref())
+        .await
 }
 
 /// A fresh submission key: 128 random bits in hex.
@@ -340,6 +437,22 @@ fn retryable(s: &tonic::Status) -> bool {
 
 use hetsched_agent::probe::speaks_tls;
 
+/// Whether the server connected to ([`CONNECTED`]) is reached over `http://` but speaks TLS: a
+/// call that got no answer then never will, and [`diagnose`] says what to change.
+async fn plain_to_tls() -> bool {
+    match CONNECTED.get() {
+        Some(url) if url.starts_with("http://") => speaks_tls(url).await,
+        _ => false,
+    }
+}
+
+/// The most bytes the server decodes in one gRPC message: tonic's default decoding limit, which
+/// the server's client service keeps (crates/server/src/service.rs sets no
+/// `max_decoding_message_size`), so a submission past it was refused with gRPC's bare `decoded
+/// message length too large`. A submission is one message: the job file and a divisible job's
+/// input together.
+pub(super) const MESSAGE_LIMIT: usize = 4 << 20;
+
 /// The job file from `from` (named `what` in errors), read up to the server's bound on a job
 /// file: a larger one (or `/dev/zero`) is refused without being read whole.
 fn read_bounded(from: impl std::io::Read, what: &str) -> anyhow::Result<String> {
@@ -359,41 +472,12 @@ pub async fn submit_with_retries(
     args: &ClientArgs,
     req: pb::SubmitRequest,
 ) -> anyhow::Result<(Api, pb::SubmitReply)> {
-    let mut delay = Duration::from_millis(200);
-    let mut tries = 0;
     // Local mistakes fail at once; only the network is retried.
     let (server, token, ca) = client_setup(args)?;
-    let retry_for = submit_retry_for()?;
-    let start = Instant::now();
+    let mut retries = Retries::new(None)?;
     loop {
-        tries += 1;
-        // The last try: the next would start past the time given.
-        let last = start.elapsed() + delay > retry_for;
-        let mut api = match connect_with(&server, &token, ca.as_deref()).await {
-            Ok(api) => api,
-            // A server that does not speak TLS does not learn to.
-            Err(e)
-                if !last
-                    && super::human::exit_status(&e) != Some(super::human::PROTOCOL_STATUS) =>
-            {
-                eprintln!(
-                    "warning: {}; retrying in {delay:?}",
-                    super::human::error_chain(&e)
-                );
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(3));
-                continue;
-            }
-            Err(e) if last => {
-                return Err(e.context(format!(
-                    "gave up after {tries} tr{} in {:.1} s (HETSCHED_SUBMIT_RETRY_FOR: {:?})",
-                    if tries == 1 { "y" } else { "ies" },
-                    start.elapsed().as_secs_f64(),
-                    retry_for
-                )));
-            }
-            Err(e) => return Err(e),
-        };
+        let mut api = retries.connect(&server, &token, ca.as_deref()).await?;
+        let last = retries.last;
         match api.submit(req.clone()).await {
             Ok(r) => return Ok((api, r.into_inner())),
             Err(s)
@@ -412,13 +496,12 @@ pub async fn submit_with_retries(
                 }));
             }
             Err(s) if retryable(&s) && !last => {
-                eprintln!(
-                    "warning: submission got no answer ({}: {}); retrying in {delay:?} with the same key",
+                let why = format!(
+                    "submission got no answer ({}: {})",
                     s.code(),
                     shown(s.message())
                 );
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(3));
+                retries.pause(&why, " with the same key").await;
             }
             Err(s) => return Err(refused(s)),
         }
@@ -609,26 +692,41 @@ pub async fn submit(
     for warning in super::placeholders::for_file(&origin, &text) {
         eprintln!("{warning}");
     }
-    let submitted = submit_with_retries(
-        args,
-        pb::SubmitRequest {
-            origin,
-            text,
-            workdir,
-            submission_key: key.unwrap_or_else(new_submission_key),
-            name,
-            divisible_input,
-            after: after.completed,
-            after_any: after.ended,
-            after_notok: after.failed,
-            after_corr: after.corresponding,
-            singleton: after.singleton,
-            after_start: after.started,
-            hold: held,
-            begin_ms: after.begin_ms.unwrap_or(0),
-        },
-    )
-    .await;
+    let request = pb::SubmitRequest {
+        origin,
+        text,
+        workdir,
+        submission_key: key.unwrap_or_else(new_submission_key),
+        name,
+        divisible_input,
+        after: after.completed,
+        after_any: after.ended,
+        after_notok: after.failed,
+        after_corr: after.corresponding,
+        singleton: after.singleton,
+        after_start: after.started,
+        hold: held,
+        begin_ms: after.begin_ms.unwrap_or(0),
+    };
+    // Said here, naming what made it large: the server would answer only gRPC's `decoded
+    // message length too large`, and retrying cannot shrink it.
+    let size = prost::Message::encoded_len(&request);
+    if size > MESSAGE_LIMIT {
+        let file = PathBuf::from(&request.origin);
+        return Err(
+            super::divisible::submission_too_large(&file, &request.text, size).unwrap_or_else(
+                || {
+                    anyhow::anyhow!(
+                        "{}: the submission is {size} bytes; the server takes at most \
+                         {MESSAGE_LIMIT} bytes ({}) in one",
+                        request.origin,
+                        bytesize::ByteSize(MESSAGE_LIMIT as u64)
+                    )
+                },
+            ),
+        );
+    }
+    let submitted = submit_with_retries(args, request).await;
     let (mut api, reply) = match (submitted, &source) {
         (Ok(done), _) => done,
         // The server's checks against its nodes name the generated text's lines: say the flags.
@@ -2300,13 +2398,14 @@ fn nothing_selected(args: &ClientArgs, sel: &Selected, what: &str) -> anyhow::Re
 /// `hetsched wait`: one job as [`wait_on`]; several in turn (the time-out bounds them all), a
 /// line each (a JSON array of the jobs with `--output json`), failing at the end unless every
 /// one completed: with status 1 when one ended otherwise, else with [`TIMED_OUT_STATUS`] when
-/// the time-out passed before one ended (a failure says more than a job still running).
+/// the time-out passed before one ended (a failure says more than a job still running). `api`:
+/// from [`connect_retrying`], so that a server restarting as the wait starts is waited for.
 pub async fn wait(
+    mut api: Api,
     args: &ClientArgs,
     sel: &Selected,
     timeout: Option<Duration>,
 ) -> anyhow::Result<()> {
-    let mut api = connect(args).await?;
     let looker = api.clone();
     let waiting = wait_selected(&mut api, args, sel, timeout);
     unless_interrupted(looker, &sel.ids, waiting).await
@@ -2570,9 +2669,12 @@ async fn wait_for(
     let mut told_held = false;
     let mut told_deferred = false;
     let mut told_stuck = String::new();
-    // Whether the server answered in this wait (an address that never answered is a mistake to
-    // report at once, not a restart to wait out), and since when it has not.
+    // Whether the server answered in this wait, and since when it has not. One that answered
+    // is waited for up to `SERVER_GONE_LIMIT`; one that has not yet (connected, but restarting)
+    // only as long as a command's start is ([`retry_for`]): an address where nothing ever
+    // answers is more likely a mistake than a restart.
     let mut answered = false;
+    let start_limit = retry_for()?;
     let mut gone_since: Option<Instant> = None;
     // Until when this wait looks without the server holding its call: the server refused a
     // held look because this user holds as many calls open as it allows (`GetJob` waits of
@@ -2602,9 +2704,17 @@ async fn wait_for(
             .await
         {
             Ok(j) => j.into_inner(),
-            // The server answered before in this wait: it is restarting (or its host is briefly
-            // unreachable). Its jobs survive that, so the wait goes on, bounded.
-            Err(s) if answered && retryable(&s) => {
+            // The server is restarting (or its host is briefly unreachable). Its jobs survive
+            // that, so the wait goes on, bounded. Unless a plain client reached a TLS port: that
+            // never mends, and is said at once ([`diagnose`]).
+            Err(s)
+                if retryable(&s) && (answered || gone_since.is_some() || !plain_to_tls().await) =>
+            {
+                let limit = if answered {
+                    SERVER_GONE_LIMIT
+                } else {
+                    start_limit
+                };
                 let gone = *gone_since.get_or_insert_with(|| {
                     bar.suspend(|| {
                         eprintln!(
@@ -2612,17 +2722,16 @@ async fn wait_for(
                              back (at most {})",
                             s.code(),
                             shown(s.message()),
-                            humantime::format_duration(SERVER_GONE_LIMIT)
+                            humantime::format_duration(limit)
                         )
                     });
                     Instant::now()
                 });
-                if gone.elapsed() >= SERVER_GONE_LIMIT
-                    || timeout.is_some_and(|t| start.elapsed() >= t)
-                {
+                if gone.elapsed() >= limit || timeout.is_some_and(|t| start.elapsed() >= t) {
                     bar.abandon();
                     return Err(refused(s).context(format!(
-                        "job {id}: the server did not answer for {}",
+                        "job {id}: the server at {} did not answer for {}",
+                        CONNECTED.get().map_or("", |url| url.as_str()),
                         humantime::format_duration(Duration::from_secs(gone.elapsed().as_secs()))
                     )));
                 }

@@ -28,22 +28,76 @@ pub fn read_input(file: &Path, text: &str) -> anyhow::Result<Vec<u8>> {
         return Ok(Vec::new());
     };
     let path = PathBuf::from(input.get_ref());
-    let bytes = std::fs::read(&path).map_err(|e| {
-        let src = hetsched_core::input::Source::new(&origin, text);
-        let span = input.span();
+    let src = hetsched_core::input::Source::new(&origin, text);
+    let at = |message: String| {
         anyhow::anyhow!(
             "{}",
             src.error(
-                Some(span.start),
+                Some(input.span().start),
                 Some("divisible[0].input".into()),
-                format!("cannot read `{}`: {e}", path.display())
+                message
             )
         )
-    })?;
-    let src = hetsched_core::input::Source::new(&origin, text);
+    };
+    let cannot = |e: std::io::Error| at(format!("cannot read `{}`: {e}", path.display()));
+    // Read no further than a submission can carry: a larger input (a 10 GiB data set) is
+    // refused before it is read whole into memory.
+    let bound = super::client::MESSAGE_LIMIT as u64;
+    let opened = std::fs::File::open(&path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(&opened, bound + 1), &mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > bound {
+        let size = opened.metadata().map_or(bytes.len() as u64, |m| m.len());
+        return Err(at(too_large(&path, size, None)));
+    }
     d.check_input_len(&src, 0, bytes.len() as u64)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(bytes)
+}
+
+/// Why a divisible job's input `path` of `size` bytes cannot be submitted, and what to do
+/// instead: the input travels inside the submission, one gRPC message, which the server decodes
+/// up to [`super::client::MESSAGE_LIMIT`] (beyond, it answered only gRPC's `decoded message
+/// length too large`). `submission`: the whole submission's size, when the input alone fits
+/// but not with the job file.
+fn too_large(path: &Path, size: u64, submission: Option<usize>) -> String {
+    let limit = super::client::MESSAGE_LIMIT;
+    let with = match submission {
+        Some(n) => format!(", {n} bytes with the job file,"),
+        None => String::new(),
+    };
+    format!(
+        "`{}` is {size} bytes ({}){with} and a divisible job's input is sent inside its \
+         submission, which the server takes up to {limit} bytes ({}, job file included): leave \
+         `input` and `unit_bytes` out and have the command read its units [{{start}}, {{end}}) \
+         from the file on a file system every node shares (its path in `command`), or split the \
+         load into jobs whose inputs are under {} each",
+        path.display(),
+        bytesize::ByteSize(size),
+        bytesize::ByteSize(limit as u64),
+        bytesize::ByteSize(limit as u64),
+    )
+}
+
+/// A submission of `size` bytes, over [`super::client::MESSAGE_LIMIT`], whose job file `file`
+/// (text `text`) is a divisible job with an input: refused at the job file's `input`, naming the
+/// file and its size. `None` when the text has no input (the size is then not the input's).
+pub fn submission_too_large(file: &Path, text: &str, size: usize) -> Option<anyhow::Error> {
+    let origin = file.display().to_string();
+    let w = parse_workload(&origin, text).ok()?;
+    let input = w.divisible.first()?.input.as_ref()?;
+    let path = PathBuf::from(input.get_ref());
+    let input_size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let src = hetsched_core::input::Source::new(&origin, text);
+    Some(anyhow::anyhow!(
+        "{}",
+        src.error(
+            Some(input.span().start),
+            Some("divisible[0].input".into()),
+            too_large(&path, input_size, Some(size))
+        )
+    ))
 }
 
 /// The divisible part of `hetsched job N` (table form).

@@ -1110,8 +1110,13 @@ async fn run_async(cmd: RuntimeCommand) -> anyhow::Result<()> {
             timeout,
             client,
         } => {
+            let timeout = timeout.map(Into::into);
+            // Connected first, riding out a server that does not answer yet as `submit` does
+            // (a restart between a script's `submit` and its `wait last`); then `last`, names
+            // and ranges are resolved on the server that answers.
+            let api = client::connect_retrying(&client, timeout).await?;
             let sel = select::resolve(&ids, &client).await?;
-            client::wait(&client, &sel, timeout.map(Into::into)).await
+            client::wait(api, &client, &sel, timeout).await
         }
         RuntimeCommand::Cancel {
             ids,

@@ -338,6 +338,55 @@ fn a_job_survives_the_sigkill_of_an_agent_and_of_the_server() {
     assert_eq!(b["alive"], false, "the killed agent is lost: {b}");
 }
 
+/// A divisible job's input travels inside its submission, one message, which the server takes
+/// up to 4 MiB: a larger input is refused before anything is sent, at the job file's `input`,
+/// with the file's size, the bound and what to do instead. It was refused by gRPC, `decoded
+/// message length too large`, naming no file, field or bound.
+#[test]
+fn a_divisible_input_past_the_servers_message_bound_is_refused_naming_it() {
+    let c = Cluster::start("div-big-input", false);
+    let submit = |file: &str, input: &str, bytes: usize| {
+        std::fs::write(c.dir.join(input), vec![0u8; bytes]).expect("input");
+        let p = c.write(
+            file,
+            &format!(
+                "[[divisible]]\nname = \"x\"\nunits = 10\ncommand = \"cat {{input}} # {{start}} {{end}}\"\ninput = \"{input}\"\nunit_bytes = 8\n"
+            ),
+        );
+        c.cli(&["submit", p.to_str().expect("utf-8")])
+    };
+    let out = submit("big.toml", "big.bin", 5 << 20);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("big.toml:5:9: divisible[0].input: `big.bin` is 5242880 bytes (5.0 MiB)")
+            && err.contains("up to 4194304 bytes (4.0 MiB, job file included)")
+            && err.contains("leave `input` and `unit_bytes` out")
+            && err.contains("a file system every node shares")
+            && !err.contains("decoded message length"),
+        "{err}"
+    );
+    // Exactly 4 MiB fits alone, not with the job file: said the same, with the whole size.
+    let out = submit("edge.toml", "edge.bin", 4 << 20);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("edge.toml:5:9: divisible[0].input: `edge.bin` is 4194304 bytes (4.0 MiB), ")
+            && err.contains(" bytes with the job file,")
+            && !err.contains("decoded message length"),
+        "{err}"
+    );
+    assert_eq!(c.json(&["jobs"]).as_array().map(Vec::len), Some(0));
+    // Below the bound it is taken.
+    let out = submit("fits.toml", "fits.bin", 3 << 20);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("job 1 submitted (10 units)"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn bad_divisible_input_is_refused_naming_the_field_or_the_chunk() {
     let c = Cluster::start("div-bad", false);

@@ -380,6 +380,58 @@ fn an_unreachable_server_and_a_refused_token_have_exit_statuses_of_their_own() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// `hetsched wait` started while the server is down — a restart between a script's `submit`
+/// and its `wait last` — waits for the server as `submit` does (saying it retries), then for the
+/// job; with no server coming back it gives up once `HETSCHED_SUBMIT_RETRY_FOR` (5 s in these
+/// tests) has passed, with 69 and the server's address. It exited 69 at once, failing the script.
+#[test]
+fn a_wait_started_while_the_server_is_down_rides_out_the_restart() {
+    let mut c = Cluster::start("ux-wait-server-down", false);
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "3"]);
+    c.kill_server();
+    // Tries at 0, 0.2, 0.6, 1.4 and 3 s would end the harness's 5 s: more, so that a slow
+    // restart on a loaded machine still falls within them.
+    let waiting = c
+        .command(&["wait", "last"])
+        .env("HETSCHED_SUBMIT_RETRY_FOR", "30s")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run hetsched wait");
+    std::thread::sleep(Duration::from_secs(2));
+    c.start_server();
+    let out = waiting.wait_with_output().expect("wait ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("retrying in") && err.contains("is the server running?"),
+        "{err}"
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("job 1 completed: 1 succeeded"), "{said}");
+
+    // A server that does not come back: the wait gives up within the retry time, at its last
+    // try that fits (3 s), naming the server.
+    c.kill_server();
+    let started = std::time::Instant::now();
+    let out = c.cli(&["wait", "1"]);
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("error: gave up after ")
+            && err.contains(" s (HETSCHED_SUBMIT_RETRY_FOR: 5s): nothing answers at ")
+            && err.contains(&c.url()),
+        "{err}"
+    );
+    assert!(
+        (Duration::from_millis(2500)..Duration::from_secs(15)).contains(&took),
+        "{took:?}: {err}"
+    );
+}
+
 /// `--log-format json --log-file F`: the server's own log goes to F (not to standard error),
 /// one JSON object a line, and F is private (0600). logrotate renames F and sends SIGHUP: the
 /// renamed file keeps the lines before, and the server opens a new F for the lines after. An
