@@ -6,8 +6,12 @@ use crate::support::{BIN, Cluster, temp_dir, tls_file};
 use std::process::Command;
 
 fn check(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    run_in(dir, &[&["server", "--check"], args].concat())
+}
+
+/// `hetsched ARGS` run in `dir`: (success, stdout, stderr).
+fn run_in(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(BIN)
-        .args(["server", "--check"])
         .args(args)
         .current_dir(dir)
         .output()
@@ -265,16 +269,10 @@ fn joined<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<&'a str> {
 
 /// `hetsched agent --check ARGS` against `c`'s server: (success, stdout, stderr).
 fn agent_check(c: &Cluster, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(BIN)
-        .args(["agent", "--check", "--server", &c.url()])
-        .args(args)
-        .current_dir(&c.dir)
-        .output()
-        .expect("run hetsched");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    let url = c.url();
+    run_in(
+        &c.dir,
+        &[&["agent", "--check", "--server", &url], args].concat(),
     )
 }
 

@@ -460,9 +460,11 @@ fn the_accounts_count_a_shared_device_once() {
         beat(&mut s, id, "A", anode, &[(task, attempt)]);
     }
     let ran_s = started.elapsed().as_secs_f64();
-    let offered_s = registered.elapsed().as_secs_f64();
     let today = hetsched_server::accounting::day_of(hetsched_server::state::now_ns());
     let rows = s.usage_report(today, today, None).expect("report");
+    // After the report: the capacity is offered up to the report's own instant (on a loaded
+    // machine a few ms after the beats).
+    let offered_s = registered.elapsed().as_secs_f64();
     let gpu_of = |owner: &str| {
         rows.iter()
             .filter(|r| r.owner == owner)

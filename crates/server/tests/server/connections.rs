@@ -367,23 +367,25 @@ async fn drained_within(s: &mut TcpStream, within: Duration) -> (bool, usize) {
     }
 }
 
-/// A gRPC client that asks for replies larger than its TCP receive window and then reads
-/// nothing, though it goes on calling — its calls open, the server's writes refused — is
-/// closed once they have been refused for the write-stall timeout, while other clients are
-/// served; one that asks the same and reads stays. Before, the connection and every reply
-/// hyper held for it stayed for good: HTTP/2's PINGs only go to a peer that has sent no call
-/// for 30 s (one that stops calling too was closed under a minute, the PING unanswered).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grpc_client_that_reads_nothing_is_closed_at_the_write_stall_timeout() {
-    use tokio::io::AsyncWriteExt;
-    let scratch = Scratch::new("connections", "stall");
-    let server = plain_server(&scratch, Duration::from_secs(60)).await;
+/// A client of `server` with the admin's token, and the id of a job of 1,000 tasks it submitted
+/// (pages of them are large replies).
+async fn with_a_job_of_1000_tasks(
+    server: &hetsched_server::ServerHandle,
+) -> (
+    ClientClient<
+        tonic::service::interceptor::InterceptedService<
+            tonic::transport::Channel,
+            pb::TokenInterceptor,
+        >,
+    >,
+    u64,
+) {
     let channel = pb::endpoint(&format!("http://{}", server.addr), None)
         .expect("endpoint")
         .connect()
         .await
         .expect("connect");
-    let mut client = ClientClient::with_interceptor(channel, common::client_token(&server));
+    let mut client = ClientClient::with_interceptor(channel, common::client_token(server));
     let job = client
         .submit(pb::SubmitRequest {
             origin: "many.toml".into(),
@@ -396,6 +398,21 @@ async fn a_grpc_client_that_reads_nothing_is_closed_at_the_write_stall_timeout()
         .expect("submit")
         .into_inner()
         .job_id;
+    (client, job)
+}
+
+/// A gRPC client that asks for replies larger than its TCP receive window and then reads
+/// nothing, though it goes on calling — its calls open, the server's writes refused — is
+/// closed once they have been refused for the write-stall timeout, while other clients are
+/// served; one that asks the same and reads stays. Before, the connection and every reply
+/// hyper held for it stayed for good: HTTP/2's PINGs only go to a peer that has sent no call
+/// for 30 s (one that stops calling too was closed under a minute, the PING unanswered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_client_that_reads_nothing_is_closed_at_the_write_stall_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let scratch = Scratch::new("connections", "stall");
+    let server = plain_server(&scratch, Duration::from_secs(60)).await;
+    let (mut client, job) = with_a_job_of_1000_tasks(&server).await;
     // Forty pages at once (1.4 MB): far more than the socket buffers hold.
     let calls: Vec<u8> = std::iter::once(greeting())
         .chain((0..40).map(|i| list_tasks(&server.token, job, 2 * i + 1)))
@@ -450,24 +467,7 @@ async fn an_http_client_that_reads_nothing_is_closed_at_the_write_stall_timeout(
     let scratch = Scratch::new("connections", "http-stall");
     let server = plain_server(&scratch, Duration::from_secs(60)).await;
     let http = server.http_addr.expect("an HTTP listener");
-    let channel = pb::endpoint(&format!("http://{}", server.addr), None)
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    let mut client = ClientClient::with_interceptor(channel, common::client_token(&server));
-    let job = client
-        .submit(pb::SubmitRequest {
-            origin: "many.toml".into(),
-            text: "[[application]]\nname = \"many\"\ntasks = 10000\n[application.cpu]\n\
-                   command = \"true\"\n"
-                .into(),
-            ..Default::default()
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let (_, job) = with_a_job_of_1000_tasks(&server).await;
     let page = |last: bool| {
         format!(
             "GET /api/tasks?job={job}&limit=1000 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n{}\r\n",

@@ -191,7 +191,6 @@ async fn the_dashboard_shows_each_users_caps_holdings_jobs_and_accounts_to_whom_
         ))
         .await
         .expect("beat");
-    let ran_s = started.elapsed().as_secs_f64();
     let users = get_json(http, "/api/users", &admin_token).await;
     let alice = row(&users, "alice");
     assert_eq!(
@@ -202,6 +201,10 @@ async fn the_dashboard_shows_each_users_caps_holdings_jobs_and_accounts_to_whom_
 
     // The accounts: the last 7 days by default, as `hetsched usage --output json` words them.
     let usage = get_json(http, "/api/usage", &admin_token).await;
+    // An upper bound on what her task held, read after the accounts were: the server's
+    // instants (its start at dispatch, its end at the result, on the wall clock) lie between
+    // `started` and now, however loaded the machine.
+    let ran_s = started.elapsed().as_secs_f64();
     assert_eq!(usage["since"], date(today() - 6), "{usage}");
     assert_eq!(usage["until"], date(today()), "{usage}");
     assert_eq!(names(&usage["users"], "user"), ["alice"], "{usage}");
