@@ -245,25 +245,26 @@ impl Agent for AgentService {
             }
         }
         let (id, port, work_dir) = (r.node_id, r.log_port, r.work_dir.clone());
+        let relay = self.2.clone();
         let reply = with_state(&self.0, &self.3, Run::Inline, move |s| {
             s.note_peer(id, ip);
-            s.heartbeat(r)
+            let rep = s.heartbeat(r)?;
+            // Where the node's agent listens, learnt in the event that records what its beat
+            // reports: a client woken by a result in it (`wait`) then reads that task's log at
+            // once. Before, the relay learnt it after the reply, and the first `log` after a
+            // restart could hear that the node "has not heartbeated since the server started".
+            if !rep.reregister {
+                // First heartbeat since a restart: the name comes from the state.
+                let name = if relay.knows(id) { None } else { s.node_name(id) };
+                relay.seen(id, name.as_deref(), ip, port, &work_dir);
+            }
+            Ok(rep)
         })
         .await;
         self.1.heartbeat(start.elapsed());
         if let Ok(rep) = &reply
             && !rep.get_ref().reregister
         {
-            let name = if self.2.knows(id) {
-                None
-            } else {
-                // First heartbeat since a restart: the name comes from the state.
-                read_state(&self.0, move |s| Ok(s.node_name(id)))
-                    .await
-                    .ok()
-                    .and_then(Response::into_inner)
-            };
-            self.2.seen(id, name.as_deref(), ip, port, &work_dir);
             // The key this reply gives the agent signs the log reads relayed to it.
             self.2.keyed(id, &rep.get_ref().data_key);
         }
