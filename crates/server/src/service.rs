@@ -255,7 +255,11 @@ impl Agent for AgentService {
             // restart could hear that the node "has not heartbeated since the server started".
             if !rep.reregister {
                 // First heartbeat since a restart: the name comes from the state.
-                let name = if relay.knows(id) { None } else { s.node_name(id) };
+                let name = if relay.knows(id) {
+                    None
+                } else {
+                    s.node_name(id)
+                };
                 relay.seen(id, name.as_deref(), ip, port, &work_dir);
             }
             Ok(rep)
