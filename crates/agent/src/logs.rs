@@ -598,7 +598,6 @@ mod tests {
     /// of the agent token read any task's output here.
     #[tokio::test]
     async fn a_read_is_served_only_with_the_servers_ticket_for_it_and_nothing_is_opened_without() {
-        const KEY: [u8; 32] = [7; 32];
         let dir = ScratchDir::new("logs", "ticket");
         let out = output_path(&dir, 4, "sim", (2, 0), 1, false);
         std::fs::create_dir_all(out.parent().expect("job dir")).expect("job dir");
@@ -723,15 +722,13 @@ mod tests {
         assert!(!r.exists);
     }
 
-    /// Job ids repeat (a restored backup, a fresh data directory) while the agent keeps older
-    /// jobs' directories: a task's or chunk's file is served only to a read whose (ticketed)
-    /// job nonce is the one its directory is marked with. Another incarnation's read — with
-    /// another nonce, or a legacy one (0) of a marked directory, or one with a nonce of an
-    /// unmarked (legacy) directory — gets the answer for a missing file, its data none of it.
-    #[tokio::test]
-    async fn a_file_is_served_only_to_reads_of_the_job_incarnation_that_wrote_it() {
-        const KEY: [u8; 32] = [7; 32];
-        let dir = ScratchDir::new("logs", "nonce");
+    /// The key these tests sign their tickets with.
+    const KEY: [u8; 32] = [7; 32];
+
+    /// A log service of node `a` over a scratch work directory (named `name`), holding
+    /// [`KEY`] as the server's data key.
+    fn keyed_service(name: &str) -> (ScratchDir, LogService) {
+        let dir = ScratchDir::new("logs", name);
         let service = LogService::new(
             &dir,
             LogKey {
@@ -740,6 +737,17 @@ mod tests {
             },
         );
         assert!(service.key.key.set(&KEY));
+        (dir, service)
+    }
+
+    /// Job ids repeat (a restored backup, a fresh data directory) while the agent keeps older
+    /// jobs' directories: a task's or chunk's file is served only to a read whose (ticketed)
+    /// job nonce is the one its directory is marked with. Another incarnation's read — with
+    /// another nonce, or a legacy one (0) of a marked directory, or one with a nonce of an
+    /// unmarked (legacy) directory — gets the answer for a missing file, its data none of it.
+    #[tokio::test]
+    async fn a_file_is_served_only_to_reads_of_the_job_incarnation_that_wrote_it() {
+        let (dir, service) = keyed_service("nonce");
         let read = |job_id, job_nonce, divisible| {
             let mut r = pb::AgentLogRequest {
                 job_id,
@@ -808,16 +816,7 @@ mod tests {
     /// good, and enough of them stopped the agent from serving, reporting and shutting down.
     #[tokio::test]
     async fn a_fifo_in_an_outputs_place_is_refused_at_once_naming_it() {
-        const KEY: [u8; 32] = [7; 32];
-        let dir = ScratchDir::new("logs", "fifo");
-        let service = LogService::new(
-            &dir,
-            LogKey {
-                node: "a".into(),
-                key: DataKey::default(),
-            },
-        );
-        assert!(service.key.key.set(&KEY));
+        let (dir, service) = keyed_service("fifo");
         let read = |attempt: u32| {
             let mut r = pb::AgentLogRequest {
                 job_id: 4,
