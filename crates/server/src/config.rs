@@ -155,7 +155,7 @@ pub struct ServerConfig {
     pub max_stored_bytes_per_user: u64,
     /// The most tasks the jobs of a user other than the admin may keep stored — every task of
     /// every job not purged, finished ones too (a workflow's instances; a divisible job counts
-    /// one): each is a store row (about 70 bytes) that `max_unfinished_tasks_per_user` stops
+    /// one): each is a store row that `max_unfinished_tasks_per_user` stops
     /// counting once it ends, so a loop of submissions cancelled at once grew the store without
     /// bound. A submission that would pass it is refused, naming it and `hetsched purge`.
     /// Default [`MAX_STORED_TASKS_PER_USER`]; at least 1.
@@ -209,8 +209,8 @@ pub const MAX_UNFINISHED_TASKS_PER_USER: u64 = 10_000_000;
 /// The default of `max_stored_bytes_per_user`: 1 GiB, five hundred of the largest job files.
 pub const MAX_STORED_BYTES_PER_USER: u64 = 1 << 30;
 
-/// The default of `max_stored_tasks_per_user`: twice `max_unfinished_tasks_per_user`'s, about
-/// 1.4 GB of store rows.
+/// The default of `max_stored_tasks_per_user`: twice `max_unfinished_tasks_per_user`'s (about
+/// 1.3 GB of store at the rate docs/runtime.md, "Users", measured).
 pub const MAX_STORED_TASKS_PER_USER: u64 = 20_000_000;
 
 /// The default of `max_connections`: a cluster of a couple of thousand agents, their users'
