@@ -19,6 +19,7 @@
 //! kill_grace = "10s"                # a stopped task's time between SIGTERM and SIGKILL
 //! time_limit = "11h 50m"            # how long the agent runs (its batch allocation, less a margin)
 //! idle_timeout = "5m"               # exit once nothing has run here for this long (at least 1s)
+//! stale_keep = "7d"                 # delete job directories set aside in stale/ after this ("never": keep)
 //! run_as_owner = true               # a user's tasks run as its Unix account (agent as root)
 //! max_input_bytes = "64GiB"         # the most written for one fetched workflow input
 //! min_free_disk = "1GiB"            # fetched workflow inputs leave this free on work_dir's disk (0: off)
@@ -145,6 +146,10 @@ pub struct AgentConfig {
     pub time_limit: Option<hetsched_core::input::Duration>,
     /// Exit once nothing has run or waited on the node for this long.
     pub idle_timeout: Option<hetsched_core::input::Duration>,
+    /// How long job directories set aside into `WORK_DIR/stale/` are kept (a duration, or
+    /// `never`; [`crate::job_nonce::DEFAULT_STALE_KEEP`] when not given); read by
+    /// [`AgentConfig::stale_keep`].
+    pub stale_keep: Option<serde_spanned::Spanned<String>>,
     /// Run a user's tasks and divisible chunks as the Unix account of the user's name (the
     /// admin's as the agent's own user); the agent must then run as root
     /// ([`crate::run_as`]). Off by default: everything runs as the agent's user.
@@ -250,6 +255,23 @@ pub fn check_cores(cores: u32) -> Result<u32, String> {
     Ok(cores)
 }
 
+/// `stale_keep` and `--stale-keep`: a duration of at least a minute, or `never` (`Ok(None)`).
+pub fn parse_stale_keep(text: &str) -> Result<Option<std::time::Duration>, String> {
+    if text.trim() == "never" {
+        return Ok(None);
+    }
+    let d: hetsched_core::input::Duration = text.parse()?;
+    // A keep of seconds would delete what a restore back is meant to find before anyone could
+    // notice: a slip ("0s"), refused.
+    if d.0 < 60_000_000_000 {
+        return Err(format!(
+            "`{}`: at least 1m (`never` keeps what is set aside)",
+            text.trim()
+        ));
+    }
+    Ok(Some(std::time::Duration::from_nanos(d.0)))
+}
+
 /// The least memory a node's agent may declare (`memory`): 1 MiB, as for a task — mostly a
 /// bare number meant as megabytes (Slurm's `RealMemory`), which would offer almost none.
 pub const MIN_NODE_MEMORY: u64 = 1 << 20;
@@ -270,6 +292,11 @@ impl AgentConfig {
                     humantime::format_duration(crate::launch::MAX_KILL_GRACE)
                 ),
             ));
+        }
+        if let Some(k) = &config.stale_keep
+            && let Err(e) = parse_stale_keep(k.get_ref())
+        {
+            return Err(src.error(Some(k.span().start), Some("stale_keep".into()), e));
         }
         // An agent that exits the moment it is idle starts, finds nothing, and leaves: below a
         // second is a slip (`"0s"`), refused as allocation queues refuse it.
@@ -376,6 +403,15 @@ impl AgentConfig {
     pub fn idle_timeout(&self) -> Option<std::time::Duration> {
         self.idle_timeout
             .map(|t| std::time::Duration::from_nanos(t.0))
+    }
+
+    /// How long job directories set aside into `stale/` are kept: `Some(None)` for `never`,
+    /// None when the file does not say.
+    pub fn stale_keep(&self) -> Option<Option<std::time::Duration>> {
+        // Checked by [`AgentConfig::parse`].
+        self.stale_keep
+            .as_ref()
+            .and_then(|k| parse_stale_keep(k.get_ref()).ok())
     }
 
     /// The kill grace written, if any.
@@ -653,6 +689,34 @@ mod tests {
             .expect_err("not a duration");
         assert!(
             e.to_string().starts_with("agent.toml:2:14: time_limit"),
+            "{e}"
+        );
+    }
+
+    /// `stale_keep` reads a duration or `never`; a keep under a minute, or what is no duration,
+    /// is refused at its line and column.
+    #[test]
+    fn stale_keep_reads_a_duration_or_never_and_refuses_slips_at_its_line() {
+        let c =
+            AgentConfig::parse("agent.toml", "cores = 2\nstale_keep = \"2d\"\n").expect("valid");
+        assert_eq!(
+            c.stale_keep(),
+            Some(Some(std::time::Duration::from_secs(2 * 86_400)))
+        );
+        let c = AgentConfig::parse("agent.toml", "stale_keep = \"never\"\n").expect("valid");
+        assert_eq!(c.stale_keep(), Some(None));
+        let c = AgentConfig::parse("agent.toml", "cores = 2\n").expect("valid");
+        assert_eq!(c.stale_keep(), None);
+        let e = AgentConfig::parse("agent.toml", "cores = 2\nstale_keep = \"0s\"\n")
+            .expect_err("a slip");
+        assert_eq!(
+            e.to_string(),
+            "agent.toml:2:14: stale_keep: `0s`: at least 1m (`never` keeps what is set aside)"
+        );
+        let e = AgentConfig::parse("agent.toml", "stale_keep = \"forever\"\n")
+            .expect_err("no duration");
+        assert!(
+            e.to_string().starts_with("agent.toml:1:14: stale_keep: "),
             "{e}"
         );
     }

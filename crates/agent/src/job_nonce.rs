@@ -11,10 +11,13 @@
 //! ([`claim`]: `WORK_DIR/job-J` for every task's captured output, `WORK_DIR/wf/J` for a
 //! workflow instance's data, `WORK_DIR/divisible/job-J` for a chunk's): a directory marked
 //! with another nonce — no mark reads as 0 — is moved aside, whole, into `WORK_DIR/stale/`
-//! (never deleted: only the server that ran a job decides that its files may go, and which
-//! server that was is unknown here; an operator removes them), and the directory made again
-//! is marked with this nonce ([`MARK`]; none for 0). So a new job never writes beside, or
-//! reads, an older job's files.
+//! (not deleted at once: only the server that ran a job decides that its files may go, and
+//! which server that was is unknown here — it may be the one a restore replaced, and come
+//! back), and the directory made again is marked with this nonce ([`MARK`]; none for 0). So a
+//! new job never writes beside, or reads, an older job's files. What was set aside is deleted
+//! once it has been there `stale_keep` ([`DEFAULT_STALE_KEEP`], `--stale-keep`; `never`
+//! keeps it): [`remove_stale`], at the agent's start and every hour after, so a node whose
+//! server is restored now and then does not fill its disk with files no server can reach.
 //!
 //! The log listener ([`crate::logs`]) and the workflow data service ([`crate::dataflow`])
 //! serve a file only from a directory marked with exactly the nonce the request names — and the
@@ -32,6 +35,65 @@ pub const MARK: &str = ".job-nonce";
 
 /// Where directories of other incarnations go, below the work directory.
 pub const STALE: &str = "stale";
+
+/// How long what was set aside into `stale/` is kept unless the agent is told otherwise
+/// (`stale_keep`, `--stale-keep`): a week — time to notice a mistaken restore and restore back,
+/// short enough that repeated restores do not fill the node's disk.
+pub const DEFAULT_STALE_KEEP: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// When the entry of `stale/` named `name` was set aside (ns since the epoch), if
+/// [`set_aside`] named it (`wf-7.1718000000000000000`, `job-1.1718000000000000000-2`); None for
+/// anything else, which [`remove_stale`] leaves alone.
+fn set_aside_at(name: &str) -> Option<u64> {
+    let (head, tail) = name.rsplit_once('.')?;
+    let nanos = match tail.split_once('-') {
+        Some((t, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => t,
+        Some(_) => return None,
+        None => tail,
+    };
+    if head.is_empty() || nanos.is_empty() || !nanos.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    nanos.parse().ok()
+}
+
+/// Deletes what [`set_aside`] moved into `WORK_DIR/stale/` at least `keep` before `now_ns`
+/// (by the time in its name, not its files' times: a job's old files may be years old when
+/// they are set aside). Entries not named by [`set_aside`] are left alone: they are an
+/// operator's. Returns the paths deleted; a failure to delete one is logged and the rest go on.
+pub fn remove_stale(work_dir: &Path, keep: std::time::Duration, now_ns: u64) -> Vec<PathBuf> {
+    let stale = work_dir.join(STALE);
+    let Ok(entries) = std::fs::read_dir(&stale) else {
+        return Vec::new();
+    };
+    let cutoff = now_ns.saturating_sub(u64::try_from(keep.as_nanos()).unwrap_or(u64::MAX));
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let Some(at) = entry.file_name().to_str().and_then(set_aside_at) else {
+            continue;
+        };
+        if at > cutoff {
+            continue;
+        }
+        let path = entry.path();
+        // A link set aside is removed, never followed; a directory's links inside are not
+        // followed by `remove_dir_all` either.
+        let gone = match entry.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+            Ok(_) => std::fs::remove_file(&path),
+            Err(e) => Err(e),
+        };
+        match gone {
+            Ok(()) => removed.push(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(
+                path = %path.display(),
+                "cannot delete a job directory set aside in stale/: {e}"
+            ),
+        }
+    }
+    removed
+}
 
 /// The nonce `dir` is marked with: 0 when it has no mark (an agent that predates nonces, or a
 /// job without one), or does not exist. An error: a mark that cannot be read or is malformed
@@ -198,5 +260,48 @@ mod tests {
             .to_string_lossy()
             .into_owned();
         assert!(name.starts_with("wf-7."), "{name}");
+    }
+
+    /// What was set aside goes once it has been in `stale/` for `keep`, by the time in its
+    /// name; an operator's own files there, and newer entries, stay.
+    #[test]
+    fn set_aside_directories_are_deleted_after_the_keep_and_others_stay() {
+        let work = ScratchDir::new("nonce", "stale-keep");
+        let dir = work.join("job-4");
+        std::fs::create_dir_all(dir.join("sub")).expect("dir");
+        std::fs::write(dir.join("sub").join("old.out"), "old\n").expect("out");
+        let aside = claim(&work, &dir, 0xd).expect("claim").expect("moved");
+        let at = set_aside_at(&aside.file_name().expect("name").to_string_lossy()).expect("named");
+        let stale = work.join(STALE);
+        std::fs::write(stale.join("notes.txt"), "the operator's\n").expect("notes");
+        std::fs::create_dir_all(stale.join("job-9.1x")).expect("not ours");
+        let day = std::time::Duration::from_secs(86_400);
+        // Not yet a day old: kept.
+        assert!(remove_stale(&work, day, at + day.as_nanos() as u64 - 1).is_empty());
+        assert!(aside.join("sub").join("old.out").exists());
+        // A day after it was set aside: gone, and only it.
+        assert_eq!(
+            remove_stale(&work, day, at + day.as_nanos() as u64),
+            vec![aside.clone()]
+        );
+        assert!(!aside.exists());
+        assert!(stale.join("notes.txt").exists() && stale.join("job-9.1x").exists());
+        assert!(serves(&dir, 0xd), "the job's own directory is untouched");
+        // The names set_aside gives, and others.
+        assert_eq!(
+            set_aside_at("wf-7.1718000000000000000"),
+            Some(1_718_000_000_000_000_000)
+        );
+        assert_eq!(set_aside_at("job-1.55-2"), Some(55));
+        for other in [
+            "notes.txt",
+            ".5",
+            "job-1.",
+            "job-1.5-",
+            "job-1.5-x",
+            "job-1",
+        ] {
+            assert_eq!(set_aside_at(other), None, "{other}");
+        }
     }
 }

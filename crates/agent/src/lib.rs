@@ -262,6 +262,32 @@ pub struct AgentOptions {
     /// user's name, the admin's as the agent's own user ([`run_as`]); the agent must be root.
     /// Off: everything runs as the agent's user, whatever the server names.
     pub run_as_owner: bool,
+    /// `--stale-keep`: how long job directories set aside into `WORK_DIR/stale/` (another
+    /// incarnation's of a job id: [`job_nonce`]) are kept before the agent deletes them; None:
+    /// never deleted.
+    pub stale_keep: Option<Duration>,
+}
+
+/// Deletes, at the start and every hour after, what has been in `WORK_DIR/stale/` for
+/// `keep` ([`job_nonce::remove_stale`]).
+async fn remove_stale_every_hour(work_dir: PathBuf, keep: Duration) {
+    loop {
+        let dir = work_dir.clone();
+        match tokio::task::spawn_blocking(move || {
+            job_nonce::remove_stale(&dir, keep, launch::now_ns())
+        })
+        .await
+        {
+            Ok(removed) if !removed.is_empty() => info!(
+                directories = removed.len(),
+                keep = %humantime::format_duration(keep),
+                "deleted job directories set aside in stale/ longer than the keep (--stale-keep)"
+            ),
+            Ok(_) => {}
+            Err(e) => warn!("deleting job directories set aside in stale/: {e}"),
+        }
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
 }
 
 struct RunningTask {
@@ -518,6 +544,12 @@ pub async fn run(
         registered_rx.clone(),
         woken.clone(),
     )));
+    let _stale = opts.stale_keep.map(|keep| {
+        divisible::Running(tokio::spawn(remove_stale_every_hour(
+            opts.work_dir.clone(),
+            keep,
+        )))
+    });
     let computing = divisible::Computing::default();
     let _divisible = divisible::Running(tokio::spawn(divisible::run(
         connection_rx,
@@ -2375,6 +2407,7 @@ mod tests {
             time_limit: None,
             idle_timeout: None,
             run_as_owner: false,
+            stale_keep: None,
         };
         (shared, opts)
     }

@@ -194,6 +194,8 @@ async fn run_in(
             time_limit: None,
             idle_timeout: None,
             run_as_owner: false,
+            // The demo's work directories are its own, made new each run.
+            stale_keep: None,
             log_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             log_tls: None,
             drain: false,

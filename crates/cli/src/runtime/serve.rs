@@ -366,6 +366,12 @@ pub struct AgentArgs {
     /// user].
     #[arg(long)]
     pub run_as_owner: bool,
+    /// How long job directories the agent set aside into `WORK_DIR/stale/` (another
+    /// incarnation's of a job id, after a server restore or a new data directory) are kept
+    /// before it deletes them (at start and every hour), or `never` [default: the
+    /// configuration's `stale_keep`, else 7d].
+    #[arg(long, value_name = "DURATION|never", value_parser = stale_keep_flag)]
+    pub stale_keep: Option<StaleKeep>,
     /// Attributes jobs and workflow tasks may `requires` of this node (`bigmem,ssd`; repeat the
     /// flag or separate with commas; `gpu` comes with GPUs) [default: the configuration's
     /// `attributes`, which the flag replaces].
@@ -398,6 +404,14 @@ pub struct AgentArgs {
     pub offline: bool,
     #[command(flatten)]
     pub logs: super::logging::LogArgs,
+}
+
+/// `--stale-keep`'s value: a keep, or `never` (`StaleKeep(None)`).
+#[derive(Clone, Copy, Debug)]
+pub struct StaleKeep(pub Option<std::time::Duration>);
+
+fn stale_keep_flag(s: &str) -> Result<StaleKeep, String> {
+    hetsched_agent::config::parse_stale_keep(s).map(StaleKeep)
 }
 
 /// `--cores`: a number of cores, refused here (naming the flag) as the configuration's `cores`
@@ -1001,6 +1015,12 @@ pub fn agent_options(
             None => config.idle_timeout(),
         },
         run_as_owner: a.run_as_owner || config.run_as_owner,
+        stale_keep: match a.stale_keep {
+            Some(StaleKeep(k)) => k,
+            None => config
+                .stale_keep()
+                .unwrap_or(Some(hetsched_agent::job_nonce::DEFAULT_STALE_KEEP)),
+        },
         processes: Default::default(),
         accel: super::accel_cli::agent_accel_options(a, &config)?,
         advertise: config.advertise.clone(),
