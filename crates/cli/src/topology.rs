@@ -583,6 +583,10 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
 
 /// Runs the hidden `stream-worker` command.
 pub fn run_worker(args: StreamWorkerArgs) -> anyhow::Result<()> {
+    // The worker's stderr is its `worker.err` (the agent's): why an executor's program was
+    // killed or exited, refused connections, the programs' `log` messages and the stderr
+    // budget's notices are logged through `tracing`, so without a subscriber they were lost.
+    crate::runtime::logging::init("info", Default::default(), None);
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("reading {}", args.config.display()))?;
     let config: hetsched_stream::WorkerConfig = serde_json::from_str(&text)

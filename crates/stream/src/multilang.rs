@@ -345,7 +345,16 @@ impl Shell {
                 Some(pid) => shell.pid = pid,
                 None => return Err(format!("handshake: expected {{\"pid\": N}}, got {m}")),
             },
-            Err(_) => {
+            // Its output closed before it answered: it exited (or closed its stdout), which
+            // is what to say, with its exit status — not a timeout it never reached.
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(format!(
+                    "`{}` ended before it answered the multi-lang handshake: {}",
+                    argv.join(" "),
+                    shell.gone()
+                ));
+            }
+            Err(RecvTimeoutError::Timeout) => {
                 return Err(format!(
                     "`{}` did not answer the multi-lang handshake within {}s",
                     argv.join(" "),

@@ -1462,3 +1462,35 @@ fn a_multilang_program_that_cannot_start_leaves_its_worker_and_the_other_executo
     assert!(emitted() > before, "the spout runs on");
     w.stop();
 }
+
+/// A program that exits before its handshake is said to have exited, with its status, at
+/// once — not to have let the 30 s handshake time run out.
+#[test]
+fn a_multilang_program_that_exits_before_its_handshake_is_said_to_have_exited() {
+    let dir = scratch("multilang-exit-at-once");
+    let text = spout_to_bolt(
+        "builtin = \"sequence-spout\"\nparams = { rate = 20.0 }",
+        "command = [\"sh\", \"-c\", \"exit 4\"]",
+    );
+    let started = Instant::now();
+    let w = Worker::start(config(&dir, &text, 0, vec![0, 0])).expect("starts");
+    let why = loop {
+        if let Some(why) = ended(&w, 1).filter(|w| w.contains("cannot start the program again")) {
+            break why;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "not said after {:?}: {:?}",
+            started.elapsed(),
+            ended(&w, 1)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        why.ends_with(
+            "`sh -c exit 4` ended before it answered the multi-lang handshake: sink#0: the program exited (exit status: 4)"
+        ),
+        "{why}"
+    );
+    w.stop();
+}

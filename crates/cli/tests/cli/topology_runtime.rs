@@ -1240,7 +1240,7 @@ name = "talker"
 kind = "bolt"
 parallelism = 1
 cpu = 10.0
-command = ["sh", "-c", "echo hello from the bolt >&2; exec sleep 600"]
+command = ["sh", "-c", "read l; read l; echo '{\"pid\": '$$'}'; echo end; echo '{\"command\": \"log\", \"msg\": \"LOG-FROM-BOLT\"}'; echo end; echo hello from the bolt >&2; exec sleep 600"]
 [[stream]]
 from = "lines"
 to = "talker"
@@ -1250,13 +1250,17 @@ rate = 5.0
     let file = c.write("talk.toml", text);
     c.ok(&["topology", "submit", file.to_str().expect("path")]);
     let mut whole = String::new();
+    // The program's own stderr, and its multi-lang `log` message, which the worker logs
+    // (its log is the same `worker.err`: it was lost while the worker had no subscriber).
     support::wait_until(
-        "the bolt's line in the worker's log",
+        "the bolt's lines in the worker's log",
         Duration::from_secs(30),
         || {
             let out = c.cli(&["topology", "log", "talk", "--worker", "0"]);
             whole = String::from_utf8_lossy(&out.stdout).into_owned();
-            out.status.success() && whole.contains("hello from the bolt\n")
+            out.status.success()
+                && whole.contains("hello from the bolt\n")
+                && whole.contains("talker#0: LOG-FROM-BOLT")
         },
     );
     let tail = c.ok(&["topology", "log", "talk", "--tail", "5"]);
