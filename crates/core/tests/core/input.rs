@@ -465,6 +465,33 @@ fn a_cluster_of_absurd_size_or_speed_is_refused_at_the_field_not_allocated() {
     .expect("at the bounds");
 }
 
+/// A typo'd key of an [[application]] entry that has sub-tables is named at its own line and
+/// column, on the entry (not on `[application.cpu]`), with the key it most likely meant.
+#[test]
+fn a_typod_application_key_is_named_at_its_line_with_the_key_meant() {
+    let text = "[[application]]\nname = \"a\"\ntaks = 4\nsplit = \"1MiB\"\n\n\
+                [application.cpu]\ncompute = \"1s\"\nread = \"1s\"\n\n\
+                [application.gpu]\ncompute = \"1s\"\ncopy = \"1s\"\nread = \"1s\"\n";
+    assert_eq!(
+        parse_workload("w.toml", text)
+            .expect_err("refused")
+            .to_string(),
+        "w.toml:3:1: application[0].taks: unknown field `taks`, expected one of `name`, \
+         `tasks`, `indices`, `entries`, `split`, `priority`, `submit_at`, `retries`, \
+         `max_running`, `accelerator`, `inputs`, `outputs`, `nodes`, `requires`, `cpu`, `gpu`, \
+         `workdir`, `stdout`, `stderr`, `pin`, `user`: did you mean `tasks`?"
+    );
+    // In a sub-table, the sub-table's own keys are offered.
+    let e = parse_workload("w.toml", &text.replace("copy =", "cpoy ="))
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.starts_with("w.toml:12:1: application[0].gpu.cpoy: unknown field `cpoy`")
+            && e.ends_with(": did you mean `copy`?"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_node_without_memory_or_devices_or_with_a_bad_name_is_refused_at_the_field() {
     let err = |text: &str| {
