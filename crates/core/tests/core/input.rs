@@ -465,6 +465,90 @@ fn a_cluster_of_absurd_size_or_speed_is_refused_at_the_field_not_allocated() {
     .expect("at the bounds");
 }
 
+/// The node past the cluster's bound is named where it is written even when no `count` is: one
+/// node per [[node]] table (it was `c.toml: node[2].count: …`, no line, a field not written).
+#[test]
+fn the_node_table_past_the_cluster_bound_is_named_at_its_line() {
+    let text = "[[node]]\nname = \"a\"\ncount = 99999\ncores = 1\n\
+                [[node]]\nname = \"b\"\ncores = 1\n[[node]]\nname = \"c\"\ncores = 1\n";
+    assert_eq!(
+        parse_cluster("c.toml", text)
+            .expect_err("refused")
+            .to_string(),
+        "c.toml:8:1: node[2]: this [[node]] table brings the cluster to 100001 nodes; a cluster \
+         file describes at most 100000"
+    );
+    // 100,001 tables of one node each: the last one's header.
+    let many: String = (0..100_001)
+        .map(|i| format!("[[node]]\nname = \"n{i}\"\ncores = 1\n"))
+        .collect();
+    assert_eq!(
+        parse_cluster("c.toml", &many)
+            .expect_err("refused")
+            .to_string(),
+        "c.toml:300001:1: node[100000]: this [[node]] table brings the cluster to 100001 nodes; \
+         a cluster file describes at most 100000"
+    );
+}
+
+/// A refused speed is echoed as written, not as Rust writes out an f64 (`1e300` was 301
+/// digits, `1e-300` 302 characters).
+#[test]
+fn a_refused_speed_or_duration_is_echoed_compactly() {
+    for (speed, shown) in [
+        ("1e300", "1e300"),
+        ("1e-300", "1e-300"),
+        ("2000.5", "2000.5"),
+    ] {
+        let e = parse_cluster(
+            "c.toml",
+            &format!("[[node]]\nname = \"n\"\ncores = 1\ncore_speed = {speed}\n"),
+        )
+        .expect_err("refused")
+        .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "c.toml:4:14: node[0].core_speed: must be between 0.001 and 1000 (relative to \
+                 the reference, 1.0); got {shown}"
+            )
+        );
+    }
+    let e = parse_cluster(
+        "c.toml",
+        "[[node]]\nname = \"n\"\ncores = 1\naccelerator = [{ kind = \"k\", speed = 1e300 }]\n",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "c.toml:4:38: node[0].accelerator[0].speed: must be between 0.001 and 1000 (relative to \
+         the reference, 1.0); got 1e300"
+    );
+    // A duration written as a number of seconds.
+    let e = parse_cluster(
+        "c.toml",
+        "[[node]]\nname = \"n\"\ncores = 1\nlatency = 1e300\n",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "c.toml:4:11: node[0].latency: invalid duration 1e300: at most 10 years (87600h)"
+    );
+    let e = parse_cluster(
+        "c.toml",
+        "[[node]]\nname = \"n\"\ncores = 1\nlatency = -1e300\n",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "c.toml:4:11: node[0].latency: invalid duration -1e300: expected a non-negative number \
+         of seconds"
+    );
+}
+
 /// A typo'd key of an [[application]] entry that has sub-tables is named at its own line and
 /// column, on the entry (not on `[application.cpu]`), with the key it most likely meant.
 #[test]
