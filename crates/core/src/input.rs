@@ -247,6 +247,15 @@ pub(crate) fn in_words(message: &str) -> String {
             out.replace_range(at..at + expected.len(), &format!("expected {words}"));
         }
     }
+    // serde writes a float out in full (`floating point `1000…0``, 301 digits for `1e300`, where
+    // a whole number is expected): shown as the file could have written it.
+    if let Some(at) = out.find("floating point `")
+        && let start = at + "floating point `".len()
+        && let Some(len) = out[start..].find('`')
+        && let Ok(x) = out[start..start + len].parse::<f64>()
+    {
+        out.replace_range(start..start + len, &units::shown(x));
+    }
     // `invalid type: integer `1…0` as i128, expected …`: the number is an integer, too large
     // (or too small) for any field; i128 is only how toml read it.
     if let Some(rest) = out.strip_prefix("invalid type: integer `")

@@ -549,6 +549,32 @@ fn a_refused_speed_or_duration_is_echoed_compactly() {
     );
 }
 
+/// A float where a whole number is expected is echoed as written could be, not as serde writes
+/// it out (`priority = 1e300` was 301 digits).
+#[test]
+fn a_float_for_a_whole_number_is_echoed_compactly() {
+    let e = parse_workload(
+        "w.toml",
+        "[[application]]\nname = \"a\"\ntasks = 3\npriority = 1e300\n\
+         cpu = { compute = \"1s\", read = \"1s\" }\n",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "w.toml:4:12: application[0].priority: invalid type: floating point `1e300`, expected \
+         a whole number from -2147483648 to 2147483647"
+    );
+    let e = parse_cluster("c.toml", "[[node]]\nname = \"n\"\ncores = 2.5\n")
+        .expect_err("refused")
+        .to_string();
+    assert_eq!(
+        e,
+        "c.toml:3:9: node[0].cores: invalid type: floating point `2.5`, expected a whole number \
+         from 1 to 65536"
+    );
+}
+
 /// A typo'd key of an [[application]] entry that has sub-tables is named at its own line and
 /// column, on the entry (not on `[application.cpu]`), with the key it most likely meant.
 #[test]
