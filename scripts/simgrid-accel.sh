@@ -4,9 +4,11 @@
 # network transfer (an offloaded task's input to its ANode, its result back), and replays the
 # transfers in SimGrid's S4U (scripts/simgrid/network_replay.cpp): each starts when hetsched
 # started it, between the same nodes, with the same bytes, on a star of full-duplex links with the
-# same bandwidths and latencies, and SimGrid says when it ends. One table row per case: transfers,
-# the last transfer's end in both, their relative difference, and the largest difference of any
-# transfer's end — with the transfers on a link sharing it equally, as hetsched's model says — and,
+# same bandwidths and latencies, and SimGrid says when it ends. One table row per case, the columns
+# of docs/results/accelerators.md's table: transfers, the last transfer's end in both, and the
+# largest difference of any transfer's end (which bounds the last one's: no relative difference)
+# — with the transfers on a link sharing it equally, as hetsched's model says —, how many
+# transfers shared a link, and,
 # last, the largest difference under SimGrid's own CM02 sharing, which weighs each transfer's share
 # by its path latency (network_replay.cpp, `equal` and `rtt`).
 #
@@ -51,8 +53,8 @@ PY
 gen 3 1
 gen 6 2
 gen 4 3
-echo "| cluster | workload | binding | transfers | hetsched: last transfer ends | SimGrid | relative difference | largest difference of a transfer's end | transfers that shared a link | largest difference, SimGrid's latency-weighted sharing |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| cluster | workload | binding | transfers | hetsched: last transfer ends | SimGrid | largest difference of a transfer's end | transfers that shared a link | largest difference, SimGrid's latency-weighted sharing |"
+echo "|---|---|---|---|---|---|---|---|---|"
 while read -r cluster workload binding; do
     [ -n "$cluster" ] || continue
     name=$(basename "$cluster" .toml)-$(basename "$workload" .toml)-$binding

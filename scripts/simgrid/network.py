@@ -6,9 +6,10 @@
         --export RUN.json`: every node's link (bandwidth in bytes per second, latency), then every
         transfer in start order (sender, receiver, bytes, start).
     network.py compare RUN.json REPLAY.out [RTT.out]
-        One table row: transfers, the last transfer's end in both, their relative difference, the
-        largest absolute difference of any transfer's end, and how many transfers shared a link
-        direction with another; with RTT.out (the replay under
+        One table row's cells after the case's: transfers, the last transfer's end in both, the
+        largest absolute difference of any transfer's end (which bounds the last end's, so no
+        relative difference is printed: docs/results/accelerators.md's table has none), and how
+        many transfers shared a link direction with another; with RTT.out (the replay under
         SimGrid's latency-weighted sharing), also that replay's largest difference.
 """
 import replay_out
@@ -48,7 +49,7 @@ def compare(ours, replay, rtt=None):
     makespan, replayed = replay_out.read(replay, "transfer", len(ours["transfers"]), 1, 2)
     ends = [[t["end"]] for t in ours["transfers"]]
     last = max((t["end"] for t in ours["transfers"]), default=0.0)
-    row = replay_out.row(ends, replayed, last, makespan) + f" | {shared(ours)}"
+    row = replay_out.row(ends, replayed, last, makespan, relative=False) + f" | {shared(ours)}"
     if rtt is not None:
         _, weighted = replay_out.read(rtt, "transfer", len(ours["transfers"]), 1, 2)
         worst = max((abs(a[0] - b[0]) for a, b in zip(ends, weighted)), default=0.0)

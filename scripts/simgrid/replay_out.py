@@ -22,14 +22,18 @@ def read(replay, tag, count, first, last):
     return makespan, items
 
 
-def row(ours, theirs, ours_makespan, makespan):
-    """One table row's cells: items, both makespans, their relative difference, and the largest
-    absolute difference between matching times of `ours` and `theirs` (lists of time lists)."""
+def row(ours, theirs, ours_makespan, makespan, relative=True):
+    """One table row's cells: items, both makespans, their relative difference (unless
+    `relative` is false: a table that leaves it out, as the network's), and the largest absolute
+    difference between matching times of `ours` and `theirs` (lists of time lists)."""
     worst = max(
         (abs(a - b) for o, t in zip(ours, theirs) for a, b in zip(o, t)), default=0.0
     )
-    rel = abs(makespan - ours_makespan) / ours_makespan
-    return f"{len(theirs)} | {ours_makespan:.9f} s | {makespan:.9f} s | {rel:.1e} | {worst * 1e9:.0f} ns"
+    cells = [f"{len(theirs)}", f"{ours_makespan:.9f} s", f"{makespan:.9f} s"]
+    if relative:
+        cells.append(f"{abs(makespan - ours_makespan) / ours_makespan:.1e}")
+    cells.append(f"{worst * 1e9:.0f} ns")
+    return " | ".join(cells)
 
 
 def main(doc, replay_input, compare, compare_extra=0):

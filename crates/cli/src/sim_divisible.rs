@@ -7,7 +7,7 @@ use clap::Args;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use hetsched_core::input::star_platform::parse_star_platform;
 use hetsched_core::policy::divisible::{Algo, PlanOptions, Weights, plan};
-use hetsched_core::text::count;
+use hetsched_core::text::{count, number};
 use hetsched_sim::divisible::{ScheduleExport, StarConfig, StarRun, check_load, simulate};
 use hetsched_sim::scenario::divisible_paper;
 use std::path::PathBuf;
@@ -82,16 +82,19 @@ pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
     if !(args.load.is_finite() && args.load > 0.0) {
         bail!(
             "--load must be a positive number of load units, got {}",
-            args.load
+            number(args.load)
         );
     }
     if !(args.error.is_finite() && (0.0..1.0).contains(&args.error)) {
-        bail!("--error must be in [0, 1), got {}", args.error);
+        bail!("--error must be in [0, 1), got {}", number(args.error));
     }
     for (flag, weight) in [("--c1", args.c1), ("--c2", args.c2), ("--c3", args.c3)] {
         let Some(weight) = weight else { continue };
         if !(weight.is_finite() && weight >= 0.0) {
-            bail!("{flag} must be a finite number, 0 or more, got {weight}");
+            bail!(
+                "{flag} must be a finite number, 0 or more, got {}",
+                number(weight)
+            );
         }
         // Only UMRLM orders its workers by these weights: a weight given to another planner
         // changes nothing, which a note says rather than silence.
@@ -120,7 +123,8 @@ pub fn divisible_cmd(args: DivisibleArgs) -> anyhow::Result<()> {
     let run = simulate(&platform, &plan, args.load, &config).with_context(|| {
         format!(
             "{} cannot run {} load units on {origin}",
-            args.algo, args.load
+            args.algo,
+            number(args.load)
         )
     })?;
     if let Some(path) = &args.export_schedule {

@@ -46,13 +46,13 @@ pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     if !(args.surge.is_finite() && args.surge >= 0.0) {
         anyhow::bail!(
             "--surge must be a finite number, 0 or more, got {}",
-            args.surge
+            hetsched_core::text::number(args.surge)
         );
     }
     if !(args.max_utilisation > 0.0 && args.max_utilisation <= 1.0) {
         anyhow::bail!(
             "--max-utilisation must be in (0, 1], got {}",
-            args.max_utilisation
+            hetsched_core::text::number(args.max_utilisation)
         );
     }
     hetsched_core::policy::stream::reschedule::check_gain_threshold(

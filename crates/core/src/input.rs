@@ -186,8 +186,31 @@ impl<'a> Source<'a> {
                 key.escape_debug()
             );
         }
+        if let Some(meant) = nearest_field(&message) {
+            message.push_str(&format!(": did you mean `{meant}`?"));
+        }
         self.error(e.span().map(|s| s.start), field, message)
     }
+}
+
+/// The known field nearest a mistyped one, from serde's ``unknown field `taks`, expected one of
+/// `name`, `tasks`, …`` (or ``expected `a` or `b` ``): the listed name within two edits
+/// (`strsim::levenshtein`, as a misspelt workflow placeholder is told), the first listed of the
+/// nearest; `None` for any other message or when none is that near. A name within two edits of a
+/// one- or two-letter key would be any key: those get none.
+fn nearest_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (typo, rest) = rest.split_once('`')?;
+    let listed = rest.strip_prefix(", expected ")?;
+    listed
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .enumerate()
+        .map(|(i, known)| (strsim::levenshtein(typo, known), i, known))
+        .filter(|&(d, _, known)| d <= 2 && d < typo.chars().count().min(known.chars().count()))
+        .min()
+        .map(|(_, _, known)| known)
 }
 
 /// A TOML or serde message in a user's words: the Rust type a field is read as (`expected
@@ -223,6 +246,15 @@ pub(crate) fn in_words(message: &str) -> String {
         if let Some(at) = found {
             out.replace_range(at..at + expected.len(), &format!("expected {words}"));
         }
+    }
+    // serde writes a float out in full (`floating point `1000…0``, 301 digits for `1e300`, where
+    // a whole number is expected): shown as the file could have written it.
+    if let Some(at) = out.find("floating point `")
+        && let start = at + "floating point `".len()
+        && let Some(len) = out[start..].find('`')
+        && let Ok(x) = out[start..start + len].parse::<f64>()
+    {
+        out.replace_range(start..start + len, &units::shown(x));
     }
     // `invalid type: integer `1…0` as i128, expected …`: the number is an integer, too large
     // (or too small) for any field; i128 is only how toml read it.
@@ -285,7 +317,25 @@ fn normalise_path(path: &str) -> String {
 
 #[cfg(test)]
 mod key_tests {
-    use super::Source;
+    use super::{Source, nearest_field};
+
+    /// An unknown key is told the known one it most likely meant, if one is within two edits.
+    #[test]
+    fn an_unknown_field_is_told_the_nearest_known_one() {
+        let listed = |typo: &str| {
+            format!("unknown field `{typo}`, expected one of `name`, `tasks`, `split`, `cpu`")
+        };
+        assert_eq!(nearest_field(&listed("taks")), Some("tasks"));
+        assert_eq!(nearest_field(&listed("nmae")), Some("name"));
+        assert_eq!(nearest_field(&listed("threads")), None);
+        // Two edits turn `x` into `cpu`: no guess for so short a key.
+        assert_eq!(nearest_field(&listed("x")), None);
+        assert_eq!(
+            nearest_field("unknown field `mean2`, expected `mean` or `cv`"),
+            Some("mean")
+        );
+        assert_eq!(nearest_field("invalid type: string, expected u32"), None);
+    }
 
     /// A key is found at its name's line and column: top level, in a table (header or inline),
     /// in an element of an array of tables; one not written is not found.

@@ -1110,3 +1110,98 @@ fn a_variant_no_node_holds_is_warned_of_and_the_other_runs() {
     );
     assert!(!out.stdout.is_empty());
 }
+
+/// A typo'd key of an [[application]] entry (the example's `tasks` written `taks`, the entry
+/// having `[application.cpu]` and `[application.gpu]` sub-tables) is named at its own line and
+/// column by `sim run` and `sim compare` alike, with the key meant.
+#[test]
+fn a_typod_application_key_is_named_at_its_line_by_sim_run_and_compare() {
+    let dir = ScratchDir::new("sim-cli", "typo-key");
+    let text =
+        std::fs::read_to_string(repo().join("examples/workload-mixed.toml")).expect("example");
+    assert!(text.contains("\ntasks = 400\n"));
+    std::fs::write(
+        dir.join("w.toml"),
+        text.replacen("\ntasks = 400\n", "\ntaks = 400\n", 1),
+    )
+    .expect("write");
+    let cluster = repo().join("examples/cluster-mixed-generations.toml");
+    let cluster = cluster.display().to_string();
+    for command in [&["run", "--policy", "fifo"][..], &["compare"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_hetsched"))
+            .arg("sim")
+            .args(command)
+            .args(["--cluster", &cluster, "--workload", "w.toml"])
+            .current_dir(&dir)
+            .output()
+            .expect("the hetsched binary runs");
+        assert_eq!(out.status.code(), Some(1), "{command:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "error: w.toml:10:1: application[0].taks: unknown field `taks`, expected one of \
+             `name`, `tasks`, `indices`, `entries`, `split`, `priority`, `submit_at`, `retries`, \
+             `max_running`, `accelerator`, `inputs`, `outputs`, `nodes`, `requires`, `cpu`, \
+             `gpu`, `workdir`, `stdout`, `stderr`, `pin`, `user`: did you mean `tasks`?\n",
+            "{command:?}"
+        );
+    }
+}
+
+/// A number a simulator's flag refuses is echoed compactly (`-1e300` was printed with 300
+/// digits).
+#[test]
+fn a_refused_numeric_flag_is_echoed_compactly() {
+    let platform = "examples/platform-divisible-paper.toml";
+    for (args, says) in [
+        (
+            vec![
+                "divisible",
+                "--platform",
+                platform,
+                "--algo",
+                "umr",
+                "--load=-1e300",
+            ],
+            "error: --load must be a positive number of load units, got -1e300\n",
+        ),
+        (
+            vec![
+                "divisible",
+                "--platform",
+                platform,
+                "--algo",
+                "umr",
+                "--load",
+                "10",
+                "--error",
+                "1e300",
+            ],
+            "error: --error must be in [0, 1), got 1e300\n",
+        ),
+        (
+            vec![
+                "divisible",
+                "--platform",
+                platform,
+                "--algo",
+                "umrlm",
+                "--load",
+                "10",
+                "--c1=-1e300",
+            ],
+            "error: --c1 must be a finite number, 0 or more, got -1e300\n",
+        ),
+        (
+            vec!["stream-paper", "--surge=-1e300"],
+            "error: --surge must be a finite number, 0 or more, got -1e300\n",
+        ),
+        (
+            vec!["stream-paper", "--max-utilisation", "1e300"],
+            "error: --max-utilisation must be in (0, 1], got 1e300\n",
+        ),
+    ] {
+        let out = hetsched(&[&["sim"][..], &args].concat());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), says, "{args:?}");
+    }
+}

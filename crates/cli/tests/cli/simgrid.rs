@@ -154,13 +154,13 @@ fn every_offload_transfer_ends_in_simgrid_when_it_ends_in_hetsched() {
     let Some((table, rows)) = table_of("simgrid-accel.sh", "| cluster |") else {
         return;
     };
-    // Rows: | cluster | workload | binding | transfers | ours | SimGrid | relative |
-    //         largest difference (ns) | transfers that shared a link | latency-weighted (ms) |
+    // Rows: | cluster | workload | binding | transfers | ours | SimGrid | largest difference
+    //         (ns) | transfers that shared a link | latency-weighted (ms) |: the last transfer's
+    //         end is within the largest difference of any.
     assert_eq!(rows.len(), 9, "every case ran:\n{table}");
     for r in &rows {
-        let relative: f64 = r[6].parse().expect("a relative difference");
         assert!(
-            relative <= 1e-8 && nanoseconds(&r[7]) <= 1_000.0,
+            nanoseconds(&r[6]) <= 1_000.0,
             "{} {} {}: hetsched and SimGrid disagree\n{table}",
             r[0],
             r[1],
@@ -168,6 +168,84 @@ fn every_offload_transfer_ends_in_simgrid_when_it_ends_in_hetsched() {
         );
     }
     // The cases share links: max-min sharing is what is checked, not only latency and bandwidth.
-    let shared: u64 = rows.iter().map(|r| r[8].parse::<u64>().unwrap_or(0)).sum();
+    let shared: u64 = rows.iter().map(|r| r[7].parse::<u64>().unwrap_or(0)).sum();
     assert!(shared >= 100, "too few transfers shared a link:\n{table}");
+}
+
+/// `scripts/simgrid-accel.sh` prints the table of docs/results/accelerators.md ("The network
+/// beside SimGrid"): the same header, and rows of as many cells (it printed a relative
+/// difference the table has no column for). Runs without SimGrid: the row is what
+/// `scripts/simgrid/network.py compare` makes of an exported run and a replay that agrees with
+/// it, written here in network_replay.cpp's format.
+#[test]
+fn the_network_scripts_header_and_rows_are_the_documented_tables() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no python3");
+        return;
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cells = |line: &str| line.trim().trim_matches('|').split('|').count();
+    let script = std::fs::read_to_string(repo.join("scripts/simgrid-accel.sh")).expect("script");
+    let header = script
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("echo \"| cluster |"))
+        .map(|rest| format!("| cluster |{}", rest.trim_end_matches('"')))
+        .expect("the script's header");
+    let doc = std::fs::read_to_string(repo.join("docs/results/accelerators.md")).expect("doc");
+    let documented = doc
+        .lines()
+        .find(|l| l.starts_with("| cluster | workload | binding | transfers |"))
+        .expect("the documented table");
+    assert_eq!(header, documented);
+    let dir = ScratchDir::new("simgrid", "accel-columns");
+    let run = dir.join("run.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_hetsched"))
+        .args([
+            "sim",
+            "accel",
+            "--cluster",
+            "examples/cluster-offload.toml",
+            "--workload",
+            "examples/workload-offload.toml",
+            "--export",
+        ])
+        .arg(&run)
+        .current_dir(&repo)
+        .output()
+        .expect("hetsched runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&run).expect("run")).expect("json");
+    let ends: Vec<f64> = exported["transfers"]
+        .as_array()
+        .expect("transfers")
+        .iter()
+        .map(|t| t["end"].as_f64().expect("end"))
+        .collect();
+    let mut replay = format!("makespan {}\n", ends.iter().copied().fold(0.0, f64::max));
+    for end in &ends {
+        replay.push_str(&format!("transfer {end}\n"));
+    }
+    for name in ["equal.out", "rtt.out"] {
+        std::fs::write(dir.join(name), &replay).expect("write");
+    }
+    let out = Command::new("python3")
+        .arg(repo.join("scripts/simgrid/network.py"))
+        .arg("compare")
+        .args([&run, &dir.join("equal.out"), &dir.join("rtt.out")])
+        .output()
+        .expect("python3 runs");
+    let row = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The script prefixes the case's three cells: cluster, workload, binding.
+    assert_eq!(cells(&row) + 3, cells(&header), "{row}");
+    assert_eq!(cells(documented), cells(&header));
 }

@@ -361,6 +361,47 @@ fn sim_stream_paper_prints_every_topology_and_placer() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-utilisation must be in (0, 1]"));
 }
 
+/// A `--max-utilisation` one-phase cannot keep is refused, not printed as a placement: the
+/// placer raises its limits when the topology needs more (spec 04), and `--max-utilisation 0.01`
+/// printed nodes at 28 % with exit status 0. The error names the cap, the nodes past it and by
+/// how much, and the least utilisation the topology needs.
+#[test]
+fn a_utilisation_cap_the_placement_cannot_keep_is_refused_naming_the_least_it_needs() {
+    let out = place(WORDCOUNT, "one-phase", &["--max-utilisation", "0.01"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "no placement is printed");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: --max-utilisation 0.01: one-phase's placement puts more than 1.0 % of their CPU \
+         on 10 nodes: big-1 at 28.1 % (27.1 points over), big-2 at 28.1 % (27.1 points over), \
+         mid-1 at 23.8 % (22.7 points over), mid-2 at 23.8 % (22.7 points over), mid-3 at \
+         23.8 % (22.7 points over) and 5 more; no placement on these nodes keeps within it: the \
+         topology needs at least 24.5 % (its load of 1960.0 % of a core over the 8000 % that 10 \
+         usable nodes offer); give --max-utilisation 0.245 or more, or more nodes\n"
+    );
+    // Above the bound, but past the greedy packing: refused too, saying so.
+    let out = place(
+        WORDCOUNT,
+        "one-phase",
+        &["--max-utilisation", "0.25", "--output", "json"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(
+            "error: --max-utilisation 0.25: one-phase's placement puts more than 25.0 % of their \
+             CPU on 2 nodes: big-1 at 28.1 % (3.1 points over), big-2 at 28.1 % (3.1 points over);"
+        ) && stderr.contains("one-phase's packing found no placement within the limit"),
+        "{stderr}"
+    );
+    // A cap it keeps places as before; the default (0.9) stays a target, as documented.
+    let kept = place_json(WORDCOUNT, "one-phase", &["--max-utilisation", "0.3"]);
+    assert!(
+        kept["max_node_load"].as_f64().unwrap() <= 30.0 + 1e-6,
+        "{kept}"
+    );
+}
+
 #[test]
 fn one_phase_takes_its_utilisation_limit_and_refinement_from_the_command_line() {
     // Word count (28 executors) on the 10-node cluster: at 0.9 one-phase packs it on 2 nodes

@@ -148,9 +148,10 @@ pub const SPEED_RANGE: std::ops::RangeInclusive<f64> = 1e-3..=1e3;
 pub fn speed_problem(speed: f64) -> Option<String> {
     (!SPEED_RANGE.contains(&speed)).then(|| {
         format!(
-            "must be between {} and {} (relative to the reference, 1.0); got {speed}",
+            "must be between {} and {} (relative to the reference, 1.0); got {}",
             SPEED_RANGE.start(),
-            SPEED_RANGE.end()
+            SPEED_RANGE.end(),
+            super::units::shown(speed)
         )
     })
 }
@@ -512,16 +513,29 @@ pub fn parse_cluster_with_slots(
         if count == 0 {
             return Err(src.error(at(&spec.count), field("count"), "must be at least 1"));
         }
-        if nodes.len() as u64 + u64::from(count) > MAX_CLUSTER_NODES {
-            return Err(src.error(
-                at(&spec.count),
-                field("count"),
-                format!(
-                    "{} nodes in all with these {count}; a cluster file describes at most \
-                     {MAX_CLUSTER_NODES}",
-                    nodes.len() as u64 + u64::from(count)
+        let total = nodes.len() as u64 + u64::from(count);
+        if total > MAX_CLUSTER_NODES {
+            // Named where it is written: the `count` that passes the bound, or, when `count` is
+            // left out (one node per entry), the entry itself, which a default has no place for.
+            let error = match at(&spec.count) {
+                Some(offset) => src.error(
+                    Some(offset),
+                    field("count"),
+                    format!(
+                        "{total} nodes in all with these {count}; a cluster file describes at \
+                         most {MAX_CLUSTER_NODES}"
+                    ),
                 ),
-            ));
+                None => src.error(
+                    src.key_at(&format!("node[{i}]")).or_else(|| at(&spec.name)),
+                    Some(format!("node[{i}]")),
+                    format!(
+                        "this [[node]] table brings the cluster to {total} nodes; a cluster \
+                         file describes at most {MAX_CLUSTER_NODES}"
+                    ),
+                ),
+            };
+            return Err(error);
         }
         let cores = *spec.cores.get_ref();
         if cores == 0 {

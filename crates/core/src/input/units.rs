@@ -28,11 +28,13 @@ impl<'de> Deserialize<'de> for Duration {
             Text(String),
         }
         match Raw::deserialize(d)? {
-            Raw::Secs(s) if s.is_finite() && s >= 0.0 => bounded(crate::time::secs(s), &s)
+            // Shown compactly: `1e300` written out is 301 digits.
+            Raw::Secs(s) if s.is_finite() && s >= 0.0 => bounded(crate::time::secs(s), &shown(s))
                 .map(Duration)
                 .map_err(D::Error::custom),
             Raw::Secs(s) => Err(D::Error::custom(format!(
-                "invalid duration {s}: expected a non-negative number of seconds"
+                "invalid duration {}: expected a non-negative number of seconds",
+                shown(s)
             ))),
             Raw::Text(t) => parse_duration(&t).map(Duration).map_err(D::Error::custom),
         }

@@ -465,6 +465,143 @@ fn a_cluster_of_absurd_size_or_speed_is_refused_at_the_field_not_allocated() {
     .expect("at the bounds");
 }
 
+/// The node past the cluster's bound is named where it is written even when no `count` is: one
+/// node per [[node]] table (it was `c.toml: node[2].count: …`, no line, a field not written).
+#[test]
+fn the_node_table_past_the_cluster_bound_is_named_at_its_line() {
+    let text = "[[node]]\nname = \"a\"\ncount = 99999\ncores = 1\n\
+                [[node]]\nname = \"b\"\ncores = 1\n[[node]]\nname = \"c\"\ncores = 1\n";
+    assert_eq!(
+        parse_cluster("c.toml", text)
+            .expect_err("refused")
+            .to_string(),
+        "c.toml:8:1: node[2]: this [[node]] table brings the cluster to 100001 nodes; a cluster \
+         file describes at most 100000"
+    );
+    // 100,001 tables of one node each: the last one's header.
+    let many: String = (0..100_001)
+        .map(|i| format!("[[node]]\nname = \"n{i}\"\ncores = 1\n"))
+        .collect();
+    assert_eq!(
+        parse_cluster("c.toml", &many)
+            .expect_err("refused")
+            .to_string(),
+        "c.toml:300001:1: node[100000]: this [[node]] table brings the cluster to 100001 nodes; \
+         a cluster file describes at most 100000"
+    );
+}
+
+/// A refused speed is echoed as written, not as Rust writes out an f64 (`1e300` was 301
+/// digits, `1e-300` 302 characters).
+#[test]
+fn a_refused_speed_or_duration_is_echoed_compactly() {
+    for (speed, shown) in [
+        ("1e300", "1e300"),
+        ("1e-300", "1e-300"),
+        ("2000.5", "2000.5"),
+    ] {
+        let e = parse_cluster(
+            "c.toml",
+            &format!("[[node]]\nname = \"n\"\ncores = 1\ncore_speed = {speed}\n"),
+        )
+        .expect_err("refused")
+        .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "c.toml:4:14: node[0].core_speed: must be between 0.001 and 1000 (relative to \
+                 the reference, 1.0); got {shown}"
+            )
+        );
+    }
+    let e = parse_cluster(
+        "c.toml",
+        "[[node]]\nname = \"n\"\ncores = 1\naccelerator = [{ kind = \"k\", speed = 1e300 }]\n",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "c.toml:4:38: node[0].accelerator[0].speed: must be between 0.001 and 1000 (relative to \
+         the reference, 1.0); got 1e300"
+    );
+    // A duration written as a number of seconds.
+    let e = parse_cluster(
+        "c.toml",
+        "[[node]]\nname = \"n\"\ncores = 1\nlatency = 1e300\n",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "c.toml:4:11: node[0].latency: invalid duration 1e300: at most 10 years (87600h)"
+    );
+    let e = parse_cluster(
+        "c.toml",
+        "[[node]]\nname = \"n\"\ncores = 1\nlatency = -1e300\n",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "c.toml:4:11: node[0].latency: invalid duration -1e300: expected a non-negative number \
+         of seconds"
+    );
+}
+
+/// A float where a whole number is expected is echoed as written could be, not as serde writes
+/// it out (`priority = 1e300` was 301 digits).
+#[test]
+fn a_float_for_a_whole_number_is_echoed_compactly() {
+    let e = parse_workload(
+        "w.toml",
+        "[[application]]\nname = \"a\"\ntasks = 3\npriority = 1e300\n\
+         cpu = { compute = \"1s\", read = \"1s\" }\n",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert_eq!(
+        e,
+        "w.toml:4:12: application[0].priority: invalid type: floating point `1e300`, expected \
+         a whole number from -2147483648 to 2147483647"
+    );
+    let e = parse_cluster("c.toml", "[[node]]\nname = \"n\"\ncores = 2.5\n")
+        .expect_err("refused")
+        .to_string();
+    assert_eq!(
+        e,
+        "c.toml:3:9: node[0].cores: invalid type: floating point `2.5`, expected a whole number \
+         from 1 to 65536"
+    );
+}
+
+/// A typo'd key of an [[application]] entry that has sub-tables is named at its own line and
+/// column, on the entry (not on `[application.cpu]`), with the key it most likely meant.
+#[test]
+fn a_typod_application_key_is_named_at_its_line_with_the_key_meant() {
+    let text = "[[application]]\nname = \"a\"\ntaks = 4\nsplit = \"1MiB\"\n\n\
+                [application.cpu]\ncompute = \"1s\"\nread = \"1s\"\n\n\
+                [application.gpu]\ncompute = \"1s\"\ncopy = \"1s\"\nread = \"1s\"\n";
+    assert_eq!(
+        parse_workload("w.toml", text)
+            .expect_err("refused")
+            .to_string(),
+        "w.toml:3:1: application[0].taks: unknown field `taks`, expected one of `name`, \
+         `tasks`, `indices`, `entries`, `split`, `priority`, `submit_at`, `retries`, \
+         `max_running`, `accelerator`, `inputs`, `outputs`, `nodes`, `requires`, `cpu`, `gpu`, \
+         `workdir`, `stdout`, `stderr`, `pin`, `user`: did you mean `tasks`?"
+    );
+    // In a sub-table, the sub-table's own keys are offered.
+    let e = parse_workload("w.toml", &text.replace("copy =", "cpoy ="))
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.starts_with("w.toml:12:1: application[0].gpu.cpoy: unknown field `cpoy`")
+            && e.ends_with(": did you mean `copy`?"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_node_without_memory_or_devices_or_with_a_bad_name_is_refused_at_the_field() {
     let err = |text: &str| {
