@@ -1021,11 +1021,30 @@ impl Client for ClientService {
         if !who.admin {
             sel.owner = Some(who.name.to_string());
         }
-        with_state(&self.0, &self.2, Run::Blocking, move |s| {
-            let _audit = who.span();
-            s.on_purge(&sel).map(Into::into)
-        })
-        .await
+        let (reply, target, failures, mut progress) =
+            with_state(&self.0, &self.2, Run::Blocking, move |s| {
+                let _audit = who.span();
+                let purged = s.on_purge(&sel)?;
+                let (target, progress) = s.purge_progress();
+                let failures = progress.borrow().failures;
+                Ok((purged, target, failures, progress))
+            })
+            .await?
+            .into_inner();
+        // The jobs are purged for every reader; the purger task deletes the rest of their task
+        // rows in steps, releasing the state between them. The reply waits for it so that it
+        // still means what it did when one transaction deleted everything: the rows are gone
+        // and their pages given back. A client that stops waiting loses nothing (the purger
+        // goes on, and a restart finishes it); a step the store refuses ends the wait, and so
+        // does the server stopping (the purger stops first).
+        let mut stopping = self.4.clone();
+        if !*stopping.borrow() {
+            tokio::select! {
+                _ = progress.wait_for(|p| p.deleted >= target || p.failures > failures) => {}
+                _ = stopping.changed() => {}
+            }
+        }
+        Ok(Response::new(reply.into()))
     }
 
     async fn add_user(

@@ -580,6 +580,10 @@ CREATE TABLE IF NOT EXISTS set_aside_ends(job INTEGER PRIMARY KEY, end TEXT NOT 
 -- (`crate::jobs::batch`'s stopping tasks): the attempt stopped, and its node.
 CREATE TABLE IF NOT EXISTS task_stops(
     task INTEGER PRIMARY KEY, attempt INTEGER NOT NULL, node INTEGER NOT NULL);
+-- Purged batch jobs' task ids whose rows are still to be deleted, in steps after the purge
+-- committed (`crate::state::purging`): from `next` to `end`, excluded.
+CREATE TABLE IF NOT EXISTS purging(
+    job INTEGER PRIMARY KEY, next INTEGER NOT NULL, end INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS task_signals(
     seq INTEGER PRIMARY KEY, node INTEGER NOT NULL, task INTEGER NOT NULL,
     attempt INTEGER NOT NULL, signal TEXT NOT NULL);
