@@ -1405,3 +1405,65 @@ fn a_restart_in_the_middle_of_a_purge_finishes_it_and_the_job_stays_purged() {
         r.assignments
     );
 }
+
+/// Through the service: a purge of a job larger than the chunk bound answers as before (the
+/// jobs and tasks purged), and only once the server's purger task deleted the rows the purge's
+/// transaction left, in steps; a job listing meanwhile and after is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_call_answers_once_the_purger_deleted_its_rows_in_steps() {
+    let d = dir("steps-service");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        purge_chunk_tasks: 1_000,
+        ..Default::default()
+    };
+    let (server, channel) = common::serve(config).await;
+    let mut api = pb::client_client::ClientClient::with_interceptor(
+        channel,
+        common::client_token(&server),
+    );
+    let job = api
+        .submit(pb::SubmitRequest {
+            origin: "big.toml".into(),
+            text: "[[application]]\nname = \"a\"\ntasks = 5000\n[application.cpu]\n\
+                   command = \"true\"\n"
+                .into(),
+            ..Default::default()
+        })
+        .await
+        .expect("submitted")
+        .into_inner()
+        .job_id;
+    api.cancel(pb::CancelRequest {
+        job_id: job,
+        ..Default::default()
+    })
+    .await
+    .expect("cancelled");
+    let reply = api
+        .purge(pb::PurgeRequest {
+            job_ids: vec![job, job],
+            ..Default::default()
+        })
+        .await
+        .expect("purged")
+        .into_inner();
+    assert_eq!((reply.purged, reply.tasks), (vec![job], 5_000));
+    assert_eq!(stored_tasks(&d), 0, "the reply waited for the steps");
+    let again = api
+        .purge(pb::PurgeRequest {
+            job_ids: vec![job],
+            ..Default::default()
+        })
+        .await
+        .expect("a retried purge")
+        .into_inner();
+    assert_eq!((again.purged, again.already_purged), (vec![], vec![job]));
+    let jobs = api
+        .list_jobs(pb::ListJobsRequest::default())
+        .await
+        .expect("listed")
+        .into_inner();
+    assert!(jobs.jobs.is_empty(), "{jobs:?}");
+    server.stop().await.expect("stopped");
+}
