@@ -417,6 +417,8 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         .map_err(|_| ServerError::Poisoned)?
         .purge_work();
     let purger = tokio::spawn(async move {
+        // Said once when the store starts refusing steps, and once when it takes them again.
+        let mut failing = false;
         loop {
             let s = purger_state.clone();
             let r = tokio::task::spawn_blocking(move || {
@@ -425,11 +427,21 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                 Some(st.purge_step())
             })
             .await;
+            if failing && matches!(r, Ok(Some(Ok(_)))) {
+                failing = false;
+                tracing::info!("purge: the store takes the deletion of purged jobs' rows again");
+            }
             match r {
                 Ok(Some(Ok(0))) => purge_work.notified().await,
                 Ok(Some(Ok(_))) => tokio::time::sleep(state::purging::PURGE_PAUSE).await,
                 Ok(Some(Err(e))) => {
-                    tracing::error!("purge: deleting purged jobs' task rows: {e}; trying again");
+                    if !failing {
+                        failing = true;
+                        tracing::error!(
+                            "purge: deleting purged jobs' task rows: {e}; trying again every \
+                             second (the jobs stay purged)"
+                        );
+                    }
                     tokio::time::sleep(state::purging::PURGE_RETRY).await;
                 }
                 // A panic poisoned the state: every call fails from here on.
