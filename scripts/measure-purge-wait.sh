@@ -6,6 +6,9 @@
 # included). Prints the purge's time, the longest and the median `jobs` call during it, how many
 # `jobs` calls it answered meanwhile, and the task rows left in the store after the reply.
 #
+# With KEEP_STORE=DIR, the store as it stood before the purge is copied to DIR first (for
+# scripts/purge-chunk-cost.py).
+#
 #   cargo build --release -p hetsched-cli
 #   scripts/measure-purge-wait.sh target/release/hetsched 100 50000
 set -eu
@@ -35,6 +38,7 @@ while [ "$i" -lt "$JOBS" ]; do
 done
 "$BIN" cancel all >/dev/null
 sleep 7
+if [ -n "${KEEP_STORE:-}" ]; then mkdir -p "$KEEP_STORE"; cp "$D"/data/state.db* "$KEEP_STORE"/; fi
 # The probe: `hetsched jobs` again and again, each call's milliseconds on a line.
 ( while [ ! -e "$D/stop" ]; do
     t0=$(ms); "$BIN" jobs >/dev/null; echo $(( $(ms) - t0 ))

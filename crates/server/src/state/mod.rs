@@ -2253,7 +2253,7 @@ impl State {
             }
             Ok(())
         })?;
-        self.store.give_back_free_pages();
+        self.store.give_back_free_pages(left.is_empty() && self.purging.rows_left() == 0);
         self.purging.queue(left);
         self.jobs.batch.set_undeleted(self.purging.ranges());
         for (kind, ids) in &by_kind {
@@ -2298,8 +2298,8 @@ impl State {
             self.purging.failed();
             return Err(e.into());
         }
-        self.store.give_back_free_pages();
         self.purging.stepped(&step);
+        self.store.give_back_free_pages(self.purging.rows_left() == 0);
         self.jobs.batch.set_undeleted(self.purging.ranges());
         Ok(step.iter().map(|(l, upto)| upto - l.next).sum())
     }
