@@ -2253,7 +2253,8 @@ impl State {
             }
             Ok(())
         })?;
-        self.store.give_back_free_pages(left.is_empty() && self.purging.rows_left() == 0);
+        self.store
+            .give_back_free_pages(left.is_empty() && self.purging.rows_left() == 0);
         self.purging.queue(left);
         self.jobs.batch.set_undeleted(self.purging.ranges());
         for (kind, ids) in &by_kind {
@@ -2291,15 +2292,13 @@ impl State {
         if step.is_empty() {
             return Ok(0);
         }
-        if let Err(e) = self
-            .store
-            .transaction(|tx| purging::delete_step(tx, &step))
-        {
+        if let Err(e) = self.store.transaction(|tx| purging::delete_step(tx, &step)) {
             self.purging.failed();
             return Err(e.into());
         }
         self.purging.stepped(&step);
-        self.store.give_back_free_pages(self.purging.rows_left() == 0);
+        self.store
+            .give_back_free_pages(self.purging.rows_left() == 0);
         self.jobs.batch.set_undeleted(self.purging.ranges());
         Ok(step.iter().map(|(l, upto)| upto - l.next).sum())
     }

@@ -239,12 +239,18 @@ mod tests {
         ]);
         assert_eq!((p.target(), p.rows_left()), (30, 30));
         let step = p.plan();
-        assert_eq!(step.iter().map(|(l, u)| (l.job, *u)).collect::<Vec<_>>(), [(1, 4), (2, 10)]);
+        assert_eq!(
+            step.iter().map(|(l, u)| (l.job, *u)).collect::<Vec<_>>(),
+            [(1, 4), (2, 10)]
+        );
         p.stepped(&step);
         assert_eq!(p.rows_left(), 20);
         assert_eq!(p.progress().borrow().deleted, 10);
         let step = p.plan();
-        assert_eq!(step.iter().map(|(l, u)| (l.job, *u)).collect::<Vec<_>>(), [(2, 20)]);
+        assert_eq!(
+            step.iter().map(|(l, u)| (l.job, *u)).collect::<Vec<_>>(),
+            [(2, 20)]
+        );
         p.stepped(&step);
         p.stepped(&p.plan());
         assert_eq!(p.rows_left(), 0);

@@ -574,10 +574,8 @@ async fn a_request_over_the_message_bound_is_refused_naming_the_bound() {
         ..Default::default()
     };
     let (server, channel) = common::serve(config).await;
-    let mut api = pb::client_client::ClientClient::with_interceptor(
-        channel,
-        common::client_token(&server),
-    );
+    let mut api =
+        pb::client_client::ClientClient::with_interceptor(channel, common::client_token(&server));
     let bound = hetsched_server::service::MAX_REQUEST_BYTES;
     assert_eq!(bound, 4 << 20);
     // A job file with a comment that takes it over the bound.
@@ -590,13 +588,11 @@ async fn a_request_over_the_message_bound_is_refused_naming_the_bound() {
         hold: true,
         ..Default::default()
     };
-    let e = api
-        .submit(job(bound))
-        .await
-        .expect_err("over the bound");
+    let e = api.submit(job(bound)).await.expect_err("over the bound");
     assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
     assert!(
-        e.message().contains(&format!("the limit is: {bound} bytes")),
+        e.message()
+            .contains(&format!("the limit is: {bound} bytes")),
         "{e:?}"
     );
     // Under the bound the message is decoded: the server's own checks decide.

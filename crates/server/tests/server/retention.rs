@@ -1267,8 +1267,8 @@ fn open_chunked(d: &Path) -> State {
         max_stored_tasks_per_user: 6_000,
         ..Default::default()
     };
-    let mut s = State::open(&config, Store::open(&d.join("state.db")).expect("store"))
-        .expect("state");
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
     if s.on_add_user("alice", false).is_ok() {
         // (A restart finds her stored.)
     }
@@ -1319,20 +1319,31 @@ fn a_large_purge_deletes_its_rows_in_bounded_steps_and_other_calls_are_served_be
     let e = s.job(job).expect_err("purged").to_string();
     assert!(e.contains(&format!("no job {job}")), "{e}");
     assert_eq!(s.purged_jobs(n, common::IDENTITY, &[job]), Some(vec![job]));
-    assert_eq!(s.tasks_page(0, 0, 100).expect("every job's tasks").tasks.len(), 0);
+    assert_eq!(
+        s.tasks_page(0, 0, 100)
+            .expect("every job's tasks")
+            .tasks
+            .len(),
+        0
+    );
     // Alice's 5,000 stored tasks were given back at once: 6,000 fit her cap again.
     let next = alices(&mut s, 6_000).expect("her room is back");
     s.on_cancel(next).expect("cancelled");
     // Every job's tasks, read through the store's read-only connection as the service reads
     // them: the later job's first rows, past the purged job's rows not deleted yet.
     let reader = s.store_reader().expect("reader").expect("a file store");
-    let hetsched_server::state::TasksListing::FromStore(plan) = s
-        .plan_tasks(0, 0, 3, &Default::default())
-        .expect("plan")
+    let hetsched_server::state::TasksListing::FromStore(plan) =
+        s.plan_tasks(0, 0, 3, &Default::default()).expect("plan")
     else {
         panic!("batch rows are read from the store");
     };
-    let ids: Vec<u64> = plan.read(&reader).expect("page").tasks.iter().map(|t| t.id).collect();
+    let ids: Vec<u64> = plan
+        .read(&reader)
+        .expect("page")
+        .tasks
+        .iter()
+        .map(|t| t.id)
+        .collect();
     assert_eq!(ids, vec![5_000, 5_001, 5_002]);
     let mut steps = 0;
     loop {
@@ -1352,9 +1363,19 @@ fn a_large_purge_deletes_its_rows_in_bounded_steps_and_other_calls_are_served_be
     }
     assert_eq!(steps, 4);
     assert_eq!(s.purge_left(), 0);
-    assert_eq!(stored_tasks(&d), 6_000, "only the later job's rows are left");
+    assert_eq!(
+        stored_tasks(&d),
+        6_000,
+        "only the later job's rows are left"
+    );
     // The later job is untouched: its tasks are all listed.
-    assert_eq!(s.tasks_page(next, 0, 10_000).expect("its tasks").tasks.len(), 6_000);
+    assert_eq!(
+        s.tasks_page(next, 0, 10_000)
+            .expect("its tasks")
+            .tasks
+            .len(),
+        6_000
+    );
 }
 
 /// A server that stops in the middle of a purge's steps finishes it after its restart: the rows
@@ -1372,12 +1393,19 @@ fn a_restart_in_the_middle_of_a_purge_finishes_it_and_the_job_stays_purged() {
         (job, kept)
     }; // the server dies with 3,000 rows to delete
     let mut s = open_chunked(&d);
-    assert_eq!(s.purge_left(), 3_000, "the purge's record survives the restart");
+    assert_eq!(
+        s.purge_left(),
+        3_000,
+        "the purge's record survives the restart"
+    );
     assert_eq!(stored_tasks(&d), 10 + 3_000);
     assert_eq!(listed(&s), vec![(kept, "pending".into())]);
     assert!(s.job(job).is_err());
     let n = common::register(&mut s, "n", 3);
-    assert_eq!(s.purged_jobs(n, common::IDENTITY, &[job, kept]), Some(vec![job]));
+    assert_eq!(
+        s.purged_jobs(n, common::IDENTITY, &[job, kept]),
+        Some(vec![job])
+    );
     // Alice's room: her 10 pending tasks and a new job of 5,990 (the purged job's 5,000 are
     // not counted).
     let more = alices(&mut s, 5_990).expect("her room is back after the restart");
@@ -1400,7 +1428,9 @@ fn a_restart_in_the_middle_of_a_purge_finishes_it_and_the_job_stays_purged() {
     let r = beat(&mut s, n, &[], &[]);
     assert_eq!(r.assignments.len(), 3, "the jobs not purged run");
     assert!(
-        r.assignments.iter().all(|a| !(10..5_010).contains(&a.task_id)),
+        r.assignments
+            .iter()
+            .all(|a| !(10..5_010).contains(&a.task_id)),
         "no task of the purged job runs: {:?}",
         r.assignments
     );
@@ -1418,10 +1448,8 @@ async fn a_purge_call_answers_once_the_purger_deleted_its_rows_in_steps() {
         ..Default::default()
     };
     let (server, channel) = common::serve(config).await;
-    let mut api = pb::client_client::ClientClient::with_interceptor(
-        channel,
-        common::client_token(&server),
-    );
+    let mut api =
+        pb::client_client::ClientClient::with_interceptor(channel, common::client_token(&server));
     let job = api
         .submit(pb::SubmitRequest {
             origin: "big.toml".into(),

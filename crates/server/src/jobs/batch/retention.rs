@@ -25,8 +25,8 @@
 
 use super::{Batch, Ctx, JobRec, TaskRow, variant_of};
 use crate::state::StateError;
-use crate::state::purging::Left;
 use crate::state::prefetch::Observed;
+use crate::state::purging::Left;
 use crate::state::types::TaskCounts;
 use crate::store::{Store, StoreError, TaskState};
 use hetsched_core::{AppId, Variant};
