@@ -188,6 +188,11 @@ pub struct ServerConfig {
     /// [`hetsched_proto::listen::WRITE_STALL_TIMEOUT`]. Not a key: tests shorten it.
     #[serde(skip)]
     pub write_stall_timeout: std::time::Duration,
+    /// The most task rows one purge transaction deletes: a purge deletes the rest of its jobs'
+    /// rows in steps of that many, releasing the state between them
+    /// ([`crate::state::purging::PURGE_CHUNK_TASKS`]). Not a key: tests shorten it.
+    #[serde(skip)]
+    pub purge_chunk_tasks: u64,
     /// Jobs to set aside at this start (`hetsched server --set-aside JOB`, see
     /// [`crate::set_aside`]): flags only, not configuration keys, for a set-aside is one act of
     /// an operator, not a setting that holds at every start.
@@ -516,6 +521,7 @@ impl Default for ServerConfig {
             greeting_timeout: hetsched_proto::listen::GREETING_TIMEOUT,
             idle_timeout: hetsched_proto::listen::IDLE_TIMEOUT,
             write_stall_timeout: hetsched_proto::listen::WRITE_STALL_TIMEOUT,
+            purge_chunk_tasks: crate::state::purging::PURGE_CHUNK_TASKS,
             set_aside: Vec::new(),
             set_aside_topologies: Vec::new(),
             log_format: Default::default(),

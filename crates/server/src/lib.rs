@@ -141,6 +141,8 @@ pub struct ServerHandle {
     stopping: tokio::sync::watch::Sender<bool>,
     join: JoinHandle<Result<(), ServerError>>,
     reaper: JoinHandle<()>,
+    /// Deletes purged jobs' task rows in steps (`state::purging`).
+    purger: JoinHandle<()>,
     http: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
 }
 
@@ -152,6 +154,7 @@ impl ServerHandle {
             let _ = tx.send(());
         }
         self.reaper.abort();
+        self.purger.abort();
         if let Some((tx, mut join)) = self.http.take() {
             let _ = tx.send(());
             // Graceful: in-flight scrapes finish; a client that holds its connection open does not
@@ -405,6 +408,48 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         }
     });
 
+    // The purger: deletes what purges left of their jobs' task rows (`state::purging`), one
+    // bounded step at a time, taking the state for each step only so that other calls are
+    // served between steps; first what a purge the last run did not finish left.
+    let purger_state = shared.clone();
+    let purge_work = shared
+        .lock()
+        .map_err(|_| ServerError::Poisoned)?
+        .purge_work();
+    let purger = tokio::spawn(async move {
+        // Said once when the store starts refusing steps, and once when it takes them again.
+        let mut failing = false;
+        loop {
+            let s = purger_state.clone();
+            let r = tokio::task::spawn_blocking(move || {
+                let mut st = s.lock().ok()?;
+                st.begin_event();
+                Some(st.purge_step())
+            })
+            .await;
+            if failing && matches!(r, Ok(Some(Ok(_)))) {
+                failing = false;
+                tracing::info!("purge: the store takes the deletion of purged jobs' rows again");
+            }
+            match r {
+                Ok(Some(Ok(0))) => purge_work.notified().await,
+                Ok(Some(Ok(_))) => tokio::time::sleep(state::purging::PURGE_PAUSE).await,
+                Ok(Some(Err(e))) => {
+                    if !failing {
+                        failing = true;
+                        tracing::error!(
+                            "purge: deleting purged jobs' task rows: {e}; trying again every \
+                             second (the jobs stay purged)"
+                        );
+                    }
+                    tokio::time::sleep(state::purging::PURGE_RETRY).await;
+                }
+                // A panic poisoned the state: every call fails from here on.
+                _ => return,
+            }
+        }
+    });
+
     // Automatic allocation: agents reach the server at the address it listens on, unless a
     // queue names another.
     let scheme = if config.tls.is_some() {
@@ -487,6 +532,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         stopping,
         join,
         reaper,
+        purger,
         http,
     })
 }

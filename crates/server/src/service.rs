@@ -26,6 +26,7 @@ use hetsched_proto as pb;
 use hetsched_proto::agent_server::{Agent, AgentServer};
 use hetsched_proto::client_server::{Client, ClientServer};
 use std::sync::{Arc, Mutex};
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
 
 pub(crate) type Shared = Arc<Mutex<State>>;
@@ -1021,11 +1022,30 @@ impl Client for ClientService {
         if !who.admin {
             sel.owner = Some(who.name.to_string());
         }
-        with_state(&self.0, &self.2, Run::Blocking, move |s| {
-            let _audit = who.span();
-            s.on_purge(&sel).map(Into::into)
-        })
-        .await
+        let (reply, target, failures, mut progress) =
+            with_state(&self.0, &self.2, Run::Blocking, move |s| {
+                let _audit = who.span();
+                let purged = s.on_purge(&sel)?;
+                let (target, progress) = s.purge_progress();
+                let failures = progress.borrow().failures;
+                Ok((purged, target, failures, progress))
+            })
+            .await?
+            .into_inner();
+        // The jobs are purged for every reader; the purger task deletes the rest of their task
+        // rows in steps, releasing the state between them. The reply waits for it so that it
+        // still means what it did when one transaction deleted everything: the rows are gone
+        // and their pages given back. A client that stops waiting loses nothing (the purger
+        // goes on, and a restart finishes it); a step the store refuses ends the wait, and so
+        // does the server stopping (the purger stops first).
+        let mut stopping = self.4.clone();
+        if !*stopping.borrow() {
+            tokio::select! {
+                _ = progress.wait_for(|p| p.deleted >= target || p.failures > failures) => {}
+                _ = stopping.changed() => {}
+            }
+        }
+        Ok(Response::new(reply.into()))
     }
 
     async fn add_user(
@@ -1437,6 +1457,13 @@ pub fn tcp_keepalive(
     (whole(dead_timeout / 2), whole(dead_timeout / 4), 2)
 }
 
+/// The largest request message, encoded, that the server's services decode: 4 MiB (tonic's
+/// default, set here so that it is a stated bound, not an accident of the library). The CLI
+/// refuses a submission over the same size before sending it (`MESSAGE_LIMIT` in
+/// `crates/cli/src/runtime/client.rs`); a client that sends one anyway gets `OutOfRange`
+/// naming the size found and this limit, in bytes.
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
 /// The whole gRPC router: agent and client services behind the token check, and health, with
 /// the [`LogRelay`] shared with the dashboard; `stopping` turns true when the server stops (calls
 /// held open answer then). A vanished host's connection is closed by the kernel's TCP keepalive
@@ -1468,35 +1495,41 @@ pub async fn router_with(
     let mut builder = hetsched_proto::listen::server();
     let router = builder
         .add_service(health)
-        .add_service(AgentServer::with_interceptor(
-            AgentService(
+        .add_service(InterceptedService::new(
+            AgentServer::new(AgentService(
                 state.clone(),
                 metrics,
                 relay.clone(),
                 durable.clone(),
                 stopping.clone(),
-            ),
+            ))
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
             CheckToken::new(Role::Agent, creds, users.clone()),
         ))
-        .add_service(ClientServer::with_interceptor(
-            ClientService(
+        .add_service(InterceptedService::new(
+            ClientServer::new(ClientService(
                 state.clone(),
                 relay.clone(),
                 durable.clone(),
                 reader,
                 stopping.clone(),
-            ),
+            ))
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
             CheckToken::new(Role::Client, creds, users.clone()),
         ));
     Ok(router
-        .add_service(pb::divisible_server::DivisibleServer::with_interceptor(
-            crate::divisible_service::DivisibleService::new(state.clone(), durable, stopping),
+        .add_service(InterceptedService::new(
+            pb::divisible_server::DivisibleServer::new(
+                crate::divisible_service::DivisibleService::new(state.clone(), durable, stopping),
+            )
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
             CheckToken::new(Role::Agent, creds, users.clone()),
         ))
-        .add_service(
-            pb::divisible_client_server::DivisibleClientServer::with_interceptor(
+        .add_service(InterceptedService::new(
+            pb::divisible_client_server::DivisibleClientServer::new(
                 crate::divisible_service::DivisibleClientService(state, relay),
-                CheckToken::new(Role::Client, creds, users.clone()),
-            ),
-        ))
+            )
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
+            CheckToken::new(Role::Client, creds, users.clone()),
+        )))
 }

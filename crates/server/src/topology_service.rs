@@ -385,18 +385,22 @@ pub fn add_services(
         }
     });
     router
-        .add_service(
-            pb::topology_client_server::TopologyClientServer::with_interceptor(
-                ClientService(state.clone(), durable.clone(), relay),
-                crate::service::CheckToken::new(crate::service::Role::Client, creds, users.clone()),
-            ),
-        )
-        .add_service(
-            pb::topology_agent_server::TopologyAgentServer::with_interceptor(
-                AgentService(state, durable, stopping),
-                crate::service::CheckToken::new(crate::service::Role::Agent, creds, users),
-            ),
-        )
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            pb::topology_client_server::TopologyClientServer::new(ClientService(
+                state.clone(),
+                durable.clone(),
+                relay,
+            ))
+            .max_decoding_message_size(crate::service::MAX_REQUEST_BYTES),
+            crate::service::CheckToken::new(crate::service::Role::Client, creds, users.clone()),
+        ))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            pb::topology_agent_server::TopologyAgentServer::new(AgentService(
+                state, durable, stopping,
+            ))
+            .max_decoding_message_size(crate::service::MAX_REQUEST_BYTES),
+            crate::service::CheckToken::new(crate::service::Role::Agent, creds, users),
+        ))
 }
 
 #[cfg(test)]

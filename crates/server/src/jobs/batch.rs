@@ -1627,6 +1627,7 @@ impl Batch {
             job,
             page: start..end,
             scan: start..end,
+            skip: Vec::new(),
             want: if states.is_empty() {
                 (end - start) as usize
             } else {
@@ -1673,6 +1674,7 @@ impl Batch {
             states: Vec::new(),
             page,
             scan: start..scan_end.max(start),
+            skip: self.retention.undeleted.clone(),
             last,
             total: last,
             apps,
@@ -1921,6 +1923,8 @@ pub struct StoredTasks {
     states: Vec<TaskState>,
     /// The ids the page's rows can have (job 0: past purged jobs' gaps).
     scan: std::ops::Range<u64>,
+    /// Purged jobs' task ids whose rows are not deleted yet: the read skips them.
+    skip: Vec<std::ops::Range<u64>>,
     last: u64,
     total: u64,
     /// The applications' names and jobs by id.
@@ -1950,11 +1954,18 @@ impl StoredTasks {
     /// Reads the page through `reader` (a read-only connection; no state lock).
     pub fn read(self, reader: &StoreReader) -> Result<TasksPage, StateError> {
         let want = self.want;
-        let rows = if self.states.is_empty() {
-            reader.task_rows_from(self.page.start..self.last, want)?
-        } else {
-            reader.task_rows_in_states(self.page.start..self.last, want, &self.states)?
-        };
+        let rows = retention::rows_past(
+            |r, n| {
+                if self.states.is_empty() {
+                    reader.task_rows_from(r, n)
+                } else {
+                    reader.task_rows_in_states(r, n, &self.states)
+                }
+            },
+            self.page.start..self.last,
+            want,
+            &self.skip,
+        )?;
         if self.job != 0 && want > 0 && rows.is_empty() && self.states.is_empty() {
             // Purged since the page was planned.
             return Err(StateError::NoJob(self.job));
@@ -3009,7 +3020,17 @@ impl JobKind for Batch {
     }
 
     fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
-        self.delete_purged_rows(tx, ids)
+        let mut every_row = u64::MAX;
+        Ok(self.delete_purged_rows(tx, ids, &mut every_row)?.0)
+    }
+
+    fn purge_rows_bounded(
+        &self,
+        tx: &rusqlite::Transaction,
+        ids: &[u64],
+        budget: &mut u64,
+    ) -> Result<(u64, Vec<crate::state::purging::Left>), StoreError> {
+        self.delete_purged_rows(tx, ids, budget)
     }
 
     fn purged(&mut self, cx: &mut Ctx, ids: &[u64]) {

@@ -702,6 +702,19 @@ pub trait JobKind: Send {
         Ok(0)
     }
 
+    /// As [`JobKind::purge_rows`], deleting at most `budget` task rows now (`budget` is lessened
+    /// by those it deletes): returns how many tasks the jobs had and, per job, the task ids whose
+    /// rows the purge deletes afterwards in bounded steps (`crate::state::purging`). A kind
+    /// whose jobs' rows are not deleted in steps deletes them all here (the default).
+    fn purge_rows_bounded(
+        &self,
+        tx: &rusqlite::Transaction,
+        ids: &[u64],
+        _budget: &mut u64,
+    ) -> Result<(u64, Vec<crate::state::purging::Left>), StoreError> {
+        Ok((self.purge_rows(tx, ids)?, Vec::new()))
+    }
+
     /// The purge of `ids` committed: forget them (memory, and files the kind keeps).
     fn purged(&mut self, _cx: &mut Ctx, _ids: &[u64]) {}
 

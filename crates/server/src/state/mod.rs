@@ -63,6 +63,7 @@ mod fetch_tickets;
 pub mod job_ids;
 pub mod nodes;
 pub mod prefetch;
+pub mod purging;
 pub mod signals;
 mod topology;
 mod users;
@@ -344,6 +345,8 @@ pub struct State {
     /// time): sent in every heartbeat reply, so that an agent that sees a new value asks which
     /// of the jobs it holds files of were purged ([`State::purged_jobs`]) and deletes those.
     purge_epoch: u64,
+    /// Purged batch jobs' task rows still to be deleted, in steps ([`purging`]). Stored.
+    purging: purging::Purging,
     /// The automatic allocation queues' status, kept by their loops ([`crate::allocation`]).
     allocations: Option<crate::allocation::Statuses>,
     /// The automatic allocation queues an operator paused (`hetsched allocations --pause`):
@@ -387,6 +390,10 @@ impl State {
         let snap = store.load()?;
         let div = crate::jobs::divisible::load(store.conn())?;
         let mut state = Self::from_snapshot(config, store, snap, div, None)?;
+        // A purge the last run committed but did not finish: the purger deletes the rest.
+        state.purging = purging::Purging::restore(state.store.conn())?;
+        state.purging.chunk = config.purge_chunk_tasks.max(1);
+        state.jobs.batch.set_undeleted(state.purging.ranges());
         state.queue_restored();
         state.start_accounts()?;
         Ok(state)
@@ -491,6 +498,7 @@ impl State {
             retention_pending: config.retention.is_some(),
             retention_next: None,
             purge_epoch: now_ns().max(1),
+            purging: purging::Purging::default(),
             allocations: None,
             paused_queues,
             waits_due: true,
@@ -1259,6 +1267,8 @@ impl State {
         fresh.signals = signals::Signals::restore(&fresh.store, now_ns() / 1_000)?;
         fresh.users = crate::users::Users::restore(fresh.store.conn(), self.users.index())?;
         fresh.nonces = crate::job_nonces::JobNonces::restore(fresh.store.conn())?;
+        fresh.purging = purging::Purging::restore(fresh.store.conn())?;
+        fresh.purging.carry_over(&self.purging);
         fresh.apply_user_groups();
         fresh.queue_restored();
         let running: HashSet<u64> = fresh
@@ -1312,6 +1322,8 @@ impl State {
         fresh.paused_queues = std::mem::take(&mut self.paused_queues);
         // The ANodes keep their keys, and tickets already sent stay good.
         fresh.offload_keys = self.offload_keys.clone();
+        // Listings skip the rows purges left to delete.
+        fresh.jobs.batch.set_undeleted(fresh.purging.ranges());
         *self = fresh;
         Ok(())
     }
@@ -2151,8 +2163,12 @@ impl State {
     /// Purges the finished jobs of every kind that `sel` selects (see [`PurgeSelection`]): the
     /// named ones, those that finished at least `older_than` ago, and all but the `keep` most
     /// recently finished. A named job that does not exist, is purged already or is not finished
-    /// refuses the whole request. Every kind's rows go in one transaction; memory (and a
-    /// divisible job's files) change only once it committed.
+    /// refuses the whole request. The jobs are purged for every reader in one transaction —
+    /// job rows marked, summaries, owners and nonces deleted, divisible and workflow rows
+    /// deleted — with at most [`purging::PURGE_CHUNK_TASKS`] batch task rows; the rest of
+    /// those are recorded in it and deleted afterwards in steps ([`State::purge_step`]), so the
+    /// state is not held for the whole deletion. Memory (and a divisible job's files) change
+    /// only once it committed.
     pub fn on_purge(&mut self, sel: &PurgeSelection) -> Result<Purged, StateError> {
         // Batch jobs that finished since the last retention pass are listed once evicted.
         self.jobs.batch.evict_finished(&mut self.store);
@@ -2219,16 +2235,28 @@ impl State {
             }
         }
         let mut tasks = 0;
+        let mut left = Vec::new();
+        let mut budget = self.purging.chunk;
         let jobs = &self.jobs;
         self.store.transaction(|tx| {
             for (kind, ids) in &by_kind {
-                tasks += jobs.of_kind(*kind).purge_rows(tx, ids)?;
+                let (n, rest) = jobs
+                    .of_kind(*kind)
+                    .purge_rows_bounded(tx, ids, &mut budget)?;
+                tasks += n;
+                for l in &rest {
+                    purging::record(tx, l)?;
+                }
+                left.extend(rest);
                 crate::users::Users::delete_owners(tx, ids)?;
                 crate::job_nonces::JobNonces::delete(tx, ids)?;
             }
             Ok(())
         })?;
-        self.store.give_back_free_pages();
+        self.store
+            .give_back_free_pages(left.is_empty() && self.purging.rows_left() == 0);
+        self.purging.queue(left);
+        self.jobs.batch.set_undeleted(self.purging.ranges());
         for (kind, ids) in &by_kind {
             self.jobs.of_kind_mut(*kind).purged(&mut ctx!(self), ids);
             self.users.purged(ids);
@@ -2252,6 +2280,43 @@ impl State {
             tasks,
             already_purged,
         })
+    }
+
+    /// Deletes the next step of what purges left (at most the chunk bound of task rows, in one
+    /// transaction; see [`purging`]) and gives their pages back. Returns how many rows it
+    /// deleted: 0 once nothing is left. The server's purger task calls it until then, taking
+    /// the state for each step only. A step the store refuses changes nothing (it is tried
+    /// again) and answers the calls waiting for the purge ([`State::purge_progress`]).
+    pub fn purge_step(&mut self) -> Result<u64, StateError> {
+        let step = self.purging.plan();
+        if step.is_empty() {
+            return Ok(0);
+        }
+        if let Err(e) = self.store.transaction(|tx| purging::delete_step(tx, &step)) {
+            self.purging.failed();
+            return Err(e.into());
+        }
+        self.purging.stepped(&step);
+        self.store
+            .give_back_free_pages(self.purging.rows_left() == 0);
+        self.jobs.batch.set_undeleted(self.purging.ranges());
+        Ok(step.iter().map(|(l, upto)| upto - l.next).sum())
+    }
+
+    /// Purged task rows not deleted yet ([`State::purge_step`] deletes them).
+    pub fn purge_left(&self) -> u64 {
+        self.purging.rows_left()
+    }
+
+    /// What a purge call waits for: the value of [`purging::Progress::deleted`] at which the
+    /// rows of every purge so far are deleted, and a receiver of the purger's progress.
+    pub fn purge_progress(&self) -> (u64, tokio::sync::watch::Receiver<purging::Progress>) {
+        (self.purging.target(), self.purging.progress())
+    }
+
+    /// Notified whenever a purge leaves rows for the purger task ([`State::purge_step`]).
+    pub fn purge_work(&self) -> Arc<tokio::sync::Notify> {
+        self.purging.work()
     }
 
     fn read(&self) -> Read<'_> {

@@ -562,3 +562,42 @@ fn an_agents_time_left_past_ten_years_is_no_end() {
     assert!((3_500_000..=3_600_000).contains(&hour), "{hour}");
     let _ = std::fs::remove_dir_all(d);
 }
+
+/// A request over the server's stated message bound (`service::MAX_REQUEST_BYTES`, 4 MiB: what
+/// the CLI checks before it sends a submission) is refused with `OutOfRange`, naming the size
+/// found and the bound; one under it is decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_the_message_bound_is_refused_naming_the_bound() {
+    let d = common::scratch("bounds", "message-bound");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        ..Default::default()
+    };
+    let (server, channel) = common::serve(config).await;
+    let mut api =
+        pb::client_client::ClientClient::with_interceptor(channel, common::client_token(&server));
+    let bound = hetsched_server::service::MAX_REQUEST_BYTES;
+    assert_eq!(bound, 4 << 20);
+    // A job file with a comment that takes it over the bound.
+    let job = |bytes: usize| pb::SubmitRequest {
+        origin: "big.toml".into(),
+        text: format!(
+            "[[application]]\nname = \"a\"\ntasks = 1\n[application.cpu]\ncommand = \"true\"\n#{}\n",
+            "x".repeat(bytes)
+        ),
+        hold: true,
+        ..Default::default()
+    };
+    let e = api.submit(job(bound)).await.expect_err("over the bound");
+    assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
+    assert!(
+        e.message()
+            .contains(&format!("the limit is: {bound} bytes")),
+        "{e:?}"
+    );
+    // Under the bound the message is decoded: the server's own checks decide.
+    if let Err(e) = api.submit(job(bound / 2)).await {
+        assert!(!e.message().contains("decoded message length"), "{e:?}");
+    }
+    server.stop().await.expect("stopped");
+}

@@ -1257,3 +1257,241 @@ fn tasks_cancelled_one_by_one_can_be_resubmitted_with_the_failed_ones() {
         .to_string();
     assert!(e.contains("was cancelled: submit it again"), "{e}");
 }
+
+/// A state whose purges delete at most 1,000 task rows a transaction, with user `alice`, who
+/// may keep 6,000 tasks stored.
+fn open_chunked(d: &Path) -> State {
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        purge_chunk_tasks: 1_000,
+        max_stored_tasks_per_user: 6_000,
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    if s.on_add_user("alice", false).is_ok() {
+        // (A restart finds her stored.)
+    }
+    s
+}
+
+fn alices(s: &mut State, tasks: u32) -> Result<u64, StateError> {
+    let sub = hetsched_server::state::types::Submission {
+        origin: "big.toml".into(),
+        text: format!(
+            "[[application]]\nname = \"a\"\ntasks = {tasks}\n[application.cpu]\ncommand = \"true\"\n"
+        ),
+        workdir: "/".into(),
+        ..Default::default()
+    };
+    s.on_submit_as(sub, "alice").map(|j| j.job_id)
+}
+
+/// Alice's 5,000-task job, cancelled before it ran, purged by name.
+fn purge_a_big_job(s: &mut State) -> u64 {
+    let job = alices(s, 5_000).expect("5000 tasks");
+    s.on_cancel(job).expect("cancelled");
+    let reply = s
+        .purge(&pb::PurgeRequest {
+            job_ids: vec![job],
+            ..Default::default()
+        })
+        .expect("purge");
+    assert_eq!((reply.purged, reply.tasks), (vec![job], 5_000));
+    job
+}
+
+/// A purge of many tasks deletes their rows in bounded steps, one transaction each, and the
+/// state is free between them: heartbeats and submissions are served while rows are left. The
+/// purged job is gone for every reader from the purge's first transaction on — listings, `job`,
+/// the agents' purged check, the user's stored tasks. Before, one transaction deleted all
+/// 5,000 rows while the state was held (5 million rows: 3 s during which every call waited).
+#[test]
+fn a_large_purge_deletes_its_rows_in_bounded_steps_and_other_calls_are_served_between_them() {
+    let d = dir("steps");
+    let mut s = open_chunked(&d);
+    let n = common::register(&mut s, "n", 3);
+    let job = purge_a_big_job(&mut s);
+    // The first transaction marked the job and deleted the first chunk only.
+    assert_eq!(s.purge_left(), 4_000);
+    assert_eq!(stored_tasks(&d), 4_000);
+    assert!(listed(&s).is_empty());
+    let e = s.job(job).expect_err("purged").to_string();
+    assert!(e.contains(&format!("no job {job}")), "{e}");
+    assert_eq!(s.purged_jobs(n, common::IDENTITY, &[job]), Some(vec![job]));
+    assert_eq!(
+        s.tasks_page(0, 0, 100)
+            .expect("every job's tasks")
+            .tasks
+            .len(),
+        0
+    );
+    // Alice's 5,000 stored tasks were given back at once: 6,000 fit her cap again.
+    let next = alices(&mut s, 6_000).expect("her room is back");
+    s.on_cancel(next).expect("cancelled");
+    // Every job's tasks, read through the store's read-only connection as the service reads
+    // them: the later job's first rows, past the purged job's rows not deleted yet.
+    let reader = s.store_reader().expect("reader").expect("a file store");
+    let hetsched_server::state::TasksListing::FromStore(plan) =
+        s.plan_tasks(0, 0, 3, &Default::default()).expect("plan")
+    else {
+        panic!("batch rows are read from the store");
+    };
+    let ids: Vec<u64> = plan
+        .read(&reader)
+        .expect("page")
+        .tasks
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(ids, vec![5_000, 5_001, 5_002]);
+    let mut steps = 0;
+    loop {
+        let written = s.written();
+        let deleted = s.purge_step().expect("step");
+        if deleted == 0 {
+            break;
+        }
+        steps += 1;
+        assert_eq!(deleted, 1_000, "a step deletes at most the chunk bound");
+        assert_eq!(s.written(), written + 1, "one transaction a step");
+        // Between steps other calls are served: a heartbeat, a listing.
+        let r = beat(&mut s, n, &[], &[]);
+        assert!(r.assignments.is_empty());
+        assert_eq!(listed(&s), vec![(next, "cancelled".into())]);
+        assert_eq!(stored_tasks(&d), 6_000 + 4_000 - 1_000 * steps);
+    }
+    assert_eq!(steps, 4);
+    assert_eq!(s.purge_left(), 0);
+    assert_eq!(
+        stored_tasks(&d),
+        6_000,
+        "only the later job's rows are left"
+    );
+    // The later job is untouched: its tasks are all listed.
+    assert_eq!(
+        s.tasks_page(next, 0, 10_000)
+            .expect("its tasks")
+            .tasks
+            .len(),
+        6_000
+    );
+}
+
+/// A server that stops in the middle of a purge's steps finishes it after its restart: the rows
+/// left are deleted, and the job stays purged (not listed, its ids and key taken, its user's
+/// stored tasks given back); nothing else is lost.
+#[test]
+fn a_restart_in_the_middle_of_a_purge_finishes_it_and_the_job_stays_purged() {
+    let d = dir("steps-restart");
+    let (job, kept) = {
+        let mut s = open_chunked(&d);
+        let kept = alices(&mut s, 10).expect("a job not purged");
+        let job = purge_a_big_job(&mut s);
+        assert_eq!(s.purge_step().expect("one step"), 1_000);
+        assert_eq!(s.purge_left(), 3_000);
+        (job, kept)
+    }; // the server dies with 3,000 rows to delete
+    let mut s = open_chunked(&d);
+    assert_eq!(
+        s.purge_left(),
+        3_000,
+        "the purge's record survives the restart"
+    );
+    assert_eq!(stored_tasks(&d), 10 + 3_000);
+    assert_eq!(listed(&s), vec![(kept, "pending".into())]);
+    assert!(s.job(job).is_err());
+    let n = common::register(&mut s, "n", 3);
+    assert_eq!(
+        s.purged_jobs(n, common::IDENTITY, &[job, kept]),
+        Some(vec![job])
+    );
+    // Alice's room: her 10 pending tasks and a new job of 5,990 (the purged job's 5,000 are
+    // not counted).
+    let more = alices(&mut s, 5_990).expect("her room is back after the restart");
+    alices(&mut s, 1).expect_err("her cap is reached");
+    let mut steps = 0;
+    while s.purge_step().expect("step") > 0 {
+        steps += 1;
+    }
+    assert_eq!(steps, 3);
+    assert_eq!(stored_tasks(&d), 10 + 5_990);
+    // Another restart: nothing is left to purge, the job is still gone, the others are whole.
+    drop(s);
+    let mut s = open_chunked(&d);
+    assert_eq!(s.purge_left(), 0);
+    assert_eq!(
+        listed(&s),
+        vec![(kept, "pending".into()), (more, "pending".into())]
+    );
+    assert!(s.job(job).is_err());
+    let r = beat(&mut s, n, &[], &[]);
+    assert_eq!(r.assignments.len(), 3, "the jobs not purged run");
+    assert!(
+        r.assignments
+            .iter()
+            .all(|a| !(10..5_010).contains(&a.task_id)),
+        "no task of the purged job runs: {:?}",
+        r.assignments
+    );
+}
+
+/// Through the service: a purge of a job larger than the chunk bound answers as before (the
+/// jobs and tasks purged), and only once the server's purger task deleted the rows the purge's
+/// transaction left, in steps; a job listing meanwhile and after is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_call_answers_once_the_purger_deleted_its_rows_in_steps() {
+    let d = dir("steps-service");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        purge_chunk_tasks: 1_000,
+        ..Default::default()
+    };
+    let (server, channel) = common::serve(config).await;
+    let mut api =
+        pb::client_client::ClientClient::with_interceptor(channel, common::client_token(&server));
+    let job = api
+        .submit(pb::SubmitRequest {
+            origin: "big.toml".into(),
+            text: "[[application]]\nname = \"a\"\ntasks = 5000\n[application.cpu]\n\
+                   command = \"true\"\n"
+                .into(),
+            ..Default::default()
+        })
+        .await
+        .expect("submitted")
+        .into_inner()
+        .job_id;
+    api.cancel(pb::CancelRequest {
+        job_id: job,
+        ..Default::default()
+    })
+    .await
+    .expect("cancelled");
+    let reply = api
+        .purge(pb::PurgeRequest {
+            job_ids: vec![job, job],
+            ..Default::default()
+        })
+        .await
+        .expect("purged")
+        .into_inner();
+    assert_eq!((reply.purged, reply.tasks), (vec![job], 5_000));
+    assert_eq!(stored_tasks(&d), 0, "the reply waited for the steps");
+    let again = api
+        .purge(pb::PurgeRequest {
+            job_ids: vec![job],
+            ..Default::default()
+        })
+        .await
+        .expect("a retried purge")
+        .into_inner();
+    assert_eq!((again.purged, again.already_purged), (vec![], vec![job]));
+    let jobs = api
+        .list_jobs(pb::ListJobsRequest::default())
+        .await
+        .expect("listed")
+        .into_inner();
+    assert!(jobs.jobs.is_empty(), "{jobs:?}");
+    server.stop().await.expect("stopped");
+}

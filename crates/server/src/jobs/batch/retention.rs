@@ -6,8 +6,10 @@
 //!   a summary (counts per state, per application, and the last end time), so `hetsched jobs` and
 //!   `hetsched job N` still report it; `hetsched tasks --job N` reads its rows from the store, one
 //!   page at a time. Nothing changes in the store.
-//! - **Purge** (memory and store): a finished job's task rows are deleted from the store in one
-//!   transaction with the marking of its job row as purged; the job row stays as a small tombstone
+//! - **Purge** (memory and store): a finished job's job row is marked purged in one transaction
+//!   with the deletion of its summary and of at most `state::purging::PURGE_CHUNK_TASKS` of its
+//!   task rows; the rest of its rows are deleted after it in steps of that many, one transaction
+//!   each (`crate::state::purging`), and nothing reads them meanwhile. The job row stays as a small tombstone
 //!   so job, application and task ids are never reused and a submission key keeps naming its job
 //!   (a repeated submission with that key answers the purged job's id, `existing = true`, and runs
 //!   nothing). A purged job is no longer listed; `job N` answers "no job N: it was purged". In memory
@@ -19,11 +21,12 @@
 //! finished jobs are evicted or purged (none of their tasks is pending or running, so no queue or
 //! node refers to them), a result arriving later for one of their tasks finds no row and is
 //! acknowledged and ignored, and after a restart a purged job's applications are rebuilt with no
-//! pending task (their rows are gone, and only pending rows are queued).
+//! pending task (a restart reads no purged job's task rows, deleted yet or not).
 
 use super::{Batch, Ctx, JobRec, TaskRow, variant_of};
 use crate::state::StateError;
 use crate::state::prefetch::Observed;
+use crate::state::purging::Left;
 use crate::state::types::TaskCounts;
 use crate::store::{Store, StoreError, TaskState};
 use hetsched_core::{AppId, Variant};
@@ -256,6 +259,9 @@ pub(super) struct Retention {
     purged: HashSet<u64>,
     /// When the rule was last applied.
     last_applied: Option<Instant>,
+    /// Task ids of purged jobs whose rows are still in the store, to be deleted in steps
+    /// (`crate::state::purging`), sorted: listings that read rows by id skip them.
+    pub(super) undeleted: Vec<Range<u64>>,
 }
 
 impl Retention {
@@ -400,7 +406,12 @@ impl Batch {
             return Ok((std::borrow::Cow::Borrowed(rows), page.end));
         }
         let want = (page.end - page.start) as usize;
-        let rows = store.task_rows_from(page.start..last, want)?;
+        let rows = rows_past(
+            |r, n| store.task_rows_from(r, n),
+            page.start..last,
+            want,
+            &self.retention.undeleted,
+        )?;
         let end = if rows.len() < want {
             last
         } else {
@@ -546,21 +557,36 @@ impl Batch {
         Ok(())
     }
 
-    /// Deletes the task rows and summaries of the finished jobs `ids` and marks their job rows
-    /// purged, inside the purge's transaction. Returns how many tasks they had.
+    /// Marks the finished jobs `ids` purged and deletes their summaries inside the purge's
+    /// transaction, with at most `budget` of their task rows (`budget` is lessened by those):
+    /// the rest of each job's task ids is returned, for the purge to record and delete in steps
+    /// (`crate::state::purging`). Returns how many tasks the jobs had.
     pub(super) fn delete_purged_rows(
         &self,
         tx: &rusqlite::Transaction,
         ids: &[u64],
-    ) -> Result<u64, StoreError> {
+        budget: &mut u64,
+    ) -> Result<(u64, Vec<Left>), StoreError> {
         let mut tasks = 0;
+        let mut left = Vec::new();
         for &id in ids {
             let Some(range) = self.job_rec(id).map(|j| j.tasks.clone()) else {
                 continue;
             };
-            tasks += delete_job_rows(tx, id, range)?;
+            mark_purged(tx, id)?;
+            let now = range.end.min(range.start.saturating_add(*budget));
+            delete_task_rows(tx, range.start..now)?;
+            *budget -= now - range.start;
+            if now < range.end {
+                left.push(Left {
+                    job: id,
+                    next: now,
+                    end: range.end,
+                });
+            }
+            tasks += range.end.saturating_sub(range.start);
         }
-        Ok(tasks)
+        Ok((tasks, left))
     }
 
     /// The purge of `ids` committed: their rows leave memory.
@@ -660,28 +686,78 @@ impl Batch {
             .map_or_else(Instant::now, |t| t + RETENTION_INTERVAL)
     }
 
+    /// The task ids of purged jobs whose rows the store still holds, until steps delete them
+    /// (`crate::state::purging`): listings skip them.
+    pub fn set_undeleted(&mut self, mut ranges: Vec<Range<u64>>) {
+        ranges.sort_unstable_by_key(|r| r.start);
+        self.retention.undeleted = ranges;
+    }
+
     /// How many task rows memory holds (finished jobs' rows are not held).
     pub fn tasks_in_memory(&self) -> usize {
         self.tasks.held()
     }
 }
 
+/// The first `want` task rows with ids in `range`, by id, as `read` gives them (a range and a
+/// count), past the ids in `skip` (sorted, disjoint): purged jobs' rows not deleted yet.
+pub(super) fn rows_past(
+    read: impl Fn(Range<u64>, usize) -> Result<Vec<TaskRow>, StoreError>,
+    range: Range<u64>,
+    want: usize,
+    skip: &[Range<u64>],
+) -> Result<Vec<TaskRow>, StoreError> {
+    let mut rows = Vec::new();
+    let mut from = range.start;
+    while from < range.end && rows.len() < want {
+        let gap = skip.iter().find(|g| g.end > from);
+        if let Some(g) = gap.filter(|g| g.start <= from) {
+            from = g.end;
+            continue;
+        }
+        let upto = gap.map_or(range.end, |g| g.start.min(range.end));
+        rows.extend(read(from..upto, want - rows.len())?);
+        from = gap.map_or(range.end, |g| g.end);
+    }
+    Ok(rows)
+}
+
 /// Deletes batch job `id`'s task rows (`tasks`, its task ids) and summary and marks its job row
 /// purged (a tombstone: its id and submission key stay taken), inside `tx`. Returns how many
-/// task ids it had. The one way a batch job's rows go: a purge ([`Batch::delete_purged_rows`],
-/// from memory) and a job set aside at a start (`crate::set_aside`, from the store's rows).
+/// task ids it had. Used for a job set aside at a start (`crate::set_aside`, from the store's
+/// rows); a purge ([`Batch::delete_purged_rows`], from memory) marks the job with
+/// [`mark_purged`] and deletes its rows with [`delete_task_rows`] in bounded steps.
 pub(crate) fn delete_job_rows(
     tx: &rusqlite::Transaction,
     id: u64,
     tasks: std::ops::Range<u64>,
 ) -> Result<u64, StoreError> {
-    tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?
-        .execute(rusqlite::params![tasks.start as i64, tasks.end as i64])?;
+    delete_task_rows(tx, tasks.clone())?;
+    mark_purged(tx, id)?;
+    Ok(tasks.end.saturating_sub(tasks.start))
+}
+
+/// Marks batch job `id`'s row purged and deletes its summary, inside `tx`: from then on no
+/// reader (listings, a restart) looks at its task rows, whether or not they are deleted yet.
+pub(crate) fn mark_purged(tx: &rusqlite::Transaction, id: u64) -> Result<(), StoreError> {
     tx.prepare_cached("UPDATE jobs SET purged = 1 WHERE id = ?1")?
         .execute(rusqlite::params![id as i64])?;
     tx.prepare_cached("DELETE FROM finished WHERE job = ?1")?
         .execute(rusqlite::params![id as i64])?;
-    Ok(tasks.end.saturating_sub(tasks.start))
+    Ok(())
+}
+
+/// Deletes the task rows with ids in `tasks`, inside `tx`.
+pub(crate) fn delete_task_rows(
+    tx: &rusqlite::Transaction,
+    tasks: std::ops::Range<u64>,
+) -> Result<(), StoreError> {
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?
+        .execute(rusqlite::params![tasks.start as i64, tasks.end as i64])?;
+    Ok(())
 }
 
 #[cfg(test)]
