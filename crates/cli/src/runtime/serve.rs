@@ -1000,7 +1000,15 @@ pub fn agent_options(
         time_limit: match a.time_limit.as_deref() {
             Some("auto") => super::allocation::auto_time_limit()?,
             Some(t) => Some(agent_time_limit(t)?),
-            None => config.time_limit(),
+            None => match config.time_limit() {
+                // The file's `auto` means what the flag's does.
+                Some(hetsched_agent::config::TimeLimit::Auto) => {
+                    super::allocation::auto_time_limit()
+                        .with_context(|| format!("{origin}: time_limit = \"auto\""))?
+                }
+                Some(hetsched_agent::config::TimeLimit::For(t)) => Some(t),
+                None => None,
+            },
         },
         idle_timeout: match a.idle_timeout.map(std::time::Duration::from) {
             // As the file's `idle_timeout` is (`AgentConfig::parse`): an agent that leaves the

@@ -1364,6 +1364,59 @@ fn an_agent_with_a_time_limit_takes_only_tasks_that_end_in_time_and_hands_back_t
     );
 }
 
+/// The agent file's `time_limit = "auto"` means what `--time-limit auto` does: asked of the
+/// batch system (a stand-in `squeue`), less the minute kept back; outside an allocation it is
+/// refused naming the file's key. Before, the file refused it: `invalid duration \`auto\``.
+#[test]
+fn an_agent_files_time_limit_auto_asks_the_batch_system() {
+    let c = Cluster::stopped("time-limit-auto-file");
+    let bin = c.dir.join("fake-bin");
+    std::fs::create_dir_all(&bin).expect("dir");
+    install(&bin, &[("squeue", "#!/bin/sh\necho '  1:05:00'\n")]);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let file = c.write("agent.toml", "time_limit = \"auto\"\n");
+    let token = c.write("agent-token", "0123456789abcdef0123456789abcdef\n");
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let check = |job: Option<&str>| {
+        let mut cmd = std::process::Command::new(support::BIN);
+        cmd.args(["agent", "--check", "--offline", "--name", "n1"])
+            .current_dir(&c.dir)
+            .arg("--config")
+            .arg(&file)
+            .arg("--token-file")
+            .arg(&token)
+            .arg("--work-dir")
+            .arg(c.dir.join("work"))
+            .env("PATH", &path)
+            .env_remove("SLURM_JOB_ID")
+            .env_remove("PBS_JOBID");
+        if let Some(job) = job {
+            cmd.env("SLURM_JOB_ID", job);
+        }
+        cmd.output().expect("agent --check")
+    };
+    let out = check(Some("4242"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("time limit 1h 4m"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = check(None);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("agent.toml: time_limit = \"auto\"")
+            && err.contains("not inside a batch allocation"),
+        "{err}"
+    );
+}
+
 /// `--time-limit auto` inside a Slurm job: the agent asks `squeue` for its job's time left (a
 /// stand-in `squeue` here) and keeps a minute back; outside any allocation it says so and
 /// stops, and a batch system that fails is named.
