@@ -908,6 +908,20 @@ pub fn agent_options(
     let server = server_url(&server, ca.is_some()).with_context(|| server_from.clone())?;
     // With `[tls]` the CA also verifies the other agents' data listeners.
     check_tls(&server, ca.is_some() && config.tls.is_none())?;
+    // The agent trusts no system store: without the CA it can never connect over TLS, and
+    // retrying every second would hide a mistake that no wait mends (the client commands
+    // refuse it alike).
+    if server.starts_with("https://") && ca.is_none() {
+        let from = if server_from.is_empty() {
+            String::new()
+        } else {
+            format!(" ({server_from})")
+        };
+        bail!(
+            "the server URL `{server}`{from} is https://: give the CA certificate that signed \
+             the server's certificate (--ca FILE, the configuration's `ca` or HETSCHED_CA)"
+        );
+    }
     let ca_pem = match ca {
         Some(p) => Some(std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
