@@ -1136,6 +1136,31 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
     }
     let log_file = logs.open()?;
     super::logging::init("info", logs.format, log_file.clone());
+    // Where the log is not standard error (a file), or is read by a program (JSON), the
+    // reason the agent exits is its last line there too: standard error alone may go nowhere
+    // anyone looks, and the log would end on the retries before it. (Text on standard error
+    // already gets it, from `main`.)
+    let logged = log_file.is_some()
+        || matches!(
+            logs.format,
+            hetsched_core::input::log_format::LogFormat::Json
+        );
+    run_agent(a, config, &logs, log_file)
+        .await
+        .inspect_err(|e| {
+            if logged {
+                tracing::error!("the agent stops: {e:#}");
+            }
+        })
+}
+
+/// [`agent`] once its log is set up: the agent's run, until a signal or a fatal error.
+async fn run_agent(
+    a: AgentArgs,
+    config: (AgentConfig, String, String),
+    logs: &super::logging::Settings,
+    log_file: Option<std::sync::Arc<super::logging::LogFile>>,
+) -> anyhow::Result<()> {
     super::logging::on_hangups(
         "the agent goes on with its tasks: it reads its configuration only when it starts, and \
          logs to standard error, which its supervisor keeps and rotates (SIGTERM stops it; with \
