@@ -74,18 +74,19 @@ pub fn path(job_dir: &Path, app: &str, process: u32, attempt: u32) -> PathBuf {
 /// anyway). The file is opened without following a link and must be a regular file.
 pub fn mark(file: &Path, index: u32, flags: u8) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    if file
-        .parent()
-        .is_some_and(|d| std::fs::symlink_metadata(d).is_err())
-    {
-        return Ok(());
-    }
-    let f = std::fs::OpenOptions::new()
+    let f = match std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .mode(0o600)
         .custom_flags(crate::workdir::no_follow() | nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(file)?;
+        .open(file)
+    {
+        Ok(f) => f,
+        // No records directory (`create` makes the file, never its directory): an older
+        // agent's job directory, or none.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
     if !f.metadata()?.is_file() {
         return Err(std::io::Error::other(format!(
             "{}: not a regular file",
