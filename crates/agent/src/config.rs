@@ -17,7 +17,7 @@
 //! advertise = "10.0.0.7:7431"       # where other agents reach this one (workflow data, PCDDB)
 //! attributes = ["fpga", "bigmem"]   # what jobs and workflow tasks may `require` (`gpu` comes with GPUs)
 //! kill_grace = "10s"                # a stopped task's time between SIGTERM and SIGKILL
-//! time_limit = "11h 50m"            # how long the agent runs (its batch allocation, less a margin)
+//! time_limit = "11h 50m"            # how long the agent runs (its batch allocation, less a margin; "auto": ask Slurm or PBS)
 //! idle_timeout = "5m"               # exit once nothing has run here for this long (at least 1s)
 //! stale_keep = "7d"                 # delete job directories set aside in stale/ after this ("never": keep)
 //! run_as_owner = true               # a user's tasks run as its Unix account (agent as root)
@@ -142,8 +142,9 @@ pub struct AgentConfig {
     pub kill_grace: Option<serde_spanned::Spanned<hetsched_core::input::Duration>>,
     /// How long the agent runs (e.g. the length of the batch allocation it runs in, less a
     /// margin): the server sends it no task whose time limit is longer than the time it has
-    /// left, and `kill_grace` before the end it stops what still runs and exits.
-    pub time_limit: Option<hetsched_core::input::Duration>,
+    /// left, and `kill_grace` before the end it stops what still runs and exits. `"auto"` asks
+    /// the batch allocation the agent runs in, as `--time-limit auto` does.
+    pub time_limit: Option<TimeLimit>,
     /// Exit once nothing has run or waited on the node for this long.
     pub idle_timeout: Option<hetsched_core::input::Duration>,
     /// How long job directories set aside into `WORK_DIR/stale/` are kept (a duration, or
@@ -191,6 +192,38 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Private key.
     pub key: PathBuf,
+}
+
+/// `time_limit`'s value: a duration as every duration of the file is written, or `"auto"`,
+/// which `--time-limit auto` also takes: the time left in the batch allocation the agent runs
+/// in, asked of Slurm or PBS when the agent starts (the binary does that; this crate runs no
+/// batch system's commands).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeLimit {
+    /// Ask the batch system.
+    Auto,
+    /// This long.
+    For(std::time::Duration),
+}
+
+impl<'de> Deserialize<'de> for TimeLimit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use hetsched_core::input::Duration;
+        use serde::de::IntoDeserializer;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(f64),
+            Text(String),
+        }
+        // Anything but `auto` is read as any other duration of the file, with its errors.
+        let d = match Raw::deserialize(d)? {
+            Raw::Text(t) if t.trim() == "auto" => return Ok(TimeLimit::Auto),
+            Raw::Text(t) => Duration::deserialize(t.into_deserializer())?,
+            Raw::Secs(s) => Duration::deserialize(s.into_deserializer())?,
+        };
+        Ok(TimeLimit::For(std::time::Duration::from_nanos(d.0)))
+    }
 }
 
 /// `fetch_bandwidth`'s value: bytes per second, written as a size (`"100MiB"`, `"1.5GB"`, a
@@ -394,9 +427,8 @@ impl AgentConfig {
     }
 
     /// The time limit written, if any.
-    pub fn time_limit(&self) -> Option<std::time::Duration> {
+    pub fn time_limit(&self) -> Option<TimeLimit> {
         self.time_limit
-            .map(|t| std::time::Duration::from_nanos(t.0))
     }
 
     /// The idle timeout written, if any.
@@ -682,9 +714,19 @@ mod tests {
         let c = AgentConfig::parse("agent.toml", "time_limit = \"11h 50m\"\n").expect("valid");
         assert_eq!(
             c.time_limit(),
-            Some(std::time::Duration::from_secs(11 * 3600 + 50 * 60))
+            Some(TimeLimit::For(std::time::Duration::from_secs(
+                11 * 3600 + 50 * 60
+            )))
         );
         assert_eq!(AgentConfig::default().time_limit(), None);
+        // `--time-limit auto`'s word is the file's too (it was refused as a duration).
+        let c = AgentConfig::parse("agent.toml", "time_limit = \"auto\"\n").expect("auto");
+        assert_eq!(c.time_limit(), Some(TimeLimit::Auto));
+        let c = AgentConfig::parse("agent.toml", "time_limit = 90\n").expect("seconds");
+        assert_eq!(
+            c.time_limit(),
+            Some(TimeLimit::For(std::time::Duration::from_secs(90)))
+        );
         let e = AgentConfig::parse("agent.toml", "cores = 2\ntime_limit = \"soon\"\n")
             .expect_err("not a duration");
         assert!(

@@ -131,6 +131,25 @@ static CLAIMS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// `WORK_DIR/stale/` (the module's doc) and made again (mode 0700), marked with `nonce`.
 /// Returns where an older incarnation's directory went, if one did.
 pub fn claim(work_dir: &Path, dir: &Path, nonce: u64) -> std::io::Result<Option<PathBuf>> {
+    claim_making(work_dir, dir, nonce, &[])
+}
+
+/// [`claim`] for a job's directory of captured task output (`WORK_DIR/job-J`): when it is made,
+/// it is made with the records of which attempts ran here ([`crate::ran::DIR`]), so that a
+/// missing capture file there is told apart from a task that printed nothing. A directory kept
+/// as it was (already this nonce's) keeps what it had: one made by an older agent, without
+/// records, is read by the older rule.
+pub fn claim_task_dir(work_dir: &Path, dir: &Path, nonce: u64) -> std::io::Result<Option<PathBuf>> {
+    claim_making(work_dir, dir, nonce, &[crate::ran::DIR])
+}
+
+/// [`claim`], making the directories `inside` in `dir` when `dir` is made.
+fn claim_making(
+    work_dir: &Path,
+    dir: &Path,
+    nonce: u64,
+    inside: &[&str],
+) -> std::io::Result<Option<PathBuf>> {
     let _one_at_a_time = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
     let mut moved = None;
     match std::fs::symlink_metadata(dir) {
@@ -141,6 +160,9 @@ pub fn claim(work_dir: &Path, dir: &Path, nonce: u64) -> std::io::Result<Option<
         Err(e) => return Err(e),
     }
     crate::workdir::create_private_dir(dir)?;
+    for d in inside {
+        crate::workdir::create_private_dir(&dir.join(d))?;
+    }
     if nonce != 0 {
         use std::io::Write;
         let mut f = crate::workdir::create_private(&dir.join(MARK))?;

@@ -49,6 +49,7 @@ pub mod marker;
 pub mod mig;
 pub mod outside;
 pub mod probe;
+pub mod ran;
 pub mod room;
 pub mod run_as;
 pub mod shutdown;
@@ -1663,8 +1664,14 @@ impl Launcher<'_> {
                     if !instance.is_empty() && instance.bytes().all(|b| b.is_ascii_digit()) {
                         dirs.push(work_dir.join("wf").join(instance));
                     }
-                    dirs.iter().try_for_each(|d| {
-                        job_nonce::claim(&work_dir, d, nonce)
+                    dirs.iter().enumerate().try_for_each(|(k, d)| {
+                        // The first, `job-J`, holds the captured output and its records.
+                        let claimed = if k == 0 {
+                            job_nonce::claim_task_dir(&work_dir, d, nonce)
+                        } else {
+                            job_nonce::claim(&work_dir, d, nonce)
+                        };
+                        claimed
                             .map(drop)
                             .map_err(|e| format!("{}: {e}", d.display()))
                     })
@@ -1672,6 +1679,14 @@ impl Launcher<'_> {
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()))
             };
+            // Where an attempt that ends before its process starts is recorded as one that
+            // printed nothing (`ran`).
+            let record = ran::path(
+                &opts.work_dir.join(format!("job-{}", spec.job_id)),
+                &spec.app,
+                a.process,
+                a.attempt,
+            );
             let spec = if let Err(e) = claimed {
                 Err((
                     format!(
@@ -1777,18 +1792,21 @@ impl Launcher<'_> {
                 0
             };
             let result = match spec {
-                Err((m, start_failed, end)) => pb::TaskResult {
-                    task_id: a.task_id,
-                    attempt: a.attempt,
-                    exit_code: -1,
-                    interrupted: end == pb::TaskEnd::Interrupted,
-                    start_failed,
-                    end: end.into(),
-                    message: m,
-                    started_ns: launch::now_ns(),
-                    finished_ns: launch::now_ns(),
-                    ..Default::default()
-                },
+                Err((m, start_failed, end)) => {
+                    launch::mark_ran(&record, a.index, ran::NEVER_STARTED);
+                    pb::TaskResult {
+                        task_id: a.task_id,
+                        attempt: a.attempt,
+                        exit_code: -1,
+                        interrupted: end == pb::TaskEnd::Interrupted,
+                        start_failed,
+                        end: end.into(),
+                        message: m,
+                        started_ns: launch::now_ns(),
+                        finished_ns: launch::now_ns(),
+                        ..Default::default()
+                    }
+                }
                 Ok(spec) => {
                     let mut r = accel::run(route, &a, &spec, &opts, control, on_spawn).await;
                     dataflow::check_outputs(&a, &opts.work_dir, &mut r);

@@ -26,8 +26,14 @@
 //! ticket names ([`crate::job_nonce::serves`]): job ids repeat after a restored backup or on a
 //! fresh data directory, and this agent keeps older jobs' directories, so the job id alone
 //! would serve one user's output to the owner of a later job of the same id. Another
-//! incarnation's file is answered as a missing one (`exists: false`), so the server goes on to
-//! the other agents and the user reads that the attempt printed nothing.
+//! incarnation's task file is answered `NotFound`, saying only that this job's output is not
+//! here (a chunk's as a missing one, `exists: false`, so the server goes on to the other agents).
+//!
+//! A task's output that is gone — its job directory missing, its capture file removed after the
+//! task printed on it, its application's own file removed — is answered `NotFound` naming the
+//! task and the path, so that `hetsched log` fails rather than print nothing. A task that ran
+//! and printed nothing on the stream (its capture file is made at the first byte) is an empty
+//! page with `exists: false`: the job directory's records tell the two apart ([`crate::ran`]).
 //!
 //! A running stream worker's stderr (`worker.err` in its directory, [`crate::stream_workers`]) is
 //! served for `hetsched topology log`; one in an account's directory is read as the account.
@@ -277,8 +283,10 @@ impl AgentLogs for LogService {
             tracing::warn!("task output refused: {}", s.message());
         })?;
         // The file is chosen from the fields the ticket covers, as `Log::of` reads them, and
-        // so is the job incarnation it must be of.
-        let path = match Log::of(&r, &self.key.node).file {
+        // so is the job incarnation it must be of. A task's file comes with its attempt's
+        // record of whether it ran here ([`crate::ran`]) and the read in words.
+        let read = Log::of(&r, &self.key.node);
+        let path = match read.file {
             LogFile::Worker { .. } => None,
             LogFile::Chunk {
                 job_id,
@@ -287,6 +295,7 @@ impl AgentLogs for LogService {
             } => Some((
                 crate::divisible::chunk_output_path(&self.work_dir, job_id, chunk, r.stderr),
                 job_nonce,
+                None,
             )),
             LogFile::Task {
                 job_id,
@@ -295,47 +304,158 @@ impl AgentLogs for LogService {
                 process,
                 attempt,
                 job_nonce,
-            } => Some((
-                output_path(
+            } => {
+                let path = output_path(
                     &self.work_dir,
                     job_id,
                     app,
                     (index, process),
                     attempt,
                     r.stderr,
-                ),
-                job_nonce,
-            )),
+                );
+                let record = TaskRecord {
+                    file: crate::ran::path(
+                        path.parent().unwrap_or(&self.work_dir),
+                        app,
+                        process,
+                        attempt,
+                    ),
+                    index,
+                    stderr: r.stderr,
+                    what: task_output(&read),
+                };
+                Some((path, job_nonce, Some(record)))
+            }
         };
-        let Some((path, job_nonce)) = path else {
+        let Some((path, job_nonce, task)) = path else {
             return self.worker_log(r).await.map(Response::new);
         };
         let turn = self.turn().await?;
         tokio::task::spawn_blocking(move || {
             let _turn = turn;
+            if let Some(task) = &task {
+                task.job_dir_here(&path)?;
+            }
             if !of_incarnation(&path, job_nonce) {
                 // Another job's of the same id (kept from before a restore, or from another
-                // data directory): as if there were no file, saying nothing of it.
+                // data directory): nothing of it is served or said.
                 tracing::info!(
                     file = %path.display(),
                     "task output of another incarnation of its job id not served"
                 );
+                // A task's read says its output is not here: an empty page would read as a
+                // task that printed nothing (a chunk's reader goes on to the other agents).
+                if let Some(task) = &task {
+                    return Err(task.gone(format!(
+                        "its job directory {} here holds another job of the same id (from \
+                         before a server restore, or of another data directory), not this \
+                         one's output",
+                        path.parent().unwrap_or(&path).display()
+                    )));
+                }
                 return Ok(pb::ReadLogReply {
                     path: path.display().to_string(),
                     ..Default::default()
                 });
             }
-            let (path, owner) = match redirected_owned(&path) {
-                Ok(Some(p)) => p,
-                Ok(None) => (path, crate::workdir::euid()),
+            let (file, owner, pointed) = match redirected_owned(&path) {
+                Ok(Some((p, owner))) => (p, owner, true),
+                Ok(None) => (path.clone(), crate::workdir::euid(), false),
                 Err(e) => return Err(file_error(&path.display().to_string(), &e)),
             };
-            page_reply(owner, &path, r.offset, r.limit)
+            let reply = page_reply(owner, &file, r.offset, r.limit)?;
+            match &task {
+                Some(task) if !reply.exists => task.missing(&file, pointed).map(|()| reply),
+                _ => Ok(reply),
+            }
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
         .map(Response::new)
     }
+}
+
+/// A task's output file's read, with what tells a missing file's reason ([`crate::ran`]).
+struct TaskRecord {
+    /// Its attempt's record.
+    file: PathBuf,
+    /// Its byte there.
+    index: u32,
+    /// The stream read.
+    stderr: bool,
+    /// The output in words ([`task_output`]).
+    what: String,
+}
+
+impl TaskRecord {
+    /// Output that is not here: `NotFound`, naming it and why (the server passes it on after
+    /// the node's name). `hetsched log` fails on it, counting it, rather than print nothing.
+    fn gone(&self, why: String) -> Status {
+        Status::not_found(format!("{} is gone: {why}", self.what))
+    }
+
+    /// Ok when capture file `path`'s job directory is on this node; else its output is gone.
+    fn job_dir_here(&self, path: &Path) -> Result<(), Status> {
+        let dir = path.parent().unwrap_or(path);
+        match std::fs::symlink_metadata(dir) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(self.gone(format!(
+                "its job directory {} is not on this node (it was removed, or the attempt \
+                 never ran here)",
+                dir.display()
+            ))),
+            Err(e) => Err(file_error(&dir.display().to_string(), &e)),
+        }
+    }
+
+    /// Ok when `file`, which does not exist, is a stream the attempt printed nothing on (or
+    /// has not printed on yet); else its output is gone. `pointed`: `file` is the one its
+    /// application named (`stdout =`), which the agent created when the task started.
+    fn missing(&self, file: &Path, pointed: bool) -> Result<(), Status> {
+        use crate::ran::Record;
+        let stream = if self.stderr { "stderr" } else { "stdout" };
+        if pointed {
+            return Err(self.gone(format!(
+                "{}, the file its application sent its {stream} to, was removed",
+                file.display()
+            )));
+        }
+        let record = crate::ran::read(&self.file, self.index)
+            .map_err(|e| file_error(&self.file.display().to_string(), &e))?;
+        match record {
+            // Its capture file is made at its first byte: nothing yet, or nothing at all.
+            Record::Unrecorded | Record::Running => Ok(()),
+            Record::Ended {
+                silent_out,
+                silent_err,
+            } => {
+                let silent = if self.stderr { silent_err } else { silent_out };
+                if silent {
+                    Ok(())
+                } else {
+                    Err(self.gone(format!(
+                        "{} was removed (the attempt printed on its {stream})",
+                        file.display()
+                    )))
+                }
+            }
+            Record::None => Err(self.gone(format!(
+                "{} does not exist, and {} records no run of this attempt here (it ran on \
+                 another node, or the record was removed)",
+                file.display(),
+                self.file.display()
+            ))),
+        }
+    }
+}
+
+/// A task's output in words, for a reply that says it is gone: `the stdout of job 4's task
+/// "sim":2 attempt 1`.
+fn task_output(read: &Log) -> String {
+    described(read)
+        .strip_prefix("read of ")
+        .map(str::to_string)
+        .unwrap_or_else(|| described(read))
 }
 
 /// Whether `file` (a task's or chunk's output, in its job's directory) may be served to a read
@@ -744,7 +864,8 @@ mod tests {
     /// jobs' directories: a task's or chunk's file is served only to a read whose (ticketed)
     /// job nonce is the one its directory is marked with. Another incarnation's read — with
     /// another nonce, or a legacy one (0) of a marked directory, or one with a nonce of an
-    /// unmarked (legacy) directory — gets the answer for a missing file, its data none of it.
+    /// unmarked (legacy) directory — gets none of its data: a task's read is refused as output
+    /// that is not here (`NotFound`), a chunk's answered as a missing file.
     #[tokio::test]
     async fn a_file_is_served_only_to_reads_of_the_job_incarnation_that_wrote_it() {
         let (dir, service) = keyed_service("nonce");
@@ -785,19 +906,31 @@ mod tests {
 
         let r = read(1, 0xa, false).await.expect("its own");
         assert!(r.exists && r.data == b"SECRET\n", "{r:?}");
-        for (case, job, nonce, divisible) in [
-            ("another incarnation of job 1", 1, 0xb, false),
-            ("a legacy read of a marked directory", 1, 0, false),
-            (
-                "a read with a nonce of an unmarked directory",
-                2,
-                0xa,
-                false,
-            ),
-            ("another incarnation's chunk", 3, 0xd, true),
-            ("a legacy read of a marked chunk", 3, 0, true),
+        // A task's read of another incarnation: its output is not here, said as such (an
+        // empty page would read as a task that printed nothing), nothing of the other job's.
+        for (case, job, nonce) in [
+            ("another incarnation of job 1", 1, 0xb),
+            ("a legacy read of a marked directory", 1, 0),
+            ("a read with a nonce of an unmarked directory", 2, 0xa),
         ] {
-            let r = read(job, nonce, divisible).await.expect(case);
+            let e = read(job, nonce, false).await.expect_err(case);
+            assert_eq!(e.code(), tonic::Code::NotFound, "{case}: {e:?}");
+            assert!(
+                e.message().contains("is gone")
+                    && e.message().contains("holds another job of the same id")
+                    && e.message().contains(&format!("job-{job}"))
+                    && !e.message().contains("SECRET")
+                    && !e.message().contains("legacy"),
+                "{case}: {}",
+                e.message()
+            );
+        }
+        // A chunk's: a missing file (the server asks the other agents).
+        for (case, job, nonce) in [
+            ("another incarnation's chunk", 3, 0xd),
+            ("a legacy read of a marked chunk", 3, 0),
+        ] {
+            let r = read(job, nonce, true).await.expect(case);
             assert!(
                 !r.exists && r.data.is_empty() && r.size == 0,
                 "{case}: {r:?}"
@@ -807,6 +940,128 @@ mod tests {
         assert!(r.exists && r.data == b"legacy\n", "{r:?}");
         let r = read(3, 0xc, true).await.expect("chunk");
         assert!(r.exists && r.data == b"chunk\n", "{r:?}");
+    }
+
+    /// A task that ran and printed nothing reads as an empty page (`exists: false`), as
+    /// before; output that is gone — its capture file removed after the task printed on it,
+    /// its job directory removed, an attempt this node never ran — is refused `NotFound`
+    /// naming the task and the path, so that `hetsched log` fails instead of saying the task
+    /// printed nothing (`log --all > results.txt` lost results that way, exiting 0). A task
+    /// still running that has printed nothing yet, and a job directory an older agent made
+    /// (no records), read as before.
+    #[tokio::test]
+    async fn output_that_is_gone_is_refused_naming_it_and_a_silent_task_reads_empty() {
+        let (dir, service) = keyed_service("gone");
+        let job = dir.join("job-1");
+        crate::job_nonce::claim_task_dir(&dir, &job, 0).expect("claim");
+        let run = |index: u32, script: &str| {
+            // `missing-dir`: its application's directory is not on this node, so it never
+            // starts.
+            let (workdir, workdir_required) = match script {
+                "missing-dir" => (dir.join("no-such-dir").display().to_string(), true),
+                _ => (String::new(), false),
+            };
+            let spec = pb::TaskSpec {
+                job_id: 1,
+                app: "sh".into(),
+                argv: vec!["sh".into(), "-c".into(), script.into()],
+                workdir,
+                workdir_required,
+                ..Default::default()
+            };
+            let a = pb::Assignment {
+                task_id: u64::from(index) + 1,
+                index,
+                attempt: 1,
+                ..Default::default()
+            };
+            let dir = dir.to_path_buf();
+            async move {
+                let (_tx, rx) = tokio::sync::oneshot::channel();
+                let r = crate::launch::run(
+                    &a,
+                    &spec,
+                    &[],
+                    "a",
+                    &dir,
+                    &dir,
+                    rx,
+                    std::time::Duration::from_secs(10),
+                    false,
+                    |_| {},
+                )
+                .await;
+                assert_eq!(r.success, !r.start_failed, "{r:?}");
+            }
+        };
+        run(0, "true").await;
+        run(1, "echo important-result").await;
+        run(2, "missing-dir").await;
+        let read = |job_id: u64, index: u32, stderr: bool| {
+            let mut r = pb::AgentLogRequest {
+                job_id,
+                app: "sh".into(),
+                index,
+                attempt: 1,
+                stderr,
+                ..Default::default()
+            };
+            r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
+            let service = &service;
+            async move {
+                service
+                    .read_log(Request::new(r))
+                    .await
+                    .map(|r| r.into_inner())
+            }
+        };
+        // Ran and printed nothing, on either stream, or never started: an empty page.
+        for (index, stderr) in [(0, false), (0, true), (2, false), (2, true)] {
+            let r = read(1, index, stderr).await.expect("silent");
+            assert!(!r.exists && r.data.is_empty(), "{r:?}");
+        }
+        let r = read(1, 1, false).await.expect("printed");
+        assert_eq!(r.data, b"important-result\n");
+        // Its stderr: nothing printed there.
+        let r = read(1, 1, true).await.expect("no stderr");
+        assert!(!r.exists, "{r:?}");
+        // Its capture file removed: gone, named.
+        let out = output_path(&dir, 1, "sh", (1, 0), 1, false);
+        std::fs::remove_file(&out).expect("rm");
+        let e = read(1, 1, false).await.expect_err("removed");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert!(
+            e.message()
+                .contains("the stdout of job 1's task \"sh\":1 attempt 1 is gone")
+                && e.message().contains(&out.display().to_string())
+                && e.message().contains("was removed"),
+            "{}",
+            e.message()
+        );
+        // An attempt that never ran here.
+        let e = read(1, 7, false).await.expect_err("never ran");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert!(e.message().contains("records no run"), "{}", e.message());
+        // Started, nothing printed yet: an empty page, as a follower expects.
+        crate::ran::mark(&crate::ran::path(&job, "sh", 0, 1), 9, crate::ran::STARTED)
+            .expect("mark");
+        assert!(!read(1, 9, false).await.expect("running").exists);
+        // The job directory removed (`rm -rf WORK_DIR/job-1`): gone, the directory named.
+        std::fs::remove_dir_all(&job).expect("rm -rf");
+        let e = read(1, 0, false).await.expect_err("no job directory");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert!(
+            e.message().contains("is gone")
+                && e.message().contains(&format!(
+                    "its job directory {} is not on this node",
+                    job.display()
+                )),
+            "{}",
+            e.message()
+        );
+        // A directory an older agent made, without records: a missing file is an empty page.
+        std::fs::create_dir_all(dir.join("job-2")).expect("legacy");
+        assert!(!read(2, 0, false).await.expect("legacy").exists);
     }
 
     /// A FIFO a task made where its output is read — its capture file, or its own `stdout =`

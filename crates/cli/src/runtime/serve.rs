@@ -908,6 +908,20 @@ pub fn agent_options(
     let server = server_url(&server, ca.is_some()).with_context(|| server_from.clone())?;
     // With `[tls]` the CA also verifies the other agents' data listeners.
     check_tls(&server, ca.is_some() && config.tls.is_none())?;
+    // The agent trusts no system store: without the CA it can never connect over TLS, and
+    // retrying every second would hide a mistake that no wait mends (the client commands
+    // refuse it alike).
+    if server.starts_with("https://") && ca.is_none() {
+        let from = if server_from.is_empty() {
+            String::new()
+        } else {
+            format!(" ({server_from})")
+        };
+        bail!(
+            "the server URL `{server}`{from} is https://: give the CA certificate that signed \
+             the server's certificate (--ca FILE, the configuration's `ca` or HETSCHED_CA)"
+        );
+    }
     let ca_pem = match ca {
         Some(p) => Some(std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
@@ -1000,7 +1014,15 @@ pub fn agent_options(
         time_limit: match a.time_limit.as_deref() {
             Some("auto") => super::allocation::auto_time_limit()?,
             Some(t) => Some(agent_time_limit(t)?),
-            None => config.time_limit(),
+            None => match config.time_limit() {
+                // The file's `auto` means what the flag's does.
+                Some(hetsched_agent::config::TimeLimit::Auto) => {
+                    super::allocation::auto_time_limit()
+                        .with_context(|| format!("{origin}: time_limit = \"auto\""))?
+                }
+                Some(hetsched_agent::config::TimeLimit::For(t)) => Some(t),
+                None => None,
+            },
         },
         idle_timeout: match a.idle_timeout.map(std::time::Duration::from) {
             // As the file's `idle_timeout` is (`AgentConfig::parse`): an agent that leaves the
@@ -1114,6 +1136,31 @@ pub async fn agent(a: AgentArgs) -> anyhow::Result<()> {
     }
     let log_file = logs.open()?;
     super::logging::init("info", logs.format, log_file.clone());
+    // Where the log is not standard error (a file), or is read by a program (JSON), the
+    // reason the agent exits is its last line there too: standard error alone may go nowhere
+    // anyone looks, and the log would end on the retries before it. (Text on standard error
+    // already gets it, from `main`.)
+    let logged = log_file.is_some()
+        || matches!(
+            logs.format,
+            hetsched_core::input::log_format::LogFormat::Json
+        );
+    run_agent(a, config, &logs, log_file)
+        .await
+        .inspect_err(|e| {
+            if logged {
+                tracing::error!("the agent stops: {e:#}");
+            }
+        })
+}
+
+/// [`agent`] once its log is set up: the agent's run, until a signal or a fatal error.
+async fn run_agent(
+    a: AgentArgs,
+    config: (AgentConfig, String, String),
+    logs: &super::logging::Settings,
+    log_file: Option<std::sync::Arc<super::logging::LogFile>>,
+) -> anyhow::Result<()> {
     super::logging::on_hangups(
         "the agent goes on with its tasks: it reads its configuration only when it starts, and \
          logs to standard error, which its supervisor keeps and rotates (SIGTERM stops it; with \

@@ -362,3 +362,73 @@ fn an_agent_configuration_is_checked_and_its_token_asked_of_the_server_without_r
     let (ok, _, stderr) = agent_check(&c, &joined(&base, &["--token-file", &token]));
     assert!(!ok && stderr.contains("did not answer"), "{stderr}");
 }
+
+/// An `https://` server without a CA certificate can never be reached (the agent trusts no
+/// system store): `agent --check` and a start refuse it at once, as the client commands do,
+/// naming where the URL came from. Before, a start retried every second for good ("the
+/// server is not reachable yet (Connecting to HTTPS without TLS enabled)").
+#[test]
+fn an_https_server_without_a_ca_is_refused_by_an_agents_check_and_start() {
+    let dir = temp_dir("agent-https-no-ca");
+    let token = dir.join("agent-token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").expect("token");
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let token = token.to_str().expect("path").to_string();
+    let work = dir.join("work");
+    let work = work.to_str().expect("path").to_string();
+    let base = [
+        "agent",
+        "--token-file",
+        &token,
+        "--work-dir",
+        &work,
+        "--name",
+        "n1",
+        "--log-listen",
+        "127.0.0.1:0",
+    ];
+    let says = "give the CA certificate that signed the server's certificate (--ca FILE, the \
+                configuration's `ca` or HETSCHED_CA)";
+    let (ok, _, stderr) = run_in(
+        &dir,
+        &joined(&base, &["--server", "https://127.0.0.1:17499", "--check"]),
+    );
+    assert!(
+        !ok && stderr.contains("the server URL `https://127.0.0.1:17499` (--server) is https://")
+            && stderr.contains(says),
+        "{stderr}"
+    );
+    // A start: refused at once, not retried.
+    let started = std::time::Instant::now();
+    let mut child = Command::new(BIN)
+        .args(joined(&base, &["--server", "https://127.0.0.1:17499"]))
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("agent");
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the agent retried an https:// server it cannot reach without --ca");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains(says), "{stderr}");
+    // From the environment, named as such.
+    let out = Command::new(BIN)
+        .args(joined(&base, &["--check"]))
+        .env("HETSCHED_SERVER", "https://head:7420")
+        .env_remove("HETSCHED_CA")
+        .current_dir(&dir)
+        .output()
+        .expect("agent --check");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("(HETSCHED_SERVER) is https://"),
+        "{stderr}"
+    );
+}

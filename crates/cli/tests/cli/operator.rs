@@ -957,8 +957,8 @@ fn job_names_application_workdirs_and_resubmit_failed() {
         .collect();
     assert_eq!(attempts, vec![1, 2, 1]);
     assert_eq!(c.json(&["job", "1"])["state"], "completed");
-    // An earlier attempt's output is read wherever it is; once no live agent holds it, `log`
-    // says so rather than "printed nothing" on some node that never ran it.
+    // An earlier attempt's output is read wherever it is; once it was removed from the node
+    // that ran it, `log` fails naming it rather than say it printed nothing.
     let out = c.cli(&["log", "1", "flaky:1", "--attempt", "1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "attempt 1\n");
@@ -968,11 +968,10 @@ fn job_names_application_workdirs_and_resubmit_failed() {
     std::fs::remove_file(&first).unwrap_or_else(|e| panic!("{first}: {e}"));
     let out = c.cli(&["log", "1", "flaky:1", "--attempt", "1"]);
     assert!(
-        out.status.success()
-            && text(&out.stderr).contains(
-                "task 1 (attempt 1 of 2): no live agent holds its stdout: it printed nothing \
-                 there, or the node that ran it is dead or unreachable now"
-            ),
+        !out.status.success()
+            && text(&out.stderr).contains(&format!(
+                "the stdout of job 1's task \"flaky\":1 attempt 1 is gone: {first} was removed"
+            )),
         "{}{}",
         text(&out.stdout),
         text(&out.stderr)
@@ -1361,6 +1360,131 @@ fn an_agent_with_a_time_limit_takes_only_tasks_that_end_in_time_and_hands_back_t
         text(&out.stderr).contains("time limit 1s is not longer than the kill grace 2s"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// A task that ran and printed nothing reads as "printed nothing" (exit 0); output that is gone
+/// — its job directory removed on the agent, or the node re-joined under its name with another
+/// work directory — fails `log` naming the task, node and path, and `log --all` counts it.
+/// Before, both read as "printed nothing" and exited 0: `log --all > results.txt` lost results.
+#[test]
+fn log_fails_on_output_that_is_gone_and_prints_nothing_for_a_silent_task() {
+    let mut c = Cluster::start("log-gone", false);
+    c.start_agent("a1", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--wait", "--", "echo", "important-result"]);
+    c.ok(&["submit", "--wait", "--", "true"]);
+    let out = c.cli(&["log", "1", "echo:0"]);
+    assert_eq!(text(&out.stdout), "important-result\n");
+    let out = c.cli(&["log", "2", "true:0"]);
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("printed nothing on stdout"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = c.cli(&["log", "2", "--all"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let job_dir = c.dir.join("agent-a1").join("job-1");
+    std::fs::remove_dir_all(&job_dir).expect("rm -rf job-1");
+    let out = c.cli(&["log", "1", "echo:0"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    assert!(
+        err.contains("node `a1`")
+            && err.contains("job 1's task \"echo\":0 attempt 1 is gone")
+            && err.contains(&format!("its job directory {}", job_dir.display())),
+        "{err}"
+    );
+    let out = c.cli(&["log", "1", "--all"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("task 0 (echo:0") && err.contains("the output of 1 task of job 1 could not"),
+        "{err}"
+    );
+
+    // The node back under its name with another work directory (the old one moved away, a
+    // new one made in its place): job 2's output stays in the old one, and this agent says it
+    // is not here rather than that the task printed nothing.
+    c.kill_agent("a1");
+    // Its name is free again once the node is declared dead (another identity: a new work
+    // directory holds a new one).
+    wait_until("a1 declared dead", Duration::from_secs(30), || {
+        c.json(&["nodes", "--state", "dead"])
+            .as_array()
+            .is_some_and(|n| n.len() == 1)
+    });
+    let work = c.dir.join("agent-a1");
+    std::fs::rename(&work, c.dir.join("agent-a1.old")).expect("move the work dir away");
+    c.start_agent("a1", 1, &[]);
+    wait_until("a1 back", Duration::from_secs(30), || {
+        let out = c.cli(&["log", "2", "true:0"]);
+        text(&out.stderr).contains("is gone")
+    });
+    let out = c.cli(&["log", "2", "true:0"]);
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(&work.join("job-2").display().to_string()),
+        "{err}"
+    );
+}
+
+/// The agent file's `time_limit = "auto"` means what `--time-limit auto` does: asked of the
+/// batch system (a stand-in `squeue`), less the minute kept back; outside an allocation it is
+/// refused naming the file's key. Before, the file refused it: `invalid duration \`auto\``.
+#[test]
+fn an_agent_files_time_limit_auto_asks_the_batch_system() {
+    let c = Cluster::stopped("time-limit-auto-file");
+    let bin = c.dir.join("fake-bin");
+    std::fs::create_dir_all(&bin).expect("dir");
+    install(&bin, &[("squeue", "#!/bin/sh\necho '  1:05:00'\n")]);
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let file = c.write("agent.toml", "time_limit = \"auto\"\n");
+    let token = c.write("agent-token", "0123456789abcdef0123456789abcdef\n");
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let check = |job: Option<&str>| {
+        let mut cmd = std::process::Command::new(support::BIN);
+        cmd.args(["agent", "--check", "--offline", "--name", "n1"])
+            .current_dir(&c.dir)
+            .arg("--config")
+            .arg(&file)
+            .arg("--token-file")
+            .arg(&token)
+            .arg("--work-dir")
+            .arg(c.dir.join("work"))
+            .env("PATH", &path)
+            .env_remove("SLURM_JOB_ID")
+            .env_remove("PBS_JOBID");
+        if let Some(job) = job {
+            cmd.env("SLURM_JOB_ID", job);
+        }
+        cmd.output().expect("agent --check")
+    };
+    let out = check(Some("4242"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("time limit 1h 4m"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = check(None);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("agent.toml: time_limit = \"auto\"")
+            && err.contains("not inside a batch allocation"),
+        "{err}"
     );
 }
 

@@ -511,6 +511,32 @@ fn a_sigkilled_agents_guard_writes_its_line_to_the_agents_log_file() {
     assert_eq!(mode & 0o777, 0o600);
 }
 
+/// An agent whose token the server stopped taking (rotated while the server was down) exits,
+/// and with `--log-file` the reason is the file's last line. Before, the file ended on
+/// `server unreachable …; retrying` and the reason went only to standard error.
+#[test]
+fn an_agent_that_stops_on_an_error_says_why_as_the_last_line_of_its_log_file() {
+    let mut c = Cluster::start("agent-fatal-log", false);
+    // (Not `agent-n.log`: the cluster keeps the agent's standard error there.)
+    let file = c.dir.join("agent-n-file.log");
+    let file_arg = file.display().to_string();
+    c.start_agent("n", 1, &["--log-file", &file_arg]);
+    c.wait_for_nodes(1);
+    c.kill_server();
+    std::fs::write(
+        c.data().join("agent-token"),
+        "fedcba9876543210fedcba9876543210fedcba98\n",
+    )
+    .expect("rotate the agent token");
+    c.start_server();
+    assert_ne!(c.agent_exit("n", Duration::from_secs(60)), Some(0));
+    let last = lines(&file).pop().unwrap_or_default();
+    assert!(
+        last.contains("ERROR") && last.contains("the agent stops: the server refused the token"),
+        "{last}"
+    );
+}
+
 #[test]
 fn a_multi_node_task_runs_on_the_first_of_its_whole_nodes_with_their_host_names() {
     let mut c = Cluster::start("multi-node", false);

@@ -1,0 +1,171 @@
+//! Which task attempts ran on this agent, and on which captured streams they printed nothing:
+//! what tells a task that printed nothing from one whose output is gone.
+//!
+//! A captured stream's file is created at its first byte ([`crate::launch`]: creating two files
+//! per task dominated the cost of running short ones), so a missing capture file alone cannot
+//! say whether the task printed nothing or its file (or its whole job directory) was removed
+//! since. `hetsched log JOB --all > results.txt` must not pass a lost result off as an empty one.
+//!
+//! So each job directory this agent makes holds [`DIR`] (made with it, by
+//! [`crate::job_nonce::claim_task_dir`]), and in it one record per application, process and
+//! attempt (`APP[-pP].ATTEMPT`, named as the capture files are) in which byte `index` is task
+//! `index`'s: [`STARTED`] once its process started, then [`ENDED`] and the streams it printed
+//! nothing on once it ended. The records are sparse files written one byte at a time at the
+//! task's own offset: a job of a million tasks gets one record per application and attempt (a
+//! megabyte at most where its indices are dense), never a file per task, and each task costs
+//! two one-byte writes and no file creation. Tasks write different bytes, so none waits for
+//! another. A job directory without [`DIR`] was made by an agent that predates the records:
+//! there a missing capture file still reads as a task that printed nothing.
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// The records' directory in a job directory. Never a task's file's name: those start with
+/// their application's name, and one that starts with `.` is written `_.`
+/// ([`crate::launch::component`]).
+pub const DIR: &str = ".ran";
+
+/// The attempt's process started (its output is being captured).
+pub const STARTED: u8 = 1;
+/// The attempt ended: its streams' files are final.
+pub const ENDED: u8 = 2;
+/// It printed nothing on stdout (captured: no file was created).
+pub const SILENT_OUT: u8 = 4;
+/// It printed nothing on stderr.
+pub const SILENT_ERR: u8 = 8;
+
+/// An attempt that ended before its process started (a missing directory, an input that
+/// could not be fetched): it printed nothing on either stream.
+pub const NEVER_STARTED: u8 = STARTED | ENDED | SILENT_OUT | SILENT_ERR;
+
+/// What a job directory records of one task attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// The directory predates the records: nothing can be told.
+    Unrecorded,
+    /// The attempt did not run here (or its record was removed with the file).
+    None,
+    /// It started and has not ended (or the agent stopped before it saw the end).
+    Running,
+    /// It ended; whether it printed nothing on stdout, on stderr.
+    Ended {
+        /// Nothing on stdout.
+        silent_out: bool,
+        /// Nothing on stderr.
+        silent_err: bool,
+    },
+}
+
+/// The record file of `app`'s process `process` (0: none), attempt `attempt`, in job directory
+/// `job_dir`.
+pub fn path(job_dir: &Path, app: &str, process: u32, attempt: u32) -> PathBuf {
+    let process = match process {
+        0 => String::new(),
+        p => format!("-p{p}"),
+    };
+    job_dir.join(DIR).join(format!(
+        "{}{process}.{attempt}",
+        crate::launch::component(app)
+    ))
+}
+
+/// Writes `flags` as task `index`'s byte in record `file`. Nothing is written where the job
+/// directory has no records (made by an older agent: [`Record::Unrecorded`] is read there
+/// anyway). The file is opened without following a link and must be a regular file.
+pub fn mark(file: &Path, index: u32, flags: u8) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = match std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(crate::workdir::no_follow() | nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(file)
+    {
+        Ok(f) => f,
+        // No records directory (`create` makes the file, never its directory): an older
+        // agent's job directory, or none.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{}: not a regular file",
+            file.display()
+        )));
+    }
+    f.write_all_at(&[flags], u64::from(index))
+}
+
+/// What record `file` says of task `index` (the job directory being `file`'s directory's
+/// parent).
+pub fn read(file: &Path, index: u32) -> std::io::Result<Record> {
+    let dir_missing = file.parent().map(std::fs::symlink_metadata);
+    if let Some(Err(e)) = dir_missing {
+        return if e.kind() == std::io::ErrorKind::NotFound {
+            Ok(Record::Unrecorded)
+        } else {
+            Err(e)
+        };
+    }
+    let f = match crate::workdir::open_regular(file, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Record::None),
+        Err(e) => return Err(e),
+    };
+    let mut byte = [0u8];
+    // Past the end, or in a hole: no byte was written there.
+    let n = f.read_at(&mut byte, u64::from(index))?;
+    let b = if n == 1 { byte[0] } else { 0 };
+    Ok(if b & ENDED != 0 {
+        Record::Ended {
+            silent_out: b & SILENT_OUT != 0,
+            silent_err: b & SILENT_ERR != 0,
+        }
+    } else if b & STARTED != 0 {
+        Record::Running
+    } else {
+        Record::None
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hetsched_core::testkit::ScratchDir;
+
+    /// A record reads as the bytes written at the task's offset; other tasks' bytes, holes and
+    /// what lies past the end are nobody's; a job directory without records reads as one that
+    /// predates them, and nothing is written there.
+    #[test]
+    fn each_task_reads_its_own_byte_and_an_old_directory_reads_as_unrecorded() {
+        let dir = ScratchDir::new("ran", "record");
+        let job = dir.join("job-1");
+        std::fs::create_dir_all(&job).expect("job dir");
+        let file = path(&job, "sim", 0, 1);
+        mark(&file, 3, STARTED).expect("mark unrecorded");
+        assert!(!file.exists(), "nothing written without {DIR}");
+        assert_eq!(read(&file, 3).expect("read"), Record::Unrecorded);
+
+        std::fs::create_dir(job.join(DIR)).expect("records");
+        assert_eq!(read(&file, 3).expect("read"), Record::None);
+        mark(&file, 3, STARTED).expect("mark");
+        mark(&file, 1_000_000, STARTED).expect("mark far");
+        assert_eq!(read(&file, 3).expect("read"), Record::Running);
+        assert_eq!(read(&file, 2).expect("read"), Record::None);
+        assert_eq!(read(&file, 4_000_000).expect("read"), Record::None);
+        mark(&file, 3, STARTED | ENDED | SILENT_ERR).expect("end");
+        assert_eq!(
+            read(&file, 3).expect("read"),
+            Record::Ended {
+                silent_out: false,
+                silent_err: true
+            }
+        );
+        // Another attempt, another process: records of their own.
+        assert_eq!(
+            read(&path(&job, "sim", 0, 2), 3).expect("read"),
+            Record::None
+        );
+        assert_ne!(path(&job, "sim", 2, 1), file);
+    }
+}
