@@ -118,7 +118,23 @@ async fn ask(opts: &AgentOptions) -> Result<(), AgentError> {
         .map_err(|e| AgentError::Config(format!("token: {e}")))?;
     let channel = endpoint.connect_lazy();
     let mut client = pb::agent_client::AgentClient::with_interceptor(channel, interceptor);
-    let mut request = tonic::Request::new(pb::PurgedJobsRequest::default());
+    // The name, with the identity a start would register with (none yet: a new work
+    // directory), so the server says whether a live agent of another identity holds it. Read,
+    // never made: the check creates nothing.
+    let identity =
+        crate::workdir::open_regular(&opts.work_dir.join(crate::workdir::IDENTITY), false)
+            .and_then(|f| {
+                use std::io::Read;
+                let mut text = String::new();
+                f.take(256).read_to_string(&mut text)?;
+                Ok(text.trim().to_string())
+            })
+            .unwrap_or_default();
+    let mut request = tonic::Request::new(pb::PurgedJobsRequest {
+        name: opts.name.clone(),
+        identity,
+        ..Default::default()
+    });
     request.set_timeout(std::time::Duration::from_secs(10));
     let s = match client.purged_jobs(request).await {
         Ok(_) => return Ok(()),
@@ -135,6 +151,8 @@ async fn ask(opts: &AgentOptions) -> Result<(), AgentError> {
         tonic::Code::FailedPrecondition => Ok(()),
         tonic::Code::Unauthenticated => Err(AgentError::Unauthenticated(s.message().to_string())),
         tonic::Code::PermissionDenied => Err(AgentError::Refused(s.message().to_string())),
+        // The node name is a live agent's of another identity: a start would be refused.
+        tonic::Code::AlreadyExists => Err(AgentError::Refused(s.message().to_string())),
         _ if crate::unreachable(&s) => Err(AgentError::Config(format!(
             "the server at {} did not answer: {}",
             opts.server,

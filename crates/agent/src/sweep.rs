@@ -107,6 +107,8 @@ pub async fn sweep(
                 node_id: asker.node_id,
                 identity: asker.identity.clone(),
                 job_ids: batch.to_vec(),
+                // A registered node asks by its id; the name is `agent --check`'s.
+                name: String::new(),
             })
             .await?
             .into_inner();

@@ -319,7 +319,17 @@ impl Agent for AgentService {
                 pb::MAX_PURGED_JOBS_ASKED
             )));
         }
+        if r.name.len() > crate::limits::MAX_NODE_NAME {
+            return Err(Status::invalid_argument(format!(
+                "name: at most {} bytes",
+                crate::limits::MAX_NODE_NAME
+            )));
+        }
         let purged = read_state(&self.0, move |s| {
+            // `agent --check`: would a registration under this name be refused?
+            if r.node_id == 0 && !r.name.is_empty() {
+                s.check_name_free(&r.name, &r.identity)?;
+            }
             Ok(s.purged_jobs(r.node_id, &r.identity, &r.job_ids))
         })
         .await?

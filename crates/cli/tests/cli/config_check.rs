@@ -343,6 +343,14 @@ fn an_agent_configuration_is_checked_and_its_token_asked_of_the_server_without_r
         "{stdout}"
     );
     assert_eq!(crate::support::lines(&running.join("agent.lock")), pid);
+    // Its name from another work directory (another identity): a start would be refused, and
+    // so is the check, with the start's words.
+    let (ok, stdout, stderr) = agent_check(&c, &joined(&base, &["--token-file", &token]));
+    assert!(
+        !ok && stderr.contains("node name `n1` is held by a live agent with another identity"),
+        "{stdout}{stderr}"
+    );
+    assert!(!std::path::Path::new(&work).exists(), "nothing made");
 
     // A bad value in the file, at its line; `--offline` asks no server.
     let file = c.dir.join("agent.toml");

@@ -920,6 +920,33 @@ impl State {
         self.nodes.not_working(name)
     }
 
+    /// Whether an agent registering under `name` with `identity` would be refused because a
+    /// live node of another identity holds the name ([`StateError::NameTaken`]) or a node not
+    /// heard from since the restart does ([`StateError::NameAwaited`]): `hetsched agent
+    /// --check` asks this without registering. The rule is [`State::on_register`]'s.
+    pub fn check_name_free(&self, name: &str, identity: &str) -> Result<(), StateError> {
+        let Some(id) = self.nodes.by_name(name) else {
+            return Ok(());
+        };
+        let rec = &self.nodes.recs[id as usize];
+        let same = !rec.identity.is_empty() && same_secret(&rec.identity, identity);
+        if same || !rec.alive || rec.identity.is_empty() {
+            return Ok(());
+        }
+        if !rec.seen {
+            let left = rec
+                .dies_at(self.dead_timeout())
+                .map_or(Duration::ZERO, |at| {
+                    at.saturating_duration_since(Instant::now())
+                });
+            return Err(StateError::NameAwaited {
+                name: name.to_string(),
+                left_s: left.as_secs().max(1),
+            });
+        }
+        Err(StateError::NameTaken(name.to_string()))
+    }
+
     /// An agent (re-)registers: a new name gets the next node id; a known name gets its old id,
     /// if the caller proves the identity that registered it, or if that node is dead (a
     /// replacement agent takes the name over). A name held by a live node with another identity
