@@ -1157,6 +1157,7 @@ impl Workflows {
                     x.message = why.clone();
                     x.reason = job.cancel_end;
                     x.signal = None;
+                    x.finished_ns = job.finished_ns;
                 }
             }
             if !job.gate.started && !cancelled {
@@ -4581,11 +4582,14 @@ impl Workflows {
                 self.woken.insert(node);
             }
             // No row is written: the job's `cancelled` flag says it for every instance that had
-            // not ended (read back so at a restart), so cancelling a million-instance workflow
-            // writes one row, not a million.
+            // not ended, and the job row's `finished_ns` (this cancel's time, set below by
+            // `check_finished`) is their end (both read back so at a restart), so cancelling a
+            // million-instance workflow writes one row, not a million. Its end is set as `cancel
+            // --tasks` and a batch job's cancel set theirs: one that ran shows how long it ran.
             x.st = St::Cancelled;
             x.message = why.into();
             (x.reason, x.signal) = (Some(reason), None);
+            x.finished_ns = cx.now;
             n += 1;
         }
         j.rerun.clear();

@@ -2646,9 +2646,35 @@ fn a_workflow_cancelled_as_a_whole_reads_cancelled_after_a_restart() {
         };
         assert_eq!((t.2.as_str(), t.3.as_str(), t.4.as_str()), want, "{t:?}");
     }
+    // Every instance the cancel ended has its end, the cancel's time, as a batch task and
+    // `cancel --tasks` give theirs: one that ran shows how long. (Before, the running ones kept
+    // `started_ns` with no `finished_ns`, listed as still running for ever.)
+    let ends = |s: &State| -> Vec<(u64, u64, u64, String)> {
+        s.tasks(job)
+            .expect("tasks")
+            .tasks
+            .into_iter()
+            .map(|t| (t.id, t.started_ns, t.finished_ns, t.state))
+            .collect()
+    };
+    let cancel_time = s.get_job(job).expect("job").finished_ns;
+    assert!(cancel_time > 0);
+    let ended = ends(&s);
+    let ran = ended
+        .iter()
+        .filter(|t| t.3 == "cancelled" && t.1 > 0)
+        .count();
+    assert!(ran > 0, "some cancelled instances had started: {ended:?}");
+    for t in &ended {
+        assert!(t.2 > 0, "every instance has its end: {t:?}");
+        if t.3 == "cancelled" {
+            assert_eq!(t.2, cancel_time, "{t:?}");
+        }
+    }
     drop(s);
     let s = open(&dir, WorkflowConfig::default());
     assert_eq!(listing(&s, job), before);
+    assert_eq!(ends(&s), ended, "the same ends after a restart");
     let info = s.get_job(job).expect("job");
     assert_eq!(
         (info.state.as_str(), info.counts.succeeded),
