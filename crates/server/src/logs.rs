@@ -407,18 +407,17 @@ fn with_index(state: &State, job: u64, first: u64, tasks: u64, index: u32) -> Op
             // A whole page of one index may not be all its processes: scan instead.
             (n < page.tasks.len() as u64 || n == tasks).then_some(n)
         };
-        if let Some(per_index) = per_index {
-            if let Some(at) = u64::from(offset)
+        if let Some(per_index) = per_index
+            && let Some(at) = u64::from(offset)
                 .checked_mul(per_index)
                 .and_then(|k| first.checked_add(k))
-                && at < first + tasks
-                && let Some(p) = page_of(at, 1)
-                && let Some(t) = p.tasks.first()
-                && t.index == index
-                && first_rank(t)
-            {
-                return Some(t.id);
-            }
+            && at < first + tasks
+            && let Some(p) = page_of(at, 1)
+            && let Some(t) = p.tasks.first()
+            && t.index == index
+            && first_rank(t)
+        {
+            return Some(t.id);
         }
     }
     let end = first + tasks;
