@@ -448,6 +448,9 @@ fn print_status(v: &Value, output: Output) -> anyhow::Result<()> {
     if !requires.is_empty() {
         println!("on nodes with {}", shown(&requires.join(", ")));
     }
+    if let Some(over) = v["overcommitted"].as_str().filter(|o| !o.is_empty()) {
+        println!("warning: {}", shown(over));
+    }
     println!(
         "throughput {:.0} tuples/s from spouts; inter-node {:.0} tuples/s, inter-process {:.0} tuples/s (last {:.1} s); latency p50 {} µs, p99 {} µs",
         f("throughput_tuples_per_s"),

@@ -369,23 +369,63 @@ impl LogRelay {
 }
 
 /// The id of the task with index `index` among the `tasks` tasks of `job` from id `first`
-/// (one application's). Its index is its position unless the application lists `indices`
-/// (`submit --array`): then its tasks are read page by page.
+/// (one application's). Its index is its position from the first task's index unless the
+/// application lists `indices` (`submit --array`): then its tasks are read page by page. A
+/// workflow task of `processes` > 1 has that many tasks per index, ranks 1 to N in id order:
+/// `APP:INDEX` names rank 1 (docs/runtime.md, "Workflows"), never another rank that happens to
+/// sit where the index would be.
 fn with_index(state: &State, job: u64, first: u64, tasks: u64, index: u32) -> Option<u64> {
     let page_of = |from: u64, n: u32| state.tasks_page(job, from, n).ok();
-    if u64::from(index) < tasks
-        && let Some(p) = page_of(first + u64::from(index), 1)
-        && let Some(t) = p.tasks.first()
-        && t.index == index
+    // Rank 1 of a multi-process task, or the one task of a single-process index (rank 0).
+    let first_rank = |t: &pb::TaskInfo| t.process <= 1;
+    // The fast path: the application's first tasks give its first index and how many tasks
+    // share an index (its processes), so rank 1 of `index` is at `first + (index - first
+    // index) × processes` when the indices are contiguous. Two tasks tell a single-process
+    // application (the usual case) from a multi-process one, whose processes are then counted
+    // on a page of up to 1,000.
+    let head = page_of(first, u32::try_from(tasks.min(2)).unwrap_or(2))?;
+    let of_app = |t: &&pb::TaskInfo| t.id < first + tasks;
+    if let Some(t0) = head.tasks.first()
+        && let Some(offset) = index.checked_sub(t0.index)
     {
-        return Some(t.id);
+        let shared = head
+            .tasks
+            .iter()
+            .filter(of_app)
+            .filter(|t| t.index == t0.index)
+            .count();
+        let per_index = if shared < 2 {
+            Some(1)
+        } else {
+            let page = page_of(first, u32::try_from(tasks.min(1000)).unwrap_or(1000))?;
+            let n = page
+                .tasks
+                .iter()
+                .filter(of_app)
+                .take_while(|t| t.index == t0.index)
+                .count() as u64;
+            // A whole page of one index may not be all its processes: scan instead.
+            (n < page.tasks.len() as u64 || n == tasks).then_some(n)
+        };
+        if let Some(per_index) = per_index
+            && let Some(at) = u64::from(offset)
+                .checked_mul(per_index)
+                .and_then(|k| first.checked_add(k))
+            && at < first + tasks
+            && let Some(p) = page_of(at, 1)
+            && let Some(t) = p.tasks.first()
+            && t.index == index
+            && first_rank(t)
+        {
+            return Some(t.id);
+        }
     }
     let end = first + tasks;
     let mut from = first;
     while from < end {
         let page = page_of(from, 1000)?;
         for t in page.tasks.iter().take_while(|t| t.id < end) {
-            if t.index == index {
+            if t.index == index && first_rank(t) {
                 return Some(t.id);
             }
         }
@@ -965,5 +1005,62 @@ mod tests {
             "{}",
             e.message()
         );
+    }
+
+    /// `APP:INDEX` of a workflow task of several processes names rank 1 of that index, for
+    /// every index and task, as docs/runtime.md says; each rank is still read by its task id.
+    /// Before, the fast path took the task at `first + index`, rank 2 of index 1 and rank 1 of
+    /// index 2, and the scan took whichever rank came first.
+    #[test]
+    fn app_index_of_a_multi_process_workflow_task_names_rank_1() {
+        use crate::convert::Wire;
+        let dir = hetsched_core::testkit::ScratchDir::new("logs", "ranks");
+        let config = crate::ServerConfig {
+            data_dir: dir.to_path_buf(),
+            ..Default::default()
+        };
+        let store = crate::store::Store::open(&dir.join("state.db")).expect("store");
+        let mut s = State::open(&config, store).expect("state");
+        let wf = r#"
+[[task]]
+name = "A"
+instances = 2
+processes = 2
+outputs = ["a"]
+command = "echo A{index}p$HETSCHED_PROCESS > {output:a}"
+
+[[task]]
+name = "B"
+instances = 2
+processes = 2
+inputs = ["a"]
+command = "cat {input:a}"
+
+[[task]]
+name = "C"
+instances = "3..=5"
+command = "true"
+"#;
+        let job = s.submit("wf.toml", wf, "/").expect("submit").job_id;
+        for (app, processes) in [("A", 2), ("B", 2), ("C", 0)] {
+            let values: &[u32] = if app == "C" { &[3, 4, 5] } else { &[1, 2] };
+            for &index in values {
+                let t = resolve(&s, job, &format!("{app}:{index}")).expect("resolve");
+                assert_eq!(
+                    (t.app.as_str(), t.index, t.process),
+                    (app, index, processes.min(1)),
+                    "{app}:{index}"
+                );
+            }
+        }
+        // Rank 2 is read by its id.
+        let all = s.tasks(job).expect("tasks").tasks;
+        let rank2 = all
+            .iter()
+            .find(|t| t.app == "B" && t.index == 2 && t.process == 2)
+            .expect("B:2 rank 2");
+        let t = resolve(&s, job, &rank2.id.to_string()).expect("by id");
+        assert_eq!((t.index, t.process), (2, 2));
+        assert!(resolve(&s, job, "C:6").is_err());
     }
 }

@@ -2113,7 +2113,21 @@ pub async fn hold(args: &ClientArgs, sel: &Selected, hold: bool) -> anyhow::Resu
                 .await
                 .map_err(refused)?
                 .into_inner();
-            let line = format!("job {id}: {} {done}", count(r.tasks, "pending task"));
+            // Counted in the job's own words (a divisible job's units, a workflow's
+            // instances): the reply does not say its kind, the job does. Before, a divisible
+            // job's 200 units read `200 pending tasks released`.
+            let kind = match api
+                .get_job(pb::GetJobRequest {
+                    job_id: id,
+                    wait_ms: 0,
+                })
+                .await
+            {
+                Ok(j) => kind_of(j.get_ref()).to_string(),
+                Err(_) => "batch".to_string(),
+            };
+            let noun = format!("pending {}", work_noun(&kind));
+            let line = format!("job {id}: {} {done}", count(r.tasks, &noun));
             Ok((serde_json::to_value(r)?, line))
         }
     })

@@ -1029,6 +1029,7 @@ command = "echo $$ >> {pids}; n=0; s=0; for f in {{input:y}}; do n=$((n + 1)); s
         // counts again once it asks for a chunk from the new server), not the job's record.
         for v in &mut all {
             forget_worker_liveness(v);
+            forget_where_ready_instances_wait(v);
         }
         all
     }
@@ -1278,6 +1279,33 @@ fn topology_record(s: &serde_json::Value) -> serde_json::Value {
         }
     }
     s
+}
+
+/// Where a ready workflow instance waits (its `node`, and the note after its message) is the
+/// balancer's decision of the moment, kept in memory and made again at a restart: not part of
+/// what must read the same across one.
+fn forget_where_ready_instances_wait(v: &mut serde_json::Value) {
+    for t in v.as_array_mut().into_iter().flatten() {
+        if t["state"] != "ready" {
+            continue;
+        }
+        let message = t["message"].as_str().unwrap_or_default();
+        let kept = match message.split_once("placed on ") {
+            Some((before, _)) => before.trim_end_matches("; ").to_string(),
+            None => message.to_string(),
+        };
+        if let Some(o) = t.as_object_mut() {
+            o.remove("node");
+            o.insert(
+                "message".into(),
+                if kept.is_empty() {
+                    serde_json::Value::Null
+                } else {
+                    kept.into()
+                },
+            );
+        }
+    }
 }
 
 fn forget_worker_liveness(v: &mut serde_json::Value) {

@@ -1264,6 +1264,24 @@ fn several_jobs_are_held_released_cancelled_and_waited_for_by_ids_ranges_names_l
         &["cancel", "name:nobody"],
         "`name:nobody`: the server lists no job named `nobody`",
     );
+    // A divisible job's pending work is counted in units, a workflow's in instances (before,
+    // `60 pending tasks released` for both).
+    let div = c.write(
+        "div.toml",
+        "[[divisible]]\nname = \"count\"\nunits = 60\ncommand = \"echo {start} {end}\"\n",
+    );
+    let wf = c.write(
+        "wf.toml",
+        "[[task]]\nname = \"t\"\ninstances = 3\ncommand = \"true\"\n",
+    );
+    for file in [&div, &wf] {
+        c.ok(&["submit", "--hold", file.to_str().expect("path")]);
+    }
+    let said = c.ok(&["release", "8-9"]);
+    assert_eq!(
+        said,
+        "job 8: 60 pending units released\njob 9: 3 pending instances released\n"
+    );
 }
 
 /// An agent started with `--time-limit` (inside a batch allocation, say): its heartbeats say how

@@ -684,10 +684,10 @@ struct Booked {
 fn capped_reason(rd: &Read, id: u64) -> Option<String> {
     let group = rd.view.group(rd.users.group(rd.users.owner(id))?);
     group.capped_by(&ONE_CORE)?;
-    Some(format!(
-        "its user's running work holds {} of the {} cores the user may hold at once \
-         (`hetsched user limit`)",
-        group.usage.cores, group.cap.cores
+    Some(super::capped_words(
+        &group,
+        hetsched_core::CappedResource::Cores,
+        "work holds",
     ))
 }
 

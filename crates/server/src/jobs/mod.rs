@@ -913,20 +913,21 @@ pub(crate) fn capped_words(
     holders: &str,
 ) -> String {
     use hetsched_core::CappedResource;
+    use hetsched_core::text::count;
+    // The cap with its noun agreeing (`1 GPU`, `2 GPUs`): before, `of the 1 GPUs`.
     let (held, cap) = match by {
-        CappedResource::Cores => (group.usage.cores.to_string(), group.cap.cores.to_string()),
+        CappedResource::Cores => (
+            group.usage.cores.to_string(),
+            count(group.cap.cores, "core"),
+        ),
         CappedResource::Memory => (
             bytes(group.usage.memory_bytes),
-            bytes(group.cap.memory_bytes),
+            format!("{} of memory", bytes(group.cap.memory_bytes)),
         ),
-        CappedResource::Gpus => (group.usage.gpus.to_string(), group.cap.gpus.to_string()),
-    };
-    let what = match by {
-        CappedResource::Memory => "of memory".to_string(),
-        _ => by.to_string(),
+        CappedResource::Gpus => (group.usage.gpus.to_string(), count(group.cap.gpus, "GPU")),
     };
     format!(
-        "its user's running {holders} {held} of the {cap} {what} the user may hold at once \
+        "its user's running {holders} {held} of the {cap} the user may hold at once \
          (`hetsched user limit`)"
     )
 }

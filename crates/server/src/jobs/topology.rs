@@ -1427,6 +1427,90 @@ fn node_loads_json(nodes: &[StreamNode], loads: &[f64]) -> serde_json::Value {
     )
 }
 
+/// Why topology `run` cannot fit `nodes` (those it may run on, by their whole capacity,
+/// `cores × 100`), or `None` when its executors' declared CPU packs onto them. Other work is
+/// left out (it ends; a placement beside it is the placers' and the controller's business):
+/// this is about a topology larger than the cluster, whose workers would hold every core of
+/// its nodes for as long as it runs. The test is the core's own feasibility test, one-phase's
+/// first-fit-decreasing (`policy::stream::one_phase::first_fit_decreasing`), on empty nodes.
+fn beyond_capacity(run: &Run, nodes: &[StreamNode]) -> Option<String> {
+    let topo = &run.topo.topology;
+    let loads = topo.declared_loads();
+    let empty: Vec<StreamNode> = nodes
+        .iter()
+        .map(|n| StreamNode {
+            background: 0.0,
+            memory_bytes: u64::MAX / 4,
+            ..n.clone()
+        })
+        .collect();
+    if hetsched_core::policy::stream::one_phase::first_fit_decreasing(&empty, &loads, &[]).is_some()
+    {
+        return None;
+    }
+    let need: f64 = loads.iter().sum();
+    let capacity: f64 = nodes.iter().map(|n| n.capacity).sum();
+    let largest = nodes.iter().map(|n| n.capacity).fold(0.0, f64::max);
+    let biggest = loads
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)));
+    let detail = match biggest {
+        Some((e, &l)) if l > largest => format!(
+            "; `{}` alone declares {l:.0} %, more than the largest node's {largest:.0} %",
+            topo.executor_name(ExecutorId(e as u32))
+        ),
+        _ if need <= capacity => "; no packing of them fits those nodes".to_string(),
+        _ => String::new(),
+    };
+    let util = if run.rec.placer == StreamPlacerKind::OnePhase.as_str() {
+        format!(
+            " (and one-phase fills a node to --max-utilisation {} of it: {:.0} % in all)",
+            run.rec.max_utilisation,
+            capacity * run.rec.max_utilisation
+        )
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{}: topology `{}` needs more CPU than the {} it may run on have: its {} declare {need:.0} % \
+         (100 % = one core) against their {capacity:.0} %{detail}{util}; placed anyway, its \
+         workers would hold those nodes' cores for as long as it runs and other work would wait. \
+         Lower the executors' `cpu` or `parallelism`, or add nodes",
+        run.rec.origin,
+        topo.name,
+        hetsched_core::text::count(nodes.len() as u64, "node"),
+        hetsched_core::text::count(loads.len() as u64, "executor"),
+    ))
+}
+
+/// Where placement `p` puts more declared executor load on a node than the node's whole
+/// capacity (`cores_of`, by name), as `topology show` and the server's log say it: a
+/// placement after nodes were lost may have to (the topology keeps running, on fewer nodes),
+/// and its workers then hold every core there. Empty when none does.
+fn overcommitted(run: &Run, p: &Placed, cores_of: impl Fn(&str) -> Option<u32>) -> String {
+    let loads = run.topo.topology.declared_loads();
+    let mut on: BTreeMap<&str, f64> = BTreeMap::new();
+    for (e, node) in p.nodes.iter().enumerate() {
+        *on.entry(node.as_str()).or_default() += loads.get(e).copied().unwrap_or(0.0);
+    }
+    let over: Vec<String> = on
+        .into_iter()
+        .filter_map(|(node, load)| {
+            let capacity = f64::from(cores_of(node)?) * 100.0;
+            (load > capacity + 1e-9).then(|| format!("{node} {load:.0} % of its {capacity:.0} %"))
+        })
+        .collect();
+    if over.is_empty() {
+        return String::new();
+    }
+    format!(
+        "its executors declare more CPU than their nodes have (100 % = one core): {}; its \
+         workers hold every core there and other work waits",
+        over.join(", ")
+    )
+}
+
 fn invalid(e: impl std::fmt::Display) -> TopologyError {
     TopologyError::Invalid(e.to_string())
 }
@@ -2023,6 +2107,15 @@ impl Topology {
             );
             return Err(invalid(e));
         }
+        // Larger than every node it may run on (drained ones included: they come back) put
+        // together: refused, as a batch task no node can hold is. A placement after nodes are
+        // lost is not refused; `topology show` says where it overcommits a node.
+        if !alive.is_empty() {
+            let whole = stream_nodes(&alive, &HashMap::new());
+            if let Some(why) = beyond_capacity(&run, &whole) {
+                return Err(TopologyError::Precondition(why));
+            }
+        }
         if !open.is_empty() {
             let busy = background(&self.held, &self.in_use, &name);
             let nodes = stream_nodes(&open, &busy);
@@ -2544,8 +2637,12 @@ impl Topology {
                     Ok(p) => {
                         let first = run.rec.placement.is_none();
                         let used = p.nodes_used().len();
-                        let (workers_kept, executors_moved) =
-                            run.new_generation(placed(&p, &nodes), &alive);
+                        let pl = placed(&p, &nodes);
+                        let over = overcommitted(run, &pl, |n| inner.nodes.get(n).map(|s| s.cores));
+                        if !over.is_empty() {
+                            tracing::warn!(topology = %run.rec.name, "placed on {}: {over}", hetsched_core::text::count(used as u64, "node"));
+                        }
+                        let (workers_kept, executors_moved) = run.new_generation(pl, &alive);
                         if !first {
                             let generation = run.rec.generation;
                             run.rec.reschedules.push(Reschedule {
@@ -2863,6 +2960,12 @@ impl Cfg {
             "state": run.rec.state,
             "degraded": !executors_given_up.is_empty(),
             "executors_given_up": executors_given_up,
+            "overcommitted": match &run.rec.placement {
+                Some(p) if run.rec.state == "running" => {
+                    overcommitted(run, p, |n| inner.nodes.get(n).map(|s| s.cores))
+                }
+                _ => String::new(),
+            },
             "placer": run.rec.placer,
             "requires": topo.requires,
             // Set by a submission's and a kill's own replies ([`TopologyStatus`]'s keys all).

@@ -1144,8 +1144,8 @@ impl Workflows {
                     }
                 }
             }
-            // A workflow cancelled as a whole: what had not ended was cancelled with it (its rows
-            // were not written at the cancel).
+            // A workflow cancelled as a whole: what had not ended was cancelled with it, when
+            // the job row says it finished (its rows were not written at the cancel).
             if cancelled {
                 let why = if job.cancel_reason.is_empty() {
                     CANCELLED.to_string()
@@ -1157,6 +1157,7 @@ impl Workflows {
                     x.message = why.clone();
                     x.reason = job.cancel_end;
                     x.signal = None;
+                    x.finished_ns = job.finished_ns;
                 }
             }
             if !job.gate.started && !cancelled {
@@ -4294,6 +4295,10 @@ impl JobKind for Workflows {
             }
             let from = if seq == start_job { start_instance } else { 0 };
             let from = usize::try_from(from).unwrap_or(usize::MAX);
+            // Ready instances a node's machine took (PCDDB) wait on that node for its cores,
+            // memory or devices: listed there, as the job's pending reason names it, so that
+            // `tasks --node` finds them. Built once per job, and only for a page that lists one.
+            let mut placed_on: Option<HashMap<u32, u32>> = None;
             for (i, x) in j.insts.iter().enumerate().skip(from) {
                 let tid = j.task_id(i as u32);
                 if page.tasks.len() == limit {
@@ -4302,6 +4307,36 @@ impl JobKind for Workflows {
                 }
                 let (t, _) = j.task_of(i as u32);
                 let task = &j.rt.parsed.workflow.tasks[t];
+                let waits_on = (x.st == St::Ready && x.node.is_none() && !j.assigned.is_empty())
+                    .then(|| {
+                        placed_on
+                            .get_or_insert_with(|| {
+                                j.assigned
+                                    .iter()
+                                    .flat_map(|(&n, q)| q.iter().map(move |&k| (k, n)))
+                                    .collect()
+                            })
+                            .get(&(i as u32))
+                            .copied()
+                    })
+                    .flatten();
+                let (node, message) = match waits_on {
+                    Some(n) => {
+                        let name = rd.nodes.name(n);
+                        let waits = format!("placed on {name}: waits there to start");
+                        let message = if x.message.is_empty() {
+                            waits
+                        } else {
+                            format!("{}; {waits}", x.message)
+                        };
+                        (name.to_string(), message)
+                    }
+                    None => (
+                        x.node
+                            .map_or(String::new(), |n| rd.nodes.name(n).to_string()),
+                        x.message.clone(),
+                    ),
+                };
                 page.tasks.push(TaskInfo {
                     id: tid,
                     job_id: j.id(),
@@ -4309,15 +4344,13 @@ impl JobKind for Workflows {
                     index: j.listed_index(i as u32),
                     state: x.st.as_str().into(),
                     attempt: x.attempt,
-                    node: x
-                        .node
-                        .map_or(String::new(), |n| rd.nodes.name(n).to_string()),
+                    node,
                     variant: "cpu".into(),
                     devices: x.devices.clone(),
                     started_ns: x.started_ns,
                     finished_ns: x.finished_ns,
                     exit_code: x.exit_code,
-                    message: x.message.clone(),
+                    message,
                     failed_attempts: x.failures,
                     preemptions: 0,
                     queued: false,
@@ -4581,11 +4614,14 @@ impl Workflows {
                 self.woken.insert(node);
             }
             // No row is written: the job's `cancelled` flag says it for every instance that had
-            // not ended (read back so at a restart), so cancelling a million-instance workflow
-            // writes one row, not a million.
+            // not ended, and the job row's `finished_ns` (this cancel's time, set below by
+            // `check_finished`) is their end (both read back so at a restart), so cancelling a
+            // million-instance workflow writes one row, not a million. Its end is set as `cancel
+            // --tasks` and a batch job's cancel set theirs: one that ran shows how long it ran.
             x.st = St::Cancelled;
             x.message = why.into();
             (x.reason, x.signal) = (Some(reason), None);
+            x.finished_ns = cx.now;
             n += 1;
         }
         j.rerun.clear();

@@ -992,7 +992,10 @@ impl State {
                 Some(&(at, anode)) if at == t.attempt => {
                     t.executed_node = self.nodes.name(anode).to_string();
                 }
-                _ if t.executed_node.is_empty() => t.executed_node = t.node.clone(),
+                // A ready workflow instance listed on the node it waits on has not run there.
+                _ if t.executed_node.is_empty() && t.state != "ready" => {
+                    t.executed_node = t.node.clone();
+                }
                 _ => {}
             }
         }

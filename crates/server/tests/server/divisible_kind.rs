@@ -685,7 +685,7 @@ fn a_chunk_being_computed_holds_a_core_charged_to_its_jobs_owner() {
     assert!(ask(&mut s, "b").expect("asked").is_empty(), "alice's cap");
     assert_eq!(
         s.get_job(second).expect("job").pending_reason,
-        "its user's running work holds 1 of the 1 cores the user may hold at once \
+        "its user's running work holds 1 of the 1 core the user may hold at once \
          (`hetsched user limit`)"
     );
     assert_eq!(

@@ -344,7 +344,18 @@ fn everything(s: &State) -> Vec<String> {
             }
         }
         if let Ok(t) = s.tasks(j.id) {
-            for t in t.tasks {
+            for mut t in t.tasks {
+                // Where a ready workflow instance waits is the balancer's decision of the moment,
+                // kept in memory and made again at a restart (listed with a note after its
+                // message): not part of what must read the same.
+                if t.state == "ready" {
+                    t.node.clear();
+                    let kept = match t.message.split_once("placed on ") {
+                        Some((before, _)) => before.trim_end_matches("; ").to_string(),
+                        None => t.message.clone(),
+                    };
+                    t.message = kept;
+                }
                 out.push(format!(
                     "  task {} {}:{} {} attempt {} node {:?} failed {} preempted {} {:?}",
                     t.id,

@@ -260,6 +260,99 @@ fn a_node_the_dead_node_check_declares_dead_loses_its_workers_to_the_nodes_left(
     drop(s);
 }
 
+/// A topology no packing fits on the nodes it may run on (their whole cores, other work left
+/// out) is refused at submission, naming the CPU it declares against theirs, and nothing is
+/// stored. Before, 4 executors of 500 % on three 4-core nodes were accepted silently, placed at
+/// 500–1000 % of a node, and their workers held every core while batch jobs waited for good.
+#[test]
+fn a_topology_larger_than_the_nodes_it_may_run_on_is_refused_naming_its_cpu_and_theirs() {
+    let dir = scratch("too-big");
+    let mut s = open(&dir);
+    for name in ["a", "b", "c"] {
+        join(&mut s, name, Vec::new());
+    }
+    let sized = |cpu: &str| TopologySubmission {
+        text: TOPOLOGY.replace("cpu = 50.0", &format!("cpu = {cpu}")),
+        ..submission()
+    };
+    let e = s.topology_submit(sized("500.0")).expect_err("too big");
+    assert_eq!(
+        e.to_string(),
+        "pipe.toml: topology `pipe` needs more CPU than the 3 nodes it may run on have: its 4 \
+         executors declare 2000 % (100 % = one core) against their 1200 %; `numbers#0` alone \
+         declares 500 %, more than the largest node's 400 % (and one-phase fills a node to \
+         --max-utilisation 0.9 of it: 1080 % in all); placed anyway, its workers would hold \
+         those nodes' cores for as long as it runs and other work would wait. Lower the \
+         executors' `cpu` or `parallelism`, or add nodes"
+    );
+    // Within their CPU in all, but no packing fits: one 300 % executor per 4-core node.
+    let e = s
+        .topology_submit(TopologySubmission {
+            placer: "even".into(),
+            ..sized("300.0")
+        })
+        .expect_err("no packing");
+    assert!(
+        e.to_string().contains(
+            "its 4 executors declare 1200 % (100 % = one core) against their 1200 %; no packing \
+             of them fits those nodes; placed anyway"
+        ),
+        "{e}"
+    );
+    assert_eq!(s.topology_list(), serde_json::json!([]), "nothing stored");
+    // What fits is placed as before.
+    let shown = s.topology_submit(sized("200.0")).expect("fits");
+    assert_eq!(shown["overcommitted"], "", "{shown}");
+}
+
+/// A topology placed again on the nodes left after one is lost is not refused however little
+/// room they have: it keeps running, and `topology show` says which node it overcommits and by
+/// how much (JSON `overcommitted`), as the server's log warns.
+#[test]
+fn a_placement_after_a_node_loss_that_overcommits_the_nodes_left_is_shown() {
+    let dir = scratch("lost-overcommits");
+    let config = ServerConfig {
+        data_dir: dir.clone(),
+        dead_timeout: "1s".parse().expect("duration"),
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    let mut ids = std::collections::HashMap::new();
+    for name in ["n", "m"] {
+        ids.insert(name, join(&mut s, name, Vec::new()));
+    }
+    // 4 × 150 % = 600 %: two executors on each 4-core node.
+    let shown = s
+        .topology_submit(TopologySubmission {
+            text: TOPOLOGY.replace("cpu = 50.0", "cpu = 150.0"),
+            ..submission()
+        })
+        .expect("submit");
+    assert_eq!(nodes_used(&shown), vec!["m".to_string(), "n".to_string()]);
+    assert_eq!(shown["overcommitted"], "");
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    for name in ["n", "m"] {
+        sync_node(&mut s, name, vec![]);
+    }
+    s.heartbeat(heartbeat_request(ids["n"], &[], &[]))
+        .expect("beat");
+    std::thread::sleep(crate::common::SILENCE);
+    s.heartbeat(heartbeat_request(ids["m"], &[], &[]))
+        .expect("beat");
+    s.check_dead(crate::common::DEAD_TIMEOUT)
+        .expect("dead check");
+    s.topology_tick().expect("tick");
+    let shown = s.topology_show("pipe").expect("show");
+    assert_eq!(shown["reschedules"][0]["cause"], "node-lost", "{shown}");
+    assert_eq!(nodes_used(&shown), vec!["m".to_string()]);
+    assert_eq!(
+        shown["overcommitted"],
+        "its executors declare more CPU than their nodes have (100 % = one core): m 600 % of \
+         its 400 %; its workers hold every core there and other work waits"
+    );
+}
+
 /// Registers a 4-core node `name` with `attributes`, and its agent syncs no workers; its id.
 fn join(s: &mut State, name: &str, attributes: Vec<String>) -> u32 {
     let id = s

@@ -941,7 +941,7 @@ fn a_users_caps_on_gpus_and_memory_hold_its_running_tasks() {
     assert_eq!(s.user_held("alice").gpus, 1);
     let why = s.get_job(a).expect("job").pending_reason;
     assert!(
-        why.contains("hold 1 of the 1 GPUs the user may hold"),
+        why.contains("hold 1 of the 1 GPU the user may hold"),
         "{why}"
     );
     // A cap on memory beside it; the cap on GPUs stays. Alice's 256 MiB tasks: two fit under
@@ -1175,7 +1175,7 @@ fn under_fair_share_the_user_who_used_the_cluster_waits_for_one_who_did_not() {
         s.get_job(his_next)
             .expect("job")
             .pending_reason
-            .contains("hold 1 of the 1 cores the user may hold"),
+            .contains("hold 1 of the 1 core the user may hold"),
         "bob's own job says his cap holds it"
     );
     let listed = s.list_users();

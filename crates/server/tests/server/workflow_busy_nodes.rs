@@ -67,6 +67,24 @@ fn a_centralised_workflow_moves_instances_off_a_node_other_work_holds() {
         s.job(job).expect("job").pending_reason,
         "resources: 6 ready instances wait for the busy nodes they were placed on: a (4), b (2)"
     );
+    // The listing agrees: each of them is `ready` on the node it waits on, saying so, and has
+    // run nowhere (so `tasks --node a` finds the four on a). Before, they were listed with no
+    // node and no word.
+    let mut waiting: HashMap<String, usize> = HashMap::new();
+    for t in s.tasks(job).expect("tasks").tasks {
+        assert_eq!(t.state, "ready", "{t:?}");
+        assert_eq!(
+            t.message,
+            format!("placed on {}: waits there to start", t.node),
+            "{t:?}"
+        );
+        assert_eq!(t.executed_node, "", "{t:?}");
+        *waiting.entry(t.node).or_default() += 1;
+    }
+    assert_eq!(
+        waiting,
+        HashMap::from([("a".to_string(), 4), ("b".to_string(), 2)])
+    );
     // The agents: each beat reports what runs there, and what a's agent was sent ends by its
     // next beat.
     let mut ran: HashMap<u64, String> = HashMap::new();

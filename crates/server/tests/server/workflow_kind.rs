@@ -2646,9 +2646,35 @@ fn a_workflow_cancelled_as_a_whole_reads_cancelled_after_a_restart() {
         };
         assert_eq!((t.2.as_str(), t.3.as_str(), t.4.as_str()), want, "{t:?}");
     }
+    // Every instance the cancel ended has its end, the cancel's time, as a batch task and
+    // `cancel --tasks` give theirs: one that ran shows how long. (Before, the running ones kept
+    // `started_ns` with no `finished_ns`, listed as still running for ever.)
+    let ends = |s: &State| -> Vec<(u64, u64, u64, String)> {
+        s.tasks(job)
+            .expect("tasks")
+            .tasks
+            .into_iter()
+            .map(|t| (t.id, t.started_ns, t.finished_ns, t.state))
+            .collect()
+    };
+    let cancel_time = s.get_job(job).expect("job").finished_ns;
+    assert!(cancel_time > 0);
+    let ended = ends(&s);
+    let ran = ended
+        .iter()
+        .filter(|t| t.3 == "cancelled" && t.1 > 0)
+        .count();
+    assert!(ran > 0, "some cancelled instances had started: {ended:?}");
+    for t in &ended {
+        assert!(t.2 > 0, "every instance has its end: {t:?}");
+        if t.3 == "cancelled" {
+            assert_eq!(t.2, cancel_time, "{t:?}");
+        }
+    }
     drop(s);
     let s = open(&dir, WorkflowConfig::default());
     assert_eq!(listing(&s, job), before);
+    assert_eq!(ends(&s), ended, "the same ends after a restart");
     let info = s.get_job(job).expect("job");
     assert_eq!(
         (info.state.as_str(), info.counts.succeeded),
@@ -3616,7 +3642,8 @@ fn ran_on(s: &State, job: u64) -> Vec<(String, String, String)> {
         .expect("instances")
         .tasks
         .into_iter()
-        .filter(|t| !t.node.is_empty())
+        // Dispatched ones: a ready instance listed on the node it waits on has not run.
+        .filter(|t| !t.node.is_empty() && t.state != "ready")
         .map(|t| (t.state, t.node, t.executed_node))
         .collect()
 }
@@ -3746,8 +3773,12 @@ fn anode_dies_under_an_offloaded_instance(restart: bool) {
     let t = &s.tasks(job).expect("instances").tasks[0];
     assert_eq!(
         (t.state.as_str(), t.attempt, t.message.as_str()),
-        ("ready", 1, "attempt 1 lost: its ANode `anode` was lost"),
-        "lost with its ANode, and listed so, as a batch task is: {t:?}"
+        (
+            "ready",
+            1,
+            "attempt 1 lost: its ANode `anode` was lost; placed on n1: waits there to start"
+        ),
+        "lost with its ANode, and listed so, as a batch task is, on the node it waits on: {t:?}"
     );
     let reply = agents.beat(&mut s, n1);
     assert_eq!(
@@ -3940,12 +3971,18 @@ fn a_workflow_instance_lost_with_its_anode_is_listed_so_after_a_restart() {
     std::thread::sleep(crate::common::SILENCE);
     agents.beat(&mut s, n1);
     s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
+    // The loss's words; where the balancer placed it since is said after them (memory only,
+    // so not after the restart).
     let listed = |s: &State| {
         let t = &s.tasks(job).expect("instances").tasks[0];
         (
             t.state.clone(),
             t.attempt,
-            t.message.clone(),
+            t.message
+                .split("; placed on ")
+                .next()
+                .unwrap_or_default()
+                .to_string(),
             t.reason.clone(),
         )
     };
