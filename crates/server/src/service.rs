@@ -572,6 +572,7 @@ impl Client for ClientService {
                     // The owner's, filled by the state.
                     max_priority: None,
                     task_room: None,
+                    cap: Default::default(),
                     owner: String::new(),
                 },
                 &who.name,

@@ -1524,6 +1524,11 @@ impl State {
         sub.max_priority = (owner != crate::users::ADMIN)
             .then(|| self.users.max_priority(owner))
             .flatten();
+        sub.cap = if owner == crate::users::ADMIN {
+            hetsched_core::Resources::default()
+        } else {
+            self.users.cap(owner)
+        };
         sub.task_room = (owner != crate::users::ADMIN).then(|| types::TaskRoom {
             adding_bytes: (sub.text.len() as u64).saturating_add(sub.divisible_input.len() as u64),
             ..self.task_room(owner)
