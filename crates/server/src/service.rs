@@ -117,6 +117,10 @@ fn run_event<T>(
     let exec = move |s: &mut State| {
         s.begin_event();
         let answer = f(s);
+        if let Err(e) = &answer {
+            // Every event's refused store-first write pauses dispatch as a refused commit does.
+            s.note_refused_write(e);
+        }
         (answer.map_err(|e| status(s.explain(e))), s.written())
     };
     // Inline only while the lock is free: a heartbeat must not park the async worker behind a
