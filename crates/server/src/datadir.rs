@@ -429,19 +429,19 @@ const EMPTY_TOKEN: &str = "the token file is empty; delete it to have the server
 
 /// Reads a token file: refuses an empty one, warns when others may read it, follows no symlink.
 pub fn read_token(path: &Path) -> Result<String, DataDirError> {
-    read_token_file(path, false)
+    read_token_file(path, "the token file", false)
 }
 
 /// [`read_token`]; with `own` (a secret of the data directory, which the server keeps), one
 /// others may read is made 0600 (with a warning) rather than only warned about, as the store's
 /// files are ([`protect_store`]).
-fn read_token_file(path: &Path, own: bool) -> Result<String, DataDirError> {
+fn read_token_file(path: &Path, what: &str, own: bool) -> Result<String, DataDirError> {
     let mut f = OpenOptions::new()
         .read(true)
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)
         .map_err(io(path))?;
-    keep_private(&f, path, "the token file", own).map_err(io(path))?;
+    keep_private(&f, path, what, own).map_err(io(path))?;
     let mut text = String::new();
     f.read_to_string(&mut text).map_err(io(path))?;
     let token = text.trim();
@@ -454,14 +454,16 @@ fn read_token_file(path: &Path, own: bool) -> Result<String, DataDirError> {
     Ok(token.to_string())
 }
 
-fn load_or_create(path: &Path) -> Result<String, DataDirError> {
-    load_or_create_with(path, rand::random())
+fn load_or_create(path: &Path, what: &str) -> Result<String, DataDirError> {
+    load_or_create_with(path, what, rand::random())
 }
 
-/// [`load_or_create`], writing `bytes` in hex when the file does not exist.
-fn load_or_create_with(path: &Path, bytes: [u8; 32]) -> Result<String, DataDirError> {
+/// [`load_or_create`], writing `bytes` in hex when the file does not exist; `what` names the
+/// file in a warning (the offload secret is no token: a warning calling it one sent the
+/// reader looking for the wrong file).
+fn load_or_create_with(path: &Path, what: &str, bytes: [u8; 32]) -> Result<String, DataDirError> {
     match std::fs::symlink_metadata(path) {
-        Ok(_) => return read_token_file(path, true),
+        Ok(_) => return read_token_file(path, what, true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(path)(e)),
     }
@@ -510,9 +512,9 @@ fn check_strength(path: &Path, token: &str) -> Result<(), DataDirError> {
 /// [`MIN_TOKEN_CHARS`] is refused ([`weak_token`]).
 pub fn credentials(dir: &Path) -> Result<Credentials, DataDirError> {
     let (client_file, agent_file) = (dir.join(CLIENT_TOKEN), dir.join(AGENT_TOKEN));
-    let client = load_or_create(&client_file)?;
+    let client = load_or_create(&client_file, "the client token file")?;
     check_strength(&client_file, &client)?;
-    let agent = load_or_create(&agent_file)?;
+    let agent = load_or_create(&agent_file, "the agent token file")?;
     check_strength(&agent_file, &agent)?;
     if client == agent {
         return Err(DataDirError::Refused {
@@ -523,6 +525,23 @@ pub fn credentials(dir: &Path) -> Result<Credentials, DataDirError> {
         });
     }
     Ok(Credentials { client, agent })
+}
+
+/// Makes `DATA_DIR/read-token` private (0600) if others may read it, as a start with an HTTP
+/// listener does when it reads it ([`crate::dashboard::read_token`]): a start without one reads
+/// it not, and left it open although `hetsched server --check` says a start sets it to 0600.
+pub fn protect_read_token(dir: &Path) -> Result<(), DataDirError> {
+    let path = dir.join(crate::dashboard::READ_TOKEN);
+    let f = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&path)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(&path)(e)),
+        Ok(f) => f,
+    };
+    keep_private(&f, &path, "the read-only token file", true).map_err(io(&path))
 }
 
 /// Reads `DATA_DIR/offload-secret`, creating it (32 bytes from the system's generator) if it
@@ -538,7 +557,7 @@ pub fn offload_secret(dir: &Path) -> Result<[u8; 32], DataDirError> {
             message: "the system's random generator failed".into(),
         }
     })?;
-    let text = load_or_create_with(&path, fresh)?;
+    let text = load_or_create_with(&path, "the offload secret file", fresh)?;
     let refused = || DataDirError::Refused {
         path: path.clone(),
         message: "is not 64 hexadecimal digits; restore it, or delete it to have the server \

@@ -362,3 +362,83 @@ fn an_agent_configuration_is_checked_and_its_token_asked_of_the_server_without_r
     let (ok, _, stderr) = agent_check(&c, &joined(&base, &["--token-file", &token]));
     assert!(!ok && stderr.contains("did not answer"), "{stderr}");
 }
+
+/// The file-mode warnings say the truth, and the same at `--check` and at a start: `--check`
+/// warns of a `[tls] key` others may read, as a start does; a start without `http_listen`
+/// makes `read-token` 0600, as `--check` says any start does (it left it 0644); and the
+/// warning for `offload-secret` names that file, not "the token file".
+#[test]
+fn file_mode_warnings_agree_between_the_check_and_a_start_and_name_the_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("config-check-file-modes");
+    let key = dir.join("server.key");
+    std::fs::copy(tls_file("server.key"), &key).expect("key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let config = dir.join("tls.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.join("tls-data").display(),
+            tls_file("server.pem").display(),
+            key.display()
+        ),
+    )
+    .expect("config");
+    let (ok, stdout, stderr) = check(&dir, &["--config", config.to_str().expect("path")]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("the TLS private key is readable by other users: `chmod 600` it"),
+        "{stderr}"
+    );
+
+    let data = dir.join("data");
+    std::fs::create_dir(&data).expect("data");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    for name in ["read-token", "offload-secret"] {
+        let p = data.join(name);
+        std::fs::write(&p, "0123456789abcdef".repeat(4)).expect("secret");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    let data_arg = data.to_str().expect("path");
+    let (ok, _, stderr) = check(&dir, &["--data-dir", data_arg]);
+    assert!(
+        ok && stderr.contains("read-token is readable by other users: a start sets it to 0600"),
+        "{stderr}"
+    );
+    let log = dir.join("server.err");
+    let mut server = Command::new(BIN)
+        .args(["server", "--data-dir", data_arg, "--listen", "127.0.0.1:0"])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("server");
+    let started = std::time::Instant::now();
+    while !data.join("address").exists() && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let stderr = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        data.join("address").exists(),
+        "the server started: {stderr}"
+    );
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(
+        (
+            mode(&data.join("read-token")),
+            mode(&data.join("offload-secret"))
+        ),
+        (0o600, 0o600),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the offload secret file was readable by other users: setting it to 0600")
+            && stderr.contains("the read-only token file was readable by other users")
+            && !stderr.contains("the token file"),
+        "{stderr}"
+    );
+}
