@@ -145,7 +145,7 @@ fn the_check_checks_the_log_file_and_format_without_creating_the_file() {
     let (ok, _, stderr) = check(&dir, &["--config", &bad_dir]);
     assert!(!ok, "{stderr}");
     assert!(
-        stderr.contains(&format!("bad-dir.toml: log_file {}", missing.display()))
+        stderr.contains(&format!("bad-dir.toml:2:1: log_file {}", missing.display()))
             && stderr.contains(&format!(
                 "the directory {} does not exist",
                 dir.join("nosuch").display()
@@ -439,6 +439,81 @@ fn file_mode_warnings_agree_between_the_check_and_a_start_and_name_the_file() {
         stderr.contains("the offload secret file was readable by other users: setting it to 0600")
             && stderr.contains("the read-only token file was readable by other users")
             && !stderr.contains("the token file"),
+        "{stderr}"
+    );
+}
+
+/// Slips in a configuration are named at their line: a `[tls] cert` or `log_file` that cannot
+/// be read (the file and line of the key, not only the path), a `start_failure_backoff` of 0s
+/// with `start_failures` on (it turned the back-off off silently) and a `profile_estimate` of
+/// 0s are refused, and an empty `[retention]` table, which purges nothing, is warned of.
+#[test]
+fn configuration_slips_are_refused_or_warned_of_at_their_line() {
+    let dir = temp_dir("config-check-slips");
+    let write = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(
+            &p,
+            format!(
+                "data_dir = \"{}\"\nlisten = \"127.0.0.1:0\"\n{body}",
+                dir.join("data").display()
+            ),
+        )
+        .expect("write");
+        p.to_str().expect("path").to_string()
+    };
+    let refused = |file: &str, needle: &str| {
+        let (ok, _, stderr) = check(&dir, &["--config", file]);
+        assert!(!ok && stderr.contains(needle), "{needle} not in: {stderr}");
+    };
+    let tls = write(
+        "tls.toml",
+        &format!(
+            "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.join("nosuch.pem").display(),
+            tls_file("server.key").display()
+        ),
+    );
+    refused(
+        &tls,
+        &format!(
+            "{tls}:4:1: {}: tls.cert: cannot read the certificate chain",
+            dir.join("nosuch.pem").display()
+        ),
+    );
+    let log = write("log.toml", "log_file = \"/nonexistent-dir/s.log\"\n");
+    refused(
+        &log,
+        &format!("{log}:3:1: log_file /nonexistent-dir/s.log: the directory /nonexistent-dir"),
+    );
+    let backoff = write(
+        "backoff.toml",
+        "start_failures = 3\nstart_failure_backoff = \"0s\"\n",
+    );
+    refused(
+        &backoff,
+        &format!("{backoff}:4:1: start_failure_backoff (0s) must be at least 1s"),
+    );
+    // Off on purpose: no back-off, whatever its length.
+    let off = write(
+        "off.toml",
+        "start_failures = 0\nstart_failure_backoff = \"0s\"\n",
+    );
+    let (ok, _, stderr) = check(&dir, &["--config", &off]);
+    assert!(ok, "{stderr}");
+    let estimate = write("estimate.toml", "profile_estimate = \"0s\"\n");
+    refused(
+        &estimate,
+        &format!("{estimate}:3:1: profile_estimate (0s) must be at least 1ms"),
+    );
+    let retention = write("retention.toml", "[retention]\n");
+    let (ok, _, stderr) = check(&dir, &["--config", &retention]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{retention}:3:2: [retention] names neither keep_finished nor keep_jobs: it purges \
+             nothing"
+        )),
         "{stderr}"
     );
 }
