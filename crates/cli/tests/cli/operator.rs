@@ -3052,7 +3052,7 @@ fn clients_and_agents_reach_the_server_by_its_address_file() {
 /// user's name, uid and primary group, so the user can read the token the docs have the admin
 /// write into its home; without such an account it stays root's and a note says so. Run by
 /// another user, the file stays its maker's with a note (the unit test
-/// `users::tests::a_saved_token_goes_to_the_users_account_only_when_root_can_give_it`).
+/// `runtime::users::tests::a_saved_token_goes_to_the_users_account_only_when_root_can_give_it`).
 #[test]
 fn a_token_saved_by_root_is_given_to_the_users_account() {
     use std::os::unix::fs::MetadataExt;
