@@ -471,6 +471,19 @@ pub struct RetentionConfig {
     pub keep_jobs: Option<u64>,
 }
 
+/// The shortest `profile_estimate`: a variant predicted to take no time at all is a slip.
+pub const MIN_PROFILE_ESTIMATE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The shortest `start_failure_backoff` while `start_failures` is on.
+pub const MIN_START_FAILURE_BACKOFF: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl RetentionConfig {
+    /// Whether it names no rule (an empty `[retention]` table): it purges nothing.
+    pub fn is_empty(&self) -> bool {
+        self.keep_finished.is_none() && self.keep_jobs.is_none()
+    }
+}
+
 /// TLS settings (PEM files).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -609,6 +622,29 @@ impl ServerConfig {
             ));
         }
         self.idle_heartbeat()?;
+        if self.profile_estimate.0 < MIN_PROFILE_ESTIMATE.as_nanos() as u64 {
+            // A variant predicted to take no time: HDAS's progress and delays divide by it, and
+            // the simulator refuses such a profile outright.
+            return Err(format!(
+                "profile_estimate ({}) must be at least {}: it is the compute time a variant \
+                 without a declared profile is predicted to take until its tasks are measured",
+                shown(self.profile_estimate.0),
+                humantime::format_duration(MIN_PROFILE_ESTIMATE)
+            ));
+        }
+        if self.start_failures > 0
+            && self.start_failure_backoff.0 < MIN_START_FAILURE_BACKOFF.as_nanos() as u64
+        {
+            // A back-off of 0s keeps nobody off a failing node: it read as on and was off.
+            return Err(format!(
+                "start_failure_backoff ({}) must be at least {} while start_failures is {}: a \
+                 shorter one keeps no application off a node where it fails to start (set \
+                 start_failures = 0 to turn the back-off off)",
+                shown(self.start_failure_backoff.0),
+                humantime::format_duration(MIN_START_FAILURE_BACKOFF),
+                self.start_failures
+            ));
+        }
         if self.data_dir.as_os_str().is_empty() {
             return Err("data_dir must not be empty (leave it out for ./hetsched-data)".into());
         }

@@ -914,6 +914,7 @@ impl Wire for State {
             begin_ms: None,
             max_priority: None,
             task_room: None,
+            cap: Default::default(),
             // The admin's: `on_submit` fills it.
             owner: String::new(),
         })

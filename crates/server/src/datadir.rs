@@ -112,11 +112,91 @@ pub fn prepare(dir: &Path) -> Result<(), DataDirError> {
             ),
         });
     }
+    check_shared(dir, &meta)?;
     if meta.mode() & 0o077 != 0 {
         warn!(dir = %dir.display(), mode = format!("{:o}", meta.mode() & 0o777), "data directory was open to other users: setting it to 0700");
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
     }
     Ok(())
+}
+
+/// Whether `name`, an entry of a data directory, is one the server (or `hetsched server
+/// restore`) writes there: the store and its WAL, the tokens and secrets, the lock, the bound
+/// addresses, the agents' CA, the allocation tag and queues' output, divisible jobs' and
+/// set-aside files, and what a restore moves aside or writes first.
+fn is_data_dir_entry(name: &str) -> bool {
+    const NAMES: [&str; 14] = [
+        STORE,
+        CLIENT_TOKEN,
+        AGENT_TOKEN,
+        OFFLOAD_SECRET,
+        crate::dashboard::READ_TOKEN,
+        LOCK,
+        "address",
+        "http-address",
+        crate::agent_ca::KEY_FILE,
+        crate::agent_ca::CERT_FILE,
+        crate::allocation::TAG_FILE,
+        "allocations",
+        crate::set_aside::DIR,
+        crate::backup::DIVISIBLE_DIR,
+    ];
+    NAMES.contains(&name)
+        || name.starts_with(STORE)
+        || name.starts_with("before-restore-")
+        || name.ends_with(".restoring")
+}
+
+/// Refuses an existing `dir` (of metadata `meta`) that a start must not take over: one with the
+/// sticky bit (a directory every user shares, as `/tmp`), or one that holds files of its own
+/// and is not a data directory already (no `state.db` nor `server.lock`, and some entry no
+/// server writes). A start made such a directory 0700 — locking its other users out of their
+/// files — and wrote the store and its secrets among them. An empty directory, or a data
+/// directory (an older one with other files left in it too), is taken as it is.
+fn check_shared(dir: &Path, meta: &std::fs::Metadata) -> Result<(), DataDirError> {
+    let refused = |message: String| DataDirError::Refused {
+        path: dir.to_path_buf(),
+        message,
+    };
+    let own = dir.join("hetsched-data");
+    if meta.mode() & 0o1000 != 0 {
+        return Err(refused(format!(
+            "has the sticky bit, as a directory every user shares (/tmp) has: a data directory \
+             must be the server's own; give a new one, e.g. --data-dir {} (created 0700)",
+            own.display()
+        )));
+    }
+    let mut foreign = Vec::new();
+    let mut marked = false;
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let name = entry.map_err(io(dir))?.file_name();
+        let name = name.to_string_lossy();
+        if name == STORE || name == LOCK {
+            marked = true;
+        } else if !is_data_dir_entry(&name) {
+            foreign.push(name.into_owned());
+        }
+    }
+    if marked || foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort_unstable();
+    let shown = 3;
+    let mut named: Vec<String> = foreign
+        .iter()
+        .take(shown)
+        .map(|n| format!("`{}`", hetsched_core::text::clip(n)))
+        .collect();
+    if foreign.len() > shown {
+        named.push(format!("{} more", foreign.len() - shown));
+    }
+    Err(refused(format!(
+        "is not empty and is no hetsched data directory (no {STORE}; it holds {}): a start \
+         would make it private (0700) and keep jobs' secrets among those files; give an empty \
+         or new directory, e.g. --data-dir {}",
+        named.join(", "),
+        own.display()
+    )))
 }
 
 /// Creates (or truncates) `path` for writing, private to the server's user (mode 0600,
@@ -188,6 +268,7 @@ pub fn check(dir: &Path, read_token: bool) -> Result<Option<String>, DataDirErro
             meta.uid()
         )));
     }
+    check_shared(dir, &meta)?;
     // What a start would set right with a warning, said as a start would say it: a check that
     // said nothing let an operator believe the directory was as it should be.
     if meta.mode() & 0o077 != 0 {
@@ -348,19 +429,19 @@ const EMPTY_TOKEN: &str = "the token file is empty; delete it to have the server
 
 /// Reads a token file: refuses an empty one, warns when others may read it, follows no symlink.
 pub fn read_token(path: &Path) -> Result<String, DataDirError> {
-    read_token_file(path, false)
+    read_token_file(path, "the token file", false)
 }
 
 /// [`read_token`]; with `own` (a secret of the data directory, which the server keeps), one
 /// others may read is made 0600 (with a warning) rather than only warned about, as the store's
 /// files are ([`protect_store`]).
-fn read_token_file(path: &Path, own: bool) -> Result<String, DataDirError> {
+fn read_token_file(path: &Path, what: &str, own: bool) -> Result<String, DataDirError> {
     let mut f = OpenOptions::new()
         .read(true)
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)
         .map_err(io(path))?;
-    keep_private(&f, path, "the token file", own).map_err(io(path))?;
+    keep_private(&f, path, what, own).map_err(io(path))?;
     let mut text = String::new();
     f.read_to_string(&mut text).map_err(io(path))?;
     let token = text.trim();
@@ -373,14 +454,16 @@ fn read_token_file(path: &Path, own: bool) -> Result<String, DataDirError> {
     Ok(token.to_string())
 }
 
-fn load_or_create(path: &Path) -> Result<String, DataDirError> {
-    load_or_create_with(path, rand::random())
+fn load_or_create(path: &Path, what: &str) -> Result<String, DataDirError> {
+    load_or_create_with(path, what, rand::random())
 }
 
-/// [`load_or_create`], writing `bytes` in hex when the file does not exist.
-fn load_or_create_with(path: &Path, bytes: [u8; 32]) -> Result<String, DataDirError> {
+/// [`load_or_create`], writing `bytes` in hex when the file does not exist; `what` names the
+/// file in a warning (the offload secret is no token: a warning calling it one sent the
+/// reader looking for the wrong file).
+fn load_or_create_with(path: &Path, what: &str, bytes: [u8; 32]) -> Result<String, DataDirError> {
     match std::fs::symlink_metadata(path) {
-        Ok(_) => return read_token_file(path, true),
+        Ok(_) => return read_token_file(path, what, true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(path)(e)),
     }
@@ -429,9 +512,9 @@ fn check_strength(path: &Path, token: &str) -> Result<(), DataDirError> {
 /// [`MIN_TOKEN_CHARS`] is refused ([`weak_token`]).
 pub fn credentials(dir: &Path) -> Result<Credentials, DataDirError> {
     let (client_file, agent_file) = (dir.join(CLIENT_TOKEN), dir.join(AGENT_TOKEN));
-    let client = load_or_create(&client_file)?;
+    let client = load_or_create(&client_file, "the client token file")?;
     check_strength(&client_file, &client)?;
-    let agent = load_or_create(&agent_file)?;
+    let agent = load_or_create(&agent_file, "the agent token file")?;
     check_strength(&agent_file, &agent)?;
     if client == agent {
         return Err(DataDirError::Refused {
@@ -442,6 +525,23 @@ pub fn credentials(dir: &Path) -> Result<Credentials, DataDirError> {
         });
     }
     Ok(Credentials { client, agent })
+}
+
+/// Makes `DATA_DIR/read-token` private (0600) if others may read it, as a start with an HTTP
+/// listener does when it reads it ([`crate::dashboard::read_token`]): a start without one reads
+/// it not, and left it open although `hetsched server --check` says a start sets it to 0600.
+pub fn protect_read_token(dir: &Path) -> Result<(), DataDirError> {
+    let path = dir.join(crate::dashboard::READ_TOKEN);
+    let f = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&path)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(&path)(e)),
+        Ok(f) => f,
+    };
+    keep_private(&f, &path, "the read-only token file", true).map_err(io(&path))
 }
 
 /// Reads `DATA_DIR/offload-secret`, creating it (32 bytes from the system's generator) if it
@@ -457,7 +557,7 @@ pub fn offload_secret(dir: &Path) -> Result<[u8; 32], DataDirError> {
             message: "the system's random generator failed".into(),
         }
     })?;
-    let text = load_or_create_with(&path, fresh)?;
+    let text = load_or_create_with(&path, "the offload secret file", fresh)?;
     let refused = || DataDirError::Refused {
         path: path.clone(),
         message: "is not 64 hexadecimal digits; restore it, or delete it to have the server \
@@ -707,5 +807,63 @@ mod tests {
         );
         drop(held);
         lock(&d).expect("free again");
+    }
+
+    /// A directory shared with other files (another program's, a user's home) or with every
+    /// user (the sticky bit of /tmp) is refused by a start and by the check alike, naming it
+    /// and what to give instead, and left as it was; an empty directory and a data directory
+    /// (its store or lock there, other files or not; or only the files a server writes) are
+    /// taken.
+    #[test]
+    fn a_shared_or_sticky_directory_is_refused_and_an_empty_or_data_directory_taken() {
+        let d = scratch("shared");
+        let shared = d.join("shared");
+        std::fs::create_dir_all(&shared).expect("shared");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::write(shared.join("notes.txt"), "mine").expect("a file of its own");
+        for e in [
+            prepare(&shared).expect_err("a start refuses it"),
+            check(&shared, true).expect_err("the check refuses it"),
+        ] {
+            let e = e.to_string();
+            assert!(
+                e.starts_with(&format!("{}: is not empty", shared.display()))
+                    && e.contains("`notes.txt`")
+                    && e.contains(&format!("--data-dir {}/hetsched-data", shared.display())),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            std::fs::metadata(&shared).expect("meta").mode() & 0o777,
+            0o755,
+            "its mode is left alone"
+        );
+        assert!(!shared.join(CLIENT_TOKEN).exists());
+        let sticky = d.join("sticky");
+        std::fs::create_dir_all(&sticky).expect("sticky");
+        std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        for e in [
+            prepare(&sticky).expect_err("a start refuses it"),
+            check(&sticky, true).expect_err("the check refuses it"),
+        ] {
+            assert!(e.to_string().contains("has the sticky bit"), "{e}");
+        }
+        // Empty: taken (and made private).
+        let empty = d.join("empty");
+        std::fs::create_dir_all(&empty).expect("empty");
+        check(&empty, true).expect("the check takes it");
+        prepare(&empty).expect("a start takes it");
+        // A data directory, with a stray file left in it: taken.
+        let data = d.join("data");
+        prepare(&data).expect("new");
+        std::fs::write(data.join(STORE), "").expect("store");
+        std::fs::write(data.join("notes.txt"), "").expect("stray");
+        check(&data, true).expect("the check takes it");
+        prepare(&data).expect("a start takes it");
+        // Only a token written by hand before the first start: taken.
+        let seeded = d.join("seeded");
+        prepare(&seeded).expect("new");
+        std::fs::write(seeded.join(CLIENT_TOKEN), "a".repeat(64)).expect("token");
+        prepare(&seeded).expect("a start takes it");
     }
 }

@@ -205,6 +205,7 @@ pub fn check(config: &ServerConfig) -> Result<Option<String>, ServerError> {
     }
     if let Some(tls) = &config.tls {
         http::check_tls(tls)?;
+        service::warn_if_key_open(tls);
     }
     Ok(datadir::check(
         &config.data_dir,
@@ -255,6 +256,11 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     datadir::prepare(&dir)?;
     let lock = datadir::lock(&dir)?;
     let creds = datadir::credentials(&dir)?;
+    if config.http_listen.is_none() {
+        // Read (and so made private) only with an HTTP listener; `--check` says any start
+        // makes it 0600, so this one does too.
+        datadir::protect_read_token(&dir)?;
+    }
     let db = store::Store::open(&datadir::protect_store(&dir)?)?;
     let mut state = state::State::open(&config, db)?;
     // Kept across restarts: tickets sent before one still verify with the keys given after.

@@ -389,7 +389,8 @@ impl Collector for StateCollector {
             e,
             "nodes",
             "Registered nodes by liveness (returning: not heard since the server's restart, not \
-             yet declared dead; dead: no heartbeat within dead_timeout, or left).",
+             yet declared dead; dead: no heartbeat within dead_timeout). Nodes whose agents \
+             left on purpose are not counted.",
             [
                 (vec![("state", "alive".to_string())], alive),
                 (vec![("state", "returning".to_string())], back),

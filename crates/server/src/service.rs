@@ -118,6 +118,10 @@ fn run_event<T>(
     let exec = move |s: &mut State| {
         s.begin_event();
         let answer = f(s);
+        if let Err(e) = &answer {
+            // Every event's refused store-first write pauses dispatch as a refused commit does.
+            s.note_refused_write(e);
+        }
         (answer.map_err(|e| status(s.explain(e))), s.written())
     };
     // Inline only while the lock is free: a heartbeat must not park the async worker behind a
@@ -583,6 +587,7 @@ impl Client for ClientService {
                     // The owner's, filled by the state.
                     max_priority: None,
                     task_room: None,
+                    cap: Default::default(),
                     owner: String::new(),
                 },
                 &who.name,
@@ -1431,6 +1436,21 @@ pub fn incoming(
     hetsched_proto::listen::incoming(tcp, tls, limits, what)
 }
 
+/// Warns when `[tls] key` is readable by other users (a start and `hetsched server --check`
+/// alike: the check said nothing of it): the key is the operator's file, so it is not changed.
+pub fn warn_if_key_open(tls: &TlsConfig) {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(meta) = std::fs::metadata(&tls.key)
+        && meta.mode() & 0o077 != 0
+    {
+        tracing::warn!(
+            file = %tls.key.display(),
+            mode = format!("{:o}", meta.mode() & 0o777),
+            "the TLS private key is readable by other users: `chmod 600` it"
+        );
+    }
+}
+
 /// The gRPC listener's TLS from `[tls]`'s certificate chain and key (HTTP/2 by ALPN), with a
 /// warning when the key is readable by other users.
 pub fn grpc_tls(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, ServerError> {
@@ -1440,18 +1460,7 @@ pub fn grpc_tls(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, ServerErro
             source,
         })
     };
-    {
-        use std::os::unix::fs::MetadataExt;
-        if let Ok(meta) = std::fs::metadata(&tls.key)
-            && meta.mode() & 0o077 != 0
-        {
-            tracing::warn!(
-                file = %tls.key.display(),
-                mode = format!("{:o}", meta.mode() & 0o777),
-                "the TLS private key is readable by other users: `chmod 600` it"
-            );
-        }
-    }
+    warn_if_key_open(tls);
     hetsched_proto::listen::tls_config(&read(&tls.cert)?, &read(&tls.key)?)
         .map_err(|e| ServerError::Config(format!("[tls] for gRPC: {e}")))
 }

@@ -478,6 +478,59 @@ fn nanos(d: humantime::Duration) -> u64 {
     std::time::Duration::from(d).as_nanos() as u64
 }
 
+/// The `[tls]` keys an error about a certificate or key names (`tls.cert: cannot read …`).
+const TLS_KEYS: &[&str] = &["tls.cert", "tls.key", "tls.agent_ca"];
+
+/// `e`, which names a file of the configuration `config` (`src`), prefixed with the file and
+/// the line and column of the first of `keys` it names that the file holds — as a bound's or a
+/// parse error's is — or `e` as it is when it names none (a flag's value, a default).
+fn at_config_key(
+    e: anyhow::Error,
+    config: &std::path::Path,
+    src: &hetsched_core::input::Source<'_>,
+    keys: &[&str],
+) -> anyhow::Error {
+    let message = format!("{e:#}");
+    let Some((line, column)) = keys
+        .iter()
+        .filter(|k| message.contains(**k))
+        .find_map(|k| src.key_at(k))
+        .map(|at| src.line_col(at))
+    else {
+        return e;
+    };
+    // An error that names the file already (`server.toml: log_file …`) names it once.
+    let file = config.display().to_string();
+    let message = message
+        .strip_prefix(&format!("{file}: "))
+        .unwrap_or(&message);
+    anyhow::anyhow!("{file}:{line}:{column}: {message}")
+}
+
+/// Warns of what the configuration accepts but most likely did not mean, at its line: an
+/// empty `[retention]` table (no `keep_finished`, no `keep_jobs`) purges nothing, as no table
+/// would — its writer meant some rule.
+fn warn_of_slips(
+    config: &ServerConfig,
+    file: Option<&std::path::Path>,
+    src: &hetsched_core::input::Source<'_>,
+) {
+    if config.retention.as_ref().is_some_and(|r| r.is_empty()) {
+        let at = match (file, src.key_at("retention")) {
+            (Some(p), Some(at)) => {
+                let (line, column) = src.line_col(at);
+                format!("{}:{line}:{column}: ", p.display())
+            }
+            (Some(p), None) => format!("{}: ", p.display()),
+            (None, _) => String::new(),
+        };
+        tracing::warn!(
+            "{at}[retention] names neither keep_finished nor keep_jobs: it purges nothing, and \
+             finished jobs are kept until `hetsched purge` (docs/runtime.md, \"Retention\")"
+        );
+    }
+}
+
 /// Runs the server until a signal.
 pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     if let Some(command) = a.command {
@@ -561,11 +614,18 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         config.log_file.as_deref(),
         a.config.as_deref(),
     );
+    // A `log_file` from the file is named at its line, as its other keys are.
+    let src = hetsched_core::input::Source::new("", &text);
+    let at_key = |e: anyhow::Error, keys: &[&str]| match a.config.as_deref() {
+        Some(p) => at_config_key(e, p, &src, keys),
+        None => e,
+    };
     if a.check {
         // The check writes nothing, so its own log goes to standard error.
-        logs.check()?;
+        logs.check().map_err(|e| at_key(e, &["log_file"]))?;
         super::logging::init("info", logs.format, None);
-        let running = hetsched_server::check(&config)?;
+        warn_of_slips(&config, a.config.as_deref(), &src);
+        let running = hetsched_server::check(&config).map_err(|e| at_key(e.into(), TLS_KEYS))?;
         let stamp = hetsched_server::store_stamp(&config.data_dir)?;
         println!(
             "{}: OK (listen {}, policy {}, data in {}{}{}{}{}){}",
@@ -599,8 +659,9 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let log_file = logs.open()?;
+    let log_file = logs.open().map_err(|e| at_key(e, &["log_file"]))?;
     super::logging::init("info", logs.format, log_file.clone());
+    warn_of_slips(&config, a.config.as_deref(), &src);
     super::logging::on_hangups(
         "the server goes on: it reads its configuration only when it starts (check a new one \
          with `hetsched server --check`, then restart it) and logs to standard error, which its \
@@ -610,7 +671,9 @@ pub async fn server(a: ServerArgs) -> anyhow::Result<()> {
     // Registered before the start writes DATA_DIR/address: a SIGTERM sent as soon as the
     // address is there stops the server cleanly instead of killing it.
     let mut signals = hetsched_agent::shutdown::Signals::new();
-    let handle = hetsched_server::start(config.clone()).await?;
+    let handle = hetsched_server::start(config.clone())
+        .await
+        .map_err(|e| at_key(e.into(), TLS_KEYS))?;
     println!(
         "hetsched server listening on {} (policy {}, data in {}, client token in {}, agent token in {})",
         handle.addr,

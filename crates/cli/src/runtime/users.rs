@@ -43,12 +43,22 @@ pub async fn add(
         (Some(f), Some(p)) => {
             f.write_token(&reply.token)
                 .with_context(|| format!("writing the token to {}", p.display()))?;
+            let holder = f
+                .give_to(&reply.name)
+                .with_context(|| format!("giving {} to `{}`", p.display(), reply.name))?;
+            if let Holder::Creator { note } = &holder {
+                eprintln!("note: {}", note.replace("FILE", &p.display().to_string()));
+            }
+            let owned = match &holder {
+                Holder::Account(name) => format!(", owned by account `{name}`"),
+                Holder::Creator { .. } => String::new(),
+            };
             answer(
                 args,
                 &serde_json::json!({"name": reply.name, "token_file": p}),
                 |_| {
                     format!(
-                        "user {} {verb}: its token is in {} (mode 0600); it passes \
+                        "user {} {verb}: its token is in {} (mode 0600{owned}); it passes \
                          `--token-file {}` or sets HETSCHED_TOKEN_FILE",
                         reply.name,
                         p.display(),
@@ -89,6 +99,71 @@ impl TokenFile {
         self.file.sync_all()?;
         self.written = true;
         Ok(())
+    }
+}
+
+/// Who can read a token file `user add --save` wrote (mode 0600).
+#[derive(Debug, PartialEq, Eq)]
+enum Holder {
+    /// The Unix account of the user's name, given the file (run as root).
+    Account(String),
+    /// Whoever ran the command, as the file was made; `note` says so, and what to do
+    /// (`FILE` stands for its path).
+    Creator {
+        /// What to print.
+        note: String,
+    },
+}
+
+/// What to do with a token file made by uid `me` for hetsched user `user`, whose Unix account
+/// on this host is `account` (uid, primary gid; `Ok(None)`: none; `Err`: the lookup failed):
+/// chown it to the account when run as root — the docs have the admin write
+/// `/home/alice/.hetsched-token` for alice, and a root-owned 0600 file there is one she cannot
+/// read — else keep it and say who can read it.
+fn holder_plan(
+    me: u32,
+    user: &str,
+    account: Result<Option<(u32, u32)>, String>,
+) -> (Option<(u32, u32)>, Holder) {
+    let creator = |note: String| (None, Holder::Creator { note });
+    match (me, account) {
+        (0, Ok(Some(ids))) => (Some(ids), Holder::Account(user.to_string())),
+        (0, Ok(None)) => creator(format!(
+            "FILE is root's (mode 0600): there is no Unix account `{user}` on this host to give \
+             it to; hand the token to the user another way"
+        )),
+        (0, Err(e)) => creator(format!(
+            "FILE is root's (mode 0600): looking up the Unix account `{user}` failed ({e}); \
+             `chown` it to the user's account, or hand the token over another way"
+        )),
+        (_, Ok(Some((uid, _)))) if uid == me => (None, Holder::Account(user.to_string())),
+        _ => creator(format!(
+            "FILE is readable only by uid {me}, who ran this (mode 0600), not by the account of \
+             user `{user}`: run `user add --save` as root to have it given to that account, \
+             `chown` it, or hand the token over another way"
+        )),
+    }
+}
+
+impl TokenFile {
+    /// Gives the file to the Unix account of hetsched user `user` where [`holder_plan`] says
+    /// so (uid and primary gid; its mode stays 0600), and says who holds it.
+    fn give_to(&self, user: &str) -> anyhow::Result<Holder> {
+        use hetsched_agent::run_as::{Account, RunAsError};
+        use std::os::unix::fs::MetadataExt;
+        let me = self.file.metadata()?.uid();
+        let account = match Account::lookup("this host", user) {
+            Ok(a) => Ok(Some((a.uid, a.gid))),
+            Err(RunAsError::NoAccount { .. }) => Ok(None),
+            // An account of uid 0 is root: the file is root's already.
+            Err(RunAsError::Root { .. }) => Ok(Some((0, 0))),
+            Err(e) => Err(e.to_string()),
+        };
+        let (chown, holder) = holder_plan(me, user, account);
+        if let Some((uid, gid)) = chown {
+            std::os::unix::fs::fchown(&self.file, Some(uid), Some(gid))?;
+        }
+        Ok(holder)
     }
 }
 
@@ -318,4 +393,37 @@ fn versions_line(r: &pb::WhoAmIReply) -> String {
         "server: hetsched {server} (this client: {})",
         env!("CARGO_PKG_VERSION")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Run as root, the file goes to the account of the user's name (uid and primary gid);
+    /// without such an account, or run by anyone else, it stays its maker's and a note says
+    /// who can read it and what to do.
+    #[test]
+    fn a_saved_token_goes_to_the_users_account_only_when_root_can_give_it() {
+        assert_eq!(
+            holder_plan(0, "alice", Ok(Some((1001, 100)))),
+            (Some((1001, 100)), Holder::Account("alice".into()))
+        );
+        let (chown, holder) = holder_plan(0, "alice", Ok(None));
+        assert_eq!(chown, None);
+        assert!(
+            matches!(&holder, Holder::Creator { note } if note.contains("FILE is root's") && note.contains("no Unix account `alice`")),
+            "{holder:?}"
+        );
+        let (chown, holder) = holder_plan(1000, "alice", Ok(Some((1001, 100))));
+        assert_eq!(chown, None);
+        assert!(
+            matches!(&holder, Holder::Creator { note } if note.contains("readable only by uid 1000") && note.contains("run `user add --save` as root")),
+            "{holder:?}"
+        );
+        // A user saving its own name's token as itself reads it already.
+        assert_eq!(
+            holder_plan(1001, "alice", Ok(Some((1001, 100)))),
+            (None, Holder::Account("alice".into()))
+        );
+    }
 }

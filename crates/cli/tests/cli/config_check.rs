@@ -145,7 +145,7 @@ fn the_check_checks_the_log_file_and_format_without_creating_the_file() {
     let (ok, _, stderr) = check(&dir, &["--config", &bad_dir]);
     assert!(!ok, "{stderr}");
     assert!(
-        stderr.contains(&format!("bad-dir.toml: log_file {}", missing.display()))
+        stderr.contains(&format!("bad-dir.toml:2:1: log_file {}", missing.display()))
             && stderr.contains(&format!(
                 "the directory {} does not exist",
                 dir.join("nosuch").display()
@@ -437,6 +437,161 @@ fn an_https_server_without_a_ca_is_refused_by_an_agents_check_and_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && stderr.contains("(HETSCHED_SERVER) is https://"),
+        "{stderr}"
+    );
+}
+
+/// The file-mode warnings say the truth, and the same at `--check` and at a start: `--check`
+/// warns of a `[tls] key` others may read, as a start does; a start without `http_listen`
+/// makes `read-token` 0600, as `--check` says any start does (it left it 0644); and the
+/// warning for `offload-secret` names that file, not "the token file".
+#[test]
+fn file_mode_warnings_agree_between_the_check_and_a_start_and_name_the_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("config-check-file-modes");
+    let key = dir.join("server.key");
+    std::fs::copy(tls_file("server.key"), &key).expect("key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let config = dir.join("tls.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = \"{}\"\n[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.join("tls-data").display(),
+            tls_file("server.pem").display(),
+            key.display()
+        ),
+    )
+    .expect("config");
+    let (ok, stdout, stderr) = check(&dir, &["--config", config.to_str().expect("path")]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("the TLS private key is readable by other users: `chmod 600` it"),
+        "{stderr}"
+    );
+
+    let data = dir.join("data");
+    std::fs::create_dir(&data).expect("data");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    for name in ["read-token", "offload-secret"] {
+        let p = data.join(name);
+        std::fs::write(&p, "0123456789abcdef".repeat(4)).expect("secret");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    }
+    let data_arg = data.to_str().expect("path");
+    let (ok, _, stderr) = check(&dir, &["--data-dir", data_arg]);
+    assert!(
+        ok && stderr.contains("read-token is readable by other users: a start sets it to 0600"),
+        "{stderr}"
+    );
+    let log = dir.join("server.err");
+    let mut server = Command::new(BIN)
+        .args(["server", "--data-dir", data_arg, "--listen", "127.0.0.1:0"])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("server");
+    let started = std::time::Instant::now();
+    while !data.join("address").exists() && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let stderr = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        data.join("address").exists(),
+        "the server started: {stderr}"
+    );
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+    assert_eq!(
+        (
+            mode(&data.join("read-token")),
+            mode(&data.join("offload-secret"))
+        ),
+        (0o600, 0o600),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the offload secret file was readable by other users: setting it to 0600")
+            && stderr.contains("the read-only token file was readable by other users")
+            && !stderr.contains("the token file"),
+        "{stderr}"
+    );
+}
+
+/// Slips in a configuration are named at their line: a `[tls] cert` or `log_file` that cannot
+/// be read (the file and line of the key, not only the path), a `start_failure_backoff` of 0s
+/// with `start_failures` on (it turned the back-off off silently) and a `profile_estimate` of
+/// 0s are refused, and an empty `[retention]` table, which purges nothing, is warned of.
+#[test]
+fn configuration_slips_are_refused_or_warned_of_at_their_line() {
+    let dir = temp_dir("config-check-slips");
+    let write = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(
+            &p,
+            format!(
+                "data_dir = \"{}\"\nlisten = \"127.0.0.1:0\"\n{body}",
+                dir.join("data").display()
+            ),
+        )
+        .expect("write");
+        p.to_str().expect("path").to_string()
+    };
+    let refused = |file: &str, needle: &str| {
+        let (ok, _, stderr) = check(&dir, &["--config", file]);
+        assert!(!ok && stderr.contains(needle), "{needle} not in: {stderr}");
+    };
+    let tls = write(
+        "tls.toml",
+        &format!(
+            "[tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.join("nosuch.pem").display(),
+            tls_file("server.key").display()
+        ),
+    );
+    refused(
+        &tls,
+        &format!(
+            "{tls}:4:1: {}: tls.cert: cannot read the certificate chain",
+            dir.join("nosuch.pem").display()
+        ),
+    );
+    let log = write("log.toml", "log_file = \"/nonexistent-dir/s.log\"\n");
+    refused(
+        &log,
+        &format!("{log}:3:1: log_file /nonexistent-dir/s.log: the directory /nonexistent-dir"),
+    );
+    let backoff = write(
+        "backoff.toml",
+        "start_failures = 3\nstart_failure_backoff = \"0s\"\n",
+    );
+    refused(
+        &backoff,
+        &format!("{backoff}:4:1: start_failure_backoff (0s) must be at least 1s"),
+    );
+    // Off on purpose: no back-off, whatever its length.
+    let off = write(
+        "off.toml",
+        "start_failures = 0\nstart_failure_backoff = \"0s\"\n",
+    );
+    let (ok, _, stderr) = check(&dir, &["--config", &off]);
+    assert!(ok, "{stderr}");
+    let estimate = write("estimate.toml", "profile_estimate = \"0s\"\n");
+    refused(
+        &estimate,
+        &format!("{estimate}:3:1: profile_estimate (0s) must be at least 1ms"),
+    );
+    let retention = write("retention.toml", "[retention]\n");
+    let (ok, _, stderr) = check(&dir, &["--config", &retention]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{retention}:3:2: [retention] names neither keep_finished nor keep_jobs: it purges \
+             nothing"
+        )),
         "{stderr}"
     );
 }

@@ -3189,3 +3189,65 @@ fn clients_and_agents_reach_the_server_by_its_address_file() {
         "refused at once: {err}"
     );
 }
+
+/// `user add NAME --save FILE` run as root gives FILE (still 0600) to the Unix account of the
+/// user's name, uid and primary group, so the user can read the token the docs have the admin
+/// write into its home; without such an account it stays root's and a note says so. Run by
+/// another user, the file stays its maker's with a note (the unit test
+/// `runtime::users::tests::a_saved_token_goes_to_the_users_account_only_when_root_can_give_it`).
+#[test]
+fn a_token_saved_by_root_is_given_to_the_users_account() {
+    use std::os::unix::fs::MetadataExt;
+    let c = Cluster::start("users-save-owner", false);
+    let me = std::fs::metadata(&c.dir).expect("dir").uid();
+    // The account of a user this test may name without creating one: `nobody`, if it exists.
+    let nobody = std::fs::read_to_string("/etc/passwd").ok().and_then(|p| {
+        p.lines()
+            .map(|l| l.split(':').collect::<Vec<_>>())
+            .find(|f| f.first() == Some(&"nobody") && f.len() > 3)
+            .and_then(|f| Some((f[2].parse::<u32>().ok()?, f[3].parse::<u32>().ok()?)))
+    });
+    let (Some((uid, gid)), 0) = (nobody, me) else {
+        eprintln!("skipped: needs root and a `nobody` account (runs as uid {me})");
+        return;
+    };
+    let saved = c.dir.join("nobody.token");
+    let said = c.ok(&[
+        "user",
+        "add",
+        "nobody",
+        "--save",
+        saved.to_str().expect("path"),
+    ]);
+    assert!(
+        said.contains("(mode 0600, owned by account `nobody`)"),
+        "{said}"
+    );
+    let meta = std::fs::metadata(&saved).expect("token file");
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o777),
+        (uid, gid, 0o600)
+    );
+    // No account of the name: root's, with a note saying so.
+    let kept = c.dir.join("zed.token");
+    let out = c
+        .command(&[
+            "user",
+            "add",
+            "zed-no-account",
+            "--save",
+            kept.to_str().expect("path"),
+        ])
+        .output()
+        .expect("run hetsched");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "note: {} is root's (mode 0600): there is no Unix account `zed-no-account`",
+            kept.display()
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::metadata(&kept).expect("token file").uid(), 0);
+}

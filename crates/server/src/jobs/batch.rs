@@ -1007,6 +1007,7 @@ impl Batch {
             begin_ms,
             max_priority,
             task_room,
+            cap,
             ..
         } = sub;
         if let Some(b) = begin_ms {
@@ -1093,6 +1094,17 @@ impl Batch {
         let first_app = self.apps.len() as u32;
         let first_task = self.tasks.len() as u64;
         let mut apps = w.to_applications(first_app, MissingProfile::Estimate(self.estimate))?;
+        // A task past its owner's cap on its own would wait forever (a running task keeps what
+        // it holds, but none starts past a cap): refused, as a topology over the cap is.
+        for a in &apps {
+            if let Some(why) = super::beyond_cap(cap, &task_needs(a), &owner) {
+                return Err(StateError::Invalid(format!(
+                    "{origin}: application `{}`: {why}: its tasks would never start; ask for \
+                     less, or ask the admin to raise the cap",
+                    a.name
+                )));
+            }
+        }
         let after_corr = if after_corr.is_empty() {
             after_corr
         } else {
@@ -3297,4 +3309,31 @@ impl JobKind for Batch {
             })
             .collect()
     }
+}
+
+/// What one task of `a` holds each way it may run, as the view's caps count it (for
+/// [`super::beyond_cap`]): each variant's request, labelled when there are two; a multi-node
+/// task what the core's gathering asks room for before it starts — its per-node request (at
+/// least a core) on each of its nodes (`policy::batch::multi_node`'s `least_held`).
+pub(crate) fn task_needs(a: &hetsched_core::Application) -> Vec<(&'static str, Resources)> {
+    if a.is_multi_node() {
+        let per_node = a.request(Variant::Cpu).unwrap_or_default();
+        let nodes = a.nodes.max(1);
+        return vec![(
+            "",
+            Resources::new(
+                per_node.cores.max(1).saturating_mul(nodes),
+                per_node.memory_bytes.saturating_mul(u64::from(nodes)),
+                per_node.gpus.saturating_mul(nodes),
+            ),
+        )];
+    }
+    let variants: Vec<(&'static str, Resources)> = [(Variant::Cpu, "cpu"), (Variant::Gpu, "gpu")]
+        .into_iter()
+        .filter_map(|(v, label)| a.request(v).map(|r| (label, r)))
+        .collect();
+    if variants.len() == 1 {
+        return variants.into_iter().map(|(_, r)| ("", r)).collect();
+    }
+    variants
 }

@@ -904,6 +904,64 @@ pub(crate) fn request_in_words(r: &hetsched_core::Resources, kind: Option<&str>)
     s
 }
 
+/// Why no task of some work could ever start under its user's caps `cap` (0 in a dimension: no
+/// cap), however little the user's other work held: `needs` is what one task holds each way
+/// it may run (a batch application's variants, labelled `cpu`/`gpu`; a workflow task's one
+/// request, unlabelled), and none fits the cap even alone. `None` when one fits. The words
+/// name the need, the cap and the command that changes it: `a task needs 2 cores, more than
+/// the 1 core user `alice` may hold at once (`hetsched user limit alice --max-cores`)`.
+pub(crate) fn beyond_cap(
+    cap: Resources,
+    needs: &[(&str, Resources)],
+    user: &str,
+) -> Option<String> {
+    use hetsched_core::CappedResource;
+    use hetsched_core::text::count;
+    let alone = hetsched_core::model::view::GroupState {
+        cap,
+        usage: Resources::default(),
+    };
+    let mut parts = Vec::new();
+    let mut flags: Vec<&str> = Vec::new();
+    for (label, need) in needs {
+        let by = alone.capped_by(need)?;
+        let (need, most, flag) = match by {
+            CappedResource::Cores => (
+                count(need.cores, "core"),
+                count(cap.cores, "core"),
+                "--max-cores",
+            ),
+            CappedResource::Memory => (
+                format!("{} of memory", bytes(need.memory_bytes)),
+                format!("{} of memory", bytes(cap.memory_bytes)),
+                "--max-memory",
+            ),
+            CappedResource::Gpus => (
+                count(need.gpus, "GPU"),
+                count(cap.gpus, "GPU"),
+                "--max-gpus",
+            ),
+        };
+        let who = if label.is_empty() {
+            "a task".to_string()
+        } else {
+            format!("its {label} variant")
+        };
+        parts.push(format!("{who} needs {need}, more than the {most}"));
+        if !flags.contains(&flag) {
+            flags.push(flag);
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} user `{user}` may hold at once (`hetsched user limit {user} {}`)",
+        parts.join(" and "),
+        flags.join(" ")
+    ))
+}
+
 /// Why work of a user at its cap waits, in the words every kind uses: `its user's running
 /// {holders} hold C of the M cores the user may hold at once` (memory and GPUs likewise), for
 /// `group`, the user's group in the view, capped `by`.

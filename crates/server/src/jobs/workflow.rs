@@ -1811,6 +1811,18 @@ impl Workflows {
             }
         }
         hetsched_core::input::limits::check_workflow(&rt.parsed)?;
+        // An instance past its owner's cap on its own would wait forever: refused, as a batch
+        // task's is.
+        for (t, task) in rt.parsed.workflow.tasks.iter().enumerate() {
+            let need = rt.tasks[t].request();
+            if let Some(why) = super::beyond_cap(sub.cap, &[("", need)], &sub.owner) {
+                return Err(StateError::Invalid(format!(
+                    "{}: task `{}`: {why}: its instances would never start; ask for less, or \
+                     ask the admin to raise the cap",
+                    sub.origin, task.name
+                )));
+            }
+        }
         if let Some(room) = &sub.task_room {
             let instances: u64 = rt.parsed.workflow.tasks.iter().map(|t| t.instances()).sum();
             room.check(&sub.origin, instances)
@@ -2588,6 +2600,19 @@ impl Workflows {
                 // balancer places it.
                 if let Some(g) = j.group {
                     let group = rd.view.group(g);
+                    // A cap lowered since it was accepted holds back even one instance alone:
+                    // no instance ending gives it room, only the admin can.
+                    if let Some(why) =
+                        super::beyond_cap(group.cap, &[("", need)], rd.users.owner(j.id()))
+                    {
+                        return (
+                            format!(
+                                "task `{}`: {why}: it waits until the admin raises the cap",
+                                task.name
+                            ),
+                            true,
+                        );
+                    }
                     if let Some(by) = group.capped_by(&need) {
                         return (super::capped_words(&group, by, "work holds"), false);
                     }
@@ -4513,6 +4538,22 @@ impl JobKind for Workflows {
 }
 
 impl Workflows {
+    /// Marks for wake-up the nodes holding instances of group `group`'s workflows that their
+    /// dispatch has not sent (its owner's cap stopped them there): the cap rose or went, and
+    /// those nodes' next beats send them ([`crate::state::State`]'s cap changes).
+    pub fn wake_group(&mut self, group: u32) {
+        for j in self.jobs.values() {
+            if j.group == Some(group) {
+                self.woken.extend(
+                    j.assigned
+                        .iter()
+                        .filter(|(_, q)| !q.is_empty())
+                        .map(|(&n, _)| n),
+                );
+            }
+        }
+    }
+
     /// Puts workflow `job` in group `group` of the view (its owner's: a user's cap on cores
     /// counts its running instances, and its instances start only under the cap); what its
     /// running instances hold moves to the group.

@@ -103,6 +103,20 @@ fn page_limit(limit: u32) -> usize {
 /// How often a paused state tries the store again.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
+/// Whether `e` is the store refusing a write for want of room or an I/O failure (SQLite's
+/// "database or disk is full", a disk I/O error, the WAL not synced), not a refusal of the
+/// request itself (a constraint, a corrupt row).
+fn out_of_room(e: &StateError) -> bool {
+    use rusqlite::ErrorCode::{DiskFull, SystemIoFailure};
+    match e {
+        StateError::Store(StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _))) => {
+            matches!(f.code, DiskFull | SystemIoFailure)
+        }
+        StateError::Store(StoreError::Sync(_)) => true,
+        _ => false,
+    }
+}
+
 /// How often a store that still refuses writes is said in the log ([`PROBE_INTERVAL`] is how
 /// often it is tried).
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
@@ -1249,6 +1263,18 @@ impl State {
         }
     }
 
+    /// After event error `e`: when it is the store refusing a write for want of room (a full
+    /// disk, an I/O error), dispatch pauses and memory is rebuilt from the store, as after a
+    /// refused commit ([`State::commit`]), so `/metrics`' `hetsched_store_writable` reads 0 and
+    /// the probe resumes as usual. A write made store-first (a submission, a user's cap, a
+    /// drain: the store before memory) is refused before memory changed; only a commit rolled
+    /// memory back before. Once paused, nothing is rebuilt again: the pause's rebuild stands.
+    pub fn note_refused_write(&mut self, e: &StateError) {
+        if self.paused_since.is_none() && out_of_room(e) {
+            self.roll_back(e);
+        }
+    }
+
     /// Rebuilds the state from the store (see [`State::roll_back`]). On error, `self` is unchanged.
     fn reload(&mut self) -> Result<(), StateError> {
         let snap = self.store.load()?;
@@ -1526,16 +1552,28 @@ impl State {
     /// [`crate::users::ADMIN`]): the job is `owner`'s, and `--singleton` waits for `owner`'s
     /// jobs of its name only. Submission keys are a namespace per owner: a key names one of
     /// `owner`'s jobs, and the same key from another owner makes (or names) that owner's.
-    pub fn on_submit_as(
-        &mut self,
-        mut sub: Submission,
-        owner: &str,
-    ) -> Result<Submitted, StateError> {
+    pub fn on_submit_as(&mut self, sub: Submission, owner: &str) -> Result<Submitted, StateError> {
+        let done = self.submit_as(sub, owner);
+        if let Err(e) = &done {
+            // Its rows go in before memory changes: a refused write would leave the store
+            // unwritable unseen until the next commit failed (a heartbeat's, maybe a minute on).
+            self.note_refused_write(e);
+        }
+        done
+    }
+
+    /// [`State::on_submit_as`], but for what a refused write does to the state.
+    fn submit_as(&mut self, mut sub: Submission, owner: &str) -> Result<Submitted, StateError> {
         crate::limits::submission(&sub).map_err(StateError::Invalid)?;
         sub.owner = owner.to_string();
         sub.max_priority = (owner != crate::users::ADMIN)
             .then(|| self.users.max_priority(owner))
             .flatten();
+        sub.cap = if owner == crate::users::ADMIN {
+            hetsched_core::Resources::default()
+        } else {
+            self.users.cap(owner)
+        };
         sub.task_room = (owner != crate::users::ADMIN).then(|| types::TaskRoom {
             adding_bytes: (sub.text.len() as u64).saturating_add(sub.divisible_input.len() as u64),
             ..self.task_room(owner)

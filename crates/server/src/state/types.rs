@@ -427,6 +427,11 @@ pub struct Submission {
     /// The highest priority its owner may give its work (`hetsched user limit --max-priority`;
     /// set by the state from the owner, never by a client).
     pub max_priority: Option<i32>,
+    /// Its owner's caps on what its running work holds (`hetsched user limit --max-cores
+    /// --max-memory --max-gpus`; 0 in a dimension, and the admin's: none): a task that needs
+    /// more than a cap alone would never start, so the kinds refuse it. Set by the state from
+    /// the owner, never by a client.
+    pub cap: hetsched_core::Resources,
     /// How many more unfinished tasks its owner may have (`max_unfinished_tasks_per_user` less
     /// those it has; `None`: the admin's, no bound). Set by the state, never by a client.
     pub task_room: Option<TaskRoom>,

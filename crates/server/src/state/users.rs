@@ -516,8 +516,7 @@ impl State {
         let g = self.users.group_of(name);
         self.view.set_group_cap(g, cap);
         // A raised cap may let waiting tasks start now, and chunks.
-        self.wake(None);
-        self.wake_capped_chunk_asks();
+        self.wake_group_work(g);
         tracing::info!(
             user = name,
             max_cores = cap.cores,
@@ -526,6 +525,27 @@ impl State {
             "user cap changed"
         );
         Ok(())
+    }
+
+    /// Wakes the nodes that may start group `g`'s waiting work now that its caps rose or went:
+    /// a cap change marks nothing by itself, and an idle agent beats once a minute, so the work
+    /// waited for the next idle beat (up to `idle_heartbeat_interval`) with nodes free. The
+    /// group's batch applications with tasks queued wake the nodes they fit on, its workflows
+    /// the nodes holding their instances placed and not sent, its divisible jobs their
+    /// agents' asks held open.
+    fn wake_group_work(&mut self, g: u32) {
+        let pending: Vec<(u32, usize)> = self
+            .view
+            .pending_apps()
+            .filter(|a| a.group == Some(g))
+            .map(|a| (a.app.id.0, a.pending.len()))
+            .collect();
+        for (app, tasks) in pending {
+            self.nodes.wakes.free(app, tasks);
+        }
+        self.jobs.workflow.wake_group(g);
+        self.wake(None);
+        self.wake_capped_chunk_asks();
     }
 
     /// `hetsched user limit NAME --shares N`: user `name`'s fair-share shares (1 to
@@ -626,7 +646,8 @@ impl State {
         if let Some(g) = self.users.group(name) {
             self.view.set_group_cap(g, Resources::default());
             self.view.set_fair_shares(g, 1);
-            self.wake(None);
+            // Its caps are gone: what they held back may start now.
+            self.wake_group_work(g);
         }
         let unfinished = self
             .list_users_counts()

@@ -145,6 +145,7 @@ fn divisible_rows_are_in_the_states_transaction_and_survive_a_full_disk_and_a_re
         after_start: Vec::new(),
         max_priority: None,
         task_room: None,
+        cap: Default::default(),
         owner: String::new(),
     };
     let first = s.on_submit(sub()).expect("submitted");
@@ -240,6 +241,7 @@ fn a_divisible_job_that_requires_an_attribute_hands_chunks_only_to_nodes_that_ha
             after_start: Vec::new(),
             max_priority: None,
             task_room: None,
+            cap: Default::default(),
             owner: String::new(),
         })
     };

@@ -292,3 +292,37 @@ fn a_failed_wal_sync_pauses_dispatch_until_a_write_is_synced_again() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A submission the store refuses for want of room pauses dispatch at once, as a refused
+/// commit does: `hetsched_store_writable` reads 0 from that refusal, not from a later
+/// heartbeat's, and a probe write resumes it as usual.
+#[test]
+fn a_submission_refused_by_a_full_disk_marks_the_store_unwritable_at_once() {
+    let dir = Scratch::new("full-disk", "submit-refused");
+    let mut s = open(&dir);
+    s.simulate_full_disk(true);
+    let e = s
+        .submit("job.toml", JOB, "/")
+        .expect_err("the store refuses the job's rows")
+        .to_string();
+    assert!(e.contains("database or disk is full"), "{e}");
+    assert!(s.is_paused(), "the refusal paused dispatch");
+    s.simulate_full_disk(false);
+    std::thread::sleep(PROBE_INTERVAL);
+    let n = s
+        .register(pb::RegisterRequest {
+            name: "n".into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            identity: IDENTITY.into(),
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    assert!(!s.is_paused(), "a probe write resumed it");
+    s.submit("job.toml", JOB, "/").expect("taken again");
+    s.simulate_full_disk(true);
+    assert!(s.submit("job.toml", JOB, "/").is_err());
+    common::assert_metrics(s, "hdas", &["hetsched_store_writable 0"]);
+}

@@ -59,6 +59,7 @@ fn submit(s: &mut State, kind: Kind) -> u64 {
             after_start: Vec::new(),
             max_priority: None,
             task_room: None,
+            cap: Default::default(),
             owner: String::new(),
         })
         .unwrap_or_else(|e| panic!("{kind:?} submitted: {e}"));
@@ -201,6 +202,7 @@ fn submission(kind: Kind, text: &str, name: &str, key: &str) -> Submission {
         after_start: Vec::new(),
         max_priority: None,
         task_room: None,
+        cap: Default::default(),
         owner: String::new(),
     }
 }

@@ -60,9 +60,10 @@ fn a_pending_job_says_why_as_the_cluster_changes_under_it() {
     let small = register_with(&mut s, "small", 2, &[]);
     // Four one-core tasks that need `bigmem`: two run on `big`, two wait for its cores.
     let job = submit(&mut s, "solve", "requires = [\"bigmem\"]", false, &[]);
+    // `big` has not beaten since: its next beat starts two (not "busy": it is idle).
     assert_eq!(
         reason(&s, job),
-        "resources: the nodes that can run it are busy"
+        "resources: node `big` has room for it now: it starts at the node's next heartbeat"
     );
     let running = beat(&mut s, big, &[]);
     assert_eq!(running.len(), 2);

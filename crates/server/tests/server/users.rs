@@ -512,6 +512,7 @@ fn submission(name: &str, singleton: bool) -> Submission {
         begin_ms: None,
         max_priority: None,
         task_room: None,
+        cap: Default::default(),
         owner: String::new(),
     }
 }
@@ -2388,4 +2389,192 @@ async fn users_submitting_one_key_over_the_api_each_get_their_own_job() {
         ]
     );
     server.stop().await.expect("stops");
+}
+
+/// Whether node `waits`'s wake-up counter moved since last looked at (it then looks again).
+fn woken(waits: &mut tokio::sync::watch::Receiver<u64>) -> bool {
+    let changed = waits.has_changed().unwrap_or(false);
+    waits.borrow_and_update();
+    changed
+}
+
+/// A raised or removed cap wakes the idle nodes the user's waiting work fits on — batch tasks
+/// and workflow instances alike — instead of leaving the work to their next idle beat (up to a
+/// minute), and until they beat the job says a node has room for it, not that the nodes are
+/// busy. A user removed (its caps gone) wakes them too.
+#[test]
+fn raising_or_removing_a_users_cap_wakes_the_nodes_its_waiting_work_fits_on() {
+    let d = common::scratch("users", "cap-wakes");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user("alice", CapChange::cores(1))
+        .expect("capped");
+    let mut agent = common::Agent::new(&mut s, 4);
+    let mut waits = s
+        .await_work(agent.node, common::IDENTITY)
+        .expect("its wake-ups");
+    let job = s.on_submit_as(sweep(3), "alice").expect("alice's").job_id;
+    assert_eq!(agent.beat(&mut s, &[]).len(), 1, "her cap of one core");
+    assert!(
+        agent.beat(&mut s, &[]).is_empty(),
+        "nothing more under the cap"
+    );
+    woken(&mut waits);
+    s.on_limit_user("alice", CapChange::cores(2))
+        .expect("raised");
+    assert!(woken(&mut waits), "the raised cap wakes the node");
+    assert_eq!(
+        s.get_job(job).expect("job").pending_reason,
+        "resources: node `n` has room for it now: it starts at the node's next heartbeat"
+    );
+    assert_eq!(agent.beat(&mut s, &[]).len(), 1);
+    // A lowered cap brings no work: nobody is woken.
+    s.on_limit_user("alice", CapChange::cores(1))
+        .expect("lowered");
+    assert!(!woken(&mut waits), "a lowered cap wakes nobody");
+    s.on_remove_user("alice").expect("removed");
+    assert!(
+        woken(&mut waits),
+        "a removed user's caps go: the node is woken"
+    );
+    assert_eq!(agent.beat(&mut s, &[]).len(), 1, "the last of three");
+
+    // A workflow's instances held back by the cap on the node they were placed on (alice's
+    // tasks ended: the node is free).
+    let done: Vec<(u64, u32, bool)> = agent.running.iter().map(|&(t, a)| (t, a, true)).collect();
+    agent.beat(&mut s, &done);
+    s.on_add_user("bob", false).expect("bob");
+    s.on_limit_user("bob", CapChange::cores(1)).expect("capped");
+    let mut sub = submission("wf", false);
+    sub.text = "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = \"1..=2\"\n\
+                cost = \"1s\"\ncommand = \"true\"\n"
+        .into();
+    sub.hold = false;
+    s.on_submit_as(sub, "bob").expect("workflow");
+    let mut started = agent.beat(&mut s, &[]);
+    started.extend(agent.beat(&mut s, &[]));
+    assert_eq!(started.len(), 1, "one instance under bob's cap");
+    woken(&mut waits);
+    s.on_limit_user("bob", CapChange::cores(0)).expect("no cap");
+    assert!(
+        woken(&mut waits),
+        "the lifted cap wakes the node holding the other"
+    );
+    let mut rest = agent.beat(&mut s, &[]);
+    for _ in 0..3 {
+        rest.extend(agent.beat(&mut s, &[]));
+    }
+    assert_eq!(rest.len(), 1, "the other instance");
+}
+
+/// A task that needs more than its user's cap alone is refused at submission, naming its need,
+/// the cap and `hetsched user limit` (batch variants, multi-node tasks and workflow tasks); one
+/// the admin's lowered cap strands later is listed blocked, saying so.
+#[test]
+fn work_past_its_users_cap_alone_is_refused_and_a_lowered_cap_blocks_what_waits() {
+    let d = common::scratch("users", "beyond-cap");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user("alice", CapChange::cores(1))
+        .expect("capped");
+    common::Agent::new(&mut s, 4);
+    common::register(&mut s, "m", 4);
+    let job = |body: &str| {
+        let mut sub = submission("big", false);
+        sub.text = format!("[[application]]\nname = \"big\"\ntasks = 2\n{body}");
+        sub.hold = false;
+        sub
+    };
+    let two_cores = "[application.cpu]\ncommand = \"true\"\ncores = 2\n";
+    let err = s
+        .on_submit_as(job(two_cores), "alice")
+        .expect_err("past the cap")
+        .to_string();
+    assert!(
+        err.contains(
+            "job.toml: application `big`: a task needs 2 cores, more than the 1 core user \
+             `alice` may hold at once (`hetsched user limit alice --max-cores`): its tasks \
+             would never start"
+        ),
+        "{err}"
+    );
+    // The admin has no cap; another user neither.
+    s.on_submit(job(two_cores)).expect("the admin's");
+    // A multi-node task needs at least a core on each of its nodes.
+    let err = s
+        .on_submit_as(
+            job("nodes = 2\n[application.cpu]\ncommand = \"true\"\ncores = 1\n"),
+            "alice",
+        )
+        .expect_err("two nodes' cores")
+        .to_string();
+    assert!(
+        err.contains("a task needs 2 cores, more than the 1 core"),
+        "{err}"
+    );
+    // Memory alike (and GPUs: the same check).
+    s.on_limit_user(
+        "alice",
+        CapChange {
+            max_memory_bytes: Some(256 << 20),
+            ..CapChange::default()
+        },
+    )
+    .expect("memory cap");
+    let err = s
+        .on_submit_as(
+            job("[application.cpu]\ncommand = \"true\"\nmemory = \"512MiB\"\n"),
+            "alice",
+        )
+        .expect_err("past the memory cap")
+        .to_string();
+    assert!(
+        err.contains(
+            "a task needs 512 MiB of memory, more than the 256 MiB of memory user `alice` \
+             may hold at once (`hetsched user limit alice --max-memory`)"
+        ),
+        "{err}"
+    );
+    // A workflow task likewise.
+    let mut wf = submission("wf", false);
+    wf.text = "balancer = \"centralised\"\n[[task]]\nname = \"A\"\ninstances = \"1..=2\"\n\
+               cost = \"1s\"\ncores = 2\ncommand = \"true\"\n"
+        .into();
+    wf.hold = false;
+    let err = s
+        .on_submit_as(wf.clone(), "alice")
+        .expect_err("past the cap")
+        .to_string();
+    assert!(
+        err.contains("job.toml: task `A`: a task needs 2 cores, more than the 1 core user `alice`"),
+        "{err}"
+    );
+    // Accepted under a higher cap and held; the admin lowers the cap; released, it is blocked.
+    s.on_limit_user("alice", CapChange::cores(4))
+        .expect("raised");
+    let mut held = job(two_cores);
+    held.hold = true;
+    let id = s.on_submit_as(held, "alice").expect("fits").job_id;
+    let mut wf_held = wf;
+    wf_held.hold = false;
+    let wf_id = s.on_submit_as(wf_held, "alice").expect("fits").job_id;
+    s.on_limit_user("alice", CapChange::cores(1))
+        .expect("lowered");
+    s.on_hold(id, false).expect("released");
+    let j = s.get_job(id).expect("job");
+    assert_eq!(
+        (j.pending_reason.as_str(), j.blocked),
+        (
+            "`big`: a task needs 2 cores, more than the 1 core user `alice` may hold at once \
+             (`hetsched user limit alice --max-cores`): it waits until the admin raises the cap",
+            true
+        )
+    );
+    let w = s.get_job(wf_id).expect("workflow");
+    assert!(
+        w.blocked
+            && w.pending_reason
+                .starts_with("task `A`: a task needs 2 cores"),
+        "{w:?}"
+    );
 }

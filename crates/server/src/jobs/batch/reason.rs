@@ -24,6 +24,9 @@
 //! - `\`APP\` is backed off on every node that can run it` — its tasks failed to start there
 //!   (`start_failures`), and the back-off has not ended;
 //! - `\`APP\` runs its max_running of N` — the application's own cap;
+//! - `` `APP`: a task needs 2 cores, more than the 1 core user `alice` may hold at once (…)`` —
+//!   its owner's cap, lowered since, holds back even one task alone: blocked until the admin
+//!   raises it;
 //! - `its user's running tasks hold C of the M cores the user may hold at once` — its owner's
 //!   cap (`hetsched user limit --max-cores`);
 //! - for a multi-node application: `gathering N whole nodes…`, `waits for multi-node tasks served
@@ -33,6 +36,8 @@
 //!   dispatched until the store takes writes again;
 //! - `resources: every node that can run it is held whole for a multi-node task` — running, or
 //!   gathering its nodes (see `multi_node`);
+//! - `resources: node \`N\` has room for it now` — a node it fits on has not beaten since the
+//!   room came (a submission or a raised cap wakes it: it starts at that node's next beat);
 //! - `resources` — the nodes that can run it are busy: it starts as they free up; under fair
 //!   share it adds whose waiting work of the same priority goes first (users whose usage per
 //!   share is lower).
@@ -258,6 +263,22 @@ impl Batch {
                 }
                 return (why, true);
             }
+            // Its user's caps, lowered since it was accepted, hold back even one task alone:
+            // no task ending gives it room, only the admin can.
+            let group = rd.view.app(app).group;
+            if let Some(g) = group
+                && let Some(state) = rd.view.get_app(app)
+                && let Some(why) = crate::jobs::beyond_cap(
+                    rd.view.group(g).cap,
+                    &super::task_needs(&state.app),
+                    rd.users.owner(id),
+                )
+            {
+                return (
+                    format!("`{name}`: {why}: it waits until the admin raises the cap"),
+                    true,
+                );
+            }
             if rec.nodes > 1 {
                 if open.len() < rec.nodes as usize {
                     let why = format!(
@@ -344,6 +365,24 @@ impl Batch {
             return (
                 "resources: every node that can run it is held whole for a multi-node task"
                     .to_string(),
+                false,
+            );
+        }
+        // A node that can take a task now (free room, its user's cap, every rule of the view's
+        // `fits`) has not beaten since the room came: a submission, a raised cap or a node
+        // resumed wakes it, and its next beat starts the task. Saying its nodes are busy then
+        // sent the reader looking for load that is not there.
+        let ready = j.apps.clone().filter(|&a| pending(a) > 0).find_map(|a| {
+            let capable = rd.capable.of(rd, AppId(a));
+            capable.0.iter().copied().find(|&n| {
+                rd.view.fits(AppId(a), n, Variant::Cpu) || rd.view.fits(AppId(a), n, Variant::Gpu)
+            })
+        });
+        if let Some(name) = ready.and_then(|n| rd.nodes.get(n.0)).map(|n| &n.spec.name) {
+            return (
+                format!(
+                    "resources: node `{name}` has room for it now: it starts at the node's next heartbeat"
+                ),
                 false,
             );
         }
