@@ -259,6 +259,9 @@ async fn run_async(cmd: TopologyCommand) -> anyhow::Result<()> {
                         count(v["workers"].as_array().map_or(0, Vec::len) as u64, "worker"),
                         count(v["nodes_used"].as_u64().unwrap_or(0), "node")
                     );
+                    if let Some(over) = v["overcommitted"].as_str().filter(|o| !o.is_empty()) {
+                        eprintln!("warning: {}", shown(over));
+                    }
                     if v["replaced_killed"] == true {
                         println!(
                             "(it replaces the killed topology of this name: that one's record and \

@@ -1428,12 +1428,13 @@ fn node_loads_json(nodes: &[StreamNode], loads: &[f64]) -> serde_json::Value {
 }
 
 /// Why topology `run` cannot fit `nodes` (those it may run on, by their whole capacity,
-/// `cores × 100`), or `None` when its executors' declared CPU packs onto them. Other work is
+/// `cores × 100`), or `None` when its executors' declared CPU packs onto them; `true` with it
+/// when one executor alone declares more than the largest node has (refused at submission). Other work is
 /// left out (it ends; a placement beside it is the placers' and the controller's business):
 /// this is about a topology larger than the cluster, whose workers would hold every core of
 /// its nodes for as long as it runs. The test is the core's own feasibility test, one-phase's
 /// first-fit-decreasing (`policy::stream::one_phase::first_fit_decreasing`), on empty nodes.
-fn beyond_capacity(run: &Run, nodes: &[StreamNode]) -> Option<String> {
+fn beyond_capacity(run: &Run, nodes: &[StreamNode]) -> Option<(bool, String)> {
     let topo = &run.topo.topology;
     let loads = topo.declared_loads();
     let empty: Vec<StreamNode> = nodes
@@ -1455,6 +1456,8 @@ fn beyond_capacity(run: &Run, nodes: &[StreamNode]) -> Option<String> {
         .iter()
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)));
+    // One executor larger than every node: no placement can hold it (refused at submission).
+    let refused = matches!(biggest, Some((_, &l)) if l > largest);
     let detail = match biggest {
         Some((e, &l)) if l > largest => format!(
             "; `{}` alone declares {l:.0} %, more than the largest node's {largest:.0} %",
@@ -1472,15 +1475,22 @@ fn beyond_capacity(run: &Run, nodes: &[StreamNode]) -> Option<String> {
     } else {
         String::new()
     };
-    Some(format!(
-        "{}: topology `{}` needs more CPU than the {} it may run on have: its {} declare {need:.0} % \
-         (100 % = one core) against their {capacity:.0} %{detail}{util}; placed anyway, its \
-         workers would hold those nodes' cores for as long as it runs and other work would wait. \
-         Lower the executors' `cpu` or `parallelism`, or add nodes",
-        run.rec.origin,
-        topo.name,
-        hetsched_core::text::count(nodes.len() as u64, "node"),
-        hetsched_core::text::count(loads.len() as u64, "executor"),
+    let outcome = if refused {
+        "no node can hold that executor"
+    } else {
+        "placed, its workers hold those nodes' cores for as long as it runs and other work waits"
+    };
+    Some((
+        refused,
+        format!(
+            "{}: topology `{}` needs more CPU than the {} it may run on have: its {} declare {need:.0} % \
+         (100 % = one core) against their {capacity:.0} %{detail}{util}; {outcome}. Lower the \
+         executors' `cpu` or `parallelism`, or add nodes",
+            run.rec.origin,
+            topo.name,
+            hetsched_core::text::count(nodes.len() as u64, "node"),
+            hetsched_core::text::count(loads.len() as u64, "executor"),
+        ),
     ))
 }
 
@@ -2107,13 +2117,19 @@ impl Topology {
             );
             return Err(invalid(e));
         }
-        // Larger than every node it may run on (drained ones included: they come back) put
-        // together: refused, as a batch task no node can hold is. A placement after nodes are
-        // lost is not refused; `topology show` says where it overcommits a node.
+        // An executor declaring more CPU than any node it may run on has (drained ones
+        // included: they come back) can never be held: refused, as a batch task no node can
+        // hold is. A topology that only declares more than its nodes have together is placed
+        // (declared loads are estimates, and the user may mean to overcommit), said in the
+        // server's log, and `overcommitted` in the reply (`topology submit` and `show` print
+        // it as a warning) names each node it overcommits.
         if !alive.is_empty() {
             let whole = stream_nodes(&alive, &HashMap::new());
-            if let Some(why) = beyond_capacity(&run, &whole) {
-                return Err(TopologyError::Precondition(why));
+            if let Some((refused, why)) = beyond_capacity(&run, &whole) {
+                if refused {
+                    return Err(TopologyError::Precondition(why));
+                }
+                tracing::warn!("{why}");
             }
         }
         if !open.is_empty() {
