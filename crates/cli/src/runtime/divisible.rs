@@ -100,6 +100,10 @@ pub fn submission_too_large(file: &Path, text: &str, size: usize) -> Option<anyh
     ))
 }
 
+/// What the agent table shows for an agent none of whose chunks has finished: its speed, compute
+/// latency and bandwidth are not known yet (the server sends them as 0).
+const NOT_MEASURED: &str = "not measured yet";
+
 /// The divisible part of `hetsched job N` (table form).
 pub fn print(d: &pb::DivisibleInfo, state: &str, counts: &pb::TaskCounts) {
     print!("{}", text(d, state, counts));
@@ -113,7 +117,7 @@ fn text(d: &pb::DivisibleInfo, state: &str, counts: &pb::TaskCounts) -> String {
     // Writing to a String cannot fail.
     let _ = writeln!(
         s,
-        "divisible load `{}`{}: {} units with {}, {} done; {} round(s); lower bound W/ΣS = {}{}",
+        "divisible load `{}`{}: {} units with {}, {} done; {}; lower bound W/ΣS = {}{}",
         shown(&d.name),
         if d.requires.is_empty() {
             String::new()
@@ -123,7 +127,7 @@ fn text(d: &pb::DivisibleInfo, state: &str, counts: &pb::TaskCounts) -> String {
         d.units,
         shown(&d.algo),
         d.units_done,
-        d.rounds,
+        hetsched_core::text::count(d.rounds, "round"),
         if d.lower_bound_s > 0.0 {
             format!("{:.3} s", d.lower_bound_s)
         } else {
@@ -169,11 +173,20 @@ fn text(d: &pb::DivisibleInfo, state: &str, counts: &pb::TaskCounts) -> String {
         "alive",
     ]);
     for w in &d.workers {
+        // The server sends 0 for all four figures of an agent none of whose chunks has
+        // finished yet (a measured speed is never 0): `0.0 … 0.000e0` read as a measured agent
+        // that computes nothing.
+        let measured = w.speed > 0.0;
+        let figure = |shown: String| if measured { shown } else { "-".to_string() };
         t.add_row(super::human::row(vec![
             w.name.clone(),
-            format!("{:.1}", w.speed),
-            format!("{:.4}", w.compute_latency),
-            format!("{:.3e}", w.bandwidth),
+            if measured {
+                format!("{:.1}", w.speed)
+            } else {
+                NOT_MEASURED.to_string()
+            },
+            figure(format!("{:.4}", w.compute_latency)),
+            figure(format!("{:.3e}", w.bandwidth)),
             if w.memory_units == 0 {
                 "unlimited".into()
             } else {
@@ -474,6 +487,87 @@ mod tests {
             shown.contains("\nfailed: chunk 4 (units 0..4) failed: exited"),
             "{shown}"
         );
+    }
+
+    /// The cells of the agent table's row of `agent` in `shown`, trimmed.
+    fn agent_row(shown: &str, agent: &str) -> Vec<String> {
+        let line = shown
+            .lines()
+            .find(|l| {
+                l.trim_start_matches('│')
+                    .trim_start()
+                    .starts_with(&format!("{agent} "))
+            })
+            .unwrap_or_else(|| panic!("no row of {agent} in {shown}"));
+        line.trim_matches('│')
+            .split('┆')
+            .map(|c| c.trim().to_string())
+            .collect()
+    }
+
+    /// An agent none of whose chunks has finished has no measured figures: the server sends
+    /// them as 0, and the table said `0.0`, `0.0000` and `0.000e0`, as if it had measured an
+    /// agent that computes nothing. Its row says it is not measured yet; a measured agent's
+    /// figures are shown as before.
+    #[test]
+    fn an_agent_not_measured_yet_shows_no_figures() {
+        let d = pb::DivisibleInfo {
+            name: "count".into(),
+            algo: "umrlm".into(),
+            units: 400,
+            rounds: 1,
+            workers: vec![
+                pb::DivisibleWorker {
+                    name: "a1".into(),
+                    speed: 75.0,
+                    compute_latency: 0.01,
+                    bandwidth: 1041.6666666666667,
+                    network_latency: 0.0005,
+                    units_done: 20,
+                    chunks_done: 2,
+                    alive: true,
+                    ..Default::default()
+                },
+                pb::DivisibleWorker {
+                    name: "a2".into(),
+                    alive: true,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let shown = text(&d, "running", &pb::TaskCounts::default());
+        assert_eq!(
+            agent_row(&shown, "a1"),
+            [
+                "a1",
+                "75.0",
+                "0.0100",
+                "1.042e3",
+                "unlimited",
+                "20",
+                "2",
+                "yes"
+            ],
+            "{shown}"
+        );
+        assert_eq!(
+            agent_row(&shown, "a2"),
+            [
+                "a2",
+                "not measured yet",
+                "-",
+                "-",
+                "unlimited",
+                "0",
+                "0",
+                "yes"
+            ],
+            "{shown}"
+        );
+        assert!(!shown.contains("0.000e0"), "{shown}");
+        // One round reads as one, not `1 round(s)`.
+        assert!(shown.contains(" done; 1 round; lower bound"), "{shown}");
     }
 
     /// A failed chunk says why as a failed task does (`failed (time_limit)`); one whose agent
