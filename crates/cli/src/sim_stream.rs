@@ -4,7 +4,7 @@
 use clap::Args;
 use hetsched_core::input::Duration;
 use hetsched_core::policy::stream::one_phase::Refine;
-use hetsched_sim::scenario::stream_paper::{StreamPaperOptions, run};
+use hetsched_sim::scenario::stream_paper::{MAX_SURGE, StreamPaperOptions, run};
 use std::path::PathBuf;
 
 /// Options of `sim stream-paper`.
@@ -18,7 +18,8 @@ pub struct StreamPaperArgs {
     /// throughput and every average are over exactly the time asked for.
     #[arg(long, default_value = "120s")]
     pub duration: Duration,
-    /// Rate factor of the surge (from 40 s to 80 s); 0 or more.
+    /// Rate factor of the surge (from 40 s to 80 s): 0 to 100 (at 100 every placement's busiest
+    /// node is loaded over 40 times its capacity).
     #[arg(long, default_value_t = 1.6, allow_negative_numbers = true)]
     pub surge: f64,
     /// One-phase's relative traffic gain threshold for rescheduling (0.1 = 10 %); 0 or more.
@@ -43,9 +44,11 @@ pub struct StreamPaperArgs {
 /// Runs `sim stream-paper`.
 pub fn run_cmd(args: StreamPaperArgs) -> anyhow::Result<()> {
     let out = crate::out_dir::Named::prepare(args.out.as_deref(), "report.json", &[])?;
-    if !(args.surge.is_finite() && args.surge >= 0.0) {
+    if !(0.0..=MAX_SURGE).contains(&args.surge) {
         anyhow::bail!(
-            "--surge must be a finite number, 0 or more, got {}",
+            "--surge must be from 0 to {MAX_SURGE} (a factor on the declared rates; at \
+             {MAX_SURGE} every placement's busiest node is loaded over 40 times its capacity), \
+             got {}",
             hetsched_core::text::number(args.surge)
         );
     }

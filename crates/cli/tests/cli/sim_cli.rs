@@ -1034,6 +1034,26 @@ fn stream_paper_refuses_a_duration_past_its_bound() {
     assert!(asked.elapsed() < std::time::Duration::from_secs(10));
 }
 
+/// `stream-paper --surge` is bounded above, the refusal naming the flag, the value (compactly)
+/// and the range: `--surge 1e300` ran and reported latencies of 1e301 ms.
+#[test]
+fn stream_paper_refuses_a_surge_past_its_bound() {
+    for (surge, shown) in [("1e300", "1e300"), ("100.5", "100.5"), ("inf", "inf")] {
+        let out = hetsched(&["sim", "stream-paper", "--surge", surge]);
+        assert_eq!(out.status.code(), Some(1), "{surge}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "error: --surge must be from 0 to 100 (a factor on the declared rates; at 100 \
+                 every placement's busiest node is loaded over 40 times its capacity), got \
+                 {shown}\n"
+            ),
+            "{surge}"
+        );
+        assert!(out.stdout.is_empty(), "{surge}");
+    }
+}
+
 /// `hdas-paper --scale` is bounded above, as `sweep --scale` is, the refusal naming the flag:
 /// before, `--scale 1000` was taken and ran for hours under the simulator's bound on tasks.
 #[test]
@@ -1193,7 +1213,8 @@ fn a_refused_numeric_flag_is_echoed_compactly() {
         ),
         (
             vec!["stream-paper", "--surge=-1e300"],
-            "error: --surge must be a finite number, 0 or more, got -1e300\n",
+            "error: --surge must be from 0 to 100 (a factor on the declared rates; at 100 every \
+             placement's busiest node is loaded over 40 times its capacity), got -1e300\n",
         ),
         (
             vec!["stream-paper", "--max-utilisation", "1e300"],
