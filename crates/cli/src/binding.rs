@@ -13,7 +13,9 @@ use std::path::PathBuf;
 #[derive(Debug, Subcommand)]
 pub enum BindingCommand {
     /// Replay a file of `add-nnode NAME RACK`, `add-anode NAME RACK [WEIGHT]` and `remove NAME`
-    /// lines and print the final map as `NNODE -> ANODE` lines sorted by NNode name.
+    /// lines and print the final map as `NNODE -> ANODE` lines sorted by NNode name. WEIGHT is the
+    /// ANode's accelerators' summed speeds: 0.001 to 256000 (at most 256 accelerators, each
+    /// 0.001 to 1000), default 1.
     Replay(ReplayArgs),
 }
 

@@ -281,3 +281,33 @@ fn slots_without_container_mode_are_noted_as_ignored() {
     ]);
     assert!(out.status.success() && out.stderr.is_empty());
 }
+
+/// An ANode's WEIGHT is bounded to what a node's accelerators can sum to, the refusal naming the
+/// file, the line, the value (compactly) and the range: `1e300` was taken, and a weight below
+/// 0.001 was taken as 0.001.
+#[test]
+fn a_weight_past_its_range_is_refused_naming_line_value_and_range() {
+    for (weight, shown) in [("1e300", "1e300"), ("0.0001", "1e-4"), ("300000", "300000")] {
+        let f = events_file(
+            "weight.txt",
+            &format!("add-nnode n r\nadd-anode a r {weight}\n"),
+        );
+        let out = hetsched(&[
+            "binding",
+            "replay",
+            f.to_str().unwrap(),
+            "--mode",
+            "weighted",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{weight}");
+        assert!(
+            stderr(&out).contains(&format!(
+                "weight.txt:2:15: invalid WEIGHT `{shown}`: expected a number from 0.001 to \
+                 256000 (an ANode's accelerators' summed speeds: at most 256, each 0.001 to 1000)"
+            )),
+            "{weight}: {}",
+            stderr(&out)
+        );
+        assert_eq!(stdout(&out), "", "{weight}");
+    }
+}

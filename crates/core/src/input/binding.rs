@@ -8,13 +8,21 @@
 //! ```
 //!
 //! A NAME is a node name ([`super::cluster::node_name_problem`]), a RACK a rack name
-//! ([`crate::model::cluster::rack_name_problem`]).
+//! ([`crate::model::cluster::rack_name_problem`]), a WEIGHT a number in [`WEIGHT_RANGE`].
 //!
 //! Parsing checks each line's shape and names; what only the sequence can tell (a duplicate
 //! name, removing a node that is not there) is checked when the lines are applied
 //! ([`crate::policy::binding::replay`]). Both kinds of error name the line.
 
+use super::cluster::{MAX_NODE_ACCELERATORS, SPEED_RANGE};
 use super::{InputError, Source};
+
+/// The range of an ANode's WEIGHT: what a cluster file's node can sum its accelerators' speeds
+/// to (one at the slowest speed, 0.001, up to [`MAX_NODE_ACCELERATORS`] at the fastest, 1000).
+/// Binding counts weights in thousandths, so a smaller weight was taken as 0.001 silently, and
+/// `1e300` was taken too.
+pub const WEIGHT_RANGE: std::ops::RangeInclusive<f64> =
+    *SPEED_RANGE.start()..=*SPEED_RANGE.end() * MAX_NODE_ACCELERATORS as f64;
 
 /// One membership change as written.
 #[derive(Clone, Debug, PartialEq)]
@@ -148,14 +156,22 @@ pub fn parse_binding_events(origin: &str, text: &str) -> Result<Vec<BindingLine>
                 let weight = match fields.get(3) {
                     None => 1.0,
                     Some(&(at, w)) => match w.parse::<f64>() {
-                        Ok(v) if v.is_finite() && v > 0.0 => v,
-                        _ => {
+                        Ok(v) if WEIGHT_RANGE.contains(&v) => v,
+                        parsed => {
+                            // A number is echoed compactly (`1e300`, not as written out).
+                            let given =
+                                parsed.map_or_else(|_| crate::text::clip(w), super::units::shown);
                             return Err(src.error(
                                 Some(at),
                                 None,
                                 format!(
-                                    "invalid WEIGHT `{}`: expected a positive number",
-                                    crate::text::clip(w)
+                                    "invalid WEIGHT `{given}`: expected a number from {} to {} \
+                                     (an ANode's accelerators' summed speeds: at most \
+                                     {MAX_NODE_ACCELERATORS}, each {} to {})",
+                                    super::units::shown(*WEIGHT_RANGE.start()),
+                                    super::units::shown(*WEIGHT_RANGE.end()),
+                                    super::units::shown(*SPEED_RANGE.start()),
+                                    super::units::shown(*SPEED_RANGE.end()),
                                 ),
                             ));
                         }
@@ -199,6 +215,22 @@ mod tests {
         assert_eq!(lines[2].line, 5);
     }
 
+    /// The ends of the range are weights: what a node of one slowest accelerator and a node of
+    /// 256 fastest ones sum to.
+    #[test]
+    fn the_ends_of_the_weight_range_are_taken() {
+        let lines =
+            parse_binding_events("e.txt", "add-anode a r 0.001\nadd-anode b r 256000\n").unwrap();
+        let weights: Vec<f64> = lines
+            .iter()
+            .map(|l| match l.command {
+                BindingCommand::AddANode { weight, .. } => weight,
+                _ => f64::NAN,
+            })
+            .collect();
+        assert_eq!(weights, [0.001, 256000.0]);
+    }
+
     #[test]
     fn bad_lines_name_their_line() {
         let err = |t: &str| parse_binding_events("e.txt", t).unwrap_err().to_string();
@@ -214,9 +246,28 @@ mod tests {
             err("remove\n"),
             "e.txt:1:7: missing NAME: expected `remove NAME`"
         );
+        let range = "expected a number from 0.001 to 256000 (an ANode's accelerators' summed \
+                     speeds: at most 256, each 0.001 to 1000)";
         assert_eq!(
             err("add-anode a r -1\n"),
-            "e.txt:1:15: invalid WEIGHT `-1`: expected a positive number"
+            format!("e.txt:1:15: invalid WEIGHT `-1`: {range}")
+        );
+        // Past the range either way, echoed compactly; a weight below 0.001 was taken as 0.001.
+        assert_eq!(
+            err("add-anode a r 1e300\n"),
+            format!("e.txt:1:15: invalid WEIGHT `1e300`: {range}")
+        );
+        assert_eq!(
+            err(&format!("add-anode a r 0.{}1\n", "0".repeat(40))),
+            format!("e.txt:1:15: invalid WEIGHT `1e-41`: {range}")
+        );
+        assert_eq!(
+            err("add-anode a r 256000.5\n"),
+            format!("e.txt:1:15: invalid WEIGHT `256000.5`: {range}")
+        );
+        assert_eq!(
+            err("add-anode a r heavy\n"),
+            format!("e.txt:1:15: invalid WEIGHT `heavy`: {range}")
         );
         assert_eq!(
             err("remove a b\n"),
