@@ -2,20 +2,8 @@
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
+use crate::support::binary::{hetsched, stderr, stdout};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn hetsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("the hetsched binary runs")
-}
 
 /// Writes `text` to a fresh file in the target directory and returns its path.
 fn events_file(name: &str, text: &str) -> PathBuf {
@@ -24,14 +12,6 @@ fn events_file(name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("the events file is written");
     path
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

@@ -1,31 +1,28 @@
 //! `hetsched sim divisible` and `sim divisible-paper` as a user meets them: the real binary on
 //! the example platform, the exported schedule, infeasible UMR, and bad input.
 
+use crate::support::binary::{
+    assert_ok, command, fixtures, hetsched, json_of as json, refusal, refused_at_once, repo,
+};
 use hetsched_core::testkit::ScratchDir;
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn hetsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("the hetsched binary runs")
-}
+use std::process::Output;
 
 const PLATFORM: &str = "examples/platform-divisible-paper.toml";
 
-fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+/// `sim divisible --platform PLATFORM --load LOAD --algo ALGO EXTRA…`.
+fn divisible(platform: &str, load: &str, algo: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "sim",
+        "divisible",
+        "--platform",
+        platform,
+        "--load",
+        load,
+        "--algo",
+        algo,
+    ];
+    args.extend_from_slice(extra);
+    hetsched(&args)
 }
 
 fn temp_dir(name: &str) -> ScratchDir {
@@ -41,18 +38,12 @@ fn first_workers(k: usize) -> String {
 
 #[test]
 fn umrlm_on_the_example_platform_reports_makespan_rounds_busy_and_the_bound() {
-    let v = json(&hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
+    let v = json(&divisible(
         PLATFORM,
-        "--load",
         "10000",
-        "--algo",
         "umrlm",
-        "--output",
-        "json",
-    ]));
+        &["--output", "json"],
+    ));
     let makespan = v["makespan"].as_f64().expect("makespan");
     let bound = v["lower_bound"].as_f64().expect("lower_bound");
     assert!(
@@ -74,16 +65,7 @@ fn umrlm_on_the_example_platform_reports_makespan_rounds_busy_and_the_bound() {
         let busy_s = w["busy_s"].as_f64().expect("busy_s");
         assert!((busy_s - busy * makespan).abs() < 1e-9, "{w}");
     }
-    let table = hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        PLATFORM,
-        "--load",
-        "10000",
-        "--algo",
-        "umrlm",
-    ]);
+    let table = divisible(PLATFORM, "10000", "umrlm", &[]);
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(
         text.contains("umrlm: makespan") && text.contains("lower bound W/ΣS"),
@@ -96,20 +78,12 @@ fn the_exported_schedule_has_the_documented_keys_and_replays_to_the_makespan() {
     let dir = temp_dir("export");
     let out = dir.join("umr.json");
     let out_s = out.display().to_string();
-    let v = json(&hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
+    let v = json(&divisible(
         PLATFORM,
-        "--load",
         "5000",
-        "--algo",
         "umr",
-        "--export-schedule",
-        &out_s,
-        "--output",
-        "json",
-    ]));
+        &["--export-schedule", &out_s, "--output", "json"],
+    ));
     let e: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("export written"))
             .expect("JSON");
@@ -172,16 +146,7 @@ fn umr_past_its_memory_is_reported_infeasible_naming_worker_round_and_overflow()
     let six = dir.join("six.toml");
     std::fs::write(&six, first_workers(6)).expect("write");
     let six_s = six.display().to_string();
-    let out = hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        &six_s,
-        "--load",
-        "8000",
-        "--algo",
-        "umr",
-    ]);
+    let out = divisible(&six_s, "8000", "umr", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -189,16 +154,7 @@ fn umr_past_its_memory_is_reported_infeasible_naming_worker_round_and_overflow()
             && stderr.contains("overflow"),
         "{stderr}"
     );
-    let ok = hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        &six_s,
-        "--load",
-        "8000",
-        "--algo",
-        "umrlm",
-    ]);
+    let ok = divisible(&six_s, "8000", "umrlm", &[]);
     assert!(
         ok.status.success(),
         "UMRLM runs it: {}",
@@ -208,40 +164,11 @@ fn umr_past_its_memory_is_reported_infeasible_naming_worker_round_and_overflow()
 
 #[test]
 fn bad_platform_files_are_refused_with_file_line_and_field() {
-    let dir = repo().join("tests/fixtures/divisible");
-    let mut fixtures: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("fixtures")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    fixtures.sort();
+    let fixtures = fixtures("divisible");
     assert!(fixtures.len() >= 6);
-    for path in fixtures {
-        let rel = path
-            .strip_prefix(repo())
-            .unwrap_or(&path)
-            .display()
-            .to_string();
-        let out = hetsched(&[
-            "sim",
-            "divisible",
-            "--platform",
-            &rel,
-            "--load",
-            "100",
-            "--algo",
-            "umr",
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{rel}: {stderr}");
-        assert!(
-            !stderr.contains("panicked") && out.stdout.is_empty(),
-            "{rel}: {stderr}"
-        );
-        let expected = match path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-        {
+    for rel in fixtures {
+        let stderr = refusal(&divisible(&rel, "100", "umr", &[]), &rel);
+        let expected = match rel.rsplit('/').next().unwrap_or_default() {
             "01-negative-speed.toml" => ":10:9: worker[1].speed: must be a positive number, got -5",
             "02-zero-bandwidth.toml" => {
                 ":5:13: worker[0].bandwidth: must be a positive number, got 0"
@@ -292,32 +219,14 @@ fn bad_loads_errors_and_algorithms_are_refused_clearly() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
-    let out = hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        PLATFORM,
-        "--load",
-        "100",
-        "--algo",
-        "fast",
-    ]);
+    let out = divisible(PLATFORM, "100", "fast", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr.contains("unknown divisible-load algorithm `fast`"),
         "{stderr}"
     );
-    let out = hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        "no/such.toml",
-        "--load",
-        "100",
-        "--algo",
-        "umr",
-    ]);
+    let out = divisible("no/such.toml", "100", "umr", &[]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read no/such.toml"));
 }
 
@@ -350,18 +259,12 @@ fn loads_and_platforms_past_the_clock_are_refused_not_wrapped() {
             "its umr plan ends (worker 0 `a` last) at 1.000e10 s".to_string(),
         ),
     ] {
-        let out = hetsched(&[
-            "sim",
-            "divisible",
-            "--platform",
+        let out = divisible(
             platform,
-            "--load",
             load,
-            "--algo",
             "umr",
-            "--export-schedule",
-            &schedule.display().to_string(),
-        ]);
+            &["--export-schedule", &schedule.display().to_string()],
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{load}: {stderr}");
         assert!(
@@ -377,16 +280,7 @@ fn loads_and_platforms_past_the_clock_are_refused_not_wrapped() {
     )
     .expect("write");
     let long = long.display().to_string();
-    let out = hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        &long,
-        "--load",
-        "10",
-        "--algo",
-        "umr",
-    ]);
+    let out = divisible(&long, "10", "umr", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(&format!(
@@ -401,22 +295,9 @@ fn one_round_of_one_send_reads_in_the_singular() {
     let dir = temp_dir("singular");
     let platform = dir.join("one.toml");
     std::fs::write(&platform, first_workers(1)).expect("write");
-    let out = hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        &platform.display().to_string(),
-        "--load",
-        "100",
-        "--algo",
-        "static",
-    ]);
+    let out = divisible(&platform.display().to_string(), "100", "static", &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert!(stdout.contains(" over 1 round (1 send); "), "{stdout}");
 }
 
@@ -453,16 +334,7 @@ fn umrlm_on_a_worker_of_tiny_memory_is_refused_naming_it_not_planned_for_gigabyt
             ),
         )
         .expect("write");
-        let out = hetsched(&[
-            "sim",
-            "divisible",
-            "--platform",
-            &platform.display().to_string(),
-            "--load",
-            load,
-            "--algo",
-            "umrlm",
-        ]);
+        let out = divisible(&platform.display().to_string(), load, "umrlm", &[]);
         assert_eq!(out.status.code(), Some(1), "{memory}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{stderr}");
@@ -472,22 +344,12 @@ fn umrlm_on_a_worker_of_tiny_memory_is_refused_naming_it_not_planned_for_gigabyt
 #[test]
 fn the_same_seed_gives_the_same_output_byte_for_byte() {
     let run = |seed: &str| {
-        hetsched(&[
-            "sim",
-            "divisible",
-            "--platform",
+        divisible(
             PLATFORM,
-            "--load",
             "10000",
-            "--algo",
             "rumr",
-            "--error",
-            "0.3",
-            "--seed",
-            seed,
-            "--output",
-            "json",
-        ])
+            &["--error", "0.3", "--seed", seed, "--output", "json"],
+        )
         .stdout
     };
     assert_eq!(run("4"), run("4"));
@@ -506,11 +368,7 @@ fn divisible_paper_writes_its_tables_and_plots() {
     let d = dir.display().to_string();
     let out = hetsched(&["sim", "divisible-paper", "--seeds", "3", "--out", &d]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert!(stdout.contains("Makespan vs matrix rows") && stdout.contains("infeasible"));
     for f in [
         "report.json",
@@ -527,16 +385,7 @@ fn divisible_paper_writes_its_tables_and_plots() {
 /// refusal once printed 0.000… with 300 zeros.
 #[test]
 fn a_tiny_loads_refusal_shows_its_numbers_in_scientific_notation() {
-    let out = hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        PLATFORM,
-        "--load",
-        "1e-300",
-        "--algo",
-        "umr",
-    ]);
+    let out = divisible(PLATFORM, "1e-300", "umr", &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("no round count"), "{err}");
@@ -550,18 +399,7 @@ fn a_tiny_loads_refusal_shows_its_numbers_in_scientific_notation() {
 /// `lower_bound` (kept for scripts that read it).
 #[test]
 fn the_lower_bound_is_also_named_in_seconds() {
-    let v = json(&hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        PLATFORM,
-        "--load",
-        "10000",
-        "--algo",
-        "umr",
-        "--output",
-        "json",
-    ]));
+    let v = json(&divisible(PLATFORM, "10000", "umr", &["--output", "json"]));
     assert_eq!(v["lower_bound_s"], v["lower_bound"], "{v}");
     assert!(v["lower_bound_s"].as_f64().is_some_and(|b| b > 0.0), "{v}");
 }
@@ -570,33 +408,16 @@ fn the_lower_bound_is_also_named_in_seconds() {
 /// ran for hours (45 simulations a seed).
 #[test]
 fn divisible_paper_refuses_more_seeds_than_its_bound() {
-    let asked = std::time::Instant::now();
-    let out = hetsched(&["sim", "divisible-paper", "--seeds", "100000000"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("--seeds must be at most 10000, got 100000000"),
-        "{err}"
+    refused_at_once(
+        &["sim", "divisible-paper", "--seeds", "100000000"],
+        "--seeds must be at most 10000, got 100000000",
     );
-    assert!(asked.elapsed() < std::time::Duration::from_secs(10));
 }
 
 #[test]
 fn umrlms_weights_given_to_another_planner_are_noted_as_ignored() {
     // Only UMRLM orders workers by c1, c2, c3: `--algo umr --c1 0.5` changed nothing, silently.
-    let run = |algo: &str, extra: &[&str]| {
-        let mut args = vec![
-            "sim",
-            "divisible",
-            "--platform",
-            PLATFORM,
-            "--load",
-            "10000",
-            "--algo",
-            algo,
-        ];
-        args.extend_from_slice(extra);
-        hetsched(&args)
-    };
+    let run = |algo: &str, extra: &[&str]| divisible(PLATFORM, "10000", algo, extra);
     let out = run("umr", &["--c1", "0.5", "--c3", "0.2"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -619,9 +440,7 @@ fn umrlms_weights_given_to_another_planner_are_noted_as_ignored() {
 /// Runs `hetsched` with `args` and waits at most `limit` for it (a planner that hangs fails the
 /// test instead of holding the suite).
 fn hetsched_within(args: &[&str], limit: std::time::Duration) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args(args)
-        .current_dir(repo())
+    let mut child = command(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -661,18 +480,12 @@ fn a_slow_first_worker_neither_takes_the_load_nor_hangs_the_planner() {
     for text in &platforms {
         std::fs::write(&slow, text).expect("write");
         for algo in ["umr", "umrlm", "rumr"] {
-            let v = json(&hetsched(&[
-                "sim",
-                "divisible",
-                "--platform",
+            let v = json(&divisible(
                 &slow.display().to_string(),
-                "--load",
                 "50",
-                "--algo",
                 algo,
-                "--output",
-                "json",
-            ]));
+                &["--output", "json"],
+            ));
             let makespan = v["makespan"].as_f64().unwrap_or(f64::NAN);
             assert!((makespan - 0.505).abs() < 1e-3, "{algo} on {text}: {v}");
         }
@@ -683,16 +496,7 @@ fn a_slow_first_worker_neither_takes_the_load_nor_hangs_the_planner() {
          [[worker]]\nname = \"w2\"\nspeed = 20.0\ncompute_latency = 0.01\nbandwidth = 100.0\n\
          network_latency = 0.001\n";
     std::fs::write(&hang, platform).expect("write");
-    let out = hetsched(&[
-        "sim",
-        "divisible",
-        "--platform",
-        &hang.display().to_string(),
-        "--load",
-        "100",
-        "--algo",
-        "umrlm",
-    ]);
+    let out = divisible(&hang.display().to_string(), "100", "umrlm", &[]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),

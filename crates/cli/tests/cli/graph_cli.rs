@@ -1,21 +1,10 @@
 //! `hetsched sim graph` and `hetsched sim pcddb-paper` as a user meets them: the real binary on the
 //! example files, the export document, and bad workflows refused with file, line and field.
 
+use crate::support::binary::{assert_ok, hetsched};
 use hetsched_core::testkit::ScratchDir;
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn hetsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("the hetsched binary runs")
-}
+use std::process::Output;
 
 /// An object's keys, sorted.
 fn keys(v: &serde_json::Value) -> Vec<String> {
@@ -64,11 +53,7 @@ fn the_export_lists_every_instance_node_and_message_counter() {
             &p,
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let text = std::fs::read_to_string(&path).expect("export written");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("export is JSON");
     assert_eq!(
@@ -451,11 +436,7 @@ fn a_cluster_past_100000_nodes_is_refused_and_one_of_100000_runs_in_little_memor
         "--output",
         "json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["instances"], 82);
 }
@@ -474,11 +455,7 @@ fn the_pcddb_paper_scenario_reports_the_papers_figures() {
         "--out",
         &d,
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(
         v["deployment_cores"], 52,
@@ -580,11 +557,7 @@ fn the_summary_carries_its_seed_and_busy_seconds() {
         WORKFLOW,
         &["--balancer", "pcddb", "--seed", "7", "--output", "json"],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["seed"], 7, "{v}");
     let nodes = v["nodes"].as_array().expect("nodes");

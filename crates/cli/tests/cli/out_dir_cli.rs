@@ -2,18 +2,15 @@
 //! the command writes its named files into it, and a path that is a file is refused before any
 //! work starts. The real binary, as a user meets it.
 
+use crate::support::binary::{assert_ok, command, repo};
 use hetsched_core::testkit::ScratchDir;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
+/// `hetsched ARGS` with a server address where none listens: a command that would call one
+/// (`hetsched output`) fails there instead of reaching one.
 fn hetsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args(args)
-        .current_dir(repo())
+    command(args)
         .env("HETSCHED_SERVER", "http://127.0.0.1:9")
         .output()
         .expect("the hetsched binary runs")
@@ -44,11 +41,7 @@ fn sim_run_and_sim_sweep_write_their_named_file_into_a_new_directory() {
         "--out",
         s(&run_dir),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let written = std::fs::read(run_dir.join("result.json")).expect("result.json");
     let result: serde_json::Value = serde_json::from_slice(&written).expect("json");
     assert!(result["makespan_s"].as_f64() > Some(0.0), "{result}");
@@ -85,11 +78,7 @@ fn sim_run_and_sim_sweep_write_their_named_file_into_a_new_directory() {
         "--out",
         s(&sweep_dir),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(sweep_dir.join("report.json")).expect("report"))
             .expect("json");
@@ -144,8 +133,7 @@ fn every_out_flag_refuses_a_file_before_starting_and_its_help_says_dir() {
     // `hetsched output JOB -o DIR` too (refused before it calls the server).
     let token = base.join("token");
     std::fs::write(&token, "t").expect("token");
-    let out = Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args(["output", "1", "-o", f])
+    let out = command(&["output", "1", "-o", f])
         .env("HETSCHED_SERVER", "http://127.0.0.1:9")
         .env("HETSCHED_TOKEN_FILE", &token)
         .output()

@@ -3,26 +3,10 @@
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
+use crate::support::binary::{hetsched, json_of, repo, stderr};
 use hetsched_core::testkit::ScratchDir;
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn hetsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("the hetsched binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 const EXAMPLE: [&str; 6] = [
     "sim",
@@ -37,9 +21,7 @@ fn json(extra: &[&str]) -> Value {
     let mut args = EXAMPLE.to_vec();
     args.extend_from_slice(&["--output", "json"]);
     args.extend_from_slice(extra);
-    let out = hetsched(&args);
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_of(&hetsched(&args))
 }
 
 fn node<'a>(report: &'a Value, name: &str) -> &'a Value {

@@ -1,25 +1,7 @@
 //! `hetsched sim run/compare/hdas-paper` show the makespan lower bound, and `hetsched sim sweep`
 //! compares every batch policy on random cases: the real binary, as a user runs it.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn hetsched(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args(args)
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .output()
-        .expect("the hetsched binary runs")
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
+use crate::support::binary::{assert_ok, hetsched, json_of as json, refused_at_once};
 
 const CLUSTER: &str = "examples/cluster-hdas-paper.toml";
 const WORKLOAD: &str = "examples/workload-knn-nb-bp.toml";
@@ -88,11 +70,7 @@ fn a_tiny_sweep_prints_every_policy_and_is_reproducible() {
         "sim", "sweep", "--cases", "3", "--scale", "0.05", "--seed", "7",
     ];
     let out = hetsched(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let table = String::from_utf8_lossy(&out.stdout).to_string();
     for policy in ["fifo", "drf", "hadoop-model", "hdas", "hdas-hetero"] {
         assert!(
@@ -127,12 +105,8 @@ fn a_sweep_of_zero_cases_is_refused() {
 /// scale was taken, and one case of millions of tasks ran for hours.
 #[test]
 fn a_sweep_past_its_scale_bound_is_refused_naming_the_flag() {
-    let asked = std::time::Instant::now();
-    let out = hetsched(&["sim", "sweep", "--cases", "1", "--scale", "100"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("--scale: must be at most 10"),
-        "{err}"
+    refused_at_once(
+        &["sim", "sweep", "--cases", "1", "--scale", "100"],
+        "--scale: must be at most 10",
     );
-    assert!(asked.elapsed() < std::time::Duration::from_secs(10));
 }

@@ -12,8 +12,9 @@
 //! runs: below. Skips, saying so, where SimGrid's
 //! headers or a C++ compiler are missing (`.ci/run` installs Debian's `libsimgrid-dev`).
 
+use crate::support::binary::{assert_ok, hetsched};
 use hetsched_core::testkit::ScratchDir;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// Runs `script` with this build's binary; its table's rows (cells trimmed), or `None` (skipped)
@@ -27,7 +28,7 @@ fn table_of(script: &str, header: &str) -> Option<(String, Vec<Vec<String>>)> {
         );
         return None;
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let repo = crate::support::binary::repo();
     let out_dir = ScratchDir::new("simgrid", script.trim_end_matches(".sh"));
     let out = Command::new("sh")
         .arg(repo.join("scripts").join(script))
@@ -183,7 +184,7 @@ fn the_network_scripts_header_and_rows_are_the_documented_tables() {
         eprintln!("SKIPPED: no python3");
         return;
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let repo = crate::support::binary::repo();
     let cells = |line: &str| line.trim().trim_matches('|').split('|').count();
     let script = std::fs::read_to_string(repo.join("scripts/simgrid-accel.sh")).expect("script");
     let header = script
@@ -199,25 +200,16 @@ fn the_network_scripts_header_and_rows_are_the_documented_tables() {
     assert_eq!(header, documented);
     let dir = ScratchDir::new("simgrid", "accel-columns");
     let run = dir.join("run.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_hetsched"))
-        .args([
-            "sim",
-            "accel",
-            "--cluster",
-            "examples/cluster-offload.toml",
-            "--workload",
-            "examples/workload-offload.toml",
-            "--export",
-        ])
-        .arg(&run)
-        .current_dir(&repo)
-        .output()
-        .expect("hetsched runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&hetsched(&[
+        "sim",
+        "accel",
+        "--cluster",
+        "examples/cluster-offload.toml",
+        "--workload",
+        "examples/workload-offload.toml",
+        "--export",
+        run.to_str().expect("a UTF-8 path"),
+    ]));
     let exported: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&run).expect("run")).expect("json");
     let ends: Vec<f64> = exported["transfers"]

@@ -1,7 +1,9 @@
 //! A throw-away cluster for the operator tests: the real `hetsched` binary as a server and agents
-//! on loopback, driven through the CLI as a user would. Every wait is bounded.
+//! on loopback, driven through the CLI as a user would. Every wait is bounded. The commands that
+//! need no cluster run through [`binary`].
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod cdp;
 
 use hetsched_core::testkit::ScratchDir;
