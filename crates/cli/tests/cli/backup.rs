@@ -3,6 +3,7 @@
 
 use crate::support::Cluster;
 use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 fn job_names(c: &Cluster) -> Vec<String> {
@@ -222,6 +223,47 @@ fn a_divisible_jobs_files_travel_in_the_backup_to_a_server_on_a_new_data_directo
 /// Job ids repeat after a restore (the ids that followed the backup are handed out again),
 /// while the agents keep what the jobs of before left in their work directories. A user's job
 /// that got the id of another user's earlier job never reads that job's output: not its own
+/// Users `dave` and `erin` and a backup of the store taken before either ran anything: the
+/// ids a restore hands out again.
+struct BeforeDave {
+    /// Dave's token file.
+    dave: PathBuf,
+    /// Erin's token file.
+    erin: PathBuf,
+    data_dir: String,
+    backup: String,
+}
+
+impl BeforeDave {
+    fn take(c: &Cluster) -> BeforeDave {
+        let dave = c.add_user("dave");
+        let erin = c.add_user("erin");
+        let data_dir = c.data().to_str().expect("path").to_string();
+        let backup = c.dir.join("before-dave.db");
+        let backup = backup.to_str().expect("path").to_string();
+        c.ok(&["server", "backup", "--data-dir", &data_dir, &backup]);
+        BeforeDave {
+            dave,
+            erin,
+            data_dir,
+            backup,
+        }
+    }
+
+    /// Stops the server, restores the backup and starts the server again.
+    fn restore(&self, c: &mut Cluster) {
+        assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
+        c.ok(&[
+            "server",
+            "restore",
+            "--data-dir",
+            &self.data_dir,
+            &self.backup,
+        ]);
+        c.start_server();
+    }
+}
+
 /// earlier attempt's, which `log` looks for on every agent (the operator review's leak: erin's
 /// job 1 attempt 1 printed dave's job 1's secret, left on another node). Dave's file stays on
 /// the node, set aside only when a job of the id runs there.
@@ -231,12 +273,8 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
     c.start_agent("n1", 1, &[]);
     c.start_agent("n2", 1, &[]);
     c.wait_for_nodes(2);
-    let dave = c.add_user("dave");
-    let erin = c.add_user("erin");
-    let data_dir = c.data().to_str().expect("path").to_string();
-    let backup = c.dir.join("before-dave.db");
-    let backup_s = backup.to_str().expect("path").to_string();
-    c.ok(&["server", "backup", "--data-dir", &data_dir, &backup_s]);
+    let before = BeforeDave::take(&c);
+    let (dave, erin) = (&before.dave, &before.erin);
     fn as_user_of(c: &Cluster, token: &std::path::Path, args: &[&str]) -> (bool, String, String) {
         let mut cmd = c.command(args);
         cmd.env("HETSCHED_TOKEN_FILE", token);
@@ -250,7 +288,7 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
     let secret = "DAVE-SECRET-42";
     let (ok, said, err) = as_user_of(
         &c,
-        &dave,
+        dave,
         &[
             "submit",
             "--wait",
@@ -264,7 +302,7 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
     );
     assert!(ok && said.contains("job 1 "), "{said}{err}");
     // Dave reads his own output (the read names his job's nonce, which marks its directory).
-    let (ok, said, err) = as_user_of(&c, &dave, &["log", "1", "sh:0"]);
+    let (ok, said, err) = as_user_of(&c, dave, &["log", "1", "sh:0"]);
     assert!(ok && said == format!("{secret}\n"), "{said}{err}");
     let held = c.dir.join("agent-n1/job-1/sh-0.1.out");
     assert_eq!(
@@ -272,13 +310,11 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
         format!("{secret}\n")
     );
 
-    assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
-    c.ok(&["server", "restore", "--data-dir", &data_dir, &backup_s]);
-    c.start_server();
+    before.restore(&mut c);
     // Erin's job gets id 1 again; it fails on n2 twice.
     let (ok, said, err) = as_user_of(
         &c,
-        &erin,
+        erin,
         &[
             "submit",
             "--wait",
@@ -299,7 +335,7 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
     let tasks = c.json(&["tasks", "--job", "1"]);
     assert_eq!(tasks[0]["attempt"], 2, "{tasks}");
     // Its attempt 1 is looked for on every agent: n1 holds `job-1/sh-0.1.out`, dave's.
-    let (ok, said, err) = as_user_of(&c, &erin, &["log", "1", "sh:0", "--attempt", "1"]);
+    let (ok, said, err) = as_user_of(&c, erin, &["log", "1", "sh:0", "--attempt", "1"]);
     assert!(ok, "{err}");
     assert!(
         !said.contains(secret) && !err.contains(secret),
@@ -309,7 +345,7 @@ fn after_a_restore_a_job_never_reads_the_output_of_an_earlier_job_of_its_id() {
         said.is_empty() && err.contains("no live agent holds its stdout"),
         "{said}{err}"
     );
-    let (ok, said, err) = as_user_of(&c, &erin, &["log", "1", "sh:0"]);
+    let (ok, said, err) = as_user_of(&c, erin, &["log", "1", "sh:0"]);
     assert!(
         ok && said.is_empty() && err.contains("printed nothing"),
         "{said}{err}"
@@ -330,31 +366,15 @@ fn after_a_restore_a_job_runs_its_own_command_not_a_kept_spec_of_its_id() {
     let mut c = Cluster::start("stale-spec", false);
     c.start_agent("n1", 1, &[]);
     c.wait_for_nodes(1);
-    let dave = c.add_user("dave");
-    let erin = c.add_user("erin");
-    let data_dir = c.data().to_str().expect("path").to_string();
-    let backup = c.dir.join("before-dave.db");
-    let backup_s = backup.to_str().expect("path").to_string();
-    c.ok(&["server", "backup", "--data-dir", &data_dir, &backup_s]);
-    fn run(c: &Cluster, token: &std::path::Path, line: &str) {
-        let out = c
-            .command(&["submit", "--wait", "--shell", "--", line])
-            .env("HETSCHED_TOKEN_FILE", token)
-            .output()
-            .expect("run hetsched");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    run(&c, &dave, "echo DAVE-RAN");
+    let before = BeforeDave::take(&c);
+    let run = |c: &Cluster, token: &std::path::Path, line: &str| {
+        c.ok_as(token, None, &["submit", "--wait", "--shell", "--", line]);
+    };
+    run(&c, &before.dave, "echo DAVE-RAN");
     assert_eq!(c.ok(&["log", "1", "echo:0"]), "DAVE-RAN\n");
-    assert_eq!(c.stop_server("TERM", Duration::from_secs(20)), Some(0));
-    c.ok(&["server", "restore", "--data-dir", &data_dir, &backup_s]);
-    c.start_server();
+    before.restore(&mut c);
     c.wait_for_nodes(1);
-    run(&c, &erin, "echo ERIN-RAN");
+    run(&c, &before.erin, "echo ERIN-RAN");
     assert_eq!(c.json(&["job", "1"])["owner"], "erin");
     assert_eq!(c.ok(&["log", "1", "echo:0"]), "ERIN-RAN\n");
 }

@@ -2,8 +2,14 @@
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
-use crate::support::binary::{hetsched, stderr, stdout};
+use crate::support::binary::{assert_ok, hetsched, stderr, stdout};
 use std::path::PathBuf;
+use std::process::Output;
+
+/// `hetsched binding replay FILE EXTRA…`.
+fn replay(file: &str, extra: &[&str]) -> Output {
+    hetsched(&[&["binding", "replay", file][..], extra].concat())
+}
 
 /// Writes `text` to a fresh file in the target directory and returns its path.
 fn events_file(name: &str, text: &str) -> PathBuf {
@@ -16,8 +22,8 @@ fn events_file(name: &str, text: &str) -> PathBuf {
 
 #[test]
 fn replaying_figure_3_prints_the_spec_map() {
-    let out = hetsched(&["binding", "replay", "examples/binding-figure3.txt"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = replay("examples/binding-figure3.txt", &[]);
+    assert_ok(&out);
     assert_eq!(
         stdout(&out),
         "m1 -> unbound\nn1 -> a1\nn2 -> a2\nn3 -> a1\nn4 -> a2\nn5 -> a3\nn6 -> a3\n"
@@ -26,13 +32,8 @@ fn replaying_figure_3_prints_the_spec_map() {
 
 #[test]
 fn trace_prints_each_event_and_the_map_after_it() {
-    let out = hetsched(&[
-        "binding",
-        "replay",
-        "examples/binding-figure3.txt",
-        "--trace",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = replay("examples/binding-figure3.txt", &["--trace"]);
+    assert_ok(&out);
     let text = stdout(&out);
     assert!(
         text.contains(
@@ -57,30 +58,16 @@ fn the_modes_differ_where_the_spec_says() {
         "add-anode a1 r\nadd-anode a2 r\nadd-anode a3 r\nadd-nnode n r\n",
     );
     let f = f.to_str().unwrap();
-    let plain = hetsched(&["binding", "replay", f]);
+    let plain = replay(f, &[]);
     assert_eq!(stdout(&plain), "n -> a1\n");
-    let container = hetsched(&[
-        "binding",
-        "replay",
-        f,
-        "--mode",
-        "container",
-        "--slots",
-        "3",
-    ]);
+    let container = replay(f, &["--mode", "container", "--slots", "3"]);
     assert_eq!(stdout(&container), "n/0 -> a1\nn/1 -> a2\nn/2 -> a3\n");
     // Weighted: a 2× ANode takes three of four NNodes.
     let w = events_file(
         "weighted.txt",
         "add-anode fast r 2\nadd-anode slow r 1\nadd-nnode n1 r\nadd-nnode n2 r\nadd-nnode n3 r\nadd-nnode n4 r\n",
     );
-    let out = hetsched(&[
-        "binding",
-        "replay",
-        w.to_str().unwrap(),
-        "--mode",
-        "weighted",
-    ]);
+    let out = replay(w.to_str().unwrap(), &["--mode", "weighted"]);
     assert_eq!(
         stdout(&out),
         "n1 -> fast\nn2 -> fast\nn3 -> fast\nn4 -> slow\n"
@@ -124,7 +111,7 @@ fn a_bad_line_is_an_error_naming_it_and_nothing_is_printed() {
             assert_eq!(stdout(&out), "", "{name}: printed as if it were fine");
         }
     }
-    let out = hetsched(&["binding", "replay", "no/such/file.txt"]);
+    let out = replay("no/such/file.txt", &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("cannot read no/such/file.txt"));
 }
@@ -145,7 +132,7 @@ fn accel_paper_prints_json_with_the_documented_keys() {
         "--output",
         "json",
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_ok(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     let row = &v["rows"][0];
     for key in [
@@ -174,15 +161,7 @@ fn slots_past_1024_per_node_or_a_million_in_all_are_refused_before_binding() {
     let f = events_file("slots.txt", "add-anode a r\nadd-nnode n r\n");
     let f = f.to_str().unwrap();
     for slots in ["4000000000", "1025", "0"] {
-        let out = hetsched(&[
-            "binding",
-            "replay",
-            f,
-            "--mode",
-            "container",
-            "--slots",
-            slots,
-        ]);
+        let out = replay(f, &["--mode", "container", "--slots", slots]);
         assert_eq!(out.status.code(), Some(2), "{slots}");
         assert!(
             stderr(&out).contains(&format!(
@@ -192,31 +171,18 @@ fn slots_past_1024_per_node_or_a_million_in_all_are_refused_before_binding() {
             stderr(&out)
         );
     }
-    let out = hetsched(&[
-        "binding",
-        "replay",
-        f,
-        "--mode",
-        "container",
-        "--slots",
-        "1024",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = replay(f, &["--mode", "container", "--slots", "1024"]);
+    assert_ok(&out);
     assert_eq!(stdout(&out).lines().count(), 1024);
     // 1,000 NNodes of 1,024 containers each: over a million to bind.
     let text: String = std::iter::once("add-anode a r\n".to_string())
         .chain((0..1000).map(|i| format!("add-nnode n{i} r\n")))
         .collect();
     let many = events_file("many.txt", &text);
-    let out = hetsched(&[
-        "binding",
-        "replay",
+    let out = replay(
         many.to_str().unwrap(),
-        "--mode",
-        "container",
-        "--slots",
-        "1024",
-    ]);
+        &["--mode", "container", "--slots", "1024"],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains(
@@ -232,15 +198,10 @@ fn slots_past_1024_per_node_or_a_million_in_all_are_refused_before_binding() {
 fn slots_without_container_mode_are_noted_as_ignored() {
     // Plain and weighted binding bind whole nodes: `--slots 8` changed nothing, silently.
     for mode in ["plain", "weighted"] {
-        let out = hetsched(&[
-            "binding",
-            "replay",
+        let out = replay(
             "examples/binding-figure3.txt",
-            "--mode",
-            mode,
-            "--slots",
-            "8",
-        ]);
+            &["--mode", mode, "--slots", "8"],
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stderr}");
         assert!(
@@ -250,15 +211,10 @@ fn slots_without_container_mode_are_noted_as_ignored() {
             "{stderr}"
         );
     }
-    let out = hetsched(&[
-        "binding",
-        "replay",
+    let out = replay(
         "examples/binding-figure3.txt",
-        "--mode",
-        "container",
-        "--slots",
-        "8",
-    ]);
+        &["--mode", "container", "--slots", "8"],
+    );
     assert!(out.status.success() && out.stderr.is_empty());
 }
 
@@ -272,13 +228,7 @@ fn a_weight_past_its_range_is_refused_naming_line_value_and_range() {
             "weight.txt",
             &format!("add-nnode n r\nadd-anode a r {weight}\n"),
         );
-        let out = hetsched(&[
-            "binding",
-            "replay",
-            f.to_str().unwrap(),
-            "--mode",
-            "weighted",
-        ]);
+        let out = replay(f.to_str().unwrap(), &["--mode", "weighted"]);
         assert_eq!(out.status.code(), Some(1), "{weight}");
         assert!(
             stderr(&out).contains(&format!(

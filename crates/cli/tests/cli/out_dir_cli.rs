@@ -2,7 +2,7 @@
 //! the command writes its named files into it, and a path that is a file is refused before any
 //! work starts. The real binary, as a user meets it.
 
-use crate::support::binary::{assert_ok, command, repo};
+use crate::support::binary::{assert_ok, command, repo, sim_run};
 use hetsched_core::testkit::ScratchDir;
 use std::path::Path;
 use std::process::Output;
@@ -31,16 +31,7 @@ const WORKLOAD: &str = "examples/workload-knn-nb-bp.toml";
 fn sim_run_and_sim_sweep_write_their_named_file_into_a_new_directory() {
     let base = scratch("written");
     let run_dir = base.join("runs/knn");
-    let out = hetsched(&[
-        "sim",
-        "run",
-        "--cluster",
-        CLUSTER,
-        "--workload",
-        WORKLOAD,
-        "--out",
-        s(&run_dir),
-    ]);
+    let out = sim_run(CLUSTER, WORKLOAD, &["--out", s(&run_dir)]);
     assert_ok(&out);
     let written = std::fs::read(run_dir.join("result.json")).expect("result.json");
     let result: serde_json::Value = serde_json::from_slice(&written).expect("json");
@@ -55,16 +46,7 @@ fn sim_run_and_sim_sweep_write_their_named_file_into_a_new_directory() {
         "it says what it wrote"
     );
     // Again into the same (now existing) directory: fine.
-    let again = hetsched(&[
-        "sim",
-        "run",
-        "--cluster",
-        CLUSTER,
-        "--workload",
-        WORKLOAD,
-        "--out",
-        s(&run_dir),
-    ]);
+    let again = sim_run(CLUSTER, WORKLOAD, &["--out", s(&run_dir)]);
     assert!(again.status.success());
 
     let sweep_dir = base.join("sweep");

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // a failing test should panic with the error
 
-use crate::support::binary::{hetsched, json_of, repo, stderr};
+use crate::support::binary::{assert_ok, hetsched, json_of, repo, sim_run, stderr};
 use hetsched_core::testkit::ScratchDir;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -139,7 +139,7 @@ fn the_json_report_has_stable_keys() {
 #[test]
 fn the_table_shows_makespan_map_and_stages() {
     let out = hetsched(&EXAMPLE);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_ok(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("makespan: "), "{text}");
     assert!(text.contains("n4 -> unbound"), "{text}");
@@ -338,7 +338,7 @@ fn what_sim_run_refuses_sim_accel_refuses_with_the_same_located_error() {
     let w = workload.to_str().unwrap();
     for text in &cases {
         std::fs::write(&workload, text).unwrap();
-        let run = hetsched(&["sim", "run", "--cluster", c, "--workload", w]);
+        let run = sim_run(c, w, &[]);
         let accel = hetsched(&["sim", "accel", "--cluster", c, "--workload", w]);
         assert_eq!(run.status.code(), Some(1), "{text}");
         assert_eq!(accel.status.code(), Some(1), "{text}");

@@ -1,29 +1,20 @@
 //! `hetsched sim run/compare/hdas-paper` show the makespan lower bound, and `hetsched sim sweep`
 //! compares every batch policy on random cases: the real binary, as a user runs it.
 
-use crate::support::binary::{assert_ok, hetsched, json_of as json, refused_at_once};
+use crate::support::binary::{assert_ok, hetsched, json_of as json, refused_at_once, sim_run};
 
 const CLUSTER: &str = "examples/cluster-hdas-paper.toml";
 const WORKLOAD: &str = "examples/workload-knn-nb-bp.toml";
 
 #[test]
 fn run_and_compare_report_the_bound_below_every_makespan() {
-    let run = json(&hetsched(&[
-        "sim",
-        "run",
-        "--cluster",
-        CLUSTER,
-        "--workload",
-        WORKLOAD,
-        "--output",
-        "json",
-    ]));
+    let run = json(&sim_run(CLUSTER, WORKLOAD, &["--output", "json"]));
     let bound = run["lower_bound_s"].as_f64().expect("lower_bound_s");
     let makespan = run["makespan_s"].as_f64().expect("makespan_s");
     assert!(bound > 0.0 && bound <= makespan, "{bound} vs {makespan}");
     assert!((run["makespan_over_bound"].as_f64().unwrap_or(0.0) - makespan / bound).abs() < 1e-9);
 
-    let table = hetsched(&["sim", "run", "--cluster", CLUSTER, "--workload", WORKLOAD]);
+    let table = sim_run(CLUSTER, WORKLOAD, &[]);
     assert!(String::from_utf8_lossy(&table.stdout).contains("makespan / bound"));
 
     let compare = json(&hetsched(&[

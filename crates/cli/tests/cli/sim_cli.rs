@@ -2,16 +2,9 @@
 //! the malformed fixture set.
 
 use crate::support::binary::{
-    assert_ok, fixtures, hetsched, hetsched_in, refusal, refused_at_once, repo,
+    assert_ok, fixtures, hetsched, hetsched_in, refusal, refused_at_once, repo, sim_run,
 };
 use hetsched_core::testkit::ScratchDir;
-use std::process::Output;
-
-fn sim_run(cluster: &str, workload: &str, extra: &[&str]) -> Output {
-    let mut args = vec!["sim", "run", "--cluster", cluster, "--workload", workload];
-    args.extend_from_slice(extra);
-    hetsched(&args)
-}
 
 const CLUSTER: &str = "examples/cluster-hdas-paper.toml";
 const WORKLOAD: &str = "examples/workload-knn-nb-bp.toml";
@@ -187,18 +180,11 @@ fn compare_with_fair_share_reports_each_user_and_serves_the_light_one_first() {
         on * 2.0 < off,
         "bob's mean turnaround: {on} s with, {off} s without"
     );
-    let out = hetsched(&[
-        "sim",
-        "run",
-        "--cluster",
+    let out = sim_run(
         CLUSTER,
-        "--workload",
         workload.to_str().expect("path"),
-        "--policy",
-        "fifo",
-        "--fair-share",
-        "0s",
-    ]);
+        &["--policy", "fifo", "--fair-share", "0s"],
+    );
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--fair-share (0s) must be at least 1m"),

@@ -24,6 +24,13 @@ pub fn hetsched(args: &[&str]) -> Output {
     command(args).output().expect("the hetsched binary runs")
 }
 
+/// Runs `hetsched sim run --cluster CLUSTER --workload WORKLOAD EXTRA…`.
+pub fn sim_run(cluster: &str, workload: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["sim", "run", "--cluster", cluster, "--workload", workload];
+    args.extend_from_slice(extra);
+    hetsched(&args)
+}
+
 /// Runs `hetsched ARGS` from `dir` (file names in the arguments and in messages then read as a
 /// user in that directory writes them).
 pub fn hetsched_in(dir: &Path, args: &[&str]) -> Output {
