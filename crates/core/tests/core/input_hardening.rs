@@ -22,7 +22,8 @@ fn a_binding_line_with_a_multibyte_blank_names_the_right_column_without_panickin
     );
     assert_eq!(
         binding_error("add-anode\u{a0}a1 r heavy\n"),
-        "b.txt:1:16: invalid WEIGHT `heavy`: expected a positive number"
+        "b.txt:1:16: invalid WEIGHT `heavy`: expected a number from 0.001 to 256000 (an ANode's \
+         accelerators' summed speeds: at most 256, each 0.001 to 1000)"
     );
     assert_eq!(
         binding_error("remove\u{3000}a\u{3000}b\n"),
