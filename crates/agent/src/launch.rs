@@ -887,10 +887,7 @@ pub async fn run(
         }
         Ended::TimedOut(ms) => {
             result.set_end(pb::TaskEnd::TimeLimit);
-            result.message = format!(
-                "time limit of {} exceeded{forced}",
-                humanize(Duration::from_millis(ms))
-            );
+            result.message = format!("{}{forced}", time_limit_exceeded(Duration::from_millis(ms)));
         }
         Ended::OverMemory(bytes) => {
             result.set_end(pb::TaskEnd::MemoryLimit);
@@ -994,6 +991,12 @@ async fn drain(
 
 fn humanize(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
+}
+
+/// Why a task or a divisible chunk was stopped at its time limit `limit`: `time limit of
+/// 1.500s exceeded`, one wording for both ([`crate::divisible`]), which users and scripts match.
+pub(crate) fn time_limit_exceeded(limit: Duration) -> String {
+    format!("time limit of {} exceeded", humanize(limit))
 }
 
 #[cfg(test)]
