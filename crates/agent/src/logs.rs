@@ -731,10 +731,6 @@ mod tests {
         };
         let service = LogService::new(&dir, key.clone());
         let ask = |r: pb::AgentLogRequest| service.read_log(Request::new(r));
-        let valid_for = |r: &pb::AgentLogRequest| pb::AgentLogRequest {
-            ticket: ticket::sign(&KEY, &Log::of(r, "a")),
-            ..r.clone()
-        };
         let task = pb::AgentLogRequest {
             job_id: 4,
             app: "sim".into(),
@@ -744,7 +740,7 @@ mod tests {
         };
 
         // No key from the server yet: nothing is served, even with a valid ticket.
-        let e = ask(valid_for(&task)).await.expect_err("no key");
+        let e = ask(ticketed(&task)).await.expect_err("no key");
         assert_eq!(e.code(), tonic::Code::Unavailable, "{}", e.message());
         assert!(e.metadata().get(NO_KEY_HEADER).is_some(), "{e:?}");
         assert!(e.message().contains("holds no data key"), "{}", e.message());
@@ -771,7 +767,7 @@ mod tests {
         };
         let other_node = ticket::sign(&KEY, &Log::of(&task, "b"));
         let other_key = ticket::sign(&[8; 32], &Log::of(&task, "a"));
-        let valid = valid_for(&task).ticket;
+        let valid = ticketed(&task).ticket;
         for (case, req, says) in [
             ("no ticket", task.clone(), "no ticket from the server"),
             ("forged", with(&task, vec![0; 32]), "does not match"),
@@ -824,9 +820,9 @@ mod tests {
 
         // With its ticket: served, any page of it; the link is reached (and refused as one)
         // only with attempt 2's own ticket.
-        let r = ask(valid_for(&task)).await.expect("served").into_inner();
+        let r = ask(ticketed(&task)).await.expect("served").into_inner();
         assert_eq!(r.data, b"alice's result\n");
-        let r = ask(valid_for(&pb::AgentLogRequest {
+        let r = ask(ticketed(&pb::AgentLogRequest {
             offset: -7,
             ..task.clone()
         }))
@@ -834,11 +830,11 @@ mod tests {
         .expect("a page")
         .into_inner();
         assert_eq!(r.data, b"result\n");
-        let e = ask(valid_for(&attempt_2)).await.expect_err("a link");
+        let e = ask(ticketed(&attempt_2)).await.expect_err("a link");
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
-        let e = ask(valid_for(&worker)).await.expect_err("no such worker");
+        let e = ask(ticketed(&worker)).await.expect_err("no such worker");
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
-        let r = ask(valid_for(&chunk)).await.expect("a chunk").into_inner();
+        let r = ask(ticketed(&chunk)).await.expect("a chunk").into_inner();
         assert!(!r.exists);
     }
 
@@ -860,6 +856,25 @@ mod tests {
         (dir, service)
     }
 
+    /// `r` with the server's ticket for it on node `a` (signed with [`KEY`]).
+    fn ticketed(r: &pb::AgentLogRequest) -> pb::AgentLogRequest {
+        pb::AgentLogRequest {
+            ticket: ticket::sign(&KEY, &Log::of(r, "a")),
+            ..r.clone()
+        }
+    }
+
+    /// `service`'s answer to `r` with its ticket ([`ticketed`]), as the server relays a read.
+    async fn read_ticketed(
+        service: &LogService,
+        r: pb::AgentLogRequest,
+    ) -> Result<pb::ReadLogReply, Status> {
+        service
+            .read_log(Request::new(ticketed(&r)))
+            .await
+            .map(Response::into_inner)
+    }
+
     /// Job ids repeat (a restored backup, a fresh data directory) while the agent keeps older
     /// jobs' directories: a task's or chunk's file is served only to a read whose (ticketed)
     /// job nonce is the one its directory is marked with. Another incarnation's read — with
@@ -870,7 +885,7 @@ mod tests {
     async fn a_file_is_served_only_to_reads_of_the_job_incarnation_that_wrote_it() {
         let (dir, service) = keyed_service("nonce");
         let read = |job_id, job_nonce, divisible| {
-            let mut r = pb::AgentLogRequest {
+            let r = pb::AgentLogRequest {
                 job_id,
                 app: "sh".into(),
                 attempt: 1,
@@ -879,14 +894,7 @@ mod tests {
                 job_nonce,
                 ..Default::default()
             };
-            r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
-            let service = &service;
-            async move {
-                service
-                    .read_log(Request::new(r))
-                    .await
-                    .map(|r| r.into_inner())
-            }
+            read_ticketed(&service, r)
         };
         // Job 1 of this incarnation (nonce 0xa) printed a secret; job 2 is an unmarked
         // (legacy) directory of an agent before nonces; chunk 2 of divisible job 3 is 0xc's.
@@ -998,7 +1006,7 @@ mod tests {
         run(1, "echo important-result").await;
         run(2, "missing-dir").await;
         let read = |job_id: u64, index: u32, stderr: bool| {
-            let mut r = pb::AgentLogRequest {
+            let r = pb::AgentLogRequest {
                 job_id,
                 app: "sh".into(),
                 index,
@@ -1006,14 +1014,7 @@ mod tests {
                 stderr,
                 ..Default::default()
             };
-            r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
-            let service = &service;
-            async move {
-                service
-                    .read_log(Request::new(r))
-                    .await
-                    .map(|r| r.into_inner())
-            }
+            read_ticketed(&service, r)
         };
         // Ran and printed nothing, on either stream, or never started: an empty page.
         for (index, stderr) in [(0, false), (0, true), (2, false), (2, true)] {
@@ -1073,23 +1074,18 @@ mod tests {
     async fn a_fifo_in_an_outputs_place_is_refused_at_once_naming_it() {
         let (dir, service) = keyed_service("fifo");
         let read = |attempt: u32| {
-            let mut r = pb::AgentLogRequest {
+            let r = pb::AgentLogRequest {
                 job_id: 4,
                 app: "sim".into(),
                 index: 2,
                 attempt,
                 ..Default::default()
             };
-            r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
-            let service = &service;
+            let read = read_ticketed(&service, r);
             async move {
-                tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    service.read_log(Request::new(r)),
-                )
-                .await
-                .expect("an answer within 5 s, not a hang")
-                .map(|r| r.into_inner())
+                tokio::time::timeout(std::time::Duration::from_secs(5), read)
+                    .await
+                    .expect("an answer within 5 s, not a hang")
             }
         };
         let fifo = |p: &Path| {
