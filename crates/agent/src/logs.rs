@@ -34,6 +34,10 @@
 //! task and the path, so that `hetsched log` fails rather than print nothing. A task that ran
 //! and printed nothing on the stream (its capture file is made at the first byte) is an empty
 //! page with `exists: false`: the job directory's records tell the two apart ([`crate::ran`]).
+//! Such a `NotFound` carries what the records say ([`pb::LOG_ABSENT_HEADER`]): the attempt ran
+//! here and its files are gone, or the job's directory is here but the attempt never ran here
+//! (nothing: the node holds nothing of the job), so that the server, which asks every agent for
+//! an earlier attempt, can say which.
 //!
 //! A running stream worker's stderr (`worker.err` in its directory, [`crate::stream_workers`]) is
 //! served for `hetsched topology log`; one in an account's directory is read as the account.
@@ -394,6 +398,18 @@ impl TaskRecord {
         Status::not_found(format!("{} is gone: {why}", self.what))
     }
 
+    /// [`TaskRecord::gone`], marked with what this node's records say of the attempt
+    /// (`known`: [`pb::LOG_RAN_HERE`] or [`pb::LOG_NOT_RUN_HERE`]), which the server reads
+    /// when it asks every agent for an earlier attempt.
+    fn gone_known(&self, why: String, known: &'static str) -> Status {
+        let mut s = self.gone(why);
+        s.metadata_mut().insert(
+            pb::LOG_ABSENT_HEADER,
+            tonic::metadata::MetadataValue::from_static(known),
+        );
+        s
+    }
+
     /// Ok when capture file `path`'s job directory is on this node; else its output is gone.
     fn job_dir_here(&self, path: &Path) -> Result<(), Status> {
         let dir = path.parent().unwrap_or(path);
@@ -415,10 +431,13 @@ impl TaskRecord {
         use crate::ran::Record;
         let stream = if self.stderr { "stderr" } else { "stdout" };
         if pointed {
-            return Err(self.gone(format!(
-                "{}, the file its application sent its {stream} to, was removed",
-                file.display()
-            )));
+            return Err(self.gone_known(
+                format!(
+                    "{}, the file its application sent its {stream} to, was removed",
+                    file.display()
+                ),
+                pb::LOG_RAN_HERE,
+            ));
         }
         let record = crate::ran::read(&self.file, self.index)
             .map_err(|e| file_error(&self.file.display().to_string(), &e))?;
@@ -433,18 +452,24 @@ impl TaskRecord {
                 if silent {
                     Ok(())
                 } else {
-                    Err(self.gone(format!(
-                        "{} was removed (the attempt printed on its {stream})",
-                        file.display()
-                    )))
+                    Err(self.gone_known(
+                        format!(
+                            "{} was removed (the attempt printed on its {stream})",
+                            file.display()
+                        ),
+                        pb::LOG_RAN_HERE,
+                    ))
                 }
             }
-            Record::None => Err(self.gone(format!(
-                "{} does not exist, and {} records no run of this attempt here (it ran on \
-                 another node, or the record was removed)",
-                file.display(),
-                self.file.display()
-            ))),
+            Record::None => Err(self.gone_known(
+                format!(
+                    "{} does not exist, and {} records no run of this attempt here (it ran on \
+                     another node, or the record was removed)",
+                    file.display(),
+                    self.file.display()
+                ),
+                pb::LOG_NOT_RUN_HERE,
+            )),
         }
     }
 }
@@ -1026,11 +1051,19 @@ mod tests {
         // Its stderr: nothing printed there.
         let r = read(1, 1, true).await.expect("no stderr");
         assert!(!r.exists, "{r:?}");
+        // What its records say of an attempt it holds no output of, for the server, which
+        // asks every agent for an earlier attempt (none: nothing of the job here).
+        let known = |e: &Status| {
+            e.metadata()
+                .get(pb::LOG_ABSENT_HEADER)
+                .map(|v| v.to_str().expect("ascii").to_string())
+        };
         // Its capture file removed: gone, named.
         let out = output_path(&dir, 1, "sh", (1, 0), 1, false);
         std::fs::remove_file(&out).expect("rm");
         let e = read(1, 1, false).await.expect_err("removed");
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert_eq!(known(&e).as_deref(), Some(pb::LOG_RAN_HERE));
         assert!(
             e.message()
                 .contains("the stdout of job 1's task \"sh\":1 attempt 1 is gone")
@@ -1043,6 +1076,7 @@ mod tests {
         let e = read(1, 7, false).await.expect_err("never ran");
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
         assert!(e.message().contains("records no run"), "{}", e.message());
+        assert_eq!(known(&e).as_deref(), Some(pb::LOG_NOT_RUN_HERE));
         // Started, nothing printed yet: an empty page, as a follower expects.
         crate::ran::mark(&crate::ran::path(&job, "sh", 0, 1), 9, crate::ran::STARTED)
             .expect("mark");
@@ -1051,6 +1085,7 @@ mod tests {
         std::fs::remove_dir_all(&job).expect("rm -rf");
         let e = read(1, 0, false).await.expect_err("no job directory");
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert_eq!(known(&e), None);
         assert!(
             e.message().contains("is gone")
                 && e.message().contains(&format!(
