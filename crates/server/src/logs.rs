@@ -350,13 +350,13 @@ impl LogRelay {
                         | tonic::Code::ResourceExhausted
                 ) =>
             {
-                // Its metadata goes on: what its records say of an attempt it does not hold
-                // (`pb::LOG_ABSENT_HEADER`).
-                Err(Status::with_metadata(
-                    s.code(),
-                    format!("node `{}`: {}", at.name, s.message()),
-                    s.metadata().clone(),
-                ))
+                let mut e = Status::new(s.code(), format!("node `{}`: {}", at.name, s.message()));
+                // What its records say of an attempt it does not hold goes on (`read_earlier`).
+                if let Some(known) = s.metadata().get(pb::LOG_ABSENT_HEADER) {
+                    e.metadata_mut()
+                        .insert(pb::LOG_ABSENT_HEADER, known.clone());
+                }
+                Err(e)
             }
             Ok(Err(s)) if self.agent_ca.is_none() && s.code() != tonic::Code::Unauthenticated => {
                 Err(unreachable(format!(
@@ -821,7 +821,7 @@ pub async fn read_log(
 
 /// An earlier attempt's output (`req`, of task `task`): its node is not recorded, so every
 /// live agent is asked. The page of the one that holds its file (named); else the error of one
-/// that ran it and says its files are gone; else an empty page, as an agent whose records say
+/// that ran it and says its files are gone (or cannot be served); else an empty page, as an agent whose records say
 /// the attempt printed nothing there answers (no node named: it may be a dead node's); else
 /// what is true of the others ([`Absent::nowhere`]).
 async fn read_earlier(
@@ -858,9 +858,10 @@ async fn read_earlier(
     empty.ok_or_else(|| absent.nowhere(req.attempt, task, req.job_id))
 }
 
-/// What the agents asked for an earlier attempt's output answered when none held it: one that
-/// ran it and says its files are gone, the nodes that hold the job's files but never ran it
-/// (their records say so, [`pb::LOG_ABSENT_HEADER`]), and those that could not be asked.
+/// What the agents asked for an earlier attempt's output answered when none served it: the
+/// answer of one that ran it (its files are gone, [`pb::LOG_ABSENT_HEADER`], or what is in
+/// their place is not served: a FIFO, a link), the nodes that hold the job's files but never
+/// ran it (their records say so), and the agents that could not be asked.
 #[derive(Default)]
 struct Absent {
     ran_here: Option<Status>,
@@ -877,7 +878,10 @@ impl Absent {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         match known.as_deref() {
-            Some(pb::LOG_RAN_HERE) => {
+            // Its files are gone, or what is in their place is not served (a FIFO, a link).
+            _ if known.as_deref() == Some(pb::LOG_RAN_HERE)
+                || e.code() == tonic::Code::FailedPrecondition =>
+            {
                 self.ran_here.get_or_insert(e);
             }
             Some(pb::LOG_NOT_RUN_HERE) => self.not_run_here.push(node.to_string()),
@@ -906,9 +910,11 @@ impl Absent {
         let Some(first) = self.unasked.first() else {
             return Status::not_found(m);
         };
+        let n = self.unasked.len() as u64;
         m.push_str(&format!(
-            "; {} could not be asked (it may hold it): {}",
-            hetsched_core::text::count(self.unasked.len() as u64, "agent"),
+            "; {} could not be asked ({} may hold it): {}",
+            hetsched_core::text::count(n, "agent"),
+            hetsched_core::text::agree(n, "it", "they"),
             first.message()
         ));
         Status::unavailable(m)
@@ -997,6 +1003,22 @@ mod tests {
         known: Option<&'static str>,
     }
 
+    /// An agent's log listener that answers every read `FailedPrecondition`, as one whose file
+    /// in the read's place is not served (a FIFO the task made there).
+    struct Fifo;
+
+    #[tonic::async_trait]
+    impl AgentLogs for Fifo {
+        async fn read_log(
+            &self,
+            _req: tonic::Request<pb::AgentLogRequest>,
+        ) -> Result<tonic::Response<pb::ReadLogReply>, Status> {
+            Err(Status::failed_precondition(
+                "`/w/job-7/sim-2.1.out` is a FIFO",
+            ))
+        }
+    }
+
     #[tonic::async_trait]
     impl AgentLogs for Without {
         async fn read_log(
@@ -1081,6 +1103,12 @@ mod tests {
             "{}",
             e.message()
         );
+        // One whose file is there but not served: its word, named.
+        join(5, "f", agent(Fifo).await);
+        let e = read_earlier(&relay, &req, 3).await.expect_err("a FIFO");
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert_eq!(e.message(), "node `f`: `/w/job-7/sim-2.1.out` is a FIFO");
+        relay.seen(5, Some("f"), None, 0, "/w");
         // The node that ran it: its word, named, whatever the others said.
         let c = agent(Without {
             node: "c",
