@@ -815,7 +815,9 @@ async fn run_chunk(
             header.set_end(pb::TaskEnd::TimeLimit);
             return fail(
                 header,
-                format!("time limit of {} ms reached", o.time_limit_ms),
+                crate::launch::time_limit_exceeded(std::time::Duration::from_millis(
+                    o.time_limit_ms,
+                )),
             );
         }
         Waited::Stopped => {
@@ -1611,6 +1613,8 @@ mod tests {
         assert_eq!(ended(&h), (false, pb::TaskEnd::Signalled, -1), "{h:?}");
         let (h, _) = chunk_limited(&me, &shared, "", "sleep 10", 50).await;
         assert_eq!(ended(&h), (false, pb::TaskEnd::TimeLimit, -1), "{h:?}");
+        // Worded as a task's is (`launch`).
+        assert_eq!(h.message, "time limit of 0.050s exceeded");
         let (h, _) = chunk(&me, &shared, "", "true").await;
         assert_eq!(ended(&h), (true, pb::TaskEnd::Exited, 0), "{h:?}");
     }

@@ -526,17 +526,9 @@ pub async fn run(
     };
     // What the task needs to start was not there: it never ran, so it printed nothing (a
     // read of its output says so, not that the output is gone: `ran`).
+    let record = crate::ran::Attempt::of(work_dir, spec, a);
     let not_started = |mut r: pb::TaskResult, m: String| {
-        mark_ran(
-            &crate::ran::path(
-                &work_dir.join(format!("job-{}", spec.job_id)),
-                &spec.app,
-                a.process,
-                a.attempt,
-            ),
-            a.index,
-            crate::ran::NEVER_STARTED,
-        );
+        record.never_started();
         r.start_failed = true;
         r.set_end(pb::TaskEnd::StartFailed);
         fail(r, m)
@@ -708,13 +700,7 @@ pub async fn run(
     };
     // From now on a missing capture file is a task that has printed nothing yet, not output
     // that is gone (`ran`).
-    let record = crate::ran::path(
-        &work_dir.join(format!("job-{}", spec.job_id)),
-        &spec.app,
-        a.process,
-        a.attempt,
-    );
-    mark_ran(&record, a.index, crate::ran::STARTED);
+    record.started();
     let pipes = (child.stdout.take(), child.stderr.take());
     let mut process = crate::usage::Process::new(child);
     let pid = Some(process.id());
@@ -887,10 +873,7 @@ pub async fn run(
         }
         Ended::TimedOut(ms) => {
             result.set_end(pb::TaskEnd::TimeLimit);
-            result.message = format!(
-                "time limit of {} exceeded{forced}",
-                humanize(Duration::from_millis(ms))
-            );
+            result.message = format!("{}{forced}", time_limit_exceeded(Duration::from_millis(ms)));
         }
         Ended::OverMemory(bytes) => {
             result.set_end(pb::TaskEnd::MemoryLimit);
@@ -916,34 +899,9 @@ pub async fn run(
     if let Some(path) = node_file {
         let _ = std::fs::remove_file(path);
     }
-    // A captured stream without its file printed nothing (the file is made at the first
-    // byte): recorded, so that a file removed later reads as gone, not as silence.
-    let mut flags = crate::ran::STARTED | crate::ran::ENDED;
-    for (target, silent) in targets
-        .iter()
-        .zip([crate::ran::SILENT_OUT, crate::ran::SILENT_ERR])
-    {
-        if let StreamTo::Captured(p) = target
-            && std::fs::symlink_metadata(p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-        {
-            flags |= silent;
-        }
-    }
-    mark_ran(&record, a.index, flags);
+    record.ended(&targets);
     result.finished_ns = now_ns();
     result
-}
-
-/// Writes task `index`'s `flags` in its attempt's record ([`crate::ran`]). A failure is
-/// logged, not the task's: its output is captured all the same, and only a read of a stream it
-/// printed nothing on would then report the output as gone.
-pub(crate) fn mark_ran(record: &Path, index: u32, flags: u8) {
-    if let Err(e) = crate::ran::mark(record, index, flags) {
-        tracing::warn!(
-            file = %record.display(),
-            "cannot record that task index {index} ran here: {e}"
-        );
-    }
 }
 
 /// Signal `n`'s name without `SIG` (`SEGV`; a real-time one as `RTMIN+K`), as
@@ -994,6 +952,12 @@ async fn drain(
 
 fn humanize(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
+}
+
+/// Why a task or a divisible chunk was stopped at its time limit `limit`: `time limit of
+/// 1.500s exceeded`, one wording for both ([`crate::divisible`]), which users and scripts match.
+pub(crate) fn time_limit_exceeded(limit: Duration) -> String {
+    format!("time limit of {} exceeded", humanize(limit))
 }
 
 #[cfg(test)]

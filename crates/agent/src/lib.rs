@@ -1681,12 +1681,7 @@ impl Launcher<'_> {
             };
             // Where an attempt that ends before its process starts is recorded as one that
             // printed nothing (`ran`).
-            let record = ran::path(
-                &opts.work_dir.join(format!("job-{}", spec.job_id)),
-                &spec.app,
-                a.process,
-                a.attempt,
-            );
+            let record = ran::Attempt::of(&opts.work_dir, &spec, &a);
             let spec = if let Err(e) = claimed {
                 Err((
                     format!(
@@ -1793,7 +1788,7 @@ impl Launcher<'_> {
             };
             let result = match spec {
                 Err((m, start_failed, end)) => {
-                    launch::mark_ran(&record, a.index, ran::NEVER_STARTED);
+                    record.never_started();
                     pb::TaskResult {
                         task_id: a.task_id,
                         attempt: a.attempt,

@@ -34,6 +34,10 @@
 //! task and the path, so that `hetsched log` fails rather than print nothing. A task that ran
 //! and printed nothing on the stream (its capture file is made at the first byte) is an empty
 //! page with `exists: false`: the job directory's records tell the two apart ([`crate::ran`]).
+//! Such a `NotFound` carries what the records say ([`pb::LOG_ABSENT_HEADER`]): the attempt ran
+//! here and its files are gone, or the job's directory is here but the attempt never ran here
+//! (nothing: the node holds nothing of the job), so that the server, which asks every agent for
+//! an earlier attempt, can say which.
 //!
 //! A running stream worker's stderr (`worker.err` in its directory, [`crate::stream_workers`]) is
 //! served for `hetsched topology log`; one in an account's directory is read as the account.
@@ -394,6 +398,18 @@ impl TaskRecord {
         Status::not_found(format!("{} is gone: {why}", self.what))
     }
 
+    /// [`TaskRecord::gone`], marked with what this node's records say of the attempt
+    /// (`known`: [`pb::LOG_RAN_HERE`] or [`pb::LOG_NOT_RUN_HERE`]), which the server reads
+    /// when it asks every agent for an earlier attempt.
+    fn gone_known(&self, why: String, known: &'static str) -> Status {
+        let mut s = self.gone(why);
+        s.metadata_mut().insert(
+            pb::LOG_ABSENT_HEADER,
+            tonic::metadata::MetadataValue::from_static(known),
+        );
+        s
+    }
+
     /// Ok when capture file `path`'s job directory is on this node; else its output is gone.
     fn job_dir_here(&self, path: &Path) -> Result<(), Status> {
         let dir = path.parent().unwrap_or(path);
@@ -415,10 +431,13 @@ impl TaskRecord {
         use crate::ran::Record;
         let stream = if self.stderr { "stderr" } else { "stdout" };
         if pointed {
-            return Err(self.gone(format!(
-                "{}, the file its application sent its {stream} to, was removed",
-                file.display()
-            )));
+            return Err(self.gone_known(
+                format!(
+                    "{}, the file its application sent its {stream} to, was removed",
+                    file.display()
+                ),
+                pb::LOG_RAN_HERE,
+            ));
         }
         let record = crate::ran::read(&self.file, self.index)
             .map_err(|e| file_error(&self.file.display().to_string(), &e))?;
@@ -433,18 +452,24 @@ impl TaskRecord {
                 if silent {
                     Ok(())
                 } else {
-                    Err(self.gone(format!(
-                        "{} was removed (the attempt printed on its {stream})",
-                        file.display()
-                    )))
+                    Err(self.gone_known(
+                        format!(
+                            "{} was removed (the attempt printed on its {stream})",
+                            file.display()
+                        ),
+                        pb::LOG_RAN_HERE,
+                    ))
                 }
             }
-            Record::None => Err(self.gone(format!(
-                "{} does not exist, and {} records no run of this attempt here (it ran on \
-                 another node, or the record was removed)",
-                file.display(),
-                self.file.display()
-            ))),
+            Record::None => Err(self.gone_known(
+                format!(
+                    "{} does not exist, and {} records no run of this attempt here (it ran on \
+                     another node, or the record was removed)",
+                    file.display(),
+                    self.file.display()
+                ),
+                pb::LOG_NOT_RUN_HERE,
+            )),
         }
     }
 }
@@ -731,10 +756,6 @@ mod tests {
         };
         let service = LogService::new(&dir, key.clone());
         let ask = |r: pb::AgentLogRequest| service.read_log(Request::new(r));
-        let valid_for = |r: &pb::AgentLogRequest| pb::AgentLogRequest {
-            ticket: ticket::sign(&KEY, &Log::of(r, "a")),
-            ..r.clone()
-        };
         let task = pb::AgentLogRequest {
             job_id: 4,
             app: "sim".into(),
@@ -744,7 +765,7 @@ mod tests {
         };
 
         // No key from the server yet: nothing is served, even with a valid ticket.
-        let e = ask(valid_for(&task)).await.expect_err("no key");
+        let e = ask(ticketed(&task)).await.expect_err("no key");
         assert_eq!(e.code(), tonic::Code::Unavailable, "{}", e.message());
         assert!(e.metadata().get(NO_KEY_HEADER).is_some(), "{e:?}");
         assert!(e.message().contains("holds no data key"), "{}", e.message());
@@ -771,7 +792,7 @@ mod tests {
         };
         let other_node = ticket::sign(&KEY, &Log::of(&task, "b"));
         let other_key = ticket::sign(&[8; 32], &Log::of(&task, "a"));
-        let valid = valid_for(&task).ticket;
+        let valid = ticketed(&task).ticket;
         for (case, req, says) in [
             ("no ticket", task.clone(), "no ticket from the server"),
             ("forged", with(&task, vec![0; 32]), "does not match"),
@@ -824,9 +845,9 @@ mod tests {
 
         // With its ticket: served, any page of it; the link is reached (and refused as one)
         // only with attempt 2's own ticket.
-        let r = ask(valid_for(&task)).await.expect("served").into_inner();
+        let r = ask(ticketed(&task)).await.expect("served").into_inner();
         assert_eq!(r.data, b"alice's result\n");
-        let r = ask(valid_for(&pb::AgentLogRequest {
+        let r = ask(ticketed(&pb::AgentLogRequest {
             offset: -7,
             ..task.clone()
         }))
@@ -834,11 +855,11 @@ mod tests {
         .expect("a page")
         .into_inner();
         assert_eq!(r.data, b"result\n");
-        let e = ask(valid_for(&attempt_2)).await.expect_err("a link");
+        let e = ask(ticketed(&attempt_2)).await.expect_err("a link");
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
-        let e = ask(valid_for(&worker)).await.expect_err("no such worker");
+        let e = ask(ticketed(&worker)).await.expect_err("no such worker");
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
-        let r = ask(valid_for(&chunk)).await.expect("a chunk").into_inner();
+        let r = ask(ticketed(&chunk)).await.expect("a chunk").into_inner();
         assert!(!r.exists);
     }
 
@@ -860,6 +881,25 @@ mod tests {
         (dir, service)
     }
 
+    /// `r` with the server's ticket for it on node `a` (signed with [`KEY`]).
+    fn ticketed(r: &pb::AgentLogRequest) -> pb::AgentLogRequest {
+        pb::AgentLogRequest {
+            ticket: ticket::sign(&KEY, &Log::of(r, "a")),
+            ..r.clone()
+        }
+    }
+
+    /// `service`'s answer to `r` with its ticket ([`ticketed`]), as the server relays a read.
+    async fn read_ticketed(
+        service: &LogService,
+        r: pb::AgentLogRequest,
+    ) -> Result<pb::ReadLogReply, Status> {
+        service
+            .read_log(Request::new(ticketed(&r)))
+            .await
+            .map(Response::into_inner)
+    }
+
     /// Job ids repeat (a restored backup, a fresh data directory) while the agent keeps older
     /// jobs' directories: a task's or chunk's file is served only to a read whose (ticketed)
     /// job nonce is the one its directory is marked with. Another incarnation's read — with
@@ -870,7 +910,7 @@ mod tests {
     async fn a_file_is_served_only_to_reads_of_the_job_incarnation_that_wrote_it() {
         let (dir, service) = keyed_service("nonce");
         let read = |job_id, job_nonce, divisible| {
-            let mut r = pb::AgentLogRequest {
+            let r = pb::AgentLogRequest {
                 job_id,
                 app: "sh".into(),
                 attempt: 1,
@@ -879,14 +919,7 @@ mod tests {
                 job_nonce,
                 ..Default::default()
             };
-            r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
-            let service = &service;
-            async move {
-                service
-                    .read_log(Request::new(r))
-                    .await
-                    .map(|r| r.into_inner())
-            }
+            read_ticketed(&service, r)
         };
         // Job 1 of this incarnation (nonce 0xa) printed a secret; job 2 is an unmarked
         // (legacy) directory of an agent before nonces; chunk 2 of divisible job 3 is 0xc's.
@@ -998,7 +1031,7 @@ mod tests {
         run(1, "echo important-result").await;
         run(2, "missing-dir").await;
         let read = |job_id: u64, index: u32, stderr: bool| {
-            let mut r = pb::AgentLogRequest {
+            let r = pb::AgentLogRequest {
                 job_id,
                 app: "sh".into(),
                 index,
@@ -1006,14 +1039,7 @@ mod tests {
                 stderr,
                 ..Default::default()
             };
-            r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
-            let service = &service;
-            async move {
-                service
-                    .read_log(Request::new(r))
-                    .await
-                    .map(|r| r.into_inner())
-            }
+            read_ticketed(&service, r)
         };
         // Ran and printed nothing, on either stream, or never started: an empty page.
         for (index, stderr) in [(0, false), (0, true), (2, false), (2, true)] {
@@ -1025,11 +1051,19 @@ mod tests {
         // Its stderr: nothing printed there.
         let r = read(1, 1, true).await.expect("no stderr");
         assert!(!r.exists, "{r:?}");
+        // What its records say of an attempt it holds no output of, for the server, which
+        // asks every agent for an earlier attempt (none: nothing of the job here).
+        let known = |e: &Status| {
+            e.metadata()
+                .get(pb::LOG_ABSENT_HEADER)
+                .map(|v| v.to_str().expect("ascii").to_string())
+        };
         // Its capture file removed: gone, named.
         let out = output_path(&dir, 1, "sh", (1, 0), 1, false);
         std::fs::remove_file(&out).expect("rm");
         let e = read(1, 1, false).await.expect_err("removed");
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert_eq!(known(&e).as_deref(), Some(pb::LOG_RAN_HERE));
         assert!(
             e.message()
                 .contains("the stdout of job 1's task \"sh\":1 attempt 1 is gone")
@@ -1042,6 +1076,7 @@ mod tests {
         let e = read(1, 7, false).await.expect_err("never ran");
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
         assert!(e.message().contains("records no run"), "{}", e.message());
+        assert_eq!(known(&e).as_deref(), Some(pb::LOG_NOT_RUN_HERE));
         // Started, nothing printed yet: an empty page, as a follower expects.
         crate::ran::mark(&crate::ran::path(&job, "sh", 0, 1), 9, crate::ran::STARTED)
             .expect("mark");
@@ -1050,6 +1085,7 @@ mod tests {
         std::fs::remove_dir_all(&job).expect("rm -rf");
         let e = read(1, 0, false).await.expect_err("no job directory");
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert_eq!(known(&e), None);
         assert!(
             e.message().contains("is gone")
                 && e.message().contains(&format!(
@@ -1073,23 +1109,18 @@ mod tests {
     async fn a_fifo_in_an_outputs_place_is_refused_at_once_naming_it() {
         let (dir, service) = keyed_service("fifo");
         let read = |attempt: u32| {
-            let mut r = pb::AgentLogRequest {
+            let r = pb::AgentLogRequest {
                 job_id: 4,
                 app: "sim".into(),
                 index: 2,
                 attempt,
                 ..Default::default()
             };
-            r.ticket = ticket::sign(&KEY, &Log::of(&r, "a"));
-            let service = &service;
+            let read = read_ticketed(&service, r);
             async move {
-                tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    service.read_log(Request::new(r)),
-                )
-                .await
-                .expect("an answer within 5 s, not a hang")
-                .map(|r| r.into_inner())
+                tokio::time::timeout(std::time::Duration::from_secs(5), read)
+                    .await
+                    .expect("an answer within 5 s, not a hang")
             }
         };
         let fifo = |p: &Path| {

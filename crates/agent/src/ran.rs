@@ -96,6 +96,78 @@ pub fn mark(file: &Path, index: u32, flags: u8) -> std::io::Result<()> {
     f.write_all_at(&[flags], u64::from(index))
 }
 
+/// One task attempt's byte in its record, as the agent that runs it writes it: a local run
+/// ([`crate::launch::run`]), an offloaded one on the NNode that placed it
+/// ([`crate::accel::offload::run`], where its output comes back), and an attempt that ended
+/// before its process started (the agent's task loop, `lib.rs`). One place, so that every way a task
+/// runs here is recorded alike and `hetsched log` reads them alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// Its record file ([`path`]).
+    pub file: PathBuf,
+    /// Its byte there: the task's index.
+    pub index: u32,
+}
+
+impl Attempt {
+    /// Attempt `a` of a task of `spec`, whose output goes to `work_dir`'s job directory.
+    pub fn of(
+        work_dir: &Path,
+        spec: &hetsched_proto::TaskSpec,
+        a: &hetsched_proto::Assignment,
+    ) -> Self {
+        Self {
+            file: path(
+                &work_dir.join(format!("job-{}", spec.job_id)),
+                &spec.app,
+                a.process,
+                a.attempt,
+            ),
+            index: a.index,
+        }
+    }
+
+    /// Writes `flags` as its byte. A failure is logged, not the task's: its output is captured
+    /// all the same, and only a read of a stream it printed nothing on would then report the
+    /// output as gone.
+    pub fn mark(&self, flags: u8) {
+        if let Err(e) = mark(&self.file, self.index, flags) {
+            tracing::warn!(
+                file = %self.file.display(),
+                "cannot record that task index {} ran here: {e}",
+                self.index
+            );
+        }
+    }
+
+    /// Its process started: a missing capture file is now a stream it has not printed on yet,
+    /// not output that is gone.
+    pub fn started(&self) {
+        self.mark(STARTED);
+    }
+
+    /// It ended before its process started: it printed nothing on either stream.
+    pub fn never_started(&self) {
+        self.mark(NEVER_STARTED);
+    }
+
+    /// It ended, its streams going to `targets`: a captured stream whose file does not exist
+    /// printed nothing (the file is made at the first byte), recorded so that a file removed
+    /// later reads as gone, not as silence.
+    pub fn ended(&self, targets: &[crate::launch::StreamTo; 2]) {
+        let mut flags = STARTED | ENDED;
+        for (target, silent) in targets.iter().zip([SILENT_OUT, SILENT_ERR]) {
+            if let crate::launch::StreamTo::Captured(p) = target
+                && std::fs::symlink_metadata(p)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            {
+                flags |= silent;
+            }
+        }
+        self.mark(flags);
+    }
+}
+
 /// What record `file` says of task `index` (the job directory being `file`'s directory's
 /// parent).
 pub fn read(file: &Path, index: u32) -> std::io::Result<Record> {

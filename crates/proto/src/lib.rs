@@ -30,6 +30,17 @@ pub const MAX_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
 /// Largest page of a task's output one `ReadLog` call returns.
 pub const LOG_MAX_PAGE: u32 = 1 << 20;
 
+/// Metadata on an agent's `NotFound` for a task's output it does not hold: what its records
+/// say of the attempt, so that the server, which asks every agent for an earlier attempt
+/// (it records only the latest attempt's node), says what is true. [`LOG_RAN_HERE`]: the
+/// attempt ran on this node and its files are gone; [`LOG_NOT_RUN_HERE`]: the node holds the
+/// job's directory but never ran the attempt. None: the node holds nothing of this job.
+pub const LOG_ABSENT_HEADER: &str = "x-hetsched-output-absent";
+/// [`LOG_ABSENT_HEADER`]: the attempt ran here; its output was removed since.
+pub const LOG_RAN_HERE: &str = "ran-here";
+/// [`LOG_ABSENT_HEADER`]: the job's directory is here, but the attempt never ran here.
+pub const LOG_NOT_RUN_HERE: &str = "not-run-here";
+
 /// Most output one divisible chunk may send the server (`ChunkDone`), 4 GiB: chunk outputs are
 /// stored in the server's data directory, beside its store, so one chunk printing without end
 /// must not fill that disk. A chunk past it fails, saying so.

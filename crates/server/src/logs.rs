@@ -350,10 +350,13 @@ impl LogRelay {
                         | tonic::Code::ResourceExhausted
                 ) =>
             {
-                Err(Status::new(
-                    s.code(),
-                    format!("node `{}`: {}", at.name, s.message()),
-                ))
+                let mut e = Status::new(s.code(), format!("node `{}`: {}", at.name, s.message()));
+                // What its records say of an attempt it does not hold goes on (`read_earlier`).
+                if let Some(known) = s.metadata().get(pb::LOG_ABSENT_HEADER) {
+                    e.metadata_mut()
+                        .insert(pb::LOG_ABSENT_HEADER, known.clone());
+                }
+                Err(e)
             }
             Ok(Err(s)) if self.agent_ca.is_none() && s.code() != tonic::Code::Unauthenticated => {
                 Err(unreachable(format!(
@@ -790,8 +793,9 @@ pub async fn read_log(
         job_nonce,
         ..Default::default()
     };
-    let earlier = attempt != task.attempt;
-    let candidates: Vec<AgentAt> = if !earlier {
+    let mut reply = if attempt != task.attempt {
+        read_earlier(relay, &req, task.id).await?
+    } else {
         let Some(at) = relay.by_name(&task.node) else {
             // Unknown to the relay since the start: a node that left or died says so.
             let e = Status::unavailable(format!(
@@ -801,47 +805,119 @@ pub async fn read_log(
             ));
             return Err(unanswered(state, relay, &task, e));
         };
-        vec![at]
-    } else {
-        relay
-            .nodes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|a| a.addr.is_some())
-            .cloned()
-            .collect()
+        let mut reply = relay
+            .ask(&at, req)
+            .await
+            .map_err(|e| unanswered(state, relay, &task, e))?;
+        reply.node = at.name;
+        reply
     };
-    let mut last_err = None;
+    reply.attempt = attempt;
+    reply.task_id = task.id;
+    reply.task_state = task.state.clone();
+    reply.latest_attempt = task.attempt;
+    Ok(reply)
+}
+
+/// An earlier attempt's output (`req`, of task `task`): its node is not recorded, so every
+/// live agent is asked. The page of the one that holds its file (named); else the error of one
+/// that ran it and says its files are gone (or cannot be served); else an empty page, as an agent whose records say
+/// the attempt printed nothing there answers (no node named: it may be a dead node's); else
+/// what is true of the others ([`Absent::nowhere`]).
+async fn read_earlier(
+    relay: &LogRelay,
+    req: &pb::AgentLogRequest,
+    task: u64,
+) -> Result<pb::ReadLogReply, Status> {
+    let candidates: Vec<AgentAt> = relay
+        .nodes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter(|a| a.addr.is_some())
+        .cloned()
+        .collect();
     let mut empty = None;
+    let mut absent = Absent::default();
     for at in candidates {
         match relay.ask(&at, req.clone()).await {
+            Ok(mut reply) if reply.exists => {
+                reply.node = at.name;
+                return Ok(reply);
+            }
             Ok(mut reply) => {
-                reply.node = at.name.clone();
-                reply.attempt = attempt;
-                reply.task_id = task.id;
-                reply.task_state = task.state.clone();
-                reply.latest_attempt = task.attempt;
-                if reply.exists {
-                    return Ok(reply);
-                }
+                reply.node.clear();
                 empty.get_or_insert(reply);
             }
-            Err(e) => last_err = Some(e),
+            Err(e) => absent.note(&at.name, e),
         }
     }
-    match (empty, last_err) {
-        // An earlier attempt's node is not recorded: every live agent was asked, and none
-        // holds its file, so no node is named (it printed nothing there, or ran on a node that is
-        // dead or unreachable now).
-        (Some(mut reply), _) if earlier => {
-            reply.node.clear();
-            Ok(reply)
+    if let Some(e) = absent.ran_here {
+        return Err(e);
+    }
+    empty.ok_or_else(|| absent.nowhere(req.attempt, task, req.job_id))
+}
+
+/// What the agents asked for an earlier attempt's output answered when none served it: the
+/// answer of one that ran it (its files are gone, [`pb::LOG_ABSENT_HEADER`], or what is in
+/// their place is not served: a FIFO, a link), the nodes that hold the job's files but never
+/// ran it (their records say so), and the agents that could not be asked.
+#[derive(Default)]
+struct Absent {
+    ran_here: Option<Status>,
+    not_run_here: Vec<String>,
+    unasked: Vec<Status>,
+}
+
+impl Absent {
+    /// Node `node`'s refusal `e`.
+    fn note(&mut self, node: &str, e: Status) {
+        let known = e
+            .metadata()
+            .get(pb::LOG_ABSENT_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        match known.as_deref() {
+            // Its files are gone, or what is in their place is not served (a FIFO, a link).
+            _ if known.as_deref() == Some(pb::LOG_RAN_HERE)
+                || e.code() == tonic::Code::FailedPrecondition =>
+            {
+                self.ran_here.get_or_insert(e);
+            }
+            Some(pb::LOG_NOT_RUN_HERE) => self.not_run_here.push(node.to_string()),
+            // Holds nothing of this job: nothing to say of it.
+            _ if e.code() == tonic::Code::NotFound => {}
+            _ => self.unasked.push(e),
         }
-        (Some(reply), _) => Ok(reply),
-        (None, Some(e)) if !earlier => Err(unanswered(state, relay, &task, e)),
-        (None, Some(e)) => Err(e),
-        (None, None) => Err(Status::unavailable("no agent serves task outputs")),
+    }
+
+    /// The error when no agent holds attempt `attempt` of task `task` of job `job`:
+    /// `NotFound`, or `Unavailable` when an agent could not be asked (it may hold it).
+    fn nowhere(self, attempt: u32, task: u64, job: u64) -> Status {
+        let mut m = format!(
+            "attempt {attempt} of task {task} of job {job}: no connected agent holds its output \
+             (it ran on a node that is gone, or its files were removed)"
+        );
+        if !self.not_run_here.is_empty() {
+            let n = self.not_run_here.len() as u64;
+            m.push_str(&format!(
+                "; {} {} {} the job's files but never ran this attempt",
+                hetsched_core::text::agree(n, "node", "nodes"),
+                hetsched_core::text::some_names(self.not_run_here.iter().map(String::as_str)),
+                hetsched_core::text::agree(n, "holds", "hold"),
+            ));
+        }
+        let Some(first) = self.unasked.first() else {
+            return Status::not_found(m);
+        };
+        let n = self.unasked.len() as u64;
+        m.push_str(&format!(
+            "; {} could not be asked ({} may hold it): {}",
+            hetsched_core::text::count(n, "agent"),
+            hetsched_core::text::agree(n, "it", "they"),
+            first.message()
+        ));
+        Status::unavailable(m)
     }
 }
 
@@ -920,7 +996,135 @@ mod tests {
         }
     }
 
-    async fn agent(a: Agent) -> SocketAddr {
+    /// An agent's log listener that holds no file of any read: it refuses `NotFound`, marked
+    /// with what its records say of the attempt (`known`), as the agent's listener does.
+    struct Without {
+        node: &'static str,
+        known: Option<&'static str>,
+    }
+
+    /// An agent's log listener that answers every read `FailedPrecondition`, as one whose file
+    /// in the read's place is not served (a FIFO the task made there).
+    struct Fifo;
+
+    #[tonic::async_trait]
+    impl AgentLogs for Fifo {
+        async fn read_log(
+            &self,
+            _req: tonic::Request<pb::AgentLogRequest>,
+        ) -> Result<tonic::Response<pb::ReadLogReply>, Status> {
+            Err(Status::failed_precondition(
+                "`/w/job-7/sim-2.1.out` is a FIFO",
+            ))
+        }
+    }
+
+    #[tonic::async_trait]
+    impl AgentLogs for Without {
+        async fn read_log(
+            &self,
+            _req: tonic::Request<pb::AgentLogRequest>,
+        ) -> Result<tonic::Response<pb::ReadLogReply>, Status> {
+            let mut s = Status::not_found(format!(
+                "the stdout of job 7's task \"sim\":2 attempt 1 is gone ({} on {})",
+                self.known.unwrap_or("nothing of the job"),
+                self.node
+            ));
+            if let Some(known) = self.known {
+                s.metadata_mut().insert(
+                    pb::LOG_ABSENT_HEADER,
+                    tonic::metadata::MetadataValue::from_static(known),
+                );
+            }
+            Err(s)
+        }
+    }
+
+    /// An earlier attempt's node is not recorded, so every agent is asked: when none holds its
+    /// output, the error says so (and which nodes hold the job but never ran the attempt, and
+    /// that an agent that could not be asked may hold it), whichever agent answered last; one
+    /// that ran it and says its files are gone is named. Before, the error was the last
+    /// agent's `NotFound`, true of that node only.
+    #[tokio::test]
+    async fn an_earlier_attempt_no_agent_holds_is_said_so_and_one_that_ran_it_is_named() {
+        let relay = LogRelay::new("agent-token");
+        let join = |id: u32, name: &str, addr: SocketAddr| {
+            relay.seen(
+                id,
+                Some(name),
+                Some(addr.ip()),
+                u32::from(addr.port()),
+                "/w",
+            );
+            relay.keyed(id, &[5; 32]);
+        };
+        let (a, b) = (
+            agent(Without {
+                node: "a",
+                known: Some(pb::LOG_NOT_RUN_HERE),
+            })
+            .await,
+            agent(Without {
+                node: "b",
+                known: None,
+            })
+            .await,
+        );
+        join(1, "a", a);
+        join(2, "b", b);
+        let req = pb::AgentLogRequest {
+            job_id: 7,
+            app: "sim".into(),
+            index: 2,
+            attempt: 1,
+            ..Default::default()
+        };
+        let e = read_earlier(&relay, &req, 3).await.expect_err("nowhere");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert_eq!(
+            e.message(),
+            "attempt 1 of task 3 of job 7: no connected agent holds its output (it ran on a \
+             node that is gone, or its files were removed); node a holds the job's files but \
+             never ran this attempt"
+        );
+        // An agent that does not answer may hold it.
+        let gone = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind")
+            .local_addr()
+            .expect("addr");
+        join(3, "d", gone);
+        let e = read_earlier(&relay, &req, 3).await.expect_err("unasked");
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        assert!(
+            e.message().contains("no connected agent holds its output")
+                && e.message()
+                    .contains("; 1 agent could not be asked (it may hold it): node `d`"),
+            "{}",
+            e.message()
+        );
+        // One whose file is there but not served: its word, named.
+        join(5, "f", agent(Fifo).await);
+        let e = read_earlier(&relay, &req, 3).await.expect_err("a FIFO");
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert_eq!(e.message(), "node `f`: `/w/job-7/sim-2.1.out` is a FIFO");
+        relay.seen(5, Some("f"), None, 0, "/w");
+        // The node that ran it: its word, named, whatever the others said.
+        let c = agent(Without {
+            node: "c",
+            known: Some(pb::LOG_RAN_HERE),
+        })
+        .await;
+        join(4, "c", c);
+        let e = read_earlier(&relay, &req, 3).await.expect_err("gone");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert_eq!(
+            e.message(),
+            "node `c`: the stdout of job 7's task \"sim\":2 attempt 1 is gone (ran-here on c)"
+        );
+    }
+
+    async fn agent(a: impl AgentLogs) -> SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

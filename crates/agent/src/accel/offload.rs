@@ -122,6 +122,11 @@ pub fn task_dir(spec: &pb::TaskSpec, work_dir: &Path) -> PathBuf {
 /// time limits and signals go to the ANode on the call (`OffloadControl`), and a transfer tried
 /// again ships the latest limit. `run_as_owner`: a user's task's files are handled as its
 /// account (the module's doc).
+///
+/// The attempt is recorded in its job directory's records here, where its output comes back,
+/// as a local run is ([`crate::ran::Attempt`]): one whose inputs are not here never started;
+/// one shipped started, and ended with the streams it printed nothing on, so that a capture
+/// file removed later reads as gone rather than as a task that printed nothing.
 pub async fn run(
     client: &Client,
     a: &pb::Assignment,
@@ -131,14 +136,38 @@ pub async fn run(
     run_as_owner: bool,
     control: impl Into<launch::Control>,
 ) -> pb::TaskResult {
-    let launch::Control {
-        mut kill,
-        mut limit,
-        mut signals,
-    } = control.into();
-    // The spec each transfer ships: with the latest time limit it was told.
-    let mut shipped = std::borrow::Cow::Borrowed(spec);
-    let mut latest_limit = None;
+    let record = crate::ran::Attempt::of(work_dir, spec, a);
+    let (account, dir, inputs) = match prepare(a, spec, node, work_dir, run_as_owner).await {
+        Ok(prepared) => prepared,
+        Err(r) => {
+            record.never_started();
+            return r;
+        }
+    };
+    record.started();
+    let r = transfer(
+        client,
+        (a, spec),
+        (node, account.as_ref()),
+        (work_dir, &dir),
+        &inputs,
+        control.into(),
+    )
+    .await;
+    record.ended(&launch::stream_targets(work_dir, &dir, spec, a));
+    r
+}
+
+/// What an offload of `a` needs before anything is shipped: the account its files are handled
+/// as (`run_as_owner`), its directory on this node, and its declared inputs' paths there, each
+/// checked; else the attempt's result (it never started).
+async fn prepare(
+    a: &pb::Assignment,
+    spec: &pb::TaskSpec,
+    node: &str,
+    work_dir: &Path,
+    run_as_owner: bool,
+) -> Result<(Option<crate::run_as::Account>, PathBuf, Vec<String>), pb::TaskResult> {
     let refused = |message: String| {
         let mut r = super::failed(a, &message);
         r.start_failed = true;
@@ -146,7 +175,7 @@ pub async fn run(
     };
     let account = match crate::run_as::resolve(run_as_owner, &spec.run_as, node).await {
         Ok(account) => account,
-        Err(e) => return refused(e.to_string()),
+        Err(e) => return Err(refused(e.to_string())),
     };
     // An account's task whose directory is not on this node uses the account's own, as a
     // local run does.
@@ -155,10 +184,10 @@ pub async fn run(
         Some(acc) => match crate::run_as::area(work_dir, acc) {
             Ok(area) => launch::task_cwd(&area, spec, Some(acc)).to_path_buf(),
             Err(e) => {
-                return refused(format!(
+                return Err(refused(format!(
                     "node {node}: the directory of account `{}` in the work directory: {e}",
                     acc.name
-                ));
+                )));
             }
         },
     };
@@ -166,7 +195,7 @@ pub async fn run(
     for name in &spec.inputs {
         let rel = match files::resolve(name, a.index) {
             Ok(r) => r,
-            Err(e) => return super::failed(a, &format!("input {e}")),
+            Err(e) => return Err(super::failed(a, &format!("input {e}"))),
         };
         let path = dir.join(&rel);
         let checked = match &account {
@@ -176,7 +205,7 @@ pub async fn run(
         match checked {
             Ok(m) if m.is_file() => {}
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return super::failed(
+                return Err(super::failed(
                     a,
                     &format!(
                         "input file `{}` in {} on {node} cannot be read{}: {e}",
@@ -186,21 +215,43 @@ pub async fn run(
                             .as_ref()
                             .map_or(String::new(), |acc| format!(" by `{}`", acc.name))
                     ),
-                );
+                ));
             }
             _ => {
-                return super::failed(
+                return Err(super::failed(
                     a,
                     &format!(
                         "input file `{}` is missing in {} on {node}",
                         rel.display(),
                         dir.display()
                     ),
-                );
+                ));
             }
         }
         inputs.push(rel.display().to_string());
     }
+    Ok((account, dir, inputs))
+}
+
+/// Ships the prepared attempt (`a` of `spec`, from `node`, its files handled as `account`,
+/// its directory `dir`, its checked `inputs`) and waits for its result, trying a broken
+/// transfer again ([`TRANSFER_TRIES`]).
+async fn transfer(
+    client: &Client,
+    (a, spec): (&pb::Assignment, &pb::TaskSpec),
+    (node, account): (&str, Option<&crate::run_as::Account>),
+    (work_dir, dir): (&Path, &Path),
+    inputs: &[String],
+    control: launch::Control,
+) -> pb::TaskResult {
+    let launch::Control {
+        mut kill,
+        mut limit,
+        mut signals,
+    } = control;
+    // The spec each transfer ships: with the latest time limit it was told.
+    let mut shipped = std::borrow::Cow::Borrowed(spec);
+    let mut latest_limit = None;
     let started = launch::now_ns();
     let mut last_error = String::new();
     // A kill sender dropped unused (a oneshot must not be polled again once it answered).
@@ -214,10 +265,10 @@ pub async fn run(
             client,
             a,
             &shipped,
-            (node, account.as_ref()),
+            (node, account),
             work_dir,
-            &dir,
-            &inputs,
+            dir,
+            inputs,
             told,
         );
         tokio::pin!(attempt);

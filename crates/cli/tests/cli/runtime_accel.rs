@@ -370,6 +370,65 @@ fn a_sigkilled_anodes_guard_kills_the_offloaded_task_it_was_running() {
     );
 }
 
+/// An offloaded task's attempt is recorded on the NNode that placed it, where its output comes
+/// back, as a local run's is: its capture file removed after it ended, `log` fails naming the
+/// task, the node and the file, while a task that printed nothing still reads "printed
+/// nothing" (exit 0). Before, neither was recorded, and `log` of either read as output this
+/// node never ran ("records no run of this attempt here").
+#[test]
+fn log_of_an_offloaded_tasks_removed_output_fails_and_a_silent_one_printed_nothing() {
+    let mut c = Cluster::start("accel-log-gone", false);
+    start_rack_agent(&mut c, "anode", "A", true);
+    start_rack_agent(&mut c, "nnode-a1", "A", false);
+    wait_bound(&c, &[("anode", ""), ("nnode-a1", "anode")]);
+    let app = |name: &str, command: &str| {
+        format!(
+            "[[application]]\nname = \"{name}\"\ntasks = 1\naccelerator = \"required\"\n\
+             requires = [\"node:nnode-a1\"]\n[application.gpu]\ncommand = \"{command}\"\n"
+        )
+    };
+    let job = c.write(
+        "job.toml",
+        &(app("said", "echo important-result") + &app("quiet", "true")),
+    );
+    c.ok(&["submit", job.to_str().expect("path"), "--wait"]);
+    for t in tasks_of(&c) {
+        assert_eq!(
+            (&t["node"], &t["executed_node"]),
+            (&Value::from("nnode-a1"), &Value::from("anode")),
+            "{t}"
+        );
+    }
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    assert_eq!(c.ok(&["log", "1", "said:0"]), "important-result\n");
+    let silent = || {
+        let out = c.cli(&["log", "1", "quiet:0"]);
+        assert!(
+            out.status.success()
+                && out.stdout.is_empty()
+                && text(&out.stderr).contains("printed nothing on stdout"),
+            "{}",
+            text(&out.stderr)
+        );
+    };
+    silent();
+    let captured = c.dir.join("agent-nnode-a1/job-1/said-0.1.out");
+    std::fs::remove_file(&captured).expect("rm the capture file");
+    let out = c.cli(&["log", "1", "said:0"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{err}");
+    assert!(
+        err.contains("node `nnode-a1`")
+            && err.contains("job 1's task \"said\":0 attempt 1 is gone")
+            && err.contains(&format!(
+                "{} was removed (the attempt printed on its stdout)",
+                captured.display()
+            )),
+        "{err}"
+    );
+    silent();
+}
+
 #[test]
 fn with_container_binding_an_nnodes_containers_offload_to_the_anodes_they_are_bound_to() {
     // `binding = "container"`, two containers per node: rack A holds two ANodes (a1, a2; one GPU

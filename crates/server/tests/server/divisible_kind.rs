@@ -1513,7 +1513,7 @@ fn a_chunks_reason_says_why_it_failed_was_lost_or_was_stopped_in_a_tasks_words()
         assert_eq!(ask(&mut s, "a").expect("asked"), vec![(id, 0)]);
         let timed_out = ChunkResult {
             success: false,
-            message: "time limit of 10 ms reached".into(),
+            message: "time limit of 0.010s exceeded".into(),
             reason: Some(EndReason::TimeLimit),
             ..success(id, 0)
         };
