@@ -44,7 +44,7 @@ mod reason;
 mod retention;
 mod update;
 
-pub(crate) use retention::delete_job_rows;
+pub(crate) use retention::{delete_job_rows, delete_task_rows};
 
 pub use crate::jobs::gate::MAX_AFTER;
 pub use reason::Capable;
@@ -3031,12 +3031,7 @@ impl JobKind for Batch {
         self.check_purgeable(id)
     }
 
-    fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
-        let mut every_row = u64::MAX;
-        Ok(self.delete_purged_rows(tx, ids, &mut every_row)?.0)
-    }
-
-    fn purge_rows_bounded(
+    fn purge_rows(
         &self,
         tx: &rusqlite::Transaction,
         ids: &[u64],

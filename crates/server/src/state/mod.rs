@@ -2202,8 +2202,8 @@ impl State {
     /// named ones, those that finished at least `older_than` ago, and all but the `keep` most
     /// recently finished. A named job that does not exist, is purged already or is not finished
     /// refuses the whole request. The jobs are purged for every reader in one transaction —
-    /// job rows marked, summaries, owners and nonces deleted, divisible and workflow rows
-    /// deleted — with at most [`purging::PURGE_CHUNK_TASKS`] batch task rows; the rest of
+    /// job rows marked, summaries, owners, nonces and divisible jobs' workers deleted — with at
+    /// most [`purging::PURGE_CHUNK_TASKS`] of their task, chunk and instance rows; the rest of
     /// those are recorded in it and deleted afterwards in steps ([`State::purge_step`]), so the
     /// state is not held for the whole deletion. Memory (and a divisible job's files) change
     /// only once it committed.
@@ -2278,9 +2278,7 @@ impl State {
         let jobs = &self.jobs;
         self.store.transaction(|tx| {
             for (kind, ids) in &by_kind {
-                let (n, rest) = jobs
-                    .of_kind(*kind)
-                    .purge_rows_bounded(tx, ids, &mut budget)?;
+                let (n, rest) = jobs.of_kind(*kind).purge_rows(tx, ids, &mut budget)?;
                 tasks += n;
                 for l in &rest {
                     purging::record(tx, l)?;
@@ -2320,7 +2318,7 @@ impl State {
         })
     }
 
-    /// Deletes the next step of what purges left (at most the chunk bound of task rows, in one
+    /// Deletes the next step of what purges left (at most the chunk bound of rows, in one
     /// transaction; see [`purging`]) and gives their pages back. Returns how many rows it
     /// deleted: 0 once nothing is left. The server's purger task calls it until then, taking
     /// the state for each step only. A step the store refuses changes nothing (it is tried
@@ -2341,7 +2339,7 @@ impl State {
         Ok(step.iter().map(|(l, upto)| upto - l.next).sum())
     }
 
-    /// Purged task rows not deleted yet ([`State::purge_step`] deletes them).
+    /// Purged jobs' rows not deleted yet ([`State::purge_step`] deletes them).
     pub fn purge_left(&self) -> u64 {
         self.purging.rows_left()
     }

@@ -574,17 +574,14 @@ impl Batch {
                 continue;
             };
             mark_purged(tx, id)?;
-            let now = range.end.min(range.start.saturating_add(*budget));
-            delete_task_rows(tx, range.start..now)?;
-            *budget -= now - range.start;
-            if now < range.end {
-                left.push(Left {
-                    job: id,
-                    next: now,
-                    end: range.end,
-                });
-            }
             tasks += range.end.saturating_sub(range.start);
+            left.extend(crate::state::purging::delete_bounded(
+                tx,
+                crate::jobs::Kind::Batch,
+                id,
+                range,
+                budget,
+            )?);
         }
         Ok((tasks, left))
     }
