@@ -663,7 +663,9 @@ impl Batch {
         // Jobs that run after others: queued if those completed (before or while the server was
         // away), else still waiting.
         b.settle_waiting(cx)?;
-        b.evict_finished(cx.store);
+        if let Err(e) = b.evict_finished(cx.store) {
+            warn!("finished jobs stay in memory: storing their summaries failed: {e}");
+        }
         b.restore_backoffs(cx)?;
         Ok(b)
     }
