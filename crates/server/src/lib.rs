@@ -414,7 +414,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
         }
     });
 
-    // The purger: deletes what purges left of their jobs' task rows (`state::purging`), one
+    // The purger: deletes what purges left of their jobs' rows (`state::purging`), one
     // bounded step at a time, taking the state for each step only so that other calls are
     // served between steps; first what a purge the last run did not finish left.
     let purger_state = shared.clone();
@@ -444,7 +444,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                     if !failing {
                         failing = true;
                         tracing::error!(
-                            "purge: deleting purged jobs' task rows: {e}; trying again every \
+                            "purge: deleting purged jobs' rows: {e}; trying again every \
                              second (the jobs stay purged)"
                         );
                     }

@@ -45,7 +45,14 @@ pub enum StoreError {
 /// older binary would misread (a meaning changed, a column it would not keep), so that such a
 /// binary refuses the store ([`StoreError::Newer`]) instead of misreading it. 0: a store no
 /// binary stamped yet (opened as this number's).
-pub const SCHEMA_VERSION: i64 = 1;
+///
+/// - 2: purges in steps. The `purging` table lists rows of purged jobs still to be deleted
+///   (`crate::state::purging`): batch task ids, and a divisible job's chunk numbers or a
+///   workflow's instance numbers, by the job's id. A binary of schema 1 would leave them (its
+///   listings would show a purged job's tasks) or, if it knew the table, read a chunk number
+///   as a task id and delete another job's task. A schema-1 store opens as schema 2 (nothing
+///   to convert: the table is created when missing).
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The `meta` row that holds the hetsched version of the binary that last opened the store.
 const VERSION_KEY: &str = "binary_version";
@@ -580,8 +587,8 @@ CREATE TABLE IF NOT EXISTS set_aside_ends(job INTEGER PRIMARY KEY, end TEXT NOT 
 -- (`crate::jobs::batch`'s stopping tasks): the attempt stopped, and its node.
 CREATE TABLE IF NOT EXISTS task_stops(
     task INTEGER PRIMARY KEY, attempt INTEGER NOT NULL, node INTEGER NOT NULL);
--- Purged batch jobs' task ids whose rows are still to be deleted, in steps after the purge
--- committed (`crate::state::purging`): from `next` to `end`, excluded.
+-- Purged jobs' rows still to be deleted, in steps after the purge committed
+-- (`crate::state::purging`): numbered from `next` to `end`, excluded (`kind` says which rows).
 CREATE TABLE IF NOT EXISTS purging(
     job INTEGER PRIMARY KEY, next INTEGER NOT NULL, end INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS task_signals(
@@ -675,6 +682,10 @@ const MIGRATIONS: &[(&str, &str, &str)] = &[
     // Attempts its agent's clean shutdown killed (0: none, or stored before the column: those
     // counted as lost then).
     ("tasks", "interruptions", "INTEGER NOT NULL DEFAULT 0"),
+    // Whose rows a purge left to delete in steps (`crate::state::purging`): the job's kind's
+    // number (`jobs::Kind`): 0 batch task ids, 1 a divisible job's chunk numbers, 13 a
+    // workflow's instance numbers (0: before the column, when only batch rows were).
+    ("purging", "kind", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 /// The indexes; `tasks_other_nodes` lists only multi-node tasks' rows, so finding them (a
@@ -1806,6 +1817,33 @@ mod tests {
             )
             .expect("kept");
         assert_eq!(kept, "9.9.9", "nothing changed");
+    }
+
+    /// A store of schema 1 (before purges in steps) opens, keeps what it holds and is stamped 2;
+    /// from then on a binary of schema 1 refuses it (it would misread the `purging` table's
+    /// rows), saying which version opened it.
+    #[test]
+    fn a_schema_1_store_is_upgraded_to_2_which_a_schema_1_binary_refuses() {
+        let (_dir, path) = temp_db("schema-1");
+        drop(Store::open(&path).expect("create"));
+        let conn = Connection::open(&path).expect("raw");
+        conn.pragma_update(None, "user_version", 1)
+            .expect("schema 1");
+        conn.execute("INSERT INTO purging(job, next, end) VALUES (7, 10, 20)", [])
+            .expect("a purge left unfinished");
+        drop(conn);
+        drop(Store::open(&path).expect("a schema-1 store opens"));
+        let conn = Connection::open(&path).expect("raw");
+        assert_eq!(stamp(&conn).expect("stamp").schema, 2);
+        let left: (i64, i64, i64) = conn
+            .query_row("SELECT job, next, end FROM purging", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .expect("kept");
+        assert_eq!(left, (7, 10, 20));
+        // What a binary of schema 1 checks at its start.
+        let older_binary_refuses = stamp(&conn).expect("stamp").schema > 1;
+        assert!(older_binary_refuses);
     }
 
     /// Every table, index and column of a store, as SQLite lists them.

@@ -92,7 +92,8 @@ fn a_server_configuration_is_checked_without_starting_or_touching_the_data_direc
     // The store it would open: its schema number and the binary that last opened it.
     assert!(
         stdout.contains(&format!(
-            "store schema 1, last opened by hetsched {}",
+            "store schema {}, last opened by hetsched {}",
+            hetsched_server::store::SCHEMA_VERSION,
             env!("CARGO_PKG_VERSION")
         )),
         "{stdout}"

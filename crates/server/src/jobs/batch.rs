@@ -44,7 +44,7 @@ mod reason;
 mod retention;
 mod update;
 
-pub(crate) use retention::delete_job_rows;
+pub(crate) use retention::{delete_job_rows, delete_task_rows};
 
 pub use crate::jobs::gate::MAX_AFTER;
 pub use reason::Capable;
@@ -663,7 +663,9 @@ impl Batch {
         // Jobs that run after others: queued if those completed (before or while the server was
         // away), else still waiting.
         b.settle_waiting(cx)?;
-        b.evict_finished(cx.store);
+        if let Err(e) = b.evict_finished(cx.store) {
+            warn!("finished jobs stay in memory: storing their summaries failed: {e}");
+        }
         b.restore_backoffs(cx)?;
         Ok(b)
     }
@@ -3031,12 +3033,7 @@ impl JobKind for Batch {
         self.check_purgeable(id)
     }
 
-    fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
-        let mut every_row = u64::MAX;
-        Ok(self.delete_purged_rows(tx, ids, &mut every_row)?.0)
-    }
-
-    fn purge_rows_bounded(
+    fn purge_rows(
         &self,
         tx: &rusqlite::Transaction,
         ids: &[u64],

@@ -413,16 +413,39 @@ pub(crate) fn read_stored(
 }
 
 /// Deletes divisible job `id`'s chunk rows and marks its job row purged (a tombstone: its id
-/// and submission key stay taken), inside `tx`. The one way a divisible job's rows go: a purge
-/// ([`JobKind::purge_rows`]) and a job set aside at a start (`crate::set_aside`). Its files
-/// (under [`job_dir`]) go after the commit, or before it to the set-aside directory.
+/// and submission key stay taken), inside `tx`: for a job set aside at a start
+/// (`crate::set_aside`). A purge ([`JobKind::purge_rows`]) marks the job with [`mark_purged`]
+/// and deletes its chunk rows with [`delete_chunk_rows`] in bounded steps
+/// (`crate::state::purging`). Its files (under [`job_dir`]) go after the commit, or before it
+/// to the set-aside directory.
 pub(crate) fn delete_job_rows(tx: &rusqlite::Transaction, id: u64) -> Result<(), StoreError> {
     tx.prepare_cached("DELETE FROM div_chunks WHERE job = ?1")?
         .execute(params![id as i64])?;
+    mark_purged(tx, id)
+}
+
+/// Marks divisible job `id`'s row purged and deletes its few worker rows, inside `tx`: from
+/// then on no reader (a restart, a set-aside record) looks at its chunk rows, deleted yet or
+/// not.
+fn mark_purged(tx: &rusqlite::Transaction, id: u64) -> Result<(), StoreError> {
     tx.prepare_cached("DELETE FROM div_workers WHERE job = ?1")?
         .execute(params![id as i64])?;
     tx.prepare_cached("UPDATE div_jobs SET state = ?2 WHERE id = ?1")?
         .execute(params![id as i64, PURGED])?;
+    Ok(())
+}
+
+/// Deletes divisible job `id`'s chunk rows numbered in `chunks`, inside `tx`.
+pub(crate) fn delete_chunk_rows(
+    tx: &rusqlite::Transaction,
+    id: u64,
+    chunks: std::ops::Range<u64>,
+) -> Result<(), StoreError> {
+    if chunks.is_empty() {
+        return Ok(());
+    }
+    tx.prepare_cached("DELETE FROM div_chunks WHERE job = ?1 AND chunk >= ?2 AND chunk < ?3")?
+        .execute(params![id as i64, chunks.start as i64, chunks.end as i64])?;
     Ok(())
 }
 
@@ -780,7 +803,9 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
         "SELECT chunk, round, worker, start, stop, state, transfer_ns, compute_ns, done_seq, \
          incarnation, reason FROM div_chunks WHERE job = ?1 ORDER BY chunk",
     )?;
-    for j in &mut jobs {
+    // A purged job's chunk rows may still wait for the purger (`crate::state::purging`): not
+    // read, as its tombstone needs none.
+    for j in jobs.iter_mut().filter(|j| j.state != PURGED) {
         j.chunks = st
             .query_map([j.id as i64], |r| {
                 Ok((
@@ -2325,16 +2350,32 @@ impl JobKind for Divisible {
         Ok(())
     }
 
-    fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
+    fn purge_rows(
+        &self,
+        tx: &rusqlite::Transaction,
+        ids: &[u64],
+        budget: &mut u64,
+    ) -> Result<(u64, Vec<crate::state::purging::Left>), StoreError> {
         let mut units = 0;
+        let mut left = Vec::new();
         for &id in ids {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
-            delete_job_rows(tx, id)?;
+            mark_purged(tx, id)?;
             units += job.spec.units();
+            // Every chunk it ever had is in memory (none is dropped before a purge).
+            let first = job.chunks.keys().next().copied().unwrap_or(0);
+            let end = job.chunks.keys().next_back().map_or(0, |c| c + 1);
+            left.extend(crate::state::purging::delete_bounded(
+                tx,
+                Kind::Divisible,
+                id,
+                first..end,
+                budget,
+            )?);
         }
-        Ok(units)
+        Ok((units, left))
     }
 
     fn is_purged(&self, id: u64) -> bool {

@@ -695,24 +695,19 @@ pub trait JobKind: Send {
         )))
     }
 
-    /// Deletes the stored rows of `ids` (finished jobs of this kind, checked) inside the
-    /// purge's one transaction, leaving a tombstone so that no job id or submission key is
-    /// ever given twice. Returns how many tasks (units, instances) they had.
-    fn purge_rows(&self, _tx: &rusqlite::Transaction, _ids: &[u64]) -> Result<u64, StoreError> {
-        Ok(0)
-    }
-
-    /// As [`JobKind::purge_rows`], deleting at most `budget` task rows now (`budget` is lessened
-    /// by those it deletes): returns how many tasks the jobs had and, per job, the task ids whose
-    /// rows the purge deletes afterwards in bounded steps (`crate::state::purging`). A kind
-    /// whose jobs' rows are not deleted in steps deletes them all here (the default).
-    fn purge_rows_bounded(
+    /// Purges `ids` (finished jobs of this kind, checked) in the store, inside the purge's
+    /// transaction: marks each job row purged, leaving a tombstone so that no job id or
+    /// submission key is ever given twice, and deletes at most `budget` of their many rows
+    /// (task, chunk, instance rows; `budget` is lessened by those). Returns how many tasks
+    /// (units, instances) the jobs had and, per job, the rows the purge deletes afterwards in
+    /// bounded steps (`crate::state::purging`). Kinds without such history purge nothing.
+    fn purge_rows(
         &self,
-        tx: &rusqlite::Transaction,
-        ids: &[u64],
+        _tx: &rusqlite::Transaction,
+        _ids: &[u64],
         _budget: &mut u64,
     ) -> Result<(u64, Vec<crate::state::purging::Left>), StoreError> {
-        Ok((self.purge_rows(tx, ids)?, Vec::new()))
+        Ok((0, Vec::new()))
     }
 
     /// The purge of `ids` committed: forget them (memory, and files the kind keeps).

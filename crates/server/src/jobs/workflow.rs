@@ -315,13 +315,41 @@ pub(crate) fn read_stored(
 }
 
 /// Deletes workflow `seq`'s instance rows and marks its job row purged (a tombstone: its id
-/// stays taken), inside `tx`. The one way a workflow's rows go: a purge
-/// ([`JobKind::purge_rows`]) and a job set aside at a start (`crate::set_aside`).
+/// stays taken), inside `tx`: for a job set aside at a start (`crate::set_aside`). A purge
+/// ([`JobKind::purge_rows`]) marks the job with [`mark_purged`] and deletes its instance rows
+/// with [`delete_instance_rows`] in bounded steps (`crate::state::purging`).
 pub(crate) fn delete_job_rows(tx: &rusqlite::Transaction, seq: u64) -> Result<(), StoreError> {
     tx.prepare_cached("DELETE FROM wf_instances WHERE job = ?1")?
         .execute(params![seq as i64])?;
+    mark_purged(tx, seq)
+}
+
+/// Marks workflow `seq`'s job row purged, inside `tx`: from then on no reader (a restart, a
+/// set-aside record) looks at its instance rows, deleted yet or not.
+fn mark_purged(tx: &rusqlite::Transaction, seq: u64) -> Result<(), StoreError> {
     tx.prepare_cached("UPDATE wf_jobs SET purged = 1 WHERE id = ?1")?
         .execute(params![seq as i64])?;
+    Ok(())
+}
+
+/// Deletes workflow job `id`'s instance rows numbered in `instances`, inside `tx`.
+pub(crate) fn delete_instance_rows(
+    tx: &rusqlite::Transaction,
+    id: u64,
+    instances: std::ops::Range<u64>,
+) -> Result<(), StoreError> {
+    if instances.is_empty() {
+        return Ok(());
+    }
+    let seq = id & ((1 << super::KIND_SHIFT) - 1);
+    tx.prepare_cached(
+        "DELETE FROM wf_instances WHERE job = ?1 AND instance >= ?2 AND instance < ?3",
+    )?
+    .execute(params![
+        seq as i64,
+        instances.start as i64,
+        instances.end as i64
+    ])?;
     Ok(())
 }
 
@@ -4196,17 +4224,31 @@ impl JobKind for Workflows {
         Ok(())
     }
 
-    fn purge_rows(&self, tx: &rusqlite::Transaction, ids: &[u64]) -> Result<u64, StoreError> {
+    fn purge_rows(
+        &self,
+        tx: &rusqlite::Transaction,
+        ids: &[u64],
+        budget: &mut u64,
+    ) -> Result<(u64, Vec<crate::state::purging::Left>), StoreError> {
         let mut instances = 0;
+        let mut left = Vec::new();
         for &id in ids {
             let seq = id & ((1 << super::KIND_SHIFT) - 1);
             let Some(j) = self.jobs.get(&seq) else {
                 continue;
             };
-            delete_job_rows(tx, seq)?;
-            instances += j.insts.len() as u64;
+            mark_purged(tx, seq)?;
+            let n = j.insts.len() as u64;
+            instances += n;
+            left.extend(crate::state::purging::delete_bounded(
+                tx,
+                Kind::Workflow,
+                id,
+                0..n,
+                budget,
+            )?);
         }
-        Ok(instances)
+        Ok((instances, left))
     }
 
     fn is_purged(&self, id: u64) -> bool {

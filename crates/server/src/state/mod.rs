@@ -1263,12 +1263,16 @@ impl State {
         }
     }
 
-    /// After event error `e`: when it is the store refusing a write for want of room (a full
-    /// disk, an I/O error), dispatch pauses and memory is rebuilt from the store, as after a
-    /// refused commit ([`State::commit`]), so `/metrics`' `hetsched_store_writable` reads 0 and
-    /// the probe resumes as usual. A write made store-first (a submission, a user's cap, a
-    /// drain: the store before memory) is refused before memory changed; only a commit rolled
-    /// memory back before. Once paused, nothing is rebuilt again: the pause's rebuild stands.
+    /// After error `e` of an event or of a write outside events (the reaper's pass,
+    /// [`State::apply_retention`]; the purger's steps, [`State::purge_step`]; the eviction of
+    /// finished jobs, [`State::evict_finished`]): when it is the store refusing a write for
+    /// want of room (a full disk, an I/O error), dispatch pauses and memory is rebuilt from the
+    /// store, as after a refused commit ([`State::commit`]), so `/metrics`'
+    /// `hetsched_store_writable` reads 0 from that refusal on and the probe resumes as usual.
+    /// A write made store-first (a submission, a user's cap, a drain, a purge's transaction, a
+    /// purge step: the store before memory) is refused before memory changed; only a commit
+    /// rolled memory back before. Once paused, nothing is rebuilt again: the pause's rebuild
+    /// stands. The one place every refused write goes through.
     pub fn note_refused_write(&mut self, e: &StateError) {
         if self.paused_since.is_none() && out_of_room(e) {
             self.roll_back(e);
@@ -1461,8 +1465,18 @@ impl State {
 
     /// Every reaper pass: each kind's housekeeping, then retention (at most every
     /// [`RETENTION_INTERVAL`]): eviction of finished batch jobs' rows, and the `[retention]`
-    /// rule over the finished jobs of every kind.
+    /// rule over the finished jobs of every kind. A write the store refuses for want of room
+    /// marks it unwritable at once ([`State::note_refused_write`]).
     pub fn apply_retention(&mut self) -> Result<(), StateError> {
+        let done = self.retention_pass();
+        if let Err(e) = &done {
+            self.note_refused_write(e);
+        }
+        done
+    }
+
+    /// [`State::apply_retention`], but for what a refused write does to the state.
+    fn retention_pass(&mut self) -> Result<(), StateError> {
         for kind in self.jobs.all_mut() {
             let mut cx = Ctx {
                 view: &mut self.view,
@@ -1481,7 +1495,7 @@ impl State {
         self.wake(None);
         // Retention: newly finished batch jobs leave memory, then the `[retention]` rule
         // purges the finished jobs of every kind it no longer keeps.
-        if self.jobs.batch.apply_retention(&mut self.store)
+        if self.jobs.batch.apply_retention(&mut self.store)?
             && let Some(rule) = &self.config.retention
         {
             self.retention_pending = false;
@@ -1529,9 +1543,18 @@ impl State {
     }
 
     /// Drops the rows of every newly finished batch job from memory, keeping its summary.
-    /// Returns how many jobs were evicted.
+    /// Returns how many jobs were evicted: none when the store refused their summaries (a
+    /// refusal for want of room marks it unwritable, [`State::note_refused_write`]).
     pub fn evict_finished(&mut self) -> usize {
-        self.jobs.batch.evict_finished(&mut self.store)
+        match self.jobs.batch.evict_finished(&mut self.store) {
+            Ok(n) => n,
+            Err(e) => {
+                let e = StateError::from(e);
+                warn!("finished jobs stay in memory: storing their summaries failed: {e}");
+                self.note_refused_write(&e);
+                0
+            }
+        }
     }
 
     /// How many batch task rows memory holds (finished jobs' rows are not held).
@@ -2202,14 +2225,14 @@ impl State {
     /// named ones, those that finished at least `older_than` ago, and all but the `keep` most
     /// recently finished. A named job that does not exist, is purged already or is not finished
     /// refuses the whole request. The jobs are purged for every reader in one transaction —
-    /// job rows marked, summaries, owners and nonces deleted, divisible and workflow rows
-    /// deleted — with at most [`purging::PURGE_CHUNK_TASKS`] batch task rows; the rest of
+    /// job rows marked, summaries, owners, nonces and divisible jobs' workers deleted — with at
+    /// most [`purging::PURGE_CHUNK_TASKS`] of their task, chunk and instance rows; the rest of
     /// those are recorded in it and deleted afterwards in steps ([`State::purge_step`]), so the
     /// state is not held for the whole deletion. Memory (and a divisible job's files) change
     /// only once it committed.
     pub fn on_purge(&mut self, sel: &PurgeSelection) -> Result<Purged, StateError> {
         // Batch jobs that finished since the last retention pass are listed once evicted.
-        self.jobs.batch.evict_finished(&mut self.store);
+        self.jobs.batch.evict_finished(&mut self.store)?;
         let mut chosen: BTreeSet<u64> = BTreeSet::new();
         let mut already_purged = Vec::new();
         for &id in &sel.job_ids {
@@ -2278,9 +2301,7 @@ impl State {
         let jobs = &self.jobs;
         self.store.transaction(|tx| {
             for (kind, ids) in &by_kind {
-                let (n, rest) = jobs
-                    .of_kind(*kind)
-                    .purge_rows_bounded(tx, ids, &mut budget)?;
+                let (n, rest) = jobs.of_kind(*kind).purge_rows(tx, ids, &mut budget)?;
                 tasks += n;
                 for l in &rest {
                     purging::record(tx, l)?;
@@ -2320,7 +2341,7 @@ impl State {
         })
     }
 
-    /// Deletes the next step of what purges left (at most the chunk bound of task rows, in one
+    /// Deletes the next step of what purges left (at most the chunk bound of rows, in one
     /// transaction; see [`purging`]) and gives their pages back. Returns how many rows it
     /// deleted: 0 once nothing is left. The server's purger task calls it until then, taking
     /// the state for each step only. A step the store refuses changes nothing (it is tried
@@ -2332,7 +2353,9 @@ impl State {
         }
         if let Err(e) = self.store.transaction(|tx| purging::delete_step(tx, &step)) {
             self.purging.failed();
-            return Err(e.into());
+            let e = StateError::from(e);
+            self.note_refused_write(&e);
+            return Err(e);
         }
         self.purging.stepped(&step);
         self.store
@@ -2341,7 +2364,7 @@ impl State {
         Ok(step.iter().map(|(l, upto)| upto - l.next).sum())
     }
 
-    /// Purged task rows not deleted yet ([`State::purge_step`] deletes them).
+    /// Purged jobs' rows not deleted yet ([`State::purge_step`] deletes them).
     pub fn purge_left(&self) -> u64 {
         self.purging.rows_left()
     }

@@ -1,21 +1,26 @@
-//! Purges done in steps: the task rows of purged batch jobs that are still to be deleted.
+//! Purges done in steps: the rows of purged jobs that are still to be deleted — a batch job's
+//! task rows, a divisible job's chunk rows, a workflow's instance rows.
 //!
 //! A purge (`State::on_purge`, the `Purge` call and the `[retention]` pass alike) commits, in
 //! one small transaction, everything that makes its jobs gone for every reader — each job row
 //! marked purged, its summary, owner and nonce deleted, memory forgotten — and deletes at most
-//! [`PURGE_CHUNK_TASKS`] task rows with it. What is left of each job's task ids is recorded in
-//! the same transaction (table `purging`: job, next task id, end), and deleted afterwards in
-//! steps of at most that many rows, one transaction each (`State::purge_step`), by the server's
-//! purger task, which releases the state between steps so that heartbeats, submissions and
-//! listings are served in between. Nothing reads a purged job's task rows (a restart reads
-//! only the ranges of jobs not purged, listings skip purged ids), so rows still waiting here are
-//! invisible; a restart reads this table back and the purger finishes the work.
+//! [`PURGE_CHUNK_TASKS`] of those rows with it. What is left of each job's rows is recorded in
+//! the same transaction (table `purging`: job, its kind, next row number, end), and deleted
+//! afterwards in steps of at most that many rows, one transaction each (`State::purge_step`),
+//! by the server's purger task, which releases the state between steps so that heartbeats,
+//! submissions and listings are served in between. Nothing reads a purged job's rows (a restart
+//! reads only the task ranges of batch jobs not purged, and the chunks and instances of
+//! divisible jobs and workflows not purged; listings skip purged ids), so rows still waiting
+//! here are invisible; a restart reads this table back and the purger finishes the work.
 
+use crate::jobs::{KIND_SHIFT, Kind};
 use crate::store::StoreError;
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
 
-/// The most task rows one purge transaction deletes. On the 2-core VM of docs/performance.md
+/// The most rows (batch tasks, divisible chunks, workflow instances) one purge transaction
+/// deletes. On the 2-core VM of docs/performance.md
 /// ("Purges in steps") a step of 20,000 rows, its pages given back, took 14 ms (median; 50,000:
 /// 38 ms, 200,000: 178 ms) at the same rate of about a million rows a second as larger steps,
 /// so a call waits for a purge about as long as for a heartbeat, and 5 million rows take 250
@@ -30,14 +35,17 @@ pub const PURGE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1)
 /// How long the purger waits before trying again a step the store refused (a full disk).
 pub const PURGE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A purged batch job's task ids whose rows are still to be deleted.
+/// A purged job's rows still to be deleted, by number: a batch job's task ids, a divisible
+/// job's chunk numbers, a workflow's instance numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Left {
     /// The purged job.
     pub job: u64,
-    /// The first task id not yet deleted.
+    /// Its kind: which table its rows are in.
+    pub kind: Kind,
+    /// The first row number not yet deleted.
     pub next: u64,
-    /// One past the job's last task id.
+    /// One past the job's last row number.
     pub end: u64,
 }
 
@@ -116,12 +124,16 @@ impl Purging {
         self.queued
     }
 
-    /// The task ids whose rows are still to delete (listings skip them).
-    pub fn ranges(&self) -> Vec<std::ops::Range<u64>> {
-        self.left.iter().map(|l| l.next..l.end).collect()
+    /// The batch task ids whose rows are still to delete (listings skip them).
+    pub fn ranges(&self) -> Vec<Range<u64>> {
+        self.left
+            .iter()
+            .filter(|l| l.kind == Kind::Batch)
+            .map(|l| l.next..l.end)
+            .collect()
     }
 
-    /// Task rows still to delete.
+    /// Rows still to delete.
     pub fn rows_left(&self) -> u64 {
         self.left.iter().map(Left::rows).sum()
     }
@@ -176,34 +188,94 @@ impl Purging {
 /// The rows left of every purge, by job (the order of the purges does not matter after a
 /// restart: no call waits for them).
 fn read(conn: &rusqlite::Connection) -> Result<Vec<Left>, StoreError> {
-    let mut stmt = conn.prepare("SELECT job, next, end FROM purging ORDER BY job")?;
+    let mut stmt = conn.prepare("SELECT job, kind, next, end FROM purging ORDER BY job")?;
     let rows = stmt.query_map([], |r| {
-        Ok(Left {
-            job: r.get::<_, i64>(0)? as u64,
-            next: r.get::<_, i64>(1)? as u64,
-            end: r.get::<_, i64>(2)? as u64,
-        })
+        Ok((
+            r.get::<_, i64>(0)? as u64,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)? as u64,
+            r.get::<_, i64>(3)? as u64,
+        ))
     })?;
-    rows.map(|r| Ok(r?)).collect()
+    rows.map(|r| {
+        let (job, kind, next, end) = r?;
+        let kind = u64::try_from(kind)
+            .ok()
+            .filter(|&k| k < 256)
+            .and_then(|k| Kind::of(k << KIND_SHIFT))
+            .filter(|k| Kind::ALL.contains(k))
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "purging row of job {job}: kind {kind} is not batch (0), divisible (1) or \
+                     workflow (13)"
+                ))
+            })?;
+        Ok(Left {
+            job,
+            kind,
+            next,
+            end,
+        })
+    })
+    .collect()
 }
 
 /// Records, inside a purge's transaction, that `left`'s rows are still to be deleted.
 pub fn record(tx: &rusqlite::Transaction, left: &Left) -> Result<(), StoreError> {
-    tx.prepare_cached("INSERT OR REPLACE INTO purging(job, next, end) VALUES (?1, ?2, ?3)")?
-        .execute(rusqlite::params![
-            left.job as i64,
-            left.next as i64,
-            left.end as i64
-        ])?;
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO purging(job, kind, next, end) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(rusqlite::params![
+        left.job as i64,
+        left.kind as u8,
+        left.next as i64,
+        left.end as i64
+    ])?;
     Ok(())
+}
+
+/// Inside a purge's transaction: deletes at most `budget` of job `job`'s rows numbered in
+/// `rows` (its kind's: task ids, chunk or instance numbers; `budget` is lessened by those) and
+/// returns what is left of them, to record ([`record`]) and delete in steps.
+pub fn delete_bounded(
+    tx: &rusqlite::Transaction,
+    kind: Kind,
+    job: u64,
+    rows: Range<u64>,
+    budget: &mut u64,
+) -> Result<Option<Left>, StoreError> {
+    let now = rows.end.min(rows.start.saturating_add(*budget));
+    delete_rows(tx, kind, job, rows.start..now)?;
+    *budget -= now.saturating_sub(rows.start);
+    Ok((now < rows.end).then_some(Left {
+        job,
+        kind,
+        next: now,
+        end: rows.end,
+    }))
+}
+
+/// Deletes job `job`'s rows numbered in `rows`, from its kind's table.
+fn delete_rows(
+    tx: &rusqlite::Transaction,
+    kind: Kind,
+    job: u64,
+    rows: Range<u64>,
+) -> Result<(), StoreError> {
+    match kind {
+        Kind::Batch => crate::jobs::batch::delete_task_rows(tx, rows),
+        Kind::Divisible => crate::jobs::divisible::delete_chunk_rows(tx, job, rows),
+        Kind::Workflow => crate::jobs::workflow::delete_instance_rows(tx, job, rows),
+        // Its rows are deleted whole by its own purge (never recorded here).
+        Kind::Topology => Ok(()),
+    }
 }
 
 /// Deletes one step's rows (from [`Purging::plan`]) inside `tx`, and moves each job's record on
 /// (or deletes it with its last rows).
 pub fn delete_step(tx: &rusqlite::Transaction, step: &[(Left, u64)]) -> Result<(), StoreError> {
     for (l, upto) in step {
-        tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?
-            .execute(rusqlite::params![l.next as i64, *upto as i64])?;
+        delete_rows(tx, l.kind, l.job, l.next..*upto)?;
         if *upto >= l.end {
             tx.prepare_cached("DELETE FROM purging WHERE job = ?1")?
                 .execute(rusqlite::params![l.job as i64])?;
@@ -228,11 +300,13 @@ mod tests {
         p.queue(vec![
             Left {
                 job: 1,
+                kind: Kind::Batch,
                 next: 0,
                 end: 4,
             },
             Left {
                 job: 2,
+                kind: Kind::Workflow,
                 next: 4,
                 end: 30,
             },

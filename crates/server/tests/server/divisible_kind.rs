@@ -1608,3 +1608,73 @@ fn a_restart_between_rounds_keeps_every_worker_of_the_plan() {
         "b's share is not left to a: a {ua} units, b {ub} units out"
     );
 }
+
+/// Job `id`'s chunk rows and worker rows in the store.
+fn stored_chunks(d: &Path, id: u64) -> (i64, i64) {
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let count = |table: &str| -> i64 {
+        conn.query_row(
+            &format!("SELECT COUNT(*) FROM {table} WHERE job = ?1"),
+            [id as i64],
+            |r| r.get(0),
+        )
+        .expect("count")
+    };
+    (count("div_chunks"), count("div_workers"))
+}
+
+/// A purged divisible job's chunk rows go as a batch job's task rows do: the purge's
+/// transaction marks the job purged (its few worker rows go with it) and deletes at most the
+/// chunk bound of its chunk rows (here 1); the rest go in steps of that many, one transaction
+/// each; a restart in the middle reads none of them and finishes the work. Before, one
+/// transaction deleted every chunk row while the state was held.
+#[test]
+fn a_purged_divisible_jobs_chunk_rows_are_deleted_in_bounded_steps() {
+    use hetsched_server::convert::Wire;
+    let d = Scratch::new("divisible-kind", "purge-steps");
+    let config = ServerConfig {
+        data_dir: d.to_path_buf(),
+        purge_chunk_tasks: 1,
+        ..Default::default()
+    };
+    let open_bounded =
+        || State::open(&config, Store::open(&d.join("state.db")).expect("store")).expect("state");
+    let mut s = open_bounded();
+    join_agents(&mut s, &["a", "b", "c"]);
+    let id = s.on_submit(rows()).expect("submit").job_id;
+    for a in ["a", "b", "c"] {
+        assert!(
+            !ask(&mut s, a).expect("asked").is_empty(),
+            "{a} got a chunk"
+        );
+    }
+    let (chunks, workers) = stored_chunks(&d, id);
+    assert!(
+        chunks >= 3 && workers > 0,
+        "{chunks} chunks, {workers} workers"
+    );
+    s.on_cancel(id).expect("cancelled");
+    let reply = s
+        .purge(&hetsched_proto::PurgeRequest {
+            job_ids: vec![id],
+            ..Default::default()
+        })
+        .expect("purge");
+    assert_eq!((reply.purged, reply.tasks), (vec![id], 100));
+    assert_eq!(stored_chunks(&d, id), (chunks - 1, 0));
+    assert_eq!(s.purge_left(), chunks as u64 - 1);
+    assert!(s.job(id).is_err());
+    assert_eq!(s.purge_step().expect("a step"), 1);
+    // The server stops with rows to delete; the restart does not read them.
+    drop(s);
+    let mut s = open_bounded();
+    assert_eq!(s.purge_left(), chunks as u64 - 2);
+    assert!(s.job(id).is_err());
+    assert!(s.jobs().jobs.is_empty());
+    let mut steps = 0;
+    while s.purge_step().expect("a step") > 0 {
+        steps += 1;
+    }
+    assert_eq!(steps, chunks - 2);
+    assert_eq!(stored_chunks(&d, id), (0, 0));
+}

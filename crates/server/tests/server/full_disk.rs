@@ -326,3 +326,61 @@ fn a_submission_refused_by_a_full_disk_marks_the_store_unwritable_at_once() {
     assert!(s.submit("job.toml", JOB, "/").is_err());
     common::assert_metrics(s, "hdas", &["hetsched_store_writable 0"]);
 }
+
+/// What the server writes outside events goes the same way as a submission (above): a purger
+/// step and a retention pass the store refuses for want of room pause dispatch at once
+/// (`hetsched_store_writable` 0 from that refusal on), and a probe write resumes it; the purge
+/// then goes on where it stopped.
+#[test]
+fn a_purge_step_or_a_retention_pass_refused_by_a_full_disk_marks_the_store_unwritable_at_once() {
+    let dir = Scratch::new("full-disk", "purge-step-refused");
+    let config = ServerConfig {
+        data_dir: dir.to_path_buf(),
+        purge_chunk_tasks: 1_000,
+        ..Default::default()
+    };
+    let mut s =
+        State::open(&config, Store::open(&dir.join("state.db")).expect("store")).expect("state");
+    let big =
+        "[[application]]\nname = \"a\"\ntasks = 3000\n[application.cpu]\ncommand = \"true\"\n";
+    let job = s.submit("big.toml", big, "/").expect("submit").job_id;
+    s.on_cancel(job).expect("cancelled");
+    s.purge(&pb::PurgeRequest {
+        job_ids: vec![job],
+        ..Default::default()
+    })
+    .expect("purged");
+    assert_eq!(s.purge_left(), 2_000);
+    // The purger's step.
+    s.simulate_full_disk(true);
+    let e = s.purge_step().expect_err("refused").to_string();
+    assert!(e.contains("database or disk is full"), "{e}");
+    assert!(s.is_paused(), "the refused step paused dispatch");
+    assert_eq!(s.purge_left(), 2_000, "nothing was deleted");
+    s.simulate_full_disk(false);
+    std::thread::sleep(PROBE_INTERVAL);
+    let n = s
+        .register(pb::RegisterRequest {
+            name: "n".into(),
+            cores: 2,
+            memory_bytes: 1 << 30,
+            identity: IDENTITY.into(),
+            ..Default::default()
+        })
+        .expect("register")
+        .node_id;
+    s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    assert!(!s.is_paused(), "a probe write resumed it");
+    assert_eq!(s.purge_step().expect("the purge goes on"), 1_000);
+    // The retention pass: a finished job's summary, stored as its rows leave memory.
+    let other = s.submit("job.toml", JOB, "/").expect("submit").job_id;
+    s.on_cancel(other).expect("cancelled");
+    s.simulate_full_disk(true);
+    let e = s
+        .apply_retention()
+        .expect_err("the summary was refused")
+        .to_string();
+    assert!(e.contains("database or disk is full"), "{e}");
+    assert!(s.is_paused(), "the refused pass paused dispatch");
+    common::assert_metrics(s, "hdas", &["hetsched_store_writable 0"]);
+}

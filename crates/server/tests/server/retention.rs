@@ -1261,9 +1261,14 @@ fn tasks_cancelled_one_by_one_can_be_resubmitted_with_the_failed_ones() {
 /// A state whose purges delete at most 1,000 task rows a transaction, with user `alice`, who
 /// may keep 6,000 tasks stored.
 fn open_chunked(d: &Path) -> State {
+    open_bounded(d, 1_000)
+}
+
+/// [`open_chunked`], whose purges delete at most `chunk` rows a transaction.
+fn open_bounded(d: &Path, chunk: u64) -> State {
     let config = ServerConfig {
         data_dir: d.to_path_buf(),
-        purge_chunk_tasks: 1_000,
+        purge_chunk_tasks: chunk,
         max_stored_tasks_per_user: 6_000,
         ..Default::default()
     };
@@ -1434,6 +1439,73 @@ fn a_restart_in_the_middle_of_a_purge_finishes_it_and_the_job_stays_purged() {
         "no task of the purged job runs: {:?}",
         r.assignments
     );
+}
+
+/// Workflow `job`'s instance rows in the store.
+fn stored_instances(d: &Path, job: u64) -> i64 {
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    conn.query_row(
+        "SELECT COUNT(*) FROM wf_instances WHERE job = ?1",
+        [job as i64],
+        |r| r.get(0),
+    )
+    .expect("count")
+}
+
+/// A workflow's instance rows go as a batch job's task rows do: the purge's transaction marks
+/// the workflow purged and deletes at most the chunk bound of them (here 5); the rest go in
+/// steps of that many, one transaction each, with other calls served between them; a restart
+/// in the middle reads none of them and finishes the work. Before, one transaction deleted
+/// them all while the state was held (a million instances: every call waited).
+#[test]
+fn a_large_workflow_purge_deletes_its_instance_rows_in_bounded_steps() {
+    let d = dir("steps-workflow");
+    let mut s = open_bounded(&d, 5);
+    let n = common::register(&mut s, "n", 4);
+    let wide = "balancer = \"centralised\"\n[[task]]\nname = \"w\"\ninstances = 12\n\
+                command = \"true\"\n";
+    let wf = s.submit("wide.toml", wide, "/").expect("submit").job_id;
+    // Every instance runs and succeeds: each has its row.
+    let mut done = Vec::new();
+    for _ in 0..20 {
+        let r = beat(&mut s, n, &[], &done);
+        done = r
+            .assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt, true))
+            .collect();
+        if done.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(s.job(wf).expect("the workflow").state, "completed");
+    assert_eq!(stored_instances(&d, wf), 12);
+    let reply = s
+        .purge(&pb::PurgeRequest {
+            job_ids: vec![wf],
+            ..Default::default()
+        })
+        .expect("purge");
+    assert_eq!((reply.purged, reply.tasks), (vec![wf], 12));
+    assert_eq!(s.purge_left(), 7, "the purge deleted the chunk bound");
+    assert_eq!(stored_instances(&d, wf), 7);
+    assert!(listed(&s).is_empty());
+    assert!(s.job(wf).is_err());
+    let written = s.written();
+    assert_eq!(s.purge_step().expect("a step"), 5);
+    assert_eq!(s.written(), written + 1, "one transaction a step");
+    let r = beat(&mut s, n, &[], &[]);
+    assert!(r.assignments.is_empty(), "nothing of it runs");
+    assert_eq!(stored_instances(&d, wf), 2);
+    // The server stops with 2 rows to delete; the restart does not read them.
+    drop(s);
+    let mut s = open_bounded(&d, 5);
+    assert_eq!(s.purge_left(), 2);
+    assert!(listed(&s).is_empty());
+    assert!(s.job(wf).is_err());
+    assert_eq!(s.purge_step().expect("the last step"), 2);
+    assert_eq!(s.purge_step().expect("nothing left"), 0);
+    assert_eq!(stored_instances(&d, wf), 0);
 }
 
 /// Through the service: a purge of a job larger than the chunk bound answers as before (the

@@ -365,18 +365,42 @@ fn add(c: &mut TaskCounts, o: &TaskCounts) {
 
 /// Counts of rows by state.
 pub(super) fn count_rows(rows: &[TaskRow]) -> TaskCounts {
-    use crate::store::TaskState::*;
     let mut c = TaskCounts::default();
     for t in rows {
-        match t.state {
-            Pending => c.pending += 1,
-            Running => c.running += 1,
-            Succeeded => c.succeeded += 1,
-            Failed => c.failed += 1,
-            Cancelled => c.cancelled += 1,
-        }
+        count_row(&mut c, t.state);
     }
     c
+}
+
+/// Counts one row of state `state` in `c`.
+fn count_row(c: &mut TaskCounts, state: TaskState) {
+    use crate::store::TaskState::*;
+    match state {
+        Pending => c.pending += 1,
+        Running => c.running += 1,
+        Succeeded => c.succeeded += 1,
+        Failed => c.failed += 1,
+        Cancelled => c.cancelled += 1,
+    }
+}
+
+/// Below this many rows, rows leaving memory are freed at once.
+const FREE_ASIDE_ROWS: usize = 100_000;
+
+/// Frees rows that left memory (evicted or purged jobs') on a thread of their own when they
+/// are many: freeing 5 million rows, each with its own allocations, takes a good part of a
+/// second that the state's lock (held by the caller) need not wait for (docs/performance.md,
+/// "Purges in steps"). If no thread can be started they are freed here.
+fn free_aside(runs: Vec<Vec<TaskRow>>) {
+    if runs.iter().map(Vec::len).sum::<usize>() < FREE_ASIDE_ROWS {
+        return;
+    }
+    let started = std::thread::Builder::new()
+        .name("hetsched-free".into())
+        .spawn(move || drop(runs));
+    if let Err(e) = started {
+        warn!("rows that left memory were freed under the state's lock: no thread for it: {e}");
+    }
 }
 
 impl Batch {
@@ -421,8 +445,9 @@ impl Batch {
     }
 
     /// Drops the rows of every newly finished job from memory, keeping its summary. Returns how
-    /// many jobs were evicted.
-    pub fn evict_finished(&mut self, store: &mut Store) -> usize {
+    /// many jobs were evicted. The summaries are stored first: when the store refuses them, the
+    /// rows stay in memory (the next pass tries again) and the refusal is returned.
+    pub fn evict_finished(&mut self, store: &mut Store) -> Result<usize, StoreError> {
         let mut done: Vec<(u64, u64, Finished, String)> = Vec::new();
         for i in 0..self.jobs.len() {
             let (id, range, apps) = {
@@ -450,22 +475,22 @@ impl Batch {
             let Some(rows) = self.tasks.slice(range.clone()) else {
                 continue;
             };
-            if !rows.iter().all(|t| t.state.is_terminal()) {
-                continue;
-            }
-            let mut stored = StoredSummary {
-                finished_ns: rows.iter().map(|t| t.finished_ns).max().unwrap_or(0),
-                apps: Vec::new(),
-            };
+            // One pass over the rows, application by application: a job of millions of tasks
+            // is read once, not once per figure (five passes over 5 million rows held the
+            // state half a second; docs/performance.md, "Purges in steps").
+            let mut stored = StoredSummary::default();
+            let mut counts = TaskCounts::default();
+            let mut terminal = true;
+            let mut seen = 0;
             for a in apps {
                 let Some(r) = self.apps.get(a as usize) else {
                     continue;
                 };
                 let s = (r.first_task - range.start) as usize;
                 let app_rows = rows.get(s..s + r.tasks as usize).unwrap_or(&[]);
-                let c = count_rows(app_rows);
+                seen += app_rows.len();
+                let mut c = TaskCounts::default();
                 let mut sa = StoredApp {
-                    counts: from_counts(&c),
                     observed: [0, 1].map(|v| {
                         let o = r.observed[v];
                         (o.total_ns.min(u64::MAX as u128) as u64, o.count)
@@ -473,40 +498,53 @@ impl Batch {
                     used: r.used,
                     ..Default::default()
                 };
-                // As the restart counts them (`State::from_snapshot`).
-                for t in app_rows.iter().filter(|t| t.attempt > 0) {
-                    match variant_of(t.variant) {
-                        Variant::Cpu => sa.cpu += 1,
-                        Variant::Gpu => sa.gpu += 1,
-                    }
-                    if t.state == crate::store::TaskState::Succeeded {
-                        sa.ok += 1;
+                for t in app_rows {
+                    terminal &= t.state.is_terminal();
+                    stored.finished_ns = stored.finished_ns.max(t.finished_ns);
+                    count_row(&mut c, t.state);
+                    // As the restart counts them (`State::from_snapshot`).
+                    if t.attempt > 0 {
+                        match variant_of(t.variant) {
+                            Variant::Cpu => sa.cpu += 1,
+                            Variant::Gpu => sa.gpu += 1,
+                        }
+                        if t.state == crate::store::TaskState::Succeeded {
+                            sa.ok += 1;
+                        }
                     }
                 }
+                sa.counts = from_counts(&c);
+                counts.add(&c);
                 stored.apps.push(sa);
             }
+            if seen != rows.len() {
+                // Rows outside its applications' (none are): the job's figures from all.
+                terminal = rows.iter().all(|t| t.state.is_terminal());
+                stored.finished_ns = rows.iter().map(|t| t.finished_ns).max().unwrap_or(0);
+                counts = count_rows(rows);
+            }
+            if !terminal {
+                continue;
+            }
             let summary = Finished {
-                counts: count_rows(rows),
+                counts,
                 finished_ns: stored.finished_ns,
             };
             let text = serde_json::to_string(&stored).unwrap_or_default();
             done.push((id, range.start, summary, text));
         }
         if done.is_empty() {
-            return 0;
+            return Ok(0);
         }
-        // The summaries are stored first: if the store refuses, the rows stay in memory (and
-        // the next pass tries again).
         let rows: Vec<(u64, String)> = done.iter().map(|d| (d.0, d.3.clone())).collect();
-        if let Err(e) = store.put_finished(&rows) {
-            tracing::warn!("finished jobs stay in memory: storing their summaries failed: {e}");
-            return 0;
-        }
+        store.put_finished(&rows)?;
         let evicted = done.len();
+        let mut gone = Vec::with_capacity(done.len());
         for (id, start, summary, _) in done {
-            self.tasks.take(start);
+            gone.extend(self.tasks.take(start));
             self.retention.finished.insert(id, summary);
         }
+        free_aside(gone);
         if evicted > 0 {
             info!(
                 jobs = evicted,
@@ -514,7 +552,7 @@ impl Batch {
                 "finished jobs' tasks left memory"
             );
         }
-        evicted
+        Ok(evicted)
     }
 
     /// Finished, not yet purged jobs: (id, when the last task ended).
@@ -574,17 +612,14 @@ impl Batch {
                 continue;
             };
             mark_purged(tx, id)?;
-            let now = range.end.min(range.start.saturating_add(*budget));
-            delete_task_rows(tx, range.start..now)?;
-            *budget -= now - range.start;
-            if now < range.end {
-                left.push(Left {
-                    job: id,
-                    next: now,
-                    end: range.end,
-                });
-            }
             tasks += range.end.saturating_sub(range.start);
+            left.extend(crate::state::purging::delete_bounded(
+                tx,
+                crate::jobs::Kind::Batch,
+                id,
+                range,
+                budget,
+            )?);
         }
         Ok((tasks, left))
     }
@@ -595,14 +630,16 @@ impl Batch {
         if !self.stopping.is_empty() {
             self.stopping.forget_jobs(&ids.iter().copied().collect());
         }
+        let mut gone = Vec::new();
         for &id in ids {
             let Some(start) = self.job_rec(id).map(|j| j.tasks.start) else {
                 continue;
             };
-            self.tasks.take(start);
+            gone.extend(self.tasks.take(start));
             self.retention.finished.remove(&id);
             self.retention.purged.insert(id);
         }
+        free_aside(gone);
         self.retire(cx, ids);
         // A purge of many jobs gives back the room they took, not only their entries.
         let finished = self.retention.finished.len();
@@ -666,17 +703,17 @@ impl Batch {
     /// The retention pass (at most every [`RETENTION_INTERVAL`]): evicts newly finished jobs'
     /// tasks from memory. True when it ran: the state then applies the configured retention
     /// rule to the finished jobs of every kind ([`crate::state::State::apply_retention`]).
-    pub fn apply_retention(&mut self, store: &mut Store) -> bool {
+    pub fn apply_retention(&mut self, store: &mut Store) -> Result<bool, StoreError> {
         if self
             .retention
             .last_applied
             .is_some_and(|t| t.elapsed() < RETENTION_INTERVAL)
         {
-            return false;
+            return Ok(false);
         }
         self.retention.last_applied = Some(Instant::now());
-        self.evict_finished(store);
-        true
+        self.evict_finished(store)?;
+        Ok(true)
     }
 
     /// When [`Batch::apply_retention`] next does something (at once if it never ran).
