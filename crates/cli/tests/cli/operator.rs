@@ -3051,6 +3051,40 @@ fn users_get_tokens_of_their_own_and_change_only_their_own_jobs() {
     assert!(c.dir.join("alice").exists());
 }
 
+/// A user's cap on cores holds back her task that only node `b` may run while her task on `a`
+/// runs. When that one ends, `b` — idle, its agent beating once a minute — starts the waiting
+/// task within about a second: the freed room under her cap wakes it, as a raised cap does,
+/// rather than leaving the task to `b`'s next idle beat.
+#[test]
+fn a_task_held_back_by_its_users_cap_starts_on_another_idle_node_as_soon_as_room_frees() {
+    let mut c = Cluster::start_configured("cap-wake", false, "idle_heartbeat_interval = \"60s\"\n");
+    c.start_agent("a", 1, &[]);
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    let alice = c.add_user("alice");
+    c.ok(&["user", "limit", "alice", "--max-cores", "1"]);
+    let submit = |node: &str, command: &[&str]| {
+        let mut args = vec!["submit", "--requires", node, "--"];
+        args.extend(command);
+        c.ok_as(&alice, None, &args);
+    };
+    submit("node:a", &["sleep", "3"]);
+    wait_until("her task on a to run", Duration::from_secs(20), || {
+        c.tasks(1)[0]["state"] == "running"
+    });
+    submit("node:b", &["true"]);
+    // Not woken, `b` would beat next a minute after its last beat: this waits far less.
+    wait_until("her task on b to succeed", Duration::from_secs(20), || {
+        c.tasks(2)[0]["state"] == "succeeded"
+    });
+    let ns = |job: u64, field: &str| c.tasks(job)[0][field].as_u64().expect(field);
+    let gap = ns(2, "started_ns").saturating_sub(ns(1, "finished_ns"));
+    assert!(
+        gap < 3_000_000_000,
+        "her task on b started {gap} ns after her task on a ended"
+    );
+}
+
 /// `hetsched usage`: the accounts, per user (the admin's as `admin`) and per day, as a table
 /// and as JSON, from the work the agents really ran; a user reads its own only; a day that is
 /// not one is refused naming the format.

@@ -173,6 +173,23 @@ impl GroupState {
         self.capped_by(more).is_none()
     }
 
+    /// How many more tasks each holding `each` fit under the cap together (`u64::MAX` when
+    /// no capped resource limits them): the least, over the capped resources `each` asks
+    /// for, of the room left divided by what one task holds.
+    pub fn room_for(&self, each: &Resources) -> u64 {
+        let room = |cap: u64, used: u64, one: u64| {
+            if cap == 0 || one == 0 {
+                u64::MAX
+            } else {
+                cap.saturating_sub(used) / one
+            }
+        };
+        let (cap, used) = (&self.cap, &self.usage);
+        room(cap.cores.into(), used.cores.into(), each.cores.into())
+            .min(room(cap.memory_bytes, used.memory_bytes, each.memory_bytes))
+            .min(room(cap.gpus.into(), used.gpus.into(), each.gpus.into()))
+    }
+
     /// The first capped resource (cores, then memory, then GPUs) that a task holding `more`
     /// would take past the cap; `None`: it fits. A dimension `more` does not ask for never
     /// blocks, so a group over its cap on GPUs still starts CPU tasks.
@@ -367,6 +384,10 @@ pub struct SchedulerView {
     /// How many times a node was added or its liveness changed
     /// ([`SchedulerView::liveness_generation`]).
     liveness_generation: u64,
+    /// The capped groups whose room under their cap grew since the last
+    /// [`SchedulerView::take_capped_groups_freed`] (work they held ended, their cap rose or
+    /// went), so that a driver wakes the nodes their waiting work now fits on.
+    capped_freed: std::collections::BTreeSet<u32>,
 }
 
 impl SchedulerView {
@@ -1123,7 +1144,23 @@ impl SchedulerView {
     /// resource (0 in a dimension: no cap on it); tasks already running keep what they hold, and
     /// new ones start while the group is under the cap.
     pub fn set_group_cap(&mut self, group: u32, cap: Resources) {
-        self.group_mut(group).cap = cap;
+        let old = std::mem::replace(&mut self.group_mut(group).cap, cap);
+        // A dimension whose cap went (0) or rose leaves room for work it held back.
+        let looser = |old: u64, new: u64| old > 0 && (new == 0 || new > old);
+        if looser(old.cores.into(), cap.cores.into())
+            || looser(old.memory_bytes, cap.memory_bytes)
+            || looser(old.gpus.into(), cap.gpus.into())
+        {
+            self.capped_freed.insert(group);
+        }
+    }
+
+    /// Moves into `into` (emptied first) the groups with a cap whose room under it grew since
+    /// the last call — what their running work held was given back, or their cap rose or went
+    /// — each once, in id order: the groups whose waiting work may start now. O(those groups).
+    pub fn take_capped_groups_freed(&mut self, into: &mut Vec<u32>) {
+        into.clear();
+        into.extend(std::mem::take(&mut self.capped_freed));
     }
 
     /// Group `group` as it stands (an unknown group: no cap, nothing held).
@@ -1184,8 +1221,14 @@ impl SchedulerView {
     }
 
     fn group_sub(&mut self, group: Option<u32>, held: Resources) {
-        if let Some(gs) = group.and_then(|g| self.groups.get_mut(g as usize)) {
+        let Some(g) = group else {
+            return;
+        };
+        if let Some(gs) = self.groups.get_mut(g as usize) {
             gs.usage = gs.usage - held;
+            if gs.cap != Resources::default() && held != Resources::default() {
+                self.capped_freed.insert(g);
+            }
         }
     }
 

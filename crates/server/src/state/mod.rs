@@ -821,10 +821,6 @@ impl State {
             }
             self.offload_ended(r.task_id, r.attempt);
         }
-        if !req.results.is_empty() {
-            // The results gave cores back: chunk asks that met their owner's cap may get one.
-            self.wake_capped_chunk_asks();
-        }
         // Reconcile: what the agent runs against what the server dispatched there.
         let mut reported = HashSet::new();
         for rt in &req.running {
@@ -997,6 +993,8 @@ impl State {
     /// Sends the wake-ups this event marked ([`wakes`]): every kind hands over its marks, and
     /// the agents concerned (but `answered`, whose reply carries its work) heartbeat at once.
     fn wake(&mut self, answered: Option<NodeId>) {
+        // Room freed under a user's cap: its waiting work may start on nodes nothing marked.
+        self.mark_capped_work();
         for kind in self.jobs.all_mut() {
             kind.take_wakes(&mut self.nodes.wakes);
         }

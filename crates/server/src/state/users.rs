@@ -4,7 +4,7 @@
 use super::{State, StateError, now_ns};
 
 use crate::users::{ADMIN, Caller, MAX_USERS, TokenIndex, Users};
-use hetsched_core::Resources;
+use hetsched_core::{Resources, Variant};
 use std::collections::HashSet;
 
 /// A change to a user's caps (`hetsched user limit`): each resource given gets that cap (0: no
@@ -516,7 +516,7 @@ impl State {
         let g = self.users.group_of(name);
         self.view.set_group_cap(g, cap);
         // A raised cap may let waiting tasks start now, and chunks.
-        self.wake_group_work(g);
+        self.wake(None);
         tracing::info!(
             user = name,
             max_cores = cap.cores,
@@ -527,24 +527,50 @@ impl State {
         Ok(())
     }
 
-    /// Wakes the nodes that may start group `g`'s waiting work now that its caps rose or went:
-    /// a cap change marks nothing by itself, and an idle agent beats once a minute, so the work
-    /// waited for the next idle beat (up to `idle_heartbeat_interval`) with nodes free. The
-    /// group's batch applications with tasks queued wake the nodes they fit on, its workflows
-    /// the nodes holding their instances placed and not sent, its divisible jobs their
-    /// agents' asks held open.
-    fn wake_group_work(&mut self, g: u32) {
-        let pending: Vec<(u32, usize)> = self
-            .view
+    /// Marks for wake-up what may start now that the room under some users' caps grew in this
+    /// event: the one place every such event goes through ([`State::wake`] calls it first).
+    /// The view lists the capped groups whose room grew
+    /// ([`hetsched_core::SchedulerView::take_capped_groups_freed`]: their work ended —
+    /// finished, failed, cancelled, lost with its node, purged — or their cap rose or went).
+    /// Nothing else marks their waiting work: it was held back by the cap, not by a node, and
+    /// an idle agent beats once a minute, so without this it waited for the next idle beat (up
+    /// to `idle_heartbeat_interval`) with nodes free. Each group's batch applications with
+    /// tasks queued wake the nodes they fit on now, as many as the room admits tasks; its
+    /// workflows the nodes holding their instances placed and not sent; its divisible jobs
+    /// their agents' asks held open.
+    pub(super) fn mark_capped_work(&mut self) {
+        let mut freed = Vec::new();
+        self.view.take_capped_groups_freed(&mut freed);
+        if freed.is_empty() {
+            return;
+        }
+        let view = &self.view;
+        let pending: Vec<(u32, usize)> = view
             .pending_apps()
-            .filter(|a| a.group == Some(g))
-            .map(|a| (a.app.id.0, a.pending.len()))
+            .filter_map(|a| {
+                let g = a.group.filter(|g| freed.binary_search(g).is_ok())?;
+                // A multi-node task's room is its nodes', not one request's: not bounded.
+                if a.app.nodes > 1 {
+                    return Some((a.app.id.0, a.pending.len()));
+                }
+                let group = view.group(g);
+                let room = [Variant::Cpu, Variant::Gpu]
+                    .into_iter()
+                    .filter_map(|v| a.app.request(v))
+                    .map(|r| group.room_for(&r))
+                    .max()
+                    .unwrap_or(0);
+                let tasks =
+                    usize::try_from(room).map_or(a.pending.len(), |r| r.min(a.pending.len()));
+                Some((a.app.id.0, tasks))
+            })
             .collect();
         for (app, tasks) in pending {
             self.nodes.wakes.free(app, tasks);
         }
-        self.jobs.workflow.wake_group(g);
-        self.wake(None);
+        for g in freed {
+            self.jobs.workflow.wake_group(g);
+        }
         self.wake_capped_chunk_asks();
     }
 
@@ -647,7 +673,7 @@ impl State {
             self.view.set_group_cap(g, Resources::default());
             self.view.set_fair_shares(g, 1);
             // Its caps are gone: what they held back may start now.
-            self.wake_group_work(g);
+            self.wake(None);
         }
         let unfinished = self
             .list_users_counts()

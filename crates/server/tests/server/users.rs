@@ -726,6 +726,112 @@ fn a_users_cap_on_cores_holds_its_running_tasks_and_the_rest_go_to_others() {
     );
 }
 
+/// Alice's cap on cores (1) holds back her task that only node `b` may run while her task on
+/// `a` runs. Whatever ends her task on `a` — its result, a cancel, the loss of its node — frees
+/// room under her cap, and `b`, idle and waiting for work in its agent's held call (an idle
+/// agent beats once a minute), is woken at once; before, only a raised cap woke it. Room for one
+/// task wakes one of the nodes her waiting work fits on, not all, and a result whose freed room
+/// the reporting node's own reply fills wakes nobody.
+#[test]
+fn room_freed_under_a_users_cap_wakes_the_nodes_her_held_back_work_fits_on() {
+    let job = |requires: &str, tasks: u32| Submission {
+        origin: "job.toml".into(),
+        text: format!(
+            "[[application]]\nname = \"sim\"\ntasks = {tasks}\nrequires = [\"{requires}\"]\n\
+             [application.cpu]\ncommand = \"true\"\n"
+        ),
+        workdir: "/".into(),
+        ..Default::default()
+    };
+    let d = common::scratch("users", "cap-wake");
+    let mut s = open(&d);
+    s.on_add_user("alice", false).expect("alice");
+    s.on_limit_user("alice", CapChange::cores(1))
+        .expect("capped");
+    let a = common::register(&mut s, "a", 2);
+    let b = common::register(&mut s, "b", 2);
+    let c = common::register(&mut s, "c", 2);
+    let mut waits: Vec<_> = [a, b, c]
+        .iter()
+        .map(|&n| s.await_work(n, common::IDENTITY).expect("its wake-ups"))
+        .collect();
+    // Which of a, b, c were woken since the last look.
+    let mut woken = move || -> Vec<bool> {
+        waits
+            .iter_mut()
+            .map(|w| {
+                let changed = w.has_changed().unwrap_or(false);
+                w.borrow_and_update();
+                changed
+            })
+            .collect()
+    };
+    let one = |reply: pb::HeartbeatReply| -> (u64, u32) {
+        assert_eq!(reply.assignments.len(), 1, "{reply:?}");
+        (reply.assignments[0].task_id, reply.assignments[0].attempt)
+    };
+    let none = |reply: pb::HeartbeatReply| assert!(reply.assignments.is_empty(), "{reply:?}");
+
+    // Her task on `a` runs; the one only `b` may run waits for her cap, and `b` beats in vain.
+    s.on_submit_as(job("node:a", 1), "alice").expect("a's");
+    let on_a = one(common::beat(&mut s, a, &[], &[]));
+    let on_b = s
+        .on_submit_as(job("node:b", 1), "alice")
+        .expect("b's")
+        .job_id;
+    none(common::beat(&mut s, b, &[], &[]));
+    woken();
+    // Its result frees her core: `b` is woken, and its beat starts her task there.
+    none(common::beat(&mut s, a, &[], &[(on_a.0, on_a.1, true)]));
+    assert_eq!(woken(), [false, true, false], "the result on a wakes b");
+    let on_b_task = one(common::beat(&mut s, b, &[], &[]));
+
+    // A cancel frees it too: her task on `b` is cancelled while her next one waits for `a`.
+    s.on_submit_as(job("node:a", 1), "alice").expect("a's");
+    none(common::beat(&mut s, a, &[], &[]));
+    woken();
+    s.on_cancel(on_b).expect("cancelled");
+    assert!(woken()[0], "the cancel on b wakes a");
+    let on_a = one(common::beat(&mut s, a, &[], &[]));
+    none(common::beat(
+        &mut s,
+        b,
+        &[],
+        &[(on_b_task.0, on_b_task.1, false)],
+    ));
+
+    // Room for one task wakes one node of the two her two waiting tasks fit on (the most free
+    // cores, then the lowest id: `b`).
+    s.on_submit_as(job("!node:a", 2), "alice")
+        .expect("two more");
+    none(common::beat(&mut s, b, &[], &[]));
+    none(common::beat(&mut s, c, &[], &[]));
+    woken();
+    none(common::beat(&mut s, a, &[], &[(on_a.0, on_a.1, true)]));
+    assert_eq!(woken(), [false, true, false], "room for one wakes one");
+    let on_b_task = one(common::beat(&mut s, b, &[], &[]));
+    // Her task's end on `b` frees room that `b`'s own reply takes: nobody else is woken.
+    let on_b_task = one(common::beat(
+        &mut s,
+        b,
+        &[],
+        &[(on_b_task.0, on_b_task.1, true)],
+    ));
+    assert_eq!(woken(), [false, false, false], "b's reply took the room");
+
+    // The loss of a node frees it as well: `b` stops beating and is declared dead, and `c`,
+    // where her task (run again) and her next one fit, is woken.
+    s.on_submit_as(job("node:c", 1), "alice").expect("c's");
+    none(common::beat(&mut s, b, &[on_b_task], &[]));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    none(common::beat(&mut s, c, &[], &[]));
+    woken();
+    s.check_dead(std::time::Duration::from_millis(200))
+        .expect("checked");
+    assert_eq!(woken(), [false, false, true], "the loss of b wakes c");
+    one(common::beat(&mut s, c, &[], &[]));
+}
+
 /// A user's stream topology: the cores its running workers hold on their nodes are the user's,
 /// as a batch task's are (they count against its cap on cores, show in what it holds, and
 /// accrue as its fair-share usage), after a restart too; killed, they go back. (Until this
