@@ -10,6 +10,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
+/// A stall of the server this long (or a quarter of the dead timeout, if shorter) gives every
+/// node a fresh dead timeout ([`State::check_dead_after`]): far above a reaper's usual lateness
+/// (milliseconds), so that nodes whose agents are gone still die on a merely busy server.
+pub const STALL: Duration = Duration::from_secs(1);
+
 /// The most bytes of a drain's reason (`hetsched node drain --reason`).
 pub const MAX_DRAIN_REASON: usize = 256;
 
@@ -91,6 +96,11 @@ pub struct NodeRec {
     /// not alive, which alone would keep the dead-node check from ever looking at it. Cleared
     /// when it is declared dead (its work given back once) or its agent registers again.
     pub kept_out_awaiting_return: bool,
+    /// When the server last stopped listening for long ([`State::check_dead_after`]: its
+    /// reaper ran late, or waited long for the state): the node's silence is counted from this
+    /// or [`NodeRec::last_seen`], whichever is later, so a stall of the server itself never
+    /// counts against its agents. `None`: no such stall since it was admitted.
+    pub grace_from: Option<Instant>,
 }
 
 impl NodeRec {
@@ -162,7 +172,8 @@ impl NodeRec {
         } else {
             (timeout * RESTART_GRACE).max(Duration::from_secs(5))
         };
-        Some(self.last_seen + limit)
+        let from = self.grace_from.map_or(self.last_seen, |g| g.max(self.last_seen));
+        Some(from + limit)
     }
 
     /// Heard from now (a registration, a heartbeat, an agent's call).
@@ -198,6 +209,7 @@ impl NodeRec {
             rack: String::new(),
             out_of_bounds: None,
             kept_out_awaiting_return: false,
+            grace_from: None,
         }
     }
 }
@@ -717,6 +729,7 @@ impl Nodes {
             new.kept_out_awaiting_return = old.kept_out_awaiting_return;
             new.seen = old.seen;
             new.last_seen = old.last_seen;
+            new.grace_from = old.grace_from;
             new.heard_ms = old.heard_ms;
             new.awaiting = old.awaiting;
             new.read_bps = old.read_bps;
@@ -1517,16 +1530,20 @@ impl State {
         self.check_dead_after(timeout, Duration::ZERO)
     }
 
-    /// [`State::check_dead`] by a reaper that `waited` for the state's lock: every node gets
-    /// that long more. Whatever held the lock (a purge of millions of tasks, a backup) held
-    /// every heartbeat back as well, and those beats wait behind the reaper for the lock: before,
-    /// the first check after a purge longer than the dead timeout declared every busy node dead
-    /// and ran its tasks again, each loss counted against `max_attempts`. A node silent for
-    /// longer than the wait too is dead as ever.
+    /// [`State::check_dead`] by a reaper after the server did not listen for `stalled`: how late
+    /// the pass ran (the whole process stopped — SIGSTOP, a paused or migrated VM, a swap
+    /// storm), how long it waited for the state's lock and how long its retention held it (a
+    /// purge of millions of tasks, a backup). The agents' beats waited all that time, in their
+    /// sockets or behind the lock, so a stall of the server never counts against them: a stall
+    /// of at least [`STALL`] gives every node a fresh dead timeout from now
+    /// ([`NodeRec::grace_from`]), as a restart does, to reach the server again; a shorter one
+    /// gives every node that long more in this pass. Before, the first check after a pause
+    /// longer than the dead timeout declared every busy node dead, before its queued beats
+    /// were read, and ran its tasks again, each loss counted against `max_attempts`.
     pub fn check_dead_after(
         &mut self,
         timeout: Duration,
-        waited: Duration,
+        stalled: Duration,
     ) -> Result<(), StateError> {
         if self.paused() {
             // Nothing can be recorded: declaring nodes dead now would fail their tasks in memory
@@ -1534,15 +1551,18 @@ impl State {
             return Ok(());
         }
         let now = Instant::now();
-        if waited >= timeout / 4 {
-            info!(
-                waited = ?waited,
-                "the dead-node check waited for the state: every node gets that long more (its beats were held back too)"
+        if stalled >= STALL.min(timeout / 4) {
+            warn!(
+                stalled = ?stalled,
+                "the server did not listen for this long (stopped, paused or starved): every node gets a fresh dead timeout to reach it again"
             );
+            for n in &mut self.nodes.recs {
+                n.grace_from = Some(now);
+            }
         }
         for i in 0..self.nodes.len() {
             let n = &mut self.nodes.recs[i];
-            if n.dies_at(timeout).is_none_or(|at| now <= at + waited) {
+            if n.dies_at(timeout).is_none_or(|at| now <= at + stalled) {
                 continue;
             }
             warn!(node = %n.spec.name, tasks = n.running.len(), "node stopped heartbeating: declared dead");
@@ -1858,11 +1878,11 @@ mod tests {
         .expect("beat");
     }
 
-    /// A dead-node check that waited for the state's lock (a long purge held it, and the
-    /// agents' beats with it) gives every node that long more: a node silent for less than the
-    /// timeout plus the wait lives, one silent for longer dies as ever.
+    /// A dead-node check after a short stall of the server (under [`STALL`]: a wait for the
+    /// state's lock) gives every node that long more: a node silent for less than the timeout
+    /// plus the stall lives, one silent for longer dies as ever.
     #[test]
-    fn a_dead_node_check_that_waited_for_the_state_gives_the_nodes_that_long_more() {
+    fn a_dead_node_check_after_a_short_stall_gives_the_nodes_that_long_more() {
         let dir = ScratchDir::new("nodes", "waited");
         let config = ServerConfig {
             data_dir: dir.clone(),
@@ -1873,19 +1893,64 @@ mod tests {
         let a = register(&mut s, "a", 0);
         beat(&mut s, a, None);
         let timeout = Duration::from_secs(10);
-        // Silent for 15 s: past the timeout, within the timeout and a 10 s wait.
+        // Silent for 10.5 s: past the timeout, within the timeout and a 0.8 s stall.
         s.nodes.get_mut(a).expect("node").last_seen = Instant::now()
-            .checked_sub(Duration::from_secs(15))
-            .expect("15 s after boot");
-        s.check_dead_after(timeout, Duration::from_secs(10))
+            .checked_sub(Duration::from_millis(10_500))
+            .expect("10.5 s after boot");
+        s.check_dead_after(timeout, Duration::from_millis(800))
             .expect("check");
         assert!(s.nodes.get(a).expect("node").alive, "held back, not silent");
-        s.check_dead_after(timeout, Duration::from_secs(2))
+        s.check_dead_after(timeout, Duration::from_millis(200))
             .expect("check");
         assert!(
             !s.nodes.get(a).expect("node").alive,
-            "silent past the wait too"
+            "silent past the stall too"
         );
+    }
+
+    /// A server stopped longer than the dead timeout (SIGSTOP, a paused VM: its reaper runs
+    /// that late) judges no node on the silence it could not hear: every node gets a fresh dead
+    /// timeout from the end of the stall, so the next passes, before the beats queued in the
+    /// sockets are read, declare none dead; a node still silent a dead timeout after the stall
+    /// dies as ever.
+    #[test]
+    fn a_stall_of_the_server_longer_than_the_dead_timeout_declares_no_node_dead() {
+        let dir = ScratchDir::new("nodes", "stalled");
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let mut s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
+            .expect("state");
+        let a = register(&mut s, "a", 0);
+        let b = register(&mut s, "b", 0);
+        for id in [a, b] {
+            beat(&mut s, id, None);
+        }
+        let timeout = Duration::from_secs(5);
+        // Both last beat just before an 8 s stop; the reaper was due 4.5 s in and ran 3.5 s late.
+        let before = Instant::now()
+            .checked_sub(Duration::from_secs(8))
+            .expect("8 s after boot");
+        for id in [a, b] {
+            s.nodes.get_mut(id).expect("node").last_seen = before;
+        }
+        s.check_dead_after(timeout, Duration::from_millis(3_500))
+            .expect("check");
+        // The next pass, on time, before any beat was read.
+        s.check_dead(timeout).expect("check");
+        for id in [a, b] {
+            assert!(s.nodes.get(id).expect("node").alive, "judged on a stall");
+        }
+        // `b` beats again; `a` stays silent for a dead timeout after the stall: dead.
+        beat(&mut s, b, None);
+        let after = Instant::now()
+            .checked_sub(Duration::from_secs(6))
+            .expect("6 s after boot");
+        s.nodes.get_mut(a).expect("node").grace_from = Some(after);
+        s.check_dead(timeout).expect("check");
+        assert!(!s.nodes.get(a).expect("node").alive, "silent after the stall");
+        assert!(s.nodes.get(b).expect("node").alive);
     }
 
     /// A node is listed in the rack its agent registered with, before its first heartbeat and
