@@ -172,7 +172,9 @@ impl NodeRec {
         } else {
             (timeout * RESTART_GRACE).max(Duration::from_secs(5))
         };
-        let from = self.grace_from.map_or(self.last_seen, |g| g.max(self.last_seen));
+        let from = self
+            .grace_from
+            .map_or(self.last_seen, |g| g.max(self.last_seen));
         Some(from + limit)
     }
 
@@ -1949,7 +1951,10 @@ mod tests {
             .expect("6 s after boot");
         s.nodes.get_mut(a).expect("node").grace_from = Some(after);
         s.check_dead(timeout).expect("check");
-        assert!(!s.nodes.get(a).expect("node").alive, "silent after the stall");
+        assert!(
+            !s.nodes.get(a).expect("node").alive,
+            "silent after the stall"
+        );
         assert!(s.nodes.get(b).expect("node").alive);
     }
 
