@@ -101,6 +101,9 @@ pub struct NodeRec {
     /// or [`NodeRec::last_seen`], whichever is later, so a stall of the server itself never
     /// counts against its agents. `None`: no such stall since it was admitted.
     pub grace_from: Option<Instant>,
+    /// The tasks assigned here in heartbeat replies its agent has not yet said it read, with
+    /// each reply's seq ([`Nodes::read_up_to`]). Empty for an agent that predates saying it.
+    pub unread: Vec<(u64, u64)>,
 }
 
 impl NodeRec {
@@ -212,6 +215,7 @@ impl NodeRec {
             out_of_bounds: None,
             kept_out_awaiting_return: false,
             grace_from: None,
+            unread: Vec::new(),
         }
     }
 }
@@ -305,6 +309,19 @@ pub struct Nodes {
     changed: hetsched_core::model::NodeList,
     /// When each live node was last heard, staged for the next commit ([`Nodes::stage_heard`]).
     heard_staged: Vec<(u32, u64)>,
+    /// The last heartbeat reply's seq ([`Nodes::next_reply_seq`]).
+    reply_seq: u64,
+}
+
+/// What a node's agent can have seen of the tasks assigned to it ([`Nodes::read_up_to`]).
+#[derive(Debug, Default)]
+pub struct Unread {
+    /// Assigned in replies it will never read (it gave up on their calls): if it does not run
+    /// them, they go back to waiting without counting an attempt.
+    pub never: HashSet<u64>,
+    /// Assigned in replies newer than the one its beat names: not yet known to the agent when
+    /// it sent the beat, so their absence says nothing.
+    pub pending: HashSet<u64>,
 }
 
 /// Cores, memory and devices summed over nodes, wider than the scheduler view's totals so that
@@ -401,6 +418,45 @@ impl Nodes {
     /// period stages them again).
     pub(super) fn heard_committed(&mut self) {
         self.heard_staged.clear();
+    }
+
+    /// The seq of a new heartbeat reply: above every earlier one, and at least the time in µs,
+    /// so a restarted server's never meet those an agent read from the one before.
+    pub fn next_reply_seq(&mut self) -> u64 {
+        self.reply_seq = (self.reply_seq + 1).max(super::now_ns() / 1_000);
+        self.reply_seq
+    }
+
+    /// Node `id`'s agent sent a beat after reading reply `read` (0: unknown, an agent that
+    /// predates saying it: everything sent counts as read, as before). An agent reads at most
+    /// the reply of each call it makes, in order, and gives up on a call (a timeout) for good:
+    /// the tasks of replies before `read` that it still holds unread it never read; those of
+    /// replies after it it had not read yet when it sent the beat.
+    pub fn read_up_to(&mut self, id: u32, read: u64) -> Unread {
+        let mut out = Unread::default();
+        let Some(rec) = self.recs.get_mut(id as usize) else {
+            return out;
+        };
+        if read == 0 {
+            rec.unread.clear();
+            return out;
+        }
+        rec.unread.retain(|&(seq, task)| {
+            if seq < read {
+                out.never.insert(task);
+            } else if seq > read {
+                out.pending.insert(task);
+            }
+            seq > read
+        });
+        out
+    }
+
+    /// Reply `seq` to node `id`'s agent assigns `tasks`: unread until a beat says otherwise.
+    pub fn sent(&mut self, id: u32, seq: u64, tasks: impl IntoIterator<Item = u64>) {
+        if let Some(rec) = self.recs.get_mut(id as usize) {
+            rec.unread.extend(tasks.into_iter().map(|t| (seq, t)));
+        }
     }
 
     /// Node `id`.
@@ -732,6 +788,7 @@ impl Nodes {
             new.seen = old.seen;
             new.last_seen = old.last_seen;
             new.grace_from = old.grace_from;
+            new.unread.clone_from(&old.unread);
             new.heard_ms = old.heard_ms;
             new.awaiting = old.awaiting;
             new.read_bps = old.read_bps;
@@ -1060,6 +1117,8 @@ impl State {
             let rec = &mut self.nodes.recs[id as usize];
             rec.heard();
             rec.seen = true;
+            // A new agent (or one started again) has read no reply of this server's.
+            rec.unread.clear();
             // Its figures were checked with this registration: a stored description past a
             // bound is replaced above (work held there booked on the new figures), or kept as
             // its stand-in (its devices differ, or the new figures would pass the cluster's
