@@ -1738,18 +1738,19 @@ impl State {
                     free_gpus: v.free_devices(None),
                     running: n.running.len() as u32,
                     queued: self.nodes.prefetch.queued.on(NodeId(i as u32)),
-                    // 0 while its agent holds a call open: heard from now. A node not heard
-                    // since this server started: since the stored time it was last heard.
-                    last_seen_ms: if n.awaiting > 0 {
+                    // 0 while its live agent holds a call open: heard from now (a dead
+                    // node's call, held by a frozen agent, is no sign of life). A node not
+                    // heard since this server started, or dead: since it was last heard.
+                    last_seen_ms: if n.awaiting > 0 && n.alive {
                         0
-                    } else if !n.seen && n.heard_ms > 0 {
+                    } else if (!n.seen || !n.alive) && n.heard_ms > 0 {
                         (super::now_ns() / 1_000_000).saturating_sub(n.heard_ms)
                     } else {
                         n.last_seen.elapsed().as_millis() as u64
                     },
                     // As `last_seen_ms`: an agent holding a call open is heard from now (its
                     // call began up to an idle heartbeat ago).
-                    last_heard_ms: if n.awaiting > 0 {
+                    last_heard_ms: if n.awaiting > 0 && n.alive {
                         super::now_ns() / 1_000_000
                     } else {
                         n.heard_ms
@@ -2015,6 +2016,38 @@ mod tests {
             "silent after the stall"
         );
         assert!(s.nodes.get(b).expect("node").alive);
+    }
+
+    /// A dead node's `last seen` counts from when it was last heard, even while a call of its
+    /// agent is still open (a frozen agent's connection lives on): before, it read `0ms ago`.
+    #[test]
+    fn a_dead_node_is_listed_as_last_seen_when_it_was_last_heard_despite_an_open_call() {
+        let dir = ScratchDir::new("nodes", "dead-seen");
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let mut s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
+            .expect("state");
+        let a = register(&mut s, "a", 0);
+        beat(&mut s, a, None);
+        s.presence(&Presence::Node(a), true);
+        let listed = |s: &State| {
+            let n = s
+                .list_nodes()
+                .into_iter()
+                .find(|n| n.name == "a")
+                .expect("listed");
+            (n.alive, n.last_seen_ms, n.last_heard_ms)
+        };
+        assert_eq!(listed(&s).1, 0, "alive, its call open: heard from now");
+        let heard = super::super::now_ns() / 1_000_000 - 5_000;
+        s.nodes.get_mut(a).expect("node").heard_ms = heard;
+        s.nodes.set_alive(a, false);
+        let (alive, seen, last) = listed(&s);
+        assert!(!alive);
+        assert!((5_000..60_000).contains(&seen), "{seen}");
+        assert_eq!(last, heard);
     }
 
     /// A node is listed in the rack its agent registered with, before its first heartbeat and
