@@ -1612,7 +1612,7 @@ impl State {
             return Ok(());
         }
         let now = Instant::now();
-        if stalled >= STALL.min(timeout / 4) {
+        if !stalled.is_zero() && stalled >= STALL.min(timeout / 4) {
             warn!(
                 stalled = ?stalled,
                 "the server did not listen for this long (stopped, paused or starved): every node gets a fresh dead timeout to reach it again"
