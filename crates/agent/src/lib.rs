@@ -784,6 +784,9 @@ pub async fn run(
     let mut ever_registered = false;
     // The last reply said it was cut at its size cap: beat again at once.
     let mut more = false;
+    // The `seq` of the last heartbeat reply read (0: none yet), sent back in every beat: the
+    // server then counts no attempt for a task of a reply this agent gave up on (a timeout).
+    let mut reply_seq = 0;
     // An operator asked this agent to stop (`hetsched node stop`): `Some(drain)`.
     let mut stop_asked: Option<bool> = None;
     // Since when the agent shuts down (first signal): it takes no new work.
@@ -937,6 +940,7 @@ pub async fn run(
                         .take(pb::MAX_HELD_OUTPUT_JOBS)
                         .copied()
                         .collect(),
+                    reply_seq,
                 }
             };
             said_leaving = !req.leaving.is_empty();
@@ -960,6 +964,9 @@ pub async fn run(
                         break 'beat Err(tonic::Status::deadline_exceeded("heartbeat timed out"));
                     }
                 };
+            if reply.seq != 0 {
+                reply_seq = reply.seq;
+            }
             if reply.reregister {
                 info!("the server does not know this node; registering again");
                 node_id = None;

@@ -185,6 +185,7 @@ impl From<pb::HeartbeatRequest> for HeartbeatReport {
                     .unwrap_or(crate::state::types::Leave::Signal)
             }),
             signalled: r.signalled,
+            reply_seq: r.reply_seq,
             peers_version: r.peers_version,
             clusters_version: r.clusters_version,
             holds_outputs_of: {
@@ -401,6 +402,7 @@ impl From<HeartbeatReply> for pb::HeartbeatReply {
             member_of: r.member_of.iter().map(task_ref).collect(),
             gathering: r.gathering,
             outputs_needed: r.outputs_needed,
+            seq: r.seq,
             offload_key: r.offload_key,
             offload_keys: r
                 .offload_keys
@@ -470,6 +472,8 @@ pub fn reply_wire_len(r: &HeartbeatReply) -> usize {
         // Set after the kinds filled the reply: at most the jobs the agent listed, bounded
         // (`MAX_HELD_OUTPUT_JOBS`), a few bytes each.
         outputs_needed: Vec::new(),
+        // Set after the kinds filled the reply: at most 11 bytes.
+        seq: u64::MAX,
         // Set after the kinds filled the reply, to an ANode only: 34 bytes. (Each offloaded
         // assignment's ANode, address and 51-byte ticket — tag, length, the MAC and its
         // validity — come then too: an NNode is sent as many offloads at once as it reaches

@@ -364,10 +364,11 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
     let reaper_state = shared.clone();
     let mut alarm = shared.lock().map_err(|_| ServerError::Poisoned)?.alarm();
     let reaper = tokio::spawn(async move {
+        // When the next pass is due: its lateness is the server's own stall.
+        let mut due = std::time::Instant::now();
         loop {
             let s = reaper_state.clone();
             let r = tokio::task::spawn_blocking(move || {
-                let asked = std::time::Instant::now();
                 match s.lock() {
                     Ok(mut st) => {
                         st.begin_event();
@@ -375,10 +376,12 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                         if let Err(e) = st.apply_retention() {
                             tracing::error!("retention: {e}");
                         }
-                        // As long as this pass waited for the state, and its retention held
-                        // it (a purge of millions of tasks), the agents' beats waited too.
-                        let waited = asked.elapsed();
-                        let failed = st.check_dead_after(timeout, waited).map_err(|e| {
+                        // As long as this pass ran late (the process was stopped: SIGSTOP, a
+                        // paused VM), waited for the state and its retention held it (a purge
+                        // of millions of tasks), the agents' beats waited too. The monotonic
+                        // clock runs on while the process is stopped, so lateness shows it.
+                        let stalled = due.elapsed();
+                        let failed = st.check_dead_after(timeout, stalled).map_err(|e| {
                             tracing::error!("dead-node check: {e}");
                         });
                         let next = st.plan_housekeeping();
@@ -401,7 +404,10 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             let soonest = std::time::Instant::now() + std::time::Duration::from_millis(20);
             loop {
                 tokio::select! {
-                    () = tokio::time::sleep_until(next.max(soonest).into()) => break,
+                    () = tokio::time::sleep_until(next.max(soonest).into()) => {
+                        due = next.max(soonest);
+                        break;
+                    }
                     changed = alarm.changed() => {
                         if changed.is_err() {
                             return;

@@ -1416,7 +1416,7 @@ impl tonic::service::Interceptor for CheckToken {
 /// greeting (handshake, HTTP/2 preface and first frame) within `limits.greeting` is closed, so
 /// is one with no call open for `limits.idle`, and at most `limits.max_connections` are open at
 /// once; and the router's HTTP/2 pings ([`router_with`]) close a peer that stays connected but
-/// does not answer, within a minute.
+/// does not answer, within about ¾ of a dead timeout ([`http2_keepalive`]).
 pub fn incoming(
     listener: tokio::net::TcpListener,
     dead_timeout: std::time::Duration,
@@ -1476,6 +1476,27 @@ pub fn tcp_keepalive(
     (whole(dead_timeout / 2), whole(dead_timeout / 4), 2)
 }
 
+/// HTTP/2 keepalive for a dead timeout: how long a connection is silent before the server
+/// pings its peer, and how long the answer may take before the connection is closed. A frozen
+/// agent (SIGSTOP, a hung process) holds its `AwaitWork` call open while its kernel still
+/// answers TCP keepalive, and an open call keeps an idle node alive: only the peer process
+/// answers a ping, so its call ends about `dead_timeout` × ¾ into the freeze and the node is
+/// judged by its beats (dead a dead timeout later). Half and a quarter of the dead timeout, as
+/// the TCP probes; at least 1 s and 2 s (a loaded host answers late), at most
+/// [`hetsched_proto::listen::HTTP2_KEEPALIVE_INTERVAL`] and
+/// [`hetsched_proto::listen::HTTP2_KEEPALIVE_TIMEOUT`]. A healthy idle agent wakes to answer a
+/// ping every half dead timeout of silence, in its HTTP/2 task.
+pub fn http2_keepalive(
+    dead_timeout: std::time::Duration,
+) -> (std::time::Duration, std::time::Duration) {
+    use hetsched_proto::listen::{HTTP2_KEEPALIVE_INTERVAL, HTTP2_KEEPALIVE_TIMEOUT};
+    let s = std::time::Duration::from_secs;
+    (
+        (dead_timeout / 2).clamp(s(1), HTTP2_KEEPALIVE_INTERVAL),
+        (dead_timeout / 4).clamp(s(2), HTTP2_KEEPALIVE_TIMEOUT),
+    )
+}
+
 /// The largest request message, encoded, that the server's services decode: 4 MiB (tonic's
 /// default, set here so that it is a stated bound, not an accident of the library). The CLI
 /// refuses a submission over the same size before sending it (`MESSAGE_LIMIT` in
@@ -1486,10 +1507,9 @@ pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 /// The whole gRPC router: agent and client services behind the token check, and health, with
 /// the [`LogRelay`] shared with the dashboard; `stopping` turns true when the server stops (calls
 /// held open answer then). A vanished host's connection is closed by the kernel's TCP keepalive
-/// ([`incoming`]), sized from the dead timeout; HTTP/2 pings, after 30 s without a frame from
-/// the peer (`hetsched_proto::listen::server`), close one whose host still acknowledges but whose
-/// peer says nothing — a connection held open for good otherwise, call or none. An idle agent
-/// answers a ping per 30 s of silence on its connection, in its HTTP/2 task.
+/// ([`incoming`]), sized from the dead timeout; HTTP/2 pings, after half a dead timeout without a
+/// frame from the peer ([`http2_keepalive`]), close one whose host still acknowledges but whose
+/// peer says nothing (a frozen agent) — a connection held open for good otherwise, call or none.
 pub async fn router_with(
     state: Shared,
     metrics: Arc<Metrics>,
@@ -1497,21 +1517,30 @@ pub async fn router_with(
     relay: Arc<LogRelay>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<tonic::transport::server::Router, ServerError> {
-    let (durable, reader, users) = {
+    let (durable, reader, users, dead_timeout) = {
         let s = state.lock().map_err(|_| ServerError::Poisoned)?;
         let reader = s.store_reader().unwrap_or_else(|e| {
             tracing::warn!("no read-only store connection ({e}): listings read under the lock");
             None
         });
-        (s.durable(), reader.map(Arc::new), s.users_index())
+        (
+            s.durable(),
+            reader.map(Arc::new),
+            s.users_index(),
+            s.dead_timeout(),
+        )
     };
     durable.start();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<AgentServer<AgentService>>().await;
     reporter.set_serving::<ClientServer<ClientService>>().await;
     // TLS is the listener's (`incoming`), so that one deadline covers the handshake too; HTTP/2
-    // pings close a peer that stays connected but silent (`hetsched_proto::listen::server`).
-    let mut builder = hetsched_proto::listen::server();
+    // pings close a peer that stays connected but silent (`hetsched_proto::listen::server`),
+    // sized from the dead timeout (`http2_keepalive`).
+    let (ping_after, ping_timeout) = http2_keepalive(dead_timeout);
+    let mut builder = hetsched_proto::listen::server()
+        .http2_keepalive_interval(Some(ping_after))
+        .http2_keepalive_timeout(Some(ping_timeout));
     let router = builder
         .add_service(health)
         .add_service(InterceptedService::new(

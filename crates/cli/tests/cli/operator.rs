@@ -3285,3 +3285,39 @@ fn a_token_saved_by_root_is_given_to_the_users_account() {
     );
     assert_eq!(std::fs::metadata(&kept).expect("token file").uid(), 0);
 }
+
+/// A frozen idle agent (SIGSTOP: its kernel still answers TCP keepalive, its `AwaitWork` call
+/// stays open) is declared dead within a few dead timeouts: the server's HTTP/2 pings, sized
+/// from the dead timeout, go unanswered and end its call, so its node is judged by its beats.
+/// Before, the pings came after 30 s of silence and waited 20 s more, and the node read alive,
+/// `last seen 0ms ago`, for about a minute. A healthy idle agent answers them and lives; the
+/// frozen one comes back once resumed.
+#[test]
+fn a_frozen_idle_agent_is_declared_dead_and_a_healthy_idle_one_lives() {
+    let mut c = Cluster::start_beating("frozen-idle", "200ms", "2s");
+    c.start_agent("a", 1, &[]);
+    c.start_agent("b", 1, &[]);
+    c.wait_for_nodes(2);
+    let alive = |c: &Cluster, name: &str| {
+        c.json(&["nodes"])
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|n| n["name"] == name && n["alive"] == true)
+    };
+    c.signal_agent("a", "STOP");
+    let frozen = std::time::Instant::now();
+    wait_until(
+        "the frozen agent's node to die",
+        Duration::from_secs(20),
+        || !alive(&c, "a"),
+    );
+    let took = frozen.elapsed();
+    assert!(alive(&c, "b"), "a healthy idle agent lives ({took:?})");
+    c.signal_agent("a", "CONT");
+    wait_until(
+        "the resumed agent's node to come back",
+        Duration::from_secs(30),
+        || alive(&c, "a"),
+    );
+}

@@ -2795,6 +2795,15 @@ impl JobKind for Batch {
     }
 
     /// A running task was lost: re-queue it with the next attempt, or fail it at the limit.
+    fn on_undelivered(&mut self, cx: &mut Ctx, task: u64) -> Result<(), StateError> {
+        // Never started: counted against `max_attempts` no more than an agent's clean shutdown.
+        match self.tasks.get_mut(task as usize) {
+            Some(t) if t.state == TaskState::Running => t.interruptions += 1,
+            _ => return Ok(()),
+        }
+        self.on_lost(cx, task, crate::state::UNDELIVERED)
+    }
+
     fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError> {
         let Some(t) = self.tasks.get(task as usize) else {
             return Ok(());

@@ -461,6 +461,13 @@ pub trait JobKind: Send {
         Ok(())
     }
 
+    /// A task assigned in a heartbeat reply its agent never read (it gave up on the call): it
+    /// never ran, so a kind that counts lost attempts against a limit should not count this
+    /// one. By default it is lost as any other ([`JobKind::on_lost`]).
+    fn on_undelivered(&mut self, cx: &mut Ctx, task: u64) -> Result<(), StateError> {
+        self.on_lost(cx, task, crate::state::UNDELIVERED)
+    }
+
     /// A heartbeat from `node` (its results and losses already handed over): hand it work
     /// through `out` — unless `open` is false (the node is drained or its agent shuts down).
     fn on_heartbeat(

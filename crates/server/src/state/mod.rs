@@ -121,6 +121,9 @@ fn out_of_room(e: &StateError) -> bool {
 /// often it is tried).
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
+/// Why a task assigned in a heartbeat reply its agent never read waits again.
+pub const UNDELIVERED: &str = "its assignment never reached its agent (the agent gave up on that heartbeat's reply); not counted";
+
 /// After a restart, a node gets this many dead-timeouts (at least 5 s) to heartbeat again.
 pub const RESTART_GRACE: u32 = 3;
 
@@ -847,17 +850,24 @@ impl State {
             }
         }
         self.confirm_downtime(nid, &req, &reported);
+        // A task assigned in a reply the agent has not read when it sent this beat is not
+        // missing; one assigned in a reply it gave up on never reached it.
+        let unread = self.nodes.read_up_to(nid.0, req.reply_seq);
         let mut lost: Vec<u64> = self.nodes.get(nid.0).map_or(Vec::new(), |n| {
             n.running
                 .iter()
-                .filter(|t| !reported.contains(t))
+                .filter(|t| !reported.contains(t) && !unread.pending.contains(t))
                 .copied()
                 .collect()
         });
         // Each re-queued task goes to the front: the last first, so they keep their order.
         lost.sort_unstable_by(|a, b| b.cmp(a));
         for t in lost {
-            self.lose(t, "the task vanished from its node")?;
+            if unread.never.contains(&t) {
+                self.undelivered(t)?;
+            } else {
+                self.lose(t, "the task vanished from its node")?;
+            }
         }
         // A job these results ended releases the jobs that run after it now (batch jobs after
         // workflows, workflows after any job), so that this reply can carry their tasks.
@@ -881,6 +891,13 @@ impl State {
                 kind.on_heartbeat(&mut cx, nid, &req, open, &mut out)?;
             }
         }
+        // Until the agent's next beat says it read this reply, its tasks are not missing.
+        reply.seq = self.nodes.next_reply_seq();
+        self.nodes.sent(
+            nid.0,
+            reply.seq,
+            reply.assignments.iter().map(|d| d.task_id),
+        );
         // What this reply sends beyond the node's free cores waits in its agent's queue.
         for d in &reply.assignments {
             if d.prefetched {
@@ -1021,6 +1038,15 @@ impl State {
     }
 
     /// Hands a lost task to its kind (and off its node).
+    /// Running task `task` was assigned in a heartbeat reply its agent never read: it waits
+    /// again, its kind counting no lost attempt ([`crate::jobs::JobKind::on_undelivered`]).
+    fn undelivered(&mut self, task: u64) -> Result<(), StateError> {
+        match self.jobs.owner_mut(task) {
+            Some(kind) => kind.on_undelivered(&mut ctx!(self), task),
+            None => self.lose(task, UNDELIVERED),
+        }
+    }
+
     fn lose(&mut self, task: u64, reason: &str) -> Result<(), StateError> {
         match self.jobs.owner_mut(task) {
             Some(kind) => kind.on_lost(&mut ctx!(self), task, reason),

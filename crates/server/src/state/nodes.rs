@@ -10,6 +10,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
+/// A stall of the server this long (or a quarter of the dead timeout, if shorter) gives every
+/// node a fresh dead timeout ([`State::check_dead_after`]): far above a reaper's usual lateness
+/// (milliseconds), so that nodes whose agents are gone still die on a merely busy server.
+pub const STALL: Duration = Duration::from_secs(1);
+
 /// The most bytes of a drain's reason (`hetsched node drain --reason`).
 pub const MAX_DRAIN_REASON: usize = 256;
 
@@ -91,6 +96,14 @@ pub struct NodeRec {
     /// not alive, which alone would keep the dead-node check from ever looking at it. Cleared
     /// when it is declared dead (its work given back once) or its agent registers again.
     pub kept_out_awaiting_return: bool,
+    /// When the server last stopped listening for long ([`State::check_dead_after`]: its
+    /// reaper ran late, or waited long for the state): the node's silence is counted from this
+    /// or [`NodeRec::last_seen`], whichever is later, so a stall of the server itself never
+    /// counts against its agents. `None`: no such stall since it was admitted.
+    pub grace_from: Option<Instant>,
+    /// The tasks assigned here in heartbeat replies its agent has not yet said it read, with
+    /// each reply's seq ([`Nodes::read_up_to`]). Empty for an agent that predates saying it.
+    pub unread: Vec<(u64, u64)>,
 }
 
 impl NodeRec {
@@ -162,7 +175,10 @@ impl NodeRec {
         } else {
             (timeout * RESTART_GRACE).max(Duration::from_secs(5))
         };
-        Some(self.last_seen + limit)
+        let from = self
+            .grace_from
+            .map_or(self.last_seen, |g| g.max(self.last_seen));
+        Some(from + limit)
     }
 
     /// Heard from now (a registration, a heartbeat, an agent's call).
@@ -198,6 +214,8 @@ impl NodeRec {
             rack: String::new(),
             out_of_bounds: None,
             kept_out_awaiting_return: false,
+            grace_from: None,
+            unread: Vec::new(),
         }
     }
 }
@@ -291,6 +309,19 @@ pub struct Nodes {
     changed: hetsched_core::model::NodeList,
     /// When each live node was last heard, staged for the next commit ([`Nodes::stage_heard`]).
     heard_staged: Vec<(u32, u64)>,
+    /// The last heartbeat reply's seq ([`Nodes::next_reply_seq`]).
+    reply_seq: u64,
+}
+
+/// What a node's agent can have seen of the tasks assigned to it ([`Nodes::read_up_to`]).
+#[derive(Debug, Default)]
+pub struct Unread {
+    /// Assigned in replies it will never read (it gave up on their calls): if it does not run
+    /// them, they go back to waiting without counting an attempt.
+    pub never: HashSet<u64>,
+    /// Assigned in replies newer than the one its beat names: not yet known to the agent when
+    /// it sent the beat, so their absence says nothing.
+    pub pending: HashSet<u64>,
 }
 
 /// Cores, memory and devices summed over nodes, wider than the scheduler view's totals so that
@@ -387,6 +418,45 @@ impl Nodes {
     /// period stages them again).
     pub(super) fn heard_committed(&mut self) {
         self.heard_staged.clear();
+    }
+
+    /// The seq of a new heartbeat reply: above every earlier one, and at least the time in µs,
+    /// so a restarted server's never meet those an agent read from the one before.
+    pub fn next_reply_seq(&mut self) -> u64 {
+        self.reply_seq = (self.reply_seq + 1).max(super::now_ns() / 1_000);
+        self.reply_seq
+    }
+
+    /// Node `id`'s agent sent a beat after reading reply `read` (0: unknown, an agent that
+    /// predates saying it: everything sent counts as read, as before). An agent reads at most
+    /// the reply of each call it makes, in order, and gives up on a call (a timeout) for good:
+    /// the tasks of replies before `read` that it still holds unread it never read; those of
+    /// replies after it it had not read yet when it sent the beat.
+    pub fn read_up_to(&mut self, id: u32, read: u64) -> Unread {
+        let mut out = Unread::default();
+        let Some(rec) = self.recs.get_mut(id as usize) else {
+            return out;
+        };
+        if read == 0 {
+            rec.unread.clear();
+            return out;
+        }
+        rec.unread.retain(|&(seq, task)| {
+            if seq < read {
+                out.never.insert(task);
+            } else if seq > read {
+                out.pending.insert(task);
+            }
+            seq > read
+        });
+        out
+    }
+
+    /// Reply `seq` to node `id`'s agent assigns `tasks`: unread until a beat says otherwise.
+    pub fn sent(&mut self, id: u32, seq: u64, tasks: impl IntoIterator<Item = u64>) {
+        if let Some(rec) = self.recs.get_mut(id as usize) {
+            rec.unread.extend(tasks.into_iter().map(|t| (seq, t)));
+        }
     }
 
     /// Node `id`.
@@ -717,6 +787,8 @@ impl Nodes {
             new.kept_out_awaiting_return = old.kept_out_awaiting_return;
             new.seen = old.seen;
             new.last_seen = old.last_seen;
+            new.grace_from = old.grace_from;
+            new.unread.clone_from(&old.unread);
             new.heard_ms = old.heard_ms;
             new.awaiting = old.awaiting;
             new.read_bps = old.read_bps;
@@ -1045,6 +1117,8 @@ impl State {
             let rec = &mut self.nodes.recs[id as usize];
             rec.heard();
             rec.seen = true;
+            // A new agent (or one started again) has read no reply of this server's.
+            rec.unread.clear();
             // Its figures were checked with this registration: a stored description past a
             // bound is replaced above (work held there booked on the new figures), or kept as
             // its stand-in (its devices differ, or the new figures would pass the cluster's
@@ -1517,16 +1591,20 @@ impl State {
         self.check_dead_after(timeout, Duration::ZERO)
     }
 
-    /// [`State::check_dead`] by a reaper that `waited` for the state's lock: every node gets
-    /// that long more. Whatever held the lock (a purge of millions of tasks, a backup) held
-    /// every heartbeat back as well, and those beats wait behind the reaper for the lock: before,
-    /// the first check after a purge longer than the dead timeout declared every busy node dead
-    /// and ran its tasks again, each loss counted against `max_attempts`. A node silent for
-    /// longer than the wait too is dead as ever.
+    /// [`State::check_dead`] by a reaper after the server did not listen for `stalled`: how late
+    /// the pass ran (the whole process stopped — SIGSTOP, a paused or migrated VM, a swap
+    /// storm), how long it waited for the state's lock and how long its retention held it (a
+    /// purge of millions of tasks, a backup). The agents' beats waited all that time, in their
+    /// sockets or behind the lock, so a stall of the server never counts against them: a stall
+    /// of at least [`STALL`] gives every node a fresh dead timeout from now
+    /// ([`NodeRec::grace_from`]), as a restart does, to reach the server again; a shorter one
+    /// gives every node that long more in this pass. Before, the first check after a pause
+    /// longer than the dead timeout declared every busy node dead, before its queued beats
+    /// were read, and ran its tasks again, each loss counted against `max_attempts`.
     pub fn check_dead_after(
         &mut self,
         timeout: Duration,
-        waited: Duration,
+        stalled: Duration,
     ) -> Result<(), StateError> {
         if self.paused() {
             // Nothing can be recorded: declaring nodes dead now would fail their tasks in memory
@@ -1534,15 +1612,18 @@ impl State {
             return Ok(());
         }
         let now = Instant::now();
-        if waited >= timeout / 4 {
-            info!(
-                waited = ?waited,
-                "the dead-node check waited for the state: every node gets that long more (its beats were held back too)"
+        if !stalled.is_zero() && stalled >= STALL.min(timeout / 4) {
+            warn!(
+                stalled = ?stalled,
+                "the server did not listen for this long (stopped, paused or starved): every node gets a fresh dead timeout to reach it again"
             );
+            for n in &mut self.nodes.recs {
+                n.grace_from = Some(now);
+            }
         }
         for i in 0..self.nodes.len() {
             let n = &mut self.nodes.recs[i];
-            if n.dies_at(timeout).is_none_or(|at| now <= at + waited) {
+            if n.dies_at(timeout).is_none_or(|at| now <= at + stalled) {
                 continue;
             }
             warn!(node = %n.spec.name, tasks = n.running.len(), "node stopped heartbeating: declared dead");
@@ -1657,18 +1738,19 @@ impl State {
                     free_gpus: v.free_devices(None),
                     running: n.running.len() as u32,
                     queued: self.nodes.prefetch.queued.on(NodeId(i as u32)),
-                    // 0 while its agent holds a call open: heard from now. A node not heard
-                    // since this server started: since the stored time it was last heard.
-                    last_seen_ms: if n.awaiting > 0 {
+                    // 0 while its live agent holds a call open: heard from now (a dead
+                    // node's call, held by a frozen agent, is no sign of life). A node not
+                    // heard since this server started, or dead: since it was last heard.
+                    last_seen_ms: if n.awaiting > 0 && n.alive {
                         0
-                    } else if !n.seen && n.heard_ms > 0 {
+                    } else if (!n.seen || !n.alive) && n.heard_ms > 0 {
                         (super::now_ns() / 1_000_000).saturating_sub(n.heard_ms)
                     } else {
                         n.last_seen.elapsed().as_millis() as u64
                     },
                     // As `last_seen_ms`: an agent holding a call open is heard from now (its
                     // call began up to an idle heartbeat ago).
-                    last_heard_ms: if n.awaiting > 0 {
+                    last_heard_ms: if n.awaiting > 0 && n.alive {
                         super::now_ns() / 1_000_000
                     } else {
                         n.heard_ms
@@ -1858,11 +1940,11 @@ mod tests {
         .expect("beat");
     }
 
-    /// A dead-node check that waited for the state's lock (a long purge held it, and the
-    /// agents' beats with it) gives every node that long more: a node silent for less than the
-    /// timeout plus the wait lives, one silent for longer dies as ever.
+    /// A dead-node check after a short stall of the server (under [`STALL`]: a wait for the
+    /// state's lock) gives every node that long more: a node silent for less than the timeout
+    /// plus the stall lives, one silent for longer dies as ever.
     #[test]
-    fn a_dead_node_check_that_waited_for_the_state_gives_the_nodes_that_long_more() {
+    fn a_dead_node_check_after_a_short_stall_gives_the_nodes_that_long_more() {
         let dir = ScratchDir::new("nodes", "waited");
         let config = ServerConfig {
             data_dir: dir.clone(),
@@ -1873,19 +1955,99 @@ mod tests {
         let a = register(&mut s, "a", 0);
         beat(&mut s, a, None);
         let timeout = Duration::from_secs(10);
-        // Silent for 15 s: past the timeout, within the timeout and a 10 s wait.
+        // Silent for 10.5 s: past the timeout, within the timeout and a 0.8 s stall.
         s.nodes.get_mut(a).expect("node").last_seen = Instant::now()
-            .checked_sub(Duration::from_secs(15))
-            .expect("15 s after boot");
-        s.check_dead_after(timeout, Duration::from_secs(10))
+            .checked_sub(Duration::from_millis(10_500))
+            .expect("10.5 s after boot");
+        s.check_dead_after(timeout, Duration::from_millis(800))
             .expect("check");
         assert!(s.nodes.get(a).expect("node").alive, "held back, not silent");
-        s.check_dead_after(timeout, Duration::from_secs(2))
+        s.check_dead_after(timeout, Duration::from_millis(200))
             .expect("check");
         assert!(
             !s.nodes.get(a).expect("node").alive,
-            "silent past the wait too"
+            "silent past the stall too"
         );
+    }
+
+    /// A server stopped longer than the dead timeout (SIGSTOP, a paused VM: its reaper runs
+    /// that late) judges no node on the silence it could not hear: every node gets a fresh dead
+    /// timeout from the end of the stall, so the next passes, before the beats queued in the
+    /// sockets are read, declare none dead; a node still silent a dead timeout after the stall
+    /// dies as ever.
+    #[test]
+    fn a_stall_of_the_server_longer_than_the_dead_timeout_declares_no_node_dead() {
+        let dir = ScratchDir::new("nodes", "stalled");
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let mut s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
+            .expect("state");
+        let a = register(&mut s, "a", 0);
+        let b = register(&mut s, "b", 0);
+        for id in [a, b] {
+            beat(&mut s, id, None);
+        }
+        let timeout = Duration::from_secs(5);
+        // Both last beat just before an 8 s stop; the reaper was due 4.5 s in and ran 3.5 s late.
+        let before = Instant::now()
+            .checked_sub(Duration::from_secs(8))
+            .expect("8 s after boot");
+        for id in [a, b] {
+            s.nodes.get_mut(id).expect("node").last_seen = before;
+        }
+        s.check_dead_after(timeout, Duration::from_millis(3_500))
+            .expect("check");
+        // The next pass, on time, before any beat was read.
+        s.check_dead(timeout).expect("check");
+        for id in [a, b] {
+            assert!(s.nodes.get(id).expect("node").alive, "judged on a stall");
+        }
+        // `b` beats again; `a` stays silent for a dead timeout after the stall: dead.
+        beat(&mut s, b, None);
+        let after = Instant::now()
+            .checked_sub(Duration::from_secs(6))
+            .expect("6 s after boot");
+        s.nodes.get_mut(a).expect("node").grace_from = Some(after);
+        s.check_dead(timeout).expect("check");
+        assert!(
+            !s.nodes.get(a).expect("node").alive,
+            "silent after the stall"
+        );
+        assert!(s.nodes.get(b).expect("node").alive);
+    }
+
+    /// A dead node's `last seen` counts from when it was last heard, even while a call of its
+    /// agent is still open (a frozen agent's connection lives on): before, it read `0ms ago`.
+    #[test]
+    fn a_dead_node_is_listed_as_last_seen_when_it_was_last_heard_despite_an_open_call() {
+        let dir = ScratchDir::new("nodes", "dead-seen");
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let mut s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
+            .expect("state");
+        let a = register(&mut s, "a", 0);
+        beat(&mut s, a, None);
+        s.presence(&Presence::Node(a), true);
+        let listed = |s: &State| {
+            let n = s
+                .list_nodes()
+                .into_iter()
+                .find(|n| n.name == "a")
+                .expect("listed");
+            (n.alive, n.last_seen_ms, n.last_heard_ms)
+        };
+        assert_eq!(listed(&s).1, 0, "alive, its call open: heard from now");
+        let heard = super::super::now_ns() / 1_000_000 - 5_000;
+        s.nodes.get_mut(a).expect("node").heard_ms = heard;
+        s.nodes.set_alive(a, false);
+        let (alive, seen, last) = listed(&s);
+        assert!(!alive);
+        assert!((5_000..60_000).contains(&seen), "{seen}");
+        assert_eq!(last, heard);
     }
 
     /// A node is listed in the rack its agent registered with, before its first heartbeat and

@@ -191,6 +191,9 @@ pub struct HeartbeatReport {
     pub leaving: Option<Leave>,
     /// The seqs of the [`TaskSignal`]s the agent handled since its last beat.
     pub signalled: Vec<u64>,
+    /// The [`HeartbeatReply::seq`] of the last reply the agent read (0: unknown, an agent that
+    /// predates it): what it reports running is judged only against the assignments it read.
+    pub reply_seq: u64,
     /// The version of the PCDDB address book the agent holds (0: none): the reply carries the
     /// book (`PcddbJob::peers`) only when it is not the server's.
     pub peers_version: u64,
@@ -348,6 +351,9 @@ pub struct HeartbeatReply {
     /// Of the workflow jobs the agent holds outputs of, those that have not ended: its agent
     /// counts them as work for its idle timeout (`HeartbeatReply.outputs_needed`).
     pub outputs_needed: Vec<u64>,
+    /// This reply's number ([`super::nodes::Nodes::next_reply_seq`]), which the agent's next
+    /// beat sends back once read ([`HeartbeatReport::reply_seq`]).
+    pub seq: u64,
 }
 
 /// What `hetsched signal` reached: running task attempts, and a divisible job's chunks out to

@@ -125,6 +125,51 @@ fn a_task_the_agent_does_not_know_is_requeued_and_an_unexpected_one_is_killed() 
     assert_eq!(reasons(&s)[0].1, "lost");
 }
 
+/// An agent that gave up on a heartbeat's call (the server was stopped, the call timed out)
+/// never reads its reply: a task assigned there never reached it. Its next beats name the last
+/// reply they read (`reply_seq`), so the server neither judges the task missing before the
+/// agent could know it nor counts an attempt once it is sure the agent never will: the task
+/// waits again and is sent anew. Before, each such pause cost an attempt ("vanished from its
+/// node"), and with `max_attempts = 2` two pauses failed the task.
+#[test]
+fn a_task_sent_in_a_reply_the_agent_never_read_waits_again_without_losing_an_attempt() {
+    let d = dir("unread");
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 1);
+    let beat_after = |s: &mut State, read: u64| {
+        let mut req = common::heartbeat_request(n, &[], &[]);
+        req.reply_seq = read;
+        s.heartbeat(req).expect("heartbeat")
+    };
+    let r = beat_after(&mut s, 0);
+    assert_ne!(r.seq, 0, "the reply is numbered");
+    let mut read = r.seq;
+    s.submit("job.toml", JOB, "/").expect("submit");
+    for attempt in 1..=3 {
+        // The agent's call times out (the server was stopped) and the server answers it
+        // anyway, into the void.
+        let lost = beat_after(&mut s, read);
+        assert_eq!(assigned(&lost), vec![(0, attempt)]);
+        assert!(lost.seq > read);
+        // The agent's next beat, on a new connection, names the reply it read before: the
+        // task of the unread reply is not judged on it.
+        let r = beat_after(&mut s, read);
+        assert!(r.assignments.is_empty(), "task 0 is still out to the node");
+        assert_eq!(states(&s)[0], ("running".into(), attempt));
+        // The next beat names a later reply: the lost one was never read. Task 0 waits
+        // again, counting no attempt against `max_attempts = 2`, and is sent anew.
+        read = r.seq;
+    }
+    let r = beat_after(&mut s, read);
+    assert_eq!(assigned(&r), vec![(0, 4)]);
+    assert_eq!(states(&s)[0], ("running".into(), 4));
+    // A task the agent read and then lost counts as ever: twice, and it fails.
+    let r = beat_after(&mut s, r.seq);
+    assert_eq!(assigned(&r), vec![(0, 5)], "lost once");
+    beat_after(&mut s, r.seq);
+    assert_eq!(states(&s)[0].0, "failed", "lost twice");
+}
+
 /// Each task's state, `reason` and `signal` in job 1.
 fn reasons(s: &State) -> Vec<(String, String, String)> {
     s.tasks(1)
