@@ -729,8 +729,9 @@ pub async fn run(
             .transpose(),
     ) {
         (Ok(o), Ok(e)) => [
-            o.map(|s| tokio::spawn(drain(s, out))),
-            e.map(|s| tokio::spawn(drain(s, err))),
+            // (Cloned: the record of its end looks for the pointers in their places.)
+            o.map(|s| tokio::spawn(drain(s, out.clone()))),
+            e.map(|s| tokio::spawn(drain(s, err.clone()))),
         ],
         // (The process is SIGKILLed and reaped as `process` is dropped.)
         (Err(e), _) | (_, Err(e)) => return fail(result, format!("capturing output: {e}")),
@@ -899,7 +900,7 @@ pub async fn run(
     if let Some(path) = node_file {
         let _ = std::fs::remove_file(path);
     }
-    record.ended(&targets);
+    record.ended(&targets, [&out, &err]);
     result.finished_ns = now_ns();
     result
 }

@@ -426,21 +426,29 @@ impl TaskRecord {
 
     /// Ok when `file`, which does not exist, is a stream the attempt printed nothing on (or
     /// has not printed on yet); else its output is gone. `pointed`: `file` is the one its
-    /// application named (`stdout =`), which the agent created when the task started.
+    /// application named (`stdout =`), which the agent created when the task started — unless
+    /// the records say the attempt printed nothing there (it never started: its pointer was
+    /// left, as the account's, before the account failed to open the file).
     fn missing(&self, file: &Path, pointed: bool) -> Result<(), Status> {
         use crate::ran::Record;
         let stream = if self.stderr { "stderr" } else { "stdout" };
-        if pointed {
-            return Err(self.gone_known(
-                format!(
-                    "{}, the file its application sent its {stream} to, was removed",
-                    file.display()
-                ),
-                pb::LOG_RAN_HERE,
-            ));
-        }
         let record = crate::ran::read(&self.file, self.index)
             .map_err(|e| file_error(&self.file.display().to_string(), &e))?;
+        if pointed {
+            return match record {
+                Record::Ended {
+                    silent_out,
+                    silent_err,
+                } if (if self.stderr { silent_err } else { silent_out }) => Ok(()),
+                _ => Err(self.gone_known(
+                    format!(
+                        "{}, the file its application sent its {stream} to, was removed",
+                        file.display()
+                    ),
+                    pb::LOG_RAN_HERE,
+                )),
+            };
+        }
         match record {
             // Its capture file is made at its first byte: nothing yet, or nothing at all.
             Record::Unrecorded | Record::Running => Ok(()),
@@ -1098,6 +1106,135 @@ mod tests {
         // A directory an older agent made, without records: a missing file is an empty page.
         std::fs::create_dir_all(dir.join("job-2")).expect("legacy");
         assert!(!read(2, 0, false).await.expect("legacy").exists);
+    }
+
+    /// An offloaded task whose application sends its stdout to a file of its own (`stdout =`),
+    /// interrupted before its output came back to this NNode — here the ANode refuses the
+    /// offload, as it does one whose ticket expired — never had that file opened here: it
+    /// printed nothing here, and `hetsched log` says so (an empty page) for its stdout as for
+    /// its captured stderr. Before, its stdout read as a capture file that "was removed (the
+    /// attempt printed on its stdout)".
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_offloaded_task_interrupted_before_its_stdout_file_was_opened_printed_nothing() {
+        use crate::accel::offload::{self, Client, Target};
+        let (dir, service) = keyed_service("offload-interrupted");
+        crate::job_nonce::claim_task_dir(&dir, &dir.join("job-1"), 0).expect("claim");
+        let anode_work = ScratchDir::new("logs", "offload-anode");
+        let pipeline = crate::accel::Pipeline::start(
+            "anode-1",
+            crate::launch::unnamed_devices(1),
+            &anode_work,
+            Default::default(),
+            crate::launch::DEFAULT_KILL_GRACE,
+            false,
+            Default::default(),
+        )
+        .expect("pipeline");
+        // It holds a key, so the offload below is refused for its missing ticket at once
+        // (an ANode with none is asked again, as a broken transfer).
+        pipeline.set_offload_keys(&[pb::OffloadKey {
+            epoch: 1,
+            key: vec![9; 32],
+        }]);
+        let listener = crate::accel::service::AccelListener::bind(
+            "127.0.0.1:0".parse().expect("addr"),
+            pipeline.clone(),
+            "token",
+            None,
+        )
+        .await
+        .expect("listener");
+        let client = Client::new(
+            Target {
+                anode: "anode-1".into(),
+                address: format!("http://{}", listener.addr),
+            },
+            "token",
+            None,
+        )
+        .expect("client");
+        let spec = pb::TaskSpec {
+            job_id: 1,
+            app: "sh".into(),
+            argv: vec!["sh".into(), "-c".into(), "echo important-result".into()],
+            workdir: dir.display().to_string(),
+            stdout: "out/{index}.txt".into(),
+            accelerator: "required".into(),
+            ..Default::default()
+        };
+        // No ticket: refused before anything runs or comes back.
+        let a = pb::Assignment {
+            task_id: 1,
+            index: 0,
+            attempt: 1,
+            devices: vec![0],
+            ..Default::default()
+        };
+        let (_kill, kill) = tokio::sync::oneshot::channel();
+        let r = offload::run(&client, &a, &spec, "a", &dir, false, kill).await;
+        assert!(r.interrupted && !r.success, "{r:?}");
+        assert!(!dir.join("out/0.txt").exists(), "nothing opened its file");
+        for stderr in [false, true] {
+            let req = pb::AgentLogRequest {
+                job_id: 1,
+                app: "sh".into(),
+                index: 0,
+                attempt: 1,
+                stderr,
+                ..Default::default()
+            };
+            let r = read_ticketed(&service, req)
+                .await
+                .expect("printed nothing here");
+            assert!(!r.exists && r.data.is_empty(), "stderr {stderr}: {r:?}");
+        }
+    }
+
+    /// An attempt that never started although its pointer to its application's own file was
+    /// left (`run_as_owner`: the pointers are written before the account opens the files, and
+    /// the account could not) printed nothing, as its records say: an empty page, not a file
+    /// that "was removed". A file that was made and removed since is still gone, named.
+    #[tokio::test]
+    async fn a_pointer_left_by_an_attempt_that_never_started_reads_as_printed_nothing() {
+        let (dir, service) = keyed_service("pointer-never-started");
+        let job = dir.join("job-1");
+        crate::job_nonce::claim_task_dir(&dir, &job, 0).expect("claim");
+        let record = crate::ran::path(&job, "sh", 0, 1);
+        for (index, flags) in [
+            (0, crate::ran::NEVER_STARTED),
+            (1, crate::ran::STARTED | crate::ran::ENDED),
+        ] {
+            let captured = output_path(&dir, 1, "sh", (index, 0), 1, false);
+            let own = dir.join(format!("own-{index}.txt"));
+            std::fs::write(
+                crate::launch::pointer_path(&captured),
+                own.as_os_str().as_encoded_bytes(),
+            )
+            .expect("pointer");
+            crate::ran::mark(&record, index, flags).expect("mark");
+        }
+        let read = |index: u32| {
+            let r = pb::AgentLogRequest {
+                job_id: 1,
+                app: "sh".into(),
+                index,
+                attempt: 1,
+                ..Default::default()
+            };
+            read_ticketed(&service, r)
+        };
+        let r = read(0).await.expect("never started: printed nothing");
+        assert!(!r.exists && r.data.is_empty(), "{r:?}");
+        let e = read(1).await.expect_err("made and removed");
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert!(
+            e.message().contains(&format!(
+                "{}, the file its application sent its stdout to, was removed",
+                dir.join("own-1.txt").display()
+            )),
+            "{}",
+            e.message()
+        );
     }
 
     /// A FIFO a task made where its output is read — its capture file, or its own `stdout =`

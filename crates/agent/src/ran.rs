@@ -151,16 +151,28 @@ impl Attempt {
         self.mark(NEVER_STARTED);
     }
 
-    /// It ended, its streams going to `targets`: a captured stream whose file does not exist
-    /// printed nothing (the file is made at the first byte), recorded so that a file removed
-    /// later reads as gone, not as silence.
-    pub fn ended(&self, targets: &[crate::launch::StreamTo; 2]) {
+    /// It ended, its streams going to `targets` (`captured`: their capture files' paths,
+    /// stdout's then stderr's), recorded so that a file removed later reads as gone, not as
+    /// silence. A stream printed nothing here when nothing of it was written here: a captured
+    /// one whose file does not exist (the file is made at the first byte), and one sent to its
+    /// application's own file whose pointer is not in its capture file's place — the file was
+    /// never opened here (the pointer is written once it is: an offloaded attempt interrupted
+    /// before its output came back, [`crate::accel::offload`]).
+    pub fn ended(&self, targets: &[crate::launch::StreamTo; 2], captured: [&Path; 2]) {
+        use crate::launch::StreamTo;
+        let missing = |p: &Path| {
+            std::fs::symlink_metadata(p).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        };
         let mut flags = STARTED | ENDED;
-        for (target, silent) in targets.iter().zip([SILENT_OUT, SILENT_ERR]) {
-            if let crate::launch::StreamTo::Captured(p) = target
-                && std::fs::symlink_metadata(p)
-                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-            {
+        for ((target, captured), silent) in
+            targets.iter().zip(captured).zip([SILENT_OUT, SILENT_ERR])
+        {
+            let nothing_written = match target {
+                StreamTo::Captured(p) => missing(p),
+                StreamTo::File(_) => missing(&crate::launch::pointer_path(captured)),
+                StreamTo::Discarded => false,
+            };
+            if nothing_written {
                 flags |= silent;
             }
         }

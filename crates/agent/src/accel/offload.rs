@@ -154,7 +154,11 @@ pub async fn run(
         control.into(),
     )
     .await;
-    record.ended(&launch::stream_targets(work_dir, &dir, spec, a));
+    let (out, err) = launch::output_paths(work_dir, spec, a);
+    record.ended(
+        &launch::stream_targets(work_dir, &dir, spec, a),
+        [&out, &err],
+    );
     r
 }
 
@@ -435,10 +439,13 @@ async fn once(
     // A user's `stdout =`/`stderr =` files are opened by its account, as a local run's are.
     let opened = match account {
         None => launch::open_stream_files(&targets, [&out, &err]),
-        Some(acc) => launch::write_pointers(&targets, [&out, &err], Some(acc)).and_then(|()| {
-            crate::run_as::hop(Some(acc), || launch::open_streams(&targets))
-                .unwrap_or_else(|e| Err(format!("node {node}: {e}")))
-        }),
+        // The files first, the pointers once they are open: a pointer says its file was
+        // opened here (`ran::Attempt::ended` reads a missing one as a stream never written).
+        Some(acc) => crate::run_as::hop(Some(acc), || launch::open_streams(&targets))
+            .unwrap_or_else(|e| Err(format!("node {node}: {e}")))
+            .and_then(|files| {
+                launch::write_pointers(&targets, [&out, &err], Some(acc)).map(|()| files)
+            }),
     };
     let files = match opened {
         Ok(files) => files,
