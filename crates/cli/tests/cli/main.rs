@@ -9,6 +9,7 @@ mod demo_cli;
 mod divisible_cli;
 mod divisible_runtime;
 mod graph_cli;
+mod log_attempts;
 mod log_tls;
 mod operator;
 mod operator_ux;
