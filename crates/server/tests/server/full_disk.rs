@@ -8,7 +8,7 @@
 use crate::common;
 use crate::common::Scratch;
 
-use common::{IDENTITY, heartbeat_request};
+use common::heartbeat_request;
 use hetsched_proto as pb;
 use hetsched_server::ServerConfig;
 use hetsched_server::convert::Wire;
@@ -46,16 +46,7 @@ fn a_full_disk_pauses_dispatch(
     free: &mut dyn FnMut(&mut State),
 ) {
     let mut s = open(dir);
-    let n = s
-        .register(pb::RegisterRequest {
-            name: "n".into(),
-            cores: 2,
-            memory_bytes: 1 << 30,
-            identity: IDENTITY.into(),
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
+    let n = common::register(&mut s, "n", 2);
     s.submit("job.toml", JOB, "/").expect("submit");
     let r = s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
     assert_eq!(r.assignments.len(), 2);
@@ -246,16 +237,7 @@ fn anyhow_like(e: &dyn std::error::Error) -> String {
 fn a_failed_wal_sync_pauses_dispatch_until_a_write_is_synced_again() {
     let dir = Scratch::new("full-disk", "sync-fail");
     let mut s = open(&dir);
-    let n = s
-        .register(pb::RegisterRequest {
-            name: "n".into(),
-            cores: 2,
-            memory_bytes: 1 << 30,
-            identity: IDENTITY.into(),
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
+    let n = common::register(&mut s, "n", 2);
     s.submit("job.toml", JOB, "/").expect("submit");
     let durable = s.durable();
     durable.wait_blocking(s.written()).expect("synced");
@@ -293,6 +275,16 @@ fn a_failed_wal_sync_pauses_dispatch_until_a_write_is_synced_again() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The disk freed (`simulate_full_disk(false)`), the probe interval waited out and a node
+/// `n` registered, whose heartbeat makes the probe write that resumes dispatch.
+fn free_and_probe(s: &mut State) {
+    s.simulate_full_disk(false);
+    std::thread::sleep(PROBE_INTERVAL);
+    let n = common::register(s, "n", 2);
+    s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
+    assert!(!s.is_paused(), "a probe write resumed it");
+}
+
 /// A submission the store refuses for want of room pauses dispatch at once, as a refused
 /// commit does: `hetsched_store_writable` reads 0 from that refusal, not from a later
 /// heartbeat's, and a probe write resumes it as usual.
@@ -307,20 +299,7 @@ fn a_submission_refused_by_a_full_disk_marks_the_store_unwritable_at_once() {
         .to_string();
     assert!(e.contains("database or disk is full"), "{e}");
     assert!(s.is_paused(), "the refusal paused dispatch");
-    s.simulate_full_disk(false);
-    std::thread::sleep(PROBE_INTERVAL);
-    let n = s
-        .register(pb::RegisterRequest {
-            name: "n".into(),
-            cores: 2,
-            memory_bytes: 1 << 30,
-            identity: IDENTITY.into(),
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
-    s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
-    assert!(!s.is_paused(), "a probe write resumed it");
+    free_and_probe(&mut s);
     s.submit("job.toml", JOB, "/").expect("taken again");
     s.simulate_full_disk(true);
     assert!(s.submit("job.toml", JOB, "/").is_err());
@@ -357,20 +336,7 @@ fn a_purge_step_or_a_retention_pass_refused_by_a_full_disk_marks_the_store_unwri
     assert!(e.contains("database or disk is full"), "{e}");
     assert!(s.is_paused(), "the refused step paused dispatch");
     assert_eq!(s.purge_left(), 2_000, "nothing was deleted");
-    s.simulate_full_disk(false);
-    std::thread::sleep(PROBE_INTERVAL);
-    let n = s
-        .register(pb::RegisterRequest {
-            name: "n".into(),
-            cores: 2,
-            memory_bytes: 1 << 30,
-            identity: IDENTITY.into(),
-            ..Default::default()
-        })
-        .expect("register")
-        .node_id;
-    s.heartbeat(heartbeat_request(n, &[], &[])).expect("beat");
-    assert!(!s.is_paused(), "a probe write resumed it");
+    free_and_probe(&mut s);
     assert_eq!(s.purge_step().expect("the purge goes on"), 1_000);
     // The retention pass: a finished job's summary, stored as its rows leave memory.
     let other = s.submit("job.toml", JOB, "/").expect("submit").job_id;
