@@ -1808,6 +1808,31 @@ mod tests {
         (dir, path)
     }
 
+    /// Job 1 as a plain submission (`job.toml`, the admin's, no key, name, dependencies, hold
+    /// or begin time): the job row of a test about its task rows.
+    fn job_row() -> JobRow {
+        JobRow {
+            id: 1,
+            origin: "job.toml".into(),
+            text: "x".into(),
+            workdir: "/".into(),
+            submitted_ns: 5,
+            first_app: 0,
+            first_task: 0,
+            cancelled: false,
+            submission_key: None,
+            owner: crate::users::ADMIN.into(),
+            name: None,
+            after: Vec::new(),
+            after_any: Vec::new(),
+            after_notok: Vec::new(),
+            after_corr: Vec::new(),
+            after_start: Vec::new(),
+            held: false,
+            begin_ms: None,
+        }
+    }
+
     /// A store is stamped with its schema number and the version of the binary that opened
     /// it last; one whose schema is newer than this binary knows is refused, before anything
     /// in it changes, naming both numbers and that version.
@@ -1925,24 +1950,15 @@ mod tests {
     fn a_job_and_its_task_updates_survive_reopening() {
         let (_dir, path) = temp_db("roundtrip");
         let job = JobRow {
-            id: 1,
-            origin: "job.toml".into(),
-            text: "x".into(),
             workdir: "/tmp".into(),
-            submitted_ns: 5,
-            first_app: 0,
-            first_task: 0,
-            cancelled: false,
             submission_key: Some("k".into()),
-            owner: crate::users::ADMIN.into(),
-            name: None,
             after: vec![3, 7],
             after_any: vec![5],
             after_notok: vec![2, 4],
             after_corr: vec![3],
             after_start: vec![5],
-            held: false,
             begin_ms: Some(1_893_456_000_000),
+            ..job_row()
         };
         let mut task = TaskRow::submitted(0, 0, 0);
         {
@@ -1986,26 +2002,7 @@ mod tests {
     #[test]
     fn a_submissions_rows_read_back_as_given_whether_written_in_runs_or_alone() {
         let (_dir, path) = temp_db("runs");
-        let job = JobRow {
-            id: 1,
-            origin: "job.toml".into(),
-            text: "x".into(),
-            workdir: "/".into(),
-            submitted_ns: 5,
-            first_app: 0,
-            first_task: 0,
-            cancelled: false,
-            submission_key: None,
-            owner: crate::users::ADMIN.into(),
-            name: None,
-            after: Vec::new(),
-            after_any: Vec::new(),
-            after_notok: Vec::new(),
-            after_corr: Vec::new(),
-            after_start: Vec::new(),
-            held: false,
-            begin_ms: None,
-        };
+        let job = job_row();
         // Application 0: indices 0..1000, then listed 2000, 2001, 7, u32::MAX; application 1:
         // 0..3, one alone.
         let indices = (0..1000).chain([2000, 2001, 7, u32::MAX]);
@@ -2032,26 +2029,7 @@ mod tests {
     #[test]
     fn a_tasks_reason_and_signal_survive_reopening_and_unknown_names_read_as_none() {
         let (_dir, path) = temp_db("reason");
-        let job = JobRow {
-            id: 1,
-            origin: "job.toml".into(),
-            text: "x".into(),
-            workdir: "/".into(),
-            submitted_ns: 5,
-            first_app: 0,
-            first_task: 0,
-            cancelled: false,
-            submission_key: None,
-            owner: crate::users::ADMIN.into(),
-            name: None,
-            after: Vec::new(),
-            after_any: Vec::new(),
-            after_notok: Vec::new(),
-            after_corr: Vec::new(),
-            after_start: Vec::new(),
-            held: false,
-            begin_ms: None,
-        };
+        let job = job_row();
         let rows: Vec<TaskRow> = (0..2).map(|i| TaskRow::submitted(i, 0, i as u32)).collect();
         let signalled = TaskRow {
             state: TaskState::Failed,
@@ -2099,26 +2077,7 @@ mod tests {
     #[test]
     fn load_reads_back_only_the_task_rows_that_changed_since_submission() {
         let (_dir, path) = temp_db("touched");
-        let job = JobRow {
-            id: 1,
-            origin: "job.toml".into(),
-            text: "x".into(),
-            workdir: "/".into(),
-            submitted_ns: 5,
-            first_app: 0,
-            first_task: 0,
-            cancelled: false,
-            submission_key: None,
-            owner: crate::users::ADMIN.into(),
-            name: None,
-            after: Vec::new(),
-            after_any: Vec::new(),
-            after_notok: Vec::new(),
-            after_corr: Vec::new(),
-            after_start: Vec::new(),
-            held: false,
-            begin_ms: None,
-        };
+        let job = job_row();
         let rows: Vec<TaskRow> = (0..4).map(|i| TaskRow::submitted(i, 0, i as u32)).collect();
         {
             let mut s = Store::open(&path).expect("open");
@@ -2213,21 +2172,10 @@ mod tests {
             id,
             origin: "j".into(),
             text: "t".into(),
-            workdir: "/".into(),
             submitted_ns: 0,
-            first_app: 0,
-            first_task: 0,
-            cancelled: false,
             submission_key: Some(key.into()),
             owner: owner.into(),
-            name: None,
-            after: Vec::new(),
-            after_any: Vec::new(),
-            after_notok: Vec::new(),
-            after_corr: Vec::new(),
-            after_start: Vec::new(),
-            held: false,
-            begin_ms: None,
+            ..job_row()
         };
         for round in 0..2 {
             let mut s = Store::open(&path).expect("migrates, then opens as is");
