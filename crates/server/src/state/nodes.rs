@@ -1970,6 +1970,19 @@ mod tests {
         );
     }
 
+    /// A state of the default configuration over a new data directory (named `name`; dropped
+    /// after the state).
+    fn fresh_state(name: &str) -> (ScratchDir, State) {
+        let dir = ScratchDir::new("nodes", name);
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
+            .expect("state");
+        (dir, s)
+    }
+
     /// A server stopped longer than the dead timeout (SIGSTOP, a paused VM: its reaper runs
     /// that late) judges no node on the silence it could not hear: every node gets a fresh dead
     /// timeout from the end of the stall, so the next passes, before the beats queued in the
@@ -1977,13 +1990,7 @@ mod tests {
     /// dies as ever.
     #[test]
     fn a_stall_of_the_server_longer_than_the_dead_timeout_declares_no_node_dead() {
-        let dir = ScratchDir::new("nodes", "stalled");
-        let config = ServerConfig {
-            data_dir: dir.clone(),
-            ..Default::default()
-        };
-        let mut s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
-            .expect("state");
+        let (_dir, mut s) = fresh_state("stalled");
         let a = register(&mut s, "a", 0);
         let b = register(&mut s, "b", 0);
         for id in [a, b] {
@@ -2104,13 +2111,7 @@ mod tests {
     /// restart's read-back (a stand-in's devices cleared), it equals the count made afresh.
     #[test]
     fn hb_the_live_devices_kept_equal_those_counted_afresh() {
-        let dir = ScratchDir::new("nodes", "live-devices");
-        let config = ServerConfig {
-            data_dir: dir.clone(),
-            ..Default::default()
-        };
-        let mut s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
-            .expect("state");
+        let (_dir, mut s) = fresh_state("live-devices");
         let a = register(&mut s, "a", 2);
         let b = register(&mut s, "b", 0);
         let c = register(&mut s, "c", 3);
