@@ -2,17 +2,14 @@
 //! binary: a server and three agents on loopback, topologies submitted with
 //! `hetsched topology submit`, worker processes started by the agents.
 
-use crate::support;
-use hetsched_core::testkit::ScratchDir;
+use crate::support::{self, Cluster};
 
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::wait_until;
-
-const BIN: &str = env!("CARGO_BIN_EXE_hetsched");
 
 const CORPUS: [&str; 4] = [
     "the quick brown fox jumps over the lazy dog",
@@ -21,160 +18,40 @@ const CORPUS: [&str; 4] = [
     "actions speak louder than words",
 ];
 
-struct Cluster {
-    /// Removed (or kept, when the test failed) when the cluster drops, after its `Drop` stopped
-    /// the agents and the server.
-    dir: ScratchDir,
-    server: Option<Child>,
-    listen: String,
-    agents: BTreeMap<String, Child>,
-    /// Cores each agent declares.
-    cores: u32,
+/// A cluster of the shared harness ([`support::Cluster`]) as these tests want it: the server
+/// at its default heartbeat (500 ms) and a 2 s dead timeout, for the stream workers' pace, with
+/// its HTTP listener (`/metrics`), and `agents` of two cores each.
+fn start(name: &str, agents: &[&str]) -> Cluster {
+    start_with_cores(name, agents, 2)
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // Agents first (their workers stop when the agents' pipes close), then the server.
-        for (_, mut a) in std::mem::take(&mut self.agents) {
-            let _ = a.kill();
-            let _ = a.wait();
-        }
-        if let Some(mut s) = self.server.take() {
-            let _ = s.kill();
-            let _ = s.wait();
-        }
+/// [`start`], each agent declaring `cores` cores.
+fn start_with_cores(name: &str, agents: &[&str], cores: u32) -> Cluster {
+    let mut c = Cluster::stopped(name);
+    c.http = true;
+    c.beat = ("500ms", "2s");
+    c.start_server();
+    for a in agents {
+        c.start_agent(a, cores, &[]);
     }
+    c
 }
 
-impl Cluster {
-    fn start(name: &str, agents: &[&str]) -> Cluster {
-        Cluster::start_with_cores(name, agents, 2)
-    }
+/// What these tests read of a cluster beyond what the shared harness reads.
+trait Topologies {
+    /// `hetsched topology show NAME --output json`, which must succeed.
+    fn show(&self, name: &str) -> Value;
+    /// The body of `GET /metrics` on the server's HTTP listener, with the read-only token.
+    fn metrics(&self) -> String;
+}
 
-    fn start_with_cores(name: &str, agents: &[&str], cores: u32) -> Cluster {
-        let dir = ScratchDir::new("topo", name);
-        let mut c = Cluster {
-            dir,
-            server: None,
-            listen: "127.0.0.1:0".into(),
-            agents: BTreeMap::new(),
-            cores,
-        };
-        c.start_server();
-        for a in agents {
-            c.start_agent(a);
-        }
-        c
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    fn start_server(&mut self) {
-        let address = self.data().join("address");
-        let _ = std::fs::remove_file(&address);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("server.log"))
-            .expect("log");
-        let child = Command::new(BIN)
-            .args([
-                "server",
-                "--listen",
-                &self.listen,
-                "--dead-timeout",
-                "2s",
-                "--http-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-            ])
-            .arg(self.data())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn server");
-        self.server = Some(child);
-        wait_until("the server's address file", Duration::from_secs(20), || {
-            std::fs::read_to_string(&address).is_ok_and(|s| !s.is_empty())
-        });
-        self.listen = std::fs::read_to_string(&address).expect("address");
-    }
-
-    fn start_agent(&mut self, name: &str) {
-        let log = std::fs::File::create(self.dir.join(format!("agent-{name}.log"))).expect("log");
-        let child = Command::new(BIN)
-            .args([
-                "agent",
-                "--server",
-                &format!("http://{}", self.listen),
-                "--name",
-                name,
-            ])
-            .args(["--cores", &self.cores.to_string(), "--token-file"])
-            .arg(self.data().join("agent-token"))
-            .arg("--work-dir")
-            .arg(self.dir.join(format!("agent-{name}")))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn agent");
-        self.agents.insert(name.to_string(), child);
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .args([
-                "--server",
-                &format!("http://{}", self.listen),
-                "--token-file",
-            ])
-            .arg(self.data().join("token"))
-            .current_dir(&self.dir)
-            .output()
-            .expect("run hetsched")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.cli(args);
-        assert!(
-            out.status.success(),
-            "hetsched {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
+impl Topologies for Cluster {
     fn show(&self, name: &str) -> Value {
-        serde_json::from_str(&self.ok(&["topology", "show", name, "--output", "json"]))
-            .expect("json")
+        self.json(&["topology", "show", name])
     }
 
-    /// The response to `GET /metrics` on the server's HTTP listener, with the read-only token.
     fn metrics(&self) -> String {
-        use std::io::{Read, Write};
-        let addr = std::fs::read_to_string(self.data().join("http-address")).expect("http-address");
-        let token = std::fs::read_to_string(self.data().join("read-token")).expect("read-token");
-        let mut s = std::net::TcpStream::connect(addr.trim()).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
-            token.trim()
-        )
-        .expect("send");
-        let mut raw = String::new();
-        s.read_to_string(&mut raw).expect("read");
-        raw
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.dir.join(name);
-        std::fs::write(&p, text).expect("write");
-        p
+        self.http_get("/metrics").2
     }
 }
 
@@ -261,7 +138,7 @@ fn nodes_of_workers(s: &Value) -> Vec<String> {
 
 #[test]
 fn word_count_is_exact_under_one_phase_and_even_and_one_phase_sends_less_between_nodes() {
-    let c = Cluster::start("wc", &["n1", "n2", "n3"]);
+    let c = start("wc", &["n1", "n2", "n3"]);
     wait_until("three nodes", Duration::from_secs(20), || {
         let out = c.cli(&["topology", "list", "--output", "json"]);
         out.status.success()
@@ -430,7 +307,7 @@ fn word_count_is_exact_under_one_phase_and_even_and_one_phase_sends_less_between
 
 #[test]
 fn bad_topologies_are_refused_with_their_line() {
-    let c = Cluster::start("bad", &[]);
+    let c = start("bad", &[]);
     let bad = c.write(
         "bad.toml",
         &wordcount("bad", 1, 10).replace("builtin = \"split\"", "builtin = \"splitter\""),
@@ -452,7 +329,7 @@ fn bad_topologies_are_refused_with_their_line() {
 /// `--max-utilisation` is one-phase's alone.
 #[test]
 fn topology_submit_says_when_workers_or_max_utilisation_is_ignored_by_its_placer() {
-    let c = Cluster::start("ignored-workers", &["n1"]);
+    let c = start("ignored-workers", &["n1"]);
     let file = c.write("one.toml", &wordcount("wc-ignored", 1, 10));
     let path = file.to_str().expect("path");
     let out = c.cli(&["topology", "submit", path, "--workers", "3"]);
@@ -520,7 +397,7 @@ fn total(s: &Value) -> u64 {
 
 #[test]
 fn workers_agents_and_the_server_can_die() {
-    let mut c = Cluster::start("faults", &["n1", "n2", "n3"]);
+    let mut c = start("faults", &["n1", "n2", "n3"]);
     std::thread::sleep(Duration::from_millis(1500));
     let file = c.write("wc.toml", &wordcount("wc", 0, 200));
     c.ok(&[
@@ -558,10 +435,7 @@ fn workers_agents_and_the_server_can_die() {
     );
     // 2. SIGKILL an agent: after the dead timeout its executors are placed on the two nodes left.
     let generation = c.show("wc")["generation"].as_u64().unwrap_or(0);
-    if let Some(mut a) = c.agents.remove("n3") {
-        a.kill().expect("SIGKILL agent");
-        let _ = a.wait();
-    }
+    c.kill_agent("n3");
     wait_until("re-placement without n3", Duration::from_secs(30), || {
         let s = c.show("wc");
         s["generation"].as_u64().unwrap_or(0) > generation
@@ -578,10 +452,7 @@ fn workers_agents_and_the_server_can_die() {
     // 3. SIGKILL the server: workers keep running; after the restart the server adopts them.
     let pids = worker_pids(&s);
     let generation = s["generation"].as_u64().unwrap_or(0);
-    if let Some(mut srv) = c.server.take() {
-        srv.kill().expect("SIGKILL server");
-        let _ = srv.wait();
-    }
+    c.kill_server();
     std::thread::sleep(Duration::from_millis(1500));
     assert!(
         pids.iter().all(|p| pid_alive(*p)),
@@ -729,7 +600,7 @@ fn a_scripted_rate_change_reschedules_exactly_when_the_thresholds_say_and_loses_
     // 4,000 lines: 500 at 100/s, 2,400 at 400/s (5–11 s), then about 11 s at 100/s — several
     // computations after the fall, so the traffic reschedule comes even when the first of them
     // still measures the high rate (a loaded machine delays the computations).
-    let c = Cluster::start_with_cores("scripted", &["n1", "n2", "n3"], 3);
+    let c = start_with_cores("scripted", &["n1", "n2", "n3"], 3);
     std::thread::sleep(Duration::from_millis(1500));
     let on = c.write("on.toml", &scripted("rc-on"));
     let off = c.write("off.toml", &scripted("rc-off"));
@@ -897,7 +768,7 @@ fn a_new_placement_restarts_only_the_workers_whose_executors_move() {
     // One-phase puts each pipeline on its own node. When the agent of pipeline b's node dies,
     // pipeline b is placed on the third node; pipeline a's worker runs the same executors on the
     // same node before and after, so it is kept: same process, new routes, no restart.
-    let mut c = Cluster::start("keep", &["n1", "n2", "n3"]);
+    let mut c = start("keep", &["n1", "n2", "n3"]);
     std::thread::sleep(Duration::from_millis(1500));
     let file = c.write("pipes.toml", &two_pipelines());
     c.ok(&[
@@ -931,10 +802,7 @@ fn a_new_placement_restarts_only_the_workers_whose_executors_move() {
         .find(|w| w["node"] == node_a.as_str())
         .and_then(|w| w["pid"].as_u64())
         .expect("pid");
-    if let Some(mut a) = c.agents.remove(&node_b) {
-        a.kill().expect("SIGKILL agent");
-        let _ = a.wait();
-    }
+    c.kill_agent(&node_b);
     wait_until(
         "re-placement without the lost node",
         Duration::from_secs(30),
@@ -1070,7 +938,7 @@ fn a_drained_node_is_emptied_of_stream_workers_and_the_count_stays_exact() {
     // of the two moves its executors to the free node; the worker there hands its executors'
     // state over and stops, so the drained node runs nothing of the topology, and no count is
     // lost or repeated.
-    let c = Cluster::start("drain", &["n1", "n2", "n3"]);
+    let c = start("drain", &["n1", "n2", "n3"]);
     std::thread::sleep(Duration::from_millis(1500));
     // 2,400 sentences at 300 sentences/s: about 8 s.
     let repeat = 600;
@@ -1166,7 +1034,7 @@ fn a_drained_node_is_emptied_of_stream_workers_and_the_count_stays_exact() {
 /// log.
 #[test]
 fn a_worker_that_cannot_start_says_why_in_topology_show() {
-    let c = Cluster::start("no-start", &["a"]);
+    let c = start("no-start", &["a"]);
     let text = wordcount("nofile", 1, 10).replace(
         "params = { lines = [",
         "params = { file = \"no-such-corpus.txt\", lines = [",
@@ -1226,7 +1094,7 @@ fn a_worker_that_cannot_start_says_why_in_topology_show() {
 /// named.
 #[test]
 fn topology_log_prints_a_running_workers_stderr_to_its_owner() {
-    let c = Cluster::start("worker-log", &["a"]);
+    let c = start("worker-log", &["a"]);
     let text = r#"name = "talk"
 [[component]]
 name = "lines"
@@ -1278,11 +1146,9 @@ rate = 5.0
     // Another user may see the topology, not its workers' logs.
     let bob = c.dir.join("bob.token");
     c.ok(&["user", "add", "bob", "--save", bob.to_str().expect("path")]);
-    let out = Command::new(BIN)
-        .args(["topology", "log", "talk", "--server"])
-        .arg(format!("http://{}", c.listen))
-        .arg("--token-file")
-        .arg(&bob)
+    let out = c
+        .command(&["topology", "log", "talk"])
+        .env("HETSCHED_TOKEN_FILE", &bob)
         .output()
         .expect("run hetsched");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -1291,11 +1157,8 @@ rate = 5.0
         "{err}"
     );
     // `--follow` prints on until the worker stops.
-    let mut follow = Command::new(BIN)
-        .args(["topology", "log", "talk", "--follow", "--server"])
-        .arg(format!("http://{}", c.listen))
-        .arg("--token-file")
-        .arg(c.data().join("token"))
+    let mut follow = c
+        .command(&["topology", "log", "talk", "--follow"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -1336,7 +1199,7 @@ rate = 5.0
 /// default limit it could decode no sync at all, and none of its workers started.
 #[test]
 fn an_agent_runs_the_workers_of_topologies_whose_texts_together_pass_4_mib() {
-    let c = Cluster::start_with_cores("big-texts", &["a"], 16);
+    let c = start_with_cores("big-texts", &["a"], 16);
     // A comment of 1.5 MB in front of each: three of them make a reply of about 4.5 MB.
     let pad = format!("# {}\n", "x".repeat(1_500_000));
     let names = ["big1", "big2", "big3"];
@@ -1374,7 +1237,7 @@ fn an_agent_runs_the_workers_of_topologies_whose_texts_together_pass_4_mib() {
 #[test]
 fn a_multilang_executor_that_keeps_failing_shows_its_restarts_and_give_up_and_leaves_nothing_behind()
  {
-    let c = Cluster::start("multilang-flaky", &["a"]);
+    let c = start("multilang-flaky", &["a"]);
     let flaky = c.write(
         "flaky.sh",
         "while read -r l; do [ \"$l\" = end ] && break; done\n\
