@@ -805,10 +805,18 @@ pub async fn read_log(
             ));
             return Err(unanswered(state, relay, &task, e));
         };
-        let mut reply = relay
-            .ask(&at, req)
-            .await
-            .map_err(|e| unanswered(state, relay, &task, e))?;
+        let mut reply = match relay.ask(&at, req).await {
+            Ok(reply) => reply,
+            // Its agent holds nothing of the job yet: the attempt is assigned there but has
+            // not started (the reply that carries it is still on its way, or it waits in the
+            // agent's queue), so it has printed nothing yet. An empty page, as for a task
+            // that printed nothing: a follower goes on reading rather than stop at "its job
+            // directory is not on this node" in the moment between assignment and start.
+            Err(e) if task.state == "running" && holds_nothing_of_the_job(&e) => {
+                pb::ReadLogReply::default()
+            }
+            Err(e) => return Err(unanswered(state, relay, &task, e)),
+        };
         reply.node = at.name;
         reply
     };
@@ -817,6 +825,12 @@ pub async fn read_log(
     reply.task_state = task.state.clone();
     reply.latest_attempt = task.attempt;
     Ok(reply)
+}
+
+/// Whether agent refusal `e` says its node holds nothing of the read's job: `NotFound` with no
+/// word of what its records say of the attempt ([`pb::LOG_ABSENT_HEADER`]).
+fn holds_nothing_of_the_job(e: &Status) -> bool {
+    e.code() == tonic::Code::NotFound && e.metadata().get(pb::LOG_ABSENT_HEADER).is_none()
 }
 
 /// An earlier attempt's output (`req`, of task `task`): its node is not recorded, so every

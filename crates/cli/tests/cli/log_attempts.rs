@@ -74,3 +74,34 @@ command = '''echo "attempt $HETSCHED_ATTEMPT on $HETSCHED_NODE"; echo "stderr of
         "{err}"
     );
 }
+
+/// A task its node was sent but has not started — here queued in the agent behind another
+/// job's task on the node's one core (`prefetch`) — reads as one that printed nothing so far,
+/// and a follower reads its output once it runs. Its node holds no directory of its job yet:
+/// before, the read failed `its job directory … is not on this node (it was removed, or the
+/// attempt never ran here)`, which also ended a `--follow` begun between the task's assignment
+/// and its start.
+#[test]
+fn a_task_its_agent_has_not_started_yet_printed_nothing_so_far() {
+    let mut c = Cluster::start_configured("log-not-started", false, "prefetch = 1\n");
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--", "sleep", "3"]);
+    wait_until("job 1 to run", Duration::from_secs(20), || {
+        c.tasks(1).first().is_some_and(|t| t["state"] == "running")
+    });
+    c.ok(&["submit", "--app", "greet", "--shell", "--", "echo hello"]);
+    wait_until("job 2's task queued on a", Duration::from_secs(20), || {
+        c.tasks(2).first().is_some_and(|t| t["queued"] == true)
+    });
+    let out = c.cli(&["log", "2", "greet:0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(out.stdout.is_empty(), "{err}");
+    assert!(
+        err.contains("task 1 (attempt 1, on a) printed nothing on stdout"),
+        "{err}"
+    );
+    // Followed from its queue to its end.
+    assert_eq!(c.ok(&["log", "2", "greet:0", "--follow"]), "hello\n");
+}
