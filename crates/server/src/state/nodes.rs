@@ -1180,6 +1180,11 @@ impl State {
             heartbeat_interval_ms: self.heartbeat_interval_ms,
             idle_heartbeat_interval_ms: self.idle_heartbeat_interval_ms,
             note,
+            // Below every reply to come: the agent names it until it reads one, so the reply
+            // to its first beat is judged as every later one. Before, it named 0 then, which
+            // reads as an agent that predates the numbers: a task of that reply, never read,
+            // was lost, an attempt counted.
+            reply_seq: self.nodes.next_reply_seq(),
         })
     }
 
