@@ -832,6 +832,9 @@ pub async fn run(
                             .specs
                             .clear();
                         interval = Duration::from_millis(r.heartbeat_interval_ms.max(1));
+                        // Named until a heartbeat reply is read: replies of an earlier server
+                        // (or of this one before the agent registered again) say nothing here.
+                        reply_seq = r.reply_seq;
                         // 0: a server that predates the field; beat as often as with work.
                         idle_interval = match r.idle_heartbeat_interval_ms {
                             0 => interval,

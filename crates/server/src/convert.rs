@@ -494,6 +494,7 @@ impl From<Registered> for pb::RegisterReply {
             heartbeat_interval_ms: r.heartbeat_interval_ms,
             idle_heartbeat_interval_ms: r.idle_heartbeat_interval_ms,
             note: r.note,
+            reply_seq: r.reply_seq,
             // Every reply: the agent compares it with its own version.
             version: crate::VERSION.to_string(),
         }

@@ -372,6 +372,9 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                 match s.lock() {
                     Ok(mut st) => {
                         st.begin_event();
+                        // Before the kinds' housekeeping (the divisible kind's reaper): what the
+                        // server did not hear so far is no agent's silence.
+                        st.server_stalled(timeout, due.elapsed());
                         // Retention first: a store failure there must not skip the dead-node check.
                         if let Err(e) = st.apply_retention() {
                             tracing::error!("retention: {e}");
@@ -380,6 +383,7 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
                         // paused VM), waited for the state and its retention held it (a purge
                         // of millions of tasks), the agents' beats waited too. The monotonic
                         // clock runs on while the process is stopped, so lateness shows it.
+                        // (What the call above recorded of it counts once.)
                         let stalled = due.elapsed();
                         let failed = st.check_dead_after(timeout, stalled).map_err(|e| {
                             tracing::error!("dead-node check: {e}");

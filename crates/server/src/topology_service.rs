@@ -350,11 +350,17 @@ pub fn add_services(
         let mut every = tokio::time::interval(Duration::from_millis(250));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            every.tick().await;
+            // When this pass was due: how late it runs, waiting for the state included, is
+            // the server's own stall (the monotonic clock runs on while it is stopped).
+            let due = every.tick().await.into_std();
             let (s, d) = (ticker.clone(), d.clone());
             let idle = tokio::task::spawn_blocking(move || {
                 let (written, idle) = match s.lock() {
                     Ok(mut st) => {
+                        // Before the pass judges any node: this timer may run before the
+                        // reaper after a stop, and the syncs queued meanwhile are not read.
+                        let timeout = st.dead_timeout();
+                        st.server_stalled(timeout, due.elapsed());
                         if let Err(e) = st.topology_tick() {
                             tracing::error!("topology controller: {e}");
                         }
@@ -377,10 +383,12 @@ pub fn add_services(
             .await;
             // No topology runs or waits: nothing to tick until one is submitted (or restored
             // by a rollback).
-            if let Ok(Some(mut changes)) = idle
-                && changes.changed().await.is_err()
-            {
-                return;
+            if let Ok(Some(mut changes)) = idle {
+                if changes.changed().await.is_err() {
+                    return;
+                }
+                // The ticks missed while idle are no lateness: the next is a period from now.
+                every.reset();
             }
         }
     });

@@ -17,7 +17,8 @@
 //! state's one transaction per event, so the full-disk pause and rollback cover it (a rollback
 //! rebuilds this kind from the store's `div_jobs`/`div_chunks`/`div_workers` tables, keeping
 //! only the agents' liveness, which the store never held). Agents silent for the dead timeout are declared lost
-//! in [`JobKind::housekeeping`] (every reaper tick), and an agent whose node the state declares
+//! in [`JobKind::housekeeping`] (every reaper tick; a stall of the server itself not counted,
+//! [`JobKind::server_stalled`]), and an agent whose node the state declares
 //! dead loses its chunks there ([`Divisible::lose_agent`]): their chunks are re-planned. An agent
 //! computing a chunk holds one core of its node in the shared view ([`Divisible::rebook`]),
 //! charged to its job's owner: batch tasks are not placed on it, and it counts against the
@@ -57,6 +58,7 @@ use super::workflow::NO_ROOM;
 use super::{Ctx, JobKind, Kind, Read};
 use crate::state::StateError;
 use crate::state::nodes::Nodes;
+use crate::state::stall::{Grace, Stall};
 use crate::state::types::{
     JobInfo, JobsPage, RunningAttempt, Submission, Submitted, TaskCounts, TasksPage,
 };
@@ -646,12 +648,20 @@ struct AgentSeen {
     asked: bool,
     /// Its last ask said its disk is below its floor ([`ChunkRequest::disk_short`]).
     disk_short: bool,
+    /// What the server's stalls during its silence gave it ([`JobKind::server_stalled`]).
+    grace: Grace,
 }
 
 impl AgentSeen {
-    /// Whether the agent counts as alive: an ask held open, or one within the dead timeout.
+    /// Whether the agent counts as alive: an ask held open, or one within the dead timeout
+    /// (a stall of the server not counted: [`Grace::silent_from`]).
     fn present(&self, dead_timeout: Duration) -> bool {
-        self.held > 0 || self.last_seen.elapsed() < dead_timeout
+        self.held > 0 || self.silent_from().elapsed() < dead_timeout
+    }
+
+    /// From when its silence counts: its last call, or later by the server's stalls since.
+    fn silent_from(&self) -> Instant {
+        self.grace.silent_from(self.last_seen)
     }
 }
 
@@ -1049,6 +1059,7 @@ impl Divisible {
                     // Reaped if silent, as one that asked: it held chunks before the restart.
                     asked: true,
                     disk_short: false,
+                    grace: Grace::default(),
                 },
             );
         }
@@ -1328,6 +1339,7 @@ impl Divisible {
             held: 0,
             asked: false,
             disk_short: false,
+            grace: Grace::default(),
         });
         a.last_seen = Instant::now();
     }
@@ -1352,6 +1364,8 @@ impl Divisible {
                 held,
                 asked: true,
                 disk_short: req.disk_short,
+                // Heard now: the stalls before are past.
+                grace: Grace::default(),
             },
         );
         let holding: HashSet<(u64, u64)> =
@@ -2209,6 +2223,15 @@ impl JobKind for Divisible {
         Ok(())
     }
 
+    /// No agent's silence counts the stall: before, the reaper's first pass after a stop of
+    /// the server longer than the dead timeout lost every agent's chunks, before their
+    /// queued asks were read.
+    fn server_stalled(&mut self, stall: Stall) {
+        for a in self.agents.values_mut() {
+            a.grace.stalled(a.last_seen, stall);
+        }
+    }
+
     /// When the first agent holding no ask open is lost if it stays silent, or a waiting job's
     /// begin time comes.
     fn housekeeping_due(&self) -> Option<Instant> {
@@ -2218,7 +2241,7 @@ impl JobKind for Divisible {
         self.agents
             .values()
             .filter(|a| a.held == 0 && (a.asked || running))
-            .map(|a| a.last_seen + self.dead_timeout)
+            .map(|a| a.silent_from() + self.dead_timeout)
             .chain(JobKind::next_begin(self))
             .min()
     }
@@ -2879,6 +2902,45 @@ mod tests {
         );
     }
 
+    /// A stall of the server longer than the dead timeout loses no agent's chunks: after it,
+    /// the reaper's passes before the agents' queued asks are read find none silent, and are
+    /// not due for them before a dead timeout from the stall's end; an agent still silent a
+    /// dead timeout after the stall is lost as ever. Before, the first pass after the stall
+    /// lost every agent, and their chunks were planned again.
+    #[test]
+    fn a_stall_of_the_server_loses_no_agent_and_one_silent_after_it_is_lost() {
+        let timeout = Duration::from_secs(5);
+        let stalled = |ended_ago: u64| {
+            let dir = ScratchDir::new("div", "stalled");
+            let mut d = Divisible::restore(dir.to_path_buf(), timeout, vec![stored(6_000, 4, 2)])
+                .expect("restored");
+            // Both last asked 14 s ago; the server stopped meanwhile, and listens again since
+            // `ended_ago` seconds.
+            let now = Instant::now();
+            let ago = |s: u64| now.checked_sub(Duration::from_secs(s)).expect("after boot");
+            for a in d.agents.values_mut() {
+                a.last_seen = ago(14);
+            }
+            d.server_stalled(Stall {
+                end: ago(ended_ago),
+                new: Duration::from_secs(8),
+            });
+            d.reap();
+            (d, now)
+        };
+        let (d, now) = stalled(0);
+        assert!(d.agents.contains_key("b"), "lost on a stall");
+        assert_eq!(d.jobs[&1].out.len(), 2, "b's chunks are still out");
+        assert!(
+            d.housekeeping_due()
+                .is_some_and(|at| at >= now + timeout - Duration::from_millis(100)),
+            "due a dead timeout after the stall"
+        );
+        let (d, _) = stalled(6);
+        assert!(!d.agents.contains_key("b"), "silent after the stall");
+        assert!(d.jobs[&1].out.is_empty(), "b's chunks planned again");
+    }
+
     /// Every way a chunk changes state keeps the index: handed out, done, failed, lost at an
     /// ask, lost with its agent, rebuilt at a restart, stopped when its job fails.
     #[test]
@@ -2904,6 +2966,7 @@ mod tests {
                 held: 0,
                 asked: true,
                 disk_short: false,
+                grace: Grace::default(),
             },
         );
         let mut held: HashMap<&str, Vec<u64>> = HashMap::new();

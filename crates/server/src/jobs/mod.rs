@@ -515,6 +515,11 @@ pub trait JobKind: Send {
         None
     }
 
+    /// The server did not listen for a while (`State::server_stalled`): a kind that judges
+    /// its agents' silence itself (divisible agents, topology nodes) counts none of `stall`
+    /// against them ([`crate::state::stall::Grace`]). Others have nothing to do.
+    fn server_stalled(&mut self, _stall: crate::state::stall::Stall) {}
+
     /// This kind's tasks by state.
     fn counts(&self) -> TaskCounts;
 

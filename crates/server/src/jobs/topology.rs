@@ -16,7 +16,8 @@
 //!   `RescheduleController` with the same placer: overload → apply at once; traffic gain above
 //!   `gain_threshold` → apply; at most one computation per `interval`.
 //! - **Failures**: a node not heard from for `dead_timeout` is lost; its topologies are placed
-//!   again on the nodes left (cause `node-lost`).
+//!   again on the nodes left (cause `node-lost`). A stall of the server itself (stopped, or
+//!   holding its state) is not counted ([`JobKind::server_stalled`]).
 //! - **Drained nodes** (`hetsched node drain`) are left out of every placement; a topology with
 //!   workers on one is placed again on the other nodes at the next controller pass (cause
 //!   `node-drained`), its workers there draining as in any move (state handed over), so the
@@ -48,6 +49,7 @@
 use crate::jobs::{Ctx, JobKind, Kind, Read};
 use crate::state::StateError;
 use crate::state::nodes::Nodes;
+use crate::state::stall::{Grace, Stall};
 use crate::state::types::{JobInfo, JobsPage, TaskCounts, TasksPage};
 use crate::store::StoreError;
 use crate::users::Users;
@@ -459,6 +461,8 @@ struct NodeSeen {
     /// Syncs of this node's agent held open now ([`Topology::held`]): while one is, the node
     /// is alive whatever `seen` says.
     held: u32,
+    /// What the server's stalls during its silence gave it ([`JobKind::server_stalled`]).
+    grace: Grace,
 }
 
 #[derive(Debug, Default)]
@@ -2395,6 +2399,8 @@ impl Topology {
                 attributes: req.attributes.clone(),
                 seen: Instant::now(),
                 held,
+                // Heard now: the stalls before are past.
+                grace: Grace::default(),
             },
         );
         // The workers of this generation this node says it runs now: a start error it sends
@@ -2801,7 +2807,8 @@ impl Cfg {
             .nodes
             .iter()
             .filter(|(name, n)| {
-                (n.held > 0 || n.seen.elapsed() < self.dead_timeout) && !inner.down.contains(*name)
+                (n.held > 0 || n.grace.silent_from(n.seen).elapsed() < self.dead_timeout)
+                    && !inner.down.contains(*name)
             })
             .map(|(name, n)| (name.clone(), n.cores))
             .collect()
@@ -3044,6 +3051,15 @@ impl JobKind for Topology {
         Kind::Topology
     }
 
+    /// No node's silence counts the stall: before, the controller's first pass after a stop
+    /// of the server longer than the dead timeout found the nodes whose syncs it had not read
+    /// yet lost, and moved their topologies onto those it had (cause `node-lost`).
+    fn server_stalled(&mut self, stall: Stall) {
+        for n in self.inner.nodes.values_mut() {
+            n.grace.stalled(n.seen, stall);
+        }
+    }
+
     fn has_changes(&self) -> bool {
         !self.inner.dirty.is_empty()
             || !self.inner.traffic_dirty.is_empty()
@@ -3169,6 +3185,70 @@ mod tests {
         })
         .expect("submit");
         t
+    }
+
+    /// A stall of the server longer than the dead timeout moves no topology: after it, the
+    /// controller's pass that has read one node's sync but not yet the other's (both were
+    /// queued in its sockets) finds both alive, and leaves the topology where it runs; a node
+    /// still silent a dead timeout after the stall is lost as ever. Before, the pass moved the
+    /// topology off the node it had not read yet (cause `node-lost`).
+    #[test]
+    fn a_stall_of_the_server_moves_no_topology() {
+        let timeout = Duration::from_secs(5);
+        let on = |node: &str| WorkersSeen {
+            node: node.into(),
+            ..seen(Vec::new())
+        };
+        let stalled = |ended_ago: u64| {
+            let mut t = Topology::restore(Vec::new(), timeout).expect("empty");
+            t.sync(on("n"), None);
+            t.sync(on("m"), None);
+            t.submit(TopologySubmission {
+                origin: "pipe.toml".into(),
+                text: PIPE.into(),
+                base_dir: "/".into(),
+                placer: "even".into(),
+                workers: 2,
+                max_utilisation: 0.9,
+                ..Default::default()
+            })
+            .expect("submit");
+            t.tick();
+            // Both last synced 14 s ago; the server stopped meanwhile, and listens again since
+            // `ended_ago` seconds; `m`'s queued sync is read, `n`'s not yet.
+            let now = Instant::now();
+            let ago = |s: u64| now.checked_sub(Duration::from_secs(s)).expect("after boot");
+            for n in t.inner.nodes.values_mut() {
+                n.seen = ago(14);
+            }
+            // Long after the server's start (no restart's grace).
+            t.cfg.started = ago(60);
+            t.server_stalled(Stall {
+                end: ago(ended_ago),
+                new: Duration::from_secs(8),
+            });
+            t.sync(on("m"), None);
+            t
+        };
+        let mut t = stalled(0);
+        let before = t.inner.runs["pipe"].rec.placement.clone();
+        let used = before.as_ref().map(|p| {
+            let mut nodes = p.nodes.clone();
+            nodes.sort();
+            nodes.dedup();
+            nodes
+        });
+        assert_eq!(used, Some(vec!["m".to_string(), "n".to_string()]));
+        t.tick();
+        assert_eq!(
+            t.inner.runs["pipe"].rec.placement, before,
+            "moved on a stall"
+        );
+        // Silent for a dead timeout after the stall: lost, and the topology moves.
+        let mut t = stalled(6);
+        t.tick();
+        let after = t.inner.runs["pipe"].rec.placement.clone().expect("placed");
+        assert!(after.nodes.iter().all(|n| n == "m"), "{after:?}");
     }
 
     /// What a worker's report says of executors is kept only for the topology's executors,

@@ -1617,6 +1617,49 @@ impl Workflows {
         k
     }
 
+    /// Running instance `task` was lost (`reason` says why): it is ready to run again. One
+    /// whose assignment never reached its agent (`undelivered`) keeps its attempt number for
+    /// its next dispatch ([`Inst::unstarted`]), on any node: no agent ever held that number.
+    fn lost(&mut self, cx: &mut Ctx, task: u64, reason: &str, undelivered: bool) {
+        let (seq, i) = job_of(task);
+        let Some(mut job) = self.jobs.remove(&seq) else {
+            return;
+        };
+        if let Some(x) = job.insts.get_mut(i as usize)
+            && x.st == St::Running
+        {
+            if let Some(n) = x.node {
+                cx.nodes.ended(NodeId(n), task);
+            }
+            warn!(
+                job = seq,
+                instance = i,
+                reason,
+                "workflow instance lost: it runs again"
+            );
+            cx.metrics.lost(crate::metrics::Lost::Node);
+            x.st = St::Ready;
+            x.node = None;
+            // Listed until the attempt that runs it again ends, as a batch task's. One never
+            // delivered runs again under its number, which names no run yet: not "lost".
+            x.message = if undelivered {
+                format!("attempt {} never ran: {reason}", x.attempt)
+            } else {
+                format!("attempt {} lost: {reason}", x.attempt)
+            };
+            (x.reason, x.signal) = (Some(EndReason::Lost), None);
+            // Before the machine places it again (below, in `flush`): its next dispatch reads it.
+            if undelivered {
+                x.unstarted = true;
+            }
+            Self::unbook(cx, &mut job, i);
+            job.rerun.push(i);
+            self.dirty.insert((seq, i));
+            self.flush(cx, &mut job);
+        }
+        self.jobs.insert(seq, job);
+    }
+
     /// Instances placed on node `n` that will not run there (the node is gone or takes no more
     /// work, or has no room for their inputs) go back to the machine, which places them again.
     /// Under `pcddb` the node's machine took them and counts them in its instance table: it is
@@ -3337,34 +3380,16 @@ impl JobKind for Workflows {
     }
 
     fn on_lost(&mut self, cx: &mut Ctx, task: u64, reason: &str) -> Result<(), StateError> {
-        let (seq, i) = job_of(task);
-        let Some(mut job) = self.jobs.remove(&seq) else {
-            return Ok(());
-        };
-        if let Some(x) = job.insts.get_mut(i as usize)
-            && x.st == St::Running
-        {
-            if let Some(n) = x.node {
-                cx.nodes.ended(NodeId(n), task);
-            }
-            warn!(
-                job = seq,
-                instance = i,
-                reason,
-                "workflow instance lost: it runs again"
-            );
-            cx.metrics.lost(crate::metrics::Lost::Node);
-            x.st = St::Ready;
-            x.node = None;
-            // Listed until the attempt that runs it again ends, as a batch task's.
-            x.message = format!("attempt {} lost: {reason}", x.attempt);
-            (x.reason, x.signal) = (Some(EndReason::Lost), None);
-            Self::unbook(cx, &mut job, i);
-            job.rerun.push(i);
-            self.dirty.insert((seq, i));
-            self.flush(cx, &mut job);
-        }
-        self.jobs.insert(seq, job);
+        self.lost(cx, task, reason, false);
+        Ok(())
+    }
+
+    /// Its agent never read the heartbeat reply that sent it (it gave up on the call): as a
+    /// loss, but its attempt number names no run, so its next dispatch reuses it, on this
+    /// node too — whose agent never held it. Before, it ran again as attempt N + 1, as if
+    /// its node had lost a run.
+    fn on_undelivered(&mut self, cx: &mut Ctx, task: u64) -> Result<(), StateError> {
+        self.lost(cx, task, crate::state::UNDELIVERED, true);
         Ok(())
     }
 

@@ -65,6 +65,7 @@ pub mod nodes;
 pub mod prefetch;
 pub mod purging;
 pub mod signals;
+pub mod stall;
 mod topology;
 mod users;
 

@@ -2,6 +2,7 @@
 //! agent is, and which tasks (of any kind) the server has dispatched there; and the events about
 //! nodes themselves — registration, drain/resume, removal, and declaring silent nodes dead.
 
+use super::stall::{Grace, Stalls};
 use super::types::{Drained, GpuUtilisation, Leave, NodeInfo, Registered, Registration};
 use super::{RESTART_GRACE, State, StateError};
 use crate::store::{NodeRow, StoreError};
@@ -9,11 +10,6 @@ use hetsched_core::{AppId, Node, NodeId, SchedulerView, Variant};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
-
-/// A stall of the server this long (or a quarter of the dead timeout, if shorter) gives every
-/// node a fresh dead timeout ([`State::check_dead_after`]): far above a reaper's usual lateness
-/// (milliseconds), so that nodes whose agents are gone still die on a merely busy server.
-pub const STALL: Duration = Duration::from_secs(1);
 
 /// The most bytes of a drain's reason (`hetsched node drain --reason`).
 pub const MAX_DRAIN_REASON: usize = 256;
@@ -96,11 +92,10 @@ pub struct NodeRec {
     /// not alive, which alone would keep the dead-node check from ever looking at it. Cleared
     /// when it is declared dead (its work given back once) or its agent registers again.
     pub kept_out_awaiting_return: bool,
-    /// When the server last stopped listening for long ([`State::check_dead_after`]: its
-    /// reaper ran late, or waited long for the state): the node's silence is counted from this
-    /// or [`NodeRec::last_seen`], whichever is later, so a stall of the server itself never
-    /// counts against its agents. `None`: no such stall since it was admitted.
-    pub grace_from: Option<Instant>,
+    /// What the server's stalls during its silence gave it ([`State::server_stalled`]): its
+    /// silence is counted from [`Grace::silent_from`], so a stall of the server itself never
+    /// counts against its agent.
+    pub grace: Grace,
     /// The tasks assigned here in heartbeat replies its agent has not yet said it read, with
     /// each reply's seq ([`Nodes::read_up_to`]). Empty for an agent that predates saying it.
     pub unread: Vec<(u64, u64)>,
@@ -175,10 +170,7 @@ impl NodeRec {
         } else {
             (timeout * RESTART_GRACE).max(Duration::from_secs(5))
         };
-        let from = self
-            .grace_from
-            .map_or(self.last_seen, |g| g.max(self.last_seen));
-        Some(from + limit)
+        Some(self.grace.silent_from(self.last_seen) + limit)
     }
 
     /// Heard from now (a registration, a heartbeat, an agent's call).
@@ -214,7 +206,7 @@ impl NodeRec {
             rack: String::new(),
             out_of_bounds: None,
             kept_out_awaiting_return: false,
-            grace_from: None,
+            grace: Grace::default(),
             unread: Vec::new(),
         }
     }
@@ -311,6 +303,8 @@ pub struct Nodes {
     heard_staged: Vec<(u32, u64)>,
     /// The last heartbeat reply's seq ([`Nodes::next_reply_seq`]).
     reply_seq: u64,
+    /// The server's stalls so far ([`State::server_stalled`]).
+    stalls: Stalls,
 }
 
 /// What a node's agent can have seen of the tasks assigned to it ([`Nodes::read_up_to`]).
@@ -787,7 +781,7 @@ impl Nodes {
             new.kept_out_awaiting_return = old.kept_out_awaiting_return;
             new.seen = old.seen;
             new.last_seen = old.last_seen;
-            new.grace_from = old.grace_from;
+            new.grace = old.grace;
             new.unread.clone_from(&old.unread);
             new.heard_ms = old.heard_ms;
             new.awaiting = old.awaiting;
@@ -1180,6 +1174,11 @@ impl State {
             heartbeat_interval_ms: self.heartbeat_interval_ms,
             idle_heartbeat_interval_ms: self.idle_heartbeat_interval_ms,
             note,
+            // Below every reply to come: the agent names it until it reads one, so the reply
+            // to its first beat is judged as every later one. Before, it named 0 then, which
+            // reads as an agent that predates the numbers: a task of that reply, never read,
+            // was lost, an attempt counted.
+            reply_seq: self.nodes.next_reply_seq(),
         })
     }
 
@@ -1591,39 +1590,78 @@ impl State {
         self.check_dead_after(timeout, Duration::ZERO)
     }
 
-    /// [`State::check_dead`] by a reaper after the server did not listen for `stalled`: how late
-    /// the pass ran (the whole process stopped — SIGSTOP, a paused or migrated VM, a swap
-    /// storm), how long it waited for the state's lock and how long its retention held it (a
-    /// purge of millions of tasks, a backup). The agents' beats waited all that time, in their
-    /// sockets or behind the lock, so a stall of the server never counts against them: a stall
-    /// of at least [`STALL`] gives every node a fresh dead timeout from now
-    /// ([`NodeRec::grace_from`]), as a restart does, to reach the server again; a shorter one
-    /// gives every node that long more in this pass. Before, the first check after a pause
-    /// longer than the dead timeout declared every busy node dead, before its queued beats
-    /// were read, and ran its tasks again, each loss counted against `max_attempts`.
+    /// The server did not listen for `stalled` up to now, as a timer's pass measured it: how
+    /// late the pass ran (the whole process stopped — SIGSTOP, a paused or migrated VM, a
+    /// swap storm), how long it waited for the state's lock and how long it held it (a purge
+    /// of millions of tasks, a backup). The agents' calls waited all that time, in the sockets
+    /// or behind the lock. The one place that judges it ([`super::stall`]): a stall of at
+    /// least [`super::stall::threshold`] is recorded, and every judge of silence gets it — each
+    /// node's [`NodeRec::grace`], and each job kind that judges its agents itself
+    /// ([`crate::jobs::JobKind::server_stalled`]: divisible agents, topology nodes). Returns
+    /// whether it was one.
+    pub fn server_stalled(&mut self, timeout: Duration, stalled: Duration) -> bool {
+        self.server_stalled_at(timeout, stalled, Instant::now())
+    }
+
+    /// [`State::server_stalled`], the stall ending at `now`.
+    fn server_stalled_at(&mut self, timeout: Duration, stalled: Duration, now: Instant) -> bool {
+        let Some(stall) = self.nodes.stalls.note(timeout, stalled, now) else {
+            return false;
+        };
+        // Once per stall, not once per timer that saw it.
+        if stall.new >= super::stall::threshold(timeout) {
+            warn!(
+                stalled = ?stall.new,
+                "the server did not listen for this long (stopped, paused or starved): its agents' silence is counted without it"
+            );
+        }
+        for n in &mut self.nodes.recs {
+            n.grace.stalled(n.last_seen, stall);
+        }
+        for kind in self.jobs.all_mut() {
+            kind.server_stalled(stall);
+        }
+        true
+    }
+
+    /// [`State::check_dead`] by a reaper after the server did not listen for `stalled`
+    /// ([`State::server_stalled`]), which never counts against a node: a stall gives every
+    /// node a fresh dead timeout from its end if it is the first of the node's silence, and
+    /// its own length more if not; a shorter lateness gives every node that long more in this
+    /// pass. Before, the first check after a pause longer than the dead timeout declared every
+    /// busy node dead, before its queued beats were read, and ran its tasks again, each loss
+    /// counted against `max_attempts`; and then a server whose checks kept running that late
+    /// gave every node a fresh dead timeout at each, so a dead node never died.
     pub fn check_dead_after(
         &mut self,
         timeout: Duration,
         stalled: Duration,
+    ) -> Result<(), StateError> {
+        self.check_dead_at(timeout, stalled, Instant::now())
+    }
+
+    /// [`State::check_dead_after`] at `now`.
+    fn check_dead_at(
+        &mut self,
+        timeout: Duration,
+        stalled: Duration,
+        now: Instant,
     ) -> Result<(), StateError> {
         if self.paused() {
             // Nothing can be recorded: declaring nodes dead now would fail their tasks in memory
             // only. Heartbeats keep `last_seen` fresh meanwhile.
             return Ok(());
         }
-        let now = Instant::now();
-        if !stalled.is_zero() && stalled >= STALL.min(timeout / 4) {
-            warn!(
-                stalled = ?stalled,
-                "the server did not listen for this long (stopped, paused or starved): every node gets a fresh dead timeout to reach it again"
-            );
-            for n in &mut self.nodes.recs {
-                n.grace_from = Some(now);
-            }
-        }
+        // A stall is in every node's grace from now on; a shorter lateness counts for this
+        // pass only (counted in both, a stall would excuse twice its length).
+        let more = if self.server_stalled_at(timeout, stalled, now) {
+            Duration::ZERO
+        } else {
+            stalled
+        };
         for i in 0..self.nodes.len() {
             let n = &mut self.nodes.recs[i];
-            if n.dies_at(timeout).is_none_or(|at| now <= at + stalled) {
+            if n.dies_at(timeout).is_none_or(|at| now <= at + more) {
                 continue;
             }
             warn!(node = %n.spec.name, tasks = n.running.len(), "node stopped heartbeating: declared dead");
@@ -1940,7 +1978,7 @@ mod tests {
         .expect("beat");
     }
 
-    /// A dead-node check after a short stall of the server (under [`STALL`]: a wait for the
+    /// A dead-node check after a short stall of the server (under [`super::super::stall::STALL`]: a wait for the
     /// state's lock) gives every node that long more: a node silent for less than the timeout
     /// plus the stall lives, one silent for longer dies as ever.
     #[test]
@@ -1997,32 +2035,87 @@ mod tests {
             beat(&mut s, id, None);
         }
         let timeout = Duration::from_secs(5);
-        // Both last beat just before an 8 s stop; the reaper was due 4.5 s in and ran 3.5 s late.
-        let before = Instant::now()
-            .checked_sub(Duration::from_secs(8))
-            .expect("8 s after boot");
+        let at = |secs: f64| t0_plus(secs);
+        // Both last beat at 0 s, just before an 8 s stop; the reaper was due at 5 s and ran at
+        // 8.5 s, 3.5 s late.
         for id in [a, b] {
-            s.nodes.get_mut(id).expect("node").last_seen = before;
+            s.nodes.get_mut(id).expect("node").last_seen = at(0.0);
         }
-        s.check_dead_after(timeout, Duration::from_millis(3_500))
+        s.check_dead_at(timeout, Duration::from_millis(3_500), at(8.5))
             .expect("check");
         // The next pass, on time, before any beat was read.
-        s.check_dead(timeout).expect("check");
+        s.check_dead_at(timeout, Duration::ZERO, at(8.6))
+            .expect("check");
         for id in [a, b] {
             assert!(s.nodes.get(id).expect("node").alive, "judged on a stall");
         }
-        // `b` beats again; `a` stays silent for a dead timeout after the stall: dead.
-        beat(&mut s, b, None);
-        let after = Instant::now()
-            .checked_sub(Duration::from_secs(6))
-            .expect("6 s after boot");
-        s.nodes.get_mut(a).expect("node").grace_from = Some(after);
-        s.check_dead(timeout).expect("check");
+        // `b` beats again at 9 s; `a` stays silent for a dead timeout after the stall: dead.
+        s.nodes.get_mut(b).expect("node").last_seen = at(9.0);
+        s.check_dead_at(timeout, Duration::ZERO, at(13.6))
+            .expect("check");
         assert!(
             !s.nodes.get(a).expect("node").alive,
             "silent after the stall"
         );
         assert!(s.nodes.get(b).expect("node").alive);
+    }
+
+    /// A server whose dead-node checks keep running late by more than a stall (persistently
+    /// overloaded) still declares a dead node dead: the first stall of the node's silence
+    /// gives it a fresh dead timeout, every later one its own length only, so it dies once
+    /// silent for at most two dead timeouts plus the stalls; a node that beats between the
+    /// checks lives. Before, every late check gave every node a fresh dead timeout again, and a
+    /// dead node never died.
+    #[test]
+    fn a_server_whose_checks_keep_running_late_still_declares_a_dead_node_dead() {
+        let dir = ScratchDir::new("nodes", "late");
+        let config = ServerConfig {
+            data_dir: dir.clone(),
+            ..Default::default()
+        };
+        let mut s = State::open(&config, Store::open(&dir.join("state.db")).expect("store"))
+            .expect("state");
+        let a = register(&mut s, "a", 0);
+        let b = register(&mut s, "b", 0);
+        for id in [a, b] {
+            beat(&mut s, id, None);
+            s.nodes.get_mut(id).expect("node").last_seen = t0_plus(0.0);
+        }
+        let timeout = Duration::from_secs(4);
+        // A check every 1.5 s, each 1.2 s late (a stall: over 1 s).
+        let (every, late) = (1.5, Duration::from_millis(1_200));
+        let mut stalls = Duration::ZERO;
+        let mut died = None;
+        for k in 1..=60 {
+            let now = k as f64 * every;
+            // `b` beats between two checks.
+            s.nodes.get_mut(b).expect("node").last_seen = t0_plus(now - late.as_secs_f64() - 0.1);
+            s.check_dead_at(timeout, late, t0_plus(now)).expect("check");
+            stalls += late;
+            if !s.nodes.get(a).expect("node").alive {
+                died = Some(Duration::from_secs_f64(now));
+                break;
+            }
+        }
+        let died = died.expect("the silent node was never declared dead");
+        assert!(
+            died <= timeout * 2 + stalls,
+            "dead after {died:?}, past two dead timeouts and {stalls:?} of stalls"
+        );
+        assert!(
+            died > timeout + late,
+            "dead after {died:?}: the first stall gives a fresh dead timeout"
+        );
+        assert!(s.nodes.get(b).expect("node").alive, "it beats");
+    }
+
+    /// `secs` seconds after the first call, in this test's timeline (real time runs on too
+    /// little to matter, and the checks are told the instant they run at).
+    fn t0_plus(secs: f64) -> Instant {
+        thread_local! {
+            static T0: Instant = Instant::now();
+        }
+        T0.with(|t0| *t0 + Duration::from_secs_f64(secs))
     }
 
     /// A dead node's `last seen` counts from when it was last heard, even while a call of its

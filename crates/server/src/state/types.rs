@@ -48,6 +48,9 @@ pub struct Registered {
     /// Said to the agent (it logs it): the server kept the node's earlier description. Empty:
     /// the node is as the agent described it.
     pub note: String,
+    /// A number of the heartbeat replies' sequence, taken for this registration: the agent
+    /// names it as the last reply it read until it reads one ([`super::nodes::Nodes::read_up_to`]).
+    pub reply_seq: u64,
 }
 
 /// One attempt of one task (acknowledgements, kills).

@@ -170,6 +170,40 @@ fn a_task_sent_in_a_reply_the_agent_never_read_waits_again_without_losing_an_att
     assert_eq!(states(&s)[0].0, "failed", "lost twice");
 }
 
+/// The reply to an agent's first beat after it registers is judged as every later one: the
+/// registration gives the agent a reply number to name until it reads a reply, so a task sent
+/// in that first reply, never read, waits again without counting an attempt. Before, the agent
+/// named 0 until it read a reply, which reads as an agent that predates the numbers: the task
+/// was lost ("vanished from its node"), an attempt counted, and with `max_attempts = 2` the
+/// next loss failed it.
+#[test]
+fn a_task_sent_in_the_reply_to_the_first_beat_after_registering_and_never_read_costs_no_attempt() {
+    let d = dir("unread-first");
+    let mut s = open(&d);
+    let registered = s.register(common::registration("n", 1)).expect("register");
+    let n = registered.node_id;
+    assert_ne!(registered.reply_seq, 0, "the registration names a reply");
+    let beat_after = |s: &mut State, read: u64| {
+        let mut req = common::heartbeat_request(n, &[], &[]);
+        req.reply_seq = read;
+        s.heartbeat(req).expect("heartbeat")
+    };
+    s.submit("job.toml", JOB, "/").expect("submit");
+    // The first beat's reply, which the agent gives up on; it names the registration's number
+    // again in its next beat, and in the one after that a reply it read.
+    let lost = beat_after(&mut s, registered.reply_seq);
+    assert_eq!(assigned(&lost), vec![(0, 1)]);
+    assert!(lost.seq > registered.reply_seq);
+    let r = beat_after(&mut s, registered.reply_seq);
+    assert!(r.assignments.is_empty(), "task 0 is still out to the node");
+    let r = beat_after(&mut s, r.seq);
+    assert_eq!(assigned(&r), vec![(0, 2)], "never delivered: sent again");
+    // Read, then lost: the first loss counted, so the task runs again rather than failing.
+    let r = beat_after(&mut s, r.seq);
+    assert_eq!(assigned(&r), vec![(0, 3)], "lost once");
+    assert_eq!(states(&s)[0], ("running".into(), 3));
+}
+
 /// Each task's state, `reason` and `signal` in job 1.
 fn reasons(s: &State) -> Vec<(String, String, String)> {
     s.tasks(1)

@@ -2182,6 +2182,65 @@ fn an_instance_taken_back_from_a_nodes_queue_comes_back_to_it_as_its_next_attemp
     }
 }
 
+/// An instance sent in a heartbeat reply its agent never read (its call timed out while the
+/// server was stopped, and the server answered into the void) is not judged while the agent's
+/// beats name an earlier reply, and once one names a later reply it runs again under the same
+/// attempt number — on that node too, whose agent never held it — listed as never run. Before,
+/// it ran again as attempt 2, listed `attempt 1 lost: the task vanished from its node`, as if
+/// a run had been lost.
+#[test]
+fn an_instance_sent_in_a_reply_its_agent_never_read_runs_again_as_the_same_attempt() {
+    let dir = scratch("unread");
+    let mut s = open(&dir, WorkflowConfig::default());
+    let n = common::register(&mut s, "n", 1);
+    let beat_after = |s: &mut State, read: u64, results: Vec<pb::TaskResult>| {
+        let mut req = heartbeat_request(n, &[], &[]);
+        req.reply_seq = read;
+        req.results = results;
+        s.heartbeat(req).expect("heartbeat")
+    };
+    let read = beat_after(&mut s, 0, Vec::new()).seq;
+    let wf = "balancer = \"centralised\"\n\
+              [[task]]\nname = \"P\"\ninstances = 1\ncost = \"1s\"\ncommand = \"true\"\n";
+    let job = s.submit("wf.toml", wf, "/").expect("submit").job_id;
+    let sent = |r: &pb::HeartbeatReply| -> Vec<(u64, u32)> {
+        r.assignments
+            .iter()
+            .map(|a| (a.task_id, a.attempt))
+            .collect()
+    };
+    // The reply the agent gives up on.
+    let lost = beat_after(&mut s, read, Vec::new());
+    let [(task, 1)] = sent(&lost)[..] else {
+        panic!("one instance, attempt 1: {:?}", sent(&lost));
+    };
+    // Its next beat names the reply it read before: the instance is not judged on it.
+    let r = beat_after(&mut s, read, Vec::new());
+    assert!(r.assignments.is_empty(), "still out to the node");
+    // The next one names a later reply: the lost one was never read.
+    let mut read = r.seq;
+    let mut again = Vec::new();
+    for _ in 0..3 {
+        let r = beat_after(&mut s, read, Vec::new());
+        read = r.seq;
+        again.extend(sent(&r));
+        if !again.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(again, vec![(task, 1)], "sent again as the same attempt");
+    let t = &s.tasks(job).expect("tasks").tasks[0];
+    assert_eq!((t.state.as_str(), t.attempt), ("running", 1), "{t:?}");
+    beat_after(&mut s, read, vec![succeeded(task, 1)]);
+    let t = &s.tasks(job).expect("tasks").tasks[0];
+    assert_eq!(
+        (t.state.as_str(), t.attempt, t.failed_attempts),
+        ("succeeded", 1, 0),
+        "{t:?}"
+    );
+    assert_eq!(s.job(job).expect("job").state, "completed");
+}
+
 #[test]
 fn the_server_configuration_refuses_an_unknown_balancer_and_an_mt_of_zero_naming_the_line() {
     let ok = ServerConfig::parse("s.toml", "[workflow]\nbalancer = \"pcddb\"\nmt = 4\n")
