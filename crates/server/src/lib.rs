@@ -407,9 +407,15 @@ pub async fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
             // Never sooner than this after a pass: a deadline that stays past must not spin.
             let soonest = std::time::Instant::now() + std::time::Duration::from_millis(20);
             loop {
+                // The moment this wake-up is for: the plan's, or now when an event moved the
+                // plan to a time already gone by (a retention pass due while nothing woke the
+                // reaper). Lateness counts from here: before, it counted from that past time,
+                // so the quiet time before an event read as a stall of the server and gave
+                // every node a fresh dead timeout (a node that had just died waited that long).
+                let at = next.max(soonest).max(std::time::Instant::now());
                 tokio::select! {
-                    () = tokio::time::sleep_until(next.max(soonest).into()) => {
-                        due = next.max(soonest);
+                    () = tokio::time::sleep_until(at.into()) => {
+                        due = at;
                         break;
                     }
                     changed = alarm.changed() => {

@@ -299,6 +299,31 @@ fn log_follow_waits_for_a_task_that_has_not_started_yet() {
     );
 }
 
+/// A server left idle for longer than two retention intervals (5 s each), then sent work,
+/// does not take its quiet time for a stall of its own: it warns of no stall and gives no node
+/// a fresh dead timeout. Before, the reaper measured its lateness from a retention pass due
+/// while nothing woke it, so every call after a quiet spell logged `the server did not listen
+/// for this long` (a reviewer counted 74 in 49 minutes of normal load) and a node that had just
+/// died waited that much longer to be declared dead.
+#[test]
+fn a_server_woken_after_a_quiet_spell_takes_it_for_no_stall() {
+    let mut c = Cluster::start_configured(
+        "ux-no-false-stall",
+        false,
+        "[retention]\nkeep_finished = \"1h\"\n",
+    );
+    c.start_agent("a", 1, &[]);
+    c.wait_for_nodes(1);
+    c.ok(&["submit", "--wait", "--", "true"]);
+    // Two retention intervals: the pass that job 1's end made due ran about 5 s after the
+    // server's first, so the one job 2's end asks for is 5 s after that, long gone by then.
+    std::thread::sleep(Duration::from_secs(12));
+    c.ok(&["submit", "--wait", "--", "true"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let log = std::fs::read_to_string(c.dir.join("server.log")).expect("server log");
+    assert!(!log.contains("the server did not listen"), "{log}");
+}
+
 /// A server stopped by SIGTERM says so in its log, and that it stopped, as its agents do: it
 /// exited without a word, so an operator reading the log after a restart could not tell a clean
 /// stop from a crash.
