@@ -1705,9 +1705,13 @@ mod tests {
         ended: PathBuf,
         drop: Arc<std::sync::atomic::AtomicBool>,
         /// Per ask: the chunks it listed, and whether `ended` existed.
-        asks: Arc<Mutex<Vec<(Vec<(u64, u64)>, bool)>>>,
+        asks: Arc<Mutex<Vec<Asked>>>,
         handed: Arc<std::sync::atomic::AtomicU32>,
     }
+
+    /// An ask as [`Dropper`] notes it: the chunks it listed, and whether chunk 4's handler had
+    /// ended.
+    type Asked = (Vec<(u64, u64)>, bool);
 
     #[tonic::async_trait]
     impl pb::divisible_server::Divisible for Dropper {

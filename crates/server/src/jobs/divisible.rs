@@ -98,8 +98,10 @@ const CHUNK_ATTEMPT: u32 = 0;
 /// Chunk `chunk` of job `job` as a task id of this kind, the key of its stopping entry
 /// ([`super::stopping`]) and of its `task_stops` row: the job's id (the state's one sequence of
 /// every kind) in bits 32 to 55, the chunk's number in bits 0 to 31, as a workflow numbers its
-/// instances. `None` past those bounds (a job id of 2^24 or more, a chunk numbered 2^32 or
-/// more): such a chunk is not waited for.
+/// instances. `None` past those bounds — a job id above the sequence's last
+/// (`state::job_ids::MAX_JOB_ID`: only a divisible job stored before the one sequence, whose id
+/// holds the kind in its high byte), or a chunk numbered 2^32 or more —: such a chunk is not
+/// waited for.
 pub(crate) fn chunk_task(job: u64, chunk: u64) -> Option<u64> {
     (job < 1 << (KIND_SHIFT - 32) && chunk <= u64::from(u32::MAX))
         .then(|| Kind::Divisible.id((job << 32) | chunk))
