@@ -147,6 +147,24 @@ struct Shared {
 }
 
 impl Shared {
+    /// The runner takes chunk `key` up: whether to run it (the server has not dropped it). From
+    /// then until [`Shared::ran`] its process may run, so the agent lists it even once dropped.
+    fn start(&self, key: (u64, u64)) -> bool {
+        let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let run = !h.dropped.contains(&key);
+        if run {
+            h.running.insert(key);
+        }
+        run
+    }
+
+    /// Chunk `key`'s process has ended (or never started).
+    fn ran(&self, key: (u64, u64)) {
+        if let Ok(mut h) = self.held.lock() {
+            h.running.remove(&key);
+        }
+    }
+
     fn is_dropped(&self, key: (u64, u64)) -> bool {
         self.held
             .lock()
@@ -177,6 +195,11 @@ struct Held {
     slots: usize,
     /// Chunks the server said are no longer ours.
     dropped: HashSet<(u64, u64)>,
+    /// Chunks the runner took up whose process may still run ([`Shared::start`]): a dropped
+    /// chunk stays listed to the server while it is one of them — the server waits for a
+    /// cancelled job's chunks' processes to end (its `stopping`) until its agent no longer
+    /// lists them — and leaves the list at once otherwise.
+    running: HashSet<(u64, u64)>,
 }
 
 /// Runs the loop until the task is aborted. Calls go over the agent's current connection
@@ -240,38 +263,35 @@ pub async fn run(
                 // A chunk dropped before it started is not run; one dropped while it runs is
                 // stopped (its result is not needed: the job was cancelled or purged, or the
                 // chunk re-planned) and its agent has room for the next job's chunks at once.
-                let header = if shared.is_dropped(key) {
-                    None
-                } else {
+                let header = if shared.start(key) {
                     let h = run_chunk(&me, &r, &shared).await;
                     (!shared.is_dropped(key)).then_some(h)
+                } else {
+                    None
                 };
+                shared.ran(key);
                 if let Ok(mut h) = shared.held.lock() {
                     h.slots = h.slots.saturating_sub(1);
+                    // Not uploaded: off the list before the next ask, which says its process
+                    // ended.
+                    if header.is_none() {
+                        h.all.remove(&key);
+                        count(&h, &me.held);
+                    }
                 }
                 freed.notify_one();
-                match header {
-                    Some((h, out)) => {
-                        // Over the connection current now.
-                        let client: Client = DivisibleClient::with_interceptor(
-                            uploads.borrow().clone(),
-                            token.clone(),
-                        );
-                        let (shared, counter) = (shared.clone(), me.held.clone());
-                        tokio::spawn(async move {
-                            upload(client, h, out).await;
-                            if let Ok(mut g) = shared.held.lock() {
-                                g.all.remove(&key);
-                                count(&g, &counter);
-                            }
-                        });
-                    }
-                    None => {
+                if let Some((h, out)) = header {
+                    // Over the connection current now.
+                    let client: Client =
+                        DivisibleClient::with_interceptor(uploads.borrow().clone(), token.clone());
+                    let (shared, counter) = (shared.clone(), me.held.clone());
+                    tokio::spawn(async move {
+                        upload(client, h, out).await;
                         if let Ok(mut g) = shared.held.lock() {
                             g.all.remove(&key);
-                            count(&g, &me.held);
+                            count(&g, &counter);
                         }
-                    }
+                    });
                 }
             }
         });
@@ -338,7 +358,13 @@ pub async fn run(
                 let reply = reply.into_inner();
                 if let Ok(mut h) = shared.held.lock() {
                     for k in &reply.drop {
-                        h.dropped.insert((k.job_id, k.chunk));
+                        let key = (k.job_id, k.chunk);
+                        h.dropped.insert(key);
+                        // No process of it runs (it waits for the runner, which will skip it,
+                        // or is uploaded): the next ask no longer lists it.
+                        if !h.running.contains(&key) && h.all.remove(&key) {
+                            count(&h, &me.held);
+                        }
                     }
                 }
                 if !reply.drop.is_empty() {
@@ -1666,5 +1692,174 @@ mod tests {
         let (h, out) = chunk(&me, &shared, "nobody", "id -un").await;
         assert!(h.success, "{h:?}");
         assert_eq!(out, "root\n");
+    }
+
+    /// A divisible service that hands out chunk 4 of job 2 (`first`, a shell line) and then
+    /// chunk 0 of job 3 (`second`), and, once `drop` is set, tells every ask listing them to
+    /// drop them: it notes each ask's list and whether `ended` (the file chunk 4's SIGTERM
+    /// handler writes as it ends) existed when the ask came.
+    #[derive(Clone)]
+    struct Dropper {
+        first: String,
+        second: String,
+        ended: PathBuf,
+        drop: Arc<std::sync::atomic::AtomicBool>,
+        /// Per ask: the chunks it listed, and whether `ended` existed.
+        asks: Arc<Mutex<Vec<Asked>>>,
+        handed: Arc<std::sync::atomic::AtomicU32>,
+    }
+
+    /// An ask as [`Dropper`] notes it: the chunks it listed, and whether chunk 4's handler had
+    /// ended.
+    type Asked = (Vec<(u64, u64)>, bool);
+
+    #[tonic::async_trait]
+    impl pb::divisible_server::Divisible for Dropper {
+        async fn next_chunk(
+            &self,
+            req: tonic::Request<pb::NextChunkRequest>,
+        ) -> Result<tonic::Response<pb::NextChunkReply>, tonic::Status> {
+            use std::sync::atomic::Ordering;
+            let req = req.into_inner();
+            let listed: Vec<(u64, u64)> = req.holding.iter().map(|k| (k.job_id, k.chunk)).collect();
+            self.asks
+                .lock()
+                .expect("asks")
+                .push((listed, self.ended.exists()));
+            let order = |job_id, chunk, line: &str| pb::ChunkOrder {
+                job_id,
+                chunk,
+                start: 0,
+                end: 1,
+                argv: vec!["sh".into(), "-c".into(), line.into()],
+                ..Default::default()
+            };
+            let mut orders = Vec::new();
+            if req.room && !self.drop.load(Ordering::SeqCst) {
+                match self.handed.fetch_add(1, Ordering::SeqCst) {
+                    0 => orders.push(order(2, 4, &self.first)),
+                    1 => orders.push(order(3, 0, &self.second)),
+                    _ => {}
+                }
+            }
+            let drop = if self.drop.load(Ordering::SeqCst) {
+                req.holding
+            } else {
+                Vec::new()
+            };
+            Ok(tonic::Response::new(pb::NextChunkReply { orders, drop }))
+        }
+
+        type ChunkInputStream = Pieces;
+
+        async fn chunk_input(
+            &self,
+            _req: tonic::Request<pb::ChunkInputRequest>,
+        ) -> Result<tonic::Response<Pieces>, tonic::Status> {
+            Err(tonic::Status::not_found("no input"))
+        }
+
+        async fn chunk_done(
+            &self,
+            _req: tonic::Request<tonic::Streaming<pb::ChunkDonePiece>>,
+        ) -> Result<tonic::Response<pb::ChunkDoneReply>, tonic::Status> {
+            Ok(tonic::Response::new(pb::ChunkDoneReply { recorded: false }))
+        }
+    }
+
+    /// The server waits for a cancelled job's chunks' processes to end until the agent no
+    /// longer lists them (the job's `stopping`): a chunk being computed when the server drops
+    /// it stays listed until its process, SIGTERMed, has ended — its handler sleeps first — and
+    /// a chunk waiting behind it, which never runs, leaves the list at once rather than when the
+    /// other ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_chunk_is_listed_until_its_process_ended_and_a_waiting_one_not_at_all() {
+        use std::sync::atomic::Ordering;
+        let dir = ScratchDir::new("chunk", "dropped");
+        let (me, _) = agent(&dir, false);
+        let (started, ended, ran) = (dir.join("started"), dir.join("ended"), dir.join("ran"));
+        let fake = Dropper {
+            first: format!(
+                "trap 'sleep 1; echo > {}; exit 0' TERM; echo > {}; \
+                 for i in $(seq 600); do sleep 0.05; done",
+                ended.display(),
+                started.display()
+            ),
+            second: format!("echo > {}", ran.display()),
+            ended: ended.clone(),
+            drop: Arc::default(),
+            asks: Arc::default(),
+            handed: Arc::default(),
+        };
+        let (asks, drop_them) = (fake.asks.clone(), fake.drop.clone());
+        let (channel, server) = {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let address = listener.local_addr().expect("address");
+            let server = tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(pb::divisible_server::DivisibleServer::new(fake))
+                    .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+            );
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+                .expect("endpoint")
+                .connect_lazy();
+            (channel, server)
+        };
+        let (keep, connection) = tokio::sync::watch::channel(channel);
+        let (_registered, registered) = tokio::sync::watch::channel(Some(1));
+        let agent = Running(tokio::spawn(async move {
+            let _keep = keep;
+            run(
+                connection,
+                registered,
+                pb::TokenInterceptor::new("t").expect("token"),
+                me,
+            )
+            .await
+        }));
+        let listing = |both: &[(u64, u64)]| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let asks = asks.clone();
+            let both = both.to_vec();
+            async move {
+                while Instant::now() < deadline {
+                    if asks.lock().expect("asks").last().is_some_and(|(l, _)| {
+                        let mut l = l.clone();
+                        l.sort_unstable();
+                        l == both
+                    }) {
+                        return true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                false
+            }
+        };
+        assert!(listing(&[(2, 4), (3, 0)]).await, "both chunks held");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !started.exists() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(started.exists(), "chunk 4 computes");
+        drop_them.store(true, Ordering::SeqCst);
+        let from = asks.lock().expect("asks").len();
+        assert!(listing(&[]).await, "both leave the list");
+        drop(agent);
+        server.abort();
+        let asks = asks.lock().expect("asks");
+        let after = &asks[from..];
+        assert!(
+            after.iter().any(|(l, done)| l == &[(2, 4)] && !done),
+            "the waiting chunk left the list while the other's handler ran: {after:?}"
+        );
+        for (l, done) in after {
+            assert!(
+                l.contains(&(2, 4)) || *done,
+                "chunk 4 left the list before its process ended: {after:?}"
+            );
+        }
+        assert!(!ran.exists(), "the dropped chunk that waited never ran");
     }
 }

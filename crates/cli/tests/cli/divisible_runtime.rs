@@ -694,6 +694,67 @@ fn a_restarted_agent_kills_the_chunk_its_killed_predecessor_left_running() {
     c.ok(&["cancel", &id.to_string()]);
 }
 
+/// `hetsched cancel N; hetsched wait N` on a divisible job does not race its chunk's own
+/// SIGTERM handler, as for a batch job: the cancel is recorded at once, but the job stays
+/// `cancelled (stopping 1)` (its JSON's `stopping`) until its agent no longer lists the chunk,
+/// whose process it stops with SIGTERM, and `wait` returns only then. Before, the wait returned
+/// at the cancel while the handler still ran.
+#[test]
+fn wait_after_cancelling_a_divisible_job_returns_once_its_chunks_sigterm_handler_has_finished() {
+    let mut c = Cluster::start("div-stopping", false);
+    c.start_agent("a", 2, &["--kill-grace", "30s"]);
+    c.wait_for_nodes(1);
+    let started = c.dir.join("started");
+    let done = c.dir.join("done");
+    // (It ends by itself after 30 s, should the test fail and leave it behind.)
+    let id = submit(
+        &c,
+        "tidy.toml",
+        &format!(
+            "[[divisible]]\nname = \"tidy\"\nunits = 1\n\
+             command = \"trap 'sleep 3; echo > {}; exit 0' TERM; echo > {}; \
+             for i in $(seq 600); do sleep 0.05; done # {{start}} {{end}}\"\n",
+            done.display(),
+            started.display()
+        ),
+    );
+    let job_id = id.to_string();
+    wait_until("the chunk to start", Duration::from_secs(30), || {
+        started.exists()
+    });
+    c.ok(&["cancel", &job_id]);
+    let j = job(&c, id);
+    assert_eq!(
+        (&j["state"], &j["stopping"]),
+        (&"cancelled".into(), &1.into()),
+        "{j}"
+    );
+    let shown = c.ok(&["job", &job_id]);
+    assert!(shown.contains("cancelled (stopping 1)"), "{shown}");
+    // A wait that times out first says why the job is not over.
+    let out = c.cli(&["wait", &job_id, "--timeout", "500ms"]);
+    assert_eq!(out.status.code(), Some(124));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("job {id} still cancelled (stopping 1)")),
+        "{err}"
+    );
+    assert!(!done.exists(), "the handler was still sleeping");
+    // The wait returns (the job was cancelled: status 1) once the handler has finished.
+    let out = c.cli(&["wait", &job_id]);
+    assert!(!out.status.success());
+    assert!(
+        done.exists(),
+        "wait returned before the chunk's SIGTERM handler had finished"
+    );
+    let j = job(&c, id);
+    assert_eq!(
+        (&j["state"], &j["stopping"]),
+        (&"cancelled".into(), &0.into()),
+        "{j}"
+    );
+}
+
 /// The reviewer's stall, end to end: while the server is down (SIGKILLed with both agents'
 /// chunks out), `b`'s chunk ends and agent `a` is SIGKILLed and started again — a new process,
 /// holding nothing. When the server is back, `a`'s first ask loses its chunk at once and its

@@ -45,6 +45,13 @@
 //! say its disk is below its floor ([`ChunkRequest::disk_short`]) stays out of the plans of
 //! jobs with input, and is handed none of their chunks, until an ask says it has room again.
 //!
+//! **Stopping.** A cancel ends the job at once, but the chunks it had out run on until their
+//! agents have stopped their processes (SIGTERM, the kill grace): they are *stopping*
+//! ([`super::stopping`], one mechanism with batch tasks and workflow instances, keyed by
+//! [`chunk_task`]), and a wait on the job returns only once none is — when an ask of its agent no
+//! longer lists it (past the chunk's [`GRACE`]), its result comes, or its agent is lost. Stored in
+//! `task_stops`, so a restart keeps them.
+//!
 //! After a restart the master is rebuilt from the worker rows (`div_workers`: the workers in the
 //! order they joined, with their memory, as listings showed them) and the chunk rows: finished chunks are measurements
 //! again, failed chunks count their units' failures again (a restart gives no unit its
@@ -54,8 +61,9 @@
 //! declared dead.
 
 use super::gate::Gate;
+use super::stopping::Stopping;
 use super::workflow::NO_ROOM;
-use super::{Ctx, JobKind, Kind, Read};
+use super::{Ctx, JobKind, KIND_SHIFT, Kind, Read};
 use crate::state::StateError;
 use crate::state::nodes::Nodes;
 use crate::state::stall::{Grace, Stall};
@@ -83,6 +91,29 @@ pub const PIECE: usize = 256 << 10;
 /// A chunk rebuilt as out after a restart has none: the reply that carried it went with the
 /// old server's connections, so the agent's first ask says whether it holds it.
 pub const GRACE: Duration = Duration::from_secs(2);
+
+/// The attempt a chunk's stopping entry names ([`super::stopping`]): a chunk is sent once (a
+/// unit planned again goes out in a new chunk), so it has one attempt, 0, as a signal for a
+/// chunk names it.
+const CHUNK_ATTEMPT: u32 = 0;
+
+/// Chunk `chunk` of job `job` as a task id of this kind, the key of its stopping entry
+/// ([`super::stopping`]) and of its `task_stops` row: the job's id (the state's one sequence of
+/// every kind) in bits 32 to 55, the chunk's number in bits 0 to 31, as a workflow numbers its
+/// instances. `None` past those bounds — a job id above the sequence's last
+/// (`state::job_ids::MAX_JOB_ID`: only a divisible job stored before the one sequence, whose id
+/// holds the kind in its high byte), or a chunk numbered 2^32 or more —: such a chunk is not
+/// waited for.
+pub(crate) fn chunk_task(job: u64, chunk: u64) -> Option<u64> {
+    (job < 1 << (KIND_SHIFT - 32) && chunk <= u64::from(u32::MAX))
+        .then(|| Kind::Divisible.id((job << 32) | chunk))
+}
+
+/// The job and chunk that [`chunk_task`] id `task` names.
+fn chunk_of_task(task: u64) -> (u64, u64) {
+    let n = task & ((1 << KIND_SHIFT) - 1);
+    (n >> 32, n & 0xffff_ffff)
+}
 
 /// This kind's tables in the main store (created by [`crate::store::Store::open`] with the
 /// rest of the schema; a store from before them gains them there).
@@ -697,6 +728,16 @@ pub struct Divisible {
     /// Running jobs an ask with room got no chunk of because their owner was at its cap on
     /// cores, since held asks were last woken for them ([`Divisible::wake_capped_asks`]).
     capped_asks: BTreeSet<u64>,
+    /// Chunks out when their job was cancelled whose processes their agents have not said
+    /// ended ([`super::stopping`], keyed by [`chunk_task`]): their jobs are not over for a wait
+    /// until none is left.
+    stopping: Stopping,
+    /// The node of each agent with stopping chunks, by the agent's name: this kind knows agents
+    /// by name, the stopping entries and their rows by node.
+    stopping_nodes: HashMap<String, u32>,
+    /// A cancelled job's last stopping chunk ended since the last commit: its waiters are woken
+    /// ([`JobKind::ends_in_event`]).
+    stopped_in_event: bool,
 }
 
 /// The core an agent computing a chunk holds in the view.
@@ -754,6 +795,8 @@ pub struct StoredJob {
     /// limit). Empty in a store from before the table: the chunks' workers are taken then.
     workers: Vec<(String, Option<u64>)>,
     gate: Gate,
+    /// Its stopping chunks' `task_stops` rows: chunk, attempt and node.
+    stops: Vec<(u64, u32, u32)>,
 }
 
 /// A stored chunk: number, round, worker, start, end, state, transfer ns, compute ns,
@@ -797,6 +840,7 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
                 output_bytes: r.get::<_, i64>(9)? as u64,
                 chunks: Vec::new(),
                 workers: Vec::new(),
+                stops: Vec::new(),
                 gate: Gate {
                     after: list(r.get(10)?).unwrap_or_default(),
                     after_any: list(r.get(11)?).unwrap_or_default(),
@@ -842,6 +886,18 @@ pub fn load(conn: &Connection) -> Result<Vec<StoredJob>, StoreError> {
                 Ok((r.get(0)?, r.get::<_, Option<i64>>(1)?.map(|u| u as u64)))
             })?
             .collect::<Result<_, _>>()?;
+    }
+    // Its stopping chunks' rows, with each job (a job row is never deleted, only marked
+    // purged, so every row this kind wrote has its job).
+    let index: HashMap<u64, usize> = jobs.iter().enumerate().map(|(i, j)| (j.id, i)).collect();
+    for (task, attempt, node) in crate::store::task_stops(conn)? {
+        if Kind::of(task) != Some(Kind::Divisible) {
+            continue; // another kind's
+        }
+        let (job, chunk) = chunk_of_task(task);
+        if let Some(&i) = index.get(&job) {
+            jobs[i].stops.push((chunk, attempt, node));
+        }
     }
     Ok(jobs)
 }
@@ -902,6 +958,9 @@ pub fn temp_output(dir: &Path, h: &ChunkResult) -> PathBuf {
 
 impl Divisible {
     /// Rebuilds the kind from its stored rows; files are under `dir` (`DATA_DIR/divisible`).
+    /// A cancelled job's chunks still stopping when the server stopped stay so if their node
+    /// (in `nodes`, rebuilt already) may come back: its agent's first ask says whether their
+    /// processes still run.
     ///
     /// # Errors
     /// [`StateError::StoredJobUnreadable`] when a job's file (not purged) no longer reads under
@@ -910,6 +969,7 @@ impl Divisible {
         dir: PathBuf,
         dead_timeout: Duration,
         rows: Vec<StoredJob>,
+        nodes: &Nodes,
     ) -> Result<Self, StateError> {
         let mut d = Divisible {
             dir,
@@ -925,10 +985,19 @@ impl Divisible {
             booked: HashMap::new(),
             short: false,
             capped_asks: BTreeSet::new(),
+            stopping: Stopping::default(),
+            stopping_nodes: HashMap::new(),
+            stopped_in_event: false,
         };
         for row in rows {
             let parsed = read_stored(&row.origin, &row.text);
             if row.state == PURGED {
+                // (A job set aside at a start leaves its stopping rows.)
+                for &(chunk, _, _) in &row.stops {
+                    if let Some(task) = chunk_task(row.id, chunk) {
+                        d.stopping.drop_stored(task);
+                    }
+                }
                 d.purged.insert(
                     row.id,
                     Tombstone {
@@ -1024,6 +1093,30 @@ impl Divisible {
                 job.master
                     .restore_done(order, t as f64 / 1e9, c as f64 / 1e9);
                 job.done_seq = job.done_seq.max(seq);
+            }
+            for (chunk, attempt, node) in row.stops {
+                let Some(task) = chunk_task(row.id, chunk) else {
+                    continue;
+                };
+                // Still stopping if the job is cancelled with the chunk stopped, and its
+                // agent's node may come back; else nothing will say more of it.
+                let worker = job
+                    .chunks
+                    .get(&chunk)
+                    .filter(|c| c.state == ChunkState::Stopped && job.state == "cancelled")
+                    .map(|c| c.worker.as_str());
+                let live = nodes.get(node).is_some_and(|r| {
+                    (r.alive || r.kept_out_awaiting_return)
+                        && !r.removed
+                        && Some(r.spec.name.as_str()) == worker
+                });
+                match worker {
+                    Some(worker) if live && attempt == CHUNK_ATTEMPT => {
+                        d.stopping.restore(node, task, attempt, row.id);
+                        d.stopping_nodes.insert(worker.to_string(), node);
+                    }
+                    _ => d.stopping.drop_stored(task),
+                }
             }
             d.jobs.insert(row.id, job);
         }
@@ -1370,6 +1463,9 @@ impl Divisible {
         );
         let holding: HashSet<(u64, u64)> =
             req.holding.iter().map(|k| (k.job_id, k.chunk)).collect();
+        if let Some(&node) = self.stopping_nodes.get(&name) {
+            self.settle_stopping(&name, node, &holding, now);
+        }
         let mut reply = ChunkReply::default();
         let turns_before = self.turns();
         // Chunks it holds that are not its own any more.
@@ -1550,6 +1646,90 @@ impl Divisible {
         Ok(reply)
     }
 
+    /// An ask of agent `name` (of node `node`), which has stopping chunks, lists `holding`: the
+    /// stopping chunks it does not list have no process left (the agent lists a chunk it was
+    /// told to drop until its process has ended) — but one still in its grace, whose reply may
+    /// still be on its way, as a chunk believed out is ([`GRACE`]): judged when the grace ends.
+    fn settle_stopping(
+        &mut self,
+        name: &str,
+        node: u32,
+        holding: &HashSet<(u64, u64)>,
+        now: Instant,
+    ) {
+        let mut listed: HashSet<(u64, u32)> = holding
+            .iter()
+            .filter_map(|&(job, chunk)| chunk_task(job, chunk))
+            .map(|task| (task, CHUNK_ATTEMPT))
+            .collect();
+        let mut recheck = Vec::new();
+        for (task, attempt, _) in self.stopping.on(node) {
+            if listed.contains(&(task, attempt)) {
+                continue;
+            }
+            let (job, chunk) = chunk_of_task(task);
+            let Some(c) = self
+                .jobs
+                .get_mut(&job)
+                .and_then(|j| j.chunks.get_mut(&chunk))
+            else {
+                continue;
+            };
+            if let Some(g) = c.grace_until
+                && now < g
+            {
+                listed.insert((task, attempt));
+                if !c.recheck_planned {
+                    c.recheck_planned = true;
+                    recheck.push(g);
+                }
+            }
+        }
+        for job in self.stopping.beat(node, &listed) {
+            self.stopped(job);
+        }
+        if !self.stopping.on_node(node) {
+            self.stopping_nodes.remove(name);
+        }
+        for at in recheck {
+            self.recheck_at(at);
+        }
+    }
+
+    /// Chunk `chunk` of job `job` reported its result: if it was stopping, its process ended.
+    fn result_came(&mut self, job: u64, chunk: u64) {
+        if self.stopping.is_empty() {
+            return;
+        }
+        let Some(worker) = self
+            .jobs
+            .get(&job)
+            .and_then(|j| j.chunks.get(&chunk))
+            .filter(|c| c.state == ChunkState::Stopped)
+            .map(|c| c.worker.clone())
+        else {
+            return;
+        };
+        let (Some(&node), Some(task)) = (self.stopping_nodes.get(&worker), chunk_task(job, chunk))
+        else {
+            return;
+        };
+        if let Some(ended) = self.stopping.ended(node, task, CHUNK_ATTEMPT) {
+            self.stopped(ended);
+        }
+        if !self.stopping.on_node(node) {
+            self.stopping_nodes.remove(&worker);
+        }
+    }
+
+    /// The last of job `job`'s stopping chunks ended: if it has ended (it was cancelled), it is
+    /// over now, and the clients waiting on it are woken after the commit.
+    fn stopped(&mut self, job: u64) {
+        if self.jobs.get(&job).is_some_and(|j| j.state != "running") {
+            self.stopped_in_event = true;
+        }
+    }
+
     /// Wakes every ask held open at `at` (when a chunk's grace ends), so each looks again and
     /// one whose agent does not list the chunk declares it lost then: without this, an agent
     /// holding no chunk would have its ask held for minutes ([`crate::divisible_service`]) while
@@ -1598,6 +1778,9 @@ impl Divisible {
     /// Records a chunk's result; its output is in `tmp` (on disk, synced) when it succeeded.
     /// True when it counted. The rows it changes are written by the state's commit.
     pub fn record(&mut self, h: &ChunkResult, tmp: Option<&Path>) -> Result<bool, DivError> {
+        // A stopped chunk's result (it ended before its agent heard of the cancel) says its
+        // process ended: not recorded, but no longer waited for.
+        self.result_came(h.job_id, h.chunk);
         let Some(job) = self.jobs.get_mut(&h.job_id) else {
             return Ok(false);
         };
@@ -1722,6 +1905,12 @@ impl Divisible {
     /// its next call.
     pub fn lose_agent(&mut self, name: &str) {
         self.agents.remove(name);
+        // Nothing will say more of the processes of the chunks stopped there: not waited for.
+        if let Some(node) = self.stopping_nodes.remove(name) {
+            for job in self.stopping.node_gone(node) {
+                self.stopped(job);
+            }
+        }
         let turns_before = self.turns();
         // A finished job has no plan left to leave: its record stays as it ended, whatever
         // happens to its agents afterwards.
@@ -1934,6 +2123,7 @@ impl Divisible {
             finished_ns: v.finished_ns,
             apps: Vec::new(),
             divisible: Some(Box::new(v.info)),
+            stopping: self.stopping.of_job(id),
             ..Default::default()
         };
         job.gate.fill(&mut info, !running);
@@ -2025,7 +2215,14 @@ impl Divisible {
     /// Whether [`Divisible::rebook`] has something to do: a chunk or job changed in this event,
     /// or an agent computing a chunk still waits for its core.
     pub fn needs_rebook(&self) -> bool {
-        self.short || self.has_changes()
+        self.short || self.rows_changed()
+    }
+
+    /// Whether a job, chunk or worker row changed since the last commit (what stops aside).
+    fn rows_changed(&self) -> bool {
+        !self.dirty_jobs.is_empty()
+            || !self.dirty_chunks.is_empty()
+            || !self.dirty_workers.is_empty()
     }
 
     /// The group charged with the core agent `name` holds ([`Divisible::rebook`]): `None` when
@@ -2143,9 +2340,7 @@ impl JobKind for Divisible {
     // keep their defaults.
 
     fn has_changes(&self) -> bool {
-        !self.dirty_jobs.is_empty()
-            || !self.dirty_chunks.is_empty()
-            || !self.dirty_workers.is_empty()
+        self.rows_changed() || !self.stopping.changes().is_empty()
     }
 
     fn persist(&self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
@@ -2190,6 +2385,9 @@ impl JobKind for Divisible {
                 ],
             )?;
         }
+        for &(task, stop) in self.stopping.changes() {
+            crate::store::write_task_stop(tx, task, stop)?;
+        }
         // A job's workers are few (its nodes): all of them are written again.
         for id in &self.dirty_workers {
             let Some(j) = self.jobs.get(id) else { continue };
@@ -2210,12 +2408,15 @@ impl JobKind for Divisible {
     }
 
     fn committed(&mut self) {
-        if self.has_changes() {
+        // (What stops changes nothing an ask gets.)
+        if self.rows_changed() {
             self.changed();
         }
         self.dirty_jobs.clear();
         self.dirty_chunks.clear();
         self.dirty_workers.clear();
+        self.stopping.committed();
+        self.stopped_in_event = false;
     }
 
     fn housekeeping(&mut self, _cx: &mut Ctx) -> Result<(), StateError> {
@@ -2352,10 +2553,21 @@ impl JobKind for Divisible {
             .any(|id| self.jobs.get(id).is_some_and(|j| j.state != "running"))
     }
 
+    /// A cancelled job's last stopping chunk ended in this event, or a job ended: its waiters
+    /// are woken.
+    fn ends_in_event(&self) -> bool {
+        self.stopped_in_event || self.finished_in_event()
+    }
+
+    fn stopping(&self, id: u64) -> u32 {
+        self.stopping.of_job(id)
+    }
+
     fn finished_jobs(&self) -> Vec<(u64, u64)> {
         self.jobs
             .iter()
-            .filter(|(_, j)| j.state != "running")
+            // (One whose stopped chunks may still run is not purged under them.)
+            .filter(|(id, j)| j.state != "running" && self.stopping.of_job(**id) == 0)
             .map(|(&id, j)| (id, j.finished_ns))
             .collect()
     }
@@ -2368,6 +2580,15 @@ impl JobKind for Divisible {
                  (`hetsched cancel {id}`) or wait for it",
                 job.master.units_done(),
                 job.spec.units()
+            )));
+        }
+        let stopping = self.stopping.of_job(id);
+        if stopping > 0 {
+            return Err(StateError::Invalid(format!(
+                "job {id} is still stopping: the processes of {} may still run (their SIGTERM \
+                 handlers, for at most the kill grace); `hetsched wait {id}` returns once they \
+                 ended",
+                hetsched_core::text::count(u64::from(stopping), "chunk")
             )));
         }
         Ok(())
@@ -2418,6 +2639,11 @@ impl JobKind for Divisible {
         if self.is_purged(id) {
             return Some(JobEnd::Purged);
         }
+        // Ended, but processes of its stopped chunks may still run: the jobs after it wait for
+        // them too, as `wait` does.
+        if self.stopping.of_job(id) > 0 {
+            return Some(JobEnd::Unfinished);
+        }
         Some(match self.jobs.get(&id)?.state.as_str() {
             "completed" => JobEnd::Completed,
             "failed" => JobEnd::Failed,
@@ -2427,6 +2653,12 @@ impl JobKind for Divisible {
     }
 
     fn purged(&mut self, _cx: &mut Ctx, ids: &[u64]) {
+        // (A purge takes no stopping job, but one set aside at a start may have been.)
+        if !self.stopping.is_empty() {
+            self.stopping.forget_jobs(&ids.iter().copied().collect());
+            let stopping = &self.stopping;
+            self.stopping_nodes.retain(|_, &mut n| stopping.on_node(n));
+        }
         for &id in ids {
             self.maybe_unstarted.remove(&id);
             let Some(job) = self.jobs.remove(&id) else {
@@ -2513,12 +2745,24 @@ impl JobKind for Divisible {
     }
 
     /// Cancels a running job: no more chunks are sent, results are ignored, and agents are told
-    /// to drop the chunks they hold. The units it cancelled: not done, nor run to a failure (0
-    /// if it had finished).
-    fn cancel(&mut self, _cx: &mut Ctx, id: u64, why: &str) -> Result<u64, StateError> {
+    /// to drop the chunks they hold; those out are stopping until their processes ended. The
+    /// units it cancelled: not done, nor run to a failure (0 if it had finished).
+    fn cancel(&mut self, cx: &mut Ctx, id: u64, why: &str) -> Result<u64, StateError> {
         let job = self.jobs.get_mut(&id).ok_or(StateError::NoJob(id))?;
         if job.state != "running" {
             return Ok(0);
+        }
+        // Its chunks out run on until their agents have stopped them (SIGTERM, the kill grace,
+        // SIGKILL): a wait on the job waits for that. (A chunk out to a node no longer known
+        // has nothing to wait for.)
+        for c in job.out_chunks() {
+            let (Some(node), Some(task)) =
+                (cx.nodes.by_name(&c.worker), chunk_task(id, c.order.chunk))
+            else {
+                continue;
+            };
+            self.stopping.add(node, task, CHUNK_ATTEMPT, id);
+            self.stopping_nodes.insert(c.worker.clone(), node);
         }
         // The units it stops: not done, and not run to a failure (those stay failed, as the
         // job's counts say).
@@ -2764,7 +3008,25 @@ mod tests {
                 .collect(),
             workers: Vec::new(),
             gate: Gate::started(),
+            stops: Vec::new(),
         }
+    }
+
+    /// A chunk's stopping entry is keyed by a task id of this kind (so no other kind's
+    /// restart takes its stored row for its own) that names the chunk back; a job or chunk
+    /// number past its bits has none rather than another chunk's.
+    #[test]
+    fn a_chunks_stopping_key_is_a_divisible_task_id_that_names_it_back() {
+        let t = chunk_task(7, 3).expect("fits");
+        assert_eq!(Kind::of(t), Some(Kind::Divisible));
+        assert_eq!(chunk_of_task(t), (7, 3));
+        assert_ne!(chunk_task(7, 4), Some(t));
+        assert_eq!(
+            chunk_of_task(chunk_task((1 << 24) - 1, 0xffff_ffff).expect("fits")),
+            ((1 << 24) - 1, 0xffff_ffff)
+        );
+        assert_eq!(chunk_task(1 << 24, 0), None);
+        assert_eq!(chunk_task(1, 1 << 32), None);
     }
 
     fn ask(name: &str, room: bool, holding: &[u64]) -> ChunkRequest {
@@ -2810,6 +3072,7 @@ mod tests {
                 dir.clone(),
                 Duration::from_secs(60),
                 vec![stored(done + 1_000, done, 2)],
+                &Nodes::default(),
             )
             .expect("restored");
             index_holds(&d);
@@ -2839,8 +3102,13 @@ mod tests {
         let dir = ScratchDir::new("div", "ended");
         let mut ended = stored(4, 4, 0);
         ended.state = "completed".into();
-        let mut d = Divisible::restore(dir.to_path_buf(), Duration::from_secs(60), vec![ended])
-            .expect("restored");
+        let mut d = Divisible::restore(
+            dir.to_path_buf(),
+            Duration::from_secs(60),
+            vec![ended],
+            &Nodes::default(),
+        )
+        .expect("restored");
         let alive = |d: &Divisible| -> Vec<(String, bool)> {
             d.view(1)
                 .expect("a divisible job")
@@ -2868,6 +3136,7 @@ mod tests {
             dir.to_path_buf(),
             Duration::from_secs(60),
             vec![stored(400, 20, 0)],
+            &Nodes::default(),
         )
         .expect("restored");
         // a, b and c join; b's ask makes a plan over the three.
@@ -2950,6 +3219,7 @@ mod tests {
             dir.to_path_buf(),
             Duration::from_secs(60),
             vec![stored(6_000, 4, 2)],
+            &Nodes::default(),
         )
         .expect("restored");
         index_holds(&d);
@@ -3061,6 +3331,7 @@ mod tests {
             dir.to_path_buf(),
             Duration::from_secs(60),
             vec![stored(100, 4, 2)],
+            &Nodes::default(),
         )
         .expect("restored");
         let r = ChunkResult {

@@ -1,10 +1,10 @@
-//! Tasks (batch tasks, workflow instances) whose processes are still being stopped, for the
-//! kinds whose tasks run as agents' processes: a task cancelled while it ran is recorded as
-//! cancelled at once, but its agent stops its process group with SIGTERM and waits up to the
-//! kill grace before SIGKILL, so its processes (a SIGTERM handler cleaning up) may run on for a
-//! while. Until its agent says the process ended, the task is *stopping*: its job shows how
-//! many such tasks it has (`stopping` in its JSON), a `wait` on it returns only once there are
-//! none (Slurm's job stays *completing* until its processes are gone), and its rows stay in
+//! Tasks (batch tasks, workflow instances, divisible chunks) whose processes are still being
+//! stopped, for the kinds whose work runs as agents' processes: a task cancelled while it ran is
+//! recorded as cancelled at once, but its agent stops its process group with SIGTERM and waits
+//! up to the kill grace before SIGKILL, so its processes (a SIGTERM handler cleaning up) may run
+//! on for a while. Until its agent says the process ended, the task is *stopping*: its job shows
+//! how many such tasks it has (`stopping` in its JSON), a `wait` on it returns only once there
+//! are none (Slurm's job stays *completing* until its processes are gone), and its rows stay in
 //! memory (a finished job is not evicted while one of its tasks stops, so the late result
 //! still finds its row).
 //!
@@ -14,13 +14,20 @@
 //!   is gone: the assignment never reached the agent, or the agent restarted and killed it);
 //! - its node is declared dead or left: nothing will ever say more, so nothing is waited for.
 //!
+//! A divisible job's chunks do not travel in heartbeats: the divisible kind keys each chunk by
+//! a task id of its own kind (`jobs::divisible::chunk_task`; attempt 0: a chunk is sent once)
+//! and its agent's chunk ask stands for the heartbeat — an ask that no longer lists the chunk
+//! among those the agent holds says its process ended (the agent lists a dropped chunk until its
+//! process has ended), and the loss of the agent (its node dead or gone, or its asks silent for
+//! the dead timeout) ends it as a node's death does.
+//!
 //! Stored (`task_stops`, written with the event's transaction), so a restart keeps them: a
 //! restarted server goes on waiting for what its agents still run. It never waits on a process
 //! end that will not be reported: a reconnected agent re-sends the results it was not
-//! acknowledged and lists what it still runs, so the node's first heartbeat settles every
-//! stopping task there, and a node that does not come back is declared dead
-//! ([`crate::state::RESTART_GRACE`]), which ends the rest. A row whose task is no longer
-//! cancelled at that attempt, or whose node is gone, is dropped at the restart.
+//! acknowledged and lists what it still runs, so the node's first heartbeat (a divisible
+//! agent's first ask) settles every stopping task there, and a node that does not come back is
+//! declared dead ([`crate::state::RESTART_GRACE`]), which ends the rest. A row whose task is no
+//! longer cancelled at that attempt, or whose node is gone, is dropped at the restart.
 
 use std::collections::{HashMap, HashSet};
 
@@ -106,6 +113,15 @@ impl Stopping {
             self.by_node.remove(&node);
         }
         gone.into_iter().filter_map(|j| self.drop_one(j)).collect()
+    }
+
+    /// The tasks stopping on node `node`: (task, attempt, job).
+    pub(crate) fn on(&self, node: u32) -> Vec<(u64, u32, u64)> {
+        self.by_node.get(&node).map_or_else(Vec::new, |on| {
+            on.iter()
+                .map(|(&task, &(attempt, job))| (task, attempt, job))
+                .collect()
+        })
     }
 
     /// Whether node `node` has stopping tasks (its heartbeat need not be looked at otherwise).

@@ -466,6 +466,7 @@ impl State {
             config.data_dir.join("divisible"),
             Duration::from_nanos(config.dead_timeout.0.max(1_000_000)),
             div,
+            &nodes,
         )?;
         let workflow = crate::jobs::Workflows::restore(
             config,

@@ -722,7 +722,8 @@ pub struct JobInfo {
     pub deferred: bool,
     /// How many of its tasks were stopped (cancelled while they ran) and whose processes may
     /// still run — a SIGTERM handler, for at most the kill grace — as far as their agents
-    /// said (batch jobs and workflows; 0 for other kinds): a wait on it returns only once this is 0.
+    /// said (batch jobs, workflows and divisible jobs — a divisible job's chunks out when it was
+    /// cancelled; 0 for other kinds): a wait on it returns only once this is 0.
     pub stopping: u32,
 }
 

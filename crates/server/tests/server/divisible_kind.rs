@@ -7,7 +7,9 @@
 //! an ask held open while a chunk is in its grace is looked at again when the grace ends. The
 //! agent of a node that does not work (declared dead, kept out at a restart) is refused, and one
 //! closed to new work (drained, asked to stop) gets no new chunk. A chunk's `reason` says why
-//! it failed, was lost or was stopped, in a task's words.
+//! it failed, was lost or was stopped, in a task's words. A cancelled job's chunks out are
+//! *stopping* — its wait, its purge and the jobs after it wait — until each one's agent no
+//! longer lists it, reports its result, or is lost, across a restart too.
 
 use hetsched_server::ServerConfig;
 use hetsched_server::jobs::divisible::{ChunkRequest, ChunkResult};
@@ -1653,7 +1655,16 @@ fn a_purged_divisible_jobs_chunk_rows_are_deleted_in_bounded_steps() {
         chunks >= 3 && workers > 0,
         "{chunks} chunks, {workers} workers"
     );
+    let out: Vec<u64> = self::chunks(&s, id)
+        .into_iter()
+        .filter(|(_, state)| state == "out")
+        .map(|(k, _)| k)
+        .collect();
     s.on_cancel(id).expect("cancelled");
+    // (A job is purged once none of its chunks stops: here each one's result came.)
+    for k in out {
+        s.on_chunk_done(&success(id, k), None).expect("reported");
+    }
     let reply = s
         .purge(&hetsched_proto::PurgeRequest {
             job_ids: vec![id],
@@ -1677,4 +1688,153 @@ fn a_purged_divisible_jobs_chunk_rows_are_deleted_in_bounded_steps() {
     }
     assert_eq!(steps, chunks - 2);
     assert_eq!(stored_chunks(&d, id), (0, 0));
+}
+
+/// Whether job `id` stops (its `stopping`) and whether it is over for a wait.
+fn stopping(s: &State, id: u64) -> (u32, bool) {
+    (
+        s.get_job(id).expect("job").stopping,
+        s.job_over(id).expect("job"),
+    )
+}
+
+/// A cancel is recorded at once, but the chunks out when it came run on until their agents
+/// have stopped their processes (SIGTERM, the kill grace): the job reads `cancelled` with
+/// `stopping` 2, a wait on it (`job_over`) and a batch job `--after-any` it wait, and each
+/// chunk stops stopping when its agent's ask no longer lists it — not an ask within the grace
+/// of its send, whose reply may still be on its way — or when its result comes (it ended before
+/// its agent heard of the cancel). The last one wakes the waiters. Before, its wait returned at
+/// the cancel while the chunks' processes still ran.
+#[test]
+fn a_cancelled_divisible_job_is_over_once_its_agents_no_longer_list_its_chunks() {
+    let d = crate::common::scratch("divisible-kind", "stopping");
+    let mut s = open(&d);
+    join_agents(&mut s, &["a", "b"]);
+    let id = s.on_submit(rows()).expect("submitted").job_id;
+    let after = s
+        .on_submit(Submission {
+            after_any: vec![id],
+            ..sweep(1)
+        })
+        .expect("submitted after")
+        .job_id;
+    assert_eq!(ask_holding(&mut s, "a", "a-1", &[]), vec![(id, 0)]);
+    assert_eq!(ask_holding(&mut s, "b", "b-1", &[]), vec![(id, 1)]);
+    let sent = std::time::Instant::now();
+    let mut ends = s.job_ends();
+    s.on_cancel(id).expect("cancel");
+    let j = s.get_job(id).expect("job");
+    assert_eq!((j.state.as_str(), j.stopping), ("cancelled", 2));
+    assert!(s.job_ended(id).expect("job"), "cancelled at once");
+    assert!(!s.job_over(id).expect("job"), "its chunks' processes run");
+    assert!(
+        s.get_job(after).expect("job").waiting,
+        "the job after it waits too"
+    );
+    ends.mark_unchanged();
+    // a still lists its chunk (its SIGTERM handler runs): told to drop it, it stops on.
+    let r = s
+        .on_next_chunk(ChunkRequest {
+            name: "a".into(),
+            memory_bytes: 1 << 30,
+            incarnation: "a-1".into(),
+            holding: vec![hetsched_server::jobs::divisible::ChunkKey {
+                job_id: id,
+                chunk: 0,
+            }],
+            room: true,
+            ..Default::default()
+        })
+        .expect("asked");
+    assert_eq!(r.drop.len(), 1);
+    assert_eq!(stopping(&s, id), (2, false));
+    // An ask that does not list it within its grace may have crossed the reply carrying it.
+    ask_holding(&mut s, "a", "a-1", &[]);
+    assert_eq!(stopping(&s, id), (2, false), "within the grace of its send");
+    // b's chunk ended before its agent heard: its result says its process ended.
+    assert!(
+        !chunk_done(&mut s, &d, id, 1),
+        "a stopped chunk's result is not recorded"
+    );
+    assert_eq!(stopping(&s, id), (1, false));
+    assert!(!ends.has_changed().expect("open"), "one chunk still stops");
+    // Past the grace, a's ask without its chunk says its process ended: the job is over.
+    std::thread::sleep(hetsched_server::jobs::divisible::GRACE.saturating_sub(sent.elapsed()));
+    ask_holding(&mut s, "a", "a-1", &[]);
+    assert_eq!(stopping(&s, id), (0, true));
+    assert!(
+        ends.has_changed().expect("open"),
+        "the last one wakes its waiters"
+    );
+    assert!(
+        !s.get_job(after).expect("job").waiting,
+        "the job after it is released"
+    );
+    assert_eq!(
+        chunks(&s, id),
+        vec![(0, "stopped".to_string()), (1, "stopped".to_string())]
+    );
+}
+
+/// A stopping chunk whose agent's node is declared dead is waited for no more; the others stay
+/// stopping across a restart (stored), where purging the job is refused, until their agent's
+/// first ask says otherwise — a chunk rebuilt at a restart has no grace.
+#[test]
+fn a_stopping_chunk_ends_with_its_agents_node_and_stays_so_across_a_restart() {
+    let d = crate::common::scratch("divisible-kind", "stopping-restart");
+    let id = {
+        let mut s = open(&d);
+        join_agents(&mut s, &["a", "b"]);
+        let id = s.on_submit(rows()).expect("submitted").job_id;
+        assert_eq!(ask_holding(&mut s, "a", "a-1", &[]), vec![(id, 0)]);
+        assert_eq!(ask_holding(&mut s, "b", "b-1", &[]), vec![(id, 1)]);
+        s.on_cancel(id).expect("cancel");
+        assert_eq!(stopping(&s, id), (2, false));
+        let mut ends = s.job_ends();
+        ends.mark_unchanged();
+        // b falls silent and its node is declared dead: nothing will say more of its chunk.
+        std::thread::sleep(crate::common::SILENCE);
+        crate::common::beat(&mut s, 0, &[], &[]);
+        ask_holding(&mut s, "a", "a-1", &[(id, 0)]);
+        s.check_dead(crate::common::DEAD_TIMEOUT).expect("check");
+        assert!(
+            s.list_nodes().iter().any(|n| n.name == "b" && !n.alive),
+            "b is dead"
+        );
+        assert_eq!(stopping(&s, id), (1, false));
+        assert!(!ends.has_changed().expect("open"), "a's chunk still stops");
+        id
+    }; // the server dies here
+    let mut s = open(&d);
+    assert_eq!(stopping(&s, id), (1, false), "stored");
+    let e = s
+        .on_purge(&hetsched_server::state::types::PurgeSelection {
+            job_ids: vec![id],
+            ..Default::default()
+        })
+        .expect_err("still stopping");
+    assert!(
+        e.to_string()
+            .contains("is still stopping: the processes of 1 chunk may still run"),
+        "{e}"
+    );
+    // a reconnects and still lists it (its handler runs), then no longer does.
+    ask_holding(&mut s, "a", "a-1", &[(id, 0)]);
+    assert_eq!(stopping(&s, id), (1, false));
+    ask_holding(&mut s, "a", "a-1", &[]);
+    assert_eq!(stopping(&s, id), (0, true));
+    s.on_purge(&hetsched_server::state::types::PurgeSelection {
+        job_ids: vec![id],
+        ..Default::default()
+    })
+    .expect("purged once it stops no more");
+    // Nothing is left to wait for after another restart.
+    drop(s);
+    let s = open(&d);
+    let stored: i64 = rusqlite::Connection::open(d.join("state.db"))
+        .expect("db")
+        .query_row("SELECT COUNT(*) FROM task_stops", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(stored, 0);
+    assert!(s.get_job(id).is_err(), "purged");
 }
