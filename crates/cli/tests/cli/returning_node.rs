@@ -9,7 +9,8 @@ use crate::support::{Cluster, lines, wait_until};
 /// the dead timeout, during which the short task ends and the long one runs on. Back, the
 /// agent's result and its running task are taken back: both succeed as attempt 1, and the file
 /// holds one line each — neither ran twice. Before, the server killed the running one and
-/// ignored the result, and both ran again as attempt 2.
+/// ignored the result, and both ran again as attempt 2. An attempt the server wants killed
+/// (cancelled) is killed with the reason in the agent's log (before: at debug level, without).
 #[test]
 fn a_frozen_agents_tasks_end_as_their_first_attempt_once_it_thaws() {
     let mut c = Cluster::start("returning-node", false);
@@ -75,4 +76,20 @@ fn a_frozen_agents_tasks_end_as_their_first_attempt_once_it_thaws() {
         !agent.contains("killing it"),
         "nothing was killed:\n{agent}"
     );
+    // An attempt the server does not want any more is killed, and the agent's log says why.
+    c.submit_file(
+        "cancelled.toml",
+        "[[application]]\nname = \"long\"\ntasks = 1\n[application.cpu]\ncommand = \"sleep 60\"\n",
+    );
+    wait_until("the long task to run", Duration::from_secs(20), || {
+        c.tasks(2).iter().any(|t| t["state"] == "running")
+    });
+    c.ok(&["cancel", "2"]);
+    wait_until("the agent to log the kill", Duration::from_secs(20), || {
+        c.agent_log("a").lines().any(|l| {
+            l.contains("the server no longer expects this attempt on this node")
+                && l.contains("cancelled")
+                && l.contains("killing it")
+        })
+    });
 }

@@ -2783,3 +2783,34 @@ impl State {
         self.jobs.workflow.round_trips()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node that comes back having run thousands of tasks logs one bounded line: the first
+    /// ten attempts it gave away named, with where each task stands, and the rest counted.
+    #[test]
+    fn the_attempts_a_returning_node_gave_away_are_listed_ten_then_counted() {
+        let gave: Vec<(TaskRef, bool, String)> = (0..25)
+            .map(|i| {
+                let t = TaskRef {
+                    task_id: i,
+                    attempt: 1,
+                };
+                (t, i == 1, "cancelled".to_string())
+            })
+            .collect();
+        let line = listed_away(&gave);
+        assert!(
+            line.starts_with(
+                "task 0 attempt 1: cancelled; task 1 attempt 1 (finished): cancelled; "
+            ),
+            "{line}"
+        );
+        assert!(line.contains("task 9 attempt 1"), "{line}");
+        assert!(!line.contains("task 10 "), "{line}");
+        assert!(line.ends_with("; and 15 more"), "{line}");
+        assert_eq!(listed_away(&gave[..2]).matches("; ").count(), 1);
+    }
+}
