@@ -5,9 +5,10 @@
 //! applications and their variants, the task rows, the core's [`BatchPolicy`] driving the
 //! applications' queues in the [`SchedulerView`](hetsched_core::SchedulerView) (exactly as the
 //! simulator drives it), observed run times feeding undeclared profiles, task specs sent once per
-//! node, retries, losses and the `max_attempts` bound, the failing-node back-off, resubmission,
-//! cancellation, listings, and retention (`batch/retention.rs`). One function per event; the
-//! [`JobKind`] impl is the state's entry.
+//! node, retries, losses and the `max_attempts` bound (and the attempts a node declared dead
+//! brings back while their tasks still wait, taken back: [`JobKind::resume`]), the failing-node
+//! back-off, resubmission, cancellation, listings, and retention (`batch/retention.rs`). One
+//! function per event; the [`JobKind`] impl is the state's entry.
 
 use super::stopping;
 use super::{Ctx, JobKind, Kind, Outbox, Read};
