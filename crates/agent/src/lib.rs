@@ -106,6 +106,12 @@ const QUEUE_WINDOW: Duration = Duration::from_millis(200);
 /// Task specs kept beyond those of running tasks (the server reads at most 1024 keys).
 const MAX_SPECS: usize = 256;
 
+/// Why the server tells an agent to kill an attempt, in an operator's words: the server asks
+/// only for attempts it no longer expects on this node.
+const KILL_WHY: &str = "the server no longer expects this attempt on this node (given away while \
+    this node was out of touch with the server, cancelled, stopped for work of a higher \
+    priority, or moved to another node)";
+
 /// Largest reply the agent decodes. The server caps its replies at 1 MiB; the margin is for a
 /// server with another cap, and a reply beyond it is reported as undecodable, not as an
 /// unreachable server.
@@ -1144,14 +1150,29 @@ pub async fn run(
                     ),
                 }
             }
+            // The server kills only an attempt it no longer expects on this node. An operator
+            // reading the agent's log alone should learn why its task stopped, the usual
+            // reasons included.
             for k in &reply.kill {
+                let queued = sh.queue.len();
                 sh.queue
                     .retain(|q| !(q.a.task_id == k.task_id && q.a.attempt == k.attempt));
+                if sh.queue.len() < queued {
+                    info!(
+                        task = k.task_id,
+                        attempt = k.attempt,
+                        "{KILL_WHY}: dropped from the queue unstarted"
+                    );
+                }
                 if let Some(t) = sh.running.get_mut(&k.task_id)
                     && t.attempt == k.attempt
                     && let Some(tx) = t.kill.take()
                 {
-                    debug!(task = k.task_id, "killing at the server's request");
+                    info!(
+                        task = k.task_id,
+                        attempt = k.attempt,
+                        "{KILL_WHY}: killing it"
+                    );
                     let _ = tx.send(launch::Kill::Server);
                 }
             }

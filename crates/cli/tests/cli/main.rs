@@ -16,6 +16,7 @@ mod operator_ux;
 mod out_dir_cli;
 mod preemption_runtime;
 mod prefetch_runtime;
+mod returning_node;
 mod run_as;
 mod runtime;
 mod runtime_accel;

@@ -1830,6 +1830,47 @@ impl SchedulerView {
         Ok(())
     }
 
+    /// A task the driver had given up for lost and put back in its application's queue runs
+    /// after all where `running` placed it (the runtime: its node came back still running
+    /// it). It leaves the queue and takes its request and devices on its node again, counted
+    /// running but not dispatched once more (it was dispatched once). Refused — `false`,
+    /// nothing changed — unless the node is alive and has that much free, each of its devices
+    /// included: a node is never booked past what it has. Caps, `requires` and the rest of
+    /// [`SchedulerView::fits`] are not asked: the task runs already, as in
+    /// [`SchedulerView::restore_running`].
+    pub fn resume(&mut self, running: &Assignment) -> bool {
+        let Some(n) = self.nodes.get(running.node.index()) else {
+            return false;
+        };
+        let devices_free = running
+            .devices
+            .iter()
+            .all(|&d| n.device_free.get(d as usize).copied().unwrap_or(false));
+        if !n.alive || !n.free.fits(&running.request) || !devices_free {
+            return false;
+        }
+        let Some(a) = self.apps.get_mut(running.app.index()) else {
+            return false;
+        };
+        a.pending.retain(|&t| t != running.task);
+        a.usage = a.usage + running.request;
+        a.running += 1;
+        let group = a.group;
+        self.note_pending(running.app);
+        let n = &mut self.nodes[running.node.index()];
+        for &d in &running.devices {
+            if let Some(free) = n.device_free.get_mut(d as usize) {
+                *free = false;
+            }
+        }
+        let before = n.free;
+        n.free = n.free - running.request;
+        n.running += 1;
+        self.group_add(group, running.request);
+        self.free_changed(running.node.index(), before);
+        true
+    }
+
     /// Restores the counters of `app` after a driver restart: `cpu` and `gpu` tasks were dispatched
     /// as each variant and have finished, `completed` of them successfully.
     pub fn restore_finished(

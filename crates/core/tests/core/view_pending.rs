@@ -231,3 +231,48 @@ fn a_gpu_variants_kind_changes_and_placements_pick_devices_of_the_new_kind() {
         "no GPU variant"
     );
 }
+
+/// A task given up for lost with its node, re-queued, and then found running there still (the
+/// runtime: the node came back) resumes: it leaves its queue and holds its cores and devices
+/// again, not counted as a second dispatch. Refused, changing nothing, where the node is dead
+/// or the room is gone: a node is never booked past what it has.
+#[test]
+fn a_requeued_task_found_running_on_its_node_resumes_there_only_where_it_still_fits() {
+    let mut v = SchedulerView::new();
+    v.add_node(node("n").cores(2).gpus(1, "a100").build(NodeId(0)))
+        .expect("node");
+    v.add_application(
+        app("a").tasks(2).gpu(1.0, 0.0, 0.0).build(AppId(0)),
+        [TaskId(0), TaskId(1)],
+    )
+    .expect("app");
+    let a = v.assign(AppId(0), NodeId(0), Variant::Gpu).expect("fits");
+    assert_eq!(a.devices, [0]);
+    // Its node declared dead: the task goes back to the front of the queue.
+    v.requeue(&a);
+    v.set_alive(NodeId(0), false).expect("dead");
+    assert!(!v.resume(&a), "not on a dead node");
+    assert_eq!(v.app(AppId(0)).pending, [TaskId(0), TaskId(1)]);
+    v.set_alive(NodeId(0), true).expect("back");
+    assert!(v.resume(&a));
+    assert_eq!(v.app(AppId(0)).pending, [TaskId(1)], "out of the queue");
+    assert_eq!(v.app(AppId(0)).running, 1);
+    assert_eq!(v.app(AppId(0)).dispatched(), 1, "dispatched once");
+    assert_eq!(
+        v.node(NodeId(0)).free_devices(None),
+        0,
+        "its device held again"
+    );
+    assert!(
+        v.assign(AppId(0), NodeId(0), Variant::Gpu).is_none(),
+        "nothing else gets the device"
+    );
+    // Finished, it gives back what it holds; resumed where its device is taken, it is refused.
+    v.task_finished(&a);
+    assert_eq!(v.node(NodeId(0)).free_devices(None), 1);
+    let b = v.assign(AppId(0), NodeId(0), Variant::Gpu).expect("fits");
+    let before = v.node(NodeId(0)).free;
+    assert!(!v.resume(&a), "its device is another task's now");
+    assert_eq!(v.node(NodeId(0)).free, before, "nothing changed");
+    v.task_finished(&b);
+}

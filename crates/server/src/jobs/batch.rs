@@ -5,9 +5,10 @@
 //! applications and their variants, the task rows, the core's [`BatchPolicy`] driving the
 //! applications' queues in the [`SchedulerView`](hetsched_core::SchedulerView) (exactly as the
 //! simulator drives it), observed run times feeding undeclared profiles, task specs sent once per
-//! node, retries, losses and the `max_attempts` bound, the failing-node back-off, resubmission,
-//! cancellation, listings, and retention (`batch/retention.rs`). One function per event; the
-//! [`JobKind`] impl is the state's entry.
+//! node, retries, losses and the `max_attempts` bound (and the attempts a node declared dead
+//! brings back while their tasks still wait, taken back: [`JobKind::resume`]), the failing-node
+//! back-off, resubmission, cancellation, listings, and retention (`batch/retention.rs`). One
+//! function per event; the [`JobKind`] impl is the state's entry.
 
 use super::stopping;
 use super::{Ctx, JobKind, Kind, Outbox, Read};
@@ -2614,6 +2615,14 @@ impl JobKind for Batch {
         if t.attempt != r.attempt || t.node != Some(nid.0) {
             return Ok(()); // an old attempt: acknowledged, ignored
         }
+        // The result of an attempt given up for lost while its node was out of touch, whose
+        // task waits still: taken, as if the loss had not been (an interrupted attempt is a
+        // loss again, and one killed at the server's word was not wanted).
+        let taken_back = t.state == TaskState::Pending
+            && !r.interrupted
+            && !matches!(r.reason, Some(EndReason::Lost | EndReason::Cancelled))
+            && self.resume(cx, nid, r.task_id, r.attempt);
+        let t = &self.tasks[r.task_id as usize];
         match t.state {
             TaskState::Running => {}
             // Sent again after a commit failed: write the row again (idempotent).
@@ -2740,6 +2749,25 @@ impl JobKind for Batch {
                 cx.metrics.result(Outcome::Failed);
             }
         }
+        if taken_back {
+            let name = cx.nodes.name(nid.0);
+            let t = &mut self.tasks[r.task_id as usize];
+            let note = format!(
+                "node `{name}` came back with this attempt's result after it was given up for lost"
+            );
+            t.message = if t.message.is_empty() {
+                note
+            } else {
+                format!("{}; {note}", t.message)
+            };
+            info!(
+                node = %name,
+                task = r.task_id,
+                attempt = r.attempt,
+                success = r.success,
+                "the result of an attempt given up for lost came back with its node: taken"
+            );
+        }
         throttle_opened(cx, a.app);
         Ok(())
     }
@@ -2779,6 +2807,89 @@ impl JobKind for Batch {
         self.tasks.get(rt.task_id as usize).is_some_and(|t| {
             t.state == TaskState::Running && t.attempt == rt.attempt && t.node == Some(nid.0)
         })
+    }
+
+    /// Only a single-node task run where it was placed (not offloaded to an ANode), pending
+    /// since its loss with this very attempt the latest: the next dispatch would have made
+    /// the next attempt. A row reads so only after [`Batch::on_lost`] (a result's reason is
+    /// never `lost` where it is taken back, and a failure's retry keeps the result's reason),
+    /// so a stored row says it across a restart too.
+    fn resumable(&self, nid: NodeId, task: u64, attempt: u32) -> bool {
+        Kind::of(task) == Some(Kind::Batch)
+            && self.tasks.get(task as usize).is_some_and(|t| {
+                t.state == TaskState::Pending
+                    && t.reason == Some(EndReason::Lost)
+                    && attempt > 0
+                    && t.attempt == attempt
+                    && t.node == Some(nid.0)
+                    && t.executed.is_none()
+                    && self.apps.get(t.app as usize).is_some_and(|a| a.nodes <= 1)
+            })
+    }
+
+    /// Running again on its node as the same attempt: out of its queue (or its held job's
+    /// waiting tasks), its request booked in the view; the loss no longer counts, since
+    /// attempts are counted at dispatch. Refused, and so killed, where the view has no room
+    /// for it (work placed on the node since, which a dead node does not get).
+    fn resume(&mut self, cx: &mut Ctx, nid: NodeId, task: u64, attempt: u32) -> bool {
+        if !self.resumable(nid, task, attempt) {
+            return false;
+        }
+        let a = assignment_of(cx.view, &self.holds, &self.tasks[task as usize]);
+        let name = cx.nodes.name(nid.0).to_string();
+        if !cx.view.resume(&a) {
+            warn!(
+                node = %name,
+                task,
+                attempt,
+                "an attempt given up for lost runs on where its node came back, but the node has no room for it now: killed"
+            );
+            return false;
+        }
+        let job = self.apps.get(a.app.index()).map_or(0, |r| r.job);
+        self.waiting.drop_tasks(job, &HashSet::from([a.task]));
+        let t = &mut self.tasks[task as usize];
+        moved(&mut self.apps, t.app, t.state, TaskState::Running);
+        t.state = TaskState::Running;
+        t.reason = None;
+        t.message = format!("attempt {attempt} taken back: node `{name}` came back running it");
+        cx.nodes.started(nid, task);
+        self.dirty.push(task);
+        info!(
+            node = %name,
+            task,
+            attempt,
+            "an attempt given up for lost runs on where its node came back: taken back"
+        );
+        true
+    }
+
+    fn whereabouts(
+        &self,
+        nodes: &crate::state::nodes::Nodes,
+        nid: NodeId,
+        task: u64,
+        attempt: u32,
+    ) -> Option<String> {
+        let t = self.tasks.get(task as usize)?;
+        let same = t.attempt == attempt && t.node == Some(nid.0);
+        let on = |n: Option<u32>| n.map_or("?", |n| nodes.name(n));
+        match t.state {
+            TaskState::Running | TaskState::Succeeded | TaskState::Failed if same => None,
+            // This attempt failed and waits for its retry.
+            TaskState::Pending if same && t.reason != Some(EndReason::Lost) => None,
+            TaskState::Running => {
+                Some(format!("runs on `{}` as attempt {}", on(t.node), t.attempt))
+            }
+            TaskState::Pending => Some("waits to run again".into()),
+            TaskState::Succeeded => Some(format!(
+                "succeeded on `{}` as attempt {}",
+                on(t.node),
+                t.attempt
+            )),
+            TaskState::Failed => Some(format!("failed as attempt {}", t.attempt)),
+            TaskState::Cancelled => Some("cancelled".into()),
+        }
     }
 
     fn held(

@@ -38,6 +38,10 @@
 //!    the agent is told to kill it. A task the node's [`Nodes`] entry lists as running but the
 //!    heartbeat neither reports running nor finished — and every task of a node declared dead —
 //!    goes to [`JobKind::on_lost`]. A kind calls [`Nodes::ended`] when its task leaves a node.
+//!    An attempt not expected that the kind gave up for lost while its node was out of touch
+//!    may be taken back ([`JobKind::resume`]; batch does when nothing started the task
+//!    since), before the kill is decided; the log line of a node that comes back names what it
+//!    gave away in the kind's words ([`JobKind::whereabouts`]).
 //!    Work a kind has for a node *between* its heartbeats (new tasks, a kill, a message) is
 //!    marked in [`Nodes::wakes`] (or handed over in [`JobKind::take_wakes`]); the state wakes
 //!    those agents at the end of the event, and they beat at once.
@@ -446,6 +450,40 @@ pub trait JobKind: Send {
     /// Whether `node` should be running this attempt (if not, the agent is told to kill it).
     fn expects(&self, _node: NodeId, _t: &RunningTask) -> bool {
         false
+    }
+
+    /// Whether attempt `attempt` of task `task`, which `node` reports running although the
+    /// kind does not expect it there, is one [`JobKind::resume`] would take back: an attempt
+    /// the kind gave up for lost (its node was declared dead) whose task has not started
+    /// anywhere since. While the store refuses writes such an attempt is not killed, so that
+    /// the first beat after the pause can take it back.
+    fn resumable(&self, _node: NodeId, _task: u64, _attempt: u32) -> bool {
+        false
+    }
+
+    /// `node` reports running attempt `attempt` of task `task`, which the kind gave up for
+    /// lost: whether it takes the attempt back, running there again as the same attempt
+    /// (its resources booked in [`Ctx::view`] and the task noted on the node with
+    /// [`Nodes::started`]). `false`: the agent is told to kill it, as any attempt not expected.
+    /// The state asks before any kind fills the node in the same beat, so the room the attempt
+    /// holds on a node that was dead is still free. Kinds that never take an attempt back
+    /// answer `false`.
+    fn resume(&mut self, _cx: &mut Ctx, _node: NodeId, _task: u64, _attempt: u32) -> bool {
+        false
+    }
+
+    /// Where task `task` stands now, in words for the log of a node that came back (the
+    /// attempts it gave away: `runs on `b` as attempt 2`, `cancelled`), when attempt
+    /// `attempt`, which `node` ran or finished, is not one the kind keeps. `None`: the kind
+    /// keeps that attempt (it runs there, or its result was taken), or cannot say.
+    fn whereabouts(
+        &self,
+        _nodes: &Nodes,
+        _node: NodeId,
+        _task: u64,
+        _attempt: u32,
+    ) -> Option<String> {
+        None
     }
 
     /// What running task `task` holds on its node, and the owner group it counts against

@@ -101,6 +101,33 @@ fn page_limit(limit: u32) -> usize {
     }
 }
 
+/// How many of the attempts a returning node gave away its `node is back` log line names; the
+/// rest are counted ([`listed_away`]).
+const AWAY_NAMED: usize = 10;
+
+/// The attempts a node that came back gave away (task, whether it had finished, where its task
+/// stands now), for its `node is back` log line: the first [`AWAY_NAMED`] named, the rest
+/// counted, so a node that ran thousands of tasks logs one bounded line.
+fn listed_away(gave: &[(TaskRef, bool, String)]) -> String {
+    let mut line = gave
+        .iter()
+        .take(AWAY_NAMED)
+        .map(|(t, finished, now)| {
+            format!(
+                "task {} attempt {}{}: {now}",
+                t.task_id,
+                t.attempt,
+                if *finished { " (finished)" } else { "" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    if gave.len() > AWAY_NAMED {
+        line.push_str(&format!("; and {} more", gave.len() - AWAY_NAMED));
+    }
+    line
+}
+
 /// How often a paused state tries the store again.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
@@ -761,15 +788,15 @@ impl State {
             // the agent runs that the store no longer gives it (a task cancelled before the
             // disk filled, its kill not yet delivered) is still killed: that needs no write,
             // and memory is the store's since the rollback. Before, such a task ran on until
-            // the disk had room again.
+            // the disk had room again. An attempt given up for lost that the first beat after
+            // the pause may take back is not killed either.
             let kill = req
                 .running
                 .iter()
                 .filter(|rt| {
-                    !self
-                        .jobs
-                        .owner(rt.task_id)
-                        .is_some_and(|k| k.expects(nid, rt))
+                    !self.jobs.owner(rt.task_id).is_some_and(|k| {
+                        k.expects(nid, rt) || k.resumable(nid, rt.task_id, rt.attempt)
+                    })
                 })
                 .map(|rt| TaskRef {
                     task_id: rt.task_id,
@@ -789,8 +816,8 @@ impl State {
             });
         }
         // A node that left is not back for its agent's last beat said again (a lost reply).
-        if !(rec.alive || rec.left.is_some() && req.leaving.is_some()) {
-            info!(node = %rec.spec.name, "node is back");
+        let back = !(rec.alive || rec.left.is_some() && req.leaving.is_some());
+        if back {
             self.nodes.set_alive(nid.0, true);
             self.view.set_alive(nid, true)?;
             if self
@@ -829,11 +856,15 @@ impl State {
         // Reconcile: what the agent runs against what the server dispatched there.
         let mut reported = HashSet::new();
         for rt in &req.running {
-            if self
-                .jobs
-                .owner(rt.task_id)
-                .is_some_and(|k| k.expects(nid, rt))
-            {
+            // An attempt given up for lost while the node was out of touch, whose task has
+            // not started since, is taken back here, before any kind fills the node.
+            let kept = match self.jobs.owner_mut(rt.task_id) {
+                Some(k) => {
+                    k.expects(nid, rt) || k.resume(&mut ctx!(self), nid, rt.task_id, rt.attempt)
+                }
+                None => false,
+            };
+            if kept {
                 reported.insert(rt.task_id);
                 // The accounts charge a task from when its agent starts it.
                 if !rt.queued {
@@ -849,6 +880,15 @@ impl State {
                     task_id: rt.task_id,
                     attempt: rt.attempt,
                 });
+            }
+        }
+        if back {
+            let gave = self.given_away(nid, &req, &reply.kill);
+            let name = self.nodes.name(nid.0);
+            if gave.is_empty() {
+                info!(node = %name, "node is back");
+            } else {
+                info!(node = %name, given_away = gave.len(), attempts = %listed_away(&gave), "node is back; attempts it still ran or finished were given away meanwhile and are not taken");
             }
         }
         self.confirm_downtime(nid, &req, &reported);
@@ -932,6 +972,36 @@ impl State {
         // After this beat's results: the one that ended a workflow frees its outputs' holders.
         reply.outputs_needed = self.jobs.workflow.unfinished(&req.holds_outputs_of);
         Ok(reply)
+    }
+
+    /// What node `nid`, back after it was declared dead, still ran or finished that the server
+    /// does not take: the attempts this beat kills (`kill`) and the results of attempts whose
+    /// task went on without them, each with where its task stands now in its kind's words
+    /// ([`crate::jobs::JobKind::whereabouts`]).
+    fn given_away(
+        &self,
+        nid: NodeId,
+        req: &HeartbeatReport,
+        kill: &[TaskRef],
+    ) -> Vec<(TaskRef, bool, String)> {
+        let words = |task: u64, attempt: u32| {
+            self.jobs
+                .owner(task)
+                .and_then(|k| k.whereabouts(&self.nodes, nid, task, attempt))
+        };
+        let killed = kill.iter().map(|k| {
+            let w = words(k.task_id, k.attempt)
+                .unwrap_or_else(|| "not expected on this node any more".into());
+            (*k, false, w)
+        });
+        let finished = req.results.iter().filter_map(|r| {
+            let t = TaskRef {
+                task_id: r.task_id,
+                attempt: r.attempt,
+            };
+            words(r.task_id, r.attempt).map(|w| (t, true, w))
+        });
+        killed.chain(finished).collect()
     }
 
     /// Fills in what a page of tasks cannot say by itself: where each ran (an ANode it was
@@ -2713,5 +2783,36 @@ impl State {
     #[doc(hidden)]
     pub fn workflow_round_trips(&self) -> usize {
         self.jobs.workflow.round_trips()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node that comes back having run thousands of tasks logs one bounded line: the first
+    /// ten attempts it gave away named, with where each task stands, and the rest counted.
+    #[test]
+    fn the_attempts_a_returning_node_gave_away_are_listed_ten_then_counted() {
+        let gave: Vec<(TaskRef, bool, String)> = (0..25)
+            .map(|i| {
+                let t = TaskRef {
+                    task_id: i,
+                    attempt: 1,
+                };
+                (t, i == 1, "cancelled".to_string())
+            })
+            .collect();
+        let line = listed_away(&gave);
+        assert!(
+            line.starts_with(
+                "task 0 attempt 1: cancelled; task 1 attempt 1 (finished): cancelled; "
+            ),
+            "{line}"
+        );
+        assert!(line.contains("task 9 attempt 1"), "{line}");
+        assert!(!line.contains("task 10 "), "{line}");
+        assert!(line.ends_with("; and 15 more"), "{line}");
+        assert_eq!(listed_away(&gave[..2]).matches("; ").count(), 1);
     }
 }

@@ -27,6 +27,7 @@ mod pending_reason;
 mod preemption;
 mod prefetch;
 mod retention;
+mod returning_node;
 mod security;
 mod service;
 mod signal;
