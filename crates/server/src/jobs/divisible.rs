@@ -3181,8 +3181,13 @@ mod tests {
         let timeout = Duration::from_secs(5);
         let stalled = |ended_ago: u64| {
             let dir = ScratchDir::new("div", "stalled");
-            let mut d = Divisible::restore(dir.to_path_buf(), timeout, vec![stored(6_000, 4, 2)])
-                .expect("restored");
+            let mut d = Divisible::restore(
+                dir.to_path_buf(),
+                timeout,
+                vec![stored(6_000, 4, 2)],
+                &Nodes::default(),
+            )
+            .expect("restored");
             // Both last asked 14 s ago; the server stopped meanwhile, and listens again since
             // `ended_ago` seconds.
             let now = Instant::now();
