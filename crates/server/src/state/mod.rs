@@ -2367,25 +2367,34 @@ impl State {
 
     /// Deletes the next step of what purges left (at most the chunk bound of rows, in one
     /// transaction; see [`purging`]) and gives their pages back. Returns how many rows it
-    /// deleted: 0 once nothing is left. The server's purger task calls it until then, taking
+    /// deleted (at least 1 while anything was left); 0 once nothing is left. The server's
+    /// purger task calls it until then, taking
     /// the state for each step only. A step the store refuses changes nothing (it is tried
     /// again) and answers the calls waiting for the purge ([`State::purge_progress`]).
     pub fn purge_step(&mut self) -> Result<u64, StateError> {
-        let step = self.purging.plan();
-        if step.is_empty() {
+        if self.purging.rows_left() == 0 {
             return Ok(0);
         }
-        if let Err(e) = self.store.transaction(|tx| purging::delete_step(tx, &step)) {
+        let (purging, most) = (&self.purging, self.purging.chunk);
+        let mut done = (Vec::new(), 0);
+        let stepped = self.store.transaction(|tx| {
+            done = purging::delete_step(tx, purging.left(), most)?;
+            Ok(())
+        });
+        if let Err(e) = stepped {
             self.purging.failed();
             let e = StateError::from(e);
             self.note_refused_write(&e);
             return Err(e);
         }
+        let (step, deleted) = done;
         self.purging.stepped(&step);
         self.store
             .give_back_free_pages(self.purging.rows_left() == 0);
         self.jobs.batch.set_undeleted(self.purging.ranges());
-        Ok(step.iter().map(|(l, upto)| upto - l.next).sum())
+        // A step that found none of its rows stored (a record from before steps counted rows)
+        // still moved the queue on: said as one, so that the purger goes on while any is left.
+        Ok(deleted.max(u64::from(!step.is_empty())))
     }
 
     /// Purged jobs' rows not deleted yet ([`State::purge_step`] deletes them).
