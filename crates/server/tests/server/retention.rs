@@ -181,6 +181,53 @@ fn purge_deletes_a_finished_jobs_rows_and_nothing_runs_again_across_a_restart() 
     assert_eq!(ids, vec![6, 7, 8]);
 }
 
+/// A purge of named jobs evicts nothing first: one transaction, its own, makes them gone, and
+/// the other finished jobs stay as they were until the retention pass. Before, the purge first
+/// evicted every newly finished job — read each one's rows under the state's lock (5 million
+/// rows: up to a quarter of a second) and stored a summary that the purge deleted at once. A
+/// purge that chooses by count or age still evicts them first: it must see them.
+#[test]
+fn a_purge_by_name_evicts_nothing_and_a_purge_by_count_still_sees_newly_finished_jobs() {
+    let d = dir("by-name");
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 3);
+    let first = run_job(&mut s, n, "k-1");
+    let second = run_job(&mut s, n, "k-2");
+    assert_eq!(s.tasks_in_memory(), 6, "neither job is evicted yet");
+    let written = s.written();
+    let reply = s
+        .purge(&pb::PurgeRequest {
+            job_ids: vec![first],
+            ..Default::default()
+        })
+        .expect("purge");
+    assert_eq!((reply.purged, reply.tasks), (vec![first], 3));
+    assert_eq!(
+        s.written(),
+        written + 1,
+        "one transaction, the purge's: no summaries stored before it"
+    );
+    assert_eq!(stored_tasks(&d), 3, "the purged job's rows are gone");
+    assert_eq!(
+        s.tasks_in_memory(),
+        3,
+        "the other finished job is left to the retention pass"
+    );
+    assert_eq!(listed(&s), vec![(second, "completed".into())]);
+    assert!(s.job(first).is_err());
+    // `--keep 0`: the newly finished job is evicted first, so the purge finds it.
+    let reply = s
+        .purge(&pb::PurgeRequest {
+            has_keep: true,
+            keep: 0,
+            ..Default::default()
+        })
+        .expect("purge");
+    assert_eq!(reply.purged, vec![second]);
+    assert_eq!((s.tasks_in_memory(), stored_tasks(&d)), (0, 0));
+    assert!(listed(&s).is_empty());
+}
+
 /// A job the rule keeps only for being too young is purged when it is old enough: the pass
 /// that found it too young plans the next one for then. Before, nothing planned another pass
 /// until the calm re-check, and a cancelled pending job stayed up to a minute past its
