@@ -527,6 +527,24 @@ impl State {
         Ok(())
     }
 
+    /// The wake-ups at the end of an event that freed room under user `name`'s cap, as a task
+    /// of theirs ending does ([`State::mark_capped_work`], then every node's marks sent); with
+    /// `freed` false, of an event that freed none. For the benchmark of what the cap's wake
+    /// path costs each such event (`benches/cap_wake.rs`): a real event's store write and
+    /// placement would hide it.
+    #[doc(hidden)]
+    pub fn wake_after_cap_room(&mut self, name: &str, freed: bool) {
+        if freed {
+            let g = self.users.group_of(name);
+            let cap = self.view.group(g).cap;
+            // The cap lifted and set again: the view notes the group's room grown, as it does
+            // when work the group held ends (a lowered cap notes nothing).
+            self.view.set_group_cap(g, Resources::default());
+            self.view.set_group_cap(g, cap);
+        }
+        self.wake(None);
+    }
+
     /// Marks for wake-up what may start now that the room under some users' caps grew in this
     /// event: the one place every such event goes through ([`State::wake`] calls it first).
     /// The view lists the capped groups whose room grew
