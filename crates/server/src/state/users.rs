@@ -563,13 +563,15 @@ impl State {
             return;
         }
         let view = &self.view;
-        let pending: Vec<(u32, usize)> = view
-            .pending_apps()
-            .filter_map(|a| {
-                let g = a.group.filter(|g| freed.binary_search(g).is_ok())?;
+        // Each group's own waiting applications (the view's index by group): an event pays for
+        // the work of the users whose room grew, not for every user's waiting work.
+        let pending: Vec<(u32, usize)> = freed
+            .iter()
+            .flat_map(|&g| view.pending_apps_in(g).map(move |a| (g, a)))
+            .map(|(g, a)| {
                 // A multi-node task's room is its nodes', not one request's: not bounded.
                 if a.app.nodes > 1 {
-                    return Some((a.app.id.0, a.pending.len()));
+                    return (a.app.id.0, a.pending.len());
                 }
                 let group = view.group(g);
                 let room = [Variant::Cpu, Variant::Gpu]
@@ -580,7 +582,7 @@ impl State {
                     .unwrap_or(0);
                 let tasks =
                     usize::try_from(room).map_or(a.pending.len(), |r| r.min(a.pending.len()));
-                Some((a.app.id.0, tasks))
+                (a.app.id.0, tasks)
             })
             .collect();
         for (app, tasks) in pending {
