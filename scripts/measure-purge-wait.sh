@@ -10,7 +10,9 @@
 # calls it answered meanwhile, and the task rows left in the store after the reply.
 #
 # With KEEP_STORE=DIR, the store as it stood before the purge is copied to DIR first (for
-# scripts/purge-chunk-cost.py).
+# scripts/purge-chunk-cost.py). With SETTLE=S, the purge starts S seconds after the cancel, not
+# 7: `SETTLE=1` makes the purge, not the reaper's pass, take the finished jobs' rows out of
+# memory in almost every run.
 #
 #   cargo build --release -p hetsched-cli
 #   scripts/measure-purge-wait.sh target/release/hetsched 100 50000
@@ -40,7 +42,7 @@ while [ "$i" -lt "$JOBS" ]; do
     i=$((i + 1))
 done
 "$BIN" cancel all >/dev/null
-sleep 7
+sleep "${SETTLE:-7}"
 if [ -n "${KEEP_STORE:-}" ]; then mkdir -p "$KEEP_STORE"; cp "$D"/data/state.db* "$KEEP_STORE"/; fi
 # The probe: `hetsched jobs` again and again, each call's milliseconds on a line.
 ( while [ ! -e "$D/stop" ]; do

@@ -372,6 +372,10 @@ pub struct SchedulerView {
     /// placement visits these, not every application ever added (a server that ran 100,000
     /// one-task jobs keeps their applications, each with nothing pending).
     with_pending: std::collections::BTreeSet<AppId>,
+    /// The same applications by group, for those in one ([`SchedulerView::pending_apps_in`]):
+    /// a driver waking the waiting work of one user whose room under a cap grew visits that
+    /// user's, not every user's (docs/performance.md, "The cap's wake path").
+    pending_by_group: std::collections::HashMap<u32, std::collections::BTreeSet<AppId>>,
     /// Groups of applications sharing a cap on what they hold, by group id ([`GroupState`]).
     groups: Vec<GroupState>,
     /// Each group's decayed usage and standing ([`SchedulerView::set_fair_share`]).
@@ -875,9 +879,36 @@ impl SchedulerView {
             .get(app.index())
             .is_some_and(AppState::has_pending)
         {
-            self.with_pending.insert(app);
+            self.list_pending(app);
         } else {
-            self.with_pending.remove(&app);
+            self.unlist_pending(app);
+        }
+    }
+
+    /// `app` has pending tasks: listed in the index, and in its group's.
+    fn list_pending(&mut self, app: AppId) {
+        self.with_pending.insert(app);
+        if let Some(g) = self.apps.get(app.index()).and_then(|a| a.group) {
+            self.pending_by_group.entry(g).or_default().insert(app);
+        }
+    }
+
+    /// `app` has no pending task: out of the index, and of its group's.
+    fn unlist_pending(&mut self, app: AppId) {
+        if self.with_pending.remove(&app)
+            && let Some(g) = self.apps.get(app.index()).and_then(|a| a.group)
+        {
+            self.unlist_in_group(g, app);
+        }
+    }
+
+    /// `app` out of group `g`'s index (a group with none pending takes no room).
+    fn unlist_in_group(&mut self, g: u32, app: AppId) {
+        if let Some(apps) = self.pending_by_group.get_mut(&g) {
+            apps.remove(&app);
+            if apps.is_empty() {
+                self.pending_by_group.remove(&g);
+            }
         }
     }
 
@@ -1178,6 +1209,14 @@ impl SchedulerView {
             .ok_or(ViewError::UnknownApp(app))?;
         let old = std::mem::replace(&mut a.group, group);
         let priority = a.app.priority;
+        if old != group && self.with_pending.contains(&app) {
+            if let Some(g) = old {
+                self.unlist_in_group(g, app);
+            }
+            if let Some(g) = group {
+                self.pending_by_group.entry(g).or_default().insert(app);
+            }
+        }
         if let Some(g) = group {
             self.group_mut(g);
         }
@@ -1562,7 +1601,7 @@ impl SchedulerView {
         self.group_add(group, request);
         self.free_changed(node.index(), before);
         if emptied {
-            self.with_pending.remove(&app);
+            self.unlist_pending(app);
         }
         Some(Assignment {
             task,
@@ -1777,7 +1816,7 @@ impl SchedulerView {
         self.release(done);
         if let Some(a) = self.apps.get_mut(done.app.index()) {
             a.pending.push_front(done.task);
-            self.with_pending.insert(done.app);
+            self.list_pending(done.app);
         }
     }
 
@@ -1923,7 +1962,7 @@ impl SchedulerView {
         };
         let n = a.pending.len();
         a.pending.clear();
-        self.with_pending.remove(&app);
+        self.unlist_pending(app);
         n
     }
 
@@ -1962,6 +2001,31 @@ impl SchedulerView {
         );
         self.with_pending
             .iter()
+            .filter_map(|&a| self.apps.get(a.index()))
+    }
+
+    /// The applications of group `group` with pending tasks, in id order: those of
+    /// [`SchedulerView::pending_apps`] in that group, found without visiting the others'. What
+    /// a driver visits when room under one group's cap grew, at every task end of that group:
+    /// 10,000 applications of other users waiting made each visit cost a scan of them all.
+    pub fn pending_apps_in(&self, group: u32) -> impl Iterator<Item = &AppState> {
+        // Every test run in a debug build checks the group's index against the applications.
+        debug_assert!(
+            self.pending_by_group
+                .get(&group)
+                .into_iter()
+                .flatten()
+                .copied()
+                .eq(self
+                    .pending_apps()
+                    .filter(|a| a.group == Some(group))
+                    .map(|a| a.app.id)),
+            "the index of group {group}'s applications with pending tasks is out of date"
+        );
+        self.pending_by_group
+            .get(&group)
+            .into_iter()
+            .flatten()
             .filter_map(|&a| self.apps.get(a.index()))
     }
 

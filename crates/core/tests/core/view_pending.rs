@@ -1,5 +1,6 @@
 //! `SchedulerView::pending_apps` is an index of the applications with pending tasks: it follows
-//! every change of their queues (dispatch, requeue, resubmit, cancel), in submission order.
+//! every change of their queues (dispatch, requeue, resubmit, cancel), in submission order; and
+//! `SchedulerView::pending_apps_in`, the same by group.
 
 use hetsched_core::model::{AppId, NodeId, Resources, SchedulerView, TaskId, Variant};
 use hetsched_core::testkit::{app, node};
@@ -52,6 +53,59 @@ fn pending_apps_follows_every_change_of_the_queues() {
     // A resubmit of nothing adds nothing.
     v.resubmit(AppId(2), []);
     assert_eq!(pending(&v), [0, 3]);
+}
+
+fn pending_in(v: &SchedulerView, group: u32) -> Vec<u32> {
+    v.pending_apps_in(group).map(|a| a.app.id.0).collect()
+}
+
+/// `pending_apps_in` lists a group's applications with pending tasks — what a driver wakes when
+/// room under that group's cap grows — through every change of their queues and groups, and
+/// none of another group's or of no group.
+#[test]
+fn pending_apps_in_a_group_follows_the_queues_and_the_groups() {
+    let mut v = SchedulerView::new();
+    v.add_node(node("n").cores(8).build(NodeId(0)))
+        .expect("node");
+    for i in 0..4u32 {
+        v.add_application(
+            app(&format!("a{i}")).tasks(1).cpu(1.0, 0.0).build(AppId(i)),
+            [TaskId(u64::from(i))],
+        )
+        .expect("app");
+    }
+    // a0 and a2 are group 7's, a1 group 8's, a3 in none.
+    for (a, g) in [(0, 7), (1, 8), (2, 7)] {
+        v.set_app_group(AppId(a), Some(g)).expect("grouped");
+    }
+    assert_eq!(
+        (pending_in(&v, 7), pending_in(&v, 8)),
+        (vec![0, 2], vec![1])
+    );
+    assert!(pending_in(&v, 9).is_empty(), "a group with nothing");
+    // Dispatched, a0 leaves its group's list; requeued, it is back.
+    let a = v.assign(AppId(0), NodeId(0), Variant::Cpu).expect("fits");
+    assert_eq!(pending_in(&v, 7), [2]);
+    v.requeue(&a);
+    assert_eq!(pending_in(&v, 7), [0, 2]);
+    // a2 moves to group 8; a3 joins group 7; a1 is cancelled.
+    v.set_app_group(AppId(2), Some(8)).expect("moved");
+    v.set_app_group(AppId(3), Some(7)).expect("grouped");
+    assert_eq!(v.cancel_pending(AppId(1)), 1);
+    assert_eq!(
+        (pending_in(&v, 7), pending_in(&v, 8)),
+        (vec![0, 3], vec![2])
+    );
+    // Out of every group: in none's list, still pending.
+    v.set_app_group(AppId(0), None).expect("ungrouped");
+    assert_eq!(pending_in(&v, 7), [3]);
+    assert_eq!(pending(&v), [0, 2, 3]);
+    // A resubmitted task brings its application back to its group's list.
+    let b = v.assign(AppId(3), NodeId(0), Variant::Cpu).expect("fits");
+    assert!(pending_in(&v, 7).is_empty());
+    v.task_abandoned(&b);
+    v.resubmit(AppId(3), [b.task]);
+    assert_eq!(pending_in(&v, 7), [3]);
 }
 
 /// A purged job's applications keep their ids and nothing else; one with tasks waiting or

@@ -473,13 +473,42 @@ pub(crate) fn delete_chunk_rows(
     tx: &rusqlite::Transaction,
     id: u64,
     chunks: std::ops::Range<u64>,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     if chunks.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
-    tx.prepare_cached("DELETE FROM div_chunks WHERE job = ?1 AND chunk >= ?2 AND chunk < ?3")?
+    let n = tx
+        .prepare_cached("DELETE FROM div_chunks WHERE job = ?1 AND chunk >= ?2 AND chunk < ?3")?
         .execute(params![id as i64, chunks.start as i64, chunks.end as i64])?;
-    Ok(())
+    Ok(n as u64)
+}
+
+/// Where a deletion of at most `most` of divisible job `id`'s chunk rows numbered in `chunks`
+/// ends (`crate::state::purging`): the number of the row after the `most`-th, or `chunks.end`
+/// when no more are stored. An index walk of at most `most` entries, inside `tx`.
+pub(crate) fn chunk_rows_end(
+    tx: &rusqlite::Transaction,
+    id: u64,
+    chunks: std::ops::Range<u64>,
+    most: u64,
+) -> Result<u64, StoreError> {
+    use rusqlite::OptionalExtension;
+    let end: Option<i64> = tx
+        .prepare_cached(
+            "SELECT chunk FROM div_chunks WHERE job = ?1 AND chunk >= ?2 AND chunk < ?3 \
+             ORDER BY chunk LIMIT 1 OFFSET ?4",
+        )?
+        .query_row(
+            params![
+                id as i64,
+                chunks.start as i64,
+                chunks.end as i64,
+                most.min(i64::MAX as u64) as i64
+            ],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(end.map_or(chunks.end, |c| c as u64))
 }
 
 fn remove_job_dir(dir: &Path, id: u64) {

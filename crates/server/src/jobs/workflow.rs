@@ -332,25 +332,59 @@ fn mark_purged(tx: &rusqlite::Transaction, seq: u64) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Deletes workflow job `id`'s instance rows numbered in `instances`, inside `tx`.
+/// Deletes workflow job `id`'s instance rows numbered in `instances`, inside `tx`; returns how
+/// many there were (an instance has a row once it was touched: one never started, then
+/// cancelled with its workflow, has none).
 pub(crate) fn delete_instance_rows(
     tx: &rusqlite::Transaction,
     id: u64,
     instances: std::ops::Range<u64>,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     if instances.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let seq = id & ((1 << super::KIND_SHIFT) - 1);
-    tx.prepare_cached(
-        "DELETE FROM wf_instances WHERE job = ?1 AND instance >= ?2 AND instance < ?3",
-    )?
-    .execute(params![
-        seq as i64,
-        instances.start as i64,
-        instances.end as i64
-    ])?;
-    Ok(())
+    let n = tx
+        .prepare_cached(
+            "DELETE FROM wf_instances WHERE job = ?1 AND instance >= ?2 AND instance < ?3",
+        )?
+        .execute(params![
+            seq as i64,
+            instances.start as i64,
+            instances.end as i64
+        ])?;
+    Ok(n as u64)
+}
+
+/// Where a deletion of at most `most` of workflow job `id`'s instance rows numbered in
+/// `instances` ends (`crate::state::purging`): the number of the row after the `most`-th, or
+/// `instances.end` when no more are stored. Instance numbers are not rows (a cancelled
+/// workflow stores the instances that ran only), so a step bounded by numbers deleted as few
+/// as none. An index walk of at most `most` entries, inside `tx`.
+pub(crate) fn instance_rows_end(
+    tx: &rusqlite::Transaction,
+    id: u64,
+    instances: std::ops::Range<u64>,
+    most: u64,
+) -> Result<u64, StoreError> {
+    use rusqlite::OptionalExtension;
+    let seq = id & ((1 << super::KIND_SHIFT) - 1);
+    let end: Option<i64> = tx
+        .prepare_cached(
+            "SELECT instance FROM wf_instances WHERE job = ?1 AND instance >= ?2 \
+             AND instance < ?3 ORDER BY instance LIMIT 1 OFFSET ?4",
+        )?
+        .query_row(
+            params![
+                seq as i64,
+                instances.start as i64,
+                instances.end as i64,
+                most.min(i64::MAX as u64) as i64
+            ],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(end.map_or(instances.end, |i| i as u64))
 }
 
 const SCHEMA: &str = "

@@ -12,6 +12,12 @@
 //! reads only the task ranges of batch jobs not purged, and the chunks and instances of
 //! divisible jobs and workflows not purged; listings skip purged ids), so rows still waiting
 //! here are invisible; a restart reads this table back and the purger finishes the work.
+//!
+//! The bound counts rows as the store holds them, not row numbers: a batch job has a row per
+//! task id, but a workflow has rows only for the instances that ran (its cancel writes none),
+//! so a million instance numbers may hold a thousand rows. A step of a workflow's (or divisible
+//! job's) rows therefore asks the store where its last row is ([`delete_step`]); counted in
+//! numbers, a step deleted anything from the bound down to no row at all.
 
 use crate::jobs::{KIND_SHIFT, Kind};
 use crate::store::StoreError;
@@ -36,7 +42,8 @@ pub const PURGE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1)
 pub const PURGE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A purged job's rows still to be deleted, by number: a batch job's task ids, a divisible
-/// job's chunk numbers, a workflow's instance numbers.
+/// job's chunk numbers, a workflow's instance numbers. A number may have no row (a workflow's
+/// instance that never ran); `next` is one that had when it was recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Left {
     /// The purged job.
@@ -50,7 +57,8 @@ pub struct Left {
 }
 
 impl Left {
-    /// How many task rows are left.
+    /// How many row numbers are left (rows, for a batch job; at most as many rows for the
+    /// other kinds).
     pub fn rows(&self) -> u64 {
         self.end.saturating_sub(self.next)
     }
@@ -60,7 +68,8 @@ impl Left {
 /// rows are gone ([`Purging::target`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Progress {
-    /// Task rows deleted by steps since the start.
+    /// Row numbers that steps went past since the start (every row numbered below a job's
+    /// [`Left::next`] is deleted): what [`Purging::target`] is counted in.
     pub deleted: u64,
     /// Steps the store refused since the start: a waiting call stops waiting (the purge is
     /// recorded; its rows go once the store takes writes again).
@@ -70,7 +79,7 @@ pub struct Progress {
 /// The purges' rows still to delete, in the order they were purged, and the purger's progress.
 pub(crate) struct Purging {
     left: VecDeque<Left>,
-    /// Task rows ever queued here since the start (restored ones included).
+    /// Row numbers ever queued here since the start (restored ones included).
     queued: u64,
     progress: Arc<tokio::sync::watch::Sender<Progress>>,
     /// Wakes the purger task when rows are queued.
@@ -133,7 +142,7 @@ impl Purging {
             .collect()
     }
 
-    /// Rows still to delete.
+    /// Row numbers still to delete past (0: nothing is left).
     pub fn rows_left(&self) -> u64 {
         self.left.iter().map(Left::rows).sum()
     }
@@ -148,22 +157,13 @@ impl Purging {
         self.work.clone()
     }
 
-    /// The next step: at most `chunk` rows, from the front of the queue.
-    pub fn plan(&self) -> Vec<(Left, u64)> {
-        let mut budget = self.chunk.max(1);
-        let mut out = Vec::new();
-        for l in &self.left {
-            if budget == 0 {
-                break;
-            }
-            let upto = l.end.min(l.next.saturating_add(budget));
-            budget -= upto - l.next;
-            out.push((*l, upto));
-        }
-        out
+    /// The rows still to delete, job by job in the order they were purged: a step
+    /// ([`delete_step`]) takes them from the front.
+    pub fn left(&self) -> impl Iterator<Item = &Left> {
+        self.left.iter()
     }
 
-    /// Step `done` (from [`Purging::plan`]) committed.
+    /// Step `done` (from [`delete_step`]) committed.
     pub fn stepped(&mut self, done: &[(Left, u64)]) {
         let mut rows = 0;
         for (l, upto) in done {
@@ -236,7 +236,9 @@ pub fn record(tx: &rusqlite::Transaction, left: &Left) -> Result<(), StoreError>
 
 /// Inside a purge's transaction: deletes at most `budget` of job `job`'s rows numbered in
 /// `rows` (its kind's: task ids, chunk or instance numbers; `budget` is lessened by those) and
-/// returns what is left of them, to record ([`record`]) and delete in steps.
+/// returns what is left of them, to record ([`record`]) and delete in steps. What is left starts
+/// at a row the store holds (with no budget left: the first one in `rows`), and none is left
+/// when the store holds no more of them.
 pub fn delete_bounded(
     tx: &rusqlite::Transaction,
     kind: Kind,
@@ -244,60 +246,124 @@ pub fn delete_bounded(
     rows: Range<u64>,
     budget: &mut u64,
 ) -> Result<Option<Left>, StoreError> {
-    let now = rows.end.min(rows.start.saturating_add(*budget));
-    delete_rows(tx, kind, job, rows.start..now)?;
-    *budget -= now.saturating_sub(rows.start);
-    Ok((now < rows.end).then_some(Left {
+    let upto = step_end(tx, kind, job, rows.clone(), *budget)?;
+    let deleted = delete_rows(tx, kind, job, rows.start..upto)?;
+    *budget = budget.saturating_sub(deleted);
+    Ok((upto < rows.end).then_some(Left {
         job,
         kind,
-        next: now,
+        next: upto,
         end: rows.end,
     }))
 }
 
-/// Deletes job `job`'s rows numbered in `rows`, from its kind's table.
+/// Where a deletion of at most `most` of job `job`'s rows numbered in `rows` ends: the number
+/// of the first row past them (`rows.end` when no more than `most` are left). A batch job's
+/// task ids are its rows, one each; a divisible job's chunk numbers and a workflow's instance
+/// numbers are not — a cancelled workflow has rows for the instances that ran only, so a
+/// million instance numbers may hold a thousand rows — and the store says where the
+/// `most`-th row is.
+fn step_end(
+    tx: &rusqlite::Transaction,
+    kind: Kind,
+    job: u64,
+    rows: Range<u64>,
+    most: u64,
+) -> Result<u64, StoreError> {
+    match kind {
+        Kind::Batch => Ok(rows.end.min(rows.start.saturating_add(most))),
+        Kind::Divisible => crate::jobs::divisible::chunk_rows_end(tx, job, rows, most),
+        Kind::Workflow => crate::jobs::workflow::instance_rows_end(tx, job, rows, most),
+        Kind::Topology => Ok(rows.end),
+    }
+}
+
+/// Deletes job `job`'s rows numbered in `rows`, from its kind's table; returns how many there
+/// were.
 fn delete_rows(
     tx: &rusqlite::Transaction,
     kind: Kind,
     job: u64,
     rows: Range<u64>,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     match kind {
         Kind::Batch => crate::jobs::batch::delete_task_rows(tx, rows),
         Kind::Divisible => crate::jobs::divisible::delete_chunk_rows(tx, job, rows),
         Kind::Workflow => crate::jobs::workflow::delete_instance_rows(tx, job, rows),
         // Its rows are deleted whole by its own purge (never recorded here).
-        Kind::Topology => Ok(()),
+        Kind::Topology => Ok(0),
     }
 }
 
-/// Deletes one step's rows (from [`Purging::plan`]) inside `tx`, and moves each job's record on
-/// (or deletes it with its last rows).
-pub fn delete_step(tx: &rusqlite::Transaction, step: &[(Left, u64)]) -> Result<(), StoreError> {
-    for (l, upto) in step {
-        delete_rows(tx, l.kind, l.job, l.next..*upto)?;
-        if *upto >= l.end {
+/// One step, inside `tx`: deletes at most `most` rows (at least one) of what is `left`, from
+/// the front, and moves each job's record on (or deletes it with its last rows). Returns what
+/// it did, for [`Purging::stepped`] (each job it reached and where its deletion ended), and how
+/// many rows it deleted.
+pub fn delete_step<'a>(
+    tx: &rusqlite::Transaction,
+    left: impl IntoIterator<Item = &'a Left>,
+    most: u64,
+) -> Result<(Vec<(Left, u64)>, u64), StoreError> {
+    let mut budget = most.max(1);
+    let mut done = Vec::new();
+    let mut deleted = 0;
+    for l in left {
+        if budget == 0 {
+            break;
+        }
+        let upto = step_end(tx, l.kind, l.job, l.next..l.end, budget)?;
+        let n = delete_rows(tx, l.kind, l.job, l.next..upto)?;
+        budget = budget.saturating_sub(n);
+        deleted += n;
+        if upto >= l.end {
             tx.prepare_cached("DELETE FROM purging WHERE job = ?1")?
                 .execute(rusqlite::params![l.job as i64])?;
         } else {
             tx.prepare_cached("UPDATE purging SET next = ?1 WHERE job = ?2")?
-                .execute(rusqlite::params![*upto as i64, l.job as i64])?;
+                .execute(rusqlite::params![upto as i64, l.job as i64])?;
+        }
+        done.push((*l, upto));
+        if upto < l.end {
+            break;
         }
     }
-    Ok(())
+    Ok((done, deleted))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// How many rows `sql` counts.
+    fn count(conn: &rusqlite::Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).expect("count")
+    }
+
+    /// A step deletes at most the bound of rows as the store holds them, from the front of the
+    /// queue and across jobs: a batch job's 4 task rows, then a workflow whose instance numbers
+    /// 4..30 hold 13 rows (4, 5, 6 and 20..30: the rest never ran). Bounded by numbers, the
+    /// steps deleted 7, 0 and 10 rows; by rows, 10 and 7.
     #[test]
-    fn a_step_takes_at_most_the_chunk_from_the_front_across_jobs() {
-        let mut p = Purging {
-            chunk: 10,
-            ..Default::default()
-        };
-        p.queue(vec![
+    fn a_step_deletes_at_most_the_bound_of_stored_rows_from_the_front_across_jobs() {
+        let mut conn = rusqlite::Connection::open_in_memory().expect("db");
+        conn.execute_batch(
+            "CREATE TABLE tasks(id INTEGER PRIMARY KEY);
+             CREATE TABLE wf_instances(job INTEGER NOT NULL, instance INTEGER NOT NULL,
+                 PRIMARY KEY(job, instance));
+             CREATE TABLE purging(job INTEGER PRIMARY KEY, kind INTEGER NOT NULL,
+                 next INTEGER NOT NULL, end INTEGER NOT NULL);
+             INSERT INTO tasks(id) VALUES (0), (1), (2), (3);",
+        )
+        .expect("tables");
+        let wf = ((Kind::Workflow as u64) << KIND_SHIFT) | 2;
+        for i in [4, 5, 6].into_iter().chain(20..30) {
+            conn.execute(
+                "INSERT INTO wf_instances(job, instance) VALUES (2, ?1)",
+                [i],
+            )
+            .expect("instance row");
+        }
+        let left = vec![
             Left {
                 job: 1,
                 kind: Kind::Batch,
@@ -305,29 +371,65 @@ mod tests {
                 end: 4,
             },
             Left {
-                job: 2,
+                job: wf,
                 kind: Kind::Workflow,
                 next: 4,
                 end: 30,
             },
-        ]);
-        assert_eq!((p.target(), p.rows_left()), (30, 30));
-        let step = p.plan();
-        assert_eq!(
-            step.iter().map(|(l, u)| (l.job, *u)).collect::<Vec<_>>(),
-            [(1, 4), (2, 10)]
-        );
-        p.stepped(&step);
-        assert_eq!(p.rows_left(), 20);
-        assert_eq!(p.progress().borrow().deleted, 10);
-        let step = p.plan();
-        assert_eq!(
-            step.iter().map(|(l, u)| (l.job, *u)).collect::<Vec<_>>(),
-            [(2, 20)]
-        );
-        p.stepped(&step);
-        p.stepped(&p.plan());
-        assert_eq!(p.rows_left(), 0);
+        ];
+        let tx = conn.transaction().expect("tx");
+        for l in &left {
+            record(&tx, l).expect("record");
+        }
+        tx.commit().expect("commit");
+        let mut p = Purging {
+            chunk: 10,
+            ..Default::default()
+        };
+        p.queue(left);
+        assert_eq!(p.target(), 30);
+        let mut steps = Vec::new();
+        while p.rows_left() > 0 {
+            let tx = conn.transaction().expect("tx");
+            let (done, deleted) = delete_step(&tx, p.left(), p.chunk).expect("step");
+            tx.commit().expect("commit");
+            p.stepped(&done);
+            steps.push(deleted);
+            assert!(steps.len() <= 30, "the steps end");
+        }
+        assert_eq!(steps, [10, 7]);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM tasks"), 0);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM wf_instances"), 0);
+        assert_eq!(count(&conn, "SELECT COUNT(*) FROM purging"), 0);
         assert_eq!(p.progress().borrow().deleted, p.target());
+    }
+
+    /// A purge's own transaction leaves a workflow's rest starting at a row it holds, and none
+    /// when no row is left past what the budget took.
+    #[test]
+    fn what_a_purge_leaves_of_a_workflow_starts_at_a_stored_row() {
+        let mut conn = rusqlite::Connection::open_in_memory().expect("db");
+        conn.execute_batch(
+            "CREATE TABLE wf_instances(job INTEGER NOT NULL, instance INTEGER NOT NULL,
+                 PRIMARY KEY(job, instance));
+             INSERT INTO wf_instances(job, instance) VALUES (2, 0), (2, 1), (2, 500), (2, 900);",
+        )
+        .expect("tables");
+        let wf = ((Kind::Workflow as u64) << KIND_SHIFT) | 2;
+        let tx = conn.transaction().expect("tx");
+        let mut budget = 3;
+        let left = delete_bounded(&tx, Kind::Workflow, wf, 0..1_000, &mut budget).expect("rows");
+        assert_eq!(budget, 0);
+        assert_eq!(left.map(|l| (l.next, l.end)), Some((900, 1_000)));
+        let mut none = 0;
+        let left = delete_bounded(&tx, Kind::Workflow, wf, 900..1_000, &mut none).expect("rows");
+        assert_eq!(
+            left.map(|l| l.next),
+            Some(900),
+            "no budget: it starts at its row"
+        );
+        let mut budget = 5;
+        let left = delete_bounded(&tx, Kind::Workflow, wf, 900..1_000, &mut budget).expect("rows");
+        assert_eq!((left, budget), (None, 4), "nothing left: nothing to record");
     }
 }

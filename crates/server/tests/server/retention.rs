@@ -181,6 +181,53 @@ fn purge_deletes_a_finished_jobs_rows_and_nothing_runs_again_across_a_restart() 
     assert_eq!(ids, vec![6, 7, 8]);
 }
 
+/// A purge of named jobs evicts nothing first: one transaction, its own, makes them gone, and
+/// the other finished jobs stay as they were until the retention pass. Before, the purge first
+/// evicted every newly finished job — read each one's rows under the state's lock (5 million
+/// rows: up to a quarter of a second) and stored a summary that the purge deleted at once. A
+/// purge that chooses by count or age still evicts them first: it must see them.
+#[test]
+fn a_purge_by_name_evicts_nothing_and_a_purge_by_count_still_sees_newly_finished_jobs() {
+    let d = dir("by-name");
+    let mut s = open(&d);
+    let n = common::register(&mut s, "n", 3);
+    let first = run_job(&mut s, n, "k-1");
+    let second = run_job(&mut s, n, "k-2");
+    assert_eq!(s.tasks_in_memory(), 6, "neither job is evicted yet");
+    let written = s.written();
+    let reply = s
+        .purge(&pb::PurgeRequest {
+            job_ids: vec![first],
+            ..Default::default()
+        })
+        .expect("purge");
+    assert_eq!((reply.purged, reply.tasks), (vec![first], 3));
+    assert_eq!(
+        s.written(),
+        written + 1,
+        "one transaction, the purge's: no summaries stored before it"
+    );
+    assert_eq!(stored_tasks(&d), 3, "the purged job's rows are gone");
+    assert_eq!(
+        s.tasks_in_memory(),
+        3,
+        "the other finished job is left to the retention pass"
+    );
+    assert_eq!(listed(&s), vec![(second, "completed".into())]);
+    assert!(s.job(first).is_err());
+    // `--keep 0`: the newly finished job is evicted first, so the purge finds it.
+    let reply = s
+        .purge(&pb::PurgeRequest {
+            has_keep: true,
+            keep: 0,
+            ..Default::default()
+        })
+        .expect("purge");
+    assert_eq!(reply.purged, vec![second]);
+    assert_eq!((s.tasks_in_memory(), stored_tasks(&d)), (0, 0));
+    assert!(listed(&s).is_empty());
+}
+
 /// A job the rule keeps only for being too young is purged when it is old enough: the pass
 /// that found it too young plans the next one for then. Before, nothing planned another pass
 /// until the calm re-check, and a cancelled pending job stayed up to a minute past its
@@ -1506,6 +1553,69 @@ fn a_large_workflow_purge_deletes_its_instance_rows_in_bounded_steps() {
     assert_eq!(s.purge_step().expect("the last step"), 2);
     assert_eq!(s.purge_step().expect("nothing left"), 0);
     assert_eq!(stored_instances(&d, wf), 0);
+}
+
+/// A workflow's purge steps count the rows the store holds, not instance numbers: a workflow of
+/// 200 instances cancelled after its 12 first ran has 12 rows (its cancel writes none for the
+/// 188 that never started), and with a bound of 5 its purge deletes 5 of them, then 5 and 2 in
+/// two steps. Counted in instance numbers, the steps went 5 numbers at a time: 39 transactions,
+/// 37 of them deleting nothing (a million-instance workflow: 50 steps of a few rows each for
+/// what one step deletes now).
+#[test]
+fn a_workflows_purge_steps_count_its_stored_rows_not_its_instance_numbers() {
+    let d = dir("steps-sparse-workflow");
+    let mut s = open_bounded(&d, 5);
+    let n = common::register(&mut s, "n", 12);
+    // `spread` waits for `seed`'s output: the first beat starts the 12 seeds only.
+    let wide = "balancer = \"centralised\"\n\
+                [[task]]\nname = \"seed\"\ninstances = 12\noutputs = [\"a\"]\n\
+                command = \"echo 1 > {output:a}\"\n\
+                [[task]]\nname = \"spread\"\ninstances = 188\ninputs = [\"a\"]\n\
+                command = \"cat {input:a}\"\n";
+    let wf = s.submit("wide.toml", wide, "/").expect("submit").job_id;
+    let r = beat(&mut s, n, &[], &[]);
+    let seeds: Vec<(u64, u32)> = r
+        .assignments
+        .iter()
+        .map(|a| (a.task_id, a.attempt))
+        .collect();
+    assert_eq!(seeds.len(), 12, "the seeds run");
+    // The node is drained before they end: nothing else starts, and the workflow is cancelled.
+    s.drain_node("n", true, "").expect("drain");
+    let ended: Vec<(u64, u32, bool)> = seeds.iter().map(|&(t, a)| (t, a, true)).collect();
+    let r = beat(&mut s, n, &seeds, &ended);
+    assert!(r.assignments.is_empty(), "drained: nothing starts");
+    s.on_cancel(wf).expect("cancel");
+    assert_eq!(s.job(wf).expect("the workflow").state, "cancelled");
+    assert_eq!(
+        stored_instances(&d, wf),
+        12,
+        "rows of the instances that ran only"
+    );
+    let reply = s
+        .purge(&pb::PurgeRequest {
+            job_ids: vec![wf],
+            ..Default::default()
+        })
+        .expect("purge");
+    assert_eq!((reply.purged, reply.tasks), (vec![wf], 200));
+    assert_eq!(stored_instances(&d, wf), 7, "the purge deleted the bound");
+    let mut steps = Vec::new();
+    loop {
+        let before = stored_instances(&d, wf);
+        let deleted = s.purge_step().expect("a step");
+        if deleted == 0 {
+            break;
+        }
+        steps.push(before - stored_instances(&d, wf));
+        assert!(steps.len() <= 200, "the steps end");
+    }
+    assert_eq!(
+        steps,
+        [5, 2],
+        "at most the bound of rows a step, and no empty step"
+    );
+    assert_eq!((s.purge_left(), stored_instances(&d, wf)), (0, 0));
 }
 
 /// Through the service: a purge of a job larger than the chunk bound answers as before (the

@@ -784,17 +784,18 @@ pub(crate) fn mark_purged(tx: &rusqlite::Transaction, id: u64) -> Result<(), Sto
     Ok(())
 }
 
-/// Deletes the task rows with ids in `tasks`, inside `tx`.
+/// Deletes the task rows with ids in `tasks`, inside `tx`; returns how many there were.
 pub(crate) fn delete_task_rows(
     tx: &rusqlite::Transaction,
     tasks: std::ops::Range<u64>,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     if tasks.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
-    tx.prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?
+    let n = tx
+        .prepare_cached("DELETE FROM tasks WHERE id >= ?1 AND id < ?2")?
         .execute(rusqlite::params![tasks.start as i64, tasks.end as i64])?;
-    Ok(())
+    Ok(n as u64)
 }
 
 #[cfg(test)]
