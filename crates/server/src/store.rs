@@ -1256,15 +1256,23 @@ impl Store {
         // up to the next job's first task (a purged job's rows are deleted, so a range may span
         // its ids).
         let finished: std::collections::HashSet<u64> = snap.finished.iter().map(|f| f.0).collect();
+        // A purged job read from its row only (`purged_jobs`, the newest one too once its row
+        // says where its ids end) also ends the range before it: its rows may be still to
+        // delete (`purging`).
         let mut ranges: Vec<std::ops::Range<u64>> = Vec::new();
         for (i, j) in snap.jobs.iter().enumerate() {
             if finished.contains(&j.id) || snap.purged.binary_search(&j.id).is_ok() {
                 continue;
             }
+            let next_purged = snap
+                .purged_jobs
+                .get(snap.purged_jobs.partition_point(|p| p.id <= j.id))
+                .map(|p| p.first_task);
             let end = snap
                 .jobs
                 .get(i + 1)
-                .map_or(i64::MAX as u64, |n| n.first_task);
+                .map_or(i64::MAX as u64, |n| n.first_task)
+                .min(next_purged.unwrap_or(u64::MAX));
             match ranges.last_mut() {
                 Some(r) if r.end == j.first_task => r.end = end,
                 _ => ranges.push(j.first_task..end),
