@@ -1116,9 +1116,10 @@ impl Store {
         for r in rows {
             snap.nodes.push(r?);
         }
-        // Of a purged job only its first ids are read (a restart does not parse its file), but
-        // the last job is read whole: its sizes say which ids are taken. A job set aside (its
-        // file no longer reads) is never read whole: its row says where its ids end.
+        // Of a purged job only its first ids are read (a restart does not parse its file), and,
+        // for the newest job, where they end: its row says so (a purge, or a set-aside since
+        // its file no longer reads, wrote it). Only a newest job purged by an older binary,
+        // whose row does not say, is read whole: its sizes say which ids are taken.
         let mut stmt = self.conn.prepare(
             "SELECT id, first_app, first_task, apps_end, tasks_end FROM jobs
              WHERE purged != 0 AND (id != (SELECT MAX(id) FROM jobs) OR tasks_end IS NOT NULL)
