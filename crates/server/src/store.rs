@@ -54,6 +54,10 @@ pub enum StoreError {
 ///   to convert: the table is created when missing).
 pub const SCHEMA_VERSION: i64 = 2;
 
+/// The most bytes the `-wal` file keeps once a checkpoint emptied it (`PRAGMA
+/// journal_size_limit`, set by [`Store::open`]).
+pub const JOURNAL_SIZE_LIMIT: i64 = 16 << 20;
+
 /// The `meta` row that holds the hetsched version of the binary that last opened the store.
 const VERSION_KEY: &str = "binary_version";
 
@@ -860,6 +864,129 @@ pub(crate) fn list_text<T: std::fmt::Display>(items: &[T]) -> String {
         .join(",")
 }
 
+/// What a purged job's row keeps in its `text` column in place of its job file:
+/// `sha256:` and the file's SHA-256 in hex, 71 bytes. A purge drops the file (up to 2 MiB,
+/// which `max_stored_bytes_per_user` no longer counts once the job is purged), but a
+/// submission repeating the job's key is still told whether it sent the same file
+/// ([`is_same_file`]). No accepted job file reads as this (it is not TOML), so a row's text is
+/// one or the other whatever binary wrote it.
+pub(crate) fn purged_text(text: &str) -> String {
+    use std::fmt::Write as _;
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let mut out = String::with_capacity(PURGED_TEXT_PREFIX.len() + 64);
+    out.push_str(PURGED_TEXT_PREFIX);
+    for b in digest.as_ref() {
+        // Writing to a String does not fail.
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// How [`purged_text`] begins.
+const PURGED_TEXT_PREFIX: &str = "sha256:";
+
+/// Whether a job row's stored `text` is the file `submitted`: the file itself, or, of a
+/// purged job, its digest ([`purged_text`]). (A row purged by a binary from before purges
+/// dropped the file still holds it whole.)
+pub(crate) fn is_same_file(stored: &str, submitted: &str) -> bool {
+    stored == submitted
+        || (stored.starts_with(PURGED_TEXT_PREFIX) && stored == purged_text(submitted))
+}
+
+/// Replaces the job file in the `text` column of row `id` of `table` (`jobs`, `wf_jobs` or
+/// `div_jobs`) with its digest ([`purged_text`]), inside a purge's transaction `tx`: what a
+/// purge keeps of a job's file. A row whose text is a digest already is left as it is.
+pub(crate) fn drop_job_text(
+    tx: &rusqlite::Transaction,
+    table: JobTable,
+    id: u64,
+) -> Result<(), StoreError> {
+    let (select, update) = match table {
+        JobTable::Batch => (
+            "SELECT text FROM jobs WHERE id = ?1",
+            "UPDATE jobs SET text = ?2 WHERE id = ?1",
+        ),
+        JobTable::Workflow => (
+            "SELECT text FROM wf_jobs WHERE id = ?1",
+            "UPDATE wf_jobs SET text = ?2 WHERE id = ?1",
+        ),
+        JobTable::Divisible => (
+            "SELECT text FROM div_jobs WHERE id = ?1",
+            "UPDATE div_jobs SET text = ?2 WHERE id = ?1",
+        ),
+    };
+    let text: Option<String> = tx
+        .prepare_cached(select)?
+        .query_row(params![id as i64], |r| r.get(0))
+        .optional()?;
+    if let Some(text) = text.filter(|t| !t.starts_with(PURGED_TEXT_PREFIX)) {
+        tx.prepare_cached(update)?
+            .execute(params![id as i64, purged_text(&text)])?;
+    }
+    Ok(())
+}
+
+/// Drops the job files that rows purged by a binary from before purges dropped them still
+/// hold ([`drop_job_text`]), at every open (an older binary may have opened the store since):
+/// the scan reads only purged rows' texts, which are digests once dropped. The newest batch
+/// job, purged without its ids' end in its row, keeps its file: a restart reads that from it.
+/// A failure (a full disk) leaves the files, logged: nothing reads them.
+fn drop_old_purged_texts(conn: &Connection) {
+    let run = || -> Result<usize, StoreError> {
+        let mut found = Vec::new();
+        for (table, sql) in [
+            (
+                JobTable::Batch,
+                "SELECT id FROM jobs WHERE purged != 0 AND substr(text, 1, 7) != 'sha256:'
+                 AND NOT (id = (SELECT MAX(id) FROM jobs) AND tasks_end IS NULL)",
+            ),
+            (
+                JobTable::Workflow,
+                "SELECT id FROM wf_jobs WHERE purged != 0 AND substr(text, 1, 7) != 'sha256:'",
+            ),
+            (
+                JobTable::Divisible,
+                "SELECT id FROM div_jobs WHERE state = 'purged' AND substr(text, 1, 7) != 'sha256:'",
+            ),
+        ] {
+            let mut stmt = conn.prepare(sql)?;
+            for id in stmt.query_map([], |r| r.get::<_, i64>(0))? {
+                found.push((table, id?.max(0) as u64));
+            }
+        }
+        if found.is_empty() {
+            return Ok(0);
+        }
+        let tx = conn.unchecked_transaction()?;
+        for &(table, id) in &found {
+            drop_job_text(&tx, table, id)?;
+        }
+        tx.commit()?;
+        // A store made with incremental auto-vacuum gives the pages back now (a no-op on
+        // another: its freed pages are reused by later rows).
+        let mut stmt = conn.prepare("PRAGMA incremental_vacuum")?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+        Ok(found.len())
+    };
+    match run() {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("dropped the job files of {n} jobs purged by an older binary"),
+        Err(e) => tracing::warn!("dropping the files of jobs purged by an older binary: {e}"),
+    }
+}
+
+/// The table a kind of job's rows (and job file) are in, for [`drop_job_text`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum JobTable {
+    /// `jobs`: batch jobs.
+    Batch,
+    /// `wf_jobs`: workflows.
+    Workflow,
+    /// `div_jobs`: divisible jobs.
+    Divisible,
+}
+
 /// A list stored by [`list_text`]; `what` names it in the error.
 pub(crate) fn parse_list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>, StoreError> {
     if s.is_empty() {
@@ -907,6 +1034,13 @@ impl Store {
             conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
         }
         conn.pragma_update(None, "journal_mode", "WAL")?;
+        // Without a limit the `-wal` file keeps the size of the largest transaction it ever
+        // held (4.9 MB after a 40,000-task submission, hundreds of MB after a far larger one),
+        // for the server's life. With it, each time the log restarts after a checkpoint it is
+        // truncated to this. 16 MiB is four times what the log holds between SQLite's automatic
+        // checkpoints (1000 pages of 4 KiB), so ordinary transactions never pay for truncating
+        // and growing the file again; only what a rare large one left is given back.
+        conn.pragma_update(None, "journal_size_limit", JOURNAL_SIZE_LIMIT)?;
         // Commits are not fsynced one by one: the replies that depend on them wait for one
         // shared fdatasync of the WAL (`crate::durable`), so nothing acknowledged is lost.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -916,6 +1050,7 @@ impl Store {
         create_tables(&conn)?;
         move_multi_node_meta(&conn)?;
         write_stamp(&conn, &was)?;
+        drop_old_purged_texts(&conn);
         Ok(Self {
             conn,
             full: false,
@@ -981,9 +1116,10 @@ impl Store {
         for r in rows {
             snap.nodes.push(r?);
         }
-        // Of a purged job only its first ids are read (a restart does not parse its file), but
-        // the last job is read whole: its sizes say which ids are taken. A job set aside (its
-        // file no longer reads) is never read whole: its row says where its ids end.
+        // Of a purged job only its first ids are read (a restart does not parse its file), and,
+        // for the newest job, where they end: its row says so (a purge, or a set-aside since
+        // its file no longer reads, wrote it). Only a newest job purged by an older binary,
+        // whose row does not say, is read whole: its sizes say which ids are taken.
         let mut stmt = self.conn.prepare(
             "SELECT id, first_app, first_task, apps_end, tasks_end FROM jobs
              WHERE purged != 0 AND (id != (SELECT MAX(id) FROM jobs) OR tasks_end IS NOT NULL)
@@ -1121,15 +1257,23 @@ impl Store {
         // up to the next job's first task (a purged job's rows are deleted, so a range may span
         // its ids).
         let finished: std::collections::HashSet<u64> = snap.finished.iter().map(|f| f.0).collect();
+        // A purged job read from its row only (`purged_jobs`, the newest one too once its row
+        // says where its ids end) also ends the range before it: its rows may be still to
+        // delete (`purging`).
         let mut ranges: Vec<std::ops::Range<u64>> = Vec::new();
         for (i, j) in snap.jobs.iter().enumerate() {
             if finished.contains(&j.id) || snap.purged.binary_search(&j.id).is_ok() {
                 continue;
             }
+            let next_purged = snap
+                .purged_jobs
+                .get(snap.purged_jobs.partition_point(|p| p.id <= j.id))
+                .map(|p| p.first_task);
             let end = snap
                 .jobs
                 .get(i + 1)
-                .map_or(i64::MAX as u64, |n| n.first_task);
+                .map_or(i64::MAX as u64, |n| n.first_task)
+                .min(next_purged.unwrap_or(u64::MAX));
             match ranges.last_mut() {
                 Some(r) if r.end == j.first_task => r.end = end,
                 _ => ranges.push(j.first_task..end),
@@ -1288,17 +1432,20 @@ impl Store {
             .optional()?)
     }
 
-    /// The job file text job `id` was submitted with, if the store has the job.
-    pub fn job_text(&self, id: u64) -> Result<Option<String>, StoreError> {
+    /// Whether batch job `id` was submitted with the file `text` (false: no such job): the
+    /// check of a submission that repeats a key. A purged job's row keeps only its file's
+    /// digest ([`purged_text`]), which answers it as well.
+    pub fn is_job_file(&self, id: u64, text: &str) -> Result<bool, StoreError> {
         use rusqlite::OptionalExtension;
-        Ok(self
+        let stored: Option<String> = self
             .conn
             .query_row(
                 "SELECT text FROM jobs WHERE id = ?1",
                 params![id as i64],
                 |r| r.get(0),
             )
-            .optional()?)
+            .optional()?;
+        Ok(stored.is_some_and(|s| is_same_file(&s, text)))
     }
 
     /// After a purge (or a step of one) committed: gives the freed pages back to the file
@@ -1830,6 +1977,23 @@ mod tests {
             after_start: Vec::new(),
             held: false,
             begin_ms: None,
+        }
+    }
+
+    /// The `-wal` file does not keep the size of the largest transaction for good: the
+    /// writing connection of a freshly opened store (new or existing) has a journal size
+    /// limit.
+    #[test]
+    fn a_store_opens_with_a_journal_size_limit() {
+        let (_dir, path) = temp_db("journal-limit");
+        for _ in 0..2 {
+            let store = Store::open(&path).expect("open");
+            let limit: i64 = store
+                .conn
+                .pragma_query_value(None, "journal_size_limit", |r| r.get(0))
+                .expect("pragma");
+            assert_eq!(limit, JOURNAL_SIZE_LIMIT);
+            assert_eq!(JOURNAL_SIZE_LIMIT, 16 << 20);
         }
     }
 

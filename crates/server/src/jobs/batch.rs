@@ -348,7 +348,7 @@ fn to_counts(c: &[u64; 5]) -> TaskCounts {
 #[derive(Debug)]
 struct JobRec {
     /// Its row as stored, without its `text`: the job file is in the store, and memory would
-    /// hold every file (up to 2 MiB each) for the server's life ([`crate::store::Store::job_text`] reads it).
+    /// hold every file (up to 2 MiB each) for the server's life ([`crate::store::Store::is_job_file`] reads it).
     row: JobRow,
     /// What listings show: the name given at submission, else the file's `name =`, else its path.
     name: String,
@@ -1029,7 +1029,7 @@ impl Batch {
                 (None, None) => self.tasks.len() as u64,
             };
             let tasks = end.saturating_sub(k.first_task);
-            if cx.store.job_text(id)?.is_none_or(|stored| stored != text) {
+            if !cx.store.is_job_file(id, &text)? {
                 return Err(StateError::Invalid(format!(
                     "submission key `{}` already names job {id}, submitted with another file",
                     hetsched_core::text::clip(&key)

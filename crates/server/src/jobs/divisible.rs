@@ -459,12 +459,14 @@ pub(crate) fn delete_job_rows(tx: &rusqlite::Transaction, id: u64) -> Result<(),
 
 /// Marks divisible job `id`'s row purged and deletes its few worker rows, inside `tx`: from
 /// then on no reader (a restart, a set-aside record) looks at its chunk rows, deleted yet or
-/// not.
+/// not. Its job file gives way to its digest (`store::drop_job_text`): a submission repeating
+/// its key is checked against the digest and told the units of the file it sent.
 fn mark_purged(tx: &rusqlite::Transaction, id: u64) -> Result<(), StoreError> {
     tx.prepare_cached("DELETE FROM div_workers WHERE job = ?1")?
         .execute(params![id as i64])?;
     tx.prepare_cached("UPDATE div_jobs SET state = ?2 WHERE id = ?1")?
         .execute(params![id as i64, PURGED])?;
+    crate::store::drop_job_text(tx, crate::store::JobTable::Divisible, id)?;
     Ok(())
 }
 
@@ -797,13 +799,13 @@ fn capped_reason(rd: &Read, id: u64) -> Option<String> {
 /// What an agent computing a chunk holds: one core.
 pub const ONE_CORE: Resources = Resources::new(1, 0, 0);
 
-/// What is left of a purged job: its submission key (with its owner, whose namespace it is in)
-/// and its units.
+/// What is left of a purged job: its submission key (with its owner, whose namespace it is
+/// in). Its file is not (the store keeps its digest), so a submission repeating its key is
+/// told the units of the file it sent, which is the same file.
 #[derive(Clone, Debug)]
 struct Tombstone {
     key: String,
     owner: String,
-    units: u64,
 }
 
 /// One stored job with its chunks, as [`load`] reads them.
@@ -1019,7 +1021,6 @@ impl Divisible {
             stopped_in_event: false,
         };
         for row in rows {
-            let parsed = read_stored(&row.origin, &row.text);
             if row.state == PURGED {
                 // (A job set aside at a start leaves its stopping rows.)
                 for &(chunk, _, _) in &row.stops {
@@ -1032,15 +1033,14 @@ impl Divisible {
                     Tombstone {
                         key: row.key,
                         owner: row.owner,
-                        units: parsed.as_ref().map_or(0, |(spec, _)| spec.units()),
                     },
                 );
                 // The purge committed before its files went: a crash in between left them.
                 remove_job_dir(&d.dir, row.id);
                 continue;
             }
-            let (spec, file_name) =
-                parsed.map_err(|error| StateError::StoredJobUnreadable { job: row.id, error })?;
+            let (spec, file_name) = read_stored(&row.origin, &row.text)
+                .map_err(|error| StateError::StoredJobUnreadable { job: row.id, error })?;
             // Rows stored before names were resolved at submission hold an empty name.
             let name = job_name(&row.name, file_name, &row.origin);
             let input = if spec.input.is_some() {
@@ -1314,7 +1314,7 @@ impl Divisible {
                 self.purged
                     .iter()
                     .find(|(_, t)| t.key == sub.key && t.owner == sub.owner)
-                    .map(|(&id, t)| (id, t.units))
+                    .map(|(&id, _)| (id, spec.units()))
             };
             if let Some((id, units)) = live.or_else(purged) {
                 // The same key with another file is not a retry, as for a batch job: refused.
@@ -1327,7 +1327,7 @@ impl Divisible {
                         |r| r.get(0),
                     )
                     .ok();
-                if stored.is_some_and(|t| t != sub.text) {
+                if stored.is_some_and(|t| !crate::store::is_same_file(&t, &sub.text)) {
                     return Err(StateError::Invalid(format!(
                         "submission key `{}` already names job {id}, submitted with another file",
                         hetsched_core::text::clip(&sub.key)
@@ -2698,7 +2698,6 @@ impl JobKind for Divisible {
                 Tombstone {
                     key: job.key,
                     owner: job.owner,
-                    units: job.spec.units(),
                 },
             );
             remove_job_dir(&self.dir, id);

@@ -325,10 +325,13 @@ pub(crate) fn delete_job_rows(tx: &rusqlite::Transaction, seq: u64) -> Result<()
 }
 
 /// Marks workflow `seq`'s job row purged, inside `tx`: from then on no reader (a restart, a
-/// set-aside record) looks at its instance rows, deleted yet or not.
+/// set-aside record) looks at its instance rows, deleted yet or not. Its job file gives way
+/// to its digest (`store::drop_job_text`): a restart does not read a purged workflow's file,
+/// and a submission repeating its key is checked against the digest.
 fn mark_purged(tx: &rusqlite::Transaction, seq: u64) -> Result<(), StoreError> {
     tx.prepare_cached("UPDATE wf_jobs SET purged = 1 WHERE id = ?1")?
         .execute(params![seq as i64])?;
+    crate::store::drop_job_text(tx, crate::store::JobTable::Workflow, seq)?;
     Ok(())
 }
 
@@ -1889,7 +1892,7 @@ impl Workflows {
                 .ok();
             // The same key with another file is not a retry, as for a batch job: refused.
             if let Some((id, stored)) = &found
-                && *stored != sub.text
+                && !crate::store::is_same_file(stored, &sub.text)
             {
                 return Err(StateError::Invalid(format!(
                     "submission key `{}` already names job {id}, submitted with another file",

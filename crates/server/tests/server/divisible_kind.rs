@@ -1837,4 +1837,49 @@ fn a_stopping_chunk_ends_with_its_agents_node_and_stays_so_across_a_restart() {
         .expect("count");
     assert_eq!(stored, 0);
     assert!(s.get_job(id).is_err(), "purged");
+/// A purge drops a divisible job's file from the store, as a batch job's (its row keeps a
+/// digest): a submission repeating its key is still the purged job, with the units of the file
+/// it sent, and one with another file is refused, before and after a restart.
+#[test]
+fn a_purged_divisible_job_keeps_no_file_but_its_key_still_names_it() {
+    use hetsched_server::convert::Wire;
+    let d = Scratch::new("divisible-kind", "purge-text");
+    let keyed = |text: &str| Submission {
+        text: text.into(),
+        key: "k".into(),
+        ..rows()
+    };
+    let big = format!("{JOB}# {}\n", "x".repeat(100_000));
+    let stored_len = || -> i64 {
+        let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+        conn.query_row("SELECT length(text) FROM div_jobs WHERE id = 1", [], |r| {
+            r.get(0)
+        })
+        .expect("row")
+    };
+    let mut s = open(&d);
+    let id = s.on_submit(keyed(&big)).expect("submit").job_id;
+    assert_eq!(id, 1);
+    assert!(stored_len() > 100_000);
+    s.on_cancel(id).expect("cancelled");
+    s.purge(&hetsched_proto::PurgeRequest {
+        job_ids: vec![id],
+        ..Default::default()
+    })
+    .expect("purge");
+    assert!(stored_len() < 100, "{} bytes kept", stored_len());
+    for restarted in [false, true] {
+        if restarted {
+            drop(s);
+            s = open(&d);
+        }
+        let again = s.on_submit(keyed(&big)).expect("the same file");
+        assert_eq!(
+            (again.job_id, again.existing, again.tasks),
+            (1, true, 100),
+            "restarted: {restarted}"
+        );
+        let e = s.on_submit(keyed(JOB)).expect_err("another file");
+        assert!(e.to_string().contains("submitted with another file"), "{e}");
+    }
 }

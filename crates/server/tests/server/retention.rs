@@ -1677,3 +1677,157 @@ async fn a_purge_call_answers_once_the_purger_deleted_its_rows_in_steps() {
     assert!(jobs.jobs.is_empty(), "{jobs:?}");
     server.stop().await.expect("stopped");
 }
+
+/// The stored `text` of job `id` in `table` (its job file, or what a purge left of it).
+fn stored_text(d: &Path, table: &str, id: u64) -> String {
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    conn.query_row(
+        &format!("SELECT text FROM {table} WHERE id = ?1"),
+        [id as i64],
+        |r| r.get(0),
+    )
+    .expect("row")
+}
+
+/// A purge drops the job file from the store: a user who submits, cancels and purges big
+/// files again and again (`max_stored_bytes_per_user` stops counting a purged job) no longer
+/// grows the store without bound. What the file told a restart and a resubmission is kept:
+/// the ids it took, and whether a submission under its key sends the same file.
+#[test]
+fn a_purge_drops_the_job_file_but_keeps_its_ids_and_key_across_a_restart() {
+    let d = dir("purge-text");
+    // About 1.4 MB, most of it a comment: near the 2 MiB a job file may be.
+    let big = format!("{JOB}# {}\n", "x".repeat(1_400_000));
+    {
+        let mut s = open(&d);
+        let job = s
+            .submit_keyed("job.toml", &big, "/", "big")
+            .expect("submit");
+        assert_eq!(job.job_id, 1);
+        assert_eq!(
+            stored_text(&d, "jobs", 1),
+            big,
+            "an unpurged job keeps its file"
+        );
+        s.cancel(1).expect("cancel");
+        s.purge(&pb::PurgeRequest {
+            job_ids: vec![1],
+            ..Default::default()
+        })
+        .expect("purge");
+        let left = stored_text(&d, "jobs", 1);
+        assert!(
+            left.len() < 100,
+            "the purged job's row keeps {} bytes of text",
+            left.len()
+        );
+        // Before a restart, the key still names the job, for the same file only.
+        let again = s.submit_keyed("job.toml", &big, "/", "big").expect("key");
+        assert_eq!((again.job_id, again.existing), (1, true));
+    }
+    // A restart, the purged job the newest: its ids still come from its row, not its file.
+    let mut s = open(&d);
+    assert!(listed(&s).is_empty());
+    let again = s.submit_keyed("job.toml", &big, "/", "big").expect("key");
+    assert_eq!(
+        (again.job_id, again.existing, again.tasks),
+        (1, true, 3),
+        "the same file under the key is the purged job"
+    );
+    let other = s
+        .submit_keyed("job.toml", JOB, "/", "big")
+        .expect_err("another file under the key");
+    assert!(
+        other
+            .to_string()
+            .contains("already names job 1, submitted with another file"),
+        "{other}"
+    );
+    let n = common::register(&mut s, "n", 3);
+    let next = s.submit("job.toml", JOB, "/").expect("submit");
+    assert_eq!(next.job_id, 2);
+    let ids: Vec<u64> = beat(&mut s, n, &[], &[])
+        .assignments
+        .iter()
+        .map(|a| a.task_id)
+        .collect();
+    assert_eq!(ids, vec![3, 4, 5], "after the purged job's three tasks");
+}
+
+/// A workflow's purge drops its file too; its key still names it, for the same file only.
+#[test]
+fn a_purged_workflow_keeps_no_file_but_its_key_still_names_it() {
+    let d = dir("purge-text-workflow");
+    let wide = "balancer = \"centralised\"\n[[task]]\nname = \"w\"\ninstances = 12\n\
+                command = \"true\"\n";
+    let big = format!("{wide}# {}\n", "x".repeat(100_000));
+    let mut s = open(&d);
+    let wf = s
+        .submit_keyed("wide.toml", &big, "/", "k")
+        .expect("submit")
+        .job_id;
+    s.cancel(wf).expect("cancel");
+    s.purge(&pb::PurgeRequest {
+        job_ids: vec![wf],
+        ..Default::default()
+    })
+    .expect("purge");
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    let kept: i64 = conn
+        .query_row("SELECT MAX(length(text)) FROM wf_jobs", [], |r| r.get(0))
+        .expect("row");
+    drop(conn);
+    assert!(kept < 100, "{kept} bytes kept");
+    for restarted in [false, true] {
+        if restarted {
+            drop(s);
+            s = open(&d);
+        }
+        let again = s.submit_keyed("wide.toml", &big, "/", "k").expect("same");
+        assert_eq!((again.job_id, again.existing), (wf, true), "{restarted}");
+        let e = s
+            .submit_keyed("wide.toml", wide, "/", "k")
+            .expect_err("another file");
+        assert!(e.to_string().contains("submitted with another file"), "{e}");
+    }
+}
+
+/// A job purged by a binary from before purges dropped job files keeps its file in the store
+/// until this binary opens it: the open replaces it with its digest, and the job's key still
+/// names it for the same file.
+#[test]
+fn opening_the_store_drops_the_files_of_jobs_an_older_binary_purged() {
+    let d = dir("purge-text-older");
+    {
+        let mut s = open(&d);
+        let n = common::register(&mut s, "n", 3);
+        run_job(&mut s, n, "k-1");
+        run_job(&mut s, n, "k-2");
+        s.purge(&pb::PurgeRequest {
+            job_ids: vec![1],
+            ..Default::default()
+        })
+        .expect("purge");
+    }
+    // As an older binary's purge left it: the file whole.
+    let conn = rusqlite::Connection::open(d.join("state.db")).expect("db");
+    conn.execute("UPDATE jobs SET text = ?1 WHERE id = 1", [JOB])
+        .expect("as before");
+    drop(conn);
+    let mut s = open(&d);
+    assert!(
+        stored_text(&d, "jobs", 1).starts_with("sha256:"),
+        "the open dropped the file"
+    );
+    assert_eq!(
+        stored_text(&d, "jobs", 2),
+        JOB,
+        "an unpurged job keeps its file"
+    );
+    let again = s.submit_keyed("job.toml", JOB, "/", "k-1").expect("key");
+    assert_eq!((again.job_id, again.existing), (1, true));
+    let e = s
+        .submit_keyed("job.toml", "x = 1\n", "/", "k-1")
+        .expect_err("another file");
+    assert!(e.to_string().contains("submitted with another file"), "{e}");
+}

@@ -608,9 +608,14 @@ impl Batch {
         let mut tasks = 0;
         let mut left = Vec::new();
         for &id in ids {
-            let Some(range) = self.job_rec(id).map(|j| j.tasks.clone()) else {
+            let Some((apps_end, range)) = self.job_rec(id).map(|j| (j.apps.end, j.tasks.clone()))
+            else {
                 continue;
             };
+            // Where its ids end, for a restart when it is the newest job: its file, which said
+            // that, is dropped (`mark_purged`).
+            tx.prepare_cached("UPDATE jobs SET apps_end = ?2, tasks_end = ?3 WHERE id = ?1")?
+                .execute(rusqlite::params![id as i64, apps_end, range.end as i64])?;
             mark_purged(tx, id)?;
             tasks += range.end.saturating_sub(range.start);
             left.extend(crate::state::purging::delete_bounded(
@@ -776,9 +781,13 @@ pub(crate) fn delete_job_rows(
 
 /// Marks batch job `id`'s row purged and deletes its summary, inside `tx`: from then on no
 /// reader (listings, a restart) looks at its task rows, whether or not they are deleted yet.
+/// Its job file gives way to its digest (`store::drop_job_text`): a restart reads a purged
+/// job's ids from its row (`apps_end`, `tasks_end`, written by the caller) or the next job's,
+/// never from its file.
 pub(crate) fn mark_purged(tx: &rusqlite::Transaction, id: u64) -> Result<(), StoreError> {
     tx.prepare_cached("UPDATE jobs SET purged = 1 WHERE id = ?1")?
         .execute(rusqlite::params![id as i64])?;
+    crate::store::drop_job_text(tx, crate::store::JobTable::Batch, id)?;
     tx.prepare_cached("DELETE FROM finished WHERE job = ?1")?
         .execute(rusqlite::params![id as i64])?;
     Ok(())
