@@ -1837,6 +1837,8 @@ fn a_stopping_chunk_ends_with_its_agents_node_and_stays_so_across_a_restart() {
         .expect("count");
     assert_eq!(stored, 0);
     assert!(s.get_job(id).is_err(), "purged");
+}
+
 /// A purge drops a divisible job's file from the store, as a batch job's (its row keeps a
 /// digest): a submission repeating its key is still the purged job, with the units of the file
 /// it sent, and one with another file is refused, before and after a restart.
